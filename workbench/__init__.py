@@ -1,0 +1,1 @@
+"""Analysis side of the workbench: models, data, attribution, geometry, metrics, exports, runs."""

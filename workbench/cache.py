@@ -1,0 +1,143 @@
+"""Per-example tensors that a frozen model computes once: teacher logits, [CLS] states,
+attribution maps, input gradients.
+
+A cache lives in a folder (a run's ``teacher_cache/``) as one safetensors file per *key* — a dict
+of everything that changes the values (model fingerprint, data fingerprint, settings). Per-token
+fields are stored unpadded (concatenated, with offsets) so that :meth:`ExampleCache.gather`
+re-pads them to whatever batch they are asked for: values do not depend on the padding of the
+batch in which they were computed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from workbench.data import EncodedSplit, batches
+
+BatchFunction = Callable[[dict[str, Tensor]], dict[str, Tensor]]
+
+
+def key_digest(key: Mapping) -> str:
+    """A stable short hash of a JSON-serialisable key."""
+    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+class ExampleCache:
+    """Fields of every example of one split, keyed by what produced them.
+
+    ``per_example[name]``: ``[N, ...]``; ``per_token[name]``: values ``[T, ...]`` with
+    ``offsets[name]`` ``[N + 1]`` so example ``i`` owns rows ``offsets[i]:offsets[i + 1]``.
+    """
+
+    def __init__(self, per_example: dict[str, Tensor], per_token: dict[str, Tensor],
+                 offsets: Tensor) -> None:
+        self.per_example = per_example
+        self.per_token = per_token
+        self.offsets = offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def example(self, name: str, index: int) -> Tensor:
+        """One example's field, unpadded."""
+        if name in self.per_example:
+            return self.per_example[name][index]
+        return self.per_token[name][self.offsets[index]:self.offsets[index + 1]]
+
+    def gather(self, name: str, index: Tensor, length: int | None = None) -> Tensor:
+        """Field ``name`` of examples ``index`` ``[B]``; per-token fields zero-padded to
+        ``length`` positions → ``[B, length, ...]``."""
+        if name in self.per_example:
+            return self.per_example[name][index]
+        rows = [self.example(name, int(i)) for i in index]
+        length = length or max(len(r) for r in rows)
+        values = self.per_token[name]
+        out = values.new_zeros((len(rows), length, *values.shape[1:]))
+        for b, row in enumerate(rows):
+            out[b, : len(row)] = row
+        return out
+
+    @classmethod
+    def compute(
+        cls,
+        dataset: EncodedSplit,
+        compute_batch: BatchFunction,
+        per_token: Iterable[str] = (),
+        batch_size: int = 64,
+        pad_token_id: int = 0,
+        description: str = "teacher cache",
+    ) -> ExampleCache:
+        """Run ``compute_batch`` over ``dataset`` in order (batches sorted by length to pad
+        little) and collect its fields; fields named in ``per_token`` are ``[B, L, ...]`` and kept
+        for real tokens only."""
+        token_fields = set(per_token)
+        order = sorted(range(len(dataset)), key=lambda i: len(dataset.input_ids[i]))
+        collected: dict[str, list[tuple[int, Tensor]]] = {}
+        progress = tqdm(total=len(dataset), desc=description, unit="ex", leave=False)
+        for batch in batches(dataset, order, batch_size, pad_token_id):
+            with torch.no_grad() if not token_fields else torch.enable_grad():
+                values = compute_batch(batch)
+            lengths = batch["attention_mask"].sum(1).tolist()
+            for name, tensor in values.items():
+                tensor = tensor.detach().cpu()
+                for row, (i, n) in enumerate(zip(batch["index"].tolist(), lengths, strict=True)):
+                    value = tensor[row, :n] if name in token_fields else tensor[row]
+                    collected.setdefault(name, []).append((i, value.clone()))
+            progress.update(len(lengths))
+        progress.close()
+        lengths = torch.tensor([len(ids) for ids in dataset.input_ids])
+        offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])
+        per_example, token_values = {}, {}
+        for name, items in collected.items():
+            ordered = [value for _, value in sorted(items, key=lambda item: item[0])]
+            target = token_values if name in token_fields else per_example
+            target[name] = torch.cat(ordered) if name in token_fields else torch.stack(ordered)
+        return cls(per_example, token_values, offsets)
+
+    def save(self, path: Path, key: Mapping) -> None:
+        """Write atomically (temporary file, then rename), the key alongside."""
+        tensors = {f"example.{k}": v.contiguous() for k, v in self.per_example.items()}
+        tensors |= {f"token.{k}": v.contiguous() for k, v in self.per_token.items()}
+        tensors["offsets"] = self.offsets
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_suffix(".tmp")
+        save_file(tensors, str(temporary), metadata={"key": json.dumps(key, sort_keys=True,
+                                                                          default=str)})
+        os.replace(temporary, path)
+
+    @classmethod
+    def load(cls, path: Path) -> ExampleCache:
+        tensors = load_file(str(path))
+        fields: dict[str, dict[str, Tensor]] = {"example": {}, "token": {}}
+        for name, value in tensors.items():
+            if "." in name:
+                kind, field = name.split(".", 1)
+                fields[kind][field] = value
+        return cls(fields["example"], fields["token"], tensors["offsets"])
+
+
+def cached(
+    folder: Path,
+    name: str,
+    key: Mapping,
+    dataset: EncodedSplit,
+    compute_batch: BatchFunction,
+    **compute_options,
+) -> ExampleCache:
+    """Load the cache ``folder/name-<digest of key>.safetensors``, or compute and save it.
+    A change of any setting in ``key`` gives another file, so stale values are never reused."""
+    path = Path(folder) / f"{name}-{key_digest(key)}.safetensors"
+    if path.exists():
+        return ExampleCache.load(path)
+    cache = ExampleCache.compute(dataset, compute_batch, **compute_options)
+    cache.save(path, key)
+    return cache

@@ -1,0 +1,194 @@
+"""Configuration dataclasses shared by the CLI, the Python API and the app.
+
+Each field carries its help text in ``metadata["help"]``; :func:`add_arguments` turns a dataclass
+into ``argparse`` options and :func:`from_arguments` reads them back, so the three front ends never
+describe an option twice. Every run saves its configs as JSON (:func:`to_dict` / :func:`from_dict`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from workbench.errors import WorkbenchError
+
+T = TypeVar("T")
+
+
+def option(default: Any, help: str, **extra: Any) -> Any:
+    """A dataclass field with its help text (and optional ``choices``) for the CLI and the app."""
+    return field(default=default, metadata={"help": help, **extra})
+
+
+@dataclass
+class DataConfig:
+    """Which task and how its text is tokenised."""
+
+    task: str = option(
+        "tweets",
+        "task name: tweets, bbc-news (bundled offline), a GLUE task (cola, sst2, mrpc, qqp, stsb, "
+        "mnli, qnli, rte), or a local file/directory (CSV, TSV, JSONL, parquet)",
+    )
+    max_length: int = option(128, "maximum tokens per example, [CLS]/[SEP] included")
+    max_train_examples: int | None = option(
+        None, "use a stratified subsample of this many training examples"
+    )
+    max_eval_examples: int | None = option(
+        None, "use a stratified subsample of this many dev/test examples"
+    )
+    split_seed: int = option(13, "seed of the deterministic train/dev/test split and subsamples")
+    glue_dir: str | None = option(
+        None, "local copy of the GLUE parquet files (<dir>/<task>/<split>-*.parquet); "
+        "default: download nyu-mll/glue from the hub"
+    )
+
+
+@dataclass
+class TeacherConfig:
+    """The model fine-tuned as a teacher."""
+
+    model: str = option(
+        "minilm-l6",
+        "built-in offline model (minilm-l6), a hub id such as bert-base-uncased, or a local "
+        "directory with config.json and weights",
+    )
+
+
+@dataclass
+class StudentConfig:
+    """How the student is built."""
+
+    teacher_run: str = option("", "run folder of the fine-tuned teacher (from train-teacher)")
+    init: str = option(
+        "cut",
+        "cut: teacher embeddings + a subset of its layers; pretrained: another checkpoint "
+        "(--pretrained); random: a fresh, possibly narrower, config",
+        choices=("cut", "pretrained", "random"),
+    )
+    num_layers: int = option(3, "number of student layers (cut and random)")
+    layers: str = option(
+        "skip",
+        "which teacher layers a cut student keeps: first, skip, last, or an explicit list "
+        "of 0-based indices such as 1,3,5",
+    )
+    freeze_embeddings: bool = option(False, "freeze the student's embeddings")
+    pretrained: str | None = option(None, "checkpoint for --init pretrained (hub id or directory)")
+    hidden_size: int | None = option(None, "hidden size for --init random (default: teacher's)")
+    num_heads: int | None = option(None, "attention heads for --init random (default: teacher's)")
+
+
+@dataclass
+class ObjectiveConfig:
+    """The distillation objective: a preset or explicit weights over loss terms."""
+
+    preset: str = option(
+        "kd",
+        "method preset: finetune (CE only), kd, pkd-skip, pkd-last",
+    )
+    weights: str = option(
+        "",
+        "explicit term weights overriding the preset, e.g. ce=0.1,kd=0.9,pkd=100",
+    )
+    parity: str = option(
+        "paper",
+        "paper: the equations of the papers; official: the authors' released code's choices",
+        choices=("paper", "official"),
+    )
+    temperature: float = option(4.0, "softmax temperature τ of the KD term")
+    kd_loss: str | None = option(
+        None,
+        "KD term form: kl (τ²·KL, batch mean), soft-ce (AD-KD/CKD code, no τ²), kl-mean "
+        "(GKD/PKD code: KLDivLoss mean × τ²); default from --parity",
+        choices=(None, "kl", "soft-ce", "kl-mean"),
+    )
+    pkd_mapping: str = option(
+        "skip", "Patient KD layer mapping: skip or last", choices=("skip", "last")
+    )
+
+
+@dataclass
+class OptimConfig:
+    """Optimisation, evaluation and checkpointing."""
+
+    epochs: float = option(3.0, "training epochs (fractions allowed)")
+    batch_size: int = option(32, "training batch size")
+    eval_batch_size: int = option(64, "evaluation batch size")
+    learning_rate: float = option(5e-5, "peak AdamW learning rate")
+    weight_decay: float = option(0.01, "AdamW weight decay (not applied to biases and LayerNorm)")
+    warmup_ratio: float = option(0.1, "share of steps with linear warm-up, then linear decay")
+    max_grad_norm: float = option(1.0, "gradient clipping norm (0 disables)")
+    eval_every: int = option(0, "evaluate on dev every N steps (0: at the end of each epoch)")
+    checkpoint_every: int = option(50, "save a resumable checkpoint every N steps")
+    seed: int = option(42, "seed of initialisation, data order and dropout")
+    threads: int = option(0, "torch CPU threads (0: torch's default)")
+
+
+def _field_type(cls: type, f: dataclasses.Field) -> tuple[Any, bool]:
+    """The concrete type of a field and whether it is optional."""
+    hint = typing.get_type_hints(cls)[f.name]
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args:
+        return next(a for a in args if a is not type(None)), True
+    return hint, False
+
+
+def _parse_optional(kind: Any) -> Any:
+    def parse(text: str) -> Any:
+        return None if text.lower() in ("none", "") else kind(text)
+
+    return parse
+
+
+def add_arguments(parser: argparse.ArgumentParser, cls: type, prefix: str = "") -> None:
+    """Add one ``--option`` per field of the dataclass ``cls`` to ``parser``."""
+    group = parser.add_argument_group(cls.__name__, (cls.__doc__ or "").strip().splitlines()[0])
+    for f in dataclasses.fields(cls):
+        kind, optional = _field_type(cls, f)
+        name = "--" + prefix + f.name.replace("_", "-")
+        default = f.default
+        help_text = f.metadata.get("help", "") + f" (default: {default})"
+        if kind is bool:
+            group.add_argument(
+                name, action=argparse.BooleanOptionalAction, default=default, help=help_text,
+                dest=prefix.replace("-", "_") + f.name,
+            )
+            continue
+        choices = f.metadata.get("choices")
+        group.add_argument(
+            name,
+            type=_parse_optional(kind) if optional else kind,
+            default=default,
+            choices=[c for c in choices if c is not None] + ([None] if None in choices else [])
+            if choices
+            else None,
+            help=help_text,
+            dest=prefix.replace("-", "_") + f.name,
+            metavar=f.name.upper(),
+        )
+
+
+def from_arguments(cls: type[T], namespace: argparse.Namespace, prefix: str = "") -> T:
+    """Build ``cls`` from the options :func:`add_arguments` added."""
+    values = {f.name: getattr(namespace, prefix.replace("-", "_") + f.name)
+              for f in dataclasses.fields(cls)}
+    return cls(**values)
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    """A JSON-ready dict of a config dataclass."""
+    return dataclasses.asdict(config)
+
+
+def from_dict(cls: type[T], values: dict[str, Any]) -> T:
+    """Rebuild ``cls`` from :func:`to_dict`'s output; unknown keys are an error."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(values) - names
+    if unknown:
+        raise WorkbenchError(
+            f"unknown {cls.__name__} settings {sorted(unknown)}; known: {sorted(names)}"
+        )
+    return cls(**values)

