@@ -150,7 +150,9 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, prefix: str = "") 
         kind, optional = _field_type(cls, f)
         name = "--" + prefix + f.name.replace("_", "-")
         default = f.default
-        help_text = f.metadata.get("help", "") + f" (default: {default})"
+        help_text = f.metadata.get("help", "")
+        if "default" not in help_text:
+            help_text += f" (default: {default})"
         if kind is bool:
             group.add_argument(
                 name, action=argparse.BooleanOptionalAction, default=default, help=help_text,

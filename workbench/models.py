@@ -230,8 +230,14 @@ class ModelOutput:
 
 
 @contextmanager
-def _embedding_output_replaced(model: PreTrainedModel, replacement: Tensor) -> Iterator[None]:
-    handle = embeddings_module(model).register_forward_hook(lambda _m, _i, _o: replacement)
+def output_replaced(module: nn.Module, replacement: Tensor) -> Iterator[None]:
+    """Within the context, ``module`` (the embeddings module, an encoder layer) returns
+    ``replacement`` instead of its output — as the first element when its output is a tuple."""
+
+    def hook(_module: nn.Module, _inputs: tuple, output: Tensor | tuple) -> Tensor | tuple:
+        return (replacement, *output[1:]) if isinstance(output, tuple) else replacement
+
+    handle = module.register_forward_hook(hook)
     try:
         yield
     finally:
@@ -255,7 +261,7 @@ def forward(
     inputs = {k: batch[k] for k in MODEL_INPUTS if k in batch}
     context = (
         nullcontext() if embedding_output is None
-        else _embedding_output_replaced(model, embedding_output)
+        else output_replaced(embeddings_module(model), embedding_output)
     )
     with context:
         out = model(**inputs, output_hidden_states=hidden_states, output_attentions=attentions)

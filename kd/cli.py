@@ -1,0 +1,153 @@
+"""``kdw``: fine-tune teachers, distil students, evaluate runs, run the demo.
+
+Every option comes from the config dataclasses of :mod:`workbench.config`, so the CLI, the Python
+API (:mod:`kd.pipeline`) and the app read the same settings. Problems with the input end in one
+line on stderr and exit status 2; an interrupted training keeps its last checkpoint and resumes
+when the same command is run again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from workbench.config import (
+    DataConfig,
+    ObjectiveConfig,
+    OptimConfig,
+    StudentConfig,
+    TeacherConfig,
+    add_arguments,
+    from_arguments,
+)
+from workbench.errors import WorkbenchError
+
+
+def _train_teacher(args: argparse.Namespace) -> None:
+    from kd.pipeline import train_teacher
+
+    run = train_teacher(from_arguments(DataConfig, args), from_arguments(TeacherConfig, args),
+                        from_arguments(OptimConfig, args), args.run_dir)
+    _print_results(run.path)
+
+
+def _distill(args: argparse.Namespace) -> None:
+    from kd.pipeline import distill
+
+    run = distill(from_arguments(DataConfig, args), from_arguments(StudentConfig, args),
+                  from_arguments(ObjectiveConfig, args), from_arguments(OptimConfig, args),
+                  args.run_dir)
+    _print_results(run.path)
+
+
+def _print_results(path: Path) -> None:
+    from workbench.runs import Run
+
+    results = Run.open(path).results()
+    if results:
+        print(json.dumps(results, indent=2))
+    print(f"run folder: {path}")
+
+
+def _evaluate(args: argparse.Namespace) -> None:
+    from kd.evaluate import evaluate_runs, format_table
+
+    rows = evaluate_runs(args.runs, args.split, args.teacher)
+    print(format_table(rows))
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
+
+
+def _baseline(args: argparse.Namespace) -> None:
+    from workbench.baseline import tfidf_baseline
+    from workbench.data import load_task
+
+    metrics = tfidf_baseline(load_task(from_arguments(DataConfig, args)), args.split)
+    print(json.dumps(metrics, indent=2))
+
+
+def _demo(args: argparse.Namespace) -> None:
+    from kd.demo import run_demo
+
+    run_demo(Path(args.root), quick=args.quick)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kdw",
+        description="Distil BERT-style classifiers and see why each model decides.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    teacher = commands.add_parser(
+        "train-teacher", help="fine-tune a teacher classifier",
+        description="Fine-tune a teacher (cross-entropy; MSE for regression) into a run folder. "
+        "Rerunning the same command resumes an interrupted run.",
+    )
+    teacher.add_argument("--run-dir", required=True, help="run folder to write (or resume)")
+    for cls in (DataConfig, TeacherConfig, OptimConfig):
+        add_arguments(teacher, cls)
+    teacher.set_defaults(handler=_train_teacher)
+
+    distill = commands.add_parser(
+        "distill", help="distil a student from a teacher run",
+        description="Distil a student from a fine-tuned teacher with a method preset or explicit "
+        "term weights. The teacher's outputs are computed once and cached in the run folder. "
+        "Rerunning the same command resumes an interrupted run.",
+    )
+    distill.add_argument("--run-dir", required=True, help="run folder to write (or resume)")
+    for cls in (DataConfig, StudentConfig, ObjectiveConfig, OptimConfig):
+        add_arguments(distill, cls)
+    distill.set_defaults(handler=_distill)
+
+    evaluate = commands.add_parser(
+        "evaluate", help="score runs on a split, as a table",
+        description="Score one or more runs on a split: task metrics, and for students label and "
+        "probability loyalty to their teacher.",
+    )
+    evaluate.add_argument("runs", nargs="+", help="run folders")
+    evaluate.add_argument("--split", default="test", help="split to score (default: test)")
+    evaluate.add_argument("--teacher", default=None,
+                          help="teacher run for loyalty (default: each student's own teacher)")
+    evaluate.add_argument("--json", default=None, help="also write the rows to this JSON file")
+    evaluate.set_defaults(handler=_evaluate)
+
+    baseline = commands.add_parser(
+        "baseline", help="TF-IDF + logistic regression on the same split",
+        description="Train a TF-IDF + logistic-regression classifier on the task's train split "
+        "and score it on --split.",
+    )
+    add_arguments(baseline, DataConfig)
+    baseline.add_argument("--split", default="test", help="split to score (default: test)")
+    baseline.set_defaults(handler=_baseline)
+
+    demo = commands.add_parser(
+        "demo", help="end-to-end demo on the bundled tweets",
+        description="Fine-tune the MiniLM-L6 teacher on the bundled tweets, distil 3-layer "
+        "students (vanilla KD, Patient KD) and a student without a teacher, print the table.",
+    )
+    demo.add_argument("--root", default="runs/demo", help="folder for the demo's runs")
+    demo.add_argument("--quick", action="store_true", help="a much smaller demo (minutes)")
+    demo.set_defaults(handler=_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.handler(args)
+    except WorkbenchError as error:
+        print(f"kdw: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("kdw: interrupted; the run keeps its last checkpoint: run the same command to "
+              "resume", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,255 @@
+"""The Python API behind ``kdw``: fine-tune a teacher, distil a student, evaluate runs.
+
+Each function takes the config dataclasses, writes a run folder (see :mod:`workbench.runs`) and
+resumes it when the same call is made again after an interruption.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from kd.objective import Objective
+from kd.trainer import Callback, TrainingJob, set_seed, train
+from workbench.cache import ExampleCache, cached
+from workbench.config import (
+    DataConfig,
+    ObjectiveConfig,
+    OptimConfig,
+    StudentConfig,
+    TeacherConfig,
+    from_dict,
+    to_dict,
+)
+from workbench.data import EncodedSplit, TaskData, TaskSpec, encode, load_task
+from workbench.errors import WorkbenchError
+from workbench.evaluation import evaluate_logits, predict_logits
+from workbench.models import (
+    ATTENTION,
+    check_same_vocabulary,
+    cut_student,
+    encoder_layers,
+    fingerprint,
+    load_classifier,
+    load_tokenizer,
+    random_student,
+    select_layers,
+)
+from workbench.runs import Run, atomic_write_json
+
+
+@dataclass
+class LoadedRun:
+    """A trained model with its tokenizer and task, read back from a run folder."""
+
+    run: Run
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    spec: TaskSpec
+    data: DataConfig
+
+
+def load_run(path: str | Path) -> LoadedRun:
+    """The best model of a run, in eval mode, with eager attention."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    run = Run.open(path)
+    info = run.info()
+    if not (run.model_dir / "config.json").exists():
+        state = run.status()["state"]
+        raise WorkbenchError(f"{run.path} has no trained model yet (status: {state})")
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(
+            run.model_dir, attn_implementation=ATTENTION
+        )
+        tokenizer = AutoTokenizer.from_pretrained(run.model_dir)
+    except (OSError, ValueError) as error:
+        raise WorkbenchError(f"{run.model_dir} cannot be loaded ({error}): delete the run") \
+            from None
+    task = info["task"]
+    spec = TaskSpec(task["name"], tuple(task["label_names"]), tuple(task["metrics"]), task["pair"])
+    return LoadedRun(run, model.eval(), tokenizer, spec,
+                     from_dict(DataConfig, info["configs"]["data"]))
+
+
+def _configure_threads(optim: OptimConfig) -> None:
+    if optim.threads > 0:
+        torch.set_num_threads(optim.threads)
+
+
+def _encode_all(data: TaskData, tokenizer, max_length: int) -> dict[str, EncodedSplit]:
+    encoded = {name: encode(split, tokenizer, max_length, data.spec.regression)
+               for name, split in data.splits.items()}
+    for name, split in encoded.items():
+        if split.truncated:
+            print(f"note: {split.truncated} of {len(split)} {name} examples were truncated to "
+                  f"{max_length} tokens")
+    return encoded
+
+
+def _manifest(data: TaskData, data_config: DataConfig, optim: OptimConfig) -> dict:
+    return {"seed": optim.seed, "data_source": data.source, "data_notes": data.notes,
+            "split_fingerprint": data.fingerprint(),
+            "split_sizes": {k: len(v) for k, v in data.splits.items()},
+            "max_length": data_config.max_length}
+
+
+def _saver(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase):
+    def save(directory: Path) -> None:
+        model.save_pretrained(directory)
+        tokenizer.save_pretrained(directory)
+
+    return save
+
+
+def _finish(run: Run, model, spec, encoded, batch_size, pad_id, teacher_logits=None) -> dict:
+    """Evaluate the best model on dev and test; write ``results.json``."""
+    results = {}
+    for split in ("dev", "test"):
+        if split in encoded:
+            logits = predict_logits(model, encoded[split], batch_size, pad_id)
+            reference = None if teacher_logits is None else teacher_logits.get(split)
+            results[split] = evaluate_logits(spec, logits, encoded[split].labels, reference)
+    atomic_write_json(run.path / "results.json", results)
+    run.set_status("finished", step=run.status().get("step"), total=run.status().get("total"))
+    return results
+
+
+def train_teacher(
+    data_config: DataConfig,
+    teacher_config: TeacherConfig,
+    optim: OptimConfig,
+    run_dir: str | Path,
+    callbacks: Sequence[Callback] = (),
+) -> Run:
+    """Fine-tune a teacher with cross-entropy (MSE for regression) into ``run_dir``."""
+    _configure_threads(optim)
+    data = load_task(data_config)
+    info = {"kind": "teacher", "method": "finetune", "task": dataclasses.asdict(data.spec),
+            "configs": {"data": to_dict(data_config), "teacher": to_dict(teacher_config),
+                        "optim": to_dict(optim)}}
+    run = Run.create(run_dir, info, _manifest(data, data_config, optim))
+    if run.status()["state"] == "finished":
+        return run
+    tokenizer = load_tokenizer(teacher_config.model)
+    set_seed(optim.seed)
+    model = load_classifier(teacher_config.model, data.spec.num_labels, data.spec.regression)
+    encoded = _encode_all(data, tokenizer, data_config.max_length)
+    objective = Objective.resolve(ObjectiveConfig(preset="finetune"), 0, 0)
+    job = TrainingJob(
+        run=run, model=model, spec=data.spec, train_set=encoded["train"],
+        dev_set=encoded["dev"], optim=optim,
+        loss=lambda m, batch: objective(m, batch, {}),
+        save_model=_saver(model, tokenizer), pad_token_id=tokenizer.pad_token_id,
+        callbacks=callbacks,
+    )
+    if train(job):
+        _finish(run, model, data.spec, encoded, optim.eval_batch_size, tokenizer.pad_token_id)
+    return run
+
+
+def build_student(
+    teacher: LoadedRun, config: StudentConfig
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The student a :class:`StudentConfig` describes, with its tokenizer."""
+    spec = teacher.spec
+    if config.init == "cut":
+        layers = select_layers(
+            len(encoder_layers(teacher.model)), config.num_layers, config.layers
+        )
+        return cut_student(teacher.model, layers, config.freeze_embeddings), teacher.tokenizer
+    if config.init == "random":
+        return (random_student(teacher.model.config, config.num_layers, config.hidden_size,
+                               config.num_heads), teacher.tokenizer)
+    if config.init == "pretrained":
+        if not config.pretrained:
+            raise WorkbenchError("--init pretrained needs --pretrained (hub id or directory)")
+        tokenizer = load_tokenizer(config.pretrained)
+        check_same_vocabulary(teacher.tokenizer, tokenizer)
+        return load_classifier(config.pretrained, spec.num_labels, spec.regression), tokenizer
+    raise WorkbenchError(f"unknown student init {config.init!r}: use cut, pretrained or random")
+
+
+def teacher_caches(
+    teacher: LoadedRun, objective: Objective, encoded: dict[str, EncodedSplit],
+    data: TaskData, max_length: int, folder: Path, batch_size: int,
+) -> dict[str, ExampleCache]:
+    """What the frozen teacher says about every example, computed once per setting: the
+    objective's fields on train, logits on dev and test (for loyalty)."""
+    base_key = {"teacher": fingerprint(teacher.model), "max_length": max_length}
+    fingerprints = data.fingerprint()
+    caches = {}
+    for split, dataset in encoded.items():
+        fields = objective.teacher_fields() if split == "train" else ["logits"]
+        per_token = [f for f in fields if f in objective.per_token_fields()]
+        settings = objective.teacher_settings(fields)
+
+        def compute(batch: dict, fields: list[str] = fields) -> dict:
+            return objective.teacher_batch(teacher.model, batch, fields)
+
+        key = {**base_key, "split": split, "data": fingerprints[split], **settings}
+        caches[split] = cached(folder, f"teacher-{split}", key, dataset, compute,
+                               per_token=per_token, batch_size=batch_size,
+                               pad_token_id=teacher.tokenizer.pad_token_id,
+                               description=f"teacher cache ({split})")
+    return caches
+
+
+def distill(
+    data_config: DataConfig,
+    student_config: StudentConfig,
+    objective_config: ObjectiveConfig,
+    optim: OptimConfig,
+    run_dir: str | Path,
+    callbacks: Sequence[Callback] = (),
+) -> Run:
+    """Distil a student from ``student_config.teacher_run`` into ``run_dir``."""
+    _configure_threads(optim)
+    if not student_config.teacher_run:
+        raise WorkbenchError("distill needs --teacher-run: the folder written by train-teacher")
+    teacher = load_run(student_config.teacher_run)
+    if teacher.data.task != data_config.task:
+        raise WorkbenchError(
+            f"the teacher was trained on {teacher.data.task!r}, not {data_config.task!r}: "
+            f"pass --task {teacher.data.task}"
+        )
+    data = load_task(data_config)
+    info = {"kind": "student", "method": objective_config.preset,
+            "task": dataclasses.asdict(data.spec),
+            "configs": {"data": to_dict(data_config), "student": to_dict(student_config),
+                        "objective": to_dict(objective_config), "optim": to_dict(optim)}}
+    run = Run.create(run_dir, info, _manifest(data, data_config, optim))
+    if run.status()["state"] == "finished":
+        return run
+    set_seed(optim.seed)
+    student, tokenizer = build_student(teacher, student_config)
+    objective = Objective.resolve(
+        objective_config, len(encoder_layers(teacher.model)), len(encoder_layers(student))
+    )
+    encoded = _encode_all(data, tokenizer, data_config.max_length)
+    caches = teacher_caches(teacher, objective, encoded, data, data_config.max_length,
+                            run.cache_dir, optim.eval_batch_size)
+    train_cache = caches["train"]
+    teacher_logits = {split: caches[split].per_example["logits"] for split in ("dev", "test")}
+
+    def loss(model: PreTrainedModel, batch: dict) -> dict:
+        length = batch["input_ids"].shape[1]
+        values = {name: train_cache.gather(name, batch["index"], length)
+                  for name in objective.teacher_fields()}
+        return objective(model, batch, values)
+
+    job = TrainingJob(
+        run=run, model=student, spec=data.spec, train_set=encoded["train"],
+        dev_set=encoded["dev"], optim=optim, loss=loss, save_model=_saver(student, tokenizer),
+        pad_token_id=tokenizer.pad_token_id, dev_teacher_logits=teacher_logits["dev"],
+        callbacks=callbacks,
+    )
+    if train(job):
+        _finish(run, student, data.spec, encoded, optim.eval_batch_size,
+                tokenizer.pad_token_id, teacher_logits)
+    return run

@@ -1,0 +1,1 @@
+"""Loss terms for distillation: pure functions of tensors, one module per term."""

@@ -1,0 +1,344 @@
+"""Contextual KD (Park et al. 2021): Word Relation (WR) and Layer Transforming Relation (LTR).
+
+Both terms compare *relations* among a sequence of vectors, so the student's width may differ
+from the teacher's. For a sequence ``r_1..r_S`` with a real-position mask:
+
+- pair relation ``ψ_P(r_i, r_j)`` for real ``i ≠ j``: cosine distance ``1 − cos(r_i, r_j)``
+  (``pair_kind="cosine"``, default), Euclidean distance (``"l2"``), or Euclidean distance divided
+  by its mean over the sequence's valid pairs (``"l2_mean"``, RKD-style, the released code's
+  ``distnorm``);
+- triple relation ``ψ_T(r_i, r_j, r_k) = cos∠(r_j − r_i, r_k − r_i)`` for real ``i, j, k`` with
+  ``j ≠ i``, ``k ≠ i`` (``j = k`` allowed) and ``|i − j| ≤ δ``, ``|i − k| ≤ δ``.
+
+WR runs over the tokens of one layer; LTR over the mapped layers (embeddings included) of one
+token. Losses (``variant="paper"``): squared error between teacher and student relations, averaged
+over valid pairs, and over valid triples. ``variant="official"`` swaps the pair term for the
+released code's: per row, softmax of the teacher's cosine similarities against the log-softmax of
+the student's, diagonal and pads excluded, ``KL(sum)`` divided by the released denominator
+``Σ_seq (#real)²`` (real pairs *including* ``i = j``), computed without ``−inf`` so it is NaN-free.
+
+Invariances (what the tests check): ``"cosine"`` and the angles are invariant to rotations and
+scalings of either model's space, also into another width; ``"l2"`` only to rotations and
+translations; ``"l2_mean"`` to rotations, translations and scalings.
+
+Differences from the released code, by design: the triple term masks pads, positions outside the
+sequence and the degenerate ``j = i`` / ``k = i`` entries, and divides by the number of valid
+triples; the released code clamps window indices at the padded length, keeps pads inside windows
+and divides by ``W²`` per real centre, so its value depends on how much padding a batch has.
+
+Cost: pairs are ``[N, S, S]``; triples are built inside a band of ``W = 2δ + 1`` positions with
+one batched matmul of difference vectors, ``O(N·S·W·d)`` memory, never ``[N, S, S, S]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = [
+    "DEFAULT_WINDOW",
+    "layer_relation_loss",
+    "pair_validity",
+    "pairwise_distance_relation",
+    "windowed_angle_relation",
+    "word_relation_loss",
+]
+
+PairKind = Literal["cosine", "l2", "l2_mean"]
+Variant = Literal["paper", "official"]
+
+DEFAULT_WINDOW = 10
+"""Half-width δ of the WR angle window: 21 tokens, the wide end of the paper's 10–21."""
+
+_EXCLUDED_LOGIT = -1e4
+"""Finite logit for excluded entries: ``exp`` underflows to exactly 0, no ``−inf`` anywhere."""
+
+
+def _real_mask(mask: Tensor | None, batch: int, length: int, device: torch.device) -> Tensor:
+    """``[batch, length]`` bool mask from an optional 0/1 or bool mask (``None``: all real)."""
+    if mask is None:
+        return torch.ones(batch, length, dtype=torch.bool, device=device)
+    if mask.shape != (batch, length):
+        raise ValueError(f"attention_mask must be {(batch, length)}, got {tuple(mask.shape)}")
+    return mask.bool()
+
+
+def pair_validity(mask: Tensor) -> Tensor:
+    """Valid pairs: both positions real and distinct.
+
+    Args:
+        mask: ``[N, S]`` bool.
+
+    Returns:
+        ``[N, S, S]`` bool, ``valid[n, i, j] = m_ni ∧ m_nj ∧ i ≠ j``.
+    """
+    distinct = ~torch.eye(mask.shape[-1], dtype=torch.bool, device=mask.device)
+    return mask.unsqueeze(-1) & mask.unsqueeze(-2) & distinct
+
+
+def _cosine_matrix(x: Tensor, eps: float = 1e-12) -> Tensor:
+    """Cosines between all pairs of vectors: ``[..., n, d]`` → ``[..., n, n]``.
+
+    One batched matmul gives the Gram matrix; its diagonal gives the norms, so normalising
+    happens on the ``n × n`` result instead of the ``n × d`` input (same values, one fewer pass
+    over the large tensor). Vectors with norm ``<= eps`` (e.g. a zero difference) give cosine 0
+    and a zero gradient.
+    """
+    gram = x @ x.transpose(-1, -2)
+    sq_norm = gram.diagonal(dim1=-2, dim2=-1)
+    # clamp_min keeps the unselected branch finite, so its backward is 0, not 0·inf.
+    inverse = torch.where(sq_norm > eps**2, sq_norm.clamp_min(eps**2).rsqrt(), 0.0)
+    return gram * inverse.unsqueeze(-1) * inverse.unsqueeze(-2)
+
+
+def _euclidean_distances(h: Tensor, mask: Tensor) -> Tensor:
+    """``[N, S, S]`` Euclidean distances from a Gram matrix (no ``[N, S, S, d]`` tensor).
+
+    Vectors are first centred on the mean of the real positions (distances are translation
+    invariant) to limit cancellation; the square root has a zero gradient at zero distance.
+    """
+    weights = mask.to(h.dtype).unsqueeze(-1)
+    centre = (h * weights).sum(-2, keepdim=True) / weights.sum(-2, keepdim=True).clamp_min(1.0)
+    x = h - centre
+    sq_norm = x.pow(2).sum(-1)
+    sq = (sq_norm.unsqueeze(-1) + sq_norm.unsqueeze(-2) - 2 * x @ x.transpose(-1, -2)).clamp_min(0)
+    positive = sq > 0
+    return torch.where(positive, torch.where(positive, sq, 1.0).sqrt(), 0.0)
+
+
+def pairwise_distance_relation(
+    h: Tensor, mask: Tensor | None = None, kind: PairKind = "cosine"
+) -> tuple[Tensor, Tensor]:
+    """Pair relation ``ψ_P`` over a batch of sequences.
+
+    Args:
+        h: ``[N, S, d]`` vectors.
+        mask: ``[N, S]`` real-position mask (``None``: all real).
+        kind: ``"cosine"`` (``1 − cos``), ``"l2"`` (Euclidean distance) or ``"l2_mean"``
+            (Euclidean distance over its mean on the sequence's valid pairs; a sequence whose
+            mean is 0 is left unscaled).
+
+    Returns:
+        ``(relation, valid)``, both ``[N, S, S]``; ``relation`` is 0 wherever ``valid``
+        (see :func:`pair_validity`) is False.
+    """
+    if kind not in ("cosine", "l2", "l2_mean"):
+        raise ValueError(f"pair kind must be 'cosine', 'l2' or 'l2_mean', got {kind!r}")
+    m = _real_mask(mask, h.shape[0], h.shape[1], h.device)
+    valid = pair_validity(m)
+    relation = 1.0 - _cosine_matrix(h) if kind == "cosine" else _euclidean_distances(h, m)
+    relation = torch.where(valid, relation, 0.0)
+    if kind == "l2_mean":
+        mean = relation.sum((-2, -1)) / valid.sum((-2, -1)).clamp_min(1)
+        relation = relation / torch.where(mean > 0, mean, 1.0)[:, None, None]
+    return relation, valid
+
+
+def windowed_angle_relation(
+    h: Tensor, mask: Tensor | None = None, window: int = DEFAULT_WINDOW
+) -> tuple[Tensor, Tensor]:
+    """Triple relation ``ψ_T`` inside a band, in a banded layout.
+
+    Entry ``[n, i, a, b]`` is ``cos∠(r_j − r_i, r_k − r_i)`` with ``j = i + a − δ`` and
+    ``k = i + b − δ``: the ``W`` difference vectors of each centre go through one batched matmul
+    and are normalised by the norms on its diagonal (a zero difference gives angle 0).
+
+    Args:
+        h: ``[N, S, d]`` vectors.
+        mask: ``[N, S]`` real-position mask (``None``: all real).
+        window: half-width ``δ ≥ 1``; the band holds ``W = 2δ + 1`` positions.
+
+    Returns:
+        ``(angles, valid)``, both ``[N, S, W, W]``; ``valid`` requires ``i, j, k`` real and
+        inside the sequence, ``j ≠ i`` and ``k ≠ i``; ``angles`` is 0 where not valid.
+    """
+    if window < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
+    m = _real_mask(mask, h.shape[0], h.shape[1], h.device)
+    width = 2 * window + 1
+    # unfold gives [N, S, d, W] views of the zero-padded sequence; the difference is [N, S, W, d].
+    neighbours = F.pad(h, (0, 0, window, window)).unfold(1, width, 1).transpose(-1, -2)
+    angles = _cosine_matrix(neighbours - h.unsqueeze(-2))
+    real_neighbour = F.pad(m.to(torch.uint8), (window, window)).unfold(1, width, 1).bool()
+    off_centre = torch.arange(width, device=h.device) != window
+    neighbour = real_neighbour & off_centre & m.unsqueeze(-1)
+    valid = neighbour.unsqueeze(-1) & neighbour.unsqueeze(-2)
+    return torch.where(valid, angles, 0.0), valid
+
+
+def _masked_mse(student: Tensor, teacher: Tensor, valid: Tensor) -> Tensor:
+    """Mean of ``(student − teacher)²`` over ``valid`` entries (0 if there are none)."""
+    squared = torch.where(valid, (student - teacher).pow(2), 0.0)
+    return squared.sum() / valid.sum().clamp_min(1)
+
+
+def _official_pair_kl(student: Tensor, teacher: Tensor, mask: Tensor) -> Tensor:
+    """Released pair term: row-wise ``KL(softmax(cos_t) ‖ softmax(cos_s))`` over valid pairs.
+
+    Shapes: ``student [N, S, d_s]``, ``teacher [N, S, d_t]``, ``mask [N, S]`` bool. Excluded
+    entries get a large finite negative logit before the softmax and are dropped from the sum,
+    so rows without a valid entry contribute 0 and nothing is NaN. Logits are ``−(1 − cos)``,
+    which has the same softmax as ``cos``.
+    """
+    student_dist, valid = pairwise_distance_relation(student, mask, "cosine")
+    teacher_dist, _ = pairwise_distance_relation(teacher, mask, "cosine")
+    log_q = torch.log_softmax((-student_dist).masked_fill(~valid, _EXCLUDED_LOGIT), dim=-1)
+    log_p = torch.log_softmax((-teacher_dist).masked_fill(~valid, _EXCLUDED_LOGIT), dim=-1)
+    kl = torch.where(valid, log_p.exp() * (log_p - log_q), 0.0)
+    real_pairs = mask.sum(-1).pow(2).sum()
+    return kl.sum() / real_pairs.clamp_min(1)
+
+
+def _check_options(pair_kind: str, variant: str) -> None:
+    if variant not in ("paper", "official"):
+        raise ValueError(f"variant must be 'paper' or 'official', got {variant!r}")
+    if pair_kind not in ("cosine", "l2", "l2_mean"):
+        raise ValueError(f"pair_kind must be 'cosine', 'l2' or 'l2_mean', got {pair_kind!r}")
+    if variant == "official" and pair_kind != "cosine":
+        raise ValueError("variant='official' is the cosine/KL pair term: use pair_kind='cosine'")
+
+
+def _relation_loss(
+    student: Tensor,
+    teacher: Tensor,
+    mask: Tensor,
+    *,
+    window: int,
+    pair_kind: PairKind,
+    pair_weight: float,
+    triple_weight: float,
+    variant: Variant,
+) -> Tensor:
+    """``pair_weight·L_pair + triple_weight·L_triple`` over sequences of vectors.
+
+    Shapes: ``student [N, S, d_s]``, ``teacher [N, S, d_t]`` (used detached), ``mask [N, S]``
+    bool. A term whose weight is 0 is not computed.
+    """
+    teacher = teacher.detach()
+    loss = student.new_zeros(())
+    if pair_weight:
+        if variant == "official":
+            pair = _official_pair_kl(student, teacher, mask)
+        else:
+            student_rel, valid = pairwise_distance_relation(student, mask, pair_kind)
+            teacher_rel, _ = pairwise_distance_relation(teacher, mask, pair_kind)
+            pair = _masked_mse(student_rel, teacher_rel, valid)
+        loss = loss + pair_weight * pair
+    if triple_weight:
+        student_angles, valid = windowed_angle_relation(student, mask, window)
+        teacher_angles, _ = windowed_angle_relation(teacher, mask, window)
+        loss = loss + triple_weight * _masked_mse(student_angles, teacher_angles, valid)
+    return loss
+
+
+def _stack_layers(
+    student: Tensor | Sequence[Tensor], teacher: Tensor | Sequence[Tensor]
+) -> tuple[Tensor, Tensor]:
+    """Both sides as ``[B, K, L, d]``: a sequence of ``[B, L, d]`` is stacked on dim 1 and a
+    single ``[B, L, d]`` tensor becomes ``K = 1``. Raises ValueError unless ``B, K, L`` agree."""
+    stacked = []
+    for x in (student, teacher):
+        x = x if isinstance(x, Tensor) else torch.stack(tuple(x), dim=1)
+        if x.dim() == 3:
+            x = x.unsqueeze(1)
+        if x.dim() != 4:
+            raise ValueError(f"hidden states must be [B, L, d] or [B, K, L, d], got {x.dim()}-D")
+        stacked.append(x)
+    if stacked[0].shape[:3] != stacked[1].shape[:3]:
+        raise ValueError(
+            f"student {tuple(stacked[0].shape)} and teacher {tuple(stacked[1].shape)} must agree "
+            "on [B, K, L] (widths may differ)"
+        )
+    return stacked[0], stacked[1]
+
+
+def word_relation_loss(
+    student_hidden: Tensor | Sequence[Tensor],
+    teacher_hidden: Tensor | Sequence[Tensor],
+    attention_mask: Tensor | None,
+    *,
+    window: int = DEFAULT_WINDOW,
+    pair_kind: PairKind = "cosine",
+    pair_weight: float = 1.0,
+    triple_weight: float = 1.0,
+    variant: Variant = "paper",
+) -> Tensor:
+    """Word Relation loss ``L_WR``: token–token relations within each mapped layer.
+
+    Args:
+        student_hidden: ``[B, L, d_s]`` (one layer) or ``[B, K, L, d_s]`` / a sequence of ``K``
+            ``[B, L, d_s]`` tensors (``K`` mapped layers, paired one-to-one with the teacher's).
+        teacher_hidden: ``[B, L, d_t]`` or ``[B, K, L, d_t]`` likewise; used detached.
+        attention_mask: ``[B, L]`` real-token mask (``None``: all real).
+        window: half-width ``δ`` of the angle window (default 10: 21 tokens).
+        pair_kind: ``"cosine"``, ``"l2"`` or ``"l2_mean"`` (see the module docstring).
+        pair_weight: weight of the pair term (0 skips it).
+        triple_weight: weight of the triple (angle) term (0 skips it).
+        variant: ``"paper"`` (squared error on pairs) or ``"official"`` (released KL pair term;
+            cosine only). The triple term is the masked squared error in both.
+
+    Returns:
+        Scalar ``pair_weight·L_pair + triple_weight·L_triple``; each term is averaged over all
+        valid pairs / triples of all layers, which is the mean over layers (each layer has the
+        same valid set).
+    """
+    _check_options(pair_kind, variant)
+    student, teacher = _stack_layers(student_hidden, teacher_hidden)
+    batch, layers, length, _ = student.shape
+    mask = _real_mask(attention_mask, batch, length, student.device)
+    return _relation_loss(
+        student.flatten(0, 1),
+        teacher.flatten(0, 1),
+        mask.repeat_interleave(layers, dim=0),
+        window=window,
+        pair_kind=pair_kind,
+        pair_weight=pair_weight,
+        triple_weight=triple_weight,
+        variant=variant,
+    )
+
+
+def layer_relation_loss(
+    student_layers: Tensor | Sequence[Tensor],
+    teacher_layers: Tensor | Sequence[Tensor],
+    attention_mask: Tensor | None,
+    *,
+    window: int | None = None,
+    pair_kind: PairKind = "cosine",
+    pair_weight: float = 1.0,
+    triple_weight: float = 1.0,
+    variant: Variant = "paper",
+) -> Tensor:
+    """Layer Transforming Relation loss ``L_LTR``: for each real token, the relations among its
+    ``K`` mapped-layer representations (embeddings included).
+
+    Args:
+        student_layers: ``[B, K, L, d_s]`` or a sequence of ``K`` ``[B, L, d_s]`` tensors.
+        teacher_layers: ``[B, K, L, d_t]`` likewise, the teacher layers mapped to the student's;
+            used detached.
+        attention_mask: ``[B, L]`` real-token mask (``None``: all real).
+        window: half-width of the angle window over layers; ``None`` covers all ``K`` layers.
+        pair_kind, pair_weight, triple_weight, variant: as in :func:`word_relation_loss`.
+
+    Returns:
+        Scalar loss; every real token has the same number of valid layer pairs / triples, so
+        each term is the mean over real tokens of the per-token mean.
+    """
+    _check_options(pair_kind, variant)
+    student, teacher = _stack_layers(student_layers, teacher_layers)
+    batch, layers, length, _ = student.shape
+    mask = _real_mask(attention_mask, batch, length, student.device)
+    return _relation_loss(
+        student.transpose(1, 2).flatten(0, 1),
+        teacher.transpose(1, 2).flatten(0, 1),
+        mask.reshape(-1, 1).expand(-1, layers),
+        window=max(layers - 1, 1) if window is None else window,
+        pair_kind=pair_kind,
+        pair_weight=pair_weight,
+        triple_weight=triple_weight,
+        variant=variant,
+    )

@@ -1,0 +1,46 @@
+"""Response-based terms (METHODS.md §1): the task loss and logit distillation."""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor
+
+KD_FORMS = ("kl", "soft-ce", "kl-mean")
+
+
+def task_loss(logits: Tensor, labels: Tensor) -> Tensor:
+    """Cross-entropy for classification (``logits`` ``[B, C]``, ``labels`` ``[B]`` long), MSE for
+    regression (``logits`` ``[B, 1]``, ``labels`` ``[B]`` float)."""
+    if logits.shape[-1] == 1:
+        return F.mse_loss(logits.squeeze(-1), labels.to(logits.dtype))
+    return F.cross_entropy(logits, labels)
+
+
+def logit_kd_loss(
+    student_logits: Tensor, teacher_logits: Tensor, tau: float = 1.0, *, form: str = "kl"
+) -> Tensor:
+    """Distillation of the teacher's softened outputs. ``[B, C]`` each; the teacher is detached.
+
+    - ``kl`` (paper): ``τ² · KL(σ(z_t/τ) ‖ σ(z_s/τ))``, summed over classes, mean over the batch;
+    - ``soft-ce`` (AD-KD / CKD code): ``−Σ_c p_t log p_s``, mean over the batch, no τ²;
+    - ``kl-mean`` (GKD / PKD code): ``KLDivLoss(reduction="mean") · τ²``, i.e. divided by B·C.
+
+    Regression (C = 1): ``MSE(z_s/τ, z_t/τ)`` whatever the form.
+    """
+    teacher_logits = teacher_logits.detach()
+    if student_logits.shape != teacher_logits.shape:
+        raise ValueError(
+            f"student logits {tuple(student_logits.shape)} and teacher logits "
+            f"{tuple(teacher_logits.shape)} differ"
+        )
+    if student_logits.shape[-1] == 1:
+        return F.mse_loss(student_logits / tau, teacher_logits / tau)
+    log_student = F.log_softmax(student_logits / tau, dim=-1)
+    teacher = F.softmax(teacher_logits / tau, dim=-1)
+    if form == "kl":
+        return F.kl_div(log_student, teacher, reduction="batchmean") * tau**2
+    if form == "soft-ce":
+        return -(teacher * log_student).sum(-1).mean()
+    if form == "kl-mean":
+        return F.kl_div(log_student, teacher, reduction="mean") * tau**2
+    raise ValueError(f"unknown KD form {form!r}; use one of {KD_FORMS}")

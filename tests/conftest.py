@@ -1,0 +1,110 @@
+"""Shared fixtures: a tiny random BERT saved as a real Hugging Face model directory, with a real
+WordPiece tokenizer, and a small local text-classification data set."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+
+WORDS = [
+    "good",
+    "great",
+    "fine",
+    "love",
+    "happy",
+    "nice",
+    "bad",
+    "awful",
+    "hate",
+    "sad",
+    "poor",
+    "terrible",
+    "movie",
+    "film",
+    "plot",
+    "actor",
+    "scene",
+    "music",
+    "story",
+    "long",
+    "short",
+    "very",
+    "not",
+    "really",
+    "quite",
+    "the",
+    "a",
+    "an",
+    "is",
+    "was",
+    "it",
+    "this",
+    "that",
+    "and",
+    "but",
+]
+POSITIVE, NEGATIVE = set(WORDS[:6]), set(WORDS[6:12])
+
+
+def tiny_config(num_labels: int = 3, layers: int = 4, hidden: int = 16) -> BertConfig:
+    return BertConfig(
+        vocab_size=len(WORDS) + 5,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        intermediate_size=2 * hidden,
+        max_position_embeddings=64,
+        num_labels=num_labels,
+    )
+
+
+def tiny_tokenizer(folder: Path) -> BertTokenizerFast:
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = folder / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]) + "\n")
+    return BertTokenizerFast(vocab_file=str(vocab))
+
+
+def tiny_model(num_labels: int = 3, layers: int = 4, hidden: int = 16, seed: int = 0):
+    torch.manual_seed(seed)
+    config = tiny_config(num_labels, layers, hidden)
+    return BertForSequenceClassification(config, attn_implementation="eager").eval()
+
+
+@pytest.fixture
+def tiny_model_dir(tmp_path: Path) -> Path:
+    """A 4-layer, 16-wide random BERT classifier + tokenizer, saved like a hub checkpoint."""
+    folder = tmp_path / "tiny-bert"
+    tokenizer = tiny_tokenizer(folder)
+    tiny_model().save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def make_sentences(count: int, seed: int = 0) -> pd.DataFrame:
+    """Short sentences whose label (negative / neutral / positive) follows their words."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(count):
+        words = rng.choices(WORDS, k=rng.randint(3, 12))
+        score = sum(w in POSITIVE for w in words) - sum(w in NEGATIVE for w in words)
+        label = "positive" if score > 0 else "negative" if score < 0 else "neutral"
+        rows.append({"text": " ".join(words), "label": label})
+    return pd.DataFrame(rows).drop_duplicates("text")
+
+
+@pytest.fixture
+def tiny_task_dir(tmp_path: Path) -> Path:
+    """train/dev/test CSV files of :func:`make_sentences`."""
+    folder = tmp_path / "task"
+    folder.mkdir()
+    frame = make_sentences(400)
+    frame.iloc[:300].to_csv(folder / "train.csv", index=False)
+    frame.iloc[300:350].to_csv(folder / "dev.csv", index=False)
+    frame.iloc[350:].to_csv(folder / "test.csv", index=False)
+    return folder

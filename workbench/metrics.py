@@ -1,0 +1,76 @@
+"""Task metrics (GLUE conventions) and a student's loyalty to its teacher (METHODS.md §6, §7)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from scipy import stats
+from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+from torch import Tensor
+
+from workbench.data import TaskSpec
+
+
+def task_metrics(spec: TaskSpec, logits: Tensor, labels: Tensor) -> dict[str, float]:
+    """The task's metrics from logits ``[N, C]`` (``[N, 1]`` for regression) and labels ``[N]``.
+
+    accuracy, macro_f1, f1 (positive class 1, binary tasks), mcc (Matthews), spearman, pearson.
+    """
+    if spec.regression:
+        predictions = logits.reshape(-1).double().numpy()
+        gold = labels.double().numpy()
+        return {
+            "spearman": float(stats.spearmanr(predictions, gold).statistic),
+            "pearson": float(stats.pearsonr(predictions, gold).statistic),
+        }
+    predictions = logits.argmax(-1).numpy()
+    gold = labels.numpy()
+    scorers = {
+        "accuracy": lambda: accuracy_score(gold, predictions),
+        "macro_f1": lambda: f1_score(
+            gold, predictions, average="macro", labels=list(range(spec.num_labels)),
+            zero_division=0,
+        ),
+        "f1": lambda: f1_score(gold, predictions, zero_division=0),
+        "mcc": lambda: matthews_corrcoef(gold, predictions),
+    }
+    names = dict.fromkeys((*spec.metrics, "accuracy", "macro_f1"))
+    return {name: float(scorers[name]()) for name in names}
+
+
+def label_loyalty(teacher_logits: Tensor, student_logits: Tensor) -> float:
+    """Share of examples where student and teacher predict the same class. ``[N, C]`` each."""
+    return float((teacher_logits.argmax(-1) == student_logits.argmax(-1)).double().mean())
+
+
+def jensen_shannon(p: Tensor, q: Tensor) -> Tensor:
+    """JSD with base-2 logs, in [0, 1], per row of two ``[N, C]`` probability tables."""
+    p, q = p.double(), q.double()
+    middle = (p + q) / 2
+
+    def kl(a: Tensor, b: Tensor) -> Tensor:
+        return torch.where(a > 0, a * (torch.log2(a) - torch.log2(b)), torch.zeros_like(a)).sum(-1)
+
+    return (kl(p, middle) + kl(q, middle)) / 2
+
+
+def probability_loyalty(teacher_logits: Tensor, student_logits: Tensor) -> float:
+    """Xu et al. 2021: mean of ``1 − √JSD(p_t ‖ p_s)`` (base 2) over examples."""
+    divergence = jensen_shannon(teacher_logits.softmax(-1), student_logits.softmax(-1))
+    return float((1 - divergence.clamp(min=0).sqrt()).mean())
+
+
+def loyalty(teacher_logits: Tensor, student_logits: Tensor) -> dict[str, float]:
+    """Label and probability loyalty of a classifier student (empty for regression)."""
+    if teacher_logits.shape[-1] == 1:
+        return {}
+    return {
+        "label_loyalty": label_loyalty(teacher_logits, student_logits),
+        "probability_loyalty": probability_loyalty(teacher_logits, student_logits),
+    }
+
+
+def mean_and_std(values: list[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for one value)."""
+    array = np.asarray(values, dtype=float)
+    return float(array.mean()), float(array.std(ddof=1)) if len(array) > 1 else 0.0
