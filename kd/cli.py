@@ -137,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from workbench.models import quiet_library_output
+
+    quiet_library_output()
     try:
         args.handler(args)
     except WorkbenchError as error:

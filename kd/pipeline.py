@@ -133,12 +133,12 @@ def train_teacher(
     info = {"kind": "teacher", "method": "finetune", "task": dataclasses.asdict(data.spec),
             "configs": {"data": to_dict(data_config), "teacher": to_dict(teacher_config),
                         "optim": to_dict(optim)}}
-    run = Run.create(run_dir, info, _manifest(data, data_config, optim))
-    if run.status()["state"] == "finished":
-        return run
     tokenizer = load_tokenizer(teacher_config.model)
     set_seed(optim.seed)
     model = load_classifier(teacher_config.model, data.spec.num_labels, data.spec.regression)
+    run = Run.create(run_dir, info, _manifest(data, data_config, optim))
+    if run.status()["state"] == "finished":
+        return run
     encoded = _encode_all(data, tokenizer, data_config.max_length)
     objective = Objective.resolve(ObjectiveConfig(preset="finetune"), 0, 0)
     job = TrainingJob(
@@ -223,14 +223,14 @@ def distill(
             "task": dataclasses.asdict(data.spec),
             "configs": {"data": to_dict(data_config), "student": to_dict(student_config),
                         "objective": to_dict(objective_config), "optim": to_dict(optim)}}
-    run = Run.create(run_dir, info, _manifest(data, data_config, optim))
-    if run.status()["state"] == "finished":
-        return run
     set_seed(optim.seed)
     student, tokenizer = build_student(teacher, student_config)
     objective = Objective.resolve(
         objective_config, len(encoder_layers(teacher.model)), len(encoder_layers(student))
     )
+    run = Run.create(run_dir, info, _manifest(data, data_config, optim))
+    if run.status()["state"] == "finished":
+        return run
     encoded = _encode_all(data, tokenizer, data_config.max_length)
     caches = teacher_caches(teacher, objective, encoded, data, data_config.max_length,
                             run.cache_dir, optim.eval_batch_size)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+from transformers import AutoModelForSequenceClassification, BertConfig, BertTokenizerFast
 
 WORDS = [
     "good",
@@ -64,16 +64,20 @@ def tiny_config(num_labels: int = 3, layers: int = 4, hidden: int = 16) -> BertC
 
 
 def tiny_tokenizer(folder: Path) -> BertTokenizerFast:
+    """A real WordPiece tokenizer over :data:`WORDS`, saved in ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
-    vocab = folder / "vocab.txt"
-    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]) + "\n")
-    return BertTokenizerFast(vocab_file=str(vocab))
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
+    tokenizer = BertTokenizerFast(vocab={token: i for i, token in enumerate(tokens)})
+    tokenizer.save_pretrained(folder)
+    return tokenizer
 
 
 def tiny_model(num_labels: int = 3, layers: int = 4, hidden: int = 16, seed: int = 0):
     torch.manual_seed(seed)
     config = tiny_config(num_labels, layers, hidden)
-    return BertForSequenceClassification(config, attn_implementation="eager").eval()
+    return AutoModelForSequenceClassification.from_config(
+        config, attn_implementation="eager"
+    ).eval()
 
 
 @pytest.fixture

@@ -31,6 +31,14 @@ from workbench.errors import WorkbenchError
 ATTENTION = "eager"  # attention maps and double backward (AD-KD, GKD) need the eager kernel
 
 
+def quiet_library_output() -> None:
+    """Silence transformers' load reports and progress bars: the workbench reports itself."""
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+
+
 def _minilm_l6_path() -> Path:
     """all-MiniLM-L6-v2 as shipped by a registry package (6 layers, hidden 384, 12 heads)."""
     for package, folder in (
@@ -82,8 +90,8 @@ def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
 def load_classifier(name: str, num_labels: int, regression: bool = False) -> PreTrainedModel:
     """A sequence classifier from a built-in model, a directory or a hub id.
 
-    A checkpoint without a classification head gets a fresh one with ``num_labels`` outputs
-    (1 for regression).
+    A checkpoint without a classification head, or with one for another number of labels, gets a
+    fresh head with ``num_labels`` outputs (1 for regression).
     """
     source = resolve_model(name)
     try:
@@ -92,6 +100,7 @@ def load_classifier(name: str, num_labels: int, regression: bool = False) -> Pre
             num_labels=1 if regression else num_labels,
             problem_type="regression" if regression else "single_label_classification",
             attn_implementation=ATTENTION,
+            ignore_mismatched_sizes=True,  # a head for another label set is replaced
         )
     except OSError as error:
         raise WorkbenchError(f"cannot load model {name!r}: {error}") from None

@@ -1,0 +1,115 @@
+"""``kdw``: every bad input ends in one line on stderr, exit status 2, and nothing lost."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from transformers import BertTokenizerFast
+
+from kd.cli import build_parser, main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("kdw: error: ")
+    return err[0]
+
+
+@pytest.mark.parametrize("command", ["train-teacher", "distill", "evaluate", "baseline", "demo"])
+def test_every_command_explains_its_options(command, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args([command, "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "usage: kdw " + command in out
+    if command == "distill":
+        for option in ("--teacher-run", "--preset", "--temperature", "--layers", "--parity"):
+            assert option in out
+
+
+def test_unknown_task_model_and_missing_column(tmp_path, tiny_model_dir, capsys):
+    run_dir = str(tmp_path / "run")
+    assert main(["train-teacher", "--run-dir", run_dir, "--task", "sst-3"]) == 2
+    assert "unknown task 'sst-3'" in _error_line(capsys)
+    assert main(["train-teacher", "--run-dir", run_dir, "--model", "./nowhere/model"]) == 2
+    assert "not found" in _error_line(capsys)
+    bad = tmp_path / "bad.csv"
+    pd.DataFrame({"text": ["a", "b"], "gold": [0, 1]}).to_csv(bad, index=False)
+    assert main(["train-teacher", "--run-dir", run_dir, "--task", str(bad),
+                 "--model", str(tiny_model_dir)]) == 2
+    assert "missing column(s) ['label']" in _error_line(capsys)
+    assert not Path(run_dir).exists()
+
+
+def test_corrupt_and_partial_runs(tmp_path, capsys):
+    corrupt = tmp_path / "corrupt"
+    corrupt.mkdir()
+    (corrupt / "run.json").write_text("{ not json")
+    assert main(["evaluate", str(corrupt)]) == 2
+    assert "corrupt" in _error_line(capsys)
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    (partial / "run.json").write_text(json.dumps({"kind": "teacher", "configs": {}}))
+    (partial / "status.json").write_text(json.dumps({"state": "running"}))
+    assert main(["evaluate", str(partial)]) == 2
+    assert "no trained model yet (status: running)" in _error_line(capsys)
+    assert main(["distill", "--run-dir", str(tmp_path / "s")]) == 2
+    assert "needs --teacher-run" in _error_line(capsys)
+    assert main(["evaluate", str(tmp_path / "missing")]) == 2
+    assert "does not exist" in _error_line(capsys)
+
+
+def test_existing_run_with_other_settings_is_kept(tmp_path, tiny_task_dir, tiny_model_dir,
+                                                  capsys):
+    run_dir = tmp_path / "run"
+    common = ["train-teacher", "--run-dir", str(run_dir), "--task", str(tiny_task_dir),
+              "--model", str(tiny_model_dir), "--epochs", "0.1", "--threads", "1"]
+    assert main(common) == 0
+    capsys.readouterr()
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
+    assert main([*common, "--learning-rate", "1e-3"]) == 2
+    assert "other settings (configs)" in _error_line(capsys)
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before
+
+
+def test_student_with_another_vocabulary_is_refused(tmp_path, tiny_task_dir, tiny_model_dir,
+                                                    capsys):
+    teacher = tmp_path / "teacher"
+    assert main(["train-teacher", "--run-dir", str(teacher), "--task", str(tiny_task_dir),
+                 "--model", str(tiny_model_dir), "--epochs", "0.1", "--threads", "1"]) == 0
+    other = tmp_path / "other-model"
+    from tests.conftest import tiny_model
+
+    tiny_model().save_pretrained(other)
+    BertTokenizerFast(vocab={"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3}).save_pretrained(
+        other
+    )
+    capsys.readouterr()
+    assert main(["distill", "--run-dir", str(tmp_path / "student"), "--task", str(tiny_task_dir),
+                 "--teacher-run", str(teacher), "--init", "pretrained",
+                 "--pretrained", str(other)]) == 2
+    assert "vocabulary" in _error_line(capsys)
+    assert main(["distill", "--run-dir", str(tmp_path / "student2"), "--task", "tweets",
+                 "--teacher-run", str(teacher)]) == 2
+    assert "pass --task" in _error_line(capsys)
+
+
+def test_no_traceback_from_the_installed_entry_point(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "kd.cli", "train-teacher", "--run-dir", str(tmp_path / "r"),
+         "--task", "no-such-task"],
+        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=300, check=False,
+    )
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("kdw: error: unknown task")
