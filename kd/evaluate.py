@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kd.pipeline import load_run
 from workbench.data import encode, load_task
 from workbench.errors import WorkbenchError
 from workbench.evaluation import evaluate_logits, predict_logits
-from workbench.models import encoder_layers
+from workbench.models import encoder_layers, load_run
 
 
 def evaluate_runs(

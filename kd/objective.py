@@ -1,9 +1,11 @@
 """The distillation objective: a weighted sum of registered loss terms.
 
 A *term* adapts one pure loss function of :mod:`kd.terms` to a training step: it reads the
-student's output record and what the frozen teacher says about the batch (*teacher fields*, served
-from the cache). Presets are plain weight tables; explicit weights (``ce=0.1,kd=0.9,pkd=1``)
-replace them, so any terms combine.
+student's output record and what the frozen teacher says about the batch (*teacher fields*).
+Cacheable teacher fields are computed once per example and served from the run's cache; the
+others (the teacher's hidden states for CKD, too large to keep for every token of every example)
+are recomputed without a graph each step. Presets are plain weight tables; explicit weights
+(``ce=0.1,kd=0.9,attr=10``) replace them, so any terms combine.
 """
 
 from __future__ import annotations
@@ -15,12 +17,16 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from kd.layer_map import patient_layers
+from kd.layer_map import patient_layers, uniform_layers
+from kd.terms.attribution import attribution_loss
+from kd.terms.contextual import layer_relation_loss, word_relation_loss
+from kd.terms.gradient import gradient_alignment_loss
 from kd.terms.logits import logit_kd_loss, task_loss
 from kd.terms.patient import patient_loss
+from workbench.attribution.gradients import attribution_layers, attribution_maps, input_gradients
 from workbench.config import ObjectiveConfig
 from workbench.errors import WorkbenchError
-from workbench.models import ModelOutput, forward
+from workbench.models import ModelOutput, embed, encoder_layers, forward
 
 
 @dataclass
@@ -52,10 +58,12 @@ class Term:
 @dataclass(frozen=True)
 class TeacherField:
     """A value the frozen teacher computes per example: ``compute(objective, teacher, batch)``
-    gives ``[B, ...]`` (``[B, L, ...]`` when ``per_token``)."""
+    gives ``[B, ...]`` (``[B, L, ...]`` when ``per_token``). ``cacheable=False`` fields are
+    recomputed each step instead of being stored for every example."""
 
     compute: Callable[[Objective, PreTrainedModel, dict[str, Tensor]], Tensor]
     per_token: bool = False
+    cacheable: bool = True
 
 
 TERMS: dict[str, Term] = {}
@@ -72,28 +80,45 @@ def term(name: str, teacher_fields: tuple[str, ...] = (), hidden_states: bool = 
     return register
 
 
-def teacher_field(name: str, per_token: bool = False):
+def teacher_field(name: str, per_token: bool = False, cacheable: bool = True):
     """Register a teacher field under ``name``."""
 
     def register(compute: Callable[[Objective, PreTrainedModel, dict[str, Tensor]], Tensor]):
-        TEACHER_FIELDS[name] = TeacherField(compute, per_token)
+        TEACHER_FIELDS[name] = TeacherField(compute, per_token, cacheable)
         return compute
 
     return register
 
 
-# Preset weights, per parity; ``pkd`` is β of the paper form (sum over layers) or of the official
-# mean over B×(M−1)×d, which is why the two differ by orders of magnitude.
-PRESETS: dict[str, dict[str, dict[str, float]]] = {
-    "finetune": {"paper": {"ce": 1.0}, "official": {"ce": 1.0}},
-    "kd": {"paper": {"ce": 0.5, "kd": 0.5}, "official": {"ce": 0.5, "kd": 0.5}},
-    "pkd-skip": {
-        "paper": {"ce": 0.5, "kd": 0.5, "pkd": 1.0},
-        "official": {"ce": 0.5, "kd": 0.5, "pkd": 500.0},
-    },
+@dataclass(frozen=True)
+class Preset:
+    """A method: term weights per parity, its temperature, and its official KD form."""
+
+    paper: dict[str, float]
+    official: dict[str, float]
+    temperature: float = 4.0
+    official_kd_form: str = "kl-mean"
+
+
+# β of ``pkd`` is for the paper form (sum over layers) or the official mean over B×(M−1)×d,
+# hence the orders of magnitude between the two.
+PRESETS: dict[str, Preset] = {
+    "finetune": Preset({"ce": 1.0}, {"ce": 1.0}),
+    "kd": Preset({"ce": 0.5, "kd": 0.5}, {"ce": 0.5, "kd": 0.5}),
+    "pkd-skip": Preset({"ce": 0.5, "kd": 0.5, "pkd": 1.0},
+                       {"ce": 0.5, "kd": 0.5, "pkd": 500.0}),
+    "ckd": Preset({"ce": 0.5, "kd": 0.5, "wr": 1.0, "ltr": 1.0},
+                  {"ce": 0.5, "kd": 0.5, "wr": 1.0, "ltr": 1.0}, official_kd_form="soft-ce"),
+    "adkd": Preset({"ce": 0.1, "kd": 0.9, "attr": 10.0},
+                   {"ce": 0.1, "kd": 0.9, "attr": 10.0}, temperature=2.0,
+                   official_kd_form="soft-ce"),
+    "gkd": Preset({"ce": 0.5, "kd": 0.5, "grad": 1.0}, {"ce": 0.5, "kd": 0.5, "grad": 1.0},
+                  temperature=5.0),
+    "gkd-cls": Preset({"ce": 0.5, "kd": 0.5, "pkd": 1.0, "grad": 1.0, "cls_grad": 1.0},
+                      {"ce": 0.5, "kd": 0.5, "pkd": 500.0, "grad": 1.0, "cls_grad": 1.0},
+                      temperature=5.0),
 }
 PRESETS["pkd-last"] = PRESETS["pkd-skip"]
-OFFICIAL_KD_FORM = {"kd": "kl-mean", "pkd-skip": "kl-mean", "pkd-last": "kl-mean"}
 
 
 def parse_weights(text: str) -> dict[str, float]:
@@ -118,32 +143,56 @@ class Objective:
     weights: dict[str, float]
     teacher_layers: int
     student_layers: int
+    num_labels: int = 2
+    temperature: float = 4.0
     kd_form: str = "kl"
     patient_pairs: list[tuple[int, int]] = field(default_factory=list)
+    relation_pairs: list[tuple[int, int]] = field(default_factory=list)
+    attr_baseline: str = "pad"
+    attr_views: str = "all"
 
     @classmethod
-    def resolve(
-        cls, config: ObjectiveConfig, teacher_layers: int, student_layers: int
-    ) -> Objective:
+    def resolve(cls, config: ObjectiveConfig, teacher_layers: int, student_layers: int,
+                num_labels: int = 2) -> Objective:
         if config.preset not in PRESETS:
             raise WorkbenchError(
                 f"unknown method preset {config.preset!r}: use one of {sorted(PRESETS)}"
             )
-        weights = parse_weights(config.weights) or dict(PRESETS[config.preset][config.parity])
+        preset = PRESETS[config.preset]
+        official = config.parity == "official"
+        weights = parse_weights(config.weights) or dict(
+            preset.official if official else preset.paper
+        )
         weights = {name: w for name, w in weights.items() if w != 0}
         if not weights:
             raise WorkbenchError("the objective has no term with a non-zero weight")
-        official = config.parity == "official"
-        kd_form = config.kd_loss or (OFFICIAL_KD_FORM.get(config.preset, "kl") if official
-                                     else "kl")
         mapping = {"pkd-skip": "skip", "pkd-last": "last"}.get(config.preset, config.pkd_mapping)
-        pairs = (patient_layers(teacher_layers, student_layers, mapping)
-                 if "pkd" in weights else [])
-        return cls(config, weights, teacher_layers, student_layers, kd_form, pairs)
+        needs_pairs = "pkd" in weights or "cls_grad" in weights
+        return cls(
+            config=config,
+            weights=weights,
+            teacher_layers=teacher_layers,
+            student_layers=student_layers,
+            num_labels=num_labels,
+            temperature=config.temperature or preset.temperature,
+            kd_form=config.kd_loss or (preset.official_kd_form if official else "kl"),
+            patient_pairs=(patient_layers(teacher_layers, student_layers, mapping)
+                           if needs_pairs else []),
+            relation_pairs=(uniform_layers(teacher_layers, student_layers)
+                            if {"wr", "ltr"} & set(weights) else []),
+            attr_baseline=config.attr_baseline or ("zero" if official else "pad"),
+            attr_views=("gold" if official and num_labels == 2 else config.attr_views),
+        )
 
     @property
     def reduction(self) -> str:
         return self.config.parity
+
+    @property
+    def gradient_kd(self) -> bool:
+        """Whether gradient terms (GKD) are on: their student keeps the teacher's embeddings,
+        frozen, and runs without dropout (Theorem 1 of the GKD paper)."""
+        return bool({"grad", "cls_grad"} & set(self.weights))
 
     def teacher_fields(self) -> list[str]:
         """Teacher fields the active terms read, ``logits`` always (loyalty uses them)."""
@@ -152,22 +201,33 @@ class Objective:
             names.update(dict.fromkeys(TERMS[name].teacher_fields))
         return list(names)
 
+    def cached_fields(self) -> list[str]:
+        return [n for n in self.teacher_fields() if TEACHER_FIELDS[n].cacheable]
+
+    def live_fields(self) -> list[str]:
+        return [n for n in self.teacher_fields() if not TEACHER_FIELDS[n].cacheable]
+
+    def per_token_fields(self) -> list[str]:
+        return [n for n in self.teacher_fields() if TEACHER_FIELDS[n].per_token]
+
     def teacher_settings(self, fields: list[str]) -> dict:
         """Every setting that changes the given teacher fields (part of the cache key)."""
         settings: dict = {"fields": fields}
-        if "cls" in fields:
+        if {"cls", "cls_grads"} & set(fields):
             settings["patient_pairs"] = self.patient_pairs
+        if "maps" in fields:
+            c = self.config
+            settings["maps"] = {"steps": c.attr_steps, "top_k": c.attr_top_k,
+                                "baseline": self.attr_baseline, "views": self.attr_views,
+                                "layer": c.attr_layer}
         return settings
 
     def teacher_batch(
         self, teacher: PreTrainedModel, batch: dict[str, Tensor], fields: list[str] | None = None
     ) -> dict[str, Tensor]:
-        """Teacher fields of a batch (all the objective reads by default), for the cache."""
+        """Teacher fields of a batch (all the objective reads by default)."""
         return {name: TEACHER_FIELDS[name].compute(self, teacher, batch)
                 for name in fields or self.teacher_fields()}
-
-    def per_token_fields(self) -> list[str]:
-        return [n for n in self.teacher_fields() if TEACHER_FIELDS[n].per_token]
 
     def __call__(
         self, model: PreTrainedModel, batch: dict[str, Tensor], teacher: dict[str, Tensor]
@@ -181,6 +241,46 @@ class Objective:
         return values
 
 
+def _model_inputs(batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor | None]:
+    return batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids")
+
+
+def attribution_views(objective: Objective, model: PreTrainedModel, batch: dict[str, Tensor],
+                      classes: Tensor | None, create_graph: bool, top_k: int | None) -> Tensor:
+    """AD-KD maps ``[B, S·V, L]``: the views at each attribution site, concatenated.
+
+    ``classes``: with view ``pred``, the teacher's predicted class per example, so that student
+    and teacher attribute the same class."""
+    views, labels = objective.attr_views, batch.get("labels")
+    if views == "pred" and classes is not None:
+        views, labels = "gold", classes
+    elif views.lstrip("-").isdigit():
+        views = int(views)
+    sites = attribution_layers(len(encoder_layers(model)), objective.config.attr_layer)
+    maps = [
+        attribution_maps(model, *_model_inputs(batch), views=views, labels=labels,
+                         steps=objective.config.attr_steps, baseline=objective.attr_baseline,
+                         top_k=top_k, create_graph=create_graph, layer=site)
+        for site in sites
+    ]
+    return torch.cat(maps, dim=1)
+
+
+def state_gradients(model: PreTrainedModel, batch: dict[str, Tensor], layers: list[int],
+                    create_graph: bool) -> Tensor:
+    """GKD-CLS: ``∂(Σ_b p_max,b)/∂h[j]`` at [CLS] for hidden-state indices ``layers`` →
+    ``[B, len(layers), d]``."""
+    with torch.enable_grad():
+        embedded = embed(model, batch)
+        if not embedded.requires_grad:  # a frozen model: start the graph at its embeddings
+            embedded = embedded.detach().requires_grad_()
+        out = forward(model, batch, hidden_states=True, embedding_output=embedded)
+        states = [out.hidden_states[j] for j in layers]
+        signal = out.logits.softmax(-1).max(-1).values.sum()
+        grads = torch.autograd.grad(signal, states, create_graph=create_graph)
+    return torch.stack([g[:, 0] for g in grads], dim=1)
+
+
 @teacher_field("logits")
 def _teacher_logits(_objective: Objective, teacher: PreTrainedModel, batch) -> Tensor:
     return forward(teacher, batch).logits
@@ -192,6 +292,28 @@ def _teacher_cls(objective: Objective, teacher: PreTrainedModel, batch) -> Tenso
     return torch.stack([hidden[t][:, 0] for _, t in objective.patient_pairs], dim=1)
 
 
+@teacher_field("relation_states", per_token=True, cacheable=False)
+def _teacher_relation_states(objective: Objective, teacher: PreTrainedModel, batch) -> Tensor:
+    hidden = forward(teacher, batch, hidden_states=True).hidden_states
+    return torch.stack([hidden[t] for _, t in objective.relation_pairs], dim=2)  # [B, L, K, d]
+
+
+@teacher_field("maps", per_token=True)
+def _teacher_maps(objective: Objective, teacher: PreTrainedModel, batch) -> Tensor:
+    maps = attribution_views(objective, teacher, batch, None, False, objective.config.attr_top_k)
+    return maps.transpose(1, 2)  # [B, L, S·V]: per token
+
+
+@teacher_field("input_grads", per_token=True)
+def _teacher_input_grads(_objective: Objective, teacher: PreTrainedModel, batch) -> Tensor:
+    return input_gradients(teacher, batch)
+
+
+@teacher_field("cls_grads")
+def _teacher_cls_grads(objective: Objective, teacher: PreTrainedModel, batch) -> Tensor:
+    return state_gradients(teacher, batch, [t for _, t in objective.patient_pairs], False)
+
+
 @term("ce")
 def _ce(_objective: Objective, inputs: StepInputs) -> Tensor:
     return task_loss(inputs.student.logits, inputs.batch["labels"])
@@ -199,10 +321,8 @@ def _ce(_objective: Objective, inputs: StepInputs) -> Tensor:
 
 @term("kd", teacher_fields=("logits",))
 def _kd(objective: Objective, inputs: StepInputs) -> Tensor:
-    return logit_kd_loss(
-        inputs.student.logits, inputs.teacher["logits"], objective.config.temperature,
-        form=objective.kd_form,
-    )
+    return logit_kd_loss(inputs.student.logits, inputs.teacher["logits"], objective.temperature,
+                         form=objective.kd_form)
 
 
 @term("pkd", teacher_fields=("cls",), hidden_states=True)
@@ -210,3 +330,46 @@ def _pkd(objective: Objective, inputs: StepInputs) -> Tensor:
     hidden = inputs.student.hidden_states
     student_cls = torch.stack([hidden[s][:, 0] for s, _ in objective.patient_pairs], dim=1)
     return patient_loss(student_cls, inputs.teacher["cls"], reduction=objective.reduction)
+
+
+def _relation_states(objective: Objective, inputs: StepInputs) -> tuple[Tensor, Tensor]:
+    hidden = inputs.student.hidden_states
+    student = torch.stack([hidden[s] for s, _ in objective.relation_pairs], dim=1)
+    return student, inputs.teacher["relation_states"].transpose(1, 2)  # [B, K, L, d] each
+
+
+@term("wr", teacher_fields=("relation_states",), hidden_states=True)
+def _wr(objective: Objective, inputs: StepInputs) -> Tensor:
+    student, teacher = _relation_states(objective, inputs)
+    return word_relation_loss(student, teacher, inputs.batch["attention_mask"],
+                              window=objective.config.ckd_window, variant=objective.reduction)
+
+
+@term("ltr", teacher_fields=("relation_states",), hidden_states=True)
+def _ltr(objective: Objective, inputs: StepInputs) -> Tensor:
+    student, teacher = _relation_states(objective, inputs)
+    return layer_relation_loss(student, teacher, inputs.batch["attention_mask"],
+                               variant=objective.reduction)
+
+
+@term("attr", teacher_fields=("maps",))
+def _attr(objective: Objective, inputs: StepInputs) -> Tensor:
+    teacher_maps = inputs.teacher["maps"].transpose(1, 2)
+    classes = inputs.teacher["logits"].argmax(-1) if "logits" in inputs.teacher else None
+    student_maps = attribution_views(objective, inputs.model, inputs.batch, classes, True, None)
+    return attribution_loss(student_maps, teacher_maps, inputs.batch["attention_mask"],
+                            reduction=objective.reduction)
+
+
+@term("grad", teacher_fields=("input_grads",))
+def _grad(_objective: Objective, inputs: StepInputs) -> Tensor:
+    student = input_gradients(inputs.model, inputs.batch, create_graph=True)
+    return gradient_alignment_loss(student, inputs.teacher["input_grads"],
+                                   inputs.batch["attention_mask"])
+
+
+@term("cls_grad", teacher_fields=("cls_grads",))
+def _cls_grad(objective: Objective, inputs: StepInputs) -> Tensor:
+    student = state_gradients(inputs.model, inputs.batch,
+                              [s for s, _ in objective.patient_pairs], True)
+    return gradient_alignment_loss(student, inputs.teacher["cls_grads"])

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -23,58 +22,27 @@ from workbench.config import (
     OptimConfig,
     StudentConfig,
     TeacherConfig,
-    from_dict,
     to_dict,
 )
-from workbench.data import EncodedSplit, TaskData, TaskSpec, encode, load_task
+from workbench.data import EncodedSplit, TaskData, encode, load_task
 from workbench.errors import WorkbenchError
 from workbench.evaluation import evaluate_logits, predict_logits
 from workbench.models import (
-    ATTENTION,
+    LoadedRun,
     check_same_vocabulary,
+    copy_embeddings,
     cut_student,
+    disable_dropout,
     encoder_layers,
     fingerprint,
     load_classifier,
+    load_run,
     load_tokenizer,
     random_student,
     select_layers,
+    set_embeddings_trainable,
 )
 from workbench.runs import Run, atomic_write_json
-
-
-@dataclass
-class LoadedRun:
-    """A trained model with its tokenizer and task, read back from a run folder."""
-
-    run: Run
-    model: PreTrainedModel
-    tokenizer: PreTrainedTokenizerBase
-    spec: TaskSpec
-    data: DataConfig
-
-
-def load_run(path: str | Path) -> LoadedRun:
-    """The best model of a run, in eval mode, with eager attention."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    run = Run.open(path)
-    info = run.info()
-    if not (run.model_dir / "config.json").exists():
-        state = run.status()["state"]
-        raise WorkbenchError(f"{run.path} has no trained model yet (status: {state})")
-    try:
-        model = AutoModelForSequenceClassification.from_pretrained(
-            run.model_dir, attn_implementation=ATTENTION
-        )
-        tokenizer = AutoTokenizer.from_pretrained(run.model_dir)
-    except (OSError, ValueError) as error:
-        raise WorkbenchError(f"{run.model_dir} cannot be loaded ({error}): delete the run") \
-            from None
-    task = info["task"]
-    spec = TaskSpec(task["name"], tuple(task["label_names"]), tuple(task["metrics"]), task["pair"])
-    return LoadedRun(run, model.eval(), tokenizer, spec,
-                     from_dict(DataConfig, info["configs"]["data"]))
 
 
 def _configure_threads(optim: OptimConfig) -> None:
@@ -175,6 +143,24 @@ def build_student(
     raise WorkbenchError(f"unknown student init {config.init!r}: use cut, pretrained or random")
 
 
+def prepare_gradient_student(
+    teacher: PreTrainedModel, student: PreTrainedModel, dropout: bool = False
+) -> None:
+    """GKD's student set-up: the teacher's embeddings, frozen, and no dropout (``dropout=True``
+    keeps it, for the paper's "w/ Dropout" ablation)."""
+    widths = teacher.config.hidden_size, student.config.hidden_size
+    if widths[0] != widths[1]:
+        raise WorkbenchError(
+            f"gradient KD compares gradients w.r.t. the input embeddings, so the student needs "
+            f"the teacher's embedding width {widths[0]}, not {widths[1]}: use --init cut or a "
+            "student of the same hidden size"
+        )
+    copy_embeddings(teacher, student)
+    set_embeddings_trainable(student, False)
+    if not dropout:
+        disable_dropout(student)
+
+
 def teacher_caches(
     teacher: LoadedRun, objective: Objective, encoded: dict[str, EncodedSplit],
     data: TaskData, max_length: int, folder: Path, batch_size: int,
@@ -185,7 +171,7 @@ def teacher_caches(
     fingerprints = data.fingerprint()
     caches = {}
     for split, dataset in encoded.items():
-        fields = objective.teacher_fields() if split == "train" else ["logits"]
+        fields = objective.cached_fields() if split == "train" else ["logits"]
         per_token = [f for f in fields if f in objective.per_token_fields()]
         settings = objective.teacher_settings(fields)
 
@@ -213,6 +199,7 @@ def distill(
     if not student_config.teacher_run:
         raise WorkbenchError("distill needs --teacher-run: the folder written by train-teacher")
     teacher = load_run(student_config.teacher_run)
+    teacher.model.requires_grad_(False)  # frozen: its gradients w.r.t. inputs need no weights
     if teacher.data.task != data_config.task:
         raise WorkbenchError(
             f"the teacher was trained on {teacher.data.task!r}, not {data_config.task!r}: "
@@ -226,8 +213,11 @@ def distill(
     set_seed(optim.seed)
     student, tokenizer = build_student(teacher, student_config)
     objective = Objective.resolve(
-        objective_config, len(encoder_layers(teacher.model)), len(encoder_layers(student))
+        objective_config, len(encoder_layers(teacher.model)), len(encoder_layers(student)),
+        data.spec.num_labels,
     )
+    if objective.gradient_kd:
+        prepare_gradient_student(teacher.model, student, objective_config.dropout)
     run = Run.create(run_dir, info, _manifest(data, data_config, optim))
     if run.status()["state"] == "finished":
         return run
@@ -236,11 +226,15 @@ def distill(
                             run.cache_dir, optim.eval_batch_size)
     train_cache = caches["train"]
     teacher_logits = {split: caches[split].per_example["logits"] for split in ("dev", "test")}
+    live_fields = objective.live_fields()
 
     def loss(model: PreTrainedModel, batch: dict) -> dict:
         length = batch["input_ids"].shape[1]
         values = {name: train_cache.gather(name, batch["index"], length)
-                  for name in objective.teacher_fields()}
+                  for name in objective.cached_fields()}
+        if live_fields:
+            with torch.no_grad():
+                values |= objective.teacher_batch(teacher.model, batch, live_fields)
         return objective(model, batch, values)
 
     job = TrainingJob(

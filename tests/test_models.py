@@ -119,7 +119,7 @@ def test_load_from_directory_and_errors(tiny_model_dir: Path, tmp_path: Path):
     with pytest.raises(WorkbenchError, match="not found"):
         resolve_model("./no/such/model")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(WorkbenchError, match="no config.json"):
+    with pytest.raises(WorkbenchError, match=r"no config\.json"):
         resolve_model(str(tmp_path / "empty"))
 
 

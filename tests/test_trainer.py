@@ -13,8 +13,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from kd.pipeline import distill, load_run, train_teacher
+from kd.pipeline import distill, train_teacher
 from workbench.config import DataConfig, ObjectiveConfig, OptimConfig, StudentConfig, TeacherConfig
+from workbench.models import load_run
 from workbench.runs import Run
 
 ROOT = Path(__file__).resolve().parents[1]

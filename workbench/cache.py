@@ -84,7 +84,7 @@ class ExampleCache:
         collected: dict[str, list[tuple[int, Tensor]]] = {}
         progress = tqdm(total=len(dataset), desc=description, unit="ex", leave=False)
         for batch in batches(dataset, order, batch_size, pad_token_id):
-            with torch.no_grad() if not token_fields else torch.enable_grad():
+            with torch.no_grad():  # gradient-based fields enable what they need themselves
                 values = compute_batch(batch)
             lengths = batch["attention_mask"].sum(1).tolist()
             for name, tensor in values.items():

@@ -87,18 +87,21 @@ class ObjectiveConfig:
 
     preset: str = option(
         "kd",
-        "method preset: finetune (CE only), kd, pkd-skip, pkd-last",
+        "method preset: finetune (CE only), kd, pkd-skip, pkd-last, ckd, adkd, gkd, gkd-cls",
     )
     weights: str = option(
         "",
-        "explicit term weights overriding the preset, e.g. ce=0.1,kd=0.9,pkd=100",
+        "explicit term weights replacing the preset's, e.g. ce=0.1,kd=0.9,attr=10,wr=1; terms: "
+        "ce, kd, pkd, wr, ltr, attr, grad, cls_grad",
     )
     parity: str = option(
         "paper",
         "paper: the equations of the papers; official: the authors' released code's choices",
         choices=("paper", "official"),
     )
-    temperature: float = option(4.0, "softmax temperature τ of the KD term")
+    temperature: float | None = option(
+        None, "softmax temperature τ of the KD term (default: the preset's: 4, AD-KD 2, GKD 5)"
+    )
     kd_loss: str | None = option(
         None,
         "KD term form: kl (τ²·KL, batch mean), soft-ce (AD-KD/CKD code, no τ²), kl-mean "
@@ -106,7 +109,27 @@ class ObjectiveConfig:
         choices=(None, "kl", "soft-ce", "kl-mean"),
     )
     pkd_mapping: str = option(
-        "skip", "Patient KD layer mapping: skip or last", choices=("skip", "last")
+        "skip", "Patient KD layer mapping for custom weights (presets pkd-skip/pkd-last set it)",
+        choices=("skip", "last"),
+    )
+    ckd_window: int = option(10, "CKD angle window half-width δ (tokens each side)")
+    attr_steps: int = option(1, "AD-KD integrated-gradients steps m")
+    attr_top_k: int | None = option(
+        None, "AD-KD teacher map: keep the K largest |IG| dimensions per token (default: all)"
+    )
+    attr_baseline: str | None = option(
+        None, "AD-KD IG baseline: pad, pad-keep-special or zero (default: pad; official: zero)",
+        choices=(None, "pad", "pad-keep-special", "zero"),
+    )
+    attr_views: str = option(
+        "all", "AD-KD views: all (multi-view), pred (teacher's prediction), gold, or a class index"
+    )
+    attr_layer: str = option(
+        "input", "AD-KD attribution layer: input, first or penultimate",
+        choices=("input", "first", "penultimate"),
+    )
+    dropout: bool = option(
+        False, "keep the student's dropout on under gradient KD (GKD's 'w/ Dropout' ablation)"
     )
 
 

@@ -26,7 +26,10 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from workbench.config import DataConfig, from_dict
+from workbench.data import TaskSpec
 from workbench.errors import WorkbenchError
+from workbench.runs import Run
 
 ATTENTION = "eager"  # attention maps and double backward (AD-KD, GKD) need the eager kernel
 
@@ -203,6 +206,22 @@ def set_embeddings_trainable(model: PreTrainedModel, trainable: bool) -> None:
         parameter.requires_grad_(trainable)
 
 
+def disable_dropout(model: nn.Module) -> None:
+    """Switch every dropout off (attention dropout included), in the saved config too."""
+    for module in model.modules():
+        if isinstance(module, nn.Dropout):
+            module.p = 0.0
+    config = getattr(model, "config", None)
+    for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"):
+        if config is not None and getattr(config, name, None):
+            setattr(config, name, 0.0)
+
+
+def copy_embeddings(source: PreTrainedModel, target: PreTrainedModel) -> None:
+    """Copy the embeddings module's weights (GKD initialises the student's from the teacher's)."""
+    embeddings_module(target).load_state_dict(embeddings_module(source).state_dict())
+
+
 def check_same_vocabulary(
     teacher_tokenizer: PreTrainedTokenizerBase, student_tokenizer: PreTrainedTokenizerBase
 ) -> None:
@@ -288,3 +307,35 @@ def embed(model: PreTrainedModel, batch: Mapping[str, Tensor]) -> Tensor:
     if "token_type_ids" in batch:
         kwargs["token_type_ids"] = batch["token_type_ids"]
     return embeddings_module(model)(**kwargs)
+
+
+@dataclass
+class LoadedRun:
+    """A trained model with its tokenizer and task, read back from a run folder."""
+
+    run: Run
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    spec: TaskSpec
+    data: DataConfig
+
+
+def load_run(path: str | Path) -> LoadedRun:
+    """The best model of a run, in eval mode, with eager attention."""
+    run = Run.open(path)
+    info = run.info()
+    if not (run.model_dir / "config.json").exists():
+        state = run.status()["state"]
+        raise WorkbenchError(f"{run.path} has no trained model yet (status: {state})")
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(
+            run.model_dir, attn_implementation=ATTENTION
+        )
+        tokenizer = AutoTokenizer.from_pretrained(run.model_dir)
+    except (OSError, ValueError) as error:
+        raise WorkbenchError(f"{run.model_dir} cannot be loaded ({error}): delete the run") \
+            from None
+    task = info["task"]
+    spec = TaskSpec(task["name"], tuple(task["label_names"]), tuple(task["metrics"]), task["pair"])
+    return LoadedRun(run, model.eval(), tokenizer, spec,
+                     from_dict(DataConfig, info["configs"]["data"]))
