@@ -138,3 +138,19 @@ def test_gradient_student_setup():
     narrow = random_student(teacher.config, num_layers=2, hidden_size=8)
     with pytest.raises(WorkbenchError, match="embedding width 16, not 8"):
         prepare_gradient_student(teacher, narrow)
+
+
+@pytest.mark.parametrize("preset", ["adkd", "gkd"])
+def test_objective_equals_the_straightforward_authors_form(preset):
+    from bench.reference import adkd_step_loss, gkd_step_loss
+
+    teacher, student, objective, batch = _setup(preset)
+    student = cut_student(teacher, [1, 3]).eval()
+    if preset == "gkd":
+        prepare_gradient_student(teacher, student)
+    ours = objective(student, batch, objective.teacher_batch(teacher, batch))
+    reference = (adkd_step_loss if preset == "adkd" else gkd_step_loss)(
+        teacher, student, batch, weights=objective.weights, tau=objective.temperature
+    )
+    for name in reference:
+        torch.testing.assert_close(ours[name], reference[name], atol=1e-5, rtol=1e-4)

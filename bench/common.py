@@ -1,0 +1,98 @@
+"""Shared set-up of the benchmarks: models, a batch of tweets, timing, the results file."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedModel
+
+from workbench.config import DataConfig
+from workbench.data import batches, encode, load_task
+from workbench.models import (
+    cut_student,
+    load_classifier,
+    load_run,
+    load_tokenizer,
+    quiet_library_output,
+    select_layers,
+)
+
+RESULTS = Path(__file__).parent / "results"
+DEMO_TEACHER = Path("runs/demo/teacher")
+
+
+def setup(threads: int = 2) -> None:
+    torch.set_num_threads(threads)
+    quiet_library_output()
+
+
+def teacher_and_tokenizer(num_labels: int = 3) -> tuple[PreTrainedModel, object, str]:
+    """The demo's fine-tuned teacher if it exists, else MiniLM-L6 with a random head."""
+    if (DEMO_TEACHER / "model" / "config.json").exists():
+        loaded = load_run(DEMO_TEACHER)
+        return loaded.model, loaded.tokenizer, f"fine-tuned teacher {DEMO_TEACHER}"
+    model = load_classifier("minilm-l6", num_labels).eval()
+    return model, load_tokenizer("minilm-l6"), "MiniLM-L6 with a random classification head"
+
+
+def student_from(teacher: PreTrainedModel, layers: int = 3) -> PreTrainedModel:
+    return cut_student(teacher, select_layers(len(teacher.bert.encoder.layer), layers, "skip"))
+
+
+def tweet_batch(tokenizer, size: int, max_length: int = 128, split: str = "train",
+                pad_to: int | None = None) -> dict[str, torch.Tensor]:
+    """``size`` tweets (a fixed sample), padded to the longest (or to ``pad_to``)."""
+    data = load_task(DataConfig(task="tweets"))
+    encoded = encode(data.splits[split], tokenizer, max_length)
+    order = torch.randperm(len(encoded), generator=torch.Generator().manual_seed(0))[:size]
+    batch = next(batches(encoded, order.tolist(), size, tokenizer.pad_token_id))
+    if pad_to is not None and batch["input_ids"].shape[1] < pad_to:
+        extra = pad_to - batch["input_ids"].shape[1]
+        for name in ("input_ids", "token_type_ids", "attention_mask"):
+            value = tokenizer.pad_token_id if name == "input_ids" else 0
+            batch[name] = torch.nn.functional.pad(batch[name], (0, extra), value=value)
+    return batch
+
+
+def interleaved_medians(steps: dict[str, Callable[[], object]], repeats: int,
+                        warmup: int = 1) -> dict[str, float]:
+    """Median seconds of each step function, timed in interleaved rounds so that drifts in the
+    machine's speed hit every configuration alike."""
+    for _ in range(warmup):
+        for step in steps.values():
+            step()
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(repeats):
+        for name, step in steps.items():
+            start = time.perf_counter()
+            step()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def machine() -> dict[str, object]:
+    return {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+            "python": platform.python_version()}
+
+
+def write_results(name: str, payload: dict) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps({"machine": machine(), **payload}, indent=2) + "\n")
+    return path
+
+
+def table(rows: list[dict], columns: list[str]) -> str:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        cells = [f"{row[c]:.3f}" if isinstance(row[c], float) else str(row[c]) for c in columns]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -1,0 +1,94 @@
+"""Straightforward forms of the authors' AD-KD and GKD training steps, for comparison only.
+
+They follow the released code's structure: the teacher runs forward *with a graph* every step and
+is differentiated there; AD-KD loops over classes, retaining the graph for each class, and the
+student's attribution shares its forward pass with its logits (m = 1). The benchmark times them
+against the workbench's objective (teacher fields from the cache, views batched) and prints both
+loss values; the tests check that the values agree.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from transformers import PreTrainedModel
+
+from kd.terms.attribution import attribution_loss
+from kd.terms.gradient import gradient_alignment_loss
+from kd.terms.logits import logit_kd_loss, task_loss
+from workbench.models import embed, forward
+
+
+def _leaf_embedding(model: PreTrainedModel, batch: dict[str, Tensor]) -> Tensor:
+    embedded = embed(model, batch)
+    return embedded if embedded.requires_grad else embedded.detach().requires_grad_()
+
+
+def _pad_baseline(model: PreTrainedModel, batch: dict[str, Tensor]) -> Tensor:
+    pad_id = model.config.pad_token_id or 0
+    return embed(model, {**batch, "input_ids": torch.full_like(batch["input_ids"], pad_id)})
+
+
+def _unit_map(ig: Tensor, mask: Tensor, top_k: int | None) -> Tensor:
+    magnitudes = ig.abs()
+    if top_k is not None:
+        magnitudes = magnitudes.topk(top_k, dim=-1).values
+    per_token = magnitudes.norm(dim=-1) * mask
+    return per_token / per_token.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+
+
+def adkd_step_loss(
+    teacher: PreTrainedModel, student: PreTrainedModel, batch: dict[str, Tensor], *,
+    weights: dict[str, float], tau: float, top_k: int | None = None,
+) -> dict[str, Tensor]:
+    """AD-KD with m = 1, all classes, [PAD] baseline: ``(1−α)CE + αKD + β‖Ã_t − Ã_s‖``."""
+    mask = batch["attention_mask"].to(torch.float32)
+    t_embedded = _leaf_embedding(teacher, batch)
+    t_logits = forward(teacher, batch, embedding_output=t_embedded).logits
+    t_probs = t_logits.softmax(-1)
+    s_embedded = _leaf_embedding(student, batch)
+    s_logits = forward(student, batch, embedding_output=s_embedded).logits
+    s_probs = s_logits.softmax(-1)
+    with torch.no_grad():
+        t_delta = t_embedded - _pad_baseline(teacher, batch)
+    s_delta = s_embedded - _pad_baseline(student, batch)
+    t_maps, s_maps = [], []
+    for c in range(t_logits.shape[-1]):
+        (t_grad,) = torch.autograd.grad(t_probs[:, c].sum(), t_embedded, retain_graph=True)
+        (s_grad,) = torch.autograd.grad(s_probs[:, c].sum(), s_embedded, retain_graph=True,
+                                        create_graph=True)
+        t_maps.append(_unit_map(t_delta * t_grad, mask, top_k))
+        s_maps.append(_unit_map(s_delta * s_grad, mask, None))
+    values = {
+        "ce": task_loss(s_logits, batch["labels"]),
+        "kd": logit_kd_loss(s_logits, t_logits.detach(), tau),
+        "attr": attribution_loss(torch.stack(s_maps, 1), torch.stack(t_maps, 1).detach(),
+                                 batch["attention_mask"]),
+    }
+    values["loss"] = sum(weights[name] * value for name, value in values.items())
+    return values
+
+
+def _input_gradient(model: PreTrainedModel, batch: dict[str, Tensor], create_graph: bool):
+    embedded = _leaf_embedding(model, batch)
+    logits = forward(model, batch, embedding_output=embedded).logits
+    signal = F.softmax(logits, -1).max(-1).values.sum()
+    (grad,) = torch.autograd.grad(signal, embedded, create_graph=create_graph)
+    return logits, grad
+
+
+def gkd_step_loss(
+    teacher: PreTrainedModel, student: PreTrainedModel, batch: dict[str, Tensor], *,
+    weights: dict[str, float], tau: float,
+) -> dict[str, Tensor]:
+    """GKD (``gkd.py``): ``αKD + (1−α)CE + β L_grad``, teacher differentiated every step."""
+    t_logits, t_grad = _input_gradient(teacher, batch, create_graph=False)
+    s_logits, s_grad = _input_gradient(student, batch, create_graph=True)
+    values = {
+        "ce": task_loss(s_logits, batch["labels"]),
+        "kd": logit_kd_loss(s_logits, t_logits.detach(), tau),
+        "grad": gradient_alignment_loss(s_grad, t_grad.detach(), batch["attention_mask"]),
+    }
+    values["loss"] = sum(weights[name] * value for name, value in values.items())
+    return values
