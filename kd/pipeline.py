@@ -38,16 +38,28 @@ from workbench.models import (
     load_classifier,
     load_run,
     load_tokenizer,
+    model_device,
     random_student,
+    resolve_device,
     select_layers,
     set_embeddings_trainable,
 )
 from workbench.runs import Run, atomic_write_json
 
+EXECUTION_SETTINGS = ("threads", "device")
 
-def _configure_threads(optim: OptimConfig) -> None:
+
+def _identity(optim: OptimConfig) -> dict:
+    """The optimisation settings that define a run; where and on how many threads it executes
+    does not (a run started on a CPU may resume on a GPU)."""
+    return {k: v for k, v in to_dict(optim).items() if k not in EXECUTION_SETTINGS}
+
+
+def _configure(optim: OptimConfig) -> torch.device:
+    """Apply the thread count; return the training device."""
     if optim.threads > 0:
         torch.set_num_threads(optim.threads)
+    return resolve_device(optim.device)
 
 
 def _encode_all(data: TaskData, tokenizer, max_length: int) -> dict[str, EncodedSplit]:
@@ -96,11 +108,11 @@ def train_teacher(
     callbacks: Sequence[Callback] = (),
 ) -> Run:
     """Fine-tune a teacher with cross-entropy (MSE for regression) into ``run_dir``."""
-    _configure_threads(optim)
+    device = _configure(optim)
     data = load_task(data_config)
     info = {"kind": "teacher", "method": "finetune", "task": dataclasses.asdict(data.spec),
             "configs": {"data": to_dict(data_config), "teacher": to_dict(teacher_config),
-                        "optim": to_dict(optim)}}
+                        "optim": _identity(optim)}}
     tokenizer = load_tokenizer(teacher_config.model)
     set_seed(optim.seed)
     model = load_classifier(teacher_config.model, data.spec.num_labels, data.spec.regression)
@@ -114,7 +126,7 @@ def train_teacher(
         dev_set=encoded["dev"], optim=optim,
         loss=lambda m, batch: objective(m, batch, {}),
         save_model=_saver(model, tokenizer), pad_token_id=tokenizer.pad_token_id,
-        callbacks=callbacks,
+        callbacks=callbacks, device=device,
     )
     if train(job):
         _finish(run, model, data.spec, encoded, optim.eval_batch_size, tokenizer.pad_token_id)
@@ -182,7 +194,8 @@ def teacher_caches(
         caches[split] = cached(folder, f"teacher-{split}", key, dataset, compute,
                                per_token=per_token, batch_size=batch_size,
                                pad_token_id=teacher.tokenizer.pad_token_id,
-                               description=f"teacher cache ({split})")
+                               description=f"teacher cache ({split})",
+                               device=model_device(teacher.model))
     return caches
 
 
@@ -195,11 +208,12 @@ def distill(
     callbacks: Sequence[Callback] = (),
 ) -> Run:
     """Distil a student from ``student_config.teacher_run`` into ``run_dir``."""
-    _configure_threads(optim)
+    device = _configure(optim)
     if not student_config.teacher_run:
         raise WorkbenchError("distill needs --teacher-run: the folder written by train-teacher")
     teacher = load_run(student_config.teacher_run)
     teacher.model.requires_grad_(False)  # frozen: its gradients w.r.t. inputs need no weights
+    teacher.model.to(device)
     if teacher.data.task != data_config.task:
         raise WorkbenchError(
             f"the teacher was trained on {teacher.data.task!r}, not {data_config.task!r}: "
@@ -209,7 +223,7 @@ def distill(
     info = {"kind": "student", "method": objective_config.preset,
             "task": dataclasses.asdict(data.spec),
             "configs": {"data": to_dict(data_config), "student": to_dict(student_config),
-                        "objective": to_dict(objective_config), "optim": to_dict(optim)}}
+                        "objective": to_dict(objective_config), "optim": _identity(optim)}}
     set_seed(optim.seed)
     student, tokenizer = build_student(teacher, student_config)
     objective = Objective.resolve(
@@ -230,7 +244,7 @@ def distill(
 
     def loss(model: PreTrainedModel, batch: dict) -> dict:
         length = batch["input_ids"].shape[1]
-        values = {name: train_cache.gather(name, batch["index"], length)
+        values = {name: train_cache.gather(name, batch["index"].cpu(), length).to(device)
                   for name in objective.cached_fields()}
         if live_fields:
             with torch.no_grad():
@@ -241,7 +255,7 @@ def distill(
         run=run, model=student, spec=data.spec, train_set=encoded["train"],
         dev_set=encoded["dev"], optim=optim, loss=loss, save_model=_saver(student, tokenizer),
         pad_token_id=tokenizer.pad_token_id, dev_teacher_logits=teacher_logits["dev"],
-        callbacks=callbacks,
+        callbacks=callbacks, device=device,
     )
     if train(job):
         _finish(run, student, data.spec, encoded, optim.eval_batch_size,

@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
 from workbench.config import OptimConfig
-from workbench.data import EncodedSplit, TaskSpec, collate
+from workbench.data import EncodedSplit, TaskSpec, collate, to_device
 from workbench.evaluation import evaluate_logits, predict_logits
 from workbench.runs import Run, replace_directory
 
@@ -56,6 +56,7 @@ class TrainingJob:
     save_model: Callable[[Path], None]
     pad_token_id: int = 0
     dev_teacher_logits: Tensor | None = None
+    device: torch.device | str = "cpu"
     callbacks: Sequence[Callback] = field(default_factory=tuple)
 
 
@@ -126,8 +127,9 @@ def train(job: TrainingJob) -> dict[str, float]:
     optimizer = _optimizer(model, optim)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(total, optim.warmup_ratio))
     state = {"step": 0, "best": None, "best_step": None}
+    model.to(job.device)
     if run.checkpoint.exists():
-        saved = torch.load(run.checkpoint, weights_only=False)
+        saved = torch.load(run.checkpoint, weights_only=False, map_location=job.device)
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
         scheduler.load_state_dict(saved["scheduler"])
@@ -152,7 +154,8 @@ def train(job: TrainingJob) -> dict[str, float]:
         if position == 0 or not order:
             order = epoch_order(len(job.train_set), optim.seed, epoch)
         chunk = order[position * optim.batch_size:(position + 1) * optim.batch_size]
-        batch = collate([job.train_set[i] for i in chunk], job.pad_token_id)
+        batch = to_device(collate([job.train_set[i] for i in chunk], job.pad_token_id),
+                          job.device)
         losses = job.loss(model, batch)
         losses["loss"].backward()
         if optim.max_grad_norm > 0:
@@ -193,5 +196,6 @@ def train(job: TrainingJob) -> dict[str, float]:
             run.set_status("stopped", step=step, total=total)
             return {}
     progress.close()
-    model.load_state_dict(load_file(str(run.model_dir / "model.safetensors")), strict=False)
+    best = load_file(str(run.model_dir / "model.safetensors"), device=str(job.device))
+    model.load_state_dict(best, strict=False)
     return {"best_step": state["best_step"], metric: state["best"]}

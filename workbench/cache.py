@@ -21,7 +21,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from workbench.data import EncodedSplit, batches
+from workbench.data import EncodedSplit, batches, to_device
 
 BatchFunction = Callable[[dict[str, Tensor]], dict[str, Tensor]]
 
@@ -75,17 +75,18 @@ class ExampleCache:
         batch_size: int = 64,
         pad_token_id: int = 0,
         description: str = "teacher cache",
+        device: torch.device | str = "cpu",
     ) -> ExampleCache:
         """Run ``compute_batch`` over ``dataset`` in order (batches sorted by length to pad
-        little) and collect its fields; fields named in ``per_token`` are ``[B, L, ...]`` and kept
-        for real tokens only."""
+        little) on ``device`` and collect its fields (stored on the CPU); fields named in
+        ``per_token`` are ``[B, L, ...]`` and kept for real tokens only."""
         token_fields = set(per_token)
         order = sorted(range(len(dataset)), key=lambda i: len(dataset.input_ids[i]))
         collected: dict[str, list[tuple[int, Tensor]]] = {}
         progress = tqdm(total=len(dataset), desc=description, unit="ex", leave=False)
         for batch in batches(dataset, order, batch_size, pad_token_id):
             with torch.no_grad():  # gradient-based fields enable what they need themselves
-                values = compute_batch(batch)
+                values = compute_batch(to_device(batch, device))
             lengths = batch["attention_mask"].sum(1).tolist()
             for name, tensor in values.items():
                 tensor = tensor.detach().cpu()

@@ -148,6 +148,7 @@ class OptimConfig:
     checkpoint_every: int = option(50, "save a resumable checkpoint every N steps")
     seed: int = option(42, "seed of initialisation, data order and dropout")
     threads: int = option(0, "torch CPU threads (0: torch's default)")
+    device: str = option("auto", "cpu, cuda, cuda:N, or auto (cuda when available)")
 
 
 def _field_type(cls: type, f: dataclasses.Field) -> tuple[Any, bool]:

@@ -466,6 +466,11 @@ def collate(examples: Sequence[dict], pad_token_id: int) -> dict[str, Tensor]:
     }
 
 
+def to_device(batch: dict[str, Tensor], device: torch.device | str) -> dict[str, Tensor]:
+    """The batch's tensors on ``device``."""
+    return {name: value.to(device) for name, value in batch.items()}
+
+
 def batches(
     dataset: EncodedSplit, indices: Sequence[int], batch_size: int, pad_token_id: int
 ) -> Iterator[dict[str, Tensor]]:

@@ -6,9 +6,9 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from workbench.data import EncodedSplit, TaskSpec, batches
+from workbench.data import EncodedSplit, TaskSpec, batches, to_device
 from workbench.metrics import loyalty, task_metrics
-from workbench.models import forward
+from workbench.models import forward, model_device
 
 
 @torch.no_grad()
@@ -19,9 +19,10 @@ def predict_logits(
     was_training = model.training
     model.eval()
     order = sorted(range(len(dataset)), key=lambda i: len(dataset.input_ids[i]))
+    device = model_device(model)
     out: Tensor | None = None
     for batch in batches(dataset, order, batch_size, pad_token_id):
-        logits = forward(model, batch).logits.float()
+        logits = forward(model, to_device(batch, device)).logits.float().cpu()
         if out is None:
             out = logits.new_zeros((len(dataset), logits.shape[-1]))
         out[batch["index"]] = logits

@@ -109,6 +109,24 @@ def load_classifier(name: str, num_labels: int, regression: bool = False) -> Pre
         raise WorkbenchError(f"cannot load model {name!r}: {error}") from None
 
 
+def resolve_device(name: str) -> torch.device:
+    """``auto`` → CUDA when available, else CPU; otherwise the named device."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise WorkbenchError(f"unknown device {name!r}: use cpu, cuda, cuda:N or auto") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise WorkbenchError("--device cuda was asked for, but torch sees no CUDA device")
+    return device
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """Where a model's parameters live."""
+    return next(model.parameters()).device
+
+
 def embeddings_module(model: PreTrainedModel) -> nn.Module:
     """The module whose output is the sequence the encoder consumes (word + position + type
     embeddings after LayerNorm for BERT)."""
