@@ -24,6 +24,7 @@ from workbench.config import (
     from_arguments,
 )
 from workbench.errors import WorkbenchError
+from workbench.heatmaps import ExportSettings, HeatmapSettings
 
 
 def _train_teacher(args: argparse.Namespace) -> None:
@@ -73,6 +74,16 @@ def _demo(args: argparse.Namespace) -> None:
     from kd.demo import run_demo
 
     run_demo(Path(args.root), quick=args.quick)
+
+
+def _export(args: argparse.Namespace) -> None:
+    from workbench.heatmaps import export_runs
+
+    paths = export_runs(args.runs, args.out, from_arguments(HeatmapSettings, args),
+                        from_arguments(ExportSettings, args), texts=args.text or (),
+                        pair=args.pair, texts_file=args.texts_file, split=args.split,
+                        indices=args.examples)
+    print("\n".join(str(path) for path in paths))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -132,6 +143,27 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--root", default="runs/demo", help="folder for the demo's runs")
     demo.add_argument("--quick", action="store_true", help="a much smaller demo (minutes)")
     demo.set_defaults(handler=_demo)
+
+    export = commands.add_parser(
+        "export", help="token attribution heatmaps of runs, as files",
+        description="Explain texts (typed, from a CSV/JSONL file, or examples of a split) under "
+        "one or more runs and write one heatmap per example, a row per run, as SVG, PDF, PNG, "
+        "LaTeX and HTML, with the settings, model names and run ids embedded in each file.",
+    )
+    export.add_argument("runs", nargs="+", help="run folders (one heatmap row each)")
+    export.add_argument("--out", required=True, help="folder to write the files to")
+    export.add_argument("--text", action="append",
+                        help="a text to explain (repeat the option for several)")
+    export.add_argument("--pair", default=None, help="second text of every --text (pair tasks)")
+    export.add_argument("--texts-file", default=None,
+                        help="CSV or JSONL file with a text column (optional text_pair, label)")
+    export.add_argument("--split", default=None,
+                        help="explain examples of this split (train, dev, test) of the task")
+    export.add_argument("--examples", default="0",
+                        help="indices of the --split examples, e.g. 0,3,7-9 (default: 0)")
+    for cls in (HeatmapSettings, ExportSettings):
+        add_arguments(export, cls)
+    export.set_defaults(handler=_export)
     return parser
 
 

@@ -34,7 +34,7 @@ class DemoSize:
 
 SIZES = {
     "quick": DemoSize(1500, 300, 48, 1.0, 1.0),
-    "default": DemoSize(8000, 1500, 64, 2.0, 2.0),
+    "default": DemoSize(6000, 1500, 64, 2.0, 2.0),
 }
 TABLE_METHODS = ("finetune", "kd", "pkd-skip", "adkd")
 APP_METHODS = ("kd", "adkd")

@@ -125,8 +125,8 @@ class ObjectiveConfig:
         "all", "AD-KD views: all (multi-view), pred (teacher's prediction), gold, or a class index"
     )
     attr_layer: str = option(
-        "input", "AD-KD attribution layer: input, first or penultimate",
-        choices=("input", "first", "penultimate"),
+        "input", "AD-KD attribution layer: input, first, penultimate, or uniform:M (M mapped "
+        "layers from the input)",
     )
     dropout: bool = option(
         False, "keep the student's dropout on under gradient KD (GKD's 'w/ Dropout' ablation)"

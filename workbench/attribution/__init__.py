@@ -1,2 +1,64 @@
-"""Attribution: Integrated Gradients, Grad saliency and GKD input gradients (own batched,
-differentiable engine; Captum for the analysis paths), maps, caches and saved records."""
+"""Token attribution for BERT-style classifiers (METHODS.md §4–§6).
+
+- :func:`integrated_gradients`, :func:`attribution_map`, :func:`attribution_maps` — IG w.r.t. the
+  embedding output (or an encoder layer's output), batched over steps and views, memory-bounded,
+  differentiable with ``create_graph=True`` (the AD-KD student term);
+- :func:`grad_saliency` (gradient × input) and :func:`input_gradients` (GKD's signal);
+- :func:`captum_integrated_gradients`, :func:`captum_grad_saliency` — the same through Captum, for
+  analysis (and as the tests' reference);
+- :func:`teacher_maps_cache`, :func:`teacher_gradients_cache` — a frozen teacher's values, once;
+- :class:`AttributionConfig`, :func:`attribute_texts`, :func:`save_attributions`,
+  :func:`load_attributions` — attribute a list of texts and keep the result.
+
+Faithfulness (AOPC) is in :mod:`workbench.faithfulness`, agreement between two models in
+:mod:`workbench.agreement`.
+"""
+
+from workbench.attribution.cache import cached_maps, teacher_gradients_cache, teacher_maps_cache
+from workbench.attribution.captum_backend import captum_grad_saliency, captum_integrated_gradients
+from workbench.attribution.gradients import (
+    BASELINES,
+    VIEWS,
+    attribution_layers,
+    attribution_map,
+    attribution_maps,
+    baseline_output,
+    grad_saliency,
+    input_gradients,
+    integrated_gradients,
+    site_output,
+    view_names,
+)
+from workbench.attribution.records import (
+    AttributionRecord,
+    attribute_texts,
+    load_attributions,
+    save_attributions,
+)
+from workbench.attribution.settings import METHODS, AttributionConfig, compute_maps
+
+__all__ = [
+    "BASELINES",
+    "METHODS",
+    "VIEWS",
+    "AttributionConfig",
+    "AttributionRecord",
+    "attribute_texts",
+    "attribution_layers",
+    "attribution_map",
+    "attribution_maps",
+    "baseline_output",
+    "cached_maps",
+    "captum_grad_saliency",
+    "captum_integrated_gradients",
+    "compute_maps",
+    "grad_saliency",
+    "input_gradients",
+    "integrated_gradients",
+    "load_attributions",
+    "save_attributions",
+    "site_output",
+    "teacher_gradients_cache",
+    "teacher_maps_cache",
+    "view_names",
+]

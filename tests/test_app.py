@@ -1,0 +1,311 @@
+"""The Streamlit app, driven page by page with ``AppTest`` on tiny runs (a 4-layer teacher and two
+2-layer students on a small local task), and its first-run logic with a fake demo builder."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+from conftest import make_sentences, tiny_model, tiny_tokenizer
+from streamlit.testing.v1 import AppTest
+
+from kd.objective import PRESETS
+from kd.pipeline import distill, train_teacher
+from workbench.app import first_run, jobs
+from workbench.app.catalog import discover_runs
+from workbench.app.heatmap_view import heatmap_html
+from workbench.config import DataConfig, ObjectiveConfig, OptimConfig, StudentConfig, TeacherConfig
+from workbench.export import Heatmap, HeatmapRow, color_scale, score_to_rgb
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = str(ROOT / "app.py")
+HOSTILE = r"<script>alert(1)</script> $\textbf{x}$ good"
+STUDENTS = ("student-kd", "student-pkd")
+
+
+def tiny_optim(epochs: float = 1) -> OptimConfig:
+    return OptimConfig(epochs=epochs, batch_size=8, threads=1, learning_rate=1e-3)
+
+
+def build_tiny_runs(root: Path, work: Path) -> Path:
+    """A tiny teacher, KD and PKD students, a corrupt and a partial run folder under ``root``;
+    returns the task folder."""
+    model_dir, task_dir = work / "tiny-bert", work / "task"
+    tiny_tokenizer(model_dir)
+    tiny_model().save_pretrained(model_dir)
+    task_dir.mkdir(parents=True)
+    frame = make_sentences(400)
+    for name, part in (("train", frame.iloc[:300]), ("dev", frame.iloc[300:350]),
+                       ("test", frame.iloc[350:])):
+        part.to_csv(task_dir / f"{name}.csv", index=False)
+    data = DataConfig(task=str(task_dir), max_length=16)
+    teacher = train_teacher(data, TeacherConfig(model=str(model_dir)), tiny_optim(2),
+                            root / "teacher")
+    for name, preset in zip(STUDENTS, ("kd", "pkd-skip"), strict=True):
+        distill(data, StudentConfig(teacher_run=str(teacher.path), num_layers=2),
+                ObjectiveConfig(preset=preset), tiny_optim(), root / name)
+    (root / "corrupt").mkdir()
+    (root / "corrupt" / "run.json").write_text("{ not json")
+    partial = root / "partial"
+    partial.mkdir()
+    (partial / "run.json").write_text((root / "teacher" / "run.json").read_text())
+    (partial / "status.json").write_text('{"state": "running", "step": 3}')
+    return task_dir
+
+
+@pytest.fixture(scope="module")
+def tiny_runs(tmp_path_factory) -> Path:
+    work = tmp_path_factory.mktemp("app")
+    build_tiny_runs(work / "runs", work)
+    return work / "runs"
+
+
+@pytest.fixture
+def app(tiny_runs, monkeypatch) -> AppTest:
+    monkeypatch.setenv("KDW_RUNS", str(tiny_runs))
+    monkeypatch.setenv("KDW_DEMO", "off")
+    return AppTest.from_file(APP, default_timeout=120)
+
+
+def _html(at: AppTest) -> str:
+    return "".join(element.proto.body for element in at.get("html"))
+
+
+def _ok(at: AppTest) -> AppTest:
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+# --------------------------------------------------------------------------- first run
+
+
+def test_no_runs_triggers_the_demo_build_once(tmp_path, tiny_runs):
+    calls = []
+
+    def fake_build(root: Path, folder: Path, mode: str) -> jobs.Job:
+        calls.append((root, folder, mode))
+        return jobs.Job("demo", "demo", str(folder), pid=2**22 + 1, started=time.time())
+
+    empty = tmp_path / "runs"
+    state = first_run.ensure_demo(empty, "quick", fake_build)
+    assert calls == [(empty, empty / "demo-quick", "quick")]
+    assert state is not None and state.job is not None
+    assert first_run.ensure_demo(empty, "off", fake_build) is None
+    assert first_run.ensure_demo(tiny_runs, "default", fake_build) is None  # the user's runs
+    assert len(calls) == 1
+    # a finished build is never rebuilt; a failed one reports its error instead of retrying
+    (empty / "demo-quick").mkdir(parents=True)
+    (empty / "demo-quick" / "teacher").mkdir()
+    (empty / "demo-quick" / "teacher" / "run.json").write_text(
+        (tiny_runs / "teacher" / "run.json").read_text())
+    progress = empty / "demo-quick" / "progress.jsonl"
+    progress.write_text(json.dumps({"error": "out of disk"}) + "\n")
+    assert first_run.ensure_demo(empty, "quick", fake_build).error == "out of disk"
+    progress.write_text(json.dumps({"stage": first_run.READY}) + "\n")
+    assert first_run.ensure_demo(empty, "quick", fake_build) is None
+    assert len(calls) == 1
+
+
+def test_broken_run_folders_are_listed_with_their_problem(tiny_runs):
+    entries = {e.name: e for e in discover_runs(tiny_runs)}
+    assert {"teacher", *STUDENTS, "corrupt", "partial"} <= set(entries)
+    assert "corrupt" in entries["corrupt"].problem
+    assert "no trained model yet" in entries["partial"].problem
+    assert all(entries[name].usable for name in ("teacher", *STUDENTS))
+
+
+def test_a_problem_with_a_run_ends_the_page_with_its_message():
+    def page() -> None:
+        from workbench.app import common
+        from workbench.errors import WorkbenchError
+
+        def render() -> None:
+            raise WorkbenchError(r"runs/x: task.csv does not exist $\textbf{x}$")
+
+        common.run_page(render)
+
+    at = AppTest.from_function(page).run()
+    assert not at.exception
+    assert at.error[0].value == r"runs/x\: task\.csv does not exist \$\\textbf\{x\}\$"
+
+
+# --------------------------------------------------------------------------- pages
+
+
+def test_case_study_shows_every_model_on_one_scale(app):
+    at = _ok(app.run())
+    assert at.selectbox(key="case.teacher").value == "teacher"
+    assert set(at.multiselect(key="case.students").value) == set(STUDENTS)
+    html = _html(at)
+    assert html.count('class="kdw-row"') == 3
+    assert "SL " in html and "ρ " in html
+    probabilities = at.dataframe[0].value
+    assert list(probabilities.index) == ["teacher", *STUDENTS]
+
+    at.selectbox(key="case.settings.view").set_value("all")
+    at.selectbox(key="case.settings.method").set_value("grad")
+    _ok(at.run())
+    assert _html(at).count('class="kdw-row"') == 9  # 3 models × 3 classes
+
+    at.text_area(key="case.text").set_value(HOSTILE)
+    at.number_input(key="case.settings.steps").set_value(4)
+    at.selectbox(key="case.settings.method").set_value("ig")
+    html = _html(_ok(at.run()))
+    assert "<script>" not in html and "[UNK]" in html  # the tiny vocabulary has no "<"
+
+
+def test_heatmap_view_escapes_tokens_and_labels():
+    rows = [HeatmapRow("<b>teacher</b>", ["[CLS]", "<script>", "$x$"], [0.1, -0.5, 0.9],
+                       "positive 0.9"),
+            HeatmapRow("student", ["[CLS]", "<script>", "$x$"], [0.0, 0.2, 0.4])]
+    html = heatmap_html(Heatmap(rows), {"student": "SL 0.50 · ρ 0.10"})
+    assert "<script>" not in html and "&lt;script&gt;" in html and "<b>" not in html
+    assert html.count('class="kdw-row"') == 2 and "SL 0.50" in html
+    scale = color_scale([0.1, -0.5, 0.9, 0.0, 0.2, 0.4])
+    assert "#{:02x}{:02x}{:02x}".format(*score_to_rgb(0.9, scale)) in html
+
+
+def test_case_study_filters_examples_of_a_split(app):
+    at = _ok(app.run())
+    at.radio(key="case.source").set_value("Pick from a split")
+    _ok(at.run())
+    at.selectbox(key="case.filter").set_value("low saliency loyalty")
+    _ok(at.run())
+    table = at.dataframe[0].value
+    assert "lowest SL" in table.columns
+    assert (table["lowest SL"] < at.slider(key="case.threshold").value).all()
+    at.selectbox(key="case.filter").set_value("teacher and a student disagree")
+    table = _ok(at.run()).dataframe[0].value
+    assert ((table["student-kd"] != table["teacher"])
+            | (table["student-pkd"] != table["teacher"])).all()
+
+
+def test_geometry_page(app):
+    at = _ok(app.run())
+    at.switch_page("workbench/app/geometry.py")
+    _ok(at.run())
+    pairs = at.selectbox(key="geometry.pair")
+    assert "S1 ← T2" in pairs.options  # PKD-Skip 4 → 2 layers
+    assert len(at.get("image")) == 4
+    at.selectbox(key="geometry.student").set_value("student-kd")
+    at.selectbox(key="geometry.kind").set_value("Euclidean distance")
+    _ok(at.run())
+    assert "S0 ← T0" in at.selectbox(key="geometry.pair").options
+
+
+def test_loyalty_page(app):
+    at = _ok(app.run())
+    at.switch_page("workbench/app/loyalty.py")
+    _ok(at.run())
+    summary = at.dataframe[0].value
+    assert list(summary.index) == ["teacher", *STUDENTS]
+    for column in ("accuracy", "macro_f1", "LL", "PL", "SL×100"):
+        assert summary.loc[list(STUDENTS), column].notna().all(), column
+    assert 0 <= float(summary.loc["student-kd", "LL"]) <= 1
+    departures = at.dataframe[1].value
+    assert departures["student-kd PL"].is_monotonic_increasing
+    assert len(at.get("image")) == 2
+
+
+def test_export_page_writes_every_format_with_metadata(app):
+    at = _ok(app.run())
+    at.switch_page("workbench/app/exports.py")
+    _ok(at.run())
+    at.multiselect(key="export.models").set_value(["teacher", "student-kd"])
+    at.text_area(key="export.text").set_value(f"good movie\n{HOSTILE}")
+    at.number_input(key="export.files.dpi").set_value(100.0)
+    _ok(at.run())
+    at.button(key="export.go").click()
+    _ok(at.run())
+    archive = at.get("download_button")
+    assert archive, "no download after Export"
+    data = at.session_state["export.archive"][0]
+    with zipfile.ZipFile(io.BytesIO(data)) as files:
+        names = sorted(files.namelist())
+        assert len(names) == 10  # 2 examples × 5 formats
+        svg = files.read("heatmap-001.svg").decode()
+        assert "student-kd" in svg and "settings.method" in svg
+        assert "<script>" not in svg and "&lt;script&gt;" in svg
+        latex = files.read("heatmap-001.tex").decode().splitlines()
+        assert all(line.startswith("%") for line in latex if "textbf" in line)  # comments only
+
+
+def test_train_page_launches_a_training_and_lists_runs(app, tiny_runs):
+    at = _ok(app.run())
+    at.switch_page("workbench/app/train.py")
+    _ok(at.run())
+    table = at.dataframe[0].value
+    problems = dict(zip(table["run"], table["problem"], strict=True))
+    assert "corrupt" in problems["corrupt"] and "no trained model" in problems["partial"]
+
+    task = json.loads((tiny_runs / "teacher" / "run.json").read_text())["configs"]["data"]["task"]
+    model = json.loads((tiny_runs / "teacher" / "run.json").read_text())["configs"]["teacher"]
+    at.text_input(key="train.name").set_value("ui-teacher")
+    at.text_input(key="train.teacher.data.task").set_value(task)
+    at.number_input(key="train.teacher.data.max_length").set_value(16)
+    at.text_input(key="train.teacher.teacher.model").set_value(model["model"])
+    at.number_input(key="train.teacher.optim.epochs").set_value(1.0)
+    at.number_input(key="train.teacher.optim.batch_size").set_value(8)
+    at.number_input(key="train.teacher.optim.threads").set_value(1)
+    at.button(key="train.launch").click()
+    _ok(at.run())
+    run_dir = tiny_runs / "ui-teacher"
+    job = jobs.job_for(tiny_runs, run_dir)
+    assert job is not None
+    deadline = time.time() + 180
+    while job.alive and time.time() < deadline:
+        time.sleep(1)
+    assert not job.alive, job.log_tail()
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "finished", \
+        job.log_tail()
+    assert jobs.step_records(jobs.read_progress(run_dir))[-1]["step"] == 38
+    _ok(at.run())
+    table = at.dataframe[0].value
+    assert table.set_index("run").loc["ui-teacher", "state"] == "finished"
+
+
+def test_a_training_stops_and_resumes(tiny_runs):
+    info = json.loads((tiny_runs / "teacher" / "run.json").read_text())
+    optim = {**info["configs"]["optim"], "epochs": 3.0, "threads": 1}
+    configs = info["configs"] | {"optim": optim}
+    run_dir = tiny_runs / "stop-resume"
+    job = jobs.launch_training(tiny_runs, run_dir, "teacher", configs)
+    deadline = time.time() + 120
+    while not jobs.read_progress(run_dir) and time.time() < deadline:
+        time.sleep(0.2)
+    jobs.request_stop(job)
+    while job.alive and time.time() < deadline:
+        time.sleep(0.2)
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "stopped", job.log_tail()
+    assert status["step"] < status["total"]
+    resumed = jobs.launch_training(tiny_runs, run_dir, "teacher", configs)
+    assert not (run_dir / "STOP").exists()
+    deadline = time.time() + 240
+    while resumed.alive and time.time() < deadline:
+        time.sleep(0.5)
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "finished", \
+        resumed.log_tail()
+
+
+def test_train_page_student_form_comes_from_the_configs(app, tiny_runs):
+    at = _ok(app.run())
+    at.switch_page("workbench/app/train.py")
+    _ok(at.run())
+    at.radio(key="train.kind").set_value("student")
+    _ok(at.run())
+    at.selectbox(key="train.teacher").set_value("teacher")
+    _ok(at.run())
+    assert set(PRESETS) <= set(at.selectbox(key="train.student.objective.preset").options)
+    assert at.text_input(key="train.student.objective.weights").value == ""
+    assert at.selectbox(key="train.student.student.teacher_run").value == str(
+        tiny_runs / "teacher")
+    task = json.loads((tiny_runs / "teacher" / "run.json").read_text())["configs"]["data"]
+    assert at.text_input(key="train.student.data.teacher.task").value == task["task"]
+    assert at.number_input(key="train.student.data.teacher.max_length").value == 16
+    help_text = at.selectbox(key="train.student.student.init").help
+    assert help_text == StudentConfig.__dataclass_fields__["init"].metadata["help"]

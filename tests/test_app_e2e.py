@@ -1,0 +1,164 @@
+"""End to end: ``streamlit run app.py`` on a loopback port, driven by Debian's headless Chromium
+through Playwright — a case study typed by a user, its heatmap rows checked and screenshotted.
+
+The runs are tiny ones built here, or ``$KDW_E2E_RUNS`` (e.g. ``runs`` after the demo build);
+with ``$KDW_SCREENSHOTS`` set, a screenshot of every page is saved there (how the README's
+``assets/`` pictures are made)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_app import HOSTILE, build_tiny_runs
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                 "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+PAGES = {"case-study": "Case study", "geometry": "Layer geometry", "loyalty": "Loyalty",
+         "train": "Train", "export": "Export"}
+
+
+def _apt_install(package: str) -> bool:
+    install = ["apt-get", "install", "-y", "-q", package]
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    if subprocess.run(install, capture_output=True, env=env, check=False).returncode == 0:
+        return True
+    subprocess.run(["apt-get", "update", "-q"], capture_output=True, env=env, check=False)
+    return subprocess.run(install, capture_output=True, env=env, check=False).returncode == 0
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Path:
+    """Debian's Chromium, installed with apt when missing and possible."""
+    pytest.importorskip("playwright.sync_api", reason="needs the dev extra (playwright)")
+    if not CHROMIUM.exists():
+        if os.geteuid() != 0 or shutil.which("apt-get") is None:
+            pytest.skip(f"{CHROMIUM} is missing and apt-get cannot install it here (not root)")
+        if not _apt_install("chromium"):
+            pytest.skip("apt-get install chromium failed")
+    return CHROMIUM
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def app_url(tmp_path_factory) -> Iterator[str]:
+    """The app served on a free loopback port, over tiny runs (or ``$KDW_E2E_RUNS``)."""
+    runs = os.environ.get("KDW_E2E_RUNS")
+    if runs is None:
+        work = tmp_path_factory.mktemp("e2e")
+        build_tiny_runs(work / "runs", work)
+        runs = str(work / "runs")
+    port = _free_port()
+    log = tmp_path_factory.mktemp("server") / "streamlit.log"
+    env = {**os.environ, "KDW_RUNS": runs, "KDW_DEMO": "off", "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+               "--server.address", "127.0.0.1", "--server.headless", "true"]
+    with open(log, "w") as output:
+        server = subprocess.Popen(command, cwd=ROOT, env=env, stdout=output,
+                                  stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 90
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as reply:
+                    if reply.status == 200:
+                        break
+            except OSError:
+                if server.poll() is not None or time.time() > deadline:
+                    pytest.fail(f"the app did not start:\n{log.read_text()}")
+                time.sleep(0.5)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+@pytest.fixture
+def page(chromium, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            str(tmp_path / "profile"), executable_path=str(chromium), headless=True,
+            args=CHROMIUM_ARGS, viewport={"width": 1400, "height": 1000},
+        )
+        try:
+            yield context.new_page()
+        finally:
+            context.close()
+
+
+def _screenshot(page, path: Path) -> Path:
+    """The whole page (the viewport stretched to the page's height) as a PNG."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    height = page.evaluate("() => document.querySelector('[data-testid=stMain]').scrollHeight")
+    page.set_viewport_size({"width": 1400, "height": min(max(height, 600), 3000)})
+    _settle(page)
+    page.screenshot(path=str(path))
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    return path
+
+
+def _settle(page) -> None:
+    """Wait until the app has run its script and the browser has drawn the result."""
+    page.wait_for_timeout(500)
+    page.wait_for_selector("[data-testid='stApp'][data-test-script-state='notRunning']",
+                           timeout=120_000)
+    for busy in ("[data-testid='stSpinner']", "[data-testid='stSkeleton']"):
+        page.wait_for_selector(busy, state="detached", timeout=120_000)
+    page.wait_for_function("() => [...document.images].every(i => i.complete)",
+                           timeout=60_000)
+    page.wait_for_timeout(500)
+
+
+def test_a_case_study_in_the_browser(app_url, page, tmp_path):
+    dialogs = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    page.goto(app_url)
+    page.wait_for_selector("tr.kdw-row", timeout=120_000)
+    _settle(page)
+    rows = page.locator("tr.kdw-row")
+    assert rows.count() >= 3  # the teacher and its students
+    assert "SL" in rows.nth(1).inner_text()
+    text = page.get_by_label("Text", exact=True)
+    text.fill(HOSTILE)
+    text.press("Control+Enter")
+    _settle(page)
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('tr.kdw-row')].every("
+        "r => r.innerText.includes('good') && !r.innerText.includes('movie'))", timeout=60_000)
+    _settle(page)
+    tokens = page.locator("tr.kdw-row").first.locator("td.kdw-token").all_inner_texts()
+    assert "good" in tokens and "movie" not in tokens
+    assert not dialogs, "text from the user ran as script"
+    assert page.locator("script:has-text('alert(1)')").count() == 0
+    shot = _screenshot(page, tmp_path / "case-study-typed.png")
+    assert shot.stat().st_size > 10_000
+
+
+def test_every_page_renders(app_url, page, tmp_path):
+    for url_path, title in PAGES.items():
+        page.goto(f"{app_url}/{url_path}" if url_path != "case-study" else app_url)
+        page.get_by_role("heading", name=title).first.wait_for(timeout=120_000)
+        _settle(page)
+        assert page.locator("[data-testid='stException']").count() == 0, url_path
+        _screenshot(page, Path(os.environ.get("KDW_SCREENSHOTS", tmp_path)) / f"{url_path}.png")

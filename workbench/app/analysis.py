@@ -1,0 +1,129 @@
+"""What the app computes over a whole split and inside one model (no Streamlit here): each
+model's predictions and Grad saliency per example, the loyalty of students to their teacher
+(label, probability and saliency loyalty, METHODS.md §6), hidden states and the layer mapping a
+student's method uses."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor
+
+from workbench.agreement import pearson_per_example
+from workbench.attribution import grad_saliency
+from workbench.config import ObjectiveConfig, from_dict
+from workbench.data import Split, TaskSpec, batches, encode
+from workbench.heatmaps import Example
+from workbench.metrics import jensen_shannon, task_metrics
+from workbench.models import LoadedRun, encoder_layers, forward, select_layers
+
+
+@dataclass
+class SplitOutputs:
+    """One model over a split: logits ``[N, C]`` and the Grad saliency of each example's
+    predicted class ``[N, L]`` over its real tokens (``mask`` ``[N, L]``)."""
+
+    logits: Tensor
+    saliency: Tensor
+    mask: Tensor
+
+
+def split_outputs(loaded: LoadedRun, split: Split, batch_size: int = 32) -> SplitOutputs:
+    """Logits and Grad saliency of every example, in batches of similar length."""
+    dataset = encode(split, loaded.tokenizer, loaded.data.max_length, loaded.spec.regression)
+    order = sorted(range(len(dataset)), key=lambda i: len(dataset.input_ids[i]))
+    length = max(len(ids) for ids in dataset.input_ids)
+    saliency = torch.zeros(len(dataset), length)
+    mask = torch.zeros(len(dataset), length, dtype=torch.long)
+    logits: Tensor | None = None
+    for batch in batches(dataset, order, batch_size, loaded.tokenizer.pad_token_id or 0):
+        with torch.no_grad():
+            out = forward(loaded.model, batch).logits.float()
+        width = batch["input_ids"].shape[1]
+        saliency[batch["index"], :width] = grad_saliency(
+            loaded.model, batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
+            target=out.argmax(-1))
+        mask[batch["index"], :width] = batch["attention_mask"]
+        if logits is None:
+            logits = out.new_zeros((len(dataset), out.shape[-1]))
+        logits[batch["index"]] = out
+    assert logits is not None, "empty split"
+    return SplitOutputs(logits, saliency, mask)
+
+
+def loyalty_tables(
+    spec: TaskSpec, examples: list[Example], teacher: SplitOutputs,
+    students: dict[str, SplitOutputs],
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A summary row per model (task metrics; for students LL, PL and SL ×100 against the
+    teacher) and a row per example: text, gold label, the teacher's prediction and whether it
+    is right, and per student ``<name>`` (prediction), ``<name> ✓``, ``<name> PL`` and
+    ``<name> SL``."""
+    names = spec.label_names
+
+    def labelled(logits: Tensor) -> list:
+        return [names[int(c)] for c in logits.argmax(-1)] if names else logits[:, 0].tolist()
+
+    gold = torch.tensor([names.index(e.label) if names else float(e.label) for e in examples])
+    frame = pd.DataFrame({
+        "text": [e.text for e in examples], "gold": [e.label for e in examples],
+        "teacher": labelled(teacher.logits),
+        "teacher ✓": (teacher.logits.argmax(-1) == gold).tolist() if names else None,
+    })
+    summary = [{"model": "teacher", **task_metrics(spec, teacher.logits, gold)}]
+    for name, outputs in students.items():
+        saliency = pearson_per_example(teacher.saliency, outputs.saliency, teacher.mask).numpy()
+        frame[name] = labelled(outputs.logits)
+        row = {"model": name, **task_metrics(spec, outputs.logits, gold)}
+        if names:
+            probability = 1 - jensen_shannon(teacher.logits.softmax(-1),
+                                             outputs.logits.softmax(-1)).clamp(min=0).sqrt()
+            frame[f"{name} ✓"] = (outputs.logits.argmax(-1) == gold).tolist()
+            frame[f"{name} PL"] = probability.tolist()
+            row |= {"LL": float((frame[name] == frame["teacher"]).mean()),
+                    "PL": float(probability.mean())}
+        frame[f"{name} SL"] = saliency
+        row["SL×100"] = 100 * float(np.nanmean(saliency)) if np.isfinite(saliency).any() \
+            else math.nan
+        summary.append(row)
+    return pd.DataFrame(summary).set_index("model"), frame
+
+
+def hidden_states(loaded: LoadedRun, example: Example) -> tuple[list[str], Tensor]:
+    """The tokens of one example and its hidden states ``[layers + 1, L, d]`` (embedding
+    output first)."""
+    args = (example.text,) if not loaded.spec.pair else (example.text, example.pair or "")
+    batch = dict(loaded.tokenizer(*args, truncation=True, return_tensors="pt",
+                                  max_length=loaded.model.config.max_position_embeddings))
+    with torch.no_grad():
+        states = forward(loaded.model, batch, hidden_states=True).hidden_states
+    tokens = loaded.tokenizer.convert_ids_to_tokens(batch["input_ids"][0].tolist())
+    return tokens, torch.stack([h[0] for h in states])
+
+
+def layer_mapping(teacher: LoadedRun, student: LoadedRun) -> tuple[list[tuple[int, int]], str]:
+    """``(student layer, teacher layer)`` pairs, as ``hidden_states`` indices (0 = embeddings),
+    that the student's method matches, and how they were chosen."""
+    from kd.objective import Objective
+
+    n, m = len(encoder_layers(teacher.model)), len(encoder_layers(student.model))
+    configs = student.run.info()["configs"]
+    objective = Objective.resolve(from_dict(ObjectiveConfig, configs["objective"]), n, m,
+                                  teacher.spec.num_labels)
+    if objective.relation_pairs:
+        return list(objective.relation_pairs), "uniform mapping of the relation terms (CKD)"
+    if objective.patient_pairs:
+        return list(objective.patient_pairs), f"Patient KD mapping ({objective.config.preset})"
+    student_config = configs["student"]
+    if student_config.get("init") == "cut":
+        kept = select_layers(n, m, student_config.get("layers", "skip"))
+        return ([(0, 0)] + [(j + 1, t + 1) for j, t in enumerate(kept)],
+                f"no layer term: the teacher layers the student was cut from "
+                f"({student_config.get('layers')})")
+    step = n / m
+    return ([(j, round(j * step)) for j in range(m + 1)],
+            "no layer term: proportional positions shown")

@@ -1,0 +1,173 @@
+"""Case study: one text (or a pair) through the teacher and any students — each model's
+prediction and probabilities, its token attribution map on a shared colour scale, and how far
+each student's explanation follows the teacher's (saliency loyalty, rank correlation).
+
+Examples come from the keyboard or from a split, filtered to where teacher and students
+disagree, where a model is wrong, or where saliency loyalty is low.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict
+
+import pandas as pd
+import streamlit as st
+
+from workbench.app import common
+from workbench.app.catalog import RunEntry
+from workbench.app.heatmap_view import show_heatmap
+from workbench.errors import WorkbenchError
+from workbench.heatmaps import (
+    Agreement,
+    Example,
+    Explanation,
+    HeatmapSettings,
+    agreement,
+    explain,
+    to_heatmap,
+)
+
+KEY = "case"
+SOURCES = ("Type a text", "Pick from a split", "Upload a file")
+FILTERS = ("all examples", "teacher and a student disagree", "a model is wrong",
+           "low saliency loyalty")
+SPLIT_LIMIT = 500
+
+
+def case_study(
+    entries: list[RunEntry], example: Example, settings: HeatmapSettings
+) -> tuple[list[Explanation], list[Agreement]]:
+    """Explanations of every chosen run (teacher first) and each student's agreement with the
+    teacher, computed once per (runs, example, settings)."""
+    runs = tuple((e.name, str(e.path), e.stamp()) for e in entries)
+    return _case_study(runs, json.dumps(asdict(example)), json.dumps(asdict(settings)))
+
+
+@st.cache_data(show_spinner="Attributing…", max_entries=64)
+def _case_study(
+    runs: tuple[tuple[str, str, int], ...], example_json: str, settings_json: str
+) -> tuple[list[Explanation], list[Agreement]]:
+    example = Example(**json.loads(example_json))
+    settings = HeatmapSettings(**json.loads(settings_json))
+    explanations = [explain(common.load_cached(path, stamp), [example], settings, name)[0]
+                    for name, path, stamp in runs]
+    teacher, *students = explanations
+    return explanations, [agreement(teacher, s, settings.view) for s in students]
+
+
+def _filtered(frame: pd.DataFrame, students: list[str], choice: str) -> pd.DataFrame:
+    """The rows of the per-example loyalty table that a filter keeps."""
+    if choice == FILTERS[1]:
+        return frame[pd.concat([frame[s] != frame["teacher"] for s in students], axis=1)
+                     .any(axis=1)]
+    if choice == FILTERS[2]:
+        return frame[~frame[[c for c in frame.columns if c.endswith("✓")]].all(axis=1)]
+    threshold = st.slider("Saliency loyalty below", -1.0, 1.0, 0.5, 0.05, key=f"{KEY}.threshold")
+    frame = frame.assign(**{"lowest SL": frame[[f"{s} SL" for s in students]].min(axis=1)})
+    return frame[frame["lowest SL"] < threshold].sort_values("lowest SL")
+
+
+def _split_example(teacher: RunEntry, students: list[RunEntry]) -> Example | None:
+    left, right = st.columns(2)
+    with left:
+        split = common.split_choice(KEY)
+    choice = right.selectbox("Show", FILTERS if students else FILTERS[:1], key=f"{KEY}.filter")
+    examples = common.split_frame(common.load(teacher), split)
+    if choice == FILTERS[0]:
+        frame = examples[["text", "label"]].rename(columns={"label": "gold"})
+    else:
+        frame = common.split_loyalty(teacher, students, split, SPLIT_LIMIT)[1]
+        frame = _filtered(frame, [s.name for s in students], choice)
+        st.caption(f"{len(frame)} of the first {min(SPLIT_LIMIT, len(examples))} examples")
+    index = _picked_row(frame)
+    return None if index is None else common.frame_examples(examples.loc[[index]])[0]
+
+
+def _picked_row(frame: pd.DataFrame) -> int | None:
+    """The index of the row the user selects in ``frame`` (None until one is selected)."""
+    chosen = st.dataframe(frame, on_select="rerun", selection_mode="single-row", height=230,
+                          key=f"{KEY}.table")
+    if not chosen.selection.rows:
+        st.caption("Select a row to explain it.")
+        return None
+    return frame.index[chosen.selection.rows[0]]
+
+
+def _uploaded_example() -> Example | None:
+    examples = common.uploaded_examples(KEY)
+    if not examples:
+        return None
+    index = _picked_row(pd.DataFrame([asdict(e) for e in examples]))
+    return None if index is None else examples[index]
+
+
+def _probabilities(explanations: list[Explanation]) -> pd.DataFrame:
+    """A row per model: its prediction and the probability of every class."""
+    return pd.DataFrame([
+        {"model": e.name,
+         "prediction": e.probabilities[0] if e.regression else e.class_names[e.predicted],
+         **({} if e.regression else dict(zip(e.class_names, e.probabilities, strict=True)))}
+        for e in explanations
+    ]).set_index("model")
+
+
+def _agreement_notes(
+    explanations: list[Explanation], agreements: list[Agreement]
+) -> dict[str, str]:
+    """``SL … · ρ …`` under each student's rows (label prefixes match every class row)."""
+
+    def number(value: float) -> str:
+        return "n/a" if math.isnan(value) else f"{value:.2f}"
+
+    return {e.name: f"SL {number(a.saliency_loyalty)} · ρ {number(a.rank_correlation)}"
+            for e, a in zip(explanations[1:], agreements, strict=True)}
+
+
+def render() -> None:
+    st.title("Case study")
+    entries = common.runs()
+    picked = common.pick_models(entries, KEY)
+    if picked is None:
+        return
+    teacher, students = picked
+    loaded = common.load_models([teacher, *students])
+    if loaded is None:
+        return
+    spec = loaded[0].spec
+    if common.CASE_EXAMPLE in st.session_state:
+        st.session_state[f"{KEY}.source"] = SOURCES[0]
+    source = st.radio("Example", SOURCES, horizontal=True, key=f"{KEY}.source")
+    if source == SOURCES[0]:
+        typed = common.typed_examples(KEY, spec.pair)
+        example = typed[0] if typed else None
+    elif source == SOURCES[1]:
+        example = _split_example(teacher, students)
+    else:
+        example = _uploaded_example()
+    settings = common.heatmap_settings(f"{KEY}.settings", spec.label_names)
+    if example is None:
+        return
+    try:
+        explanations, agreements = case_study([teacher, *students], example, settings)
+        heatmap = to_heatmap(explanations, example, settings)
+    except WorkbenchError as error:
+        st.error(common.plain(error))
+        return
+    st.dataframe(_probabilities(explanations).style.format(precision=3))
+    if example.label is not None:
+        st.text(f"gold label: {example.label}")
+    notes = _agreement_notes(explanations, agreements)
+    show_heatmap(heatmap, {row.label: notes.get(row.label.split(" · ")[0], "")
+                                  for row in heatmap.rows})
+    st.caption("SL: saliency loyalty, Pearson correlation of the Grad saliency of the teacher "
+               "and the student (each for its predicted class); ρ: Spearman correlation of "
+               "the shown attribution maps (the teacher's predicted class for the view pred).")
+    for explanation, agreement_ in zip(explanations[1:], agreements, strict=True):
+        for note in agreement_.notes:
+            st.warning(common.plain(f"{explanation.name}: {note}"))
+
+
+if __name__ == "__main__":
+    common.run_page(render)

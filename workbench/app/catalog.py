@@ -1,0 +1,111 @@
+"""The run folders under the runs root, as the app lists them: every run, and every folder that
+cannot be used with its problem in one line, so one broken folder never hides the others."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workbench.errors import WorkbenchError
+from workbench.runs import RUN_FILE, Run
+
+RUNS_ENV = "KDW_RUNS"
+
+
+def runs_root() -> Path:
+    """Where runs live: ``$KDW_RUNS``, default ``runs/`` in the working directory."""
+    return Path(os.environ.get(RUNS_ENV, "runs"))
+
+
+# --------------------------------------------------------------------------- run folders
+
+
+@dataclass
+class RunEntry:
+    """A folder under the runs root: a usable run, or one with a problem to show on its row."""
+
+    path: Path
+    name: str
+    info: dict[str, Any] = field(default_factory=dict)
+    status: dict[str, Any] = field(default_factory=dict)
+    problem: str | None = None
+
+    @property
+    def kind(self) -> str | None:
+        return self.info.get("kind")
+
+    @property
+    def method(self) -> str:
+        return self.info.get("method", "")
+
+    @property
+    def task(self) -> str:
+        return self.info.get("task", {}).get("name", "")
+
+    @property
+    def state(self) -> str:
+        return self.status.get("state", "unknown")
+
+    @property
+    def usable(self) -> bool:
+        return self.problem is None
+
+    @property
+    def teacher_run(self) -> str:
+        return self.info.get("configs", {}).get("student", {}).get("teacher_run", "")
+
+    def results(self) -> dict[str, Any]:
+        """Final dev/test metrics, ``{}`` while there are none (or they cannot be read)."""
+        try:
+            return Run(self.path).results() or {}
+        except WorkbenchError:
+            return {}
+
+    def stamp(self) -> int:
+        """Changes when the run's best model is replaced (the cache key of the model)."""
+        weights = self.path / "model" / "model.safetensors"
+        return weights.stat().st_mtime_ns if weights.exists() else 0
+
+
+def _entry(root: Path, folder: Path) -> RunEntry:
+    entry = RunEntry(folder, folder.relative_to(root).as_posix())
+    try:
+        run = Run.open(folder)
+        entry.info = run.info()
+        entry.status = run.status()
+    except WorkbenchError as error:
+        entry.problem = str(error)
+        return entry
+    if not (run.model_dir / "config.json").exists():
+        entry.problem = f"no trained model yet (status: {entry.state})"
+    return entry
+
+
+def _subfolders(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def discover_runs(root: Path) -> list[RunEntry]:
+    """Every run folder under ``root`` and one level deeper (``runs/demo/teacher``); folders
+    whose names start with a dot are the app's own."""
+    if not root.is_dir():
+        return []
+    entries = []
+    for folder in _subfolders(root):
+        inner = _subfolders(folder)
+        if (folder / RUN_FILE).exists() or not any((p / RUN_FILE).exists() for p in inner):
+            entries.append(_entry(root, folder))
+        else:
+            entries.extend(_entry(root, p) for p in inner)
+    return entries
+
+
+def same_folder(given: str, folder: Path) -> bool:
+    """Whether a path recorded in a config (relative to where the command ran) names
+    ``folder``; paths that no longer resolve are compared by their last two parts."""
+    path = Path(given)
+    if path.exists():
+        return path.resolve() == folder.resolve()
+    return path.parts[-2:] == folder.resolve().parts[-2:]

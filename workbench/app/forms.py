@@ -1,0 +1,71 @@
+"""Widgets generated from the config dataclasses: one widget per field, labelled by its name, with
+its ``metadata["help"]`` as the tooltip and ``metadata["choices"]`` as the options, so the app
+describes no option a second time (the CLI is generated from the same fields)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import streamlit as st
+
+from workbench.config import _field_type
+
+T = TypeVar("T")
+DEFAULT_CHOICE = "(default)"
+# a widget for one field: (label, default, help, key) -> value
+Widget = Callable[[str, Any, str, str], Any]
+
+
+def field_label(name: str) -> str:
+    return name.replace("_", " ")
+
+
+def _choice(label: str, default: Any, help_text: str, key: str, choices: tuple) -> Any:
+    shown = [DEFAULT_CHOICE if c is None else c for c in choices]
+    index = shown.index(DEFAULT_CHOICE if default is None else default)
+    picked = st.selectbox(label, shown, index=index, help=help_text, key=key)
+    return None if picked == DEFAULT_CHOICE else picked
+
+
+def _widget(cls: type, f: dataclasses.Field, default: Any, key: str) -> Any:
+    kind, optional = _field_type(cls, f)
+    label, help_text = field_label(f.name), f.metadata.get("help", "")
+    if f.metadata.get("choices"):
+        return _choice(label, default, help_text, key, tuple(f.metadata["choices"]))
+    if kind is bool:
+        return st.checkbox(label, value=bool(default), help=help_text, key=key)
+    if kind is int:
+        return st.number_input(label, value=default, step=1, help=help_text, key=key,
+                               placeholder="default" if optional else None)
+    if kind is float:
+        return st.number_input(label, value=None if default is None else float(default),
+                               format="%g", help=help_text, key=key,
+                               placeholder="default" if optional else None)
+    text = st.text_input(label, value=default or "", help=help_text, key=key)
+    return (text.strip() or None) if optional else text.strip()
+
+
+def config_widgets(
+    cls: type[T],
+    key: str,
+    defaults: T | None = None,
+    overrides: Mapping[str, Widget] | None = None,
+    columns: int = 2,
+) -> T:
+    """An instance of the dataclass ``cls`` read from one widget per field (keys
+    ``<key>.<field>``); ``overrides`` replaces the generated widget of some fields."""
+    values = {}
+    fields = dataclasses.fields(cls)
+    slots = st.columns(columns)
+    for i, f in enumerate(fields):
+        default = getattr(defaults, f.name) if defaults is not None else f.default
+        with slots[i % columns]:
+            if overrides and f.name in overrides:
+                values[f.name] = overrides[f.name](
+                    field_label(f.name), default, f.metadata.get("help", ""), f"{key}.{f.name}"
+                )
+            else:
+                values[f.name] = _widget(cls, f, default, f"{key}.{f.name}")
+    return cls(**values)

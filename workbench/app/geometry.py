@@ -1,0 +1,135 @@
+"""Layer geometry: for one input, the word-relation matrices (pairwise distances, windowed
+angles) of a student layer and of the teacher layer it learns from, side by side; the
+layer-transforming relation of one token across layers; and the layer mapping as a diagram."""
+
+from __future__ import annotations
+
+import streamlit as st
+import torch
+from matplotlib.figure import Figure
+from torch import Tensor
+
+from workbench.app import common
+from workbench.app.analysis import hidden_states, layer_mapping
+from workbench.errors import WorkbenchError
+from workbench.geometry import dense_angles, pairwise_distance_relation, windowed_angle_relation
+
+KEY = "geometry"
+PAIR_KINDS = {"cosine distance": "cosine", "Euclidean distance": "l2",
+              "Euclidean / mean": "l2_mean"}
+TEACHER_COLOUR, STUDENT_COLOUR = "#e66101", "#5e3c99"  # PuOr ends: colour-blind safe
+
+
+def _matrix(ax, matrix: Tensor, labels: list[str], title: str, cmap: str, vmin=None,
+            vmax=None) -> None:
+    image = ax.imshow(matrix.numpy(), cmap=cmap, vmin=vmin, vmax=vmax)
+    ax.set_title(title, fontsize=9, parse_math=False)
+    ticks = range(len(labels))
+    ax.set_xticks(ticks, labels, rotation=90, fontsize=7, parse_math=False)
+    ax.set_yticks(ticks, labels, fontsize=7, parse_math=False)
+    ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.03)
+
+
+def _side_by_side(matrices: list[tuple[Tensor, list[str], str]], cmap: str, cells: int,
+                  vmin=None, vmax=None) -> Figure:
+    """Teacher and student matrices in one figure on one colour range, sized for ``cells``
+    rows (the same for every figure of the page, so they line up)."""
+    if vmax is None:
+        finite = torch.cat([m[torch.isfinite(m)].flatten() for m, _, _ in matrices])
+        vmin, vmax = float(finite.min()), float(finite.max())
+    side = max(3.2, 0.22 * cells + 1.5)
+    fig = Figure(figsize=(2 * side, side - 0.2), layout="constrained")
+    for ax, (matrix, labels, title) in zip(fig.subplots(1, 2), matrices, strict=True):
+        _matrix(ax, matrix, labels, title, cmap, vmin, vmax)
+    return fig
+
+
+def mapping_figure(pairs: list[tuple[int, int]], teacher_layers: int, student_layers: int,
+                   chosen: tuple[int, int]) -> Figure:
+    """Teacher layers on the left, student layers on the right, a line per matched pair (the
+    chosen pair in bold); 0 is the embedding output."""
+    fig = Figure(figsize=(2.4, max(2.6, 0.42 * (teacher_layers + 1) + 0.6)),
+                 layout="constrained")
+    ax = fig.subplots()
+    scale = teacher_layers / max(student_layers, 1)
+    for layer in range(teacher_layers + 1):
+        ax.text(0, layer, f"T{layer}", ha="center", va="center", fontsize=9, color="white",
+                bbox={"boxstyle": "round", "fc": TEACHER_COLOUR, "ec": "none"})
+    for layer in range(student_layers + 1):
+        ax.text(1, layer * scale, f"S{layer}", ha="center", va="center", fontsize=9,
+                color="white", bbox={"boxstyle": "round", "fc": STUDENT_COLOUR, "ec": "none"})
+    for student, teacher in pairs:
+        bold = (student, teacher) == chosen
+        ax.plot([0.1, 0.9], [teacher, student * scale], color="black" if bold else "#999999",
+                linewidth=2 if bold else 1)
+    ax.set_xlim(-0.3, 1.3)
+    ax.set_ylim(teacher_layers + 0.6, -0.6)
+    ax.set_axis_off()
+    ax.set_title("teacher → student", fontsize=10)
+    return fig
+
+
+def render() -> None:
+    st.title("Layer geometry")
+    entries = common.runs()
+    picked = common.pick_models(entries, KEY, single_student=True)
+    if picked is None or not picked[1]:
+        return
+    loaded = common.load_models([picked[0], picked[1][0]])
+    if loaded is None:
+        return
+    teacher, student = loaded
+    examples = common.typed_examples(KEY, teacher.spec.pair)
+    if not examples:
+        return
+    try:
+        pairs, how = layer_mapping(teacher, student)
+    except WorkbenchError as error:
+        st.error(common.plain(f"{picked[1][0].name}: {error}"))
+        return
+    tokens, teacher_states = hidden_states(teacher, examples[0])
+    _, student_states = hidden_states(student, examples[0])
+    names = [f"S{s} ← T{t}" for s, t in pairs]
+    labels = [f"{i}:{t}" for i, t in enumerate(tokens)]
+    diagram, choices = st.columns([1, 3])
+    with choices:
+        chosen = pairs[names.index(st.selectbox("Layer pair", names, index=len(names) - 1,
+                                                key=f"{KEY}.pair"))]
+        kind = st.selectbox("Pair relation", list(PAIR_KINDS), key=f"{KEY}.kind")
+        token = st.selectbox("Token (angles, across layers)", range(len(tokens)),
+                             format_func=labels.__getitem__, index=min(1, len(tokens) - 1),
+                             key=f"{KEY}.token")
+        st.caption(common.plain(f"Layer mapping: {how}. Layer 0 is the embedding output."))
+    with diagram:
+        st.pyplot(mapping_figure(pairs, len(teacher_states) - 1, len(student_states) - 1,
+                                 chosen), width=220)
+
+    student_layer, teacher_layer = chosen
+    states = {"teacher": teacher_states[teacher_layer], "student": student_states[student_layer]}
+    titles = {"teacher": f"teacher layer {teacher_layer}",
+              "student": f"student layer {student_layer}"}
+    distances = {name: pairwise_distance_relation(h[None], kind=PAIR_KINDS[kind])[0][0]
+                 for name, h in states.items()}
+    angles = {}
+    for name, h in states.items():
+        banded, valid = windowed_angle_relation(h[None])
+        angles[name] = dense_angles(banded[0], valid[0], token)
+    across = {"teacher": teacher_states[:, token], "student": student_states[:, token]}
+    layer_relation = {name: pairwise_distance_relation(h[None], kind=PAIR_KINDS[kind])[0][0]
+                      for name, h in across.items()}
+
+    st.subheader("Word relation: pairwise distances")
+    st.pyplot(_side_by_side([(distances[n], labels, titles[n]) for n in states], "Oranges",
+                            len(tokens)))
+    st.subheader(f"Word relation: angles around token {common.plain(labels[token])}")
+    st.caption("cos∠(r_j − r_i, r_k − r_i) for tokens j, k in the window around i; blank outside "
+               "the window.")
+    st.pyplot(_side_by_side([(angles[n], labels, titles[n]) for n in states], "PuOr_r",
+                            len(tokens), vmin=-1.0, vmax=1.0))
+    st.subheader(f"Layer-transforming relation of token {common.plain(labels[token])}")
+    st.pyplot(_side_by_side([
+        (layer_relation[n], [f"L{i}" for i in range(len(across[n]))], f"{n}, across layers")
+        for n in states], "Oranges", len(tokens)))
+
+if __name__ == "__main__":
+    common.run_page(render)

@@ -1,0 +1,160 @@
+"""The app's background jobs: trainings and the demo build, each a separate process running
+:mod:`workbench.app.runner`, so the UI stays responsive and a page reload loses nothing.
+
+A job is recorded in ``<runs root>/.jobs/<name>.json`` (process id, target folder, log); its
+progress is read from the files it writes (``progress.jsonl``, and the run's ``metrics.jsonl``
+and ``status.json``). Stopping a training creates the ``STOP`` file its callback polls.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from workbench.app.runner import PROGRESS_FILE, STOP_FILE
+from workbench.runs import atomic_write_json
+
+JOBS_DIR = ".jobs"
+RUNNER = "workbench.app.runner"
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+
+
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` is a running (not zombie) runner process; reaps our finished children."""
+    try:
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    except ChildProcessError:
+        pass  # not our child: another server started it
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    proc = Path(f"/proc/{pid}")
+    if not proc.exists():
+        return True  # no procfs: trust the signal check
+    try:
+        state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return False
+    return state != "Z" and RUNNER in command
+
+
+@dataclass
+class Job:
+    """A background process of the app."""
+
+    name: str
+    kind: str  # teacher | student | demo
+    target: str  # the run folder, or the demo's root
+    pid: int
+    started: float
+    log: str | None = None
+
+    @property
+    def alive(self) -> bool:
+        return process_alive(self.pid)
+
+    @property
+    def folder(self) -> Path:
+        return Path(self.target)
+
+    def log_tail(self, lines: int = 20) -> str:
+        """The last lines of the job's output (tqdm's carriage returns made line breaks)."""
+        if not self.log or not Path(self.log).exists():
+            return ""
+        text = Path(self.log).read_text(errors="replace").replace("\r", "\n")
+        return "\n".join([line for line in text.splitlines() if line.strip()][-lines:])
+
+
+def job_file(root: Path, name: str) -> Path:
+    return Path(root) / JOBS_DIR / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}.json"
+
+
+def launch(
+    root: Path, name: str, kind: str, target: Path, argument: str, to_terminal: bool = False
+) -> Job:
+    """Start ``python -m workbench.app.runner KIND TARGET ARGUMENT`` and record it.
+
+    A training writes its output to ``.jobs/<name>.log`` in a session of its own (it survives
+    the app's server); the demo build (``to_terminal``) writes to the app's terminal and stops
+    with it (it resumes on the next launch)."""
+    (target / STOP_FILE).unlink(missing_ok=True)
+    path = job_file(root, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    log = None if to_terminal else path.with_suffix(".log")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")]))}
+    command = [sys.executable, "-m", RUNNER, kind, str(target), argument]
+    with open(log, "w") if log else nullcontext() as output:
+        process = subprocess.Popen(
+            command, env=env, stdin=subprocess.DEVNULL, stdout=output,
+            stderr=subprocess.STDOUT if output else None, start_new_session=not to_terminal,
+        )
+    job = Job(name, kind, str(target), process.pid, time.time(), str(log) if log else None)
+    atomic_write_json(path, asdict(job))
+    return job
+
+
+def launch_training(root: Path, run_dir: Path, kind: str, configs: dict[str, Any]) -> Job:
+    """Train (or resume) a teacher or a student from ``run.json``-style configs."""
+    return launch(root, run_dir.name, kind, run_dir, json.dumps(configs))
+
+
+def read_jobs(root: Path) -> list[Job]:
+    """Every recorded job, newest first (unreadable records are skipped)."""
+    jobs = []
+    for path in sorted((Path(root) / JOBS_DIR).glob("*.json")):
+        try:
+            jobs.append(Job(**json.loads(path.read_text())))
+        except (OSError, ValueError, TypeError):
+            continue
+    return sorted(jobs, key=lambda job: -job.started)
+
+
+def job_for(root: Path, target: Path) -> Job | None:
+    """The latest job that worked on ``target``."""
+    resolved = Path(target).resolve()
+    return next((j for j in read_jobs(root) if Path(j.target).resolve() == resolved), None)
+
+
+def request_stop(job: Job) -> None:
+    """Ask a training to stop at its next step (it keeps a checkpoint and can resume); a job
+    that has not created its run folder yet is terminated."""
+    if (job.folder / "run.json").exists():
+        (job.folder / STOP_FILE).touch()
+    elif job.alive:
+        os.killpg(job.pid, signal.SIGTERM)
+
+
+def read_progress(folder: Path) -> list[dict[str, Any]]:
+    """The records of ``progress.jsonl`` in order (a line cut by a kill is skipped)."""
+    path = Path(folder) / PROGRESS_FILE
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
+def step_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record per training step, the latest one (steps after the last checkpoint are
+    trained again when a run resumes)."""
+    by_step = {r["step"]: r for r in records if "step" in r}
+    return [by_step[step] for step in sorted(by_step)]

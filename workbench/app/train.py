@@ -1,0 +1,205 @@
+"""Train: configure a teacher fine-tuning or a distillation (any preset, or explicit term
+weights) with widgets generated from the config dataclasses, launch it as a separate process,
+follow its loss and dev-metric curves live, stop it, resume it; and the list of runs with their
+configs and metrics (a broken run folder shows its problem on its row)."""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from kd.objective import PRESETS, TERMS
+from workbench.app import common
+from workbench.app.catalog import RunEntry, discover_runs, runs_root
+from workbench.app.forms import config_widgets
+from workbench.app.jobs import (
+    Job,
+    job_for,
+    launch_training,
+    read_jobs,
+    read_progress,
+    request_stop,
+    step_records,
+)
+from workbench.config import (
+    DataConfig,
+    ObjectiveConfig,
+    OptimConfig,
+    StudentConfig,
+    TeacherConfig,
+    from_dict,
+    to_dict,
+)
+from workbench.runs import Run
+
+KEY = "train"
+SECTIONS = {
+    "teacher": (("data", DataConfig), ("teacher", TeacherConfig), ("optim", OptimConfig)),
+    "student": (("data", DataConfig), ("student", StudentConfig),
+                ("objective", ObjectiveConfig), ("optim", OptimConfig)),
+}
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+RESUMABLE = ("created", "running", "stopped", "failed", "unknown")
+
+
+def _select(options: list[str]):
+    """A selectbox override for a text field whose sensible values are known."""
+
+    def widget(label: str, default: Any, help_text: str, key: str) -> str:
+        shown = list(dict.fromkeys([default, *options] if default else options))
+        return st.selectbox(label, shown, help=help_text, key=key)
+
+    return widget
+
+
+def _form(root, kind: str, teacher: RunEntry | None) -> None:
+    """The configuration form; on submit, the training starts in the background."""
+    data_defaults = (from_dict(DataConfig, teacher.info["configs"]["data"])
+                     if teacher is not None else None)
+    overrides = {"preset": _select(sorted(PRESETS))}
+    if teacher is not None:
+        overrides["teacher_run"] = _select([str(teacher.path)])
+    default_name = st.session_state.setdefault(f"{KEY}.default_name.{kind}",
+                                               f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}")
+    with st.form(f"{KEY}.form.{kind}"):
+        name = st.text_input("Run name (a folder under the runs root)", default_name,
+                             key=f"{KEY}.name")
+        configs = {}
+        for section, cls in SECTIONS[kind]:
+            scope = f"{KEY}.{kind}.{section}" + (f".{teacher.name}" if section == "data" and
+                                                  teacher is not None else "")
+            with st.expander(f"{section}: {(cls.__doc__ or '').strip()}",
+                             expanded=section != "optim"):
+                defaults = data_defaults if section == "data" else None
+                configs[section] = to_dict(config_widgets(cls, scope, defaults, overrides))
+        launched = st.form_submit_button("Launch", type="primary", key=f"{KEY}.launch")
+    if not launched:
+        return
+    target = root / name.strip()
+    if not NAME.match(name.strip()):
+        st.error("Name the run with letters, digits, '-', '_' or '.'.")
+    elif target.exists():
+        st.error(common.plain(f"{target} exists: choose another name, or resume it from the "
+                              "list below."))
+    else:
+        launch_training(root, target, kind, configs)
+        st.success(common.plain(f"Started {name}: follow it below."))
+
+
+def _curves(folder, metrics: list[dict]) -> None:
+    """Training losses per step (progress file) and dev metrics per evaluation."""
+    steps = step_records(read_progress(folder))
+    left, right = st.columns(2)
+    if steps:
+        losses = pd.DataFrame(steps).set_index("step")
+        columns = [c for c in losses.columns if c not in ("total", "time", "stage")]
+        left.caption("training losses")
+        left.line_chart(losses[columns])
+    if metrics:
+        dev = pd.DataFrame(metrics).set_index("step")
+        ignore = {"epoch", "split", "lr", "loss", *TERMS}
+        right.caption("dev metrics")
+        right.line_chart(dev[[c for c in dev.columns if c not in ignore]])
+
+
+@st.fragment(run_every=2)
+def _live(job: Job) -> None:
+    """One running training: progress, curves and a stop button, refreshed every 2 s."""
+    steps = step_records(read_progress(job.folder))
+    last = steps[-1] if steps else None
+    text = (f"{job.name}: step {last['step']}/{last['total']}, loss {last.get('loss', 0):.4f}"
+            if last else f"{job.name}: preparing (data, model, teacher cache)…")
+    st.progress(last["step"] / last["total"] if last else 0.0, text=text)
+    metrics = Run(job.folder).metrics() if (job.folder / "run.json").exists() else []
+    _curves(job.folder, metrics)
+    if st.button("Stop", key=f"{KEY}.stop.{job.name}"):
+        request_stop(job)
+        st.info("Stopping at the next step; the run keeps a checkpoint and can resume.")
+    if not job.alive:
+        st.rerun(scope="app")
+
+
+def _runs_table(entries: list[RunEntry], root) -> pd.DataFrame:
+    rows = []
+    for entry in entries:
+        results = entry.results()
+        main = (entry.info.get("task", {}).get("metrics") or ["metric"])[0]
+        job = job_for(root, entry.path)
+        state = "training" if job is not None and job.alive else entry.state
+        rows.append({
+            "run": entry.name, "kind": entry.kind, "method": entry.method, "task": entry.task,
+            "state": state if entry.info else "broken",
+            "step": f"{entry.status.get('step') or 0}/{entry.status.get('total') or '?'}",
+            "dev": f"{main} {results['dev'][main]:.3f}" if main in results.get("dev", {}) else "",
+            "test": f"{main} {results['test'][main]:.3f}" if main in results.get("test", {})
+            else "",
+            "problem": entry.problem or "",
+        })
+    return pd.DataFrame(rows)
+
+
+def _details(entry: RunEntry, root) -> None:
+    """A run's configs, curves, results, log and a resume button."""
+    job = job_for(root, entry.path)
+    running = job is not None and job.alive
+    if entry.info and not running and entry.state in RESUMABLE:
+        if entry.state == "running":
+            st.caption("Its status says running but the app runs no job for it: it was "
+                       "interrupted, or another process (kdw) is training it — resume only if "
+                       "not, or the two would overwrite each other.")
+        if st.button(f"Resume {common.plain(entry.name)}", key=f"{KEY}.resume"):
+            launch_training(root, entry.path, entry.kind, entry.info["configs"])
+            st.rerun()
+    if not entry.info:
+        st.error(common.plain(entry.problem))
+        return
+    st.caption(common.plain(entry.path))
+    configs, curves = st.columns([1, 2])
+    with configs:
+        st.json(entry.info["configs"], expanded=1)
+        if entry.results():
+            st.json(entry.results(), expanded=1)
+    with curves:
+        _curves(entry.path, Run(entry.path).metrics())
+    if job is not None and job.log_tail():
+        with st.expander("log"):
+            st.code(job.log_tail())
+
+
+def render() -> None:
+    st.title("Train")
+    root = runs_root()
+    entries = discover_runs(root)
+    st.subheader("New training")
+    kind = st.radio("Train a", ["teacher", "student"], horizontal=True, key=f"{KEY}.kind")
+    teacher = None
+    if kind == "student":
+        teachers = {e.name: e for e in entries if e.kind == "teacher" and e.usable}
+        if not teachers:
+            st.info("Train a teacher first.")
+            return
+        teacher = teachers[st.selectbox("Teacher", list(teachers), key=f"{KEY}.teacher")]
+    _form(root, kind, teacher)
+
+    active = [job for job in read_jobs(root) if job.kind != "demo" and job.alive]
+    if active:
+        st.subheader("Running")
+        for job in active:
+            _live(job)
+
+    st.subheader("Runs")
+    if not entries:
+        st.info(common.plain(f"No runs under {root} yet."))
+        return
+    st.dataframe(_runs_table(entries, root), hide_index=True)
+    names = [e.name for e in entries]
+    chosen = st.selectbox("Details of", names, key=f"{KEY}.details")
+    _details(entries[names.index(chosen)], root)
+
+
+if __name__ == "__main__":
+    common.run_page(render)

@@ -1,0 +1,153 @@
+"""Attribute a list of texts and keep the result: one :class:`AttributionRecord` per text, saved
+as JSON Lines (one record per line, settings included) and loaded back unchanged."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from workbench.attribution.settings import AttributionConfig, compute_maps
+from workbench.config import to_dict
+from workbench.data import collate
+from workbench.errors import WorkbenchError
+from workbench.models import forward
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["AttributionRecord", "attribute_texts", "load_attributions", "save_attributions"]
+
+
+@dataclass
+class AttributionRecord:
+    """One text's attribution: ``maps[v][i]`` is view ``views[v]``'s value for ``tokens[i]``.
+    ``prediction`` is the predicted class and ``probabilities`` the class probabilities (for a
+    regression model: its output, as a float and a one-element list)."""
+
+    text: str
+    tokens: list[str]
+    views: list[str]
+    maps: list[list[float]]
+    prediction: int | float
+    probabilities: list[float]
+    settings: dict
+    pair: str | None = None
+    label: int | None = None
+    truncated: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+
+def _special_ids(tokenizer: PreTrainedTokenizerBase) -> set[int]:
+    return {i for i in (tokenizer.cls_token_id, tokenizer.sep_token_id) if i is not None}
+
+
+def _encode(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str],
+            pairs: Sequence[str] | None, max_length: int) -> tuple[dict, list[bool]]:
+    for i, text in enumerate([*texts, *(pairs or [])]):
+        if not str(text).strip():
+            which = f"text {i}" if i < len(texts) else f"pair {i - len(texts)}"
+            raise WorkbenchError(f"{which} is empty: give at least one word to attribute")
+    args = (list(texts),) if pairs is None else (list(texts), list(pairs))
+    full = tokenizer(*args, truncation=False, verbose=False)["input_ids"]
+    encoded = tokenizer(*args, truncation=True, max_length=max_length)
+    truncated = [len(ids) > max_length for ids in full]
+    return encoded, truncated
+
+
+def attribute_texts(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    texts: Sequence[str],
+    pairs: Sequence[str] | None = None,
+    *,
+    settings: AttributionConfig | None = None,
+    labels: Sequence[int] | None = None,
+) -> list[AttributionRecord]:
+    """Attribute ``texts`` (with ``pairs`` as second segments) in batches of similar length.
+
+    Texts longer than ``settings.max_length`` tokens are truncated: the record says so in
+    ``truncated`` and ``warnings`` (and a warning is logged). Empty texts, ``labels`` of another
+    length and ``views="gold"`` without labels are errors.
+    """
+    settings = settings or AttributionConfig()
+    if pairs is not None and len(pairs) != len(texts):
+        raise WorkbenchError(f"{len(texts)} texts but {len(pairs)} pairs: give one pair per text")
+    if labels is not None and len(labels) != len(texts):
+        raise WorkbenchError(f"{len(texts)} texts but {len(labels)} labels")
+    encoded, truncated = _encode(tokenizer, texts, pairs, settings.max_length)
+    token_types = encoded.get("token_type_ids") or [[0] * len(i) for i in encoded["input_ids"]]
+    examples = [{"input_ids": ids, "token_type_ids": types, "label": 0, "index": i}
+                for i, (ids, types) in enumerate(zip(encoded["input_ids"], token_types,
+                                                     strict=True))]
+    order = sorted(range(len(texts)), key=lambda i: len(examples[i]["input_ids"]))
+    records: dict[int, AttributionRecord] = {}
+    for start in range(0, len(order), settings.batch_size):
+        chosen = order[start:start + settings.batch_size]
+        batch = collate([examples[i] for i in chosen], tokenizer.pad_token_id or 0)
+        gold = None if labels is None else torch.tensor([labels[i] for i in chosen])
+        maps, names = compute_maps(model, batch, settings, gold, _special_ids(tokenizer))
+        with torch.no_grad():
+            logits = forward(model, batch).logits
+        regression = model.config.num_labels == 1
+        probabilities = logits if regression else logits.softmax(-1)
+        for row, i in enumerate(chosen):
+            ids = examples[i]["input_ids"]
+            warnings = []
+            if truncated[i]:
+                warnings.append(f"truncated to {settings.max_length} tokens")
+                logger.warning("text %d truncated to %d tokens", i, settings.max_length)
+            records[i] = AttributionRecord(
+                text=texts[i],
+                pair=None if pairs is None else pairs[i],
+                tokens=tokenizer.convert_ids_to_tokens(ids),
+                views=names,
+                maps=maps[row, :, : len(ids)].tolist(),
+                prediction=float(logits[row, 0]) if regression else int(logits[row].argmax()),
+                probabilities=probabilities[row].tolist(),
+                settings=to_dict(settings),
+                label=None if labels is None else int(labels[i]),
+                truncated=truncated[i],
+                warnings=warnings,
+            )
+    return [records[i] for i in range(len(texts))]
+
+
+def save_attributions(records: Sequence[AttributionRecord], path: str | Path) -> Path:
+    """Write records as JSON Lines (atomically: a temporary file, then a rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(path.suffix + ".tmp")
+    with temporary.open("w", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(json.dumps(dataclasses.asdict(record), ensure_ascii=False) + "\n")
+    os.replace(temporary, path)
+    return path
+
+
+def load_attributions(path: str | Path) -> list[AttributionRecord]:
+    """Read records written by :func:`save_attributions`."""
+    path = Path(path)
+    if not path.exists():
+        raise WorkbenchError(f"{path} does not exist")
+    names = {f.name for f in dataclasses.fields(AttributionRecord)}
+    records = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            values = json.loads(line)
+            if set(values) - names:
+                raise ValueError(f"unknown fields {sorted(set(values) - names)}")
+            records.append(AttributionRecord(**values))
+        except (ValueError, TypeError) as error:
+            raise WorkbenchError(
+                f"{path}, line {number}: not an attribution record ({error})"
+            ) from None
+    return records

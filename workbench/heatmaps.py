@@ -1,0 +1,489 @@
+"""Token attribution heatmaps of trained runs: what the app's Case study and Export pages show and
+what ``kdw export`` writes.
+
+:func:`explain` reads one example (or many, in one batch) through a run's model: probabilities,
+the attribution map of every class (Integrated Gradients through the batched engine of
+:mod:`workbench.attribution`, or Grad saliency) and the Grad saliency of the predicted class
+(for saliency loyalty). :func:`to_heatmap` turns the explanations of several models into one
+:class:`~workbench.export.Heatmap` on a shared scale, with the settings, model names and run ids in
+its metadata; :func:`write_heatmaps` writes it in any format of :mod:`workbench.export`.
+
+The settings are dataclasses with help texts (:class:`HeatmapSettings`, :class:`ExportSettings`),
+so the CLI options and the app's widgets come from one description. torch, transformers and
+matplotlib are imported inside the functions that compute, so that building ``kdw``'s parser
+(which reads these dataclasses) stays fast.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from workbench.config import option
+from workbench.errors import WorkbenchError
+
+if TYPE_CHECKING:
+    from workbench.attribution import AttributionConfig
+    from workbench.data import Split, TaskSpec
+    from workbench.export import ExportOptions, Heatmap
+    from workbench.models import LoadedRun
+
+METHODS = ("ig", "grad")  # as workbench.attribution's, which this module imports only to compute
+BASELINE_CHOICES = ("pad", "pad-keep-special", "zero")
+FORMAT_CHOICES = ("svg", "pdf", "png", "tex", "html")
+UPLOAD_SUFFIXES = (".csv", ".jsonl")
+MAX_UPLOAD_BYTES = 2_000_000
+MAX_UPLOAD_EXAMPLES = 1000
+
+
+@dataclass
+class HeatmapSettings:
+    """How token attributions are computed and which class they explain."""
+
+    method: str = option(
+        "ig",
+        "attribution method: ig (Integrated Gradients, per-token norm of IG, unit L2 per "
+        "sequence) or grad (Grad saliency, gradient × input summed over dimensions, signed)",
+        choices=METHODS,
+    )
+    steps: int = option(1, "IG interpolation steps m (1: input − baseline times the gradient)")
+    baseline: str = option(
+        "pad", "IG baseline: pad (all [PAD]), pad-keep-special ([CLS]/[SEP] kept) or zero",
+        choices=BASELINE_CHOICES,
+    )
+    top_k: int | None = option(
+        None, "IG: keep the K largest |IG| dimensions of each token (default: all)"
+    )
+    view: str = option(
+        "pred",
+        "class explained: pred (each model's prediction), gold (the example's label), all "
+        "(one row per class), or a class name or index",
+    )
+
+
+@dataclass
+class ExportSettings:
+    """Which files are written and how they look."""
+
+    formats: str = option(
+        "svg,pdf,png,tex,html", "comma-separated formats: svg, pdf, png, tex, html"
+    )
+    dpi: float = option(200.0, "PNG resolution in dots per inch")
+    cmap: str | None = option(
+        None, "matplotlib colormap (default: colour-blind-safe PuOr_r for signed scores, "
+        "Oranges for non-negative ones)"
+    )
+    merge_wordpieces: bool = option(
+        False, "join WordPiece continuations (##ing) onto their word, summing their scores"
+    )
+
+    def format_list(self) -> list[str]:
+        """The formats, checked."""
+        chosen = [f.strip().lstrip(".").lower() for f in self.formats.split(",") if f.strip()]
+        unknown = sorted(set(chosen) - set(FORMAT_CHOICES))
+        if unknown or not chosen:
+            raise WorkbenchError(
+                f"formats {self.formats!r}: choose among {', '.join(FORMAT_CHOICES)}"
+            )
+        return list(dict.fromkeys(chosen))
+
+    def options(self) -> ExportOptions:
+        """The rendering options of :mod:`workbench.export` these settings choose."""
+        from workbench.export import ExportOptions
+
+        return ExportOptions(cmap=self.cmap or None, merge_wordpieces=self.merge_wordpieces)
+
+
+@dataclass(frozen=True)
+class Example:
+    """A text to explain, with an optional second text (pair tasks) and gold label (a class
+    name or index)."""
+
+    text: str
+    pair: str | None = None
+    label: str | int | None = None
+    uid: str = ""
+
+
+@dataclass
+class Explanation:
+    """How one model reads one example.
+
+    ``maps[c]`` is the attribution of class ``c`` over ``tokens`` (IG: non-negative, unit L2;
+    Grad: signed); ``saliency`` the Grad saliency of the predicted class (saliency loyalty).
+    Regression models have one class, ``"output"``, whose "probability" is the output value.
+    """
+
+    name: str
+    run_id: str
+    tokens: list[str]
+    class_names: list[str]
+    probabilities: list[float]
+    predicted: int
+    maps: list[list[float]]
+    saliency: list[float]
+    gold: int | None = None
+    regression: bool = False
+
+    def prediction_text(self) -> str:
+        """``"positive 0.91"``: the predicted class and its probability (or the output)."""
+        if self.regression:
+            return f"output {self.probabilities[0]:.3f}"
+        return f"{self.class_names[self.predicted]} {self.probabilities[self.predicted]:.2f}"
+
+
+@dataclass
+class Agreement:
+    """How far a student's explanation follows the teacher's on one example."""
+
+    saliency_loyalty: float  # Pearson of Grad saliency, real tokens (METHODS.md §6)
+    rank_correlation: float  # Spearman of the shown class's attribution maps
+    same_prediction: bool
+    notes: list[str] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- explanations
+
+
+def gold_index(label: str | int | None, class_names: Sequence[str]) -> int | None:
+    """The class index of a gold label given as a name or an index (None when absent)."""
+    if label is None or (isinstance(label, float) and math.isnan(label)) or label == "":
+        return None
+    text = str(label).strip()
+    if text in class_names:
+        return list(class_names).index(text)
+    if text.lstrip("-").isdigit() and 0 <= int(text) < len(class_names):
+        return int(text)
+    raise WorkbenchError(f"label {text!r} is not one of the classes {list(class_names)}")
+
+
+def _class_names(loaded: LoadedRun) -> list[str]:
+    names = list(loaded.spec.label_names)
+    return names or ["output"]
+
+
+def _encode(loaded: LoadedRun, examples: Sequence[Example]) -> dict:
+    if not examples:
+        raise WorkbenchError("no examples to explain")
+    if loaded.spec.pair and any(e.pair is None for e in examples):
+        raise WorkbenchError(f"{loaded.run.name} is a pair task: give a second text too")
+    texts = [e.text for e in examples]
+    pairs = [e.pair for e in examples] if loaded.spec.pair else None
+    args = (texts,) if pairs is None else (texts, pairs)
+    limit = loaded.model.config.max_position_embeddings
+    return dict(loaded.tokenizer(*args, truncation=True, max_length=limit, padding=True,
+                                 return_tensors="pt"))
+
+
+def attribution_config(settings: HeatmapSettings) -> AttributionConfig:
+    """The shared attribution settings of :mod:`workbench.attribution` for every class's map
+    (checked there: steps, baseline, K)."""
+    from workbench.attribution import AttributionConfig
+
+    return AttributionConfig(method=settings.method, steps=settings.steps,
+                             baseline=settings.baseline, top_k=settings.top_k, views="all")
+
+
+def explain(
+    loaded: LoadedRun, examples: Sequence[Example], settings: HeatmapSettings,
+    name: str | None = None,
+) -> list[Explanation]:
+    """Probabilities and per-class attribution maps of ``examples`` under one model, computed
+    in one batch by :func:`workbench.attribution.compute_maps` (IG's steps and the classes
+    share the engine's batched passes), and the Grad saliency of each predicted class."""
+    import torch
+
+    from workbench.attribution import compute_maps, grad_saliency
+    from workbench.models import forward
+
+    config = attribution_config(settings)
+    batch = _encode(loaded, examples)
+    model, class_names = loaded.model, _class_names(loaded)
+    with torch.no_grad():
+        logits = forward(model, batch).logits.float()
+    regression = loaded.spec.regression
+    probabilities = logits if regression else logits.softmax(-1)
+    predicted = logits.argmax(-1)
+    saliency = grad_saliency(model, batch["input_ids"], batch["attention_mask"],
+                             batch.get("token_type_ids"), target=predicted)
+    maps, _ = compute_maps(model, batch, config)
+    out = []
+    for row, example in enumerate(examples):
+        length = int(batch["attention_mask"][row].sum())
+        ids = batch["input_ids"][row, :length].tolist()
+        out.append(Explanation(
+            name=name or loaded.run.name,
+            run_id=str(loaded.run.path),
+            tokens=loaded.tokenizer.convert_ids_to_tokens(ids),
+            class_names=class_names,
+            probabilities=probabilities[row].tolist(),
+            predicted=int(predicted[row]),
+            maps=maps[row, :, :length].tolist(),
+            saliency=saliency[row, :length].tolist(),
+            gold=None if regression else gold_index(example.label, class_names),
+            regression=regression,
+        ))
+    return out
+
+
+def shown_classes(explanation: Explanation, view: str) -> list[int]:
+    """The classes a view shows for one model: its prediction, the gold label, every class, or
+    a named (or numbered) class."""
+    names = explanation.class_names
+    if view == "pred":
+        return [explanation.predicted]
+    if view == "all":
+        return list(range(len(names)))
+    if view == "gold":
+        if explanation.gold is None:
+            raise WorkbenchError("view 'gold' needs examples with a label")
+        return [explanation.gold]
+    index = gold_index(view, names)
+    if index is None:
+        raise WorkbenchError("choose a view: pred, gold, all or a class")
+    return [index]
+
+
+def correlation(a: Sequence[float], b: Sequence[float], rank: bool = False) -> float:
+    """Pearson (with ``rank``: Spearman) correlation of two equally long score lists, by
+    :mod:`workbench.agreement`; NaN when either is constant or shorter than two."""
+    import torch
+
+    from workbench.agreement import pearson_per_example, rank_correlation
+
+    if len(a) != len(b):
+        return math.nan
+    first, second = torch.tensor([a], dtype=torch.float64), torch.tensor([b], dtype=torch.float64)
+    mask = torch.ones_like(first, dtype=torch.long)
+    measure = rank_correlation if rank else pearson_per_example
+    return float(measure(first, second, mask)[0])
+
+
+def agreement(teacher: Explanation, student: Explanation, view: str = "pred") -> Agreement:
+    """Saliency loyalty (Pearson of the two models' Grad saliency of their predicted class) and
+    the rank correlation of their maps for the class the view shows first (for ``pred``: the
+    teacher's prediction)."""
+    notes = []
+    if teacher.tokens != student.tokens:
+        notes.append("the two models tokenise the text differently: no per-token comparison")
+        return Agreement(math.nan, math.nan, teacher.predicted == student.predicted, notes)
+    shown = shown_classes(teacher, view)[0]
+    return Agreement(
+        saliency_loyalty=correlation(teacher.saliency, student.saliency),
+        rank_correlation=correlation(teacher.maps[shown], student.maps[shown], rank=True),
+        same_prediction=teacher.predicted == student.predicted,
+        notes=notes,
+    )
+
+
+# --------------------------------------------------------------------------- heatmaps
+
+
+def heatmap_metadata(
+    explanations: Sequence[Explanation], example: Example, settings: HeatmapSettings
+) -> dict[str, str]:
+    """What each exported file records: models, run ids, the example and the settings."""
+    meta = {
+        "models": ", ".join(e.name for e in explanations),
+        "run_ids": json.dumps([e.run_id for e in explanations]),
+        "text": example.text,
+        **{f"settings.{k}": "default" if v is None else str(v)
+           for k, v in asdict(settings).items()},
+    }
+    if example.pair is not None:
+        meta["text_pair"] = example.pair
+    if example.label is not None:
+        meta["gold"] = str(example.label)
+    if example.uid:
+        meta["example_id"] = example.uid
+    return meta
+
+
+def to_heatmap(
+    explanations: Sequence[Explanation], example: Example, settings: HeatmapSettings,
+    title: str = "",
+) -> Heatmap:
+    """One heatmap with a row per model (per model and class for the view ``all``)."""
+    from workbench.export import Heatmap, HeatmapRow
+
+    rows = []
+    for explanation in explanations:
+        classes = shown_classes(explanation, settings.view)
+        for c in classes:
+            label = explanation.name
+            if len(classes) > 1 or settings.view != "pred":
+                label = f"{label} · {explanation.class_names[c]}"
+            rows.append(HeatmapRow(label, explanation.tokens, explanation.maps[c],
+                                   explanation.prediction_text()))
+    method = "Integrated Gradients" if settings.method == "ig" else "Grad saliency"
+    return Heatmap(rows, title or f"{method}, view {settings.view}",
+                   heatmap_metadata(explanations, example, settings))
+
+
+def build_heatmaps(
+    runs: Sequence[LoadedRun], examples: Sequence[Example], settings: HeatmapSettings,
+    names: Sequence[str] | None = None,
+) -> list[Heatmap]:
+    """One heatmap per example, a row per run (each run explains all examples in one batch)."""
+    names = names or [loaded.run.name for loaded in runs]
+    per_run = [explain(loaded, examples, settings, name)
+               for loaded, name in zip(runs, names, strict=True)]
+    return [to_heatmap([explained[i] for explained in per_run], example, settings)
+            for i, example in enumerate(examples)]
+
+
+def write_heatmaps(
+    heatmaps: Sequence[Heatmap], folder: str | Path, settings: ExportSettings,
+    stem: str = "heatmap",
+) -> list[Path]:
+    """Write every heatmap in every chosen format as ``<stem>-<n>.<format>``."""
+    from workbench.export import export
+
+    formats = settings.format_list()
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    width = max(3, len(str(len(heatmaps))))
+    return [
+        export(heatmap, folder / f"{stem}-{n:0{width}d}.{fmt}", dpi=settings.dpi,
+               options=settings.options())
+        for n, heatmap in enumerate(heatmaps)
+        for fmt in formats
+    ]
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def split_examples(split: Split, spec: TaskSpec) -> list[Example]:
+    """A split's examples with their gold labels as class names."""
+    names = spec.label_names
+    return [
+        Example(text, None if split.pairs is None else split.pairs[i],
+                names[int(label)] if names else label, uid)
+        for i, (text, label, uid) in enumerate(zip(split.texts, split.labels, split.uids,
+                                                   strict=True))
+    ]
+
+
+def parse_indices(text: str, size: int) -> list[int]:
+    """``"0,3,7-9"`` → ``[0, 3, 7, 8, 9]``, each checked against ``size`` examples."""
+    indices = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        first, _, last = part.partition("-")
+        if not first.isdigit() or (last and not last.isdigit()):
+            raise WorkbenchError(f"examples {text!r}: use indices such as 0,3,7-9")
+        indices.extend(range(int(first), int(last or first) + 1))
+    outside = [i for i in indices if i >= size]
+    if outside or not indices:
+        raise WorkbenchError(f"examples {text!r}: the split has examples 0..{size - 1}")
+    return indices
+
+
+def export_runs(
+    runs: Sequence[str | Path], out: str | Path, settings: HeatmapSettings,
+    export_settings: ExportSettings, *, texts: Sequence[str] = (), pair: str | None = None,
+    texts_file: str | Path | None = None, split: str | None = None, indices: str = "0",
+) -> list[Path]:
+    """What ``kdw export`` does: explain typed texts, a CSV/JSONL file of texts, or examples of
+    a split of the first run's task under every run, and write one heatmap per example in each
+    format to ``out``."""
+    from workbench.data import load_task
+    from workbench.models import load_run
+
+    export_settings.format_list()  # fail early on a bad format
+    loaded = [load_run(path) for path in runs]
+    if any(run.spec.label_names != loaded[0].spec.label_names for run in loaded):
+        raise WorkbenchError("the runs predict different classes: export runs of one task")
+    examples = [Example(text, pair) for text in texts]
+    if texts_file is not None:
+        path = Path(texts_file)
+        if not path.is_file():
+            raise WorkbenchError(f"{path} does not exist")
+        examples += read_examples(path.read_bytes(), path.name)
+    if split is not None:
+        data = load_task(loaded[0].data)
+        if split not in data.splits:
+            raise WorkbenchError(f"no split {split!r}: the task has {sorted(data.splits)}")
+        chosen = split_examples(data.splits[split], loaded[0].spec)
+        examples += [chosen[i] for i in parse_indices(indices, len(chosen))]
+    if not examples:
+        raise WorkbenchError("nothing to export: give --text, --texts-file or --split")
+    return write_heatmaps(build_heatmaps(loaded, examples, settings), out, export_settings)
+
+
+# --------------------------------------------------------------------------- input files
+
+
+def _check_upload(data: bytes, filename: str, max_bytes: int) -> str:
+    suffix = Path(filename).suffix.lower()
+    if suffix not in UPLOAD_SUFFIXES:
+        raise WorkbenchError(
+            f"{filename}: unsupported file type; upload {' or '.join(UPLOAD_SUFFIXES)}"
+        )
+    if len(data) > max_bytes:
+        raise WorkbenchError(
+            f"{filename} is {len(data):,} bytes: the limit is {max_bytes:,} bytes"
+        )
+    if b"\x00" in data:
+        raise WorkbenchError(f"{filename} is not a text file")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise WorkbenchError(f"{filename} is not UTF-8 text ({error.reason})") from None
+
+
+def _records(text: str, filename: str) -> list[dict]:
+    if filename.lower().endswith(".csv"):
+        try:
+            reader = csv.DictReader(io.StringIO(text))
+            return [dict(row) for row in reader]
+        except csv.Error as error:
+            raise WorkbenchError(f"{filename}: not a valid CSV file ({error})") from None
+    records = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise WorkbenchError(f"{filename} line {number}: not JSON ({error.msg})") from None
+        if not isinstance(record, dict):
+            raise WorkbenchError(f"{filename} line {number}: expected an object with a text")
+        records.append(record)
+    return records
+
+
+def read_examples(
+    data: bytes, filename: str, max_bytes: int = MAX_UPLOAD_BYTES,
+    max_examples: int = MAX_UPLOAD_EXAMPLES,
+) -> list[Example]:
+    """Examples from an uploaded CSV (header with ``text``, optional ``text_pair`` and
+    ``label``) or JSONL file (one object per line with the same keys), checked for type, size,
+    encoding and content."""
+    records = _records(_check_upload(data, filename, max_bytes), filename)
+    if not records:
+        raise WorkbenchError(f"{filename} holds no examples")
+    if len(records) > max_examples:
+        raise WorkbenchError(
+            f"{filename} holds {len(records)} examples: the limit is {max_examples}"
+        )
+    examples = []
+    for number, record in enumerate(records, 1):
+        text = record.get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise WorkbenchError(f"{filename} example {number}: no 'text' (a non-empty string)")
+        pair = record.get("text_pair")
+        label = record.get("label")
+        examples.append(Example(
+            text=text.strip(),
+            pair=str(pair).strip() if pair not in (None, "") else None,
+            label=label if label not in (None, "") else None,
+            uid=f"{Path(filename).name}:{number}",
+        ))
+    return examples
