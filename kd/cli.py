@@ -86,6 +86,12 @@ def _export(args: argparse.Namespace) -> None:
     print("\n".join(str(path) for path in paths))
 
 
+def _reproduce(args: argparse.Namespace) -> None:
+    from kd.reproduce import DEFAULT, FULL, reproduce
+
+    print(f"report: {reproduce(Path(args.out), FULL if args.full else DEFAULT)}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kdw",
@@ -143,6 +149,19 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--root", default="runs/demo", help="folder for the demo's runs")
     demo.add_argument("--quick", action="store_true", help="a much smaller demo (minutes)")
     demo.set_defaults(handler=_demo)
+
+    reproduce = commands.add_parser(
+        "reproduce", help="rerun the papers' experiments and write a report",
+        description="Train the suite of the papers' experiments (main table over seeds, loyalty, "
+        "ablations) and write report.md, results.json and figures. Resumable: run the same "
+        "command again after an interruption.",
+    )
+    reproduce.add_argument("--out", default="reports/reproduce",
+                           help="folder for the runs, the report and its figures")
+    reproduce.add_argument("--full", action="store_true",
+                           help="the papers' scale: GLUE, BERT-base teacher, 6-layer students "
+                           "(needs the network and, in practice, a GPU)")
+    reproduce.set_defaults(handler=_reproduce)
 
     export = commands.add_parser(
         "export", help="token attribution heatmaps of runs, as files",

@@ -19,6 +19,8 @@ from workbench.config import DataConfig, ObjectiveConfig, OptimConfig, StudentCo
 from workbench.metrics import mean_and_std
 from workbench.runs import Run, atomic_write_json, atomic_write_text
 
+GALLERY_EXAMPLES = "0-2"
+
 MAIN_METHODS = ("finetune", "kd", "pkd-skip", "pkd-last", "ckd", "adkd", "gkd", "gkd-cls")
 
 
@@ -35,6 +37,8 @@ class TaskPlan:
     batch_size: int = 32
     teacher_learning_rate: float = 5e-5
     student_learning_rate: float = 1e-4
+    top_k_sweep: tuple[int, ...] = (48, 96, 192)  # of MiniLM's 384 dimensions
+    steps_sweep: tuple[int, ...] = (2, 4, 8)  # m = 1 is the main table's AD-KD
 
 
 @dataclass(frozen=True)
@@ -56,9 +60,11 @@ class Suite:
     ablation_task: str
     ablation_seeds: tuple[int, ...] = (1,)
     description: str = ""
+    methods: tuple[str, ...] = MAIN_METHODS
+    ablation_groups: tuple[str, ...] | None = None  # None: all
 
 
-def ablations(task: str, seeds: Sequence[int]) -> list[Experiment]:
+def ablations(task: str, plan: TaskPlan, seeds: Sequence[int]) -> list[Experiment]:
     """The papers' ablations: AD-KD terms, views, K, m and layer; GKD dropout; CKD terms."""
     adkd = ObjectiveConfig(preset="adkd")
     rows: list[tuple[str, str, ObjectiveConfig, float | None]] = [
@@ -77,8 +83,9 @@ def ablations(task: str, seeds: Sequence[int]) -> list[Experiment]:
          None),
     ]
     rows += [(f"adkd K={k}", "adkd-k", replace(adkd, attr_top_k=k), float(k))
-             for k in (48, 96, 192)]
-    rows += [(f"adkd m={m}", "adkd-m", replace(adkd, attr_steps=m), float(m)) for m in (2, 4, 8)]
+             for k in plan.top_k_sweep]
+    rows += [(f"adkd m={m}", "adkd-m", replace(adkd, attr_steps=m), float(m))
+             for m in plan.steps_sweep]
     return [Experiment(task, name, group, objective, seed, sweep)
             for name, group, objective, sweep in rows for seed in seeds]
 
@@ -87,8 +94,12 @@ def experiments(suite: Suite) -> list[Experiment]:
     """Main table first (every task, method and seed), then the ablations."""
     main = [Experiment(task, method, "main", ObjectiveConfig(preset=method), seed)
             for task, plan in suite.plans.items()
-            for seed in plan.seeds for method in MAIN_METHODS]
-    return main + ablations(suite.ablation_task, suite.ablation_seeds)
+            for seed in plan.seeds for method in suite.methods]
+    extra = ablations(suite.ablation_task, suite.plans[suite.ablation_task],
+                      suite.ablation_seeds)
+    if suite.ablation_groups is not None:
+        extra = [e for e in extra if e.group in suite.ablation_groups]
+    return main + extra
 
 
 DEFAULT = Suite(
@@ -285,3 +296,54 @@ def make_figures(out: Path, results: dict) -> dict[str, str]:
         figure.savefig(folder / f"{group}.png", dpi=150)
         figures[f"AD-KD sweep: {label}"] = f"figures/{group}.png"
     return figures
+
+
+class SaliencyLoyalty:
+    """Saliency loyalty (Pearson of Grad saliency, METHODS.md §6) of students on the test split,
+    the teacher's saliency computed once per teacher."""
+
+    def __init__(self) -> None:
+        self._teachers: dict[Path, object] = {}
+
+    def __call__(self, teacher: Run, student: Run) -> float:
+        import torch
+
+        from workbench.agreement import pearson_per_example
+        from workbench.app.analysis import split_outputs
+        from workbench.data import load_task
+        from workbench.models import load_run
+
+        loaded = load_run(student.path)
+        split = load_task(loaded.data).splits["test"]
+        if teacher.path not in self._teachers:
+            self._teachers[teacher.path] = split_outputs(load_run(teacher.path), split)
+        reference = self._teachers[teacher.path]
+        outputs = split_outputs(loaded, split)
+        values = pearson_per_example(reference.saliency, outputs.saliency, reference.mask)
+        return float(values[~torch.isnan(values)].mean())
+
+
+def heatmap_gallery(out: Path, results: dict) -> dict[str, str]:
+    """The same test examples across each task's teacher and its seed-1 students: PNG heatmaps
+    (and PDF for papers) under ``<out>/figures/gallery``."""
+    from workbench.heatmaps import ExportSettings, HeatmapSettings, export_runs
+
+    figures = {}
+    for task, teacher in results["teachers"].items():
+        students = [r["run"] for r in results["students"]
+                    if r["task"] == task and r["group"] == "main" and r["seed"] == 1
+                    and r["name"] in ("kd", "adkd", "gkd")]
+        folder = out / "figures" / "gallery" / task
+        paths = export_runs([teacher["run"], *students], folder, HeatmapSettings(),
+                            ExportSettings(formats="png,pdf", dpi=150), split="test",
+                            indices=GALLERY_EXAMPLES)
+        for path in sorted(p for p in paths if p.suffix == ".png"):
+            figures[f"{task}: {path.stem}"] = str(path.relative_to(out))
+    return figures
+
+
+def reproduce(out: Path, suite: Suite = DEFAULT, announce: Callable[[str], None] = print) -> Path:
+    """Run the suite (resuming), then write ``results.json``, the figures and ``report.md``."""
+    results = run_suite(out, suite, announce, SaliencyLoyalty())
+    figures = make_figures(out, results) | heatmap_gallery(out, results)
+    return write_report(out, results, figures)

@@ -1,0 +1,43 @@
+"""``kdw reproduce`` on a tiny suite: every method and ablation trains, the report has its
+tables and figures, and a second call reuses the finished runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kd.reproduce import MAIN_METHODS, Suite, TaskPlan, experiments, reproduce
+from workbench.config import DataConfig, TeacherConfig
+
+
+def test_tiny_suite_report(tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: Path):
+    plan = TaskPlan(DataConfig(task=str(tiny_task_dir), max_length=16),
+                    TeacherConfig(model=str(tiny_model_dir)), teacher_epochs=2,
+                    student_epochs=0.2, student_layers=2, seeds=(1, 2), batch_size=16,
+                    teacher_learning_rate=2e-3, student_learning_rate=1e-3,
+                    top_k_sweep=(4, 8), steps_sweep=(2,))
+    suite = Suite(plans={"tiny": plan}, ablation_task="tiny", description="tiny test suite",
+                  ablation_groups=("adkd-k", "adkd-terms"))
+    todo = experiments(suite)
+    assert len(todo) == 2 * len(MAIN_METHODS) + 5
+    everything = experiments(Suite(plans={"tiny": plan}, ablation_task="tiny"))
+    assert len(everything) == 2 * len(MAIN_METHODS) + 3 + 3 + 2 + 1 + 2 + 2 + 1
+    out = tmp_path / "report"
+    report = reproduce(out, suite, announce=lambda _: None).read_text()
+    results = json.loads((out / "results.json").read_text())
+    assert len(results["students"]) == len(todo)
+    assert all(0 <= r["test"]["label_loyalty"] <= 1 for r in results["students"])
+    assert all(-1 <= r["test"]["saliency_loyalty"] <= 1 for r in results["students"])
+    for heading in ("## Main table", "## Loyalty to the teacher", "## Ablations (tiny)"):
+        assert heading in report
+    for method in MAIN_METHODS:
+        assert f"| {method} | " in report
+    assert "adkd K=8" in report and "adkd w/o kd" in report
+    assert (out / "figures" / "methods.png").stat().st_size > 0
+    assert (out / "figures" / "adkd-k.png").exists()
+    assert list((out / "figures" / "gallery" / "tiny").glob("*.png"))
+    finished = {r["run"]: (Path(r["run"]) / "checkpoint.pt").stat().st_mtime
+                for r in results["students"]}
+    reproduce(out, suite, announce=lambda _: None)  # reuses every finished run
+    assert all((Path(run) / "checkpoint.pt").stat().st_mtime == mtime
+               for run, mtime in finished.items())
