@@ -266,13 +266,15 @@ def bytes_per_token(model: PreTrainedModel, length: int, views: int = 1,
                     create_graph: bool = False) -> int:
     """Estimated autograd memory of one row×position cell: per layer ``20·d`` saved activations
     plus ``3·heads·L`` attention values, ×``(1 + (V−1)/10)`` for ``V`` batched vector-Jacobian
-    products, or ×``3(1 + 0.4(V−1))`` when the graph is kept for a double backward. Calibrated
-    with ``ru_maxrss`` on MiniLM-L6 at 40 positions (measured 215 KiB per cell for one view)."""
+    products, or ×``3(1 + 0.4(V−1))`` when the graph is kept for a double backward; ×1.3 for
+    allocator slack. Calibrated with ``ru_maxrss`` on MiniLM-L6 at 40 positions (one chunk:
+    215 KiB per cell for one view; over many chunks of varying width the peak was 1.3× the
+    single-chunk figure)."""
     config = model.config
     per_layer = 20 * config.hidden_size + 3 * config.num_attention_heads * length
     size = next(model.parameters()).element_size()
     factor = 3 * (1 + 0.4 * (views - 1)) if create_graph else 1 + 0.1 * (views - 1)
-    return int(size * config.num_hidden_layers * per_layer * factor)
+    return int(1.3 * size * config.num_hidden_layers * per_layer * factor)
 
 
 def batch_token_limit(model: PreTrainedModel, length: int, views: int, create_graph: bool,
