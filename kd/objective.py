@@ -31,19 +31,32 @@ from workbench.models import ModelOutput, embed, encoder_layers, forward
 
 @dataclass
 class StepInputs:
-    """One step's inputs to the terms; the student runs at most once, lazily."""
+    """One step's inputs to the terms; the student runs at most once, lazily.
+
+    Gradient terms run the student forward themselves and leave its logits in
+    ``shared_logits``: when no term needs hidden states, those logits serve the other terms, as
+    in the authors' code, instead of a second forward pass."""
 
     model: PreTrainedModel
     batch: dict[str, Tensor]
     teacher: dict[str, Tensor]
     hidden_states: bool
+    shared_logits: Tensor | None = None
     _student: ModelOutput | None = None
 
     @property
     def student(self) -> ModelOutput:
         if self._student is None:
-            self._student = forward(self.model, self.batch, hidden_states=self.hidden_states)
+            if self.shared_logits is not None and not self.hidden_states:
+                self._student = ModelOutput(self.shared_logits, self.batch["attention_mask"])
+            else:
+                self._student = forward(self.model, self.batch, hidden_states=self.hidden_states)
         return self._student
+
+    def share(self, logits: Tensor) -> None:
+        """Offer the logits of a gradient term's forward pass to the other terms."""
+        if self.shared_logits is None:
+            self.shared_logits = logits
 
 
 @dataclass(frozen=True)
@@ -53,6 +66,7 @@ class Term:
     compute: Callable[[Objective, StepInputs], Tensor]
     teacher_fields: tuple[str, ...] = ()
     hidden_states: bool = False
+    runs_student: bool = False  # runs its own student forward (and shares its logits)
 
 
 @dataclass(frozen=True)
@@ -70,11 +84,12 @@ TERMS: dict[str, Term] = {}
 TEACHER_FIELDS: dict[str, TeacherField] = {}
 
 
-def term(name: str, teacher_fields: tuple[str, ...] = (), hidden_states: bool = False):
+def term(name: str, teacher_fields: tuple[str, ...] = (), hidden_states: bool = False,
+         runs_student: bool = False):
     """Register a loss term under ``name`` (the key of the weights)."""
 
     def register(compute: Callable[[Objective, StepInputs], Tensor]):
-        TERMS[name] = Term(compute, teacher_fields, hidden_states)
+        TERMS[name] = Term(compute, teacher_fields, hidden_states, runs_student)
         return compute
 
     return register
@@ -236,7 +251,9 @@ class Objective:
         inputs = StepInputs(
             model, batch, teacher, any(TERMS[n].hidden_states for n in self.weights)
         )
-        values = {name: TERMS[name].compute(self, inputs) for name in self.weights}
+        first = sorted(self.weights, key=lambda name: not TERMS[name].runs_student)
+        values = {name: TERMS[name].compute(self, inputs) for name in first}
+        values = {name: values[name] for name in self.weights}
         values["loss"] = torch.stack([self.weights[n] * v for n, v in values.items()]).sum()
         return values
 
@@ -246,8 +263,10 @@ def _model_inputs(batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor | No
 
 
 def attribution_views(objective: Objective, model: PreTrainedModel, batch: dict[str, Tensor],
-                      classes: Tensor | None, create_graph: bool, top_k: int | None) -> Tensor:
-    """AD-KD maps ``[B, S·V, L]``: the views at each attribution site, concatenated.
+                      classes: Tensor | None, create_graph: bool,
+                      top_k: int | None) -> tuple[Tensor, Tensor]:
+    """AD-KD maps ``[B, S·V, L]`` — the views at each attribution site, concatenated — and the
+    model's logits ``[B, C]`` from the first site's forward pass.
 
     ``classes``: with view ``pred``, the teacher's predicted class per example, so that student
     and teacher attribute the same class."""
@@ -257,13 +276,13 @@ def attribution_views(objective: Objective, model: PreTrainedModel, batch: dict[
     elif views.lstrip("-").isdigit():
         views = int(views)
     sites = attribution_layers(len(encoder_layers(model)), objective.config.attr_layer)
-    maps = [
+    results = [
         attribution_maps(model, *_model_inputs(batch), views=views, labels=labels,
                          steps=objective.config.attr_steps, baseline=objective.attr_baseline,
-                         top_k=top_k, create_graph=create_graph, layer=site)
+                         top_k=top_k, create_graph=create_graph, layer=site, return_logits=True)
         for site in sites
     ]
-    return torch.cat(maps, dim=1)
+    return torch.cat([maps for maps, _ in results], dim=1), results[0][1]
 
 
 def state_gradients(model: PreTrainedModel, batch: dict[str, Tensor], layers: list[int],
@@ -300,7 +319,8 @@ def _teacher_relation_states(objective: Objective, teacher: PreTrainedModel, bat
 
 @teacher_field("maps", per_token=True)
 def _teacher_maps(objective: Objective, teacher: PreTrainedModel, batch) -> Tensor:
-    maps = attribution_views(objective, teacher, batch, None, False, objective.config.attr_top_k)
+    maps, _ = attribution_views(objective, teacher, batch, None, False,
+                                objective.config.attr_top_k)
     return maps.transpose(1, 2)  # [B, L, S·V]: per token
 
 
@@ -352,18 +372,22 @@ def _ltr(objective: Objective, inputs: StepInputs) -> Tensor:
                                variant=objective.reduction)
 
 
-@term("attr", teacher_fields=("maps",))
+@term("attr", teacher_fields=("maps",), runs_student=True)
 def _attr(objective: Objective, inputs: StepInputs) -> Tensor:
     teacher_maps = inputs.teacher["maps"].transpose(1, 2)
     classes = inputs.teacher["logits"].argmax(-1) if "logits" in inputs.teacher else None
-    student_maps = attribution_views(objective, inputs.model, inputs.batch, classes, True, None)
+    student_maps, logits = attribution_views(objective, inputs.model, inputs.batch, classes,
+                                             True, None)
+    inputs.share(logits)
     return attribution_loss(student_maps, teacher_maps, inputs.batch["attention_mask"],
                             reduction=objective.reduction)
 
 
-@term("grad", teacher_fields=("input_grads",))
+@term("grad", teacher_fields=("input_grads",), runs_student=True)
 def _grad(_objective: Objective, inputs: StepInputs) -> Tensor:
-    student = input_gradients(inputs.model, inputs.batch, create_graph=True)
+    student, logits = input_gradients(inputs.model, inputs.batch, create_graph=True,
+                                      return_logits=True)
+    inputs.share(logits)
     return gradient_alignment_loss(student, inputs.teacher["input_grads"],
                                    inputs.batch["attention_mask"])
 

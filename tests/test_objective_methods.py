@@ -154,3 +154,15 @@ def test_objective_equals_the_straightforward_authors_form(preset):
     )
     for name in reference:
         torch.testing.assert_close(ours[name], reference[name], atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize(("preset", "forwards"), [("adkd", 1), ("gkd", 1), ("kd", 1),
+                                                  ("gkd-cls", 3)])
+def test_gradient_terms_share_the_students_forward_pass(preset, forwards):
+    teacher, student, objective, batch = _setup(preset)
+    fields = objective.teacher_batch(teacher, batch)
+    calls = []
+    handle = student.classifier.register_forward_hook(lambda *_: calls.append(1))
+    objective(student, batch, fields)
+    handle.remove()
+    assert len(calls) == forwards  # gkd-cls: input gradients, [CLS]-state gradients, PKD states

@@ -329,8 +329,10 @@ def _path_gradients(
     create_graph: bool = False,
     max_batch_tokens: int | None = None,
     memory_mib: float | None = None,
-) -> Tensor:
-    """``(1/m) Σ_{k=1..m} ∂F_v(S + (k/m)(E − S))/∂X`` → ``[V, B, L, d]`` (zero at padding).
+) -> tuple[Tensor, Tensor]:
+    """``(1/m) Σ_{k=1..m} ∂F_v(S + (k/m)(E − S))/∂X`` → ``[V, B, L, d]`` (zero at padding),
+    and the logits ``[B, C]`` at the end of the path (``k = m``: the model's ordinary output,
+    with its graph, which training terms reuse instead of a second forward pass).
 
     ``start`` ``S`` and ``end`` ``E`` are ``[B, L, d]`` site values; ``scores`` gives ``F``
     ``[R, V]`` from logits. With ``create_graph`` the result keeps the graph to ``S``, ``E`` and
@@ -349,6 +351,7 @@ def _path_gradients(
     limit = batch_token_limit(model, length, views, create_graph, max_batch_tokens, memory_mib)
     site = _site_module(model, layer)
     total = end.new_zeros((views, size, length, end.shape[-1]))
+    end_rows, end_logits = [], []
     for chunk in _chunks(row_lengths, limit):
         example = rows[chunk]
         width = row_lengths[chunk.stop - 1]
@@ -361,7 +364,12 @@ def _path_gradients(
             logits = forward(model, inputs).logits
         grads = _vector_jacobian_products(scores(logits, example), x, create_graph)
         total = total.index_add(1, example, F.pad(grads, (0, 0, 0, length - width)))
-    return total * mask[None, :, :, None] / steps
+        last = alphas[chunk] == 1
+        end_rows.append(example[last])
+        end_logits.append(logits[last])
+    logits = torch.cat(end_logits)
+    at_end = logits.new_zeros((size, logits.shape[-1])).index_copy(0, torch.cat(end_rows), logits)
+    return total * mask[None, :, :, None] / steps, at_end
 
 
 def _integrated_gradients(
@@ -376,8 +384,9 @@ def _integrated_gradients(
     special_ids: Collection[int] | None = None,
     max_batch_tokens: int | None = None,
     memory_mib: float | None = None,
-) -> Tensor:
-    """IG for the classes ``targets`` ``[B, V]`` → ``[V, B, L, d]``."""
+) -> tuple[Tensor, Tensor]:
+    """IG for the classes ``targets`` ``[B, V]`` → ``[V, B, L, d]``, and the logits at the end
+    of the path ``[B, C]``."""
     _check_steps(steps)
     _check_baseline(baseline)
     _check_layer(model, layer)
@@ -386,18 +395,18 @@ def _integrated_gradients(
         end = site_output(model, batch, layer)
         start = baseline_output(model, batch, baseline, layer, special_ids, end)
     with torch.enable_grad():
-        gradients = _path_gradients(
+        gradients, end_logits = _path_gradients(
             model, batch, start, end, _class_probabilities(model, targets), targets.shape[1],
             steps=steps, layer=layer, create_graph=create_graph,
             max_batch_tokens=max_batch_tokens, memory_mib=memory_mib,
         )
-    return (end - start)[None] * gradients
+    return (end - start)[None] * gradients, end_logits
 
 
 def _grad_saliency(model: PreTrainedModel, batch: Batch, targets: Tensor, **options) -> Tensor:
     """Grad saliency for the classes ``targets`` ``[B, V]`` → ``[V, B, L]``."""
-    ig = _integrated_gradients(model, batch, targets, steps=1, baseline="zero",
-                               create_graph=False, **options)
+    ig, _ = _integrated_gradients(model, batch, targets, steps=1, baseline="zero",
+                                  create_graph=False, **options)
     return ig.sum(-1)
 
 
@@ -454,11 +463,12 @@ def integrated_gradients(
     """
     batch = _batch(input_ids, attention_mask, token_type_ids)
     targets = resolve_target(model, batch, target)[:, None]
-    return _integrated_gradients(
+    ig, _ = _integrated_gradients(
         model, batch, targets, steps=steps, baseline=baseline, layer=layer,
         create_graph=create_graph, special_ids=special_ids,
         max_batch_tokens=max_batch_tokens, memory_mib=memory_mib,
-    )[0]
+    )
+    return ig[0]
 
 
 def attribution_map(ig: Tensor, attention_mask: Tensor, top_k: int | None = None) -> Tensor:
@@ -491,8 +501,10 @@ def attribution_maps(
     special_ids: Collection[int] | None = None,
     max_batch_tokens: int | None = None,
     memory_mib: float | None = None,
-) -> Tensor:
-    """Normalised IG maps for several views at once → ``[B, V, L]``.
+    return_logits: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Normalised IG maps for several views at once → ``[B, V, L]`` (with ``return_logits``
+    also the model's logits ``[B, C]`` from the same forward pass, graph kept).
 
     ``views``: ``"all"`` (every class, AD-KD's multi-view), ``"pred"``, ``"gold"`` (needs
     ``labels`` ``[B]``), a class index or a list of them. With two classes, ``"all"`` computes
@@ -504,13 +516,13 @@ def attribution_maps(
     _check_top_k(top_k, model.config.hidden_size)
     targets = resolve_views(model, batch, views, labels)
     repeat = 2 if isinstance(views, str) and views == "all" and targets.shape[1] == 2 else 1
-    ig = _integrated_gradients(
+    ig, logits = _integrated_gradients(
         model, batch, targets[:, : targets.shape[1] // repeat], steps=steps, baseline=baseline,
         layer=layer, create_graph=create_graph, special_ids=special_ids,
         max_batch_tokens=max_batch_tokens, memory_mib=memory_mib,
     )
-    maps = attribution_map(ig, attention_mask, top_k).transpose(0, 1)
-    return maps.repeat(1, repeat, 1)
+    maps = attribution_map(ig, attention_mask, top_k).transpose(0, 1).repeat(1, repeat, 1)
+    return (maps, logits) if return_logits else maps
 
 
 def grad_saliency(
@@ -540,20 +552,23 @@ def input_gradients(
     create_graph: bool = False,
     max_batch_tokens: int | None = None,
     memory_mib: float | None = None,
-) -> Tensor:
+    return_logits: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
     """GKD's signal (METHODS.md §5): ``∂(Σ_b p_max,b)/∂E`` ``[B, L, d]``, each model its own
     ``p_max``; zero at padding. With ``create_graph`` differentiable in the parameters (the
     student's term; needs eager attention). Frozen embeddings are fine: the gradient is taken
-    w.r.t. the embedding output itself."""
+    w.r.t. the embedding output itself. With ``return_logits`` also the logits ``[B, C]`` of
+    the same forward pass."""
     _check_double_backward(model, create_graph)
     with torch.set_grad_enabled(create_graph):
         end = site_output(model, batch)
     with torch.enable_grad():
-        return _path_gradients(
+        gradients, logits = _path_gradients(
             model, batch, torch.zeros_like(end), end, _max_probability, 1,
             create_graph=create_graph, max_batch_tokens=max_batch_tokens,
             memory_mib=memory_mib,
-        )[0]
+        )
+    return (gradients[0], logits) if return_logits else gradients[0]
 
 
 def attribution_layers(num_layers: int, which: str) -> list[int | None]:
