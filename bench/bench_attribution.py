@@ -169,8 +169,9 @@ def main() -> None:
     print(table(rows, ["implementation", "steps", "sentences_per_s", "wall_s", "cpu_s",
                        "peak_rss_growth_mib", "load_average_1min"]))
     print("\nengine vs reference (speed_ratio: sentences/s; cpu_ratio: CPU seconds):")
-    print(table(comparisons, ["steps", "reference", "speed_ratio", "cpu_ratio",
-                              "max_map_difference"]))
+    shown = [{**row, "max_map_difference": f"{row['max_map_difference']:.1e}"}
+             for row in comparisons]
+    print(table(shown, ["steps", "reference", "speed_ratio", "cpu_ratio", "max_map_difference"]))
     path = write_results("attribution" + ("-quick" if args.quick else ""), {
         "command": "python bench/bench_attribution.py" + (" --quick" if args.quick else ""),
         "sentences": count, "batch_size": BATCH_SIZE, "views": 3, "baseline": "pad",

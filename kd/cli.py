@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from workbench.config import (
+    AttributionConfig,
     DataConfig,
     ObjectiveConfig,
     OptimConfig,
@@ -76,14 +77,40 @@ def _demo(args: argparse.Namespace) -> None:
     run_demo(Path(args.root), quick=args.quick)
 
 
+def _sources(args: argparse.Namespace) -> dict:
+    return {"texts": args.text or (), "pair": args.pair, "texts_file": args.texts_file,
+            "split": args.split, "indices": args.examples}
+
+
 def _export(args: argparse.Namespace) -> None:
     from workbench.heatmaps import export_runs
 
     paths = export_runs(args.runs, args.out, from_arguments(HeatmapSettings, args),
-                        from_arguments(ExportSettings, args), texts=args.text or (),
-                        pair=args.pair, texts_file=args.texts_file, split=args.split,
-                        indices=args.examples)
+                        from_arguments(ExportSettings, args), **_sources(args))
     print("\n".join(str(path) for path in paths))
+
+
+def _attribute(args: argparse.Namespace) -> None:
+    from workbench.heatmaps import attribute_runs
+
+    paths = attribute_runs(args.runs, args.out, from_arguments(AttributionConfig, args),
+                           **_sources(args))
+    print("\n".join(str(path) for path in paths))
+
+
+def _add_sources(parser: argparse.ArgumentParser, verb: str) -> None:
+    """The runs and the texts a command works on."""
+    parser.add_argument("runs", nargs="+", help="run folders")
+    parser.add_argument("--out", required=True, help="folder to write the files to")
+    parser.add_argument("--text", action="append",
+                        help=f"a text to {verb} (repeat the option for several)")
+    parser.add_argument("--pair", default=None, help="second text of every --text (pair tasks)")
+    parser.add_argument("--texts-file", default=None,
+                        help="CSV or JSONL file with a text column (optional text_pair, label)")
+    parser.add_argument("--split", default=None,
+                        help=f"{verb} examples of this split (train, dev, test) of the task")
+    parser.add_argument("--examples", default="0",
+                        help="indices of the --split examples, e.g. 0,3,7-9 (default: 0)")
 
 
 def _reproduce(args: argparse.Namespace) -> None:
@@ -169,20 +196,21 @@ def build_parser() -> argparse.ArgumentParser:
         "one or more runs and write one heatmap per example, a row per run, as SVG, PDF, PNG, "
         "LaTeX and HTML, with the settings, model names and run ids embedded in each file.",
     )
-    export.add_argument("runs", nargs="+", help="run folders (one heatmap row each)")
-    export.add_argument("--out", required=True, help="folder to write the files to")
-    export.add_argument("--text", action="append",
-                        help="a text to explain (repeat the option for several)")
-    export.add_argument("--pair", default=None, help="second text of every --text (pair tasks)")
-    export.add_argument("--texts-file", default=None,
-                        help="CSV or JSONL file with a text column (optional text_pair, label)")
-    export.add_argument("--split", default=None,
-                        help="explain examples of this split (train, dev, test) of the task")
-    export.add_argument("--examples", default="0",
-                        help="indices of the --split examples, e.g. 0,3,7-9 (default: 0)")
+    _add_sources(export, "explain")
     for cls in (HeatmapSettings, ExportSettings):
         add_arguments(export, cls)
     export.set_defaults(handler=_export)
+
+    attribute = commands.add_parser(
+        "attribute", help="token attributions of runs, saved reloadable (JSONL)",
+        description="Attribute texts (typed, from a CSV/JSONL file, or examples of a split) "
+        "under each run and write <out>/<run>.jsonl: tokens, maps per view, prediction, "
+        "probabilities and settings per text (workbench.attribution.load_attributions reads it). "
+        "Texts over --max-length tokens are truncated and flagged.",
+    )
+    _add_sources(attribute, "attribute")
+    add_arguments(attribute, AttributionConfig)
+    attribute.set_defaults(handler=_attribute)
     return parser
 
 

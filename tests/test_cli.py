@@ -113,3 +113,28 @@ def test_no_traceback_from_the_installed_entry_point(tmp_path):
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("kdw: error: unknown task")
+
+
+def test_attribute_writes_reloadable_records(tmp_path, tiny_task_dir, tiny_model_dir, capsys):
+    from workbench.attribution import load_attributions
+
+    teacher = tmp_path / "teacher"
+    assert main(["train-teacher", "--run-dir", str(teacher), "--task", str(tiny_task_dir),
+                 "--model", str(tiny_model_dir), "--epochs", "0.1", "--threads", "1"]) == 0
+    capsys.readouterr()
+    out = tmp_path / "attributions"
+    assert main(["attribute", str(teacher), "--out", str(out), "--text", "good movie",
+                 "--split", "test", "--examples", "0-2", "--views", "all",
+                 "--steps", "2"]) == 0
+    records = load_attributions(out / "teacher.jsonl")
+    assert len(records) == 4 and records[0].text == "good movie"
+    assert records[0].tokens == ["[CLS]", "good", "movie", "[SEP]"]
+    assert len(records[0].maps) == 3 and all(len(m) == 4 for m in records[0].maps)
+    assert records[0].settings["steps"] == 2
+    with pytest.raises(SystemExit) as exit_info:
+        main(["attribute", str(teacher), "--out", str(out), "--text", "x", "--baseline", "mean"])
+    assert exit_info.value.code == 2
+    assert "invalid choice: 'mean'" in capsys.readouterr().err
+    assert main(["attribute", str(teacher), "--out", str(out), "--text", "x",
+                 "--top-k", "99"]) == 2
+    assert "top_k" in _error_line(capsys)

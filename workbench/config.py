@@ -218,3 +218,81 @@ def from_dict(cls: type[T], values: dict[str, Any]) -> T:
             f"unknown {cls.__name__} settings {sorted(unknown)}; known: {sorted(names)}"
         )
     return cls(**values)
+
+
+BASELINES = ("pad", "pad-keep-special", "zero")
+VIEWS = ("all", "pred", "gold")
+Views = str | int | list[int]
+
+
+def check_steps(steps: int) -> None:
+    if not isinstance(steps, int) or steps < 1:
+        raise WorkbenchError(f"steps must be an integer >= 1, got {steps!r}")
+
+
+def check_baseline(baseline: str) -> None:
+    if baseline not in BASELINES:
+        raise WorkbenchError(f"unknown baseline {baseline!r}: use one of {', '.join(BASELINES)}")
+
+
+METHODS = ("ig", "grad")
+
+@dataclass
+class AttributionConfig:
+    """How tokens are attributed: method, path, baseline, views and layer."""
+
+    method: str = option(
+        "ig",
+        "ig: Integrated Gradients maps (per token ‖TopK(|IG|)‖₂, unit norm per view); "
+        "grad: Grad saliency (gradient × input summed over dimensions, signed)",
+        choices=METHODS,
+    )
+    steps: int = option(1, "IG interpolation steps m (right Riemann sum); 1 = (E − E')⊙∇F(E)")
+    baseline: str = option(
+        "pad",
+        "IG baseline: pad (embedding output of an all-[PAD] sequence), pad-keep-special "
+        "([CLS]/[SEP] kept), zero (the AD-KD authors' code)",
+        choices=BASELINES,
+    )
+    top_k: int | None = option(
+        None, "keep the K largest |IG| dimensions per token before the norm (None: all)"
+    )
+    views: str = option(
+        "all",
+        "classes attributed: all, pred, gold (needs labels), or class indices such as 0,2",
+    )
+    layer: int | None = option(
+        None, "attribute w.r.t. this encoder layer's output (0-based; None: embedding output)"
+    )
+    max_length: int = option(128, "maximum tokens per text; longer texts are truncated (flagged)")
+    batch_size: int = option(16, "texts per batch (padded per batch to its longest text)")
+    memory_mib: float = option(
+        1024.0, "memory budget for one chunk of the step × example batch, in MiB (estimated)"
+    )
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise WorkbenchError(f"unknown method {self.method!r}: use {' or '.join(METHODS)}")
+        check_steps(self.steps)
+        check_baseline(self.baseline)
+        if self.top_k is not None and self.top_k < 1:
+            raise WorkbenchError(f"top_k must be >= 1 or None, got {self.top_k}")
+        self.parsed_views()
+
+    def parsed_views(self) -> Views:
+        """``views`` as :func:`~workbench.attribution.attribution_maps` takes it."""
+        if self.views in VIEWS:
+            return self.views
+        parts = [part.strip() for part in str(self.views).split(",")]
+        if not all(part.isdigit() for part in parts):
+            raise WorkbenchError(
+                f"unknown views {self.views!r}: use {', '.join(VIEWS)} or class indices like 0,2"
+            )
+        return [int(part) for part in parts]
+
+    def key(self) -> dict:
+        """The settings that change the maps (the key of cached maps)."""
+        keep = ("method", "steps", "baseline", "top_k", "views", "layer")
+        if self.method == "grad":
+            keep = ("method", "views", "layer")
+        return {name: getattr(self, name) for name in keep}

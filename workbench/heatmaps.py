@@ -385,21 +385,13 @@ def parse_indices(text: str, size: int) -> list[int]:
     return indices
 
 
-def export_runs(
-    runs: Sequence[str | Path], out: str | Path, settings: HeatmapSettings,
-    export_settings: ExportSettings, *, texts: Sequence[str] = (), pair: str | None = None,
+def gather_examples(
+    loaded: LoadedRun, *, texts: Sequence[str] = (), pair: str | None = None,
     texts_file: str | Path | None = None, split: str | None = None, indices: str = "0",
-) -> list[Path]:
-    """What ``kdw export`` does: explain typed texts, a CSV/JSONL file of texts, or examples of
-    a split of the first run's task under every run, and write one heatmap per example in each
-    format to ``out``."""
+) -> list[Example]:
+    """Typed texts, a CSV/JSONL file of texts, and examples of a split of ``loaded``'s task."""
     from workbench.data import load_task
-    from workbench.models import load_run
 
-    export_settings.format_list()  # fail early on a bad format
-    loaded = [load_run(path) for path in runs]
-    if any(run.spec.label_names != loaded[0].spec.label_names for run in loaded):
-        raise WorkbenchError("the runs predict different classes: export runs of one task")
     examples = [Example(text, pair) for text in texts]
     if texts_file is not None:
         path = Path(texts_file)
@@ -407,14 +399,52 @@ def export_runs(
             raise WorkbenchError(f"{path} does not exist")
         examples += read_examples(path.read_bytes(), path.name)
     if split is not None:
-        data = load_task(loaded[0].data)
+        data = load_task(loaded.data)
         if split not in data.splits:
             raise WorkbenchError(f"no split {split!r}: the task has {sorted(data.splits)}")
-        chosen = split_examples(data.splits[split], loaded[0].spec)
+        chosen = split_examples(data.splits[split], loaded.spec)
         examples += [chosen[i] for i in parse_indices(indices, len(chosen))]
     if not examples:
-        raise WorkbenchError("nothing to export: give --text, --texts-file or --split")
+        raise WorkbenchError("nothing to attribute: give --text, --texts-file or --split")
+    return examples
+
+
+def export_runs(
+    runs: Sequence[str | Path], out: str | Path, settings: HeatmapSettings,
+    export_settings: ExportSettings, **sources,
+) -> list[Path]:
+    """What ``kdw export`` does: explain the examples :func:`gather_examples` collects from
+    ``sources`` (of the first run's task) under every run, and write one heatmap per example in
+    each format to ``out``."""
+    from workbench.models import load_run
+
+    export_settings.format_list()  # fail early on a bad format
+    loaded = [load_run(path) for path in runs]
+    if any(run.spec.label_names != loaded[0].spec.label_names for run in loaded):
+        raise WorkbenchError("the runs predict different classes: export runs of one task")
+    examples = gather_examples(loaded[0], **sources)
     return write_heatmaps(build_heatmaps(loaded, examples, settings), out, export_settings)
+
+
+def attribute_runs(
+    runs: Sequence[str | Path], out: str | Path, config: AttributionConfig, **sources,
+) -> list[Path]:
+    """What ``kdw attribute`` does: attribute the examples :func:`gather_examples` collects
+    under each run and save them, reloadable, as ``<out>/<run>.jsonl``."""
+    from workbench.attribution import attribute_texts, save_attributions
+    from workbench.models import load_run
+
+    paths = []
+    for path in runs:
+        loaded = load_run(path)
+        examples = gather_examples(loaded, **sources)
+        pairs = [e.pair or "" for e in examples] if any(e.pair for e in examples) else None
+        gold = [gold_index(e.label, _class_names(loaded)) for e in examples]
+        records = attribute_texts(loaded.model, loaded.tokenizer, [e.text for e in examples],
+                                  pairs, settings=config,
+                                  labels=None if None in gold else gold)
+        paths.append(save_attributions(records, Path(out) / f"{loaded.run.name}.jsonl"))
+    return paths
 
 
 # --------------------------------------------------------------------------- input files

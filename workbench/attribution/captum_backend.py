@@ -21,7 +21,6 @@ from transformers import PreTrainedModel
 from workbench.attribution.gradients import (
     Target,
     _batch,
-    _check_baseline,
     _check_layer,
     _site_module,
     baseline_ids,
@@ -29,6 +28,7 @@ from workbench.attribution.gradients import (
     resolve_target,
     site_output,
 )
+from workbench.config import check_baseline
 from workbench.errors import WorkbenchError
 from workbench.models import output_replaced
 
@@ -84,7 +84,7 @@ def captum_integrated_gradients(
         raise WorkbenchError(
             f"Captum's IG needs steps >= 2 (got {steps!r}); use integrated_gradients for 1 step"
         )
-    _check_baseline(baseline)
+    check_baseline(baseline)
     _check_layer(model, layer)
     batch = _batch(input_ids, attention_mask, token_type_ids)
     targets = resolve_target(model, batch, target)

@@ -20,13 +20,14 @@ sequence (dynamic padding), so an example's result does not depend on the batch 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import PreTrainedModel
 
+from workbench.config import BASELINES, VIEWS, Views, check_baseline, check_steps
 from workbench.errors import WorkbenchError
 from workbench.models import (
     MODEL_INPUTS,
@@ -37,13 +38,10 @@ from workbench.models import (
     output_replaced,
 )
 
-BASELINES = ("pad", "pad-keep-special", "zero")
-VIEWS = ("all", "pred", "gold")
 DEFAULT_MEMORY_MIB = 1024
 
 Batch = Mapping[str, Tensor]
 Target = int | str | Tensor
-Views = str | int | Sequence[int]
 # scores(logits [R, C], example index of each row [R]) -> [R, V]
 Scorer = Callable[[Tensor, Tensor], Tensor]
 
@@ -86,11 +84,6 @@ def _check_double_backward(model: PreTrainedModel, create_graph: bool) -> None:
             f"create_graph=True needs a double backward, which {kernel!r} attention lacks on CPU: "
             'load the model with attn_implementation="eager"'
         )
-
-
-def _check_steps(steps: int) -> None:
-    if not isinstance(steps, int) or steps < 1:
-        raise WorkbenchError(f"steps must be an integer >= 1, got {steps!r}")
 
 
 def _check_top_k(top_k: int | None, hidden_size: int) -> None:
@@ -235,11 +228,6 @@ def baseline_ids(model: PreTrainedModel, batch: Batch, baseline: str,
     return torch.where(special_positions(ids, batch["attention_mask"], special_ids), ids, pads)
 
 
-def _check_baseline(baseline: str) -> None:
-    if baseline not in BASELINES:
-        raise WorkbenchError(f"unknown baseline {baseline!r}: use one of {', '.join(BASELINES)}")
-
-
 def baseline_output(
     model: PreTrainedModel,
     batch: Batch,
@@ -251,7 +239,7 @@ def baseline_output(
     """The baseline ``E'`` ``[B, L, d]`` at the site: the site's output for the baseline ids (the
     input's token types and attention mask kept), or zeros for ``"zero"`` (shaped like ``site``,
     the input's site output, when given)."""
-    _check_baseline(baseline)
+    check_baseline(baseline)
     if baseline == "zero":
         return torch.zeros_like(site if site is not None else site_output(model, batch, layer))
     ids = baseline_ids(model, batch, baseline, special_ids)
@@ -387,8 +375,8 @@ def _integrated_gradients(
 ) -> tuple[Tensor, Tensor]:
     """IG for the classes ``targets`` ``[B, V]`` → ``[V, B, L, d]``, and the logits at the end
     of the path ``[B, C]``."""
-    _check_steps(steps)
-    _check_baseline(baseline)
+    check_steps(steps)
+    check_baseline(baseline)
     _check_layer(model, layer)
     _check_double_backward(model, create_graph)
     with torch.set_grad_enabled(create_graph):
