@@ -386,10 +386,11 @@ def parse_indices(text: str, size: int) -> list[int]:
 
 
 def gather_examples(
-    loaded: LoadedRun, *, texts: Sequence[str] = (), pair: str | None = None,
+    loaded: LoadedRun, verb: str, *, texts: Sequence[str] = (), pair: str | None = None,
     texts_file: str | Path | None = None, split: str | None = None, indices: str = "0",
 ) -> list[Example]:
-    """Typed texts, a CSV/JSONL file of texts, and examples of a split of ``loaded``'s task."""
+    """Typed texts, a CSV/JSONL file of texts, and examples of a split of ``loaded``'s task
+    (``verb``: what the command does with them, for its error message)."""
     from workbench.data import load_task
 
     examples = [Example(text, pair) for text in texts]
@@ -405,7 +406,7 @@ def gather_examples(
         chosen = split_examples(data.splits[split], loaded.spec)
         examples += [chosen[i] for i in parse_indices(indices, len(chosen))]
     if not examples:
-        raise WorkbenchError("nothing to attribute: give --text, --texts-file or --split")
+        raise WorkbenchError(f"nothing to {verb}: give --text, --texts-file or --split")
     return examples
 
 
@@ -422,7 +423,7 @@ def export_runs(
     loaded = [load_run(path) for path in runs]
     if any(run.spec.label_names != loaded[0].spec.label_names for run in loaded):
         raise WorkbenchError("the runs predict different classes: export runs of one task")
-    examples = gather_examples(loaded[0], **sources)
+    examples = gather_examples(loaded[0], "export", **sources)
     return write_heatmaps(build_heatmaps(loaded, examples, settings), out, export_settings)
 
 
@@ -437,7 +438,7 @@ def attribute_runs(
     paths = []
     for path in runs:
         loaded = load_run(path)
-        examples = gather_examples(loaded, **sources)
+        examples = gather_examples(loaded, "attribute", **sources)
         pairs = [e.pair or "" for e in examples] if any(e.pair for e in examples) else None
         gold = [gold_index(e.label, _class_names(loaded)) for e in examples]
         records = attribute_texts(loaded.model, loaded.tokenizer, [e.text for e in examples],
