@@ -197,5 +197,5 @@ def train(job: TrainingJob) -> dict[str, float]:
             return {}
     progress.close()
     best = load_file(str(run.model_dir / "model.safetensors"), device=str(job.device))
-    model.load_state_dict(best, strict=False)
+    model.load_state_dict(best)
     return {"best_step": state["best_step"], metric: state["best"]}
