@@ -17,6 +17,7 @@ from workbench.config import DataConfig
 from workbench.data import batches, encode, load_task
 from workbench.models import (
     cut_student,
+    encoder_layers,
     load_classifier,
     load_run,
     load_tokenizer,
@@ -43,7 +44,7 @@ def teacher_and_tokenizer(num_labels: int = 3) -> tuple[PreTrainedModel, object,
 
 
 def student_from(teacher: PreTrainedModel, layers: int = 3) -> PreTrainedModel:
-    return cut_student(teacher, select_layers(len(teacher.bert.encoder.layer), layers, "skip"))
+    return cut_student(teacher, select_layers(len(encoder_layers(teacher)), layers, "skip"))
 
 
 def tweet_batch(tokenizer, size: int, max_length: int = 128, split: str = "train",

@@ -76,6 +76,15 @@ def test_patient_loss_against_direct_formula():
         patient_loss(student, teacher[:, :1])
 
 
+def test_pure_terms_are_importable_from_the_top_of_kd():
+    import kd
+
+    assert kd.logit_kd_loss is logit_kd_loss and kd.patient_loss is patient_loss
+    for name in ("attribution_loss", "gradient_alignment_loss", "word_relation_loss",
+                 "layer_relation_loss"):
+        assert callable(getattr(kd, name))
+
+
 def test_layer_maps_of_the_papers():
     assert [t for _, t in patient_layers(12, 6, "skip")] == [2, 4, 6, 8, 10]
     assert [t for _, t in patient_layers(12, 6, "last")] == [7, 8, 9, 10, 11]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -478,11 +477,3 @@ def batches(
     for start in range(0, len(indices), batch_size):
         chunk = indices[start:start + batch_size]
         yield collate([dataset[int(i)] for i in chunk], pad_token_id)
-
-
-def label_counts(split: Split, spec: TaskSpec) -> dict[str, int]:
-    """Examples per class name (empty for regression)."""
-    if spec.regression:
-        return {}
-    counts = Counter(split.labels)
-    return {name: counts.get(i, 0) for i, name in enumerate(spec.label_names)}
