@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
+import pytest
+
 from kd.reproduce import MAIN_METHODS, Suite, TaskPlan, experiments, reproduce
 from workbench.config import DataConfig, TeacherConfig
 
@@ -28,7 +31,14 @@ def test_tiny_suite_report(tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: 
     assert len(results["students"]) == len(todo)
     assert all(0 <= r["test"]["label_loyalty"] <= 1 for r in results["students"])
     assert all(-1 <= r["test"]["saliency_loyalty"] <= 1 for r in results["students"])
-    for heading in ("## Main table", "## Loyalty to the teacher", "## Ablations (tiny)"):
+    assert results["setup"]["tiny"]["seeds"] == [1, 2]
+    accuracy = {(r["name"], r["seed"]): r["test"]["accuracy"] for r in results["students"]}
+    gains = np.array([accuracy["adkd", seed] - accuracy["kd", seed] for seed in (1, 2)]) * 100
+    adkd_row = next(line for line in report.splitlines() if line.startswith("| adkd | "))
+    reported = [float(v) for v in adkd_row.split("|")[-2].split("±")]  # the "Δ kd" column
+    assert reported == pytest.approx([gains.mean(), gains.std(ddof=1)], abs=0.051)
+    for heading in ("## Set-up and what was cut", "## Main table", "## Loyalty to the teacher",
+                    "## Ablations (tiny)"):
         assert heading in report
     for method in MAIN_METHODS:
         assert f"| {method} | " in report
