@@ -238,8 +238,8 @@ def check_baseline(baseline: str) -> None:
 METHODS = ("ig", "grad")
 
 @dataclass
-class AttributionConfig:
-    """How tokens are attributed: method, path, baseline, views and layer."""
+class MapSettings:
+    """How one attribution map is computed: method, IG path and baseline, top-K dimensions."""
 
     method: str = option(
         "ig",
@@ -257,6 +257,13 @@ class AttributionConfig:
     top_k: int | None = option(
         None, "keep the K largest |IG| dimensions per token before the norm (None: all)"
     )
+
+
+@dataclass
+class AttributionConfig(MapSettings):
+    """How tokens are attributed: the map's settings, the classes (views), the layer, and the
+    batching of the texts."""
+
     views: str = option(
         "all",
         "classes attributed: all, pred, gold (needs labels), or class indices such as 0,2",

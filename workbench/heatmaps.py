@@ -21,11 +21,11 @@ import io
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from workbench.config import option
+from workbench.config import MapSettings, option
 from workbench.errors import WorkbenchError
 
 if TYPE_CHECKING:
@@ -34,8 +34,6 @@ if TYPE_CHECKING:
     from workbench.export import ExportOptions, Heatmap
     from workbench.models import LoadedRun
 
-METHODS = ("ig", "grad")  # as workbench.attribution's, which this module imports only to compute
-BASELINE_CHOICES = ("pad", "pad-keep-special", "zero")
 FORMAT_CHOICES = ("svg", "pdf", "png", "tex", "html")
 UPLOAD_SUFFIXES = (".csv", ".jsonl")
 MAX_UPLOAD_BYTES = 2_000_000
@@ -43,23 +41,9 @@ MAX_UPLOAD_EXAMPLES = 1000
 
 
 @dataclass
-class HeatmapSettings:
+class HeatmapSettings(MapSettings):
     """How token attributions are computed and which class they explain."""
 
-    method: str = option(
-        "ig",
-        "attribution method: ig (Integrated Gradients, per-token norm of IG, unit L2 per "
-        "sequence) or grad (Grad saliency, gradient × input summed over dimensions, signed)",
-        choices=METHODS,
-    )
-    steps: int = option(1, "IG interpolation steps m (1: input − baseline times the gradient)")
-    baseline: str = option(
-        "pad", "IG baseline: pad (all [PAD]), pad-keep-special ([CLS]/[SEP] kept) or zero",
-        choices=BASELINE_CHOICES,
-    )
-    top_k: int | None = option(
-        None, "IG: keep the K largest |IG| dimensions of each token (default: all)"
-    )
     view: str = option(
         "pred",
         "class explained: pred (each model's prediction), gold (the example's label), all "
@@ -186,8 +170,8 @@ def attribution_config(settings: HeatmapSettings) -> AttributionConfig:
     (checked there: steps, baseline, K)."""
     from workbench.attribution import AttributionConfig
 
-    return AttributionConfig(method=settings.method, steps=settings.steps,
-                             baseline=settings.baseline, top_k=settings.top_k, views="all")
+    shared = {f.name: getattr(settings, f.name) for f in fields(MapSettings)}
+    return AttributionConfig(**shared, views="all")
 
 
 def explain(
