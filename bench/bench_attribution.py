@@ -1,14 +1,16 @@
 """Attribution maps of many sentences: the workbench's batched engine against a straightforward
 per-example, per-class loop.
 
-    python bench/bench_attribution.py            # 256 tweets (test split), steps 1 and 8
-    python bench/bench_attribution.py --quick    # 32 tweets (under a minute)
+    python bench/bench_attribution.py            # 256 tweets (test split)
+    python bench/bench_attribution.py --quick    # 10 tweets, engine m = 1 and 8 only
 
 Teacher: MiniLM-L6 (the demo's fine-tuned teacher if it exists, else a random classification
-head: timing does not depend on the head). All 3 views (every class), pad baseline, 2 torch
-threads. Engine: :func:`workbench.attribution.attribution_maps` on batches of 32 tweets sorted by
-length, steps × examples stacked into chunks under its default memory budget, one forward per
-chunk for all views. Reference: each tweet alone, each class separately — for ``steps >= 2``
+head: timing does not depend on the head), pad baseline, 2 torch threads. The engine runs for
+steps m = 1, 2, 4, 8 with one view (the predicted class) and with all 3 views (every class), to
+show how time and memory grow; the reference runs for m = 1 and 8 with all 3 views. Engine:
+:func:`workbench.attribution.attribution_maps` on batches of 32 tweets sorted by length,
+steps × examples stacked into chunks under its default memory budget, one forward per chunk for
+all views. Reference: each tweet alone, each class separately — for ``steps >= 2``
 Captum's ``LayerIntegratedGradients`` (riemann_right, pad-id baselines); for ``steps = 1``
 Captum cannot run (it asserts ``n_steps > 1``), so the reference row is the same loop with one
 plain ``autograd.grad`` of the class probability per example and class.
@@ -45,7 +47,9 @@ from workbench.data import batches, encode, load_task
 from workbench.models import embed, embeddings_module, forward
 
 BATCH_SIZE = 32
-STEPS = (1, 8)
+ENGINE_STEPS = (1, 2, 4, 8)
+ENGINE_VIEWS = ("pred", "all")
+REFERENCE_STEPS = (1, 8)  # against the engine with all views
 
 
 def _tweets(tokenizer, count: int):
@@ -53,13 +57,13 @@ def _tweets(tokenizer, count: int):
     return encode(split.subset(range(count)), tokenizer, max_length=128)
 
 
-def _engine(model, dataset, steps: int) -> list[torch.Tensor]:
-    """Maps ``[C, n]`` per tweet, batched by length."""
+def _engine(model, dataset, steps: int, views: str = "all") -> list[torch.Tensor]:
+    """Maps ``[V, n]`` per tweet, batched by length."""
     order = sorted(range(len(dataset)), key=lambda i: len(dataset.input_ids[i]))
     maps: list[torch.Tensor] = [torch.empty(0)] * len(dataset)
     for batch in batches(dataset, order, BATCH_SIZE, model.config.pad_token_id):
         out = attribution_maps(model, batch["input_ids"], batch["attention_mask"],
-                               batch["token_type_ids"], views="all", steps=steps)
+                               batch["token_type_ids"], views=views, steps=steps)
         for row, (index, n) in enumerate(zip(batch["index"].tolist(),
                                              batch["attention_mask"].sum(1).tolist(),
                                              strict=True)):
@@ -92,7 +96,7 @@ def _reference_ig(model, example: dict, target: int, steps: int) -> torch.Tensor
     return (end - start) * gradient
 
 
-def _reference(model, dataset, steps: int) -> list[torch.Tensor]:
+def _reference(model, dataset, steps: int, views: str = "all") -> list[torch.Tensor]:
     maps = []
     for i in range(len(dataset)):
         ids = torch.tensor([dataset.input_ids[i]])
@@ -109,64 +113,70 @@ def _peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
-def worker(implementation: str, steps: int, count: int, maps_path: str) -> dict:
+def worker(implementation: str, steps: int, views: str, count: int, maps_path: str) -> dict:
     """Time one configuration in this process; save its maps for the agreement check."""
     setup(threads=2)
     torch.manual_seed(0)
     model, tokenizer, note = teacher_and_tokenizer()
     dataset = _tweets(tokenizer, count)
     run = _engine if implementation == "engine" else _reference
-    run(model, _tweets(tokenizer, 2), steps)  # warm-up
+    run(model, _tweets(tokenizer, 2), steps, views)  # warm-up
     before = _peak_mib()
     wall, cpu = time.perf_counter(), time.process_time()
-    maps = run(model, dataset, steps)
+    maps = run(model, dataset, steps, views)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     torch.save(maps, maps_path)
-    return {"implementation": implementation, "steps": steps, "sentences": count,
+    return {"implementation": implementation, "steps": steps, "views": views, "sentences": count,
             "tokens": sum(len(ids) for ids in dataset.input_ids), "wall_s": wall, "cpu_s": cpu,
             "sentences_per_s": count / wall, "peak_rss_growth_mib": _peak_mib() - before,
             "load_average_1min": round(os.getloadavg()[0], 2), "teacher": note}
 
 
-def _spawn(implementation: str, steps: int, count: int, maps_path: Path) -> dict:
+def _spawn(implementation: str, steps: int, views: str, count: int, maps_path: Path) -> dict:
     command = [sys.executable, str(Path(__file__).resolve()), "--worker", implementation,
-               "--steps", str(steps), "--count", str(count), "--maps", str(maps_path)]
+               "--steps", str(steps), "--views", views, "--count", str(count),
+               "--maps", str(maps_path)]
     out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="32 tweets instead of 256")
+    parser.add_argument("--quick", action="store_true",
+                        help="10 tweets instead of 256, engine m = 1 and 8 only")
     parser.add_argument("--worker", choices=("engine", "reference"), help=argparse.SUPPRESS)
     parser.add_argument("--steps", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--views", help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--maps", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.worker, args.steps, args.count, args.maps)))
+        print(json.dumps(worker(args.worker, args.steps, args.views, args.count, args.maps)))
         return
-    count = 32 if args.quick else 256
-    rows, comparisons = [], []
+    count = 10 if args.quick else 256
+    engine_steps = REFERENCE_STEPS if args.quick else ENGINE_STEPS
+    configurations = [("engine", m, v) for v in ENGINE_VIEWS for m in engine_steps]
+    configurations += [("reference", m, "all") for m in REFERENCE_STEPS]
     with tempfile.TemporaryDirectory() as folder:
-        for steps in STEPS:
-            paths = {name: Path(folder) / f"{name}-{steps}.pt" for name in ("engine", "reference")}
-            results = {name: _spawn(name, steps, count, path) for name, path in paths.items()}
-            engine, reference = (torch.load(paths[n]) for n in ("engine", "reference"))
-            difference = max(float((a - b).abs().max()) for a, b in zip(engine, reference,
-                                                                         strict=True))
-            rows.extend(results.values())
+        maps_paths = {c: Path(folder) / "{}-{}-{}.pt".format(*c) for c in configurations}
+        results = {c: _spawn(*c, count, path) for c, path in maps_paths.items()}
+        comparisons = []
+        for steps in REFERENCE_STEPS:
+            engine, reference = results["engine", steps, "all"], results["reference", steps, "all"]
+            difference = max(float((a - b).abs().max()) for a, b in zip(
+                torch.load(maps_paths["engine", steps, "all"]),
+                torch.load(maps_paths["reference", steps, "all"]), strict=True))
             comparisons.append({
                 "steps": steps,
                 "reference": "Captum LayerIG loop" if steps >= 2 else "own-gradient loop",
-                "speed_ratio": results["engine"]["sentences_per_s"]
-                / results["reference"]["sentences_per_s"],
-                "cpu_ratio": results["reference"]["cpu_s"] / results["engine"]["cpu_s"],
+                "speed_ratio": engine["sentences_per_s"] / reference["sentences_per_s"],
+                "cpu_ratio": reference["cpu_s"] / engine["cpu_s"],
                 "max_map_difference": difference,
             })
+    rows = list(results.values())
     print(f"teacher: {rows[0]['teacher']}; {count} tweets (test split, "
-          f"{rows[0]['tokens']} tokens), 3 views, pad baseline, 2 threads")
-    print(table(rows, ["implementation", "steps", "sentences_per_s", "wall_s", "cpu_s",
+          f"{rows[0]['tokens']} tokens), pad baseline, 2 threads")
+    print(table(rows, ["implementation", "steps", "views", "sentences_per_s", "wall_s", "cpu_s",
                        "peak_rss_growth_mib", "load_average_1min"]))
     print("\nengine vs reference (speed_ratio: sentences/s; cpu_ratio: CPU seconds):")
     shown = [{**row, "max_map_difference": f"{row['max_map_difference']:.1e}"}
@@ -174,7 +184,7 @@ def main() -> None:
     print(table(shown, ["steps", "reference", "speed_ratio", "cpu_ratio", "max_map_difference"]))
     path = write_results("attribution" + ("-quick" if args.quick else ""), {
         "command": "python bench/bench_attribution.py" + (" --quick" if args.quick else ""),
-        "sentences": count, "batch_size": BATCH_SIZE, "views": 3, "baseline": "pad",
+        "sentences": count, "batch_size": BATCH_SIZE, "baseline": "pad",
         "memory": "growth of ru_maxrss during the timed run, per configuration process",
         "runs": rows, "comparisons": comparisons,
     })
