@@ -4,11 +4,14 @@ affordable.
 
     python -m bench.bench_scaling           # lengths 32..512 at 3 classes, classes 2/3/5 at 64
     python -m bench.bench_scaling --quick   # lengths 32 and 128, kd/adkd/gkd only
+    python -m bench.bench_scaling --teacher bert-base-random --device cuda --batch-size 32
 
-Each configuration runs in its own process (MiniLM-L6 teacher with a random head, 3-layer
-student cut from it, batch of 8 random-token sequences without padding, 2 threads): the median
-of a few training steps, and the peak resident memory the steps add above the memory held after
-set-up (``ru_maxrss`` against ``/proc/self/statm``).
+Each configuration runs in its own process (by default the MiniLM-L6 teacher with a random head
+and a 3-layer student cut from it; ``bert-base-random``: a randomly initialised BERT-base-sized
+teacher, 12 layers of 768, and a 6-layer student, for timing where no hub is reachable; batches of
+random-token sequences without padding, 2 threads): the median of a few training steps, and the
+peak memory the steps add above the memory held after set-up — on CPU the resident set
+(``ru_maxrss`` against ``/proc/self/statm``), on CUDA the allocator's peak.
 """
 
 from __future__ import annotations
@@ -22,17 +25,18 @@ import sys
 import time
 
 import torch
+from transformers import AutoModelForSequenceClassification, BertConfig, PreTrainedModel
 
 from bench.common import setup, student_from, table, write_results
 from kd.objective import Objective
 from kd.pipeline import prepare_gradient_student
 from workbench.config import ObjectiveConfig
-from workbench.models import load_classifier
+from workbench.models import ATTENTION, encoder_layers, load_classifier, resolve_device
 
 METHODS = ("kd", "pkd-skip", "ckd", "adkd", "gkd", "gkd-cls")
 LENGTHS = (32, 64, 128, 256, 512)
 CLASSES = (2, 3, 5)
-BATCH = 8
+STUDENT_LAYERS = {"minilm-l6": 3, "bert-base-random": 6}
 
 
 def _resident_mib() -> float:
@@ -40,20 +44,46 @@ def _resident_mib() -> float:
         return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def measure(method: str, length: int, classes: int, repeats: int) -> dict:
+def _teacher(name: str, classes: int) -> PreTrainedModel:
+    if name == "bert-base-random":  # BertConfig's defaults are BERT-base's shape
+        return AutoModelForSequenceClassification.from_config(
+            BertConfig(num_labels=classes), attn_implementation=ATTENTION)
+    return load_classifier(name, classes)
+
+
+def _peak_memory_mib(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _memory_now_mib(device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return torch.cuda.memory_allocated(device) / 2**20
+    return _resident_mib()
+
+
+def measure(method: str, length: int, classes: int, repeats: int, teacher_name: str,
+            batch_size: int, device_name: str) -> dict:
     """One configuration, in this process."""
     setup()
-    teacher = load_classifier("minilm-l6", classes).eval().requires_grad_(False)
-    student = student_from(teacher).train()
-    objective = Objective.resolve(ObjectiveConfig(preset=method), 6, 3, classes)
+    device = resolve_device(device_name)
+    teacher = _teacher(teacher_name, classes).eval().requires_grad_(False)
+    layers = STUDENT_LAYERS[teacher_name]
+    student = student_from(teacher, layers).train()
+    objective = Objective.resolve(ObjectiveConfig(preset=method), len(encoder_layers(teacher)),
+                                  layers, classes)
     if objective.gradient_kd:
         prepare_gradient_student(teacher, student)
+    teacher, student = teacher.to(device), student.to(device)
     generator = torch.Generator().manual_seed(0)
-    ids = torch.randint(1000, 30000, (BATCH, length), generator=generator)
+    ids = torch.randint(1000, 30000, (batch_size, length), generator=generator)
     ids[:, 0], ids[:, -1] = 101, 102
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
              "token_type_ids": torch.zeros_like(ids),
-             "labels": torch.randint(0, classes, (BATCH,), generator=generator)}
+             "labels": torch.randint(0, classes, (batch_size,), generator=generator)}
+    batch = {name: value.to(device) for name, value in batch.items()}
     cached = {k: v.detach() for k, v in
               objective.teacher_batch(teacher, batch, objective.cached_fields()).items()}
     optimizer = torch.optim.AdamW([p for p in student.parameters() if p.requires_grad], lr=1e-5)
@@ -66,23 +96,26 @@ def measure(method: str, length: int, classes: int, repeats: int) -> dict:
         optimizer.zero_grad(set_to_none=True)
         objective(student, batch, fields)["loss"].backward()
         optimizer.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
 
     step()  # warm-up: optimizer state allocated
-    before = _resident_mib()
+    before = _memory_now_mib(device)
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         step()
         times.append(time.perf_counter() - start)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {"method": method, "length": length, "classes": classes,
-            "seconds": sorted(times)[len(times) // 2], "peak_extra_mib": max(0.0, peak - before)}
+            "seconds": sorted(times)[len(times) // 2],
+            "peak_extra_mib": max(0.0, _peak_memory_mib(device) - before)}
 
 
-def _in_subprocess(method: str, length: int, classes: int, repeats: int) -> dict:
+def _in_subprocess(method: str, length: int, classes: int, args: argparse.Namespace) -> dict:
     out = subprocess.run(
         [sys.executable, "-m", "bench.bench_scaling", "--one", method, str(length), str(classes),
-         "--repeats", str(repeats)],
+         "--repeats", str(args.repeats), "--teacher", args.teacher,
+         "--batch-size", str(args.batch_size), "--device", args.device],
         capture_output=True, text=True, check=True,
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -92,12 +125,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="lengths 32/128, kd/adkd/gkd")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--teacher", choices=tuple(STUDENT_LAYERS), default="minilm-l6")
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
     parser.add_argument("--one", nargs=3, metavar=("METHOD", "LENGTH", "CLASSES"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         method, length, classes = args.one
-        print(json.dumps(measure(method, int(length), int(classes), args.repeats)))
+        print(json.dumps(measure(method, int(length), int(classes), args.repeats, args.teacher,
+                                 args.batch_size, args.device)))
         return
     methods = ("kd", "adkd", "gkd") if args.quick else METHODS
     lengths = (32, 128) if args.quick else LENGTHS
@@ -106,7 +143,7 @@ def main() -> None:
         configs += [(m, 64, c) for m in methods for c in CLASSES if c != 3]
     rows = []
     for method, length, classes in configs:
-        row = _in_subprocess(method, length, classes, args.repeats)
+        row = _in_subprocess(method, length, classes, args)
         print(f"{method:9s} L={length:3d} C={classes}: {row['seconds']:.3f} s, "
               f"+{row['peak_extra_mib']:.0f} MiB", flush=True)
         rows.append(row)
@@ -115,8 +152,13 @@ def main() -> None:
         row["x_vanilla_kd"] = row["seconds"] / vanilla[(row["length"], row["classes"])]
     print(table(rows, ["method", "length", "classes", "seconds", "x_vanilla_kd",
                        "peak_extra_mib"]))
-    path = write_results("scaling" + ("-quick" if args.quick else ""),
-                         {"batch_size": BATCH, "repeats": args.repeats, "rows": rows})
+    name = "-".join(["scaling", *([] if args.teacher == "minilm-l6" else [args.teacher]),
+                     *([] if args.device == "cpu" else [args.device]),
+                     *(["quick"] if args.quick else [])])
+    path = write_results(name, {"teacher": args.teacher, "student_layers":
+                                STUDENT_LAYERS[args.teacher], "device": args.device,
+                                "batch_size": args.batch_size, "repeats": args.repeats,
+                                "rows": rows})
     print(f"written: {path}")
 
 
