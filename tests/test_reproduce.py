@@ -1,5 +1,6 @@
-"""``kdw reproduce`` on a tiny suite: every method and ablation trains, the report has its
-tables and figures, and a second call reuses the finished runs."""
+"""``kdw reproduce`` on a tiny suite: every method and ablation trains (in two worker
+processes), the report has its tables and figures, and a second call in one process reuses the
+finished runs and scores them the same."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def test_tiny_suite_report(tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: 
     everything = experiments(Suite(plans={"tiny": plan}, ablation_task="tiny"))
     assert len(everything) == 2 * len(MAIN_METHODS) + 3 + 3 + 2 + 1 + 2 + 2 + 1
     out = tmp_path / "report"
-    report = reproduce(out, suite, announce=lambda _: None).read_text()
+    report = reproduce(out, suite, announce=lambda _: None, jobs=2).read_text()  # 2 processes
     results = json.loads((out / "results.json").read_text())
     assert len(results["students"]) == len(todo)
     assert all(0 <= r["test"]["label_loyalty"] <= 1 for r in results["students"])
@@ -48,6 +49,10 @@ def test_tiny_suite_report(tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: 
     assert list((out / "figures" / "gallery" / "tiny").glob("*.png"))
     finished = {r["run"]: (Path(r["run"]) / "checkpoint.pt").stat().st_mtime
                 for r in results["students"]}
-    reproduce(out, suite, announce=lambda _: None)  # reuses every finished run
+    reproduce(out, suite, announce=lambda _: None)  # in this process, reusing every finished run
     assert all((Path(run) / "checkpoint.pt").stat().st_mtime == mtime
                for run, mtime in finished.items())
+    again = json.loads((out / "results.json").read_text())
+    for first, second in zip(results["students"], again["students"], strict=True):
+        assert first["run"] == second["run"]
+        assert first["test"] == pytest.approx(second["test"], abs=1e-6)
