@@ -332,21 +332,21 @@ def write_report(out: Path, results: dict, figures: dict[str, str]) -> Path:
             " | ".join(cell(loyalty[m].get((t, method))) for m in loyalty) for t in tasks) + " |")
     ablation = [r for r in records if r["group"] != "main"]
     if ablation:
-        acc = aggregate(ablation, "accuracy")
-        reference = {name: accuracy.get((ablation[0]["task"], name)) for name in ("adkd", "gkd",
-                                                                                   "ckd")}
-        lines += ["", f"## Ablations ({ablation[0]['task']})", "",
+        task, seeds = ablation[0]["task"], sorted({r["seed"] for r in ablation})
+        full = [r for r in main if r["task"] == task and r["seed"] in seeds
+                and r["name"] in ("adkd", "gkd", "ckd")]
+        rows = [("full method", r) for r in full] + [(r["group"], r) for r in ablation]
+        acc, macro_ablation = aggregate(full + ablation, "accuracy"), aggregate(
+            full + ablation, "macro_f1")
+        lines += ["", f"## Ablations ({task}, seed {', '.join(map(str, seeds))})", "",
+                  "Each variant against the full method trained with the same seeds.", "",
                   "| group | variant | accuracy | macro-F1 |", "|---|---|---|---|"]
-        for method, stats in reference.items():
-            lines.append(f"| full method | {method} | {cell(stats)} | "
-                         f"{cell(macro.get((ablation[0]['task'], method)))} |")
-        macro_ablation = aggregate(ablation, "macro_f1")
         seen = []
-        for record in ablation:
+        for group, record in rows:
             key = (record["task"], record["name"])
             if key not in seen:
                 seen.append(key)
-                lines.append(f"| {record['group']} | {record['name']} | {cell(acc.get(key))} | "
+                lines.append(f"| {group} | {record['name']} | {cell(acc.get(key))} | "
                              f"{cell(macro_ablation.get(key))} |")
     if figures:
         lines += ["", "## Figures", ""]

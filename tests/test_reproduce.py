@@ -39,11 +39,13 @@ def test_tiny_suite_report(tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: 
     reported = [float(v) for v in adkd_row.split("|")[-2].split("±")]  # the "Δ kd" column
     assert reported == pytest.approx([gains.mean(), gains.std(ddof=1)], abs=0.051)
     for heading in ("## Set-up and what was cut", "## Main table", "## Loyalty to the teacher",
-                    "## Ablations (tiny)"):
+                    "## Ablations (tiny, seed 1)"):
         assert heading in report
     for method in MAIN_METHODS:
         assert f"| {method} | " in report
     assert "adkd K=8" in report and "adkd w/o kd" in report
+    seed_one = accuracy["adkd", 1] * 100  # the full method's row uses the ablations' seed only
+    assert f"| full method | adkd | {seed_one:.1f} ± 0.0 |" in report
     assert (out / "figures" / "methods.png").stat().st_size > 0
     assert (out / "figures" / "adkd-k.png").exists()
     assert list((out / "figures" / "gallery" / "tiny").glob("*.png"))
