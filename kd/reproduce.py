@@ -23,8 +23,6 @@ from workbench.config import DataConfig, ObjectiveConfig, OptimConfig, StudentCo
 from workbench.metrics import mean_and_std
 from workbench.runs import Run, atomic_write_json, atomic_write_text
 
-GALLERY_EXAMPLES = "0-2"
-
 MAIN_METHODS = ("finetune", "kd", "pkd-skip", "pkd-last", "ckd", "adkd", "gkd", "gkd-cls")
 
 
@@ -441,9 +439,19 @@ class SaliencyLoyalty:
 SALIENCY = SaliencyLoyalty()  # one per process: each keeps its teachers' saliency
 
 
+def gallery_indices(labels: Sequence[int]) -> str:
+    """The first test example of each class, as ``kdw export --indices`` reads them."""
+    first: dict[int, int] = {}
+    for index, label in enumerate(labels):
+        first.setdefault(int(label), index)
+    return ",".join(str(first[label]) for label in sorted(first))
+
+
 def heatmap_gallery(out: Path, results: dict) -> dict[str, str]:
-    """The same test examples across each task's teacher and its seed-1 students: PNG heatmaps
-    (and PDF for papers) under ``<out>/figures/gallery``."""
+    """One test example of each class across each task's teacher and its seed-1 students: PNG
+    heatmaps (and PDF for papers) under ``<out>/figures/gallery``."""
+    from workbench.config import DataConfig, from_dict
+    from workbench.data import load_task
     from workbench.heatmaps import ExportSettings, HeatmapSettings, export_runs
 
     figures = {}
@@ -451,10 +459,11 @@ def heatmap_gallery(out: Path, results: dict) -> dict[str, str]:
         students = [r["run"] for r in results["students"]
                     if r["task"] == task and r["group"] == "main" and r["seed"] == 1
                     and r["name"] in ("kd", "adkd", "gkd")]
+        data = from_dict(DataConfig, Run.open(teacher["run"]).info()["configs"]["data"])
         folder = out / "figures" / "gallery" / task
         paths = export_runs([teacher["run"], *students], folder, HeatmapSettings(),
                             ExportSettings(formats="png,pdf", dpi=150), split="test",
-                            indices=GALLERY_EXAMPLES)
+                            indices=gallery_indices(load_task(data).splits["test"].labels))
         for path in sorted(p for p in paths if p.suffix == ".png"):
             figures[f"{task}: {path.stem}"] = str(path.relative_to(out))
     return figures

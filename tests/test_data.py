@@ -11,7 +11,7 @@ import torch
 
 from tests.conftest import tiny_tokenizer
 from workbench.config import DataConfig
-from workbench.data import collate, encode, load_glue, load_task
+from workbench.data import Split, collate, encode, load_glue, load_task, sample_split
 from workbench.errors import WorkbenchError
 
 
@@ -186,3 +186,16 @@ def test_subsample_is_stratified_and_deterministic():
     expected = (torch.bincount(full) / len(full) * 600).tolist()
     counts = torch.bincount(torch.tensor(data.splits["train"].labels)).tolist()
     assert counts == pytest.approx(expected, abs=2)
+
+
+def test_sample_of_a_class_ordered_split_keeps_every_class():
+    ordered = Split(texts=[f"text {i}" for i in range(300)], labels=[0] * 200 + [1] * 60 + [2] * 40,
+                    uids=[str(i) for i in range(300)])
+    sample = sample_split(ordered, 30, seed=0)
+    assert torch.bincount(torch.tensor(sample.labels)).tolist() == [20, 6, 4]
+    positions = [int(u) for u in sample.uids]
+    assert positions == sorted(positions), "the split's order is kept"
+    assert sample_split(ordered, 30, seed=0).uids == sample.uids
+    assert sample_split(ordered, 30, seed=1).uids != sample.uids
+    assert sample_split(ordered, 300, seed=0) is ordered
+    assert sample_split(ordered, None, seed=0) is ordered

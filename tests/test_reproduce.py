@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kd.reproduce import MAIN_METHODS, Suite, TaskPlan, experiments, reproduce
+from kd.reproduce import MAIN_METHODS, Suite, TaskPlan, experiments, gallery_indices, reproduce
 from workbench.config import DataConfig, TeacherConfig
+from workbench.data import load_task
 
 
 def test_tiny_suite_report(tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: Path):
@@ -48,7 +49,8 @@ def test_tiny_suite_report(tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: 
     assert f"| full method | adkd | {seed_one:.1f} ± 0.0 |" in report
     assert (out / "figures" / "methods.png").stat().st_size > 0
     assert (out / "figures" / "adkd-k.png").exists()
-    assert list((out / "figures" / "gallery" / "tiny").glob("*.png"))
+    gallery = list((out / "figures" / "gallery" / "tiny").glob("*.png"))
+    assert len(gallery) == len(set(load_task(plan.data).splits["test"].labels))  # one per class
     finished = {r["run"]: (Path(r["run"]) / "checkpoint.pt").stat().st_mtime
                 for r in results["students"]}
     reproduce(out, suite, announce=lambda _: None)  # in this process, reusing every finished run
@@ -58,3 +60,7 @@ def test_tiny_suite_report(tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: 
     for first, second in zip(results["students"], again["students"], strict=True):
         assert first["run"] == second["run"]
         assert first["test"] == pytest.approx(second["test"], abs=1e-6)
+
+
+def test_gallery_takes_the_first_example_of_each_class():
+    assert gallery_indices([2, 0, 0, 1, 2]) == "1,3,0"

@@ -393,14 +393,20 @@ def load_task(config: DataConfig) -> TaskData:
     limits = {"train": config.max_train_examples}
     limits |= {s: config.max_eval_examples for s in data.splits if s != "train"}
     for split_name, limit in limits.items():
-        split = data.splits[split_name]
-        if limit is not None and limit < len(split):
-            keep, _ = _split_indices(
-                split.labels, (limit / len(split), 1 - limit / len(split)),
-                config.split_seed, stratify=not data.spec.regression,
-            )
-            data.splits[split_name] = split.subset(keep)
+        data.splits[split_name] = sample_split(data.splits[split_name], limit, config.split_seed,
+                                               stratify=not data.spec.regression)
     return data
+
+
+def sample_split(split: Split, limit: int | None, seed: int, stratify: bool = True) -> Split:
+    """A fixed sample of about ``limit`` examples (stratified by label: each class keeps its
+    share, rounded), in the split's order; the split itself when it has no more. The bundled
+    data sets come ordered by class, so a prefix of a split is not a sample of it."""
+    if limit is None or limit >= len(split):
+        return split
+    keep, _ = _split_indices(split.labels, (limit / len(split), 1 - limit / len(split)), seed,
+                             stratify)
+    return split.subset(keep)
 
 
 @dataclass

@@ -22,7 +22,7 @@ from workbench.app.analysis import loyalty_tables, split_outputs
 from workbench.app.catalog import RunEntry, discover_runs, runs_root, same_folder
 from workbench.app.forms import config_widgets
 from workbench.config import DataConfig, from_dict
-from workbench.data import Split, TaskData, load_task
+from workbench.data import Split, TaskData, load_task, sample_split
 from workbench.errors import WorkbenchError
 from workbench.heatmaps import Example, HeatmapSettings, read_examples, split_examples
 from workbench.models import LoadedRun, load_run, quiet_library_output
@@ -146,8 +146,8 @@ def _split_loyalty(
     teacher: tuple[str, int], students: tuple[tuple[str, str, int], ...], split: str, limit: int
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     model = load_cached(*teacher)
-    part = task_split(model, split)
-    part = part.subset(range(min(limit, len(part))))
+    part = sample_split(task_split(model, split), limit, seed=0,
+                        stratify=not model.spec.regression)
     outputs = {name: split_outputs(load_cached(path, stamp), part)
                for name, path, stamp in students}
     return loyalty_tables(model.spec, split_examples(part, model.spec),

@@ -71,8 +71,8 @@ def render() -> None:
     left, right = st.columns(2)
     with left:
         split = common.split_choice(KEY)
-    limit = right.number_input("Examples (first N of the split)", 10, 100_000, 1000, 100,
-                               key=f"{KEY}.limit")
+    limit = right.number_input("Examples (a fixed sample of the split, stratified)", 10,
+                               100_000, 500, 100, key=f"{KEY}.limit")
     summary, frame = common.split_loyalty(teacher, students, split, int(limit))
     names = [s.name for s in students]
     st.subheader(f"Scores on {split} ({len(frame)} examples)")
