@@ -1,7 +1,7 @@
 """Attribution maps of many sentences: the workbench's batched engine against a straightforward
 per-example, per-class loop.
 
-    python bench/bench_attribution.py            # 256 tweets (test split)
+    python bench/bench_attribution.py            # 128 tweets (test split)
     python bench/bench_attribution.py --quick    # 10 tweets, engine m = 1 and 8 only
 
 Teacher: MiniLM-L6 (the demo's fine-tuned teacher if it exists, else a random classification
@@ -43,7 +43,7 @@ from captum.attr import LayerIntegratedGradients
 from bench.common import setup, table, teacher_and_tokenizer, write_results
 from workbench.attribution import attribution_map, attribution_maps
 from workbench.config import DataConfig
-from workbench.data import batches, encode, load_task
+from workbench.data import batches, encode, load_task, sample_split
 from workbench.models import embed, embeddings_module, forward
 
 BATCH_SIZE = 32
@@ -54,7 +54,7 @@ REFERENCE_STEPS = (1, 8)  # against the engine with all views
 
 def _tweets(tokenizer, count: int):
     split = load_task(DataConfig(task="tweets")).splits["test"]
-    return encode(split.subset(range(count)), tokenizer, max_length=128)
+    return encode(sample_split(split, count, seed=0), tokenizer, max_length=128)
 
 
 def _engine(model, dataset, steps: int, views: str = "all") -> list[torch.Tensor]:
@@ -126,9 +126,10 @@ def worker(implementation: str, steps: int, views: str, count: int, maps_path: s
     maps = run(model, dataset, steps, views)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     torch.save(maps, maps_path)
-    return {"implementation": implementation, "steps": steps, "views": views, "sentences": count,
+    return {"implementation": implementation, "steps": steps, "views": views,
+            "sentences": len(dataset),
             "tokens": sum(len(ids) for ids in dataset.input_ids), "wall_s": wall, "cpu_s": cpu,
-            "sentences_per_s": count / wall, "peak_rss_growth_mib": _peak_mib() - before,
+            "sentences_per_s": len(dataset) / wall, "peak_rss_growth_mib": _peak_mib() - before,
             "load_average_1min": round(os.getloadavg()[0], 2), "teacher": note}
 
 
@@ -143,7 +144,7 @@ def _spawn(implementation: str, steps: int, views: str, count: int, maps_path: P
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
-                        help="10 tweets instead of 256, engine m = 1 and 8 only")
+                        help="10 tweets instead of 128, engine m = 1 and 8 only")
     parser.add_argument("--worker", choices=("engine", "reference"), help=argparse.SUPPRESS)
     parser.add_argument("--steps", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--views", help=argparse.SUPPRESS)
@@ -153,7 +154,7 @@ def main() -> None:
     if args.worker:
         print(json.dumps(worker(args.worker, args.steps, args.views, args.count, args.maps)))
         return
-    count = 10 if args.quick else 256
+    count = 10 if args.quick else 128
     engine_steps = REFERENCE_STEPS if args.quick else ENGINE_STEPS
     configurations = [("engine", m, v) for v in ENGINE_VIEWS for m in engine_steps]
     configurations += [("reference", m, "all") for m in REFERENCE_STEPS]
@@ -174,7 +175,7 @@ def main() -> None:
                 "max_map_difference": difference,
             })
     rows = list(results.values())
-    print(f"teacher: {rows[0]['teacher']}; {count} tweets (test split, "
+    print(f"teacher: {rows[0]['teacher']}; {rows[0]['sentences']} tweets (test split, "
           f"{rows[0]['tokens']} tokens), pad baseline, 2 threads")
     print(table(rows, ["implementation", "steps", "views", "sentences_per_s", "wall_s", "cpu_s",
                        "peak_rss_growth_mib", "load_average_1min"]))
@@ -184,7 +185,7 @@ def main() -> None:
     print(table(shown, ["steps", "reference", "speed_ratio", "cpu_ratio", "max_map_difference"]))
     path = write_results("attribution" + ("-quick" if args.quick else ""), {
         "command": "python bench/bench_attribution.py" + (" --quick" if args.quick else ""),
-        "sentences": count, "batch_size": BATCH_SIZE, "baseline": "pad",
+        "sentences": rows[0]["sentences"], "batch_size": BATCH_SIZE, "baseline": "pad",
         "memory": "growth of ru_maxrss during the timed run, per configuration process",
         "runs": rows, "comparisons": comparisons,
     })

@@ -9,9 +9,11 @@ affordable.
 Each configuration runs in its own process (by default the MiniLM-L6 teacher with a random head
 and a 3-layer student cut from it; ``bert-base-random``: a randomly initialised BERT-base-sized
 teacher, 12 layers of 768, and a 6-layer student, for timing where no hub is reachable; batches of
-random-token sequences without padding, 2 threads): the median of a few training steps, and the
-peak memory the steps add above the memory held after set-up — on CPU the resident set
-(``ru_maxrss`` against ``/proc/self/statm``), on CUDA the allocator's peak.
+random-token sequences without padding, 2 threads): the median wall and CPU seconds of a few
+training steps (CPU seconds, all threads together, barely move when other jobs share the
+machine; wall seconds do), and the peak memory the steps add above the memory held after
+set-up — on CPU the resident set (``ru_maxrss`` against ``/proc/self/statm``), on CUDA the
+allocator's peak.
 """
 
 from __future__ import annotations
@@ -101,13 +103,15 @@ def measure(method: str, length: int, classes: int, repeats: int, teacher_name: 
 
     step()  # warm-up: optimizer state allocated
     before = _memory_now_mib(device)
-    times = []
+    times, cpu_times = [], []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         step()
         times.append(time.perf_counter() - start)
+        cpu_times.append(time.process_time() - cpu_start)
     return {"method": method, "length": length, "classes": classes,
             "seconds": sorted(times)[len(times) // 2],
+            "cpu_seconds": sorted(cpu_times)[len(cpu_times) // 2],
             "peak_extra_mib": max(0.0, _peak_memory_mib(device) - before)}
 
 
@@ -150,7 +154,7 @@ def main() -> None:
     vanilla = {(r["length"], r["classes"]): r["seconds"] for r in rows if r["method"] == "kd"}
     for row in rows:
         row["x_vanilla_kd"] = row["seconds"] / vanilla[(row["length"], row["classes"])]
-    print(table(rows, ["method", "length", "classes", "seconds", "x_vanilla_kd",
+    print(table(rows, ["method", "length", "classes", "seconds", "cpu_seconds", "x_vanilla_kd",
                        "peak_extra_mib"]))
     name = "-".join(["scaling", *([] if args.teacher == "minilm-l6" else [args.teacher]),
                      *([] if args.device == "cpu" else [args.device]),
