@@ -10,8 +10,8 @@ Each configuration runs in its own process (by default the MiniLM-L6 teacher wit
 and a 3-layer student cut from it; ``bert-base-random``: a randomly initialised BERT-base-sized
 teacher, 12 layers of 768, and a 6-layer student, for timing where no hub is reachable; batches of
 random-token sequences without padding, 2 threads): the median wall and CPU seconds of a few
-training steps (CPU seconds, all threads together, barely move when other jobs share the
-machine; wall seconds do), and the peak memory the steps add above the memory held after
+training steps (CPU seconds, all threads together, move less than wall seconds when other jobs
+share the machine), and the peak memory the steps add above the memory held after
 set-up — on CPU the resident set (``ru_maxrss`` against ``/proc/self/statm``), on CUDA the
 allocator's peak.
 """
