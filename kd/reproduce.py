@@ -288,8 +288,9 @@ def setup_lines(results: dict) -> list[str]:
     lines += ["", "The papers distil BERT-base teachers into 6-layer students on the full GLUE "
               "training sets for 3–4 epochs at 128 tokens. `kdw reproduce --full` describes that "
               "scale (GPU and network needed); this suite keeps every method and ablation but "
-              "cuts the teacher, the students, the data, the epochs and, for the ablations, the "
-              "seeds, so small differences between methods are within the noise the std shows.",
+              "cuts the teacher, the students, the data, the epochs and the seeds (listed above;"
+              " the ablations use one), so differences of a point or two between methods are "
+              "within the noise between seeds.",
               ""]
     return lines
 
