@@ -127,7 +127,9 @@ def _add_sources(parser: argparse.ArgumentParser, verb: str) -> None:
 def _reproduce(args: argparse.Namespace) -> None:
     from kd.reproduce import DEFAULT, FULL, reproduce
 
-    print(f"report: {reproduce(Path(args.out), FULL if args.full else DEFAULT, jobs=args.jobs)}")
+    suite = FULL if args.full else DEFAULT
+    report = reproduce(Path(args.out), suite, jobs=args.jobs, report_only=args.report_only)
+    print(f"report: {report}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -203,6 +205,10 @@ def build_parser() -> argparse.ArgumentParser:
                            help="students trained at once, each in its own process with the CPU "
                            "threads shared out (2 on a 2-core machine trains the suite faster "
                            "than 1 with 2 threads)")
+    reproduce.add_argument("--report-only", action="store_true",
+                           help="train nothing: write the figures and report.md from the runs "
+                           "results.json lists (it is updated after every student, so this "
+                           "works while a suite is still running)")
     reproduce.set_defaults(handler=_reproduce)
 
     export = commands.add_parser(

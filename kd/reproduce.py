@@ -9,6 +9,7 @@ papers' scale (GLUE, BERT-base teacher, 6-layer students) for users with a GPU a
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from kd.pipeline import distill, train_teacher
 from workbench.config import DataConfig, ObjectiveConfig, OptimConfig, StudentConfig, TeacherConfig
+from workbench.errors import WorkbenchError
 from workbench.metrics import mean_and_std
 from workbench.runs import Run, atomic_write_json, atomic_write_text
 
@@ -199,12 +201,28 @@ def run_suite(out: Path, suite: Suite, announce: Callable[[str], None] = print,
     calls = [(out, teachers[e.task].path, suite.plans[e.task], e) for e in todo]
     scored: dict[int, tuple[str, dict, float]] = {}
 
+    def results() -> dict:
+        return {
+            "suite": suite.description,
+            "setup": {task: plan_summary(plan) for task, plan in suite.plans.items()},
+            "teachers": {task: {"run": str(run.path), "test": run.results()["test"]}
+                         for task, run in teachers.items()},
+            "students": [{"task": e.task, "name": e.name, "group": e.group, "seed": e.seed,
+                          "sweep": e.sweep, "run": scored[i][0], "test": scored[i][1],
+                          "seconds": round(scored[i][2])}
+                         for i, e in enumerate(todo) if i in scored],
+            "planned_students": len(todo),
+            "jobs": jobs,
+            "seconds_this_invocation": round(time.time() - started),
+        }
+
     def finished(index: int, result: tuple[str, dict, float]) -> None:
         scored[index] = result
         experiment, test = todo[index], result[1]
         announce(f"[{len(scored)}/{len(todo)}] {experiment.task}: {experiment.name}, seed "
                  f"{experiment.seed}: test accuracy {test['accuracy'] * 100:.1f} "
                  f"({result[2]:.0f} s)")
+        atomic_write_json(out / "results.json", results())  # --report-only works mid-suite
 
     if jobs <= 1:
         for index, call in enumerate(calls):
@@ -221,20 +239,9 @@ def run_suite(out: Path, suite: Suite, announce: Callable[[str], None] = print,
             except BaseException:
                 pool.shutdown(cancel_futures=True)
                 raise
-    records = [{"task": e.task, "name": e.name, "group": e.group, "seed": e.seed,
-                "sweep": e.sweep, "run": scored[i][0], "test": scored[i][1],
-                "seconds": round(scored[i][2])} for i, e in enumerate(todo)]
-    results = {
-        "suite": suite.description,
-        "setup": {task: plan_summary(plan) for task, plan in suite.plans.items()},
-        "teachers": {task: {"run": str(run.path), "test": run.results()["test"]}
-                     for task, run in teachers.items()},
-        "students": records,
-        "jobs": jobs,
-        "seconds_this_invocation": round(time.time() - started),
-    }
-    atomic_write_json(out / "results.json", results)
-    return results
+    final = results()
+    atomic_write_json(out / "results.json", final)
+    return final
 
 
 Summary = tuple[float, float, int]  # mean, sample std (0 for one value), number of seeds
@@ -316,6 +323,9 @@ def write_report(out: Path, results: dict, figures: dict[str, str]) -> Path:
         "vanilla KD. Raw values:",
         "`results.json`; every run folder is under `runs/`.", "",
         *setup_lines(results),
+        *([f"**Incomplete:** {len(records)} of the {results['planned_students']} planned "
+           "students had finished when this report was written.", ""]
+          if len(records) < results.get("planned_students", len(records)) else []),
         "## Main table", "",
         "Δ kd: accuracy minus vanilla KD's with the same seed, mean ± std over seeds.", "",
         "| method | " + " | ".join(f"{t} acc | {t} macro-F1 | {t} Δ kd" for t in tasks) + " |",
@@ -479,8 +489,14 @@ def heatmap_gallery(out: Path, results: dict) -> dict[str, str]:
 
 
 def reproduce(out: Path, suite: Suite = DEFAULT, announce: Callable[[str], None] = print,
-              jobs: int = 1) -> Path:
-    """Run the suite (resuming), then write ``results.json``, the figures and ``report.md``."""
-    results = run_suite(out, suite, announce, jobs)
+              jobs: int = 1, report_only: bool = False) -> Path:
+    """Run the suite (resuming), then write ``results.json``, the figures and ``report.md``;
+    ``report_only``: only the figures and the report, from the runs ``results.json`` lists."""
+    if report_only:
+        if not (out / "results.json").exists():
+            raise WorkbenchError(f"{out / 'results.json'} does not exist: run the suite first")
+        results = json.loads((out / "results.json").read_text())
+    else:
+        results = run_suite(out, suite, announce, jobs)
     figures = make_figures(out, results) | heatmap_gallery(out, results)
     return write_report(out, results, figures)

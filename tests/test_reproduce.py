@@ -10,9 +10,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kd.reproduce import MAIN_METHODS, Suite, TaskPlan, experiments, gallery_indices, reproduce
+from kd.reproduce import (
+    MAIN_METHODS,
+    Suite,
+    TaskPlan,
+    experiments,
+    gallery_indices,
+    reproduce,
+    write_report,
+)
 from workbench.config import DataConfig, TeacherConfig
 from workbench.data import load_task
+from workbench.errors import WorkbenchError
 
 
 def test_tiny_suite_report(tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: Path):
@@ -60,7 +69,27 @@ def test_tiny_suite_report(tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: 
     for first, second in zip(results["students"], again["students"], strict=True):
         assert first["run"] == second["run"]
         assert first["test"] == pytest.approx(second["test"], abs=1e-6)
+    report = (out / "report.md").read_text()
+    assert reproduce(out, report_only=True).read_text() == report  # from results.json alone
+    partial = {**again, "students": again["students"][:5]}
+    (out / "results.json").write_text(json.dumps(partial))
+    planned = len(todo)
+    assert f"**Incomplete:** 5 of the {planned} planned" in reproduce(out, report_only=True
+                                                                      ).read_text()
+    with pytest.raises(WorkbenchError, match="run the suite first"):
+        reproduce(tmp_path / "empty", report_only=True)
 
 
 def test_gallery_takes_the_first_example_of_each_class():
     assert gallery_indices([2, 0, 0, 1, 2]) == "1,3,0"
+
+
+def test_report_cells_one_seed_and_two(tmp_path: Path):
+    records = [{"task": "t", "name": name, "group": "main", "seed": seed, "sweep": None,
+                "run": "", "test": {"accuracy": accuracy, "macro_f1": accuracy}}
+               for name, seed, accuracy in (("kd", 1, 0.5), ("kd", 2, 0.7), ("ckd", 1, 0.6))]
+    results = {"suite": "hand-written", "teachers": {"t": {"run": "", "test": {
+        "accuracy": 0.8, "macro_f1": 0.8}}}, "students": records}
+    report = write_report(tmp_path, results, {}).read_text()
+    assert "| kd | 60.0 ± 14.1 | 60.0 ± 14.1 | – |" in report  # two seeds: mean ± sample std
+    assert "| ckd | 60.0 | 60.0 | 10.0 |" in report  # one seed: no ±; Δ kd at seed 1
