@@ -148,20 +148,23 @@ def main() -> None:
     rows = []
     for method, length, classes in configs:
         row = _in_subprocess(method, length, classes, args)
-        print(f"{method:9s} L={length:3d} C={classes}: {row['seconds']:.3f} s, "
-              f"+{row['peak_extra_mib']:.0f} MiB", flush=True)
+        print(f"{method:9s} L={length:3d} C={classes}: {row['seconds']:.3f} s "
+              f"({row['cpu_seconds']:.3f} CPU s), +{row['peak_extra_mib']:.0f} MiB", flush=True)
         rows.append(row)
-    vanilla = {(r["length"], r["classes"]): r["seconds"] for r in rows if r["method"] == "kd"}
+    vanilla = {(r["length"], r["classes"]): r for r in rows if r["method"] == "kd"}
     for row in rows:
-        row["x_vanilla_kd"] = row["seconds"] / vanilla[(row["length"], row["classes"])]
+        reference = vanilla[(row["length"], row["classes"])]
+        row["x_vanilla_kd"] = row["seconds"] / reference["seconds"]
+        row["x_vanilla_kd_cpu"] = row["cpu_seconds"] / reference["cpu_seconds"]
     print(table(rows, ["method", "length", "classes", "seconds", "cpu_seconds", "x_vanilla_kd",
-                       "peak_extra_mib"]))
+                       "x_vanilla_kd_cpu", "peak_extra_mib"]))
     name = "-".join(["scaling", *([] if args.teacher == "minilm-l6" else [args.teacher]),
                      *([] if args.device == "cpu" else [args.device]),
                      *(["quick"] if args.quick else [])])
     path = write_results(name, {"teacher": args.teacher, "student_layers":
                                 STUDENT_LAYERS[args.teacher], "device": args.device,
                                 "batch_size": args.batch_size, "repeats": args.repeats,
+                                "load_average_1min_at_end": round(os.getloadavg()[0], 2),
                                 "rows": rows})
     print(f"written: {path}")
 
