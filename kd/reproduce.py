@@ -110,7 +110,8 @@ DEFAULT = Suite(
     plans={
         "tweets": TaskPlan(DataConfig(task="tweets", max_length=64, max_train_examples=1000,
                                       max_eval_examples=500),
-                           teacher_epochs=3, student_epochs=2, seeds=(1, 2)),
+                           teacher_epochs=3, student_epochs=2, seeds=(1, 2),
+                           steps_sweep=(2, 4)),  # m = 8 alone costs ~15 min here
         "bbc-news": TaskPlan(DataConfig(task="bbc-news", max_length=128, max_train_examples=400,
                                         max_eval_examples=212),
                              teacher_epochs=3, student_epochs=2, seeds=(1,)),
