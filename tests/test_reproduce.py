@@ -31,6 +31,7 @@ def test_tiny_suite_report(tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: 
                     teacher_learning_rate=2e-3, student_learning_rate=1e-3,
                     top_k_sweep=(4, 8), steps_sweep=(2,))
     suite = Suite(plans={"tiny": plan}, ablation_task="tiny", description="tiny test suite",
+                  cuts="everything (a tiny model).",
                   ablation_groups=("adkd-k", "adkd-terms"))
     todo = experiments(suite)
     assert len(todo) == 2 * len(MAIN_METHODS) + 5
@@ -43,6 +44,7 @@ def test_tiny_suite_report(tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: 
     assert all(0 <= r["test"]["label_loyalty"] <= 1 for r in results["students"])
     assert all(-1 <= r["test"]["saliency_loyalty"] <= 1 for r in results["students"])
     assert results["setup"]["tiny"]["seeds"] == [1, 2]
+    assert "What this suite cuts: everything (a tiny model)." in report
     accuracy = {(r["name"], r["seed"]): r["test"]["accuracy"] for r in results["students"]}
     gains = np.array([accuracy["adkd", seed] - accuracy["kd", seed] for seed in (1, 2)]) * 100
     adkd_row = next(line for line in report.splitlines() if line.startswith("| adkd | "))
