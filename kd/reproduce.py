@@ -447,7 +447,7 @@ class SaliencyLoyalty:
         import torch
 
         from workbench.agreement import pearson_per_example
-        from workbench.app.analysis import split_outputs
+        from workbench.analysis import split_outputs
         from workbench.data import load_task
         from workbench.models import load_run
 

@@ -18,7 +18,7 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from workbench.app.analysis import loyalty_tables, split_outputs
+from workbench.analysis import loyalty_tables, split_outputs
 from workbench.app.catalog import RunEntry, discover_runs, runs_root, same_folder
 from workbench.app.forms import config_widgets
 from workbench.config import DataConfig, from_dict

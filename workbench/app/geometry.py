@@ -9,8 +9,8 @@ import torch
 from matplotlib.figure import Figure
 from torch import Tensor
 
+from workbench.analysis import hidden_states, layer_mapping
 from workbench.app import common
-from workbench.app.analysis import hidden_states, layer_mapping
 from workbench.errors import WorkbenchError
 from workbench.geometry import dense_angles, pairwise_distance_relation, windowed_angle_relation
 

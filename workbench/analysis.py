@@ -1,7 +1,7 @@
-"""What the app computes over a whole split and inside one model (no Streamlit here): each
-model's predictions and Grad saliency per example, the loyalty of students to their teacher
-(label, probability and saliency loyalty, METHODS.md §6), hidden states and the layer mapping a
-student's method uses."""
+"""What the app and the reproduction report compute over a whole split and inside one model
+(no Streamlit here): each model's predictions and Grad saliency per example, the loyalty of
+students to their teacher (label, probability and saliency loyalty, METHODS.md §6), hidden states
+and the layer mapping a student's method uses."""
 
 from __future__ import annotations
 
