@@ -5,6 +5,7 @@ finished runs and scores them the same."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -32,9 +33,10 @@ def test_tiny_suite_report(tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: 
                     top_k_sweep=(4, 8), steps_sweep=(2,))
     suite = Suite(plans={"tiny": plan}, ablation_task="tiny", description="tiny test suite",
                   cuts="everything (a tiny model).",
-                  ablation_groups=("adkd-k", "adkd-terms"))
+                  ablation_groups=("adkd-k", "adkd-terms"),
+                  ablation_data=replace(plan.data, max_train_examples=150))
     todo = experiments(suite)
-    assert len(todo) == 2 * len(MAIN_METHODS) + 5
+    assert len(todo) == 2 * len(MAIN_METHODS) + 3 + 5  # the 3 references retrained for ablations
     everything = experiments(Suite(plans={"tiny": plan}, ablation_task="tiny"))
     assert len(everything) == 2 * len(MAIN_METHODS) + 3 + 3 + 2 + 1 + 2 + 2 + 1
     out = tmp_path / "report"
@@ -45,7 +47,14 @@ def test_tiny_suite_report(tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: 
     assert all(-1 <= r["test"]["saliency_loyalty"] <= 1 for r in results["students"])
     assert results["setup"]["tiny"]["seeds"] == [1, 2]
     assert "What this suite cuts: everything (a tiny model)." in report
-    accuracy = {(r["name"], r["seed"]): r["test"]["accuracy"] for r in results["students"]}
+    accuracy = {(r["name"], r["seed"]): r["test"]["accuracy"] for r in results["students"]
+                if r["group"] == "main"}
+    references = {r["name"]: r for r in results["students"] if r["group"] == "reference"}
+    assert sorted(references) == ["adkd", "ckd", "gkd"]
+    for record in results["students"]:
+        assert ("/ablations/" in record["run"]) == (record["group"] != "main")
+        data = json.loads((Path(record["run"]) / "run.json").read_text())["configs"]["data"]
+        assert data["max_train_examples"] == (None if record["group"] == "main" else 150)
     gains = np.array([accuracy["adkd", seed] - accuracy["kd", seed] for seed in (1, 2)]) * 100
     adkd_row = next(line for line in report.splitlines() if line.startswith("| adkd | "))
     reported = [float(v) for v in adkd_row.split("|")[-2].split("±")]  # the "Δ kd" column
@@ -56,8 +65,8 @@ def test_tiny_suite_report(tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: 
     for method in MAIN_METHODS:
         assert f"| {method} | " in report
     assert "adkd K=8" in report and "adkd w/o kd" in report
-    seed_one = accuracy["adkd", 1] * 100  # the full method's row uses the ablations' seed only
-    assert f"| full method | adkd | {seed_one:.1f} | " in report
+    reference = references["adkd"]["test"]["accuracy"] * 100  # retrained on the ablations' data
+    assert f"| full method | adkd | {reference:.1f} | " in report
     assert (out / "figures" / "methods.png").stat().st_size > 0
     assert (out / "figures" / "adkd-k.png").exists()
     gallery = list((out / "figures" / "gallery" / "tiny").glob("*.png"))
