@@ -82,25 +82,27 @@ class Suite:
 def ablations(task: str, plan: TaskPlan, seeds: Sequence[int]) -> list[Experiment]:
     """The papers' ablations: AD-KD terms, views, K, m and layer; GKD dropout; CKD terms."""
     adkd = ObjectiveConfig(preset="adkd")
+    # the sweeps first: an interrupted suite then still has its figures
     rows: list[tuple[str, str, ObjectiveConfig, float | None]] = [
+        (f"adkd K={k}", "adkd-k", replace(adkd, attr_top_k=k), float(k))
+        for k in plan.top_k_sweep]
+    rows += [(f"adkd m={m}", "adkd-m", replace(adkd, attr_steps=m), float(m))
+             for m in plan.steps_sweep]
+    rows += [
         ("adkd w/o attr", "adkd-terms", replace(adkd, weights="ce=0.1,kd=0.9"), None),
         ("adkd w/o ce", "adkd-terms", replace(adkd, weights="kd=0.9,attr=10"), None),
         ("adkd w/o kd", "adkd-terms", replace(adkd, weights="ce=0.1,attr=10"), None),
         ("adkd view pred", "adkd-views", replace(adkd, attr_views="pred"), None),
         ("adkd view gold", "adkd-views", replace(adkd, attr_views="gold"), None),
         ("adkd view class 0", "adkd-views", replace(adkd, attr_views="0"), None),
-        ("adkd layer first", "adkd-layer", replace(adkd, attr_layer="first"), None),
-        ("adkd layer penultimate", "adkd-layer", replace(adkd, attr_layer="penultimate"), None),
         ("gkd w/ dropout", "gkd-dropout", ObjectiveConfig(preset="gkd", dropout=True), None),
         ("ckd w/o wr", "ckd-terms", ObjectiveConfig(preset="ckd", weights="ce=0.5,kd=0.5,ltr=1"),
          None),
         ("ckd w/o ltr", "ckd-terms", ObjectiveConfig(preset="ckd", weights="ce=0.5,kd=0.5,wr=1"),
          None),
+        ("adkd layer first", "adkd-layer", replace(adkd, attr_layer="first"), None),
+        ("adkd layer penultimate", "adkd-layer", replace(adkd, attr_layer="penultimate"), None),
     ]
-    rows += [(f"adkd K={k}", "adkd-k", replace(adkd, attr_top_k=k), float(k))
-             for k in plan.top_k_sweep]
-    rows += [(f"adkd m={m}", "adkd-m", replace(adkd, attr_steps=m), float(m))
-             for m in plan.steps_sweep]
     return [Experiment(task, name, group, objective, seed, sweep)
             for name, group, objective, sweep in rows for seed in seeds]
 
