@@ -3,6 +3,7 @@ per-example, per-class loop.
 
     python bench/bench_attribution.py            # 128 tweets (test split)
     python bench/bench_attribution.py --quick    # 10 tweets, engine m = 1 and 8 only
+    python bench/bench_attribution.py --count 32 # any sample size
 
 Teacher: MiniLM-L6 (the demo's fine-tuned teacher if it exists, else a random classification
 head: timing does not depend on the head), pad baseline, 2 torch threads. The engine runs for
@@ -148,13 +149,14 @@ def main() -> None:
     parser.add_argument("--worker", choices=("engine", "reference"), help=argparse.SUPPRESS)
     parser.add_argument("--steps", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--views", help=argparse.SUPPRESS)
-    parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--count", type=int,
+                        help="number of tweets (default 128; 10 with --quick)")
     parser.add_argument("--maps", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(worker(args.worker, args.steps, args.views, args.count, args.maps)))
         return
-    count = 10 if args.quick else 128
+    count = args.count or (10 if args.quick else 128)
     engine_steps = REFERENCE_STEPS if args.quick else ENGINE_STEPS
     configurations = [("engine", m, v) for v in ENGINE_VIEWS for m in engine_steps]
     configurations += [("reference", m, "all") for m in REFERENCE_STEPS]
@@ -184,7 +186,7 @@ def main() -> None:
              for row in comparisons]
     print(table(shown, ["steps", "reference", "speed_ratio", "cpu_ratio", "max_map_difference"]))
     path = write_results("attribution" + ("-quick" if args.quick else ""), {
-        "command": "python bench/bench_attribution.py" + (" --quick" if args.quick else ""),
+        "command": " ".join(["python bench/bench_attribution.py", *sys.argv[1:]]),
         "sentences": rows[0]["sentences"], "batch_size": BATCH_SIZE, "baseline": "pad",
         "memory": "growth of ru_maxrss during the timed run, per configuration process",
         "runs": rows, "comparisons": comparisons,
