@@ -20,7 +20,14 @@ from multiprocessing import get_context
 from pathlib import Path
 
 from kd.pipeline import distill, train_teacher
-from workbench.config import DataConfig, ObjectiveConfig, OptimConfig, StudentConfig, TeacherConfig
+from workbench.config import (
+    DataConfig,
+    ObjectiveConfig,
+    OptimConfig,
+    StudentConfig,
+    TeacherConfig,
+    to_dict,
+)
 from workbench.errors import WorkbenchError
 from workbench.metrics import mean_and_std
 from workbench.runs import Run, atomic_write_json, atomic_write_text
@@ -471,10 +478,10 @@ def make_figures(out: Path, results: dict) -> dict[str, str]:
 
 class SaliencyLoyalty:
     """Saliency loyalty (Pearson of Grad saliency, METHODS.md §6) of students on the test split,
-    the teacher's saliency computed once per teacher."""
+    the teacher's saliency computed once per teacher and test split."""
 
     def __init__(self) -> None:
-        self._teachers: dict[Path, object] = {}
+        self._teachers: dict[tuple[Path, str], object] = {}
 
     def __call__(self, teacher: Run, student: Run) -> float:
         import torch
@@ -486,9 +493,10 @@ class SaliencyLoyalty:
 
         loaded = load_run(student.path)
         split = load_task(loaded.data).splits["test"]
-        if teacher.path not in self._teachers:
-            self._teachers[teacher.path] = split_outputs(load_run(teacher.path), split)
-        reference = self._teachers[teacher.path]
+        key = (teacher.path, json.dumps(to_dict(loaded.data), sort_keys=True))
+        if key not in self._teachers:  # the ablations may test on a smaller sample
+            self._teachers[key] = split_outputs(load_run(teacher.path), split)
+        reference = self._teachers[key]
         outputs = split_outputs(loaded, split)
         values = pearson_per_example(reference.saliency, outputs.saliency, reference.mask)
         return float(values[~torch.isnan(values)].mean())

@@ -34,7 +34,8 @@ def test_tiny_suite_report(tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: 
     suite = Suite(plans={"tiny": plan}, ablation_task="tiny", description="tiny test suite",
                   cuts="everything (a tiny model).",
                   ablation_groups=("adkd-k", "adkd-terms"),
-                  ablation_data=replace(plan.data, max_train_examples=150))
+                  ablation_data=replace(plan.data, max_train_examples=150,
+                                        max_eval_examples=30))
     todo = experiments(suite)
     assert len(todo) == 2 * len(MAIN_METHODS) + 3 + 5  # the 3 references retrained for ablations
     everything = experiments(Suite(plans={"tiny": plan}, ablation_task="tiny"))
@@ -55,6 +56,7 @@ def test_tiny_suite_report(tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: 
         assert ("/ablations/" in record["run"]) == (record["group"] != "main")
         data = json.loads((Path(record["run"]) / "run.json").read_text())["configs"]["data"]
         assert data["max_train_examples"] == (None if record["group"] == "main" else 150)
+        assert data["max_eval_examples"] == (None if record["group"] == "main" else 30)
     gains = np.array([accuracy["adkd", seed] - accuracy["kd", seed] for seed in (1, 2)]) * 100
     adkd_row = next(line for line in report.splitlines() if line.startswith("| adkd | "))
     reported = [float(v) for v in adkd_row.split("|")[-2].split("±")]  # the "Δ kd" column
