@@ -2,9 +2,10 @@
 
 The default suite is sized for a 2-core CPU (about two hours with ``--jobs 2``): the 3-layer
 students of every method on subsamples of ``tweets`` and ``bbc-news`` over seeds, the loyalty
-table, and the ablations of AD-KD, GKD and CKD on ``tweets``. Every experiment is a run folder under ``<out>/runs``, so an
-interrupted suite resumes where it stopped and finished runs are reused. ``--full`` describes the
-papers' scale (GLUE, BERT-base teacher, 6-layer students) for users with a GPU and the network.
+table, and the ablations of AD-KD, GKD and CKD on ``tweets``. Every experiment is a run folder
+under ``<out>/runs``, so an interrupted suite resumes where it stopped and finished runs are
+reused. ``--full`` describes the papers' scale (GLUE, BERT-base teacher, 6-layer students) for
+users with a GPU and the network.
 """
 
 from __future__ import annotations
