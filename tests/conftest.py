@@ -112,3 +112,10 @@ def tiny_task_dir(tmp_path: Path) -> Path:
     frame.iloc[300:350].to_csv(folder / "dev.csv", index=False)
     frame.iloc[350:].to_csv(folder / "test.csv", index=False)
     return folder
+
+
+@pytest.fixture(autouse=True)
+def no_demo_build(monkeypatch):
+    """No test starts the app's real demo build: on an empty runs root the app would launch it in
+    a background process that outlives the test run."""
+    monkeypatch.setenv("KDW_DEMO", "off")

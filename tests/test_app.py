@@ -118,10 +118,7 @@ def test_broken_run_folders_are_listed_with_their_problem(tiny_runs):
     assert all(entries[name].usable for name in ("teacher", *STUDENTS))
 
 
-def test_a_problem_with_a_run_ends_the_page_with_its_message(tmp_path, monkeypatch):
-    monkeypatch.setenv("KDW_RUNS", str(tmp_path))  # an empty root must not start a demo build
-    monkeypatch.setenv("KDW_DEMO", "off")
-
+def test_a_problem_with_a_run_ends_the_page_with_its_message():
     def page() -> None:
         from workbench.app import common
         from workbench.errors import WorkbenchError
