@@ -482,7 +482,7 @@ class SaliencyLoyalty:
     the teacher's saliency computed once per teacher and test split."""
 
     def __init__(self) -> None:
-        self._teachers: dict[tuple[Path, str], object] = {}
+        self._teachers: dict[tuple[Path, str], tuple[object, object]] = {}
 
     def __call__(self, teacher: Run, student: Run) -> float:
         import torch
@@ -493,11 +493,11 @@ class SaliencyLoyalty:
         from workbench.models import load_run
 
         loaded = load_run(student.path)
-        split = load_task(loaded.data).splits["test"]
         key = (teacher.path, json.dumps(to_dict(loaded.data), sort_keys=True))
         if key not in self._teachers:  # the ablations may test on a smaller sample
-            self._teachers[key] = split_outputs(load_run(teacher.path), split)
-        reference = self._teachers[key]
+            split = load_task(loaded.data).splits["test"]
+            self._teachers[key] = split, split_outputs(load_run(teacher.path), split)
+        split, reference = self._teachers[key]  # the split is loaded once per data config too
         outputs = split_outputs(loaded, split)
         values = pearson_per_example(reference.saliency, outputs.saliency, reference.mask)
         return float(values[~torch.isnan(values)].mean())
