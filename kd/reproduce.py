@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -27,7 +28,7 @@ from workbench.config import (
     OptimConfig,
     StudentConfig,
     TeacherConfig,
-    to_dict,
+    config_key,
 )
 from workbench.errors import WorkbenchError
 from workbench.metrics import mean_and_std
@@ -211,6 +212,19 @@ def plan_summary(plan: TaskPlan) -> dict:
             "batch_size": plan.batch_size, "student_learning_rate": plan.student_learning_rate}
 
 
+def exit_with_parent(parent: int, interval: float = 1.0) -> None:
+    """Worker initializer: end this worker once the process that started it is gone (killed
+    with SIGKILL, say) instead of training its student for nobody. The run it leaves resumes
+    from its last checkpoint next time."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
 @contextmanager
 def _children_without_progress_bars() -> Iterator[None]:
     """Worker processes inherit ``TQDM_DISABLE``: bars of parallel runs would interleave."""
@@ -273,7 +287,8 @@ def run_suite(out: Path, suite: Suite, announce: Callable[[str], None] = print,
     else:
         threads = max(1, (os.cpu_count() or 1) // jobs)
         with _children_without_progress_bars(), ProcessPoolExecutor(
-                jobs, mp_context=get_context("spawn")) as pool:
+                jobs, mp_context=get_context("spawn"), initializer=exit_with_parent,
+                initargs=(os.getpid(),)) as pool:
             futures = {pool.submit(train_and_score, *call, threads): index
                        for index, call in enumerate(calls)}
             try:
@@ -493,7 +508,7 @@ class SaliencyLoyalty:
         from workbench.models import load_run
 
         loaded = load_run(student.path)
-        key = (teacher.path, json.dumps(to_dict(loaded.data), sort_keys=True))
+        key = (teacher.path, config_key(loaded.data))
         if key not in self._teachers:  # the ablations may test on a smaller sample
             split = load_task(loaded.data).splits["test"]
             self._teachers[key] = split, split_outputs(load_run(teacher.path), split)

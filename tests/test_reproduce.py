@@ -5,6 +5,9 @@ finished runs and scores them the same."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -106,3 +109,44 @@ def test_report_cells_one_seed_and_two(tmp_path: Path):
     report = write_report(tmp_path, results, {}).read_text()
     assert "| kd | 60.0 ± 14.1 | 60.0 ± 14.1 | – |" in report  # two seeds: mean ± sample std
     assert "| ckd | 60.0 | 60.0 | 10.0 |" in report  # one seed: no ±; Δ kd at seed 1
+
+
+WORKER_SCRIPT = """
+import multiprocessing, os, time
+from concurrent.futures import ProcessPoolExecutor
+from kd.reproduce import exit_with_parent
+
+if __name__ == "__main__":
+    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=exit_with_parent, initargs=(os.getpid(), 0.1))
+    worker = pool.submit(os.getpid).result()
+    pool.submit(time.sleep, 120)  # the worker is busy, as with a student
+    print(worker, flush=True)
+    time.sleep(120)
+"""
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie left for init to reap does not count)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_busy_worker_exits_when_the_suite_process_is_killed(tmp_path: Path):
+    script = tmp_path / "suite.py"
+    script.write_text(WORKER_SCRIPT)
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        worker = int(parent.stdout.readline())
+        assert _running(worker)
+    finally:
+        parent.kill()
+        parent.wait()
+    deadline = time.time() + 20
+    while _running(worker) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not _running(worker)

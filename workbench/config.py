@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import types
 import typing
 from dataclasses import dataclass, field
@@ -207,6 +208,12 @@ def from_arguments(cls: type[T], namespace: argparse.Namespace, prefix: str = ""
 def to_dict(config: Any) -> dict[str, Any]:
     """A JSON-ready dict of a config dataclass."""
     return dataclasses.asdict(config)
+
+
+def config_key(config: Any) -> str:
+    """A config dataclass as canonical JSON: a hashable cache key that
+    ``from_dict(cls, json.loads(key))`` turns back into the config."""
+    return json.dumps(to_dict(config), sort_keys=True)
 
 
 def from_dict(cls: type[T], values: dict[str, Any]) -> T:

@@ -21,7 +21,7 @@ import torch
 from workbench.analysis import loyalty_tables, split_outputs
 from workbench.app.catalog import RunEntry, discover_runs, runs_root, same_folder
 from workbench.app.forms import config_widgets
-from workbench.config import DataConfig, from_dict
+from workbench.config import DataConfig, config_key, from_dict
 from workbench.data import Split, TaskData, load_task, sample_split
 from workbench.errors import WorkbenchError
 from workbench.heatmaps import Example, HeatmapSettings, read_examples, split_examples
@@ -129,7 +129,7 @@ def _task(data_json: str) -> TaskData:
 
 def task_split(loaded: LoadedRun, split: str) -> Split:
     """One split of a run's task (loaded once per server)."""
-    data = _task(data_key(loaded))
+    data = _task(config_key(loaded.data))
     if split not in data.splits:
         raise WorkbenchError(f"the task has no {split!r} split: {sorted(data.splits)}")
     return data.splits[split]
@@ -157,16 +157,11 @@ def _split_loyalty(
 def split_loyalty(
     teacher: RunEntry, students: Sequence[RunEntry], split: str, limit: int
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Summary and per-example loyalty tables of the students on the first ``limit``
-    examples of a split (computed once per choice)."""
+    """Summary and per-example loyalty tables of the students on a fixed stratified sample of
+    ``limit`` examples of a split (computed once per choice)."""
     return _split_loyalty((str(teacher.path), teacher.stamp()),
                           tuple((s.name, str(s.path), s.stamp()) for s in students), split,
                           limit)
-
-
-def data_key(loaded: LoadedRun) -> str:
-    """The run's data config as a cache key."""
-    return json.dumps(asdict(loaded.data), sort_keys=True)
 
 
 def frame_examples(frame: pd.DataFrame) -> list[Example]:
