@@ -51,6 +51,7 @@ def test_tiny_suite_report(tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: 
     assert all(-1 <= r["test"]["saliency_loyalty"] <= 1 for r in results["students"])
     assert results["setup"]["tiny"]["seeds"] == [1, 2]
     assert "What this suite cuts: everything (a tiny model)." in report
+    assert "minutes with `--jobs 2`, reusing any run" in report
     accuracy = {(r["name"], r["seed"]): r["test"]["accuracy"] for r in results["students"]
                 if r["group"] == "main"}
     references = {r["name"]: r for r in results["students"] if r["group"] == "reference"}
