@@ -112,7 +112,7 @@ def main() -> None:
         ours = objective(student, batch, objective.teacher_batch(teacher, batch))
         theirs = reference(teacher, student, batch, weights=objective.weights,
                            tau=objective.temperature)
-        agreement[name] = {k: {"ours": float(ours[k]), "straightforward": float(theirs[k])}
+        agreement[name] = {k: {"ours": ours[k].item(), "straightforward": theirs[k].item()}
                            for k in theirs}
     print(f"teacher: {teacher_note}; student: 3 layers cut from it; batch {size} tweets, "
           f"{batch['input_ids'].shape[1]} positions; median of {repeats} interleaved rounds")

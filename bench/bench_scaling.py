@@ -3,7 +3,7 @@
 affordable.
 
     python -m bench.bench_scaling           # lengths 32..512 at 3 classes, classes 2/3/5 at 64
-    python -m bench.bench_scaling --quick   # lengths 32 and 64, kd/adkd/gkd only
+    python -m bench.bench_scaling --quick   # lengths 32 and 64, kd and adkd only
     python -m bench.bench_scaling --teacher bert-base-random --device cuda --batch-size 32
 
 Each configuration runs in its own process (by default the MiniLM-L6 teacher with a random head
@@ -127,7 +127,7 @@ def _in_subprocess(method: str, length: int, classes: int, args: argparse.Namesp
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="lengths 32/64, kd/adkd/gkd")
+    parser.add_argument("--quick", action="store_true", help="lengths 32/64, kd and adkd only")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--teacher", choices=tuple(STUDENT_LAYERS), default="minilm-l6")
     parser.add_argument("--batch-size", type=int, default=8)
@@ -140,7 +140,7 @@ def main() -> None:
         print(json.dumps(measure(method, int(length), int(classes), args.repeats, args.teacher,
                                  args.batch_size, args.device)))
         return
-    methods = ("kd", "adkd", "gkd") if args.quick else METHODS
+    methods = ("kd", "adkd") if args.quick else METHODS
     lengths = (32, 64) if args.quick else LENGTHS
     configs = [(m, n, 3) for m in methods for n in lengths]
     if not args.quick:
