@@ -1,6 +1,6 @@
 """``kdw reproduce``: the papers' experiments rerun on the bundled data, with a report.
 
-The default suite is sized for a 2-core CPU (51 minutes from scratch with ``--jobs 2``): the
+The default suite is sized for a 2-core CPU (about an hour with ``--jobs 2``): the
 3-layer students of every method on subsamples of ``tweets`` and ``bbc-news`` over seeds, the
 loyalty table, and the ablations of AD-KD, GKD and CKD on ``tweets``. Every experiment is a run
 folder under ``<out>/runs``, so an interrupted suite resumes where it stopped and finished runs
@@ -136,7 +136,7 @@ DEFAULT = Suite(
     plans={
         "tweets": TaskPlan(DataConfig(task="tweets", max_length=64, max_train_examples=1000,
                                       max_eval_examples=500),
-                           teacher_epochs=3, student_epochs=2, seeds=(1, 2),
+                           teacher_epochs=3, student_epochs=2, seeds=(1, 2, 3),
                            top_k_sweep=(96, 192), steps_sweep=(2, 4)),
         "bbc-news": TaskPlan(DataConfig(task="bbc-news", max_length=64, max_train_examples=400,
                                         max_eval_examples=212),
@@ -149,7 +149,7 @@ DEFAULT = Suite(
     "BBC News (400 train / 212 test, first 64 tokens); 3-layer students cut from MiniLM-L6",
     cuts="a MiniLM-L6 teacher (22.7M parameters) instead of BERT-base; 3-layer students; "
     "1,000 training tweets and 400 BBC News articles cut to 64 tokens, 2 student epochs; seeds "
-    "1–2 on tweets and seed 1 on BBC News (a single number in the tables); the ablations train "
+    "1–3 on tweets and seed 1 on BBC News (a single number in the tables); the ablations train "
     "on 300 tweets (tested on 200) with seed 1, against the full methods retrained on the same "
     "sample, K ∈ {96, 192, all 384} and m ∈ {1, 2, 4} (m = 8 left out: its student step costs "
     "several times an m = 1 step). At these sizes differences of a few points between methods "
