@@ -253,23 +253,27 @@ def run_suite(out: Path, suite: Suite, announce: Callable[[str], None] = print,
     calls = [(out, teachers[e.task].path, suite.plan_of(e), e) for e in todo]
     scored: dict[int, tuple[str, dict, float]] = {}
 
+    fixed = {  # what does not change while the students train
+        "suite": suite.description,
+        "cuts": suite.cuts,
+        "ablation_data": None if suite.ablation_data is None else (
+            f"{_limit(suite.ablation_data.max_train_examples)} train / "
+            f"{_limit(suite.ablation_data.max_eval_examples)} test examples, "
+            f"{suite.ablation_data.max_length} tokens"),
+        "setup": {task: plan_summary(plan) for task, plan in suite.plans.items()},
+        "teachers": {task: {"run": str(run.path), "test": run.results()["test"]}
+                     for task, run in teachers.items()},
+        "planned_students": len(todo),
+        "jobs": jobs,
+    }
+
     def results() -> dict:
         return {
-            "suite": suite.description,
-            "cuts": suite.cuts,
-            "ablation_data": None if suite.ablation_data is None else (
-                f"{_limit(suite.ablation_data.max_train_examples)} train / "
-                f"{_limit(suite.ablation_data.max_eval_examples)} test examples, "
-                f"{suite.ablation_data.max_length} tokens"),
-            "setup": {task: plan_summary(plan) for task, plan in suite.plans.items()},
-            "teachers": {task: {"run": str(run.path), "test": run.results()["test"]}
-                         for task, run in teachers.items()},
+            **fixed,
             "students": [{"task": e.task, "name": e.name, "group": e.group, "seed": e.seed,
                           "sweep": e.sweep, "run": scored[i][0], "test": scored[i][1],
                           "seconds": round(scored[i][2])}
                          for i, e in enumerate(todo) if i in scored],
-            "planned_students": len(todo),
-            "jobs": jobs,
             "seconds_this_invocation": round(time.time() - started),
         }
 
@@ -330,6 +334,18 @@ def paired_difference(records: list[dict], metric: str, reference: str
         if base is not None and name != reference:
             groups.setdefault((task, name), []).append(value - base)
     return {key: summarise(values) for key, values in groups.items()}
+
+
+def full_method_records(records: list[dict]) -> list[dict]:
+    """The full methods the ablations are compared with: those retrained on the ablations' own
+    sample when the suite has one, else the main table's runs of the ablations' task and seeds."""
+    ablation = [r for r in records if r["group"] not in ("main", "reference")]
+    references = [r for r in records if r["group"] == "reference"]
+    if references or not ablation:
+        return references
+    task, seeds = ablation[0]["task"], {r["seed"] for r in ablation}
+    return [r for r in records if r["group"] == "main" and r["task"] == task
+            and r["seed"] in seeds and r["name"] in ABLATED_METHODS]
 
 
 def _limit(value: int | None) -> str:
@@ -408,14 +424,11 @@ def write_report(out: Path, results: dict, figures: dict[str, str]) -> Path:
     for method in MAIN_METHODS:
         lines.append(f"| {method} | " + " | ".join(
             " | ".join(cell(loyalty[m].get((t, method))) for m in loyalty) for t in tasks) + " |")
-    ablation = [r for r in records if r["group"] != "main"]  # the references included
+    ablation = [r for r in records if r["group"] not in ("main", "reference")]
     if ablation:
         task, seeds = ablation[0]["task"], sorted({r["seed"] for r in ablation})
-        references = [r for r in ablation if r["group"] == "reference"]
-        full = references or [r for r in main if r["task"] == task and r["seed"] in seeds
-                              and r["name"] in ABLATED_METHODS]
-        rows = [("full method", r) for r in full] + [
-            (r["group"], r) for r in ablation if r["group"] != "reference"]
+        rows = [("full method", r) for r in full_method_records(records)] + [
+            (r["group"], r) for r in ablation]
         shown = [record for _, record in rows]
         acc, macro_ablation = aggregate(shown, "accuracy"), aggregate(shown, "macro_f1")
         lines += ["", f"## Ablations ({task}, seed {', '.join(map(str, seeds))})", "",
@@ -471,9 +484,8 @@ def make_figures(out: Path, results: dict) -> dict[str, str]:
         if not sweep:
             continue
         seeds = {r["seed"] for r in sweep}
-        full = "reference" if any(r["group"] == "reference" for r in records) else "main"
-        default = [r["test"]["accuracy"] for r in records if r["group"] == full
-                   and r["name"] == "adkd" and r["task"] == sweep[0]["task"] and r["seed"] in seeds]
+        default = [r["test"]["accuracy"] for r in full_method_records(records)
+                   if r["name"] == "adkd" and r["seed"] in seeds]
         values: dict[float, list[float]] = {}
         for record in sweep:
             values.setdefault(record["sweep"], []).append(record["test"]["accuracy"])
@@ -498,12 +510,25 @@ def make_figures(out: Path, results: dict) -> dict[str, str]:
 
 class SaliencyLoyalty:
     """Saliency loyalty (Pearson of Grad saliency, METHODS.md §6) of students on the test split,
-    the teacher's saliency computed once per teacher and test split."""
+    the teacher's saliency computed once per teacher and test split. A student's score is kept
+    in its run folder (``saliency_loyalty.json``), so a resumed suite does not recompute it."""
+
+    STORED = "saliency_loyalty.json"
 
     def __init__(self) -> None:
         self._teachers: dict[tuple[Path, str], tuple[object, object]] = {}
 
     def __call__(self, teacher: Run, student: Run) -> float:
+        stored = student.path / self.STORED
+        if stored.exists():
+            score = json.loads(stored.read_text())
+            if score["teacher"] == str(teacher.path):
+                return score["value"]
+        value = self._compute(teacher, student)
+        atomic_write_json(stored, {"teacher": str(teacher.path), "value": value})
+        return value
+
+    def _compute(self, teacher: Run, student: Run) -> float:
         import torch
 
         from workbench.agreement import pearson_per_example

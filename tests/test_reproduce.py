@@ -16,6 +16,7 @@ import pytest
 
 from kd.reproduce import (
     MAIN_METHODS,
+    SaliencyLoyalty,
     Suite,
     TaskPlan,
     experiments,
@@ -79,6 +80,10 @@ def test_tiny_suite_report(tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: 
     assert len(gallery) == len(set(load_task(plan.data).splits["test"].labels))  # one per class
     finished = {r["run"]: (Path(r["run"]) / "checkpoint.pt").stat().st_mtime
                 for r in results["students"]}
+    stored = [Path(r["run"]) / SaliencyLoyalty.STORED for r in results["students"]]
+    assert all(path.exists() for path in stored)  # kept for a resumed suite ...
+    for path in stored:  # ... and removed here, so that this process scores every run again
+        path.unlink()
     reproduce(out, suite, announce=lambda _: None)  # in this process, reusing every finished run
     assert all((Path(run) / "checkpoint.pt").stat().st_mtime == mtime
                for run, mtime in finished.items())
@@ -86,6 +91,12 @@ def test_tiny_suite_report(tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: 
     for first, second in zip(results["students"], again["students"], strict=True):
         assert first["run"] == second["run"]
         assert first["test"] == pytest.approx(second["test"], abs=1e-6)
+    assert all(path.exists() for path in stored)
+    score = json.loads(stored[0].read_text())
+    stored[0].write_text(json.dumps({**score, "value": 0.123}))
+    reproduce(out, suite, announce=lambda _: None)  # a stored score is reused, not recomputed
+    reused = json.loads((out / "results.json").read_text())["students"][0]["test"]
+    assert reused["saliency_loyalty"] == 0.123
     report = (out / "report.md").read_text()
     assert reproduce(out, report_only=True).read_text() == report  # from results.json alone
     partial = {**again, "students": again["students"][:5]}

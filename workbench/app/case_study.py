@@ -18,6 +18,7 @@ import streamlit as st
 from workbench.app import common
 from workbench.app.catalog import RunEntry
 from workbench.app.heatmap_view import show_heatmap
+from workbench.config import config_key, from_dict
 from workbench.errors import WorkbenchError
 from workbench.heatmaps import (
     Agreement,
@@ -42,7 +43,7 @@ def case_study(
     """Explanations of every chosen run (teacher first) and each student's agreement with the
     teacher, computed once per (runs, example, settings)."""
     runs = tuple((e.name, str(e.path), e.stamp()) for e in entries)
-    return _case_study(runs, json.dumps(asdict(example)), json.dumps(asdict(settings)))
+    return _case_study(runs, config_key(example), config_key(settings))
 
 
 @st.cache_data(show_spinner="Attributing…", max_entries=64)
@@ -50,7 +51,7 @@ def _case_study(
     runs: tuple[tuple[str, str, int], ...], example_json: str, settings_json: str
 ) -> tuple[list[Explanation], list[Agreement]]:
     example = Example(**json.loads(example_json))
-    settings = HeatmapSettings(**json.loads(settings_json))
+    settings = from_dict(HeatmapSettings, json.loads(settings_json))
     explanations = [explain(common.load_cached(path, stamp), [example], settings, name)[0]
                     for name, path, stamp in runs]
     teacher, *students = explanations
