@@ -46,12 +46,12 @@ from workbench.models import (
 )
 from workbench.runs import Run, atomic_write_json
 
-EXECUTION_SETTINGS = ("threads", "device")
+EXECUTION_SETTINGS = ("threads", "device", "log_every")
 
 
 def _identity(optim: OptimConfig) -> dict:
-    """The optimisation settings that define a run; where and on how many threads it executes
-    does not (a run started on a CPU may resume on a GPU)."""
+    """The optimisation settings that define a run; where and on how many threads it executes,
+    and how often it logs diagnostics, do not (a run started on a CPU may resume on a GPU)."""
     return {k: v for k, v in to_dict(optim).items() if k not in EXECUTION_SETTINGS}
 
 
@@ -124,7 +124,7 @@ def train_teacher(
     job = TrainingJob(
         run=run, model=model, spec=data.spec, train_set=encoded["train"],
         dev_set=encoded["dev"], optim=optim,
-        loss=lambda m, batch: objective(m, batch, {}),
+        loss=lambda m, batch: objective(m, batch, {}), weights=objective.weights,
         save_model=_saver(model, tokenizer), pad_token_id=tokenizer.pad_token_id,
         callbacks=callbacks, device=device,
     )
@@ -253,7 +253,8 @@ def distill(
 
     job = TrainingJob(
         run=run, model=student, spec=data.spec, train_set=encoded["train"],
-        dev_set=encoded["dev"], optim=optim, loss=loss, save_model=_saver(student, tokenizer),
+        dev_set=encoded["dev"], optim=optim, loss=loss, weights=objective.weights,
+        save_model=_saver(student, tokenizer),
         pad_token_id=tokenizer.pad_token_id, dev_teacher_logits=teacher_logits["dev"],
         callbacks=callbacks, device=device,
     )

@@ -24,6 +24,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
+from kd.diagnostics import term_diagnostics
 from workbench.config import OptimConfig
 from workbench.data import EncodedSplit, TaskSpec, collate, to_device
 from workbench.evaluation import evaluate_logits, predict_logits
@@ -54,6 +55,7 @@ class TrainingJob:
     optim: OptimConfig
     loss: LossFunction
     save_model: Callable[[Path], None]
+    weights: dict[str, float] = field(default_factory=lambda: {"ce": 1.0})  # of loss's terms
     pad_token_id: int = 0
     dev_teacher_logits: Tensor | None = None
     device: torch.device | str = "cpu"
@@ -157,15 +159,20 @@ def train(job: TrainingJob) -> dict[str, float]:
         batch = to_device(collate([job.train_set[i] for i in chunk], job.pad_token_id),
                           job.device)
         losses = job.loss(model, batch)
+        step = state["step"] + 1
+        if optim.log_every and (step == 1 or step % optim.log_every == 0 or step == total):
+            diagnostics = term_diagnostics(losses, job.weights, model.parameters())
+            run.append_metrics({"step": step, "epoch": step / steps_per_epoch, "split": "train",
+                                "lr": scheduler.get_last_lr()[0], **diagnostics})
         losses["loss"].backward()
+        values = {name: float(value.detach()) for name, value in losses.items()}
         if optim.max_grad_norm > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), optim.max_grad_norm)
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), optim.max_grad_norm)
+            values["grad_norm"] = float(norm)
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
-        state["step"] += 1
-        step = state["step"]
-        values = {name: float(value.detach()) for name, value in losses.items()}
+        state["step"] = step
         progress.update(1)
         progress.set_postfix(loss=f"{values['loss']:.4f}")
         _notify(job.callbacks, "on_step", step, total, values)

@@ -70,7 +70,7 @@ def test_resume_after_kill_ends_with_the_same_weights(tiny_model_dir, tiny_task_
     best_killed = load_file(str(killed_dir / "model" / "model.safetensors"))
     best_clean = load_file(str(clean_dir / "model" / "model.safetensors"))
     assert all(torch.equal(best_killed[k], v) for k, v in best_clean.items())
-    steps = [r["step"] for r in Run.open(killed_dir).metrics()]
+    steps = [r["step"] for r in Run.open(killed_dir).metrics("dev")]
     assert steps == sorted(set(steps)), "evaluations logged twice after the resume"
     assert Run.open(killed_dir).status()["state"] == "finished"
 
@@ -83,7 +83,7 @@ def test_teacher_learns_and_students_distil(tiny_model_dir, tiny_task_dir, tmp_p
                                 tmp_path / "teacher")
     results = teacher_run.results()
     assert results["test"]["accuracy"] > 0.6  # chance is ~0.45 for the majority class
-    records = teacher_run.metrics()
+    records = teacher_run.metrics("dev")
     assert [r["step"] for r in records] == [38 * (i + 1) for i in range(8)]
     manifest = json.loads((teacher_run.path / "manifest.json").read_text())
     assert manifest["versions"]["torch"] and manifest["split_fingerprint"]["train"]

@@ -147,6 +147,11 @@ class OptimConfig:
     max_grad_norm: float = option(1.0, "gradient clipping norm (0 disables)")
     eval_every: int = option(0, "evaluate on dev every N steps (0: at the end of each epoch)")
     checkpoint_every: int = option(50, "save a resumable checkpoint every N steps")
+    log_every: int = option(
+        20, "every N steps (and at the first and last), log each loss term's weighted value and "
+        "its share of the gradient norm to metrics.jsonl (0: never; costs one extra backward "
+        "pass per term at those steps, and changes no weight)",
+    )
     seed: int = option(42, "seed of initialisation, data order and dropout")
     threads: int = option(0, "torch CPU threads (0: torch's default)")
     device: str = option("auto", "cpu, cuda, cuda:N, or auto (cuda when available)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 from scipy import stats
-from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef, recall_score
 from torch import Tensor
 
 from workbench.data import TaskSpec
@@ -14,7 +14,8 @@ from workbench.data import TaskSpec
 def task_metrics(spec: TaskSpec, logits: Tensor, labels: Tensor) -> dict[str, float]:
     """The task's metrics from logits ``[N, C]`` (``[N, 1]`` for regression) and labels ``[N]``.
 
-    accuracy, macro_f1, f1 (positive class 1, binary tasks), mcc (Matthews), spearman, pearson.
+    accuracy, macro_f1, f1 (positive class 1, binary tasks), mcc (Matthews), spearman, pearson;
+    for classification also ``recall/<class name>`` per class, so that a neglected class shows.
     """
     if spec.regression:
         predictions = logits.reshape(-1).double().numpy()
@@ -35,7 +36,10 @@ def task_metrics(spec: TaskSpec, logits: Tensor, labels: Tensor) -> dict[str, fl
         "mcc": lambda: matthews_corrcoef(gold, predictions),
     }
     names = dict.fromkeys((*spec.metrics, "accuracy", "macro_f1"))
-    return {name: float(scorers[name]()) for name in names}
+    recall = recall_score(gold, predictions, average=None, labels=list(range(spec.num_labels)),
+                          zero_division=0)
+    return {**{name: float(scorers[name]()) for name in names},
+            **{f"recall/{label}": float(r) for label, r in zip(spec.label_names, recall)}}
 
 
 def label_loyalty(teacher_logits: Tensor, student_logits: Tensor) -> float:

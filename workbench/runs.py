@@ -174,7 +174,9 @@ class Run:
             handle.flush()
             os.fsync(handle.fileno())
 
-    def metrics(self) -> list[dict[str, Any]]:
+    def metrics(self, split: str | None = None) -> list[dict[str, Any]]:
+        """The logged records: evaluations (``split`` ``"dev"``) and objective diagnostics
+        (``"train"``, see :mod:`kd.diagnostics`); all of them when ``split`` is None."""
         path = self.path / "metrics.jsonl"
         if not path.exists():
             return []
@@ -184,7 +186,7 @@ class Run:
                 records.append(json.loads(line))
             except json.JSONDecodeError:
                 continue  # a line cut by a kill mid-write
-        return records
+        return [r for r in records if split is None or r.get("split") == split]
 
     def truncate_metrics(self, after_step: int) -> None:
         """Forget evaluations logged after ``after_step`` (they are redone on resume)."""

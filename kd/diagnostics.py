@@ -1,0 +1,74 @@
+"""What dominates an objective: each term's weighted value and its part of the gradient.
+
+For terms ``k`` with weights ``w_k`` and values ``L_k``, the gradient of the objective on the
+student's trainable parameters ``θ`` is ``g = Σ_k g_k`` with ``g_k = ∇_θ (w_k L_k)``. Per term
+this reports
+
+- ``value/<k>``: ``w_k L_k``, the term's part of the loss;
+- ``grad_norm/<k>``: ``‖g_k‖₂``, and ``grad_norm/total``: ``‖g‖₂`` (before any clipping);
+- ``grad_share/<k>``: ``⟨g_k, g⟩ / ‖g‖²``, the term's share of the step's gradient. The shares
+  sum to 1; a share above 1 with another below 0 means the terms pull in opposite directions.
+
+The gradients are taken with ``retain_graph=True`` and thrown away: the training step's own
+backward pass is unchanged, so logging diagnostics never changes the trained weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["term_diagnostics", "summarise"]
+
+
+def term_diagnostics(
+    values: Mapping[str, Tensor], weights: Mapping[str, float], parameters: Iterable[nn.Parameter]
+) -> dict[str, float]:
+    """Weighted values, gradient norms and gradient shares of the terms of one step.
+
+    Args:
+        values: scalar term values ``L_k`` with their graphs (other keys, like ``"loss"``, are
+            ignored unless they are in ``weights``).
+        weights: ``w_k`` per term.
+        parameters: the trainable parameters ``θ`` (those with ``requires_grad``).
+
+    Returns:
+        ``{"value/k": w_k·L_k, "grad_norm/k": ‖g_k‖, "grad_share/k": ⟨g_k, g⟩/‖g‖²,
+        "grad_norm/total": ‖g‖}``; shares are 0 when the whole gradient is 0.
+    """
+    params = [p for p in parameters if p.requires_grad]
+    flat: dict[str, Tensor] = {}
+    out: dict[str, float] = {}
+    for name, weight in weights.items():
+        weighted = weight * values[name]
+        out[f"value/{name}"] = float(weighted.detach())
+        grads = (torch.autograd.grad(weighted, params, retain_graph=True, allow_unused=True)
+                 if weighted.requires_grad else [None] * len(params))
+        flat[name] = torch.cat([
+            (g if g is not None else torch.zeros_like(p)).detach().reshape(-1).double()
+            for g, p in zip(grads, params)
+        ])
+    total = torch.stack(list(flat.values())).sum(0)
+    total_sq = float(total @ total)
+    for name, g in flat.items():
+        out[f"grad_norm/{name}"] = float(g.norm())
+        out[f"grad_share/{name}"] = float(g @ total) / total_sq if total_sq > 0 else 0.0
+    out["grad_norm/total"] = total_sq**0.5
+    return out
+
+
+def summarise(records: Iterable[Mapping[str, float]]) -> dict[str, dict[str, float]]:
+    """First and last diagnostic record of a run (``metrics.jsonl`` rows with ``value/`` keys):
+    ``{"start": {...}, "end": {...}}`` with the step and every diagnostic of each."""
+    logged = [r for r in records if any(k.startswith("grad_share/") for k in r)]
+    if not logged:
+        return {}
+
+    def pick(record: Mapping[str, float]) -> dict[str, float]:
+        keep = ("value/", "grad_norm/", "grad_share/")
+        return {"step": record["step"],
+                **{k: v for k, v in record.items() if k.startswith(keep)}}
+
+    return {"start": pick(logged[0]), "end": pick(logged[-1])}
