@@ -21,8 +21,11 @@ from workbench.config import (
     OptimConfig,
     StudentConfig,
     TeacherConfig,
+    TuneConfig,
     add_arguments,
     from_arguments,
+    from_dict,
+    to_dict,
 )
 from workbench.errors import WorkbenchError
 from workbench.heatmaps import ExportSettings, HeatmapSettings
@@ -56,6 +59,40 @@ def _distill(args: argparse.Namespace) -> None:
     _print_results(run.path)
 
 
+def _tune(args: argparse.Namespace) -> None:
+    from kd.evaluate import format_table
+    from kd.tune import tune
+
+    result = tune(from_arguments(DataConfig, args), from_arguments(StudentConfig, args),
+                  from_arguments(ObjectiveConfig, args), from_arguments(OptimConfig, args),
+                  from_arguments(TuneConfig, args), args.out)
+    print(format_table(result.rows))
+    if result.best is not None:
+        print(f"best configuration: {result.best} (train it with kdw distill --config "
+              f"{result.best} --run-dir DIR)")
+
+
+CONFIG_SECTIONS = {"data": DataConfig, "student": StudentConfig, "objective": ObjectiveConfig,
+                   "optim": OptimConfig}
+
+
+def config_defaults(path: str) -> dict:
+    """The option defaults a ``--config`` file (``kdw tune``'s ``best.json``) sets: its
+    ``data``, ``student``, ``objective`` and ``optim`` sections, each checked against its
+    dataclass (an unknown setting is an error)."""
+    from kd.tune import load_config_file
+
+    sections = load_config_file(path)
+    defaults = {}
+    for name, cls in CONFIG_SECTIONS.items():
+        values = sections.get(name, {})
+        if not isinstance(values, dict):
+            raise WorkbenchError(f"--config {path}: section {name!r} is not an object")
+        defaults |= {k: v for k, v in to_dict(from_dict(cls, {
+            **to_dict(cls()), **values})).items() if k in values}
+    return defaults
+
+
 def _print_results(path: Path) -> None:
     from workbench.runs import Run
 
@@ -68,7 +105,7 @@ def _print_results(path: Path) -> None:
 def _evaluate(args: argparse.Namespace) -> None:
     from kd.evaluate import evaluate_runs, format_table
 
-    rows = evaluate_runs(args.runs, args.split, args.teacher)
+    rows = evaluate_runs(args.runs, args.split, args.teacher, terms=args.terms)
     print(format_table(rows))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
@@ -132,7 +169,9 @@ def _reproduce(args: argparse.Namespace) -> None:
     print(f"report: {report}")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParser:
+    """The ``kdw`` parser; ``distill_defaults`` replace the defaults of ``kdw distill``'s
+    options (from ``--config``)."""
     parser = argparse.ArgumentParser(
         prog="kdw",
         description="Distil BERT-style classifiers and see why each model decides.",
@@ -156,9 +195,27 @@ def build_parser() -> argparse.ArgumentParser:
         "Rerunning the same command resumes an interrupted run.",
     )
     distill.add_argument("--run-dir", required=True, help="run folder to write (or resume)")
-    for cls in (DataConfig, StudentConfig, ObjectiveConfig, OptimConfig):
+    distill.add_argument("--config", default=None,
+                         help="JSON file of settings (data, student, objective, optim "
+                         "sections), such as kdw tune's best.json; options given on the command "
+                         "line override it")
+    for cls in CONFIG_SECTIONS.values():
         add_arguments(distill, cls)
-    distill.set_defaults(handler=_distill)
+    distill.set_defaults(handler=_distill, **(distill_defaults or {}))
+
+    tune = commands.add_parser(
+        "tune", help="choose a method's weights on dev (Optuna)",
+        description="Search a method's hyperparameters on the dev split as the papers did: TPE "
+        "sampling over the method's default space (the papers' grids) or --space overrides, "
+        "poor trials pruned from their dev curves, every trial a resumable run folder, the "
+        "study in <out>/study.db so that a killed search resumes. Writes <out>/best.json for "
+        "kdw distill --config.",
+    )
+    tune.add_argument("--out", required=True, help="folder for the study, its trials and "
+                      "best.json")
+    for cls in (*CONFIG_SECTIONS.values(), TuneConfig):
+        add_arguments(tune, cls)
+    tune.set_defaults(handler=_tune)
 
     evaluate = commands.add_parser(
         "evaluate", help="score runs on a split, as a table",
@@ -170,6 +227,10 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--teacher", default=None,
                           help="teacher run for loyalty (default: each student's own teacher)")
     evaluate.add_argument("--json", default=None, help="also write the rows to this JSON file")
+    evaluate.add_argument("--terms", action="store_true",
+                          help="add what dominates each run's objective: every term's share of "
+                          "the gradient and weighted value at the first and last logged step "
+                          "(see --log-every)")
     evaluate.set_defaults(handler=_evaluate)
 
     baseline = commands.add_parser(
@@ -241,6 +302,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     quiet_library_output()
     try:
+        if getattr(args, "config", None):  # the file's settings become the defaults
+            args = build_parser(config_defaults(args.config)).parse_args(argv)
         args.handler(args)
     except WorkbenchError as error:
         print(f"kdw: error: {error}", file=sys.stderr)

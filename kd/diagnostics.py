@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 import torch
 from torch import Tensor, nn
 
-__all__ = ["term_diagnostics", "summarise"]
+__all__ = ["summarise", "term_diagnostics"]
 
 
 def term_diagnostics(
@@ -48,7 +48,7 @@ def term_diagnostics(
                  if weighted.requires_grad else [None] * len(params))
         flat[name] = torch.cat([
             (g if g is not None else torch.zeros_like(p)).detach().reshape(-1).double()
-            for g, p in zip(grads, params)
+            for g, p in zip(grads, params, strict=True)
         ])
     total = torch.stack(list(flat.values())).sum(0)
     total_sq = float(total @ total)

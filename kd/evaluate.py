@@ -4,17 +4,35 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kd.diagnostics import summarise
 from workbench.data import encode, load_task
 from workbench.errors import WorkbenchError
 from workbench.evaluation import evaluate_logits, predict_logits
 from workbench.models import encoder_layers, load_run
 
 
+def term_summary(records: Sequence[dict]) -> dict[str, str]:
+    """"What dominates this objective", from a run's logged diagnostics: each term's share of
+    the gradient and weighted value at the first and last logged step, e.g.
+    ``{"grad share, start": "attr 94% · kd 5% · ce 1%", ...}`` (empty if none were logged)."""
+    summary = summarise(records)
+    row = {}
+    for moment, record in summary.items():
+        for prefix, label, form in (("grad_share/", "grad share", "{:.0%}"),
+                                    ("value/", "weighted value", "{:.3g}")):
+            terms = {k.removeprefix(prefix): v for k, v in record.items() if k.startswith(prefix)}
+            ranked = sorted(terms.items(), key=lambda item: -abs(item[1]))
+            row[f"{label}, {moment} (step {record['step']})"] = " · ".join(
+                f"{name} {form.format(value)}" for name, value in ranked)
+    return row
+
+
 def evaluate_runs(
-    paths: Sequence[str], split: str = "test", teacher: str | None = None
+    paths: Sequence[str], split: str = "test", teacher: str | None = None, terms: bool = False
 ) -> list[dict]:
     """One row per run: name, kind, method, layers, parameters, task metrics, and for students
-    label/probability loyalty to ``teacher`` (default: the run's own teacher)."""
+    label/probability loyalty to ``teacher`` (default: the run's own teacher); with ``terms``,
+    the objective's diagnostics at the start and end of training (:func:`term_summary`)."""
     rows, teacher_logits = [], {}
     for path in paths:
         loaded = load_run(path)
@@ -40,6 +58,7 @@ def evaluate_runs(
             "parameters_m": round(sum(p.numel() for p in loaded.model.parameters()) / 1e6, 1),
             "split": split, "examples": len(dataset),
             **evaluate_logits(data.spec, logits, dataset.labels, reference),
+            **(term_summary(loaded.run.metrics("train")) if terms else {}),
         })
     return rows
 

@@ -150,6 +150,23 @@ def parse_weights(text: str) -> dict[str, float]:
     return weights
 
 
+def preset_weights(config: ObjectiveConfig) -> dict[str, float]:
+    """The term weights a config asks for: its explicit ``weights``, else its preset's for its
+    parity; zero weights dropped."""
+    if config.preset not in PRESETS:
+        raise WorkbenchError(
+            f"unknown method preset {config.preset!r}: use one of {sorted(PRESETS)}"
+        )
+    preset = PRESETS[config.preset]
+    weights = parse_weights(config.weights) or dict(
+        preset.official if config.parity == "official" else preset.paper
+    )
+    weights = {name: w for name, w in weights.items() if w != 0}
+    if not weights:
+        raise WorkbenchError("the objective has no term with a non-zero weight")
+    return weights
+
+
 @dataclass
 class Objective:
     """A resolved objective: weights and the settings each term reads."""
@@ -169,18 +186,9 @@ class Objective:
     @classmethod
     def resolve(cls, config: ObjectiveConfig, teacher_layers: int, student_layers: int,
                 num_labels: int = 2) -> Objective:
-        if config.preset not in PRESETS:
-            raise WorkbenchError(
-                f"unknown method preset {config.preset!r}: use one of {sorted(PRESETS)}"
-            )
+        weights = preset_weights(config)
         preset = PRESETS[config.preset]
         official = config.parity == "official"
-        weights = parse_weights(config.weights) or dict(
-            preset.official if official else preset.paper
-        )
-        weights = {name: w for name, w in weights.items() if w != 0}
-        if not weights:
-            raise WorkbenchError("the objective has no term with a non-zero weight")
         mapping = {"pkd-skip": "skip", "pkd-last": "last"}.get(config.preset, config.pkd_mapping)
         needs_pairs = "pkd" in weights or "cls_grad" in weights
         return cls(

@@ -157,13 +157,32 @@ class OptimConfig:
     device: str = option("auto", "cpu, cuda, cuda:N, or auto (cuda when available)")
 
 
+@dataclass
+class TuneConfig:
+    """The search: how many trials, over which space, scored by which dev metric."""
+
+    trials: int = option(20, "trials in the study in all (a resumed study runs the rest)")
+    space: tuple[str, ...] = option(
+        (),
+        "override one parameter's search space: NAME=v1,v2,... (choices) or NAME=LOW:HIGH "
+        "(uniform; LOW:HIGH:log for a log scale); repeat for several. Parameters: alpha, beta, "
+        "gamma, tau, wr, ltr, lr, top_k (those the method has)",
+    )
+    metric: str | None = option(None, "dev metric to maximise (default: the task's main one)")
+    prune: bool = option(True, "stop trials whose dev curve falls below the running median")
+    reports_per_epoch: int = option(
+        4, "dev evaluations per epoch reported to the pruner (used when --eval-every is 0)"
+    )
+
+
 def _field_type(cls: type, f: dataclasses.Field) -> tuple[Any, bool]:
-    """The concrete type of a field and whether it is optional."""
+    """The concrete type of a field and whether it is optional (``tuple[str, ...]`` fields are
+    ``tuple``: a repeatable option)."""
     hint = typing.get_type_hints(cls)[f.name]
     args = typing.get_args(hint)
     if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args:
         return next(a for a in args if a is not type(None)), True
-    return hint, False
+    return typing.get_origin(hint) or hint, False
 
 
 def _parse_optional(kind: Any) -> Any:
@@ -173,21 +192,23 @@ def _parse_optional(kind: Any) -> Any:
     return parse
 
 
-def add_arguments(parser: argparse.ArgumentParser, cls: type, prefix: str = "") -> None:
+def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
     """Add one ``--option`` per field of the dataclass ``cls`` to ``parser``."""
     group = parser.add_argument_group(cls.__name__, (cls.__doc__ or "").strip().splitlines()[0])
     for f in dataclasses.fields(cls):
         kind, optional = _field_type(cls, f)
-        name = "--" + prefix + f.name.replace("_", "-")
+        name = "--" + f.name.replace("_", "-")
         default = f.default
         help_text = f.metadata.get("help", "")
         if "default" not in help_text:
             help_text += f" (default: {default})"
         if kind is bool:
-            group.add_argument(
-                name, action=argparse.BooleanOptionalAction, default=default, help=help_text,
-                dest=prefix.replace("-", "_") + f.name,
-            )
+            group.add_argument(name, action=argparse.BooleanOptionalAction, default=default,
+                               help=help_text, dest=f.name)
+            continue
+        if kind is tuple:
+            group.add_argument(name, action="append", default=None, help=help_text,
+                               dest=f.name, metavar=f.name.upper())
             continue
         choices = f.metadata.get("choices")
         group.add_argument(
@@ -198,15 +219,19 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, prefix: str = "") 
             if choices
             else None,
             help=help_text,
-            dest=prefix.replace("-", "_") + f.name,
+            dest=f.name,
             metavar=f.name.upper(),
         )
 
 
-def from_arguments(cls: type[T], namespace: argparse.Namespace, prefix: str = "") -> T:
+def from_arguments(cls: type[T], namespace: argparse.Namespace) -> T:
     """Build ``cls`` from the options :func:`add_arguments` added."""
-    values = {f.name: getattr(namespace, prefix.replace("-", "_") + f.name)
-              for f in dataclasses.fields(cls)}
+    values = {}
+    for f in dataclasses.fields(cls):
+        value = getattr(namespace, f.name)
+        if _field_type(cls, f)[0] is tuple:
+            value = f.default if value is None else tuple(value)
+        values[f.name] = value
     return cls(**values)
 
 

@@ -43,6 +43,9 @@ def _widget(cls: type, f: dataclasses.Field, default: Any, key: str) -> Any:
         return st.number_input(label, value=None if default is None else float(default),
                                format="%g", help=help_text, key=key,
                                placeholder="default" if optional else None)
+    if kind is tuple:  # a repeatable option: one value per line
+        text = st.text_area(label, value="\n".join(default), help=help_text, key=key)
+        return tuple(line.strip() for line in text.splitlines() if line.strip())
     text = st.text_input(label, value=default or "", help=help_text, key=key)
     return (text.strip() or None) if optional else text.strip()
 

@@ -91,7 +91,8 @@ def _form(root, kind: str, teacher: RunEntry | None) -> None:
 
 
 def _curves(folder, metrics: list[dict]) -> None:
-    """Training losses per step (progress file) and dev metrics per evaluation."""
+    """Training losses per step (progress file), dev metrics per evaluation, and the
+    objective's diagnostics (:mod:`kd.diagnostics`) where the run logged them."""
     steps = step_records(read_progress(folder))
     left, right = st.columns(2)
     if steps:
@@ -99,11 +100,23 @@ def _curves(folder, metrics: list[dict]) -> None:
         columns = [c for c in losses.columns if c not in ("total", "time", "stage")]
         left.caption("training losses")
         left.line_chart(losses[columns])
-    if metrics:
-        dev = pd.DataFrame(metrics).set_index("step")
-        ignore = {"epoch", "split", "lr", "loss", *TERMS}
+    dev = [r for r in metrics if r.get("split") == "dev"]
+    if dev:
+        frame = pd.DataFrame(dev).set_index("step")
+        ignore = {"epoch", "split", "lr", "loss", "grad_norm", *TERMS}
         right.caption("dev metrics")
-        right.line_chart(dev[[c for c in dev.columns if c not in ignore]])
+        right.line_chart(frame[[c for c in frame.columns if c not in ignore]])
+    diagnostics = [r for r in metrics if r.get("split") == "train"]
+    if diagnostics:
+        frame = pd.DataFrame(diagnostics).set_index("step")
+        left, right = st.columns(2)
+        for column, prefix, caption in (
+            (left, "value/", "each term's weighted value (what dominates the loss)"),
+            (right, "grad_share/", "each term's share of the gradient (sums to 1)"),
+        ):
+            shown = frame[[c for c in frame.columns if c.startswith(prefix)]]
+            column.caption(caption)
+            column.line_chart(shown.rename(columns=lambda c, p=prefix: c.removeprefix(p)))
 
 
 @st.fragment(run_every=2)

@@ -1,0 +1,355 @@
+"""``kdw tune``: choose a method's weights on the dev split, as the papers did, with Optuna.
+
+Each trial distils one student (a run folder under ``<out>/trials/``, named by its settings) and
+scores its best dev evaluation; the test split is never looked at. Sampling is TPE; a trial whose
+dev curve falls below the median of earlier trials at the same step is pruned (the trainer's
+evaluations report to the pruner). The study lives in ``<out>/study.db`` (SQLite), so a killed
+search resumes: the trial that was running is retried with the same settings and its run folder
+resumes from its checkpoint. The best configuration is written to ``<out>/best.json``, which
+``kdw distill --config`` trains.
+
+Searchable parameters (:data:`PARAMETERS`) and the default space of each method
+(:data:`DEFAULT_SPACES`, from the papers' grids); ``--space NAME=v1,v2`` (choices) or
+``--space NAME=LOW:HIGH`` (a range, ``:log`` for a log scale) overrides one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from workbench.config import (
+    DataConfig,
+    ObjectiveConfig,
+    OptimConfig,
+    StudentConfig,
+    TuneConfig,
+    to_dict,
+)
+from workbench.errors import WorkbenchError
+from workbench.runs import atomic_write_json
+
+STUDY_NAME = "kdw-tune"
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """A searchable setting: its domain, and the terms a method needs for it to apply."""
+
+    help: str
+    low: float  # the domain: low < value (low ≤ value when ``closed``), value ≤ high
+    high: float = math.inf
+    closed: bool = True
+    integer: bool = False
+    needs: tuple[str, ...] = ()  # terms the objective must have (beta: the method's own)
+
+    def problem(self, value: float) -> str | None:
+        """Why ``value`` is outside the domain, or None."""
+        above = value >= self.low if self.closed else value > self.low
+        if math.isnan(value) or not (above and value <= self.high):
+            left, right = "[" if self.closed else "(", ")" if self.high == math.inf else "]"
+            return f"must lie in {left}{self.low:g}, {self.high:g}{right}"
+        if self.integer and value != int(value):
+            return "must be an integer"
+        return None
+
+
+PARAMETERS: dict[str, Parameter] = {
+    "alpha": Parameter("weight α of the KD term; CE gets 1 − α", 0.0, 1.0, needs=("kd",)),
+    "beta": Parameter("weight β of the method's own term (AD-KD attr, GKD grad, PKD and "
+                      "GKD-CLS [CLS] states)", 0.0),
+    "gamma": Parameter("GKD-CLS: weight γ of the gradient terms (grad, cls_grad)", 0.0,
+                       needs=("grad", "cls_grad")),
+    "tau": Parameter("KD temperature τ", 0.0, closed=False, needs=("kd",)),
+    "wr": Parameter("CKD: λ of word relation", 0.0, needs=("wr",)),
+    "ltr": Parameter("CKD: λ of layer-transforming relation", 0.0, needs=("ltr",)),
+    "lr": Parameter("peak learning rate", 0.0, closed=False),
+    "top_k": Parameter("AD-KD: K largest |IG| dimensions of the teacher's map", 1, integer=True,
+                       needs=("attr",)),
+}
+WEIGHT_PARAMETERS = ("gamma", "wr", "ltr")  # set the weight of every term they need
+BETA_TERM = {"pkd-skip": "pkd", "pkd-last": "pkd", "adkd": "attr", "gkd": "grad",
+             "gkd-cls": "pkd"}
+DEFAULT_SPACES: dict[str, dict[str, str]] = {
+    # AD-KD Table 5 / §4.1: β ∈ {1, 10, 50, 100}, α ∈ {0.8, 0.9, 1.0}, τ ∈ {1, 2, 3, 4}
+    "adkd": {"beta": "1,10,50,100", "alpha": "0.8,0.9,1.0", "tau": "1,2,3,4",
+             "lr": "5e-5,1e-4,2e-4"},
+    "gkd": {"beta": "0.1,1,10", "alpha": "0.1,0.5,0.9", "tau": "1,2,5"},
+    "gkd-cls": {"beta": "0.1,1,10", "gamma": "0.1,1,10", "alpha": "0.1,0.5,0.9"},
+    "ckd": {"wr": "0.1,1,10", "ltr": "0.1,1,10"},
+    "pkd-skip": {"beta": "0.1,1,10,100"},
+    "pkd-last": {"beta": "0.1,1,10,100"},
+    "kd": {"alpha": "0.1,0.5,0.9", "tau": "1,2,4,8"},
+}
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """One parameter's search space: choices, or a range."""
+
+    name: str
+    choices: tuple[float, ...] = ()
+    low: float = 0.0
+    high: float = 0.0
+    log: bool = False
+
+    def suggest(self, trial) -> float:
+        if self.choices:
+            return trial.suggest_categorical(self.name, list(self.choices))
+        if PARAMETERS[self.name].integer:
+            return trial.suggest_int(self.name, int(self.low), int(self.high), log=self.log)
+        return trial.suggest_float(self.name, self.low, self.high, log=self.log)
+
+    def describe(self) -> str:
+        if self.choices:
+            return ",".join(f"{c:g}" for c in self.choices)
+        return f"{self.low:g}:{self.high:g}" + (":log" if self.log else "")
+
+
+def _number(name: str, text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise WorkbenchError(f"--space {name}: {text!r} is not a number") from None
+
+
+def parse_dimension(name: str, text: str) -> Dimension:
+    """``"1,10,50"`` (choices) or ``"1:4"`` / ``"1e-5:1e-3:log"`` (a range) → a checked
+    :class:`Dimension`; a one-line error for an empty or inverted range or a value outside the
+    parameter's domain."""
+    parameter = PARAMETERS[name]
+    text = text.strip()
+    if not text:
+        raise WorkbenchError(f"--space {name}: no values given (use {name}=v1,v2 or LOW:HIGH)")
+    if ":" in text:
+        parts = text.split(":")
+        log = len(parts) == 3 and parts[2] == "log"
+        if len(parts) not in (2, 3) or (len(parts) == 3 and not log):
+            raise WorkbenchError(f"--space {name}={text}: a range is LOW:HIGH or LOW:HIGH:log")
+        low, high = _number(name, parts[0]), _number(name, parts[1])
+        if not low < high:
+            raise WorkbenchError(f"--space {name}={text}: empty or inverted range (LOW < HIGH)")
+        if log and low <= 0:
+            raise WorkbenchError(f"--space {name}={text}: a log range needs LOW > 0")
+        dimension = Dimension(name, low=low, high=high, log=log)
+        values = (low, high)
+    else:
+        values = tuple(_number(name, part) for part in text.split(",") if part.strip())
+        if not values:
+            raise WorkbenchError(f"--space {name}: no values given")
+        dimension = Dimension(name, choices=tuple(
+            int(v) if parameter.integer and v == int(v) else v for v in dict.fromkeys(values)))
+    for value in values:
+        problem = parameter.problem(value)
+        if problem:
+            raise WorkbenchError(f"--space {name}: {value:g} {problem} ({parameter.help})")
+    return dimension
+
+
+def search_space(preset: str, overrides: tuple[str, ...], base_weights: dict[str, float]
+                 ) -> dict[str, Dimension]:
+    """The preset's default space with ``NAME=SPEC`` overrides, checked against what the
+    method has (``beta`` of a method without its own term is an unknown parameter)."""
+    own = BETA_TERM.get(preset)
+    available = sorted(
+        name for name, p in PARAMETERS.items()
+        if set((own,) if name == "beta" else p.needs) <= set(base_weights)
+    )
+    specs = {k: v for k, v in DEFAULT_SPACES.get(preset, {}).items() if k in available}
+    for item in overrides:
+        name, equals, text = (part.strip() for part in item.partition("="))
+        if not equals:
+            raise WorkbenchError(f"--space {item!r}: use NAME=v1,v2 or NAME=LOW:HIGH")
+        if name not in available:
+            raise WorkbenchError(
+                f"--space: unknown parameter {name!r} for {preset}: use one of "
+                f"{', '.join(available)}"
+            )
+        specs[name] = text
+    if not specs:
+        raise WorkbenchError(f"nothing to search for {preset}: give --space NAME=...")
+    return {name: parse_dimension(name, text) for name, text in specs.items()}
+
+
+def apply(values: dict[str, float], preset: str, base_weights: dict[str, float],
+          objective: ObjectiveConfig, optim: OptimConfig) -> tuple[ObjectiveConfig, OptimConfig]:
+    """The configs of a trial: the parameters' ``values`` set into the base configs."""
+    weights = dict(base_weights)
+    for name, value in values.items():
+        if name == "alpha":
+            weights["kd"], weights["ce"] = value, 1 - value
+        elif name == "beta":
+            weights[BETA_TERM[preset]] = value
+        elif name in WEIGHT_PARAMETERS:
+            weights.update(dict.fromkeys(PARAMETERS[name].needs, value))
+    text = ",".join(f"{term}={weight:g}" for term, weight in weights.items())
+    objective = replace(objective, weights=text)
+    if "tau" in values:
+        objective = replace(objective, temperature=float(values["tau"]))
+    if "top_k" in values:
+        objective = replace(objective, attr_top_k=int(values["top_k"]))
+    if "lr" in values:
+        optim = replace(optim, learning_rate=float(values["lr"]))
+    return objective, optim
+
+
+def trial_folder(values: dict[str, float]) -> str:
+    """A run folder name from a trial's settings (the same settings resume the same run)."""
+    return "-".join(f"{name}{value:g}" for name, value in sorted(values.items()))
+
+
+class PruningCallback:
+    """Reports each dev evaluation to the trial; asks the trainer to stop when pruned."""
+
+    def __init__(self, trial, metric: str, enabled: bool) -> None:
+        self.trial, self.metric, self.enabled, self.pruned = trial, metric, enabled, False
+
+    def on_evaluate(self, step: int, metrics: dict[str, float]) -> None:
+        self.trial.report(metrics[self.metric], step)
+        self.pruned = self.enabled and self.trial.should_prune()
+
+    def should_stop(self) -> bool:
+        return self.pruned
+
+
+@dataclass
+class TuneResult:
+    """The finished study: its trials as rows and the best configuration's file."""
+
+    rows: list[dict] = field(default_factory=list)
+    best: Path | None = None
+
+
+def _study(out: Path, preset: str, task: str, space: dict[str, Dimension], prune: bool):
+    import optuna
+
+    attrs = {"preset": preset, "task": task,
+             "space": {name: d.describe() for name, d in space.items()}}
+    storage = f"sqlite:///{(out / 'study.db').resolve()}"
+    sampler = optuna.samplers.TPESampler(seed=0)
+    pruner = (optuna.pruners.MedianPruner(n_startup_trials=3) if prune
+              else optuna.pruners.NopPruner())
+    if (out / "study.db").exists():
+        study = optuna.load_study(study_name=STUDY_NAME, storage=storage, sampler=sampler,
+                                  pruner=pruner)
+        stored = {k: study.user_attrs.get(k) for k in attrs}
+        for key in ("preset", "task", "space"):
+            if stored[key] != attrs[key]:
+                raise WorkbenchError(
+                    f"{out / 'study.db'} is a study of {key} {stored[key]!r}, not "
+                    f"{attrs[key]!r}: choose another --out"
+                )
+    else:
+        study = optuna.create_study(study_name=STUDY_NAME, storage=storage, sampler=sampler,
+                                    pruner=pruner, direction="maximize")
+        for key, value in attrs.items():
+            study.set_user_attr(key, value)
+    return study
+
+
+def _retry_interrupted(study) -> None:
+    """Trials left running by a killed search (this process holds the study's lock, so no
+    other process runs them) are marked failed and queued again with the same settings."""
+    from optuna.trial import TrialState
+
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        study.tell(trial.number, state=TrialState.FAIL)
+        study.enqueue_trial(trial.params)
+
+
+def trials_table(study) -> list[dict]:
+    """One row per trial: number, state, settings, best dev value, last reported step."""
+    return [{"trial": t.number, "state": t.state.name.lower(), **t.params,
+             "dev": t.value, "steps": t.last_step} for t in study.get_trials(deepcopy=False)]
+
+
+def tune(data: DataConfig, student: StudentConfig, objective: ObjectiveConfig,
+         optim: OptimConfig, config: TuneConfig, out: str | Path,
+         progress: Callable[[list[dict]], None] | None = None) -> TuneResult:
+    """Search ``config.space`` for ``objective.preset`` on dev; write ``best.json``.
+
+    Bad settings (an unknown parameter, an empty or inverted range, a value outside a domain,
+    a study of another preset or task in ``out``) raise before anything is written."""
+    import optuna
+    from filelock import FileLock, Timeout
+
+    from kd.objective import preset_weights
+    from kd.pipeline import distill
+    from kd.trainer import main_metric
+    from workbench.data import load_task
+
+    if config.trials < 1:
+        raise WorkbenchError(f"--trials must be at least 1, got {config.trials}")
+    out = Path(out)
+    base_weights = preset_weights(objective)
+    space = search_space(objective.preset, config.space, base_weights)
+    task = load_task(data)
+    metric = config.metric or main_metric(task.spec)
+    known = (*task.spec.metrics, *(() if task.spec.regression else ("accuracy", "macro_f1")))
+    if metric not in known:
+        raise WorkbenchError(f"--metric {metric!r}: use one of {', '.join(known)}")
+    steps_per_epoch = math.ceil(len(task.splits["train"]) / optim.batch_size)
+    if not optim.eval_every:  # several dev evaluations per epoch, for the pruner
+        optim = replace(optim, eval_every=max(1, steps_per_epoch // config.reports_per_epoch))
+    if out.exists() and not out.is_dir():
+        raise WorkbenchError(f"--out {out} is a file: give a folder")
+    out.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(out / "study.lock")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise WorkbenchError(f"another kdw tune is running the study in {out}") from None
+    with lock:
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        study = _study(out, objective.preset, data.task, space, config.prune)
+        _retry_interrupted(study)
+
+        def run_trial(trial) -> float:
+            values = {name: dimension.suggest(trial) for name, dimension in space.items()}
+            trial_objective, trial_optim = apply(values, objective.preset, base_weights,
+                                                 objective, optim)
+            callback = PruningCallback(trial, metric, config.prune)
+            run = distill(data, student, trial_objective, trial_optim,
+                          out / "trials" / trial_folder(values), callbacks=[callback])
+            if callback.pruned or run.status()["state"] == "stopped":
+                raise optuna.TrialPruned()
+            if progress is not None:
+                progress(trials_table(study))
+            return run.results()["dev"][metric]
+
+        done = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+        left = config.trials - len(study.get_trials(deepcopy=False, states=done))
+        if left > 0:
+            study.optimize(run_trial, n_trials=left, show_progress_bar=True)
+        result = TuneResult(rows=trials_table(study))
+        completed = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        if completed:
+            best = study.best_trial
+            best_objective, best_optim = apply(best.params, objective.preset, base_weights,
+                                               objective, optim)
+            result.best = out / "best.json"
+            atomic_write_json(result.best, {
+                "data": to_dict(data), "student": to_dict(student),
+                "objective": to_dict(best_objective), "optim": to_dict(best_optim),
+                "tuned": {"trial": best.number, "dev": best.value, "metric": metric,
+                          "params": best.params,
+                          "space": {n: d.describe() for n, d in space.items()}},
+            })
+    return result
+
+
+def load_config_file(path: str | Path) -> dict:
+    """The sections of a configuration file (``best.json``): ``{"data": {...}, ...}``."""
+    path = Path(path)
+    if not path.is_file():
+        raise WorkbenchError(f"--config {path}: no such file")
+    try:
+        values = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise WorkbenchError(f"--config {path}: not JSON ({error})") from None
+    if not isinstance(values, dict):
+        raise WorkbenchError(f"--config {path}: expected a JSON object of config sections")
+    return values
