@@ -204,7 +204,7 @@ class Objective:
             relation_pairs=(uniform_layers(teacher_layers, student_layers)
                             if {"wr", "ltr"} & set(weights) else []),
             attr_baseline=config.attr_baseline or ("zero" if official else "pad"),
-            attr_views=("gold" if official and num_labels == 2 else config.attr_views),
+            attr_views=config.attr_views or ("gold" if official and num_labels == 2 else "all"),
         )
 
     @property
@@ -277,9 +277,12 @@ def attribution_views(objective: Objective, model: PreTrainedModel, batch: dict[
     model's logits ``[B, C]`` from the first site's forward pass.
 
     ``classes``: with view ``pred``, the teacher's predicted class per example, so that student
-    and teacher attribute the same class."""
+    and teacher attribute the same class; with view ``sample``, the drawn class per example
+    (the student's maps are then ``[B, S, L]``)."""
     views, labels = objective.attr_views, batch.get("labels")
-    if views == "pred" and classes is not None:
+    if views == "sample":  # the teacher's maps cover every class; the student's the drawn ones
+        views, labels = ("all", labels) if classes is None else ("gold", classes)
+    elif views == "pred" and classes is not None:
         views, labels = "gold", classes
     elif views.lstrip("-").isdigit():
         views = int(views)
@@ -380,15 +383,43 @@ def _ltr(objective: Objective, inputs: StepInputs) -> Tensor:
                                variant=objective.reduction)
 
 
+def sampled_view_loss(student_maps: Tensor, teacher_maps: Tensor, classes: Tensor,
+                      attention_mask: Tensor, num_classes: int, reduction: str = "squared"
+                      ) -> Tensor:
+    """View sampling (beyond the paper): each example attributes one class ``classes[b]``
+    drawn uniformly; its squared distance is weighted by ``C`` so that the expectation over the
+    draws equals the multi-view squared loss (``reduction`` ``"squared"``, or ``"official"``,
+    also linear in the views' squared distances; never Eq. 9's unsquared norm).
+
+    Args:
+        student_maps: ``[B, S, L]`` the drawn class's map at each of ``S`` attribution sites.
+        teacher_maps: ``[B, S·C, L]`` every class's map at each site (site-major).
+        classes: ``[B]`` the drawn classes.
+        attention_mask: ``[B, L]``.
+    """
+    sites, length = student_maps.shape[1], student_maps.shape[2]
+    index = torch.arange(sites, device=classes.device)[None, :] * num_classes + classes[:, None]
+    chosen = teacher_maps.gather(1, index[..., None].expand(-1, -1, length))
+    return num_classes * attribution_loss(student_maps, chosen, attention_mask,
+                                          reduction=reduction)
+
+
 @term("attr", teacher_fields=("maps",), runs_student=True)
 def _attr(objective: Objective, inputs: StepInputs) -> Tensor:
     teacher_maps = inputs.teacher["maps"].transpose(1, 2)
-    classes = inputs.teacher["logits"].argmax(-1) if "logits" in inputs.teacher else None
+    mask = inputs.batch["attention_mask"]
+    if objective.attr_views == "sample":
+        classes = torch.randint(objective.num_labels, (mask.shape[0],), device=mask.device)
+    else:
+        classes = inputs.teacher["logits"].argmax(-1) if "logits" in inputs.teacher else None
     student_maps, logits = attribution_views(objective, inputs.model, inputs.batch, classes,
                                              True, None)
     inputs.share(logits)
-    return attribution_loss(student_maps, teacher_maps, inputs.batch["attention_mask"],
-                            reduction=objective.reduction)
+    if objective.attr_views == "sample":
+        reduction = "squared" if objective.reduction == "paper" else "official"
+        return sampled_view_loss(student_maps, teacher_maps, classes, mask,
+                                 objective.num_labels, reduction)
+    return attribution_loss(student_maps, teacher_maps, mask, reduction=objective.reduction)
 
 
 @term("grad", teacher_fields=("input_grads",), runs_student=True)

@@ -3,10 +3,12 @@ to independently computed inputs, cached teacher fields equal live ones, GKD's s
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
-from kd.objective import Objective, state_gradients
+from kd.objective import Objective, sampled_view_loss, state_gradients
 from kd.pipeline import prepare_gradient_student
 from kd.terms.attribution import attribution_loss
 from kd.terms.contextual import layer_relation_loss, word_relation_loss
@@ -119,6 +121,46 @@ def test_two_classes_attribute_one_view_official_uses_gold_and_zero_baseline():
     assert objective.kd_form == "soft-ce" and objective.temperature == 2.0
     paper = Objective.resolve(ObjectiveConfig(preset="adkd"), 4, 2, 3)
     assert paper.attr_views == "all" and paper.attr_baseline == "pad"
+    # an explicit choice is honoured, never silently replaced by the official default
+    chosen = ObjectiveConfig(preset="adkd", parity="official", attr_views="all")
+    assert Objective.resolve(chosen, 4, 2, 2).attr_views == "all"
+
+
+def test_view_sampling_expectation_is_the_multi_view_squared_loss():
+    """Enumerate every assignment of classes to the examples of a batch: the mean of the sampled
+    loss over them equals the multi-view squared loss (both reductions)."""
+    teacher, student, objective, batch = _setup("adkd", attr_views="sample")
+    batch = {k: v[:3] for k, v in batch.items()}
+    inputs = (batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+    mask = batch["attention_mask"]
+    teacher_maps = attribution_maps(teacher, *inputs, views="all")
+    student_all = attribution_maps(student, *inputs, views="all")
+    per_class = [attribution_maps(student, *inputs, views=c) for c in range(3)]  # [B, 1, L]
+    for reduction in ("squared", "official"):
+        losses = []
+        for assignment in itertools.product(range(3), repeat=3):
+            classes = torch.tensor(assignment)
+            student_maps = torch.stack([per_class[c][b] for b, c in enumerate(assignment)])
+            losses.append(sampled_view_loss(student_maps, teacher_maps, classes, mask, 3,
+                                            reduction))
+        expected = attribution_loss(student_all, teacher_maps, mask, reduction=reduction)
+        torch.testing.assert_close(torch.stack(losses).mean(), expected, rtol=1e-6, atol=1e-7)
+
+
+def test_view_sampling_term_attributes_the_drawn_classes():
+    teacher, student, objective, batch = _setup("adkd", attr_views="sample")
+    fields = objective.teacher_batch(teacher, batch)
+    assert fields["maps"].shape[-1] == 3  # the teacher's maps keep every class
+    torch.manual_seed(7)
+    values = objective(student, batch, fields)
+    torch.manual_seed(7)
+    classes = torch.randint(3, (batch["input_ids"].shape[0],))
+    inputs = (batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+    student_maps = attribution_maps(student, *inputs, views="gold", labels=classes,
+                                    create_graph=True)
+    expected = sampled_view_loss(student_maps, fields["maps"].transpose(1, 2), classes,
+                                 batch["attention_mask"], 3)
+    torch.testing.assert_close(values["attr"], expected)
 
 
 def test_gradient_student_setup():

@@ -46,10 +46,12 @@ def _direct_attribution(student, teacher, mask, reduction):
         real += int(mask[b].sum())
     if reduction == "paper":
         return sum(per_example) / batch
+    if reduction == "squared":
+        return sum(e**2 for e in per_example) / batch
     return squared / real
 
 
-@pytest.mark.parametrize("reduction", ["paper", "official"])
+@pytest.mark.parametrize("reduction", ["paper", "squared", "official"])
 def test_attribution_matches_direct(reduction):
     mask = _mask([7, 4, 1], 7)
     student, teacher = _maps(mask, 3, 1), _maps(mask, 3, 2)
@@ -68,7 +70,7 @@ def test_attribution_paper_needs_no_mask_when_pads_are_zero():
     assert zero_padded.item() == pytest.approx(with_mask, abs=1e-12)
 
 
-@pytest.mark.parametrize("reduction", ["paper", "official"])
+@pytest.mark.parametrize("reduction", ["paper", "squared", "official"])
 def test_attribution_extra_padding_changes_nothing(reduction):
     mask = _mask([6, 3], 6)
     student, teacher = _maps(mask, 3, 5), _maps(mask, 3, 6)
@@ -84,7 +86,7 @@ def test_attribution_extra_padding_changes_nothing(reduction):
     assert after.item() == pytest.approx(before.item(), abs=1e-6)
 
 
-@pytest.mark.parametrize("reduction", ["paper", "official"])
+@pytest.mark.parametrize("reduction", ["paper", "squared", "official"])
 def test_attribution_degenerate_inputs_are_finite_and_teacher_detached(reduction):
     """Identical maps and an all-pad row: the paper's norm sits at exactly zero there."""
     mask = _mask([5, 0, 1], 5)

@@ -122,8 +122,12 @@ class ObjectiveConfig:
         None, "AD-KD IG baseline: pad, pad-keep-special or zero (default: pad; official: zero)",
         choices=(None, "pad", "pad-keep-special", "zero"),
     )
-    attr_views: str = option(
-        "all", "AD-KD views: all (multi-view), pred (teacher's prediction), gold, or a class index"
+    attr_views: str | None = option(
+        None, "AD-KD views (default: all; official parity: gold for 2 classes): all "
+        "(multi-view), pred (teacher's prediction), gold, a class index, "
+        "or sample (one class per example and step, drawn uniformly, its squared distance "
+        "weighted by the number of classes: an unbiased estimate of the multi-view squared "
+        "loss at the cost of one view; beyond the paper)",
     )
     attr_layer: str = option(
         "input", "AD-KD attribution layer: input, first, penultimate, or uniform:M (M mapped "

@@ -6,6 +6,9 @@ of its sequence, pads exactly 0. This module only compares them:
 
 - ``reduction="paper"`` (Eq. 9): ``mean_b ‖Ã_t[b] − Ã_s[b]‖₂`` where ``Ã[b]`` concatenates the
   ``C`` views of example ``b`` (a flat vector of ``C·L`` values).
+- ``reduction="squared"``: Eq. 9 squared, ``mean_b ‖Ã_t[b] − Ã_s[b]‖₂²`` — linear in the views'
+  squared distances, so a uniformly sampled view weighted by ``C`` estimates it without bias
+  (view sampling, beyond the paper).
 - ``reduction="official"`` (released code): ``Σ_c MSE_sum(ã_s^c, ã_t^c) / #real tokens`` — squared
   errors summed over views, tokens and the batch, divided by the number of real tokens.
 """
@@ -25,7 +28,7 @@ def attribution_loss(
     teacher_maps: Tensor,
     attention_mask: Tensor | None = None,
     *,
-    reduction: Literal["paper", "official"] = "paper",
+    reduction: Literal["paper", "squared", "official"] = "paper",
 ) -> Tensor:
     """Distance between normalised multi-view attribution maps.
 
@@ -36,8 +39,9 @@ def attribution_loss(
             positions it marks as pads are ignored whatever they hold); required for
             ``"official"``, whose denominator is the number of real tokens.
         reduction: ``"paper"`` — per-example L2 norm of the difference of the concatenated
-            views, mean over the batch (an all-pad example counts as 0); ``"official"`` —
-            squared error summed over views and real tokens, divided by ``Σ mask``.
+            views, mean over the batch (an all-pad example counts as 0); ``"squared"`` — its
+            square, per example, mean over the batch; ``"official"`` — squared error summed
+            over views and real tokens, divided by ``Σ mask``.
 
     Returns:
         Scalar loss (0 when ``"official"`` sees no real token).
@@ -51,8 +55,10 @@ def attribution_loss(
             "maps must both be [B, C, L] with equal shapes, got student "
             f"{tuple(student_maps.shape)} and teacher {tuple(teacher_maps.shape)}"
         )
-    if reduction not in ("paper", "official"):
-        raise ValueError(f"reduction must be 'paper' or 'official', got {reduction!r}")
+    if reduction not in ("paper", "squared", "official"):
+        raise ValueError(
+            f"reduction must be 'paper', 'squared' or 'official', got {reduction!r}"
+        )
     batch, _, length = student_maps.shape
     if attention_mask is None:
         if reduction == "official":
@@ -68,4 +74,6 @@ def attribution_loss(
     if reduction == "paper":
         # vector_norm's backward is 0 (not NaN) where the difference is exactly zero.
         return torch.linalg.vector_norm(diff.flatten(1), dim=1).mean()
+    if reduction == "squared":
+        return diff.pow(2).flatten(1).sum(1).mean()
     return diff.pow(2).sum() / mask.sum().clamp_min(1)
