@@ -129,7 +129,7 @@ def test_two_classes_attribute_one_view_official_uses_gold_and_zero_baseline():
 def test_view_sampling_expectation_is_the_multi_view_squared_loss():
     """Enumerate every assignment of classes to the examples of a batch: the mean of the sampled
     loss over them equals the multi-view squared loss (both reductions)."""
-    teacher, student, objective, batch = _setup("adkd", attr_views="sample")
+    teacher, student, _, batch = _setup("adkd", attr_views="sample")
     batch = {k: v[:3] for k, v in batch.items()}
     inputs = (batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
     mask = batch["attention_mask"]
