@@ -87,14 +87,21 @@ def _saver(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase):
     return save
 
 
-def _finish(run: Run, model, spec, encoded, batch_size, pad_id, teacher_logits=None) -> dict:
-    """Evaluate the best model on dev and test; write ``results.json``."""
-    results = {}
+def _finish(run: Run, model, data: TaskData, encoded, batch_size, pad_id,
+            teacher_logits=None) -> dict:
+    """Evaluate the best model on dev and test; write ``results.json`` and, per example,
+    ``predictions.json`` (ids, gold labels and predictions: what paired statistics need)."""
+    results, predictions = {}, {}
     for split in ("dev", "test"):
         if split in encoded:
             logits = predict_logits(model, encoded[split], batch_size, pad_id)
             reference = None if teacher_logits is None else teacher_logits.get(split)
-            results[split] = evaluate_logits(spec, logits, encoded[split].labels, reference)
+            labels = encoded[split].labels
+            results[split] = evaluate_logits(data.spec, logits, labels, reference)
+            predicted = logits.squeeze(-1) if data.spec.regression else logits.argmax(-1)
+            predictions[split] = {"uids": data.splits[split].uids, "labels": labels.tolist(),
+                                  "predictions": predicted.tolist()}
+    atomic_write_json(run.path / "predictions.json", predictions)
     atomic_write_json(run.path / "results.json", results)
     run.set_status("finished", step=run.status().get("step"), total=run.status().get("total"))
     return results
@@ -129,7 +136,7 @@ def train_teacher(
         callbacks=callbacks, device=device,
     )
     if train(job):
-        _finish(run, model, data.spec, encoded, optim.eval_batch_size, tokenizer.pad_token_id)
+        _finish(run, model, data, encoded, optim.eval_batch_size, tokenizer.pad_token_id)
     return run
 
 
@@ -259,6 +266,6 @@ def distill(
         callbacks=callbacks, device=device,
     )
     if train(job):
-        _finish(run, student, data.spec, encoded, optim.eval_batch_size,
+        _finish(run, student, data, encoded, optim.eval_batch_size,
                 tokenizer.pad_token_id, teacher_logits)
     return run

@@ -196,10 +196,10 @@ def _student(out: Path, teacher: Path, plan: TaskPlan, experiment: Experiment,
 def train_and_score(out: Path, teacher: Path, plan: TaskPlan, experiment: Experiment,
                     threads: int = 0) -> tuple[str, dict, float]:
     """Train one student (or reuse its finished run): its run folder, its test results with
-    saliency loyalty, and the seconds this took. Runs in a worker process under ``--jobs``."""
+    saliency loyalty and attribution gap, and the seconds this took. Runs in a worker process under ``--jobs``."""
     started = time.time()
     run = _student(out, teacher, plan, experiment, threads)
-    test = {**run.results()["test"], "saliency_loyalty": SALIENCY(Run(teacher), run)}
+    test = {**run.results()["test"], **AGREEMENT(Run(teacher), run)}
     return str(run.path), test, time.time() - started
 
 
@@ -508,31 +508,29 @@ def make_figures(out: Path, results: dict) -> dict[str, str]:
     return figures
 
 
-class SaliencyLoyalty:
-    """Saliency loyalty (Pearson of Grad saliency, METHODS.md §6) of students on the test split,
-    the teacher's saliency computed once per teacher and test split. A student's score is kept
-    in its run folder (``saliency_loyalty.json``), so a resumed suite does not recompute it."""
+class ExplanationAgreement:
+    """Saliency loyalty (Pearson of Grad saliency, METHODS.md §6) and attribution gap (AD-KD
+    Eq. 11) of students on the test split, the teacher's outputs computed once per teacher and
+    test split. A student's scores are kept in its run folder (``agreement.json``), so a resumed
+    suite does not recompute them."""
 
-    STORED = "saliency_loyalty.json"
+    STORED = "agreement.json"
 
     def __init__(self) -> None:
         self._teachers: dict[tuple[Path, str], tuple[object, object]] = {}
 
-    def __call__(self, teacher: Run, student: Run) -> float:
+    def __call__(self, teacher: Run, student: Run) -> dict[str, float]:
         stored = student.path / self.STORED
         if stored.exists():
-            score = json.loads(stored.read_text())
-            if score["teacher"] == str(teacher.path):
-                return score["value"]
-        value = self._compute(teacher, student)
-        atomic_write_json(stored, {"teacher": str(teacher.path), "value": value})
-        return value
+            scores = json.loads(stored.read_text())
+            if scores.pop("teacher") == str(teacher.path):
+                return scores
+        scores = self._compute(teacher, student)
+        atomic_write_json(stored, {"teacher": str(teacher.path), **scores})
+        return scores
 
-    def _compute(self, teacher: Run, student: Run) -> float:
-        import torch
-
-        from workbench.agreement import pearson_per_example
-        from workbench.analysis import split_outputs
+    def _compute(self, teacher: Run, student: Run) -> dict[str, float]:
+        from workbench.analysis import explanation_agreement, split_outputs
         from workbench.data import load_task
         from workbench.models import load_run
 
@@ -540,14 +538,12 @@ class SaliencyLoyalty:
         key = (teacher.path, config_key(loaded.data))
         if key not in self._teachers:  # the ablations may test on a smaller sample
             split = load_task(loaded.data).splits["test"]
-            self._teachers[key] = split, split_outputs(load_run(teacher.path), split)
+            self._teachers[key] = split, split_outputs(load_run(teacher.path), split, maps=True)
         split, reference = self._teachers[key]  # the split is loaded once per data config too
-        outputs = split_outputs(loaded, split)
-        values = pearson_per_example(reference.saliency, outputs.saliency, reference.mask)
-        return float(values[~torch.isnan(values)].mean())
+        return explanation_agreement(reference, split_outputs(loaded, split, maps=True))
 
 
-SALIENCY = SaliencyLoyalty()  # one per process: each keeps its teachers' saliency
+AGREEMENT = ExplanationAgreement()  # one per process: each keeps its teachers' outputs
 
 
 def gallery_indices(labels: Sequence[int]) -> str:

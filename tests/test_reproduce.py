@@ -16,7 +16,7 @@ import pytest
 
 from kd.reproduce import (
     MAIN_METHODS,
-    SaliencyLoyalty,
+    ExplanationAgreement,
     Suite,
     TaskPlan,
     experiments,
@@ -50,6 +50,7 @@ def test_tiny_suite_report(tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: 
     assert len(results["students"]) == len(todo)
     assert all(0 <= r["test"]["label_loyalty"] <= 1 for r in results["students"])
     assert all(-1 <= r["test"]["saliency_loyalty"] <= 1 for r in results["students"])
+    assert all(0 <= r["test"]["attribution_gap"] <= 2 * 3**0.5 for r in results["students"])
     assert results["setup"]["tiny"]["seeds"] == [1, 2]
     assert "What this suite cuts: everything (a tiny model)." in report
     assert "minutes with `--jobs 2`, reusing any run" in report
@@ -80,7 +81,7 @@ def test_tiny_suite_report(tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: 
     assert len(gallery) == len(set(load_task(plan.data).splits["test"].labels))  # one per class
     finished = {r["run"]: (Path(r["run"]) / "checkpoint.pt").stat().st_mtime
                 for r in results["students"]}
-    stored = [Path(r["run"]) / SaliencyLoyalty.STORED for r in results["students"]]
+    stored = [Path(r["run"]) / ExplanationAgreement.STORED for r in results["students"]]
     assert all(path.exists() for path in stored)  # kept for a resumed suite ...
     for path in stored:  # ... and removed here, so that this process scores every run again
         path.unlink()
@@ -93,7 +94,7 @@ def test_tiny_suite_report(tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: 
         assert first["test"] == pytest.approx(second["test"], abs=1e-6)
     assert all(path.exists() for path in stored)
     score = json.loads(stored[0].read_text())
-    stored[0].write_text(json.dumps({**score, "value": 0.123}))
+    stored[0].write_text(json.dumps({**score, "saliency_loyalty": 0.123}))
     reproduce(out, suite, announce=lambda _: None)  # a stored score is reused, not recomputed
     reused = json.loads((out / "results.json").read_text())["students"][0]["test"]
     assert reused["saliency_loyalty"] == 0.123

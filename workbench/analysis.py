@@ -13,8 +13,8 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from workbench.agreement import pearson_per_example
-from workbench.attribution import grad_saliency
+from workbench.agreement import attribution_gap, pearson_per_example
+from workbench.attribution import attribution_maps, grad_saliency
 from workbench.config import ObjectiveConfig, from_dict
 from workbench.data import Split, TaskSpec, batches, encode
 from workbench.heatmaps import Example
@@ -24,35 +24,57 @@ from workbench.models import LoadedRun, encoder_layers, forward, select_layers
 
 @dataclass
 class SplitOutputs:
-    """One model over a split: logits ``[N, C]`` and the Grad saliency of each example's
-    predicted class ``[N, L]`` over its real tokens (``mask`` ``[N, L]``)."""
+    """One model over a split: logits ``[N, C]``, the Grad saliency of each example's
+    predicted class ``[N, L]`` over its real tokens (``mask`` ``[N, L]``) and, on request,
+    AD-KD's normalised IG maps of every class ``[N, V, L]`` (m = 1, [PAD] baseline)."""
 
     logits: Tensor
     saliency: Tensor
     mask: Tensor
+    maps: Tensor | None = None
 
 
-def split_outputs(loaded: LoadedRun, split: Split, batch_size: int = 32) -> SplitOutputs:
-    """Logits and Grad saliency of every example, in batches of similar length."""
+def split_outputs(loaded: LoadedRun, split: Split, batch_size: int = 32,
+                  maps: bool = False) -> SplitOutputs:
+    """Logits and Grad saliency (and with ``maps`` the IG maps) of every example, in batches
+    of similar length."""
     dataset = encode(split, loaded.tokenizer, loaded.data.max_length, loaded.spec.regression)
     order = sorted(range(len(dataset)), key=lambda i: len(dataset.input_ids[i]))
     length = max(len(ids) for ids in dataset.input_ids)
     saliency = torch.zeros(len(dataset), length)
     mask = torch.zeros(len(dataset), length, dtype=torch.long)
     logits: Tensor | None = None
+    all_maps: Tensor | None = None
     for batch in batches(dataset, order, batch_size, loaded.tokenizer.pad_token_id or 0):
         with torch.no_grad():
             out = forward(loaded.model, batch).logits.float()
         width = batch["input_ids"].shape[1]
-        saliency[batch["index"], :width] = grad_saliency(
-            loaded.model, batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
-            target=out.argmax(-1))
+        inputs = (batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        saliency[batch["index"], :width] = grad_saliency(loaded.model, *inputs,
+                                                         target=out.argmax(-1))
         mask[batch["index"], :width] = batch["attention_mask"]
         if logits is None:
             logits = out.new_zeros((len(dataset), out.shape[-1]))
         logits[batch["index"]] = out
+        if maps:
+            views = attribution_maps(loaded.model, *inputs, views="all")
+            if all_maps is None:
+                all_maps = views.new_zeros((len(dataset), views.shape[1], length))
+            all_maps[batch["index"], :, :width] = views
     assert logits is not None, "empty split"
-    return SplitOutputs(logits, saliency, mask)
+    return SplitOutputs(logits, saliency, mask, all_maps)
+
+
+def explanation_agreement(teacher: SplitOutputs, student: SplitOutputs) -> dict[str, float]:
+    """A student's explanations against its teacher's over a split: saliency loyalty (mean
+    Pearson of Grad saliency, undefined examples skipped) and, where both carry IG maps, the
+    attribution gap (AD-KD Eq. 11, mean over examples; lower is closer)."""
+    loyalty = pearson_per_example(teacher.saliency, student.saliency, teacher.mask)
+    scores = {"saliency_loyalty": float(loyalty[~torch.isnan(loyalty)].mean())}
+    if teacher.maps is not None and student.maps is not None:
+        gap = attribution_gap(teacher.maps, student.maps, teacher.mask)
+        scores["attribution_gap"] = float(gap.mean())
+    return scores
 
 
 def loyalty_tables(

@@ -1,0 +1,87 @@
+"""Paired comparisons of two models on the same test examples.
+
+A difference between methods is a claim only with its interval: :func:`paired_bootstrap`
+resamples the paired units (an example under a seed) with ``scipy.stats.bootstrap`` (BCa, 95 %),
+so the seeds' and the examples' variation both enter the interval. :func:`pair_predictions`
+builds the units from runs' ``predictions.json`` and refuses sets that are not paired.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from workbench.errors import WorkbenchError
+
+__all__ = ["Interval", "pair_predictions", "paired_bootstrap"]
+
+
+@dataclass(frozen=True)
+class Interval:
+    """The mean paired difference ``a − b`` and its confidence interval."""
+
+    difference: float
+    low: float
+    high: float
+    pairs: int
+    confidence: float = 0.95
+
+    @property
+    def significant(self) -> bool:
+        """Whether the interval excludes 0."""
+        return self.low > 0 or self.high < 0
+
+    def describe(self, scale: float = 100.0, unit: str = " points") -> str:
+        """``"+1.2 points (95 % CI +0.4 to +2.0, n = 3,000)"``."""
+        return (f"{self.difference * scale:+.1f}{unit} ({self.confidence:.0%} CI "
+                f"{self.low * scale:+.1f} to {self.high * scale:+.1f}, n = {self.pairs:,})")
+
+
+def paired_bootstrap(a: Sequence[float], b: Sequence[float], *, confidence: float = 0.95,
+                     resamples: int = 10_000, seed: int = 0) -> Interval:
+    """Mean of ``a − b`` over paired units ``[N]`` with a BCa bootstrap interval that resamples
+    the pairs (``scipy.stats.bootstrap(..., paired=True)``). Per-unit scores are typically 0/1
+    correctness. When every pair has the same difference the interval is that one value."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a.shape != b.shape or a.ndim != 1:
+        raise WorkbenchError(f"paired scores need two equal 1-D arrays, got {a.shape}, {b.shape}")
+    if len(a) < 2:
+        raise WorkbenchError(f"a paired bootstrap needs at least 2 pairs, got {len(a)}")
+    differences = a - b
+    mean = float(differences.mean())
+    if np.all(differences == differences[0]):
+        return Interval(mean, mean, mean, len(a), confidence)
+    result = stats.bootstrap((differences,), np.mean, confidence_level=confidence,
+                             n_resamples=resamples, method="BCa",
+                             rng=np.random.default_rng(seed))
+    ci = result.confidence_interval
+    return Interval(mean, float(ci.low), float(ci.high), len(a), confidence)
+
+
+def pair_predictions(a: Sequence[dict], b: Sequence[dict]) -> tuple[np.ndarray, np.ndarray]:
+    """Per-unit correctness of two models, paired by seed and example id.
+
+    ``a`` and ``b``: one split's ``predictions.json`` entry per seed, in the same seed order
+    (``{"uids": [...], "labels": [...], "predictions": [...]}``). Returns two 0/1 arrays over
+    every (seed, example). Sets that do not cover the same examples are refused."""
+    if len(a) != len(b):
+        raise WorkbenchError(f"not paired: {len(a)} seeds against {len(b)}")
+    scores_a, scores_b = [], []
+    for seed, (left, right) in enumerate(zip(a, b, strict=True)):
+        order = {uid: i for i, uid in enumerate(right["uids"])}
+        if set(order) != set(left["uids"]) or len(order) != len(left["uids"]):
+            raise WorkbenchError(
+                f"not paired: seed {seed}'s prediction sets cover different examples "
+                f"({len(left['uids'])} and {len(right['uids'])} ids, "
+                f"{len(set(order) ^ set(left['uids']))} not in both)"
+            )
+        for i, uid in enumerate(left["uids"]):
+            j = order[uid]
+            if left["labels"][i] != right["labels"][j]:
+                raise WorkbenchError(f"not paired: example {uid} has two gold labels")
+            scores_a.append(left["predictions"][i] == left["labels"][i])
+            scores_b.append(right["predictions"][j] == right["labels"][j])
+    return np.asarray(scores_a, dtype=float), np.asarray(scores_b, dtype=float)
