@@ -196,7 +196,8 @@ def _student(out: Path, teacher: Path, plan: TaskPlan, experiment: Experiment,
 def train_and_score(out: Path, teacher: Path, plan: TaskPlan, experiment: Experiment,
                     threads: int = 0) -> tuple[str, dict, float]:
     """Train one student (or reuse its finished run): its run folder, its test results with
-    saliency loyalty and attribution gap, and the seconds this took. Runs in a worker process under ``--jobs``."""
+    saliency loyalty and attribution gap, and the seconds this took. Runs in a worker process
+    under ``--jobs``."""
     started = time.time()
     run = _student(out, teacher, plan, experiment, threads)
     test = {**run.results()["test"], **AGREEMENT(Run(teacher), run)}
