@@ -182,6 +182,7 @@ class Objective:
     relation_pairs: list[tuple[int, int]] = field(default_factory=list)
     attr_baseline: str = "pad"
     attr_views: str = "all"
+    attr_reduction: str = "paper"
 
     @classmethod
     def resolve(cls, config: ObjectiveConfig, teacher_layers: int, student_layers: int,
@@ -205,6 +206,7 @@ class Objective:
                             if {"wr", "ltr"} & set(weights) else []),
             attr_baseline=config.attr_baseline or ("zero" if official else "pad"),
             attr_views=config.attr_views or ("gold" if official and num_labels == 2 else "all"),
+            attr_reduction=config.attr_reduction or config.parity,
         )
 
     @property
@@ -416,10 +418,10 @@ def _attr(objective: Objective, inputs: StepInputs) -> Tensor:
                                              True, None)
     inputs.share(logits)
     if objective.attr_views == "sample":
-        reduction = "squared" if objective.reduction == "paper" else "official"
+        reduction = "official" if objective.attr_reduction == "official" else "squared"
         return sampled_view_loss(student_maps, teacher_maps, classes, mask,
                                  objective.num_labels, reduction)
-    return attribution_loss(student_maps, teacher_maps, mask, reduction=objective.reduction)
+    return attribution_loss(student_maps, teacher_maps, mask, reduction=objective.attr_reduction)
 
 
 @term("grad", teacher_fields=("input_grads",), runs_student=True)

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from kd.trainer import Callback
 from workbench.config import (
     DataConfig,
     ObjectiveConfig,
@@ -250,26 +251,59 @@ def _study(out: Path, preset: str, task: str, space: dict[str, Dimension], prune
     return study
 
 
-def _retry_interrupted(study) -> None:
-    """Trials left running by a killed search (this process holds the study's lock, so no
-    other process runs them) are marked failed and queued again with the same settings."""
+def _interrupted(study) -> list:
+    """Trials that did not finish: left running by a killed search (this process holds the
+    study's lock, so no other process runs them) or stopped on request (the app's stop button),
+    unless a later trial already retried their settings."""
     from optuna.trial import TrialState
 
-    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        study.tell(trial.number, state=TrialState.FAIL)
+    trials = study.get_trials(deepcopy=False)
+    return [t for t in trials
+            if (t.state == TrialState.RUNNING or t.user_attrs.get("stopped"))
+            and not any(later.params == t.params for later in trials[t.number + 1:])]
+
+
+def _retry_interrupted(study) -> None:
+    """Queue every interrupted trial again with its settings (its run folder resumes from its
+    checkpoint); a trial left running is marked failed."""
+    from optuna.trial import TrialState
+
+    for trial in _interrupted(study):
+        if trial.state == TrialState.RUNNING:
+            study.tell(trial.number, state=TrialState.FAIL)
         study.enqueue_trial(trial.params)
+
+
+def _finished(study) -> int:
+    """Trials that count towards ``--trials``: completed or pruned, not stopped on request."""
+    from optuna.trial import TrialState
+
+    return sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED)
+               and not t.user_attrs.get("stopped") for t in study.get_trials(deepcopy=False))
 
 
 def trials_table(study) -> list[dict]:
     """One row per trial: number, state, settings, best dev value, last reported step."""
-    return [{"trial": t.number, "state": t.state.name.lower(), **t.params,
-             "dev": t.value, "steps": t.last_step} for t in study.get_trials(deepcopy=False)]
+    return [{"trial": t.number,
+             "state": "stopped" if t.user_attrs.get("stopped") else t.state.name.lower(),
+             **t.params, "dev": t.value, "steps": t.last_step}
+            for t in study.get_trials(deepcopy=False)]
+
+
+def study_trials(out: str | Path) -> list[dict]:
+    """The trials table of the study in ``out`` (for the app), read without locking it."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = f"sqlite:///{(Path(out) / 'study.db').resolve()}"
+    return trials_table(optuna.load_study(study_name=STUDY_NAME, storage=storage))
 
 
 def tune(data: DataConfig, student: StudentConfig, objective: ObjectiveConfig,
          optim: OptimConfig, config: TuneConfig, out: str | Path,
-         progress: Callable[[list[dict]], None] | None = None) -> TuneResult:
+         callbacks: Sequence[Callback] = ()) -> TuneResult:
     """Search ``config.space`` for ``objective.preset`` on dev; write ``best.json``.
+    ``callbacks`` follow every trial's training (the app's live progress).
 
     Bad settings (an unknown parameter, an empty or inverted range, a value outside a domain,
     a study of another preset or task in ``out``) raise before anything is written."""
@@ -313,15 +347,16 @@ def tune(data: DataConfig, student: StudentConfig, objective: ObjectiveConfig,
                                                  objective, optim)
             callback = PruningCallback(trial, metric, config.prune)
             run = distill(data, student, trial_objective, trial_optim,
-                          out / "trials" / trial_folder(values), callbacks=[callback])
-            if callback.pruned or run.status()["state"] == "stopped":
+                          out / "trials" / trial_folder(values), callbacks=[callback, *callbacks])
+            if callback.pruned:
                 raise optuna.TrialPruned()
-            if progress is not None:
-                progress(trials_table(study))
+            if run.status()["state"] == "stopped":  # asked to stop: retried on resume
+                trial.set_user_attr("stopped", True)
+                study.stop()
+                raise optuna.TrialPruned()
             return run.results()["dev"][metric]
 
-        done = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-        left = config.trials - len(study.get_trials(deepcopy=False, states=done))
+        left = config.trials - _finished(study)
         if left > 0:
             study.optimize(run_trial, n_trials=left, show_progress_bar=True)
         result = TuneResult(rows=trials_table(study))

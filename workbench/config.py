@@ -129,6 +129,11 @@ class ObjectiveConfig:
         "weighted by the number of classes: an unbiased estimate of the multi-view squared "
         "loss at the cost of one view; beyond the paper)",
     )
+    attr_reduction: str | None = option(
+        None, "AD-KD attribution distance: paper (Eq. 9, ‖Ã_t − Ã_s‖₂ per example), squared "
+        "(its square), official (the authors' MSE(sum)/#real tokens); default: the preset's",
+        choices=(None, "paper", "squared", "official"),
+    )
     attr_layer: str = option(
         "input", "AD-KD attribution layer: input, first, penultimate, or uniform:M (M mapped "
         "layers from the input)",

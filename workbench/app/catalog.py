@@ -84,7 +84,22 @@ def _entry(root: Path, folder: Path) -> RunEntry:
 
 
 def _subfolders(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+    """Sub-folders that may hold runs (dot folders are the app's, studies are listed apart)."""
+    return sorted(p for p in folder.iterdir()
+                  if p.is_dir() and not p.name.startswith(".") and not is_study(p))
+
+
+STUDY_FILE = "study.db"
+
+
+def is_study(folder: Path) -> bool:
+    """Whether ``folder`` holds a ``kdw tune`` study (its trials are runs of their own)."""
+    return (folder / STUDY_FILE).exists()
+
+
+def discover_studies(root: Path) -> list[Path]:
+    """The ``kdw tune`` study folders directly under ``root``."""
+    return sorted(p for p in root.iterdir() if is_study(p)) if root.is_dir() else []
 
 
 def discover_runs(root: Path) -> list[RunEntry]:

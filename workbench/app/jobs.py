@@ -57,7 +57,7 @@ class Job:
     """A background process of the app."""
 
     name: str
-    kind: str  # teacher | student | demo
+    kind: str  # teacher | student | tune | demo
     target: str  # the run folder, or the demo's root
     pid: int
     started: float

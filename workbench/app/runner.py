@@ -3,6 +3,7 @@
 ```
 python -m workbench.app.runner teacher RUN_DIR CONFIGS_JSON   # data, teacher, optim
 python -m workbench.app.runner student RUN_DIR CONFIGS_JSON   # data, student, objective, optim
+python -m workbench.app.runner tune OUT CONFIGS_JSON           # the student's sections + tune
 python -m workbench.app.runner demo ROOT SIZE                 # kd.demo.build_demo
 ```
 
@@ -28,6 +29,7 @@ from workbench.config import (
     OptimConfig,
     StudentConfig,
     TeacherConfig,
+    TuneConfig,
     from_dict,
 )
 from workbench.errors import WorkbenchError
@@ -67,6 +69,7 @@ class ProgressFile:
 
 def _train(kind: str, run_dir: Path, configs: dict[str, Any]) -> None:
     from kd.pipeline import distill, train_teacher
+    from kd.tune import tune
 
     callback = ProgressFile(run_dir, f"{kind} {run_dir.name}")
     data = from_dict(DataConfig, configs["data"])
@@ -74,9 +77,14 @@ def _train(kind: str, run_dir: Path, configs: dict[str, Any]) -> None:
     if kind == "teacher":
         train_teacher(data, from_dict(TeacherConfig, configs["teacher"]), optim, run_dir,
                       [callback])
+        return
+    student = from_dict(StudentConfig, configs["student"])
+    objective = from_dict(ObjectiveConfig, configs["objective"])
+    if kind == "tune":  # each trial's steps land in the study's progress file
+        tune(data, student, objective, optim, from_dict(TuneConfig, configs["tune"]), run_dir,
+             callbacks=[callback])
     else:
-        distill(data, from_dict(StudentConfig, configs["student"]),
-                from_dict(ObjectiveConfig, configs["objective"]), optim, run_dir, [callback])
+        distill(data, student, objective, optim, run_dir, [callback])
 
 
 def _demo(root: Path, size: str) -> None:

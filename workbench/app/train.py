@@ -14,7 +14,7 @@ import streamlit as st
 
 from kd.objective import PRESETS, TERMS
 from workbench.app import common
-from workbench.app.catalog import RunEntry, discover_runs, runs_root
+from workbench.app.catalog import RunEntry, discover_runs, discover_studies, runs_root
 from workbench.app.forms import config_widgets
 from workbench.app.jobs import (
     Job,
@@ -31,6 +31,7 @@ from workbench.config import (
     OptimConfig,
     StudentConfig,
     TeacherConfig,
+    TuneConfig,
     from_dict,
     to_dict,
 )
@@ -42,6 +43,8 @@ SECTIONS = {
     "student": (("data", DataConfig), ("student", StudentConfig),
                 ("objective", ObjectiveConfig), ("optim", OptimConfig)),
 }
+SECTIONS["search"] = (*SECTIONS["student"], ("tune", TuneConfig))  # kdw tune
+JOB_KIND = {"teacher": "teacher", "student": "student", "search": "tune"}
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 RESUMABLE = ("created", "running", "stopped", "failed", "unknown")
 
@@ -86,7 +89,7 @@ def _form(root, kind: str, teacher: RunEntry | None) -> None:
         st.error(common.plain(f"{target} exists: choose another name, or resume it from the "
                               "list below."))
     else:
-        launch_training(root, target, kind, configs)
+        launch_training(root, target, JOB_KIND[kind], configs)
         st.success(common.plain(f"Started {name}: follow it below."))
 
 
@@ -134,6 +137,30 @@ def _live(job: Job) -> None:
         st.info("Stopping at the next step; the run keeps a checkpoint and can resume.")
     if not job.alive:
         st.rerun(scope="app")
+
+
+def _studies(root) -> None:
+    """Each ``kdw tune`` study under the runs root: its trials and the best configuration."""
+    from kd.tune import study_trials
+
+    for folder in discover_studies(root):
+        st.markdown(f"**{common.plain(folder.name)}**")
+        try:
+            rows = study_trials(folder)
+        except Exception as error:  # a study being created, or a damaged file
+            st.caption(common.plain(f"cannot read {folder / 'study.db'}: {error}"))
+            continue
+        if rows:
+            trials = pd.DataFrame(rows)
+            st.dataframe(trials, hide_index=True)
+            done = trials.dropna(subset=["dev"])
+            if len(done):
+                st.caption("best dev value of each finished trial")
+                st.scatter_chart(done, x="trial", y="dev")
+        best = folder / "best.json"
+        if best.exists():
+            st.caption(common.plain(f"best configuration: {best} (kdw distill --config "
+                                    f"{best} --run-dir DIR)"))
 
 
 def _runs_table(entries: list[RunEntry], root) -> pd.DataFrame:
@@ -188,9 +215,11 @@ def render() -> None:
     root = runs_root()
     entries = discover_runs(root)
     st.subheader("New training")
-    kind = st.radio("Train a", ["teacher", "student"], horizontal=True, key=f"{KEY}.kind")
+    kind = st.radio("Train a", ["teacher", "student", "search"], horizontal=True,
+                    key=f"{KEY}.kind",
+                    help="search: choose a student method's weights on dev (kdw tune)")
     teacher = None
-    if kind == "student":
+    if kind in ("student", "search"):
         teachers = {e.name: e for e in entries if e.kind == "teacher" and e.usable}
         if not teachers:
             st.info("Train a teacher first.")
@@ -203,6 +232,10 @@ def render() -> None:
         st.subheader("Running")
         for job in active:
             _live(job)
+
+    if discover_studies(root):
+        st.subheader("Searches (kdw tune)")
+        _studies(root)
 
     st.subheader("Runs")
     if not entries:
