@@ -59,8 +59,10 @@ def main() -> None:
     padded = tweet_batch(tokenizer, size, pad_to=128)
     base = student_from(teacher).train()
     steps, objectives, students = {}, {}, {}
-    for preset in ("kd", *PRESETS):
-        objective = Objective.resolve(ObjectiveConfig(preset=preset), 6, 3, 3)
+    variants = {preset: ObjectiveConfig(preset=preset) for preset in PRESETS}
+    variants["adkd, one sampled view"] = ObjectiveConfig(preset="adkd", attr_views="sample")
+    for preset, config in variants.items():
+        objective = Objective.resolve(config, 6, 3, 3)
         student = copy.deepcopy(base)
         if objective.gradient_kd:
             prepare_gradient_student(teacher, student)

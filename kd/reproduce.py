@@ -79,6 +79,7 @@ class Suite:
     cuts: str = ""  # what the suite leaves out of the papers' protocol, for the report
     ablation_data: DataConfig | None = None  # a smaller sample for the ablations (None: the
     # task's own); then the full methods are retrained on it as the ablations' reference
+    extra: tuple[Experiment, ...] = ()  # more students, after the main table and ablations
 
     def plan_of(self, experiment: Experiment) -> TaskPlan:
         """The plan an experiment trains under: the ablations may use smaller data."""
@@ -129,7 +130,7 @@ def experiments(suite: Suite) -> list[Experiment]:
         extra = [Experiment(suite.ablation_task, method, "reference",
                             ObjectiveConfig(preset=method), seed)
                  for seed in suite.ablation_seeds for method in ABLATED_METHODS] + extra
-    return main + extra
+    return main + extra + list(suite.extra)
 
 
 DEFAULT = Suite(

@@ -1,0 +1,142 @@
+"""Why AD-KD and GKD-CLS collapsed in the reproduction suite, and what their new defaults do.
+
+The reproduction suite's setting (MiniLM-L6 teachers; 3-layer students cut from them; 1,000
+training tweets and 400 BBC News articles at 64 tokens, 2 epochs) with the objective
+diagnostics logged every 3 steps. Writes ``results.json`` (every student, as ``kdw reproduce``
+does) and ``report.md``: test accuracy against vanilla KD's with a paired bootstrap interval over
+(seed, example) pairs, macro-F1, the recall of the weakest class, loyalty, saliency loyalty and
+attribution gap, and each term's share of the gradient at the first and last step.
+
+    python reports/diagnosis/diagnose.py --jobs 2      # resumable; run folders under runs/
+    python reports/diagnosis/diagnose.py --report-only # report.md from results.json
+
+The tuned AD-KD row trains ``best.json`` of ``kdw tune`` (see the README for the command), when
+that file is here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from kd.diagnostics import summarise
+from kd.evaluate import format_table
+from kd.reproduce import DEFAULT, Experiment, Suite, run_suite
+from workbench.config import ObjectiveConfig, from_dict
+from workbench.runs import Run, atomic_write_text
+from workbench.stats import pair_predictions, paired_bootstrap
+
+HERE = Path(__file__).resolve().parent
+SEEDS = (1, 2, 3)
+OLD_ADKD = ObjectiveConfig(preset="adkd", weights="ce=0.1,kd=0.9,attr=10", attr_reduction="paper")
+OLD_GKD_CLS = ObjectiveConfig(preset="gkd-cls", weights="ce=0.5,kd=0.5,pkd=1,grad=1,cls_grad=1")
+
+
+def tuned_adkd() -> ObjectiveConfig | None:
+    """The objective ``kdw tune`` chose (``best.json`` beside this script), if any."""
+    best = HERE / "tune" / "best.json"
+    if not best.exists():
+        return None
+    return from_dict(ObjectiveConfig, json.loads(best.read_text())["objective"])
+
+
+def suite() -> Suite:
+    extra = [Experiment("tweets", "adkd old default", "diagnosis", OLD_ADKD, 1)]
+    extra += [Experiment("tweets", "adkd", "diagnosis", ObjectiveConfig(preset="adkd"), seed)
+              for seed in SEEDS]
+    tuned = tuned_adkd()
+    if tuned is not None:
+        extra += [Experiment("tweets", "adkd tuned", "diagnosis", tuned, seed)
+                  for seed in SEEDS]
+    extra += [Experiment("tweets", method, "diagnosis", ObjectiveConfig(preset=method), 1)
+              for method in ("finetune", "pkd-skip", "pkd-last", "ckd", "gkd", "gkd-cls")]
+    extra += [Experiment("bbc-news", "gkd-cls old default", "diagnosis", OLD_GKD_CLS, 1)]
+    extra += [Experiment("bbc-news", method, "diagnosis", ObjectiveConfig(preset=method), seed)
+              for method in ("gkd", "gkd-cls") for seed in SEEDS]
+    plans = {task: replace(plan, seeds=SEEDS) for task, plan in DEFAULT.plans.items()}
+    return Suite(plans=plans, ablation_task="tweets", ablation_groups=(), methods=("kd",),
+                 extra=tuple(extra), description="AD-KD / GKD-CLS diagnosis at the "
+                 "reproduction suite's scale", cuts=DEFAULT.cuts)
+
+
+def _predictions(record: dict) -> dict:
+    return json.loads((Path(record["run"]) / "predictions.json").read_text())["test"]
+
+
+def rows(results: dict) -> list[dict]:
+    """One row per (task, student name): means over its seeds, and Δ accuracy against vanilla
+    KD with a paired bootstrap interval over the seeds both have."""
+    students = results["students"]
+    table = []
+    for task in results["teachers"]:
+        names = list(dict.fromkeys(r["name"] for r in students if r["task"] == task))
+        kd = {r["seed"]: r for r in students if r["task"] == task and r["name"] == "kd"}
+        for name in names:
+            records = sorted((r for r in students if r["task"] == task and r["name"] == name),
+                             key=lambda r: r["seed"])
+
+            def mean(key: str, scale: float = 100.0, records=records) -> float:
+                return round(scale * sum(r["test"][key] for r in records) / len(records), 1)
+
+            recalls = [min(v for k, v in r["test"].items() if k.startswith("recall/"))
+                       for r in records]
+            row = {"task": task, "student": name, "seeds": len(records),
+                   "accuracy": mean("accuracy"), "macro-F1": mean("macro_f1"),
+                   "weakest recall": round(100 * sum(recalls) / len(recalls), 1),
+                   "LL": mean("label_loyalty"), "SL": mean("saliency_loyalty"),
+                   "attribution gap": mean("attribution_gap", 1.0)}
+            if name != "kd":
+                paired = [(r, kd[r["seed"]]) for r in records if r["seed"] in kd]
+                a, b = pair_predictions([_predictions(r) for r, _ in paired],
+                                        [_predictions(k) for _, k in paired])
+                row["Δ accuracy vs kd"] = paired_bootstrap(a, b).describe()
+            first = Path(records[0]["run"])
+            summary = summarise(Run(first).metrics("train"))
+            for moment in ("start", "end"):
+                shares = {k.removeprefix("grad_share/"): v
+                          for k, v in summary.get(moment, {}).items()
+                          if k.startswith("grad_share/")}
+                row[f"grad share, {moment}"] = " · ".join(
+                    f"{k} {v:.0%}" for k, v in sorted(shares.items(), key=lambda i: -i[1]))
+            table.append(row)
+    return table
+
+
+def write_report(results: dict) -> Path:
+    table = rows(results)
+    teachers = ", ".join(f"{task} {t['test']['accuracy'] * 100:.1f}"
+                         for task, t in results["teachers"].items())
+    text = "\n".join([
+        "# AD-KD and GKD-CLS at the reproduction suite's scale", "",
+        f"Teachers (test accuracy): {teachers}. Test split: 500 tweets, 212 BBC News articles. "
+        "Accuracy, macro-F1, the weakest class's recall, label loyalty (LL), saliency loyalty "
+        "(SL, ×100) and attribution gap (AD-KD Eq. 11, lower is closer) are means over the "
+        "seeds; Δ accuracy vs kd is paired by seed and example (95 % BCa bootstrap interval, "
+        "significant only when it excludes 0). Gradient shares are seed 1's first and last "
+        "logged step (`kd/diagnostics.py`).", "",
+        format_table(table), "",
+        f"Written by `python reports/diagnosis/diagnose.py` "
+        f"({results['seconds_this_invocation'] // 60} minutes for its last call).", "",
+    ])
+    path = HERE / "report.md"
+    atomic_write_text(path, text)
+    (HERE / "summary.json").write_text(json.dumps(table, indent=1) + "\n")
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--report-only", action="store_true")
+    args = parser.parse_args()
+    if args.report_only:
+        results = json.loads((HERE / "results.json").read_text())
+    else:
+        results = run_suite(HERE, suite(), jobs=args.jobs)
+    print(write_report(results))
+
+
+if __name__ == "__main__":
+    main()
