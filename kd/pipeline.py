@@ -24,7 +24,7 @@ from workbench.config import (
     TeacherConfig,
     to_dict,
 )
-from workbench.data import EncodedSplit, TaskData, encode, load_task
+from workbench.data import EncodedSplit, TaskData, TaskSpec, encode, load_task
 from workbench.errors import WorkbenchError
 from workbench.evaluation import evaluate_logits, predict_logits
 from workbench.models import (
@@ -43,8 +43,9 @@ from workbench.models import (
     resolve_device,
     select_layers,
     set_embeddings_trainable,
+    set_label_names,
 )
-from workbench.runs import Run, atomic_write_json
+from workbench.runs import Run, atomic_write_json, atomic_write_text, model_card
 
 EXECUTION_SETTINGS = ("threads", "device")
 
@@ -79,16 +80,22 @@ def _manifest(data: TaskData, data_config: DataConfig, optim: OptimConfig) -> di
             "max_length": data_config.max_length}
 
 
-def _saver(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase):
+def _saver(run: Run, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, spec: TaskSpec):
+    """How a run's model is saved: a Hugging Face checkpoint whose config names the task's
+    classes, with its tokenizer and a model card."""
+    set_label_names(model, spec)
+
     def save(directory: Path) -> None:
         model.save_pretrained(directory)
         tokenizer.save_pretrained(directory)
+        atomic_write_text(directory / "README.md", model_card(run))
 
     return save
 
 
 def _finish(run: Run, model, spec, encoded, batch_size, pad_id, teacher_logits=None) -> dict:
-    """Evaluate the best model on dev and test; write ``results.json``."""
+    """Evaluate the best model on dev and test; write ``results.json`` and add the results to the
+    model card."""
     results = {}
     for split in ("dev", "test"):
         if split in encoded:
@@ -96,6 +103,7 @@ def _finish(run: Run, model, spec, encoded, batch_size, pad_id, teacher_logits=N
             reference = None if teacher_logits is None else teacher_logits.get(split)
             results[split] = evaluate_logits(spec, logits, encoded[split].labels, reference)
     atomic_write_json(run.path / "results.json", results)
+    atomic_write_text(run.model_dir / "README.md", model_card(run))
     run.set_status("finished", step=run.status().get("step"), total=run.status().get("total"))
     return results
 
@@ -125,7 +133,7 @@ def train_teacher(
         run=run, model=model, spec=data.spec, train_set=encoded["train"],
         dev_set=encoded["dev"], optim=optim,
         loss=lambda m, batch: objective(m, batch, {}),
-        save_model=_saver(model, tokenizer), pad_token_id=tokenizer.pad_token_id,
+        save_model=_saver(run, model, tokenizer, data.spec), pad_token_id=tokenizer.pad_token_id,
         callbacks=callbacks, device=device,
     )
     if train(job):
@@ -253,11 +261,13 @@ def distill(
 
     job = TrainingJob(
         run=run, model=student, spec=data.spec, train_set=encoded["train"],
-        dev_set=encoded["dev"], optim=optim, loss=loss, save_model=_saver(student, tokenizer),
-        pad_token_id=tokenizer.pad_token_id, dev_teacher_logits=teacher_logits["dev"],
+        dev_set=encoded["dev"], optim=optim, loss=loss,
+        save_model=_saver(run, student, tokenizer, data.spec), pad_token_id=tokenizer.pad_token_id,
+        dev_teacher_logits=teacher_logits["dev"],
         callbacks=callbacks, device=device,
     )
     if train(job):
         _finish(run, student, data.spec, encoded, optim.eval_batch_size,
                 tokenizer.pad_token_id, teacher_logits)
     return run
+
