@@ -45,7 +45,7 @@ from workbench.models import (
     set_embeddings_trainable,
     set_label_names,
 )
-from workbench.runs import Run, atomic_write_json, atomic_write_text, model_card
+from workbench.runs import Run, atomic_write_json, atomic_write_text, model_card, replace_directory
 
 EXECUTION_SETTINGS = ("threads", "device")
 
@@ -271,3 +271,34 @@ def distill(
                 tokenizer.pad_token_id, teacher_logits)
     return run
 
+
+def export_model(run_dir: str | Path, out: str | Path, push_to_hub: str | None = None) -> Path:
+    """Write a run's best model into ``out`` (a new or empty folder) as a self-contained Hugging
+    Face checkpoint: config with the task's label names, weights, tokenizer and model card. With
+    ``push_to_hub`` (a Hub repository id), also upload it through ``push_to_hub`` of
+    ``transformers``: it needs the network and a Hub login."""
+    out = Path(out)
+    if out.is_file() or (out.is_dir() and any(out.iterdir())):
+        kind = "a file" if out.is_file() else "a folder that is not empty"
+        raise WorkbenchError(f"{out} is {kind}: choose a new or empty folder for --out")
+    loaded = load_run(run_dir)
+    replace_directory(out, _saver(loaded.run, loaded.model, loaded.tokenizer, loaded.spec))
+    if push_to_hub:
+        from huggingface_hub import HfApi
+
+        try:
+            api = HfApi()
+            repo = api.create_repo(push_to_hub, exist_ok=True).repo_id
+            loaded.model.push_to_hub(repo, commit_message=f"Upload {loaded.run.name}")
+            loaded.tokenizer.push_to_hub(repo, commit_message=f"Upload {loaded.run.name} tokenizer")
+            # transformers' push writes a generic card; the run's card replaces it
+            api.upload_file(
+                path_or_fileobj=str(out / "README.md"),
+                path_in_repo="README.md",
+                repo_id=repo,
+                commit_message="Model card from the kd-workbench run",
+            )
+        except (OSError, ValueError) as error:  # network, authorisation, invalid repository id
+            first_line = (str(error).splitlines() or [type(error).__name__])[0]
+            raise WorkbenchError(f"pushing to {push_to_hub} failed: {first_line}") from None
+    return out
