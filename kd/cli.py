@@ -146,6 +146,14 @@ def _attribute(args: argparse.Namespace) -> None:
     print("\n".join(str(path) for path in paths))
 
 
+def _export_model(args: argparse.Namespace) -> None:
+    from kd.pipeline import export_model
+
+    print(export_model(args.run, args.out, args.push_to_hub))
+    if args.push_to_hub:
+        print(f"pushed to the Hub repository {args.push_to_hub}")
+
+
 def _add_sources(parser: argparse.ArgumentParser, verb: str) -> None:
     """The runs and the texts a command works on."""
     parser.add_argument("runs", nargs="+", help="run folders")
@@ -293,6 +301,23 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
     _add_sources(attribute, "attribute")
     add_arguments(attribute, AttributionConfig)
     attribute.set_defaults(handler=_attribute)
+
+    export_model = commands.add_parser(
+        "export-model", help="a run's best model as a Hugging Face checkpoint folder",
+        description="Write the best model of a run into --out as a self-contained Hugging Face "
+        "checkpoint: config.json naming the task's classes, the weights, the tokenizer and a "
+        "model card (README.md) generated from the run's files. The folder loads with "
+        "transformers.pipeline('text-classification', model=OUT).",
+    )
+    export_model.add_argument("run", help="run folder")
+    export_model.add_argument("--out", required=True,
+                              help="folder to write the checkpoint to (new or empty)")
+    export_model.add_argument("--push-to-hub", metavar="REPO", default=None,
+                              help="also upload the checkpoint to this Hub repository "
+                              "(namespace/name) through transformers' push_to_hub; needs the "
+                              "network and a Hub login (hf auth login); not exercised offline: "
+                              "the project's tests check only the calls it makes")
+    export_model.set_defaults(handler=_export_model)
     return parser
 
 

@@ -24,7 +24,7 @@ from workbench.config import (
     TeacherConfig,
     to_dict,
 )
-from workbench.data import EncodedSplit, TaskData, encode, load_task
+from workbench.data import EncodedSplit, TaskData, TaskSpec, encode, load_task
 from workbench.errors import WorkbenchError
 from workbench.evaluation import evaluate_logits, predict_logits
 from workbench.models import (
@@ -43,8 +43,9 @@ from workbench.models import (
     resolve_device,
     select_layers,
     set_embeddings_trainable,
+    set_label_names,
 )
-from workbench.runs import Run, atomic_write_json
+from workbench.runs import Run, atomic_write_json, atomic_write_text, model_card, replace_directory
 
 EXECUTION_SETTINGS = ("threads", "device", "log_every")
 
@@ -79,18 +80,24 @@ def _manifest(data: TaskData, data_config: DataConfig, optim: OptimConfig) -> di
             "max_length": data_config.max_length}
 
 
-def _saver(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase):
+def _saver(run: Run, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, spec: TaskSpec):
+    """How a run's model is saved: a Hugging Face checkpoint whose config names the task's
+    classes, with its tokenizer and a model card."""
+    set_label_names(model, spec)
+
     def save(directory: Path) -> None:
         model.save_pretrained(directory)
         tokenizer.save_pretrained(directory)
+        atomic_write_text(directory / "README.md", model_card(run))
 
     return save
 
 
 def _finish(run: Run, model, data: TaskData, encoded, batch_size, pad_id,
             teacher_logits=None) -> dict:
-    """Evaluate the best model on dev and test; write ``results.json`` and, per example,
-    ``predictions.json`` (ids, gold labels and predictions: what paired statistics need)."""
+    """Evaluate the best model on dev and test; write ``results.json``, per example
+    ``predictions.json`` (ids, gold labels and predictions: what paired statistics need), and
+    add the results to the model card."""
     results, predictions = {}, {}
     for split in ("dev", "test"):
         if split in encoded:
@@ -103,6 +110,7 @@ def _finish(run: Run, model, data: TaskData, encoded, batch_size, pad_id,
                                   "predictions": predicted.tolist()}
     atomic_write_json(run.path / "predictions.json", predictions)
     atomic_write_json(run.path / "results.json", results)
+    atomic_write_text(run.model_dir / "README.md", model_card(run))
     run.set_status("finished", step=run.status().get("step"), total=run.status().get("total"))
     return results
 
@@ -132,7 +140,7 @@ def train_teacher(
         run=run, model=model, spec=data.spec, train_set=encoded["train"],
         dev_set=encoded["dev"], optim=optim,
         loss=lambda m, batch: objective(m, batch, {}), weights=objective.weights,
-        save_model=_saver(model, tokenizer), pad_token_id=tokenizer.pad_token_id,
+        save_model=_saver(run, model, tokenizer, data.spec), pad_token_id=tokenizer.pad_token_id,
         callbacks=callbacks, device=device,
     )
     if train(job):
@@ -261,11 +269,43 @@ def distill(
     job = TrainingJob(
         run=run, model=student, spec=data.spec, train_set=encoded["train"],
         dev_set=encoded["dev"], optim=optim, loss=loss, weights=objective.weights,
-        save_model=_saver(student, tokenizer),
-        pad_token_id=tokenizer.pad_token_id, dev_teacher_logits=teacher_logits["dev"],
+        save_model=_saver(run, student, tokenizer, data.spec), pad_token_id=tokenizer.pad_token_id,
+        dev_teacher_logits=teacher_logits["dev"],
         callbacks=callbacks, device=device,
     )
     if train(job):
         _finish(run, student, data, encoded, optim.eval_batch_size,
                 tokenizer.pad_token_id, teacher_logits)
     return run
+
+
+def export_model(run_dir: str | Path, out: str | Path, push_to_hub: str | None = None) -> Path:
+    """Write a run's best model into ``out`` (a new or empty folder) as a self-contained Hugging
+    Face checkpoint: config with the task's label names, weights, tokenizer and model card. With
+    ``push_to_hub`` (a Hub repository id), also upload it through ``push_to_hub`` of
+    ``transformers``: it needs the network and a Hub login."""
+    out = Path(out)
+    if out.is_file() or (out.is_dir() and any(out.iterdir())):
+        kind = "a file" if out.is_file() else "a folder that is not empty"
+        raise WorkbenchError(f"{out} is {kind}: choose a new or empty folder for --out")
+    loaded = load_run(run_dir)
+    replace_directory(out, _saver(loaded.run, loaded.model, loaded.tokenizer, loaded.spec))
+    if push_to_hub:
+        from huggingface_hub import HfApi
+
+        try:
+            api = HfApi()
+            repo = api.create_repo(push_to_hub, exist_ok=True).repo_id
+            loaded.model.push_to_hub(repo, commit_message=f"Upload {loaded.run.name}")
+            loaded.tokenizer.push_to_hub(repo, commit_message=f"Upload {loaded.run.name} tokenizer")
+            # transformers' push writes a generic card; the run's card replaces it
+            api.upload_file(
+                path_or_fileobj=str(out / "README.md"),
+                path_in_repo="README.md",
+                repo_id=repo,
+                commit_message="Model card from the kd-workbench run",
+            )
+        except (OSError, ValueError) as error:  # network, authorisation, invalid repository id
+            first_line = (str(error).splitlines() or [type(error).__name__])[0]
+            raise WorkbenchError(f"pushing to {push_to_hub} failed: {first_line}") from None
+    return out

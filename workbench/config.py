@@ -43,7 +43,8 @@ class DataConfig:
     )
     split_seed: int = option(13, "seed of the deterministic train/dev/test split and subsamples")
     glue_dir: str | None = option(
-        None, "local copy of the GLUE parquet files (<dir>/<task>/<split>-*.parquet); "
+        None, "local GLUE data: the hub's parquet files (<dir>/<task>/<split>-*.parquet) or the "
+        "original distribution's TSV files (<dir>/SST-2/train.tsv, dev.tsv); "
         "default: download nyu-mll/glue from the hub"
     )
 

@@ -109,6 +109,15 @@ def load_classifier(name: str, num_labels: int, regression: bool = False) -> Pre
         raise WorkbenchError(f"cannot load model {name!r}: {error}") from None
 
 
+def set_label_names(model: PreTrainedModel, spec: TaskSpec) -> None:
+    """Name the model's outputs after the task's classes (``id2label``/``label2id`` in its
+    config), so a saved checkpoint answers with them in ``transformers.pipeline``; a regression
+    model keeps its single output."""
+    if spec.label_names:
+        model.config.id2label = dict(enumerate(spec.label_names))
+        model.config.label2id = {name: index for index, name in enumerate(spec.label_names)}
+
+
 def resolve_device(name: str) -> torch.device:
     """``auto`` → CUDA when available, else CPU; otherwise the named device."""
     if name == "auto":

@@ -7,7 +7,8 @@
   status.json       running | finished | failed, with the step reached
   metrics.jsonl     one line per evaluation
   checkpoint.pt     the last resumable state: weights, optimizer, scheduler, RNG, step
-  model/            best weights so far (safetensors) and the tokenizer: loadable by from_pretrained
+  model/            best weights so far (safetensors), the tokenizer and a model card (README.md):
+                    a Hugging Face checkpoint with the task's label names
   results.json      final dev/test metrics of the best model
   teacher_cache/    what the frozen teacher says about each example (students only)
 ```
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -209,3 +211,83 @@ def list_runs(root: str | Path) -> list[tuple[Path, Run | None, str | None]]:
         except WorkbenchError as error:
             found.append((path, None, str(error)))
     return found
+
+
+def _bullets(values: dict[str, Any]) -> list[str]:
+    return [f"- `{key}`: {json.dumps(value, default=str)}" for key, value in values.items()]
+
+
+def model_card(run: Run) -> str:
+    """The model card (``README.md`` with Hub metadata) of a run's best model, generated from the
+    run's files only: what was trained and how (``run.json``), on which data split
+    (``manifest.json``), its dev/test metrics and loyalty once ``results.json`` exists, and the
+    command line that started the training when one was recorded."""
+    info, manifest, results = run.info(), run.read_json("manifest.json"), run.results()
+    configs, task = info["configs"], info["task"]
+    student = info["kind"] == "student"
+    lines = [
+        "---",
+        "library_name: transformers",
+        "pipeline_tag: text-classification",
+        "tags:",
+        "- kd-workbench",
+        *(["- knowledge-distillation"] if student else []),
+        "---",
+        "",
+        f"# {run.name}",
+        "",
+    ]
+    if student:
+        lines.append(
+            f"A student distilled with the method `{info['method']}` from the teacher "
+            f"run `{configs['student']['teacher_run']}`, on the task `{task['name']}`."
+        )
+    else:
+        lines.append(
+            f"A teacher fine-tuned from `{configs['teacher']['model']}` with the "
+            f"objective `{info['method']}` on the task `{task['name']}`."
+        )
+    read = "`run.json`, `manifest.json`" + (" and `results.json`" if results else "")
+    lines.append(f"Written by kd-workbench from the run's {read}.")
+    lines += ["", "## Labels", ""]
+    if task["label_names"]:
+        lines += [f"- {index}: `{name}`" for index, name in enumerate(task["label_names"])]
+    else:
+        lines.append("Regression: one output, the predicted score.")
+    lines += ["", "## Training settings", ""]
+    for group, values in configs.items():
+        lines += [f"### {group}", "", *_bullets(values), ""]
+    lines += [
+        "## Data",
+        "",
+        f"- source: `{manifest.get('data_source')}`",
+        *(f"- {note}" for note in manifest.get("data_notes", [])),
+        "",
+        "| split | examples | fingerprint |",
+        "|---|---|---|",
+    ]
+    sizes = manifest.get("split_sizes", {})
+    lines += [
+        f"| {split} | {sizes.get(split)} | `{fingerprint}` |"
+        for split, fingerprint in manifest.get("split_fingerprint", {}).items()
+    ]
+    if results:
+        lines += ["", "## Results", ""]
+        for split, metrics in results.items():
+            values = ", ".join(f"{name} {value:.4f}" for name, value in metrics.items())
+            lines.append(f"- {split}: {values}")
+    command = manifest.get("command")
+    if command:
+        program = Path(command[0]).name
+        program = "kdw" if program in ("kdw", "cli.py") else program
+        lines += ["", "## Command", "", "```", shlex.join([program, *command[1:]]), "```"]
+    versions = ", ".join(f"{name} {version}" for name, version in manifest["versions"].items())
+    lines += [
+        "",
+        "## Environment",
+        "",
+        f"- packages: {versions}",
+        f"- git commit: `{manifest.get('git_commit')}`",
+        f"- seed: {manifest.get('seed')}",
+    ]
+    return "\n".join(lines) + "\n"
