@@ -26,7 +26,7 @@ from bench.common import (
     tweet_batch,
     write_results,
 )
-from bench.reference import adkd_step_loss, gkd_step_loss
+from bench.reference import authors_step_loss
 from kd.objective import Objective
 from kd.pipeline import prepare_gradient_student
 from workbench.config import ObjectiveConfig
@@ -87,13 +87,12 @@ def main() -> None:
         return objectives["kd"](students["kd"], batch, fields)
 
     steps["kd (teacher forward each step)"] = make_step(students["kd"], vanilla_live)
-    for name, reference, preset in (("adkd", adkd_step_loss, "adkd"),
-                                    ("gkd", gkd_step_loss, "gkd")):
-        objective, student = objectives[preset], students[preset]
+    for name in ("adkd", "gkd"):
+        objective, student = objectives[name], students[name]
         for label, data in (("", batch), (", padded to 128", padded)):
             steps[f"{name} straightforward{label}"] = make_step(
-                student, lambda r=reference, o=objective, s=student, d=data: r(
-                    teacher, s, d, weights=o.weights, tau=o.temperature)
+                student, lambda n=name, o=objective, s=student, d=data: authors_step_loss(
+                    n, teacher, s, d, o)
             )
     medians = interleaved_medians(steps, repeats)
     vanilla = medians["kd (cached teacher)"]
@@ -108,12 +107,11 @@ def main() -> None:
         for name in ("adkd", "gkd")
     }
     agreement = {}
-    for name, reference in (("adkd", adkd_step_loss), ("gkd", gkd_step_loss)):
+    for name in ("adkd", "gkd"):
         student = students[name].eval()
         objective = objectives[name]
         ours = objective(student, batch, objective.teacher_batch(teacher, batch))
-        theirs = reference(teacher, student, batch, weights=objective.weights,
-                           tau=objective.temperature)
+        theirs = authors_step_loss(name, teacher, student, batch, objective)
         agreement[name] = {k: {"ours": ours[k].item(), "straightforward": theirs[k].item()}
                            for k in theirs}
     print(f"teacher: {teacher_note}; student: 3 layers cut from it; batch {size} tweets, "

@@ -40,9 +40,10 @@ def _unit_map(ig: Tensor, mask: Tensor, top_k: int | None) -> Tensor:
 
 def adkd_step_loss(
     teacher: PreTrainedModel, student: PreTrainedModel, batch: dict[str, Tensor], *,
-    weights: dict[str, float], tau: float, top_k: int | None = None,
+    weights: dict[str, float], tau: float, top_k: int | None = None, reduction: str = "paper",
 ) -> dict[str, Tensor]:
-    """AD-KD with m = 1, all classes, [PAD] baseline: ``(1−α)CE + αKD + β‖Ã_t − Ã_s‖``."""
+    """AD-KD with m = 1, all classes, [PAD] baseline: ``(1−α)CE + αKD + β·d(Ã_t, Ã_s)`` with
+    the distance ``d`` of ``reduction`` (Eq. 9's ``‖Ã_t − Ã_s‖`` by default)."""
     mask = batch["attention_mask"].to(torch.float32)
     t_embedded = _leaf_embedding(teacher, batch)
     t_logits = forward(teacher, batch, embedding_output=t_embedded).logits
@@ -64,7 +65,7 @@ def adkd_step_loss(
         "ce": task_loss(s_logits, batch["labels"]),
         "kd": logit_kd_loss(s_logits, t_logits.detach(), tau),
         "attr": attribution_loss(torch.stack(s_maps, 1), torch.stack(t_maps, 1).detach(),
-                                 batch["attention_mask"]),
+                                 batch["attention_mask"], reduction=reduction),
     }
     values["loss"] = sum(weights[name] * value for name, value in values.items())
     return values
@@ -92,3 +93,14 @@ def gkd_step_loss(
     }
     values["loss"] = sum(weights[name] * value for name, value in values.items())
     return values
+
+
+def authors_step_loss(method: str, teacher: PreTrainedModel, student: PreTrainedModel,
+                      batch: dict[str, Tensor], objective) -> dict[str, Tensor]:
+    """The straightforward step of ``method`` (``"adkd"`` or ``"gkd"``) with the weights,
+    temperature and attribution distance of a resolved :class:`kd.objective.Objective`."""
+    if method == "adkd":
+        return adkd_step_loss(teacher, student, batch, weights=objective.weights,
+                              tau=objective.temperature, reduction=objective.attr_reduction)
+    return gkd_step_loss(teacher, student, batch, weights=objective.weights,
+                         tau=objective.temperature)

@@ -38,13 +38,18 @@ def _setup(preset: str, **options):
     return teacher, student, objective, batch
 
 
-def test_adkd_term_equals_the_loss_of_independent_maps():
-    teacher, student, objective, batch = _setup("adkd", attr_top_k=8)
+@pytest.mark.parametrize(("chosen", "reduction"), [(None, "official"), ("paper", "paper"),
+                                                   ("squared", "squared")])
+def test_adkd_term_equals_the_loss_of_independent_maps(chosen, reduction):
+    """The preset computes the authors' distance (its β grid belongs to it); Eq. 9 on request."""
+    teacher, student, objective, batch = _setup("adkd", attr_top_k=8, attr_reduction=chosen)
+    assert objective.attr_reduction == reduction
     values = objective(student, batch, objective.teacher_batch(teacher, batch))
     inputs = (batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
     teacher_maps = attribution_maps(teacher, *inputs, views="all", top_k=8)
     student_maps = attribution_maps(student, *inputs, views="all", create_graph=True)
-    expected = attribution_loss(student_maps, teacher_maps, batch["attention_mask"])
+    expected = attribution_loss(student_maps, teacher_maps, batch["attention_mask"],
+                                reduction=reduction)
     torch.testing.assert_close(values["attr"], expected)
     values["loss"].backward()
     assert any(p.grad is not None and p.grad.abs().sum() > 0
@@ -59,6 +64,7 @@ def test_adkd_pred_view_uses_the_teachers_class_for_both_models():
     expected = attribution_loss(
         attribution_maps(student, *inputs, views="gold", labels=classes, create_graph=True),
         attribution_maps(teacher, *inputs, views="pred"), batch["attention_mask"],
+        reduction="official",
     )
     torch.testing.assert_close(objective(student, batch, fields)["attr"], expected)
 
@@ -184,16 +190,14 @@ def test_gradient_student_setup():
 
 @pytest.mark.parametrize("preset", ["adkd", "gkd"])
 def test_objective_equals_the_straightforward_authors_form(preset):
-    from bench.reference import adkd_step_loss, gkd_step_loss
+    from bench.reference import authors_step_loss
 
     teacher, student, objective, batch = _setup(preset)
     student = cut_student(teacher, [1, 3]).eval()
     if preset == "gkd":
         prepare_gradient_student(teacher, student)
     ours = objective(student, batch, objective.teacher_batch(teacher, batch))
-    reference = (adkd_step_loss if preset == "adkd" else gkd_step_loss)(
-        teacher, student, batch, weights=objective.weights, tau=objective.temperature
-    )
+    reference = authors_step_loss(preset, teacher, student, batch, objective)
     for name in reference:
         torch.testing.assert_close(ours[name], reference[name], atol=1e-5, rtol=1e-4)
 

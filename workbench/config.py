@@ -132,7 +132,8 @@ class ObjectiveConfig:
     )
     attr_reduction: str | None = option(
         None, "AD-KD attribution distance: paper (Eq. 9, ‖Ã_t − Ã_s‖₂ per example), squared "
-        "(its square), official (the authors' MSE(sum)/#real tokens); default: the preset's",
+        "(its square), official (the authors' MSE(sum)/#real tokens, which the papers' β "
+        "values belong to); default: the preset's (adkd: official)",
         choices=(None, "paper", "squared", "official"),
     )
     attr_layer: str = option(
