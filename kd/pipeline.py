@@ -221,8 +221,12 @@ def distill(
     optim: OptimConfig,
     run_dir: str | Path,
     callbacks: Sequence[Callback] = (),
+    cache_dir: str | Path | None = None,
 ) -> Run:
-    """Distil a student from ``student_config.teacher_run`` into ``run_dir``."""
+    """Distil a student from ``student_config.teacher_run`` into ``run_dir``. The teacher's
+    cache goes to ``cache_dir`` (default: the run's own folder); students of one teacher and
+    data, such as the trials of a search, may share one, since every file is keyed by the
+    settings that change it."""
     device = _configure(optim)
     if not student_config.teacher_run:
         raise WorkbenchError("distill needs --teacher-run: the folder written by train-teacher")
@@ -252,7 +256,8 @@ def distill(
         return run
     encoded = _encode_all(data, tokenizer, data_config.max_length)
     caches = teacher_caches(teacher, objective, encoded, data, data_config.max_length,
-                            run.cache_dir, optim.eval_batch_size)
+                            Path(cache_dir) if cache_dir else run.cache_dir,
+                            optim.eval_batch_size)
     train_cache = caches["train"]
     teacher_logits = {split: caches[split].per_example["logits"] for split in ("dev", "test")}
     live_fields = objective.live_fields()

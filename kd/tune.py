@@ -1,7 +1,8 @@
 """``kdw tune``: choose a method's weights on the dev split, as the papers did, with Optuna.
 
 Each trial distils one student (a run folder under ``<out>/trials/``, named by its settings) and
-scores its best dev evaluation; the test split is never looked at. Sampling is TPE; a trial whose
+scores its best dev evaluation; the test split is never looked at. The trials share one teacher
+cache (``<out>/teacher_cache``), computed once per setting that changes it. Sampling is TPE; a trial whose
 dev curve falls below the median of earlier trials at the same step is pruned (the trainer's
 evaluations report to the pruner). The study lives in ``<out>/study.db`` (SQLite), so a killed
 search resumes: the trial that was running is retried with the same settings and its run folder
@@ -347,7 +348,8 @@ def tune(data: DataConfig, student: StudentConfig, objective: ObjectiveConfig,
                                                  objective, optim)
             callback = PruningCallback(trial, metric, config.prune)
             run = distill(data, student, trial_objective, trial_optim,
-                          out / "trials" / trial_folder(values), callbacks=[callback, *callbacks])
+                          out / "trials" / trial_folder(values), callbacks=[callback, *callbacks],
+                          cache_dir=out / "teacher_cache")
             if callback.pruned:
                 raise optuna.TrialPruned()
             if run.status()["state"] == "stopped":  # asked to stop: retried on resume

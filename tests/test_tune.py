@@ -82,6 +82,9 @@ def test_study_resumes_and_best_configuration_trains(tiny_teacher, tmp_path, cap
     assert states == ["COMPLETE", "FAIL", "COMPLETE"], states
     assert study.trials[2].params == killed.params  # retried with the same settings
     assert len({p.name for p in (out / "trials").iterdir()} - folders_before) <= 1
+    # the trials share one teacher cache, computed once
+    assert len(list((out / "teacher_cache").glob("teacher-train-*.safetensors"))) == 1
+    assert not list((out / "trials").glob("*/teacher_cache"))
 
     # a third call finds the study complete and trains nothing
     before = sorted(p.stat().st_mtime_ns for p in (out / "trials").glob("*/status.json"))
