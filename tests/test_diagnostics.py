@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from kd.diagnostics import summarise, term_diagnostics
+from kd.evaluate import evaluate_runs
 from kd.objective import Objective
 from kd.pipeline import distill, train_teacher
 from tests.conftest import tiny_model
@@ -77,6 +78,9 @@ def test_logging_diagnostics_changes_no_weight(tiny_model_dir, tiny_task_dir, tm
     summary = summarise(logged.metrics())
     assert summary["start"]["step"] == 1 and summary["end"]["step"] == 7
     assert "recall/positive" in logged.results()["test"]
+    row = evaluate_runs([str(logged.path)], terms=True)[0]  # kdw evaluate --terms
+    shares = row["grad share, end (step 7)"]
+    assert shares.startswith(("attr", "kd", "ce")) and shares.count("%") == 3
     a = torch.load(quiet.checkpoint, weights_only=False)["model"]
     b = torch.load(logged.checkpoint, weights_only=False)["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
