@@ -2,12 +2,13 @@
 
 Each trial distils one student (a run folder under ``<out>/trials/``, named by its settings) and
 scores its best dev evaluation; the test split is never looked at. The trials share one teacher
-cache (``<out>/teacher_cache``), computed once per setting that changes it. Sampling is TPE; a trial whose
-dev curve falls below the median of earlier trials at the same step is pruned (the trainer's
-evaluations report to the pruner). The study lives in ``<out>/study.db`` (SQLite), so a killed
-search resumes: the trial that was running is retried with the same settings and its run folder
-resumes from its checkpoint. The best configuration is written to ``<out>/best.json``, which
-``kdw distill --config`` trains.
+cache (``<out>/teacher_cache``), computed once per setting that changes it. Sampling is TPE; a
+trial whose dev curve falls below the median of earlier trials at the same step is pruned (the
+trainer's evaluations report to the pruner; none is pruned in its first half epoch), and
+settings proposed again keep their first outcome. The study lives in ``<out>/study.db``
+(SQLite), so a killed search resumes: the trial that was running is retried with the same
+settings and its run folder resumes from its checkpoint. The best configuration is written to
+``<out>/best.json``, which ``kdw distill --config`` trains.
 
 Searchable parameters (:data:`PARAMETERS`) and the default space of each method
 (:data:`DEFAULT_SPACES`, from the papers' grids); ``--space NAME=v1,v2`` (choices) or
@@ -225,15 +226,18 @@ class TuneResult:
     best: Path | None = None
 
 
-def _study(out: Path, preset: str, task: str, space: dict[str, Dimension], prune: bool):
+def _study(out: Path, preset: str, task: str, space: dict[str, Dimension], prune: bool,
+           warmup_steps: int):
+    """The study in ``out`` (created, or loaded after checking it searches the same preset,
+    task and space); no trial is pruned before ``warmup_steps``."""
     import optuna
 
     attrs = {"preset": preset, "task": task,
              "space": {name: d.describe() for name, d in space.items()}}
     storage = f"sqlite:///{(out / 'study.db').resolve()}"
     sampler = optuna.samplers.TPESampler(seed=0)
-    pruner = (optuna.pruners.MedianPruner(n_startup_trials=3) if prune
-              else optuna.pruners.NopPruner())
+    pruner = (optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=warmup_steps)
+              if prune else optuna.pruners.NopPruner())
     if (out / "study.db").exists():
         study = optuna.load_study(study_name=STUDY_NAME, storage=storage, sampler=sampler,
                                   pruner=pruner)
@@ -273,6 +277,16 @@ def _retry_interrupted(study) -> None:
         if trial.state == TrialState.RUNNING:
             study.tell(trial.number, state=TrialState.FAIL)
         study.enqueue_trial(trial.params)
+
+
+def _earlier_outcome(study, number: int, values: dict):
+    """An earlier completed or pruned trial with the same settings, if any: its run folder is
+    this trial's, so its outcome stands (a pruned run is not trained on)."""
+    from optuna.trial import TrialState
+
+    return next((t for t in study.get_trials(deepcopy=False)
+                 if t.number < number and t.params == values and not t.user_attrs.get("stopped")
+                 and t.state in (TrialState.COMPLETE, TrialState.PRUNED)), None)
 
 
 def _finished(study) -> int:
@@ -339,11 +353,17 @@ def tune(data: DataConfig, student: StudentConfig, objective: ObjectiveConfig,
         raise WorkbenchError(f"another kdw tune is running the study in {out}") from None
     with lock:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        study = _study(out, objective.preset, data.task, space, config.prune)
+        study = _study(out, objective.preset, data.task, space, config.prune,
+                       warmup_steps=steps_per_epoch // 2)
         _retry_interrupted(study)
 
         def run_trial(trial) -> float:
             values = {name: dimension.suggest(trial) for name, dimension in space.items()}
+            earlier = _earlier_outcome(study, trial.number, values)
+            if earlier is not None:  # the sampler proposed settings already tried
+                if earlier.state == optuna.trial.TrialState.PRUNED:
+                    raise optuna.TrialPruned()
+                return earlier.value
             trial_objective, trial_optim = apply(values, objective.preset, base_weights,
                                                  objective, optim)
             callback = PruningCallback(trial, metric, config.prune)

@@ -134,3 +134,15 @@ def test_tune_api_validates_trials(tiny_teacher, tmp_path):
     with pytest.raises(Exception, match="--trials must be at least 1"):
         tune(data, StudentConfig(teacher_run=str(teacher)), ObjectiveConfig(preset="kd"),
              OptimConfig(), TuneConfig(trials=0), tmp_path / "study")
+
+
+def test_settings_proposed_again_keep_their_first_outcome(tiny_teacher, tmp_path):
+    data, teacher = tiny_teacher
+    out = tmp_path / "study"
+    assert main(_tune_args(data, teacher, out, "--preset", "adkd", "--trials", "3",
+                           "--space", "beta=0.1", "--space", "alpha=0.5", "--space", "tau=1",
+                           "--space", "lr=1e-3", "--no-prune")) == 0
+    study = optuna.load_study(study_name=STUDY_NAME, storage=f"sqlite:///{out / 'study.db'}")
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 3
+    assert len({t.value for t in study.trials}) == 1
+    assert len(list((out / "trials").iterdir())) == 1  # trained once
