@@ -105,6 +105,7 @@ def ablations(task: str, plan: TaskPlan, seeds: Sequence[int]) -> list[Experimen
         ("adkd view pred", "adkd-views", replace(adkd, attr_views="pred"), None),
         ("adkd view gold", "adkd-views", replace(adkd, attr_views="gold"), None),
         ("adkd view class 0", "adkd-views", replace(adkd, attr_views="0"), None),
+        ("adkd view sampled", "adkd-views", replace(adkd, attr_views="sample"), None),
         ("gkd w/ dropout", "gkd-dropout", ObjectiveConfig(preset="gkd", dropout=True), None),
         ("ckd w/o wr", "ckd-terms", ObjectiveConfig(preset="ckd", weights="ce=0.5,kd=0.5,ltr=1"),
          None),

@@ -43,7 +43,7 @@ def test_tiny_suite_report(tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: 
     todo = experiments(suite)
     assert len(todo) == 2 * len(MAIN_METHODS) + 3 + 5  # the 3 references retrained for ablations
     everything = experiments(Suite(plans={"tiny": plan}, ablation_task="tiny"))
-    assert len(everything) == 2 * len(MAIN_METHODS) + 3 + 3 + 2 + 1 + 2 + 2 + 1
+    assert len(everything) == 2 * len(MAIN_METHODS) + 3 + 4 + 2 + 1 + 2 + 2 + 1
     out = tmp_path / "report"
     report = reproduce(out, suite, announce=lambda _: None, jobs=2).read_text()  # 2 processes
     results = json.loads((out / "results.json").read_text())

@@ -54,6 +54,8 @@ def suite() -> Suite:
     tuned = tuned_adkd()
     if tuned is not None:
         extra += [Experiment("tweets", "adkd tuned", "diagnosis", tuned, seed) for seed in SEEDS]
+    extra += [Experiment("tweets", "adkd sampled view", "diagnosis",
+                         replace(adkd, attr_views="sample"), 1)]
     extra += [Experiment("tweets", method, "diagnosis", ObjectiveConfig(preset=method), 1)
               for method in ("finetune", "pkd-skip", "pkd-last", "ckd", "gkd", "gkd-cls")]
     extra += [Experiment("bbc-news", "gkd", "diagnosis", ObjectiveConfig(preset="gkd"), seed)
