@@ -18,7 +18,15 @@ from kd.pipeline import distill, train_teacher
 from workbench.app import first_run, jobs
 from workbench.app.catalog import discover_runs
 from workbench.app.heatmap_view import heatmap_html
-from workbench.config import DataConfig, ObjectiveConfig, OptimConfig, StudentConfig, TeacherConfig
+from workbench.config import (
+    DataConfig,
+    ObjectiveConfig,
+    OptimConfig,
+    StudentConfig,
+    TeacherConfig,
+    TuneConfig,
+    to_dict,
+)
 from workbench.export import Heatmap, HeatmapRow, color_scale, score_to_rgb
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -309,3 +317,29 @@ def test_train_page_student_form_comes_from_the_configs(app, tiny_runs):
     assert at.number_input(key="train.student.data.teacher.max_length").value == 16
     help_text = at.selectbox(key="train.student.student.init").help
     assert help_text == StudentConfig.__dataclass_fields__["init"].metadata["help"]
+
+
+def test_a_search_runs_in_the_background_and_shows_its_trials(app, tiny_runs):
+    info = json.loads((tiny_runs / "teacher" / "run.json").read_text())
+    configs = {
+        "data": info["configs"]["data"],
+        "student": to_dict(StudentConfig(teacher_run=str(tiny_runs / "teacher"), num_layers=2)),
+        "objective": to_dict(ObjectiveConfig(preset="kd")),
+        "optim": to_dict(OptimConfig(epochs=1, batch_size=8, threads=1, log_every=0)),
+        "tune": to_dict(TuneConfig(trials=2, space=("alpha=0.5,0.9", "tau=1,2"))),
+    }
+    out = tiny_runs / "search"
+    job = jobs.launch_training(tiny_runs, out, "tune", configs)
+    deadline = time.time() + 300
+    while job.alive and time.time() < deadline:
+        time.sleep(1)
+    assert (out / "best.json").exists(), job.log_tail()
+    at = _ok(app.run())
+    at.switch_page("workbench/app/train.py")
+    _ok(at.run())
+    trials = next(frame.value for frame in at.dataframe if "trial" in frame.value.columns)
+    assert len(trials) == 2 and set(trials["state"]) == {"complete"}
+    assert {"alpha", "tau", "dev"} <= set(trials.columns)
+    runs = at.dataframe[-1].value
+    assert "search" not in set(runs["run"])  # a study is not a broken run folder
+    assert any("best configuration" in caption.value for caption in at.caption)
