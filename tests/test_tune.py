@@ -146,3 +146,19 @@ def test_settings_proposed_again_keep_their_first_outcome(tiny_teacher, tmp_path
     assert [t.state.name for t in study.trials] == ["COMPLETE"] * 3
     assert len({t.value for t in study.trials}) == 1
     assert len(list((out / "trials").iterdir())) == 1  # trained once
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (None, "no such file"),
+    ("{ not json", "not JSON"),
+    ('{"objective": {"bogus": 1}}', "unknown ObjectiveConfig settings ['bogus']"),
+    ('{"optim": [1]}', "section 'optim' is not an object"),
+])
+def test_a_bad_config_file_is_a_one_line_error(tmp_path, capsys, content, message):
+    path = tmp_path / "best.json"
+    if content is not None:
+        path.write_text(content)
+    assert main(["distill", "--config", str(path), "--run-dir", str(tmp_path / "run")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert message in error and len(error.splitlines()) == 1, error
+    assert not (tmp_path / "run").exists()
