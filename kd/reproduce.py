@@ -65,7 +65,8 @@ class Experiment:
     objective: ObjectiveConfig
     seed: int
     sweep: float | None = None
-    student: dict = field(default_factory=dict)
+    student: dict = field(default_factory=dict)  # StudentConfig settings that differ
+    optim: dict = field(default_factory=dict)  # OptimConfig settings that differ (a tuned lr)
 
 
 @dataclass(frozen=True)
@@ -188,9 +189,9 @@ def _student(out: Path, teacher: Path, plan: TaskPlan, experiment: Experiment,
         StudentConfig(teacher_run=str(teacher), num_layers=plan.student_layers,
                       **experiment.student),
         experiment.objective,
-        OptimConfig(epochs=plan.student_epochs, batch_size=plan.batch_size,
-                    learning_rate=plan.student_learning_rate, seed=experiment.seed,
-                    threads=threads),
+        OptimConfig(**{"epochs": plan.student_epochs, "batch_size": plan.batch_size,
+                       "learning_rate": plan.student_learning_rate, "seed": experiment.seed,
+                       "threads": threads, **experiment.optim}),
         out / "runs" / experiment.task / f"{folder}-seed{experiment.seed}",
     )
 

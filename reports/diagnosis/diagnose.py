@@ -34,12 +34,15 @@ OLD_ADKD = ObjectiveConfig(preset="adkd", weights="ce=0.1,kd=0.9,attr=10", attr_
 OLD_GKD_CLS = ObjectiveConfig(preset="gkd-cls", weights="ce=0.5,kd=0.5,pkd=1,grad=1,cls_grad=1")
 
 
-def tuned_adkd() -> ObjectiveConfig | None:
-    """The objective ``kdw tune`` chose (``best.json`` beside this script), if any."""
+def tuned_adkd() -> tuple[ObjectiveConfig, dict] | None:
+    """The objective and learning rate ``kdw tune`` chose (``tune/best.json`` beside this
+    script), if it ran."""
     best = HERE / "tune" / "best.json"
     if not best.exists():
         return None
-    return from_dict(ObjectiveConfig, json.loads(best.read_text())["objective"])
+    chosen = json.loads(best.read_text())
+    return (from_dict(ObjectiveConfig, chosen["objective"]),
+            {"learning_rate": chosen["optim"]["learning_rate"]})
 
 
 def suite() -> Suite:
@@ -53,7 +56,8 @@ def suite() -> Suite:
               Experiment("bbc-news", "gkd-cls old default", "diagnosis", OLD_GKD_CLS, 1)]
     tuned = tuned_adkd()
     if tuned is not None:
-        extra += [Experiment("tweets", "adkd tuned", "diagnosis", tuned, seed) for seed in SEEDS]
+        extra += [Experiment("tweets", "adkd tuned", "diagnosis", tuned[0], seed,
+                             optim=tuned[1]) for seed in SEEDS]
     extra += [Experiment("tweets", "adkd sampled view", "diagnosis",
                          replace(adkd, attr_views="sample"), 1)]
     extra += [Experiment("tweets", method, "diagnosis", ObjectiveConfig(preset=method), 1)
