@@ -5,10 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kd.diagnostics import summarise
+from kd.objective import PRESETS, preset_weights
+from workbench.config import ObjectiveConfig, from_dict
 from workbench.data import encode, load_task
 from workbench.errors import WorkbenchError
 from workbench.evaluation import evaluate_logits, predict_logits
 from workbench.models import encoder_layers, load_run
+from workbench.runs import RESOLVED
 
 
 def term_summary(records: Sequence[dict]) -> dict[str, str]:
@@ -25,6 +28,26 @@ def term_summary(records: Sequence[dict]) -> dict[str, str]:
             row[f"{label}, {moment} (step {record['step']})"] = " · ".join(
                 f"{name} {form.format(value)}" for name, value in ranked)
     return row
+
+
+def objective_description(info: dict) -> str:
+    """A run's objective as trained, from ``run.json``'s resolved record, e.g.
+    ``"attr 1 · ce 0.1 · kd 0.9 (official distance), τ 2"``. A run written before runs kept
+    that record is resolved with today's presets, and the text says so."""
+    record = info.get(RESOLVED, {}).get("objective")
+    note = ""
+    if record is None:
+        configs = info["configs"]
+        config = from_dict(ObjectiveConfig, configs.get("objective", {"preset": "finetune"}))
+        record = {"weights": preset_weights(config),
+                  "temperature": config.temperature or PRESETS[config.preset].temperature}
+        note = " (resolved with today's presets: the run predates the record)"
+    text = " · ".join(f"{name} {weight:g}" for name, weight in record["weights"].items())
+    if "attribution" in record:
+        text += f" ({record['attribution']['reduction']} distance)"
+    if "kd" in record["weights"]:
+        text += f", τ {record['temperature']:g}"
+    return text + note
 
 
 def evaluate_runs(
@@ -54,6 +77,7 @@ def evaluate_runs(
             reference = teacher_logits[teacher_path]
         rows.append({
             "run": loaded.run.name, "kind": info["kind"], "method": info["method"],
+            "objective": objective_description(info),
             "layers": len(encoder_layers(loaded.model)),
             "parameters_m": round(sum(p.numel() for p in loaded.model.parameters()) / 1e6, 1),
             "split": split, "examples": len(dataset),

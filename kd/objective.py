@@ -10,6 +10,7 @@ are recomputed without a graph each step. Presets are plain weight tables; expli
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -218,6 +219,26 @@ class Objective:
             attr_reduction=config.attr_reduction or (
                 "official" if official else preset.attr_reduction),
         )
+
+    def record(self) -> dict:
+        """What the configs resolved to, as plain data for ``run.json``: every weight, τ, the
+        KD form, the layer pairs, and the settings of the terms in use."""
+        record: dict = {"weights": self.weights, "temperature": self.temperature,
+                        "kd_form": self.kd_form, "parity": self.config.parity}
+        if self.patient_pairs:
+            record["patient_pairs"] = self.patient_pairs
+        if self.relation_pairs:
+            record["relation_pairs"] = self.relation_pairs
+            record["ckd_window"] = self.config.ckd_window
+        if "attr" in self.weights:
+            c = self.config
+            record["attribution"] = {
+                "reduction": self.attr_reduction, "views": self.attr_views,
+                "baseline": self.attr_baseline, "steps": c.attr_steps, "top_k": c.attr_top_k,
+                "layer": c.attr_layer}
+        if self.gradient_kd:
+            record["student_dropout"] = self.config.dropout
+        return json.loads(json.dumps(record))  # tuples as lists, as run.json reads back
 
     @property
     def reduction(self) -> str:

@@ -45,7 +45,14 @@ from workbench.models import (
     set_embeddings_trainable,
     set_label_names,
 )
-from workbench.runs import Run, atomic_write_json, atomic_write_text, model_card, replace_directory
+from workbench.runs import (
+    RESOLVED,
+    Run,
+    atomic_write_json,
+    atomic_write_text,
+    model_card,
+    replace_directory,
+)
 
 EXECUTION_SETTINGS = ("threads", "device", "log_every")
 
@@ -78,6 +85,15 @@ def _manifest(data: TaskData, data_config: DataConfig, optim: OptimConfig) -> di
             "split_fingerprint": data.fingerprint(),
             "split_sizes": {k: len(v) for k, v in data.splits.items()},
             "max_length": data_config.max_length}
+
+
+def _resolved(objective: Objective) -> dict:
+    """``run.json``'s record of what the configs resolved to (:data:`workbench.runs.RESOLVED`):
+    a run is described by it, never by today's preset table."""
+    from importlib import metadata
+
+    return {RESOLVED: {"objective": objective.record(),
+                       "package_version": metadata.version("kd-workbench")}}
 
 
 def _saver(run: Run, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, spec: TaskSpec):
@@ -131,11 +147,11 @@ def train_teacher(
     tokenizer = load_tokenizer(teacher_config.model)
     set_seed(optim.seed)
     model = load_classifier(teacher_config.model, data.spec.num_labels, data.spec.regression)
-    run = Run.create(run_dir, info, _manifest(data, data_config, optim))
+    objective = Objective.resolve(ObjectiveConfig(preset="finetune"), 0, 0)
+    run = Run.create(run_dir, info | _resolved(objective), _manifest(data, data_config, optim))
     if run.status()["state"] == "finished":
         return run
     encoded = _encode_all(data, tokenizer, data_config.max_length)
-    objective = Objective.resolve(ObjectiveConfig(preset="finetune"), 0, 0)
     job = TrainingJob(
         run=run, model=model, spec=data.spec, train_set=encoded["train"],
         dev_set=encoded["dev"], optim=optim,
@@ -251,7 +267,7 @@ def distill(
     )
     if objective.gradient_kd:
         prepare_gradient_student(teacher.model, student, objective_config.dropout)
-    run = Run.create(run_dir, info, _manifest(data, data_config, optim))
+    run = Run.create(run_dir, info | _resolved(objective), _manifest(data, data_config, optim))
     if run.status()["state"] == "finished":
         return run
     encoded = _encode_all(data, tokenizer, data_config.max_length)

@@ -32,6 +32,7 @@ from typing import Any
 from workbench.errors import WorkbenchError
 
 RUN_FILE = "run.json"
+RESOLVED = "resolved"  # the key of run.json's record of what the configs resolved to
 PACKAGES = ("torch", "transformers", "captum", "datasets", "tokenizers", "numpy", "kd-workbench")
 
 
@@ -109,18 +110,30 @@ class Run:
         """A new run folder holding ``info`` (kind, configs, task) and a manifest.
 
         An existing folder with the same ``info`` is reopened (so the training resumes); one
-        with other settings is refused rather than overwritten."""
+        with other settings is refused rather than overwritten. ``info["resolved"]`` records
+        what the settings resolved to (the objective's weights, temperature, layer pairs...):
+        when the same settings now resolve otherwise (a preset's defaults changed), the folder
+        is refused too; a folder written before runs kept that record is reopened."""
         run = cls(Path(path))
         if (run.path / RUN_FILE).exists():
             existing = run.read_json(RUN_FILE)
-            if existing != json.loads(json.dumps(info, default=str)):
-                changed = sorted(
-                    k for k in set(existing) | set(info)
-                    if existing.get(k) != json.loads(json.dumps(info.get(k), default=str))
-                )
+            given = json.loads(json.dumps(info, default=str))
+            changed = sorted(k for k in (set(existing) | set(given)) - {RESOLVED}
+                             if existing.get(k) != given.get(k))
+            if changed:
                 raise WorkbenchError(
                     f"{run.path} already holds a run with other settings ({', '.join(changed)}): "
                     "choose another --run-dir, or delete that folder"
+                )
+            then, now = (existing.get(RESOLVED, {}).get("objective"),
+                         given.get(RESOLVED, {}).get("objective"))
+            if then is not None and then != now:
+                keys = sorted(k for k in set(then) | set(now or {})
+                              if then.get(k) != (now or {}).get(k))
+                raise WorkbenchError(
+                    f"{run.path} was trained with an objective that the same options no longer "
+                    f"resolve to (changed: {', '.join(keys)}; a preset's defaults changed): "
+                    "choose another --run-dir"
                 )
             return run
         if run.path.exists() and any(run.path.iterdir()):
