@@ -27,6 +27,7 @@ from workbench.config import (
 from workbench.data import EncodedSplit, TaskData, TaskSpec, encode, load_task
 from workbench.errors import WorkbenchError
 from workbench.evaluation import evaluate_logits, predict_logits
+from workbench.files import atomic_write_json, atomic_write_text
 from workbench.models import (
     LoadedRun,
     check_same_vocabulary,
@@ -45,7 +46,7 @@ from workbench.models import (
     set_embeddings_trainable,
     set_label_names,
 )
-from workbench.runs import Run, atomic_write_json, atomic_write_text, model_card, replace_directory
+from workbench.runs import Run, model_card, replace_directory
 
 EXECUTION_SETTINGS = ("threads", "device", "log_every")
 

@@ -32,7 +32,7 @@ from workbench.config import (
     to_dict,
 )
 from workbench.errors import WorkbenchError
-from workbench.runs import atomic_write_json
+from workbench.files import atomic_write_json
 
 STUDY_NAME = "kdw-tune"
 

@@ -123,11 +123,13 @@ def test_attribute_writes_reloadable_records(tmp_path, tiny_task_dir, tiny_model
                  "--model", str(tiny_model_dir), "--epochs", "0.1", "--threads", "1"]) == 0
     capsys.readouterr()
     out = tmp_path / "attributions"
+    awkward = "good\u2028movie\u0085plot\u2029\r nice"  # str.splitlines splits at each
     assert main(["attribute", str(teacher), "--out", str(out), "--text", "good movie",
-                 "--split", "test", "--examples", "0-2", "--views", "all",
+                 "--text", awkward, "--split", "test", "--examples", "0-2", "--views", "all",
                  "--steps", "2"]) == 0
     records = load_attributions(out / "teacher.jsonl")
-    assert len(records) == 4 and records[0].text == "good movie"
+    assert len(records) == 5 and records[0].text == "good movie"
+    assert records[1].text == awkward
     assert records[0].tokens == ["[CLS]", "good", "movie", "[SEP]"]
     assert len(records[0].maps) == 3 and all(len(m) == 4 for m in records[0].maps)
     assert records[0].settings["steps"] == 2

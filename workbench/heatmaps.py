@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from workbench.config import MapSettings, option
 from workbench.errors import WorkbenchError
+from workbench.files import parse_json_lines
 
 if TYPE_CHECKING:
     from workbench.attribution import AttributionConfig
@@ -460,18 +461,11 @@ def _records(text: str, filename: str) -> list[dict]:
             return [dict(row) for row in reader]
         except csv.Error as error:
             raise WorkbenchError(f"{filename}: not a valid CSV file ({error})") from None
-    records = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise WorkbenchError(f"{filename} line {number}: not JSON ({error.msg})") from None
+    records = parse_json_lines(text, filename)
+    for number, record in records:
         if not isinstance(record, dict):
-            raise WorkbenchError(f"{filename} line {number}: expected an object with a text")
-        records.append(record)
-    return records
+            raise WorkbenchError(f"{filename}, line {number}: expected an object with a text")
+    return [record for _, record in records]
 
 
 def read_examples(

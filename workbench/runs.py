@@ -30,21 +30,15 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import WorkbenchError
+from workbench.files import (
+    append_json_line,
+    atomic_write_json,
+    read_json_lines,
+    write_json_lines,
+)
 
 RUN_FILE = "run.json"
 PACKAGES = ("torch", "transformers", "captum", "datasets", "tokenizers", "numpy", "kd-workbench")
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path``, then rename it over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)
-
-
-def atomic_write_json(path: Path, value: Any) -> None:
-    atomic_write_text(path, json.dumps(value, indent=2, sort_keys=True, default=str) + "\n")
 
 
 def replace_directory(target: Path, write: Any) -> None:
@@ -171,31 +165,18 @@ class Run:
         atomic_write_json(self.path / "status.json", {"state": state, **details})
 
     def append_metrics(self, record: dict[str, Any]) -> None:
-        with open(self.path / "metrics.jsonl", "a") as handle:
-            handle.write(json.dumps(record, sort_keys=True) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        append_json_line(self.path / "metrics.jsonl", record)
 
     def metrics(self, split: str | None = None) -> list[dict[str, Any]]:
         """The logged records: evaluations (``split`` ``"dev"``) and objective diagnostics
         (``"train"``, see :mod:`kd.diagnostics`); all of them when ``split`` is None."""
-        path = self.path / "metrics.jsonl"
-        if not path.exists():
-            return []
-        records = []
-        for line in path.read_text().splitlines():
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a line cut by a kill mid-write
+        records = read_json_lines(self.path / "metrics.jsonl")
         return [r for r in records if split is None or r.get("split") == split]
 
     def truncate_metrics(self, after_step: int) -> None:
         """Forget evaluations logged after ``after_step`` (they are redone on resume)."""
         kept = [r for r in self.metrics() if r.get("step", 0) <= after_step]
-        atomic_write_text(
-            self.path / "metrics.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept)
-        )
+        write_json_lines(self.path / "metrics.jsonl", kept)
 
     def results(self) -> dict[str, Any] | None:
         return self.read_json("results.json") if (self.path / "results.json").exists() else None

@@ -1,0 +1,86 @@
+"""Files we write we can read back: atomic writes, and JSON Lines that survive any text and a
+kill.
+
+A JSON Lines file here is split at ``"\\n"`` only, never with :meth:`str.splitlines` (which
+also splits at U+0085, U+2028, U+2029 and other characters that JSON leaves raw inside strings).
+:func:`json_line` escapes those characters and lone surrogates anyway, so that any reader, and
+UTF-8, takes the line whole; every other character stays readable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from workbench.errors import WorkbenchError
+
+# what str.splitlines splits at and json.dumps(ensure_ascii=False) leaves raw, and lone
+# surrogates (from undecodable command-line bytes), which UTF-8 cannot encode
+_UNSAFE = re.compile("[\u0085\u2028\u2029\ud800-\udfff]")
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path``, then rename it over ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, path)
+
+
+def atomic_write_json(path: Path, value: Any) -> None:
+    atomic_write_text(path, json.dumps(value, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def json_line(value: Any) -> str:
+    """``value`` as one line of JSON, newline included, whatever text it holds."""
+    text = json.dumps(value, ensure_ascii=False)
+    return _UNSAFE.sub(lambda match: f"\\u{ord(match.group()):04x}", text) + "\n"
+
+
+def append_json_line(path: Path, value: Any) -> None:
+    """Append ``value`` to the JSON Lines file ``path`` and flush it to disk. A last line that
+    a kill cut short (no newline) is ended first, so that it loses only itself."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+b") as handle:
+        size = handle.seek(0, os.SEEK_END)
+        if size:
+            handle.seek(size - 1)
+            if handle.read(1) != b"\n":
+                handle.write(b"\n")
+        handle.write(json_line(value).encode())
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def write_json_lines(path: Path, values: Iterable[Any]) -> None:
+    """Write a whole JSON Lines file atomically."""
+    atomic_write_text(path, "".join(json_line(value) for value in values))
+
+
+def parse_json_lines(text: str, source: str | None = None) -> list[tuple[int, Any]]:
+    """``(line number, value)`` of each non-blank line of JSON Lines ``text``. A line that is
+    not JSON is an error naming ``source`` and the line; without ``source`` it is skipped, as a
+    log's line cut by a kill."""
+    values = []
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            values.append((number, json.loads(line)))
+        except json.JSONDecodeError as error:
+            if source is not None:
+                raise WorkbenchError(f"{source}, line {number}: not JSON ({error.msg})") from None
+    return values
+
+
+def read_json_lines(path: Path) -> list[Any]:
+    """The values of a JSON Lines log (none while it does not exist), skipping a line cut by a
+    kill, even one cut inside a character."""
+    if not path.exists():
+        return []
+    return [value for _, value in
+            parse_json_lines(path.read_bytes().decode("utf-8", errors="replace"))]
