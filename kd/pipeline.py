@@ -25,7 +25,7 @@ from workbench.config import (
     to_dict,
 )
 from workbench.data import EncodedSplit, TaskData, TaskSpec, encode, load_task
-from workbench.errors import WorkbenchError
+from workbench.errors import WorkbenchError, first_line
 from workbench.evaluation import evaluate_logits, predict_logits
 from workbench.files import atomic_write_json, atomic_write_text
 from workbench.models import (
@@ -125,11 +125,11 @@ def train_teacher(
 ) -> Run:
     """Fine-tune a teacher with cross-entropy (MSE for regression) into ``run_dir``."""
     device = _configure(optim)
+    tokenizer = load_tokenizer(teacher_config.model)  # a bad name fails before the data load
     data = load_task(data_config)
     info = {"kind": "teacher", "method": "finetune", "task": dataclasses.asdict(data.spec),
             "configs": {"data": to_dict(data_config), "teacher": to_dict(teacher_config),
                         "optim": _identity(optim)}}
-    tokenizer = load_tokenizer(teacher_config.model)
     set_seed(optim.seed)
     model = load_classifier(teacher_config.model, data.spec.num_labels, data.spec.regression)
     run = Run.create(run_dir, info, _manifest(data, data_config, optim))
@@ -312,6 +312,5 @@ def export_model(run_dir: str | Path, out: str | Path, push_to_hub: str | None =
                 commit_message="Model card from the kd-workbench run",
             )
         except (OSError, ValueError) as error:  # network, authorisation, invalid repository id
-            first_line = (str(error).splitlines() or [type(error).__name__])[0]
-            raise WorkbenchError(f"pushing to {push_to_hub} failed: {first_line}") from None
+            raise WorkbenchError(f"pushing to {push_to_hub} failed: {first_line(error)}") from None
     return out

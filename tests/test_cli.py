@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -41,13 +42,32 @@ def test_unknown_task_model_and_missing_column(tmp_path, tiny_model_dir, capsys)
     assert main(["train-teacher", "--run-dir", run_dir, "--task", "sst-3"]) == 2
     assert "unknown task 'sst-3'" in _error_line(capsys)
     assert main(["train-teacher", "--run-dir", run_dir, "--model", "./nowhere/model"]) == 2
-    assert "not found" in _error_line(capsys)
+    assert "no such file or folder: ./nowhere/model" in _error_line(capsys)
     bad = tmp_path / "bad.csv"
     pd.DataFrame({"text": ["a", "b"], "gold": [0, 1]}).to_csv(bad, index=False)
     assert main(["train-teacher", "--run-dir", run_dir, "--task", str(bad),
                  "--model", str(tiny_model_dir)]) == 2
     assert "missing column(s) ['label']" in _error_line(capsys)
     assert not Path(run_dir).exists()
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--model", "./nowhere/model"), ("--model", "org/model/v1"), ("--model", "bert.safetensors"),
+     ("--task", "data/missing"), ("--task", "missing.csv"), ("--task", "~/no-such-kdw-task"),
+     ("--glue-dir", "./no-glue")],
+)
+def test_a_missing_path_fails_at_once(option, value, tmp_path, tiny_model_dir, tiny_task_dir,
+                                      capsys):
+    run_dir = tmp_path / "run"
+    given = {"--model": str(tiny_model_dir), "--task": str(tiny_task_dir)}
+    given |= {option: value} | ({"--task": "sst2"} if option == "--glue-dir" else {})
+    start = time.monotonic()
+    arguments = [part for pair in given.items() for part in pair]
+    assert main(["train-teacher", "--run-dir", str(run_dir), *arguments]) == 2
+    assert time.monotonic() - start < 10
+    assert _error_line(capsys) == f"kdw: error: no such file or folder: {value}"
+    assert not run_dir.exists()
 
 
 def test_corrupt_and_partial_runs(tmp_path, capsys):

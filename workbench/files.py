@@ -1,5 +1,5 @@
 """Files we write we can read back: atomic writes, and JSON Lines that survive any text and a
-kill.
+kill; and names of files that must exist.
 
 A JSON Lines file here is split at ``"\\n"`` only, never with :meth:`str.splitlines` (which
 also splits at U+0085, U+2028, U+2029 and other characters that JSON leaves raw inside strings).
@@ -21,6 +21,36 @@ from workbench.errors import WorkbenchError
 # what str.splitlines splits at and json.dumps(ensure_ascii=False) leaves raw, and lone
 # surrogates (from undecodable command-line bytes), which UTF-8 cannot encode
 _UNSAFE = re.compile("[\u0085\u2028\u2029\ud800-\udfff]")
+# endings that make a name a file: data tables and model weights
+FILE_SUFFIXES = (".csv", ".tsv", ".json", ".jsonl", ".parquet", ".txt", ".bin", ".pt", ".pth",
+                 ".safetensors", ".ckpt", ".onnx", ".h5", ".msgpack")
+
+
+def looks_like_path(name: str, *, hub_ids: bool = False) -> bool:
+    """Whether ``name`` reads as a file or folder rather than a registered name: it starts with
+    '.', '~' or '/', ends in a file extension, or holds a path separator — for ``hub_ids``, a
+    backslash or a second '/' (``org/model`` names a hub repository)."""
+    slashes = 2 if hub_ids else 1
+    return (name.startswith((".", "~", "/")) or name.count("/") >= slashes or "\\" in name
+            or name.lower().endswith(FILE_SUFFIXES))
+
+
+def existing_path(name: str) -> Path:
+    """``name`` (``~`` expanded) as a path that exists, else a one-line error."""
+    path = Path(name).expanduser()
+    if not path.exists():
+        raise WorkbenchError(f"no such file or folder: {name}")
+    return path
+
+
+def local_path(name: str, *, hub_ids: bool = False) -> Path | None:
+    """The file or folder ``name`` names, or None for a name that is not one (a task or model
+    name); a name that looks like a path (:func:`looks_like_path`) must exist, so that a typo
+    fails at once instead of being looked up elsewhere."""
+    if looks_like_path(name, hub_ids=hub_ids):
+        return existing_path(name)
+    path = Path(name)
+    return path if path.exists() else None
 
 
 def atomic_write_text(path: Path, text: str) -> None:
