@@ -132,20 +132,21 @@ def train_teacher(
                         "optim": _identity(optim)}}
     set_seed(optim.seed)
     model = load_classifier(teacher_config.model, data.spec.num_labels, data.spec.regression)
-    run = Run.create(run_dir, info, _manifest(data, data_config, optim))
-    if run.status()["state"] == "finished":
-        return run
-    encoded = _encode_all(data, tokenizer, data_config.max_length)
-    objective = Objective.resolve(ObjectiveConfig(preset="finetune"), 0, 0)
-    job = TrainingJob(
-        run=run, model=model, spec=data.spec, train_set=encoded["train"],
-        dev_set=encoded["dev"], optim=optim,
-        loss=lambda m, batch: objective(m, batch, {}), weights=objective.weights,
-        save_model=_saver(run, model, tokenizer, data.spec), pad_token_id=tokenizer.pad_token_id,
-        callbacks=callbacks, device=device,
-    )
-    if train(job):
-        _finish(run, model, data, encoded, optim.eval_batch_size, tokenizer.pad_token_id)
+    with Run.writing(run_dir, info, _manifest(data, data_config, optim)) as run:
+        if run.status()["state"] == "finished":
+            return run
+        encoded = _encode_all(data, tokenizer, data_config.max_length)
+        objective = Objective.resolve(ObjectiveConfig(preset="finetune"), 0, 0)
+        job = TrainingJob(
+            run=run, model=model, spec=data.spec, train_set=encoded["train"],
+            dev_set=encoded["dev"], optim=optim,
+            loss=lambda m, batch: objective(m, batch, {}), weights=objective.weights,
+            save_model=_saver(run, model, tokenizer, data.spec),
+            pad_token_id=tokenizer.pad_token_id,
+            callbacks=callbacks, device=device,
+        )
+        if train(job):
+            _finish(run, model, data, encoded, optim.eval_batch_size, tokenizer.pad_token_id)
     return run
 
 
@@ -252,36 +253,37 @@ def distill(
     )
     if objective.gradient_kd:
         prepare_gradient_student(teacher.model, student, objective_config.dropout)
-    run = Run.create(run_dir, info, _manifest(data, data_config, optim))
-    if run.status()["state"] == "finished":
-        return run
-    encoded = _encode_all(data, tokenizer, data_config.max_length)
-    caches = teacher_caches(teacher, objective, encoded, data, data_config.max_length,
-                            Path(cache_dir) if cache_dir else run.cache_dir,
-                            optim.eval_batch_size)
-    train_cache = caches["train"]
-    teacher_logits = {split: caches[split].per_example["logits"] for split in ("dev", "test")}
-    live_fields = objective.live_fields()
+    with Run.writing(run_dir, info, _manifest(data, data_config, optim)) as run:
+        if run.status()["state"] == "finished":
+            return run
+        encoded = _encode_all(data, tokenizer, data_config.max_length)
+        caches = teacher_caches(teacher, objective, encoded, data, data_config.max_length,
+                                Path(cache_dir) if cache_dir else run.cache_dir,
+                                optim.eval_batch_size)
+        train_cache = caches["train"]
+        teacher_logits = {split: caches[split].per_example["logits"] for split in ("dev", "test")}
+        live_fields = objective.live_fields()
 
-    def loss(model: PreTrainedModel, batch: dict) -> dict:
-        length = batch["input_ids"].shape[1]
-        values = {name: train_cache.gather(name, batch["index"].cpu(), length).to(device)
-                  for name in objective.cached_fields()}
-        if live_fields:
-            with torch.no_grad():
-                values |= objective.teacher_batch(teacher.model, batch, live_fields)
-        return objective(model, batch, values)
+        def loss(model: PreTrainedModel, batch: dict) -> dict:
+            length = batch["input_ids"].shape[1]
+            values = {name: train_cache.gather(name, batch["index"].cpu(), length).to(device)
+                      for name in objective.cached_fields()}
+            if live_fields:
+                with torch.no_grad():
+                    values |= objective.teacher_batch(teacher.model, batch, live_fields)
+            return objective(model, batch, values)
 
-    job = TrainingJob(
-        run=run, model=student, spec=data.spec, train_set=encoded["train"],
-        dev_set=encoded["dev"], optim=optim, loss=loss, weights=objective.weights,
-        save_model=_saver(run, student, tokenizer, data.spec), pad_token_id=tokenizer.pad_token_id,
-        dev_teacher_logits=teacher_logits["dev"],
-        callbacks=callbacks, device=device,
-    )
-    if train(job):
-        _finish(run, student, data, encoded, optim.eval_batch_size,
-                tokenizer.pad_token_id, teacher_logits)
+        job = TrainingJob(
+            run=run, model=student, spec=data.spec, train_set=encoded["train"],
+            dev_set=encoded["dev"], optim=optim, loss=loss, weights=objective.weights,
+            save_model=_saver(run, student, tokenizer, data.spec),
+            pad_token_id=tokenizer.pad_token_id,
+            dev_teacher_logits=teacher_logits["dev"],
+            callbacks=callbacks, device=device,
+        )
+        if train(job):
+            _finish(run, student, data, encoded, optim.eval_batch_size,
+                    tokenizer.pad_token_id, teacher_logits)
     return run
 
 

@@ -32,7 +32,7 @@ from workbench.config import (
     to_dict,
 )
 from workbench.errors import WorkbenchError
-from workbench.files import atomic_write_json
+from workbench.files import atomic_write_json, hold
 
 STUDY_NAME = "kdw-tune"
 
@@ -309,7 +309,6 @@ def tune(data: DataConfig, student: StudentConfig, objective: ObjectiveConfig,
     Bad settings (an unknown parameter, an empty or inverted range, a value outside a domain,
     a study of another preset or task in ``out``) raise before anything is written."""
     import optuna
-    from filelock import FileLock, Timeout
 
     from kd.objective import preset_weights
     from kd.pipeline import distill
@@ -332,12 +331,7 @@ def tune(data: DataConfig, student: StudentConfig, objective: ObjectiveConfig,
     if out.exists() and not out.is_dir():
         raise WorkbenchError(f"--out {out} is a file: give a folder")
     out.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(out / "study.lock")
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        raise WorkbenchError(f"another kdw tune is running the study in {out}") from None
-    with lock:
+    with hold(out / "study.lock", f"the study in {out}"):
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         study = _study(out, objective.preset, data.task, space, config.prune)
         _retry_interrupted(study)

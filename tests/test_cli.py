@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -160,3 +161,37 @@ def test_attribute_writes_reloadable_records(tmp_path, tiny_task_dir, tiny_model
     assert main(["attribute", str(teacher), "--out", str(out), "--text", "x",
                  "--top-k", "99"]) == 2
     assert "top_k" in _error_line(capsys)
+
+
+def test_a_second_writer_of_a_run_is_refused(tmp_path, tiny_task_dir, tiny_model_dir):
+    """Two real processes on one --run-dir: the second is refused, naming the first, which
+    trains on undisturbed (it is paused while the second tries, so the timing is fixed)."""
+    run_dir = tmp_path / "run"
+    command = [sys.executable, "-m", "kd.cli", "train-teacher", "--run-dir", str(run_dir),
+               "--task", str(tiny_task_dir), "--model", str(tiny_model_dir), "--epochs", "2",
+               "--threads", "1", "--log-every", "1"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    log = tmp_path / "first.log"
+    with open(log, "w") as output:
+        first = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 300
+        while not (run_dir / "checkpoint.pt").exists() and first.poll() is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        first.send_signal(signal.SIGSTOP)
+        second = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300,
+                                check=False)
+    finally:
+        first.send_signal(signal.SIGCONT)
+    assert first.wait(timeout=300) == 0, log.read_text()
+    assert second.returncode == 2
+    assert second.stderr.strip().splitlines() == [
+        f"kdw: error: run folder {run_dir} is in use by process {first.pid}: wait for it to end, "
+        "or stop it and run the command again"
+    ]
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == len(set(lines)) > 2
+    steps = [(r["split"], r["step"]) for r in map(json.loads, lines)]
+    assert len(steps) == len(set(steps))
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "finished"

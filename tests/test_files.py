@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,12 +14,16 @@ from hypothesis import strategies as st
 from workbench.errors import WorkbenchError
 from workbench.files import (
     append_json_line,
+    atomic_path,
+    atomic_write_text,
+    hold,
     json_line,
     parse_json_lines,
     read_json_lines,
     write_json_lines,
 )
 
+ROOT = Path(__file__).resolve().parents[1]
 # characters that str.splitlines or UTF-8 trip over, mixed into generated text
 AWKWARD = "\u2028\u2029\u0085\r\n\x0b\x0c\x1c\x1d\x1e\udcff\ufeff\"\\"
 texts = st.text() | st.text(alphabet=st.sampled_from(AWKWARD) | st.characters(), min_size=1)
@@ -61,3 +68,48 @@ def test_a_bad_line_of_a_file_given_to_us_is_named():
     with pytest.raises(WorkbenchError, match=r"^in\.jsonl, line 4: not JSON"):
         parse_json_lines(text, "in.jsonl")
     assert parse_json_lines(text) == [(1, {"a": 1}), (3, {"a": "x\u2028y"})]
+
+
+def test_atomic_writes_use_their_own_temporary_files(tmp_path: Path):
+    target = tmp_path / "results.json"
+    atomic_write_text(target, "old")
+    with atomic_path(target) as first, atomic_path(target) as second:
+        assert first != second and first.parent == second.parent == tmp_path
+        first.write_text("first")
+        second.write_text("second")
+    assert target.read_text() == "first"  # whole, from the writer that ended last
+    with pytest.raises(RuntimeError), atomic_path(target) as failed:
+        failed.write_text("half")
+        raise RuntimeError
+    assert target.read_text() == "first"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]
+    plain = tmp_path / "plain"
+    plain.write_text("")
+    assert target.stat().st_mode == plain.stat().st_mode
+
+
+HOLDER = """
+import sys, time
+from pathlib import Path
+from workbench.files import hold
+with hold(Path(sys.argv[1]), "the folder"):
+    print("held", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_a_lock_names_its_holder_and_dies_with_it(tmp_path: Path):
+    lock = tmp_path / "run" / ".lock"
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(lock)], stdout=subprocess.PIPE,
+                              text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(WorkbenchError, match=rf"^the folder is in use by process "
+                           rf"{holder.pid}: wait for it to end"), hold(lock, "the folder"):
+            pass
+    finally:
+        holder.kill()  # SIGKILL: no clean-up, the lock file stays with its id in it
+        holder.wait()
+    assert lock.read_text() == f"{holder.pid}\n"
+    with hold(lock, "the folder"):
+        assert lock.read_text() == f"{os.getpid()}\n"

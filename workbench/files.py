@@ -1,5 +1,6 @@
-"""Files we write we can read back: atomic writes, and JSON Lines that survive any text and a
-kill; and names of files that must exist.
+"""Files we write we can read back: atomic writes under unique temporary names, JSON Lines that
+survive any text and a kill, exclusive locks that name their holder, and names of files that
+must exist.
 
 A JSON Lines file here is split at ``"\\n"`` only, never with :meth:`str.splitlines` (which
 also splits at U+0085, U+2028, U+2029 and other characters that JSON leaves raw inside strings).
@@ -12,11 +13,13 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable
+import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from workbench.errors import WorkbenchError
+from workbench.errors import WorkbenchError, first_line
 
 # what str.splitlines splits at and json.dumps(ensure_ascii=False) leaves raw, and lone
 # surrogates (from undecodable command-line bytes), which UTF-8 cannot encode
@@ -53,12 +56,66 @@ def local_path(name: str, *, hub_ids: bool = False) -> Path | None:
     return path if path.exists() else None
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path``, then rename it over ``path``."""
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_FILE_MODE = 0o666 & ~_umask()  # what open() would give a new file (read at import: one thread)
+
+
+@contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """A uniquely named temporary path beside ``path`` for the block to write; renamed over
+    ``path`` when the block ends, removed when it fails. A reader sees the old file or the new
+    one, never half of one, and two writers never share a temporary file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, path)
+    descriptor, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(descriptor)
+    temporary = Path(name)
+    try:
+        os.chmod(temporary, _FILE_MODE)
+        yield temporary
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically (:func:`atomic_path`)."""
+    with atomic_path(path) as temporary:
+        temporary.write_text(text, encoding="utf-8")
+
+
+@contextmanager
+def hold(lock_path: Path, what: str) -> Iterator[None]:
+    """Hold the lock file ``lock_path`` exclusively while the block runs, this process's id
+    written in it. The lock is the kernel's (``flock``) and dies with its process, so the lock of
+    a killed process is taken over. While another process holds it: a one-line error saying
+    that ``what`` is in use by that process."""
+    from filelock import FileLock, Timeout
+
+    def write_pid(descriptor: int) -> None:
+        os.ftruncate(descriptor, 0)
+        os.pwrite(descriptor, f"{os.getpid()}\n".encode(), 0)
+
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(lock_path, blocking=False, on_acquired=write_pid)
+    try:
+        lock.acquire()
+    except Timeout:
+        holder = lock_path.read_text().strip() or "?"  # "?": it has not written its id yet
+        raise WorkbenchError(
+            f"{what} is in use by process {holder}: wait for it to end, or stop it and run "
+            "the command again"
+        ) from None
+    except OSError as error:  # a read-only folder, a file system without locks
+        raise WorkbenchError(f"cannot lock {what}: {first_line(error)}") from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def atomic_write_json(path: Path, value: Any) -> None:

@@ -11,6 +11,7 @@
                     a Hugging Face checkpoint with the task's label names
   results.json      final dev/test metrics of the best model
   teacher_cache/    what the frozen teacher says about each example (students only)
+  .lock             held by the process writing the run, its id inside (see Run.writing)
 ```
 """
 
@@ -24,6 +25,8 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -33,11 +36,13 @@ from workbench.errors import WorkbenchError
 from workbench.files import (
     append_json_line,
     atomic_write_json,
+    hold,
     read_json_lines,
     write_json_lines,
 )
 
 RUN_FILE = "run.json"
+LOCK_FILE = ".lock"
 PACKAGES = ("torch", "transformers", "captum", "datasets", "tokenizers", "numpy", "kd-workbench")
 
 
@@ -99,27 +104,42 @@ class Run:
         return self.path.name
 
     @classmethod
-    def create(cls, path: str | Path, info: dict[str, Any], manifest: dict[str, Any]) -> Run:
-        """A new run folder holding ``info`` (kind, configs, task) and a manifest.
+    @contextmanager
+    def writing(cls, path: str | Path, info: dict[str, Any],
+                manifest: dict[str, Any]) -> Iterator[Run]:
+        """The run folder ``path`` holding ``info`` (kind, configs, task) and a manifest, written
+        by this process alone while the block runs.
 
-        An existing folder with the same ``info`` is reopened (so the training resumes); one
-        with other settings is refused rather than overwritten."""
+        A new folder is created; an existing one with the same ``info`` is reopened (so the
+        training resumes); one with other settings, or a folder that is not a run, is refused
+        rather than overwritten. So is a run that another process is writing: the one-line
+        error names that process. Its lock (``.lock``) dies with it, so a killed run resumes."""
         run = cls(Path(path))
-        if (run.path / RUN_FILE).exists():
-            existing = run.read_json(RUN_FILE)
-            if existing != json.loads(json.dumps(info, default=str)):
-                changed = sorted(
-                    k for k in set(existing) | set(info)
-                    if existing.get(k) != json.loads(json.dumps(info.get(k), default=str))
-                )
-                raise WorkbenchError(
-                    f"{run.path} already holds a run with other settings ({', '.join(changed)}): "
-                    "choose another --run-dir, or delete that folder"
-                )
-            return run
-        if run.path.exists() and any(run.path.iterdir()):
+        if run.path.is_file() or (
+            not (run.path / RUN_FILE).exists() and run.path.exists()
+            and any(p.name != LOCK_FILE for p in run.path.iterdir())
+        ):
             raise WorkbenchError(f"{run.path} exists and is not a run folder: choose another")
-        run.path.mkdir(parents=True, exist_ok=True)
+        with hold(run.path / LOCK_FILE, f"run folder {run.path}"):
+            if (run.path / RUN_FILE).exists():
+                run._check_settings(info)
+            else:
+                run._start(info, manifest)
+            yield run
+
+    def _check_settings(self, info: dict[str, Any]) -> None:
+        existing = self.read_json(RUN_FILE)
+        if existing != json.loads(json.dumps(info, default=str)):
+            changed = sorted(
+                k for k in set(existing) | set(info)
+                if existing.get(k) != json.loads(json.dumps(info.get(k), default=str))
+            )
+            raise WorkbenchError(
+                f"{self.path} already holds a run with other settings ({', '.join(changed)}): "
+                "choose another --run-dir, or delete that folder"
+            )
+
+    def _start(self, info: dict[str, Any], manifest: dict[str, Any]) -> None:
         manifest = {
             **manifest,
             "versions": _versions(),
@@ -127,10 +147,9 @@ class Run:
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "command": sys.argv,
         }
-        atomic_write_json(run.path / "manifest.json", manifest)
-        atomic_write_json(run.path / RUN_FILE, info)
-        run.set_status("created")
-        return run
+        atomic_write_json(self.path / "manifest.json", manifest)
+        atomic_write_json(self.path / RUN_FILE, info)
+        self.set_status("created")
 
     @classmethod
     def open(cls, path: str | Path) -> Run:
