@@ -315,8 +315,6 @@ def tune(data: DataConfig, student: StudentConfig, objective: ObjectiveConfig,
     from kd.trainer import main_metric
     from workbench.data import load_task
 
-    if config.trials < 1:
-        raise WorkbenchError(f"--trials must be at least 1, got {config.trials}")
     out = Path(out)
     base_weights = preset_weights(objective)
     space = search_space(objective.preset, config.space, base_weights)

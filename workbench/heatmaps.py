@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from workbench.config import MapSettings, option
+from workbench.config import Checked, MapSettings, colormap, option, positive_number
 from workbench.errors import WorkbenchError
 from workbench.files import parse_json_lines
 
@@ -53,16 +53,16 @@ class HeatmapSettings(MapSettings):
 
 
 @dataclass
-class ExportSettings:
+class ExportSettings(Checked):
     """Which files are written and how they look."""
 
     formats: str = option(
         "svg,pdf,png,tex,html", "comma-separated formats: svg, pdf, png, tex, html"
     )
-    dpi: float = option(200.0, "PNG resolution in dots per inch")
+    dpi: float = option(200.0, "PNG resolution in dots per inch", domain=positive_number)
     cmap: str | None = option(
         None, "matplotlib colormap (default: colour-blind-safe PuOr_r for signed scores, "
-        "Oranges for non-negative ones)"
+        "Oranges for non-negative ones)", domain=colormap,
     )
     merge_wordpieces: bool = option(
         False, "join WordPiece continuations (##ing) onto their word, summing their scores"
