@@ -25,8 +25,9 @@ from workbench.config import (
     to_dict,
 )
 from workbench.data import EncodedSplit, TaskData, TaskSpec, encode, load_task
-from workbench.errors import WorkbenchError
+from workbench.errors import WorkbenchError, first_line
 from workbench.evaluation import evaluate_logits, predict_logits
+from workbench.files import atomic_write_json, atomic_write_text
 from workbench.models import (
     LoadedRun,
     check_same_vocabulary,
@@ -45,14 +46,7 @@ from workbench.models import (
     set_embeddings_trainable,
     set_label_names,
 )
-from workbench.runs import (
-    RESOLVED,
-    Run,
-    atomic_write_json,
-    atomic_write_text,
-    model_card,
-    replace_directory,
-)
+from workbench.runs import RESOLVED, Run, model_card, replace_directory
 
 EXECUTION_SETTINGS = ("threads", "device", "log_every")
 
@@ -140,27 +134,29 @@ def train_teacher(
 ) -> Run:
     """Fine-tune a teacher with cross-entropy (MSE for regression) into ``run_dir``."""
     device = _configure(optim)
+    tokenizer = load_tokenizer(teacher_config.model)  # a bad name fails before the data load
     data = load_task(data_config)
     info = {"kind": "teacher", "method": "finetune", "task": dataclasses.asdict(data.spec),
             "configs": {"data": to_dict(data_config), "teacher": to_dict(teacher_config),
                         "optim": _identity(optim)}}
-    tokenizer = load_tokenizer(teacher_config.model)
     set_seed(optim.seed)
     model = load_classifier(teacher_config.model, data.spec.num_labels, data.spec.regression)
     objective = Objective.resolve(ObjectiveConfig(preset="finetune"), 0, 0)
-    run = Run.create(run_dir, info | _resolved(objective), _manifest(data, data_config, optim))
-    if run.status()["state"] == "finished":
-        return run
-    encoded = _encode_all(data, tokenizer, data_config.max_length)
-    job = TrainingJob(
-        run=run, model=model, spec=data.spec, train_set=encoded["train"],
-        dev_set=encoded["dev"], optim=optim,
-        loss=lambda m, batch: objective(m, batch, {}), weights=objective.weights,
-        save_model=_saver(run, model, tokenizer, data.spec), pad_token_id=tokenizer.pad_token_id,
-        callbacks=callbacks, device=device,
-    )
-    if train(job):
-        _finish(run, model, data, encoded, optim.eval_batch_size, tokenizer.pad_token_id)
+    record = info | _resolved(objective)
+    with Run.writing(run_dir, record, _manifest(data, data_config, optim)) as run:
+        if run.status()["state"] == "finished":
+            return run
+        encoded = _encode_all(data, tokenizer, data_config.max_length)
+        job = TrainingJob(
+            run=run, model=model, spec=data.spec, train_set=encoded["train"],
+            dev_set=encoded["dev"], optim=optim,
+            loss=lambda m, batch: objective(m, batch, {}), weights=objective.weights,
+            save_model=_saver(run, model, tokenizer, data.spec),
+            pad_token_id=tokenizer.pad_token_id,
+            callbacks=callbacks, device=device,
+        )
+        if train(job):
+            _finish(run, model, data, encoded, optim.eval_batch_size, tokenizer.pad_token_id)
     return run
 
 
@@ -267,36 +263,38 @@ def distill(
     )
     if objective.gradient_kd:
         prepare_gradient_student(teacher.model, student, objective_config.dropout)
-    run = Run.create(run_dir, info | _resolved(objective), _manifest(data, data_config, optim))
-    if run.status()["state"] == "finished":
-        return run
-    encoded = _encode_all(data, tokenizer, data_config.max_length)
-    caches = teacher_caches(teacher, objective, encoded, data, data_config.max_length,
-                            Path(cache_dir) if cache_dir else run.cache_dir,
-                            optim.eval_batch_size)
-    train_cache = caches["train"]
-    teacher_logits = {split: caches[split].per_example["logits"] for split in ("dev", "test")}
-    live_fields = objective.live_fields()
+    record = info | _resolved(objective)
+    with Run.writing(run_dir, record, _manifest(data, data_config, optim)) as run:
+        if run.status()["state"] == "finished":
+            return run
+        encoded = _encode_all(data, tokenizer, data_config.max_length)
+        caches = teacher_caches(teacher, objective, encoded, data, data_config.max_length,
+                                Path(cache_dir) if cache_dir else run.cache_dir,
+                                optim.eval_batch_size)
+        train_cache = caches["train"]
+        teacher_logits = {split: caches[split].per_example["logits"] for split in ("dev", "test")}
+        live_fields = objective.live_fields()
 
-    def loss(model: PreTrainedModel, batch: dict) -> dict:
-        length = batch["input_ids"].shape[1]
-        values = {name: train_cache.gather(name, batch["index"].cpu(), length).to(device)
-                  for name in objective.cached_fields()}
-        if live_fields:
-            with torch.no_grad():
-                values |= objective.teacher_batch(teacher.model, batch, live_fields)
-        return objective(model, batch, values)
+        def loss(model: PreTrainedModel, batch: dict) -> dict:
+            length = batch["input_ids"].shape[1]
+            values = {name: train_cache.gather(name, batch["index"].cpu(), length).to(device)
+                      for name in objective.cached_fields()}
+            if live_fields:
+                with torch.no_grad():
+                    values |= objective.teacher_batch(teacher.model, batch, live_fields)
+            return objective(model, batch, values)
 
-    job = TrainingJob(
-        run=run, model=student, spec=data.spec, train_set=encoded["train"],
-        dev_set=encoded["dev"], optim=optim, loss=loss, weights=objective.weights,
-        save_model=_saver(run, student, tokenizer, data.spec), pad_token_id=tokenizer.pad_token_id,
-        dev_teacher_logits=teacher_logits["dev"],
-        callbacks=callbacks, device=device,
-    )
-    if train(job):
-        _finish(run, student, data, encoded, optim.eval_batch_size,
-                tokenizer.pad_token_id, teacher_logits)
+        job = TrainingJob(
+            run=run, model=student, spec=data.spec, train_set=encoded["train"],
+            dev_set=encoded["dev"], optim=optim, loss=loss, weights=objective.weights,
+            save_model=_saver(run, student, tokenizer, data.spec),
+            pad_token_id=tokenizer.pad_token_id,
+            dev_teacher_logits=teacher_logits["dev"],
+            callbacks=callbacks, device=device,
+        )
+        if train(job):
+            _finish(run, student, data, encoded, optim.eval_batch_size,
+                    tokenizer.pad_token_id, teacher_logits)
     return run
 
 
@@ -327,6 +325,5 @@ def export_model(run_dir: str | Path, out: str | Path, push_to_hub: str | None =
                 commit_message="Model card from the kd-workbench run",
             )
         except (OSError, ValueError) as error:  # network, authorisation, invalid repository id
-            first_line = (str(error).splitlines() or [type(error).__name__])[0]
-            raise WorkbenchError(f"pushing to {push_to_hub} failed: {first_line}") from None
+            raise WorkbenchError(f"pushing to {push_to_hub} failed: {first_line(error)}") from None
     return out

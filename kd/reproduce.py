@@ -31,8 +31,9 @@ from workbench.config import (
     config_key,
 )
 from workbench.errors import WorkbenchError
+from workbench.files import atomic_write_json, atomic_write_text
 from workbench.metrics import mean_and_std
-from workbench.runs import Run, atomic_write_json, atomic_write_text
+from workbench.runs import Run
 
 MAIN_METHODS = ("finetune", "kd", "pkd-skip", "pkd-last", "ckd", "adkd", "gkd", "gkd-cls")
 ABLATED_METHODS = ("ckd", "adkd", "gkd")

@@ -10,7 +10,6 @@ an uninterrupted run.
 from __future__ import annotations
 
 import math
-import os
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from kd.diagnostics import term_diagnostics
 from workbench.config import OptimConfig
 from workbench.data import EncodedSplit, TaskSpec, collate, to_device
 from workbench.evaluation import evaluate_logits, predict_logits
+from workbench.files import atomic_path
 from workbench.runs import Run, replace_directory
 
 LossFunction = Callable[[PreTrainedModel, dict[str, Tensor]], dict[str, Tensor]]
@@ -140,11 +140,10 @@ def train(job: TrainingJob) -> dict[str, float]:
         run.truncate_metrics(state["step"])
 
     def save_checkpoint() -> None:
-        temporary = run.checkpoint.with_name(".checkpoint.pt.tmp")
-        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict(), "rng": _rng_state(), "state": state},
-                   temporary)
-        os.replace(temporary, run.checkpoint)
+        with atomic_path(run.checkpoint) as temporary:
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                        "scheduler": scheduler.state_dict(), "rng": _rng_state(), "state": state},
+                       temporary)
 
     metric = main_metric(job.spec)
     run.set_status("running", step=state["step"], total=total)

@@ -33,7 +33,7 @@ from workbench.config import (
     to_dict,
 )
 from workbench.errors import WorkbenchError
-from workbench.runs import atomic_write_json
+from workbench.files import atomic_write_json, hold
 
 STUDY_NAME = "kdw-tune"
 
@@ -323,15 +323,12 @@ def tune(data: DataConfig, student: StudentConfig, objective: ObjectiveConfig,
     Bad settings (an unknown parameter, an empty or inverted range, a value outside a domain,
     a study of another preset or task in ``out``) raise before anything is written."""
     import optuna
-    from filelock import FileLock, Timeout
 
     from kd.objective import preset_weights
     from kd.pipeline import distill
     from kd.trainer import main_metric
     from workbench.data import load_task
 
-    if config.trials < 1:
-        raise WorkbenchError(f"--trials must be at least 1, got {config.trials}")
     out = Path(out)
     base_weights = preset_weights(objective)
     space = search_space(objective.preset, config.space, base_weights)
@@ -346,12 +343,7 @@ def tune(data: DataConfig, student: StudentConfig, objective: ObjectiveConfig,
     if out.exists() and not out.is_dir():
         raise WorkbenchError(f"--out {out} is a file: give a folder")
     out.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(out / "study.lock")
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        raise WorkbenchError(f"another kdw tune is running the study in {out}") from None
-    with lock:
+    with hold(out / "study.lock", f"the study in {out}"):
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         study = _study(out, objective.preset, data.task, space, config.prune,
                        warmup_steps=steps_per_epoch // 2)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -41,13 +43,32 @@ def test_unknown_task_model_and_missing_column(tmp_path, tiny_model_dir, capsys)
     assert main(["train-teacher", "--run-dir", run_dir, "--task", "sst-3"]) == 2
     assert "unknown task 'sst-3'" in _error_line(capsys)
     assert main(["train-teacher", "--run-dir", run_dir, "--model", "./nowhere/model"]) == 2
-    assert "not found" in _error_line(capsys)
+    assert "no such file or folder: ./nowhere/model" in _error_line(capsys)
     bad = tmp_path / "bad.csv"
     pd.DataFrame({"text": ["a", "b"], "gold": [0, 1]}).to_csv(bad, index=False)
     assert main(["train-teacher", "--run-dir", run_dir, "--task", str(bad),
                  "--model", str(tiny_model_dir)]) == 2
     assert "missing column(s) ['label']" in _error_line(capsys)
     assert not Path(run_dir).exists()
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--model", "./nowhere/model"), ("--model", "org/model/v1"), ("--model", "bert.safetensors"),
+     ("--task", "data/missing"), ("--task", "missing.csv"), ("--task", "~/no-such-kdw-task"),
+     ("--glue-dir", "./no-glue")],
+)
+def test_a_missing_path_fails_at_once(option, value, tmp_path, tiny_model_dir, tiny_task_dir,
+                                      capsys):
+    run_dir = tmp_path / "run"
+    given = {"--model": str(tiny_model_dir), "--task": str(tiny_task_dir)}
+    given |= {option: value} | ({"--task": "sst2"} if option == "--glue-dir" else {})
+    start = time.monotonic()
+    arguments = [part for pair in given.items() for part in pair]
+    assert main(["train-teacher", "--run-dir", str(run_dir), *arguments]) == 2
+    assert time.monotonic() - start < 10
+    assert _error_line(capsys) == f"kdw: error: no such file or folder: {value}"
+    assert not run_dir.exists()
 
 
 def test_corrupt_and_partial_runs(tmp_path, capsys):
@@ -123,11 +144,13 @@ def test_attribute_writes_reloadable_records(tmp_path, tiny_task_dir, tiny_model
                  "--model", str(tiny_model_dir), "--epochs", "0.1", "--threads", "1"]) == 0
     capsys.readouterr()
     out = tmp_path / "attributions"
+    awkward = "good\u2028movie\u0085plot\u2029\r nice"  # str.splitlines splits at each
     assert main(["attribute", str(teacher), "--out", str(out), "--text", "good movie",
-                 "--split", "test", "--examples", "0-2", "--views", "all",
+                 "--text", awkward, "--split", "test", "--examples", "0-2", "--views", "all",
                  "--steps", "2"]) == 0
     records = load_attributions(out / "teacher.jsonl")
-    assert len(records) == 4 and records[0].text == "good movie"
+    assert len(records) == 5 and records[0].text == "good movie"
+    assert records[1].text == awkward
     assert records[0].tokens == ["[CLS]", "good", "movie", "[SEP]"]
     assert len(records[0].maps) == 3 and all(len(m) == 4 for m in records[0].maps)
     assert records[0].settings["steps"] == 2
@@ -138,3 +161,37 @@ def test_attribute_writes_reloadable_records(tmp_path, tiny_task_dir, tiny_model
     assert main(["attribute", str(teacher), "--out", str(out), "--text", "x",
                  "--top-k", "99"]) == 2
     assert "top_k" in _error_line(capsys)
+
+
+def test_a_second_writer_of_a_run_is_refused(tmp_path, tiny_task_dir, tiny_model_dir):
+    """Two real processes on one --run-dir: the second is refused, naming the first, which
+    trains on undisturbed (it is paused while the second tries, so the timing is fixed)."""
+    run_dir = tmp_path / "run"
+    command = [sys.executable, "-m", "kd.cli", "train-teacher", "--run-dir", str(run_dir),
+               "--task", str(tiny_task_dir), "--model", str(tiny_model_dir), "--epochs", "2",
+               "--threads", "1", "--log-every", "1"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    log = tmp_path / "first.log"
+    with open(log, "w") as output:
+        first = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 300
+        while not (run_dir / "checkpoint.pt").exists() and first.poll() is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        first.send_signal(signal.SIGSTOP)
+        second = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300,
+                                check=False)
+    finally:
+        first.send_signal(signal.SIGCONT)
+    assert first.wait(timeout=300) == 0, log.read_text()
+    assert second.returncode == 2
+    assert second.stderr.strip().splitlines() == [
+        f"kdw: error: run folder {run_dir} is in use by process {first.pid}: wait for it to end, "
+        "or stop it and run the command again"
+    ]
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == len(set(lines)) > 2
+    steps = [(r["split"], r["step"]) for r in map(json.loads, lines)]
+    assert len(steps) == len(set(steps))
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "finished"

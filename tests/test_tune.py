@@ -20,6 +20,7 @@ from workbench.config import (
     TeacherConfig,
     TuneConfig,
 )
+from workbench.errors import WorkbenchError
 from workbench.runs import Run
 
 
@@ -131,7 +132,7 @@ def test_pruned_trial_stops_early(tiny_teacher, tmp_path):
 
 def test_tune_api_validates_trials(tiny_teacher, tmp_path):
     data, teacher = tiny_teacher
-    with pytest.raises(Exception, match="--trials must be at least 1"):
+    with pytest.raises(WorkbenchError, match=r"^--trials: 0 is not allowed"):
         tune(data, StudentConfig(teacher_run=str(teacher)), ObjectiveConfig(preset="kd"),
              OptimConfig(), TuneConfig(trials=0), tmp_path / "study")
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from workbench.data import EncodedSplit, batches, to_device
+from workbench.files import atomic_path
 
 BatchFunction = Callable[[dict[str, Tensor]], dict[str, Tensor]]
 
@@ -105,15 +105,13 @@ class ExampleCache:
         return cls(per_example, token_values, offsets)
 
     def save(self, path: Path, key: Mapping) -> None:
-        """Write atomically (temporary file, then rename), the key alongside."""
+        """Write atomically (:func:`~workbench.files.atomic_path`), the key alongside."""
         tensors = {f"example.{k}": v.contiguous() for k, v in self.per_example.items()}
         tensors |= {f"token.{k}": v.contiguous() for k, v in self.per_token.items()}
         tensors["offsets"] = self.offsets
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_suffix(".tmp")
-        save_file(tensors, str(temporary), metadata={"key": json.dumps(key, sort_keys=True,
-                                                                          default=str)})
-        os.replace(temporary, path)
+        with atomic_path(path) as temporary:
+            save_file(tensors, str(temporary),
+                      metadata={"key": json.dumps(key, sort_keys=True, default=str)})
 
     @classmethod
     def load(cls, path: Path) -> ExampleCache:

@@ -1,17 +1,24 @@
 """Configuration dataclasses shared by the CLI, the Python API and the app.
 
-Each field carries its help text in ``metadata["help"]``; :func:`add_arguments` turns a dataclass
-into ``argparse`` options and :func:`from_arguments` reads them back, so the three front ends never
-describe an option twice. Every run saves its configs as JSON (:func:`to_dict` / :func:`from_dict`).
+Each field carries its help text in ``metadata["help"]`` and, where not every value of its type
+makes sense, its ``choices`` or its :class:`Domain`; :func:`add_arguments` turns a dataclass into
+``argparse`` options and :func:`from_arguments` reads them back, so the three front ends never
+describe an option twice. Every config checks its fields when it is built (:func:`validate`), so
+the CLI, the Python API and the app refuse the same values with the same one-line error. Every
+run saves its configs as JSON (:func:`to_dict` / :func:`from_dict`).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
+import math
+import numbers
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -20,13 +27,87 @@ from workbench.errors import WorkbenchError
 T = TypeVar("T")
 
 
+@dataclass(frozen=True)
+class Domain:
+    """The values an option accepts: a test, and how the error says what was expected.
+    ``minimum`` is the smallest integer accepted, for the app's number inputs."""
+
+    accepts: Callable[[Any], bool]
+    expected: str
+    minimum: int | None = None
+
+
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    """A finite number: an integer, or a real that is neither infinite nor NaN (not a bool)."""
+    if isinstance(value, bool):
+        return False
+    return _is_integer(value) or (isinstance(value, numbers.Real) and math.isfinite(value))
+
+
+def at_least(low: int) -> Domain:
+    """Integers of at least ``low``."""
+    return Domain(lambda v: _is_integer(v) and v >= low, f"an integer ≥ {low}", low)
+
+
+def _is_colormap(name: Any) -> bool:
+    from matplotlib import colormaps  # imported only to check a name that was given
+
+    return isinstance(name, str) and name in colormaps
+
+
+positive = at_least(1)
+non_negative_int = at_least(0)
+positive_number = Domain(lambda v: _is_number(v) and v > 0, "a finite number > 0")
+non_negative_number = Domain(lambda v: _is_number(v) and v >= 0, "a finite number ≥ 0")
+unit_interval = Domain(lambda v: _is_number(v) and 0 <= v <= 1, "a number in [0, 1]")
+colormap = Domain(_is_colormap, "a matplotlib colormap name, such as viridis or PuOr_r")
+
+
 def option(default: Any, help: str, **extra: Any) -> Any:
-    """A dataclass field with its help text (and optional ``choices``) for the CLI and the app."""
+    """A dataclass field with its help text and, optionally, its ``choices`` or ``domain``
+    (a :class:`Domain`), for the CLI, the app and :func:`validate`."""
     return field(default=default, metadata={"help": help, **extra})
 
 
+def option_name(name: str) -> str:
+    """A field's name as the CLI spells it: ``--batch-size``."""
+    return "--" + name.replace("_", "-")
+
+
+def validate(config: Any) -> None:
+    """Check every field of the config dataclass ``config`` against its ``choices`` and
+    ``domain`` (None passes where the field is optional); the first value outside is a
+    one-line error naming the option."""
+    cls = type(config)
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if value is None and _field_type(cls, f)[1]:
+            continue
+        choices, domain = f.metadata.get("choices"), f.metadata.get("domain")
+        if choices and value not in choices:
+            expected = "one of " + ", ".join("none" if c is None else str(c) for c in choices)
+        elif domain and not domain.accepts(value):
+            expected = domain.expected
+        else:
+            continue
+        raise WorkbenchError(
+            f"{option_name(f.name)}: {value!r} is not allowed (expected {expected})"
+        )
+
+
+class Checked:
+    """Base of the config dataclasses: every instance is validated when it is built."""
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+
 @dataclass
-class DataConfig:
+class DataConfig(Checked):
     """Which task and how its text is tokenised."""
 
     task: str = option(
@@ -34,12 +115,13 @@ class DataConfig:
         "task name: tweets, bbc-news (bundled offline), a GLUE task (cola, sst2, mrpc, qqp, stsb, "
         "mnli, qnli, rte), or a local file/directory (CSV, TSV, JSONL, parquet)",
     )
-    max_length: int = option(128, "maximum tokens per example, [CLS]/[SEP] included")
+    max_length: int = option(128, "maximum tokens per example, [CLS]/[SEP] included",
+                             domain=at_least(4))
     max_train_examples: int | None = option(
-        None, "use a stratified subsample of this many training examples"
+        None, "use a stratified subsample of this many training examples", domain=positive
     )
     max_eval_examples: int | None = option(
-        None, "use a stratified subsample of this many dev/test examples"
+        None, "use a stratified subsample of this many dev/test examples", domain=positive
     )
     split_seed: int = option(13, "seed of the deterministic train/dev/test split and subsamples")
     glue_dir: str | None = option(
@@ -50,7 +132,7 @@ class DataConfig:
 
 
 @dataclass
-class TeacherConfig:
+class TeacherConfig(Checked):
     """The model fine-tuned as a teacher."""
 
     model: str = option(
@@ -61,7 +143,7 @@ class TeacherConfig:
 
 
 @dataclass
-class StudentConfig:
+class StudentConfig(Checked):
     """How the student is built."""
 
     teacher_run: str = option("", "run folder of the fine-tuned teacher (from train-teacher)")
@@ -71,7 +153,7 @@ class StudentConfig:
         "(--pretrained); random: a fresh, possibly narrower, config",
         choices=("cut", "pretrained", "random"),
     )
-    num_layers: int = option(3, "number of student layers (cut and random)")
+    num_layers: int = option(3, "number of student layers (cut and random)", domain=positive)
     layers: str = option(
         "skip",
         "which teacher layers a cut student keeps: first, skip, last, or an explicit list "
@@ -79,12 +161,14 @@ class StudentConfig:
     )
     freeze_embeddings: bool = option(False, "freeze the student's embeddings")
     pretrained: str | None = option(None, "checkpoint for --init pretrained (hub id or directory)")
-    hidden_size: int | None = option(None, "hidden size for --init random (default: teacher's)")
-    num_heads: int | None = option(None, "attention heads for --init random (default: teacher's)")
+    hidden_size: int | None = option(None, "hidden size for --init random (default: teacher's)",
+                                     domain=positive)
+    num_heads: int | None = option(None, "attention heads for --init random (default: teacher's)",
+                                   domain=positive)
 
 
 @dataclass
-class ObjectiveConfig:
+class ObjectiveConfig(Checked):
     """The distillation objective: a preset or explicit weights over loss terms."""
 
     preset: str = option(
@@ -102,7 +186,8 @@ class ObjectiveConfig:
         choices=("paper", "official"),
     )
     temperature: float | None = option(
-        None, "softmax temperature τ of the KD term (default: the preset's: 4, AD-KD 2, GKD 5)"
+        None, "softmax temperature τ of the KD term (default: the preset's: 4, AD-KD 2, GKD 5)",
+        domain=positive_number,
     )
     kd_loss: str | None = option(
         None,
@@ -114,10 +199,12 @@ class ObjectiveConfig:
         "skip", "Patient KD layer mapping for custom weights (presets pkd-skip/pkd-last set it)",
         choices=("skip", "last"),
     )
-    ckd_window: int = option(10, "CKD angle window half-width δ (tokens each side)")
-    attr_steps: int = option(1, "AD-KD integrated-gradients steps m")
+    ckd_window: int = option(10, "CKD angle window half-width δ (tokens each side)",
+                             domain=positive)
+    attr_steps: int = option(1, "AD-KD integrated-gradients steps m", domain=positive)
     attr_top_k: int | None = option(
-        None, "AD-KD teacher map: keep the K largest |IG| dimensions per token (default: all)"
+        None, "AD-KD teacher map: keep the K largest |IG| dimensions per token (default: all)",
+        domain=positive,
     )
     attr_baseline: str | None = option(
         None, "AD-KD IG baseline: pad, pad-keep-special or zero (default: pad; official: zero)",
@@ -146,33 +233,39 @@ class ObjectiveConfig:
 
 
 @dataclass
-class OptimConfig:
+class OptimConfig(Checked):
     """Optimisation, evaluation and checkpointing."""
 
-    epochs: float = option(3.0, "training epochs (fractions allowed)")
-    batch_size: int = option(32, "training batch size")
-    eval_batch_size: int = option(64, "evaluation batch size")
-    learning_rate: float = option(5e-5, "peak AdamW learning rate")
-    weight_decay: float = option(0.01, "AdamW weight decay (not applied to biases and LayerNorm)")
-    warmup_ratio: float = option(0.1, "share of steps with linear warm-up, then linear decay")
-    max_grad_norm: float = option(1.0, "gradient clipping norm (0 disables)")
-    eval_every: int = option(0, "evaluate on dev every N steps (0: at the end of each epoch)")
-    checkpoint_every: int = option(50, "save a resumable checkpoint every N steps")
+    epochs: float = option(3.0, "training epochs (fractions allowed)", domain=positive_number)
+    batch_size: int = option(32, "training batch size", domain=positive)
+    eval_batch_size: int = option(64, "evaluation batch size", domain=positive)
+    learning_rate: float = option(5e-5, "peak AdamW learning rate", domain=positive_number)
+    weight_decay: float = option(0.01, "AdamW weight decay (not applied to biases and LayerNorm)",
+                                 domain=non_negative_number)
+    warmup_ratio: float = option(0.1, "share of steps with linear warm-up, then linear decay",
+                                 domain=unit_interval)
+    max_grad_norm: float = option(1.0, "gradient clipping norm (0 disables)",
+                                  domain=non_negative_number)
+    eval_every: int = option(0, "evaluate on dev every N steps (0: at the end of each epoch)",
+                             domain=non_negative_int)
+    checkpoint_every: int = option(50, "save a resumable checkpoint every N steps",
+                                   domain=positive)
     log_every: int = option(
         20, "every N steps (and at the first and last), log each loss term's weighted value and "
         "its share of the gradient norm to metrics.jsonl (0: never; costs one extra backward "
-        "pass per term at those steps, and changes no weight)",
+        "pass per term at those steps, and changes no weight)", domain=non_negative_int,
     )
     seed: int = option(42, "seed of initialisation, data order and dropout")
-    threads: int = option(0, "torch CPU threads (0: torch's default)")
+    threads: int = option(0, "torch CPU threads (0: torch's default)", domain=non_negative_int)
     device: str = option("auto", "cpu, cuda, cuda:N, or auto (cuda when available)")
 
 
 @dataclass
-class TuneConfig:
+class TuneConfig(Checked):
     """The search: how many trials, over which space, scored by which dev metric."""
 
-    trials: int = option(20, "trials in the study in all (a resumed study runs the rest)")
+    trials: int = option(20, "trials in the study in all (a resumed study runs the rest)",
+                         domain=positive)
     space: tuple[str, ...] = option(
         (),
         "override one parameter's search space: NAME=v1,v2,... (choices) or NAME=LOW:HIGH "
@@ -182,14 +275,20 @@ class TuneConfig:
     metric: str | None = option(None, "dev metric to maximise (default: the task's main one)")
     prune: bool = option(True, "stop trials whose dev curve falls below the running median")
     reports_per_epoch: int = option(
-        4, "dev evaluations per epoch reported to the pruner (used when --eval-every is 0)"
+        4, "dev evaluations per epoch reported to the pruner (used when --eval-every is 0)",
+        domain=positive,
     )
+
+
+@functools.cache
+def _type_hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
 
 
 def _field_type(cls: type, f: dataclasses.Field) -> tuple[Any, bool]:
     """The concrete type of a field and whether it is optional (``tuple[str, ...]`` fields are
     ``tuple``: a repeatable option)."""
-    hint = typing.get_type_hints(cls)[f.name]
+    hint = _type_hints(cls)[f.name]
     args = typing.get_args(hint)
     if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args:
         return next(a for a in args if a is not type(None)), True
@@ -208,7 +307,7 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
     group = parser.add_argument_group(cls.__name__, (cls.__doc__ or "").strip().splitlines()[0])
     for f in dataclasses.fields(cls):
         kind, optional = _field_type(cls, f)
-        name = "--" + f.name.replace("_", "-")
+        name = option_name(f.name)
         default = f.default
         help_text = f.metadata.get("help", "")
         if "default" not in help_text:
@@ -274,8 +373,8 @@ Views = str | int | list[int]
 
 
 def check_steps(steps: int) -> None:
-    if not isinstance(steps, int) or steps < 1:
-        raise WorkbenchError(f"steps must be an integer >= 1, got {steps!r}")
+    if not positive.accepts(steps):
+        raise WorkbenchError(f"steps: {steps!r} is not allowed (expected {positive.expected})")
 
 
 def check_baseline(baseline: str) -> None:
@@ -286,7 +385,7 @@ def check_baseline(baseline: str) -> None:
 METHODS = ("ig", "grad")
 
 @dataclass
-class MapSettings:
+class MapSettings(Checked):
     """How one attribution map is computed: method, IG path and baseline, top-K dimensions."""
 
     method: str = option(
@@ -295,7 +394,8 @@ class MapSettings:
         "grad: Grad saliency (gradient × input summed over dimensions, signed)",
         choices=METHODS,
     )
-    steps: int = option(1, "IG interpolation steps m (right Riemann sum); 1 = (E − E')⊙∇F(E)")
+    steps: int = option(1, "IG interpolation steps m (right Riemann sum); 1 = (E − E')⊙∇F(E)",
+                        domain=positive)
     baseline: str = option(
         "pad",
         "IG baseline: pad (embedding output of an all-[PAD] sequence), pad-keep-special "
@@ -303,7 +403,8 @@ class MapSettings:
         choices=BASELINES,
     )
     top_k: int | None = option(
-        None, "keep the K largest |IG| dimensions per token before the norm (None: all)"
+        None, "keep the K largest |IG| dimensions per token before the norm (None: all)",
+        domain=positive,
     )
 
 
@@ -317,21 +418,20 @@ class AttributionConfig(MapSettings):
         "classes attributed: all, pred, gold (needs labels), or class indices such as 0,2",
     )
     layer: int | None = option(
-        None, "attribute w.r.t. this encoder layer's output (0-based; None: embedding output)"
+        None, "attribute w.r.t. this encoder layer's output (0-based; None: embedding output)",
+        domain=non_negative_int,
     )
-    max_length: int = option(128, "maximum tokens per text; longer texts are truncated (flagged)")
-    batch_size: int = option(16, "texts per batch (padded per batch to its longest text)")
+    max_length: int = option(128, "maximum tokens per text; longer texts are truncated (flagged)",
+                             domain=at_least(4))
+    batch_size: int = option(16, "texts per batch (padded per batch to its longest text)",
+                             domain=positive)
     memory_mib: float = option(
-        1024.0, "memory budget for one chunk of the step × example batch, in MiB (estimated)"
+        1024.0, "memory budget for one chunk of the step × example batch, in MiB (estimated)",
+        domain=positive_number,
     )
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise WorkbenchError(f"unknown method {self.method!r}: use {' or '.join(METHODS)}")
-        check_steps(self.steps)
-        check_baseline(self.baseline)
-        if self.top_k is not None and self.top_k < 1:
-            raise WorkbenchError(f"top_k must be >= 1 or None, got {self.top_k}")
+        super().__post_init__()
         self.parsed_views()
 
     def parsed_views(self) -> Views:

@@ -21,7 +21,9 @@ from torch import Tensor
 from transformers import PreTrainedTokenizerBase
 
 from workbench.config import DataConfig
-from workbench.errors import WorkbenchError
+from workbench.errors import WorkbenchError, first_line
+from workbench.files import existing_path, local_path
+from workbench.hub import hub_offline, hub_reachable, hub_unreachable
 
 SPLITS = ("train", "dev", "test")
 METRICS_CLASSIFICATION = ("accuracy", "macro_f1")
@@ -210,6 +212,8 @@ GLUE_TASKS: dict[str, GlueTask] = {
     "rte": GlueTask(("sentence1", "sentence2"), ("entailment", "not_entailment"), ("accuracy",)),
 }
 GLUE_REPO = "nyu-mll/glue"
+GLUE_OFFLINE_FIX = ("pass --glue-dir with a local copy (the hub's parquet files or GLUE's TSV "
+                    "files), or set HF_HUB_OFFLINE=1 to read the hub's local cache")
 
 
 @dataclass(frozen=True)
@@ -329,7 +333,14 @@ def _glue_parquet_frames(
     import datasets
 
     if glue_dir is None:
-        loaded = datasets.load_dataset(GLUE_REPO, name)
+        if not hub_reachable() and not hub_offline():  # in offline mode it reads its cache
+            raise hub_unreachable(f"GLUE {name}", GLUE_OFFLINE_FIX)
+        try:
+            loaded = datasets.load_dataset(GLUE_REPO, name)
+        except OSError as error:  # ConnectionError of offline mode among them
+            raise WorkbenchError(
+                f"cannot load GLUE {name} from the hub: {first_line(error)}; {GLUE_OFFLINE_FIX}"
+            ) from None
         source = f"hub:{GLUE_REPO}/{name}"
     else:
         folder = Path(glue_dir) / name
@@ -366,6 +377,8 @@ def load_glue(name: str, seed: int, glue_dir: str | None = None) -> TaskData:
         (ours, theirs) for ours, theirs in task.extra_eval
     )
     notes = []
+    if glue_dir is not None:
+        glue_dir = str(existing_path(glue_dir))
     if glue_dir and _tsv_layout(Path(glue_dir), name):
         frames, notes = _glue_tsv_frames(Path(glue_dir), name, wanted)
         source = str(Path(glue_dir) / GLUE_TSV[name].folder)
@@ -505,8 +518,8 @@ def load_task(config: DataConfig) -> TaskData:
         data = BUNDLED[name](config.split_seed)
     elif name in GLUE_TASKS:
         data = load_glue(name, config.split_seed, config.glue_dir)
-    elif Path(name).exists():
-        data = load_local(name, config.split_seed)
+    elif (path := local_path(name)) is not None:
+        data = load_local(str(path), config.split_seed)
     else:
         raise WorkbenchError(
             f"unknown task {name!r}: use one of {', '.join(task_names())} or a path to a "

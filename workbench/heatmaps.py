@@ -25,8 +25,9 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from workbench.config import MapSettings, option
+from workbench.config import Checked, MapSettings, colormap, option, positive_number
 from workbench.errors import WorkbenchError
+from workbench.files import parse_json_lines
 
 if TYPE_CHECKING:
     from workbench.attribution import AttributionConfig
@@ -52,16 +53,16 @@ class HeatmapSettings(MapSettings):
 
 
 @dataclass
-class ExportSettings:
+class ExportSettings(Checked):
     """Which files are written and how they look."""
 
     formats: str = option(
         "svg,pdf,png,tex,html", "comma-separated formats: svg, pdf, png, tex, html"
     )
-    dpi: float = option(200.0, "PNG resolution in dots per inch")
+    dpi: float = option(200.0, "PNG resolution in dots per inch", domain=positive_number)
     cmap: str | None = option(
         None, "matplotlib colormap (default: colour-blind-safe PuOr_r for signed scores, "
-        "Oranges for non-negative ones)"
+        "Oranges for non-negative ones)", domain=colormap,
     )
     merge_wordpieces: bool = option(
         False, "join WordPiece continuations (##ing) onto their word, summing their scores"
@@ -460,18 +461,11 @@ def _records(text: str, filename: str) -> list[dict]:
             return [dict(row) for row in reader]
         except csv.Error as error:
             raise WorkbenchError(f"{filename}: not a valid CSV file ({error})") from None
-    records = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise WorkbenchError(f"{filename} line {number}: not JSON ({error.msg})") from None
+    records = parse_json_lines(text, filename)
+    for number, record in records:
         if not isinstance(record, dict):
-            raise WorkbenchError(f"{filename} line {number}: expected an object with a text")
-        records.append(record)
-    return records
+            raise WorkbenchError(f"{filename}, line {number}: expected an object with a text")
+    return [record for _, record in records]
 
 
 def read_examples(

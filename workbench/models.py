@@ -28,7 +28,9 @@ from transformers import (
 
 from workbench.config import DataConfig, from_dict
 from workbench.data import TaskSpec
-from workbench.errors import WorkbenchError
+from workbench.errors import WorkbenchError, first_line
+from workbench.files import local_path
+from workbench.hub import hub_reachable, hub_unreachable
 from workbench.runs import Run
 
 ATTENTION = "eager"  # attention maps and double backward (AD-KD, GKD) need the eager kernel
@@ -63,31 +65,39 @@ BUILTIN_MODELS = {"minilm-l6": _minilm_l6_path}
 
 def resolve_model(name: str) -> str:
     """A built-in name, a local directory (a run folder's ``model/`` too) or a hub id, as a path
-    or id that ``from_pretrained`` accepts."""
+    or id that ``from_pretrained`` accepts; a path that does not exist is an error at once."""
     if name in BUILTIN_MODELS:
         return str(BUILTIN_MODELS[name]())
-    path = Path(name)
+    path = local_path(name, hub_ids=True)
+    if path is None:
+        return name
     if (path / "model" / "config.json").exists():
         return str(path / "model")
-    if path.exists():
-        if not (path / "config.json").exists():
-            raise WorkbenchError(f"{name} has no config.json: not a model directory")
-        return str(path)
-    if name.startswith((".", "/", "~")) or name.count("/") > 1:
-        raise WorkbenchError(
-            f"model {name!r} not found: give a built-in name ({', '.join(BUILTIN_MODELS)}), "
-            "a hub id, or an existing directory"
-        )
-    return name
+    if not (path / "config.json").exists():
+        raise WorkbenchError(f"{name} has no config.json: not a model directory")
+    return str(path)
+
+
+def _from_pretrained(load, name: str, what: str, **options):
+    """``load(source, **options)`` for the model ``name``; a hub id while the hub cannot be
+    asked comes from the local cache only (no minute of retries), and a miss is one line."""
+    source = resolve_model(name)
+    cache_only = not Path(source).exists() and not hub_reachable()
+    try:
+        return load(source, local_files_only=cache_only, **options)
+    except OSError as error:
+        if cache_only:
+            raise hub_unreachable(
+                f"{what} {name!r}",
+                "it is not in the local cache either: pass a local directory with config.json "
+                f"and weights, or the built-in {', '.join(BUILTIN_MODELS)}",
+            ) from None
+        raise WorkbenchError(f"cannot load {what} {name!r}: {first_line(error)}") from None
 
 
 def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
     """The tokenizer of a built-in model, a directory or a hub id."""
-    source = resolve_model(name)
-    try:
-        return AutoTokenizer.from_pretrained(source)
-    except OSError as error:
-        raise WorkbenchError(f"cannot load a tokenizer from {name!r}: {error}") from None
+    return _from_pretrained(AutoTokenizer.from_pretrained, name, "the tokenizer of")
 
 
 def load_classifier(name: str, num_labels: int, regression: bool = False) -> PreTrainedModel:
@@ -96,17 +106,13 @@ def load_classifier(name: str, num_labels: int, regression: bool = False) -> Pre
     A checkpoint without a classification head, or with one for another number of labels, gets a
     fresh head with ``num_labels`` outputs (1 for regression).
     """
-    source = resolve_model(name)
-    try:
-        return AutoModelForSequenceClassification.from_pretrained(
-            source,
-            num_labels=1 if regression else num_labels,
-            problem_type="regression" if regression else "single_label_classification",
-            attn_implementation=ATTENTION,
-            ignore_mismatched_sizes=True,  # a head for another label set is replaced
-        )
-    except OSError as error:
-        raise WorkbenchError(f"cannot load model {name!r}: {error}") from None
+    return _from_pretrained(
+        AutoModelForSequenceClassification.from_pretrained, name, "model",
+        num_labels=1 if regression else num_labels,
+        problem_type="regression" if regression else "single_label_classification",
+        attn_implementation=ATTENTION,
+        ignore_mismatched_sizes=True,  # a head for another label set is replaced
+    )
 
 
 def set_label_names(model: PreTrainedModel, spec: TaskSpec) -> None:

@@ -11,6 +11,7 @@
                     a Hugging Face checkpoint with the task's label names
   results.json      final dev/test metrics of the best model
   teacher_cache/    what the frozen teacher says about each example (students only)
+  .lock             held by the process writing the run, its id inside (see Run.writing)
 ```
 """
 
@@ -24,28 +25,26 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from workbench.errors import WorkbenchError
+from workbench.files import (
+    append_json_line,
+    atomic_write_json,
+    hold,
+    read_json_lines,
+    write_json_lines,
+)
 
 RUN_FILE = "run.json"
 RESOLVED = "resolved"  # the key of run.json's record of what the configs resolved to
+LOCK_FILE = ".lock"
 PACKAGES = ("torch", "transformers", "captum", "datasets", "tokenizers", "numpy", "kd-workbench")
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path``, then rename it over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)
-
-
-def atomic_write_json(path: Path, value: Any) -> None:
-    atomic_write_text(path, json.dumps(value, indent=2, sort_keys=True, default=str) + "\n")
 
 
 def replace_directory(target: Path, write: Any) -> None:
@@ -106,39 +105,53 @@ class Run:
         return self.path.name
 
     @classmethod
-    def create(cls, path: str | Path, info: dict[str, Any], manifest: dict[str, Any]) -> Run:
-        """A new run folder holding ``info`` (kind, configs, task) and a manifest.
+    @contextmanager
+    def writing(cls, path: str | Path, info: dict[str, Any],
+                manifest: dict[str, Any]) -> Iterator[Run]:
+        """The run folder ``path`` holding ``info`` (kind, configs, task) and a manifest, written
+        by this process alone while the block runs.
 
-        An existing folder with the same ``info`` is reopened (so the training resumes); one
-        with other settings is refused rather than overwritten. ``info["resolved"]`` records
-        what the settings resolved to (the objective's weights, temperature, layer pairs...):
-        when the same settings now resolve otherwise (a preset's defaults changed), the folder
-        is refused too; a folder written before runs kept that record is reopened."""
+        A new folder is created; an existing one with the same ``info`` is reopened (so the
+        training resumes); one with other settings, or a folder that is not a run, is refused
+        rather than overwritten. So is a run that another process is writing: the one-line
+        error names that process. Its lock (``.lock``) dies with it, so a killed run resumes."""
         run = cls(Path(path))
-        if (run.path / RUN_FILE).exists():
-            existing = run.read_json(RUN_FILE)
-            given = json.loads(json.dumps(info, default=str))
-            changed = sorted(k for k in (set(existing) | set(given)) - {RESOLVED}
-                             if existing.get(k) != given.get(k))
-            if changed:
-                raise WorkbenchError(
-                    f"{run.path} already holds a run with other settings ({', '.join(changed)}): "
-                    "choose another --run-dir, or delete that folder"
-                )
-            then, now = (existing.get(RESOLVED, {}).get("objective"),
-                         given.get(RESOLVED, {}).get("objective"))
-            if then is not None and then != now:
-                keys = sorted(k for k in set(then) | set(now or {})
-                              if then.get(k) != (now or {}).get(k))
-                raise WorkbenchError(
-                    f"{run.path} was trained with an objective that the same options no longer "
-                    f"resolve to (changed: {', '.join(keys)}; a preset's defaults changed): "
-                    "choose another --run-dir"
-                )
-            return run
-        if run.path.exists() and any(run.path.iterdir()):
+        if run.path.is_file() or (
+            not (run.path / RUN_FILE).exists() and run.path.exists()
+            and any(p.name != LOCK_FILE for p in run.path.iterdir())
+        ):
             raise WorkbenchError(f"{run.path} exists and is not a run folder: choose another")
-        run.path.mkdir(parents=True, exist_ok=True)
+        with hold(run.path / LOCK_FILE, f"run folder {run.path}"):
+            if (run.path / RUN_FILE).exists():
+                run._check_settings(info)
+            else:
+                run._start(info, manifest)
+            yield run
+
+    def _check_settings(self, info: dict[str, Any]) -> None:
+        """Refuse to reopen a run with other settings, or one whose settings now resolve to
+        another objective (``info[RESOLVED]``: a preset's defaults changed); a run written
+        before runs kept that record is reopened."""
+        existing = self.read_json(RUN_FILE)
+        given = json.loads(json.dumps(info, default=str))
+        changed = sorted(k for k in (set(existing) | set(given)) - {RESOLVED}
+                         if existing.get(k) != given.get(k))
+        if changed:
+            raise WorkbenchError(
+                f"{self.path} already holds a run with other settings ({', '.join(changed)}): "
+                "choose another --run-dir, or delete that folder"
+            )
+        then = existing.get(RESOLVED, {}).get("objective")
+        now = given.get(RESOLVED, {}).get("objective") or {}
+        if then is not None and then != now:
+            keys = sorted(k for k in set(then) | set(now) if then.get(k) != now.get(k))
+            raise WorkbenchError(
+                f"{self.path} was trained with an objective that the same options no longer "
+                f"resolve to (changed: {', '.join(keys)}; a preset's defaults changed): "
+                "choose another --run-dir"
+            )
+
+    def _start(self, info: dict[str, Any], manifest: dict[str, Any]) -> None:
         manifest = {
             **manifest,
             "versions": _versions(),
@@ -146,10 +159,9 @@ class Run:
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "command": sys.argv,
         }
-        atomic_write_json(run.path / "manifest.json", manifest)
-        atomic_write_json(run.path / RUN_FILE, info)
-        run.set_status("created")
-        return run
+        atomic_write_json(self.path / "manifest.json", manifest)
+        atomic_write_json(self.path / RUN_FILE, info)
+        self.set_status("created")
 
     @classmethod
     def open(cls, path: str | Path) -> Run:
@@ -184,31 +196,18 @@ class Run:
         atomic_write_json(self.path / "status.json", {"state": state, **details})
 
     def append_metrics(self, record: dict[str, Any]) -> None:
-        with open(self.path / "metrics.jsonl", "a") as handle:
-            handle.write(json.dumps(record, sort_keys=True) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        append_json_line(self.path / "metrics.jsonl", record)
 
     def metrics(self, split: str | None = None) -> list[dict[str, Any]]:
         """The logged records: evaluations (``split`` ``"dev"``) and objective diagnostics
         (``"train"``, see :mod:`kd.diagnostics`); all of them when ``split`` is None."""
-        path = self.path / "metrics.jsonl"
-        if not path.exists():
-            return []
-        records = []
-        for line in path.read_text().splitlines():
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a line cut by a kill mid-write
+        records = read_json_lines(self.path / "metrics.jsonl")
         return [r for r in records if split is None or r.get("split") == split]
 
     def truncate_metrics(self, after_step: int) -> None:
         """Forget evaluations logged after ``after_step`` (they are redone on resume)."""
         kept = [r for r in self.metrics() if r.get("step", 0) <= after_step]
-        atomic_write_text(
-            self.path / "metrics.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept)
-        )
+        write_json_lines(self.path / "metrics.jsonl", kept)
 
     def results(self) -> dict[str, Any] | None:
         return self.read_json("results.json") if (self.path / "results.json").exists() else None

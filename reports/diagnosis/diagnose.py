@@ -25,7 +25,8 @@ from kd.diagnostics import summarise
 from kd.evaluate import format_table
 from kd.reproduce import DEFAULT, Experiment, Suite, run_suite
 from workbench.config import ObjectiveConfig, from_dict
-from workbench.runs import Run, atomic_write_text
+from workbench.files import atomic_write_text
+from workbench.runs import Run
 from workbench.stats import pair_predictions, paired_bootstrap
 
 HERE = Path(__file__).resolve().parent

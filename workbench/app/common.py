@@ -217,8 +217,5 @@ def _view_widget(class_names: Sequence[str]):
 
 def heatmap_settings(key: str, class_names: Sequence[str]) -> HeatmapSettings:
     """Method, steps, baseline, K and view, from :class:`HeatmapSettings`'s fields."""
-    settings = config_widgets(HeatmapSettings, key, overrides={"view": _view_widget(class_names)},
-                              columns=5)
-    if settings.steps is None or settings.steps < 1:
-        settings.steps = 1
-    return settings
+    return config_widgets(HeatmapSettings, key, overrides={"view": _view_widget(class_names)},
+                          columns=5)

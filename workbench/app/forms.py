@@ -1,6 +1,7 @@
 """Widgets generated from the config dataclasses: one widget per field, labelled by its name, with
 its ``metadata["help"]`` as the tooltip and ``metadata["choices"]`` as the options, so the app
-describes no option a second time (the CLI is generated from the same fields)."""
+describes no option a second time (the CLI is generated from the same fields). Integer inputs
+start at their domain's minimum; every other value is checked when the config is built."""
 
 from __future__ import annotations
 
@@ -37,7 +38,9 @@ def _widget(cls: type, f: dataclasses.Field, default: Any, key: str) -> Any:
     if kind is bool:
         return st.checkbox(label, value=bool(default), help=help_text, key=key)
     if kind is int:
+        domain = f.metadata.get("domain")
         return st.number_input(label, value=default, step=1, help=help_text, key=key,
+                               min_value=domain.minimum if domain else None,
                                placeholder="default" if optional else None)
     if kind is float:
         return st.number_input(label, value=None if default is None else float(default),

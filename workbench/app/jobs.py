@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.app.runner import PROGRESS_FILE, STOP_FILE
-from workbench.runs import atomic_write_json
+from workbench.files import atomic_write_json, read_json_lines
 
 JOBS_DIR = ".jobs"
 RUNNER = "workbench.app.runner"
@@ -141,16 +141,7 @@ def request_stop(job: Job) -> None:
 
 def read_progress(folder: Path) -> list[dict[str, Any]]:
     """The records of ``progress.jsonl`` in order (a line cut by a kill is skipped)."""
-    path = Path(folder) / PROGRESS_FILE
-    if not path.exists():
-        return []
-    records = []
-    for line in path.read_text(errors="replace").splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return records
+    return read_json_lines(Path(folder) / PROGRESS_FILE)
 
 
 def step_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:

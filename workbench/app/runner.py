@@ -33,16 +33,10 @@ from workbench.config import (
     from_dict,
 )
 from workbench.errors import WorkbenchError
+from workbench.files import append_json_line
 
 PROGRESS_FILE = "progress.jsonl"
 STOP_FILE = "STOP"
-
-
-def append_record(path: Path, record: dict[str, Any]) -> None:
-    """Append one JSON line (the reader skips a line cut by a kill)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        handle.write(json.dumps(record, sort_keys=True) + "\n")
 
 
 class ProgressFile:
@@ -56,10 +50,10 @@ class ProgressFile:
         """A new stage (the demo builds several runs); also printed for the terminal."""
         self.stage = message
         print(message, flush=True)
-        append_record(self.folder / PROGRESS_FILE, {"stage": message, "time": time.time()})
+        append_json_line(self.folder / PROGRESS_FILE, {"stage": message, "time": time.time()})
 
     def on_step(self, step: int, total: int, losses: dict[str, float]) -> None:
-        append_record(self.folder / PROGRESS_FILE, {
+        append_json_line(self.folder / PROGRESS_FILE, {
             "step": step, "total": total, "stage": self.stage, "time": time.time(), **losses,
         })
 
@@ -119,7 +113,7 @@ def main(argv: list[str]) -> int:
     else:
         return 0
     if kind == "demo":  # the demo's root is a plain folder; a training's errors go to its log
-        append_record(target / PROGRESS_FILE, {"error": message, "time": time.time()})
+        append_json_line(target / PROGRESS_FILE, {"error": message, "time": time.time()})
     return status
 
 

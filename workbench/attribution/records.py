@@ -4,9 +4,7 @@ as JSON Lines (one record per line, settings included) and loaded back unchanged
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +16,7 @@ from workbench.attribution.settings import AttributionConfig, compute_maps
 from workbench.config import to_dict
 from workbench.data import collate
 from workbench.errors import WorkbenchError
+from workbench.files import parse_json_lines, write_json_lines
 from workbench.models import forward
 
 logger = logging.getLogger(__name__)
@@ -122,12 +121,7 @@ def attribute_texts(
 def save_attributions(records: Sequence[AttributionRecord], path: str | Path) -> Path:
     """Write records as JSON Lines (atomically: a temporary file, then a rename)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(path.suffix + ".tmp")
-    with temporary.open("w", encoding="utf-8") as handle:
-        for record in records:
-            handle.write(json.dumps(dataclasses.asdict(record), ensure_ascii=False) + "\n")
-    os.replace(temporary, path)
+    write_json_lines(path, (dataclasses.asdict(record) for record in records))
     return path
 
 
@@ -137,12 +131,13 @@ def load_attributions(path: str | Path) -> list[AttributionRecord]:
     if not path.exists():
         raise WorkbenchError(f"{path} does not exist")
     names = {f.name for f in dataclasses.fields(AttributionRecord)}
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise WorkbenchError(f"{path} is not UTF-8 text ({error.reason})") from None
     records = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
+    for number, values in parse_json_lines(text, str(path)):
         try:
-            values = json.loads(line)
             if set(values) - names:
                 raise ValueError(f"unknown fields {sorted(set(values) - names)}")
             records.append(AttributionRecord(**values))

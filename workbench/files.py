@@ -1,0 +1,173 @@
+"""Files we write we can read back: atomic writes under unique temporary names, JSON Lines that
+survive any text and a kill, exclusive locks that name their holder, and names of files that
+must exist.
+
+A JSON Lines file here is split at ``"\\n"`` only, never with :meth:`str.splitlines` (which
+also splits at U+0085, U+2028, U+2029 and other characters that JSON leaves raw inside strings).
+:func:`json_line` escapes those characters and lone surrogates anyway, so that any reader, and
+UTF-8, takes the line whole; every other character stays readable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from workbench.errors import WorkbenchError, first_line
+
+# what str.splitlines splits at and json.dumps(ensure_ascii=False) leaves raw, and lone
+# surrogates (from undecodable command-line bytes), which UTF-8 cannot encode
+_UNSAFE = re.compile("[\u0085\u2028\u2029\ud800-\udfff]")
+# endings that make a name a file: data tables and model weights
+FILE_SUFFIXES = (".csv", ".tsv", ".json", ".jsonl", ".parquet", ".txt", ".bin", ".pt", ".pth",
+                 ".safetensors", ".ckpt", ".onnx", ".h5", ".msgpack")
+
+
+def looks_like_path(name: str, *, hub_ids: bool = False) -> bool:
+    """Whether ``name`` reads as a file or folder rather than a registered name: it starts with
+    '.', '~' or '/', ends in a file extension, or holds a path separator — for ``hub_ids``, a
+    backslash or a second '/' (``org/model`` names a hub repository)."""
+    slashes = 2 if hub_ids else 1
+    return (name.startswith((".", "~", "/")) or name.count("/") >= slashes or "\\" in name
+            or name.lower().endswith(FILE_SUFFIXES))
+
+
+def existing_path(name: str) -> Path:
+    """``name`` (``~`` expanded) as a path that exists, else a one-line error."""
+    path = Path(name).expanduser()
+    if not path.exists():
+        raise WorkbenchError(f"no such file or folder: {name}")
+    return path
+
+
+def local_path(name: str, *, hub_ids: bool = False) -> Path | None:
+    """The file or folder ``name`` names, or None for a name that is not one (a task or model
+    name); a name that looks like a path (:func:`looks_like_path`) must exist, so that a typo
+    fails at once instead of being looked up elsewhere."""
+    if looks_like_path(name, hub_ids=hub_ids):
+        return existing_path(name)
+    path = Path(name)
+    return path if path.exists() else None
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_FILE_MODE = 0o666 & ~_umask()  # what open() would give a new file (read at import: one thread)
+
+
+@contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """A uniquely named temporary path beside ``path`` for the block to write; renamed over
+    ``path`` when the block ends, removed when it fails. A reader sees the old file or the new
+    one, never half of one, and two writers never share a temporary file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(descriptor)
+    temporary = Path(name)
+    try:
+        os.chmod(temporary, _FILE_MODE)
+        yield temporary
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically (:func:`atomic_path`)."""
+    with atomic_path(path) as temporary:
+        temporary.write_text(text, encoding="utf-8")
+
+
+@contextmanager
+def hold(lock_path: Path, what: str) -> Iterator[None]:
+    """Hold the lock file ``lock_path`` exclusively while the block runs, this process's id
+    written in it. The lock is the kernel's (``flock``) and dies with its process, so the lock of
+    a killed process is taken over. While another process holds it: a one-line error saying
+    that ``what`` is in use by that process."""
+    from filelock import FileLock, Timeout
+
+    def write_pid(descriptor: int) -> None:
+        os.ftruncate(descriptor, 0)
+        os.pwrite(descriptor, f"{os.getpid()}\n".encode(), 0)
+
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(lock_path, blocking=False, on_acquired=write_pid)
+    try:
+        lock.acquire()
+    except Timeout:
+        holder = lock_path.read_text().strip() or "?"  # "?": it has not written its id yet
+        raise WorkbenchError(
+            f"{what} is in use by process {holder}: wait for it to end, or stop it and run "
+            "the command again"
+        ) from None
+    except OSError as error:  # a read-only folder, a file system without locks
+        raise WorkbenchError(f"cannot lock {what}: {first_line(error)}") from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def atomic_write_json(path: Path, value: Any) -> None:
+    atomic_write_text(path, json.dumps(value, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def json_line(value: Any) -> str:
+    """``value`` as one line of JSON, newline included, whatever text it holds."""
+    text = json.dumps(value, ensure_ascii=False)
+    return _UNSAFE.sub(lambda match: f"\\u{ord(match.group()):04x}", text) + "\n"
+
+
+def append_json_line(path: Path, value: Any) -> None:
+    """Append ``value`` to the JSON Lines file ``path`` and flush it to disk. A last line that
+    a kill cut short (no newline) is ended first, so that it loses only itself."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+b") as handle:
+        size = handle.seek(0, os.SEEK_END)
+        if size:
+            handle.seek(size - 1)
+            if handle.read(1) != b"\n":
+                handle.write(b"\n")
+        handle.write(json_line(value).encode())
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def write_json_lines(path: Path, values: Iterable[Any]) -> None:
+    """Write a whole JSON Lines file atomically."""
+    atomic_write_text(path, "".join(json_line(value) for value in values))
+
+
+def parse_json_lines(text: str, source: str | None = None) -> list[tuple[int, Any]]:
+    """``(line number, value)`` of each non-blank line of JSON Lines ``text``. A line that is
+    not JSON is an error naming ``source`` and the line; without ``source`` it is skipped, as a
+    log's line cut by a kill."""
+    values = []
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            values.append((number, json.loads(line)))
+        except json.JSONDecodeError as error:
+            if source is not None:
+                raise WorkbenchError(f"{source}, line {number}: not JSON ({error.msg})") from None
+    return values
+
+
+def read_json_lines(path: Path) -> list[Any]:
+    """The values of a JSON Lines log (none while it does not exist), skipping a line cut by a
+    kill, even one cut inside a character."""
+    if not path.exists():
+        return []
+    return [value for _, value in
+            parse_json_lines(path.read_bytes().decode("utf-8", errors="replace"))]
