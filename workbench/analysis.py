@@ -1,7 +1,7 @@
 """What the app and the reproduction report compute over a whole split and inside one model
 (no Streamlit here): each model's predictions and Grad saliency per example, the loyalty of
-students to their teacher (label, probability and saliency loyalty, METHODS.md §6), hidden states
-and the layer mapping a student's method uses."""
+students to their teacher (label, probability and saliency loyalty, METHODS.md §6, and the
+attribution gap), and hidden states."""
 
 from __future__ import annotations
 
@@ -15,11 +15,10 @@ from torch import Tensor
 
 from workbench.agreement import attribution_gap, pearson_per_example
 from workbench.attribution import attribution_maps, grad_saliency
-from workbench.config import ObjectiveConfig, from_dict
 from workbench.data import Split, TaskSpec, batches, encode
 from workbench.heatmaps import Example
 from workbench.metrics import jensen_shannon, task_metrics
-from workbench.models import LoadedRun, encoder_layers, forward, select_layers
+from workbench.models import LoadedRun, forward
 
 
 @dataclass
@@ -125,27 +124,3 @@ def hidden_states(loaded: LoadedRun, example: Example) -> tuple[list[str], Tenso
         states = forward(loaded.model, batch, hidden_states=True).hidden_states
     tokens = loaded.tokenizer.convert_ids_to_tokens(batch["input_ids"][0].tolist())
     return tokens, torch.stack([h[0] for h in states])
-
-
-def layer_mapping(teacher: LoadedRun, student: LoadedRun) -> tuple[list[tuple[int, int]], str]:
-    """``(student layer, teacher layer)`` pairs, as ``hidden_states`` indices (0 = embeddings),
-    that the student's method matches, and how they were chosen."""
-    from kd.objective import Objective
-
-    n, m = len(encoder_layers(teacher.model)), len(encoder_layers(student.model))
-    configs = student.run.info()["configs"]
-    objective = Objective.resolve(from_dict(ObjectiveConfig, configs["objective"]), n, m,
-                                  teacher.spec.num_labels)
-    if objective.relation_pairs:
-        return list(objective.relation_pairs), "uniform mapping of the relation terms (CKD)"
-    if objective.patient_pairs:
-        return list(objective.patient_pairs), f"Patient KD mapping ({objective.config.preset})"
-    student_config = configs["student"]
-    if student_config.get("init") == "cut":
-        kept = select_layers(n, m, student_config.get("layers", "skip"))
-        return ([(0, 0)] + [(j + 1, t + 1) for j, t in enumerate(kept)],
-                f"no layer term: the teacher layers the student was cut from "
-                f"({student_config.get('layers')})")
-    step = n / m
-    return ([(j, round(j * step)) for j in range(m + 1)],
-            "no layer term: proportional positions shown")

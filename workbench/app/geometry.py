@@ -9,15 +9,47 @@ import torch
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from workbench.analysis import hidden_states, layer_mapping
+from kd.objective import Objective
+from workbench.analysis import hidden_states
 from workbench.app import common
+from workbench.config import ObjectiveConfig, from_dict
 from workbench.errors import WorkbenchError
 from workbench.geometry import dense_angles, pairwise_distance_relation, windowed_angle_relation
+from workbench.models import LoadedRun, encoder_layers, select_layers
+from workbench.runs import RESOLVED
 
 KEY = "geometry"
 PAIR_KINDS = {"cosine distance": "cosine", "Euclidean distance": "l2",
               "Euclidean / mean": "l2_mean"}
 TEACHER_COLOUR, STUDENT_COLOUR = "#e66101", "#5e3c99"  # PuOr ends: colour-blind safe
+
+
+def layer_mapping(teacher: LoadedRun, student: LoadedRun) -> tuple[list[tuple[int, int]], str]:
+    """``(student layer, teacher layer)`` pairs, as ``hidden_states`` indices (0 = embeddings),
+    that the student's method matches, and how they were chosen: from the run's resolved record
+    (a run written before it: its configs resolved with today's presets)."""
+    n, m = len(encoder_layers(teacher.model)), len(encoder_layers(student.model))
+    info = student.run.info()
+    configs = info["configs"]
+    record = info.get(RESOLVED, {}).get("objective")
+    if record is None:
+        config = from_dict(ObjectiveConfig, configs["objective"])
+        record = Objective.resolve(config, n, m, teacher.spec.num_labels).record()
+    if record.get("relation_pairs"):
+        return ([tuple(p) for p in record["relation_pairs"]],
+                "uniform mapping of the relation terms (CKD)")
+    if record.get("patient_pairs"):
+        return ([tuple(p) for p in record["patient_pairs"]],
+                f"Patient KD mapping ({info['method']})")
+    student_config = configs["student"]
+    if student_config.get("init") == "cut":
+        kept = select_layers(n, m, student_config.get("layers", "skip"))
+        return ([(0, 0)] + [(j + 1, t + 1) for j, t in enumerate(kept)],
+                f"no layer term: the teacher layers the student was cut from "
+                f"({student_config.get('layers')})")
+    step = n / m
+    return ([(j, round(j * step)) for j in range(m + 1)],
+            "no layer term: proportional positions shown")
 
 
 def _matrix(ax, matrix: Tensor, labels: list[str], title: str, cmap: str, vmin=None,

@@ -1,0 +1,20 @@
+"""The layers hold: import-linter's contracts (pyproject.toml, docs/architecture.md) are kept, so a
+reversed import (a foundation module importing analysis or kd, analysis importing kd, kd
+importing a front end) fails the test command."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_imports_flow_one_way():
+    command = Path(sys.executable).with_name("lint-imports")  # installed beside this Python
+    assert command.exists(), "lint-imports missing: install the dev extra (import-linter)"
+    result = subprocess.run([str(command), "--no-cache"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 broken" in result.stdout
