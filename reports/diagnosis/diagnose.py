@@ -10,8 +10,9 @@ attribution gap, and each term's share of the gradient at the first and last ste
     python reports/diagnosis/diagnose.py --jobs 2      # resumable; run folders under runs/
     python reports/diagnosis/diagnose.py --report-only # report.md from results.json
 
-The tuned AD-KD row trains ``best.json`` of ``kdw tune`` (see the README for the command), when
-that file is here.
+The tuned rows train ``best.json`` of the ``kdw tune`` studies in ``tune/`` (AD-KD) and
+``tune-kd/`` (vanilla KD, the same search budget, the fair reference for a tuned AD-KD), when
+those files are here (see the README for the commands).
 """
 
 from __future__ import annotations
@@ -35,10 +36,10 @@ OLD_ADKD = ObjectiveConfig(preset="adkd", weights="ce=0.1,kd=0.9,attr=10", attr_
 OLD_GKD_CLS = ObjectiveConfig(preset="gkd-cls", weights="ce=0.5,kd=0.5,pkd=1,grad=1,cls_grad=1")
 
 
-def tuned_adkd() -> tuple[ObjectiveConfig, dict] | None:
-    """The objective and learning rate ``kdw tune`` chose (``tune/best.json`` beside this
+def tuned(study: str) -> tuple[ObjectiveConfig, dict] | None:
+    """The objective and learning rate ``kdw tune`` chose (``<study>/best.json`` beside this
     script), if it ran."""
-    best = HERE / "tune" / "best.json"
+    best = HERE / study / "best.json"
     if not best.exists():
         return None
     chosen = json.loads(best.read_text())
@@ -55,10 +56,11 @@ def suite() -> Suite:
     extra += [Experiment("bbc-news", "gkd-cls", "diagnosis", gkd_cls, seed) for seed in SEEDS]
     extra += [Experiment("tweets", "adkd old default", "diagnosis", OLD_ADKD, 1),
               Experiment("bbc-news", "gkd-cls old default", "diagnosis", OLD_GKD_CLS, 1)]
-    tuned = tuned_adkd()
-    if tuned is not None:
-        extra += [Experiment("tweets", "adkd tuned", "diagnosis", tuned[0], seed,
-                             optim=tuned[1]) for seed in SEEDS]
+    for name, study in (("adkd tuned", "tune"), ("kd tuned", "tune-kd")):
+        chosen = tuned(study)
+        if chosen is not None:  # vanilla KD tuned the same way is the fair reference
+            extra += [Experiment("tweets", name, "diagnosis", chosen[0], seed,
+                                 optim=chosen[1]) for seed in SEEDS]
     extra += [Experiment("tweets", "adkd sampled view", "diagnosis",
                          replace(adkd, attr_views="sample"), 1)]
     extra += [Experiment("tweets", method, "diagnosis", ObjectiveConfig(preset=method), 1)
@@ -75,33 +77,41 @@ def _predictions(record: dict) -> dict:
     return json.loads((Path(record["run"]) / "predictions.json").read_text())["test"]
 
 
+REFERENCE = {"adkd tuned": "kd tuned"}  # a tuned method against vanilla KD tuned alike
+
+
 def rows(results: dict) -> list[dict]:
-    """One row per (task, student name): means over its seeds, and Δ accuracy against vanilla
-    KD with a paired bootstrap interval over the seeds both have."""
+    """One row per (task, student name): means over its seeds, and Δ accuracy against its
+    reference (vanilla KD; for a tuned method, vanilla KD tuned alike) with a paired bootstrap
+    interval over the seeds both have."""
     students = results["students"]
     table = []
     for task in results["teachers"]:
         names = list(dict.fromkeys(r["name"] for r in students if r["task"] == task))
-        kd = {r["seed"]: r for r in students if r["task"] == task and r["name"] == "kd"}
+        by_name = {name: {r["seed"]: r for r in students if r["task"] == task
+                          and r["name"] == name} for name in names}
         for name in names:
             records = sorted((r for r in students if r["task"] == task and r["name"] == name),
                              key=lambda r: r["seed"])
 
-            def mean(key: str, scale: float = 100.0, records=records) -> float:
-                return round(scale * sum(r["test"][key] for r in records) / len(records), 1)
+            def mean(key: str, scale: float = 100.0, digits: int = 1, records=records) -> str:
+                value = scale * sum(r["test"][key] for r in records) / len(records)
+                return f"{value:.{digits}f}"
 
             recalls = [min(v for k, v in r["test"].items() if k.startswith("recall/"))
                        for r in records]
             row = {"task": task, "student": name, "seeds": len(records),
                    "accuracy": mean("accuracy"), "macro-F1": mean("macro_f1"),
-                   "weakest recall": round(100 * sum(recalls) / len(recalls), 1),
+                   "weakest recall": f"{100 * sum(recalls) / len(recalls):.1f}",
                    "LL": mean("label_loyalty"), "SL": mean("saliency_loyalty"),
-                   "attribution gap": mean("attribution_gap", 1.0)}
-            if name != "kd":
-                paired = [(r, kd[r["seed"]]) for r in records if r["seed"] in kd]
+                   "attribution gap": mean("attribution_gap", 1.0, 3)}
+            reference = REFERENCE.get(name, "kd")
+            if name != "kd" and by_name.get(reference):
+                paired = [(r, by_name[reference][r["seed"]]) for r in records
+                          if r["seed"] in by_name[reference]]
                 a, b = pair_predictions([_predictions(r) for r, _ in paired],
                                         [_predictions(k) for _, k in paired])
-                row["Δ accuracy vs kd"] = paired_bootstrap(a, b).describe()
+                row["Δ accuracy (paired)"] = f"vs {reference}: {paired_bootstrap(a, b).describe()}"
             first = Path(records[0]["run"])
             summary = summarise(Run(first).metrics("train"))
             for moment in ("start", "end"):
@@ -123,7 +133,8 @@ def write_report(results: dict) -> Path:
         f"Teachers (test accuracy): {teachers}. Test split: 500 tweets, 212 BBC News articles. "
         "Accuracy, macro-F1, the weakest class's recall, label loyalty (LL), saliency loyalty "
         "(SL, ×100) and attribution gap (AD-KD Eq. 11, lower is closer) are means over the "
-        "seeds; Δ accuracy vs kd is paired by seed and example (95 % BCa bootstrap interval, "
+        "seeds; Δ accuracy is against vanilla KD (the tuned AD-KD against vanilla KD tuned "
+        "with the same search) paired by seed and example (95 % BCa bootstrap interval, "
         "significant only when it excludes 0). Gradient shares are seed 1's first and last "
         "logged step (`kd/diagnostics.py`).", "",
         format_table(table), "",
