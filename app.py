@@ -8,10 +8,12 @@ from workbench.app.first_run import first_run_panel
 st.set_page_config(page_title="kd-workbench", page_icon="🔎", layout="wide")
 first_run_panel()
 runs_sidebar()
-st.navigation([
-    st.Page("workbench/app/case_study.py", title="Case study", default=True),
-    st.Page("workbench/app/geometry.py", title="Layer geometry", url_path="geometry"),
-    st.Page("workbench/app/loyalty.py", title="Loyalty", url_path="loyalty"),
-    st.Page("workbench/app/train.py", title="Train", url_path="train"),
-    st.Page("workbench/app/exports.py", title="Export", url_path="export"),
-]).run()
+st.navigation(
+    [
+        st.Page("workbench/app/case_study.py", title="Case study", default=True),
+        st.Page("workbench/app/geometry.py", title="Layer geometry", url_path="geometry"),
+        st.Page("workbench/app/loyalty.py", title="Loyalty", url_path="loyalty"),
+        st.Page("workbench/app/train.py", title="Train", url_path="train"),
+        st.Page("workbench/app/exports.py", title="Export", url_path="export"),
+    ]
+).run()

@@ -18,8 +18,10 @@ from workbench.app.heatmap_view import heatmap_html
 from workbench.heatmaps import Example, HeatmapSettings, agreement, explain, to_heatmap
 from workbench.models import load_run
 
-SENTENCE = ("honestly the new self driving cars look amazing but i would never trust one "
-            "with my kids on a rainy night in the old city center downtown today")
+SENTENCE = (
+    "honestly the new self driving cars look amazing but i would never trust one "
+    "with my kids on a rainy night in the old city center downtown today"
+)
 DEMO = Path("runs/demo")
 
 
@@ -50,11 +52,21 @@ def main() -> None:
         refresh()
         times.append(time.perf_counter() - start)
     median = statistics.median(times)
-    print(f"{tokens} tokens, teacher + {', '.join(p.name for p in students)}, "
-          f"{args.threads} thread(s): median {median * 1000:.0f} ms, "
-          f"max {max(times) * 1000:.0f} ms over {args.repeats} refreshes")
-    write_results("app", {"tokens": tokens, "threads": args.threads, "median_s": median,
-                          "max_s": max(times), "models": [m.run.name for m in models]})
+    print(
+        f"{tokens} tokens, teacher + {', '.join(p.name for p in students)}, "
+        f"{args.threads} thread(s): median {median * 1000:.0f} ms, "
+        f"max {max(times) * 1000:.0f} ms over {args.repeats} refreshes"
+    )
+    write_results(
+        "app",
+        {
+            "tokens": tokens,
+            "threads": args.threads,
+            "median_s": median,
+            "max_s": max(times),
+            "models": [m.run.name for m in models],
+        },
+    )
 
 
 if __name__ == "__main__":

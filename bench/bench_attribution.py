@@ -63,19 +63,26 @@ def _engine(model, dataset, steps: int, views: str = "all") -> list[torch.Tensor
     order = sorted(range(len(dataset)), key=lambda i: len(dataset.input_ids[i]))
     maps: list[torch.Tensor] = [torch.empty(0)] * len(dataset)
     for batch in batches(dataset, order, BATCH_SIZE, model.config.pad_token_id):
-        out = attribution_maps(model, batch["input_ids"], batch["attention_mask"],
-                               batch["token_type_ids"], views=views, steps=steps)
-        for row, (index, n) in enumerate(zip(batch["index"].tolist(),
-                                             batch["attention_mask"].sum(1).tolist(),
-                                             strict=True)):
+        out = attribution_maps(
+            model,
+            batch["input_ids"],
+            batch["attention_mask"],
+            batch["token_type_ids"],
+            views=views,
+            steps=steps,
+        )
+        for row, (index, n) in enumerate(
+            zip(batch["index"].tolist(), batch["attention_mask"].sum(1).tolist(), strict=True)
+        ):
             maps[index] = out[row, :, :n]
     return maps
 
 
 def _probabilities(model):
     def scores(input_ids, attention_mask, token_type_ids):
-        return model(input_ids=input_ids, attention_mask=attention_mask,
-                     token_type_ids=token_type_ids).logits.softmax(-1)
+        return model(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+        ).logits.softmax(-1)
 
     return scores
 
@@ -86,7 +93,10 @@ def _reference_ig(model, example: dict, target: int, steps: int) -> torch.Tensor
     if steps >= 2:
         explainer = LayerIntegratedGradients(_probabilities(model), embeddings_module(model))
         return explainer.attribute(
-            example["input_ids"], baselines=pad_ids, target=target, n_steps=steps,
+            example["input_ids"],
+            baselines=pad_ids,
+            target=target,
+            n_steps=steps,
             method="riemann_right",
             additional_forward_args=(example["attention_mask"], example["token_type_ids"]),
         )
@@ -101,11 +111,17 @@ def _reference(model, dataset, steps: int, views: str = "all") -> list[torch.Ten
     maps = []
     for i in range(len(dataset)):
         ids = torch.tensor([dataset.input_ids[i]])
-        example = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
-                   "token_type_ids": torch.tensor([dataset.token_type_ids[i]])}
-        views = [attribution_map(_reference_ig(model, example, c, steps).detach(),
-                                 example["attention_mask"])[0]
-                 for c in range(model.config.num_labels)]
+        example = {
+            "input_ids": ids,
+            "attention_mask": torch.ones_like(ids),
+            "token_type_ids": torch.tensor([dataset.token_type_ids[i]]),
+        }
+        views = [
+            attribution_map(
+                _reference_ig(model, example, c, steps).detach(), example["attention_mask"]
+            )[0]
+            for c in range(model.config.num_labels)
+        ]
         maps.append(torch.stack(views))
     return maps
 
@@ -127,39 +143,61 @@ def worker(implementation: str, steps: int, views: str, count: int, maps_path: s
     maps = run(model, dataset, steps, views)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     torch.save(maps, maps_path)
-    return {"implementation": implementation, "steps": steps, "views": views,
-            "sentences": len(dataset),
-            "tokens": sum(len(ids) for ids in dataset.input_ids), "wall_s": wall, "cpu_s": cpu,
-            "sentences_per_s": len(dataset) / wall, "peak_rss_growth_mib": _peak_mib() - before,
-            "load_average_1min": round(os.getloadavg()[0], 2), "teacher": note}
+    return {
+        "implementation": implementation,
+        "steps": steps,
+        "views": views,
+        "sentences": len(dataset),
+        "tokens": sum(len(ids) for ids in dataset.input_ids),
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "sentences_per_s": len(dataset) / wall,
+        "peak_rss_growth_mib": _peak_mib() - before,
+        "load_average_1min": round(os.getloadavg()[0], 2),
+        "teacher": note,
+    }
 
 
 def _spawn(implementation: str, steps: int, views: str, count: int, maps_path: Path) -> dict:
-    command = [sys.executable, str(Path(__file__).resolve()), "--worker", implementation,
-               "--steps", str(steps), "--views", views, "--count", str(count),
-               "--maps", str(maps_path)]
+    command = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--worker",
+        implementation,
+        "--steps",
+        str(steps),
+        "--views",
+        views,
+        "--count",
+        str(count),
+        "--maps",
+        str(maps_path),
+    ]
     out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="10 tweets instead of 128, the engine only where the reference runs "
-                        "(m = 1 and 8, all views)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="10 tweets instead of 128, the engine only where the reference runs "
+        "(m = 1 and 8, all views)",
+    )
     parser.add_argument("--worker", choices=("engine", "reference"), help=argparse.SUPPRESS)
     parser.add_argument("--steps", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--views", help=argparse.SUPPRESS)
-    parser.add_argument("--count", type=int,
-                        help="number of tweets (default 128; 10 with --quick)")
+    parser.add_argument("--count", type=int, help="number of tweets (default 128; 10 with --quick)")
     parser.add_argument("--maps", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(worker(args.worker, args.steps, args.views, args.count, args.maps)))
         return
     count = args.count or (10 if args.quick else 128)
-    engine_steps, engine_views = ((REFERENCE_STEPS, ("all",)) if args.quick
-                                  else (ENGINE_STEPS, ENGINE_VIEWS))
+    engine_steps, engine_views = (
+        (REFERENCE_STEPS, ("all",)) if args.quick else (ENGINE_STEPS, ENGINE_VIEWS)
+    )
     configurations = [("engine", m, v) for v in engine_views for m in engine_steps]
     configurations += [("reference", m, "all") for m in REFERENCE_STEPS]
     with tempfile.TemporaryDirectory() as folder:
@@ -168,31 +206,60 @@ def main() -> None:
         comparisons = []
         for steps in REFERENCE_STEPS:
             engine, reference = results["engine", steps, "all"], results["reference", steps, "all"]
-            difference = max(float((a - b).abs().max()) for a, b in zip(
-                torch.load(maps_paths["engine", steps, "all"]),
-                torch.load(maps_paths["reference", steps, "all"]), strict=True))
-            comparisons.append({
-                "steps": steps,
-                "reference": "Captum LayerIG loop" if steps >= 2 else "own-gradient loop",
-                "speed_ratio": engine["sentences_per_s"] / reference["sentences_per_s"],
-                "cpu_ratio": reference["cpu_s"] / engine["cpu_s"],
-                "max_map_difference": difference,
-            })
+            difference = max(
+                float((a - b).abs().max())
+                for a, b in zip(
+                    torch.load(maps_paths["engine", steps, "all"]),
+                    torch.load(maps_paths["reference", steps, "all"]),
+                    strict=True,
+                )
+            )
+            comparisons.append(
+                {
+                    "steps": steps,
+                    "reference": "Captum LayerIG loop" if steps >= 2 else "own-gradient loop",
+                    "speed_ratio": engine["sentences_per_s"] / reference["sentences_per_s"],
+                    "cpu_ratio": reference["cpu_s"] / engine["cpu_s"],
+                    "max_map_difference": difference,
+                }
+            )
     rows = list(results.values())
-    print(f"teacher: {rows[0]['teacher']}; {rows[0]['sentences']} tweets (test split, "
-          f"{rows[0]['tokens']} tokens), pad baseline, 2 threads")
-    print(table(rows, ["implementation", "steps", "views", "sentences_per_s", "wall_s", "cpu_s",
-                       "peak_rss_growth_mib", "load_average_1min"]))
+    print(
+        f"teacher: {rows[0]['teacher']}; {rows[0]['sentences']} tweets (test split, "
+        f"{rows[0]['tokens']} tokens), pad baseline, 2 threads"
+    )
+    print(
+        table(
+            rows,
+            [
+                "implementation",
+                "steps",
+                "views",
+                "sentences_per_s",
+                "wall_s",
+                "cpu_s",
+                "peak_rss_growth_mib",
+                "load_average_1min",
+            ],
+        )
+    )
     print("\nengine vs reference (speed_ratio: sentences/s; cpu_ratio: CPU seconds):")
-    shown = [{**row, "max_map_difference": f"{row['max_map_difference']:.1e}"}
-             for row in comparisons]
+    shown = [
+        {**row, "max_map_difference": f"{row['max_map_difference']:.1e}"} for row in comparisons
+    ]
     print(table(shown, ["steps", "reference", "speed_ratio", "cpu_ratio", "max_map_difference"]))
-    path = write_results("attribution" + ("-quick" if args.quick else ""), {
-        "command": " ".join(["python bench/bench_attribution.py", *sys.argv[1:]]),
-        "sentences": rows[0]["sentences"], "batch_size": BATCH_SIZE, "baseline": "pad",
-        "memory": "growth of ru_maxrss during the timed run, per configuration process",
-        "runs": rows, "comparisons": comparisons,
-    })
+    path = write_results(
+        "attribution" + ("-quick" if args.quick else ""),
+        {
+            "command": " ".join(["python bench/bench_attribution.py", *sys.argv[1:]]),
+            "sentences": rows[0]["sentences"],
+            "batch_size": BATCH_SIZE,
+            "baseline": "pad",
+            "memory": "growth of ru_maxrss during the timed run, per configuration process",
+            "runs": rows,
+            "comparisons": comparisons,
+        },
+    )
     print(f"\nwritten: {path}")
 
 

@@ -82,8 +82,11 @@ def main() -> None:
 
     def vanilla_live():
         with torch.no_grad():
-            fields = {"logits": teacher(**{k: batch[k] for k in ("input_ids", "attention_mask",
-                                                                 "token_type_ids")}).logits}
+            fields = {
+                "logits": teacher(
+                    **{k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
+                ).logits
+            }
         return objectives["kd"](students["kd"], batch, fields)
 
     steps["kd (teacher forward each step)"] = make_step(students["kd"], vanilla_live)
@@ -91,19 +94,23 @@ def main() -> None:
         objective, student = objectives[name], students[name]
         for label, data in (("", batch), (", padded to 128", padded)):
             steps[f"{name} straightforward{label}"] = make_step(
-                student, lambda n=name, o=objective, s=student, d=data: authors_step_loss(
-                    n, teacher, s, d, o)
+                student,
+                lambda n=name, o=objective, s=student, d=data: authors_step_loss(
+                    n, teacher, s, d, o
+                ),
             )
     medians = interleaved_medians(steps, repeats)
     vanilla = medians["kd (cached teacher)"]
-    rows = [{"step": name, "seconds": seconds, "x_vanilla_kd": seconds / vanilla}
-            for name, seconds in medians.items()]
+    rows = [
+        {"step": name, "seconds": seconds, "x_vanilla_kd": seconds / vanilla}
+        for name, seconds in medians.items()
+    ]
     speedups = {
         name: medians[f"{name} straightforward"] / medians[f"{name} (cached teacher)"]
         for name in ("adkd", "gkd")
     } | {
-        f"{name} end-to-end (authors pad to 128)":
-            medians[f"{name} straightforward, padded to 128"] / medians[f"{name} (cached teacher)"]
+        f"{name} end-to-end (authors pad to 128)": medians[f"{name} straightforward, padded to 128"]
+        / medians[f"{name} (cached teacher)"]
         for name in ("adkd", "gkd")
     }
     agreement = {}
@@ -112,22 +119,37 @@ def main() -> None:
         objective = objectives[name]
         ours = objective(student, batch, objective.teacher_batch(teacher, batch))
         theirs = authors_step_loss(name, teacher, student, batch, objective)
-        agreement[name] = {k: {"ours": ours[k].item(), "straightforward": theirs[k].item()}
-                           for k in theirs}
-    print(f"teacher: {teacher_note}; student: 3 layers cut from it; batch {size} tweets, "
-          f"{batch['input_ids'].shape[1]} positions; median of {repeats} interleaved rounds")
+        agreement[name] = {
+            k: {"ours": ours[k].item(), "straightforward": theirs[k].item()} for k in theirs
+        }
+    print(
+        f"teacher: {teacher_note}; student: 3 layers cut from it; batch {size} tweets, "
+        f"{batch['input_ids'].shape[1]} positions; median of {repeats} interleaved rounds"
+    )
     print(table(rows, ["step", "seconds", "x_vanilla_kd"]))
     print("\nspeed-up of the workbench over the straightforward form (same padding unless said):")
     for name, value in speedups.items():
         print(f"  {name}: {value:.2f}x")
     print("\nloss values (student in eval mode), ours vs straightforward:")
     for name, values in agreement.items():
-        print(f"  {name}: " + ", ".join(
-            f"{k} {v['ours']:.6f} / {v['straightforward']:.6f}" for k, v in values.items()))
-    path = write_results("objectives" + ("-quick" if args.quick else ""), {
-        "teacher": teacher_note, "batch_size": size, "positions": batch["input_ids"].shape[1],
-        "repeats": repeats, "steps": rows, "speedups": speedups, "loss_agreement": agreement,
-    })
+        print(
+            f"  {name}: "
+            + ", ".join(
+                f"{k} {v['ours']:.6f} / {v['straightforward']:.6f}" for k, v in values.items()
+            )
+        )
+    path = write_results(
+        "objectives" + ("-quick" if args.quick else ""),
+        {
+            "teacher": teacher_note,
+            "batch_size": size,
+            "positions": batch["input_ids"].shape[1],
+            "repeats": repeats,
+            "steps": rows,
+            "speedups": speedups,
+            "loss_agreement": agreement,
+        },
+    )
     print(f"\nwritten: {path}")
 
 

@@ -49,7 +49,8 @@ def _resident_mib() -> float:
 def _teacher(name: str, classes: int) -> PreTrainedModel:
     if name == "bert-base-random":  # BertConfig's defaults are BERT-base's shape
         return AutoModelForSequenceClassification.from_config(
-            BertConfig(num_labels=classes), attn_implementation=ATTENTION)
+            BertConfig(num_labels=classes), attn_implementation=ATTENTION
+        )
     return load_classifier(name, classes)
 
 
@@ -66,28 +67,41 @@ def _memory_now_mib(device: torch.device) -> float:
     return _resident_mib()
 
 
-def measure(method: str, length: int, classes: int, repeats: int, teacher_name: str,
-            batch_size: int, device_name: str) -> dict:
+def measure(
+    method: str,
+    length: int,
+    classes: int,
+    repeats: int,
+    teacher_name: str,
+    batch_size: int,
+    device_name: str,
+) -> dict:
     """One configuration, in this process."""
     setup()
     device = resolve_device(device_name)
     teacher = _teacher(teacher_name, classes).eval().requires_grad_(False)
     layers = STUDENT_LAYERS[teacher_name]
     student = student_from(teacher, layers).train()
-    objective = Objective.resolve(ObjectiveConfig(preset=method), len(encoder_layers(teacher)),
-                                  layers, classes)
+    objective = Objective.resolve(
+        ObjectiveConfig(preset=method), len(encoder_layers(teacher)), layers, classes
+    )
     if objective.gradient_kd:
         prepare_gradient_student(teacher, student)
     teacher, student = teacher.to(device), student.to(device)
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(1000, 30000, (batch_size, length), generator=generator)
     ids[:, 0], ids[:, -1] = 101, 102
-    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
-             "token_type_ids": torch.zeros_like(ids),
-             "labels": torch.randint(0, classes, (batch_size,), generator=generator)}
+    batch = {
+        "input_ids": ids,
+        "attention_mask": torch.ones_like(ids),
+        "token_type_ids": torch.zeros_like(ids),
+        "labels": torch.randint(0, classes, (batch_size,), generator=generator),
+    }
     batch = {name: value.to(device) for name, value in batch.items()}
-    cached = {k: v.detach() for k, v in
-              objective.teacher_batch(teacher, batch, objective.cached_fields()).items()}
+    cached = {
+        k: v.detach()
+        for k, v in objective.teacher_batch(teacher, batch, objective.cached_fields()).items()
+    }
     optimizer = torch.optim.AdamW([p for p in student.parameters() if p.requires_grad], lr=1e-5)
 
     def step() -> None:
@@ -109,18 +123,38 @@ def measure(method: str, length: int, classes: int, repeats: int, teacher_name: 
         step()
         times.append(time.perf_counter() - start)
         cpu_times.append(time.process_time() - cpu_start)
-    return {"method": method, "length": length, "classes": classes,
-            "seconds": sorted(times)[len(times) // 2],
-            "cpu_seconds": sorted(cpu_times)[len(cpu_times) // 2],
-            "peak_extra_mib": max(0.0, _peak_memory_mib(device) - before)}
+    return {
+        "method": method,
+        "length": length,
+        "classes": classes,
+        "seconds": sorted(times)[len(times) // 2],
+        "cpu_seconds": sorted(cpu_times)[len(cpu_times) // 2],
+        "peak_extra_mib": max(0.0, _peak_memory_mib(device) - before),
+    }
 
 
 def _in_subprocess(method: str, length: int, classes: int, args: argparse.Namespace) -> dict:
     out = subprocess.run(
-        [sys.executable, "-m", "bench.bench_scaling", "--one", method, str(length), str(classes),
-         "--repeats", str(args.repeats), "--teacher", args.teacher,
-         "--batch-size", str(args.batch_size), "--device", args.device],
-        capture_output=True, text=True, check=True,
+        [
+            sys.executable,
+            "-m",
+            "bench.bench_scaling",
+            "--one",
+            method,
+            str(length),
+            str(classes),
+            "--repeats",
+            str(args.repeats),
+            "--teacher",
+            args.teacher,
+            "--batch-size",
+            str(args.batch_size),
+            "--device",
+            args.device,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -132,13 +166,25 @@ def main() -> None:
     parser.add_argument("--teacher", choices=tuple(STUDENT_LAYERS), default="minilm-l6")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
-    parser.add_argument("--one", nargs=3, metavar=("METHOD", "LENGTH", "CLASSES"),
-                        help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--one", nargs=3, metavar=("METHOD", "LENGTH", "CLASSES"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
     if args.one:
         method, length, classes = args.one
-        print(json.dumps(measure(method, int(length), int(classes), args.repeats, args.teacher,
-                                 args.batch_size, args.device)))
+        print(
+            json.dumps(
+                measure(
+                    method,
+                    int(length),
+                    int(classes),
+                    args.repeats,
+                    args.teacher,
+                    args.batch_size,
+                    args.device,
+                )
+            )
+        )
         return
     methods = ("kd", "adkd") if args.quick else METHODS
     lengths = (32, 64) if args.quick else LENGTHS
@@ -148,24 +194,52 @@ def main() -> None:
     rows = []
     for method, length, classes in configs:
         row = _in_subprocess(method, length, classes, args)
-        print(f"{method:9s} L={length:3d} C={classes}: {row['seconds']:.3f} s "
-              f"({row['cpu_seconds']:.3f} CPU s), +{row['peak_extra_mib']:.0f} MiB", flush=True)
+        print(
+            f"{method:9s} L={length:3d} C={classes}: {row['seconds']:.3f} s "
+            f"({row['cpu_seconds']:.3f} CPU s), +{row['peak_extra_mib']:.0f} MiB",
+            flush=True,
+        )
         rows.append(row)
     vanilla = {(r["length"], r["classes"]): r for r in rows if r["method"] == "kd"}
     for row in rows:
         reference = vanilla[(row["length"], row["classes"])]
         row["x_vanilla_kd"] = row["seconds"] / reference["seconds"]
         row["x_vanilla_kd_cpu"] = row["cpu_seconds"] / reference["cpu_seconds"]
-    print(table(rows, ["method", "length", "classes", "seconds", "cpu_seconds", "x_vanilla_kd",
-                       "x_vanilla_kd_cpu", "peak_extra_mib"]))
-    name = "-".join(["scaling", *([] if args.teacher == "minilm-l6" else [args.teacher]),
-                     *([] if args.device == "cpu" else [args.device]),
-                     *(["quick"] if args.quick else [])])
-    path = write_results(name, {"teacher": args.teacher, "student_layers":
-                                STUDENT_LAYERS[args.teacher], "device": args.device,
-                                "batch_size": args.batch_size, "repeats": args.repeats,
-                                "load_average_1min_at_end": round(os.getloadavg()[0], 2),
-                                "rows": rows})
+    print(
+        table(
+            rows,
+            [
+                "method",
+                "length",
+                "classes",
+                "seconds",
+                "cpu_seconds",
+                "x_vanilla_kd",
+                "x_vanilla_kd_cpu",
+                "peak_extra_mib",
+            ],
+        )
+    )
+    name = "-".join(
+        [
+            "scaling",
+            *([] if args.teacher == "minilm-l6" else [args.teacher]),
+            *([] if args.device == "cpu" else [args.device]),
+            *(["quick"] if args.quick else []),
+        ]
+    )
+    path = write_results(
+        name,
+        {
+            "teacher": args.teacher,
+            "student_layers": STUDENT_LAYERS[args.teacher],
+            "device": args.device,
+            "batch_size": args.batch_size,
+            "repeats": args.repeats,
+            "load_average_1min_at_end": round(os.getloadavg()[0], 2),
+            "rows": rows,
+        },
+    )
     print(f"written: {path}")
 
 

@@ -47,8 +47,9 @@ def student_from(teacher: PreTrainedModel, layers: int = 3) -> PreTrainedModel:
     return cut_student(teacher, select_layers(len(encoder_layers(teacher)), layers, "skip"))
 
 
-def tweet_batch(tokenizer, size: int, max_length: int = 128, split: str = "train",
-                pad_to: int | None = None) -> dict[str, torch.Tensor]:
+def tweet_batch(
+    tokenizer, size: int, max_length: int = 128, split: str = "train", pad_to: int | None = None
+) -> dict[str, torch.Tensor]:
     """``size`` tweets (a fixed sample), padded to the longest (or to ``pad_to``)."""
     data = load_task(DataConfig(task="tweets"))
     encoded = encode(data.splits[split], tokenizer, max_length)
@@ -62,8 +63,9 @@ def tweet_batch(tokenizer, size: int, max_length: int = 128, split: str = "train
     return batch
 
 
-def interleaved_medians(steps: dict[str, Callable[[], object]], repeats: int,
-                        warmup: int = 1) -> dict[str, float]:
+def interleaved_medians(
+    steps: dict[str, Callable[[], object]], repeats: int, warmup: int = 1
+) -> dict[str, float]:
     """Median seconds of each step function, timed in interleaved rounds so that drifts in the
     machine's speed hit every configuration alike."""
     for _ in range(warmup):
@@ -79,9 +81,13 @@ def interleaved_medians(steps: dict[str, Callable[[], object]], repeats: int,
 
 
 def machine() -> dict[str, object]:
-    return {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
-            "python": platform.python_version()}
+    return {
+        "cpu": platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
 
 
 def write_results(name: str, payload: dict) -> Path:

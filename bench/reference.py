@@ -39,8 +39,14 @@ def _unit_map(ig: Tensor, mask: Tensor, top_k: int | None) -> Tensor:
 
 
 def adkd_step_loss(
-    teacher: PreTrainedModel, student: PreTrainedModel, batch: dict[str, Tensor], *,
-    weights: dict[str, float], tau: float, top_k: int | None = None, reduction: str = "paper",
+    teacher: PreTrainedModel,
+    student: PreTrainedModel,
+    batch: dict[str, Tensor],
+    *,
+    weights: dict[str, float],
+    tau: float,
+    top_k: int | None = None,
+    reduction: str = "paper",
 ) -> dict[str, Tensor]:
     """AD-KD with m = 1, all classes, [PAD] baseline: ``(1−α)CE + αKD + β·d(Ã_t, Ã_s)`` with
     the distance ``d`` of ``reduction`` (Eq. 9's ``‖Ã_t − Ã_s‖`` by default)."""
@@ -57,15 +63,20 @@ def adkd_step_loss(
     t_maps, s_maps = [], []
     for c in range(t_logits.shape[-1]):
         (t_grad,) = torch.autograd.grad(t_probs[:, c].sum(), t_embedded, retain_graph=True)
-        (s_grad,) = torch.autograd.grad(s_probs[:, c].sum(), s_embedded, retain_graph=True,
-                                        create_graph=True)
+        (s_grad,) = torch.autograd.grad(
+            s_probs[:, c].sum(), s_embedded, retain_graph=True, create_graph=True
+        )
         t_maps.append(_unit_map(t_delta * t_grad, mask, top_k))
         s_maps.append(_unit_map(s_delta * s_grad, mask, None))
     values = {
         "ce": task_loss(s_logits, batch["labels"]),
         "kd": logit_kd_loss(s_logits, t_logits.detach(), tau),
-        "attr": attribution_loss(torch.stack(s_maps, 1), torch.stack(t_maps, 1).detach(),
-                                 batch["attention_mask"], reduction=reduction),
+        "attr": attribution_loss(
+            torch.stack(s_maps, 1),
+            torch.stack(t_maps, 1).detach(),
+            batch["attention_mask"],
+            reduction=reduction,
+        ),
     }
     values["loss"] = sum(weights[name] * value for name, value in values.items())
     return values
@@ -80,8 +91,12 @@ def _input_gradient(model: PreTrainedModel, batch: dict[str, Tensor], create_gra
 
 
 def gkd_step_loss(
-    teacher: PreTrainedModel, student: PreTrainedModel, batch: dict[str, Tensor], *,
-    weights: dict[str, float], tau: float,
+    teacher: PreTrainedModel,
+    student: PreTrainedModel,
+    batch: dict[str, Tensor],
+    *,
+    weights: dict[str, float],
+    tau: float,
 ) -> dict[str, Tensor]:
     """GKD (``gkd.py``): ``αKD + (1−α)CE + β L_grad``, teacher differentiated every step."""
     t_logits, t_grad = _input_gradient(teacher, batch, create_graph=False)
@@ -95,12 +110,24 @@ def gkd_step_loss(
     return values
 
 
-def authors_step_loss(method: str, teacher: PreTrainedModel, student: PreTrainedModel,
-                      batch: dict[str, Tensor], objective) -> dict[str, Tensor]:
+def authors_step_loss(
+    method: str,
+    teacher: PreTrainedModel,
+    student: PreTrainedModel,
+    batch: dict[str, Tensor],
+    objective,
+) -> dict[str, Tensor]:
     """The straightforward step of ``method`` (``"adkd"`` or ``"gkd"``) with the weights,
     temperature and attribution distance of a resolved :class:`kd.objective.Objective`."""
     if method == "adkd":
-        return adkd_step_loss(teacher, student, batch, weights=objective.weights,
-                              tau=objective.temperature, reduction=objective.attr_reduction)
-    return gkd_step_loss(teacher, student, batch, weights=objective.weights,
-                         tau=objective.temperature)
+        return adkd_step_loss(
+            teacher,
+            student,
+            batch,
+            weights=objective.weights,
+            tau=objective.temperature,
+            reduction=objective.attr_reduction,
+        )
+    return gkd_step_loss(
+        teacher, student, batch, weights=objective.weights, tau=objective.temperature
+    )

@@ -45,17 +45,25 @@ def positive_int(text: str) -> int:
 def _train_teacher(args: argparse.Namespace) -> None:
     from kd.pipeline import train_teacher
 
-    run = train_teacher(from_arguments(DataConfig, args), from_arguments(TeacherConfig, args),
-                        from_arguments(OptimConfig, args), args.run_dir)
+    run = train_teacher(
+        from_arguments(DataConfig, args),
+        from_arguments(TeacherConfig, args),
+        from_arguments(OptimConfig, args),
+        args.run_dir,
+    )
     _print_results(run.path)
 
 
 def _distill(args: argparse.Namespace) -> None:
     from kd.pipeline import distill
 
-    run = distill(from_arguments(DataConfig, args), from_arguments(StudentConfig, args),
-                  from_arguments(ObjectiveConfig, args), from_arguments(OptimConfig, args),
-                  args.run_dir)
+    run = distill(
+        from_arguments(DataConfig, args),
+        from_arguments(StudentConfig, args),
+        from_arguments(ObjectiveConfig, args),
+        from_arguments(OptimConfig, args),
+        args.run_dir,
+    )
     _print_results(run.path)
 
 
@@ -63,17 +71,28 @@ def _tune(args: argparse.Namespace) -> None:
     from kd.evaluate import format_table
     from kd.tune import tune
 
-    result = tune(from_arguments(DataConfig, args), from_arguments(StudentConfig, args),
-                  from_arguments(ObjectiveConfig, args), from_arguments(OptimConfig, args),
-                  from_arguments(TuneConfig, args), args.out)
+    result = tune(
+        from_arguments(DataConfig, args),
+        from_arguments(StudentConfig, args),
+        from_arguments(ObjectiveConfig, args),
+        from_arguments(OptimConfig, args),
+        from_arguments(TuneConfig, args),
+        args.out,
+    )
     print(format_table(result.rows))
     if result.best is not None:
-        print(f"best configuration: {result.best} (train it with kdw distill --config "
-              f"{result.best} --run-dir DIR)")
+        print(
+            f"best configuration: {result.best} (train it with kdw distill --config "
+            f"{result.best} --run-dir DIR)"
+        )
 
 
-CONFIG_SECTIONS = {"data": DataConfig, "student": StudentConfig, "objective": ObjectiveConfig,
-                   "optim": OptimConfig}
+CONFIG_SECTIONS = {
+    "data": DataConfig,
+    "student": StudentConfig,
+    "objective": ObjectiveConfig,
+    "optim": OptimConfig,
+}
 
 
 def config_defaults(path: str) -> dict:
@@ -88,8 +107,11 @@ def config_defaults(path: str) -> dict:
         values = sections.get(name, {})
         if not isinstance(values, dict):
             raise WorkbenchError(f"--config {path}: section {name!r} is not an object")
-        defaults |= {k: v for k, v in to_dict(from_dict(cls, {
-            **to_dict(cls()), **values})).items() if k in values}
+        defaults |= {
+            k: v
+            for k, v in to_dict(from_dict(cls, {**to_dict(cls()), **values})).items()
+            if k in values
+        }
     return defaults
 
 
@@ -126,23 +148,34 @@ def _demo(args: argparse.Namespace) -> None:
 
 
 def _sources(args: argparse.Namespace) -> dict:
-    return {"texts": args.text or (), "pair": args.pair, "texts_file": args.texts_file,
-            "split": args.split, "indices": args.examples}
+    return {
+        "texts": args.text or (),
+        "pair": args.pair,
+        "texts_file": args.texts_file,
+        "split": args.split,
+        "indices": args.examples,
+    }
 
 
 def _export(args: argparse.Namespace) -> None:
     from workbench.heatmaps import export_runs
 
-    paths = export_runs(args.runs, args.out, from_arguments(HeatmapSettings, args),
-                        from_arguments(ExportSettings, args), **_sources(args))
+    paths = export_runs(
+        args.runs,
+        args.out,
+        from_arguments(HeatmapSettings, args),
+        from_arguments(ExportSettings, args),
+        **_sources(args),
+    )
     print("\n".join(str(path) for path in paths))
 
 
 def _attribute(args: argparse.Namespace) -> None:
     from workbench.heatmaps import attribute_runs
 
-    paths = attribute_runs(args.runs, args.out, from_arguments(AttributionConfig, args),
-                           **_sources(args))
+    paths = attribute_runs(
+        args.runs, args.out, from_arguments(AttributionConfig, args), **_sources(args)
+    )
     print("\n".join(str(path) for path in paths))
 
 
@@ -158,15 +191,23 @@ def _add_sources(parser: argparse.ArgumentParser, verb: str) -> None:
     """The runs and the texts a command works on."""
     parser.add_argument("runs", nargs="+", help="run folders")
     parser.add_argument("--out", required=True, help="folder to write the files to")
-    parser.add_argument("--text", action="append",
-                        help=f"a text to {verb} (repeat the option for several)")
+    parser.add_argument(
+        "--text", action="append", help=f"a text to {verb} (repeat the option for several)"
+    )
     parser.add_argument("--pair", default=None, help="second text of every --text (pair tasks)")
-    parser.add_argument("--texts-file", default=None,
-                        help="CSV or JSONL file with a text column (optional text_pair, label)")
-    parser.add_argument("--split", default=None,
-                        help=f"{verb} examples of this split (train, dev, test) of the task")
-    parser.add_argument("--examples", default="0",
-                        help="indices of the --split examples, e.g. 0,3,7-9 (default: 0)")
+    parser.add_argument(
+        "--texts-file",
+        default=None,
+        help="CSV or JSONL file with a text column (optional text_pair, label)",
+    )
+    parser.add_argument(
+        "--split",
+        default=None,
+        help=f"{verb} examples of this split (train, dev, test) of the task",
+    )
+    parser.add_argument(
+        "--examples", default="0", help="indices of the --split examples, e.g. 0,3,7-9 (default: 0)"
+    )
 
 
 def _reproduce(args: argparse.Namespace) -> None:
@@ -187,7 +228,8 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     teacher = commands.add_parser(
-        "train-teacher", help="fine-tune a teacher classifier",
+        "train-teacher",
+        help="fine-tune a teacher classifier",
         description="Fine-tune a teacher (cross-entropy; MSE for regression) into a run folder. "
         "Rerunning the same command resumes an interrupted run.",
     )
@@ -197,52 +239,64 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
     teacher.set_defaults(handler=_train_teacher)
 
     distill = commands.add_parser(
-        "distill", help="distil a student from a teacher run",
+        "distill",
+        help="distil a student from a teacher run",
         description="Distil a student from a fine-tuned teacher with a method preset or explicit "
         "term weights. The teacher's outputs are computed once and cached in the run folder. "
         "Rerunning the same command resumes an interrupted run.",
     )
     distill.add_argument("--run-dir", required=True, help="run folder to write (or resume)")
-    distill.add_argument("--config", default=None,
-                         help="JSON file of settings (data, student, objective, optim "
-                         "sections), such as kdw tune's best.json; options given on the command "
-                         "line override it")
+    distill.add_argument(
+        "--config",
+        default=None,
+        help="JSON file of settings (data, student, objective, optim "
+        "sections), such as kdw tune's best.json; options given on the command "
+        "line override it",
+    )
     for cls in CONFIG_SECTIONS.values():
         add_arguments(distill, cls)
     distill.set_defaults(handler=_distill, **(distill_defaults or {}))
 
     tune = commands.add_parser(
-        "tune", help="choose a method's weights on dev (Optuna)",
+        "tune",
+        help="choose a method's weights on dev (Optuna)",
         description="Search a method's hyperparameters on the dev split as the papers did: TPE "
         "sampling over the method's default space (the papers' grids) or --space overrides, "
         "poor trials pruned from their dev curves, every trial a resumable run folder, the "
         "study in <out>/study.db so that a killed search resumes. Writes <out>/best.json for "
         "kdw distill --config.",
     )
-    tune.add_argument("--out", required=True, help="folder for the study, its trials and "
-                      "best.json")
+    tune.add_argument("--out", required=True, help="folder for the study, its trials and best.json")
     for cls in (*CONFIG_SECTIONS.values(), TuneConfig):
         add_arguments(tune, cls)
     tune.set_defaults(handler=_tune)
 
     evaluate = commands.add_parser(
-        "evaluate", help="score runs on a split, as a table",
+        "evaluate",
+        help="score runs on a split, as a table",
         description="Score one or more runs on a split: task metrics, and for students label and "
         "probability loyalty to their teacher.",
     )
     evaluate.add_argument("runs", nargs="+", help="run folders")
     evaluate.add_argument("--split", default="test", help="split to score (default: test)")
-    evaluate.add_argument("--teacher", default=None,
-                          help="teacher run for loyalty (default: each student's own teacher)")
+    evaluate.add_argument(
+        "--teacher",
+        default=None,
+        help="teacher run for loyalty (default: each student's own teacher)",
+    )
     evaluate.add_argument("--json", default=None, help="also write the rows to this JSON file")
-    evaluate.add_argument("--terms", action="store_true",
-                          help="add what dominates each run's objective: every term's share of "
-                          "the gradient and weighted value at the first and last logged step "
-                          "(see --log-every)")
+    evaluate.add_argument(
+        "--terms",
+        action="store_true",
+        help="add what dominates each run's objective: every term's share of "
+        "the gradient and weighted value at the first and last logged step "
+        "(see --log-every)",
+    )
     evaluate.set_defaults(handler=_evaluate)
 
     baseline = commands.add_parser(
-        "baseline", help="TF-IDF + logistic regression on the same split",
+        "baseline",
+        help="TF-IDF + logistic regression on the same split",
         description="Train a TF-IDF + logistic-regression classifier on the task's train split "
         "and score it on --split.",
     )
@@ -251,7 +305,8 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
     baseline.set_defaults(handler=_baseline)
 
     demo = commands.add_parser(
-        "demo", help="end-to-end demo on the bundled tweets",
+        "demo",
+        help="end-to-end demo on the bundled tweets",
         description="Fine-tune the MiniLM-L6 teacher on the bundled tweets, distil 3-layer "
         "students (vanilla KD, Patient KD) and a student without a teacher, print the table.",
     )
@@ -260,28 +315,41 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
     demo.set_defaults(handler=_demo)
 
     reproduce = commands.add_parser(
-        "reproduce", help="rerun the papers' experiments and write a report",
+        "reproduce",
+        help="rerun the papers' experiments and write a report",
         description="Train the suite of the papers' experiments (main table over seeds, loyalty, "
         "ablations) and write report.md, results.json and figures. Resumable: run the same "
         "command again after an interruption.",
     )
-    reproduce.add_argument("--out", default="reports/reproduce",
-                           help="folder for the runs, the report and its figures")
-    reproduce.add_argument("--full", action="store_true",
-                           help="the papers' scale: GLUE, BERT-base teacher, 6-layer students "
-                           "(needs the network and, in practice, a GPU)")
-    reproduce.add_argument("--jobs", type=positive_int, default=1,
-                           help="students trained at once, each in its own process with the CPU "
-                           "threads shared out (2 on a 2-core machine trains the suite faster "
-                           "than 1 with 2 threads)")
-    reproduce.add_argument("--report-only", action="store_true",
-                           help="train nothing: write the figures and report.md from the runs "
-                           "results.json lists (it is updated after every student, so this "
-                           "works while a suite is still running)")
+    reproduce.add_argument(
+        "--out", default="reports/reproduce", help="folder for the runs, the report and its figures"
+    )
+    reproduce.add_argument(
+        "--full",
+        action="store_true",
+        help="the papers' scale: GLUE, BERT-base teacher, 6-layer students "
+        "(needs the network and, in practice, a GPU)",
+    )
+    reproduce.add_argument(
+        "--jobs",
+        type=positive_int,
+        default=1,
+        help="students trained at once, each in its own process with the CPU "
+        "threads shared out (2 on a 2-core machine trains the suite faster "
+        "than 1 with 2 threads)",
+    )
+    reproduce.add_argument(
+        "--report-only",
+        action="store_true",
+        help="train nothing: write the figures and report.md from the runs "
+        "results.json lists (it is updated after every student, so this "
+        "works while a suite is still running)",
+    )
     reproduce.set_defaults(handler=_reproduce)
 
     export = commands.add_parser(
-        "export", help="token attribution heatmaps of runs, as files",
+        "export",
+        help="token attribution heatmaps of runs, as files",
         description="Explain texts (typed, from a CSV/JSONL file, or examples of a split) under "
         "one or more runs and write one heatmap per example, a row per run, as SVG, PDF, PNG, "
         "LaTeX and HTML, with the settings, model names and run ids embedded in each file.",
@@ -292,7 +360,8 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
     export.set_defaults(handler=_export)
 
     attribute = commands.add_parser(
-        "attribute", help="token attributions of runs, saved reloadable (JSONL)",
+        "attribute",
+        help="token attributions of runs, saved reloadable (JSONL)",
         description="Attribute texts (typed, from a CSV/JSONL file, or examples of a split) "
         "under each run and write <out>/<run>.jsonl: tokens, maps per view, prediction, "
         "probabilities and settings per text (workbench.attribution.load_attributions reads it). "
@@ -303,20 +372,26 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
     attribute.set_defaults(handler=_attribute)
 
     export_model = commands.add_parser(
-        "export-model", help="a run's best model as a Hugging Face checkpoint folder",
+        "export-model",
+        help="a run's best model as a Hugging Face checkpoint folder",
         description="Write the best model of a run into --out as a self-contained Hugging Face "
         "checkpoint: config.json naming the task's classes, the weights, the tokenizer and a "
         "model card (README.md) generated from the run's files. The folder loads with "
         "transformers.pipeline('text-classification', model=OUT).",
     )
     export_model.add_argument("run", help="run folder")
-    export_model.add_argument("--out", required=True,
-                              help="folder to write the checkpoint to (new or empty)")
-    export_model.add_argument("--push-to-hub", metavar="REPO", default=None,
-                              help="also upload the checkpoint to this Hub repository "
-                              "(namespace/name) through transformers' push_to_hub; needs the "
-                              "network and a Hub login (hf auth login); not exercised offline: "
-                              "the project's tests check only the calls it makes")
+    export_model.add_argument(
+        "--out", required=True, help="folder to write the checkpoint to (new or empty)"
+    )
+    export_model.add_argument(
+        "--push-to-hub",
+        metavar="REPO",
+        default=None,
+        help="also upload the checkpoint to this Hub repository "
+        "(namespace/name) through transformers' push_to_hub; needs the "
+        "network and a Hub login (hf auth login); not exercised offline: "
+        "the project's tests check only the calls it makes",
+    )
     export_model.set_defaults(handler=_export_model)
     return parser
 
@@ -334,8 +409,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kdw: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("kdw: interrupted; the run keeps its last checkpoint: run the same command to "
-              "resume", file=sys.stderr)
+        print(
+            "kdw: interrupted; the run keeps its last checkpoint: run the same command to resume",
+            file=sys.stderr,
+        )
         return 130
     return 0
 

@@ -27,9 +27,12 @@ class DemoSize:
     student_epochs: float
 
     def data(self) -> DataConfig:
-        return DataConfig(task="tweets", max_length=self.max_length,
-                          max_train_examples=self.train_examples,
-                          max_eval_examples=self.eval_examples)
+        return DataConfig(
+            task="tweets",
+            max_length=self.max_length,
+            max_train_examples=self.train_examples,
+            max_eval_examples=self.eval_examples,
+        )
 
 
 SIZES = {
@@ -52,18 +55,26 @@ def build_demo(
     ``root``; return the run folders, teacher first."""
     data = size.data()
     announce(f"demo: teacher (MiniLM-L6 fine-tuned on {size.train_examples} tweets)")
-    teacher = train_teacher(data, TeacherConfig(),
-                            OptimConfig(epochs=size.teacher_epochs, learning_rate=5e-5),
-                            root / "teacher", callbacks)
+    teacher = train_teacher(
+        data,
+        TeacherConfig(),
+        OptimConfig(epochs=size.teacher_epochs, learning_rate=5e-5),
+        root / "teacher",
+        callbacks,
+    )
     runs = [teacher.path]
     for method in methods:
         announce(f"demo: 3-layer student, {method}")
-        runs.append(distill(
-            data, StudentConfig(teacher_run=str(teacher.path), num_layers=3),
-            ObjectiveConfig(preset=method),
-            OptimConfig(epochs=size.student_epochs, learning_rate=STUDENT_LEARNING_RATE),
-            root / f"student-{method}", callbacks,
-        ).path)
+        runs.append(
+            distill(
+                data,
+                StudentConfig(teacher_run=str(teacher.path), num_layers=3),
+                ObjectiveConfig(preset=method),
+                OptimConfig(epochs=size.student_epochs, learning_rate=STUDENT_LEARNING_RATE),
+                root / f"student-{method}",
+                callbacks,
+            ).path
+        )
     return runs
 
 

@@ -44,12 +44,17 @@ def term_diagnostics(
     for name, weight in weights.items():
         weighted = weight * values[name]
         out[f"value/{name}"] = float(weighted.detach())
-        grads = (torch.autograd.grad(weighted, params, retain_graph=True, allow_unused=True)
-                 if weighted.requires_grad else [None] * len(params))
-        flat[name] = torch.cat([
-            (g if g is not None else torch.zeros_like(p)).detach().reshape(-1).double()
-            for g, p in zip(grads, params, strict=True)
-        ])
+        grads = (
+            torch.autograd.grad(weighted, params, retain_graph=True, allow_unused=True)
+            if weighted.requires_grad
+            else [None] * len(params)
+        )
+        flat[name] = torch.cat(
+            [
+                (g if g is not None else torch.zeros_like(p)).detach().reshape(-1).double()
+                for g, p in zip(grads, params, strict=True)
+            ]
+        )
     total = torch.stack(list(flat.values())).sum(0)
     total_sq = float(total @ total)
     for name, g in flat.items():
@@ -68,7 +73,6 @@ def summarise(records: Iterable[Mapping[str, float]]) -> dict[str, dict[str, flo
 
     def pick(record: Mapping[str, float]) -> dict[str, float]:
         keep = ("value/", "grad_norm/", "grad_share/")
-        return {"step": record["step"],
-                **{k: v for k, v in record.items() if k.startswith(keep)}}
+        return {"step": record["step"], **{k: v for k, v in record.items() if k.startswith(keep)}}
 
     return {"start": pick(logged[0]), "end": pick(logged[-1])}

@@ -15,18 +15,21 @@ from workbench.runs import RESOLVED
 
 
 def term_summary(records: Sequence[dict]) -> dict[str, str]:
-    """"What dominates this objective", from a run's logged diagnostics: each term's share of
+    """ "What dominates this objective", from a run's logged diagnostics: each term's share of
     the gradient and weighted value at the first and last logged step, e.g.
     ``{"grad share, start": "attr 94% · kd 5% · ce 1%", ...}`` (empty if none were logged)."""
     summary = summarise(records)
     row = {}
     for moment, record in summary.items():
-        for prefix, label, form in (("grad_share/", "grad share", "{:.0%}"),
-                                    ("value/", "weighted value", "{:.3g}")):
+        for prefix, label, form in (
+            ("grad_share/", "grad share", "{:.0%}"),
+            ("value/", "weighted value", "{:.3g}"),
+        ):
             terms = {k.removeprefix(prefix): v for k, v in record.items() if k.startswith(prefix)}
             ranked = sorted(terms.items(), key=lambda item: -abs(item[1]))
             row[f"{label}, {moment} (step {record['step']})"] = " · ".join(
-                f"{name} {form.format(value)}" for name, value in ranked)
+                f"{name} {form.format(value)}" for name, value in ranked
+            )
     return row
 
 
@@ -39,8 +42,10 @@ def objective_description(info: dict) -> str:
     if record is None:
         configs = info["configs"]
         config = from_dict(ObjectiveConfig, configs.get("objective", {"preset": "finetune"}))
-        record = {"weights": preset_weights(config),
-                  "temperature": config.temperature or PRESETS[config.preset].temperature}
+        record = {
+            "weights": preset_weights(config),
+            "temperature": config.temperature or PRESETS[config.preset].temperature,
+        }
         note = " (resolved with today's presets: the run predates the record)"
     text = " · ".join(f"{name} {weight:g}" for name, weight in record["weights"].items())
     if "attribution" in record:
@@ -63,8 +68,9 @@ def evaluate_runs(
         data = load_task(loaded.data)
         if split not in data.splits:
             raise WorkbenchError(f"split {split!r} not in {sorted(data.splits)}")
-        dataset = encode(data.splits[split], loaded.tokenizer, loaded.data.max_length,
-                         data.spec.regression)
+        dataset = encode(
+            data.splits[split], loaded.tokenizer, loaded.data.max_length, data.spec.regression
+        )
         logits = predict_logits(loaded.model, dataset, 64, loaded.tokenizer.pad_token_id)
         reference = None
         teacher_path = teacher or info["configs"].get("student", {}).get("teacher_run")
@@ -75,15 +81,20 @@ def evaluate_runs(
                     source.model, dataset, 64, source.tokenizer.pad_token_id
                 )
             reference = teacher_logits[teacher_path]
-        rows.append({
-            "run": loaded.run.name, "kind": info["kind"], "method": info["method"],
-            "objective": objective_description(info),
-            "layers": len(encoder_layers(loaded.model)),
-            "parameters_m": round(sum(p.numel() for p in loaded.model.parameters()) / 1e6, 1),
-            "split": split, "examples": len(dataset),
-            **evaluate_logits(data.spec, logits, dataset.labels, reference),
-            **(term_summary(loaded.run.metrics("train")) if terms else {}),
-        })
+        rows.append(
+            {
+                "run": loaded.run.name,
+                "kind": info["kind"],
+                "method": info["method"],
+                "objective": objective_description(info),
+                "layers": len(encoder_layers(loaded.model)),
+                "parameters_m": round(sum(p.numel() for p in loaded.model.parameters()) / 1e6, 1),
+                "split": split,
+                "examples": len(dataset),
+                **evaluate_logits(data.spec, logits, dataset.labels, reference),
+                **(term_summary(loaded.run.metrics("train")) if terms else {}),
+            }
+        )
     return rows
 
 

@@ -85,8 +85,12 @@ TERMS: dict[str, Term] = {}
 TEACHER_FIELDS: dict[str, TeacherField] = {}
 
 
-def term(name: str, teacher_fields: tuple[str, ...] = (), hidden_states: bool = False,
-         runs_student: bool = False):
+def term(
+    name: str,
+    teacher_fields: tuple[str, ...] = (),
+    hidden_states: bool = False,
+    runs_student: bool = False,
+):
     """Register a loss term under ``name`` (the key of the weights)."""
 
     def register(compute: Callable[[Objective, StepInputs], Tensor]):
@@ -123,25 +127,34 @@ class Preset:
 PRESETS: dict[str, Preset] = {
     "finetune": Preset({"ce": 1.0}, {"ce": 1.0}),
     "kd": Preset({"ce": 0.5, "kd": 0.5}, {"ce": 0.5, "kd": 0.5}),
-    "pkd-skip": Preset({"ce": 0.5, "kd": 0.5, "pkd": 1.0},
-                       {"ce": 0.5, "kd": 0.5, "pkd": 500.0}),
-    "ckd": Preset({"ce": 0.5, "kd": 0.5, "wr": 1.0, "ltr": 1.0},
-                  {"ce": 0.5, "kd": 0.5, "wr": 1.0, "ltr": 1.0}, official_kd_form="soft-ce"),
+    "pkd-skip": Preset({"ce": 0.5, "kd": 0.5, "pkd": 1.0}, {"ce": 0.5, "kd": 0.5, "pkd": 500.0}),
+    "ckd": Preset(
+        {"ce": 0.5, "kd": 0.5, "wr": 1.0, "ltr": 1.0},
+        {"ce": 0.5, "kd": 0.5, "wr": 1.0, "ltr": 1.0},
+        official_kd_form="soft-ce",
+    ),
     # AD-KD's β grid (Table 5: 1, 10, 50, 100) was tuned on the authors' MSE(sum)/#tokens: the
     # preset computes that distance (README, "Why AD-KD collapsed"); Eq. 9 is --attr-reduction
     # paper. β = 1, the grid's lowest value: at β = 10 the attribution term held 68–93 % of the
     # gradient on the bundled tweets and the minority class fell to 30 % recall.
-    "adkd": Preset({"ce": 0.1, "kd": 0.9, "attr": 1.0},
-                   {"ce": 0.1, "kd": 0.9, "attr": 10.0}, temperature=2.0,
-                   official_kd_form="soft-ce", attr_reduction="official"),
-    "gkd": Preset({"ce": 0.5, "kd": 0.5, "grad": 1.0}, {"ce": 0.5, "kd": 0.5, "grad": 1.0},
-                  temperature=5.0),
+    "adkd": Preset(
+        {"ce": 0.1, "kd": 0.9, "attr": 1.0},
+        {"ce": 0.1, "kd": 0.9, "attr": 10.0},
+        temperature=2.0,
+        official_kd_form="soft-ce",
+        attr_reduction="official",
+    ),
+    "gkd": Preset(
+        {"ce": 0.5, "kd": 0.5, "grad": 1.0}, {"ce": 0.5, "kd": 0.5, "grad": 1.0}, temperature=5.0
+    ),
     # GKD-CLS: the [CLS]-state gradients at weight 0.1. At 1 they held 50–74 % of the gradient
     # (their gradient is twice the input gradients'), CE 4–11 %, and a student trained for 26
     # steps on BBC News lost two of five classes (README, "Why AD-KD and GKD-CLS collapsed").
-    "gkd-cls": Preset({"ce": 0.5, "kd": 0.5, "pkd": 1.0, "grad": 1.0, "cls_grad": 0.1},
-                      {"ce": 0.5, "kd": 0.5, "pkd": 500.0, "grad": 1.0, "cls_grad": 1.0},
-                      temperature=5.0),
+    "gkd-cls": Preset(
+        {"ce": 0.5, "kd": 0.5, "pkd": 1.0, "grad": 1.0, "cls_grad": 0.1},
+        {"ce": 0.5, "kd": 0.5, "pkd": 500.0, "grad": 1.0, "cls_grad": 1.0},
+        temperature=5.0,
+    ),
 }
 PRESETS["pkd-last"] = PRESETS["pkd-skip"]
 
@@ -195,8 +208,9 @@ class Objective:
     attr_reduction: str = "paper"
 
     @classmethod
-    def resolve(cls, config: ObjectiveConfig, teacher_layers: int, student_layers: int,
-                num_labels: int = 2) -> Objective:
+    def resolve(
+        cls, config: ObjectiveConfig, teacher_layers: int, student_layers: int, num_labels: int = 2
+    ) -> Objective:
         weights = preset_weights(config)
         preset = PRESETS[config.preset]
         official = config.parity == "official"
@@ -210,21 +224,29 @@ class Objective:
             num_labels=num_labels,
             temperature=config.temperature or preset.temperature,
             kd_form=config.kd_loss or (preset.official_kd_form if official else "kl"),
-            patient_pairs=(patient_layers(teacher_layers, student_layers, mapping)
-                           if needs_pairs else []),
-            relation_pairs=(uniform_layers(teacher_layers, student_layers)
-                            if {"wr", "ltr"} & set(weights) else []),
+            patient_pairs=(
+                patient_layers(teacher_layers, student_layers, mapping) if needs_pairs else []
+            ),
+            relation_pairs=(
+                uniform_layers(teacher_layers, student_layers)
+                if {"wr", "ltr"} & set(weights)
+                else []
+            ),
             attr_baseline=config.attr_baseline or ("zero" if official else "pad"),
             attr_views=config.attr_views or ("gold" if official and num_labels == 2 else "all"),
-            attr_reduction=config.attr_reduction or (
-                "official" if official else preset.attr_reduction),
+            attr_reduction=config.attr_reduction
+            or ("official" if official else preset.attr_reduction),
         )
 
     def record(self) -> dict:
         """What the configs resolved to, as plain data for ``run.json``: every weight, τ, the
         KD form, the layer pairs, and the settings of the terms in use."""
-        record: dict = {"weights": self.weights, "temperature": self.temperature,
-                        "kd_form": self.kd_form, "parity": self.config.parity}
+        record: dict = {
+            "weights": self.weights,
+            "temperature": self.temperature,
+            "kd_form": self.kd_form,
+            "parity": self.config.parity,
+        }
         if self.patient_pairs:
             record["patient_pairs"] = self.patient_pairs
         if self.relation_pairs:
@@ -233,9 +255,13 @@ class Objective:
         if "attr" in self.weights:
             c = self.config
             record["attribution"] = {
-                "reduction": self.attr_reduction, "views": self.attr_views,
-                "baseline": self.attr_baseline, "steps": c.attr_steps, "top_k": c.attr_top_k,
-                "layer": c.attr_layer}
+                "reduction": self.attr_reduction,
+                "views": self.attr_views,
+                "baseline": self.attr_baseline,
+                "steps": c.attr_steps,
+                "top_k": c.attr_top_k,
+                "layer": c.attr_layer,
+            }
         if self.gradient_kd:
             record["student_dropout"] = self.config.dropout
         return json.loads(json.dumps(record))  # tuples as lists, as run.json reads back
@@ -273,17 +299,23 @@ class Objective:
             settings["patient_pairs"] = self.patient_pairs
         if "maps" in fields:
             c = self.config
-            settings["maps"] = {"steps": c.attr_steps, "top_k": c.attr_top_k,
-                                "baseline": self.attr_baseline, "views": self.attr_views,
-                                "layer": c.attr_layer}
+            settings["maps"] = {
+                "steps": c.attr_steps,
+                "top_k": c.attr_top_k,
+                "baseline": self.attr_baseline,
+                "views": self.attr_views,
+                "layer": c.attr_layer,
+            }
         return settings
 
     def teacher_batch(
         self, teacher: PreTrainedModel, batch: dict[str, Tensor], fields: list[str] | None = None
     ) -> dict[str, Tensor]:
         """Teacher fields of a batch (all the objective reads by default)."""
-        return {name: TEACHER_FIELDS[name].compute(self, teacher, batch)
-                for name in fields or self.teacher_fields()}
+        return {
+            name: TEACHER_FIELDS[name].compute(self, teacher, batch)
+            for name in fields or self.teacher_fields()
+        }
 
     def __call__(
         self, model: PreTrainedModel, batch: dict[str, Tensor], teacher: dict[str, Tensor]
@@ -303,9 +335,14 @@ def _model_inputs(batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor | No
     return batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids")
 
 
-def attribution_views(objective: Objective, model: PreTrainedModel, batch: dict[str, Tensor],
-                      classes: Tensor | None, create_graph: bool,
-                      top_k: int | None) -> tuple[Tensor, Tensor]:
+def attribution_views(
+    objective: Objective,
+    model: PreTrainedModel,
+    batch: dict[str, Tensor],
+    classes: Tensor | None,
+    create_graph: bool,
+    top_k: int | None,
+) -> tuple[Tensor, Tensor]:
     """AD-KD maps ``[B, S·V, L]`` — the views at each attribution site, concatenated — and the
     model's logits ``[B, C]`` from the first site's forward pass.
 
@@ -321,16 +358,26 @@ def attribution_views(objective: Objective, model: PreTrainedModel, batch: dict[
         views = int(views)
     sites = attribution_layers(len(encoder_layers(model)), objective.config.attr_layer)
     results = [
-        attribution_maps(model, *_model_inputs(batch), views=views, labels=labels,
-                         steps=objective.config.attr_steps, baseline=objective.attr_baseline,
-                         top_k=top_k, create_graph=create_graph, layer=site, return_logits=True)
+        attribution_maps(
+            model,
+            *_model_inputs(batch),
+            views=views,
+            labels=labels,
+            steps=objective.config.attr_steps,
+            baseline=objective.attr_baseline,
+            top_k=top_k,
+            create_graph=create_graph,
+            layer=site,
+            return_logits=True,
+        )
         for site in sites
     ]
     return torch.cat([maps for maps, _ in results], dim=1), results[0][1]
 
 
-def state_gradients(model: PreTrainedModel, batch: dict[str, Tensor], layers: list[int],
-                    create_graph: bool) -> Tensor:
+def state_gradients(
+    model: PreTrainedModel, batch: dict[str, Tensor], layers: list[int], create_graph: bool
+) -> Tensor:
     """GKD-CLS: ``∂(Σ_b p_max,b)/∂h[j]`` at [CLS] for hidden-state indices ``layers`` →
     ``[B, len(layers), d]``."""
     with torch.enable_grad():
@@ -363,8 +410,7 @@ def _teacher_relation_states(objective: Objective, teacher: PreTrainedModel, bat
 
 @teacher_field("maps", per_token=True)
 def _teacher_maps(objective: Objective, teacher: PreTrainedModel, batch) -> Tensor:
-    maps, _ = attribution_views(objective, teacher, batch, None, False,
-                                objective.config.attr_top_k)
+    maps, _ = attribution_views(objective, teacher, batch, None, False, objective.config.attr_top_k)
     return maps.transpose(1, 2)  # [B, L, S·V]: per token
 
 
@@ -385,8 +431,12 @@ def _ce(_objective: Objective, inputs: StepInputs) -> Tensor:
 
 @term("kd", teacher_fields=("logits",))
 def _kd(objective: Objective, inputs: StepInputs) -> Tensor:
-    return logit_kd_loss(inputs.student.logits, inputs.teacher["logits"], objective.temperature,
-                         form=objective.kd_form)
+    return logit_kd_loss(
+        inputs.student.logits,
+        inputs.teacher["logits"],
+        objective.temperature,
+        form=objective.kd_form,
+    )
 
 
 @term("pkd", teacher_fields=("cls",), hidden_states=True)
@@ -405,20 +455,31 @@ def _relation_states(objective: Objective, inputs: StepInputs) -> tuple[Tensor, 
 @term("wr", teacher_fields=("relation_states",), hidden_states=True)
 def _wr(objective: Objective, inputs: StepInputs) -> Tensor:
     student, teacher = _relation_states(objective, inputs)
-    return word_relation_loss(student, teacher, inputs.batch["attention_mask"],
-                              window=objective.config.ckd_window, variant=objective.reduction)
+    return word_relation_loss(
+        student,
+        teacher,
+        inputs.batch["attention_mask"],
+        window=objective.config.ckd_window,
+        variant=objective.reduction,
+    )
 
 
 @term("ltr", teacher_fields=("relation_states",), hidden_states=True)
 def _ltr(objective: Objective, inputs: StepInputs) -> Tensor:
     student, teacher = _relation_states(objective, inputs)
-    return layer_relation_loss(student, teacher, inputs.batch["attention_mask"],
-                               variant=objective.reduction)
+    return layer_relation_loss(
+        student, teacher, inputs.batch["attention_mask"], variant=objective.reduction
+    )
 
 
-def sampled_view_loss(student_maps: Tensor, teacher_maps: Tensor, classes: Tensor,
-                      attention_mask: Tensor, num_classes: int, reduction: str = "squared"
-                      ) -> Tensor:
+def sampled_view_loss(
+    student_maps: Tensor,
+    teacher_maps: Tensor,
+    classes: Tensor,
+    attention_mask: Tensor,
+    num_classes: int,
+    reduction: str = "squared",
+) -> Tensor:
     """View sampling (beyond the paper): each example attributes one class ``classes[b]``
     drawn uniformly; its squared distance is weighted by ``C`` so that the expectation over the
     draws equals the multi-view squared loss (``reduction`` ``"squared"``, or ``"official"``,
@@ -433,8 +494,7 @@ def sampled_view_loss(student_maps: Tensor, teacher_maps: Tensor, classes: Tenso
     sites, length = student_maps.shape[1], student_maps.shape[2]
     index = torch.arange(sites, device=classes.device)[None, :] * num_classes + classes[:, None]
     chosen = teacher_maps.gather(1, index[..., None].expand(-1, -1, length))
-    return num_classes * attribution_loss(student_maps, chosen, attention_mask,
-                                          reduction=reduction)
+    return num_classes * attribution_loss(student_maps, chosen, attention_mask, reduction=reduction)
 
 
 @term("attr", teacher_fields=("maps",), runs_student=True)
@@ -445,27 +505,32 @@ def _attr(objective: Objective, inputs: StepInputs) -> Tensor:
         classes = torch.randint(objective.num_labels, (mask.shape[0],), device=mask.device)
     else:
         classes = inputs.teacher["logits"].argmax(-1) if "logits" in inputs.teacher else None
-    student_maps, logits = attribution_views(objective, inputs.model, inputs.batch, classes,
-                                             True, None)
+    student_maps, logits = attribution_views(
+        objective, inputs.model, inputs.batch, classes, True, None
+    )
     inputs.share(logits)
     if objective.attr_views == "sample":
         reduction = "official" if objective.attr_reduction == "official" else "squared"
-        return sampled_view_loss(student_maps, teacher_maps, classes, mask,
-                                 objective.num_labels, reduction)
+        return sampled_view_loss(
+            student_maps, teacher_maps, classes, mask, objective.num_labels, reduction
+        )
     return attribution_loss(student_maps, teacher_maps, mask, reduction=objective.attr_reduction)
 
 
 @term("grad", teacher_fields=("input_grads",), runs_student=True)
 def _grad(_objective: Objective, inputs: StepInputs) -> Tensor:
-    student, logits = input_gradients(inputs.model, inputs.batch, create_graph=True,
-                                      return_logits=True)
+    student, logits = input_gradients(
+        inputs.model, inputs.batch, create_graph=True, return_logits=True
+    )
     inputs.share(logits)
-    return gradient_alignment_loss(student, inputs.teacher["input_grads"],
-                                   inputs.batch["attention_mask"])
+    return gradient_alignment_loss(
+        student, inputs.teacher["input_grads"], inputs.batch["attention_mask"]
+    )
 
 
 @term("cls_grad", teacher_fields=("cls_grads",))
 def _cls_grad(objective: Objective, inputs: StepInputs) -> Tensor:
-    student = state_gradients(inputs.model, inputs.batch,
-                              [s for s, _ in objective.patient_pairs], True)
+    student = state_gradients(
+        inputs.model, inputs.batch, [s for s, _ in objective.patient_pairs], True
+    )
     return gradient_alignment_loss(student, inputs.teacher["cls_grads"])

@@ -65,20 +65,28 @@ def _configure(optim: OptimConfig) -> torch.device:
 
 
 def _encode_all(data: TaskData, tokenizer, max_length: int) -> dict[str, EncodedSplit]:
-    encoded = {name: encode(split, tokenizer, max_length, data.spec.regression)
-               for name, split in data.splits.items()}
+    encoded = {
+        name: encode(split, tokenizer, max_length, data.spec.regression)
+        for name, split in data.splits.items()
+    }
     for name, split in encoded.items():
         if split.truncated:
-            print(f"note: {split.truncated} of {len(split)} {name} examples were truncated to "
-                  f"{max_length} tokens")
+            print(
+                f"note: {split.truncated} of {len(split)} {name} examples were truncated to "
+                f"{max_length} tokens"
+            )
     return encoded
 
 
 def _manifest(data: TaskData, data_config: DataConfig, optim: OptimConfig) -> dict:
-    return {"seed": optim.seed, "data_source": data.source, "data_notes": data.notes,
-            "split_fingerprint": data.fingerprint(),
-            "split_sizes": {k: len(v) for k, v in data.splits.items()},
-            "max_length": data_config.max_length}
+    return {
+        "seed": optim.seed,
+        "data_source": data.source,
+        "data_notes": data.notes,
+        "split_fingerprint": data.fingerprint(),
+        "split_sizes": {k: len(v) for k, v in data.splits.items()},
+        "max_length": data_config.max_length,
+    }
 
 
 def _resolved(objective: Objective) -> dict:
@@ -86,8 +94,12 @@ def _resolved(objective: Objective) -> dict:
     a run is described by it, never by today's preset table."""
     from importlib import metadata
 
-    return {RESOLVED: {"objective": objective.record(),
-                       "package_version": metadata.version("kd-workbench")}}
+    return {
+        RESOLVED: {
+            "objective": objective.record(),
+            "package_version": metadata.version("kd-workbench"),
+        }
+    }
 
 
 def _saver(run: Run, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, spec: TaskSpec):
@@ -103,8 +115,9 @@ def _saver(run: Run, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
     return save
 
 
-def _finish(run: Run, model, data: TaskData, encoded, batch_size, pad_id,
-            teacher_logits=None) -> dict:
+def _finish(
+    run: Run, model, data: TaskData, encoded, batch_size, pad_id, teacher_logits=None
+) -> dict:
     """Evaluate the best model on dev and test; write ``results.json``, per example
     ``predictions.json`` (ids, gold labels and predictions: what paired statistics need), and
     add the results to the model card."""
@@ -116,8 +129,11 @@ def _finish(run: Run, model, data: TaskData, encoded, batch_size, pad_id,
             labels = encoded[split].labels
             results[split] = evaluate_logits(data.spec, logits, labels, reference)
             predicted = logits.squeeze(-1) if data.spec.regression else logits.argmax(-1)
-            predictions[split] = {"uids": data.splits[split].uids, "labels": labels.tolist(),
-                                  "predictions": predicted.tolist()}
+            predictions[split] = {
+                "uids": data.splits[split].uids,
+                "labels": labels.tolist(),
+                "predictions": predicted.tolist(),
+            }
     atomic_write_json(run.path / "predictions.json", predictions)
     atomic_write_json(run.path / "results.json", results)
     atomic_write_text(run.model_dir / "README.md", model_card(run))
@@ -136,9 +152,16 @@ def train_teacher(
     device = _configure(optim)
     tokenizer = load_tokenizer(teacher_config.model)  # a bad name fails before the data load
     data = load_task(data_config)
-    info = {"kind": "teacher", "method": "finetune", "task": dataclasses.asdict(data.spec),
-            "configs": {"data": to_dict(data_config), "teacher": to_dict(teacher_config),
-                        "optim": _identity(optim)}}
+    info = {
+        "kind": "teacher",
+        "method": "finetune",
+        "task": dataclasses.asdict(data.spec),
+        "configs": {
+            "data": to_dict(data_config),
+            "teacher": to_dict(teacher_config),
+            "optim": _identity(optim),
+        },
+    }
     set_seed(optim.seed)
     model = load_classifier(teacher_config.model, data.spec.num_labels, data.spec.regression)
     objective = Objective.resolve(ObjectiveConfig(preset="finetune"), 0, 0)
@@ -148,12 +171,18 @@ def train_teacher(
             return run
         encoded = _encode_all(data, tokenizer, data_config.max_length)
         job = TrainingJob(
-            run=run, model=model, spec=data.spec, train_set=encoded["train"],
-            dev_set=encoded["dev"], optim=optim,
-            loss=lambda m, batch: objective(m, batch, {}), weights=objective.weights,
+            run=run,
+            model=model,
+            spec=data.spec,
+            train_set=encoded["train"],
+            dev_set=encoded["dev"],
+            optim=optim,
+            loss=lambda m, batch: objective(m, batch, {}),
+            weights=objective.weights,
             save_model=_saver(run, model, tokenizer, data.spec),
             pad_token_id=tokenizer.pad_token_id,
-            callbacks=callbacks, device=device,
+            callbacks=callbacks,
+            device=device,
         )
         if train(job):
             _finish(run, model, data, encoded, optim.eval_batch_size, tokenizer.pad_token_id)
@@ -166,13 +195,15 @@ def build_student(
     """The student a :class:`StudentConfig` describes, with its tokenizer."""
     spec = teacher.spec
     if config.init == "cut":
-        layers = select_layers(
-            len(encoder_layers(teacher.model)), config.num_layers, config.layers
-        )
+        layers = select_layers(len(encoder_layers(teacher.model)), config.num_layers, config.layers)
         return cut_student(teacher.model, layers, config.freeze_embeddings), teacher.tokenizer
     if config.init == "random":
-        return (random_student(teacher.model.config, config.num_layers, config.hidden_size,
-                               config.num_heads), teacher.tokenizer)
+        return (
+            random_student(
+                teacher.model.config, config.num_layers, config.hidden_size, config.num_heads
+            ),
+            teacher.tokenizer,
+        )
     if config.init == "pretrained":
         if not config.pretrained:
             raise WorkbenchError("--init pretrained needs --pretrained (hub id or directory)")
@@ -201,8 +232,13 @@ def prepare_gradient_student(
 
 
 def teacher_caches(
-    teacher: LoadedRun, objective: Objective, encoded: dict[str, EncodedSplit],
-    data: TaskData, max_length: int, folder: Path, batch_size: int,
+    teacher: LoadedRun,
+    objective: Objective,
+    encoded: dict[str, EncodedSplit],
+    data: TaskData,
+    max_length: int,
+    folder: Path,
+    batch_size: int,
 ) -> dict[str, ExampleCache]:
     """What the frozen teacher says about every example, computed once per setting: the
     objective's fields on train, logits on dev and test (for loyalty)."""
@@ -218,11 +254,18 @@ def teacher_caches(
             return objective.teacher_batch(teacher.model, batch, fields)
 
         key = {**base_key, "split": split, "data": fingerprints[split], **settings}
-        caches[split] = cached(folder, f"teacher-{split}", key, dataset, compute,
-                               per_token=per_token, batch_size=batch_size,
-                               pad_token_id=teacher.tokenizer.pad_token_id,
-                               description=f"teacher cache ({split})",
-                               device=model_device(teacher.model))
+        caches[split] = cached(
+            folder,
+            f"teacher-{split}",
+            key,
+            dataset,
+            compute,
+            per_token=per_token,
+            batch_size=batch_size,
+            pad_token_id=teacher.tokenizer.pad_token_id,
+            description=f"teacher cache ({split})",
+            device=model_device(teacher.model),
+        )
     return caches
 
 
@@ -251,14 +294,23 @@ def distill(
             f"pass --task {teacher.data.task}"
         )
     data = load_task(data_config)
-    info = {"kind": "student", "method": objective_config.preset,
-            "task": dataclasses.asdict(data.spec),
-            "configs": {"data": to_dict(data_config), "student": to_dict(student_config),
-                        "objective": to_dict(objective_config), "optim": _identity(optim)}}
+    info = {
+        "kind": "student",
+        "method": objective_config.preset,
+        "task": dataclasses.asdict(data.spec),
+        "configs": {
+            "data": to_dict(data_config),
+            "student": to_dict(student_config),
+            "objective": to_dict(objective_config),
+            "optim": _identity(optim),
+        },
+    }
     set_seed(optim.seed)
     student, tokenizer = build_student(teacher, student_config)
     objective = Objective.resolve(
-        objective_config, len(encoder_layers(teacher.model)), len(encoder_layers(student)),
+        objective_config,
+        len(encoder_layers(teacher.model)),
+        len(encoder_layers(student)),
         data.spec.num_labels,
     )
     if objective.gradient_kd:
@@ -268,33 +320,55 @@ def distill(
         if run.status()["state"] == "finished":
             return run
         encoded = _encode_all(data, tokenizer, data_config.max_length)
-        caches = teacher_caches(teacher, objective, encoded, data, data_config.max_length,
-                                Path(cache_dir) if cache_dir else run.cache_dir,
-                                optim.eval_batch_size)
+        caches = teacher_caches(
+            teacher,
+            objective,
+            encoded,
+            data,
+            data_config.max_length,
+            Path(cache_dir) if cache_dir else run.cache_dir,
+            optim.eval_batch_size,
+        )
         train_cache = caches["train"]
         teacher_logits = {split: caches[split].per_example["logits"] for split in ("dev", "test")}
         live_fields = objective.live_fields()
 
         def loss(model: PreTrainedModel, batch: dict) -> dict:
             length = batch["input_ids"].shape[1]
-            values = {name: train_cache.gather(name, batch["index"].cpu(), length).to(device)
-                      for name in objective.cached_fields()}
+            values = {
+                name: train_cache.gather(name, batch["index"].cpu(), length).to(device)
+                for name in objective.cached_fields()
+            }
             if live_fields:
                 with torch.no_grad():
                     values |= objective.teacher_batch(teacher.model, batch, live_fields)
             return objective(model, batch, values)
 
         job = TrainingJob(
-            run=run, model=student, spec=data.spec, train_set=encoded["train"],
-            dev_set=encoded["dev"], optim=optim, loss=loss, weights=objective.weights,
+            run=run,
+            model=student,
+            spec=data.spec,
+            train_set=encoded["train"],
+            dev_set=encoded["dev"],
+            optim=optim,
+            loss=loss,
+            weights=objective.weights,
             save_model=_saver(run, student, tokenizer, data.spec),
             pad_token_id=tokenizer.pad_token_id,
             dev_teacher_logits=teacher_logits["dev"],
-            callbacks=callbacks, device=device,
+            callbacks=callbacks,
+            device=device,
         )
         if train(job):
-            _finish(run, student, data, encoded, optim.eval_batch_size,
-                    tokenizer.pad_token_id, teacher_logits)
+            _finish(
+                run,
+                student,
+                data,
+                encoded,
+                optim.eval_batch_size,
+                tokenizer.pad_token_id,
+                teacher_logits,
+            )
     return run
 
 

@@ -96,10 +96,11 @@ def ablations(task: str, plan: TaskPlan, seeds: Sequence[int]) -> list[Experimen
     adkd = ObjectiveConfig(preset="adkd")
     # the sweeps first: an interrupted suite then still has its figures
     rows: list[tuple[str, str, ObjectiveConfig, float | None]] = [
-        (f"adkd K={k}", "adkd-k", replace(adkd, attr_top_k=k), float(k))
-        for k in plan.top_k_sweep]
-    rows += [(f"adkd m={m}", "adkd-m", replace(adkd, attr_steps=m), float(m))
-             for m in plan.steps_sweep]
+        (f"adkd K={k}", "adkd-k", replace(adkd, attr_top_k=k), float(k)) for k in plan.top_k_sweep
+    ]
+    rows += [
+        (f"adkd m={m}", "adkd-m", replace(adkd, attr_steps=m), float(m)) for m in plan.steps_sweep
+    ]
     rows += [
         ("adkd w/o attr", "adkd-terms", replace(adkd, weights="ce=0.1,kd=0.9"), None),
         ("adkd w/o ce", "adkd-terms", replace(adkd, weights="kd=0.9,attr=10"), None),
@@ -109,46 +110,75 @@ def ablations(task: str, plan: TaskPlan, seeds: Sequence[int]) -> list[Experimen
         ("adkd view class 0", "adkd-views", replace(adkd, attr_views="0"), None),
         ("adkd view sampled", "adkd-views", replace(adkd, attr_views="sample"), None),
         ("gkd w/ dropout", "gkd-dropout", ObjectiveConfig(preset="gkd", dropout=True), None),
-        ("ckd w/o wr", "ckd-terms", ObjectiveConfig(preset="ckd", weights="ce=0.5,kd=0.5,ltr=1"),
-         None),
-        ("ckd w/o ltr", "ckd-terms", ObjectiveConfig(preset="ckd", weights="ce=0.5,kd=0.5,wr=1"),
-         None),
+        (
+            "ckd w/o wr",
+            "ckd-terms",
+            ObjectiveConfig(preset="ckd", weights="ce=0.5,kd=0.5,ltr=1"),
+            None,
+        ),
+        (
+            "ckd w/o ltr",
+            "ckd-terms",
+            ObjectiveConfig(preset="ckd", weights="ce=0.5,kd=0.5,wr=1"),
+            None,
+        ),
         ("adkd layer first", "adkd-layer", replace(adkd, attr_layer="first"), None),
         ("adkd layer penultimate", "adkd-layer", replace(adkd, attr_layer="penultimate"), None),
     ]
-    return [Experiment(task, name, group, objective, seed, sweep)
-            for name, group, objective, sweep in rows for seed in seeds]
+    return [
+        Experiment(task, name, group, objective, seed, sweep)
+        for name, group, objective, sweep in rows
+        for seed in seeds
+    ]
 
 
 def experiments(suite: Suite) -> list[Experiment]:
     """Main table first (every task, method and seed), then the ablations."""
-    main = [Experiment(task, method, "main", ObjectiveConfig(preset=method), seed)
-            for task, plan in suite.plans.items()
-            for seed in plan.seeds for method in suite.methods]
-    extra = ablations(suite.ablation_task, suite.plans[suite.ablation_task],
-                      suite.ablation_seeds)
+    main = [
+        Experiment(task, method, "main", ObjectiveConfig(preset=method), seed)
+        for task, plan in suite.plans.items()
+        for seed in plan.seeds
+        for method in suite.methods
+    ]
+    extra = ablations(suite.ablation_task, suite.plans[suite.ablation_task], suite.ablation_seeds)
     if suite.ablation_groups is not None:
         extra = [e for e in extra if e.group in suite.ablation_groups]
     if suite.ablation_data is not None:
-        extra = [Experiment(suite.ablation_task, method, "reference",
-                            ObjectiveConfig(preset=method), seed)
-                 for seed in suite.ablation_seeds for method in ABLATED_METHODS] + extra
+        extra = [
+            Experiment(
+                suite.ablation_task, method, "reference", ObjectiveConfig(preset=method), seed
+            )
+            for seed in suite.ablation_seeds
+            for method in ABLATED_METHODS
+        ] + extra
     return main + extra + list(suite.extra)
 
 
 DEFAULT = Suite(
     plans={
-        "tweets": TaskPlan(DataConfig(task="tweets", max_length=64, max_train_examples=1000,
-                                      max_eval_examples=500),
-                           teacher_epochs=3, student_epochs=2, seeds=(1, 2, 3),
-                           top_k_sweep=(96, 192), steps_sweep=(2, 4)),
-        "bbc-news": TaskPlan(DataConfig(task="bbc-news", max_length=64, max_train_examples=400,
-                                        max_eval_examples=212),
-                             teacher_epochs=3, student_epochs=2, seeds=(1,)),
+        "tweets": TaskPlan(
+            DataConfig(
+                task="tweets", max_length=64, max_train_examples=1000, max_eval_examples=500
+            ),
+            teacher_epochs=3,
+            student_epochs=2,
+            seeds=(1, 2, 3),
+            top_k_sweep=(96, 192),
+            steps_sweep=(2, 4),
+        ),
+        "bbc-news": TaskPlan(
+            DataConfig(
+                task="bbc-news", max_length=64, max_train_examples=400, max_eval_examples=212
+            ),
+            teacher_epochs=3,
+            student_epochs=2,
+            seeds=(1,),
+        ),
     },
     ablation_task="tweets",
-    ablation_data=DataConfig(task="tweets", max_length=64, max_train_examples=300,
-                             max_eval_examples=200),
+    ablation_data=DataConfig(
+        task="tweets", max_length=64, max_train_examples=300, max_eval_examples=200
+    ),
     description="2-core CPU default: subsampled tweets (1,000 train / 500 test, 64 tokens) and "
     "BBC News (400 train / 212 test, first 64 tokens); 3-layer students cut from MiniLM-L6",
     cuts="a MiniLM-L6 teacher (22.7M parameters) instead of BERT-base; 3-layer students; "
@@ -162,9 +192,14 @@ DEFAULT = Suite(
 )
 FULL = Suite(
     plans={
-        name: TaskPlan(DataConfig(task=name, max_length=128),
-                       teacher=TeacherConfig(model="bert-base-uncased"), teacher_epochs=3,
-                       student_epochs=4, student_layers=6, student_learning_rate=5e-5)
+        name: TaskPlan(
+            DataConfig(task=name, max_length=128),
+            teacher=TeacherConfig(model="bert-base-uncased"),
+            teacher_epochs=3,
+            student_epochs=4,
+            student_layers=6,
+            student_learning_rate=5e-5,
+        )
         for name in ("sst2", "mrpc", "qnli", "rte", "cola", "stsb", "qqp", "mnli")
     },
     ablation_task="mrpc",
@@ -174,31 +209,48 @@ FULL = Suite(
 
 
 def _teacher(out: Path, task: str, plan: TaskPlan) -> Run:
-    return train_teacher(plan.data, plan.teacher,
-                         OptimConfig(epochs=plan.teacher_epochs, batch_size=plan.batch_size,
-                                     learning_rate=plan.teacher_learning_rate, seed=1),
-                         out / "runs" / task / "teacher")
+    return train_teacher(
+        plan.data,
+        plan.teacher,
+        OptimConfig(
+            epochs=plan.teacher_epochs,
+            batch_size=plan.batch_size,
+            learning_rate=plan.teacher_learning_rate,
+            seed=1,
+        ),
+        out / "runs" / task / "teacher",
+    )
 
 
-def _student(out: Path, teacher: Path, plan: TaskPlan, experiment: Experiment,
-             threads: int = 0) -> Run:
+def _student(
+    out: Path, teacher: Path, plan: TaskPlan, experiment: Experiment, threads: int = 0
+) -> Run:
     folder = experiment.name.replace(" ", "_").replace("/", "-")
     if experiment.group != "main":
         folder = f"ablations/{folder}"
     return distill(
         plan.data,
-        StudentConfig(teacher_run=str(teacher), num_layers=plan.student_layers,
-                      **experiment.student),
+        StudentConfig(
+            teacher_run=str(teacher), num_layers=plan.student_layers, **experiment.student
+        ),
         experiment.objective,
-        OptimConfig(**{"epochs": plan.student_epochs, "batch_size": plan.batch_size,
-                       "learning_rate": plan.student_learning_rate, "seed": experiment.seed,
-                       "threads": threads, **experiment.optim}),
+        OptimConfig(
+            **{
+                "epochs": plan.student_epochs,
+                "batch_size": plan.batch_size,
+                "learning_rate": plan.student_learning_rate,
+                "seed": experiment.seed,
+                "threads": threads,
+                **experiment.optim,
+            }
+        ),
         out / "runs" / experiment.task / f"{folder}-seed{experiment.seed}",
     )
 
 
-def train_and_score(out: Path, teacher: Path, plan: TaskPlan, experiment: Experiment,
-                    threads: int = 0) -> tuple[str, dict, float]:
+def train_and_score(
+    out: Path, teacher: Path, plan: TaskPlan, experiment: Experiment, threads: int = 0
+) -> tuple[str, dict, float]:
     """Train one student (or reuse its finished run): its run folder, its test results with
     saliency loyalty and attribution gap, and the seconds this took. Runs in a worker process
     under ``--jobs``."""
@@ -210,11 +262,18 @@ def train_and_score(out: Path, teacher: Path, plan: TaskPlan, experiment: Experi
 
 def plan_summary(plan: TaskPlan) -> dict:
     """The sizes of one task's plan that the report states (what was cut from the papers)."""
-    return {"teacher": plan.teacher.model, "max_train_examples": plan.data.max_train_examples,
-            "max_eval_examples": plan.data.max_eval_examples, "max_length": plan.data.max_length,
-            "teacher_epochs": plan.teacher_epochs, "student_layers": plan.student_layers,
-            "student_epochs": plan.student_epochs, "seeds": list(plan.seeds),
-            "batch_size": plan.batch_size, "student_learning_rate": plan.student_learning_rate}
+    return {
+        "teacher": plan.teacher.model,
+        "max_train_examples": plan.data.max_train_examples,
+        "max_eval_examples": plan.data.max_eval_examples,
+        "max_length": plan.data.max_length,
+        "teacher_epochs": plan.teacher_epochs,
+        "student_layers": plan.student_layers,
+        "student_epochs": plan.student_epochs,
+        "seeds": list(plan.seeds),
+        "batch_size": plan.batch_size,
+        "student_learning_rate": plan.student_learning_rate,
+    }
 
 
 def exit_with_parent(parent: int, interval: float = 1.0) -> None:
@@ -244,8 +303,9 @@ def _children_without_progress_bars() -> Iterator[None]:
             os.environ["TQDM_DISABLE"] = previous
 
 
-def run_suite(out: Path, suite: Suite, announce: Callable[[str], None] = print,
-              jobs: int = 1) -> dict:
+def run_suite(
+    out: Path, suite: Suite, announce: Callable[[str], None] = print, jobs: int = 1
+) -> dict:
     """Train every run of the suite (resuming or reusing what exists) and collect results.
     With ``jobs`` > 1 the students train in that many processes, the CPU threads split among
     them (teachers train first, in this process)."""
@@ -261,13 +321,18 @@ def run_suite(out: Path, suite: Suite, announce: Callable[[str], None] = print,
     fixed = {  # what does not change while the students train
         "suite": suite.description,
         "cuts": suite.cuts,
-        "ablation_data": None if suite.ablation_data is None else (
+        "ablation_data": None
+        if suite.ablation_data is None
+        else (
             f"{_limit(suite.ablation_data.max_train_examples)} train / "
             f"{_limit(suite.ablation_data.max_eval_examples)} test examples, "
-            f"{suite.ablation_data.max_length} tokens"),
+            f"{suite.ablation_data.max_length} tokens"
+        ),
         "setup": {task: plan_summary(plan) for task, plan in suite.plans.items()},
-        "teachers": {task: {"run": str(run.path), "test": run.results()["test"]}
-                     for task, run in teachers.items()},
+        "teachers": {
+            task: {"run": str(run.path), "test": run.results()["test"]}
+            for task, run in teachers.items()
+        },
         "planned_students": len(todo),
         "jobs": jobs,
     }
@@ -275,19 +340,31 @@ def run_suite(out: Path, suite: Suite, announce: Callable[[str], None] = print,
     def results() -> dict:
         return {
             **fixed,
-            "students": [{"task": e.task, "name": e.name, "group": e.group, "seed": e.seed,
-                          "sweep": e.sweep, "run": scored[i][0], "test": scored[i][1],
-                          "seconds": round(scored[i][2])}
-                         for i, e in enumerate(todo) if i in scored],
+            "students": [
+                {
+                    "task": e.task,
+                    "name": e.name,
+                    "group": e.group,
+                    "seed": e.seed,
+                    "sweep": e.sweep,
+                    "run": scored[i][0],
+                    "test": scored[i][1],
+                    "seconds": round(scored[i][2]),
+                }
+                for i, e in enumerate(todo)
+                if i in scored
+            ],
             "seconds_this_invocation": round(time.time() - started),
         }
 
     def finished(index: int, result: tuple[str, dict, float]) -> None:
         scored[index] = result
         experiment, test = todo[index], result[1]
-        announce(f"[{len(scored)}/{len(todo)}] {experiment.task}: {experiment.name}, seed "
-                 f"{experiment.seed}: test accuracy {test['accuracy'] * 100:.1f} "
-                 f"({result[2]:.0f} s)")
+        announce(
+            f"[{len(scored)}/{len(todo)}] {experiment.task}: {experiment.name}, seed "
+            f"{experiment.seed}: test accuracy {test['accuracy'] * 100:.1f} "
+            f"({result[2]:.0f} s)"
+        )
         atomic_write_json(out / "results.json", results())  # --report-only works mid-suite
 
     if jobs <= 1:
@@ -295,11 +372,19 @@ def run_suite(out: Path, suite: Suite, announce: Callable[[str], None] = print,
             finished(index, train_and_score(*call))
     else:
         threads = max(1, (os.cpu_count() or 1) // jobs)
-        with _children_without_progress_bars(), ProcessPoolExecutor(
-                jobs, mp_context=get_context("spawn"), initializer=exit_with_parent,
-                initargs=(os.getpid(),)) as pool:
-            futures = {pool.submit(train_and_score, *call, threads): index
-                       for index, call in enumerate(calls)}
+        with (
+            _children_without_progress_bars(),
+            ProcessPoolExecutor(
+                jobs,
+                mp_context=get_context("spawn"),
+                initializer=exit_with_parent,
+                initargs=(os.getpid(),),
+            ) as pool,
+        ):
+            futures = {
+                pool.submit(train_and_score, *call, threads): index
+                for index, call in enumerate(calls)
+            }
             try:
                 for future in as_completed(futures):
                     finished(futures[future], future.result())
@@ -328,8 +413,9 @@ def aggregate(records: list[dict], metric: str) -> dict[tuple[str, str], Summary
     return {key: summarise(values) for key, values in groups.items()}
 
 
-def paired_difference(records: list[dict], metric: str, reference: str
-                      ) -> dict[tuple[str, str], Summary]:
+def paired_difference(
+    records: list[dict], metric: str, reference: str
+) -> dict[tuple[str, str], Summary]:
     """Mean and std over seeds of ``metric(method, seed) − metric(reference, seed)`` per
     (task, method), over the seeds both have."""
     by_seed = {(r["task"], r["name"], r["seed"]): r["test"][metric] for r in records}
@@ -349,8 +435,14 @@ def full_method_records(records: list[dict]) -> list[dict]:
     if references or not ablation:
         return references
     task, seeds = ablation[0]["task"], {r["seed"] for r in ablation}
-    return [r for r in records if r["group"] == "main" and r["task"] == task
-            and r["seed"] in seeds and r["name"] in ABLATED_METHODS]
+    return [
+        r
+        for r in records
+        if r["group"] == "main"
+        and r["task"] == task
+        and r["seed"] in seeds
+        and r["name"] in ABLATED_METHODS
+    ]
 
 
 def _limit(value: int | None) -> str:
@@ -363,24 +455,36 @@ def setup_lines(results: dict) -> list[str]:
     if not setup:
         return []
 
-    lines = ["## Set-up and what was cut", "",
-             "| task | teacher | train | test | tokens | teacher epochs | student | "
-             "student epochs | seeds |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "## Set-up and what was cut",
+        "",
+        "| task | teacher | train | test | tokens | teacher epochs | student | "
+        "student epochs | seeds |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for task, plan in setup.items():
         lines.append(
             f"| {task} | {plan['teacher']} | {_limit(plan['max_train_examples'])} | "
             f"{_limit(plan['max_eval_examples'])} | {plan['max_length']} | "
             f"{plan['teacher_epochs']:g} | {plan['student_layers']} layers cut from the teacher | "
-            f"{plan['student_epochs']:g} | {', '.join(map(str, plan['seeds']))} |")
-    lines += ["", "The papers distil BERT-base teachers into 6-layer students on the full GLUE "
-              "training sets for 3–4 epochs at 128 tokens; `kdw reproduce --full` describes that "
-              "scale (GPU and network needed).", ""]
+            f"{plan['student_epochs']:g} | {', '.join(map(str, plan['seeds']))} |"
+        )
+    lines += [
+        "",
+        "The papers distil BERT-base teachers into 6-layer students on the full GLUE "
+        "training sets for 3–4 epochs at 128 tokens; `kdw reproduce --full` describes that "
+        "scale (GPU and network needed).",
+        "",
+    ]
     if results.get("cuts"):
         lines += [f"What this suite cuts: {results['cuts']}", ""]
     if "seconds_this_invocation" in results:
         minutes = results["seconds_this_invocation"] / 60
-        lines += [f"The call that wrote these results ran {minutes:.0f} minutes with `--jobs "
-                  f"{results.get('jobs', 1)}`, reusing any run an earlier call had finished.", ""]
+        lines += [
+            f"The call that wrote these results ran {minutes:.0f} minutes with `--jobs "
+            f"{results.get('jobs', 1)}`, reusing any run an earlier call had finished.",
+            "",
+        ]
     return lines
 
 
@@ -399,55 +503,97 @@ def write_report(out: Path, results: dict, figures: dict[str, str]) -> Path:
     accuracy, macro = aggregate(main, "accuracy"), aggregate(main, "macro_f1")
     gain = paired_difference(main, "accuracy", "kd")
     lines = [
-        "# Reproduction report", "",
+        "# Reproduction report",
+        "",
         f"Suite: {results['suite']}. Numbers are test-split percentages, mean ± std over seeds",
         "(a single number: one seed), as measured — including where a method does not beat",
         "vanilla KD. Raw values:",
-        "`results.json`; every run folder is under `runs/`.", "",
+        "`results.json`; every run folder is under `runs/`.",
+        "",
         *setup_lines(results),
-        *([f"**Incomplete:** {len(records)} of the {results['planned_students']} planned "
-           "students had finished when this report was written.", ""]
-          if len(records) < results.get("planned_students", len(records)) else []),
-        "## Main table", "",
-        "Δ kd: accuracy minus vanilla KD's with the same seed, mean ± std over seeds.", "",
+        *(
+            [
+                f"**Incomplete:** {len(records)} of the {results['planned_students']} planned "
+                "students had finished when this report was written.",
+                "",
+            ]
+            if len(records) < results.get("planned_students", len(records))
+            else []
+        ),
+        "## Main table",
+        "",
+        "Δ kd: accuracy minus vanilla KD's with the same seed, mean ± std over seeds.",
+        "",
         "| method | " + " | ".join(f"{t} acc | {t} macro-F1 | {t} Δ kd" for t in tasks) + " |",
         "|---|" + "---|---|---|" * len(tasks),
-        "| teacher | " + " | ".join(
+        "| teacher | "
+        + " | ".join(
             f"{results['teachers'][t]['test']['accuracy'] * 100:.1f} | "
-            f"{results['teachers'][t]['test']['macro_f1'] * 100:.1f} | –" for t in tasks) + " |",
+            f"{results['teachers'][t]['test']['macro_f1'] * 100:.1f} | –"
+            for t in tasks
+        )
+        + " |",
     ]
     for method in MAIN_METHODS:
-        lines.append(f"| {method} | " + " | ".join(
-            f"{cell(accuracy.get((t, method)))} | {cell(macro.get((t, method)))} | "
-            f"{cell(gain.get((t, method)))}"
-            for t in tasks) + " |")
-    loyalty = {m: aggregate(main, m) for m in ("label_loyalty", "probability_loyalty",
-                                                "saliency_loyalty")}
-    lines += ["", "## Loyalty to the teacher (after GKD Table 3)", "",
-              "| method | " + " | ".join(f"{t} LL | {t} PL | {t} SL" for t in tasks) + " |",
-              "|---|" + "---|---|---|" * len(tasks)]
+        lines.append(
+            f"| {method} | "
+            + " | ".join(
+                f"{cell(accuracy.get((t, method)))} | {cell(macro.get((t, method)))} | "
+                f"{cell(gain.get((t, method)))}"
+                for t in tasks
+            )
+            + " |"
+        )
+    loyalty = {
+        m: aggregate(main, m) for m in ("label_loyalty", "probability_loyalty", "saliency_loyalty")
+    }
+    lines += [
+        "",
+        "## Loyalty to the teacher (after GKD Table 3)",
+        "",
+        "| method | " + " | ".join(f"{t} LL | {t} PL | {t} SL" for t in tasks) + " |",
+        "|---|" + "---|---|---|" * len(tasks),
+    ]
     for method in MAIN_METHODS:
-        lines.append(f"| {method} | " + " | ".join(
-            " | ".join(cell(loyalty[m].get((t, method))) for m in loyalty) for t in tasks) + " |")
+        lines.append(
+            f"| {method} | "
+            + " | ".join(
+                " | ".join(cell(loyalty[m].get((t, method))) for m in loyalty) for t in tasks
+            )
+            + " |"
+        )
     ablation = [r for r in records if r["group"] not in ("main", "reference")]
     if ablation:
         task, seeds = ablation[0]["task"], sorted({r["seed"] for r in ablation})
         rows = [("full method", r) for r in full_method_records(records)] + [
-            (r["group"], r) for r in ablation]
+            (r["group"], r) for r in ablation
+        ]
         shown = [record for _, record in rows]
         acc, macro_ablation = aggregate(shown, "accuracy"), aggregate(shown, "macro_f1")
-        lines += ["", f"## Ablations ({task}, seed {', '.join(map(str, seeds))})", "",
-                  "Each variant against the full method trained on the same data with the same "
-                  "seeds" + (f" (the ablations' sample: {results['ablation_data']})."
-                             if results.get("ablation_data") else "."), "",
-                  "| group | variant | accuracy | macro-F1 |", "|---|---|---|---|"]
+        lines += [
+            "",
+            f"## Ablations ({task}, seed {', '.join(map(str, seeds))})",
+            "",
+            "Each variant against the full method trained on the same data with the same "
+            "seeds"
+            + (
+                f" (the ablations' sample: {results['ablation_data']})."
+                if results.get("ablation_data")
+                else "."
+            ),
+            "",
+            "| group | variant | accuracy | macro-F1 |",
+            "|---|---|---|---|",
+        ]
         seen = []
         for group, record in rows:
             key = (record["task"], record["name"])
             if key not in seen:
                 seen.append(key)
-                lines.append(f"| {group} | {record['name']} | {cell(acc.get(key))} | "
-                             f"{cell(macro_ablation.get(key))} |")
+                lines.append(
+                    f"| {group} | {record['name']} | {cell(acc.get(key))} | "
+                    f"{cell(macro_ablation.get(key))} |"
+                )
     if figures:
         lines += ["", "## Figures", ""]
         lines += [f"![{title}]({path})" for title, path in figures.items()]
@@ -471,10 +617,19 @@ def make_figures(out: Path, results: dict) -> dict[str, str]:
     for index, task in enumerate(tasks):
         axis = figure.add_subplot(1, len(tasks), index + 1)
         stats = [main.get((task, m), (float("nan"), 0.0, 0)) for m in MAIN_METHODS]
-        axis.bar(range(len(MAIN_METHODS)), [s[0] * 100 for s in stats],
-                 yerr=[s[1] * 100 for s in stats], color="#5e3c99", capsize=3)
-        axis.axhline(results["teachers"][task]["test"]["accuracy"] * 100, color="#e66101",
-                     linestyle="--", label="teacher")
+        axis.bar(
+            range(len(MAIN_METHODS)),
+            [s[0] * 100 for s in stats],
+            yerr=[s[1] * 100 for s in stats],
+            color="#5e3c99",
+            capsize=3,
+        )
+        axis.axhline(
+            results["teachers"][task]["test"]["accuracy"] * 100,
+            color="#e66101",
+            linestyle="--",
+            label="teacher",
+        )
         axis.set_xticks(range(len(MAIN_METHODS)), MAIN_METHODS, rotation=45, ha="right")
         axis.set_ylabel("test accuracy (%)")
         axis.set_title(task)
@@ -483,14 +638,19 @@ def make_figures(out: Path, results: dict) -> dict[str, str]:
         axis.legend(loc="lower right")
     figure.savefig(folder / "methods.png", dpi=150)
     figures["Test accuracy per method (error bars: std over seeds)"] = "figures/methods.png"
-    for group, label in (("adkd-k", "top-K dimensions of the teacher map"),
-                         ("adkd-m", "IG steps m")):
+    for group, label in (
+        ("adkd-k", "top-K dimensions of the teacher map"),
+        ("adkd-m", "IG steps m"),
+    ):
         sweep = [r for r in records if r["group"] == group]
         if not sweep:
             continue
         seeds = {r["seed"] for r in sweep}
-        default = [r["test"]["accuracy"] for r in full_method_records(records)
-                   if r["name"] == "adkd" and r["seed"] in seeds]
+        default = [
+            r["test"]["accuracy"]
+            for r in full_method_records(records)
+            if r["name"] == "adkd" and r["seed"] in seeds
+        ]
         values: dict[float, list[float]] = {}
         for record in sweep:
             values.setdefault(record["sweep"], []).append(record["test"]["accuracy"])
@@ -499,11 +659,21 @@ def make_figures(out: Path, results: dict) -> dict[str, str]:
         points = sorted((x, *mean_and_std(ys)) for x, ys in values.items())
         figure = Figure(figsize=(4, 3), layout="constrained")
         axis = figure.add_subplot()
-        axis.errorbar([p[0] for p in points], [p[1] * 100 for p in points],
-                      yerr=[p[2] * 100 for p in points], marker="o", capsize=3, color="#5e3c99")
+        axis.errorbar(
+            [p[0] for p in points],
+            [p[1] * 100 for p in points],
+            yerr=[p[2] * 100 for p in points],
+            marker="o",
+            capsize=3,
+            color="#5e3c99",
+        )
         if group == "adkd-k" and default:
-            axis.axhline(mean_and_std(default)[0] * 100, color="#5e3c99", linestyle=":",
-                         label="all dimensions (main table)")
+            axis.axhline(
+                mean_and_std(default)[0] * 100,
+                color="#5e3c99",
+                linestyle=":",
+                label="all dimensions (main table)",
+            )
             axis.legend(loc="lower right")
         axis.set_xlabel(label)
         axis.set_ylabel("test accuracy (%)")
@@ -568,21 +738,36 @@ def heatmap_gallery(out: Path, results: dict) -> dict[str, str]:
 
     figures = {}
     for task, teacher in results["teachers"].items():
-        students = [r["run"] for r in results["students"]
-                    if r["task"] == task and r["group"] == "main" and r["seed"] == 1
-                    and r["name"] in ("kd", "adkd", "gkd")]
+        students = [
+            r["run"]
+            for r in results["students"]
+            if r["task"] == task
+            and r["group"] == "main"
+            and r["seed"] == 1
+            and r["name"] in ("kd", "adkd", "gkd")
+        ]
         data = from_dict(DataConfig, Run.open(teacher["run"]).info()["configs"]["data"])
         folder = out / "figures" / "gallery" / task
-        paths = export_runs([teacher["run"], *students], folder, HeatmapSettings(),
-                            ExportSettings(formats="png,pdf", dpi=150), split="test",
-                            indices=gallery_indices(load_task(data).splits["test"].labels))
+        paths = export_runs(
+            [teacher["run"], *students],
+            folder,
+            HeatmapSettings(),
+            ExportSettings(formats="png,pdf", dpi=150),
+            split="test",
+            indices=gallery_indices(load_task(data).splits["test"].labels),
+        )
         for path in sorted(p for p in paths if p.suffix == ".png"):
             figures[f"{task}: {path.stem}"] = str(path.relative_to(out))
     return figures
 
 
-def reproduce(out: Path, suite: Suite = DEFAULT, announce: Callable[[str], None] = print,
-              jobs: int = 1, report_only: bool = False) -> Path:
+def reproduce(
+    out: Path,
+    suite: Suite = DEFAULT,
+    announce: Callable[[str], None] = print,
+    jobs: int = 1,
+    report_only: bool = False,
+) -> Path:
     """Run the suite (resuming), then write ``results.json``, the figures and ``report.md``;
     ``report_only``: only the figures and the report, from the runs ``results.json`` lists."""
     if report_only:

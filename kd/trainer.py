@@ -81,8 +81,10 @@ def _optimizer(model: PreTrainedModel, optim: OptimConfig) -> torch.optim.Optimi
             plain = name.endswith("bias") or "LayerNorm" in name or "layernorm" in name
             (no_decay if plain else decay).append(parameter)
     return torch.optim.AdamW(
-        [{"params": decay, "weight_decay": optim.weight_decay},
-         {"params": no_decay, "weight_decay": 0.0}],
+        [
+            {"params": decay, "weight_decay": optim.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
         lr=optim.learning_rate,
     )
 
@@ -99,8 +101,11 @@ def _schedule(total: int, warmup_ratio: float) -> Callable[[int], float]:
 
 
 def _rng_state() -> dict:
-    return {"torch": torch.get_rng_state(), "python": random.getstate(),
-            "numpy": np.random.get_state()}
+    return {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+    }
 
 
 def _restore_rng(state: dict) -> None:
@@ -141,9 +146,16 @@ def train(job: TrainingJob) -> dict[str, float]:
 
     def save_checkpoint() -> None:
         with atomic_path(run.checkpoint) as temporary:
-            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                        "scheduler": scheduler.state_dict(), "rng": _rng_state(), "state": state},
-                       temporary)
+            torch.save(
+                {
+                    "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict(),
+                    "rng": _rng_state(),
+                    "state": state,
+                },
+                temporary,
+            )
 
     metric = main_metric(job.spec)
     run.set_status("running", step=state["step"], total=total)
@@ -154,15 +166,21 @@ def train(job: TrainingJob) -> dict[str, float]:
         epoch, position = divmod(state["step"], steps_per_epoch)
         if position == 0 or not order:
             order = epoch_order(len(job.train_set), optim.seed, epoch)
-        chunk = order[position * optim.batch_size:(position + 1) * optim.batch_size]
-        batch = to_device(collate([job.train_set[i] for i in chunk], job.pad_token_id),
-                          job.device)
+        chunk = order[position * optim.batch_size : (position + 1) * optim.batch_size]
+        batch = to_device(collate([job.train_set[i] for i in chunk], job.pad_token_id), job.device)
         losses = job.loss(model, batch)
         step = state["step"] + 1
         if optim.log_every and (step == 1 or step % optim.log_every == 0 or step == total):
             diagnostics = term_diagnostics(losses, job.weights, model.parameters())
-            run.append_metrics({"step": step, "epoch": step / steps_per_epoch, "split": "train",
-                                "lr": scheduler.get_last_lr()[0], **diagnostics})
+            run.append_metrics(
+                {
+                    "step": step,
+                    "epoch": step / steps_per_epoch,
+                    "split": "train",
+                    "lr": scheduler.get_last_lr()[0],
+                    **diagnostics,
+                }
+            )
         losses["loss"].backward()
         values = {name: float(value.detach()) for name, value in losses.items()}
         if optim.max_grad_norm > 0:
@@ -180,13 +198,20 @@ def train(job: TrainingJob) -> dict[str, float]:
         due = step % optim.eval_every == 0 if optim.eval_every else end_of_epoch
         if due or step == total:
             metrics = evaluate_logits(
-                job.spec, predict_logits(model, job.dev_set, optim.eval_batch_size,
-                                         job.pad_token_id),
-                job.dev_set.labels, job.dev_teacher_logits,
+                job.spec,
+                predict_logits(model, job.dev_set, optim.eval_batch_size, job.pad_token_id),
+                job.dev_set.labels,
+                job.dev_teacher_logits,
             )
             model.train()
-            record = {"step": step, "epoch": step / steps_per_epoch, "split": "dev",
-                      "lr": scheduler.get_last_lr()[0], **values, **metrics}
+            record = {
+                "step": step,
+                "epoch": step / steps_per_epoch,
+                "split": "dev",
+                "lr": scheduler.get_last_lr()[0],
+                **values,
+                **metrics,
+            }
             run.append_metrics(record)
             _notify(job.callbacks, "on_evaluate", step, metrics)
             if state["best"] is None or metrics[metric] > state["best"]:

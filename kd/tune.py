@@ -62,24 +62,31 @@ class Parameter:
 
 PARAMETERS: dict[str, Parameter] = {
     "alpha": Parameter("weight α of the KD term; CE gets 1 − α", 0.0, 1.0, needs=("kd",)),
-    "beta": Parameter("weight β of the method's own term (AD-KD attr, GKD grad, PKD and "
-                      "GKD-CLS [CLS] states)", 0.0),
-    "gamma": Parameter("GKD-CLS: weight γ of the [CLS]-state gradient term", 0.0,
-                       needs=("cls_grad",)),
+    "beta": Parameter(
+        "weight β of the method's own term (AD-KD attr, GKD grad, PKD and GKD-CLS [CLS] states)",
+        0.0,
+    ),
+    "gamma": Parameter(
+        "GKD-CLS: weight γ of the [CLS]-state gradient term", 0.0, needs=("cls_grad",)
+    ),
     "tau": Parameter("KD temperature τ", 0.0, closed=False, needs=("kd",)),
     "wr": Parameter("CKD: λ of word relation", 0.0, needs=("wr",)),
     "ltr": Parameter("CKD: λ of layer-transforming relation", 0.0, needs=("ltr",)),
     "lr": Parameter("peak learning rate", 0.0, closed=False),
-    "top_k": Parameter("AD-KD: K largest |IG| dimensions of the teacher's map", 1, integer=True,
-                       needs=("attr",)),
+    "top_k": Parameter(
+        "AD-KD: K largest |IG| dimensions of the teacher's map", 1, integer=True, needs=("attr",)
+    ),
 }
 WEIGHT_PARAMETERS = ("gamma", "wr", "ltr")  # set the weight of every term they need
-BETA_TERM = {"pkd-skip": "pkd", "pkd-last": "pkd", "adkd": "attr", "gkd": "grad",
-             "gkd-cls": "pkd"}
+BETA_TERM = {"pkd-skip": "pkd", "pkd-last": "pkd", "adkd": "attr", "gkd": "grad", "gkd-cls": "pkd"}
 DEFAULT_SPACES: dict[str, dict[str, str]] = {
     # AD-KD Table 5 / §4.1: β ∈ {1, 10, 50, 100}, α ∈ {0.8, 0.9, 1.0}, τ ∈ {1, 2, 3, 4}
-    "adkd": {"beta": "1,10,50,100", "alpha": "0.8,0.9,1.0", "tau": "1,2,3,4",
-             "lr": "5e-5,1e-4,2e-4"},
+    "adkd": {
+        "beta": "1,10,50,100",
+        "alpha": "0.8,0.9,1.0",
+        "tau": "1,2,3,4",
+        "lr": "5e-5,1e-4,2e-4",
+    },
     "gkd": {"beta": "0.1,1,10", "alpha": "0.1,0.5,0.9", "tau": "1,2,5"},
     "gkd-cls": {"beta": "0.1,1,10", "gamma": "0.01,0.1,1", "alpha": "0.1,0.5,0.9"},
     "ckd": {"wr": "0.1,1,10", "ltr": "0.1,1,10"},
@@ -143,8 +150,12 @@ def parse_dimension(name: str, text: str) -> Dimension:
         values = tuple(_number(name, part) for part in text.split(",") if part.strip())
         if not values:
             raise WorkbenchError(f"--space {name}: no values given")
-        dimension = Dimension(name, choices=tuple(
-            int(v) if parameter.integer and v == int(v) else v for v in dict.fromkeys(values)))
+        dimension = Dimension(
+            name,
+            choices=tuple(
+                int(v) if parameter.integer and v == int(v) else v for v in dict.fromkeys(values)
+            ),
+        )
     for value in values:
         problem = parameter.problem(value)
         if problem:
@@ -152,13 +163,15 @@ def parse_dimension(name: str, text: str) -> Dimension:
     return dimension
 
 
-def search_space(preset: str, overrides: tuple[str, ...], base_weights: dict[str, float]
-                 ) -> dict[str, Dimension]:
+def search_space(
+    preset: str, overrides: tuple[str, ...], base_weights: dict[str, float]
+) -> dict[str, Dimension]:
     """The preset's default space with ``NAME=SPEC`` overrides, checked against what the
     method has (``beta`` of a method without its own term is an unknown parameter)."""
     own = BETA_TERM.get(preset)
     available = sorted(
-        name for name, p in PARAMETERS.items()
+        name
+        for name, p in PARAMETERS.items()
         if set((own,) if name == "beta" else p.needs) <= set(base_weights)
     )
     specs = {k: v for k, v in DEFAULT_SPACES.get(preset, {}).items() if k in available}
@@ -177,8 +190,13 @@ def search_space(preset: str, overrides: tuple[str, ...], base_weights: dict[str
     return {name: parse_dimension(name, text) for name, text in specs.items()}
 
 
-def apply(values: dict[str, float], preset: str, base_weights: dict[str, float],
-          objective: ObjectiveConfig, optim: OptimConfig) -> tuple[ObjectiveConfig, OptimConfig]:
+def apply(
+    values: dict[str, float],
+    preset: str,
+    base_weights: dict[str, float],
+    objective: ObjectiveConfig,
+    optim: OptimConfig,
+) -> tuple[ObjectiveConfig, OptimConfig]:
     """The configs of a trial: the parameters' ``values`` set into the base configs."""
     weights = dict(base_weights)
     for name, value in values.items():
@@ -226,21 +244,29 @@ class TuneResult:
     best: Path | None = None
 
 
-def _study(out: Path, preset: str, task: str, space: dict[str, Dimension], prune: bool,
-           warmup_steps: int):
+def _study(
+    out: Path, preset: str, task: str, space: dict[str, Dimension], prune: bool, warmup_steps: int
+):
     """The study in ``out`` (created, or loaded after checking it searches the same preset,
     task and space); no trial is pruned before ``warmup_steps``."""
     import optuna
 
-    attrs = {"preset": preset, "task": task,
-             "space": {name: d.describe() for name, d in space.items()}}
+    attrs = {
+        "preset": preset,
+        "task": task,
+        "space": {name: d.describe() for name, d in space.items()},
+    }
     storage = f"sqlite:///{(out / 'study.db').resolve()}"
     sampler = optuna.samplers.TPESampler(seed=0)
-    pruner = (optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=warmup_steps)
-              if prune else optuna.pruners.NopPruner())
+    pruner = (
+        optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=warmup_steps)
+        if prune
+        else optuna.pruners.NopPruner()
+    )
     if (out / "study.db").exists():
-        study = optuna.load_study(study_name=STUDY_NAME, storage=storage, sampler=sampler,
-                                  pruner=pruner)
+        study = optuna.load_study(
+            study_name=STUDY_NAME, storage=storage, sampler=sampler, pruner=pruner
+        )
         stored = {k: study.user_attrs.get(k) for k in attrs}
         for key in ("preset", "task", "space"):
             if stored[key] != attrs[key]:
@@ -249,8 +275,13 @@ def _study(out: Path, preset: str, task: str, space: dict[str, Dimension], prune
                     f"{attrs[key]!r}: choose another --out"
                 )
     else:
-        study = optuna.create_study(study_name=STUDY_NAME, storage=storage, sampler=sampler,
-                                    pruner=pruner, direction="maximize")
+        study = optuna.create_study(
+            study_name=STUDY_NAME,
+            storage=storage,
+            sampler=sampler,
+            pruner=pruner,
+            direction="maximize",
+        )
         for key, value in attrs.items():
             study.set_user_attr(key, value)
     return study
@@ -263,9 +294,12 @@ def _interrupted(study) -> list:
     from optuna.trial import TrialState
 
     trials = study.get_trials(deepcopy=False)
-    return [t for t in trials
-            if (t.state == TrialState.RUNNING or t.user_attrs.get("stopped"))
-            and not any(later.params == t.params for later in trials[t.number + 1:])]
+    return [
+        t
+        for t in trials
+        if (t.state == TrialState.RUNNING or t.user_attrs.get("stopped"))
+        and not any(later.params == t.params for later in trials[t.number + 1 :])
+    ]
 
 
 def _retry_interrupted(study) -> None:
@@ -284,25 +318,41 @@ def _earlier_outcome(study, number: int, values: dict):
     this trial's, so its outcome stands (a pruned run is not trained on)."""
     from optuna.trial import TrialState
 
-    return next((t for t in study.get_trials(deepcopy=False)
-                 if t.number < number and t.params == values and not t.user_attrs.get("stopped")
-                 and t.state in (TrialState.COMPLETE, TrialState.PRUNED)), None)
+    return next(
+        (
+            t
+            for t in study.get_trials(deepcopy=False)
+            if t.number < number
+            and t.params == values
+            and not t.user_attrs.get("stopped")
+            and t.state in (TrialState.COMPLETE, TrialState.PRUNED)
+        ),
+        None,
+    )
 
 
 def _finished(study) -> int:
     """Trials that count towards ``--trials``: completed or pruned, not stopped on request."""
     from optuna.trial import TrialState
 
-    return sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED)
-               and not t.user_attrs.get("stopped") for t in study.get_trials(deepcopy=False))
+    return sum(
+        t.state in (TrialState.COMPLETE, TrialState.PRUNED) and not t.user_attrs.get("stopped")
+        for t in study.get_trials(deepcopy=False)
+    )
 
 
 def trials_table(study) -> list[dict]:
     """One row per trial: number, state, settings, best dev value, last reported step."""
-    return [{"trial": t.number,
-             "state": "stopped" if t.user_attrs.get("stopped") else t.state.name.lower(),
-             **t.params, "dev": t.value, "steps": t.last_step}
-            for t in study.get_trials(deepcopy=False)]
+    return [
+        {
+            "trial": t.number,
+            "state": "stopped" if t.user_attrs.get("stopped") else t.state.name.lower(),
+            **t.params,
+            "dev": t.value,
+            "steps": t.last_step,
+        }
+        for t in study.get_trials(deepcopy=False)
+    ]
 
 
 def study_trials(out: str | Path) -> list[dict]:
@@ -314,9 +364,15 @@ def study_trials(out: str | Path) -> list[dict]:
     return trials_table(optuna.load_study(study_name=STUDY_NAME, storage=storage))
 
 
-def tune(data: DataConfig, student: StudentConfig, objective: ObjectiveConfig,
-         optim: OptimConfig, config: TuneConfig, out: str | Path,
-         callbacks: Sequence[Callback] = ()) -> TuneResult:
+def tune(
+    data: DataConfig,
+    student: StudentConfig,
+    objective: ObjectiveConfig,
+    optim: OptimConfig,
+    config: TuneConfig,
+    out: str | Path,
+    callbacks: Sequence[Callback] = (),
+) -> TuneResult:
     """Search ``config.space`` for ``objective.preset`` on dev; write ``best.json``.
     ``callbacks`` follow every trial's training (the app's live progress).
 
@@ -345,8 +401,9 @@ def tune(data: DataConfig, student: StudentConfig, objective: ObjectiveConfig,
     out.mkdir(parents=True, exist_ok=True)
     with hold(out / "study.lock", f"the study in {out}"):
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        study = _study(out, objective.preset, data.task, space, config.prune,
-                       warmup_steps=steps_per_epoch // 2)
+        study = _study(
+            out, objective.preset, data.task, space, config.prune, warmup_steps=steps_per_epoch // 2
+        )
         _retry_interrupted(study)
 
         def run_trial(trial) -> float:
@@ -356,12 +413,19 @@ def tune(data: DataConfig, student: StudentConfig, objective: ObjectiveConfig,
                 if earlier.state == optuna.trial.TrialState.PRUNED:
                     raise optuna.TrialPruned()
                 return earlier.value
-            trial_objective, trial_optim = apply(values, objective.preset, base_weights,
-                                                 objective, optim)
+            trial_objective, trial_optim = apply(
+                values, objective.preset, base_weights, objective, optim
+            )
             callback = PruningCallback(trial, metric, config.prune)
-            run = distill(data, student, trial_objective, trial_optim,
-                          out / "trials" / trial_folder(values), callbacks=[callback, *callbacks],
-                          cache_dir=out / "teacher_cache")
+            run = distill(
+                data,
+                student,
+                trial_objective,
+                trial_optim,
+                out / "trials" / trial_folder(values),
+                callbacks=[callback, *callbacks],
+                cache_dir=out / "teacher_cache",
+            )
             if callback.pruned:
                 raise optuna.TrialPruned()
             if run.status()["state"] == "stopped":  # asked to stop: retried on resume
@@ -377,16 +441,26 @@ def tune(data: DataConfig, student: StudentConfig, objective: ObjectiveConfig,
         completed = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
         if completed:
             best = study.best_trial
-            best_objective, best_optim = apply(best.params, objective.preset, base_weights,
-                                               objective, optim)
+            best_objective, best_optim = apply(
+                best.params, objective.preset, base_weights, objective, optim
+            )
             result.best = out / "best.json"
-            atomic_write_json(result.best, {
-                "data": to_dict(data), "student": to_dict(student),
-                "objective": to_dict(best_objective), "optim": to_dict(best_optim),
-                "tuned": {"trial": best.number, "dev": best.value, "metric": metric,
-                          "params": best.params,
-                          "space": {n: d.describe() for n, d in space.items()}},
-            })
+            atomic_write_json(
+                result.best,
+                {
+                    "data": to_dict(data),
+                    "student": to_dict(student),
+                    "objective": to_dict(best_objective),
+                    "optim": to_dict(best_optim),
+                    "tuned": {
+                        "trial": best.number,
+                        "dev": best.value,
+                        "metric": metric,
+                        "params": best.params,
+                        "space": {n: d.describe() for n, d in space.items()},
+                    },
+                },
+            )
     return result
 
 

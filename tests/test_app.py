@@ -47,15 +47,24 @@ def build_tiny_runs(root: Path, work: Path) -> Path:
     tiny_model().save_pretrained(model_dir)
     task_dir.mkdir(parents=True)
     frame = make_sentences(400)
-    for name, part in (("train", frame.iloc[:300]), ("dev", frame.iloc[300:350]),
-                       ("test", frame.iloc[350:])):
+    for name, part in (
+        ("train", frame.iloc[:300]),
+        ("dev", frame.iloc[300:350]),
+        ("test", frame.iloc[350:]),
+    ):
         part.to_csv(task_dir / f"{name}.csv", index=False)
     data = DataConfig(task=str(task_dir), max_length=16)
-    teacher = train_teacher(data, TeacherConfig(model=str(model_dir)), tiny_optim(2),
-                            root / "teacher")
+    teacher = train_teacher(
+        data, TeacherConfig(model=str(model_dir)), tiny_optim(2), root / "teacher"
+    )
     for name, preset in zip(STUDENTS, ("kd", "pkd-skip"), strict=True):
-        distill(data, StudentConfig(teacher_run=str(teacher.path), num_layers=2),
-                ObjectiveConfig(preset=preset), tiny_optim(), root / name)
+        distill(
+            data,
+            StudentConfig(teacher_run=str(teacher.path), num_layers=2),
+            ObjectiveConfig(preset=preset),
+            tiny_optim(),
+            root / name,
+        )
     (root / "corrupt").mkdir()
     (root / "corrupt" / "run.json").write_text("{ not json")
     partial = root / "partial"
@@ -109,7 +118,8 @@ def test_no_runs_triggers_the_demo_build_once(tmp_path, tiny_runs):
     (empty / "demo-quick").mkdir(parents=True)
     (empty / "demo-quick" / "teacher").mkdir()
     (empty / "demo-quick" / "teacher" / "run.json").write_text(
-        (tiny_runs / "teacher" / "run.json").read_text())
+        (tiny_runs / "teacher" / "run.json").read_text()
+    )
     progress = empty / "demo-quick" / "progress.jsonl"
     progress.write_text(json.dumps({"error": "out of disk"}) + "\n")
     assert first_run.ensure_demo(empty, "quick", fake_build).error == "out of disk"
@@ -167,9 +177,12 @@ def test_case_study_shows_every_model_on_one_scale(app):
 
 
 def test_heatmap_view_escapes_tokens_and_labels():
-    rows = [HeatmapRow("<b>teacher</b>", ["[CLS]", "<script>", "$x$"], [0.1, -0.5, 0.9],
-                       "positive 0.9"),
-            HeatmapRow("student", ["[CLS]", "<script>", "$x$"], [0.0, 0.2, 0.4])]
+    rows = [
+        HeatmapRow(
+            "<b>teacher</b>", ["[CLS]", "<script>", "$x$"], [0.1, -0.5, 0.9], "positive 0.9"
+        ),
+        HeatmapRow("student", ["[CLS]", "<script>", "$x$"], [0.0, 0.2, 0.4]),
+    ]
     html = heatmap_html(Heatmap(rows), {"student": "SL 0.50 · ρ 0.10"})
     assert "<script>" not in html and "&lt;script&gt;" in html and "<b>" not in html
     assert html.count('class="kdw-row"') == 2 and "SL 0.50" in html
@@ -188,8 +201,9 @@ def test_case_study_filters_examples_of_a_split(app):
     assert (table["lowest SL"] < at.slider(key="case.threshold").value).all()
     at.selectbox(key="case.filter").set_value("teacher and a student disagree")
     table = _ok(at.run()).dataframe[0].value
-    assert ((table["student-kd"] != table["teacher"])
-            | (table["student-pkd"] != table["teacher"])).all()
+    assert (
+        (table["student-kd"] != table["teacher"]) | (table["student-pkd"] != table["teacher"])
+    ).all()
 
 
 def test_geometry_page(app):
@@ -268,8 +282,7 @@ def test_train_page_launches_a_training_and_lists_runs(app, tiny_runs):
     while job.alive and time.time() < deadline:
         time.sleep(1)
     assert not job.alive, job.log_tail()
-    assert json.loads((run_dir / "status.json").read_text())["state"] == "finished", \
-        job.log_tail()
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "finished", job.log_tail()
     assert jobs.step_records(jobs.read_progress(run_dir))[-1]["step"] == 38
     _ok(at.run())
     table = at.dataframe[0].value
@@ -296,8 +309,9 @@ def test_a_training_stops_and_resumes(tiny_runs):
     deadline = time.time() + 240
     while resumed.alive and time.time() < deadline:
         time.sleep(0.5)
-    assert json.loads((run_dir / "status.json").read_text())["state"] == "finished", \
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "finished", (
         resumed.log_tail()
+    )
 
 
 def test_train_page_student_form_comes_from_the_configs(app, tiny_runs):
@@ -310,8 +324,7 @@ def test_train_page_student_form_comes_from_the_configs(app, tiny_runs):
     _ok(at.run())
     assert set(PRESETS) <= set(at.selectbox(key="train.student.objective.preset").options)
     assert at.text_input(key="train.student.objective.weights").value == ""
-    assert at.selectbox(key="train.student.student.teacher_run").value == str(
-        tiny_runs / "teacher")
+    assert at.selectbox(key="train.student.student.teacher_run").value == str(tiny_runs / "teacher")
     task = json.loads((tiny_runs / "teacher" / "run.json").read_text())["configs"]["data"]
     assert at.text_input(key="train.student.data.teacher.task").value == task["task"]
     assert at.number_input(key="train.student.data.teacher.max_length").value == 16

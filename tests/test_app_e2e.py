@@ -24,11 +24,23 @@ pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                 "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
-PAGES = {"case-study": "Case study", "geometry": "Layer geometry", "loyalty": "Loyalty",
-         "train": "Train", "export": "Export"}
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+PAGES = {
+    "case-study": "Case study",
+    "geometry": "Layer geometry",
+    "loyalty": "Loyalty",
+    "train": "Train",
+    "export": "Export",
+}
 
 
 def _apt_install(package: str) -> bool:
@@ -69,11 +81,23 @@ def app_url(tmp_path_factory) -> Iterator[str]:
     port = _free_port()
     log = tmp_path_factory.mktemp("server") / "streamlit.log"
     env = {**os.environ, "KDW_RUNS": runs, "KDW_DEMO": "off", "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
-               "--server.address", "127.0.0.1", "--server.headless", "true"]
+    command = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        "app.py",
+        "--server.port",
+        str(port),
+        "--server.address",
+        "127.0.0.1",
+        "--server.headless",
+        "true",
+    ]
     with open(log, "w") as output:
-        server = subprocess.Popen(command, cwd=ROOT, env=env, stdout=output,
-                                  stderr=subprocess.STDOUT)
+        server = subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + 90
@@ -98,8 +122,11 @@ def page(chromium, tmp_path):
 
     with sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(
-            str(tmp_path / "profile"), executable_path=str(chromium), headless=True,
-            args=CHROMIUM_ARGS, viewport={"width": 1400, "height": 1000},
+            str(tmp_path / "profile"),
+            executable_path=str(chromium),
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1400, "height": 1000},
         )
         try:
             yield context.new_page()
@@ -121,12 +148,12 @@ def _screenshot(page, path: Path) -> Path:
 def _settle(page) -> None:
     """Wait until the app has run its script and the browser has drawn the result."""
     page.wait_for_timeout(500)
-    page.wait_for_selector("[data-testid='stApp'][data-test-script-state='notRunning']",
-                           timeout=120_000)
+    page.wait_for_selector(
+        "[data-testid='stApp'][data-test-script-state='notRunning']", timeout=120_000
+    )
     for busy in ("[data-testid='stSpinner']", "[data-testid='stSkeleton']"):
         page.wait_for_selector(busy, state="detached", timeout=120_000)
-    page.wait_for_function("() => [...document.images].every(i => i.complete)",
-                           timeout=60_000)
+    page.wait_for_function("() => [...document.images].every(i => i.complete)", timeout=60_000)
     page.wait_for_timeout(500)
 
 
@@ -145,7 +172,9 @@ def test_a_case_study_in_the_browser(app_url, page, tmp_path):
     _settle(page)
     page.wait_for_function(
         "() => [...document.querySelectorAll('tr.kdw-row')].every("
-        "r => r.innerText.includes('good') && !r.innerText.includes('movie'))", timeout=60_000)
+        "r => r.innerText.includes('good') && !r.innerText.includes('movie'))",
+        timeout=60_000,
+    )
     _settle(page)
     tokens = page.locator("tr.kdw-row").first.locator("td.kdw-token").all_inner_texts()
     assert "good" in tokens and "movie" not in tokens

@@ -51,17 +51,25 @@ PAD, UNK, CLS, SEP = 0, 1, 2, 3
 WORDS = [f"w{i}" for i in range(95)]
 
 
-def tiny(num_labels: int = 3, seed: int = 0, attention: str = "eager",
-         dtype: torch.dtype = torch.float32):
+def tiny(
+    num_labels: int = 3, seed: int = 0, attention: str = "eager", dtype: torch.dtype = torch.float32
+):
     torch.manual_seed(seed)
-    config = BertConfig(vocab_size=100, hidden_size=16, num_hidden_layers=2,
-                        num_attention_heads=2, intermediate_size=32, num_labels=num_labels)
+    config = BertConfig(
+        vocab_size=100,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        num_labels=num_labels,
+    )
     model = AutoModelForSequenceClassification.from_config(config, attn_implementation=attention)
     return model.to(dtype).eval()
 
 
-def make_batch(lengths: list[int], seed: int = 0, width: int | None = None,
-               pair_at: int | None = None) -> dict[str, torch.Tensor]:
+def make_batch(
+    lengths: list[int], seed: int = 0, width: int | None = None, pair_at: int | None = None
+) -> dict[str, torch.Tensor]:
     """[CLS] w… [SEP] rows of the given lengths, padded to ``width`` (default: the longest)."""
     generator = torch.Generator().manual_seed(seed)
     width = width or max(lengths)
@@ -72,7 +80,7 @@ def make_batch(lengths: list[int], seed: int = 0, width: int | None = None,
         ids[row, 0], ids[row, n - 1] = CLS, SEP
         if pair_at is not None and pair_at < n - 1:
             ids[row, pair_at] = SEP
-            types[row, pair_at + 1:n] = 1
+            types[row, pair_at + 1 : n] = 1
     mask = (torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]).long()
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
 
@@ -105,10 +113,18 @@ def probability_gradient(model, batch, embedding, target):
 def test_ig_equals_captum(baseline, layer, steps):
     model, batch = tiny(), make_batch([7, 5, 3], pair_at=3)
     target = torch.tensor([0, 1, 2])
-    ours = integrated_gradients(model, *inputs(batch), target=target, steps=steps,
-                                baseline=baseline, layer=layer, max_batch_tokens=13)
-    theirs = captum_integrated_gradients(model, *inputs(batch), target=target, steps=steps,
-                                         baseline=baseline, layer=layer)
+    ours = integrated_gradients(
+        model,
+        *inputs(batch),
+        target=target,
+        steps=steps,
+        baseline=baseline,
+        layer=layer,
+        max_batch_tokens=13,
+    )
+    theirs = captum_integrated_gradients(
+        model, *inputs(batch), target=target, steps=steps, baseline=baseline, layer=layer
+    )
     assert ours.shape == (3, 7, 16) and not ours.requires_grad
     assert_close_relative(ours, theirs)
     assert ours.abs().max() > 0
@@ -118,8 +134,8 @@ def test_one_step_ig_is_difference_times_gradient():
     model, batch = tiny(), make_batch([6, 4])
     embedding = embed(model, batch)
     pad_embedding = embeddings_module(model)(
-        input_ids=torch.full_like(batch["input_ids"], PAD),
-        token_type_ids=batch["token_type_ids"])
+        input_ids=torch.full_like(batch["input_ids"], PAD), token_type_ids=batch["token_type_ids"]
+    )
     direct = (embedding - pad_embedding) * probability_gradient(model, batch, embedding, 1)
     ours = integrated_gradients(model, *inputs(batch), target=1, steps=1)
     assert_close_relative(ours, direct * batch["attention_mask"][..., None])
@@ -128,8 +144,9 @@ def test_one_step_ig_is_difference_times_gradient():
 def test_special_tokens_kept_in_baseline():
     model, batch = tiny(), make_batch([6], pair_at=2)
     default = integrated_gradients(model, *inputs(batch), target=0, baseline="pad-keep-special")
-    explicit = integrated_gradients(model, *inputs(batch), target=0, baseline="pad-keep-special",
-                                    special_ids={CLS, SEP})
+    explicit = integrated_gradients(
+        model, *inputs(batch), target=0, baseline="pad-keep-special", special_ids={CLS, SEP}
+    )
     torch.testing.assert_close(default, explicit)
     # [CLS] and both [SEP] keep their own embedding in the baseline: (E − E') is 0 there
     assert default[0, [0, 2, 5]].abs().max() == 0 and default[0, [1, 3, 4]].abs().min() > 0
@@ -142,8 +159,9 @@ def test_create_graph_gradient_matches_finite_differences(baseline):
     weights = torch.rand(2, 3, 6, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
 
     def loss() -> torch.Tensor:
-        maps = attribution_maps(model, *inputs(batch), steps=2, baseline=baseline,
-                                create_graph=True)
+        maps = attribution_maps(
+            model, *inputs(batch), steps=2, baseline=baseline, create_graph=True
+        )
         return (maps * weights).sum()
 
     parameters = [
@@ -193,22 +211,23 @@ def test_regression_model_attributes_its_output():
 def test_map_is_the_same_alone_or_in_a_padded_batch(layer):
     model = tiny()
     batch = make_batch([9, 4, 6, 2, 7], width=12)
-    together = attribution_maps(model, *inputs(batch), steps=3, layer=layer,
-                                max_batch_tokens=40)
+    together = attribution_maps(model, *inputs(batch), steps=3, layer=layer, max_batch_tokens=40)
     for row, n in enumerate([9, 4, 6, 2, 7]):
-        alone = {k: v[row:row + 1, :n] for k, v in batch.items()}
+        alone = {k: v[row : row + 1, :n] for k, v in batch.items()}
         single = attribution_maps(model, *inputs(alone), steps=3, layer=layer)
-        torch.testing.assert_close(together[row:row + 1, :, :n], single, atol=1e-5, rtol=0)
+        torch.testing.assert_close(together[row : row + 1, :, :n], single, atol=1e-5, rtol=0)
         assert (together[row, :, n:] == 0).all()
 
 
 def test_chunking_does_not_change_ig():
     model, batch = tiny(), make_batch([8, 5, 3])
-    whole = integrated_gradients(model, *inputs(batch), target="pred", steps=4,
-                                 max_batch_tokens=10**6)
+    whole = integrated_gradients(
+        model, *inputs(batch), target="pred", steps=4, max_batch_tokens=10**6
+    )
     for limit in (1, 17, 50):
-        chunked = integrated_gradients(model, *inputs(batch), target="pred", steps=4,
-                                       max_batch_tokens=limit)
+        chunked = integrated_gradients(
+            model, *inputs(batch), target="pred", steps=4, max_batch_tokens=limit
+        )
         torch.testing.assert_close(chunked, whole, atol=1e-7, rtol=1e-5)
     tight = integrated_gradients(model, *inputs(batch), target="pred", steps=4, memory_mib=0.01)
     torch.testing.assert_close(tight, whole, atol=1e-7, rtol=1e-5)
@@ -220,12 +239,13 @@ def test_all_views_equal_one_class_at_a_time():
     together = attribution_maps(model, *inputs(batch), views="all", **options)
     for c in range(3):
         alone = attribution_maps(model, *inputs(batch), views=c, **options)
-        torch.testing.assert_close(together[:, c:c + 1], alone, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(together[:, c : c + 1], alone, atol=1e-6, rtol=1e-5)
     predicted = forward(model, batch).logits.argmax(-1)
     pred = attribution_maps(model, *inputs(batch), views="pred", **options)
     torch.testing.assert_close(pred[:, 0], together[torch.arange(3), predicted])
-    gold = attribution_maps(model, *inputs(batch), views="gold", labels=torch.tensor([2, 0, 1]),
-                            **options)
+    gold = attribution_maps(
+        model, *inputs(batch), views="gold", labels=torch.tensor([2, 0, 1]), **options
+    )
     torch.testing.assert_close(gold[:, 0], together[torch.arange(3), torch.tensor([2, 0, 1])])
     listed = attribution_maps(model, *inputs(batch), views=[2, 0], **options)
     torch.testing.assert_close(listed, together[:, [2, 0]])
@@ -234,8 +254,9 @@ def test_all_views_equal_one_class_at_a_time():
 def test_two_class_shortcut_equals_full_computation():
     model, batch = tiny(num_labels=2), make_batch([7, 5])
     shortcut = attribution_maps(model, *inputs(batch), views="all", steps=3, top_k=4)
-    full = torch.cat([attribution_maps(model, *inputs(batch), views=c, steps=3, top_k=4)
-                      for c in (0, 1)], dim=1)
+    full = torch.cat(
+        [attribution_maps(model, *inputs(batch), views=c, steps=3, top_k=4) for c in (0, 1)], dim=1
+    )
     assert shortcut.shape == (2, 2, 7)
     torch.testing.assert_close(shortcut, full, atol=1e-6, rtol=1e-5)
     ig0 = integrated_gradients(model, *inputs(batch), target=0, steps=3)
@@ -272,10 +293,18 @@ def test_grad_saliency_is_gradient_times_input_and_matches_captum():
     model, batch = tiny(), make_batch([7, 4, 5])
     predicted = forward(model, batch).logits.argmax(-1)
     embedding = embed(model, batch)
-    direct = torch.stack([
-        (embedding[b] * probability_gradient(model, batch, embedding, int(predicted[b]))[b])
-        .sum(-1) for b in range(3)
-    ]) * batch["attention_mask"]
+    direct = (
+        torch.stack(
+            [
+                (
+                    embedding[b]
+                    * probability_gradient(model, batch, embedding, int(predicted[b]))[b]
+                ).sum(-1)
+                for b in range(3)
+            ]
+        )
+        * batch["attention_mask"]
+    )
     ours = grad_saliency(model, *inputs(batch), target="pred")
     assert ours.shape == (3, 7)
     assert_close_relative(ours, direct)
@@ -358,8 +387,13 @@ def test_captum_needs_two_steps():
 
 def test_config_validates_its_fields():
     assert AttributionConfig(views="0, 2").parsed_views() == [0, 2]
-    for bad in ({"method": "lime"}, {"steps": 0}, {"baseline": "noise"}, {"views": "most"},
-                {"top_k": 0}):
+    for bad in (
+        {"method": "lime"},
+        {"steps": 0},
+        {"baseline": "noise"},
+        {"views": "most"},
+        {"top_k": 0},
+    ):
         with pytest.raises(WorkbenchError):
             AttributionConfig(**bad)
 
@@ -372,8 +406,12 @@ def encoded_split(count: int = 7) -> EncodedSplit:
     lengths = torch.randint(3, 9, (count,), generator=generator).tolist()
     batch = make_batch(lengths, seed=3)
     ids = [batch["input_ids"][i, :n].tolist() for i, n in enumerate(lengths)]
-    return EncodedSplit(input_ids=ids, token_type_ids=[[0] * len(i) for i in ids],
-                        labels=torch.arange(count) % 3, truncated=0)
+    return EncodedSplit(
+        input_ids=ids,
+        token_type_ids=[[0] * len(i) for i in ids],
+        labels=torch.arange(count) % 3,
+        truncated=0,
+    )
 
 
 def test_teacher_maps_cache_reuses_and_recomputes(tmp_path: Path):
@@ -392,12 +430,17 @@ def test_teacher_maps_cache_reuses_and_recomputes(tmp_path: Path):
     changed = AttributionConfig(steps=3, top_k=8, views="all", batch_size=3)
     teacher_maps_cache(model, dataset, tmp_path, data_key="toy/test", config=changed)
     teacher_maps_cache(model, dataset, tmp_path, data_key="toy/dev", config=config)
-    gold = teacher_maps_cache(model, dataset, tmp_path, data_key="toy/test",
-                              config=AttributionConfig(views="gold"))
+    gold = teacher_maps_cache(
+        model, dataset, tmp_path, data_key="toy/test", config=AttributionConfig(views="gold")
+    )
     assert len(list(tmp_path.glob("*.safetensors"))) == 4
     expected = attribution_maps(model, *inputs(batch), views="gold", labels=batch["labels"])
-    torch.testing.assert_close(cached_maps(gold, batch["index"], batch["input_ids"].shape[1]),
-                               expected, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(
+        cached_maps(gold, batch["index"], batch["input_ids"].shape[1]),
+        expected,
+        atol=1e-6,
+        rtol=1e-5,
+    )
 
 
 def test_teacher_gradients_cache(tmp_path: Path):
@@ -434,8 +477,9 @@ def test_attribute_texts_save_and_load(tokenizer, tmp_path: Path):
     torch.testing.assert_close(torch.tensor(records[0].maps), expected[0], atol=1e-6, rtol=0)
     path = save_attributions(records, tmp_path / "out" / "maps.jsonl")
     assert load_attributions(path) == records
-    pairs = attribute_texts(model, tokenizer, ["w1 w2"], ["w3"],
-                            settings=AttributionConfig(method="grad", views="pred"))
+    pairs = attribute_texts(
+        model, tokenizer, ["w1 w2"], ["w3"], settings=AttributionConfig(method="grad", views="pred")
+    )
     assert pairs[0].tokens == ["[CLS]", "w1", "w2", "[SEP]", "w3", "[SEP]"]
     assert pairs[0].views == ["pred"] and pairs[0].settings["method"] == "grad"
 
@@ -475,8 +519,9 @@ def test_aopc_matches_a_direct_computation():
             without = [t for i, t in enumerate(ids) if i not in top]
             only = [t for i, t in enumerate(ids) if i in top or i in (0, n - 1)]
             drops.append((full - probability(without, row), full - probability(only, row)))
-        assert result.comprehensiveness[row] == pytest.approx(sum(d[0] for d in drops) / 2,
-                                                              abs=1e-6)
+        assert result.comprehensiveness[row] == pytest.approx(
+            sum(d[0] for d in drops) / 2, abs=1e-6
+        )
         assert result.sufficiency[row] == pytest.approx(sum(d[1] for d in drops) / 2, abs=1e-6)
     padded = aopc(model, *inputs(batch), scores=scores, removal="pad")
     assert padded.comprehensiveness_drops.shape == (2, 5)

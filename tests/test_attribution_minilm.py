@@ -46,16 +46,20 @@ def relative_error(actual, expected):
     return float((actual - expected).abs().max() / expected.abs().max())
 
 
-@pytest.mark.parametrize(("baseline", "layer"), [("pad", None), ("pad-keep-special", None),
-                                                 ("zero", None), ("pad", 2)])
+@pytest.mark.parametrize(
+    ("baseline", "layer"), [("pad", None), ("pad-keep-special", None), ("zero", None), ("pad", 2)]
+)
 def test_ig_equals_captum_on_sentences(minilm, baseline, layer):
     model, tokenizer = minilm
     batch = encode(tokenizer, SENTENCES[:3])
     options = {"target": "pred", "steps": 4, "baseline": baseline, "layer": layer}
     ours = integrated_gradients(model, *inputs(batch), **options, max_batch_tokens=100)
-    theirs = captum_integrated_gradients(model, *inputs(batch), **options,
-                                         special_ids={tokenizer.cls_token_id,
-                                                      tokenizer.sep_token_id})
+    theirs = captum_integrated_gradients(
+        model,
+        *inputs(batch),
+        **options,
+        special_ids={tokenizer.cls_token_id, tokenizer.sep_token_id},
+    )
     assert relative_error(ours, theirs) < 1e-5
 
 
@@ -74,15 +78,19 @@ def test_maps_do_not_depend_on_padding(minilm):
         alone = encode(tokenizer, [text])
         single = attribution_maps(model, *inputs(alone), steps=3, top_k=192)
         n = single.shape[-1]
-        torch.testing.assert_close(together[row:row + 1, :, :n], single, atol=1e-5, rtol=0)
+        torch.testing.assert_close(together[row : row + 1, :, :n], single, atol=1e-5, rtol=0)
         assert (together[row, :, n:] == 0).all()
 
 
 def test_attribute_texts_on_real_tokens(minilm):
     model, tokenizer = minilm
     long_text = " ".join(["wonderful"] * 40)
-    records = attribute_texts(model, tokenizer, [SENTENCES[0], long_text],
-                              settings=AttributionConfig(max_length=16, top_k=128))
+    records = attribute_texts(
+        model,
+        tokenizer,
+        [SENTENCES[0], long_text],
+        settings=AttributionConfig(max_length=16, top_k=128),
+    )
     assert records[0].tokens[:3] == ["[CLS]", "what", "a"] and records[0].tokens[-1] == "[SEP]"
     assert not records[0].truncated and records[1].truncated and len(records[1].tokens) == 16
     maps = torch.tensor(records[0].maps)

@@ -46,20 +46,39 @@ def test_unknown_task_model_and_missing_column(tmp_path, tiny_model_dir, capsys)
     assert "no such file or folder: ./nowhere/model" in _error_line(capsys)
     bad = tmp_path / "bad.csv"
     pd.DataFrame({"text": ["a", "b"], "gold": [0, 1]}).to_csv(bad, index=False)
-    assert main(["train-teacher", "--run-dir", run_dir, "--task", str(bad),
-                 "--model", str(tiny_model_dir)]) == 2
+    assert (
+        main(
+            [
+                "train-teacher",
+                "--run-dir",
+                run_dir,
+                "--task",
+                str(bad),
+                "--model",
+                str(tiny_model_dir),
+            ]
+        )
+        == 2
+    )
     assert "missing column(s) ['label']" in _error_line(capsys)
     assert not Path(run_dir).exists()
 
 
 @pytest.mark.parametrize(
     ("option", "value"),
-    [("--model", "./nowhere/model"), ("--model", "org/model/v1"), ("--model", "bert.safetensors"),
-     ("--task", "data/missing"), ("--task", "missing.csv"), ("--task", "~/no-such-kdw-task"),
-     ("--glue-dir", "./no-glue")],
+    [
+        ("--model", "./nowhere/model"),
+        ("--model", "org/model/v1"),
+        ("--model", "bert.safetensors"),
+        ("--task", "data/missing"),
+        ("--task", "missing.csv"),
+        ("--task", "~/no-such-kdw-task"),
+        ("--glue-dir", "./no-glue"),
+    ],
 )
-def test_a_missing_path_fails_at_once(option, value, tmp_path, tiny_model_dir, tiny_task_dir,
-                                      capsys):
+def test_a_missing_path_fails_at_once(
+    option, value, tmp_path, tiny_model_dir, tiny_task_dir, capsys
+):
     run_dir = tmp_path / "run"
     given = {"--model": str(tiny_model_dir), "--task": str(tiny_task_dir)}
     given |= {option: value} | ({"--task": "sst2"} if option == "--glue-dir" else {})
@@ -89,11 +108,21 @@ def test_corrupt_and_partial_runs(tmp_path, capsys):
     assert "does not exist" in _error_line(capsys)
 
 
-def test_existing_run_with_other_settings_is_kept(tmp_path, tiny_task_dir, tiny_model_dir,
-                                                  capsys):
+def test_existing_run_with_other_settings_is_kept(tmp_path, tiny_task_dir, tiny_model_dir, capsys):
     run_dir = tmp_path / "run"
-    common = ["train-teacher", "--run-dir", str(run_dir), "--task", str(tiny_task_dir),
-              "--model", str(tiny_model_dir), "--epochs", "0.1", "--threads", "1"]
+    common = [
+        "train-teacher",
+        "--run-dir",
+        str(run_dir),
+        "--task",
+        str(tiny_task_dir),
+        "--model",
+        str(tiny_model_dir),
+        "--epochs",
+        "0.1",
+        "--threads",
+        "1",
+    ]
     assert main(common) == 0
     capsys.readouterr()
     before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
@@ -102,34 +131,87 @@ def test_existing_run_with_other_settings_is_kept(tmp_path, tiny_task_dir, tiny_
     assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before
 
 
-def test_student_with_another_vocabulary_is_refused(tmp_path, tiny_task_dir, tiny_model_dir,
-                                                    capsys):
+def test_student_with_another_vocabulary_is_refused(
+    tmp_path, tiny_task_dir, tiny_model_dir, capsys
+):
     teacher = tmp_path / "teacher"
-    assert main(["train-teacher", "--run-dir", str(teacher), "--task", str(tiny_task_dir),
-                 "--model", str(tiny_model_dir), "--epochs", "0.1", "--threads", "1"]) == 0
+    assert (
+        main(
+            [
+                "train-teacher",
+                "--run-dir",
+                str(teacher),
+                "--task",
+                str(tiny_task_dir),
+                "--model",
+                str(tiny_model_dir),
+                "--epochs",
+                "0.1",
+                "--threads",
+                "1",
+            ]
+        )
+        == 0
+    )
     other = tmp_path / "other-model"
     from tests.conftest import tiny_model
 
     tiny_model().save_pretrained(other)
-    BertTokenizerFast(vocab={"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3}).save_pretrained(
-        other
-    )
+    BertTokenizerFast(vocab={"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3}).save_pretrained(other)
     capsys.readouterr()
-    assert main(["distill", "--run-dir", str(tmp_path / "student"), "--task", str(tiny_task_dir),
-                 "--teacher-run", str(teacher), "--init", "pretrained",
-                 "--pretrained", str(other)]) == 2
+    assert (
+        main(
+            [
+                "distill",
+                "--run-dir",
+                str(tmp_path / "student"),
+                "--task",
+                str(tiny_task_dir),
+                "--teacher-run",
+                str(teacher),
+                "--init",
+                "pretrained",
+                "--pretrained",
+                str(other),
+            ]
+        )
+        == 2
+    )
     assert "vocabulary" in _error_line(capsys)
-    assert main(["distill", "--run-dir", str(tmp_path / "student2"), "--task", "tweets",
-                 "--teacher-run", str(teacher)]) == 2
+    assert (
+        main(
+            [
+                "distill",
+                "--run-dir",
+                str(tmp_path / "student2"),
+                "--task",
+                "tweets",
+                "--teacher-run",
+                str(teacher),
+            ]
+        )
+        == 2
+    )
     assert "pass --task" in _error_line(capsys)
 
 
 def test_no_traceback_from_the_installed_entry_point(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "kd.cli", "train-teacher", "--run-dir", str(tmp_path / "r"),
-         "--task", "no-such-task"],
-        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
-        timeout=300, check=False,
+        [
+            sys.executable,
+            "-m",
+            "kd.cli",
+            "train-teacher",
+            "--run-dir",
+            str(tmp_path / "r"),
+            "--task",
+            "no-such-task",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=300,
+        check=False,
     )
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
@@ -140,14 +222,50 @@ def test_attribute_writes_reloadable_records(tmp_path, tiny_task_dir, tiny_model
     from workbench.attribution import load_attributions
 
     teacher = tmp_path / "teacher"
-    assert main(["train-teacher", "--run-dir", str(teacher), "--task", str(tiny_task_dir),
-                 "--model", str(tiny_model_dir), "--epochs", "0.1", "--threads", "1"]) == 0
+    assert (
+        main(
+            [
+                "train-teacher",
+                "--run-dir",
+                str(teacher),
+                "--task",
+                str(tiny_task_dir),
+                "--model",
+                str(tiny_model_dir),
+                "--epochs",
+                "0.1",
+                "--threads",
+                "1",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     out = tmp_path / "attributions"
     awkward = "good\u2028movie\u0085plot\u2029\r nice"  # str.splitlines splits at each
-    assert main(["attribute", str(teacher), "--out", str(out), "--text", "good movie",
-                 "--text", awkward, "--split", "test", "--examples", "0-2", "--views", "all",
-                 "--steps", "2"]) == 0
+    assert (
+        main(
+            [
+                "attribute",
+                str(teacher),
+                "--out",
+                str(out),
+                "--text",
+                "good movie",
+                "--text",
+                awkward,
+                "--split",
+                "test",
+                "--examples",
+                "0-2",
+                "--views",
+                "all",
+                "--steps",
+                "2",
+            ]
+        )
+        == 0
+    )
     records = load_attributions(out / "teacher.jsonl")
     assert len(records) == 5 and records[0].text == "good movie"
     assert records[1].text == awkward
@@ -158,8 +276,7 @@ def test_attribute_writes_reloadable_records(tmp_path, tiny_task_dir, tiny_model
         main(["attribute", str(teacher), "--out", str(out), "--text", "x", "--baseline", "mean"])
     assert exit_info.value.code == 2
     assert "invalid choice: 'mean'" in capsys.readouterr().err
-    assert main(["attribute", str(teacher), "--out", str(out), "--text", "x",
-                 "--top-k", "99"]) == 2
+    assert main(["attribute", str(teacher), "--out", str(out), "--text", "x", "--top-k", "99"]) == 2
     assert "top_k" in _error_line(capsys)
 
 
@@ -167,9 +284,24 @@ def test_a_second_writer_of_a_run_is_refused(tmp_path, tiny_task_dir, tiny_model
     """Two real processes on one --run-dir: the second is refused, naming the first, which
     trains on undisturbed (it is paused while the second tries, so the timing is fixed)."""
     run_dir = tmp_path / "run"
-    command = [sys.executable, "-m", "kd.cli", "train-teacher", "--run-dir", str(run_dir),
-               "--task", str(tiny_task_dir), "--model", str(tiny_model_dir), "--epochs", "2",
-               "--threads", "1", "--log-every", "1"]
+    command = [
+        sys.executable,
+        "-m",
+        "kd.cli",
+        "train-teacher",
+        "--run-dir",
+        str(run_dir),
+        "--task",
+        str(tiny_task_dir),
+        "--model",
+        str(tiny_model_dir),
+        "--epochs",
+        "2",
+        "--threads",
+        "1",
+        "--log-every",
+        "1",
+    ]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     log = tmp_path / "first.log"
     with open(log, "w") as output:
@@ -180,8 +312,9 @@ def test_a_second_writer_of_a_run_is_refused(tmp_path, tiny_task_dir, tiny_model
             assert time.monotonic() < deadline
             time.sleep(0.05)
         first.send_signal(signal.SIGSTOP)
-        second = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300,
-                                check=False)
+        second = subprocess.run(
+            command, env=env, capture_output=True, text=True, timeout=300, check=False
+        )
     finally:
         first.send_signal(signal.SIGCONT)
     assert first.wait(timeout=300) == 0, log.read_text()

@@ -35,30 +35,52 @@ EXPORT = ["export", "run", "--out", "out", "--text", "good"]
 ATTRIBUTE = ["attribute", "run", "--out", "out", "--text", "good"]
 
 BAD = [
-    (TRAIN, "--batch-size", "0"), (TRAIN, "--batch-size", "-3"),
-    (TRAIN, "--eval-batch-size", "0"), (TRAIN, "--learning-rate", "0"),
-    (TRAIN, "--learning-rate", "-1e-5"), (TRAIN, "--learning-rate", "inf"),
-    (TRAIN, "--learning-rate", "nan"), (TRAIN, "--epochs", "0"), (TRAIN, "--epochs", "nan"),
-    (TRAIN, "--warmup-ratio", "1.5"), (TRAIN, "--warmup-ratio", "-0.1"),
-    (TRAIN, "--weight-decay", "-0.01"), (TRAIN, "--max-grad-norm", "-1"),
-    (TRAIN, "--eval-every", "-1"), (TRAIN, "--checkpoint-every", "0"),
-    (TRAIN, "--log-every", "-1"), (TRAIN, "--threads", "-1"), (TRAIN, "--max-length", "3"),
-    (TRAIN, "--max-train-examples", "0"), (TRAIN, "--max-eval-examples", "-5"),
-    (DISTILL, "--temperature", "0"), (DISTILL, "--temperature", "-2"),
-    (DISTILL, "--attr-steps", "0"), (DISTILL, "--attr-top-k", "0"),
-    (DISTILL, "--ckd-window", "0"), (DISTILL, "--num-layers", "0"),
-    (DISTILL, "--hidden-size", "0"), (DISTILL, "--num-heads", "-1"),
-    (TUNE, "--trials", "0"), (TUNE, "--reports-per-epoch", "0"),
-    (EXPORT, "--dpi", "0"), (EXPORT, "--dpi", "-72"), (EXPORT, "--cmap", "not-a-colormap"),
-    (EXPORT, "--steps", "0"), (EXPORT, "--top-k", "0"),
-    (ATTRIBUTE, "--batch-size", "0"), (ATTRIBUTE, "--max-length", "2"),
-    (ATTRIBUTE, "--memory-mib", "0"), (ATTRIBUTE, "--layer", "-1"),
+    (TRAIN, "--batch-size", "0"),
+    (TRAIN, "--batch-size", "-3"),
+    (TRAIN, "--eval-batch-size", "0"),
+    (TRAIN, "--learning-rate", "0"),
+    (TRAIN, "--learning-rate", "-1e-5"),
+    (TRAIN, "--learning-rate", "inf"),
+    (TRAIN, "--learning-rate", "nan"),
+    (TRAIN, "--epochs", "0"),
+    (TRAIN, "--epochs", "nan"),
+    (TRAIN, "--warmup-ratio", "1.5"),
+    (TRAIN, "--warmup-ratio", "-0.1"),
+    (TRAIN, "--weight-decay", "-0.01"),
+    (TRAIN, "--max-grad-norm", "-1"),
+    (TRAIN, "--eval-every", "-1"),
+    (TRAIN, "--checkpoint-every", "0"),
+    (TRAIN, "--log-every", "-1"),
+    (TRAIN, "--threads", "-1"),
+    (TRAIN, "--max-length", "3"),
+    (TRAIN, "--max-train-examples", "0"),
+    (TRAIN, "--max-eval-examples", "-5"),
+    (DISTILL, "--temperature", "0"),
+    (DISTILL, "--temperature", "-2"),
+    (DISTILL, "--attr-steps", "0"),
+    (DISTILL, "--attr-top-k", "0"),
+    (DISTILL, "--ckd-window", "0"),
+    (DISTILL, "--num-layers", "0"),
+    (DISTILL, "--hidden-size", "0"),
+    (DISTILL, "--num-heads", "-1"),
+    (TUNE, "--trials", "0"),
+    (TUNE, "--reports-per-epoch", "0"),
+    (EXPORT, "--dpi", "0"),
+    (EXPORT, "--dpi", "-72"),
+    (EXPORT, "--cmap", "not-a-colormap"),
+    (EXPORT, "--steps", "0"),
+    (EXPORT, "--top-k", "0"),
+    (ATTRIBUTE, "--batch-size", "0"),
+    (ATTRIBUTE, "--max-length", "2"),
+    (ATTRIBUTE, "--memory-mib", "0"),
+    (ATTRIBUTE, "--layer", "-1"),
 ]
 
 
 @pytest.mark.parametrize(("command", "option", "value"), BAD)
-def test_a_value_outside_its_domain_is_one_line(command, option, value, tmp_path, monkeypatch,
-                                                capsys):
+def test_a_value_outside_its_domain_is_one_line(
+    command, option, value, tmp_path, monkeypatch, capsys
+):
     monkeypatch.chdir(tmp_path)
     assert main([*command, f"{option}={value}"]) == 2
     err = capsys.readouterr().err
@@ -74,13 +96,17 @@ def test_a_config_file_is_checked_like_the_command_line(tmp_path, monkeypatch, c
     Path("best.json").write_text(json.dumps({"optim": {"warmup_ratio": 2}}))
     assert main([*DISTILL, "--config", "best.json"]) == 2
     assert capsys.readouterr().err == (
-        "kdw: error: --warmup-ratio: 2 is not allowed (expected a number in [0, 1])\n")
+        "kdw: error: --warmup-ratio: 2 is not allowed (expected a number in [0, 1])\n"
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["best.json"]
 
 
 def test_the_api_and_saved_settings_are_checked_too():
-    with pytest.raises(WorkbenchError, match=r"^--batch-size: 0 is not allowed \(expected an "
-                       r"integer ≥ 1\)$"):
+    with pytest.raises(
+        WorkbenchError,
+        match=r"^--batch-size: 0 is not allowed \(expected an "
+        r"integer ≥ 1\)$",
+    ):
         OptimConfig(batch_size=0)
     with pytest.raises(WorkbenchError, match=r"^--parity: 'exact' is not allowed"):
         ObjectiveConfig(parity="exact")
@@ -96,12 +122,24 @@ SEEDS = {"seed", "split_seed"}  # any integer is a seed
 
 
 def test_every_numeric_option_declares_its_domain():
-    configs = (DataConfig, TeacherConfig, StudentConfig, ObjectiveConfig, OptimConfig,
-               TuneConfig, AttributionConfig, HeatmapSettings, ExportSettings)
+    configs = (
+        DataConfig,
+        TeacherConfig,
+        StudentConfig,
+        ObjectiveConfig,
+        OptimConfig,
+        TuneConfig,
+        AttributionConfig,
+        HeatmapSettings,
+        ExportSettings,
+    )
     assert all(issubclass(cls, Checked) for cls in configs)
     undeclared = [
-        f"{cls.__name__}.{f.name}" for cls in configs for f in dataclasses.fields(cls)
-        if _field_type(cls, f)[0] in (int, float) and f.name not in SEEDS
+        f"{cls.__name__}.{f.name}"
+        for cls in configs
+        for f in dataclasses.fields(cls)
+        if _field_type(cls, f)[0] in (int, float)
+        and f.name not in SEEDS
         and "domain" not in f.metadata
     ]
     assert undeclared == []

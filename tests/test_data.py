@@ -25,17 +25,23 @@ def _write_glue(root: Path, task: str, splits: dict[str, dict], features: datase
 
 
 def test_glue_single_sentence_schema(tmp_path: Path):
-    features = datasets.Features({
-        "sentence": datasets.Value("string"),
-        "label": datasets.ClassLabel(names=["negative", "positive"]),
-        "idx": datasets.Value("int32"),
-    })
-    train = {"sentence": [f"sentence number {i}" for i in range(100)],
-             "label": [i % 2 for i in range(100)], "idx": list(range(100))}
+    features = datasets.Features(
+        {
+            "sentence": datasets.Value("string"),
+            "label": datasets.ClassLabel(names=["negative", "positive"]),
+            "idx": datasets.Value("int32"),
+        }
+    )
+    train = {
+        "sentence": [f"sentence number {i}" for i in range(100)],
+        "label": [i % 2 for i in range(100)],
+        "idx": list(range(100)),
+    }
     validation = {"sentence": ["a fine film", "a dull film"], "label": [1, 0], "idx": [0, 1]}
     test = {"sentence": ["hidden"], "label": [-1], "idx": [0]}
-    _write_glue(tmp_path, "sst2", {"train": train, "validation": validation, "test": test},
-                features)
+    _write_glue(
+        tmp_path, "sst2", {"train": train, "validation": validation, "test": test}, features
+    )
     data = load_glue("sst2", seed=1, glue_dir=str(tmp_path))
     assert data.spec.label_names == ("negative", "positive")
     assert data.splits["test"].texts == ["a fine film", "a dull film"]  # GLUE validation
@@ -45,27 +51,46 @@ def test_glue_single_sentence_schema(tmp_path: Path):
 
 
 def test_glue_pair_regression_and_mnli_mismatched(tmp_path: Path):
-    pair = datasets.Features({
-        "sentence1": datasets.Value("string"), "sentence2": datasets.Value("string"),
-        "label": datasets.Value("float32"), "idx": datasets.Value("int32"),
-    })
-    rows = {"sentence1": ["a b", "c d", "e f"] * 10, "sentence2": ["x", "y", "z"] * 10,
-            "label": [0.5, 2.25, 4.0] * 10, "idx": list(range(30))}
+    pair = datasets.Features(
+        {
+            "sentence1": datasets.Value("string"),
+            "sentence2": datasets.Value("string"),
+            "label": datasets.Value("float32"),
+            "idx": datasets.Value("int32"),
+        }
+    )
+    rows = {
+        "sentence1": ["a b", "c d", "e f"] * 10,
+        "sentence2": ["x", "y", "z"] * 10,
+        "label": [0.5, 2.25, 4.0] * 10,
+        "idx": list(range(30)),
+    }
     _write_glue(tmp_path, "stsb", {"train": rows, "validation": rows}, pair)
     data = load_glue("stsb", seed=0, glue_dir=str(tmp_path))
     assert data.spec.regression and data.spec.pair
     assert data.splits["test"].pairs[:3] == ["x", "y", "z"]
     assert data.splits["test"].labels[:3] == pytest.approx([0.5, 2.25, 4.0])
 
-    nli = datasets.Features({
-        "premise": datasets.Value("string"), "hypothesis": datasets.Value("string"),
-        "label": datasets.ClassLabel(names=["entailment", "neutral", "contradiction"]),
-        "idx": datasets.Value("int32"),
-    })
-    rows = {"premise": [f"p{i}" for i in range(30)], "hypothesis": ["h"] * 30,
-            "label": [i % 3 for i in range(30)], "idx": list(range(30))}
-    _write_glue(tmp_path, "mnli", {"train": rows, "validation_matched": rows,
-                                   "validation_mismatched": rows}, nli)
+    nli = datasets.Features(
+        {
+            "premise": datasets.Value("string"),
+            "hypothesis": datasets.Value("string"),
+            "label": datasets.ClassLabel(names=["entailment", "neutral", "contradiction"]),
+            "idx": datasets.Value("int32"),
+        }
+    )
+    rows = {
+        "premise": [f"p{i}" for i in range(30)],
+        "hypothesis": ["h"] * 30,
+        "label": [i % 3 for i in range(30)],
+        "idx": list(range(30)),
+    }
+    _write_glue(
+        tmp_path,
+        "mnli",
+        {"train": rows, "validation_matched": rows, "validation_mismatched": rows},
+        nli,
+    )
     data = load_glue("mnli", seed=0, glue_dir=str(tmp_path))
     assert set(data.splits) == {"train", "dev", "test", "test-mismatched"}
     assert data.spec.num_labels == 3
@@ -79,8 +104,7 @@ def test_glue_missing_split_is_a_clear_error(tmp_path: Path):
 
 @pytest.mark.parametrize("suffix", [".csv", ".tsv", ".jsonl", ".parquet"])
 def test_local_file_formats_give_the_same_task(tmp_path: Path, suffix: str):
-    frame = pd.DataFrame({"text": [f"text {i}" for i in range(60)],
-                          "label": ["b", "a", "c"] * 20})
+    frame = pd.DataFrame({"text": [f"text {i}" for i in range(60)], "label": ["b", "a", "c"] * 20})
     path = tmp_path / f"data{suffix}"
     if suffix == ".csv":
         frame.to_csv(path, index=False)
@@ -98,9 +122,13 @@ def test_local_file_formats_give_the_same_task(tmp_path: Path, suffix: str):
 
 
 def test_local_directory_pairs_and_regression(tmp_path: Path):
-    frame = pd.DataFrame({"text": [f"q {i}" for i in range(40)],
-                          "text_pair": [f"a {i}" for i in range(40)],
-                          "label": [i / 8 for i in range(40)]})
+    frame = pd.DataFrame(
+        {
+            "text": [f"q {i}" for i in range(40)],
+            "text_pair": [f"a {i}" for i in range(40)],
+            "label": [i / 8 for i in range(40)],
+        }
+    )
     frame.iloc[:30].to_csv(tmp_path / "train.csv", index=False)
     frame.iloc[30:].to_csv(tmp_path / "test.csv", index=False)
     data = load_task(DataConfig(task=str(tmp_path)))
@@ -138,8 +166,9 @@ def test_unknown_label_in_dev_and_unknown_task(tmp_path: Path):
 
 def test_encode_counts_truncation_and_collate_pads(tmp_path: Path):
     tokenizer = tiny_tokenizer(tmp_path / "tok")
-    frame = pd.DataFrame({"text": ["good movie", "the film was very very very bad and sad"],
-                          "label": ["a", "b"]})
+    frame = pd.DataFrame(
+        {"text": ["good movie", "the film was very very very bad and sad"], "label": ["a", "b"]}
+    )
     frame.to_csv(tmp_path / "x.csv", index=False)
     data = load_task(DataConfig(task=str(tmp_path / "x.csv")))
     split = data.splits["train"]
@@ -154,8 +183,9 @@ def test_encode_counts_truncation_and_collate_pads(tmp_path: Path):
     assert batch["index"].tolist() == list(range(len(encoded)))
 
 
-@pytest.mark.parametrize(("task", "classes", "total"), [("tweets", 3, 37185),
-                                                         ("bbc-news", 5, 2125)])
+@pytest.mark.parametrize(
+    ("task", "classes", "total"), [("tweets", 3, 37185), ("bbc-news", 5, 2125)]
+)
 def test_bundled_sets_clean_deterministic_stratified(task: str, classes: int, total: int):
     first = load_task(DataConfig(task=task))
     again = load_task(DataConfig(task=task))
@@ -169,8 +199,10 @@ def test_bundled_sets_clean_deterministic_stratified(task: str, classes: int, to
     for split in first.splits.values():
         assert all(t and t == " ".join(t.split()) for t in split.texts)
         shares = torch.bincount(torch.tensor(split.labels), minlength=classes) / len(split)
-        overall = torch.bincount(torch.tensor(first.splits["train"].labels),
-                                 minlength=classes) / sizes["train"]
+        overall = (
+            torch.bincount(torch.tensor(first.splits["train"].labels), minlength=classes)
+            / sizes["train"]
+        )
         assert torch.allclose(shares, overall, atol=0.01)
     other_seed = load_task(DataConfig(task=task, split_seed=99))
     assert other_seed.fingerprint() != first.fingerprint()
@@ -189,8 +221,11 @@ def test_subsample_is_stratified_and_deterministic():
 
 
 def test_sample_of_a_class_ordered_split_keeps_every_class():
-    ordered = Split(texts=[f"text {i}" for i in range(300)], labels=[0] * 200 + [1] * 60 + [2] * 40,
-                    uids=[str(i) for i in range(300)])
+    ordered = Split(
+        texts=[f"text {i}" for i in range(300)],
+        labels=[0] * 200 + [1] * 60 + [2] * 40,
+        uids=[str(i) for i in range(300)],
+    )
     sample = sample_split(ordered, 30, seed=0)
     assert torch.bincount(torch.tensor(sample.labels)).tolist() == [20, 6, 4]
     positions = [int(u) for u in sample.uids]

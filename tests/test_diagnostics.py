@@ -30,8 +30,12 @@ def test_term_diagnostics_match_separate_backward_passes():
     for name, weight in objective.weights.items():
         student.zero_grad()
         (weight * values[name]).backward(retain_graph=True)
-        grads[name] = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p))
-                                 .reshape(-1).double() for p in params])
+        grads[name] = torch.cat(
+            [
+                (p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).double()
+                for p in params
+            ]
+        )
         assert diagnostics[f"value/{name}"] == float(weight * values[name].detach())
     total = sum(grads.values())
     for name, g in grads.items():
@@ -59,15 +63,16 @@ def test_per_class_recall_shows_a_neglected_class():
 def test_logging_diagnostics_changes_no_weight(tiny_model_dir, tiny_task_dir, tmp_path):
     data = DataConfig(task=str(tiny_task_dir), max_length=16, max_train_examples=48)
     optim = OptimConfig(epochs=1, batch_size=8, learning_rate=2e-3, threads=1)
-    teacher = train_teacher(data, TeacherConfig(model=str(tiny_model_dir)), optim,
-                            tmp_path / "teacher")
+    teacher = train_teacher(
+        data, TeacherConfig(model=str(tiny_model_dir)), optim, tmp_path / "teacher"
+    )
     students = {}
     for log_every in (0, 2):
         students[log_every] = distill(
-            data, StudentConfig(teacher_run=str(teacher.path), num_layers=2),
+            data,
+            StudentConfig(teacher_run=str(teacher.path), num_layers=2),
             ObjectiveConfig(preset="adkd"),
-            OptimConfig(epochs=1, batch_size=8, learning_rate=2e-3, threads=1,
-                        log_every=log_every),
+            OptimConfig(epochs=1, batch_size=8, learning_rate=2e-3, threads=1, log_every=log_every),
             tmp_path / f"student-{log_every}",
         )
     quiet, logged = students[0], students[2]

@@ -25,7 +25,7 @@ from workbench.files import (
 
 ROOT = Path(__file__).resolve().parents[1]
 # characters that str.splitlines or UTF-8 trip over, mixed into generated text
-AWKWARD = "\u2028\u2029\u0085\r\n\x0b\x0c\x1c\x1d\x1e\udcff\ufeff\"\\"
+AWKWARD = '\u2028\u2029\u0085\r\n\x0b\x0c\x1c\x1d\x1e\udcff\ufeff"\\'
 texts = st.text() | st.text(alphabet=st.sampled_from(AWKWARD) | st.characters(), min_size=1)
 values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | texts,
@@ -37,8 +37,9 @@ values = st.recursive(
 @settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(records=st.lists(values, min_size=1, max_size=4))
 def test_any_record_round_trips(tmp_path: Path, records: list):
-    assert all(json_line(r).count("\n") == 1 and len(json_line(r).splitlines()) == 1
-               for r in records)
+    assert all(
+        json_line(r).count("\n") == 1 and len(json_line(r).splitlines()) == 1 for r in records
+    )
     whole, appended = tmp_path / "whole.jsonl", tmp_path / "appended.jsonl"
     appended.unlink(missing_ok=True)
     write_json_lines(whole, records)
@@ -100,12 +101,22 @@ with hold(Path(sys.argv[1]), "the folder"):
 
 def test_a_lock_names_its_holder_and_dies_with_it(tmp_path: Path):
     lock = tmp_path / "run" / ".lock"
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(lock)], stdout=subprocess.PIPE,
-                              text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(lock)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     try:
         assert holder.stdout.readline() == "held\n"
-        with pytest.raises(WorkbenchError, match=rf"^the folder is in use by process "
-                           rf"{holder.pid}: wait for it to end"), hold(lock, "the folder"):
+        with (
+            pytest.raises(
+                WorkbenchError,
+                match=rf"^the folder is in use by process "
+                rf"{holder.pid}: wait for it to end",
+            ),
+            hold(lock, "the folder"),
+        ):
             pass
     finally:
         holder.kill()  # SIGKILL: no clean-up, the lock file stays with its id in it

@@ -66,8 +66,9 @@ def test_views_choose_the_rows(loaded):
         return [row.label for row in build_heatmaps(loaded[:2], EXAMPLES[:1], settings)[0].rows]
 
     assert rows("pred") == ["teacher", "student-kd"]
-    assert rows("all") == [f"{m} · {c}" for m in ("teacher", "student-kd")
-                           for c in ("negative", "neutral", "positive")]
+    assert rows("all") == [
+        f"{m} · {c}" for m in ("teacher", "student-kd") for c in ("negative", "neutral", "positive")
+    ]
     assert rows("gold") == ["teacher · positive", "student-kd · positive"]
     assert rows("1") == rows("neutral") == ["teacher · neutral", "student-kd · neutral"]
     with pytest.raises(WorkbenchError, match="needs examples with a label"):
@@ -95,8 +96,7 @@ def test_metadata_records_models_runs_settings_and_text(loaded, runs, tmp_path):
     assert meta["models"] == "teacher, student-kd, student-pkd"
     assert meta["settings.baseline"] == "zero" and meta["settings.top_k"] == "4"
     assert meta["text"] == HOSTILE and meta["example_id"] == "ex-1"
-    paths = write_heatmaps([heatmap], tmp_path, ExportSettings(formats="svg,html,tex,png",
-                                                               dpi=72))
+    paths = write_heatmaps([heatmap], tmp_path, ExportSettings(formats="svg,html,tex,png", dpi=72))
     assert sorted(p.suffix for p in paths) == [".html", ".png", ".svg", ".tex"]
     svg = ET.parse(tmp_path / "heatmap-000.svg").getroot()
     embedded = json.loads(svg.find(f"{SVG}metadata").text)
@@ -108,14 +108,13 @@ def test_metadata_records_models_runs_settings_and_text(loaded, runs, tmp_path):
 
 
 def test_uploaded_files_are_checked():
-    csv = b"text,label\ngood film,positive\n\"a, b\",negative\n"
+    csv = b'text,label\ngood film,positive\n"a, b",negative\n'
     assert read_examples(csv, "texts.csv") == [
         Example("good film", label="positive", uid="texts.csv:1"),
         Example("a, b", label="negative", uid="texts.csv:2"),
     ]
     jsonl = b'{"text": "x", "text_pair": "y"}\n\n{"text": "z"}\n'
-    assert [(e.text, e.pair) for e in read_examples(jsonl, "t.jsonl")] == [("x", "y"),
-                                                                           ("z", None)]
+    assert [(e.text, e.pair) for e in read_examples(jsonl, "t.jsonl")] == [("x", "y"), ("z", None)]
     bad = [
         (b"text\nx\n", "texts.exe", "unsupported file type"),
         (b"text\n" + b"x\n" * 50, "big.csv", "the limit is 100 bytes"),
@@ -143,9 +142,29 @@ def test_kdw_export_writes_every_format(runs, tmp_path, capsys):
     texts = tmp_path / "texts.jsonl"
     texts.write_text(json.dumps({"text": HOSTILE, "label": "neutral"}) + "\n")
     out = tmp_path / "out"
-    status = main(["export", str(runs / "teacher"), str(runs / "student-kd"), "--out", str(out),
-                   "--text", "good movie", "--texts-file", str(texts), "--split", "test",
-                   "--examples", "0-1", "--method", "grad", "--view", "all", "--dpi", "60"])
+    status = main(
+        [
+            "export",
+            str(runs / "teacher"),
+            str(runs / "student-kd"),
+            "--out",
+            str(out),
+            "--text",
+            "good movie",
+            "--texts-file",
+            str(texts),
+            "--split",
+            "test",
+            "--examples",
+            "0-1",
+            "--method",
+            "grad",
+            "--view",
+            "all",
+            "--dpi",
+            "60",
+        ]
+    )
     assert status == 0
     written = sorted(p.name for p in out.iterdir())
     assert len(written) == 4 * 5 and len(capsys.readouterr().out.splitlines()) == 20
@@ -162,8 +181,21 @@ def test_kdw_export_writes_every_format(runs, tmp_path, capsys):
 def test_kdw_export_errors_are_one_line(runs, tmp_path, capsys):
     assert main(["export", str(runs / "teacher"), "--out", str(tmp_path)]) == 2
     assert "nothing to export" in capsys.readouterr().err
-    assert main(["export", str(runs / "teacher"), "--out", str(tmp_path), "--text", "a",
-                 "--formats", "svg,gif"]) == 2
+    assert (
+        main(
+            [
+                "export",
+                str(runs / "teacher"),
+                "--out",
+                str(tmp_path),
+                "--text",
+                "a",
+                "--formats",
+                "svg,gif",
+            ]
+        )
+        == 2
+    )
     assert "gif" in capsys.readouterr().err
     assert main(["export", str(runs / "corrupt"), "--out", str(tmp_path), "--text", "a"]) == 2
     assert "corrupt" in capsys.readouterr().err

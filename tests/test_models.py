@@ -60,7 +60,8 @@ def test_cut_student_copies_the_chosen_layers_and_runs_like_them():
     for s_index, t_index in enumerate([1, 3]):
         for (name, p_s), (_, p_t) in zip(
             encoder_layers(student)[s_index].named_parameters(),
-            encoder_layers(teacher)[t_index].named_parameters(), strict=True,
+            encoder_layers(teacher)[t_index].named_parameters(),
+            strict=True,
         ):
             assert torch.equal(p_s, p_t), name
     batch = _batch([[2, 7, 8, 9, 3], [2, 10, 3]])
@@ -146,8 +147,9 @@ def test_builtin_minilm_loads_and_cuts():
     tokenizer = load_tokenizer("minilm-l6")
     assert len(encoder_layers(teacher)) == 6 and teacher.config.hidden_size == 384
     student = cut_student(teacher, select_layers(6, 3, "skip")).eval()
-    batch = tokenizer(["a great film", "not good at all, really"], padding=True,
-                      return_tensors="pt")
+    batch = tokenizer(
+        ["a great film", "not good at all, really"], padding=True, return_tensors="pt"
+    )
     out = forward(student, dict(batch), hidden_states=True)
     assert out.logits.shape == (2, 3) and len(out.hidden_states) == 4
     teacher_out = forward(teacher, dict(batch), hidden_states=True)

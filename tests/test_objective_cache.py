@@ -35,8 +35,11 @@ def test_presets_and_explicit_weights():
     assert skip.patient_pairs == [(1, 2), (2, 4)] and skip.teacher_fields() == ["logits", "cls"]
     custom = Objective.resolve(ObjectiveConfig(weights="ce=0.1,kd=0.9,pkd=0"), 4, 2)
     assert custom.weights == {"ce": 0.1, "kd": 0.9} and custom.teacher_fields() == ["logits"]
-    for bad, message in [("ce=0.1,foo=1", "unknown loss term 'foo'"), ("kd=x", "must be a number"),
-                         ("ce=0", "no term with a non-zero weight")]:
+    for bad, message in [
+        ("ce=0.1,foo=1", "unknown loss term 'foo'"),
+        ("kd=x", "must be a number"),
+        ("ce=0", "no term with a non-zero weight"),
+    ]:
         with pytest.raises(WorkbenchError, match=message):
             Objective.resolve(ObjectiveConfig(weights=bad), 4, 2)
     with pytest.raises(WorkbenchError, match="unknown method preset"):
@@ -71,10 +74,21 @@ def test_cached_teacher_fields_equal_live_ones(encoded_train, tmp_path: Path):
     teacher = tiny_model(layers=4)
     objective = Objective.resolve(ObjectiveConfig(preset="pkd-skip"), 4, 2)
     key = {"teacher": "tiny", "fields": objective.teacher_fields()}
-    cache = cached(tmp_path, "teacher-train", key, encoded_train,
-                   lambda b: objective.teacher_batch(teacher, b), batch_size=7)
-    reloaded = cached(tmp_path, "teacher-train", key, encoded_train,
-                      lambda b: pytest.fail("a cached key must not be recomputed"))
+    cache = cached(
+        tmp_path,
+        "teacher-train",
+        key,
+        encoded_train,
+        lambda b: objective.teacher_batch(teacher, b),
+        batch_size=7,
+    )
+    reloaded = cached(
+        tmp_path,
+        "teacher-train",
+        key,
+        encoded_train,
+        lambda b: pytest.fail("a cached key must not be recomputed"),
+    )
     # live values for a batch in another order, padded to another length
     order = list(range(len(encoded_train)))[::-3][:16]
     batch = next(batches(encoded_train, order, 16, 0))
@@ -82,10 +96,16 @@ def test_cached_teacher_fields_equal_live_ones(encoded_train, tmp_path: Path):
         live = objective.teacher_batch(teacher, batch)
     for source in (cache, reloaded):
         for name in ("logits", "cls"):
-            torch.testing.assert_close(source.gather(name, batch["index"]), live[name],
-                                       atol=1e-5, rtol=1e-5)
-    other = cached(tmp_path, "teacher-train", {**key, "fields": ["logits"]}, encoded_train,
-                   lambda b: {"logits": objective.teacher_batch(teacher, b, ["logits"])["logits"]})
+            torch.testing.assert_close(
+                source.gather(name, batch["index"]), live[name], atol=1e-5, rtol=1e-5
+            )
+    other = cached(
+        tmp_path,
+        "teacher-train",
+        {**key, "fields": ["logits"]},
+        encoded_train,
+        lambda b: {"logits": objective.teacher_batch(teacher, b, ["logits"])["logits"]},
+    )
     assert "cls" not in other.per_example
     assert len(list(tmp_path.glob("teacher-train-*.safetensors"))) == 2
 

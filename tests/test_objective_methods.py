@@ -24,10 +24,13 @@ from workbench.models import cut_student, embeddings_module, forward, random_stu
 
 def _dataset(count: int = 12, seed: int = 0) -> EncodedSplit:
     generator = torch.Generator().manual_seed(seed)
-    ids = [[2, *torch.randint(5, 40, (int(n),), generator=generator).tolist(), 3]
-           for n in torch.randint(2, 9, (count,), generator=generator)]
-    return EncodedSplit(ids, [[0] * len(i) for i in ids],
-                        torch.randint(0, 3, (count,), generator=generator), 0)
+    ids = [
+        [2, *torch.randint(5, 40, (int(n),), generator=generator).tolist(), 3]
+        for n in torch.randint(2, 9, (count,), generator=generator)
+    ]
+    return EncodedSplit(
+        ids, [[0] * len(i) for i in ids], torch.randint(0, 3, (count,), generator=generator), 0
+    )
 
 
 def _setup(preset: str, **options):
@@ -38,8 +41,9 @@ def _setup(preset: str, **options):
     return teacher, student, objective, batch
 
 
-@pytest.mark.parametrize(("chosen", "reduction"), [(None, "official"), ("paper", "paper"),
-                                                   ("squared", "squared")])
+@pytest.mark.parametrize(
+    ("chosen", "reduction"), [(None, "official"), ("paper", "paper"), ("squared", "squared")]
+)
 def test_adkd_term_equals_the_loss_of_independent_maps(chosen, reduction):
     """The preset computes the authors' distance (its β grid belongs to it); Eq. 9 on request."""
     teacher, student, objective, batch = _setup("adkd", attr_top_k=8, attr_reduction=chosen)
@@ -48,12 +52,14 @@ def test_adkd_term_equals_the_loss_of_independent_maps(chosen, reduction):
     inputs = (batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
     teacher_maps = attribution_maps(teacher, *inputs, views="all", top_k=8)
     student_maps = attribution_maps(student, *inputs, views="all", create_graph=True)
-    expected = attribution_loss(student_maps, teacher_maps, batch["attention_mask"],
-                                reduction=reduction)
+    expected = attribution_loss(
+        student_maps, teacher_maps, batch["attention_mask"], reduction=reduction
+    )
     torch.testing.assert_close(values["attr"], expected)
     values["loss"].backward()
-    assert any(p.grad is not None and p.grad.abs().sum() > 0
-               for p in student.bert.encoder.parameters())
+    assert any(
+        p.grad is not None and p.grad.abs().sum() > 0 for p in student.bert.encoder.parameters()
+    )
 
 
 def test_adkd_pred_view_uses_the_teachers_class_for_both_models():
@@ -63,7 +69,8 @@ def test_adkd_pred_view_uses_the_teachers_class_for_both_models():
     inputs = (batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
     expected = attribution_loss(
         attribution_maps(student, *inputs, views="gold", labels=classes, create_graph=True),
-        attribution_maps(teacher, *inputs, views="pred"), batch["attention_mask"],
+        attribution_maps(teacher, *inputs, views="pred"),
+        batch["attention_mask"],
         reduction="official",
     )
     torch.testing.assert_close(objective(student, batch, fields)["attr"], expected)
@@ -75,8 +82,9 @@ def test_gkd_terms_equal_direct_gradients():
     values = objective(student, batch, fields)
     grads_s = input_gradients(student, batch, create_graph=True)
     grads_t = input_gradients(teacher, batch)
-    torch.testing.assert_close(values["grad"], gradient_alignment_loss(
-        grads_s, grads_t, batch["attention_mask"]))
+    torch.testing.assert_close(
+        values["grad"], gradient_alignment_loss(grads_s, grads_t, batch["attention_mask"])
+    )
     # [CLS]-state gradients against a plain autograd computation on a grad-enabled copy
     copy = tiny_model(layers=4)
     out = forward(copy, batch, hidden_states=True)
@@ -108,8 +116,10 @@ def test_cached_teacher_fields_equal_fresh_ones(preset):
     teacher, _, objective, _ = _setup(preset)
     dataset = _dataset(count=10, seed=3)
     cache = ExampleCache.compute(
-        dataset, lambda b: objective.teacher_batch(teacher, b, objective.cached_fields()),
-        per_token=objective.per_token_fields(), batch_size=4,
+        dataset,
+        lambda b: objective.teacher_batch(teacher, b, objective.cached_fields()),
+        per_token=objective.per_token_fields(),
+        batch_size=4,
     )
     batch = next(batches(dataset, [9, 2, 5, 0, 7], 5, 0))  # other order, other padding
     fresh = objective.teacher_batch(teacher, batch, objective.cached_fields())
@@ -147,8 +157,9 @@ def test_view_sampling_expectation_is_the_multi_view_squared_loss():
         for assignment in itertools.product(range(3), repeat=3):
             classes = torch.tensor(assignment)
             student_maps = torch.stack([per_class[c][b] for b, c in enumerate(assignment)])
-            losses.append(sampled_view_loss(student_maps, teacher_maps, classes, mask, 3,
-                                            reduction))
+            losses.append(
+                sampled_view_loss(student_maps, teacher_maps, classes, mask, 3, reduction)
+            )
         expected = attribution_loss(student_all, teacher_maps, mask, reduction=reduction)
         torch.testing.assert_close(torch.stack(losses).mean(), expected, rtol=1e-6, atol=1e-7)
 
@@ -162,10 +173,12 @@ def test_view_sampling_term_attributes_the_drawn_classes():
     torch.manual_seed(7)
     classes = torch.randint(3, (batch["input_ids"].shape[0],))
     inputs = (batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-    student_maps = attribution_maps(student, *inputs, views="gold", labels=classes,
-                                    create_graph=True)
-    expected = sampled_view_loss(student_maps, fields["maps"].transpose(1, 2), classes,
-                                 batch["attention_mask"], 3)
+    student_maps = attribution_maps(
+        student, *inputs, views="gold", labels=classes, create_graph=True
+    )
+    expected = sampled_view_loss(
+        student_maps, fields["maps"].transpose(1, 2), classes, batch["attention_mask"], 3
+    )
     torch.testing.assert_close(values["attr"], expected)
 
 
@@ -173,8 +186,11 @@ def test_gradient_student_setup():
     teacher = tiny_model(layers=4)
     student = random_student(teacher.config, num_layers=2)
     prepare_gradient_student(teacher, student)
-    for (name, p_t), p_s in zip(embeddings_module(teacher).named_parameters(),
-                                embeddings_module(student).parameters(), strict=True):
+    for (name, p_t), p_s in zip(
+        embeddings_module(teacher).named_parameters(),
+        embeddings_module(student).parameters(),
+        strict=True,
+    ):
         assert torch.equal(p_t, p_s) and not p_s.requires_grad, name
     assert all(m.p == 0 for m in student.modules() if isinstance(m, torch.nn.Dropout))
     student.train()
@@ -202,8 +218,9 @@ def test_objective_equals_the_straightforward_authors_form(preset):
         torch.testing.assert_close(ours[name], reference[name], atol=1e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize(("preset", "forwards"), [("adkd", 1), ("gkd", 1), ("kd", 1),
-                                                  ("gkd-cls", 3)])
+@pytest.mark.parametrize(
+    ("preset", "forwards"), [("adkd", 1), ("gkd", 1), ("kd", 1), ("gkd-cls", 3)]
+)
 def test_gradient_terms_share_the_students_forward_pass(preset, forwards):
     teacher, student, objective, batch = _setup(preset)
     fields = objective.teacher_batch(teacher, batch)

@@ -64,9 +64,11 @@ def test_a_missing_path_is_named_at_once(tmp_path, no_network):
     for name in ("./nowhere/model", "a/b/c", "model.safetensors", str(tmp_path / "gone")):
         assert _one_line_error(resolve_model, name) == f"no such file or folder: {name}"
     assert _one_line_error(load_task, DataConfig(task="data/missing")) == (
-        "no such file or folder: data/missing")
+        "no such file or folder: data/missing"
+    )
     assert _one_line_error(load_task, DataConfig(task="sst2", glue_dir="./no-glue")) == (
-        "no such file or folder: ./no-glue")
+        "no such file or folder: ./no-glue"
+    )
 
 
 @pytest.mark.parametrize("load", [load_tokenizer, lambda name: load_classifier(name, 2)])

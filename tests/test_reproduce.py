@@ -30,16 +30,27 @@ from workbench.errors import WorkbenchError
 
 
 def test_tiny_suite_report(tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: Path):
-    plan = TaskPlan(DataConfig(task=str(tiny_task_dir), max_length=16),
-                    TeacherConfig(model=str(tiny_model_dir)), teacher_epochs=2,
-                    student_epochs=0.2, student_layers=2, seeds=(1, 2), batch_size=16,
-                    teacher_learning_rate=2e-3, student_learning_rate=1e-3,
-                    top_k_sweep=(4, 8), steps_sweep=(2,))
-    suite = Suite(plans={"tiny": plan}, ablation_task="tiny", description="tiny test suite",
-                  cuts="everything (a tiny model).",
-                  ablation_groups=("adkd-k", "adkd-terms"),
-                  ablation_data=replace(plan.data, max_train_examples=150,
-                                        max_eval_examples=30))
+    plan = TaskPlan(
+        DataConfig(task=str(tiny_task_dir), max_length=16),
+        TeacherConfig(model=str(tiny_model_dir)),
+        teacher_epochs=2,
+        student_epochs=0.2,
+        student_layers=2,
+        seeds=(1, 2),
+        batch_size=16,
+        teacher_learning_rate=2e-3,
+        student_learning_rate=1e-3,
+        top_k_sweep=(4, 8),
+        steps_sweep=(2,),
+    )
+    suite = Suite(
+        plans={"tiny": plan},
+        ablation_task="tiny",
+        description="tiny test suite",
+        cuts="everything (a tiny model).",
+        ablation_groups=("adkd-k", "adkd-terms"),
+        ablation_data=replace(plan.data, max_train_examples=150, max_eval_examples=30),
+    )
     todo = experiments(suite)
     assert len(todo) == 2 * len(MAIN_METHODS) + 3 + 5  # the 3 references retrained for ablations
     everything = experiments(Suite(plans={"tiny": plan}, ablation_task="tiny"))
@@ -54,8 +65,11 @@ def test_tiny_suite_report(tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: 
     assert results["setup"]["tiny"]["seeds"] == [1, 2]
     assert "What this suite cuts: everything (a tiny model)." in report
     assert "minutes with `--jobs 2`, reusing any run" in report
-    accuracy = {(r["name"], r["seed"]): r["test"]["accuracy"] for r in results["students"]
-                if r["group"] == "main"}
+    accuracy = {
+        (r["name"], r["seed"]): r["test"]["accuracy"]
+        for r in results["students"]
+        if r["group"] == "main"
+    }
     references = {r["name"]: r for r in results["students"] if r["group"] == "reference"}
     assert sorted(references) == ["adkd", "ckd", "gkd"]
     for record in results["students"]:
@@ -67,8 +81,12 @@ def test_tiny_suite_report(tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: 
     adkd_row = next(line for line in report.splitlines() if line.startswith("| adkd | "))
     reported = [float(v) for v in adkd_row.split("|")[-2].split("±")]  # the "Δ kd" column
     assert reported == pytest.approx([gains.mean(), gains.std(ddof=1)], abs=0.051)
-    for heading in ("## Set-up and what was cut", "## Main table", "## Loyalty to the teacher",
-                    "## Ablations (tiny, seed 1)"):
+    for heading in (
+        "## Set-up and what was cut",
+        "## Main table",
+        "## Loyalty to the teacher",
+        "## Ablations (tiny, seed 1)",
+    ):
         assert heading in report
     for method in MAIN_METHODS:
         assert f"| {method} | " in report
@@ -79,15 +97,17 @@ def test_tiny_suite_report(tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: 
     assert (out / "figures" / "adkd-k.png").exists()
     gallery = list((out / "figures" / "gallery" / "tiny").glob("*.png"))
     assert len(gallery) == len(set(load_task(plan.data).splits["test"].labels))  # one per class
-    finished = {r["run"]: (Path(r["run"]) / "checkpoint.pt").stat().st_mtime
-                for r in results["students"]}
+    finished = {
+        r["run"]: (Path(r["run"]) / "checkpoint.pt").stat().st_mtime for r in results["students"]
+    }
     stored = [Path(r["run"]) / ExplanationAgreement.STORED for r in results["students"]]
     assert all(path.exists() for path in stored)  # kept for a resumed suite ...
     for path in stored:  # ... and removed here, so that this process scores every run again
         path.unlink()
     reproduce(out, suite, announce=lambda _: None)  # in this process, reusing every finished run
-    assert all((Path(run) / "checkpoint.pt").stat().st_mtime == mtime
-               for run, mtime in finished.items())
+    assert all(
+        (Path(run) / "checkpoint.pt").stat().st_mtime == mtime for run, mtime in finished.items()
+    )
     again = json.loads((out / "results.json").read_text())
     for first, second in zip(results["students"], again["students"], strict=True):
         assert first["run"] == second["run"]
@@ -103,8 +123,10 @@ def test_tiny_suite_report(tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: 
     partial = {**again, "students": again["students"][:5]}
     (out / "results.json").write_text(json.dumps(partial))
     planned = len(todo)
-    assert f"**Incomplete:** 5 of the {planned} planned" in reproduce(out, report_only=True
-                                                                      ).read_text()
+    assert (
+        f"**Incomplete:** 5 of the {planned} planned"
+        in reproduce(out, report_only=True).read_text()
+    )
     with pytest.raises(WorkbenchError, match="run the suite first"):
         reproduce(tmp_path / "empty", report_only=True)
 
@@ -114,11 +136,23 @@ def test_gallery_takes_the_first_example_of_each_class():
 
 
 def test_report_cells_one_seed_and_two(tmp_path: Path):
-    records = [{"task": "t", "name": name, "group": "main", "seed": seed, "sweep": None,
-                "run": "", "test": {"accuracy": accuracy, "macro_f1": accuracy}}
-               for name, seed, accuracy in (("kd", 1, 0.5), ("kd", 2, 0.7), ("ckd", 1, 0.6))]
-    results = {"suite": "hand-written", "teachers": {"t": {"run": "", "test": {
-        "accuracy": 0.8, "macro_f1": 0.8}}}, "students": records}
+    records = [
+        {
+            "task": "t",
+            "name": name,
+            "group": "main",
+            "seed": seed,
+            "sweep": None,
+            "run": "",
+            "test": {"accuracy": accuracy, "macro_f1": accuracy},
+        }
+        for name, seed, accuracy in (("kd", 1, 0.5), ("kd", 2, 0.7), ("ckd", 1, 0.6))
+    ]
+    results = {
+        "suite": "hand-written",
+        "teachers": {"t": {"run": "", "test": {"accuracy": 0.8, "macro_f1": 0.8}}},
+        "students": records,
+    }
     report = write_report(tmp_path, results, {}).read_text()
     assert "| kd | 60.0 ± 14.1 | 60.0 ± 14.1 | – |" in report  # two seeds: mean ± sample std
     assert "| ckd | 60.0 | 60.0 | 10.0 |" in report  # one seed: no ±; Δ kd at seed 1

@@ -16,33 +16,44 @@ from workbench.config import DataConfig, ObjectiveConfig, OptimConfig, StudentCo
 from workbench.errors import WorkbenchError
 
 
-def test_runs_record_their_resolved_objective(tiny_model_dir, tiny_task_dir, tmp_path,
-                                              monkeypatch):
+def test_runs_record_their_resolved_objective(tiny_model_dir, tiny_task_dir, tmp_path, monkeypatch):
     data = DataConfig(task=str(tiny_task_dir), max_length=16, max_train_examples=48)
     optim = OptimConfig(epochs=1, batch_size=8, threads=1, log_every=0)
-    teacher = train_teacher(data, TeacherConfig(model=str(tiny_model_dir)), optim,
-                            tmp_path / "teacher")
+    teacher = train_teacher(
+        data, TeacherConfig(model=str(tiny_model_dir)), optim, tmp_path / "teacher"
+    )
     assert teacher.info()["resolved"]["objective"]["weights"] == {"ce": 1.0}
 
     def student(preset: str):
-        return distill(data, StudentConfig(teacher_run=str(teacher.path), num_layers=2),
-                       ObjectiveConfig(preset=preset), optim, tmp_path / preset)
+        return distill(
+            data,
+            StudentConfig(teacher_run=str(teacher.path), num_layers=2),
+            ObjectiveConfig(preset=preset),
+            optim,
+            tmp_path / preset,
+        )
 
     record = student("adkd").info()["resolved"]
     assert record["package_version"]
     objective = record["objective"]
     assert objective["weights"] == {"ce": 0.1, "kd": 0.9, "attr": 1.0}
     assert objective["temperature"] == 2.0 and objective["kd_form"] == "kl"
-    assert objective["attribution"] == {"reduction": "official", "views": "all",
-                                        "baseline": "pad", "steps": 1, "top_k": None,
-                                        "layer": "input"}
+    assert objective["attribution"] == {
+        "reduction": "official",
+        "views": "all",
+        "baseline": "pad",
+        "steps": 1,
+        "top_k": None,
+        "layer": "input",
+    }
     assert student("pkd-skip").info()["resolved"]["objective"]["patient_pairs"] == [[1, 2]]
     info = student("adkd").info()  # the same call reopens the finished run
     assert objective_description(info) == "attr 1 · ce 0.1 · kd 0.9 (official distance), τ 2"
 
     # a preset whose defaults changed under a finished run: refused, naming what changed
-    changed = Preset({"ce": 0.1, "kd": 0.9, "attr": 5.0}, {}, temperature=2.0,
-                     attr_reduction="official")
+    changed = Preset(
+        {"ce": 0.1, "kd": 0.9, "attr": 5.0}, {}, temperature=2.0, attr_reduction="official"
+    )
     monkeypatch.setitem(kd.objective.PRESETS, "adkd", changed)
     with pytest.raises(WorkbenchError, match=r"no longer resolve to \(changed: weights"):
         student("adkd")
@@ -54,5 +65,4 @@ def test_runs_record_their_resolved_objective(tiny_model_dir, tiny_task_dir, tmp
     path.write_text(json.dumps(old))
     assert student("adkd").results()
     row = evaluate_runs([str(tmp_path / "adkd")])[0]
-    assert row["objective"].endswith("(resolved with today's presets: the run predates the "
-                                     "record)")
+    assert row["objective"].endswith("(resolved with today's presets: the run predates the record)")

@@ -164,7 +164,8 @@ def test_gradient_alignment_extra_padding_changes_nothing():
     before = gradient_alignment_loss(student, teacher, mask)
     garbage = 1e3 * torch.randn(2, 3, 4, dtype=DT, generator=g)
     after = gradient_alignment_loss(
-        torch.cat([student, garbage], 1), torch.cat([teacher, garbage.flip(0)], 1),
+        torch.cat([student, garbage], 1),
+        torch.cat([teacher, garbage.flip(0)], 1),
         F.pad(mask, (0, 3)),
     )
     assert after.item() == pytest.approx(before.item(), abs=1e-6)

@@ -140,9 +140,7 @@ def test_windowed_angles_match_loops(delta):
     assert angles.shape == valid.shape == (2, 7, width, width)
     for n in range(2):
         direct = _direct_triples(h[n], mask[n].tolist(), delta)
-        banded = {
-            (i, i + a - delta, i + b - delta) for i, a, b in valid[n].nonzero().tolist()
-        }
+        banded = {(i, i + a - delta, i + b - delta) for i, a, b in valid[n].nonzero().tolist()}
         assert banded == set(direct)
         for (i, j, k), value in direct.items():
             entry = angles[n, i, j - i + delta, k - i + delta].item()
@@ -213,8 +211,12 @@ def test_word_relation_layer_conventions_agree():
 
 @pytest.mark.parametrize(
     ("variant", "kind", "delta"),
-    [("paper", "cosine", None), ("paper", "l2", 1), ("paper", "l2_mean", None),
-     ("official", "cosine", None)],
+    [
+        ("paper", "cosine", None),
+        ("paper", "l2", 1),
+        ("paper", "l2_mean", None),
+        ("official", "cosine", None),
+    ],
 )
 def test_layer_relation_matches_direct(variant, kind, delta):
     g = _gen(6)
@@ -255,7 +257,9 @@ def test_official_pair_is_nan_free_where_the_naive_one_is_not():
     loss = word_relation_loss(student, teacher, mask, triple_weight=0.0, variant="official")
     direct = _direct_loss(
         [(student[b].detach(), teacher[b], mask[b].tolist()) for b in range(3)],
-        1, variant="official", wt=0.0,
+        1,
+        variant="official",
+        wt=0.0,
     )
     assert loss.item() == pytest.approx(direct, abs=1e-6)
     loss.backward()

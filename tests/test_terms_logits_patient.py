@@ -80,8 +80,12 @@ def test_pure_terms_are_importable_from_the_top_of_kd():
     import kd
 
     assert kd.logit_kd_loss is logit_kd_loss and kd.patient_loss is patient_loss
-    for name in ("attribution_loss", "gradient_alignment_loss", "word_relation_loss",
-                 "layer_relation_loss"):
+    for name in (
+        "attribution_loss",
+        "gradient_alignment_loss",
+        "word_relation_loss",
+        "layer_relation_loss",
+    ):
         assert callable(getattr(kd, name))
 
 

@@ -22,23 +22,50 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _teacher_command(run_dir: Path, model_dir: Path, task_dir: Path) -> list[str]:
-    return [sys.executable, "-m", "kd.cli", "train-teacher", "--run-dir", str(run_dir),
-            "--task", str(task_dir), "--model", str(model_dir), "--epochs", "6",
-            "--batch-size", "4", "--checkpoint-every", "3", "--eval-every", "50",
-            "--threads", "1", "--max-length", "16", "--learning-rate", "1e-3"]
+    return [
+        sys.executable,
+        "-m",
+        "kd.cli",
+        "train-teacher",
+        "--run-dir",
+        str(run_dir),
+        "--task",
+        str(task_dir),
+        "--model",
+        str(model_dir),
+        "--epochs",
+        "6",
+        "--batch-size",
+        "4",
+        "--checkpoint-every",
+        "3",
+        "--eval-every",
+        "50",
+        "--threads",
+        "1",
+        "--max-length",
+        "16",
+        "--learning-rate",
+        "1e-3",
+    ]
 
 
 def _run(command: list[str]) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600,
-                          check=False)
+    return subprocess.run(
+        command, capture_output=True, text=True, env=env, timeout=600, check=False
+    )
 
 
 def test_resume_after_kill_ends_with_the_same_weights(tiny_model_dir, tiny_task_dir, tmp_path):
     killed_dir, clean_dir = tmp_path / "killed", tmp_path / "clean"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen(_teacher_command(killed_dir, tiny_model_dir, tiny_task_dir),
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    process = subprocess.Popen(
+        _teacher_command(killed_dir, tiny_model_dir, tiny_task_dir),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
     status = killed_dir / "status.json"
     deadline = time.time() + 300
     state: dict = {}
@@ -77,10 +104,12 @@ def test_resume_after_kill_ends_with_the_same_weights(tiny_model_dir, tiny_task_
 
 def test_teacher_learns_and_students_distil(tiny_model_dir, tiny_task_dir, tmp_path):
     data = DataConfig(task=str(tiny_task_dir), max_length=16)
-    optim = OptimConfig(epochs=8, batch_size=8, learning_rate=2e-3, threads=1,
-                        checkpoint_every=1000)
-    teacher_run = train_teacher(data, TeacherConfig(model=str(tiny_model_dir)), optim,
-                                tmp_path / "teacher")
+    optim = OptimConfig(
+        epochs=8, batch_size=8, learning_rate=2e-3, threads=1, checkpoint_every=1000
+    )
+    teacher_run = train_teacher(
+        data, TeacherConfig(model=str(tiny_model_dir)), optim, tmp_path / "teacher"
+    )
     results = teacher_run.results()
     assert results["test"]["accuracy"] > 0.6  # chance is ~0.45 for the majority class
     records = teacher_run.metrics("dev")
@@ -90,9 +119,10 @@ def test_teacher_learns_and_students_distil(tiny_model_dir, tiny_task_dir, tmp_p
 
     for preset in ("kd", "pkd-skip"):
         student_run = distill(
-            data, StudentConfig(teacher_run=str(teacher_run.path), num_layers=2),
-            ObjectiveConfig(preset=preset), OptimConfig(epochs=4, batch_size=8,
-                                                        learning_rate=2e-3, threads=1),
+            data,
+            StudentConfig(teacher_run=str(teacher_run.path), num_layers=2),
+            ObjectiveConfig(preset=preset),
+            OptimConfig(epochs=4, batch_size=8, learning_rate=2e-3, threads=1),
             tmp_path / f"student-{preset}",
         )
         test = student_run.results()["test"]
@@ -102,7 +132,8 @@ def test_teacher_learns_and_students_distil(tiny_model_dir, tiny_task_dir, tmp_p
         assert loaded.model.config.num_hidden_layers == 2
     # the same call again finds the finished run and trains nothing
     again = distill(
-        data, StudentConfig(teacher_run=str(teacher_run.path), num_layers=2),
+        data,
+        StudentConfig(teacher_run=str(teacher_run.path), num_layers=2),
         ObjectiveConfig(preset="pkd-skip"),
         OptimConfig(epochs=4, batch_size=8, learning_rate=2e-3, threads=1),
         tmp_path / "student-pkd-skip",

@@ -28,31 +28,55 @@ from workbench.runs import Run
 def tiny_teacher(tiny_model_dir, tiny_task_dir, tmp_path):
     data = DataConfig(task=str(tiny_task_dir), max_length=16, max_train_examples=48)
     optim = OptimConfig(epochs=2, batch_size=8, learning_rate=2e-3, threads=1)
-    run = train_teacher(data, TeacherConfig(model=str(tiny_model_dir)), optim,
-                        tmp_path / "teacher")
+    run = train_teacher(data, TeacherConfig(model=str(tiny_model_dir)), optim, tmp_path / "teacher")
     return data, run.path
 
 
 def _tune_args(data, teacher, out, *extra):
-    return ["tune", "--out", str(out), "--task", data.task, "--max-length", "16",
-            "--max-train-examples", "48", "--teacher-run", str(teacher), "--num-layers", "2",
-            "--epochs", "1", "--batch-size", "8", "--threads", "1", "--log-every", "0", *extra]
+    return [
+        "tune",
+        "--out",
+        str(out),
+        "--task",
+        data.task,
+        "--max-length",
+        "16",
+        "--max-train-examples",
+        "48",
+        "--teacher-run",
+        str(teacher),
+        "--num-layers",
+        "2",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "8",
+        "--threads",
+        "1",
+        "--log-every",
+        "0",
+        *extra,
+    ]
 
 
-@pytest.mark.parametrize(("space", "message"), [
-    ("gamma=1,10", "unknown parameter 'gamma' for adkd"),
-    ("beta=", "no values given"),
-    ("tau=4:1", "empty or inverted range"),
-    ("tau=2:2", "empty or inverted range"),
-    ("beta=-1,10", "-1 must lie in [0, inf)"),
-    ("tau=0,1", "0 must lie in (0, inf)"),
-    ("alpha=0.5,1.5", "1.5 must lie in [0, 1]"),
-    ("top_k=2.5", "must be an integer"),
-    ("lr=0:1e-3:log", "a log range needs LOW > 0"),
-    ("beta", "use NAME=v1,v2 or NAME=LOW:HIGH"),
-])
-def test_bad_space_is_a_one_line_error_and_writes_nothing(tiny_teacher, tmp_path, capsys,
-                                                           space, message):
+@pytest.mark.parametrize(
+    ("space", "message"),
+    [
+        ("gamma=1,10", "unknown parameter 'gamma' for adkd"),
+        ("beta=", "no values given"),
+        ("tau=4:1", "empty or inverted range"),
+        ("tau=2:2", "empty or inverted range"),
+        ("beta=-1,10", "-1 must lie in [0, inf)"),
+        ("tau=0,1", "0 must lie in (0, inf)"),
+        ("alpha=0.5,1.5", "1.5 must lie in [0, 1]"),
+        ("top_k=2.5", "must be an integer"),
+        ("lr=0:1e-3:log", "a log range needs LOW > 0"),
+        ("beta", "use NAME=v1,v2 or NAME=LOW:HIGH"),
+    ],
+)
+def test_bad_space_is_a_one_line_error_and_writes_nothing(
+    tiny_teacher, tmp_path, capsys, space, message
+):
     data, teacher = tiny_teacher
     out = tmp_path / "study"
     assert main(_tune_args(data, teacher, out, "--preset", "adkd", "--space", space)) == 2
@@ -64,16 +88,35 @@ def test_bad_space_is_a_one_line_error_and_writes_nothing(tiny_teacher, tmp_path
 def test_study_resumes_and_best_configuration_trains(tiny_teacher, tmp_path, capsys):
     data, teacher = tiny_teacher
     out = tmp_path / "study"
-    args = _tune_args(data, teacher, out, "--preset", "adkd", "--trials", "2",
-                      "--space", "beta=0.1,1", "--space", "alpha=0.5,0.9",
-                      "--space", "tau=1,2", "--space", "lr=1e-3,2e-3", "--no-prune")
+    args = _tune_args(
+        data,
+        teacher,
+        out,
+        "--preset",
+        "adkd",
+        "--trials",
+        "2",
+        "--space",
+        "beta=0.1,1",
+        "--space",
+        "alpha=0.5,0.9",
+        "--space",
+        "tau=1,2",
+        "--space",
+        "lr=1e-3,2e-3",
+        "--no-prune",
+    )
     # a search killed during its first trial leaves that trial RUNNING in the study
     storage = f"sqlite:///{out / 'study.db'}"
     assert main([*args[:-1], "--trials", "1", "--no-prune"]) == 0
     study = optuna.load_study(study_name=STUDY_NAME, storage=storage)
     killed = study.ask()
-    for name, choices in {"beta": [0.1, 1.0], "alpha": [0.5, 0.9], "tau": [1.0, 2.0],
-                          "lr": [1e-3, 2e-3]}.items():
+    for name, choices in {
+        "beta": [0.1, 1.0],
+        "alpha": [0.5, 0.9],
+        "tau": [1.0, 2.0],
+        "lr": [1e-3, 2e-3],
+    }.items():
         killed.suggest_categorical(name, choices)
     folders_before = {p.name for p in (out / "trials").iterdir()}
 
@@ -95,8 +138,20 @@ def test_study_resumes_and_best_configuration_trains(tiny_teacher, tmp_path, cap
     best = json.loads((out / "best.json").read_text())
     assert best["tuned"]["dev"] == max(t.value for t in study.trials if t.value is not None)
     capsys.readouterr()
-    assert main(["distill", "--config", str(out / "best.json"), "--run-dir",
-                 str(tmp_path / "best"), "--log-every", "0"]) == 0
+    assert (
+        main(
+            [
+                "distill",
+                "--config",
+                str(out / "best.json"),
+                "--run-dir",
+                str(tmp_path / "best"),
+                "--log-every",
+                "0",
+            ]
+        )
+        == 0
+    )
     trained = Run.open(tmp_path / "best").info()["configs"]
     assert trained["objective"] == best["objective"]
     assert trained["optim"]["learning_rate"] == best["optim"]["learning_rate"]
@@ -105,8 +160,14 @@ def test_study_resumes_and_best_configuration_trains(tiny_teacher, tmp_path, cap
 def test_study_of_another_preset_is_refused_untouched(tiny_teacher, tmp_path, capsys):
     data, teacher = tiny_teacher
     out = tmp_path / "study"
-    assert main(_tune_args(data, teacher, out, "--preset", "kd", "--trials", "1",
-                           "--space", "alpha=0.5")) == 0
+    assert (
+        main(
+            _tune_args(
+                data, teacher, out, "--preset", "kd", "--trials", "1", "--space", "alpha=0.5"
+            )
+        )
+        == 0
+    )
     before = (out / "study.db").read_bytes()
     capsys.readouterr()
     assert main(_tune_args(data, teacher, out, "--preset", "adkd", "--trials", "1")) == 2
@@ -117,14 +178,19 @@ def test_study_of_another_preset_is_refused_untouched(tiny_teacher, tmp_path, ca
 
 def test_pruned_trial_stops_early(tiny_teacher, tmp_path):
     data, teacher = tiny_teacher
-    study = optuna.create_study(direction="maximize",
-                                pruner=optuna.pruners.ThresholdPruner(lower=2.0))
+    study = optuna.create_study(
+        direction="maximize", pruner=optuna.pruners.ThresholdPruner(lower=2.0)
+    )
     trial = study.ask()
     callback = PruningCallback(trial, "accuracy", enabled=True)
-    run = distill(data, StudentConfig(teacher_run=str(teacher), num_layers=2),
-                  ObjectiveConfig(preset="kd"),
-                  OptimConfig(epochs=2, batch_size=8, threads=1, eval_every=2, log_every=0),
-                  tmp_path / "pruned", callbacks=[callback])
+    run = distill(
+        data,
+        StudentConfig(teacher_run=str(teacher), num_layers=2),
+        ObjectiveConfig(preset="kd"),
+        OptimConfig(epochs=2, batch_size=8, threads=1, eval_every=2, log_every=0),
+        tmp_path / "pruned",
+        callbacks=[callback],
+    )
     assert callback.pruned
     status = run.status()
     assert status["state"] == "stopped" and status["step"] == 2 < status["total"] == 14
@@ -133,28 +199,57 @@ def test_pruned_trial_stops_early(tiny_teacher, tmp_path):
 def test_tune_api_validates_trials(tiny_teacher, tmp_path):
     data, teacher = tiny_teacher
     with pytest.raises(WorkbenchError, match=r"^--trials: 0 is not allowed"):
-        tune(data, StudentConfig(teacher_run=str(teacher)), ObjectiveConfig(preset="kd"),
-             OptimConfig(), TuneConfig(trials=0), tmp_path / "study")
+        tune(
+            data,
+            StudentConfig(teacher_run=str(teacher)),
+            ObjectiveConfig(preset="kd"),
+            OptimConfig(),
+            TuneConfig(trials=0),
+            tmp_path / "study",
+        )
 
 
 def test_settings_proposed_again_keep_their_first_outcome(tiny_teacher, tmp_path):
     data, teacher = tiny_teacher
     out = tmp_path / "study"
-    assert main(_tune_args(data, teacher, out, "--preset", "adkd", "--trials", "3",
-                           "--space", "beta=0.1", "--space", "alpha=0.5", "--space", "tau=1",
-                           "--space", "lr=1e-3", "--no-prune")) == 0
+    assert (
+        main(
+            _tune_args(
+                data,
+                teacher,
+                out,
+                "--preset",
+                "adkd",
+                "--trials",
+                "3",
+                "--space",
+                "beta=0.1",
+                "--space",
+                "alpha=0.5",
+                "--space",
+                "tau=1",
+                "--space",
+                "lr=1e-3",
+                "--no-prune",
+            )
+        )
+        == 0
+    )
     study = optuna.load_study(study_name=STUDY_NAME, storage=f"sqlite:///{out / 'study.db'}")
     assert [t.state.name for t in study.trials] == ["COMPLETE"] * 3
     assert len({t.value for t in study.trials}) == 1
     assert len(list((out / "trials").iterdir())) == 1  # trained once
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    (None, "no such file"),
-    ("{ not json", "not JSON"),
-    ('{"objective": {"bogus": 1}}', "unknown ObjectiveConfig settings ['bogus']"),
-    ('{"optim": [1]}', "section 'optim' is not an object"),
-])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "no such file"),
+        ("{ not json", "not JSON"),
+        ('{"objective": {"bogus": 1}}', "unknown ObjectiveConfig settings ['bogus']"),
+        ('{"optim": [1]}', "section 'optim' is not an object"),
+    ],
+)
 def test_a_bad_config_file_is_a_one_line_error(tmp_path, capsys, content, message):
     path = tmp_path / "best.json"
     if content is not None:

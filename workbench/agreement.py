@@ -70,8 +70,7 @@ def ranks(values: Tensor, attention_mask: Tensor) -> Tensor:
 def rank_correlation(a: Tensor, b: Tensor, attention_mask: Tensor) -> Tensor:
     """Spearman correlation of maps ``[B, (V,) L]`` over real tokens → ``[B(, V)]``."""
     _check_shapes(a, b, attention_mask)
-    return pearson_per_example(ranks(a, attention_mask), ranks(b, attention_mask),
-                               attention_mask)
+    return pearson_per_example(ranks(a, attention_mask), ranks(b, attention_mask), attention_mask)
 
 
 def attribution_gap(maps_a: Tensor, maps_b: Tensor, attention_mask: Tensor) -> Tensor:

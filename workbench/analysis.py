@@ -33,8 +33,9 @@ class SplitOutputs:
     maps: Tensor | None = None
 
 
-def split_outputs(loaded: LoadedRun, split: Split, batch_size: int = 32,
-                  maps: bool = False) -> SplitOutputs:
+def split_outputs(
+    loaded: LoadedRun, split: Split, batch_size: int = 32, maps: bool = False
+) -> SplitOutputs:
     """Logits and Grad saliency (and with ``maps`` the IG maps) of every example, in batches
     of similar length."""
     dataset = encode(split, loaded.tokenizer, loaded.data.max_length, loaded.spec.regression)
@@ -49,8 +50,9 @@ def split_outputs(loaded: LoadedRun, split: Split, batch_size: int = 32,
             out = forward(loaded.model, batch).logits.float()
         width = batch["input_ids"].shape[1]
         inputs = (batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-        saliency[batch["index"], :width] = grad_saliency(loaded.model, *inputs,
-                                                         target=out.argmax(-1))
+        saliency[batch["index"], :width] = grad_saliency(
+            loaded.model, *inputs, target=out.argmax(-1)
+        )
         mask[batch["index"], :width] = batch["attention_mask"]
         if logits is None:
             logits = out.new_zeros((len(dataset), out.shape[-1]))
@@ -77,7 +79,9 @@ def explanation_agreement(teacher: SplitOutputs, student: SplitOutputs) -> dict[
 
 
 def loyalty_tables(
-    spec: TaskSpec, examples: list[Example], teacher: SplitOutputs,
+    spec: TaskSpec,
+    examples: list[Example],
+    teacher: SplitOutputs,
     students: dict[str, SplitOutputs],
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """A summary row per model (task metrics; for students LL, PL and SL ×100 against the
@@ -90,26 +94,36 @@ def loyalty_tables(
         return [names[int(c)] for c in logits.argmax(-1)] if names else logits[:, 0].tolist()
 
     gold = torch.tensor([names.index(e.label) if names else float(e.label) for e in examples])
-    frame = pd.DataFrame({
-        "text": [e.text for e in examples], "gold": [e.label for e in examples],
-        "teacher": labelled(teacher.logits),
-        "teacher ✓": (teacher.logits.argmax(-1) == gold).tolist() if names else None,
-    })
+    frame = pd.DataFrame(
+        {
+            "text": [e.text for e in examples],
+            "gold": [e.label for e in examples],
+            "teacher": labelled(teacher.logits),
+            "teacher ✓": (teacher.logits.argmax(-1) == gold).tolist() if names else None,
+        }
+    )
     summary = [{"model": "teacher", **task_metrics(spec, teacher.logits, gold)}]
     for name, outputs in students.items():
         saliency = pearson_per_example(teacher.saliency, outputs.saliency, teacher.mask).numpy()
         frame[name] = labelled(outputs.logits)
         row = {"model": name, **task_metrics(spec, outputs.logits, gold)}
         if names:
-            probability = 1 - jensen_shannon(teacher.logits.softmax(-1),
-                                             outputs.logits.softmax(-1)).clamp(min=0).sqrt()
+            probability = (
+                1
+                - jensen_shannon(teacher.logits.softmax(-1), outputs.logits.softmax(-1))
+                .clamp(min=0)
+                .sqrt()
+            )
             frame[f"{name} ✓"] = (outputs.logits.argmax(-1) == gold).tolist()
             frame[f"{name} PL"] = probability.tolist()
-            row |= {"LL": float((frame[name] == frame["teacher"]).mean()),
-                    "PL": float(probability.mean())}
+            row |= {
+                "LL": float((frame[name] == frame["teacher"]).mean()),
+                "PL": float(probability.mean()),
+            }
         frame[f"{name} SL"] = saliency
-        row["SL×100"] = 100 * float(np.nanmean(saliency)) if np.isfinite(saliency).any() \
-            else math.nan
+        row["SL×100"] = (
+            100 * float(np.nanmean(saliency)) if np.isfinite(saliency).any() else math.nan
+        )
         summary.append(row)
     return pd.DataFrame(summary).set_index("model"), frame
 
@@ -118,8 +132,14 @@ def hidden_states(loaded: LoadedRun, example: Example) -> tuple[list[str], Tenso
     """The tokens of one example and its hidden states ``[layers + 1, L, d]`` (embedding
     output first)."""
     args = (example.text,) if not loaded.spec.pair else (example.text, example.pair or "")
-    batch = dict(loaded.tokenizer(*args, truncation=True, return_tensors="pt",
-                                  max_length=loaded.model.config.max_position_embeddings))
+    batch = dict(
+        loaded.tokenizer(
+            *args,
+            truncation=True,
+            return_tensors="pt",
+            max_length=loaded.model.config.max_position_embeddings,
+        )
+    )
     with torch.no_grad():
         states = forward(loaded.model, batch, hidden_states=True).hidden_states
     tokens = loaded.tokenizer.convert_ids_to_tokens(batch["input_ids"][0].tolist())

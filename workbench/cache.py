@@ -38,8 +38,9 @@ class ExampleCache:
     ``offsets[name]`` ``[N + 1]`` so example ``i`` owns rows ``offsets[i]:offsets[i + 1]``.
     """
 
-    def __init__(self, per_example: dict[str, Tensor], per_token: dict[str, Tensor],
-                 offsets: Tensor) -> None:
+    def __init__(
+        self, per_example: dict[str, Tensor], per_token: dict[str, Tensor], offsets: Tensor
+    ) -> None:
         self.per_example = per_example
         self.per_token = per_token
         self.offsets = offsets
@@ -51,7 +52,7 @@ class ExampleCache:
         """One example's field, unpadded."""
         if name in self.per_example:
             return self.per_example[name][index]
-        return self.per_token[name][self.offsets[index]:self.offsets[index + 1]]
+        return self.per_token[name][self.offsets[index] : self.offsets[index + 1]]
 
     def gather(self, name: str, index: Tensor, length: int | None = None) -> Tensor:
         """Field ``name`` of examples ``index`` ``[B]``; per-token fields zero-padded to
@@ -110,8 +111,11 @@ class ExampleCache:
         tensors |= {f"token.{k}": v.contiguous() for k, v in self.per_token.items()}
         tensors["offsets"] = self.offsets
         with atomic_path(path) as temporary:
-            save_file(tensors, str(temporary),
-                      metadata={"key": json.dumps(key, sort_keys=True, default=str)})
+            save_file(
+                tensors,
+                str(temporary),
+                metadata={"key": json.dumps(key, sort_keys=True, default=str)},
+            )
 
     @classmethod
     def load(cls, path: Path) -> ExampleCache:

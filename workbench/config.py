@@ -115,8 +115,9 @@ class DataConfig(Checked):
         "task name: tweets, bbc-news (bundled offline), a GLUE task (cola, sst2, mrpc, qqp, stsb, "
         "mnli, qnli, rte), or a local file/directory (CSV, TSV, JSONL, parquet)",
     )
-    max_length: int = option(128, "maximum tokens per example, [CLS]/[SEP] included",
-                             domain=at_least(4))
+    max_length: int = option(
+        128, "maximum tokens per example, [CLS]/[SEP] included", domain=at_least(4)
+    )
     max_train_examples: int | None = option(
         None, "use a stratified subsample of this many training examples", domain=positive
     )
@@ -125,9 +126,10 @@ class DataConfig(Checked):
     )
     split_seed: int = option(13, "seed of the deterministic train/dev/test split and subsamples")
     glue_dir: str | None = option(
-        None, "local GLUE data: the hub's parquet files (<dir>/<task>/<split>-*.parquet) or the "
+        None,
+        "local GLUE data: the hub's parquet files (<dir>/<task>/<split>-*.parquet) or the "
         "original distribution's TSV files (<dir>/SST-2/train.tsv, dev.tsv); "
-        "default: download nyu-mll/glue from the hub"
+        "default: download nyu-mll/glue from the hub",
     )
 
 
@@ -161,10 +163,12 @@ class StudentConfig(Checked):
     )
     freeze_embeddings: bool = option(False, "freeze the student's embeddings")
     pretrained: str | None = option(None, "checkpoint for --init pretrained (hub id or directory)")
-    hidden_size: int | None = option(None, "hidden size for --init random (default: teacher's)",
-                                     domain=positive)
-    num_heads: int | None = option(None, "attention heads for --init random (default: teacher's)",
-                                   domain=positive)
+    hidden_size: int | None = option(
+        None, "hidden size for --init random (default: teacher's)", domain=positive
+    )
+    num_heads: int | None = option(
+        None, "attention heads for --init random (default: teacher's)", domain=positive
+    )
 
 
 @dataclass
@@ -186,7 +190,8 @@ class ObjectiveConfig(Checked):
         choices=("paper", "official"),
     )
     temperature: float | None = option(
-        None, "softmax temperature τ of the KD term (default: the preset's: 4, AD-KD 2, GKD 5)",
+        None,
+        "softmax temperature τ of the KD term (default: the preset's: 4, AD-KD 2, GKD 5)",
         domain=positive_number,
     )
     kd_loss: str | None = option(
@@ -196,35 +201,42 @@ class ObjectiveConfig(Checked):
         choices=(None, "kl", "soft-ce", "kl-mean"),
     )
     pkd_mapping: str = option(
-        "skip", "Patient KD layer mapping for custom weights (presets pkd-skip/pkd-last set it)",
+        "skip",
+        "Patient KD layer mapping for custom weights (presets pkd-skip/pkd-last set it)",
         choices=("skip", "last"),
     )
-    ckd_window: int = option(10, "CKD angle window half-width δ (tokens each side)",
-                             domain=positive)
+    ckd_window: int = option(
+        10, "CKD angle window half-width δ (tokens each side)", domain=positive
+    )
     attr_steps: int = option(1, "AD-KD integrated-gradients steps m", domain=positive)
     attr_top_k: int | None = option(
-        None, "AD-KD teacher map: keep the K largest |IG| dimensions per token (default: all)",
+        None,
+        "AD-KD teacher map: keep the K largest |IG| dimensions per token (default: all)",
         domain=positive,
     )
     attr_baseline: str | None = option(
-        None, "AD-KD IG baseline: pad, pad-keep-special or zero (default: pad; official: zero)",
+        None,
+        "AD-KD IG baseline: pad, pad-keep-special or zero (default: pad; official: zero)",
         choices=(None, "pad", "pad-keep-special", "zero"),
     )
     attr_views: str | None = option(
-        None, "AD-KD views (default: all; official parity: gold for 2 classes): all "
+        None,
+        "AD-KD views (default: all; official parity: gold for 2 classes): all "
         "(multi-view), pred (teacher's prediction), gold, a class index, "
         "or sample (one class per example and step, drawn uniformly, its squared distance "
         "weighted by the number of classes: an unbiased estimate of the multi-view squared "
         "loss at the cost of one view; beyond the paper)",
     )
     attr_reduction: str | None = option(
-        None, "AD-KD attribution distance: paper (Eq. 9, ‖Ã_t − Ã_s‖₂ per example), squared "
+        None,
+        "AD-KD attribution distance: paper (Eq. 9, ‖Ã_t − Ã_s‖₂ per example), squared "
         "(its square), official (the authors' MSE(sum)/#real tokens, which the papers' β "
         "values belong to); default: the preset's (adkd: official)",
         choices=(None, "paper", "squared", "official"),
     )
     attr_layer: str = option(
-        "input", "AD-KD attribution layer: input, first, penultimate, or uniform:M (M mapped "
+        "input",
+        "AD-KD attribution layer: input, first, penultimate, or uniform:M (M mapped "
         "layers from the input)",
     )
     dropout: bool = option(
@@ -240,20 +252,25 @@ class OptimConfig(Checked):
     batch_size: int = option(32, "training batch size", domain=positive)
     eval_batch_size: int = option(64, "evaluation batch size", domain=positive)
     learning_rate: float = option(5e-5, "peak AdamW learning rate", domain=positive_number)
-    weight_decay: float = option(0.01, "AdamW weight decay (not applied to biases and LayerNorm)",
-                                 domain=non_negative_number)
-    warmup_ratio: float = option(0.1, "share of steps with linear warm-up, then linear decay",
-                                 domain=unit_interval)
-    max_grad_norm: float = option(1.0, "gradient clipping norm (0 disables)",
-                                  domain=non_negative_number)
-    eval_every: int = option(0, "evaluate on dev every N steps (0: at the end of each epoch)",
-                             domain=non_negative_int)
-    checkpoint_every: int = option(50, "save a resumable checkpoint every N steps",
-                                   domain=positive)
+    weight_decay: float = option(
+        0.01, "AdamW weight decay (not applied to biases and LayerNorm)", domain=non_negative_number
+    )
+    warmup_ratio: float = option(
+        0.1, "share of steps with linear warm-up, then linear decay", domain=unit_interval
+    )
+    max_grad_norm: float = option(
+        1.0, "gradient clipping norm (0 disables)", domain=non_negative_number
+    )
+    eval_every: int = option(
+        0, "evaluate on dev every N steps (0: at the end of each epoch)", domain=non_negative_int
+    )
+    checkpoint_every: int = option(50, "save a resumable checkpoint every N steps", domain=positive)
     log_every: int = option(
-        20, "every N steps (and at the first and last), log each loss term's weighted value and "
+        20,
+        "every N steps (and at the first and last), log each loss term's weighted value and "
         "its share of the gradient norm to metrics.jsonl (0: never; costs one extra backward "
-        "pass per term at those steps, and changes no weight)", domain=non_negative_int,
+        "pass per term at those steps, and changes no weight)",
+        domain=non_negative_int,
     )
     seed: int = option(42, "seed of initialisation, data order and dropout")
     threads: int = option(0, "torch CPU threads (0: torch's default)", domain=non_negative_int)
@@ -264,8 +281,9 @@ class OptimConfig(Checked):
 class TuneConfig(Checked):
     """The search: how many trials, over which space, scored by which dev metric."""
 
-    trials: int = option(20, "trials in the study in all (a resumed study runs the rest)",
-                         domain=positive)
+    trials: int = option(
+        20, "trials in the study in all (a resumed study runs the rest)", domain=positive
+    )
     space: tuple[str, ...] = option(
         (),
         "override one parameter's search space: NAME=v1,v2,... (choices) or NAME=LOW:HIGH "
@@ -275,7 +293,8 @@ class TuneConfig(Checked):
     metric: str | None = option(None, "dev metric to maximise (default: the task's main one)")
     prune: bool = option(True, "stop trials whose dev curve falls below the running median")
     reports_per_epoch: int = option(
-        4, "dev evaluations per epoch reported to the pruner (used when --eval-every is 0)",
+        4,
+        "dev evaluations per epoch reported to the pruner (used when --eval-every is 0)",
         domain=positive,
     )
 
@@ -313,12 +332,23 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
         if "default" not in help_text:
             help_text += f" (default: {default})"
         if kind is bool:
-            group.add_argument(name, action=argparse.BooleanOptionalAction, default=default,
-                               help=help_text, dest=f.name)
+            group.add_argument(
+                name,
+                action=argparse.BooleanOptionalAction,
+                default=default,
+                help=help_text,
+                dest=f.name,
+            )
             continue
         if kind is tuple:
-            group.add_argument(name, action="append", default=None, help=help_text,
-                               dest=f.name, metavar=f.name.upper())
+            group.add_argument(
+                name,
+                action="append",
+                default=None,
+                help=help_text,
+                dest=f.name,
+                metavar=f.name.upper(),
+            )
             continue
         choices = f.metadata.get("choices")
         group.add_argument(
@@ -384,6 +414,7 @@ def check_baseline(baseline: str) -> None:
 
 METHODS = ("ig", "grad")
 
+
 @dataclass
 class MapSettings(Checked):
     """How one attribution map is computed: method, IG path and baseline, top-K dimensions."""
@@ -394,8 +425,9 @@ class MapSettings(Checked):
         "grad: Grad saliency (gradient × input summed over dimensions, signed)",
         choices=METHODS,
     )
-    steps: int = option(1, "IG interpolation steps m (right Riemann sum); 1 = (E − E')⊙∇F(E)",
-                        domain=positive)
+    steps: int = option(
+        1, "IG interpolation steps m (right Riemann sum); 1 = (E − E')⊙∇F(E)", domain=positive
+    )
     baseline: str = option(
         "pad",
         "IG baseline: pad (embedding output of an all-[PAD] sequence), pad-keep-special "
@@ -403,7 +435,8 @@ class MapSettings(Checked):
         choices=BASELINES,
     )
     top_k: int | None = option(
-        None, "keep the K largest |IG| dimensions per token before the norm (None: all)",
+        None,
+        "keep the K largest |IG| dimensions per token before the norm (None: all)",
         domain=positive,
     )
 
@@ -418,15 +451,19 @@ class AttributionConfig(MapSettings):
         "classes attributed: all, pred, gold (needs labels), or class indices such as 0,2",
     )
     layer: int | None = option(
-        None, "attribute w.r.t. this encoder layer's output (0-based; None: embedding output)",
+        None,
+        "attribute w.r.t. this encoder layer's output (0-based; None: embedding output)",
         domain=non_negative_int,
     )
-    max_length: int = option(128, "maximum tokens per text; longer texts are truncated (flagged)",
-                             domain=at_least(4))
-    batch_size: int = option(16, "texts per batch (padded per batch to its longest text)",
-                             domain=positive)
+    max_length: int = option(
+        128, "maximum tokens per text; longer texts are truncated (flagged)", domain=at_least(4)
+    )
+    batch_size: int = option(
+        16, "texts per batch (padded per batch to its longest text)", domain=positive
+    )
     memory_mib: float = option(
-        1024.0, "memory budget for one chunk of the step × example batch, in MiB (estimated)",
+        1024.0,
+        "memory budget for one chunk of the step × example batch, in MiB (estimated)",
         domain=positive_number,
     )
 

@@ -212,8 +212,10 @@ GLUE_TASKS: dict[str, GlueTask] = {
     "rte": GlueTask(("sentence1", "sentence2"), ("entailment", "not_entailment"), ("accuracy",)),
 }
 GLUE_REPO = "nyu-mll/glue"
-GLUE_OFFLINE_FIX = ("pass --glue-dir with a local copy (the hub's parquet files or GLUE's TSV "
-                    "files), or set HF_HUB_OFFLINE=1 to read the hub's local cache")
+GLUE_OFFLINE_FIX = (
+    "pass --glue-dir with a local copy (the hub's parquet files or GLUE's TSV "
+    "files), or set HF_HUB_OFFLINE=1 to read the hub's local cache"
+)
 
 
 @dataclass(frozen=True)
@@ -400,8 +402,13 @@ def load_glue(name: str, seed: int, glue_dir: str | None = None) -> TaskData:
     return TaskData(spec, splits, source, notes)
 
 
-LOCAL_SUFFIXES = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl",
-                  ".parquet": "parquet"}
+LOCAL_SUFFIXES = {
+    ".csv": "csv",
+    ".tsv": "tsv",
+    ".jsonl": "jsonl",
+    ".json": "jsonl",
+    ".parquet": "parquet",
+}
 
 
 def _read_table(path: Path) -> pd.DataFrame:
@@ -437,8 +444,7 @@ def _check_table(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
         if len(empty):
             rows = ", ".join(str(i + 2) for i in empty[:5])
             raise WorkbenchError(
-                f"{path}: empty {column} in {len(empty)} row(s) (line {rows}); "
-                "fill or remove them"
+                f"{path}: empty {column} in {len(empty)} row(s) (line {rows}); fill or remove them"
             )
     if frame["label"].isna().any():
         row = int(np.flatnonzero(frame["label"].isna())[0]) + 2
@@ -459,10 +465,16 @@ def load_local(path: str, seed: int) -> TaskData:
     root = Path(path)
     if root.is_dir():
         found = {}
-        for ours, stems in (("train", ("train",)), ("dev", ("dev", "validation")),
-                            ("test", ("test",))):
-            files = [p for p in sorted(root.iterdir())
-                     if p.stem in stems and p.suffix.lower() in LOCAL_SUFFIXES]
+        for ours, stems in (
+            ("train", ("train",)),
+            ("dev", ("dev", "validation")),
+            ("test", ("test",)),
+        ):
+            files = [
+                p
+                for p in sorted(root.iterdir())
+                if p.stem in stems and p.suffix.lower() in LOCAL_SUFFIXES
+            ]
             if files:
                 found[ours] = files[0]
         if "train" not in found:
@@ -528,8 +540,9 @@ def load_task(config: DataConfig) -> TaskData:
     limits = {"train": config.max_train_examples}
     limits |= {s: config.max_eval_examples for s in data.splits if s != "train"}
     for split_name, limit in limits.items():
-        data.splits[split_name] = sample_split(data.splits[split_name], limit, config.split_seed,
-                                               stratify=not data.spec.regression)
+        data.splits[split_name] = sample_split(
+            data.splits[split_name], limit, config.split_seed, stratify=not data.spec.regression
+        )
     return data
 
 
@@ -539,8 +552,9 @@ def sample_split(split: Split, limit: int | None, seed: int, stratify: bool = Tr
     data sets come ordered by class, so a prefix of a split is not a sample of it."""
     if limit is None or limit >= len(split):
         return split
-    keep, _ = _split_indices(split.labels, (limit / len(split), 1 - limit / len(split)), seed,
-                             stratify)
+    keep, _ = _split_indices(
+        split.labels, (limit / len(split), 1 - limit / len(split)), seed, stratify
+    )
     return split.subset(keep)
 
 
@@ -616,5 +630,5 @@ def batches(
 ) -> Iterator[dict[str, Tensor]]:
     """Padded batches of ``dataset`` in the order of ``indices``."""
     for start in range(0, len(indices), batch_size):
-        chunk = indices[start:start + batch_size]
+        chunk = indices[start : start + batch_size]
         yield collate([dataset[int(i)] for i in chunk], pad_token_id)

@@ -49,12 +49,13 @@ class Faithfulness:
 
     def summary(self) -> dict[str, float]:
         """Means over examples."""
-        return {"aopc_comprehensiveness": float(self.comprehensiveness.mean()),
-                "aopc_sufficiency": float(self.sufficiency.mean())}
+        return {
+            "aopc_comprehensiveness": float(self.comprehensiveness.mean()),
+            "aopc_sufficiency": float(self.sufficiency.mean()),
+        }
 
 
-def _perturbed(ids: list[int], types: list[int], drop: set[int], removal: str,
-               pad_id: int) -> dict:
+def _perturbed(ids: list[int], types: list[int], drop: set[int], removal: str, pad_id: int) -> dict:
     """One example with positions ``drop`` removed (deleted or replaced by [PAD])."""
     if removal == "delete":
         # a sequence with nothing left (no special tokens to keep) becomes one [PAD]
@@ -62,13 +63,22 @@ def _perturbed(ids: list[int], types: list[int], drop: set[int], removal: str,
         if not keep:
             return {"input_ids": [pad_id], "token_type_ids": [0]}
         return {"input_ids": [ids[i] for i in keep], "token_type_ids": [types[i] for i in keep]}
-    return {"input_ids": [pad_id if i in drop else t for i, t in enumerate(ids)],
-            "token_type_ids": types}
+    return {
+        "input_ids": [pad_id if i in drop else t for i, t in enumerate(ids)],
+        "token_type_ids": types,
+    }
 
 
-def _variants(input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor, scores: Tensor,
-              special: Tensor, fractions: Sequence[float], removal: str,
-              pad_id: int) -> list[dict]:
+def _variants(
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    token_type_ids: Tensor,
+    scores: Tensor,
+    special: Tensor,
+    fractions: Sequence[float],
+    removal: str,
+    pad_id: int,
+) -> list[dict]:
     """For every example ``b``, fraction ``q`` and kind (0: top removed, 1: only top kept) the
     perturbed example, in that order (``B·Q·2`` of them)."""
     out = []
@@ -84,14 +94,15 @@ def _variants(input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor,
     return out
 
 
-def _probabilities(model: PreTrainedModel, examples: list[dict], targets: Tensor,
-                   batch_size: int, pad_id: int) -> Tensor:
+def _probabilities(
+    model: PreTrainedModel, examples: list[dict], targets: Tensor, batch_size: int, pad_id: int
+) -> Tensor:
     """Target probability of each example ``[N]`` (batched by length)."""
     order = sorted(range(len(examples)), key=lambda i: len(examples[i]["input_ids"]))
     out = torch.empty(len(examples))
     with torch.no_grad():
         for start in range(0, len(order), batch_size):
-            chosen = order[start:start + batch_size]
+            chosen = order[start : start + batch_size]
             batch = collate([{**examples[i], "label": 0, "index": i} for i in chosen], pad_id)
             probabilities = forward(model, batch).logits.softmax(-1)
             out[chosen] = probabilities.gather(1, targets[chosen, None])[:, 0]
@@ -122,8 +133,9 @@ def aopc(
         raise WorkbenchError(f"fractions {list(fractions)} must lie in (0, 1]")
     scores = scores.squeeze(1) if scores.dim() == 3 else scores
     if scores.shape != input_ids.shape:
-        raise WorkbenchError(f"scores {tuple(scores.shape)} do not match inputs "
-                             f"{tuple(input_ids.shape)}")
+        raise WorkbenchError(
+            f"scores {tuple(scores.shape)} do not match inputs {tuple(input_ids.shape)}"
+        )
     types = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
     batch = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": types}
     targets = resolve_target(model, batch, target)
@@ -131,8 +143,9 @@ def aopc(
     with torch.no_grad():
         original = forward(model, batch).logits.softmax(-1).gather(1, targets[:, None])
     special = special_positions(input_ids, attention_mask, special_ids)
-    variants = _variants(input_ids, attention_mask, types, scores.detach(), special, fractions,
-                         removal, pad_id)
+    variants = _variants(
+        input_ids, attention_mask, types, scores.detach(), special, fractions, removal, pad_id
+    )
     variant_targets = targets.repeat_interleave(2 * len(fractions))
     perturbed = _probabilities(model, variants, variant_targets, batch_size, pad_id)
     drops = original - perturbed.view(len(input_ids), len(fractions), 2).permute(2, 0, 1)

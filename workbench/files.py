@@ -25,8 +25,22 @@ from workbench.errors import WorkbenchError, first_line
 # surrogates (from undecodable command-line bytes), which UTF-8 cannot encode
 _UNSAFE = re.compile("[\u0085\u2028\u2029\ud800-\udfff]")
 # endings that make a name a file: data tables and model weights
-FILE_SUFFIXES = (".csv", ".tsv", ".json", ".jsonl", ".parquet", ".txt", ".bin", ".pt", ".pth",
-                 ".safetensors", ".ckpt", ".onnx", ".h5", ".msgpack")
+FILE_SUFFIXES = (
+    ".csv",
+    ".tsv",
+    ".json",
+    ".jsonl",
+    ".parquet",
+    ".txt",
+    ".bin",
+    ".pt",
+    ".pth",
+    ".safetensors",
+    ".ckpt",
+    ".onnx",
+    ".h5",
+    ".msgpack",
+)
 
 
 def looks_like_path(name: str, *, hub_ids: bool = False) -> bool:
@@ -34,8 +48,12 @@ def looks_like_path(name: str, *, hub_ids: bool = False) -> bool:
     '.', '~' or '/', ends in a file extension, or holds a path separator — for ``hub_ids``, a
     backslash or a second '/' (``org/model`` names a hub repository)."""
     slashes = 2 if hub_ids else 1
-    return (name.startswith((".", "~", "/")) or name.count("/") >= slashes or "\\" in name
-            or name.lower().endswith(FILE_SUFFIXES))
+    return (
+        name.startswith((".", "~", "/"))
+        or name.count("/") >= slashes
+        or "\\" in name
+        or name.lower().endswith(FILE_SUFFIXES)
+    )
 
 
 def existing_path(name: str) -> Path:
@@ -169,5 +187,6 @@ def read_json_lines(path: Path) -> list[Any]:
     kill, even one cut inside a character."""
     if not path.exists():
         return []
-    return [value for _, value in
-            parse_json_lines(path.read_bytes().decode("utf-8", errors="replace"))]
+    return [
+        value for _, value in parse_json_lines(path.read_bytes().decode("utf-8", errors="replace"))
+    ]

@@ -27,6 +27,7 @@ PairKind = Literal["cosine", "l2", "l2_mean"]
 DEFAULT_WINDOW = 10
 """Half-width δ of the WR angle window: 21 tokens, the wide end of the paper's 10–21."""
 
+
 def real_mask(mask: Tensor | None, batch: int, length: int, device: torch.device) -> Tensor:
     """``[batch, length]`` bool mask from an optional 0/1 or bool mask (``None``: all real)."""
     if mask is None:

@@ -61,8 +61,10 @@ class ExportSettings(Checked):
     )
     dpi: float = option(200.0, "PNG resolution in dots per inch", domain=positive_number)
     cmap: str | None = option(
-        None, "matplotlib colormap (default: colour-blind-safe PuOr_r for signed scores, "
-        "Oranges for non-negative ones)", domain=colormap,
+        None,
+        "matplotlib colormap (default: colour-blind-safe PuOr_r for signed scores, "
+        "Oranges for non-negative ones)",
+        domain=colormap,
     )
     merge_wordpieces: bool = option(
         False, "join WordPiece continuations (##ing) onto their word, summing their scores"
@@ -162,8 +164,11 @@ def _encode(loaded: LoadedRun, examples: Sequence[Example]) -> dict:
     pairs = [e.pair for e in examples] if loaded.spec.pair else None
     args = (texts,) if pairs is None else (texts, pairs)
     limit = loaded.model.config.max_position_embeddings
-    return dict(loaded.tokenizer(*args, truncation=True, max_length=limit, padding=True,
-                                 return_tensors="pt"))
+    return dict(
+        loaded.tokenizer(
+            *args, truncation=True, max_length=limit, padding=True, return_tensors="pt"
+        )
+    )
 
 
 def attribution_config(settings: HeatmapSettings) -> AttributionConfig:
@@ -176,7 +181,9 @@ def attribution_config(settings: HeatmapSettings) -> AttributionConfig:
 
 
 def explain(
-    loaded: LoadedRun, examples: Sequence[Example], settings: HeatmapSettings,
+    loaded: LoadedRun,
+    examples: Sequence[Example],
+    settings: HeatmapSettings,
     name: str | None = None,
 ) -> list[Explanation]:
     """Probabilities and per-class attribution maps of ``examples`` under one model, computed
@@ -195,25 +202,32 @@ def explain(
     regression = loaded.spec.regression
     probabilities = logits if regression else logits.softmax(-1)
     predicted = logits.argmax(-1)
-    saliency = grad_saliency(model, batch["input_ids"], batch["attention_mask"],
-                             batch.get("token_type_ids"), target=predicted)
+    saliency = grad_saliency(
+        model,
+        batch["input_ids"],
+        batch["attention_mask"],
+        batch.get("token_type_ids"),
+        target=predicted,
+    )
     maps, _ = compute_maps(model, batch, config)
     out = []
     for row, example in enumerate(examples):
         length = int(batch["attention_mask"][row].sum())
         ids = batch["input_ids"][row, :length].tolist()
-        out.append(Explanation(
-            name=name or loaded.run.name,
-            run_id=str(loaded.run.path),
-            tokens=loaded.tokenizer.convert_ids_to_tokens(ids),
-            class_names=class_names,
-            probabilities=probabilities[row].tolist(),
-            predicted=int(predicted[row]),
-            maps=maps[row, :, :length].tolist(),
-            saliency=saliency[row, :length].tolist(),
-            gold=None if regression else gold_index(example.label, class_names),
-            regression=regression,
-        ))
+        out.append(
+            Explanation(
+                name=name or loaded.run.name,
+                run_id=str(loaded.run.path),
+                tokens=loaded.tokenizer.convert_ids_to_tokens(ids),
+                class_names=class_names,
+                probabilities=probabilities[row].tolist(),
+                predicted=int(predicted[row]),
+                maps=maps[row, :, :length].tolist(),
+                saliency=saliency[row, :length].tolist(),
+                gold=None if regression else gold_index(example.label, class_names),
+                regression=regression,
+            )
+        )
     return out
 
 
@@ -278,8 +292,9 @@ def heatmap_metadata(
         "models": ", ".join(e.name for e in explanations),
         "run_ids": json.dumps([e.run_id for e in explanations]),
         "text": example.text,
-        **{f"settings.{k}": "default" if v is None else str(v)
-           for k, v in asdict(settings).items()},
+        **{
+            f"settings.{k}": "default" if v is None else str(v) for k, v in asdict(settings).items()
+        },
     }
     if example.pair is not None:
         meta["text_pair"] = example.pair
@@ -291,7 +306,9 @@ def heatmap_metadata(
 
 
 def to_heatmap(
-    explanations: Sequence[Explanation], example: Example, settings: HeatmapSettings,
+    explanations: Sequence[Explanation],
+    example: Example,
+    settings: HeatmapSettings,
     title: str = "",
 ) -> Heatmap:
     """One heatmap with a row per model (per model and class for the view ``all``)."""
@@ -304,27 +321,40 @@ def to_heatmap(
             label = explanation.name
             if len(classes) > 1 or settings.view != "pred":
                 label = f"{label} · {explanation.class_names[c]}"
-            rows.append(HeatmapRow(label, explanation.tokens, explanation.maps[c],
-                                   explanation.prediction_text()))
+            rows.append(
+                HeatmapRow(
+                    label, explanation.tokens, explanation.maps[c], explanation.prediction_text()
+                )
+            )
     method = "Integrated Gradients" if settings.method == "ig" else "Grad saliency"
-    return Heatmap(rows, title or f"{method}, view {settings.view}",
-                   heatmap_metadata(explanations, example, settings))
+    return Heatmap(
+        rows,
+        title or f"{method}, view {settings.view}",
+        heatmap_metadata(explanations, example, settings),
+    )
 
 
 def build_heatmaps(
-    runs: Sequence[LoadedRun], examples: Sequence[Example], settings: HeatmapSettings,
+    runs: Sequence[LoadedRun],
+    examples: Sequence[Example],
+    settings: HeatmapSettings,
     names: Sequence[str] | None = None,
 ) -> list[Heatmap]:
     """One heatmap per example, a row per run (each run explains all examples in one batch)."""
     names = names or [loaded.run.name for loaded in runs]
-    per_run = [explain(loaded, examples, settings, name)
-               for loaded, name in zip(runs, names, strict=True)]
-    return [to_heatmap([explained[i] for explained in per_run], example, settings)
-            for i, example in enumerate(examples)]
+    per_run = [
+        explain(loaded, examples, settings, name) for loaded, name in zip(runs, names, strict=True)
+    ]
+    return [
+        to_heatmap([explained[i] for explained in per_run], example, settings)
+        for i, example in enumerate(examples)
+    ]
 
 
 def write_heatmaps(
-    heatmaps: Sequence[Heatmap], folder: str | Path, settings: ExportSettings,
+    heatmaps: Sequence[Heatmap],
+    folder: str | Path,
+    settings: ExportSettings,
     stem: str = "heatmap",
 ) -> list[Path]:
     """Write every heatmap in every chosen format as ``<stem>-<n>.<format>``."""
@@ -335,8 +365,12 @@ def write_heatmaps(
     folder.mkdir(parents=True, exist_ok=True)
     width = max(3, len(str(len(heatmaps))))
     return [
-        export(heatmap, folder / f"{stem}-{n:0{width}d}.{fmt}", dpi=settings.dpi,
-               options=settings.options())
+        export(
+            heatmap,
+            folder / f"{stem}-{n:0{width}d}.{fmt}",
+            dpi=settings.dpi,
+            options=settings.options(),
+        )
         for n, heatmap in enumerate(heatmaps)
         for fmt in formats
     ]
@@ -349,10 +383,15 @@ def split_examples(split: Split, spec: TaskSpec) -> list[Example]:
     """A split's examples with their gold labels as class names."""
     names = spec.label_names
     return [
-        Example(text, None if split.pairs is None else split.pairs[i],
-                names[int(label)] if names else label, uid)
-        for i, (text, label, uid) in enumerate(zip(split.texts, split.labels, split.uids,
-                                                   strict=True))
+        Example(
+            text,
+            None if split.pairs is None else split.pairs[i],
+            names[int(label)] if names else label,
+            uid,
+        )
+        for i, (text, label, uid) in enumerate(
+            zip(split.texts, split.labels, split.uids, strict=True)
+        )
     ]
 
 
@@ -371,8 +410,14 @@ def parse_indices(text: str, size: int) -> list[int]:
 
 
 def gather_examples(
-    loaded: LoadedRun, verb: str, *, texts: Sequence[str] = (), pair: str | None = None,
-    texts_file: str | Path | None = None, split: str | None = None, indices: str = "0",
+    loaded: LoadedRun,
+    verb: str,
+    *,
+    texts: Sequence[str] = (),
+    pair: str | None = None,
+    texts_file: str | Path | None = None,
+    split: str | None = None,
+    indices: str = "0",
 ) -> list[Example]:
     """Typed texts, a CSV/JSONL file of texts, and examples of a split of ``loaded``'s task
     (``verb``: what the command does with them, for its error message)."""
@@ -396,8 +441,11 @@ def gather_examples(
 
 
 def export_runs(
-    runs: Sequence[str | Path], out: str | Path, settings: HeatmapSettings,
-    export_settings: ExportSettings, **sources,
+    runs: Sequence[str | Path],
+    out: str | Path,
+    settings: HeatmapSettings,
+    export_settings: ExportSettings,
+    **sources,
 ) -> list[Path]:
     """What ``kdw export`` does: explain the examples :func:`gather_examples` collects from
     ``sources`` (of the first run's task) under every run, and write one heatmap per example in
@@ -413,7 +461,10 @@ def export_runs(
 
 
 def attribute_runs(
-    runs: Sequence[str | Path], out: str | Path, config: AttributionConfig, **sources,
+    runs: Sequence[str | Path],
+    out: str | Path,
+    config: AttributionConfig,
+    **sources,
 ) -> list[Path]:
     """What ``kdw attribute`` does: attribute the examples :func:`gather_examples` collects
     under each run and save them, reloadable, as ``<out>/<run>.jsonl``."""
@@ -426,9 +477,14 @@ def attribute_runs(
         examples = gather_examples(loaded, "attribute", **sources)
         pairs = [e.pair or "" for e in examples] if any(e.pair for e in examples) else None
         gold = [gold_index(e.label, _class_names(loaded)) for e in examples]
-        records = attribute_texts(loaded.model, loaded.tokenizer, [e.text for e in examples],
-                                  pairs, settings=config,
-                                  labels=None if None in gold else gold)
+        records = attribute_texts(
+            loaded.model,
+            loaded.tokenizer,
+            [e.text for e in examples],
+            pairs,
+            settings=config,
+            labels=None if None in gold else gold,
+        )
         paths.append(save_attributions(records, Path(out) / f"{loaded.run.name}.jsonl"))
     return paths
 
@@ -443,9 +499,7 @@ def _check_upload(data: bytes, filename: str, max_bytes: int) -> str:
             f"{filename}: unsupported file type; upload {' or '.join(UPLOAD_SUFFIXES)}"
         )
     if len(data) > max_bytes:
-        raise WorkbenchError(
-            f"{filename} is {len(data):,} bytes: the limit is {max_bytes:,} bytes"
-        )
+        raise WorkbenchError(f"{filename} is {len(data):,} bytes: the limit is {max_bytes:,} bytes")
     if b"\x00" in data:
         raise WorkbenchError(f"{filename} is not a text file")
     try:
@@ -469,7 +523,9 @@ def _records(text: str, filename: str) -> list[dict]:
 
 
 def read_examples(
-    data: bytes, filename: str, max_bytes: int = MAX_UPLOAD_BYTES,
+    data: bytes,
+    filename: str,
+    max_bytes: int = MAX_UPLOAD_BYTES,
     max_examples: int = MAX_UPLOAD_EXAMPLES,
 ) -> list[Example]:
     """Examples from an uploaded CSV (header with ``text``, optional ``text_pair`` and
@@ -489,10 +545,12 @@ def read_examples(
             raise WorkbenchError(f"{filename} example {number}: no 'text' (a non-empty string)")
         pair = record.get("text_pair")
         label = record.get("label")
-        examples.append(Example(
-            text=text.strip(),
-            pair=str(pair).strip() if pair not in (None, "") else None,
-            label=label if label not in (None, "") else None,
-            uid=f"{Path(filename).name}:{number}",
-        ))
+        examples.append(
+            Example(
+                text=text.strip(),
+                pair=str(pair).strip() if pair not in (None, "") else None,
+                label=label if label not in (None, "") else None,
+                uid=f"{Path(filename).name}:{number}",
+            )
+        )
     return examples

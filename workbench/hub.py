@@ -22,8 +22,7 @@ def hub_offline() -> bool:
     from huggingface_hub import is_offline_mode
 
     return is_offline_mode() or any(
-        os.environ.get(name, "").upper() in ("1", "ON", "YES", "TRUE")
-        for name in OFFLINE_VARIABLES
+        os.environ.get(name, "").upper() in ("1", "ON", "YES", "TRUE") for name in OFFLINE_VARIABLES
     )
 
 

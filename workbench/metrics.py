@@ -29,18 +29,24 @@ def task_metrics(spec: TaskSpec, logits: Tensor, labels: Tensor) -> dict[str, fl
     scorers = {
         "accuracy": lambda: accuracy_score(gold, predictions),
         "macro_f1": lambda: f1_score(
-            gold, predictions, average="macro", labels=list(range(spec.num_labels)),
+            gold,
+            predictions,
+            average="macro",
+            labels=list(range(spec.num_labels)),
             zero_division=0,
         ),
         "f1": lambda: f1_score(gold, predictions, zero_division=0),
         "mcc": lambda: matthews_corrcoef(gold, predictions),
     }
     names = dict.fromkeys((*spec.metrics, "accuracy", "macro_f1"))
-    recall = recall_score(gold, predictions, average=None, labels=list(range(spec.num_labels)),
-                          zero_division=0)
+    recall = recall_score(
+        gold, predictions, average=None, labels=list(range(spec.num_labels)), zero_division=0
+    )
     per_class = zip(spec.label_names, recall, strict=True)
-    return {**{name: float(scorers[name]()) for name in names},
-            **{f"recall/{label}": float(r) for label, r in per_class}}
+    return {
+        **{name: float(scorers[name]()) for name in names},
+        **{f"recall/{label}": float(r) for label, r in per_class},
+    }
 
 
 def label_loyalty(teacher_logits: Tensor, student_logits: Tensor) -> float:

@@ -107,7 +107,9 @@ def load_classifier(name: str, num_labels: int, regression: bool = False) -> Pre
     fresh head with ``num_labels`` outputs (1 for regression).
     """
     return _from_pretrained(
-        AutoModelForSequenceClassification.from_pretrained, name, "model",
+        AutoModelForSequenceClassification.from_pretrained,
+        name,
+        "model",
         num_labels=1 if regression else num_labels,
         problem_type="regression" if regression else "single_label_classification",
         attn_implementation=ATTENTION,
@@ -202,7 +204,7 @@ def cut_student(
     state = {}
     for key, value in teacher.state_dict().items():
         if key.startswith(prefix):
-            index, rest = key[len(prefix):].split(".", 1)
+            index, rest = key[len(prefix) :].split(".", 1)
             if int(index) not in layers:
                 continue
             key = f"{prefix}{layers.index(int(index))}.{rest}"
@@ -321,7 +323,8 @@ def forward(
     instead of the embeddings module's output."""
     inputs = {k: batch[k] for k in MODEL_INPUTS if k in batch}
     context = (
-        nullcontext() if embedding_output is None
+        nullcontext()
+        if embedding_output is None
         else output_replaced(embeddings_module(model), embedding_output)
     )
     with context:
@@ -366,9 +369,11 @@ def load_run(path: str | Path) -> LoadedRun:
         )
         tokenizer = AutoTokenizer.from_pretrained(run.model_dir)
     except (OSError, ValueError) as error:
-        raise WorkbenchError(f"{run.model_dir} cannot be loaded ({error}): delete the run") \
-            from None
+        raise WorkbenchError(
+            f"{run.model_dir} cannot be loaded ({error}): delete the run"
+        ) from None
     task = info["task"]
     spec = TaskSpec(task["name"], tuple(task["label_names"]), tuple(task["metrics"]), task["pair"])
-    return LoadedRun(run, model.eval(), tokenizer, spec,
-                     from_dict(DataConfig, info["configs"]["data"]))
+    return LoadedRun(
+        run, model.eval(), tokenizer, spec, from_dict(DataConfig, info["configs"]["data"])
+    )

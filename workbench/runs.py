@@ -64,8 +64,12 @@ def replace_directory(target: Path, write: Any) -> None:
 def _git_commit() -> str | None:
     try:
         out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
-            text=True, timeout=5, check=False,
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
         )
     except OSError:
         return None
@@ -106,8 +110,9 @@ class Run:
 
     @classmethod
     @contextmanager
-    def writing(cls, path: str | Path, info: dict[str, Any],
-                manifest: dict[str, Any]) -> Iterator[Run]:
+    def writing(
+        cls, path: str | Path, info: dict[str, Any], manifest: dict[str, Any]
+    ) -> Iterator[Run]:
         """The run folder ``path`` holding ``info`` (kind, configs, task) and a manifest, written
         by this process alone while the block runs.
 
@@ -117,7 +122,8 @@ class Run:
         error names that process. Its lock (``.lock``) dies with it, so a killed run resumes."""
         run = cls(Path(path))
         if run.path.is_file() or (
-            not (run.path / RUN_FILE).exists() and run.path.exists()
+            not (run.path / RUN_FILE).exists()
+            and run.path.exists()
             and any(p.name != LOCK_FILE for p in run.path.iterdir())
         ):
             raise WorkbenchError(f"{run.path} exists and is not a run folder: choose another")
@@ -134,8 +140,9 @@ class Run:
         before runs kept that record is reopened."""
         existing = self.read_json(RUN_FILE)
         given = json.loads(json.dumps(info, default=str))
-        changed = sorted(k for k in (set(existing) | set(given)) - {RESOLVED}
-                         if existing.get(k) != given.get(k))
+        changed = sorted(
+            k for k in (set(existing) | set(given)) - {RESOLVED} if existing.get(k) != given.get(k)
+        )
         if changed:
             raise WorkbenchError(
                 f"{self.path} already holds a run with other settings ({', '.join(changed)}): "

@@ -36,12 +36,20 @@ class Interval:
 
     def describe(self, scale: float = 100.0, unit: str = " points") -> str:
         """``"+1.2 points (95 % CI +0.4 to +2.0, n = 3,000)"``."""
-        return (f"{self.difference * scale:+.1f}{unit} ({self.confidence:.0%} CI "
-                f"{self.low * scale:+.1f} to {self.high * scale:+.1f}, n = {self.pairs:,})")
+        return (
+            f"{self.difference * scale:+.1f}{unit} ({self.confidence:.0%} CI "
+            f"{self.low * scale:+.1f} to {self.high * scale:+.1f}, n = {self.pairs:,})"
+        )
 
 
-def paired_bootstrap(a: Sequence[float], b: Sequence[float], *, confidence: float = 0.95,
-                     resamples: int = 10_000, seed: int = 0) -> Interval:
+def paired_bootstrap(
+    a: Sequence[float],
+    b: Sequence[float],
+    *,
+    confidence: float = 0.95,
+    resamples: int = 10_000,
+    seed: int = 0,
+) -> Interval:
     """Mean of ``a − b`` over paired units ``[N]`` with a BCa bootstrap interval that resamples
     the pairs (``scipy.stats.bootstrap(..., paired=True)``). Per-unit scores are typically 0/1
     correctness. When every pair has the same difference the interval is that one value."""
@@ -54,9 +62,14 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], *, confidence: floa
     mean = float(differences.mean())
     if np.all(differences == differences[0]):
         return Interval(mean, mean, mean, len(a), confidence)
-    result = stats.bootstrap((differences,), np.mean, confidence_level=confidence,
-                             n_resamples=resamples, method="BCa",
-                             rng=np.random.default_rng(seed))
+    result = stats.bootstrap(
+        (differences,),
+        np.mean,
+        confidence_level=confidence,
+        n_resamples=resamples,
+        method="BCa",
+        rng=np.random.default_rng(seed),
+    )
     ci = result.confidence_interval
     return Interval(mean, float(ci.low), float(ci.high), len(a), confidence)
 

@@ -56,9 +56,7 @@ def attribution_loss(
             f"{tuple(student_maps.shape)} and teacher {tuple(teacher_maps.shape)}"
         )
     if reduction not in ("paper", "squared", "official"):
-        raise ValueError(
-            f"reduction must be 'paper', 'squared' or 'official', got {reduction!r}"
-        )
+        raise ValueError(f"reduction must be 'paper', 'squared' or 'official', got {reduction!r}")
     batch, _, length = student_maps.shape
     if attention_mask is None:
         if reduction == "official":

@@ -43,8 +43,10 @@ def tuned(study: str) -> tuple[ObjectiveConfig, dict] | None:
     if not best.exists():
         return None
     chosen = json.loads(best.read_text())
-    return (from_dict(ObjectiveConfig, chosen["objective"]),
-            {"learning_rate": chosen["optim"]["learning_rate"]})
+    return (
+        from_dict(ObjectiveConfig, chosen["objective"]),
+        {"learning_rate": chosen["optim"]["learning_rate"]},
+    )
 
 
 def suite() -> Suite:
@@ -54,23 +56,40 @@ def suite() -> Suite:
     adkd, gkd_cls = ObjectiveConfig(preset="adkd"), ObjectiveConfig(preset="gkd-cls")
     extra = [Experiment("tweets", "adkd", "diagnosis", adkd, seed) for seed in SEEDS]
     extra += [Experiment("bbc-news", "gkd-cls", "diagnosis", gkd_cls, seed) for seed in SEEDS]
-    extra += [Experiment("tweets", "adkd old default", "diagnosis", OLD_ADKD, 1),
-              Experiment("bbc-news", "gkd-cls old default", "diagnosis", OLD_GKD_CLS, 1)]
+    extra += [
+        Experiment("tweets", "adkd old default", "diagnosis", OLD_ADKD, 1),
+        Experiment("bbc-news", "gkd-cls old default", "diagnosis", OLD_GKD_CLS, 1),
+    ]
     for name, study in (("adkd tuned", "tune"), ("kd tuned", "tune-kd")):
         chosen = tuned(study)
         if chosen is not None:  # vanilla KD tuned the same way is the fair reference
-            extra += [Experiment("tweets", name, "diagnosis", chosen[0], seed,
-                                 optim=chosen[1]) for seed in SEEDS]
-    extra += [Experiment("tweets", "adkd sampled view", "diagnosis",
-                         replace(adkd, attr_views="sample"), 1)]
-    extra += [Experiment("tweets", method, "diagnosis", ObjectiveConfig(preset=method), 1)
-              for method in ("finetune", "pkd-skip", "pkd-last", "ckd", "gkd", "gkd-cls")]
-    extra += [Experiment("bbc-news", "gkd", "diagnosis", ObjectiveConfig(preset="gkd"), seed)
-              for seed in SEEDS]
+            extra += [
+                Experiment("tweets", name, "diagnosis", chosen[0], seed, optim=chosen[1])
+                for seed in SEEDS
+            ]
+    extra += [
+        Experiment(
+            "tweets", "adkd sampled view", "diagnosis", replace(adkd, attr_views="sample"), 1
+        )
+    ]
+    extra += [
+        Experiment("tweets", method, "diagnosis", ObjectiveConfig(preset=method), 1)
+        for method in ("finetune", "pkd-skip", "pkd-last", "ckd", "gkd", "gkd-cls")
+    ]
+    extra += [
+        Experiment("bbc-news", "gkd", "diagnosis", ObjectiveConfig(preset="gkd"), seed)
+        for seed in SEEDS
+    ]
     plans = {task: replace(plan, seeds=SEEDS) for task, plan in DEFAULT.plans.items()}
-    return Suite(plans=plans, ablation_task="tweets", ablation_groups=(), methods=("kd",),
-                 extra=tuple(extra), description="AD-KD / GKD-CLS diagnosis at the "
-                 "reproduction suite's scale", cuts=DEFAULT.cuts)
+    return Suite(
+        plans=plans,
+        ablation_task="tweets",
+        ablation_groups=(),
+        methods=("kd",),
+        extra=tuple(extra),
+        description="AD-KD / GKD-CLS diagnosis at the reproduction suite's scale",
+        cuts=DEFAULT.cuts,
+    )
 
 
 def _predictions(record: dict) -> dict:
@@ -88,59 +107,84 @@ def rows(results: dict) -> list[dict]:
     table = []
     for task in results["teachers"]:
         names = list(dict.fromkeys(r["name"] for r in students if r["task"] == task))
-        by_name = {name: {r["seed"]: r for r in students if r["task"] == task
-                          and r["name"] == name} for name in names}
+        by_name = {
+            name: {r["seed"]: r for r in students if r["task"] == task and r["name"] == name}
+            for name in names
+        }
         for name in names:
-            records = sorted((r for r in students if r["task"] == task and r["name"] == name),
-                             key=lambda r: r["seed"])
+            records = sorted(
+                (r for r in students if r["task"] == task and r["name"] == name),
+                key=lambda r: r["seed"],
+            )
 
             def mean(key: str, scale: float = 100.0, digits: int = 1, records=records) -> str:
                 value = scale * sum(r["test"][key] for r in records) / len(records)
                 return f"{value:.{digits}f}"
 
-            recalls = [min(v for k, v in r["test"].items() if k.startswith("recall/"))
-                       for r in records]
-            row = {"task": task, "student": name, "seeds": len(records),
-                   "accuracy": mean("accuracy"), "macro-F1": mean("macro_f1"),
-                   "weakest recall": f"{100 * sum(recalls) / len(recalls):.1f}",
-                   "LL": mean("label_loyalty"), "SL": mean("saliency_loyalty"),
-                   "attribution gap": mean("attribution_gap", 1.0, 3)}
+            recalls = [
+                min(v for k, v in r["test"].items() if k.startswith("recall/")) for r in records
+            ]
+            row = {
+                "task": task,
+                "student": name,
+                "seeds": len(records),
+                "accuracy": mean("accuracy"),
+                "macro-F1": mean("macro_f1"),
+                "weakest recall": f"{100 * sum(recalls) / len(recalls):.1f}",
+                "LL": mean("label_loyalty"),
+                "SL": mean("saliency_loyalty"),
+                "attribution gap": mean("attribution_gap", 1.0, 3),
+            }
             reference = REFERENCE.get(name, "kd")
             if name != "kd" and by_name.get(reference):
-                paired = [(r, by_name[reference][r["seed"]]) for r in records
-                          if r["seed"] in by_name[reference]]
-                a, b = pair_predictions([_predictions(r) for r, _ in paired],
-                                        [_predictions(k) for _, k in paired])
+                paired = [
+                    (r, by_name[reference][r["seed"]])
+                    for r in records
+                    if r["seed"] in by_name[reference]
+                ]
+                a, b = pair_predictions(
+                    [_predictions(r) for r, _ in paired], [_predictions(k) for _, k in paired]
+                )
                 row["Δ accuracy (paired)"] = f"vs {reference}: {paired_bootstrap(a, b).describe()}"
             first = Path(records[0]["run"])
             summary = summarise(Run(first).metrics("train"))
             for moment in ("start", "end"):
-                shares = {k.removeprefix("grad_share/"): v
-                          for k, v in summary.get(moment, {}).items()
-                          if k.startswith("grad_share/")}
+                shares = {
+                    k.removeprefix("grad_share/"): v
+                    for k, v in summary.get(moment, {}).items()
+                    if k.startswith("grad_share/")
+                }
                 row[f"grad share, {moment}"] = " · ".join(
-                    f"{k} {v:.0%}" for k, v in sorted(shares.items(), key=lambda i: -i[1]))
+                    f"{k} {v:.0%}" for k, v in sorted(shares.items(), key=lambda i: -i[1])
+                )
             table.append(row)
     return table
 
 
 def write_report(results: dict) -> Path:
     table = rows(results)
-    teachers = ", ".join(f"{task} {t['test']['accuracy'] * 100:.1f}"
-                         for task, t in results["teachers"].items())
-    text = "\n".join([
-        "# AD-KD and GKD-CLS at the reproduction suite's scale", "",
-        f"Teachers (test accuracy): {teachers}. Test split: 500 tweets, 212 BBC News articles. "
-        "Accuracy, macro-F1, the weakest class's recall, label loyalty (LL), saliency loyalty "
-        "(SL, ×100) and attribution gap (AD-KD Eq. 11, lower is closer) are means over the "
-        "seeds; Δ accuracy is against vanilla KD (the tuned AD-KD against vanilla KD tuned "
-        "with the same search) paired by seed and example (95 % BCa bootstrap interval, "
-        "significant only when it excludes 0). Gradient shares are seed 1's first and last "
-        "logged step (`kd/diagnostics.py`).", "",
-        format_table(table), "",
-        f"Written by `python reports/diagnosis/diagnose.py` "
-        f"({results['seconds_this_invocation'] // 60} minutes for its last call).", "",
-    ])
+    teachers = ", ".join(
+        f"{task} {t['test']['accuracy'] * 100:.1f}" for task, t in results["teachers"].items()
+    )
+    text = "\n".join(
+        [
+            "# AD-KD and GKD-CLS at the reproduction suite's scale",
+            "",
+            f"Teachers (test accuracy): {teachers}. Test split: 500 tweets, 212 BBC News articles. "
+            "Accuracy, macro-F1, the weakest class's recall, label loyalty (LL), saliency loyalty "
+            "(SL, ×100) and attribution gap (AD-KD Eq. 11, lower is closer) are means over the "
+            "seeds; Δ accuracy is against vanilla KD (the tuned AD-KD against vanilla KD tuned "
+            "with the same search) paired by seed and example (95 % BCa bootstrap interval, "
+            "significant only when it excludes 0). Gradient shares are seed 1's first and last "
+            "logged step (`kd/diagnostics.py`).",
+            "",
+            format_table(table),
+            "",
+            f"Written by `python reports/diagnosis/diagnose.py` "
+            f"({results['seconds_this_invocation'] // 60} minutes for its last call).",
+            "",
+        ]
+    )
     path = HERE / "report.md"
     atomic_write_text(path, text)
     (HERE / "summary.json").write_text(json.dumps(table, indent=1) + "\n")

@@ -35,7 +35,7 @@ params = [p for p in student.parameters() if p.requires_grad]
 order = epoch_order(len(train), 1, 0)
 rows = []
 for b in range(batches):
-    batch = collate([train[i] for i in order[b * 32:(b + 1) * 32]], 0)
+    batch = collate([train[i] for i in order[b * 32 : (b + 1) * 32]], 0)
     tmaps, _ = attribution_views(objective, teacher.model, batch, None, False, None)
     smaps, logits = attribution_views(objective, student, batch, None, True, None)
     mask = batch["attention_mask"]
@@ -60,5 +60,6 @@ mean = {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]}
 mean["ratio_official_to_paper_grad"] = mean["attr_official_gradnorm"] / mean["attr_paper_gradnorm"]
 print("MEAN", json.dumps({k: round(v, 4) for k, v in mean.items()}))
 out = Path(__file__).with_suffix(".json")
-out.write_text(json.dumps({"command": " ".join(sys.argv), "batches": rows, "mean": mean},
-                          indent=1) + "\n")
+out.write_text(
+    json.dumps({"command": " ".join(sys.argv), "batches": rows, "mean": mean}, indent=1) + "\n"
+)

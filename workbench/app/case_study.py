@@ -32,8 +32,12 @@ from workbench.heatmaps import (
 
 KEY = "case"
 SOURCES = ("Type a text", "Pick from a split", "Upload a file")
-FILTERS = ("all examples", "teacher and a student disagree", "a model is wrong",
-           "low saliency loyalty")
+FILTERS = (
+    "all examples",
+    "teacher and a student disagree",
+    "a model is wrong",
+    "low saliency loyalty",
+)
 SPLIT_LIMIT = 500
 
 
@@ -52,8 +56,10 @@ def _case_study(
 ) -> tuple[list[Explanation], list[Agreement]]:
     example = Example(**json.loads(example_json))
     settings = from_dict(HeatmapSettings, json.loads(settings_json))
-    explanations = [explain(common.load_cached(path, stamp), [example], settings, name)[0]
-                    for name, path, stamp in runs]
+    explanations = [
+        explain(common.load_cached(path, stamp), [example], settings, name)[0]
+        for name, path, stamp in runs
+    ]
     teacher, *students = explanations
     return explanations, [agreement(teacher, s, settings.view) for s in students]
 
@@ -61,8 +67,9 @@ def _case_study(
 def _filtered(frame: pd.DataFrame, students: list[str], choice: str) -> pd.DataFrame:
     """The rows of the per-example loyalty table that a filter keeps."""
     if choice == FILTERS[1]:
-        return frame[pd.concat([frame[s] != frame["teacher"] for s in students], axis=1)
-                     .any(axis=1)]
+        return frame[
+            pd.concat([frame[s] != frame["teacher"] for s in students], axis=1).any(axis=1)
+        ]
     if choice == FILTERS[2]:
         return frame[~frame[[c for c in frame.columns if c.endswith("✓")]].all(axis=1)]
     threshold = st.slider("Saliency loyalty below", -1.0, 1.0, 0.5, 0.05, key=f"{KEY}.threshold")
@@ -88,8 +95,9 @@ def _split_example(teacher: RunEntry, students: list[RunEntry]) -> Example | Non
 
 def _picked_row(frame: pd.DataFrame) -> int | None:
     """The index of the row the user selects in ``frame`` (None until one is selected)."""
-    chosen = st.dataframe(frame, on_select="rerun", selection_mode="single-row", height=230,
-                          key=f"{KEY}.table")
+    chosen = st.dataframe(
+        frame, on_select="rerun", selection_mode="single-row", height=230, key=f"{KEY}.table"
+    )
     if not chosen.selection.rows:
         st.caption("Select a row to explain it.")
         return None
@@ -106,12 +114,16 @@ def _uploaded_example() -> Example | None:
 
 def _probabilities(explanations: list[Explanation]) -> pd.DataFrame:
     """A row per model: its prediction and the probability of every class."""
-    return pd.DataFrame([
-        {"model": e.name,
-         "prediction": e.probabilities[0] if e.regression else e.class_names[e.predicted],
-         **({} if e.regression else dict(zip(e.class_names, e.probabilities, strict=True)))}
-        for e in explanations
-    ]).set_index("model")
+    return pd.DataFrame(
+        [
+            {
+                "model": e.name,
+                "prediction": e.probabilities[0] if e.regression else e.class_names[e.predicted],
+                **({} if e.regression else dict(zip(e.class_names, e.probabilities, strict=True))),
+            }
+            for e in explanations
+        ]
+    ).set_index("model")
 
 
 def _agreement_notes(
@@ -122,8 +134,10 @@ def _agreement_notes(
     def number(value: float) -> str:
         return "n/a" if math.isnan(value) else f"{value:.2f}"
 
-    return {e.name: f"SL {number(a.saliency_loyalty)} · ρ {number(a.rank_correlation)}"
-            for e, a in zip(explanations[1:], agreements, strict=True)}
+    return {
+        e.name: f"SL {number(a.saliency_loyalty)} · ρ {number(a.rank_correlation)}"
+        for e, a in zip(explanations[1:], agreements, strict=True)
+    }
 
 
 def render() -> None:
@@ -160,11 +174,14 @@ def render() -> None:
     if example.label is not None:
         st.text(f"gold label: {example.label}")
     notes = _agreement_notes(explanations, agreements)
-    show_heatmap(heatmap, {row.label: notes.get(row.label.split(" · ")[0], "")
-                                  for row in heatmap.rows})
-    st.caption("SL: saliency loyalty, Pearson correlation of the Grad saliency of the teacher "
-               "and the student (each for its predicted class); ρ: Spearman correlation of "
-               "the shown attribution maps (the teacher's predicted class for the view pred).")
+    show_heatmap(
+        heatmap, {row.label: notes.get(row.label.split(" · ")[0], "") for row in heatmap.rows}
+    )
+    st.caption(
+        "SL: saliency loyalty, Pearson correlation of the Grad saliency of the teacher "
+        "and the student (each for its predicted class); ρ: Spearman correlation of "
+        "the shown attribution maps (the teacher's predicted class for the view pred)."
+    )
     for explanation, agreement_ in zip(explanations[1:], agreements, strict=True):
         for note in agreement_.notes:
             st.warning(common.plain(f"{explanation.name}: {note}"))

@@ -85,8 +85,9 @@ def _entry(root: Path, folder: Path) -> RunEntry:
 
 def _subfolders(folder: Path) -> list[Path]:
     """Sub-folders that may hold runs (dot folders are the app's, studies are listed apart)."""
-    return sorted(p for p in folder.iterdir()
-                  if p.is_dir() and not p.name.startswith(".") and not is_study(p))
+    return sorted(
+        p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".") and not is_study(p)
+    )
 
 
 STUDY_FILE = "study.db"

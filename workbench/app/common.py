@@ -94,8 +94,9 @@ def pick_models(
         return None
     left, right = st.columns(2)
     teacher = teachers[left.selectbox("Teacher", list(teachers), key=f"{key}.teacher")]
-    students = {e.name: e for e in entries
-                if e.kind == "student" and e.usable and e.task == teacher.task}
+    students = {
+        e.name: e for e in entries if e.kind == "student" and e.usable and e.task == teacher.task
+    }
     own = [name for name, e in students.items() if same_folder(e.teacher_run, teacher.path)]
     if single_student:
         if not students:
@@ -146,12 +147,13 @@ def _split_loyalty(
     teacher: tuple[str, int], students: tuple[tuple[str, str, int], ...], split: str, limit: int
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     model = load_cached(*teacher)
-    part = sample_split(task_split(model, split), limit, seed=0,
-                        stratify=not model.spec.regression)
-    outputs = {name: split_outputs(load_cached(path, stamp), part)
-               for name, path, stamp in students}
-    return loyalty_tables(model.spec, split_examples(part, model.spec),
-                          split_outputs(model, part), outputs)
+    part = sample_split(task_split(model, split), limit, seed=0, stratify=not model.spec.regression)
+    outputs = {
+        name: split_outputs(load_cached(path, stamp), part) for name, path, stamp in students
+    }
+    return loyalty_tables(
+        model.spec, split_examples(part, model.spec), split_outputs(model, part), outputs
+    )
 
 
 def split_loyalty(
@@ -159,15 +161,20 @@ def split_loyalty(
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Summary and per-example loyalty tables of the students on a fixed stratified sample of
     ``limit`` examples of a split (computed once per choice)."""
-    return _split_loyalty((str(teacher.path), teacher.stamp()),
-                          tuple((s.name, str(s.path), s.stamp()) for s in students), split,
-                          limit)
+    return _split_loyalty(
+        (str(teacher.path), teacher.stamp()),
+        tuple((s.name, str(s.path), s.stamp()) for s in students),
+        split,
+        limit,
+    )
 
 
 def frame_examples(frame: pd.DataFrame) -> list[Example]:
     """The examples of rows of :func:`split_frame`."""
-    return [Example(r.text, r.pair if isinstance(r.pair, str) else None, r.label, r.uid)
-            for r in frame.itertuples()]
+    return [
+        Example(r.text, r.pair if isinstance(r.pair, str) else None, r.label, r.uid)
+        for r in frame.itertuples()
+    ]
 
 
 def typed_examples(key: str, pair: bool, many: bool = False) -> list[Example]:
@@ -187,7 +194,8 @@ def typed_examples(key: str, pair: bool, many: bool = False) -> list[Example]:
 def uploaded_examples(key: str) -> list[Example]:
     """Examples from an uploaded CSV/JSONL file, checked for type and size."""
     upload = st.file_uploader(
-        "CSV or JSONL with a text column (optional text_pair, label)", type=["csv", "jsonl"],
+        "CSV or JSONL with a text column (optional text_pair, label)",
+        type=["csv", "jsonl"],
         key=f"{key}.upload",
     )
     if upload is None:
@@ -209,13 +217,13 @@ def split_choice(key: str) -> str:
 def _view_widget(class_names: Sequence[str]):
     def widget(label: str, default: Any, help_text: str, key: str) -> str:
         options = ["pred", "gold", "all", *class_names]
-        return st.selectbox(label, options, index=options.index(default), help=help_text,
-                            key=key)
+        return st.selectbox(label, options, index=options.index(default), help=help_text, key=key)
 
     return widget
 
 
 def heatmap_settings(key: str, class_names: Sequence[str]) -> HeatmapSettings:
     """Method, steps, baseline, K and view, from :class:`HeatmapSettings`'s fields."""
-    return config_widgets(HeatmapSettings, key, overrides={"view": _view_widget(class_names)},
-                          columns=5)
+    return config_widgets(
+        HeatmapSettings, key, overrides={"view": _view_widget(class_names)}, columns=5
+    )

@@ -26,8 +26,9 @@ SOURCES = ("Type texts", "Pick from a split", "Upload a file")
 
 
 def _formats(label: str, default: Any, help_text: str, key: str) -> str:
-    chosen = st.multiselect(label, FORMAT_CHOICES, default=default.split(","), help=help_text,
-                            key=key)
+    chosen = st.multiselect(
+        label, FORMAT_CHOICES, default=default.split(","), help=help_text, key=key
+    )
     return ",".join(chosen)
 
 
@@ -38,8 +39,13 @@ def _examples(teacher, pair: bool):
     if source == SOURCES[2]:
         return common.uploaded_examples(KEY)
     frame = common.split_frame(teacher, common.split_choice(KEY))
-    chosen = st.dataframe(frame[["text", "label"]], on_select="rerun", height=220,
-                          selection_mode="multi-row", key=f"{KEY}.table")
+    chosen = st.dataframe(
+        frame[["text", "label"]],
+        on_select="rerun",
+        height=220,
+        selection_mode="multi-row",
+        key=f"{KEY}.table",
+    )
     return common.frame_examples(frame.iloc[chosen.selection.rows])
 
 
@@ -60,11 +66,19 @@ def render() -> None:
         st.info("No trained runs yet.")
         return
     teacher = next((e for e in usable.values() if e.kind == "teacher"), None)
-    default = [] if teacher is None else [teacher.name] + [
-        n for n, e in usable.items() if e.kind == "student" and same_folder(e.teacher_run,
-                                                                            teacher.path)]
-    chosen = st.multiselect("Models (one heatmap row each)", list(usable), default=default,
-                            key=f"{KEY}.models")
+    default = (
+        []
+        if teacher is None
+        else [teacher.name]
+        + [
+            n
+            for n, e in usable.items()
+            if e.kind == "student" and same_folder(e.teacher_run, teacher.path)
+        ]
+    )
+    chosen = st.multiselect(
+        "Models (one heatmap row each)", list(usable), default=default, key=f"{KEY}.models"
+    )
     if not chosen:
         return
     loaded = common.load_models([usable[name] for name in chosen])
@@ -76,8 +90,9 @@ def render() -> None:
         return
     examples = _examples(loaded[0], spec.pair)
     settings = common.heatmap_settings(f"{KEY}.settings", spec.label_names)
-    export_settings = config_widgets(ExportSettings, f"{KEY}.files",
-                                     overrides={"formats": _formats}, columns=2)
+    export_settings = config_widgets(
+        ExportSettings, f"{KEY}.files", overrides={"formats": _formats}, columns=2
+    )
     if not examples:
         st.caption("No examples yet.")
         return
@@ -96,8 +111,13 @@ def render() -> None:
         return
     if f"{KEY}.archive" in st.session_state:
         archive, names = st.session_state[f"{KEY}.archive"]
-        st.download_button(f"Download {len(names)} files (zip)", archive, "heatmaps.zip",
-                           "application/zip", key=f"{KEY}.download")
+        st.download_button(
+            f"Download {len(names)} files (zip)",
+            archive,
+            "heatmaps.zip",
+            "application/zip",
+            key=f"{KEY}.download",
+        )
         st.text(", ".join(names))
 
 

@@ -47,8 +47,11 @@ class DemoState:
 
 
 def _launch_build(root: Path, folder: Path, mode: str) -> Job:
-    print(f"kd-workbench: no runs under {root}: building the demo in {folder} "
-          f"(MiniLM-L6 teacher on tweets, KD and AD-KD students); progress follows", flush=True)
+    print(
+        f"kd-workbench: no runs under {root}: building the demo in {folder} "
+        f"(MiniLM-L6 teacher on tweets, KD and AD-KD students); progress follows",
+        flush=True,
+    )
     return launch(root, "demo", "demo", folder, mode, to_terminal=True)
 
 
@@ -109,8 +112,10 @@ def first_run_panel() -> None:
             _launch_build(root, state.folder, demo_mode())
             st.rerun()
         return
-    st.info(f"First run: building the demo runs in {plain(state.folder)} (MiniLM-L6 teacher "
-            "fine-tuned on the bundled tweets, then students distilled with vanilla KD and "
-            "AD-KD). This happens once; the pages fill in when it is done.",
-            icon=":material/hourglass_top:")
+    st.info(
+        f"First run: building the demo runs in {plain(state.folder)} (MiniLM-L6 teacher "
+        "fine-tuned on the bundled tweets, then students distilled with vanilla KD and "
+        "AD-KD). This happens once; the pages fill in when it is done.",
+        icon=":material/hourglass_top:",
+    )
     _progress(state)

@@ -39,13 +39,24 @@ def _widget(cls: type, f: dataclasses.Field, default: Any, key: str) -> Any:
         return st.checkbox(label, value=bool(default), help=help_text, key=key)
     if kind is int:
         domain = f.metadata.get("domain")
-        return st.number_input(label, value=default, step=1, help=help_text, key=key,
-                               min_value=domain.minimum if domain else None,
-                               placeholder="default" if optional else None)
+        return st.number_input(
+            label,
+            value=default,
+            step=1,
+            help=help_text,
+            key=key,
+            min_value=domain.minimum if domain else None,
+            placeholder="default" if optional else None,
+        )
     if kind is float:
-        return st.number_input(label, value=None if default is None else float(default),
-                               format="%g", help=help_text, key=key,
-                               placeholder="default" if optional else None)
+        return st.number_input(
+            label,
+            value=None if default is None else float(default),
+            format="%g",
+            help=help_text,
+            key=key,
+            placeholder="default" if optional else None,
+        )
     if kind is tuple:  # a repeatable option: one value per line
         text = st.text_area(label, value="\n".join(default), help=help_text, key=key)
         return tuple(line.strip() for line in text.splitlines() if line.strip())

@@ -19,8 +19,11 @@ from workbench.models import LoadedRun, encoder_layers, select_layers
 from workbench.runs import RESOLVED
 
 KEY = "geometry"
-PAIR_KINDS = {"cosine distance": "cosine", "Euclidean distance": "l2",
-              "Euclidean / mean": "l2_mean"}
+PAIR_KINDS = {
+    "cosine distance": "cosine",
+    "Euclidean distance": "l2",
+    "Euclidean / mean": "l2_mean",
+}
 TEACHER_COLOUR, STUDENT_COLOUR = "#e66101", "#5e3c99"  # PuOr ends: colour-blind safe
 
 
@@ -36,24 +39,33 @@ def layer_mapping(teacher: LoadedRun, student: LoadedRun) -> tuple[list[tuple[in
         config = from_dict(ObjectiveConfig, configs["objective"])
         record = Objective.resolve(config, n, m, teacher.spec.num_labels).record()
     if record.get("relation_pairs"):
-        return ([tuple(p) for p in record["relation_pairs"]],
-                "uniform mapping of the relation terms (CKD)")
+        return (
+            [tuple(p) for p in record["relation_pairs"]],
+            "uniform mapping of the relation terms (CKD)",
+        )
     if record.get("patient_pairs"):
-        return ([tuple(p) for p in record["patient_pairs"]],
-                f"Patient KD mapping ({info['method']})")
+        return (
+            [tuple(p) for p in record["patient_pairs"]],
+            f"Patient KD mapping ({info['method']})",
+        )
     student_config = configs["student"]
     if student_config.get("init") == "cut":
         kept = select_layers(n, m, student_config.get("layers", "skip"))
-        return ([(0, 0)] + [(j + 1, t + 1) for j, t in enumerate(kept)],
-                f"no layer term: the teacher layers the student was cut from "
-                f"({student_config.get('layers')})")
+        return (
+            [(0, 0)] + [(j + 1, t + 1) for j, t in enumerate(kept)],
+            f"no layer term: the teacher layers the student was cut from "
+            f"({student_config.get('layers')})",
+        )
     step = n / m
-    return ([(j, round(j * step)) for j in range(m + 1)],
-            "no layer term: proportional positions shown")
+    return (
+        [(j, round(j * step)) for j in range(m + 1)],
+        "no layer term: proportional positions shown",
+    )
 
 
-def _matrix(ax, matrix: Tensor, labels: list[str], title: str, cmap: str, vmin=None,
-            vmax=None) -> None:
+def _matrix(
+    ax, matrix: Tensor, labels: list[str], title: str, cmap: str, vmin=None, vmax=None
+) -> None:
     image = ax.imshow(matrix.numpy(), cmap=cmap, vmin=vmin, vmax=vmax)
     ax.set_title(title, fontsize=9, parse_math=False)
     ticks = range(len(labels))
@@ -62,8 +74,9 @@ def _matrix(ax, matrix: Tensor, labels: list[str], title: str, cmap: str, vmin=N
     ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.03)
 
 
-def _side_by_side(matrices: list[tuple[Tensor, list[str], str]], cmap: str, cells: int,
-                  vmin=None, vmax=None) -> Figure:
+def _side_by_side(
+    matrices: list[tuple[Tensor, list[str], str]], cmap: str, cells: int, vmin=None, vmax=None
+) -> Figure:
     """Teacher and student matrices in one figure on one colour range, sized for ``cells``
     rows (the same for every figure of the page, so they line up)."""
     if vmax is None:
@@ -76,24 +89,44 @@ def _side_by_side(matrices: list[tuple[Tensor, list[str], str]], cmap: str, cell
     return fig
 
 
-def mapping_figure(pairs: list[tuple[int, int]], teacher_layers: int, student_layers: int,
-                   chosen: tuple[int, int]) -> Figure:
+def mapping_figure(
+    pairs: list[tuple[int, int]], teacher_layers: int, student_layers: int, chosen: tuple[int, int]
+) -> Figure:
     """Teacher layers on the left, student layers on the right, a line per matched pair (the
     chosen pair in bold); 0 is the embedding output."""
-    fig = Figure(figsize=(2.4, max(2.6, 0.42 * (teacher_layers + 1) + 0.6)),
-                 layout="constrained")
+    fig = Figure(figsize=(2.4, max(2.6, 0.42 * (teacher_layers + 1) + 0.6)), layout="constrained")
     ax = fig.subplots()
     scale = teacher_layers / max(student_layers, 1)
     for layer in range(teacher_layers + 1):
-        ax.text(0, layer, f"T{layer}", ha="center", va="center", fontsize=9, color="white",
-                bbox={"boxstyle": "round", "fc": TEACHER_COLOUR, "ec": "none"})
+        ax.text(
+            0,
+            layer,
+            f"T{layer}",
+            ha="center",
+            va="center",
+            fontsize=9,
+            color="white",
+            bbox={"boxstyle": "round", "fc": TEACHER_COLOUR, "ec": "none"},
+        )
     for layer in range(student_layers + 1):
-        ax.text(1, layer * scale, f"S{layer}", ha="center", va="center", fontsize=9,
-                color="white", bbox={"boxstyle": "round", "fc": STUDENT_COLOUR, "ec": "none"})
+        ax.text(
+            1,
+            layer * scale,
+            f"S{layer}",
+            ha="center",
+            va="center",
+            fontsize=9,
+            color="white",
+            bbox={"boxstyle": "round", "fc": STUDENT_COLOUR, "ec": "none"},
+        )
     for student, teacher in pairs:
         bold = (student, teacher) == chosen
-        ax.plot([0.1, 0.9], [teacher, student * scale], color="black" if bold else "#999999",
-                linewidth=2 if bold else 1)
+        ax.plot(
+            [0.1, 0.9],
+            [teacher, student * scale],
+            color="black" if bold else "#999999",
+            linewidth=2 if bold else 1,
+        )
     ax.set_xlim(-0.3, 1.3)
     ax.set_ylim(teacher_layers + 0.6, -0.6)
     ax.set_axis_off()
@@ -125,43 +158,74 @@ def render() -> None:
     labels = [f"{i}:{t}" for i, t in enumerate(tokens)]
     diagram, choices = st.columns([1, 3])
     with choices:
-        chosen = pairs[names.index(st.selectbox("Layer pair", names, index=len(names) - 1,
-                                                key=f"{KEY}.pair"))]
+        chosen = pairs[
+            names.index(st.selectbox("Layer pair", names, index=len(names) - 1, key=f"{KEY}.pair"))
+        ]
         kind = st.selectbox("Pair relation", list(PAIR_KINDS), key=f"{KEY}.kind")
-        token = st.selectbox("Token (angles, across layers)", range(len(tokens)),
-                             format_func=labels.__getitem__, index=min(1, len(tokens) - 1),
-                             key=f"{KEY}.token")
+        token = st.selectbox(
+            "Token (angles, across layers)",
+            range(len(tokens)),
+            format_func=labels.__getitem__,
+            index=min(1, len(tokens) - 1),
+            key=f"{KEY}.token",
+        )
         st.caption(common.plain(f"Layer mapping: {how}. Layer 0 is the embedding output."))
     with diagram:
-        st.pyplot(mapping_figure(pairs, len(teacher_states) - 1, len(student_states) - 1,
-                                 chosen), width=220)
+        st.pyplot(
+            mapping_figure(pairs, len(teacher_states) - 1, len(student_states) - 1, chosen),
+            width=220,
+        )
 
     student_layer, teacher_layer = chosen
     states = {"teacher": teacher_states[teacher_layer], "student": student_states[student_layer]}
-    titles = {"teacher": f"teacher layer {teacher_layer}",
-              "student": f"student layer {student_layer}"}
-    distances = {name: pairwise_distance_relation(h[None], kind=PAIR_KINDS[kind])[0][0]
-                 for name, h in states.items()}
+    titles = {
+        "teacher": f"teacher layer {teacher_layer}",
+        "student": f"student layer {student_layer}",
+    }
+    distances = {
+        name: pairwise_distance_relation(h[None], kind=PAIR_KINDS[kind])[0][0]
+        for name, h in states.items()
+    }
     angles = {}
     for name, h in states.items():
         banded, valid = windowed_angle_relation(h[None])
         angles[name] = dense_angles(banded[0], valid[0], token)
     across = {"teacher": teacher_states[:, token], "student": student_states[:, token]}
-    layer_relation = {name: pairwise_distance_relation(h[None], kind=PAIR_KINDS[kind])[0][0]
-                      for name, h in across.items()}
+    layer_relation = {
+        name: pairwise_distance_relation(h[None], kind=PAIR_KINDS[kind])[0][0]
+        for name, h in across.items()
+    }
 
     st.subheader("Word relation: pairwise distances")
-    st.pyplot(_side_by_side([(distances[n], labels, titles[n]) for n in states], "Oranges",
-                            len(tokens)))
+    st.pyplot(
+        _side_by_side([(distances[n], labels, titles[n]) for n in states], "Oranges", len(tokens))
+    )
     st.subheader(f"Word relation: angles around token {common.plain(labels[token])}")
-    st.caption("cos∠(r_j − r_i, r_k − r_i) for tokens j, k in the window around i; blank outside "
-               "the window.")
-    st.pyplot(_side_by_side([(angles[n], labels, titles[n]) for n in states], "PuOr_r",
-                            len(tokens), vmin=-1.0, vmax=1.0))
+    st.caption(
+        "cos∠(r_j − r_i, r_k − r_i) for tokens j, k in the window around i; blank outside "
+        "the window."
+    )
+    st.pyplot(
+        _side_by_side(
+            [(angles[n], labels, titles[n]) for n in states],
+            "PuOr_r",
+            len(tokens),
+            vmin=-1.0,
+            vmax=1.0,
+        )
+    )
     st.subheader(f"Layer-transforming relation of token {common.plain(labels[token])}")
-    st.pyplot(_side_by_side([
-        (layer_relation[n], [f"L{i}" for i in range(len(across[n]))], f"{n}, across layers")
-        for n in states], "Oranges", len(tokens)))
+    st.pyplot(
+        _side_by_side(
+            [
+                (layer_relation[n], [f"L{i}" for i in range(len(across[n]))], f"{n}, across layers")
+                for n in states
+            ],
+            "Oranges",
+            len(tokens),
+        )
+    )
+
 
 if __name__ == "__main__":
     common.run_page(render)

@@ -42,9 +42,11 @@ def heatmap_html(heatmap: Heatmap, notes: Mapping[str, str] | None = None) -> st
         cells = []
         for token, score in zip(row.tokens, row.scores, strict=True):
             rgb = score_to_rgb(score, scale)
-            cells.append(f'<td class="kdw-token" title="{e(f"{score:.3f}")}" '
-                         f'style="background:{_hex(rgb)};color:{_hex(text_rgb(rgb))}">'
-                         f"{e(token)}</td>")
+            cells.append(
+                f'<td class="kdw-token" title="{e(f"{score:.3f}")}" '
+                f'style="background:{_hex(rgb)};color:{_hex(text_rgb(rgb))}">'
+                f"{e(token)}</td>"
+            )
         sub = [row.prediction or "", (notes or {}).get(row.label, "")]
         label = e(row.label) + "".join(f'<span class="kdw-sub">{e(s)}</span>' for s in sub if s)
         rows.append(f'<tr class="kdw-row"><th>{label}</th>{"".join(cells)}</tr>')
@@ -53,11 +55,12 @@ def heatmap_html(heatmap: Heatmap, notes: Mapping[str, str] | None = None) -> st
         for i in range(17)
     )
     ticks = [label for _, label in scale.ticks()]
-    legend = (f'<div class="kdw-legend"><span>{e(ticks[0])}</span><div class="kdw-bar" '
-              f'style="background:linear-gradient(to right, {stops})"></div>'
-              f"<span>{e(ticks[-1])}</span><span>{e(scale.cmap)}, shared by all rows</span></div>")
-    return (f'{_VIEW_STYLE}<div class="kdw-heatmap"><table>{"".join(rows)}</table>'
-            f"{legend}</div>")
+    legend = (
+        f'<div class="kdw-legend"><span>{e(ticks[0])}</span><div class="kdw-bar" '
+        f'style="background:linear-gradient(to right, {stops})"></div>'
+        f"<span>{e(ticks[-1])}</span><span>{e(scale.cmap)}, shared by all rows</span></div>"
+    )
+    return f'{_VIEW_STYLE}<div class="kdw-heatmap"><table>{"".join(rows)}</table>{legend}</div>'
 
 
 def show_heatmap(heatmap: Heatmap, notes: Mapping[str, str] | None = None) -> None:

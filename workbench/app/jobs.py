@@ -95,13 +95,21 @@ def launch(
     path = job_file(root, name)
     path.parent.mkdir(parents=True, exist_ok=True)
     log = None if to_terminal else path.with_suffix(".log")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        filter(None, [str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")])
+        ),
+    }
     command = [sys.executable, "-m", RUNNER, kind, str(target), argument]
     with open(log, "w") if log else nullcontext() as output:
         process = subprocess.Popen(
-            command, env=env, stdin=subprocess.DEVNULL, stdout=output,
-            stderr=subprocess.STDOUT if output else None, start_new_session=not to_terminal,
+            command,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT if output else None,
+            start_new_session=not to_terminal,
         )
     job = Job(name, kind, str(target), process.pid, time.time(), str(log) if log else None)
     atomic_write_json(path, asdict(job))

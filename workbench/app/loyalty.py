@@ -36,10 +36,18 @@ def loyalty_scatter(frame: pd.DataFrame, students: list[str]) -> Figure:
     axes = np.atleast_1d(fig.subplots(1, len(students), squeeze=False)[0])
     for ax, student in zip(axes, students, strict=True):
         right = frame[f"{student} ✓"].astype(bool)
-        for mask, colour, label in ((right, RIGHT, "student right"),
-                                    (~right, WRONG, "student wrong")):
-            ax.scatter(frame.loc[mask, f"{student} PL"], frame.loc[mask, f"{student} SL"],
-                       s=10, alpha=0.6, color=colour, label=label)
+        for mask, colour, label in (
+            (right, RIGHT, "student right"),
+            (~right, WRONG, "student wrong"),
+        ):
+            ax.scatter(
+                frame.loc[mask, f"{student} PL"],
+                frame.loc[mask, f"{student} SL"],
+                s=10,
+                alpha=0.6,
+                color=colour,
+                label=label,
+            )
         ax.set_xlabel("probability loyalty PL", fontsize=8)
         ax.set_ylabel("saliency loyalty SL", fontsize=8)
         ax.set_title(student, fontsize=9, parse_math=False)
@@ -71,23 +79,36 @@ def render() -> None:
     left, right = st.columns(2)
     with left:
         split = common.split_choice(KEY)
-    limit = right.number_input("Examples (a fixed sample of the split, stratified)", 10,
-                               100_000, 500, 100, key=f"{KEY}.limit")
+    limit = right.number_input(
+        "Examples (a fixed sample of the split, stratified)",
+        10,
+        100_000,
+        500,
+        100,
+        key=f"{KEY}.limit",
+    )
     summary, frame = common.split_loyalty(teacher, students, split, int(limit))
     names = [s.name for s in students]
     st.subheader(f"Scores on {split} ({len(frame)} examples)")
     st.dataframe(summary.round(3).astype(object).where(summary.notna(), "—"))
-    st.caption("LL: share of examples where the student predicts the teacher's class; PL: mean "
-               "of 1 − √JSD(p_t ‖ p_s); SL: mean Pearson correlation of the two models' Grad "
-               "saliency (×100).")
+    st.caption(
+        "LL: share of examples where the student predicts the teacher's class; PL: mean "
+        "of 1 − √JSD(p_t ‖ p_s); SL: mean Pearson correlation of the two models' Grad "
+        "saliency (×100)."
+    )
     st.pyplot(distributions(frame, names))
     st.pyplot(loyalty_scatter(frame, names))
 
     st.subheader("Where a student departs most from its teacher")
     student = st.selectbox("Student", names, key=f"{KEY}.student")
     table = departures(frame, student)
-    chosen = st.dataframe(table.style.format(precision=3), on_select="rerun", height=260,
-                          selection_mode="single-row", key=f"{KEY}.departures")
+    chosen = st.dataframe(
+        table.style.format(precision=3),
+        on_select="rerun",
+        height=260,
+        selection_mode="single-row",
+        key=f"{KEY}.departures",
+    )
     if not chosen.selection.rows:
         st.caption("Select a row to see the example and open it in the Case study.")
         return

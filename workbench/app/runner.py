@@ -53,9 +53,16 @@ class ProgressFile:
         append_json_line(self.folder / PROGRESS_FILE, {"stage": message, "time": time.time()})
 
     def on_step(self, step: int, total: int, losses: dict[str, float]) -> None:
-        append_json_line(self.folder / PROGRESS_FILE, {
-            "step": step, "total": total, "stage": self.stage, "time": time.time(), **losses,
-        })
+        append_json_line(
+            self.folder / PROGRESS_FILE,
+            {
+                "step": step,
+                "total": total,
+                "stage": self.stage,
+                "time": time.time(),
+                **losses,
+            },
+        )
 
     def should_stop(self) -> bool:
         return (self.folder / STOP_FILE).exists()
@@ -69,14 +76,22 @@ def _train(kind: str, run_dir: Path, configs: dict[str, Any]) -> None:
     data = from_dict(DataConfig, configs["data"])
     optim = from_dict(OptimConfig, configs["optim"])
     if kind == "teacher":
-        train_teacher(data, from_dict(TeacherConfig, configs["teacher"]), optim, run_dir,
-                      [callback])
+        train_teacher(
+            data, from_dict(TeacherConfig, configs["teacher"]), optim, run_dir, [callback]
+        )
         return
     student = from_dict(StudentConfig, configs["student"])
     objective = from_dict(ObjectiveConfig, configs["objective"])
     if kind == "tune":  # each trial's steps land in the study's progress file
-        tune(data, student, objective, optim, from_dict(TuneConfig, configs["tune"]), run_dir,
-             callbacks=[callback])
+        tune(
+            data,
+            student,
+            objective,
+            optim,
+            from_dict(TuneConfig, configs["tune"]),
+            run_dir,
+            callbacks=[callback],
+        )
     else:
         distill(data, student, objective, optim, run_dir, [callback])
 
@@ -101,8 +116,10 @@ def main(argv: list[str]) -> int:
         else:
             _train(kind, target, json.loads(argv[2]))
     except KeyboardInterrupt:
-        print(f"interrupted: {target} keeps its last checkpoint and resumes when launched "
-              "again", file=sys.stderr)
+        print(
+            f"interrupted: {target} keeps its last checkpoint and resumes when launched again",
+            file=sys.stderr,
+        )
         return 130
     except WorkbenchError as error:
         print(f"error: {error}", file=sys.stderr)

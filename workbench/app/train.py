@@ -40,8 +40,12 @@ from workbench.runs import Run
 KEY = "train"
 SECTIONS = {
     "teacher": (("data", DataConfig), ("teacher", TeacherConfig), ("optim", OptimConfig)),
-    "student": (("data", DataConfig), ("student", StudentConfig),
-                ("objective", ObjectiveConfig), ("optim", OptimConfig)),
+    "student": (
+        ("data", DataConfig),
+        ("student", StudentConfig),
+        ("objective", ObjectiveConfig),
+        ("optim", OptimConfig),
+    ),
 }
 SECTIONS["search"] = (*SECTIONS["student"], ("tune", TuneConfig))  # kdw tune
 JOB_KIND = {"teacher": "teacher", "student": "student", "search": "tune"}
@@ -61,22 +65,27 @@ def _select(options: list[str]):
 
 def _form(root, kind: str, teacher: RunEntry | None) -> None:
     """The configuration form; on submit, the training starts in the background."""
-    data_defaults = (from_dict(DataConfig, teacher.info["configs"]["data"])
-                     if teacher is not None else None)
+    data_defaults = (
+        from_dict(DataConfig, teacher.info["configs"]["data"]) if teacher is not None else None
+    )
     overrides = {"preset": _select(sorted(PRESETS))}
     if teacher is not None:
         overrides["teacher_run"] = _select([str(teacher.path)])
-    default_name = st.session_state.setdefault(f"{KEY}.default_name.{kind}",
-                                               f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}")
+    default_name = st.session_state.setdefault(
+        f"{KEY}.default_name.{kind}", f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
+    )
     with st.form(f"{KEY}.form.{kind}"):
-        name = st.text_input("Run name (a folder under the runs root)", default_name,
-                             key=f"{KEY}.name")
+        name = st.text_input(
+            "Run name (a folder under the runs root)", default_name, key=f"{KEY}.name"
+        )
         configs = {}
         for section, cls in SECTIONS[kind]:
-            scope = f"{KEY}.{kind}.{section}" + (f".{teacher.name}" if section == "data" and
-                                                  teacher is not None else "")
-            with st.expander(f"{section}: {(cls.__doc__ or '').strip()}",
-                             expanded=section != "optim"):
+            scope = f"{KEY}.{kind}.{section}" + (
+                f".{teacher.name}" if section == "data" and teacher is not None else ""
+            )
+            with st.expander(
+                f"{section}: {(cls.__doc__ or '').strip()}", expanded=section != "optim"
+            ):
                 defaults = data_defaults if section == "data" else None
                 configs[section] = to_dict(config_widgets(cls, scope, defaults, overrides))
         launched = st.form_submit_button("Launch", type="primary", key=f"{KEY}.launch")
@@ -86,8 +95,9 @@ def _form(root, kind: str, teacher: RunEntry | None) -> None:
     if not NAME.match(name.strip()):
         st.error("Name the run with letters, digits, '-', '_' or '.'.")
     elif target.exists():
-        st.error(common.plain(f"{target} exists: choose another name, or resume it from the "
-                              "list below."))
+        st.error(
+            common.plain(f"{target} exists: choose another name, or resume it from the list below.")
+        )
     else:
         launch_training(root, target, JOB_KIND[kind], configs)
         st.success(common.plain(f"Started {name}: follow it below."))
@@ -127,8 +137,11 @@ def _live(job: Job) -> None:
     """One running training: progress, curves and a stop button, refreshed every 2 s."""
     steps = step_records(read_progress(job.folder))
     last = steps[-1] if steps else None
-    text = (f"{job.name}: step {last['step']}/{last['total']}, loss {last.get('loss', 0):.4f}"
-            if last else f"{job.name}: preparing (data, model, teacher cache)…")
+    text = (
+        f"{job.name}: step {last['step']}/{last['total']}, loss {last.get('loss', 0):.4f}"
+        if last
+        else f"{job.name}: preparing (data, model, teacher cache)…"
+    )
     st.progress(last["step"] / last["total"] if last else 0.0, text=text)
     metrics = Run(job.folder).metrics() if (job.folder / "run.json").exists() else []
     _curves(job.folder, metrics)
@@ -159,8 +172,11 @@ def _studies(root) -> None:
                 st.scatter_chart(done, x="trial", y="dev")
         best = folder / "best.json"
         if best.exists():
-            st.caption(common.plain(f"best configuration: {best} (kdw distill --config "
-                                    f"{best} --run-dir DIR)"))
+            st.caption(
+                common.plain(
+                    f"best configuration: {best} (kdw distill --config {best} --run-dir DIR)"
+                )
+            )
 
 
 def _runs_table(entries: list[RunEntry], root) -> pd.DataFrame:
@@ -170,15 +186,23 @@ def _runs_table(entries: list[RunEntry], root) -> pd.DataFrame:
         main = (entry.info.get("task", {}).get("metrics") or ["metric"])[0]
         job = job_for(root, entry.path)
         state = "training" if job is not None and job.alive else entry.state
-        rows.append({
-            "run": entry.name, "kind": entry.kind, "method": entry.method, "task": entry.task,
-            "state": state if entry.info else "broken",
-            "step": f"{entry.status.get('step') or 0}/{entry.status.get('total') or '?'}",
-            "dev": f"{main} {results['dev'][main]:.3f}" if main in results.get("dev", {}) else "",
-            "test": f"{main} {results['test'][main]:.3f}" if main in results.get("test", {})
-            else "",
-            "problem": entry.problem or "",
-        })
+        rows.append(
+            {
+                "run": entry.name,
+                "kind": entry.kind,
+                "method": entry.method,
+                "task": entry.task,
+                "state": state if entry.info else "broken",
+                "step": f"{entry.status.get('step') or 0}/{entry.status.get('total') or '?'}",
+                "dev": f"{main} {results['dev'][main]:.3f}"
+                if main in results.get("dev", {})
+                else "",
+                "test": f"{main} {results['test'][main]:.3f}"
+                if main in results.get("test", {})
+                else "",
+                "problem": entry.problem or "",
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -188,9 +212,11 @@ def _details(entry: RunEntry, root) -> None:
     running = job is not None and job.alive
     if entry.info and not running and entry.state in RESUMABLE:
         if entry.state == "running":
-            st.caption("Its status says running but the app runs no job for it: it was "
-                       "interrupted, or another process (kdw) is training it — resume only if "
-                       "not, or the two would overwrite each other.")
+            st.caption(
+                "Its status says running but the app runs no job for it: it was "
+                "interrupted, or another process (kdw) is training it — resume only if "
+                "not, or the two would overwrite each other."
+            )
         if st.button(f"Resume {common.plain(entry.name)}", key=f"{KEY}.resume"):
             launch_training(root, entry.path, entry.kind, entry.info["configs"])
             st.rerun()
@@ -215,9 +241,13 @@ def render() -> None:
     root = runs_root()
     entries = discover_runs(root)
     st.subheader("New training")
-    kind = st.radio("Train a", ["teacher", "student", "search"], horizontal=True,
-                    key=f"{KEY}.kind",
-                    help="search: choose a student method's weights on dev (kdw tune)")
+    kind = st.radio(
+        "Train a",
+        ["teacher", "student", "search"],
+        horizontal=True,
+        key=f"{KEY}.kind",
+        help="search: choose a student method's weights on dev (kdw tune)",
+    )
     teacher = None
     if kind in ("student", "search"):
         teachers = {e.name: e for e in entries if e.kind == "teacher" and e.usable}

@@ -52,16 +52,29 @@ def teacher_maps_cache(
     """
     config = config or AttributionConfig()
     _check_frozen(model)
-    key = {"kind": "attribution-maps", "model": fingerprint(model), "data": data_key,
-           **config.key(), "special_ids": sorted(special_ids) if special_ids else None}
+    key = {
+        "kind": "attribution-maps",
+        "model": fingerprint(model),
+        "data": data_key,
+        **config.key(),
+        "special_ids": sorted(special_ids) if special_ids else None,
+    }
 
     def compute(batch: dict[str, Tensor]) -> dict[str, Tensor]:
         maps, _ = compute_maps(model, batch, config, batch["labels"], special_ids)
         return {"maps": maps.transpose(1, 2)}
 
-    return cached(Path(folder), "attribution-maps", key, dataset, compute, per_token=("maps",),
-                  batch_size=config.batch_size, pad_token_id=_pad_id(model, pad_token_id),
-                  description="teacher attribution maps")
+    return cached(
+        Path(folder),
+        "attribution-maps",
+        key,
+        dataset,
+        compute,
+        per_token=("maps",),
+        batch_size=config.batch_size,
+        pad_token_id=_pad_id(model, pad_token_id),
+        description="teacher attribution maps",
+    )
 
 
 def cached_maps(cache: ExampleCache, index: Tensor, length: int) -> Tensor:
@@ -88,6 +101,14 @@ def teacher_gradients_cache(
     def compute(batch: dict[str, Tensor]) -> dict[str, Tensor]:
         return {"gradients": input_gradients(model, batch, memory_mib=memory_mib)}
 
-    return cached(Path(folder), "input-gradients", key, dataset, compute,
-                  per_token=("gradients",), batch_size=batch_size,
-                  pad_token_id=_pad_id(model, pad_token_id), description="teacher gradients")
+    return cached(
+        Path(folder),
+        "input-gradients",
+        key,
+        dataset,
+        compute,
+        per_token=("gradients",),
+        batch_size=batch_size,
+        pad_token_id=_pad_id(model, pad_token_id),
+        description="teacher gradients",
+    )

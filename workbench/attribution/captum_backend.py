@@ -40,8 +40,9 @@ def _scores(model: PreTrainedModel) -> Callable[..., Tensor]:
     output ``[B, 1]`` for regression)."""
 
     def scores(input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None) -> Tensor:
-        logits = model(input_ids=input_ids, attention_mask=attention_mask,
-                       token_type_ids=token_type_ids).logits
+        logits = model(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+        ).logits
         return logits if is_regression(model) else logits.softmax(-1)
 
     return scores
@@ -53,8 +54,9 @@ def _scores_from_site(model: PreTrainedModel, layer: int | None) -> Callable[...
     scores = _scores(model)
     site = _site_module(model, layer)
 
-    def from_site(value: Tensor, input_ids: Tensor, attention_mask: Tensor,
-                  token_type_ids: Tensor | None) -> Tensor:
+    def from_site(
+        value: Tensor, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None
+    ) -> Tensor:
         with output_replaced(site, value):
             return scores(input_ids, attention_mask, token_type_ids)
 
@@ -89,8 +91,12 @@ def captum_integrated_gradients(
     batch = _batch(input_ids, attention_mask, token_type_ids)
     targets = resolve_target(model, batch, target)
     extra = (attention_mask, token_type_ids)
-    options = {"target": targets, "n_steps": steps, "method": "riemann_right",
-               "internal_batch_size": internal_batch_size}
+    options = {
+        "target": targets,
+        "n_steps": steps,
+        "method": "riemann_right",
+        "internal_batch_size": internal_batch_size,
+    }
     if baseline == "zero":
         site = site_output(model, batch, layer).detach()
         ig = IntegratedGradients(_scores_from_site(model, layer)).attribute(
@@ -98,8 +104,11 @@ def captum_integrated_gradients(
         )
     else:
         ig = LayerIntegratedGradients(_scores(model), _site_module(model, layer)).attribute(
-            input_ids, baselines=baseline_ids(model, batch, baseline, special_ids),
-            additional_forward_args=extra, attribute_to_layer_input=False, **options,
+            input_ids,
+            baselines=baseline_ids(model, batch, baseline, special_ids),
+            additional_forward_args=extra,
+            attribute_to_layer_input=False,
+            **options,
         )
     return ig.detach() * attention_mask[:, :, None]
 

@@ -196,8 +196,9 @@ def site_output(model: PreTrainedModel, batch: Batch, layer: int | None = None) 
     return forward(model, batch, hidden_states=True).hidden_states[layer + 1]
 
 
-def special_positions(input_ids: Tensor, attention_mask: Tensor,
-                      special_ids: Collection[int] | None = None) -> Tensor:
+def special_positions(
+    input_ids: Tensor, attention_mask: Tensor, special_ids: Collection[int] | None = None
+) -> Tensor:
     """Positions ``[B, L]`` (bool) holding special tokens: ids in ``special_ids``, or by default
     the ids of each sequence's first and last real token ([CLS] and [SEP] for BERT tokenizers,
     so a pair's middle [SEP] counts too)."""
@@ -218,8 +219,9 @@ def _pad_id(model: PreTrainedModel) -> int:
     return int(pad)
 
 
-def baseline_ids(model: PreTrainedModel, batch: Batch, baseline: str,
-                 special_ids: Collection[int] | None = None) -> Tensor:
+def baseline_ids(
+    model: PreTrainedModel, batch: Batch, baseline: str, special_ids: Collection[int] | None = None
+) -> Tensor:
     """Token ids ``[B, L]`` of the pad baselines: all [PAD], or [PAD] except special tokens."""
     ids = batch["input_ids"]
     pads = torch.full_like(ids, _pad_id(model))
@@ -250,8 +252,9 @@ def baseline_output(
 # chunking
 
 
-def bytes_per_token(model: PreTrainedModel, length: int, views: int = 1,
-                    create_graph: bool = False) -> int:
+def bytes_per_token(
+    model: PreTrainedModel, length: int, views: int = 1, create_graph: bool = False
+) -> int:
     """Estimated autograd memory of one row×position cell: per layer ``20·d`` saved activations
     plus ``3·heads·L`` attention values, ×``(1 + (V−1)/10)`` for ``V`` batched vector-Jacobian
     products, or ×``3(1 + 0.4(V−1))`` when the graph is kept for a double backward; ×1.3 for
@@ -265,8 +268,14 @@ def bytes_per_token(model: PreTrainedModel, length: int, views: int = 1,
     return int(1.3 * size * config.num_hidden_layers * per_layer * factor)
 
 
-def batch_token_limit(model: PreTrainedModel, length: int, views: int, create_graph: bool,
-                      max_batch_tokens: int | None, memory_mib: float | None) -> int:
+def batch_token_limit(
+    model: PreTrainedModel,
+    length: int,
+    views: int,
+    create_graph: bool,
+    max_batch_tokens: int | None,
+    memory_mib: float | None,
+) -> int:
     """Row×position cells per chunk: ``max_batch_tokens`` if given, else what fits in
     ``memory_mib`` (default :data:`DEFAULT_MEMORY_MIB`) by :func:`bytes_per_token`."""
     if max_batch_tokens is not None:
@@ -300,8 +309,9 @@ def _vector_jacobian_products(outputs: Tensor, inputs: Tensor, create_graph: boo
         return torch.autograd.grad(outputs.sum(), inputs, create_graph=create_graph)[0][None]
     one_hot = torch.eye(views, dtype=outputs.dtype, device=outputs.device)
     one_hot = one_hot[:, None, :].expand(-1, outputs.shape[0], -1)
-    return torch.autograd.grad(outputs, inputs, grad_outputs=one_hot, is_grads_batched=True,
-                               create_graph=create_graph)[0]
+    return torch.autograd.grad(
+        outputs, inputs, grad_outputs=one_hot, is_grads_batched=True, create_graph=create_graph
+    )[0]
 
 
 def _path_gradients(
@@ -384,17 +394,26 @@ def _integrated_gradients(
         start = baseline_output(model, batch, baseline, layer, special_ids, end)
     with torch.enable_grad():
         gradients, end_logits = _path_gradients(
-            model, batch, start, end, _class_probabilities(model, targets), targets.shape[1],
-            steps=steps, layer=layer, create_graph=create_graph,
-            max_batch_tokens=max_batch_tokens, memory_mib=memory_mib,
+            model,
+            batch,
+            start,
+            end,
+            _class_probabilities(model, targets),
+            targets.shape[1],
+            steps=steps,
+            layer=layer,
+            create_graph=create_graph,
+            max_batch_tokens=max_batch_tokens,
+            memory_mib=memory_mib,
         )
     return (end - start)[None] * gradients, end_logits
 
 
 def _grad_saliency(model: PreTrainedModel, batch: Batch, targets: Tensor, **options) -> Tensor:
     """Grad saliency for the classes ``targets`` ``[B, V]`` → ``[V, B, L]``."""
-    ig, _ = _integrated_gradients(model, batch, targets, steps=1, baseline="zero",
-                                  create_graph=False, **options)
+    ig, _ = _integrated_gradients(
+        model, batch, targets, steps=1, baseline="zero", create_graph=False, **options
+    )
     return ig.sum(-1)
 
 
@@ -452,9 +471,16 @@ def integrated_gradients(
     batch = _batch(input_ids, attention_mask, token_type_ids)
     targets = resolve_target(model, batch, target)[:, None]
     ig, _ = _integrated_gradients(
-        model, batch, targets, steps=steps, baseline=baseline, layer=layer,
-        create_graph=create_graph, special_ids=special_ids,
-        max_batch_tokens=max_batch_tokens, memory_mib=memory_mib,
+        model,
+        batch,
+        targets,
+        steps=steps,
+        baseline=baseline,
+        layer=layer,
+        create_graph=create_graph,
+        special_ids=special_ids,
+        max_batch_tokens=max_batch_tokens,
+        memory_mib=memory_mib,
     )
     return ig[0]
 
@@ -505,9 +531,16 @@ def attribution_maps(
     targets = resolve_views(model, batch, views, labels)
     repeat = 2 if isinstance(views, str) and views == "all" and targets.shape[1] == 2 else 1
     ig, logits = _integrated_gradients(
-        model, batch, targets[:, : targets.shape[1] // repeat], steps=steps, baseline=baseline,
-        layer=layer, create_graph=create_graph, special_ids=special_ids,
-        max_batch_tokens=max_batch_tokens, memory_mib=memory_mib,
+        model,
+        batch,
+        targets[:, : targets.shape[1] // repeat],
+        steps=steps,
+        baseline=baseline,
+        layer=layer,
+        create_graph=create_graph,
+        special_ids=special_ids,
+        max_batch_tokens=max_batch_tokens,
+        memory_mib=memory_mib,
     )
     maps = attribution_map(ig, attention_mask, top_k).transpose(0, 1).repeat(1, repeat, 1)
     return (maps, logits) if return_logits else maps
@@ -529,8 +562,9 @@ def grad_saliency(
     not normalised. Equals IG with a zero baseline and one step, summed over ``d``."""
     batch = _batch(input_ids, attention_mask, token_type_ids)
     targets = resolve_target(model, batch, target)[:, None]
-    return _grad_saliency(model, batch, targets, layer=layer,
-                          max_batch_tokens=max_batch_tokens, memory_mib=memory_mib)[0]
+    return _grad_saliency(
+        model, batch, targets, layer=layer, max_batch_tokens=max_batch_tokens, memory_mib=memory_mib
+    )[0]
 
 
 def input_gradients(
@@ -552,8 +586,14 @@ def input_gradients(
         end = site_output(model, batch)
     with torch.enable_grad():
         gradients, logits = _path_gradients(
-            model, batch, torch.zeros_like(end), end, _max_probability, 1,
-            create_graph=create_graph, max_batch_tokens=max_batch_tokens,
+            model,
+            batch,
+            torch.zeros_like(end),
+            end,
+            _max_probability,
+            1,
+            create_graph=create_graph,
+            max_batch_tokens=max_batch_tokens,
             memory_mib=memory_mib,
         )
     return (gradients[0], logits) if return_logits else gradients[0]

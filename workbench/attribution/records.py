@@ -47,8 +47,12 @@ def _special_ids(tokenizer: PreTrainedTokenizerBase) -> set[int]:
     return {i for i in (tokenizer.cls_token_id, tokenizer.sep_token_id) if i is not None}
 
 
-def _encode(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str],
-            pairs: Sequence[str] | None, max_length: int) -> tuple[dict, list[bool]]:
+def _encode(
+    tokenizer: PreTrainedTokenizerBase,
+    texts: Sequence[str],
+    pairs: Sequence[str] | None,
+    max_length: int,
+) -> tuple[dict, list[bool]]:
     for i, text in enumerate([*texts, *(pairs or [])]):
         if not str(text).strip():
             which = f"text {i}" if i < len(texts) else f"pair {i - len(texts)}"
@@ -82,13 +86,14 @@ def attribute_texts(
         raise WorkbenchError(f"{len(texts)} texts but {len(labels)} labels")
     encoded, truncated = _encode(tokenizer, texts, pairs, settings.max_length)
     token_types = encoded.get("token_type_ids") or [[0] * len(i) for i in encoded["input_ids"]]
-    examples = [{"input_ids": ids, "token_type_ids": types, "label": 0, "index": i}
-                for i, (ids, types) in enumerate(zip(encoded["input_ids"], token_types,
-                                                     strict=True))]
+    examples = [
+        {"input_ids": ids, "token_type_ids": types, "label": 0, "index": i}
+        for i, (ids, types) in enumerate(zip(encoded["input_ids"], token_types, strict=True))
+    ]
     order = sorted(range(len(texts)), key=lambda i: len(examples[i]["input_ids"]))
     records: dict[int, AttributionRecord] = {}
     for start in range(0, len(order), settings.batch_size):
-        chosen = order[start:start + settings.batch_size]
+        chosen = order[start : start + settings.batch_size]
         batch = collate([examples[i] for i in chosen], tokenizer.pad_token_id or 0)
         gold = None if labels is None else torch.tensor([labels[i] for i in chosen])
         maps, names = compute_maps(model, batch, settings, gold, _special_ids(tokenizer))

@@ -34,13 +34,22 @@ def compute_maps(
     inputs = _batch(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
     if config.method == "grad":
         targets = resolve_views(model, inputs, views, labels)
-        saliency = _grad_saliency(model, inputs, targets, layer=config.layer,
-                                  memory_mib=config.memory_mib)
+        saliency = _grad_saliency(
+            model, inputs, targets, layer=config.layer, memory_mib=config.memory_mib
+        )
         return saliency.transpose(0, 1), names
     maps = attribution_maps(
-        model, batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
-        views=views, labels=labels, steps=config.steps,
-        baseline=config.baseline, top_k=config.top_k, layer=config.layer,
-        special_ids=special_ids, memory_mib=config.memory_mib,
+        model,
+        batch["input_ids"],
+        batch["attention_mask"],
+        batch.get("token_type_ids"),
+        views=views,
+        labels=labels,
+        steps=config.steps,
+        baseline=config.baseline,
+        top_k=config.top_k,
+        layer=config.layer,
+        special_ids=special_ids,
+        memory_mib=config.memory_mib,
     )
     return maps, names
