@@ -1,6 +1,7 @@
-"""The layers hold: import-linter's contracts (pyproject.toml, docs/architecture.md) are kept, so a
-reversed import (a foundation module importing analysis or kd, analysis importing kd, kd
-importing a front end) fails the test command."""
+"""Standing checks of the code's shape, run by the test command: import-linter's contracts
+(pyproject.toml, docs/architecture.md) are kept, so a reversed import (a foundation module
+importing analysis or kd, analysis importing kd, kd importing a front end) fails; and the code
+stays ``ruff format``-ted."""
 
 from __future__ import annotations
 
@@ -14,7 +15,28 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_imports_flow_one_way():
     command = Path(sys.executable).with_name("lint-imports")  # installed beside this Python
     assert command.exists(), "lint-imports missing: install the dev extra (import-linter)"
-    result = subprocess.run([str(command), "--no-cache"], cwd=ROOT, capture_output=True,
-                            text=True, timeout=300, check=False)
+    result = subprocess.run(
+        [str(command), "--no-cache"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "0 broken" in result.stdout
+
+
+def test_code_is_formatted():
+    """``ruff format`` was applied once and stays applied (``ruff format .`` fixes a failure)."""
+    command = Path(sys.executable).with_name("ruff")
+    assert command.exists(), "ruff missing: install the dev extra"
+    result = subprocess.run(
+        [str(command), "format", "--check", "."],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
