@@ -107,11 +107,8 @@ def config_defaults(path: str) -> dict:
         values = sections.get(name, {})
         if not isinstance(values, dict):
             raise WorkbenchError(f"--config {path}: section {name!r} is not an object")
-        defaults |= {
-            k: v
-            for k, v in to_dict(from_dict(cls, {**to_dict(cls()), **values})).items()
-            if k in values
-        }
+        from_dict(cls, {**to_dict(cls()), **values})  # unknown settings, bad values: errors
+        defaults |= values
     return defaults
 
 
