@@ -19,6 +19,23 @@ from kd.cli import build_parser, main
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _teacher_arguments(run_dir, task_dir, model_dir) -> list[str]:
+    """``kdw train-teacher`` of a tiny teacher for a tenth of an epoch."""
+    return [
+        "train-teacher",
+        "--run-dir",
+        str(run_dir),
+        "--task",
+        str(task_dir),
+        "--model",
+        str(model_dir),
+        "--epochs",
+        "0.1",
+        "--threads",
+        "1",
+    ]
+
+
 def _error_line(capsys) -> str:
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
@@ -110,19 +127,7 @@ def test_corrupt_and_partial_runs(tmp_path, capsys):
 
 def test_existing_run_with_other_settings_is_kept(tmp_path, tiny_task_dir, tiny_model_dir, capsys):
     run_dir = tmp_path / "run"
-    common = [
-        "train-teacher",
-        "--run-dir",
-        str(run_dir),
-        "--task",
-        str(tiny_task_dir),
-        "--model",
-        str(tiny_model_dir),
-        "--epochs",
-        "0.1",
-        "--threads",
-        "1",
-    ]
+    common = _teacher_arguments(run_dir, tiny_task_dir, tiny_model_dir)
     assert main(common) == 0
     capsys.readouterr()
     before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
@@ -135,24 +140,7 @@ def test_student_with_another_vocabulary_is_refused(
     tmp_path, tiny_task_dir, tiny_model_dir, capsys
 ):
     teacher = tmp_path / "teacher"
-    assert (
-        main(
-            [
-                "train-teacher",
-                "--run-dir",
-                str(teacher),
-                "--task",
-                str(tiny_task_dir),
-                "--model",
-                str(tiny_model_dir),
-                "--epochs",
-                "0.1",
-                "--threads",
-                "1",
-            ]
-        )
-        == 0
-    )
+    assert main(_teacher_arguments(teacher, tiny_task_dir, tiny_model_dir)) == 0
     other = tmp_path / "other-model"
     from tests.conftest import tiny_model
 
@@ -222,24 +210,7 @@ def test_attribute_writes_reloadable_records(tmp_path, tiny_task_dir, tiny_model
     from workbench.attribution import load_attributions
 
     teacher = tmp_path / "teacher"
-    assert (
-        main(
-            [
-                "train-teacher",
-                "--run-dir",
-                str(teacher),
-                "--task",
-                str(tiny_task_dir),
-                "--model",
-                str(tiny_model_dir),
-                "--epochs",
-                "0.1",
-                "--threads",
-                "1",
-            ]
-        )
-        == 0
-    )
+    assert main(_teacher_arguments(teacher, tiny_task_dir, tiny_model_dir)) == 0
     capsys.readouterr()
     out = tmp_path / "attributions"
     awkward = "good\u2028movie\u0085plot\u2029\r nice"  # str.splitlines splits at each
