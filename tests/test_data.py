@@ -11,7 +11,7 @@ import torch
 
 from tests.conftest import tiny_tokenizer
 from workbench.config import DataConfig
-from workbench.data import Split, collate, encode, load_glue, load_task, sample_split
+from workbench.data import Split, collate, encode, load_glue, load_local, load_task, sample_split
 from workbench.errors import WorkbenchError
 
 
@@ -170,7 +170,7 @@ def test_encode_counts_truncation_and_collate_pads(tmp_path: Path):
         {"text": ["good movie", "the film was very very very bad and sad"], "label": ["a", "b"]}
     )
     frame.to_csv(tmp_path / "x.csv", index=False)
-    data = load_task(DataConfig(task=str(tmp_path / "x.csv")))
+    data = load_local(str(tmp_path / "x.csv"), seed=13)  # too small for load_task's checks
     split = data.splits["train"]
     encoded = encode(split, tokenizer, max_length=6)
     assert encoded.truncated == sum(len(t.split()) + 2 > 6 for t in split.texts)

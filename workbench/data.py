@@ -26,6 +26,8 @@ from workbench.files import existing_path, local_path
 from workbench.hub import hub_offline, hub_reachable, hub_unreachable
 
 SPLITS = ("train", "dev", "test")
+MIN_EXAMPLES = {"train": 2, "dev": 1, "test": 1}  # after the split and any subsample
+MISSING_LABELS = {"", "nan"}  # read as text (case aside), these mean no label
 METRICS_CLASSIFICATION = ("accuracy", "macro_f1")
 
 
@@ -420,14 +422,38 @@ def _read_table(path: Path) -> pd.DataFrame:
     try:
         if kind == "parquet":
             return pd.read_parquet(path)
+        encoding = _text_encoding(path)
         if kind == "jsonl":
-            return pd.read_json(path, lines=True)
-        return pd.read_csv(path, sep="\t" if kind == "tsv" else ",", keep_default_na=False)
+            return pd.read_json(path, lines=True, encoding=encoding)
+        if kind == "tsv":  # as the GLUE files are read: a quote character is text, never a
+            # field delimiter, so a stray quote cannot merge rows
+            return pd.read_csv(
+                path, sep="\t", keep_default_na=False, encoding=encoding, quoting=csv.QUOTE_NONE
+            )
+        return pd.read_csv(path, keep_default_na=False, encoding=encoding)
     except (ValueError, OSError, pd.errors.ParserError) as error:
-        raise WorkbenchError(f"{path}: cannot read it as {kind}: {error}") from None
+        raise WorkbenchError(f"{path}: cannot read it as {kind}: {first_line(error)}") from None
+
+
+def _text_encoding(path: Path) -> str:
+    """UTF-8 (a byte-order mark allowed) or UTF-16 with its byte-order mark; anything else is a
+    one-line error with the remedy."""
+    head = path.read_bytes()
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return "utf-16"
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise WorkbenchError(
+            f"{path}: not UTF-8 (byte {error.start} is {head[error.start : error.start + 1]!r}); "
+            "re-save it as UTF-8, e.g. iconv -f latin1 -t utf-8 FILE > FILE.utf8"
+        ) from None
+    return "utf-8-sig"
 
 
 def _check_table(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
+    if frame.empty:
+        raise WorkbenchError(f"{path}: no rows (a header only, or an empty file)")
     missing = [c for c in ("text", "label") if c not in frame.columns]
     if missing:
         raise WorkbenchError(
@@ -446,15 +472,33 @@ def _check_table(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
             raise WorkbenchError(
                 f"{path}: empty {column} in {len(empty)} row(s) (line {rows}); fill or remove them"
             )
-    if frame["label"].isna().any():
-        row = int(np.flatnonzero(frame["label"].isna())[0]) + 2
-        raise WorkbenchError(f"{path}: missing label at line {row}; fill or remove it")
+    missing = frame["label"].isna() | frame["label"].map(
+        lambda v: isinstance(v, str) and v.strip().lower() in MISSING_LABELS
+    )
+    if missing.any():
+        rows = np.flatnonzero(missing.to_numpy())
+        lines = ", ".join(str(i + 2) for i in rows[:5]) + (", ..." if len(rows) > 5 else "")
+        raise WorkbenchError(
+            f"{path}: missing label (empty or NaN) in {len(rows)} row(s) (line {lines}); fill "
+            "or remove them"
+        )
     return frame
 
 
-def _is_regression(labels: pd.Series) -> bool:
+def _is_regression(labels: pd.Series, path: Path) -> bool:
+    """Fractional numbers make a regression target; a column mixing them with values that are
+    not numbers is an error naming those values, never a classification with dozens of
+    classes."""
     numeric = pd.to_numeric(labels, errors="coerce")
-    return bool(numeric.notna().all() and (numeric != numeric.round()).any())
+    fractional = bool((numeric.dropna() != numeric.dropna().round()).any())
+    if fractional and numeric.isna().any():
+        rows = np.flatnonzero(numeric.isna().to_numpy())
+        shown = ", ".join(f"{labels.iloc[i]!r} (line {i + 2})" for i in rows[:5])
+        raise WorkbenchError(
+            f"{path}: the labels have fractions (a regression target) but {len(rows)} are not "
+            f"numbers: {shown}"
+        )
+    return fractional
 
 
 def load_local(path: str, seed: int) -> TaskData:
@@ -484,13 +528,18 @@ def load_local(path: str, seed: int) -> TaskData:
     frames = {ours: _check_table(_read_table(p), p) for ours, p in found.items()}
     train = frames["train"]
     pair = "text_pair" in train.columns
-    if _is_regression(train["label"]):
+    if _is_regression(train["label"], found["train"]):
         label_names: tuple[str, ...] = ()
         for frame in frames.values():
             frame["label"] = pd.to_numeric(frame["label"], errors="raise").astype(float)
         metrics: tuple[str, ...] = ("spearman", "pearson")
     else:
         raw = {str(v) for v in train["label"]}
+        if len(raw) < 2:
+            raise WorkbenchError(
+                f"{found['train']}: every label is {next(iter(raw), '')!r}: a classifier needs "
+                "at least two classes"
+            )
         numeric = all(v.lstrip("-").isdigit() for v in raw)
         label_names = tuple(sorted(raw, key=int if numeric else str))
         for ours, frame in frames.items():
@@ -542,6 +591,16 @@ def load_task(config: DataConfig) -> TaskData:
     for split_name, limit in limits.items():
         data.splits[split_name] = sample_split(
             data.splits[split_name], limit, config.split_seed, stratify=not data.spec.regression
+        )
+    sizes = {split: len(data.splits.get(split, ())) for split in SPLITS}
+    short = [split for split, size in sizes.items() if size < MIN_EXAMPLES[split]]
+    if short:
+        needs = ", ".join(f"{split} {n}" for split, n in MIN_EXAMPLES.items())
+        got = ", ".join(f"{split} {n}" for split, n in sizes.items())
+        raise WorkbenchError(
+            f"{data.source}: too few examples in {', '.join(short)} (each split needs at least: "
+            f"{needs}; got {got}); a single file is split 80/10/10, so give it more rows or "
+            "give dev and test files"
         )
     return data
 
