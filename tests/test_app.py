@@ -356,3 +356,14 @@ def test_a_search_runs_in_the_background_and_shows_its_trials(app, tiny_runs):
     runs = at.dataframe[-1].value
     assert "search" not in set(runs["run"])  # a study is not a broken run folder
     assert any("best configuration" in caption.value for caption in at.caption)
+
+
+def test_train_page_draws_a_runs_objective_diagnostics(app):
+    at = _ok(app.run())
+    at.switch_page("workbench/app/train.py")
+    _ok(at.run())
+    at.selectbox(key="train.details").set_value("student-kd")
+    _ok(at.run())
+    captions = [caption.value for caption in at.caption]
+    assert "each term's share of the gradient (sums to 1)" in captions
+    assert "each term's weighted value (what dominates the loss)" in captions
