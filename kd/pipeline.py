@@ -89,14 +89,16 @@ def _manifest(data: TaskData, data_config: DataConfig, optim: OptimConfig) -> di
     }
 
 
-def _resolved(objective: Objective) -> dict:
+def _resolved(objective: Objective, data: TaskData) -> dict:
     """``run.json``'s record of what the configs resolved to (:data:`workbench.runs.RESOLVED`):
-    a run is described by it, never by today's preset table."""
+    the objective and the exact data split. A run is described by it, never by today's preset
+    table, and a run whose data changed since is refused rather than resumed."""
     from importlib import metadata
 
     return {
         RESOLVED: {
             "objective": objective.record(),
+            "split_fingerprint": data.fingerprint(),
             "package_version": metadata.version("kd-workbench"),
         }
     }
@@ -165,7 +167,7 @@ def train_teacher(
     set_seed(optim.seed)
     model = load_classifier(teacher_config.model, data.spec.num_labels, data.spec.regression)
     objective = Objective.resolve(ObjectiveConfig(preset="finetune"), 0, 0)
-    record = info | _resolved(objective)
+    record = info | _resolved(objective, data)
     with Run.writing(run_dir, record, _manifest(data, data_config, optim)) as run:
         if run.status()["state"] == "finished":
             return run
@@ -315,7 +317,7 @@ def distill(
     )
     if objective.gradient_kd:
         prepare_gradient_student(teacher.model, student, objective_config.dropout)
-    record = info | _resolved(objective)
+    record = info | _resolved(objective, data)
     with Run.writing(run_dir, record, _manifest(data, data_config, optim)) as run:
         if run.status()["state"] == "finished":
             return run

@@ -66,3 +66,35 @@ def test_runs_record_their_resolved_objective(tiny_model_dir, tiny_task_dir, tmp
     assert student("adkd").results()
     row = evaluate_runs([str(tmp_path / "adkd")])[0]
     assert row["objective"].endswith("(resolved with today's presets: the run predates the record)")
+
+
+def test_a_run_whose_data_changed_is_refused(tiny_model_dir, tiny_task_dir, tmp_path, capsys):
+    from kd.cli import main
+
+    arguments = [
+        "train-teacher",
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--task",
+        str(tiny_task_dir),
+        "--model",
+        str(tiny_model_dir),
+        "--epochs",
+        "0.1",
+        "--threads",
+        "1",
+    ]
+    assert main(arguments) == 0
+    run_json = (tmp_path / "run" / "run.json").read_text()
+    assert main(arguments) == 0  # unchanged data: the finished run is reopened
+    train = tiny_task_dir / "train.csv"
+    lines = train.read_text().splitlines()
+    text, label = lines[5].rsplit(",", 1)
+    lines[5] = f"{text},{'neutral' if label != 'neutral' else 'positive'}"  # one label edited
+    train.write_text("\n".join(lines) + "\n")
+    capsys.readouterr()
+    assert main(arguments) == 2
+    error = capsys.readouterr().err.strip()
+    assert "was trained on other data: the train split(s) changed since" in error, error
+    assert len(error.splitlines()) == 1
+    assert (tmp_path / "run" / "run.json").read_text() == run_json

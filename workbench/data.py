@@ -81,9 +81,14 @@ class TaskData:
     notes: list[str] = field(default_factory=list)
 
     def fingerprint(self) -> dict[str, str]:
-        """A hash of the example ids of each split: records the exact split in every run."""
+        """A hash of the example ids and labels of each split: records the exact split in every
+        run (an edited text or label changes it)."""
         return {
-            name: hashlib.sha256("\n".join(split.uids).encode()).hexdigest()[:16]
+            name: hashlib.sha256(
+                "\n".join(
+                    f"{uid}\t{label}" for uid, label in zip(split.uids, split.labels, strict=True)
+                ).encode()
+            ).hexdigest()[:16]
             for name, split in self.splits.items()
         }
 

@@ -135,9 +135,9 @@ class Run:
             yield run
 
     def _check_settings(self, info: dict[str, Any]) -> None:
-        """Refuse to reopen a run with other settings, or one whose settings now resolve to
-        another objective (``info[RESOLVED]``: a preset's defaults changed); a run written
-        before runs kept that record is reopened."""
+        """Refuse to reopen a run with other settings, one whose data changed since, or one
+        whose settings now resolve to another objective (``info[RESOLVED]``: a preset's
+        defaults changed); a run written before runs kept that record is reopened."""
         existing = self.read_json(RUN_FILE)
         given = json.loads(json.dumps(info, default=str))
         changed = sorted(
@@ -147,6 +147,17 @@ class Run:
             raise WorkbenchError(
                 f"{self.path} already holds a run with other settings ({', '.join(changed)}): "
                 "choose another --run-dir, or delete that folder"
+            )
+        then_data = existing.get(RESOLVED, {}).get("split_fingerprint")
+        now_data = given.get(RESOLVED, {}).get("split_fingerprint") or {}
+        if then_data is not None and then_data != now_data:
+            splits = sorted(
+                k for k in set(then_data) | set(now_data) if then_data.get(k) != now_data.get(k)
+            )
+            raise WorkbenchError(
+                f"{self.path} was trained on other data: the {', '.join(splits)} split(s) "
+                "changed since (edited rows or labels); to train on the data as it is now, "
+                "choose another --run-dir"
             )
         then = existing.get(RESOLVED, {}).get("objective")
         now = given.get(RESOLVED, {}).get("objective") or {}
