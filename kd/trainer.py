@@ -55,7 +55,7 @@ class TrainingJob:
     optim: OptimConfig
     loss: LossFunction
     save_model: Callable[[Path], None]
-    weights: dict[str, float] = field(default_factory=lambda: {"ce": 1.0})  # of loss's terms
+    weights: dict[str, float]  # of the terms ``loss`` returns (for the diagnostics)
     pad_token_id: int = 0
     dev_teacher_logits: Tensor | None = None
     device: torch.device | str = "cpu"

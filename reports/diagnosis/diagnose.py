@@ -96,6 +96,12 @@ def _predictions(record: dict) -> dict:
     return json.loads((Path(record["run"]) / "predictions.json").read_text())["test"]
 
 
+def _tasks(results: dict) -> list[str]:
+    """The tasks in the suite's order (``results.json`` stores them sorted), so that
+    ``--report-only`` writes the report the full call wrote."""
+    return [task for task in DEFAULT.plans if task in results["teachers"]]
+
+
 REFERENCE = {"adkd tuned": "kd tuned"}  # a tuned method against vanilla KD tuned alike
 
 
@@ -105,7 +111,7 @@ def rows(results: dict) -> list[dict]:
     interval over the seeds both have."""
     students = results["students"]
     table = []
-    for task in results["teachers"]:
+    for task in _tasks(results):
         names = list(dict.fromkeys(r["name"] for r in students if r["task"] == task))
         by_name = {
             name: {r["seed"]: r for r in students if r["task"] == task and r["name"] == name}
@@ -164,7 +170,8 @@ def rows(results: dict) -> list[dict]:
 def write_report(results: dict) -> Path:
     table = rows(results)
     teachers = ", ".join(
-        f"{task} {t['test']['accuracy'] * 100:.1f}" for task, t in results["teachers"].items()
+        f"{task} {results['teachers'][task]['test']['accuracy'] * 100:.1f}"
+        for task in _tasks(results)
     )
     text = "\n".join(
         [
