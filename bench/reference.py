@@ -14,9 +14,9 @@ import torch.nn.functional as F
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from kd.terms.attribution import attribution_loss
-from kd.terms.gradient import gradient_alignment_loss
-from kd.terms.logits import logit_kd_loss, task_loss
+from kd.methods.adkd import attribution_loss
+from kd.methods.gkd import gradient_alignment_loss
+from kd.methods.vanilla import logit_kd_loss, task_loss
 from workbench.models import embed, forward
 
 

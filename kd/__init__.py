@@ -1,10 +1,11 @@
-"""Distillation: pure loss terms (importable from here), the objective, the trainer, the CLI."""
+"""Distillation: the methods (their pure loss functions importable from here), the objective,
+the trainer, the CLI."""
 
-from kd.terms.attribution import attribution_loss
-from kd.terms.contextual import layer_relation_loss, word_relation_loss
-from kd.terms.gradient import gradient_alignment_loss
-from kd.terms.logits import logit_kd_loss, task_loss
-from kd.terms.patient import patient_loss
+from kd.methods.adkd import attribution_loss
+from kd.methods.ckd import layer_relation_loss, word_relation_loss
+from kd.methods.gkd import gradient_alignment_loss
+from kd.methods.pkd import patient_loss
+from kd.methods.vanilla import logit_kd_loss, task_loss
 
 __all__ = [
     "attribution_loss",

@@ -22,10 +22,8 @@ from workbench.agreement import (
 from workbench.attribution import (
     AttributionConfig,
     attribute_texts,
-    attribution_layers,
     attribution_map,
     attribution_maps,
-    cached_maps,
     captum_grad_saliency,
     captum_integrated_gradients,
     grad_saliency,
@@ -33,10 +31,7 @@ from workbench.attribution import (
     integrated_gradients,
     load_attributions,
     save_attributions,
-    teacher_gradients_cache,
-    teacher_maps_cache,
 )
-from workbench.data import EncodedSplit, collate
 from workbench.errors import WorkbenchError
 from workbench.faithfulness import aopc
 from workbench.models import (
@@ -337,6 +332,8 @@ def test_output_replacement_keeps_the_rest_of_a_tuple():
 
 
 def test_attribution_layers():
+    from kd.methods.adkd import attribution_layers
+
     assert attribution_layers(6, "input") == [None]
     assert attribution_layers(6, "first") == [0]
     assert attribution_layers(6, "penultimate") == [4]
@@ -396,61 +393,6 @@ def test_config_validates_its_fields():
     ):
         with pytest.raises(WorkbenchError):
             AttributionConfig(**bad)
-
-
-# --------------------------------------------------------------------------- caches
-
-
-def encoded_split(count: int = 7) -> EncodedSplit:
-    generator = torch.Generator().manual_seed(3)
-    lengths = torch.randint(3, 9, (count,), generator=generator).tolist()
-    batch = make_batch(lengths, seed=3)
-    ids = [batch["input_ids"][i, :n].tolist() for i, n in enumerate(lengths)]
-    return EncodedSplit(
-        input_ids=ids,
-        token_type_ids=[[0] * len(i) for i in ids],
-        labels=torch.arange(count) % 3,
-        truncated=0,
-    )
-
-
-def test_teacher_maps_cache_reuses_and_recomputes(tmp_path: Path):
-    model, dataset = tiny(), encoded_split()
-    config = AttributionConfig(steps=2, top_k=8, views="all", batch_size=3)
-    cache = teacher_maps_cache(model, dataset, tmp_path, data_key="toy/test", config=config)
-    files = sorted(tmp_path.glob("*.safetensors"))
-    assert len(files) == 1
-    batch = collate([dataset[i] for i in (4, 0, 6)], PAD)
-    fresh = attribution_maps(model, *inputs(batch), steps=2, top_k=8)
-    stored = cached_maps(cache, batch["index"], batch["input_ids"].shape[1])
-    torch.testing.assert_close(stored, fresh, atol=1e-6, rtol=1e-5)
-    again = teacher_maps_cache(model, dataset, tmp_path, data_key="toy/test", config=config)
-    assert sorted(tmp_path.glob("*.safetensors")) == files
-    torch.testing.assert_close(again.per_token["maps"], cache.per_token["maps"])
-    changed = AttributionConfig(steps=3, top_k=8, views="all", batch_size=3)
-    teacher_maps_cache(model, dataset, tmp_path, data_key="toy/test", config=changed)
-    teacher_maps_cache(model, dataset, tmp_path, data_key="toy/dev", config=config)
-    gold = teacher_maps_cache(
-        model, dataset, tmp_path, data_key="toy/test", config=AttributionConfig(views="gold")
-    )
-    assert len(list(tmp_path.glob("*.safetensors"))) == 4
-    expected = attribution_maps(model, *inputs(batch), views="gold", labels=batch["labels"])
-    torch.testing.assert_close(
-        cached_maps(gold, batch["index"], batch["input_ids"].shape[1]),
-        expected,
-        atol=1e-6,
-        rtol=1e-5,
-    )
-
-
-def test_teacher_gradients_cache(tmp_path: Path):
-    model, dataset = tiny(), encoded_split()
-    cache = teacher_gradients_cache(model, dataset, tmp_path, data_key="toy", batch_size=4)
-    batch = collate([dataset[i] for i in (1, 5)], PAD)
-    stored = cache.gather("gradients", batch["index"], batch["input_ids"].shape[1])
-    torch.testing.assert_close(stored, input_gradients(model, batch), atol=1e-7, rtol=1e-5)
-    with pytest.raises(WorkbenchError, match="eval"):
-        teacher_gradients_cache(model.train(), dataset, tmp_path, data_key="toy")
 
 
 # --------------------------------------------------------------- texts and records

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from kd.methods.pkd import patient_loss
+from kd.methods.vanilla import logit_kd_loss, task_loss
 from kd.objective import Objective
-from kd.terms.logits import logit_kd_loss, task_loss
-from kd.terms.patient import patient_loss
 from tests.conftest import tiny_model, tiny_tokenizer
 from workbench.cache import ExampleCache, cached
 from workbench.config import DataConfig, ObjectiveConfig

@@ -8,11 +8,11 @@ import itertools
 import pytest
 import torch
 
-from kd.objective import Objective, sampled_view_loss, state_gradients
+from kd.methods.adkd import attribution_loss, sampled_view_loss
+from kd.methods.ckd import layer_relation_loss, word_relation_loss
+from kd.methods.gkd import gradient_alignment_loss, state_gradients
+from kd.objective import Objective
 from kd.pipeline import prepare_gradient_student
-from kd.terms.attribution import attribution_loss
-from kd.terms.contextual import layer_relation_loss, word_relation_loss
-from kd.terms.gradient import gradient_alignment_loss
 from tests.conftest import tiny_model
 from workbench.attribution.gradients import attribution_maps, input_gradients
 from workbench.cache import ExampleCache

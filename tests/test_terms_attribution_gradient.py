@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kd.terms.attribution import attribution_loss
-from kd.terms.gradient import gradient_alignment_loss, unit_normalize
+from kd.methods.adkd import attribution_loss
+from kd.methods.gkd import gradient_alignment_loss, unit_normalize
 
 DT = torch.float64
 

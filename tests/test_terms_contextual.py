@@ -8,12 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kd.terms.contextual import (
-    layer_relation_loss,
-    pairwise_distance_relation,
-    windowed_angle_relation,
-    word_relation_loss,
-)
+from kd.methods.ckd import layer_relation_loss, word_relation_loss
+from workbench.geometry import pairwise_distance_relation, windowed_angle_relation
 
 DT = torch.float64
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from kd.layer_map import patient_layers, uniform_layers
-from kd.terms.logits import logit_kd_loss, task_loss
-from kd.terms.patient import patient_loss
+from kd.methods.pkd import patient_loss
+from kd.methods.vanilla import logit_kd_loss, task_loss
 from workbench.errors import WorkbenchError
 
 

@@ -402,6 +402,19 @@ VIEWS = ("all", "pred", "gold")
 Views = str | int | list[int]
 
 
+def parse_views(text: str | int) -> Views:
+    """Views as written by a user (``"all"``, ``"pred"``, ``"gold"``, ``"2"``, ``"0,2"``) as
+    :func:`~workbench.attribution.attribution_maps` takes them (a name, or class indices)."""
+    if text in VIEWS:
+        return text
+    parts = [part.strip() for part in str(text).split(",")]
+    if not all(part.isdigit() for part in parts):
+        raise WorkbenchError(
+            f"unknown views {text!r}: use {', '.join(VIEWS)} or class indices like 0,2"
+        )
+    return [int(part) for part in parts]
+
+
 def check_steps(steps: int) -> None:
     if not positive.accepts(steps):
         raise WorkbenchError(f"steps: {steps!r} is not allowed (expected {positive.expected})")
@@ -473,14 +486,7 @@ class AttributionConfig(MapSettings):
 
     def parsed_views(self) -> Views:
         """``views`` as :func:`~workbench.attribution.attribution_maps` takes it."""
-        if self.views in VIEWS:
-            return self.views
-        parts = [part.strip() for part in str(self.views).split(",")]
-        if not all(part.isdigit() for part in parts):
-            raise WorkbenchError(
-                f"unknown views {self.views!r}: use {', '.join(VIEWS)} or class indices like 0,2"
-            )
-        return [int(part) for part in parts]
+        return parse_views(self.views)
 
     def key(self) -> dict:
         """The settings that change the maps (the key of cached maps)."""

@@ -9,7 +9,7 @@ representations across layers):
 - triple relation ``ψ_T(r_i, r_j, r_k) = cos∠(r_j − r_i, r_k − r_i)`` for real ``i, j, k`` with
   ``j ≠ i``, ``k ≠ i`` and ``|i − j| ≤ δ``, ``|i − k| ≤ δ``, in a banded layout.
 
-The app's geometry page shows these matrices; Contextual KD (:mod:`kd.terms.contextual`) compares
+The app's geometry page shows these matrices; Contextual KD (:mod:`kd.methods.ckd`) compares
 the teacher's with the student's. Cost: pairs are ``[N, S, S]``; triples are built inside a band
 of ``W = 2δ + 1`` positions, ``O(N·S·W·d)`` memory, never ``[N, S, S, S]``.
 """

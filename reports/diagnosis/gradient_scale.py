@@ -11,10 +11,10 @@ from pathlib import Path
 
 import torch
 
-from kd.objective import Objective, attribution_views
+from kd.methods.adkd import attribution_loss, attribution_views
+from kd.methods.vanilla import logit_kd_loss, task_loss
+from kd.objective import Objective
 from kd.pipeline import build_student
-from kd.terms.attribution import attribution_loss
-from kd.terms.logits import logit_kd_loss, task_loss
 from kd.trainer import epoch_order, set_seed
 from workbench.config import ObjectiveConfig, StudentConfig
 from workbench.data import collate, encode, load_task

@@ -6,7 +6,6 @@
 - :func:`grad_saliency` (gradient × input) and :func:`input_gradients` (GKD's signal);
 - :func:`captum_integrated_gradients`, :func:`captum_grad_saliency` — the same through Captum, for
   analysis (and as the tests' reference);
-- :func:`teacher_maps_cache`, :func:`teacher_gradients_cache` — a frozen teacher's values, once;
 - :class:`AttributionConfig`, :func:`attribute_texts`, :func:`save_attributions`,
   :func:`load_attributions` — attribute a list of texts and keep the result.
 
@@ -14,12 +13,10 @@ Faithfulness (AOPC) is in :mod:`workbench.faithfulness`, agreement between two m
 :mod:`workbench.agreement`.
 """
 
-from workbench.attribution.cache import cached_maps, teacher_gradients_cache, teacher_maps_cache
 from workbench.attribution.captum_backend import captum_grad_saliency, captum_integrated_gradients
 from workbench.attribution.gradients import (
     BASELINES,
     VIEWS,
-    attribution_layers,
     attribution_map,
     attribution_maps,
     baseline_output,
@@ -44,11 +41,9 @@ __all__ = [
     "AttributionConfig",
     "AttributionRecord",
     "attribute_texts",
-    "attribution_layers",
     "attribution_map",
     "attribution_maps",
     "baseline_output",
-    "cached_maps",
     "captum_grad_saliency",
     "captum_integrated_gradients",
     "compute_maps",
@@ -58,7 +53,5 @@ __all__ = [
     "load_attributions",
     "save_attributions",
     "site_output",
-    "teacher_gradients_cache",
-    "teacher_maps_cache",
     "view_names",
 ]

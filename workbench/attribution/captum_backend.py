@@ -1,7 +1,9 @@
 """Captum paths for analysis: Integrated Gradients and Grad saliency as Captum computes them.
 
-The app uses these (IG needs ``steps >= 2``: Captum asserts ``n_steps > 1``); training uses the
-own engine of :mod:`workbench.attribution.gradients`, which the tests pin to these functions.
+The app, training and the exports all use the engine of :mod:`workbench.attribution.gradients`
+(batched over steps and views, differentiable); the tests pin it to these functions, which users
+may also call for a Captum-computed reference (IG needs ``steps >= 2``: Captum asserts
+``n_steps > 1``).
 
 - Pad baselines: :class:`captum.attr.LayerIntegratedGradients` on the site module (embeddings or
   an encoder layer) with the baseline *token ids* as ``baselines``: Captum runs them through the

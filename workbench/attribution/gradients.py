@@ -48,7 +48,6 @@ Scorer = Callable[[Tensor, Tensor], Tensor]
 __all__ = [
     "BASELINES",
     "VIEWS",
-    "attribution_layers",
     "attribution_map",
     "attribution_maps",
     "baseline_output",
@@ -597,30 +596,3 @@ def input_gradients(
             memory_mib=memory_mib,
         )
     return (gradients[0], logits) if return_logits else gradients[0]
-
-
-def attribution_layers(num_layers: int, which: str) -> list[int | None]:
-    """Sites of the AD-KD layer ablation (Table 3) for an ``N``-layer model: ``"input"`` →
-    ``[None]`` (the embedding output); ``"first"`` → ``[0]``; ``"penultimate"`` → ``[N − 2]``
-    (the second-to-last layer's output; the last layer's output reaches the classifier through
-    [CLS] only); ``"uniform:M"`` → ``M`` sites evenly spaced from the input:
-    ``hidden_states[j·N/M]`` for ``j = 0..M−1`` (rounded), i.e. ``None`` then layer
-    ``j·N/M − 1`` (6 layers, M = 3: input, 1, 3)."""
-    if which == "input":
-        return [None]
-    if which == "first":
-        return [0]
-    if which == "penultimate":
-        if num_layers < 2:
-            raise WorkbenchError("'penultimate' needs a model with at least 2 layers")
-        return [num_layers - 2]
-    if which.startswith("uniform:"):
-        count = which.split(":", 1)[1]
-        if not count.isdigit() or not 1 <= int(count) <= num_layers:
-            raise WorkbenchError(f"{which!r}: use uniform:M with 1 <= M <= {num_layers}")
-        m = int(count)
-        indices = [round(j * num_layers / m) for j in range(m)]
-        return [None if i == 0 else i - 1 for i in indices]
-    raise WorkbenchError(
-        f"unknown attribution layers {which!r}: use input, first, penultimate or uniform:M"
-    )

@@ -1,9 +1,20 @@
-"""Response-based terms (METHODS.md §1): the task loss and logit distillation."""
+"""Vanilla knowledge distillation (Hinton et al. 2015; METHODS.md §1): the task loss and the
+teacher's softened outputs. Every other method adds terms to these two.
+
+    L = α · CE(z_s, y) + (1 − α) · τ² · KL(σ(z_t/τ) ‖ σ(z_s/τ))
+
+τ and the KD form are shared by all methods (resolved in :class:`kd.objective.Objective`):
+the papers' ``kl``; the AD-KD / CKD code's ``soft-ce``; the GKD / PKD code's ``kl-mean``.
+"""
 
 from __future__ import annotations
 
 import torch.nn.functional as F
 from torch import Tensor
+from transformers import PreTrainedModel
+
+from kd.objective import PRESETS, Objective, Preset, StepInputs, teacher_field, term
+from workbench.models import forward
 
 KD_FORMS = ("kl", "soft-ce", "kl-mean")
 
@@ -44,3 +55,27 @@ def logit_kd_loss(
     if form == "kl-mean":  # the authors' mean over B·C, which torch warns is not the KL
         return (teacher * (teacher.clamp_min(1e-30).log() - log_student)).mean() * tau**2
     raise ValueError(f"unknown KD form {form!r}; use one of {KD_FORMS}")
+
+
+@teacher_field("logits")
+def _teacher_logits(_objective: Objective, teacher: PreTrainedModel, batch) -> Tensor:
+    return forward(teacher, batch).logits
+
+
+@term("ce")
+def _ce(_objective: Objective, inputs: StepInputs) -> Tensor:
+    return task_loss(inputs.student.logits, inputs.batch["labels"])
+
+
+@term("kd", teacher_fields=("logits",))
+def _kd(objective: Objective, inputs: StepInputs) -> Tensor:
+    return logit_kd_loss(
+        inputs.student.logits,
+        inputs.teacher["logits"],
+        objective.temperature,
+        form=objective.kd_form,
+    )
+
+
+PRESETS["finetune"] = Preset({"ce": 1.0}, {"ce": 1.0})
+PRESETS["kd"] = Preset({"ce": 0.5, "kd": 0.5}, {"ce": 0.5, "kd": 0.5})

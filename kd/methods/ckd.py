@@ -1,4 +1,6 @@
-"""Contextual KD (Park et al. 2021): Word Relation (WR) and Layer Transforming Relation (LTR).
+"""Contextual KD (Park et al. 2021; METHODS.md §3): Word Relation (WR) and Layer Transforming
+Relation (LTR), besides vanilla KD's two terms: ``L = CE + KD + λ_WR L_WR + λ_LTR L_LTR``, the
+student's layers mapped uniformly onto the teacher's, embeddings included.
 
 Both terms compare *relations* among a sequence of vectors, so the student's width may differ
 from the teacher's. For a sequence ``r_1..r_S`` with a real-position mask:
@@ -37,24 +39,18 @@ from typing import Literal
 
 import torch
 from torch import Tensor
+from transformers import PreTrainedModel
 
+from kd.layer_map import uniform_layers
+from kd.objective import PRESETS, Objective, Preset, StepInputs, method, teacher_field, term
 from workbench.geometry import (
     DEFAULT_WINDOW,
     PairKind,
-    pair_validity,
     pairwise_distance_relation,
     real_mask,
     windowed_angle_relation,
 )
-
-__all__ = [
-    "DEFAULT_WINDOW",
-    "layer_relation_loss",
-    "pair_validity",
-    "pairwise_distance_relation",
-    "windowed_angle_relation",
-    "word_relation_loss",
-]
+from workbench.models import forward
 
 Variant = Literal["paper", "official"]
 
@@ -234,3 +230,51 @@ def layer_relation_loss(
         triple_weight=triple_weight,
         variant=variant,
     )
+
+
+@method(
+    "wr",
+    "ltr",
+    record=lambda o: {"relation_pairs": o.relation_pairs, "ckd_window": o.config.ckd_window},
+)
+def _resolve(objective: Objective) -> dict:
+    return {"relation_pairs": uniform_layers(objective.teacher_layers, objective.student_layers)}
+
+
+@teacher_field("relation_states", per_token=True, cacheable=False)
+def _teacher_relation_states(objective: Objective, teacher: PreTrainedModel, batch) -> Tensor:
+    hidden = forward(teacher, batch, hidden_states=True).hidden_states
+    return torch.stack([hidden[t] for _, t in objective.relation_pairs], dim=2)  # [B, L, K, d]
+
+
+def _relation_states(objective: Objective, inputs: StepInputs) -> tuple[Tensor, Tensor]:
+    hidden = inputs.student.hidden_states
+    student = torch.stack([hidden[s] for s, _ in objective.relation_pairs], dim=1)
+    return student, inputs.teacher["relation_states"].transpose(1, 2)  # [B, K, L, d] each
+
+
+@term("wr", teacher_fields=("relation_states",), hidden_states=True)
+def _wr(objective: Objective, inputs: StepInputs) -> Tensor:
+    student, teacher = _relation_states(objective, inputs)
+    return word_relation_loss(
+        student,
+        teacher,
+        inputs.batch["attention_mask"],
+        window=objective.config.ckd_window,
+        variant=objective.config.parity,
+    )
+
+
+@term("ltr", teacher_fields=("relation_states",), hidden_states=True)
+def _ltr(objective: Objective, inputs: StepInputs) -> Tensor:
+    student, teacher = _relation_states(objective, inputs)
+    return layer_relation_loss(
+        student, teacher, inputs.batch["attention_mask"], variant=objective.config.parity
+    )
+
+
+PRESETS["ckd"] = Preset(
+    {"ce": 0.5, "kd": 0.5, "wr": 1.0, "ltr": 1.0},
+    {"ce": 0.5, "kd": 0.5, "wr": 1.0, "ltr": 1.0},
+    official_kd_form="soft-ce",
+)

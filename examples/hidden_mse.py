@@ -1,0 +1,70 @@
+"""A worked example of adding a method: hidden-state MSE between mapped layers (the hidden-state
+loss of FitNets / TinyBERT, without their projection), in one file.
+
+    L_hid = (1/K) Σ_k MSE(H_s[k], H_t[I(k)])    over real tokens, K mapped layers
+    L = CE + KD + β L_hid
+
+Importing the module registers everything; then ``ObjectiveConfig(weights="ce=0.5,kd=0.5,
+hidden=1")`` trains with it (``preset="hidden-mse"`` too). To ship it with the package, move it to
+``kd/methods/`` and import it in ``kd/methods/__init__.py``. See ``docs/adding-a-method.md``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from transformers import PreTrainedModel
+
+from kd.layer_map import uniform_layers
+from kd.objective import PRESETS, Objective, Preset, StepInputs, method, teacher_field, term
+from workbench.models import forward
+
+
+# 1. The loss: a pure function of tensors, shapes in its docstring.
+def hidden_mse_loss(student: Tensor, teacher: Tensor, attention_mask: Tensor) -> Tensor:
+    """Mean squared error over the real tokens of ``K`` mapped layers.
+
+    Args:
+        student: ``[B, K, L, d]`` the student's mapped hidden states.
+        teacher: ``[B, K, L, d]`` the teacher's (used detached); equal widths.
+        attention_mask: ``[B, L]`` 1 for real tokens.
+
+    Returns:
+        Scalar ``Σ m·(h_s − h_t)²`` over layers, tokens and dimensions ``/ (K · Σ m · d)``.
+    """
+    if student.shape != teacher.shape:
+        raise ValueError(
+            f"hidden-state MSE needs equal shapes, got student {tuple(student.shape)} and "
+            f"teacher {tuple(teacher.shape)} (equal hidden sizes)"
+        )
+    mask = attention_mask[:, None, :, None].to(student.dtype).expand_as(student)
+    squared = (student - teacher.detach()).pow(2) * mask
+    return squared.sum() / mask.sum().clamp_min(1)
+
+
+# 2. The settings its terms read, resolved once per run and recorded in run.json.
+@method("hidden", record=lambda o: {"hidden_pairs": o.hidden_pairs})
+def _resolve(objective: Objective) -> dict:
+    return {"hidden_pairs": uniform_layers(objective.teacher_layers, objective.student_layers)}
+
+
+# 3. What the frozen teacher contributes (cached per example unless cacheable=False).
+@teacher_field("hidden_states", per_token=True, key=lambda o: {"hidden_pairs": o.hidden_pairs})
+def _teacher_hidden(objective: Objective, teacher: PreTrainedModel, batch) -> Tensor:
+    hidden = forward(teacher, batch, hidden_states=True).hidden_states
+    return torch.stack([hidden[t] for _, t in objective.hidden_pairs], dim=2)  # [B, L, K, d]
+
+
+# 4. The term: reads the step's student output and the teacher field.
+@term("hidden", teacher_fields=("hidden_states",), hidden_states=True)
+def _hidden(objective: Objective, inputs: StepInputs) -> Tensor:
+    hidden = inputs.student.hidden_states
+    student = torch.stack([hidden[s] for s, _ in objective.hidden_pairs], dim=1)
+    teacher = inputs.teacher["hidden_states"].transpose(1, 2)  # [B, K, L, d]
+    return hidden_mse_loss(student, teacher, inputs.batch["attention_mask"])
+
+
+# 5. A preset: plain weight tables per parity.
+PRESETS["hidden-mse"] = Preset(
+    {"ce": 0.5, "kd": 0.5, "hidden": 1.0}, {"ce": 0.5, "kd": 0.5, "hidden": 1.0}
+)

@@ -1,0 +1,74 @@
+"""Patient KD (Sun et al. 2019; METHODS.md §2): the student's intermediate [CLS] states learn
+the teacher's, layer by layer, besides vanilla KD's two terms.
+
+    L_PT = Σ_j ‖ h_s[j]/‖h_s[j]‖ − h_t[I(j)]/‖h_t[I(j)]‖ ‖²          (Eq. 3)
+    L = (1 − α) CE + α KD + β L_PT                                     (Eq. 4)
+
+with ``I`` PKD-Skip (every ``N/M``-th teacher layer) or PKD-Last (the last ``M − 1``).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from transformers import PreTrainedModel
+
+from kd.layer_map import patient_layers
+from kd.objective import PRESETS, Objective, Preset, StepInputs, method, teacher_field, term
+from workbench.models import forward
+
+
+def patient_loss(student_cls: Tensor, teacher_cls: Tensor, *, reduction: str = "paper") -> Tensor:
+    """``Σ_j ‖ h_s[j]/‖h_s[j]‖ − h_t[j]/‖h_t[j]‖ ‖²`` over already-mapped layers.
+
+    ``student_cls``, ``teacher_cls``: ``[B, M, d]`` ([CLS] vectors of the M mapped layers).
+    ``paper``: summed over layers and dimensions, mean over the batch; ``official``: mean over
+    ``B × M × d`` (the released code, hence its β of 100–1000). The teacher is detached.
+    """
+    if student_cls.shape != teacher_cls.shape:
+        raise ValueError(
+            f"Patient KD needs equal shapes; got student {tuple(student_cls.shape)} and teacher "
+            f"{tuple(teacher_cls.shape)} (equal hidden sizes and mapped layer counts)"
+        )
+    difference = F.normalize(student_cls, dim=-1) - F.normalize(teacher_cls.detach(), dim=-1)
+    squared = difference.pow(2)
+    if reduction == "paper":
+        return squared.sum((1, 2)).mean()
+    if reduction == "official":
+        return squared.mean()
+    raise ValueError(f"unknown reduction {reduction!r}; use paper or official")
+
+
+def mapped_pairs(objective: Objective) -> list[tuple[int, int]]:
+    """The ``(student j, teacher I(j))`` hidden-state pairs of the preset's mapping (PKD-Skip,
+    PKD-Last) or of ``--pkd-mapping`` for explicit weights. GKD-CLS uses them too."""
+    config = objective.config
+    mapping = {"pkd-skip": "skip", "pkd-last": "last"}.get(config.preset, config.pkd_mapping)
+    return patient_layers(objective.teacher_layers, objective.student_layers, mapping)
+
+
+@method("pkd", record=lambda o: {"patient_pairs": o.patient_pairs})
+def _resolve(objective: Objective) -> dict:
+    return {"patient_pairs": mapped_pairs(objective)}
+
+
+@teacher_field("cls", key=lambda o: {"patient_pairs": o.patient_pairs})
+def _teacher_cls(objective: Objective, teacher: PreTrainedModel, batch) -> Tensor:
+    hidden = forward(teacher, batch, hidden_states=True).hidden_states
+    return torch.stack([hidden[t][:, 0] for _, t in objective.patient_pairs], dim=1)
+
+
+@term("pkd", teacher_fields=("cls",), hidden_states=True)
+def _pkd(objective: Objective, inputs: StepInputs) -> Tensor:
+    hidden = inputs.student.hidden_states
+    student_cls = torch.stack([hidden[s][:, 0] for s, _ in objective.patient_pairs], dim=1)
+    return patient_loss(student_cls, inputs.teacher["cls"], reduction=objective.config.parity)
+
+
+# β is for the paper form (sum over layers) or the official mean over B×(M−1)×d, hence the
+# orders of magnitude between the two.
+PRESETS["pkd-skip"] = Preset(
+    {"ce": 0.5, "kd": 0.5, "pkd": 1.0}, {"ce": 0.5, "kd": 0.5, "pkd": 500.0}
+)
+PRESETS["pkd-last"] = PRESETS["pkd-skip"]

@@ -1,1 +1,0 @@
-"""Loss terms for distillation: pure functions of tensors, one module per term."""
