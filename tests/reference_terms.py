@@ -33,7 +33,7 @@ def task_loss(logits: Tensor, labels: Tensor) -> Tensor:
     if logits.shape[-1] == 1:
         return (logits[:, 0] - labels.to(logits.dtype)).pow(2).mean()
     log_probs = logits.log_softmax(-1)
-    return -torch.stack([log_probs[b, int(y)] for b, y in enumerate(labels)]).mean()
+    return -log_probs[torch.arange(len(labels)), labels].mean()
 
 
 def logit_kd_loss(student: Tensor, teacher: Tensor, tau: float, form: str = "kl") -> Tensor:
@@ -276,10 +276,10 @@ def gradient_alignment_loss(
     teacher_grads = teacher_grads.detach()
     if mask is None:
         mask = torch.ones(student_grads.shape[:2])
-    s_unit = student_grads / student_grads.norm(dim=-1, keepdim=True)
-    t_unit = teacher_grads / teacher_grads.norm(dim=-1, keepdim=True)
-    per_position = (s_unit - t_unit).pow(2).sum(-1) * mask.to(student_grads.dtype)
-    return per_position.sum() / mask.sum()
+    # F.normalize leaves a zero gradient (a pad's) at zero instead of dividing 0 by 0.
+    s_unit, t_unit = F.normalize(student_grads, dim=-1), F.normalize(teacher_grads, dim=-1)
+    per_position = (s_unit - t_unit).pow(2).sum(-1)
+    return per_position[mask.bool()].mean()
 
 
 # ---------------------------------------------------------------- golden values
