@@ -8,6 +8,13 @@ per-example, per-pair and per-triple loops where the project uses banded or batc
 the project's functions to them. ``bench/reference.py`` builds the authors' AD-KD and GKD
 steps from the same functions.
 
+Sources: AD-KD's official reduction and maps follow the authors' released ``loss.py``
+(``saliency_mse``: top-K norm, ``F.normalize`` over the sequence, ``MSE(sum) / #non-zero``,
+summed over classes); ``DistillKL`` there is the ``soft-ce`` form. The PKD, CKD and GKD forms
+follow ``METHODS.md``; for CKD's official pair term the denominator is ``Σ_seq (#real)²`` (real
+pairs with ``i = j``), as the project documents the released code, where ``METHODS.md`` says
+"``#valid pairs``" (``i ≠ j``): one of the two texts is wrong, see the golden test's note.
+
 Shapes: batch ``B``, length ``L``, width ``d``, classes or views ``C``, mapped layers ``K``;
 a mask is ``[B, L]`` with 1 for real tokens. All functions take any float dtype; the stored
 values come from float64.
