@@ -2,9 +2,11 @@
 
 They follow the released code's structure: the teacher runs forward *with a graph* every step and
 is differentiated there; AD-KD loops over classes, retaining the graph for each class, and the
-student's attribution shares its forward pass with its logits (m = 1). The benchmark times them
-against the workbench's objective (teacher fields from the cache, views batched) and prints both
-loss values; the tests check that the values agree.
+student's attribution shares its forward pass with its logits (m = 1). The maps and the loss
+terms come from ``tests/reference_terms.py``, the reimplementation behind the stored golden
+values, so nothing here goes through ``kd``'s terms. The benchmark times these steps against the
+workbench's objective (teacher fields from the cache, views batched) and prints both loss
+values; the tests check that the values agree.
 """
 
 from __future__ import annotations
@@ -14,9 +16,13 @@ import torch.nn.functional as F
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from kd.methods.adkd import attribution_loss
-from kd.methods.gkd import gradient_alignment_loss
-from kd.methods.vanilla import logit_kd_loss, task_loss
+from tests.reference_terms import (
+    attribution_loss,
+    attribution_map,
+    gradient_alignment_loss,
+    logit_kd_loss,
+    task_loss,
+)
 from workbench.models import embed, forward
 
 
@@ -30,14 +36,6 @@ def _pad_baseline(model: PreTrainedModel, batch: dict[str, Tensor]) -> Tensor:
     return embed(model, {**batch, "input_ids": torch.full_like(batch["input_ids"], pad_id)})
 
 
-def _unit_map(ig: Tensor, mask: Tensor, top_k: int | None) -> Tensor:
-    magnitudes = ig.abs()
-    if top_k is not None:
-        magnitudes = magnitudes.topk(top_k, dim=-1).values
-    per_token = magnitudes.norm(dim=-1) * mask
-    return per_token / per_token.norm(dim=-1, keepdim=True).clamp_min(1e-12)
-
-
 def adkd_step_loss(
     teacher: PreTrainedModel,
     student: PreTrainedModel,
@@ -45,12 +43,14 @@ def adkd_step_loss(
     *,
     weights: dict[str, float],
     tau: float,
+    kd_form: str = "kl",
     top_k: int | None = None,
     reduction: str = "paper",
 ) -> dict[str, Tensor]:
     """AD-KD with m = 1, all classes, [PAD] baseline: ``(1−α)CE + αKD + β·d(Ã_t, Ã_s)`` with
-    the distance ``d`` of ``reduction`` (Eq. 9's ``‖Ã_t − Ã_s‖`` by default)."""
-    mask = batch["attention_mask"].to(torch.float32)
+    the KD form ``kd_form`` and the distance ``d`` of ``reduction`` (Eq. 9's ``‖Ã_t − Ã_s‖``
+    by default)."""
+    mask = batch["attention_mask"]
     t_embedded = _leaf_embedding(teacher, batch)
     t_logits = forward(teacher, batch, embedding_output=t_embedded).logits
     t_probs = t_logits.softmax(-1)
@@ -60,23 +60,20 @@ def adkd_step_loss(
     with torch.no_grad():
         t_delta = t_embedded - _pad_baseline(teacher, batch)
     s_delta = s_embedded - _pad_baseline(student, batch)
-    t_maps, s_maps = [], []
+    t_igs, s_igs = [], []
     for c in range(t_logits.shape[-1]):
         (t_grad,) = torch.autograd.grad(t_probs[:, c].sum(), t_embedded, retain_graph=True)
         (s_grad,) = torch.autograd.grad(
             s_probs[:, c].sum(), s_embedded, retain_graph=True, create_graph=True
         )
-        t_maps.append(_unit_map(t_delta * t_grad, mask, top_k))
-        s_maps.append(_unit_map(s_delta * s_grad, mask, None))
+        t_igs.append(t_delta * t_grad)
+        s_igs.append(s_delta * s_grad)
+    t_maps = attribution_map(torch.stack(t_igs, 1), mask, top_k)
+    s_maps = attribution_map(torch.stack(s_igs, 1), mask)
     values = {
         "ce": task_loss(s_logits, batch["labels"]),
-        "kd": logit_kd_loss(s_logits, t_logits.detach(), tau),
-        "attr": attribution_loss(
-            torch.stack(s_maps, 1),
-            torch.stack(t_maps, 1).detach(),
-            batch["attention_mask"],
-            reduction=reduction,
-        ),
+        "kd": logit_kd_loss(s_logits, t_logits.detach(), tau, kd_form),
+        "attr": attribution_loss(s_maps, t_maps.detach(), mask, reduction),
     }
     values["loss"] = sum(weights[name] * value for name, value in values.items())
     return values
@@ -97,13 +94,14 @@ def gkd_step_loss(
     *,
     weights: dict[str, float],
     tau: float,
+    kd_form: str = "kl",
 ) -> dict[str, Tensor]:
     """GKD (``gkd.py``): ``αKD + (1−α)CE + β L_grad``, teacher differentiated every step."""
     t_logits, t_grad = _input_gradient(teacher, batch, create_graph=False)
     s_logits, s_grad = _input_gradient(student, batch, create_graph=True)
     values = {
         "ce": task_loss(s_logits, batch["labels"]),
-        "kd": logit_kd_loss(s_logits, t_logits.detach(), tau),
+        "kd": logit_kd_loss(s_logits, t_logits.detach(), tau, kd_form),
         "grad": gradient_alignment_loss(s_grad, t_grad.detach(), batch["attention_mask"]),
     }
     values["loss"] = sum(weights[name] * value for name, value in values.items())
@@ -118,16 +116,14 @@ def authors_step_loss(
     objective,
 ) -> dict[str, Tensor]:
     """The straightforward step of ``method`` (``"adkd"`` or ``"gkd"``) with the weights,
-    temperature and attribution distance of a resolved :class:`kd.objective.Objective`."""
+    temperature, KD form and attribution distance of a resolved :class:`kd.objective.Objective`."""
+    settings = {
+        "weights": objective.weights,
+        "tau": objective.temperature,
+        "kd_form": objective.kd_form,
+    }
     if method == "adkd":
         return adkd_step_loss(
-            teacher,
-            student,
-            batch,
-            weights=objective.weights,
-            tau=objective.temperature,
-            reduction=objective.attr_reduction,
+            teacher, student, batch, **settings, reduction=objective.attr_reduction
         )
-    return gkd_step_loss(
-        teacher, student, batch, weights=objective.weights, tau=objective.temperature
-    )
+    return gkd_step_loss(teacher, student, batch, **settings)
