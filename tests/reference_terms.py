@@ -12,8 +12,8 @@ Sources: AD-KD's official reduction and maps follow the authors' released ``loss
 (``saliency_mse``: top-K norm, ``F.normalize`` over the sequence, ``MSE(sum) / #non-zero``,
 summed over classes); ``DistillKL`` there is the ``soft-ce`` form. The PKD, CKD and GKD forms
 follow ``METHODS.md``; for CKD's official pair term the denominator is ``Σ_seq (#real)²`` (real
-pairs with ``i = j``), as the project documents the released code, where ``METHODS.md`` says
-"``#valid pairs``" (``i ≠ j``): one of the two texts is wrong, see the golden test's note.
+pairs with ``i = j``), as the released ``loss.py`` divides (the sum of the attention mask's outer
+product), where ``METHODS.md`` loosely says "``#valid pairs``"; see the golden test's note.
 
 Shapes: batch ``B``, length ``L``, width ``d``, classes or views ``C``, mapped layers ``K``;
 a mask is ``[B, L]`` with 1 for real tokens. All functions take any float dtype; the stored

@@ -6,10 +6,11 @@ seeded float64 inputs. A change in the value of any term fails here; so does a c
 reimplementation (it must still reproduce the stored numbers), so neither side drifts alone.
 The project's functions are reached only through their public names in ``kd``.
 
-Open question kept visible: CKD's official pair term divides its KL sum by ``Σ_seq (#real)²``
-(the project's reading of the released code); ``METHODS.md`` says "``/#valid pairs``"
-(``i ≠ j``), which on these inputs gives 0.01778 instead of the stored 0.01456 (word relation)
-and 0.01864 instead of 0.01243 (layer relation). The stored values follow the project.
+CKD's official pair term divides its KL sum by ``Σ_seq (#real)²``: the released ``loss.py``
+(``WR_Dist``, ``LTR_Dist``) divides ``kl_div(reduction="sum")`` by the sum of the outer product of
+the attention mask, i.e. real pairs *including* ``i = j``. ``METHODS.md``'s "``/#valid pairs``"
+(``i ≠ j``) would give 0.01778 instead of the stored 0.01456 (word relation) and 0.01864 instead
+of 0.01243 (layer relation).
 """
 
 from __future__ import annotations
