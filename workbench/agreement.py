@@ -22,6 +22,7 @@ from transformers import PreTrainedModel
 from workbench.attribution.gradients import Target, grad_saliency
 from workbench.attribution.settings import AttributionConfig, compute_maps
 from workbench.errors import WorkbenchError
+from workbench.metrics import nan_mean
 
 __all__ = [
     "attribution_gap",
@@ -81,13 +82,6 @@ def attribution_gap(maps_a: Tensor, maps_b: Tensor, attention_mask: Tensor) -> T
     return torch.linalg.vector_norm(difference.flatten(1), dim=1)
 
 
-def _nan_mean(values: Tensor) -> tuple[float, int]:
-    """Mean over defined values and how many were undefined."""
-    defined = ~values.isnan()
-    mean = float(values[defined].mean()) if defined.any() else float("nan")
-    return mean, int((~defined).sum())
-
-
 def saliency_loyalty(
     model_a: PreTrainedModel,
     model_b: PreTrainedModel,
@@ -114,10 +108,10 @@ def compare_models(
     one batch; ``config`` sets the maps (default: IG, 1 step, pad baseline, all views)."""
     config = config or AttributionConfig()
     mask = batch["attention_mask"]
-    loyalty, loyalty_undefined = _nan_mean(saliency_loyalty(model_a, model_b, batch))
+    loyalty, loyalty_undefined = nan_mean(saliency_loyalty(model_a, model_b, batch))
     maps_a, _ = compute_maps(model_a, batch, config, labels)
     maps_b, _ = compute_maps(model_b, batch, config, labels)
-    spearman, spearman_undefined = _nan_mean(rank_correlation(maps_a, maps_b, mask))
+    spearman, spearman_undefined = nan_mean(rank_correlation(maps_a, maps_b, mask))
     return {
         "saliency_loyalty": 100 * loyalty,
         "saliency_loyalty_undefined": loyalty_undefined,

@@ -5,10 +5,8 @@ attribution gap), and hidden states."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 import torch
 from torch import Tensor
@@ -17,7 +15,7 @@ from workbench.agreement import attribution_gap, pearson_per_example
 from workbench.attribution import attribution_maps, grad_saliency
 from workbench.data import Split, TaskSpec, batches, encode
 from workbench.heatmaps import Example
-from workbench.metrics import jensen_shannon, task_metrics
+from workbench.metrics import nan_mean, probability_loyalties, task_metrics
 from workbench.models import LoadedRun, forward
 
 
@@ -108,12 +106,7 @@ def loyalty_tables(
         frame[name] = labelled(outputs.logits)
         row = {"model": name, **task_metrics(spec, outputs.logits, gold)}
         if names:
-            probability = (
-                1
-                - jensen_shannon(teacher.logits.softmax(-1), outputs.logits.softmax(-1))
-                .clamp(min=0)
-                .sqrt()
-            )
+            probability = probability_loyalties(teacher.logits, outputs.logits)
             frame[f"{name} ✓"] = (outputs.logits.argmax(-1) == gold).tolist()
             frame[f"{name} PL"] = probability.tolist()
             row |= {
@@ -121,9 +114,7 @@ def loyalty_tables(
                 "PL": float(probability.mean()),
             }
         frame[f"{name} SL"] = saliency
-        row["SL×100"] = (
-            100 * float(np.nanmean(saliency)) if np.isfinite(saliency).any() else math.nan
-        )
+        row["SL×100"] = 100 * nan_mean(torch.from_numpy(saliency))[0]
         summary.append(row)
     return pd.DataFrame(summary).set_index("model"), frame
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 from scipy import stats
+from scipy.spatial.distance import jensenshannon
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef, recall_score
 from torch import Tensor
 
@@ -54,21 +55,25 @@ def label_loyalty(teacher_logits: Tensor, student_logits: Tensor) -> float:
     return float((teacher_logits.argmax(-1) == student_logits.argmax(-1)).double().mean())
 
 
-def jensen_shannon(p: Tensor, q: Tensor) -> Tensor:
-    """JSD with base-2 logs, in [0, 1], per row of two ``[N, C]`` probability tables."""
-    p, q = p.double(), q.double()
-    middle = (p + q) / 2
-
-    def kl(a: Tensor, b: Tensor) -> Tensor:
-        return torch.where(a > 0, a * (torch.log2(a) - torch.log2(b)), torch.zeros_like(a)).sum(-1)
-
-    return (kl(p, middle) + kl(q, middle)) / 2
+def probability_loyalties(teacher_logits: Tensor, student_logits: Tensor) -> Tensor:
+    """Xu et al. 2021, per example: ``1 − √JSD(p_t ‖ p_s)`` with base-2 logs, in [0, 1].
+    ``[N, C]`` logits each → ``[N]`` (float64; √JSD by scipy's ``jensenshannon``)."""
+    p = teacher_logits.double().softmax(-1).numpy(force=True)
+    q = student_logits.double().softmax(-1).numpy(force=True)
+    return torch.from_numpy(1 - jensenshannon(p, q, base=2, axis=-1))
 
 
 def probability_loyalty(teacher_logits: Tensor, student_logits: Tensor) -> float:
-    """Xu et al. 2021: mean of ``1 − √JSD(p_t ‖ p_s)`` (base 2) over examples."""
-    divergence = jensen_shannon(teacher_logits.softmax(-1), student_logits.softmax(-1))
-    return float((1 - divergence.clamp(min=0).sqrt()).mean())
+    """Mean of :func:`probability_loyalties` over examples."""
+    return float(probability_loyalties(teacher_logits, student_logits).mean())
+
+
+def nan_mean(values: Tensor) -> tuple[float, int]:
+    """Mean over the defined (non-NaN) values of ``[N]`` and how many were undefined (the mean
+    is NaN when none is defined)."""
+    defined = ~values.isnan()
+    mean = float(values[defined].mean()) if defined.any() else float("nan")
+    return mean, int((~defined).sum())
 
 
 def loyalty(teacher_logits: Tensor, student_logits: Tensor) -> dict[str, float]:
