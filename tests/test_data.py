@@ -234,3 +234,18 @@ def test_sample_of_a_class_ordered_split_keeps_every_class():
     assert sample_split(ordered, 30, seed=1).uids != sample.uids
     assert sample_split(ordered, 300, seed=0) is ordered
     assert sample_split(ordered, None, seed=0) is ordered
+
+
+@pytest.mark.parametrize("pairs", [None, ["nice " * 3, "long " * 30, "a", "the " * 9]])
+def test_encode_truncates_in_one_pass_like_two(tmp_path: Path, pairs):
+    """One tokenizer call gives the ids of ``truncation=True`` and counts the texts it cut."""
+    tokenizer = tiny_tokenizer(tmp_path / "tok")
+    texts = ["good " * 20, "bad film", "the plot " * 3, "very " * 7]
+    split = Split(texts=texts, labels=[0, 1, 0, 1], uids=[str(i) for i in range(4)], pairs=pairs)
+    encoded = encode(split, tokenizer, max_length=10)
+    args = (texts,) if pairs is None else (texts, pairs)
+    expected = tokenizer(*args, truncation=True, max_length=10)
+    full = tokenizer(*args, truncation=False)["input_ids"]
+    assert encoded.input_ids == expected["input_ids"]
+    assert encoded.token_type_ids == expected["token_type_ids"]
+    assert encoded.truncated == sum(len(ids) > 10 for ids in full) == (1 if pairs is None else 3)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import importlib.util
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -650,15 +651,24 @@ def encode(
     if max_length < 4:
         raise WorkbenchError(f"max_length {max_length} is too small (at least 4 tokens)")
     args = (split.texts,) if split.pairs is None else (split.texts, split.pairs)
-    full = tokenizer(*args, truncation=False, verbose=False)["input_ids"]
-    encoded = tokenizer(*args, truncation=True, max_length=max_length)
-    token_types = encoded.get("token_type_ids") or [[0] * len(ids) for ids in encoded["input_ids"]]
+    # One pass: a text longer than max_length comes back as several rows (its overflow); the
+    # first row of each text is its truncated encoding.
+    encoded = tokenizer(
+        *args, truncation=True, max_length=max_length, return_overflowing_tokens=True
+    )
+    mapping = encoded["overflow_to_sample_mapping"]  # row → text
+    first: dict[int, int] = {}  # text → its first row
+    for row, text in enumerate(mapping):
+        first.setdefault(text, row)
+    rows = [first[text] for text in range(len(split.texts))]
+    ids = [encoded["input_ids"][row] for row in rows]
+    types = encoded.get("token_type_ids")
     dtype = torch.float32 if regression else torch.long
     return EncodedSplit(
-        input_ids=encoded["input_ids"],
-        token_type_ids=token_types,
+        input_ids=ids,
+        token_type_ids=[types[row] for row in rows] if types else [[0] * len(i) for i in ids],
         labels=torch.tensor(split.labels, dtype=dtype),
-        truncated=sum(len(ids) > max_length for ids in full),
+        truncated=sum(n > 1 for n in Counter(mapping).values()),
     )
 
 
