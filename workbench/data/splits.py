@@ -1,0 +1,147 @@
+"""What every task yields: :class:`TaskData` — train/dev/test :class:`Split` lists of texts,
+optional second texts, labels and stable example ids — and the deterministic (stratified) splits
+and samples of them."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+SPLITS = ("train", "dev", "test")
+MIN_EXAMPLES = {"train": 2, "dev": 1, "test": 1}  # after the split and any subsample
+MISSING_LABELS = {"", "nan"}  # read as text (case aside), these mean no label
+METRICS_CLASSIFICATION = ("accuracy", "macro_f1")
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What a task predicts and how it is scored."""
+
+    name: str
+    label_names: tuple[str, ...]  # empty for regression
+    metrics: tuple[str, ...]
+    pair: bool = False
+
+    @property
+    def regression(self) -> bool:
+        return not self.label_names
+
+    @property
+    def num_labels(self) -> int:
+        return max(len(self.label_names), 1)
+
+
+@dataclass
+class Split:
+    """One split: ``texts[i]`` (and ``pairs[i]``) with label ``labels[i]`` and id ``uids[i]``."""
+
+    texts: list[str]
+    labels: list[float] | list[int]
+    uids: list[str]
+    pairs: list[str] | None = None
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def subset(self, indices: Sequence[int]) -> Split:
+        pick = list(indices)
+        return Split(
+            texts=[self.texts[i] for i in pick],
+            labels=[self.labels[i] for i in pick],
+            uids=[self.uids[i] for i in pick],
+            pairs=None if self.pairs is None else [self.pairs[i] for i in pick],
+        )
+
+
+@dataclass
+class TaskData:
+    """A task's splits and where they came from."""
+
+    spec: TaskSpec
+    splits: dict[str, Split]
+    source: str
+    notes: list[str] = field(default_factory=list)
+
+    def fingerprint(self) -> dict[str, str]:
+        """A hash of the example ids and labels of each split: records the exact split in every
+        run (an edited text or label changes it)."""
+        return {
+            name: hashlib.sha256(
+                "\n".join(
+                    f"{uid}\t{label}" for uid, label in zip(split.uids, split.labels, strict=True)
+                ).encode()
+            ).hexdigest()[:16]
+            for name, split in self.splits.items()
+        }
+
+
+def example_uid(text: str, pair: str | None = None) -> str:
+    return hashlib.sha1(f"{text}\x1f{pair or ''}".encode()).hexdigest()[:16]
+
+
+def clean_text(text: str) -> str:
+    """Collapse every run of whitespace (``\\r`` and newlines included) to one space."""
+    return " ".join(str(text).split())
+
+
+def split_indices(
+    labels: Sequence, fractions: tuple[float, ...], seed: int, stratify: bool
+) -> list[np.ndarray]:
+    """Deterministic (stratified) partition of ``range(len(labels))`` by ``fractions``."""
+    rng = np.random.default_rng(seed)
+    groups = (
+        [np.flatnonzero(np.asarray(labels) == value) for value in sorted(set(labels))]
+        if stratify
+        else [np.arange(len(labels))]
+    )
+    parts: list[list[int]] = [[] for _ in fractions]
+    for group in groups:
+        shuffled = rng.permutation(group)
+        bounds = np.round(np.cumsum(fractions) * len(shuffled)).astype(int)
+        for k, piece in enumerate(np.split(shuffled, bounds[:-1])):
+            parts[k].extend(piece.tolist())
+    return [np.sort(np.asarray(p, dtype=int)) for p in parts]
+
+
+def from_frame(frame: pd.DataFrame, spec: TaskSpec, pair_column: str | None) -> Split:
+    texts = frame["text"].tolist()
+    pairs = frame[pair_column].tolist() if pair_column else None
+    labels = frame["label"].tolist()
+    uids = [example_uid(t, p) for t, p in zip(texts, pairs or [None] * len(texts), strict=True)]
+    return Split(texts=texts, labels=labels, uids=uids, pairs=pairs)
+
+
+def deduplicate(frame: pd.DataFrame, columns: list[str]) -> tuple[pd.DataFrame, int, int]:
+    """Drop repeated texts; texts seen with conflicting labels are dropped altogether."""
+    labels_per_text = frame.groupby(columns)["label"].nunique()
+    conflicting = labels_per_text[labels_per_text > 1].index
+    keyed = frame.set_index(columns)
+    keep = ~keyed.index.isin(conflicting)
+    kept = frame[keep]
+    deduplicated = kept.drop_duplicates(subset=columns, keep="first")
+    return deduplicated, len(kept) - len(deduplicated), int((~keep).sum())
+
+
+def split_frame(
+    frame: pd.DataFrame, spec: TaskSpec, seed: int, pair_column: str | None = None
+) -> dict[str, Split]:
+    """80/10/10 train/dev/test, stratified by label for classification."""
+    whole = from_frame(frame, spec, pair_column)
+    parts = split_indices(whole.labels, (0.8, 0.1, 0.1), seed, stratify=not spec.regression)
+    return {name: whole.subset(part) for name, part in zip(SPLITS, parts, strict=True)}
+
+
+def sample_split(split: Split, limit: int | None, seed: int, stratify: bool = True) -> Split:
+    """A fixed sample of about ``limit`` examples (stratified by label: each class keeps its
+    share, rounded), in the split's order; the split itself when it has no more. The bundled
+    data sets come ordered by class, so a prefix of a split is not a sample of it."""
+    if limit is None or limit >= len(split):
+        return split
+    keep, _ = split_indices(
+        split.labels, (limit / len(split), 1 - limit / len(split)), seed, stratify
+    )
+    return split.subset(keep)
