@@ -19,8 +19,9 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from workbench.attribution.gradients import Target, grad_saliency
+from workbench.attribution.gradients import grad_saliency
 from workbench.attribution.settings import AttributionConfig, compute_maps
+from workbench.attribution.targets import Target
 from workbench.errors import WorkbenchError
 from workbench.metrics import nan_mean
 

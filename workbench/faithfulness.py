@@ -25,7 +25,8 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from workbench.attribution.gradients import resolve_target, special_positions
+from workbench.attribution.baselines import special_positions
+from workbench.attribution.targets import resolve_target
 from workbench.data import collate
 from workbench.errors import WorkbenchError
 from workbench.models import forward

@@ -13,18 +13,14 @@ Faithfulness (AOPC) is in :mod:`workbench.faithfulness`, agreement between two m
 :mod:`workbench.agreement`.
 """
 
+from workbench.attribution.baselines import baseline_output, site_output
 from workbench.attribution.captum_backend import captum_grad_saliency, captum_integrated_gradients
 from workbench.attribution.gradients import (
-    BASELINES,
-    VIEWS,
     attribution_map,
     attribution_maps,
-    baseline_output,
     grad_saliency,
     input_gradients,
     integrated_gradients,
-    site_output,
-    view_names,
 )
 from workbench.attribution.records import (
     AttributionRecord,
@@ -33,6 +29,8 @@ from workbench.attribution.records import (
     save_attributions,
 )
 from workbench.attribution.settings import METHODS, AttributionConfig, compute_maps
+from workbench.attribution.targets import view_names
+from workbench.config import BASELINES, VIEWS
 
 __all__ = [
     "BASELINES",

@@ -20,15 +20,13 @@ from captum.attr import IntegratedGradients, LayerGradientXActivation, LayerInte
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from workbench.attribution.gradients import (
+from workbench.attribution.baselines import baseline_ids, site_module, site_output
+from workbench.attribution.targets import (
     Target,
-    _batch,
-    _check_layer,
-    _site_module,
-    baseline_ids,
+    as_batch,
+    check_layer,
     is_regression,
     resolve_target,
-    site_output,
 )
 from workbench.config import check_baseline
 from workbench.errors import WorkbenchError
@@ -54,7 +52,7 @@ def _scores_from_site(model: PreTrainedModel, layer: int | None) -> Callable[...
     """``f(site_value, input_ids, attention_mask, token_type_ids)``: the model with the site's
     output replaced by ``site_value`` ``[B, L, d]``."""
     scores = _scores(model)
-    site = _site_module(model, layer)
+    site = site_module(model, layer)
 
     def from_site(
         value: Tensor, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None
@@ -89,8 +87,8 @@ def captum_integrated_gradients(
             f"Captum's IG needs steps >= 2 (got {steps!r}); use integrated_gradients for 1 step"
         )
     check_baseline(baseline)
-    _check_layer(model, layer)
-    batch = _batch(input_ids, attention_mask, token_type_ids)
+    check_layer(model, layer)
+    batch = as_batch(input_ids, attention_mask, token_type_ids)
     targets = resolve_target(model, batch, target)
     extra = (attention_mask, token_type_ids)
     options = {
@@ -105,7 +103,7 @@ def captum_integrated_gradients(
             site, baselines=site * 0, additional_forward_args=(input_ids, *extra), **options
         )
     else:
-        ig = LayerIntegratedGradients(_scores(model), _site_module(model, layer)).attribute(
+        ig = LayerIntegratedGradients(_scores(model), site_module(model, layer)).attribute(
             input_ids,
             baselines=baseline_ids(model, batch, baseline, special_ids),
             additional_forward_args=extra,
@@ -125,9 +123,9 @@ def captum_grad_saliency(
 ) -> Tensor:
     """Grad saliency by Captum's :class:`~captum.attr.LayerGradientXActivation` on the
     embeddings module, summed over ``d`` → ``[B, L]``, zero at padding."""
-    batch = _batch(input_ids, attention_mask, token_type_ids)
+    batch = as_batch(input_ids, attention_mask, token_type_ids)
     targets = resolve_target(model, batch, target)
-    attributions = LayerGradientXActivation(_scores(model), _site_module(model, None)).attribute(
+    attributions = LayerGradientXActivation(_scores(model), site_module(model, None)).attribute(
         input_ids, target=targets, additional_forward_args=(attention_mask, token_type_ids)
     )
     return attributions.detach().sum(-1) * attention_mask

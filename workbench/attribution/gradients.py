@@ -20,281 +20,42 @@ sequence (dynamic padding), so an example's result does not depend on the batch 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 from transformers import PreTrainedModel
 
-from workbench.config import BASELINES, VIEWS, Views, check_baseline, check_steps
-from workbench.errors import WorkbenchError
+from workbench.attribution.baselines import baseline_output, site_module, site_output
+from workbench.attribution.chunking import batch_token_limit, length_chunks
+from workbench.attribution.targets import (
+    Batch,
+    Scorer,
+    Target,
+    as_batch,
+    check_double_backward,
+    check_layer,
+    check_top_k,
+    class_probabilities,
+    max_probability,
+    resolve_target,
+    resolve_views,
+)
+from workbench.config import Views, check_baseline, check_steps
 from workbench.models import (
     MODEL_INPUTS,
-    embed,
-    embeddings_module,
-    encoder_layers,
     forward,
     output_replaced,
 )
 
-DEFAULT_MEMORY_MIB = 1024
-
-Batch = Mapping[str, Tensor]
-Target = int | str | Tensor
-# scores(logits [R, C], example index of each row [R]) -> [R, V]
-Scorer = Callable[[Tensor, Tensor], Tensor]
-
 __all__ = [
-    "BASELINES",
-    "VIEWS",
     "attribution_map",
     "attribution_maps",
-    "baseline_output",
     "grad_saliency",
     "input_gradients",
     "integrated_gradients",
-    "site_output",
-    "special_positions",
-    "view_names",
 ]
-
-
-# ---------------------------------------------------------------------------------------------
-# inputs, checks, targets and views
-
-
-def _batch(input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None) -> Batch:
-    batch = {"input_ids": input_ids, "attention_mask": attention_mask}
-    if token_type_ids is not None:
-        batch["token_type_ids"] = token_type_ids
-    return batch
-
-
-def is_regression(model: PreTrainedModel) -> bool:
-    """One output: ``F`` is the output itself and targets are ignored."""
-    return model.config.num_labels == 1
-
-
-def _check_double_backward(model: PreTrainedModel, create_graph: bool) -> None:
-    kernel = getattr(model.config, "_attn_implementation", "eager")
-    if create_graph and kernel != "eager":
-        raise WorkbenchError(
-            f"create_graph=True needs a double backward, which {kernel!r} attention lacks on CPU: "
-            'load the model with attn_implementation="eager"'
-        )
-
-
-def _check_top_k(top_k: int | None, hidden_size: int) -> None:
-    if top_k is not None and not 1 <= top_k <= hidden_size:
-        raise WorkbenchError(
-            f"top_k={top_k} is outside 1..{hidden_size} (the hidden size); use None for all"
-        )
-
-
-def _check_layer(model: PreTrainedModel, layer: int | None) -> None:
-    count = len(encoder_layers(model))
-    if layer is not None and not 0 <= layer < count:
-        raise WorkbenchError(
-            f"layer={layer} is outside 0..{count - 1}; use None for the embedding output"
-        )
-
-
-def _predictions(model: PreTrainedModel, batch: Batch) -> Tensor:
-    """Predicted class per example ``[B]``."""
-    with torch.no_grad():
-        return forward(model, batch).logits.argmax(-1)
-
-
-def _class_ids(model: PreTrainedModel, values: Tensor, what: str, device: torch.device) -> Tensor:
-    """``values`` as class indices on ``device``, checked against the model's classes."""
-    classes = model.config.num_labels
-    if values.is_floating_point() or ((values < 0) | (values >= classes)).any():
-        raise WorkbenchError(
-            f"{what} {values.unique().tolist()} outside the model's classes 0..{classes - 1}"
-        )
-    return values.long().to(device)
-
-
-def resolve_target(model: PreTrainedModel, batch: Batch, target: Target) -> Tensor:
-    """Target class per example ``[B]``: an int, a ``[B]`` tensor, or ``"pred"``."""
-    size, device = batch["input_ids"].shape[0], batch["input_ids"].device
-    if is_regression(model):
-        return torch.zeros(size, dtype=torch.long, device=device)
-    if isinstance(target, str):
-        if target != "pred":
-            raise WorkbenchError(f"target {target!r}: give a class index, a [B] tensor or 'pred'")
-        return _predictions(model, batch)
-    values = torch.as_tensor(target).reshape(-1)
-    if len(values) not in (1, size):
-        raise WorkbenchError(f"target has {len(values)} values for a batch of {size} examples")
-    return _class_ids(model, values.expand(size), "target", device)
-
-
-def view_names(model: PreTrainedModel, views: Views) -> list[str]:
-    """Names of the views :func:`resolve_views` gives: class names for ``"all"`` and class
-    indices, ``"pred"``, ``"gold"``, or ``"output"`` for regression."""
-    if is_regression(model):
-        return ["output"]
-    names = model.config.id2label
-    if isinstance(views, str) and views == "all":
-        return [str(names[c]) for c in range(model.config.num_labels)]
-    if isinstance(views, str):
-        return [views]
-    return [str(names[int(c)]) for c in torch.as_tensor(views).reshape(-1)]
-
-
-def resolve_views(
-    model: PreTrainedModel, batch: Batch, views: Views, labels: Tensor | None = None
-) -> Tensor:
-    """The classes attributed per example ``[B, V]``: ``"all"`` — every class; ``"pred"`` — the
-    predicted class; ``"gold"`` — ``labels``; an int or a list of ints — those classes.
-    Regression models have one view (their output)."""
-    size, device = batch["input_ids"].shape[0], batch["input_ids"].device
-    if is_regression(model):
-        return torch.zeros(size, 1, dtype=torch.long, device=device)
-    if not isinstance(views, str):
-        chosen = _class_ids(model, torch.as_tensor(views).reshape(-1), "view", device)
-        return chosen.expand(size, -1)
-    if views == "all":
-        return torch.arange(model.config.num_labels, device=device).expand(size, -1)
-    if views == "pred":
-        return _predictions(model, batch)[:, None]
-    if views == "gold":
-        if labels is None:
-            raise WorkbenchError("views='gold' needs the labels of the examples")
-        return _class_ids(model, torch.as_tensor(labels), "label", device)[:, None]
-    raise WorkbenchError(f"unknown views {views!r}: use {', '.join(VIEWS)} or class indices")
-
-
-def _class_probabilities(model: PreTrainedModel, targets: Tensor) -> Scorer:
-    """``F_v`` = probability of class ``targets[b, v]`` (regression: the output itself)."""
-    if is_regression(model):
-        return lambda logits, _rows: logits[:, :1]
-    return lambda logits, rows: logits.softmax(-1).gather(1, targets[rows])
-
-
-def _max_probability(logits: Tensor, _rows: Tensor) -> Tensor:
-    """``p_max`` per row ``[R, 1]`` (GKD's signal)."""
-    return logits.softmax(-1).max(-1, keepdim=True).values
-
-
-# ---------------------------------------------------------------------------------------------
-# sites and baselines
-
-
-def _site_module(model: PreTrainedModel, layer: int | None) -> nn.Module:
-    return embeddings_module(model) if layer is None else encoder_layers(model)[layer]
-
-
-def site_output(model: PreTrainedModel, batch: Batch, layer: int | None = None) -> Tensor:
-    """What is attributed ``[B, L, d]``: the embedding output (``layer=None``) or the output of
-    encoder layer ``layer`` (``hidden_states[layer + 1]``)."""
-    if layer is None:
-        return embed(model, batch)
-    return forward(model, batch, hidden_states=True).hidden_states[layer + 1]
-
-
-def special_positions(
-    input_ids: Tensor, attention_mask: Tensor, special_ids: Collection[int] | None = None
-) -> Tensor:
-    """Positions ``[B, L]`` (bool) holding special tokens: ids in ``special_ids``, or by default
-    the ids of each sequence's first and last real token ([CLS] and [SEP] for BERT tokenizers,
-    so a pair's middle [SEP] counts too)."""
-    real = attention_mask.bool()
-    if special_ids is not None:
-        ids = torch.tensor(sorted(special_ids), device=input_ids.device)
-        return torch.isin(input_ids, ids) & real
-    last = attention_mask.sum(1).clamp_min(1) - 1
-    first_ids = input_ids[:, :1]
-    last_ids = input_ids.gather(1, last[:, None])
-    return ((input_ids == first_ids) | (input_ids == last_ids)) & real
-
-
-def _pad_id(model: PreTrainedModel) -> int:
-    pad = model.config.pad_token_id
-    if pad is None:
-        raise WorkbenchError("the model config has no pad_token_id: the pad baselines need one")
-    return int(pad)
-
-
-def baseline_ids(
-    model: PreTrainedModel, batch: Batch, baseline: str, special_ids: Collection[int] | None = None
-) -> Tensor:
-    """Token ids ``[B, L]`` of the pad baselines: all [PAD], or [PAD] except special tokens."""
-    ids = batch["input_ids"]
-    pads = torch.full_like(ids, _pad_id(model))
-    if baseline == "pad":
-        return pads
-    return torch.where(special_positions(ids, batch["attention_mask"], special_ids), ids, pads)
-
-
-def baseline_output(
-    model: PreTrainedModel,
-    batch: Batch,
-    baseline: str,
-    layer: int | None = None,
-    special_ids: Collection[int] | None = None,
-    site: Tensor | None = None,
-) -> Tensor:
-    """The baseline ``E'`` ``[B, L, d]`` at the site: the site's output for the baseline ids (the
-    input's token types and attention mask kept), or zeros for ``"zero"`` (shaped like ``site``,
-    the input's site output, when given)."""
-    check_baseline(baseline)
-    if baseline == "zero":
-        return torch.zeros_like(site if site is not None else site_output(model, batch, layer))
-    ids = baseline_ids(model, batch, baseline, special_ids)
-    return site_output(model, {**batch, "input_ids": ids}, layer)
-
-
-# ---------------------------------------------------------------------------------------------
-# chunking
-
-
-def bytes_per_token(
-    model: PreTrainedModel, length: int, views: int = 1, create_graph: bool = False
-) -> int:
-    """Estimated autograd memory of one row×position cell: per layer ``20·d`` saved activations
-    plus ``3·heads·L`` attention values, ×``(1 + (V−1)/10)`` for ``V`` batched vector-Jacobian
-    products, or ×``3(1 + 0.4(V−1))`` when the graph is kept for a double backward; ×1.3 for
-    allocator slack. Calibrated with ``ru_maxrss`` on MiniLM-L6 at 40 positions (one chunk:
-    215 KiB per cell for one view; over many chunks of varying width the peak was 1.3× the
-    single-chunk figure)."""
-    config = model.config
-    per_layer = 20 * config.hidden_size + 3 * config.num_attention_heads * length
-    size = next(model.parameters()).element_size()
-    factor = 3 * (1 + 0.4 * (views - 1)) if create_graph else 1 + 0.1 * (views - 1)
-    return int(1.3 * size * config.num_hidden_layers * per_layer * factor)
-
-
-def batch_token_limit(
-    model: PreTrainedModel,
-    length: int,
-    views: int,
-    create_graph: bool,
-    max_batch_tokens: int | None,
-    memory_mib: float | None,
-) -> int:
-    """Row×position cells per chunk: ``max_batch_tokens`` if given, else what fits in
-    ``memory_mib`` (default :data:`DEFAULT_MEMORY_MIB`) by :func:`bytes_per_token`."""
-    if max_batch_tokens is not None:
-        if max_batch_tokens < 1:
-            raise WorkbenchError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
-        return max_batch_tokens
-    budget = (memory_mib or DEFAULT_MEMORY_MIB) * 2**20
-    return max(1, int(budget // bytes_per_token(model, length, views, create_graph)))
-
-
-def _chunks(lengths: list[int], limit: int) -> list[slice]:
-    """Consecutive slices of rows (``lengths`` ascending) whose ``rows × longest`` stays within
-    ``limit`` cells (at least one row each)."""
-    chunks, start = [], 0
-    for end in range(1, len(lengths) + 1):
-        if end < len(lengths) and (end + 1 - start) * lengths[end] <= limit:
-            continue
-        chunks.append(slice(start, end))
-        start = end
-    return chunks
 
 
 # ---------------------------------------------------------------------------------------------
@@ -346,10 +107,10 @@ def _path_gradients(
     rows = torch.tensor(order, device=end.device).repeat_interleave(steps)
     alphas = (torch.arange(1, steps + 1, dtype=end.dtype, device=end.device) / steps).repeat(size)
     limit = batch_token_limit(model, length, views, create_graph, max_batch_tokens, memory_mib)
-    site = _site_module(model, layer)
+    site = site_module(model, layer)
     total = end.new_zeros((views, size, length, end.shape[-1]))
     end_rows, end_logits = [], []
-    for chunk in _chunks(row_lengths, limit):
+    for chunk in length_chunks(row_lengths, limit):
         example = rows[chunk]
         width = row_lengths[chunk.stop - 1]
         base = start[example, :width]
@@ -386,8 +147,8 @@ def _integrated_gradients(
     of the path ``[B, C]``."""
     check_steps(steps)
     check_baseline(baseline)
-    _check_layer(model, layer)
-    _check_double_backward(model, create_graph)
+    check_layer(model, layer)
+    check_double_backward(model, create_graph)
     with torch.set_grad_enabled(create_graph):
         end = site_output(model, batch, layer)
         start = baseline_output(model, batch, baseline, layer, special_ids, end)
@@ -397,7 +158,7 @@ def _integrated_gradients(
             batch,
             start,
             end,
-            _class_probabilities(model, targets),
+            class_probabilities(model, targets),
             targets.shape[1],
             steps=steps,
             layer=layer,
@@ -467,7 +228,7 @@ def integrated_gradients(
     Returns:
         ``[B, L, d]`` float, zero at padding.
     """
-    batch = _batch(input_ids, attention_mask, token_type_ids)
+    batch = as_batch(input_ids, attention_mask, token_type_ids)
     targets = resolve_target(model, batch, target)[:, None]
     ig, _ = _integrated_gradients(
         model,
@@ -489,7 +250,7 @@ def attribution_map(ig: Tensor, attention_mask: Tensor, top_k: int | None = None
     ``‖TopK_d(|IG_i|)‖₂`` (all ``d`` when ``top_k`` is None), zero at padding, unit L2 norm
     over each sequence's real tokens; an all-zero row stays zero (never NaN, also in backward).
     """
-    _check_top_k(top_k, ig.shape[-1])
+    check_top_k(top_k, ig.shape[-1])
     if top_k is not None and top_k < ig.shape[-1]:
         ig = ig.abs().topk(top_k, dim=-1).values
     per_token = torch.linalg.vector_norm(ig, dim=-1) * attention_mask
@@ -525,8 +286,8 @@ def attribution_maps(
     Regression models have one view. Other arguments as :func:`integrated_gradients` and
     :func:`attribution_map` (teacher: ``top_k``; student: ``top_k=None, create_graph=True``).
     """
-    batch = _batch(input_ids, attention_mask, token_type_ids)
-    _check_top_k(top_k, model.config.hidden_size)
+    batch = as_batch(input_ids, attention_mask, token_type_ids)
+    check_top_k(top_k, model.config.hidden_size)
     targets = resolve_views(model, batch, views, labels)
     repeat = 2 if isinstance(views, str) and views == "all" and targets.shape[1] == 2 else 1
     ig, logits = _integrated_gradients(
@@ -559,7 +320,7 @@ def grad_saliency(
     """Grad saliency (METHODS.md §6, "gradient × input") ``[B, L]``: ``Σ_d E ⊙ ∂F/∂E`` with ``F``
     the probability of ``target`` (int, ``[B]`` tensor or ``"pred"``); zero at padding. Signed,
     not normalised. Equals IG with a zero baseline and one step, summed over ``d``."""
-    batch = _batch(input_ids, attention_mask, token_type_ids)
+    batch = as_batch(input_ids, attention_mask, token_type_ids)
     targets = resolve_target(model, batch, target)[:, None]
     return _grad_saliency(
         model, batch, targets, layer=layer, max_batch_tokens=max_batch_tokens, memory_mib=memory_mib
@@ -580,7 +341,7 @@ def input_gradients(
     student's term; needs eager attention). Frozen embeddings are fine: the gradient is taken
     w.r.t. the embedding output itself. With ``return_logits`` also the logits ``[B, C]`` of
     the same forward pass."""
-    _check_double_backward(model, create_graph)
+    check_double_backward(model, create_graph)
     with torch.set_grad_enabled(create_graph):
         end = site_output(model, batch)
     with torch.enable_grad():
@@ -589,7 +350,7 @@ def input_gradients(
             batch,
             torch.zeros_like(end),
             end,
-            _max_probability,
+            max_probability,
             1,
             create_graph=create_graph,
             max_batch_tokens=max_batch_tokens,

@@ -8,13 +8,8 @@ from collections.abc import Collection, Mapping
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from workbench.attribution.gradients import (
-    _batch,
-    _grad_saliency,
-    attribution_maps,
-    resolve_views,
-    view_names,
-)
+from workbench.attribution.gradients import _grad_saliency, attribution_maps
+from workbench.attribution.targets import as_batch, resolve_views, view_names
 from workbench.config import METHODS, AttributionConfig
 
 __all__ = ["METHODS", "AttributionConfig", "compute_maps"]
@@ -31,7 +26,7 @@ def compute_maps(
     ``token_type_ids``) under ``config``: normalised IG maps or signed Grad saliency."""
     views = config.parsed_views()
     names = view_names(model, views)
-    inputs = _batch(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
+    inputs = as_batch(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
     if config.method == "grad":
         targets = resolve_views(model, inputs, views, labels)
         saliency = _grad_saliency(
