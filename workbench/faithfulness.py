@@ -41,13 +41,14 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from workbench.attribution.gradients import resolve_target, special_positions
+from workbench.config import AOPC_RULES
 from workbench.data import collate
 from workbench.errors import WorkbenchError
 from workbench.models import forward
 
 FRACTIONS = (0.1, 0.2, 0.3, 0.4, 0.5)
 FERRET_FRACTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
-RULES = {"project": FRACTIONS, "ferret": FERRET_FRACTIONS}  # each set of rules' fractions
+RULES = dict(zip(AOPC_RULES, (FRACTIONS, FERRET_FRACTIONS), strict=True))  # rules → fractions
 REMOVALS = ("delete", "pad")
 _EPSILON = 1e-9  # q·n computed in floating point: 0.7 · 10 must give 7
 
