@@ -53,8 +53,8 @@ class Divergence:
     ``word``, ``class`` (gold), then ``teacher`` and each student's attribution), ``examples``
     (a row per example: ``text``, ``pair``, ``label``, ``uid``, then per model
     ``<model> prediction``, ``<model> comprehensiveness``, ``<model> sufficiency`` and per
-    student ``<student> gap``), the models' names, and which models were computed rather than
-    read from their cache."""
+    student ``<student> gap``), the models' names, which models were computed rather than
+    read from their cache, and how many examples were truncated."""
 
     teacher: str
     students: list[str]
@@ -62,6 +62,7 @@ class Divergence:
     examples: pd.DataFrame
     settings: DivergenceSettings
     computed: list[str]
+    truncated: int = 0  # examples cut at the teacher's max_length
 
     def models(self) -> list[str]:
         """``teacher`` and the students' names, the columns of :attr:`occurrences`."""
