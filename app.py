@@ -13,6 +13,11 @@ st.navigation(
         st.Page("workbench/app/case_study.py", title="Case study", default=True),
         st.Page("workbench/app/geometry.py", title="Layer geometry", url_path="geometry"),
         st.Page("workbench/app/loyalty.py", title="Loyalty", url_path="loyalty"),
+        st.Page(
+            "workbench/app/divergence.py",
+            title="Where explanations diverge",
+            url_path="divergence",
+        ),
         st.Page("workbench/app/train.py", title="Train", url_path="train"),
         st.Page("workbench/app/exports.py", title="Export", url_path="export"),
     ]

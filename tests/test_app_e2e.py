@@ -191,3 +191,18 @@ def test_every_page_renders(app_url, page, tmp_path):
         _settle(page)
         assert page.locator("[data-testid='stException']").count() == 0, url_path
         _screenshot(page, Path(os.environ.get("KDW_SCREENSHOTS", tmp_path)) / f"{url_path}.png")
+
+
+def test_the_divergence_view_shows_its_charts_tables_and_hover(app_url, page):
+    page.goto(f"{app_url}/divergence")
+    page.get_by_role("heading", name="Where explanations diverge").first.wait_for(timeout=120_000)
+    page.wait_for_selector(".scatterlayer .point", timeout=240_000)
+    _settle(page)
+    assert page.locator("[data-testid='stException']").count() == 0
+    assert page.locator("[data-testid='stDataFrame']").count() == 3  # words over/under, examples
+    assert page.locator(".js-plotly-plot").count() == 2  # the word scatter, the histograms
+    point = page.locator(".scatterlayer .point").first.bounding_box()
+    page.mouse.move(point["x"] + point["width"] / 2, point["y"] + point["height"] / 2)
+    page.wait_for_selector(".hoverlayer .hovertext", timeout=10_000)
+    hover = page.locator(".hoverlayer .hovertext").first.text_content()
+    assert "teacher" in hover and "click: open example" in hover

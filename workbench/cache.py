@@ -77,14 +77,16 @@ class ExampleCache:
         pad_token_id: int = 0,
         description: str = "teacher cache",
         device: torch.device | str = "cpu",
+        progress: Callable[[int], None] | None = None,
     ) -> ExampleCache:
         """Run ``compute_batch`` over ``dataset`` in order (batches sorted by length to pad
         little) on ``device`` and collect its fields (stored on the CPU); fields named in
-        ``per_token`` are ``[B, L, ...]`` and kept for real tokens only."""
+        ``per_token`` are ``[B, L, ...]`` and kept for real tokens only. ``progress`` is
+        called with the number of examples done after each batch."""
         token_fields = set(per_token)
         order = sorted(range(len(dataset)), key=lambda i: len(dataset.input_ids[i]))
         collected: dict[str, list[tuple[int, Tensor]]] = {}
-        progress = tqdm(total=len(dataset), desc=description, unit="ex", leave=False)
+        bar = tqdm(total=len(dataset), desc=description, unit="ex", leave=False)
         for batch in batches(dataset, order, batch_size, pad_token_id):
             with torch.no_grad():  # gradient-based fields enable what they need themselves
                 values = compute_batch(to_device(batch, device))
@@ -94,8 +96,10 @@ class ExampleCache:
                 for row, (i, n) in enumerate(zip(batch["index"].tolist(), lengths, strict=True)):
                     value = tensor[row, :n] if name in token_fields else tensor[row]
                     collected.setdefault(name, []).append((i, value.clone()))
-            progress.update(len(lengths))
-        progress.close()
+            bar.update(len(lengths))
+            if progress is not None:
+                progress(bar.n)
+        bar.close()
         lengths = torch.tensor([len(ids) for ids in dataset.input_ids])
         offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])
         per_example, token_values = {}, {}
@@ -128,6 +132,11 @@ class ExampleCache:
         return cls(fields["example"], fields["token"], tensors["offsets"])
 
 
+def cache_path(folder: Path, name: str, key: Mapping) -> Path:
+    """Where :func:`cached` keeps the values of ``key``."""
+    return Path(folder) / f"{name}-{key_digest(key)}.safetensors"
+
+
 def cached(
     folder: Path,
     name: str,
@@ -138,7 +147,7 @@ def cached(
 ) -> ExampleCache:
     """Load the cache ``folder/name-<digest of key>.safetensors``, or compute and save it.
     A change of any setting in ``key`` gives another file, so stale values are never reused."""
-    path = Path(folder) / f"{name}-{key_digest(key)}.safetensors"
+    path = cache_path(folder, name, key)
     if path.exists():
         return ExampleCache.load(path)
     cache = ExampleCache.compute(dataset, compute_batch, **compute_options)

@@ -454,6 +454,43 @@ class MapSettings(Checked):
     )
 
 
+AOPC_RULES = ("project", "ferret")  # see workbench.faithfulness
+EXPLAINED = ("teacher", "gold")
+
+
+@dataclass
+class DivergenceSettings(MapSettings):
+    """Where a student's explanations diverge from its teacher's, over a split: which
+    examples, which class's maps are compared per word, the AOPC rules and the tables' size."""
+
+    split: str = option("test", "split analysed", choices=("test", "dev", "train"))
+    examples: int = option(
+        300, "a fixed stratified sample of this many examples of the split", domain=at_least(2)
+    )
+    explained: str = option(
+        "teacher",
+        "class whose maps are compared word by word: teacher (the teacher's prediction, for "
+        "every model) or gold (the example's label)",
+        choices=EXPLAINED,
+    )
+    rules: str = option(
+        "project",
+        "AOPC rules: project (k = ⌈q·n⌉, q = 10–50 %) or ferret (ferret-xai's: k = ⌊q·n⌋, "
+        "q = 10–100 %, positive scores only, repeated rationales skipped)",
+        choices=AOPC_RULES,
+    )
+    min_count: int = option(
+        3, "a word enters the tables when it occurs at least this often", domain=positive
+    )
+    top: int = option(10, "rows of each over/under-attributed table", domain=positive)
+
+    def key(self) -> dict:
+        """The settings that change a model's cached outputs (maps, logits, AOPC)."""
+        return {name: getattr(self, name) for name in ("method", "steps", "baseline", "top_k")} | {
+            "rules": self.rules
+        }
+
+
 @dataclass
 class AttributionConfig(MapSettings):
     """How tokens are attributed: the map's settings, the classes (views), the layer, and the

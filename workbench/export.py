@@ -56,6 +56,7 @@ __all__ = [
     "color_scale",
     "export",
     "latex_escape",
+    "merge_wordpieces",
     "score_to_rgb",
     "text_rgb",
     "to_html",
@@ -301,9 +302,11 @@ class _Prepared:
     metadata: dict[str, str]
 
 
-def _merge_wordpieces(
+def merge_wordpieces(
     tokens: Sequence[str], scores: Sequence[float]
 ) -> tuple[list[str], list[float]]:
+    """WordPiece continuations (``"##ing"``) joined onto the preceding token, their scores
+    summed (see :attr:`ExportOptions.merge_wordpieces`)."""
     merged_tokens: list[str] = []
     merged_scores: list[float] = []
     for token, score in zip(tokens, scores, strict=True):
@@ -327,7 +330,7 @@ def _prepare_row(row: HeatmapRow, options: ExportOptions) -> HeatmapRow:
         raise ValueError(f"row {row.label!r} has no tokens left after dropping {dropped}")
     tokens, scores = [t for t, _ in kept], [s for _, s in kept]
     if options.merge_wordpieces:
-        tokens, scores = _merge_wordpieces(tokens, scores)
+        tokens, scores = merge_wordpieces(tokens, scores)
     prediction = None if row.prediction is None else _clean_text(row.prediction)
     return HeatmapRow(_clean_text(row.label), [_clean_text(t) for t in tokens], scores, prediction)
 

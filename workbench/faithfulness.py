@@ -1,17 +1,32 @@
 """Faithfulness of token attributions: AOPC comprehensiveness and sufficiency (ERASER, DeYoung et
-al. 2020; as ferret computes them).
+al. 2020), under one of two sets of rules.
 
-For each example, rank its real non-special tokens by attribution (highest first) and, for each
-fraction ``q`` in ``fractions`` (default 10 %, 20 %, …, 50 %), take the top ``k = ⌈q·n⌉`` of its
-``n`` tokens:
+For each example, rank its ``n`` real non-special tokens by attribution (highest first) and, for
+each fraction ``q``, take a rationale: the top ``k`` tokens. Then
 
-- comprehensiveness ``= mean_q [p(x) − p(x without the top k)]`` — higher: the top tokens matter;
-- sufficiency ``= mean_q [p(x) − p(only the top k)]`` — lower: the top tokens suffice;
+- comprehensiveness ``= mean_q [p(x) − p(x without the rationale)]`` — higher: the top tokens
+  matter;
+- sufficiency ``= mean_q [p(x) − p(only the rationale)]`` — lower: the top tokens suffice;
 
 with ``p`` the probability of the target class (default: the class predicted on ``x``).
-Removal (``removal``): ``"delete"`` (default, as ferret and ERASER) drops the tokens, shortening
-the sequence; ``"pad"`` replaces them by [PAD] ids that stay attended (length kept). Special
-tokens ([CLS], [SEP]) are never removed nor counted. Scores are ranked as given: pass
+
+The rules (``rules``) say which rationales enter the mean:
+
+- ``"project"`` (default): ``q`` = 10 %, 20 %, …, 50 %; ``k = ⌈q·n⌉`` (at least one token);
+  every token counts, whatever the sign of its score; every fraction enters the mean, also
+  when two fractions give the same ``k``. Ties rank the earlier token first.
+- ``"ferret"`` (ferret-xai 0.4.2's evaluators with their defaults): ``q`` = 10 %, 20 %, …,
+  100 %; ``k = ⌊q·n⌋``, and a fraction with ``k = 0`` is skipped; of the top ``k`` only the
+  tokens with a positive score are kept, and a fraction left with none is skipped; a fraction
+  whose rationale is the same set as the last one kept is skipped. Ties rank the later token
+  first (NumPy's ``argsort()[-k:][::-1]``). An example with no rationale left scores
+  comprehensiveness 0 and sufficiency 1, as ferret returns. Unlike ferret, the perturbed inputs
+  are built from token ids (ferret decodes them to text and tokenises again).
+
+Skipped fractions are NaN in the per-fraction drops. ``fractions`` overrides the rules'
+fractions. Removal (``removal``): ``"delete"`` (default, as ferret and ERASER) drops the tokens,
+shortening the sequence; ``"pad"`` replaces them by [PAD] ids that stay attended (length kept).
+Special tokens ([CLS], [SEP]) are never removed nor counted. Scores are ranked as given: pass
 ``scores.abs()`` to rank signed saliency by magnitude. Works for any sequence classifier.
 """
 
@@ -27,19 +42,24 @@ from transformers import PreTrainedModel
 
 from workbench.attribution.baselines import special_positions
 from workbench.attribution.targets import resolve_target
+from workbench.config import AOPC_RULES
 from workbench.data import collate
 from workbench.errors import WorkbenchError
 from workbench.models import forward
 
 FRACTIONS = (0.1, 0.2, 0.3, 0.4, 0.5)
+FERRET_FRACTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+RULES = dict(zip(AOPC_RULES, (FRACTIONS, FERRET_FRACTIONS), strict=True))  # rules → fractions
 REMOVALS = ("delete", "pad")
+_EPSILON = 1e-9  # q·n computed in floating point: 0.7 · 10 must give 7
 
-__all__ = ["FRACTIONS", "REMOVALS", "Faithfulness", "aopc"]
+__all__ = ["FERRET_FRACTIONS", "FRACTIONS", "REMOVALS", "RULES", "Faithfulness", "aopc"]
 
 
 @dataclass
 class Faithfulness:
-    """Per-example AOPC values ``[B]`` and the probability drops behind them ``[B, Q]``."""
+    """Per-example AOPC values ``[B]`` and the probability drops behind them ``[B, Q]`` (NaN
+    where the rules skip a fraction)."""
 
     comprehensiveness: Tensor
     sufficiency: Tensor
@@ -47,6 +67,7 @@ class Faithfulness:
     sufficiency_drops: Tensor
     fractions: tuple[float, ...]
     removal: str
+    rules: str = "project"
 
     def summary(self) -> dict[str, float]:
         """Means over examples."""
@@ -70,6 +91,26 @@ def _perturbed(ids: list[int], types: list[int], drop: set[int], removal: str, p
     }
 
 
+def _rationales(
+    scores: list[float], candidates: list[int], fractions: Sequence[float], rules: str
+) -> list[set[int] | None]:
+    """The rationale (positions of the top tokens) of every fraction, None where ``rules``
+    skip it; ``scores[i]`` is the score of position ``i``."""
+    n = len(candidates)
+    if rules == "project":
+        ranked = sorted(candidates, key=lambda i: (-scores[i], i))
+        return [set(ranked[: math.ceil(q * n - _EPSILON)]) for q in fractions]
+    ranked = sorted(candidates, key=lambda i: (-scores[i], -i))
+    out: list[set[int] | None] = []
+    last = None
+    for q in fractions:
+        top = {i for i in ranked[: math.floor(q * n + _EPSILON)] if scores[i] > 0}
+        kept = top if top and top != last else None
+        out.append(kept)
+        last = kept or last
+    return out
+
+
 def _variants(
     input_ids: Tensor,
     attention_mask: Tensor,
@@ -77,22 +118,25 @@ def _variants(
     scores: Tensor,
     special: Tensor,
     fractions: Sequence[float],
+    rules: str,
     removal: str,
     pad_id: int,
-) -> list[dict]:
-    """For every example ``b``, fraction ``q`` and kind (0: top removed, 1: only top kept) the
-    perturbed example, in that order (``B·Q·2`` of them)."""
-    out = []
+) -> tuple[list[dict], list[tuple[int, int]]]:
+    """For every example ``b`` and fraction ``q`` that the rules keep, the two perturbed
+    examples (top removed, only top kept), in that order, and the ``(b, q)`` of each pair."""
+    out, where = [], []
     for b in range(len(input_ids)):
         n = int(attention_mask[b].sum())
         ids, types = input_ids[b, :n].tolist(), token_type_ids[b, :n].tolist()
         candidates = [i for i in range(n) if not special[b, i]]
-        ranked = sorted(candidates, key=lambda i: (-float(scores[b, i]), i))
-        for q in fractions:
-            top = set(ranked[: math.ceil(q * len(ranked) - 1e-9)])
+        rationales = _rationales(scores[b, :n].tolist(), candidates, fractions, rules)
+        for q, top in enumerate(rationales):
+            if top is None:
+                continue
             rest = set(candidates) - top
             out.extend(_perturbed(ids, types, drop, removal, pad_id) for drop in (top, rest))
-    return out
+            where.append((b, q))
+    return out, where
 
 
 def _probabilities(
@@ -118,18 +162,24 @@ def aopc(
     *,
     scores: Tensor,
     target: int | str | Tensor = "pred",
-    fractions: Sequence[float] = FRACTIONS,
+    rules: str = "project",
+    fractions: Sequence[float] | None = None,
     removal: str = "delete",
     special_ids: Collection[int] | None = None,
     batch_size: int = 64,
 ) -> Faithfulness:
     """AOPC comprehensiveness and sufficiency of ``scores`` ``[B, L]`` (or ``[B, 1, L]``, one
-    view) for a classifier, on a batch of ``[B, L]`` inputs. ``special_ids``: never-removed ids
-    (default: each sequence's first and last real token ids, i.e. [CLS] and [SEP])."""
+    view) for a classifier, on a batch of ``[B, L]`` inputs, under ``rules`` (``"project"`` or
+    ``"ferret"``, see the module's docstring; ``fractions`` default to the rules' own).
+    ``special_ids``: never-removed ids (default: each sequence's first and last real token
+    ids, i.e. [CLS] and [SEP])."""
     if model.config.num_labels == 1:
         raise WorkbenchError("AOPC needs class probabilities: the model is a regression model")
     if removal not in REMOVALS:
         raise WorkbenchError(f"unknown removal {removal!r}: use {' or '.join(REMOVALS)}")
+    if rules not in RULES:
+        raise WorkbenchError(f"unknown AOPC rules {rules!r}: use {' or '.join(RULES)}")
+    fractions = tuple(RULES[rules] if fractions is None else fractions)
     if not fractions or not all(0 < q <= 1 for q in fractions):
         raise WorkbenchError(f"fractions {list(fractions)} must lie in (0, 1]")
     scores = scores.squeeze(1) if scores.dim() == 3 else scores
@@ -142,19 +192,37 @@ def aopc(
     targets = resolve_target(model, batch, target)
     pad_id = int(model.config.pad_token_id or 0)
     with torch.no_grad():
-        original = forward(model, batch).logits.softmax(-1).gather(1, targets[:, None])
+        original = forward(model, batch).logits.softmax(-1).gather(1, targets[:, None])[:, 0]
     special = special_positions(input_ids, attention_mask, special_ids)
-    variants = _variants(
-        input_ids, attention_mask, types, scores.detach(), special, fractions, removal, pad_id
+    variants, where = _variants(
+        input_ids,
+        attention_mask,
+        types,
+        scores.detach(),
+        special,
+        fractions,
+        rules,
+        removal,
+        pad_id,
     )
-    variant_targets = targets.repeat_interleave(2 * len(fractions))
-    perturbed = _probabilities(model, variants, variant_targets, batch_size, pad_id)
-    drops = original - perturbed.view(len(input_ids), len(fractions), 2).permute(2, 0, 1)
+    rows = torch.tensor([b for b, _ in where], dtype=torch.long)
+    perturbed = _probabilities(
+        model, variants, targets[rows].repeat_interleave(2), batch_size, pad_id
+    )
+    drops = torch.full((2, len(input_ids), len(fractions)), torch.nan)
+    if where:
+        columns = torch.tensor([q for _, q in where], dtype=torch.long)
+        drops[:, rows, columns] = original[rows] - perturbed.view(-1, 2).T
+    kept = ~drops[0].isnan()
+    counts = kept.sum(-1)
+    means = drops.nan_to_num().sum(-1) / counts.clamp_min(1)
+    none = counts == 0  # only under ferret's rules: ferret's values for "no rationale"
     return Faithfulness(
-        comprehensiveness=drops[0].mean(-1),
-        sufficiency=drops[1].mean(-1),
+        comprehensiveness=torch.where(none, 0.0, means[0]),
+        sufficiency=torch.where(none, 1.0, means[1]),
         comprehensiveness_drops=drops[0],
         sufficiency_drops=drops[1],
-        fractions=tuple(fractions),
+        fractions=fractions,
         removal=removal,
+        rules=rules,
     )

@@ -11,6 +11,7 @@
                     a Hugging Face checkpoint with the task's label names
   results.json      final dev/test metrics of the best model
   teacher_cache/    what the frozen teacher says about each example (students only)
+  analysis_cache/   what the app's analyses computed with the best model (maps, AOPC)
   .lock             held by the process writing the run, its id inside (see Run.writing)
 ```
 """
@@ -103,6 +104,10 @@ class Run:
     @property
     def cache_dir(self) -> Path:
         return self.path / "teacher_cache"
+
+    @property
+    def analysis_dir(self) -> Path:
+        return self.path / "analysis_cache"
 
     @property
     def name(self) -> str:

@@ -177,6 +177,15 @@ def frame_examples(frame: pd.DataFrame) -> list[Example]:
     ]
 
 
+def open_in_case_study(example: Example, teacher: RunEntry, students: Sequence[RunEntry]) -> None:
+    """Switch to the Case study page, showing ``example`` through the same teacher and
+    students."""
+    st.session_state[CASE_EXAMPLE] = example
+    st.session_state["case.teacher"] = teacher.name
+    st.session_state["case.students"] = [s.name for s in students]
+    st.switch_page("workbench/app/case_study.py")
+
+
 def typed_examples(key: str, pair: bool, many: bool = False) -> list[Example]:
     """Texts typed by the user (one per line when ``many``), with a second text for pairs."""
     handed = st.session_state.pop(CASE_EXAMPLE, None)
