@@ -97,9 +97,8 @@ def _html(at: AppTest) -> str:
 def _charts(at: AppTest) -> dict[str, dict]:
     """The page's Plotly figures (as JSON) by their element key."""
     charts = {}
-    for element in at.get("plotly_chart"):
-        key = next(c for c in element.proto.id.split("-") if c.startswith(("geometry", "loy")))
-        charts[key] = json.loads(element.proto.spec)
+    for element in at.get("plotly_chart"):  # its id: $$ID-<hash>-<key>
+        charts[element.proto.id.split("-", 2)[2]] = json.loads(element.proto.spec)
     return charts
 
 
@@ -428,6 +427,9 @@ def test_a_search_runs_in_the_background_and_shows_its_trials(app, tiny_runs):
     runs = at.dataframe[-1].value
     assert "search" not in set(runs["run"])  # a study is not a broken run folder
     assert any("best configuration" in caption.value for caption in at.caption)
+    figure = _charts(at)["train.trials"]["data"]
+    assert [point for trace in figure[:-1] for point in trace["x"]] == [0, 1]
+    assert sorted(y for trace in figure[:-1] for y in trace["y"]) == sorted(trials["dev"])
 
 
 def test_train_page_draws_a_runs_objective_diagnostics(app):
@@ -439,3 +441,9 @@ def test_train_page_draws_a_runs_objective_diagnostics(app):
     captions = [caption.value for caption in at.caption]
     assert "each term's share of the gradient (sums to 1)" in captions
     assert "each term's weighted value (what dominates the loss)" in captions
+    charts = _charts(at)
+    assert {f"train.details.{n}" for n in ("dev", "value", "share")} <= set(charts)
+    shares = charts["train.details.share"]["data"]
+    assert {trace["name"] for trace in shares} == {"ce", "kd"}
+    for a, b in zip(shares[0]["y"], shares[1]["y"], strict=True):
+        assert a + b == pytest.approx(1.0, abs=1e-6)  # the two shares of the gradient
