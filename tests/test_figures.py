@@ -121,7 +121,6 @@ def test_loyalty_scatter_points_carry_their_example(loyalty_frame):
     assert "PL 0.2 · SL -0.1" in hover
     assert "…" in hover and len(hover) < 400  # a long text is cut
     assert "SL —" in wrong.hovertext[1]  # NaN saliency loyalty
-    assert fig.layout.clickmode == "event+select"
 
 
 def test_loyalty_histograms_count_every_value(loyalty_frame):

@@ -219,13 +219,7 @@ def loyalty_scatter(frame: pd.DataFrame, students: Sequence[str]) -> go.Figure:
             )
         fig.update_xaxes(title_text="probability loyalty PL", row=1, col=column)
         fig.update_yaxes(title_text="saliency loyalty SL", row=1, col=column)
-    fig.update_layout(
-        height=360,
-        margin={"t": 40, "b": 10},
-        clickmode="event+select",
-        dragmode="select",
-        font=FONT,
-    )
+    fig.update_layout(height=360, margin={"t": 40, "b": 10}, font=FONT)
     return fig
 
 

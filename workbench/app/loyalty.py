@@ -58,8 +58,8 @@ def render() -> None:
     )
     st.plotly_chart(loyalty_histograms(frame, names), key=f"{KEY}.distributions")
     st.caption(
-        "Click a point to open its example in the Case study; select several (box or lasso) "
-        "to list them below."
+        "Click a point to open its example in the Case study; select several (the box or lasso "
+        "tool above the chart) to list them below."
     )
     event = st.plotly_chart(
         loyalty_scatter(frame, names),
