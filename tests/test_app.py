@@ -447,3 +447,35 @@ def test_train_page_draws_a_runs_objective_diagnostics(app):
     assert {trace["name"] for trace in shares} == {"ce", "kd"}
     for a, b in zip(shares[0]["y"], shares[1]["y"], strict=True):
         assert a + b == pytest.approx(1.0, abs=1e-6)  # the two shares of the gradient
+
+
+def test_loyalty_on_a_split_of_one_example(tmp_path, monkeypatch):
+    """A test split of one example: the loyalty page shows its one row, never a traceback."""
+    model_dir, task_dir, root = tmp_path / "tiny-bert", tmp_path / "task", tmp_path / "runs"
+    tiny_tokenizer(model_dir)
+    tiny_model().save_pretrained(model_dir)
+    task_dir.mkdir()
+    frame = make_sentences(40)
+    for name, part in (
+        ("train", frame.iloc[:36]),
+        ("dev", frame.iloc[36:39]),
+        ("test", frame[39:]),
+    ):
+        part.to_csv(task_dir / f"{name}.csv", index=False)
+    data = DataConfig(task=str(task_dir), max_length=16)
+    teacher = train_teacher(data, TeacherConfig(model=str(model_dir)), tiny_optim(), root / "t")
+    distill(
+        data,
+        StudentConfig(teacher_run=str(teacher.path), num_layers=2),
+        ObjectiveConfig(preset="kd"),
+        tiny_optim(),
+        root / "s",
+    )
+    monkeypatch.setenv("KDW_RUNS", str(root))
+    monkeypatch.setenv("KDW_DEMO", "off")
+    at = _ok(AppTest.from_file(APP, default_timeout=120).run())
+    at.switch_page("workbench/app/loyalty.py")
+    at = _ok(at.run())
+    assert len(at.dataframe[1].value) == 1
+    scatter = _charts(at)["loyalty.scatter"]["data"]
+    assert [c for trace in scatter for c in trace["customdata"]] == [[0]]
