@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import time
 import zipfile
 from pathlib import Path
@@ -27,6 +28,7 @@ from workbench.config import (
     TuneConfig,
     to_dict,
 )
+from workbench.data import load_task
 from workbench.export import Heatmap, HeatmapRow, color_scale, score_to_rgb
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,6 +92,14 @@ def app(tiny_runs, monkeypatch) -> AppTest:
 
 def _html(at: AppTest) -> str:
     return "".join(element.proto.body for element in at.get("html"))
+
+
+def _charts(at: AppTest) -> dict[str, dict]:
+    """The page's Plotly figures (as JSON) by their element key."""
+    charts = {}
+    for element in at.get("plotly_chart"):  # its id: $$ID-<hash>-<key>
+        charts[element.proto.id.split("-", 2)[2]] = json.loads(element.proto.spec)
+    return charts
 
 
 def _ok(at: AppTest) -> AppTest:
@@ -188,6 +198,7 @@ def test_heatmap_view_escapes_tokens_and_labels():
     assert html.count('class="kdw-row"') == 2 and "SL 0.50" in html
     scale = color_scale([0.1, -0.5, 0.9, 0.0, 0.2, 0.4])
     assert "#{:02x}{:02x}{:02x}".format(*score_to_rgb(0.9, scale)) in html
+    assert 'title="&lt;script&gt;: -0.5"' in html and 'title="[CLS]: 0.1"' in html
 
 
 def test_case_study_filters_examples_of_a_split(app):
@@ -212,7 +223,18 @@ def test_geometry_page(app):
     _ok(at.run())
     pairs = at.selectbox(key="geometry.pair")
     assert "S1 ← T2" in pairs.options  # PKD-Skip 4 → 2 layers
-    assert len(at.get("image")) == 4
+    charts = _charts(at)
+    assert set(charts) == {f"geometry.{n}" for n in ("mapping", "distances", "angles", "layers")}
+    teacher, student = charts["geometry.distances"]["data"]
+    scale = charts["geometry.distances"]["layout"]["coloraxis"]
+    values = [v for trace in (teacher, student) for row in trace["z"] for v in row]
+    assert (scale["cmin"], scale["cmax"]) == (min(values), max(values))
+    assert teacher["coloraxis"] == student["coloraxis"] == "coloraxis"
+    assert teacher["x"][0] == "0:[CLS]" and teacher["hovertext"][0][1].startswith(
+        "token 0:[CLS] × token 1:"
+    )
+    layers = charts["geometry.layers"]["data"]
+    assert [len(trace["z"]) for trace in layers] == [5, 3]  # teacher and student layers + 1
     at.selectbox(key="geometry.student").set_value("student-kd")
     at.selectbox(key="geometry.kind").set_value("Euclidean distance")
     _ok(at.run())
@@ -230,7 +252,56 @@ def test_loyalty_page(app):
     assert 0 <= float(summary.loc["student-kd", "LL"]) <= 1
     departures = at.dataframe[1].value
     assert departures["student-kd PL"].is_monotonic_increasing
-    assert len(at.get("image")) == 2
+    charts = _charts(at)
+    assert set(charts) == {"loyalty.distributions", "loyalty.scatter"}
+    points = charts["loyalty.scatter"]["data"]
+    assert len(points) == 2 * len(STUDENTS)  # right and wrong, per student
+    assert sum(len(trace["customdata"]) for trace in points[:2]) == len(departures)
+
+
+def test_loyalty_rows_are_split_positions_on_a_sample(app, tiny_runs):
+    """On a sample of a split, a row's index is the example's position in the split (what the
+    Case study is handed)."""
+    at = _ok(app.run())
+    at.switch_page("workbench/app/loyalty.py")
+    _ok(at.run())
+    at.number_input(key="loyalty.limit").set_value(10)
+    departures = _ok(at.run()).dataframe[1].value
+    assert len(departures) == 10
+    task = json.loads((tiny_runs / "teacher" / "run.json").read_text())["configs"]["data"]
+    split = load_task(DataConfig(task=task["task"], max_length=16)).splits["test"]
+    assert sorted(departures.index) != list(range(10))  # a sample, not the first ten
+    for index, text in departures["text"].items():
+        assert split.texts[index] == text
+    scatter = _charts(at)["loyalty.scatter"]["data"]
+    assert {c[0] for trace in scatter[:2] for c in trace["customdata"]} == set(departures.index)
+
+
+def test_the_app_draws_no_static_images():
+    sources = [*(ROOT / "workbench" / "app").glob("*.py"), ROOT / "app.py"]
+    for source in sources:
+        text = source.read_text()
+        assert "st.pyplot" not in text and "line_chart" not in text, source
+        assert "matplotlib" not in text, source
+
+
+@pytest.mark.parametrize("page", ["loyalty", "geometry", "train", "case_study"])
+def test_a_run_folder_that_disappears_is_a_message(page, tiny_runs, tmp_path, monkeypatch):
+    runs = tmp_path / "runs"
+    shutil.copytree(tiny_runs, runs, ignore=shutil.ignore_patterns("ui-*", "stop-*", "search"))
+    monkeypatch.setenv("KDW_RUNS", str(runs))
+    monkeypatch.setenv("KDW_DEMO", "off")
+    at = _ok(AppTest.from_file(APP, default_timeout=120).run())
+    at.switch_page(f"workbench/app/{page}.py")
+    _ok(at.run())
+    if page == "train":
+        at.selectbox(key="train.details").set_value("student-kd")
+        _ok(at.run())
+    shutil.rmtree(runs / "student-kd")
+    _ok(at.run())
+    shutil.rmtree(runs / "teacher")
+    at = _ok(at.run())
+    assert at.info or at.error
 
 
 def test_export_page_writes_every_format_with_metadata(app):
@@ -356,6 +427,9 @@ def test_a_search_runs_in_the_background_and_shows_its_trials(app, tiny_runs):
     runs = at.dataframe[-1].value
     assert "search" not in set(runs["run"])  # a study is not a broken run folder
     assert any("best configuration" in caption.value for caption in at.caption)
+    figure = _charts(at)["train.trials"]["data"]
+    assert [point for trace in figure[:-1] for point in trace["x"]] == [0, 1]
+    assert sorted(y for trace in figure[:-1] for y in trace["y"]) == sorted(trials["dev"])
 
 
 def test_train_page_draws_a_runs_objective_diagnostics(app):
@@ -367,3 +441,41 @@ def test_train_page_draws_a_runs_objective_diagnostics(app):
     captions = [caption.value for caption in at.caption]
     assert "each term's share of the gradient (sums to 1)" in captions
     assert "each term's weighted value (what dominates the loss)" in captions
+    charts = _charts(at)
+    assert {f"train.details.{n}" for n in ("dev", "value", "share")} <= set(charts)
+    shares = charts["train.details.share"]["data"]
+    assert {trace["name"] for trace in shares} == {"ce", "kd"}
+    for a, b in zip(shares[0]["y"], shares[1]["y"], strict=True):
+        assert a + b == pytest.approx(1.0, abs=1e-6)  # the two shares of the gradient
+
+
+def test_loyalty_on_a_split_of_one_example(tmp_path, monkeypatch):
+    """A test split of one example: the loyalty page shows its one row, never a traceback."""
+    model_dir, task_dir, root = tmp_path / "tiny-bert", tmp_path / "task", tmp_path / "runs"
+    tiny_tokenizer(model_dir)
+    tiny_model().save_pretrained(model_dir)
+    task_dir.mkdir()
+    frame = make_sentences(40)
+    for name, part in (
+        ("train", frame.iloc[:36]),
+        ("dev", frame.iloc[36:39]),
+        ("test", frame[39:]),
+    ):
+        part.to_csv(task_dir / f"{name}.csv", index=False)
+    data = DataConfig(task=str(task_dir), max_length=16)
+    teacher = train_teacher(data, TeacherConfig(model=str(model_dir)), tiny_optim(), root / "t")
+    distill(
+        data,
+        StudentConfig(teacher_run=str(teacher.path), num_layers=2),
+        ObjectiveConfig(preset="kd"),
+        tiny_optim(),
+        root / "s",
+    )
+    monkeypatch.setenv("KDW_RUNS", str(root))
+    monkeypatch.setenv("KDW_DEMO", "off")
+    at = _ok(AppTest.from_file(APP, default_timeout=120).run())
+    at.switch_page("workbench/app/loyalty.py")
+    at = _ok(at.run())
+    assert len(at.dataframe[1].value) == 1
+    scatter = _charts(at)["loyalty.scatter"]["data"]
+    assert [c for trace in scatter for c in trace["customdata"]] == [[0]]

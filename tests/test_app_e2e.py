@@ -7,6 +7,7 @@ with ``$KDW_SCREENSHOTS`` set, a screenshot of every page is saved there (how th
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import socket
@@ -191,6 +192,63 @@ def test_every_page_renders(app_url, page, tmp_path):
         _settle(page)
         assert page.locator("[data-testid='stException']").count() == 0, url_path
         _screenshot(page, Path(os.environ.get("KDW_SCREENSHOTS", tmp_path)) / f"{url_path}.png")
+
+
+def _plotly(page, key: str):
+    """The Plotly graph div of the chart with element key ``key`` (its container's class:
+    ``st-key-`` and the key with ``-`` for ``.``), once drawn, scrolled into view."""
+    chart = page.locator(f".st-key-{key.replace('.', '-')} .js-plotly-plot").first
+    chart.wait_for(timeout=120_000)
+    chart.locator(".nsewdrag").first.wait_for(timeout=60_000)
+    chart.scroll_into_view_if_needed()  # the mouse reaches only what the viewport shows
+    return chart
+
+
+def _hover_label(page) -> str:
+    label = page.locator(".hoverlayer .hovertext").first
+    label.wait_for(timeout=10_000)
+    return label.text_content()
+
+
+def test_a_relation_matrix_cell_shows_its_pair_and_value(app_url, page):
+    page.goto(f"{app_url}/geometry")
+    _settle(page)
+    chart = _plotly(page, "geometry.distances")
+    trace = chart.evaluate("gd => ({x: gd.data[0].x, z: gd.data[0].z})")
+    size = len(trace["x"])
+    box = chart.locator(".draglayer .xy .nsewdrag").first.bounding_box()
+    row, column = 1, 2
+    page.mouse.move(
+        box["x"] + (column + 0.5) * box["width"] / size,
+        box["y"] + (row + 0.5) * box["height"] / size,
+    )
+    text = _hover_label(page)
+    assert text.startswith(f"token {trace['x'][row]} × token {trace['x'][column]}: "), text
+    shown = float(text.rsplit(": ", 1)[1])
+    assert shown == pytest.approx(trace["z"][row][column], rel=1e-5)
+
+
+def test_a_click_on_the_loyalty_scatter_opens_the_case_study(app_url, page):
+    page.goto(f"{app_url}/loyalty")
+    _settle(page)
+    chart = _plotly(page, "loyalty.scatter")
+    point = chart.locator(".scatterlayer .trace .points path.point").first
+    box = point.bounding_box()
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    page.mouse.move(x, y)
+    label = _hover_label(page)
+    assert "gold: " in label and "teacher: " in label
+    page.mouse.click(x, y)
+    page.get_by_role("heading", name="Case study").first.wait_for(timeout=120_000)
+    _settle(page)
+    text = page.get_by_label("Text", exact=True).input_value()
+    assert text and label.startswith(text), (text, label)
+    page.wait_for_selector("tr.kdw-row", timeout=120_000)
+    first_word = text.split()[0]
+    tokens = page.locator("tr.kdw-row").first.locator("td.kdw-token").all_inner_texts()
+    assert first_word in tokens
+    title = page.locator("tr.kdw-row").first.locator("td.kdw-token").nth(1).get_attribute("title")
+    assert title.startswith(f"{tokens[1]}: ") and math.isfinite(float(title.rsplit(": ", 1)[1]))
 
 
 def test_the_divergence_view_shows_its_charts_tables_and_hover(app_url, page):

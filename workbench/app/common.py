@@ -151,16 +151,19 @@ def _split_loyalty(
     outputs = {
         name: split_outputs(load_cached(path, stamp), part) for name, path, stamp in students
     }
-    return loyalty_tables(
+    summary, frame = loyalty_tables(
         model.spec, split_examples(part, model.spec), split_outputs(model, part), outputs
     )
+    position = {uid: i for i, uid in enumerate(task_split(model, split).uids)}
+    return summary, frame.set_axis([position[uid] for uid in part.uids])
 
 
 def split_loyalty(
     teacher: RunEntry, students: Sequence[RunEntry], split: str, limit: int
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Summary and per-example loyalty tables of the students on a fixed stratified sample of
-    ``limit`` examples of a split (computed once per choice)."""
+    ``limit`` examples of a split (computed once per choice); the per-example table is indexed
+    by the examples' positions in the split (the index of :func:`split_frame`)."""
     return _split_loyalty(
         (str(teacher.path), teacher.stamp()),
         tuple((s.name, str(s.path), s.stamp()) for s in students),
@@ -177,12 +180,12 @@ def frame_examples(frame: pd.DataFrame) -> list[Example]:
     ]
 
 
-def open_in_case_study(example: Example, teacher: RunEntry, students: Sequence[RunEntry]) -> None:
-    """Switch to the Case study page, showing ``example`` through the same teacher and
-    students."""
+def open_in_case_study(example: Example, teacher: RunEntry, students: Sequence[str]) -> None:
+    """Switch to the Case study page, showing ``example`` through the same teacher and the
+    students named."""
     st.session_state[CASE_EXAMPLE] = example
     st.session_state["case.teacher"] = teacher.name
-    st.session_state["case.students"] = [s.name for s in students]
+    st.session_state["case.students"] = list(students)
     st.switch_page("workbench/app/case_study.py")
 
 

@@ -260,7 +260,7 @@ def render() -> None:
     clicks.append(_examples_table(result, student))
     clicked = next((c for c in clicks if c is not None), None)
     if clicked is not None:
-        common.open_in_case_study(_example(result, clicked), teacher, students)
+        common.open_in_case_study(_example(result, clicked), teacher, [s.name for s in students])
 
 
 if __name__ == "__main__":

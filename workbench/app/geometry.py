@@ -5,13 +5,11 @@ layer-transforming relation of one token across layers; and the layer mapping as
 from __future__ import annotations
 
 import streamlit as st
-import torch
-from matplotlib.figure import Figure
-from torch import Tensor
 
 from kd.objective import Objective
 from workbench.analysis import hidden_states
 from workbench.app import common
+from workbench.app.figures import layer_mapping_figure, relation_heatmaps
 from workbench.config import ObjectiveConfig, from_dict
 from workbench.errors import WorkbenchError
 from workbench.geometry import dense_angles, pairwise_distance_relation, windowed_angle_relation
@@ -24,7 +22,6 @@ PAIR_KINDS = {
     "Euclidean distance": "l2",
     "Euclidean / mean": "l2_mean",
 }
-TEACHER_COLOUR, STUDENT_COLOUR = "#e66101", "#5e3c99"  # PuOr ends: colour-blind safe
 
 
 def layer_mapping(teacher: LoadedRun, student: LoadedRun) -> tuple[list[tuple[int, int]], str]:
@@ -61,77 +58,6 @@ def layer_mapping(teacher: LoadedRun, student: LoadedRun) -> tuple[list[tuple[in
         [(j, round(j * step)) for j in range(m + 1)],
         "no layer term: proportional positions shown",
     )
-
-
-def _matrix(
-    ax, matrix: Tensor, labels: list[str], title: str, cmap: str, vmin=None, vmax=None
-) -> None:
-    image = ax.imshow(matrix.numpy(), cmap=cmap, vmin=vmin, vmax=vmax)
-    ax.set_title(title, fontsize=9, parse_math=False)
-    ticks = range(len(labels))
-    ax.set_xticks(ticks, labels, rotation=90, fontsize=7, parse_math=False)
-    ax.set_yticks(ticks, labels, fontsize=7, parse_math=False)
-    ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.03)
-
-
-def _side_by_side(
-    matrices: list[tuple[Tensor, list[str], str]], cmap: str, cells: int, vmin=None, vmax=None
-) -> Figure:
-    """Teacher and student matrices in one figure on one colour range, sized for ``cells``
-    rows (the same for every figure of the page, so they line up)."""
-    if vmax is None:
-        finite = torch.cat([m[torch.isfinite(m)].flatten() for m, _, _ in matrices])
-        vmin, vmax = float(finite.min()), float(finite.max())
-    side = max(3.2, 0.22 * cells + 1.5)
-    fig = Figure(figsize=(2 * side, side - 0.2), layout="constrained")
-    for ax, (matrix, labels, title) in zip(fig.subplots(1, 2), matrices, strict=True):
-        _matrix(ax, matrix, labels, title, cmap, vmin, vmax)
-    return fig
-
-
-def mapping_figure(
-    pairs: list[tuple[int, int]], teacher_layers: int, student_layers: int, chosen: tuple[int, int]
-) -> Figure:
-    """Teacher layers on the left, student layers on the right, a line per matched pair (the
-    chosen pair in bold); 0 is the embedding output."""
-    fig = Figure(figsize=(2.4, max(2.6, 0.42 * (teacher_layers + 1) + 0.6)), layout="constrained")
-    ax = fig.subplots()
-    scale = teacher_layers / max(student_layers, 1)
-    for layer in range(teacher_layers + 1):
-        ax.text(
-            0,
-            layer,
-            f"T{layer}",
-            ha="center",
-            va="center",
-            fontsize=9,
-            color="white",
-            bbox={"boxstyle": "round", "fc": TEACHER_COLOUR, "ec": "none"},
-        )
-    for layer in range(student_layers + 1):
-        ax.text(
-            1,
-            layer * scale,
-            f"S{layer}",
-            ha="center",
-            va="center",
-            fontsize=9,
-            color="white",
-            bbox={"boxstyle": "round", "fc": STUDENT_COLOUR, "ec": "none"},
-        )
-    for student, teacher in pairs:
-        bold = (student, teacher) == chosen
-        ax.plot(
-            [0.1, 0.9],
-            [teacher, student * scale],
-            color="black" if bold else "#999999",
-            linewidth=2 if bold else 1,
-        )
-    ax.set_xlim(-0.3, 1.3)
-    ax.set_ylim(teacher_layers + 0.6, -0.6)
-    ax.set_axis_off()
-    ax.set_title("teacher → student", fontsize=10)
-    return fig
 
 
 def render() -> None:
@@ -171,9 +97,9 @@ def render() -> None:
         )
         st.caption(common.plain(f"Layer mapping: {how}. Layer 0 is the embedding output."))
     with diagram:
-        st.pyplot(
-            mapping_figure(pairs, len(teacher_states) - 1, len(student_states) - 1, chosen),
-            width=220,
+        st.plotly_chart(
+            layer_mapping_figure(pairs, len(teacher_states) - 1, len(student_states) - 1, chosen),
+            key=f"{KEY}.mapping",
         )
 
     student_layer, teacher_layer = chosen
@@ -197,33 +123,36 @@ def render() -> None:
     }
 
     st.subheader("Word relation: pairwise distances")
-    st.pyplot(
-        _side_by_side([(distances[n], labels, titles[n]) for n in states], "Oranges", len(tokens))
+    st.plotly_chart(
+        relation_heatmaps([(distances[n], labels, titles[n]) for n in states], "token", "Oranges"),
+        key=f"{KEY}.distances",
     )
     st.subheader(f"Word relation: angles around token {common.plain(labels[token])}")
     st.caption(
         "cos∠(r_j − r_i, r_k − r_i) for tokens j, k in the window around i; blank outside "
         "the window."
     )
-    st.pyplot(
-        _side_by_side(
+    st.plotly_chart(
+        relation_heatmaps(
             [(angles[n], labels, titles[n]) for n in states],
+            "token",
             "PuOr_r",
-            len(tokens),
-            vmin=-1.0,
-            vmax=1.0,
-        )
+            zrange=(-1.0, 1.0),
+            blank="(outside the window)",
+        ),
+        key=f"{KEY}.angles",
     )
     st.subheader(f"Layer-transforming relation of token {common.plain(labels[token])}")
-    st.pyplot(
-        _side_by_side(
+    st.plotly_chart(
+        relation_heatmaps(
             [
                 (layer_relation[n], [f"L{i}" for i in range(len(across[n]))], f"{n}, across layers")
                 for n in states
             ],
+            "layer",
             "Oranges",
-            len(tokens),
-        )
+        ),
+        key=f"{KEY}.layers",
     )
 
 

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 
 import streamlit as st
 
+from workbench.app.figures import number
 from workbench.export import Heatmap, color_scale, score_to_rgb, text_rgb
 
 _VIEW_STYLE = """
@@ -34,7 +35,8 @@ def _hex(rgb: tuple[int, int, int]) -> str:
 def heatmap_html(heatmap: Heatmap, notes: Mapping[str, str] | None = None) -> str:
     """The heatmap as an HTML table: one row per model, tokens aligned in columns, all rows on
     the export's shared colour scale and colours (:func:`workbench.export.score_to_rgb`);
-    ``notes[row label]`` (agreement with the teacher) goes under the row's label."""
+    ``notes[row label]`` (agreement with the teacher) goes under the row's label; hovering a
+    cell shows its token and exact score (its ``title``)."""
     scale = color_scale(s for row in heatmap.rows for s in row.scores)
     e = html.escape
     rows = []
@@ -43,7 +45,7 @@ def heatmap_html(heatmap: Heatmap, notes: Mapping[str, str] | None = None) -> st
         for token, score in zip(row.tokens, row.scores, strict=True):
             rgb = score_to_rgb(score, scale)
             cells.append(
-                f'<td class="kdw-token" title="{e(f"{score:.3f}")}" '
+                f'<td class="kdw-token" title="{e(f"{token}: {number(score)}")}" '
                 f'style="background:{_hex(rgb)};color:{_hex(text_rgb(rgb))}">'
                 f"{e(token)}</td>"
             )

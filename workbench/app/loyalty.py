@@ -5,54 +5,14 @@ study."""
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 import streamlit as st
-from matplotlib.figure import Figure
 
 from workbench.app import common
+from workbench.app.catalog import RunEntry
+from workbench.app.figures import loyalty_histograms, loyalty_scatter
 
 KEY = "loyalty"
-RIGHT, WRONG = "#e66101", "#5e3c99"  # PuOr ends: colour-blind safe
-
-
-def distributions(frame: pd.DataFrame, students: list[str]) -> Figure:
-    """Histograms of per-example PL and SL, one colour per student."""
-    fig = Figure(figsize=(9, 2.8), layout="constrained")
-    for ax, metric in zip(fig.subplots(1, 2), ("PL", "SL"), strict=True):
-        for student in students:
-            values = frame.get(f"{student} {metric}", pd.Series(dtype=float)).dropna()
-            if len(values):
-                ax.hist(values, bins=20, alpha=0.55, label=student)
-        ax.set_title(f"per-example {metric}", fontsize=9)
-        ax.legend(fontsize=7)
-    return fig
-
-
-def loyalty_scatter(frame: pd.DataFrame, students: list[str]) -> Figure:
-    """Per student: PL (x) against SL (y), each example coloured by whether the student is
-    right."""
-    fig = Figure(figsize=(4 * len(students), 3.2), layout="constrained")
-    axes = np.atleast_1d(fig.subplots(1, len(students), squeeze=False)[0])
-    for ax, student in zip(axes, students, strict=True):
-        right = frame[f"{student} ✓"].astype(bool)
-        for mask, colour, label in (
-            (right, RIGHT, "student right"),
-            (~right, WRONG, "student wrong"),
-        ):
-            ax.scatter(
-                frame.loc[mask, f"{student} PL"],
-                frame.loc[mask, f"{student} SL"],
-                s=10,
-                alpha=0.6,
-                color=colour,
-                label=label,
-            )
-        ax.set_xlabel("probability loyalty PL", fontsize=8)
-        ax.set_ylabel("saliency loyalty SL", fontsize=8)
-        ax.set_title(student, fontsize=9, parse_math=False)
-        ax.legend(fontsize=7)
-    return fig
 
 
 def departures(frame: pd.DataFrame, student: str) -> pd.DataFrame:
@@ -96,12 +56,29 @@ def render() -> None:
         "of 1 − √JSD(p_t ‖ p_s); SL: mean Pearson correlation of the two models' Grad "
         "saliency (×100)."
     )
-    st.pyplot(distributions(frame, names))
-    st.pyplot(loyalty_scatter(frame, names))
+    st.plotly_chart(loyalty_histograms(frame, names), key=f"{KEY}.distributions")
+    st.caption(
+        "Click a point to open its example in the Case study; select several (the box or lasso "
+        "tool above the chart) to list them below."
+    )
+    event = st.plotly_chart(
+        loyalty_scatter(frame, names),
+        key=f"{KEY}.scatter",
+        on_select="rerun",
+        selection_mode=("points", "box", "lasso"),
+    )
+    selected = list(
+        dict.fromkeys(int(p["customdata"][0]) for p in event.selection.points if "customdata" in p)
+    )
+    if len(selected) == 1:
+        _open_case_study(teacher, names, split, selected[0])
 
     st.subheader("Where a student departs most from its teacher")
     student = st.selectbox("Student", names, key=f"{KEY}.student")
     table = departures(frame, student)
+    if selected:
+        table = table[table.index.isin(selected)]
+        st.caption(f"The {len(table)} examples selected in the scatter plot.")
     chosen = st.dataframe(
         table.style.format(precision=3),
         on_select="rerun",
@@ -113,13 +90,16 @@ def render() -> None:
         st.caption("Select a row to see the example and open it in the Case study.")
         return
     index = table.index[chosen.selection.rows[0]]
-    example = common.frame_examples(common.split_frame(common.load(teacher), split).loc[[index]])
-    st.text(example[0].text)
+    st.text(frame.loc[index, "text"])
     if st.button("Open in the Case study", key=f"{KEY}.open"):
-        st.session_state[common.CASE_EXAMPLE] = example[0]
-        st.session_state["case.teacher"] = teacher.name
-        st.session_state["case.students"] = names
-        st.switch_page("workbench/app/case_study.py")
+        _open_case_study(teacher, names, split, index)
+
+
+def _open_case_study(teacher: RunEntry, students: list[str], split: str, index: int) -> None:
+    """Hand example ``index`` of ``split`` (an index of the loyalty table) and the chosen models
+    to the Case study page, and go there."""
+    example = common.frame_examples(common.split_frame(common.load(teacher), split).loc[[index]])
+    common.open_in_case_study(example[0], teacher, students)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import streamlit as st
 from kd.objective import PRESETS, TERMS
 from workbench.app import common
 from workbench.app.catalog import RunEntry, discover_runs, discover_studies, runs_root
+from workbench.app.figures import curves, trials_figure
 from workbench.app.forms import config_widgets
 from workbench.app.jobs import (
     Job,
@@ -103,33 +104,40 @@ def _form(root, kind: str, teacher: RunEntry | None) -> None:
         st.success(common.plain(f"Started {name}: follow it below."))
 
 
-def _curves(folder, metrics: list[dict]) -> None:
+def _curves(folder, metrics: list[dict], key: str) -> None:
     """Training losses per step (progress file), dev metrics per evaluation, and the
-    objective's diagnostics (:mod:`kd.diagnostics`) where the run logged them."""
+    objective's diagnostics (:mod:`kd.diagnostics`) where the run logged them; ``key`` keeps
+    the charts of several runs apart."""
     steps = step_records(read_progress(folder))
     left, right = st.columns(2)
     if steps:
         losses = pd.DataFrame(steps).set_index("step")
         columns = [c for c in losses.columns if c not in ("total", "time", "stage")]
         left.caption("training losses")
-        left.line_chart(losses[columns])
+        left.plotly_chart(curves(losses[columns], "step", "loss"), key=f"{key}.losses")
     dev = [r for r in metrics if r.get("split") == "dev"]
     if dev:
         frame = pd.DataFrame(dev).set_index("step")
         ignore = {"epoch", "split", "lr", "loss", "grad_norm", *TERMS}
         right.caption("dev metrics")
-        right.line_chart(frame[[c for c in frame.columns if c not in ignore]])
+        right.plotly_chart(
+            curves(frame[[c for c in frame.columns if c not in ignore]], "step", "dev"),
+            key=f"{key}.dev",
+        )
     diagnostics = [r for r in metrics if r.get("split") == "train"]
     if diagnostics:
         frame = pd.DataFrame(diagnostics).set_index("step")
         left, right = st.columns(2)
-        for column, prefix, caption in (
-            (left, "value/", "each term's weighted value (what dominates the loss)"),
-            (right, "grad_share/", "each term's share of the gradient (sums to 1)"),
+        for column, prefix, caption, axis in (
+            (left, "value/", "each term's weighted value (what dominates the loss)", "value"),
+            (right, "grad_share/", "each term's share of the gradient (sums to 1)", "share"),
         ):
             shown = frame[[c for c in frame.columns if c.startswith(prefix)]]
             column.caption(caption)
-            column.line_chart(shown.rename(columns=lambda c, p=prefix: c.removeprefix(p)))
+            column.plotly_chart(
+                curves(shown.rename(columns=lambda c, p=prefix: c.removeprefix(p)), "step", axis),
+                key=f"{key}.{axis}",
+            )
 
 
 @st.fragment(run_every=2)
@@ -144,7 +152,7 @@ def _live(job: Job) -> None:
     )
     st.progress(last["step"] / last["total"] if last else 0.0, text=text)
     metrics = Run(job.folder).metrics() if (job.folder / "run.json").exists() else []
-    _curves(job.folder, metrics)
+    _curves(job.folder, metrics, f"{KEY}.live.{job.name}")
     if st.button("Stop", key=f"{KEY}.stop.{job.name}"):
         request_stop(job)
         st.info("Stopping at the next step; the run keeps a checkpoint and can resume.")
@@ -153,30 +161,28 @@ def _live(job: Job) -> None:
 
 
 def _studies(root) -> None:
-    """Each ``kdw tune`` study under the runs root: its trials and the best configuration."""
+    """A ``kdw tune`` study under the runs root, chosen by the user: its trials as a table and
+    a chart, and the best configuration."""
     from kd.tune import study_trials
 
-    for folder in discover_studies(root):
-        st.markdown(f"**{common.plain(folder.name)}**")
-        try:
-            rows = study_trials(folder)
-        except Exception as error:  # a study being created, or a damaged file
-            st.caption(common.plain(f"cannot read {folder / 'study.db'}: {error}"))
-            continue
-        if rows:
-            trials = pd.DataFrame(rows)
-            st.dataframe(trials, hide_index=True)
-            done = trials.dropna(subset=["dev"])
-            if len(done):
-                st.caption("best dev value of each finished trial")
-                st.scatter_chart(done, x="trial", y="dev")
-        best = folder / "best.json"
-        if best.exists():
-            st.caption(
-                common.plain(
-                    f"best configuration: {best} (kdw distill --config {best} --run-dir DIR)"
-                )
-            )
+    folders = {folder.name: folder for folder in discover_studies(root)}
+    folder = folders[st.selectbox("Study", list(folders), key=f"{KEY}.study")]
+    try:
+        rows = study_trials(folder)
+    except Exception as error:  # a study being created, or a damaged file
+        st.caption(common.plain(f"cannot read {folder / 'study.db'}: {error}"))
+        return
+    if rows:
+        trials = pd.DataFrame(rows)
+        st.dataframe(trials, hide_index=True)
+        if trials["dev"].notna().any():
+            st.caption("dev value of each finished trial, and the best so far")
+            st.plotly_chart(trials_figure(trials), key=f"{KEY}.trials")
+    best = folder / "best.json"
+    if best.exists():
+        st.caption(
+            common.plain(f"best configuration: {best} (kdw distill --config {best} --run-dir DIR)")
+        )
 
 
 def _runs_table(entries: list[RunEntry], root) -> pd.DataFrame:
@@ -230,7 +236,7 @@ def _details(entry: RunEntry, root) -> None:
         if entry.results():
             st.json(entry.results(), expanded=1)
     with curves:
-        _curves(entry.path, Run(entry.path).metrics())
+        _curves(entry.path, Run(entry.path).metrics(), f"{KEY}.details")
     if job is not None and job.log_tail():
         with st.expander("log"):
             st.code(job.log_tail())
