@@ -264,3 +264,8 @@ def test_the_divergence_view_shows_its_charts_tables_and_hover(app_url, page):
     page.wait_for_selector(".hoverlayer .hovertext", timeout=10_000)
     hover = page.locator(".hoverlayer .hovertext").first.text_content()
     assert "teacher" in hover and "click: open example" in hover
+    word = hover.split("teacher")[0].strip()
+    page.mouse.click(point["x"] + point["width"] / 2, point["y"] + point["height"] / 2)
+    page.get_by_role("heading", name="Case study").first.wait_for(timeout=120_000)
+    _settle(page)
+    assert word in page.get_by_label("Text", exact=True).input_value().split(), word

@@ -102,7 +102,6 @@ def _scatter(table: pd.DataFrame, student: str) -> go.Figure:
         yaxis_title=f"{student}: mean attribution",
         height=460,
         margin={"t": 30},
-        clickmode="event+select",
     )
     return figure
 
@@ -229,10 +228,11 @@ def render() -> None:
         event = st.plotly_chart(
             _scatter(table, student),
             on_select="rerun",
-            selection_mode="points",
+            selection_mode=("points", "box", "lasso"),
             key=f"{KEY}.scatter",
         )
-        clicks += [int(p["customdata"][0]) for p in event.selection.points[:1]]
+        rows = [p["point_index"] for p in event.selection.points if "point_index" in p]
+        clicks += [int(table["example"].iloc[row]) for row in rows[:1]]
         st.caption(
             "A point per word: above the diagonal the student attributes it more than the "
             "teacher. Click a point to open the example where the two differ most on it."
