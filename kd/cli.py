@@ -123,11 +123,14 @@ def _print_results(path: Path) -> None:
 
 def _evaluate(args: argparse.Namespace) -> None:
     from kd.evaluate import evaluate_runs, format_table
+    from workbench.files import atomic_write_text
 
+    if args.json and Path(args.json).is_dir():  # before the minutes of scoring
+        raise WorkbenchError(f"--json {args.json} is a folder: name a file to write the rows to")
     rows = evaluate_runs(args.runs, args.split, args.teacher, terms=args.terms)
     print(format_table(rows))
     if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=2))
+        atomic_write_text(Path(args.json), json.dumps(rows, indent=2))
 
 
 def _baseline(args: argparse.Namespace) -> None:

@@ -369,6 +369,14 @@ def build_heatmaps(
     ]
 
 
+def output_folder(out: str | Path) -> Path:
+    """``--out`` as a folder to write into: one that exists as a file is a one-line error."""
+    folder = Path(out)
+    if folder.exists() and not folder.is_dir():
+        raise WorkbenchError(f"--out {out} is a file: name a folder to write to")
+    return folder
+
+
 def _names(heatmaps: Sequence[Heatmap], stem: str) -> list[str]:
     """``<stem>-<n>``, the name of each heatmap's files (numbered from 0, at least 3 digits)."""
     width = max(3, len(str(len(heatmaps))))
@@ -387,9 +395,7 @@ def write_heatmaps(
     from workbench.export import export
 
     formats = settings.format_list()
-    folder = Path(folder)
-    if folder.exists() and not folder.is_dir():
-        raise WorkbenchError(f"--out {folder} is a file: name a folder to write the heatmaps to")
+    folder = output_folder(folder)
     folder.mkdir(parents=True, exist_ok=True)
     previous = re.compile(rf"{re.escape(stem)}-\d+\.(?:{'|'.join(FORMAT_CHOICES)})")
     staging = Path(tempfile.mkdtemp(prefix=f".{stem}.", dir=folder))
@@ -515,8 +521,7 @@ def export_runs(
     from workbench.models import load_run
 
     export_settings.format_list()  # fail early on a bad format
-    if Path(out).exists() and not Path(out).is_dir():
-        raise WorkbenchError(f"--out {out} is a file: name a folder to write the heatmaps to")
+    output_folder(out)
     loaded = [load_run(path) for path in runs]
     if any(run.spec.label_names != loaded[0].spec.label_names for run in loaded):
         raise WorkbenchError("the runs predict different classes: export runs of one task")
@@ -538,7 +543,7 @@ def attribute_runs(
     from workbench.attribution import attribute_texts, save_attributions
     from workbench.models import load_run
 
-    paths = []
+    folder, paths = output_folder(out), []
     for path in runs:
         loaded = load_run(path)
         examples = gather_examples(loaded, "attribute", **sources)
@@ -552,7 +557,7 @@ def attribute_runs(
             settings=config,
             labels=None if None in gold else gold,
         )
-        paths.append(save_attributions(records, Path(out) / f"{loaded.run.name}.jsonl"))
+        paths.append(save_attributions(records, folder / f"{loaded.run.name}.jsonl"))
     return paths
 
 
