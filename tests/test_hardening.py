@@ -4,6 +4,7 @@ stderr, exit status 2 and nothing written (each run as a real process)."""
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import shutil
@@ -20,6 +21,7 @@ from tests.conftest import make_sentences, tiny_model, tiny_tokenizer
 from workbench.app.catalog import discover_runs
 from workbench.config import DataConfig, OptimConfig, StudentConfig, TeacherConfig
 from workbench.errors import WorkbenchError
+from workbench.heatmaps import ExportSettings
 from workbench.runs import Run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -329,3 +331,119 @@ def test_the_app_watches_its_sources_without_inotify(monkeypatch):
         assert path_watcher.get_default_path_watcher_class() is PollingPathWatcher
     finally:
         config.get_config_options(force_reparse=True)
+
+
+# --------------------------------------------------------------------------- exports
+
+LONG = " ".join(["good movie"] * 40)  # 80 words: more than the tiny model's 64 positions
+
+
+def _text_chunks(path: Path) -> dict:
+    from PIL import Image
+
+    with Image.open(path) as image:
+        return json.loads(image.text["Description"])
+
+
+def test_truncation_is_stated_in_every_format(work, tmp_path, capsys):
+    from workbench.heatmaps import Example, HeatmapSettings, build_heatmaps, write_heatmaps
+    from workbench.models import load_run
+
+    loaded = load_run(work / "teacher")
+    whole = len(loaded.tokenizer(LONG)["input_ids"])
+    assert whole > loaded.model.config.max_position_embeddings == 64
+    long, short = build_heatmaps([loaded], [Example(LONG), Example("good")], HeatmapSettings())
+    stated = f"teacher read the first 64 of the text's {whole} tokens"
+    assert long.metadata["truncated"] == stated and short.metadata["truncated"] == "no"
+    assert len(long.rows[0].tokens) == 64
+    write_heatmaps([long], tmp_path, ExportSettings())
+    svg = (tmp_path / "heatmap-000.svg").read_text()
+    assert (
+        json.loads(svg.split("<metadata")[1].split(">", 1)[1].split("</metadata>")[0])["truncated"]
+        == stated
+    )
+    page = (tmp_path / "heatmap-000.html").read_text()
+    assert f'<meta name="truncated" content="{html.escape(stated)}" />' in page
+    assert f"%   truncated: {stated}" in (tmp_path / "heatmap-000.tex").read_text()
+    assert _text_chunks(tmp_path / "heatmap-000.png")["truncated"] == stated
+    assert stated.encode() in (tmp_path / "heatmap-000.pdf").read_bytes()
+    out = tmp_path / "cli"
+    assert (
+        main(
+            [
+                "export",
+                str(work / "teacher"),
+                "--out",
+                str(out),
+                "--text",
+                LONG,
+                "--text",
+                "good",
+                "--formats",
+                "svg",
+            ]
+        )
+        == 0
+    )
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("kdw")]
+    assert err == [f"kdw: note: heatmap-000: the text was truncated: {stated}"]
+
+
+def test_an_export_replaces_the_earlier_set_whole(tmp_path):
+    from workbench.export import Heatmap, HeatmapRow
+    from workbench.heatmaps import write_heatmaps
+
+    def heatmap(word: str) -> Heatmap:
+        return Heatmap(
+            [HeatmapRow("m", ["[CLS]", word, "[SEP]"], [0.0, 1.0, 0.0])], word, {"text": word}
+        )
+
+    (tmp_path / "notes.txt").write_text("mine")
+    first = write_heatmaps(
+        [heatmap(w) for w in ("good", "bad", "fine")],
+        tmp_path,
+        ExportSettings(formats="svg,png", dpi=20),
+    )
+    assert len(first) == 6
+    second = write_heatmaps([heatmap("awful")], tmp_path, ExportSettings(formats="svg", dpi=20))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["heatmap-000.svg", "notes.txt"]
+    assert second == [tmp_path / "heatmap-000.svg"]
+    assert "awful" in second[0].read_text() and "good" not in second[0].read_text()
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def _fonts_covering(character: str) -> list[str]:
+    """Installed font files that have ``character`` (matplotlib's own placeholder font aside)."""
+    from matplotlib import font_manager
+    from matplotlib.ft2font import FT2Font
+
+    return [
+        entry.fname
+        for entry in font_manager.fontManager.ttflist
+        if not entry.name.startswith("Last Resort")
+        and ord(character) in FT2Font(entry.fname).get_charmap()
+    ]
+
+
+def test_hebrew_is_drawn_with_a_fallback_font_and_missing_characters_are_named(tmp_path):
+    from workbench.export import Heatmap, HeatmapRow, export, font_fallback, undrawable_characters
+
+    if not _fonts_covering("ש"):
+        pytest.skip("no installed font covers Hebrew")
+    hebrew = Heatmap([HeatmapRow("m", ["[CLS]", "שלום", "עולם", "[SEP]"], [0, 1, 0.5, 0])], "t", {})
+    families, missing = font_fallback(["שלום"], "DejaVu Sans Mono")
+    assert missing == [] and families[0] == "DejaVu Sans Mono" and len(families) == 2
+    assert undrawable_characters(hebrew) == []
+    pdf = export(hebrew, tmp_path / "hebrew.pdf").read_bytes()
+    assert b"LastResort" not in pdf  # no glyph came from the box-drawing font
+    fallback = Path(_fonts_covering("ש")[0]).stem.split("-")[0].encode()
+    assert any(fallback in line for line in pdf.split(b"\n") if b"/FontName" in line)
+    png = export(hebrew, tmp_path / "hebrew.png", dpi=50)
+    assert "characters_not_drawn" not in _text_chunks(png)
+    if _fonts_covering("中"):
+        pytest.skip("an installed font covers CJK: nothing is left undrawn")
+    mixed = Heatmap([HeatmapRow("m", ["שלום", "中文", "中"], [0, 1, 0.5])], "t", {})
+    assert undrawable_characters(mixed) == ["中", "文"]
+    assert _text_chunks(export(mixed, tmp_path / "mixed.png", dpi=50))["characters_not_drawn"] == (
+        "中 (U+4E2D), 文 (U+6587)"
+    )
