@@ -447,3 +447,19 @@ def test_hebrew_is_drawn_with_a_fallback_font_and_missing_characters_are_named(t
     assert _text_chunks(export(mixed, tmp_path / "mixed.png", dpi=50))["characters_not_drawn"] == (
         "中 (U+4E2D), 文 (U+6587)"
     )
+
+
+def test_the_export_page_states_truncation(work, tmp_path, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    _copy(work, "teacher", tmp_path)
+    monkeypatch.setenv("KDW_RUNS", str(tmp_path))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+    at.switch_page("workbench/app/exports.py")
+    at.run()
+    at.text_area(key="export.text").set_value(f"good movie\n{LONG}")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    warnings = [w.value.replace("\\", "") for w in at.warning]  # Markdown escapes undone
+    assert len(warnings) == 1
+    assert warnings[0].startswith("heatmap-001: the text was truncated: teacher read the first 64")
