@@ -463,3 +463,24 @@ def test_the_export_page_states_truncation(work, tmp_path, monkeypatch):
     warnings = [w.value.replace("\\", "") for w in at.warning]  # Markdown escapes undone
     assert len(warnings) == 1
     assert warnings[0].startswith("heatmap-001: the text was truncated: teacher read the first 64")
+
+
+def test_an_older_run_with_relative_paths_opens_from_another_folder(work, tmp_path, monkeypatch):
+    """A student recorded (before paths were absolute) with ``--teacher-run runs/teacher`` and
+    ``--task task`` from the project folder: kdw evaluate from elsewhere finds both under the
+    folders that hold the run."""
+    project = tmp_path / "project"
+    shutil.copytree(work / "task", project / "task")
+    _copy(work, "teacher", project / "runs")
+    student = _copy(work, "student", project / "runs")
+    record = json.loads((student / "run.json").read_text())
+    record["configs"]["student"]["teacher_run"] = "runs/teacher"
+    record["configs"]["data"]["task"] = "task"
+    (student / "run.json").write_text(json.dumps(record))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    out = elsewhere / "rows.json"
+    assert main(["evaluate", str(student), "--split", "dev", "--json", str(out)]) == 0
+    (row,) = json.loads(out.read_text())
+    assert row["examples"] == 30 and 0 <= row["label_loyalty"] <= 1

@@ -18,7 +18,7 @@ import math
 import numbers
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -113,18 +113,22 @@ def _model_names() -> list[str]:
     return list(BUILTIN_MODELS)
 
 
-def resolve_paths(config: Any) -> None:
+def resolve_paths(config: Any, bases: Sequence[Path] = ()) -> None:
     """Make the path fields of ``config`` absolute: a field declared with ``path`` (a function
     giving the registered names that win over a path, such as task names) whose value names an
     existing file or folder, and none of those names, gets the absolute path, so that a run's
-    record (its teacher run, its data) opens from any working directory."""
+    record (its teacher run, its data) opens from any working directory. A relative path that
+    does not exist from here is looked up under each of ``bases`` in turn (a run recorded
+    before its paths were absolute: under the folders that hold it)."""
     for f in dataclasses.fields(config):
         names, value = f.metadata.get("path"), getattr(config, f.name)
         if names is None or not isinstance(value, str) or not value:
             continue
         path = Path(value).expanduser()
-        if path.exists() and value not in names():
-            setattr(config, f.name, str(path.resolve()))
+        places = [path] if path.is_absolute() else [path, *(base / path for base in bases)]
+        found = next((place for place in places if place.exists()), None)
+        if found is not None and value not in names():
+            setattr(config, f.name, str(found.resolve()))
 
 
 class Checked:

@@ -26,7 +26,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from workbench.config import DataConfig, from_dict
+from workbench.config import DataConfig
 from workbench.data import TaskSpec
 from workbench.errors import WorkbenchError, first_line
 from workbench.files import check_weights, local_path
@@ -377,6 +377,4 @@ def load_run(path: str | Path) -> LoadedRun:
         ) from None
     task = info["task"]
     spec = TaskSpec(task["name"], tuple(task["label_names"]), tuple(task["metrics"]), task["pair"])
-    return LoadedRun(
-        run, model.eval(), tokenizer, spec, from_dict(DataConfig, info["configs"]["data"])
-    )
+    return LoadedRun(run, model.eval(), tokenizer, spec, run.config(DataConfig, "data"))

@@ -30,9 +30,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from workbench.config import option_name
+from workbench.config import from_dict, option_name, resolve_paths
 from workbench.errors import WorkbenchError, first_line
 from workbench.files import (
     append_json_line,
@@ -47,6 +47,7 @@ RUN_FILE = "run.json"
 STATUS_FILE = "status.json"
 RESOLVED = "resolved"  # the key of run.json's record of what the configs resolved to
 LOCK_FILE = ".lock"
+T = TypeVar("T")
 PACKAGES = ("torch", "transformers", "captum", "datasets", "tokenizers", "numpy", "kd-workbench")
 
 
@@ -229,6 +230,14 @@ class Run:
         if not isinstance(info, dict) or "kind" not in info or "configs" not in info:
             raise WorkbenchError(f"{self.path / RUN_FILE} is corrupt: no kind or configs")
         return info
+
+    def config(self, cls: type[T], group: str) -> T:
+        """The config ``group`` (``data``, ``student``…) of the run's record as ``cls``, its
+        paths absolute; a relative path recorded by an older run, from the folder its command
+        ran in, is found under the folders that hold the run."""
+        config = from_dict(cls, self.info()["configs"][group])
+        resolve_paths(config, self.path.resolve().parents)
+        return config
 
     def status(self) -> dict[str, Any]:
         """The training's progress (``state``, ``step``, ``total``). A corrupt file loses only
