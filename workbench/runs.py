@@ -295,7 +295,7 @@ _SHOWN = 4  # differences named by a refusal to reopen a run
 _ABSENT = "(absent)"
 
 
-def _same(then: Any, now: Any) -> bool:
+def same_value(then: Any, now: Any) -> bool:
     """Equal values, or a path recorded relative to the directory the run was started from
     (before runs recorded absolute paths) that resolves from here to the path given now."""
     if then == now:
@@ -316,7 +316,7 @@ def _differences(then: Any, now: Any, where: tuple[str, ...] = ()) -> list[str]:
             for key in sorted(set(then) | set(now))
             for line in _differences(then.get(key, _ABSENT), now.get(key, _ABSENT), (*where, key))
         ]
-    if _same(then, now):
+    if same_value(then, now):
         return []
     name = option_name(where[-1]) if where[0] == "configs" and len(where) == 3 else ".".join(where)
 
