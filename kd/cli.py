@@ -123,11 +123,14 @@ def _print_results(path: Path) -> None:
 
 def _evaluate(args: argparse.Namespace) -> None:
     from kd.evaluate import evaluate_runs, format_table
+    from workbench.files import atomic_write_text
 
+    if args.json and Path(args.json).is_dir():  # before the minutes of scoring
+        raise WorkbenchError(f"--json {args.json} is a folder: name a file to write the rows to")
     rows = evaluate_runs(args.runs, args.split, args.teacher, terms=args.terms)
     print(format_table(rows))
     if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=2))
+        atomic_write_text(Path(args.json), json.dumps(rows, indent=2))
 
 
 def _baseline(args: argparse.Namespace) -> None:
@@ -162,6 +165,7 @@ def _export(args: argparse.Namespace) -> None:
         args.out,
         from_arguments(HeatmapSettings, args),
         from_arguments(ExportSettings, args),
+        notify=lambda note: print(f"kdw: note: {note}", file=sys.stderr),
         **_sources(args),
     )
     print("\n".join(str(path) for path in paths))
@@ -349,7 +353,11 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
         help="token attribution heatmaps of runs, as files",
         description="Explain texts (typed, from a CSV/JSONL file, or examples of a split) under "
         "one or more runs and write one heatmap per example, a row per run, as SVG, PDF, PNG, "
-        "LaTeX and HTML, with the settings, model names and run ids embedded in each file.",
+        "LaTeX and HTML, with the settings, model names and run ids embedded in each file. "
+        "A previous export in --out is replaced as a whole set (its heatmap-NNN files go, other "
+        "files stay). Each file states whether its text was truncated to the model's maximum "
+        "length; texts cut short, and characters no installed font can draw in PNG/PDF, are "
+        "also reported on stderr.",
     )
     _add_sources(export, "explain")
     for cls in (HeatmapSettings, ExportSettings):

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from kd.diagnostics import summarise
 from kd.objective import PRESETS, preset_weights
-from workbench.config import ObjectiveConfig, from_dict
+from workbench.config import ObjectiveConfig, StudentConfig, from_dict
 from workbench.data import encode, load_task
 from workbench.errors import WorkbenchError
 from workbench.evaluation import evaluate_logits, predict_logits
@@ -73,7 +73,11 @@ def evaluate_runs(
         )
         logits = predict_logits(loaded.model, dataset, 64, loaded.tokenizer.pad_token_id)
         reference = None
-        teacher_path = teacher or info["configs"].get("student", {}).get("teacher_run")
+        teacher_path = teacher or (
+            loaded.run.config(StudentConfig, "student").teacher_run
+            if info["kind"] == "student"
+            else None
+        )
         if info["kind"] == "student" and teacher_path:
             if teacher_path not in teacher_logits:
                 source = load_run(teacher_path)

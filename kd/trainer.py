@@ -136,13 +136,13 @@ def train(job: TrainingJob) -> dict[str, float]:
     state = {"step": 0, "best": None, "best_step": None}
     model.to(job.device)
     if run.checkpoint.exists():
-        saved = torch.load(run.checkpoint, weights_only=False, map_location=job.device)
+        saved = run.load_checkpoint(job.device)
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
         scheduler.load_state_dict(saved["scheduler"])
         _restore_rng(saved["rng"])
         state = saved["state"]
-        run.truncate_metrics(state["step"])
+    run.truncate_metrics(state["step"])  # without a checkpoint (deleted), from step 0
 
     def save_checkpoint() -> None:
         with atomic_path(run.checkpoint) as temporary:

@@ -34,6 +34,7 @@ from workbench.config import (
 )
 from workbench.errors import WorkbenchError
 from workbench.files import atomic_write_json, hold
+from workbench.runs import same_value
 
 STUDY_NAME = "kdw-tune"
 
@@ -269,7 +270,7 @@ def _study(
         )
         stored = {k: study.user_attrs.get(k) for k in attrs}
         for key in ("preset", "task", "space"):
-            if stored[key] != attrs[key]:
+            if not same_value(stored[key], attrs[key]):  # a task path recorded relative too
                 raise WorkbenchError(
                     f"{out / 'study.db'} is a study of {key} {stored[key]!r}, not "
                     f"{attrs[key]!r}: choose another --out"

@@ -132,7 +132,7 @@ def test_existing_run_with_other_settings_is_kept(tmp_path, tiny_task_dir, tiny_
     capsys.readouterr()
     before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
     assert main([*common, "--learning-rate", "1e-3"]) == 2
-    assert "other settings (configs)" in _error_line(capsys)
+    assert "other settings (--learning-rate 5e-05 → 0.001)" in _error_line(capsys)
     assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before
 
 

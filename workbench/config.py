@@ -18,8 +18,9 @@ import math
 import numbers
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 from workbench.errors import WorkbenchError
@@ -69,7 +70,8 @@ colormap = Domain(_is_colormap, "a matplotlib colormap name, such as viridis or 
 
 def option(default: Any, help: str, **extra: Any) -> Any:
     """A dataclass field with its help text and, optionally, its ``choices`` or ``domain``
-    (a :class:`Domain`), for the CLI, the app and :func:`validate`."""
+    (a :class:`Domain`), for the CLI, the app and :func:`validate`, or ``path`` for a file or
+    folder made absolute (:func:`resolve_paths`)."""
     return field(default=default, metadata={"help": help, **extra})
 
 
@@ -99,11 +101,43 @@ def validate(config: Any) -> None:
         )
 
 
+def _task_names() -> list[str]:
+    from workbench.data import task_names  # imported when called: data builds on this module
+
+    return task_names()
+
+
+def _model_names() -> list[str]:
+    from workbench.models import BUILTIN_MODELS  # imported when called, as above
+
+    return list(BUILTIN_MODELS)
+
+
+def resolve_paths(config: Any, bases: Sequence[Path] = ()) -> None:
+    """Make the path fields of ``config`` absolute: a field declared with ``path`` (a function
+    giving the registered names that win over a path, such as task names) whose value names an
+    existing file or folder, and none of those names, gets the absolute path, so that a run's
+    record (its teacher run, its data) opens from any working directory. A relative path that
+    does not exist from here is looked up under each of ``bases`` in turn (a run recorded
+    before its paths were absolute: under the folders that hold it)."""
+    for f in dataclasses.fields(config):
+        names, value = f.metadata.get("path"), getattr(config, f.name)
+        if names is None or not isinstance(value, str) or not value:
+            continue
+        path = Path(value).expanduser()
+        places = [path] if path.is_absolute() else [path, *(base / path for base in bases)]
+        found = next((place for place in places if place.exists()), None)
+        if found is not None and value not in names():
+            setattr(config, f.name, str(found.resolve()))
+
+
 class Checked:
-    """Base of the config dataclasses: every instance is validated when it is built."""
+    """Base of the config dataclasses: every instance is validated when it is built, its paths
+    made absolute (:func:`resolve_paths`)."""
 
     def __post_init__(self) -> None:
         validate(self)
+        resolve_paths(self)
 
 
 @dataclass
@@ -114,6 +148,7 @@ class DataConfig(Checked):
         "tweets",
         "task name: tweets, bbc-news (bundled offline), a GLUE task (cola, sst2, mrpc, qqp, stsb, "
         "mnli, qnli, rte), or a local file/directory (CSV, TSV, JSONL, parquet)",
+        path=_task_names,
     )
     max_length: int = option(
         128, "maximum tokens per example, [CLS]/[SEP] included", domain=at_least(4)
@@ -130,6 +165,7 @@ class DataConfig(Checked):
         "local GLUE data: the hub's parquet files (<dir>/<task>/<split>-*.parquet) or the "
         "original distribution's TSV files (<dir>/SST-2/train.tsv, dev.tsv); "
         "default: download nyu-mll/glue from the hub",
+        path=tuple,
     )
 
 
@@ -141,6 +177,7 @@ class TeacherConfig(Checked):
         "minilm-l6",
         "built-in offline model (minilm-l6), a hub id such as bert-base-uncased, or a local "
         "directory with config.json and weights",
+        path=_model_names,
     )
 
 
@@ -148,7 +185,9 @@ class TeacherConfig(Checked):
 class StudentConfig(Checked):
     """How the student is built."""
 
-    teacher_run: str = option("", "run folder of the fine-tuned teacher (from train-teacher)")
+    teacher_run: str = option(
+        "", "run folder of the fine-tuned teacher (from train-teacher)", path=tuple
+    )
     init: str = option(
         "cut",
         "cut: teacher embeddings + a subset of its layers; pretrained: another checkpoint "
@@ -162,7 +201,9 @@ class StudentConfig(Checked):
         "of 0-based indices such as 1,3,5",
     )
     freeze_embeddings: bool = option(False, "freeze the student's embeddings")
-    pretrained: str | None = option(None, "checkpoint for --init pretrained (hub id or directory)")
+    pretrained: str | None = option(
+        None, "checkpoint for --init pretrained (hub id or directory)", path=_model_names
+    )
     hidden_size: int | None = option(
         None, "hidden size for --init random (default: teacher's)", domain=positive
     )

@@ -30,12 +30,14 @@ from __future__ import annotations
 import html
 import itertools
 import json
+import logging
 import math
 import unicodedata
+import warnings
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Literal
 
@@ -54,7 +56,9 @@ __all__ = [
     "Heatmap",
     "HeatmapRow",
     "color_scale",
+    "describe_characters",
     "export",
+    "font_fallback",
     "latex_escape",
     "merge_wordpieces",
     "score_to_rgb",
@@ -65,6 +69,7 @@ __all__ = [
     "to_pdf",
     "to_png",
     "to_svg",
+    "undrawable_characters",
 ]
 
 DIVERGING_CMAP = "PuOr_r"
@@ -888,9 +893,99 @@ def to_latex_document(heatmap: Heatmap, options: ExportOptions | None = None) ->
 # --------------------------------------------------------------------------- PDF / PNG
 
 _ANCHOR_TO_HA = {"start": "left", "middle": "center", "end": "right"}
+# fonts that draw any character as a box holding its code point: they cover nothing
+_PLACEHOLDER_FONTS = ("Last Resort",)
 
 
-def _mpl_text(ax, item: _Text) -> None:
+@cache
+def _charmap(path: str) -> frozenset[int]:
+    """The code points a font file has glyphs for."""
+    from matplotlib.ft2font import FT2Font
+
+    try:
+        return frozenset(FT2Font(path).get_charmap())
+    except (OSError, RuntimeError):  # an unreadable font covers nothing
+        return frozenset()
+
+
+@cache
+def _font_file(family: str) -> str | None:
+    """The file matplotlib draws ``family``'s regular face from (None: not installed)."""
+    from matplotlib import font_manager
+
+    quiet = logging.getLogger(font_manager.__name__)
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # "failed to find font weight normal": the nearest will do
+    try:
+        return font_manager.findfont(
+            font_manager.FontProperties(family=family), fallback_to_default=False
+        )
+    except ValueError:
+        return None
+    finally:
+        quiet.setLevel(level)
+
+
+@lru_cache(maxsize=1)
+def _installed_families() -> tuple[str, ...]:
+    """The font families matplotlib finds on this system (its own and the system's)."""
+    from matplotlib import font_manager
+
+    names = {entry.name for entry in font_manager.fontManager.ttflist}
+    return tuple(sorted(n for n in names if not n.startswith(_PLACEHOLDER_FONTS)))
+
+
+def font_fallback(texts: Iterable[str], family: str) -> tuple[list[str], list[str]]:
+    """The family list that draws ``texts`` in PNG and PDF: ``family`` first, then installed
+    families that have the characters it lacks (matplotlib falls back along the list, glyph by
+    glyph); and the characters no installed font has, which would be drawn as boxes."""
+    primary = _font_file(family)
+    families = [family]
+    covered = set(_charmap(primary)) if primary else set()
+    missing = []
+    wanted = {c for text in texts for c in text if not c.isspace() and c.isprintable()}
+    for character in sorted(wanted, key=ord):
+        if ord(character) in covered:
+            continue
+        for name in _installed_families():
+            path = _font_file(name)
+            if path and ord(character) in _charmap(path):
+                families.append(name)
+                covered |= _charmap(path)
+                break
+        else:
+            missing.append(character)
+    return families, missing
+
+
+def _scene_fonts(scene: _Scene) -> tuple[dict[bool, list[str]], list[str]]:
+    """The family lists of the scene's monospace and sans-serif text (keyed by ``mono``) and
+    the characters that no installed font can draw."""
+    texts: dict[bool, list[str]] = {True: [], False: []}
+    for item in scene.items:
+        text = item.label() if isinstance(item, _Token) else item
+        if isinstance(text, _Text):
+            texts[text.mono].append(text.text)
+    fonts, missing = {}, []
+    for mono, base in ((True, _MONO_FAMILY[0]), (False, _SANS_FAMILY[0])):
+        fonts[mono], lacking = font_fallback(texts[mono], base)
+        missing += [c for c in lacking if c not in missing]
+    return fonts, missing
+
+
+def undrawable_characters(heatmap: Heatmap, options: ExportOptions | None = None) -> list[str]:
+    """The characters of ``heatmap`` that no installed font has: PNG and PDF draw them as
+    boxes (SVG, HTML and LaTeX leave the fonts to the viewer)."""
+    prepared = _prepare(heatmap, options)
+    return _scene_fonts(_build_scene(prepared, options))[1]
+
+
+def describe_characters(characters: Sequence[str]) -> str:
+    """``"中 (U+4E2D), 文 (U+6587)"``: characters with their code points."""
+    return ", ".join(f"{c} (U+{ord(c):04X})" for c in characters)
+
+
+def _mpl_text(ax, item: _Text, fonts: dict[bool, list[str]]) -> None:
     ax.text(
         item.x,
         item.y,
@@ -900,23 +995,23 @@ def _mpl_text(ax, item: _Text) -> None:
         ha=_ANCHOR_TO_HA[item.anchor],
         va="baseline",
         fontweight="bold" if item.bold else "normal",
-        fontfamily=_MONO_FAMILY[0] if item.mono else _SANS_FAMILY[0],
+        fontfamily=fonts[item.mono],
         parse_math=False,
         usetex=False,
     )
 
 
-def _mpl_item(ax, item: _Item) -> None:
+def _mpl_item(ax, item: _Item, fonts: dict[bool, list[str]]) -> None:
     match item:
         case _Text():
-            _mpl_text(ax, item)
+            _mpl_text(ax, item, fonts)
         case _Token():
             ax.add_patch(
                 Rectangle(
                     (item.x, item.y), item.width, item.height, facecolor=_hex(item.rgb), linewidth=0
                 )
             )
-            _mpl_text(ax, item.label())
+            _mpl_text(ax, item.label(), fonts)
         case _Gradient():
             positions = np.linspace(0, 1, 256)
             stops = np.array([p for p, _ in item.stops])
@@ -951,6 +1046,9 @@ def _render(
 ) -> Path:
     prepared = _prepare(heatmap, options)
     scene = _build_scene(prepared, options)
+    fonts, missing = _scene_fonts(scene)
+    if missing:  # recorded in the file: its boxes are characters no installed font has
+        prepared.metadata["characters_not_drawn"] = describe_characters(missing)
     title = prepared.title or DEFAULT_TITLE
     if fmt == "pdf":
         labels = ", ".join(row.label for row in prepared.rows)
@@ -967,12 +1065,16 @@ def _render(
             "Software": f"{GENERATOR} (matplotlib {matplotlib.__version__})",
         }
     # TrueType (42) instead of Type 3 fonts: many venues reject PDFs with Type 3 fonts.
-    with matplotlib.rc_context({"pdf.fonttype": 42, "text.usetex": False}):
+    with (
+        matplotlib.rc_context({"pdf.fonttype": 42, "text.usetex": False}),
+        warnings.catch_warnings(),
+    ):
+        warnings.filterwarnings("ignore", "Glyph .* missing from font", UserWarning)  # in metadata
         fig = Figure(figsize=(scene.width / 72, scene.height / 72), dpi=dpi)
         ax = fig.add_axes((0, 0, 1, 1))
         ax.set_axis_off()
         for item in scene.items:
-            _mpl_item(ax, item)
+            _mpl_item(ax, item, fonts)
         ax.set_xlim(0, scene.width)
         ax.set_ylim(scene.height, 0)
         fig.savefig(path, format=fmt, dpi=dpi, metadata=metadata, facecolor="white")

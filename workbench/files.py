@@ -74,6 +74,20 @@ def local_path(name: str, *, hub_ids: bool = False) -> Path | None:
     return path if path.exists() else None
 
 
+def check_weights(folder: str | Path, remedy: str) -> None:
+    """Refuse a model folder whose ``*.safetensors`` files are damaged: each file's header is
+    read and must cover the file exactly (a truncated copy fails here in milliseconds, with a
+    one-line error naming the file and ending in ``remedy``, not inside ``from_pretrained``)."""
+    from safetensors import SafetensorError, safe_open
+
+    for path in sorted(Path(folder).glob("*.safetensors")):
+        try:
+            with safe_open(str(path), framework="pt"):
+                pass
+        except (SafetensorError, OSError) as error:
+            raise WorkbenchError(f"{path} is damaged ({first_line(error)}): {remedy}") from None
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

@@ -20,7 +20,10 @@ import csv
 import io
 import json
 import math
-from collections.abc import Sequence
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -117,6 +120,12 @@ class Explanation:
     saliency: list[float]
     gold: int | None = None
     regression: bool = False
+    full_length: int = 0  # tokens of the whole text; more than len(tokens) when truncated
+
+    @property
+    def truncated(self) -> bool:
+        """Whether the model read only the first ``len(tokens)`` of the text's tokens."""
+        return self.full_length > len(self.tokens)
 
     def prediction_text(self) -> str:
         """``"positive 0.91"``: the predicted class and its probability (or the output)."""
@@ -155,7 +164,9 @@ def _class_names(loaded: LoadedRun) -> list[str]:
     return names or ["output"]
 
 
-def _encode(loaded: LoadedRun, examples: Sequence[Example]) -> dict:
+def _encode(loaded: LoadedRun, examples: Sequence[Example]) -> tuple[dict, list[int]]:
+    """The batch of ``examples`` (each ``[B, L]``), cut to the model's maximum length, and the
+    number of tokens of each whole example."""
     if not examples:
         raise WorkbenchError("no examples to explain")
     if loaded.spec.pair and any(e.pair is None for e in examples):
@@ -164,11 +175,11 @@ def _encode(loaded: LoadedRun, examples: Sequence[Example]) -> dict:
     pairs = [e.pair for e in examples] if loaded.spec.pair else None
     args = (texts,) if pairs is None else (texts, pairs)
     limit = loaded.model.config.max_position_embeddings
-    return dict(
-        loaded.tokenizer(
-            *args, truncation=True, max_length=limit, padding=True, return_tensors="pt"
-        )
+    full = loaded.tokenizer(*args, truncation=False, verbose=False)["input_ids"]
+    batch = loaded.tokenizer(
+        *args, truncation=True, max_length=limit, padding=True, return_tensors="pt"
     )
+    return dict(batch), [len(ids) for ids in full]
 
 
 def attribution_config(settings: HeatmapSettings) -> AttributionConfig:
@@ -195,7 +206,7 @@ def explain(
     from workbench.models import forward
 
     config = attribution_config(settings)
-    batch = _encode(loaded, examples)
+    batch, full_lengths = _encode(loaded, examples)
     model, class_names = loaded.model, _class_names(loaded)
     with torch.no_grad():
         logits = forward(model, batch).logits.float()
@@ -226,6 +237,7 @@ def explain(
                 saliency=saliency[row, :length].tolist(),
                 gold=None if regression else gold_index(example.label, class_names),
                 regression=regression,
+                full_length=full_lengths[row],
             )
         )
     return out
@@ -288,10 +300,16 @@ def heatmap_metadata(
     explanations: Sequence[Explanation], example: Example, settings: HeatmapSettings
 ) -> dict[str, str]:
     """What each exported file records: models, run ids, the example and the settings."""
+    cut = [e for e in explanations if e.truncated]
     meta = {
         "models": ", ".join(e.name for e in explanations),
         "run_ids": json.dumps([e.run_id for e in explanations]),
         "text": example.text,
+        "truncated": "; ".join(
+            f"{e.name} read the first {len(e.tokens)} of the text's {e.full_length} tokens"
+            for e in cut
+        )
+        or "no",
         **{
             f"settings.{k}": "default" if v is None else str(v) for k, v in asdict(settings).items()
         },
@@ -351,29 +369,77 @@ def build_heatmaps(
     ]
 
 
+def output_folder(out: str | Path) -> Path:
+    """``--out`` as a folder to write into: one that exists as a file is a one-line error."""
+    folder = Path(out)
+    if folder.exists() and not folder.is_dir():
+        raise WorkbenchError(f"--out {out} is a file: name a folder to write to")
+    return folder
+
+
+def _names(heatmaps: Sequence[Heatmap], stem: str) -> list[str]:
+    """``<stem>-<n>``, the name of each heatmap's files (numbered from 0, at least 3 digits)."""
+    width = max(3, len(str(len(heatmaps))))
+    return [f"{stem}-{n:0{width}d}" for n in range(len(heatmaps))]
+
+
 def write_heatmaps(
     heatmaps: Sequence[Heatmap],
     folder: str | Path,
     settings: ExportSettings,
     stem: str = "heatmap",
 ) -> list[Path]:
-    """Write every heatmap in every chosen format as ``<stem>-<n>.<format>``."""
+    """Write every heatmap in every chosen format as ``<stem>-<n>.<format>``. The set replaces
+    a previous export's in ``folder`` whole: its ``<stem>-<n>.<format>`` files are removed once
+    the new ones are written (other files stay), so no file of other texts is left beside them."""
     from workbench.export import export
 
     formats = settings.format_list()
-    folder = Path(folder)
+    folder = output_folder(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    width = max(3, len(str(len(heatmaps))))
-    return [
-        export(
-            heatmap,
-            folder / f"{stem}-{n:0{width}d}.{fmt}",
-            dpi=settings.dpi,
-            options=settings.options(),
-        )
-        for n, heatmap in enumerate(heatmaps)
-        for fmt in formats
-    ]
+    previous = re.compile(rf"{re.escape(stem)}-\d+\.(?:{'|'.join(FORMAT_CHOICES)})")
+    staging = Path(tempfile.mkdtemp(prefix=f".{stem}.", dir=folder))
+    try:
+        written = [
+            export(
+                heatmap,
+                staging / f"{name}.{fmt}",
+                dpi=settings.dpi,
+                options=settings.options(),
+            )
+            for name, heatmap in zip(_names(heatmaps, stem), heatmaps, strict=True)
+            for fmt in formats
+        ]
+        for old in folder.iterdir():
+            if old.is_file() and previous.fullmatch(old.name):
+                old.unlink()
+        return [path.replace(folder / path.name) for path in written]
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def export_notes(
+    heatmaps: Sequence[Heatmap], settings: ExportSettings, stem: str = "heatmap"
+) -> list[str]:
+    """What a reader of the files should know, one line per heatmap that needs it: a text the
+    models read only in part (truncated), and characters that PNG and PDF draw as boxes
+    because no installed font has them."""
+    from workbench.export import describe_characters, undrawable_characters
+
+    raster = {"png", "pdf"} & set(settings.format_list())
+    notes = []
+    for name, heatmap in zip(_names(heatmaps, stem), heatmaps, strict=True):
+        if heatmap.metadata.get("truncated", "no") != "no":
+            notes.append(f"{name}: the text was truncated: {heatmap.metadata['truncated']}")
+        missing = undrawable_characters(heatmap, settings.options()) if raster else []
+        if missing:
+            notes.append(
+                f"{name}: no installed font has {describe_characters(missing)}: the "
+                f"{'/'.join(sorted(raster)).upper()} files draw boxes there (install a font "
+                "covering them, e.g. a Noto font of that script; SVG, HTML and LaTeX are "
+                "unaffected)"
+            )
+    return notes
 
 
 # --------------------------------------------------------------------------- inputs
@@ -445,19 +511,25 @@ def export_runs(
     out: str | Path,
     settings: HeatmapSettings,
     export_settings: ExportSettings,
+    notify: Callable[[str], None] = lambda note: None,
     **sources,
 ) -> list[Path]:
     """What ``kdw export`` does: explain the examples :func:`gather_examples` collects from
     ``sources`` (of the first run's task) under every run, and write one heatmap per example in
-    each format to ``out``."""
+    each format to ``out`` (replacing a previous export's set there, see
+    :func:`write_heatmaps`); ``notify`` receives :func:`export_notes`' lines."""
     from workbench.models import load_run
 
     export_settings.format_list()  # fail early on a bad format
+    output_folder(out)
     loaded = [load_run(path) for path in runs]
     if any(run.spec.label_names != loaded[0].spec.label_names for run in loaded):
         raise WorkbenchError("the runs predict different classes: export runs of one task")
     examples = gather_examples(loaded[0], "export", **sources)
-    return write_heatmaps(build_heatmaps(loaded, examples, settings), out, export_settings)
+    heatmaps = build_heatmaps(loaded, examples, settings)
+    for note in export_notes(heatmaps, export_settings):
+        notify(note)
+    return write_heatmaps(heatmaps, out, export_settings)
 
 
 def attribute_runs(
@@ -471,7 +543,7 @@ def attribute_runs(
     from workbench.attribution import attribute_texts, save_attributions
     from workbench.models import load_run
 
-    paths = []
+    folder, paths = output_folder(out), []
     for path in runs:
         loaded = load_run(path)
         examples = gather_examples(loaded, "attribute", **sources)
@@ -485,7 +557,7 @@ def attribute_runs(
             settings=config,
             labels=None if None in gold else gold,
         )
-        paths.append(save_attributions(records, Path(out) / f"{loaded.run.name}.jsonl"))
+        paths.append(save_attributions(records, folder / f"{loaded.run.name}.jsonl"))
     return paths
 
 

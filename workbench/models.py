@@ -26,10 +26,10 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from workbench.config import DataConfig, from_dict
+from workbench.config import DataConfig
 from workbench.data import TaskSpec
 from workbench.errors import WorkbenchError, first_line
-from workbench.files import local_path
+from workbench.files import check_weights, local_path
 from workbench.hub import hub_reachable, hub_unreachable
 from workbench.runs import Run
 
@@ -82,6 +82,8 @@ def _from_pretrained(load, name: str, what: str, **options):
     """``load(source, **options)`` for the model ``name``; a hub id while the hub cannot be
     asked comes from the local cache only (no minute of retries), and a miss is one line."""
     source = resolve_model(name)
+    if Path(source).is_dir():
+        check_weights(source, "replace it with a complete copy of the model (save_pretrained)")
     cache_only = not Path(source).exists() and not hub_reachable()
     try:
         return load(source, local_files_only=cache_only, **options)
@@ -363,6 +365,7 @@ def load_run(path: str | Path) -> LoadedRun:
     if not (run.model_dir / "config.json").exists():
         state = run.status()["state"]
         raise WorkbenchError(f"{run.path} has no trained model yet (status: {state})")
+    run.check_model()
     try:
         model = AutoModelForSequenceClassification.from_pretrained(
             run.model_dir, attn_implementation=ATTENTION
@@ -374,6 +377,4 @@ def load_run(path: str | Path) -> LoadedRun:
         ) from None
     task = info["task"]
     spec = TaskSpec(task["name"], tuple(task["label_names"]), tuple(task["metrics"]), task["pair"])
-    return LoadedRun(
-        run, model.eval(), tokenizer, spec, from_dict(DataConfig, info["configs"]["data"])
-    )
+    return LoadedRun(run, model.eval(), tokenizer, spec, run.config(DataConfig, "data"))

@@ -31,20 +31,24 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from workbench.errors import WorkbenchError
+from workbench.config import from_dict, option_name, resolve_paths
+from workbench.errors import WorkbenchError, first_line
 from workbench.files import (
     append_json_line,
     atomic_write_json,
+    check_weights,
     hold,
     read_json_lines,
     write_json_lines,
 )
 
 RUN_FILE = "run.json"
+STATUS_FILE = "status.json"
 RESOLVED = "resolved"  # the key of run.json's record of what the configs resolved to
 LOCK_FILE = ".lock"
+T = TypeVar("T")
 PACKAGES = ("torch", "transformers", "captum", "datasets", "tokenizers", "numpy", "kd-workbench")
 
 
@@ -135,6 +139,7 @@ class Run:
         with hold(run.path / LOCK_FILE, f"run folder {run.path}"):
             if (run.path / RUN_FILE).exists():
                 run._check_settings(info)
+                run._mend_status()
             else:
                 run._start(info, manifest)
             yield run
@@ -145,12 +150,14 @@ class Run:
         defaults changed); a run written before runs kept that record is reopened."""
         existing = self.read_json(RUN_FILE)
         given = json.loads(json.dumps(info, default=str))
-        changed = sorted(
-            k for k in (set(existing) | set(given)) - {RESOLVED} if existing.get(k) != given.get(k)
+        changed = _differences(
+            {k: v for k, v in existing.items() if k != RESOLVED},
+            {k: v for k, v in given.items() if k != RESOLVED},
         )
         if changed:
+            shown = "; ".join(changed[:_SHOWN]) + ("; …" if len(changed) > _SHOWN else "")
             raise WorkbenchError(
-                f"{self.path} already holds a run with other settings ({', '.join(changed)}): "
+                f"{self.path} already holds a run with other settings ({shown}): "
                 "choose another --run-dir, or delete that folder"
             )
         then_data = existing.get(RESOLVED, {}).get("split_fingerprint")
@@ -173,6 +180,14 @@ class Run:
                 f"resolve to (changed: {', '.join(keys)}; a preset's defaults changed): "
                 "choose another --run-dir"
             )
+
+    def _mend_status(self) -> None:
+        """Rewrite a missing or unreadable ``status.json`` (it only records progress) as
+        ``unknown``, so that the training resumes from its checkpoint and records it anew."""
+        try:
+            self.status()
+        except WorkbenchError:
+            self.set_status("unknown")
 
     def _start(self, info: dict[str, Any], manifest: dict[str, Any]) -> None:
         manifest = {
@@ -197,14 +212,23 @@ class Run:
         run.info()  # validates the JSON
         return run
 
-    def read_json(self, name: str) -> Any:
+    def check_model(self) -> None:
+        """Refuse a run whose best model (``model/``) is damaged, naming the file."""
+        check_weights(
+            self.model_dir, "the run's best model is lost: train the run again in a new --run-dir"
+        )
+
+    def read_json(self, name: str, remedy: str = "delete the run") -> Any:
+        """The JSON file ``name`` of the run; a missing or corrupt one is a one-line error
+        ending in ``remedy`` (for a corrupt file)."""
         path = self.path / name
         try:
             return json.loads(path.read_text())
         except FileNotFoundError:
             raise WorkbenchError(f"{path} is missing: the run folder is incomplete") from None
-        except json.JSONDecodeError as error:
-            raise WorkbenchError(f"{path} is corrupt ({error.msg}): delete the run") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            reason = error.msg if isinstance(error, json.JSONDecodeError) else "not UTF-8"
+            raise WorkbenchError(f"{path} is corrupt ({reason}): {remedy}") from None
 
     def info(self) -> dict[str, Any]:
         info = self.read_json(RUN_FILE)
@@ -212,11 +236,45 @@ class Run:
             raise WorkbenchError(f"{self.path / RUN_FILE} is corrupt: no kind or configs")
         return info
 
+    def config(self, cls: type[T], group: str) -> T:
+        """The config ``group`` (``data``, ``student``…) of the run's record as ``cls``, its
+        paths absolute; a relative path recorded by an older run, from the folder its command
+        ran in, is found under the folders that hold the run."""
+        config = from_dict(cls, self.info()["configs"][group])
+        resolve_paths(config, self.path.resolve().parents)
+        return config
+
     def status(self) -> dict[str, Any]:
-        return self.read_json("status.json")
+        """The training's progress (``state``, ``step``, ``total``). A corrupt file loses only
+        that record: its error says so and that rerunning the run's command rewrites it."""
+        return self.read_json(
+            STATUS_FILE,
+            "it only records the training's progress, the model and checkpoint are not "
+            "affected: run the command that made the run again to rewrite it",
+        )
 
     def set_status(self, state: str, **details: Any) -> None:
-        atomic_write_json(self.path / "status.json", {"state": state, **details})
+        atomic_write_json(self.path / STATUS_FILE, {"state": state, **details})
+
+    def load_checkpoint(self, device: Any) -> dict[str, Any]:
+        """The resumable state ``checkpoint.pt`` holds (tensors on ``device``); a damaged
+        file (truncated, overwritten) is a one-line error naming it and the remedy."""
+        import pickle
+
+        import torch
+
+        try:
+            saved = torch.load(self.checkpoint, weights_only=False, map_location=device)
+        except (RuntimeError, EOFError, pickle.UnpicklingError, ValueError) as error:
+            reason = first_line(error).split(". ")[0]  # torch adds sentences of advice
+        else:
+            if isinstance(saved, dict) and {"model", "state"} <= set(saved):
+                return saved
+            reason = "not a kd-workbench checkpoint"
+        raise WorkbenchError(
+            f"{self.checkpoint} is damaged ({reason}): delete it to train this run again from "
+            "step 0 (the same command), or choose another --run-dir"
+        )
 
     def append_metrics(self, record: dict[str, Any]) -> None:
         append_json_line(self.path / "metrics.jsonl", record)
@@ -229,6 +287,8 @@ class Run:
 
     def truncate_metrics(self, after_step: int) -> None:
         """Forget evaluations logged after ``after_step`` (they are redone on resume)."""
+        if not (self.path / "metrics.jsonl").exists():
+            return
         kept = [r for r in self.metrics() if r.get("step", 0) <= after_step]
         write_json_lines(self.path / "metrics.jsonl", kept)
 
@@ -236,16 +296,39 @@ class Run:
         return self.read_json("results.json") if (self.path / "results.json").exists() else None
 
 
-def list_runs(root: str | Path) -> list[tuple[Path, Run | None, str | None]]:
-    """Every run folder under ``root``: ``(path, run, None)`` or ``(path, None, error)`` for a
-    broken one, so one bad folder never hides the others."""
-    found = []
-    for path in sorted(Path(root).glob("*/")) if Path(root).is_dir() else []:
-        try:
-            found.append((path, Run.open(path), None))
-        except WorkbenchError as error:
-            found.append((path, None, str(error)))
-    return found
+_SHOWN = 4  # differences named by a refusal to reopen a run
+_ABSENT = "(absent)"
+
+
+def same_value(then: Any, now: Any) -> bool:
+    """Equal values, or a path recorded relative to the directory the run was started from
+    (before runs recorded absolute paths) that resolves from here to the path given now."""
+    if then == now:
+        return True
+    if isinstance(then, str) and isinstance(now, str) and Path(now).is_absolute():
+        old = Path(then).expanduser()
+        return not old.is_absolute() and old.exists() and old.resolve() == Path(now)
+    return False
+
+
+def _differences(then: Any, now: Any, where: tuple[str, ...] = ()) -> list[str]:
+    """What differs between a run's recorded identity ``then`` and the one given ``now``, one
+    ``option old → new`` each: config fields by their CLI option (``--learning-rate``), other
+    keys by their dotted place (``task.label_names``)."""
+    if isinstance(then, dict) and isinstance(now, dict):
+        return [
+            line
+            for key in sorted(set(then) | set(now))
+            for line in _differences(then.get(key, _ABSENT), now.get(key, _ABSENT), (*where, key))
+        ]
+    if same_value(then, now):
+        return []
+    name = option_name(where[-1]) if where[0] == "configs" and len(where) == 3 else ".".join(where)
+
+    def shown(value: Any) -> str:
+        return value if value == _ABSENT else json.dumps(value, ensure_ascii=False)
+
+    return [f"{name} {shown(then)} → {shown(now)}"]
 
 
 def _bullets(values: dict[str, Any]) -> list[str]:

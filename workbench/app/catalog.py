@@ -74,12 +74,20 @@ def _entry(root: Path, folder: Path) -> RunEntry:
     try:
         run = Run.open(folder)
         entry.info = run.info()
-        entry.status = run.status()
     except WorkbenchError as error:
         entry.problem = str(error)
         return entry
+    try:
+        entry.status = run.status()
+    except WorkbenchError:  # it only records progress: a model beside it is still usable
+        entry.status = {"state": "unknown (status.json unreadable)"}
     if not (run.model_dir / "config.json").exists():
         entry.problem = f"no trained model yet (status: {entry.state})"
+        return entry
+    try:
+        run.check_model()
+    except WorkbenchError as error:
+        entry.problem = str(error)
     return entry
 
 

@@ -19,7 +19,13 @@ from workbench.app.catalog import same_folder
 from workbench.app.forms import config_widgets
 from workbench.errors import WorkbenchError
 from workbench.export import to_html
-from workbench.heatmaps import FORMAT_CHOICES, ExportSettings, build_heatmaps, write_heatmaps
+from workbench.heatmaps import (
+    FORMAT_CHOICES,
+    ExportSettings,
+    build_heatmaps,
+    export_notes,
+    write_heatmaps,
+)
 
 KEY = "export"
 SOURCES = ("Type texts", "Pick from a split", "Upload a file")
@@ -98,6 +104,8 @@ def render() -> None:
         return
     try:
         heatmaps = build_heatmaps(loaded, examples, settings, chosen)
+        for note in export_notes(heatmaps, export_settings):
+            st.warning(common.plain(note))
         options = export_settings.options()
         st.caption(f"Preview of 1 of {len(heatmaps)} heatmap(s), as the HTML export:")
         height = 220 + 55 * len(heatmaps[0].rows) + 26 * (len(heatmaps[0].metadata) + 7)

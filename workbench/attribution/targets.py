@@ -99,7 +99,14 @@ def view_names(model: PreTrainedModel, views: Views) -> list[str]:
         return [str(names[c]) for c in range(model.config.num_labels)]
     if isinstance(views, str):
         return [views]
-    return [str(names[int(c)]) for c in torch.as_tensor(views).reshape(-1)]
+    indices = [int(c) for c in torch.as_tensor(views).reshape(-1)]
+    outside = [c for c in indices if not 0 <= c < model.config.num_labels]
+    if outside:
+        raise WorkbenchError(
+            f"views {', '.join(map(str, outside))}: not a class of this model "
+            f"(its classes are 0..{model.config.num_labels - 1})"
+        )
+    return [str(names[c]) for c in indices]
 
 
 def resolve_views(
