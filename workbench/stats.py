@@ -54,7 +54,8 @@ def paired_bootstrap(
 ) -> Interval:
     """Mean of ``a − b`` over paired units ``[N]`` with a BCa bootstrap interval that resamples
     the pairs (``scipy.stats.bootstrap(..., paired=True)``). Per-unit scores are typically 0/1
-    correctness. When every pair has the same difference the interval is that one value."""
+    correctness. When every pair has the same difference (up to rounding) the interval is that
+    one value: a bootstrap of a constant is degenerate."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if a.shape != b.shape or a.ndim != 1:
         raise WorkbenchError(f"paired scores need two equal 1-D arrays, got {a.shape}, {b.shape}")
@@ -62,7 +63,7 @@ def paired_bootstrap(
         raise WorkbenchError(f"a paired bootstrap needs at least 2 pairs, got {len(a)}")
     differences = a - b
     mean = float(differences.mean())
-    if np.all(differences == differences[0]):
+    if np.ptp(differences) <= 1e-12 * max(1.0, abs(mean)):  # equal up to rounding
         return Interval(mean, mean, mean, len(a), confidence)
     result = stats.bootstrap(
         (differences,),
