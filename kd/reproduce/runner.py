@@ -227,6 +227,7 @@ def train_and_score(
             }
         ),
         folder,
+        cache_dir=out / "runs" / experiment.task / "teacher_cache",  # shared: keyed by settings
     )
     scores = SCORES(Run(teacher), run, plan.aopc_examples)
     predicted = run.read_json("predictions.json")["test"]
