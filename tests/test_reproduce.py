@@ -54,7 +54,7 @@ def test_tiny_suite_report_and_resume(tiny_model_dir: Path, tiny_task_dir: Path,
         student_learning_rate=1e-3,
         top_k_sweep=(4, 8),
         steps_sweep=(2,),
-        aopc_examples=20,
+        explained_examples=20,
     )
     suite = Suite(
         plans={"tiny": plan},
@@ -91,8 +91,10 @@ def test_tiny_suite_report_and_resume(tiny_model_dir: Path, tiny_task_dir: Path,
     for record in results["students"]:
         examples, test = record["examples"], record["test"]
         uids = results["test_sets"][examples["test_set"]]["uids"]
-        assert len(examples["predictions"]) == len(uids) == len(examples["attribution_gap"])
-        assert len(examples["aopc_comprehensiveness"]) == min(20, len(uids))
+        assert len(examples["predictions"]) == len(uids)
+        explained = min(20, len(uids))  # the explanations of the first 20 examples
+        assert len(examples["aopc_comprehensiveness"]) == explained
+        assert len(examples["attribution_gap"]) == len(examples["saliency_loyalty"]) == explained
         assert -1 <= test["aopc_comprehensiveness"] <= 1 and -1 <= test["aopc_sufficiency"] <= 1
         assert 0 <= test["attribution_gap"] <= 2 * 3**0.5
         assert test["attribution_gap"] == pytest.approx(np.mean(examples["attribution_gap"]))
@@ -106,7 +108,8 @@ def test_tiny_suite_report_and_resume(tiny_model_dir: Path, tiny_task_dir: Path,
         if r["group"] == "main"
     }
     gain = np.mean([accuracy["adkd", seed] - accuracy["kd", seed] for seed in (1, 2)]) * 100
-    adkd_row = next(line for line in report.splitlines() if line.startswith("| adkd | "))
+    table = report.split("## Main table")[1]
+    adkd_row = next(line for line in table.splitlines() if line.startswith("| adkd | "))
     cell = adkd_row.split("|")[-2]  # "+1.2 [-0.3, +2.6]"
     difference, low, high = (float(v) for v in re.findall(r"[-+]?\d+\.\d", cell))
     assert difference == pytest.approx(gain, abs=0.051) and low <= difference <= high
@@ -158,7 +161,7 @@ def test_moved_run_folders_are_used(tiny_model_dir: Path, tiny_task_dir: Path, t
         batch_size=16,
         teacher_learning_rate=2e-3,
         student_learning_rate=1e-3,
-        aopc_examples=10,
+        explained_examples=10,
     )
     suite = Suite(plans={"tiny": plan}, ablation_task="tiny", methods=("kd",), ablation_groups=())
     out = tmp_path / "a"

@@ -33,7 +33,8 @@ NAMES = {
     "finetune": "the student trained alone",
 }
 AOPC_NOTE = (
-    "AOPC (ERASER) of each student's own Grad saliency on the first {n} test examples: "
+    "SL, gap and AOPC are measured on the first {n} test examples of each task (accuracy, "
+    "LL and PL on the whole test split). AOPC (ERASER) of each student's own Grad saliency: "
     "comprehensiveness (higher: its top tokens matter) and sufficiency (lower: they suffice), "
     "tokens deleted, k = ⌈q·n⌉ of the n tokens ranked by signed score for q = 10 %–50 %. "
     "ferret-xai differs: k = ⌊q·n⌋, q = 10 %–100 %, positive scores only, and a fraction whose "
@@ -447,7 +448,7 @@ def loyalty_lines(
             + " |"
         )
     if "aopc_comprehensiveness" in shown.values():
-        sizes = sorted({p.get("aopc_examples") or 0 for p in setup.values()})
+        sizes = sorted({p.get("explained_examples") or 0 for p in setup.values()})  # 0: all
         count = "all" if sizes == [0] else " / ".join(f"{s:,}" if s else "all" for s in sizes)
         lines += ["", AOPC_NOTE.format(n=count)]
     return lines

@@ -92,54 +92,56 @@ class Scored:
 
 
 class ExampleScores:
-    """Per-example scores of students on the test split against their teacher: saliency loyalty
-    (Pearson of Grad saliency, METHODS.md §6), attribution gap (AD-KD Eq. 11) and AOPC
-    comprehensiveness/sufficiency of the student's own Grad saliency (first ``aopc_examples``
-    examples). The teacher's outputs are computed once per teacher and test split in a process;
-    a student's scores are kept in its run folder (``scores.json``), so a resumed suite does not
-    recompute them."""
+    """Per-example explanation scores of students on the first ``explained_examples`` test
+    examples (all: None) against their teacher: saliency loyalty (Pearson of Grad saliency,
+    METHODS.md §6), attribution gap (AD-KD Eq. 11) and AOPC comprehensiveness/sufficiency of
+    the student's own Grad saliency. The teacher's outputs are computed once per teacher and
+    test sample in a process; a student's scores are kept in its run folder (``scores.json``),
+    so a resumed suite does not recompute them."""
 
     STORED = "scores.json"
 
     def __init__(self) -> None:
-        self._teachers: dict[tuple[Path, str], tuple[object, object]] = {}
+        self._teachers: dict[tuple, tuple] = {}
 
-    def __call__(self, teacher: Run, student: Run, aopc_examples: int | None) -> dict:
+    def __call__(self, teacher: Run, student: Run, explained_examples: int | None) -> dict:
         stored = student.path / self.STORED
         settings = {
             "teacher": relative(teacher.path, student.path),  # moves with the suite folder
-            "aopc_examples": aopc_examples,
+            "explained_examples": explained_examples,
         }
         if stored.exists():
             scores = json.loads(stored.read_text())
             if scores.pop("settings") == settings:
                 return scores
-        scores = self._compute(teacher, student, aopc_examples)
+        scores = self._compute(teacher, student, explained_examples)
         atomic_write_json(stored, {"settings": settings, **scores})
         return scores
 
-    def _compute(self, teacher: Run, student: Run, aopc_examples: int | None) -> dict:
+    def _compute(self, teacher: Run, student: Run, explained_examples: int | None) -> dict:
         from workbench.analysis import agreement_per_example, split_outputs
         from workbench.data import batches, encode, load_task
         from workbench.faithfulness import aopc
         from workbench.models import load_run
 
         loaded = load_run(student.path)
-        key = (teacher.path.resolve(), config_key(loaded.data))
+        key = (teacher.path.resolve(), config_key(loaded.data), explained_examples)
         if key not in self._teachers:  # the ablations may test on a smaller sample
             split = load_task(loaded.data).splits["test"]
-            self._teachers[key] = split, split_outputs(load_run(teacher.path), split, maps=True)
-        split, reference = self._teachers[key]
-        outputs = split_outputs(loaded, split, maps=True)
+            count = len(split) if explained_examples is None else explained_examples
+            explained = split.subset(range(min(count, len(split))))
+            teacher_outputs = split_outputs(load_run(teacher.path), explained, maps=True)
+            self._teachers[key] = split, explained, teacher_outputs
+        split, explained, reference = self._teachers[key]
+        outputs = split_outputs(loaded, explained, maps=True)
         values = {
             name: _rounded(v.tolist())
             for name, v in agreement_per_example(reference, outputs).items()
         }
         if not loaded.spec.regression:
-            dataset = encode(split, loaded.tokenizer, loaded.data.max_length)
-            count = len(split) if aopc_examples is None else min(aopc_examples, len(split))
-            order = sorted(range(count), key=lambda i: len(dataset.input_ids[i]))
-            comprehensiveness, sufficiency = [0.0] * count, [0.0] * count
+            dataset = encode(explained, loaded.tokenizer, loaded.data.max_length)
+            order = sorted(range(len(explained)), key=lambda i: len(dataset.input_ids[i]))
+            comprehensiveness, sufficiency = [0.0] * len(explained), [0.0] * len(explained)
             for batch in batches(dataset, order, 64, loaded.tokenizer.pad_token_id or 0):
                 width = batch["input_ids"].shape[1]
                 result = aopc(
@@ -229,7 +231,7 @@ def train_and_score(
         folder,
         cache_dir=out / "runs" / experiment.task / "teacher_cache",  # shared: keyed by settings
     )
-    scores = SCORES(Run(teacher), run, plan.aopc_examples)
+    scores = SCORES(Run(teacher), run, plan.explained_examples)
     predicted = run.read_json("predictions.json")["test"]
     if predicted["uids"] != scores["uids"]:
         raise WorkbenchError(f"{run.path}: predictions and scores cover different examples")

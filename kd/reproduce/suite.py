@@ -47,7 +47,7 @@ class TaskPlan:
     student_learning_rate: float = 1e-4
     top_k_sweep: tuple[int, ...] = (48, 96, 192)  # of MiniLM's 384 dimensions
     steps_sweep: tuple[int, ...] = (2, 4, 8)  # m = 1 is the main table's AD-KD
-    aopc_examples: int | None = 500  # AOPC on the first N test examples (None: all)
+    explained_examples: int | None = 500  # SL, gap and AOPC on the first N test examples
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,7 @@ def identity(experiment: Experiment, plan: TaskPlan, teacher_plan: TaskPlan) -> 
             "seed": experiment.seed,
             **experiment.optim,
         },
-        "aopc_examples": plan.aopc_examples,
+        "explained_examples": plan.explained_examples,
     }
     return (
         f"{experiment.task}/{experiment.group}/{experiment.name}/seed{experiment.seed}"
@@ -219,7 +219,7 @@ def plan_summary(plan: TaskPlan) -> dict:
         "seeds": list(plan.seeds),
         "batch_size": plan.batch_size,
         "student_learning_rate": plan.student_learning_rate,
-        "aopc_examples": plan.aopc_examples,
+        "explained_examples": plan.explained_examples,
     }
 
 
@@ -267,7 +267,7 @@ FULL = Suite(
             student_epochs=4,
             student_layers=6,
             student_learning_rate=5e-5,
-            aopc_examples=1000,
+            explained_examples=1000,
         )
         for name in ("sst2", "mrpc", "qnli", "rte", "cola", "stsb", "qqp", "mnli")
     },
