@@ -177,8 +177,10 @@ def verdicts(results: dict, tasks: Sequence[str], intervals: Intervals) -> list[
         )
     if {"gkd", "kd"} <= names:
         lines.append(
-            "- **GKD's saliency loyalty ≫ vanilla KD's?** GKD − vanilla KD in mean Pearson of "
-            "Grad saliency with the teacher " + claim("gkd", "saliency_loyalty", ">", 1, "") + "."
+            "- **GKD's saliency loyalty ≫ vanilla KD's?** GKD − vanilla KD in saliency loyalty "
+            "(Pearson of Grad saliency with the teacher's, ×100) "
+            + claim("gkd", "saliency_loyalty", ">", 100, "")
+            + "."
         )
     if {"ckd", "kd"} <= names:
         lines.append(
@@ -210,7 +212,7 @@ def verdicts(results: dict, tasks: Sequence[str], intervals: Intervals) -> list[
                 f"on {task} {'yes' if smallest else 'not shown'}: AD-KD's gap is significantly "
                 f"below {sum(i.high < 0 for _, i in others)} of the {len(others)} other "
                 f"students'; against the closest, {NAMES.get(closest, closest)}, AD-KD − it = "
-                f"{interval.describe(1, '')}"
+                f"{interval.describe(100, ' (×100)')}"
             )
         lines.append(
             "- **AD-KD's attribution gap the smallest?** "
