@@ -196,7 +196,7 @@ def _moved(folder: Path, teacher: Path) -> Run | None:
     if not record.exists():
         return None
     recorded = json.loads(record.read_text())["configs"]["student"]["teacher_run"]
-    if recorded == str(teacher):
+    if Path(recorded).resolve() == teacher.resolve():  # the same folder, however spelt
         return None
     run = Run(folder)
     if run.status().get("state") == "finished":
