@@ -181,11 +181,14 @@ def _teacher(out: Path, task: str, plan: TaskPlan) -> Run:
     )
 
 
-def student_folder(out: Path, experiment: Experiment) -> Path:
+def student_folder(out: Path, experiment: Experiment, key: str) -> Path:
+    """``runs/<task>/[ablations/]<name>-seed<seed>-<settings hash>``: other settings (weights
+    chosen anew, ``--fixed``) train into another folder."""
     folder = experiment.name.replace(" ", "_").replace("/", "-")
     if experiment.group != "main":
         folder = f"ablations/{folder}"
-    return out / "runs" / experiment.task / f"{folder}-seed{experiment.seed}"
+    settings = key.rpartition("@")[2][:8]
+    return out / "runs" / experiment.task / f"{folder}-seed{experiment.seed}-{settings}"
 
 
 def _moved(folder: Path, teacher: Path) -> Run | None:
@@ -206,12 +209,12 @@ def _moved(folder: Path, teacher: Path) -> Run | None:
 
 
 def train_and_score(
-    out: Path, teacher: Path, plan: TaskPlan, experiment: Experiment, threads: int = 0
+    out: Path, teacher: Path, plan: TaskPlan, experiment: Experiment, key: str, threads: int = 0
 ) -> Scored:
-    """Train one student (or reuse its finished run) and score it on the test split. Runs in a
-    worker process under ``--jobs``."""
+    """Train one student (or reuse its finished run) and score it on the test split; ``key``:
+    its identity. Runs in a worker process under ``--jobs``."""
     started = time.time()
-    folder = student_folder(out, experiment)
+    folder = student_folder(out, experiment, key)
     run = _moved(folder, teacher) or distill(
         plan.data,
         StudentConfig(
@@ -456,7 +459,7 @@ def run_suite(
     keys = [identity(e, suite.plan_of(e), suite.plans[e.task]) for e in todo]
     scored: dict[int, dict] = {i: recorded[k] for i, k in enumerate(keys) if k in recorded}
     calls = {
-        i: (out, teacher_run(e.task).path, suite.plan_of(e), e)
+        i: (out, teacher_run(e.task).path, suite.plan_of(e), e, keys[i])
         for i, e in enumerate(todo)
         if i not in scored
     }
