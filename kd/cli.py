@@ -347,9 +347,10 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
     reproduce.add_argument(
         "--report-only",
         action="store_true",
-        help="train nothing: write the figures and report.md from the runs "
-        "results.json lists (it is updated after every student, so this "
-        "works while a suite is still running)",
+        help="train nothing: write the figures and report.md from results.json "
+        "alone (the run folders, where present, only redraw the heatmap gallery; "
+        "it is updated after every student, so this works while a suite is "
+        "still running)",
     )
     reproduce.set_defaults(handler=_reproduce)
 

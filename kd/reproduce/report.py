@@ -131,10 +131,6 @@ class Intervals:
         return self._done[key]
 
 
-def _interval_text(interval: Interval | None, scale: float = 100.0, unit: str = " points") -> str:
-    return "not measured" if interval is None else interval.describe(scale, unit)
-
-
 def _outcome(interval: Interval, claim: str) -> str:
     """Whether the interval supports ``claim`` (``>``, ``≥`` or ``<``)."""
     if claim == "<":
