@@ -206,6 +206,9 @@ def test_report_cells_one_seed_and_two(tmp_path: Path):
     report = write_report(tmp_path, results, {}).read_text()
     assert "| kd | 60.0 ± 14.1 | 60.0 ± 14.1 | – |" in report  # two seeds: mean ± sample std
     assert "| ckd | 60.0 | 60.0 | 10.0 |" in report  # one seed: no ±; Δ kd at seed 1
+    assert "## Verdicts" in report and "not measured (no per-example values recorded)" in report
+    fixed = write_report(tmp_path, {**results, "tuning": {}, "tuned": False}, {}).read_text()
+    assert "`--fixed`: every method ran its preset's defaults." in fixed
 
 
 WORKER_SCRIPT = """
