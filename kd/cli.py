@@ -215,6 +215,8 @@ def _reproduce(args: argparse.Namespace) -> None:
     from kd.reproduce import DEFAULT, FULL, reproduce
 
     suite = FULL if args.full else DEFAULT
+    if args.fixed:
+        suite = suite.fixed()
     report = reproduce(Path(args.out), suite, jobs=args.jobs, report_only=args.report_only)
     print(f"report: {report}")
 
@@ -318,9 +320,11 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
     reproduce = commands.add_parser(
         "reproduce",
         help="rerun the papers' experiments and write a report",
-        description="Train the suite of the papers' experiments (main table over seeds, loyalty, "
-        "ablations) and write report.md, results.json and figures. Resumable: run the same "
-        "command again after an interruption.",
+        description="Choose each method's key weights on dev (kdw tune), train the suite of "
+        "the papers' experiments (main table over seeds, loyalty, ablations) and write "
+        "report.md, results.json and figures. results.json is the record: a later call (after "
+        "an interruption, or on a fresh clone without the run folders) trains only what it "
+        "lacks.",
     )
     reproduce.add_argument(
         "--out", default="reports/reproduce", help="folder for the runs, the report and its figures"
@@ -330,6 +334,11 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
         action="store_true",
         help="the papers' scale: GLUE, BERT-base teacher, 6-layer students "
         "(needs the network and, in practice, a GPU)",
+    )
+    reproduce.add_argument(
+        "--fixed",
+        action="store_true",
+        help="run the presets' default weights instead of choosing them on dev first",
     )
     reproduce.add_argument(
         "--jobs",
@@ -342,9 +351,10 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
     reproduce.add_argument(
         "--report-only",
         action="store_true",
-        help="train nothing: write the figures and report.md from the runs "
-        "results.json lists (it is updated after every student, so this "
-        "works while a suite is still running)",
+        help="train nothing: write the figures and report.md from results.json "
+        "alone (the run folders, where present, only redraw the heatmap gallery; "
+        "it is updated after every student, so this works while a suite is "
+        "still running)",
     )
     reproduce.set_defaults(handler=_reproduce)
 

@@ -1,10 +1,13 @@
-"""``kdw reproduce`` on a tiny suite: every method and ablation trains (in two worker
-processes), the report has its tables and figures, and a second call in one process reuses the
-finished runs and scores them the same."""
+"""``kdw reproduce`` on a tiny suite: weights chosen on dev by a 2-trial search, every method
+and ablation trained (in two worker processes) and scored, the report's intervals, verdicts and
+figures; then the record resumes: without run folders, in a moved folder, with run folders that
+recorded another location."""
 
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -16,7 +19,7 @@ import pytest
 
 from kd.reproduce import (
     MAIN_METHODS,
-    ExplanationAgreement,
+    ExampleScores,
     Suite,
     TaskPlan,
     experiments,
@@ -29,7 +32,16 @@ from workbench.data import load_task
 from workbench.errors import WorkbenchError
 
 
-def test_tiny_suite_report(tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: Path):
+def _timing_free(report: str) -> str:
+    """The report without the line stating how long the call ran and what it trained."""
+    return re.sub(r"The call that wrote these results ran .*\n", "", report)
+
+
+def _trained(out: Path) -> int:
+    return json.loads((out / "results.json").read_text())["trained_this_invocation"]
+
+
+def test_tiny_suite_report_and_resume(tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: Path):
     plan = TaskPlan(
         DataConfig(task=str(tiny_task_dir), max_length=16),
         TeacherConfig(model=str(tiny_model_dir)),
@@ -42,93 +54,131 @@ def test_tiny_suite_report(tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: 
         student_learning_rate=1e-3,
         top_k_sweep=(4, 8),
         steps_sweep=(2,),
+        explained_examples=20,
     )
     suite = Suite(
         plans={"tiny": plan},
         ablation_task="tiny",
         description="tiny test suite",
         cuts="everything (a tiny model).",
-        ablation_groups=("adkd-k", "adkd-terms"),
+        methods=("kd", "pkd-skip", "ckd", "adkd", "gkd"),  # those the verdicts name
+        ablation_groups=("adkd-k",),
         ablation_data=replace(plan.data, max_train_examples=150, max_eval_examples=30),
+        tuned={"adkd": ("beta",), "kd": ("tau",)},
+        tune_trials=2,
     )
-    todo = experiments(suite)
-    assert len(todo) == 2 * len(MAIN_METHODS) + 3 + 5  # the 3 references retrained for ablations
+    assert len(experiments(suite)) == 2 * 5 + 3 + 2  # 3 references, K=4 and K=8
     everything = experiments(Suite(plans={"tiny": plan}, ablation_task="tiny"))
     assert len(everything) == 2 * len(MAIN_METHODS) + 3 + 4 + 2 + 1 + 2 + 2 + 1
     out = tmp_path / "report"
     report = reproduce(out, suite, announce=lambda _: None, jobs=2).read_text()  # 2 processes
     results = json.loads((out / "results.json").read_text())
-    assert len(results["students"]) == len(todo)
-    assert all(0 <= r["test"]["label_loyalty"] <= 1 for r in results["students"])
-    assert all(-1 <= r["test"]["saliency_loyalty"] <= 1 for r in results["students"])
-    assert all(0 <= r["test"]["attribution_gap"] <= 2 * 3**0.5 for r in results["students"])
-    assert results["setup"]["tiny"]["seeds"] == [1, 2]
-    assert "What this suite cuts: everything (a tiny model)." in report
-    assert "minutes with `--jobs 2`, reusing any run" in report
+    assert len(results["students"]) == results["planned_students"] == 2 * 5 + 5
+    assert not any(Path(r["run"]).is_absolute() for r in results["students"])
+
+    # the weights chosen on dev: a 2-trial search per tuned method, its choice trained
+    tuning = results["tuning"]
+    assert sorted(tuning) == ["adkd", "kd"] and len(tuning["adkd"]["trials"]) == 2
+    beta = tuning["adkd"]["chosen"]["beta"]
+    assert beta in (1, 10, 50, 100)
+    assert tuning["adkd"]["objective"]["temperature"] == 2  # not searched: the preset's τ held
+    main_adkd = next(r for r in results["students"] if r["name"] == "adkd" and r["group"] == "main")
+    objective = json.loads((out / main_adkd["run"] / "run.json").read_text())["configs"]
+    assert f"attr={beta:g}" in objective["objective"]["weights"]
+    assert "## Weights chosen on dev" in report and f"beta={beta:g}" in report
+
+    # every student scored on its test split, per example
+    for record in results["students"]:
+        examples, test = record["examples"], record["test"]
+        uids = results["test_sets"][examples["test_set"]]["uids"]
+        assert len(examples["predictions"]) == len(uids)
+        explained = min(20, len(uids))  # the explanations of the first 20 examples
+        assert len(examples["aopc_comprehensiveness"]) == explained
+        assert len(examples["attribution_gap"]) == len(examples["saliency_loyalty"]) == explained
+        assert -1 <= test["aopc_comprehensiveness"] <= 1 and -1 <= test["aopc_sufficiency"] <= 1
+        assert 0 <= test["attribution_gap"] <= 2 * 3**0.5
+        assert test["attribution_gap"] == pytest.approx(np.mean(examples["attribution_gap"]))
+        predicted = json.loads((out / record["run"] / "predictions.json").read_text())["test"]
+        assert [int(c) for c in examples["predictions"]] == predicted["predictions"]
+
+    # Δ kd: the pooled paired difference is the mean of the per-seed accuracy differences
     accuracy = {
         (r["name"], r["seed"]): r["test"]["accuracy"]
         for r in results["students"]
         if r["group"] == "main"
     }
-    references = {r["name"]: r for r in results["students"] if r["group"] == "reference"}
-    assert sorted(references) == ["adkd", "ckd", "gkd"]
-    for record in results["students"]:
-        assert ("/ablations/" in record["run"]) == (record["group"] != "main")
-        data = json.loads((Path(record["run"]) / "run.json").read_text())["configs"]["data"]
-        assert data["max_train_examples"] == (None if record["group"] == "main" else 150)
-        assert data["max_eval_examples"] == (None if record["group"] == "main" else 30)
-    gains = np.array([accuracy["adkd", seed] - accuracy["kd", seed] for seed in (1, 2)]) * 100
-    adkd_row = next(line for line in report.splitlines() if line.startswith("| adkd | "))
-    reported = [float(v) for v in adkd_row.split("|")[-2].split("±")]  # the "Δ kd" column
-    assert reported == pytest.approx([gains.mean(), gains.std(ddof=1)], abs=0.051)
-    for heading in (
-        "## Set-up and what was cut",
-        "## Main table",
-        "## Loyalty to the teacher",
-        "## Ablations (tiny, seed 1)",
-    ):
+    gain = np.mean([accuracy["adkd", seed] - accuracy["kd", seed] for seed in (1, 2)]) * 100
+    table = report.split("## Main table")[1]
+    adkd_row = next(line for line in table.splitlines() if line.startswith("| adkd | "))
+    cell = adkd_row.split("|")[-2]  # "+1.2 [-0.3, +2.6]"
+    difference, low, high = (float(v) for v in re.findall(r"[-+]?\d+\.\d", cell))
+    assert difference == pytest.approx(gain, abs=0.051) and low <= difference <= high
+    for heading in ("## Verdicts", "## Main table", "## Loyalty to the teacher", "## Ablations"):
         assert heading in report
-    for method in MAIN_METHODS:
-        assert f"| {method} | " in report
-    assert "adkd K=8" in report and "adkd w/o kd" in report
-    reference = references["adkd"]["test"]["accuracy"] * 100  # retrained on the ablations' data
-    assert f"| full method | adkd | {reference:.1f} | " in report
-    assert (out / "figures" / "methods.png").stat().st_size > 0
-    assert (out / "figures" / "adkd-k.png").exists()
+    assert "- **AD-KD > vanilla KD (accuracy)?** AD-KD − vanilla KD on tiny " in report
+    assert "AD-KD's attribution gap the smallest?** on tiny " in report
+    assert "ferret-xai differs" in report
+    assert (out / "figures" / "deltas.svg").read_text().lstrip().startswith("<?xml")
     gallery = list((out / "figures" / "gallery" / "tiny").glob("*.png"))
     assert len(gallery) == len(set(load_task(plan.data).splits["test"].labels))  # one per class
-    finished = {
-        r["run"]: (Path(r["run"]) / "checkpoint.pt").stat().st_mtime for r in results["students"]
-    }
-    stored = [Path(r["run"]) / ExplanationAgreement.STORED for r in results["students"]]
-    assert all(path.exists() for path in stored)  # kept for a resumed suite ...
-    for path in stored:  # ... and removed here, so that this process scores every run again
-        path.unlink()
-    reproduce(out, suite, announce=lambda _: None)  # in this process, reusing every finished run
-    assert all(
-        (Path(run) / "checkpoint.pt").stat().st_mtime == mtime for run, mtime in finished.items()
+
+    # a fresh clone: results.json and figures, no run folders, no searches → nothing retrained
+    shutil.rmtree(out / "runs")
+    shutil.rmtree(out / "tune")
+    again = reproduce(out, suite, announce=lambda _: None).read_text()
+    assert _trained(out) == 0 and not (out / "runs").exists() and not (out / "tune").exists()
+    assert _timing_free(again) == _timing_free(report)
+    moved = tmp_path / "elsewhere" / "suite"  # the suite folder moved
+    shutil.move(out, moved)
+    assert _timing_free(reproduce(moved, suite, announce=lambda _: None).read_text()) == (
+        _timing_free(report)
     )
-    again = json.loads((out / "results.json").read_text())
-    for first, second in zip(results["students"], again["students"], strict=True):
-        assert first["run"] == second["run"]
-        assert first["test"] == pytest.approx(second["test"], abs=1e-6)
-    assert all(path.exists() for path in stored)
-    score = json.loads(stored[0].read_text())
-    stored[0].write_text(json.dumps({**score, "saliency_loyalty": 0.123}))
-    reproduce(out, suite, announce=lambda _: None)  # a stored score is reused, not recomputed
-    reused = json.loads((out / "results.json").read_text())["students"][0]["test"]
-    assert reused["saliency_loyalty"] == 0.123
-    report = (out / "report.md").read_text()
-    assert reproduce(out, report_only=True).read_text() == report  # from results.json alone
-    partial = {**again, "students": again["students"][:5]}
-    (out / "results.json").write_text(json.dumps(partial))
-    planned = len(todo)
+    assert _trained(moved) == 0 and json.loads((moved / "results.json").read_text())[
+        "students"
+    ] == json.loads(json.dumps(results["students"]))
+    assert reproduce(moved, report_only=True).read_text() == (moved / "report.md").read_text()
+
+    partial = {**results, "students": results["students"][:5]}
+    (moved / "results.json").write_text(json.dumps(partial))
     assert (
-        f"**Incomplete:** 5 of the {planned} planned"
-        in reproduce(out, report_only=True).read_text()
+        f"**Incomplete:** 5 of the {results['planned_students']} planned"
+        in reproduce(moved, report_only=True).read_text()
     )
     with pytest.raises(WorkbenchError, match="run the suite first"):
         reproduce(tmp_path / "empty", report_only=True)
+
+
+def test_moved_run_folders_are_used(tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: Path):
+    """Run folders written elsewhere (their record names the teacher's old path) are used when
+    present: a finished student missing from results.json is scored again, not retrained."""
+    plan = TaskPlan(
+        DataConfig(task=str(tiny_task_dir), max_length=16),
+        TeacherConfig(model=str(tiny_model_dir)),
+        teacher_epochs=1,
+        student_epochs=0.2,
+        student_layers=2,
+        seeds=(1,),
+        batch_size=16,
+        teacher_learning_rate=2e-3,
+        student_learning_rate=1e-3,
+        explained_examples=10,
+    )
+    suite = Suite(plans={"tiny": plan}, ablation_task="tiny", methods=("kd",), ablation_groups=())
+    out = tmp_path / "a"
+    reproduce(out, suite, announce=lambda _: None)
+    first = json.loads((out / "results.json").read_text())
+    moved = tmp_path / "b"
+    shutil.move(out, moved)
+    checkpoint = moved / first["students"][0]["run"] / "checkpoint.pt"
+    written = checkpoint.stat().st_mtime
+    for stored in moved.glob(f"runs/**/{ExampleScores.STORED}"):
+        stored.unlink()  # so that the student is scored again from its folder
+    (moved / "results.json").write_text(json.dumps({**first, "students": []}))
+    reproduce(moved, suite, announce=lambda _: None)
+    again = json.loads((moved / "results.json").read_text())
+    assert checkpoint.stat().st_mtime == written  # reused, not retrained
+    assert again["students"][0]["test"] == pytest.approx(first["students"][0]["test"], abs=1e-6)
+    assert again["students"][0]["examples"] == first["students"][0]["examples"]
 
 
 def test_gallery_takes_the_first_example_of_each_class():
@@ -156,6 +206,9 @@ def test_report_cells_one_seed_and_two(tmp_path: Path):
     report = write_report(tmp_path, results, {}).read_text()
     assert "| kd | 60.0 ± 14.1 | 60.0 ± 14.1 | – |" in report  # two seeds: mean ± sample std
     assert "| ckd | 60.0 | 60.0 | 10.0 |" in report  # one seed: no ±; Δ kd at seed 1
+    assert "## Verdicts" in report and "not measured (no per-example values recorded)" in report
+    fixed = write_report(tmp_path, {**results, "tuning": {}, "tuned": False}, {}).read_text()
+    assert "`--fixed`: every method ran its preset's defaults." in fixed
 
 
 WORKER_SCRIPT = """

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from workbench.errors import WorkbenchError
-from workbench.stats import pair_predictions, paired_bootstrap
+from workbench.stats import pair_predictions, pair_scores, paired_bootstrap
 
 
 def test_paired_bootstrap_matches_the_known_answer():
@@ -44,3 +44,20 @@ def test_unpaired_sets_are_refused():
         pair_predictions([left, left], [right])
     with pytest.raises(WorkbenchError, match="equal 1-D arrays"):
         paired_bootstrap([1, 0, 1], [1, 0])
+
+
+def test_pair_scores_pairs_by_id_and_leaves_out_undefined_values():
+    left = {"uids": ["a", "b", "c"], "scores": [0.5, None, 0.1]}
+    right = {"uids": ["b", "c", "a"], "scores": [0.2, float("nan"), 0.3]}
+    a, b = pair_scores([left, left], [right, right])  # two seeds, pooled
+    assert a.tolist() == [0.5, 0.5] and b.tolist() == [0.3, 0.3]  # b and c undefined
+    with pytest.raises(WorkbenchError, match="cover different examples"):
+        pair_scores([left], [{**right, "uids": ["b", "c", "z"]}])
+
+
+def test_pooled_interval_of_a_constant_shift_is_that_shift():
+    """Every example gains exactly 0.25: the interval is the point 0.25, significant."""
+    a = np.linspace(0, 1, 50)
+    interval = paired_bootstrap(a + 0.25, a)
+    assert (interval.low, interval.difference, interval.high) == pytest.approx((0.25,) * 3)
+    assert interval.significant

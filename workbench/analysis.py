@@ -64,15 +64,15 @@ def split_outputs(
     return SplitOutputs(logits, saliency, mask, all_maps)
 
 
-def explanation_agreement(teacher: SplitOutputs, student: SplitOutputs) -> dict[str, float]:
-    """A student's explanations against its teacher's over a split: saliency loyalty (mean
-    Pearson of Grad saliency, undefined examples skipped) and, where both carry IG maps, the
-    attribution gap (AD-KD Eq. 11, mean over examples; lower is closer)."""
-    loyalty = pearson_per_example(teacher.saliency, student.saliency, teacher.mask)
-    scores = {"saliency_loyalty": float(loyalty[~torch.isnan(loyalty)].mean())}
+def agreement_per_example(teacher: SplitOutputs, student: SplitOutputs) -> dict[str, Tensor]:
+    """A student's explanations against its teacher's, per example ``[N]``: saliency loyalty
+    (Pearson of Grad saliency; NaN where undefined) and, where both carry IG maps, the
+    attribution gap (AD-KD Eq. 11; lower is closer)."""
+    scores = {
+        "saliency_loyalty": pearson_per_example(teacher.saliency, student.saliency, teacher.mask)
+    }
     if teacher.maps is not None and student.maps is not None:
-        gap = attribution_gap(teacher.maps, student.maps, teacher.mask)
-        scores["attribution_gap"] = float(gap.mean())
+        scores["attribution_gap"] = attribution_gap(teacher.maps, student.maps, teacher.mask)
     return scores
 
 

@@ -93,7 +93,7 @@ def suite() -> Suite:
 
 
 def _predictions(record: dict) -> dict:
-    return json.loads((Path(record["run"]) / "predictions.json").read_text())["test"]
+    return json.loads((HERE / record["run"] / "predictions.json").read_text())["test"]
 
 
 def _tasks(results: dict) -> list[str]:
@@ -152,7 +152,7 @@ def rows(results: dict) -> list[dict]:
                     [_predictions(r) for r, _ in paired], [_predictions(k) for _, k in paired]
                 )
                 row["Δ accuracy (paired)"] = f"vs {reference}: {paired_bootstrap(a, b).describe()}"
-            first = Path(records[0]["run"])
+            first = HERE / records[0]["run"]
             summary = summarise(Run(first).metrics("train"))
             for moment in ("start", "end"):
                 shares = {

@@ -1,0 +1,70 @@
+"""``kdw reproduce``: the papers' experiments rerun on the bundled data, with a report.
+
+Three parts: the suite as data (:mod:`kd.reproduce.suite`: what is trained, at which scale,
+which weights are chosen on dev first), the runner (:mod:`kd.reproduce.runner`: teachers, the
+searches, every student scored on the whole test split, ``results.json`` as the record that a
+later call resumes from, on any machine) and the report (:mod:`kd.reproduce.report`: verdicts
+with paired bootstrap intervals, tables, figures).
+
+The default suite is sized for a 2-core CPU with ``--jobs 2`` (see :data:`DEFAULT`'s
+``cuts``); ``--full`` describes the papers' scale (GLUE, BERT-base teacher, 6-layer students)
+for users with a GPU and the network; ``--fixed`` runs the presets' defaults without choosing
+weights on dev.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from kd.reproduce.report import gallery_indices, report, write_report
+from kd.reproduce.runner import ExampleScores, exit_with_parent, read_results, run_suite
+from kd.reproduce.suite import (
+    ABLATED_METHODS,
+    DEFAULT,
+    FULL,
+    MAIN_METHODS,
+    Experiment,
+    Suite,
+    TaskPlan,
+    experiments,
+    identity,
+)
+from workbench.errors import WorkbenchError
+
+__all__ = [
+    "ABLATED_METHODS",
+    "DEFAULT",
+    "FULL",
+    "MAIN_METHODS",
+    "ExampleScores",
+    "Experiment",
+    "Suite",
+    "TaskPlan",
+    "exit_with_parent",
+    "experiments",
+    "gallery_indices",
+    "identity",
+    "reproduce",
+    "run_suite",
+    "write_report",
+]
+
+
+def reproduce(
+    out: Path,
+    suite: Suite = DEFAULT,
+    announce: Callable[[str], None] = print,
+    jobs: int = 1,
+    report_only: bool = False,
+) -> Path:
+    """Run the suite (resuming from ``<out>/results.json`` and any run folders), then write
+    the figures and ``report.md``; ``report_only``: only the figures and the report, from
+    ``results.json`` alone."""
+    if report_only:
+        results = read_results(out)
+        if not results:
+            raise WorkbenchError(f"{out / 'results.json'} does not exist: run the suite first")
+    else:
+        results = run_suite(out, suite, announce, jobs)
+    return report(out, results)

@@ -1,0 +1,282 @@
+"""The suite as data: what each task trains (:class:`TaskPlan`), which students
+(:class:`Experiment`), which weights are chosen on dev first, and the two suites the CLI offers
+(:data:`DEFAULT`, :data:`FULL`).
+
+An experiment's :func:`identity` is what makes its row in ``results.json`` its record: its task,
+group, name and seed, and a fingerprint of every setting that changes the student (data,
+teacher, student, objective, optimisation) but of no path, so a suite folder can move or be
+cloned without its run folders and still count its finished students as done.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from workbench.config import DataConfig, ObjectiveConfig, TeacherConfig, to_dict
+
+MAIN_METHODS = ("finetune", "kd", "pkd-skip", "pkd-last", "ckd", "adkd", "gkd", "gkd-cls")
+ABLATED_METHODS = ("ckd", "adkd", "gkd")
+# the key weights chosen on dev before the main table (kd/tune.py's spaces for these names);
+# vanilla KD's τ is tuned too, so that every method meets a reference tuned alike
+TUNED_PARAMETERS: dict[str, tuple[str, ...]] = {
+    "kd": ("tau",),
+    "pkd-skip": ("beta",),
+    "pkd-last": ("beta",),
+    "ckd": ("wr", "ltr"),
+    "adkd": ("beta", "tau"),
+    "gkd": ("beta",),
+    "gkd-cls": ("beta",),
+}
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    """How one task is run: its data subsample, model and training lengths, and seeds."""
+
+    data: DataConfig
+    teacher: TeacherConfig = field(default_factory=TeacherConfig)
+    teacher_epochs: float = 3.0
+    student_epochs: float = 3.0
+    student_layers: int = 3
+    seeds: tuple[int, ...] = (1, 2, 3)
+    batch_size: int = 32
+    teacher_learning_rate: float = 5e-5
+    student_learning_rate: float = 1e-4
+    top_k_sweep: tuple[int, ...] = (48, 96, 192)  # of MiniLM's 384 dimensions
+    steps_sweep: tuple[int, ...] = (2, 4, 8)  # m = 1 is the main table's AD-KD
+    explained_examples: int | None = 500  # SL, gap and AOPC on the first N test examples
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One student: a method (or ablation) on a task with a seed."""
+
+    task: str
+    name: str
+    group: str
+    objective: ObjectiveConfig
+    seed: int
+    sweep: float | None = None
+    student: dict = field(default_factory=dict)  # StudentConfig settings that differ
+    optim: dict = field(default_factory=dict)  # OptimConfig settings that differ (a tuned lr)
+
+
+@dataclass(frozen=True)
+class Suite:
+    plans: dict[str, TaskPlan]
+    ablation_task: str
+    ablation_seeds: tuple[int, ...] = (1,)
+    description: str = ""
+    methods: tuple[str, ...] = MAIN_METHODS
+    ablation_groups: tuple[str, ...] | None = None  # None: all
+    cuts: str = ""  # what the suite leaves out of the papers' protocol, for the report
+    ablation_data: DataConfig | None = None  # a smaller sample for the ablations (None: the
+    # task's own); then the full methods are retrained on it as the ablations' reference
+    extra: tuple[Experiment, ...] = ()  # more students, after the main table and ablations
+    tuned: dict[str, tuple[str, ...]] = field(default_factory=dict)  # method → parameters
+    # chosen on dev (ablation scale, seed 1) before the main table; {}: the presets' defaults
+    tune_trials: int = 8
+
+    def plan_of(self, experiment: Experiment) -> TaskPlan:
+        """The plan an experiment trains under: the ablations may use smaller data."""
+        plan = self.plans[experiment.task]
+        if experiment.group == "main" or self.ablation_data is None:
+            return plan
+        return replace(plan, data=self.ablation_data)
+
+    def tuning_data(self, task: str) -> DataConfig:
+        """The data the weights are chosen on: the ablations' sample (its dev split)."""
+        return self.ablation_data or self.plans[task].data
+
+    def fixed(self) -> Suite:
+        """The same suite with the presets' defaults (``--fixed``): nothing tuned."""
+        return replace(self, tuned={})
+
+
+def fingerprint(values: dict) -> str:
+    """A short hash of canonical JSON: equal settings, equal fingerprint."""
+    text = json.dumps(values, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def teacher_settings(plan: TaskPlan) -> dict:
+    """What changes a task's teacher (no path)."""
+    return {
+        "data": to_dict(plan.data),
+        "teacher": to_dict(plan.teacher),
+        "epochs": plan.teacher_epochs,
+        "batch_size": plan.batch_size,
+        "learning_rate": plan.teacher_learning_rate,
+    }
+
+
+def identity(experiment: Experiment, plan: TaskPlan, teacher_plan: TaskPlan) -> str:
+    """``task/group/name/seed@fingerprint``: the key of an experiment's row in
+    ``results.json``; ``plan`` is the one it trains under, ``teacher_plan`` its teacher's."""
+    settings = {
+        "teacher": teacher_settings(teacher_plan),
+        "data": to_dict(plan.data),
+        "student": {"num_layers": plan.student_layers, **experiment.student},
+        "objective": to_dict(experiment.objective),
+        "optim": {
+            "epochs": plan.student_epochs,
+            "batch_size": plan.batch_size,
+            "learning_rate": plan.student_learning_rate,
+            "seed": experiment.seed,
+            **experiment.optim,
+        },
+        "explained_examples": plan.explained_examples,
+    }
+    return (
+        f"{experiment.task}/{experiment.group}/{experiment.name}/seed{experiment.seed}"
+        f"@{fingerprint(settings)}"
+    )
+
+
+def ablations(task: str, plan: TaskPlan, seeds: Sequence[int]) -> list[Experiment]:
+    """The papers' ablations: AD-KD terms, views, K, m and layer; GKD dropout; CKD terms."""
+    adkd = ObjectiveConfig(preset="adkd")
+    # the sweeps first: an interrupted suite then still has its figures
+    rows: list[tuple[str, str, ObjectiveConfig, float | None]] = [
+        (f"adkd K={k}", "adkd-k", replace(adkd, attr_top_k=k), float(k)) for k in plan.top_k_sweep
+    ]
+    rows += [
+        (f"adkd m={m}", "adkd-m", replace(adkd, attr_steps=m), float(m)) for m in plan.steps_sweep
+    ]
+    rows += [
+        ("adkd w/o attr", "adkd-terms", replace(adkd, weights="ce=0.1,kd=0.9"), None),
+        ("adkd w/o ce", "adkd-terms", replace(adkd, weights="kd=0.9,attr=10"), None),
+        ("adkd w/o kd", "adkd-terms", replace(adkd, weights="ce=0.1,attr=10"), None),
+        ("adkd view pred", "adkd-views", replace(adkd, attr_views="pred"), None),
+        ("adkd view gold", "adkd-views", replace(adkd, attr_views="gold"), None),
+        ("adkd view class 0", "adkd-views", replace(adkd, attr_views="0"), None),
+        ("adkd view sampled", "adkd-views", replace(adkd, attr_views="sample"), None),
+        ("gkd w/ dropout", "gkd-dropout", ObjectiveConfig(preset="gkd", dropout=True), None),
+        (
+            "ckd w/o wr",
+            "ckd-terms",
+            ObjectiveConfig(preset="ckd", weights="ce=0.5,kd=0.5,ltr=1"),
+            None,
+        ),
+        (
+            "ckd w/o ltr",
+            "ckd-terms",
+            ObjectiveConfig(preset="ckd", weights="ce=0.5,kd=0.5,wr=1"),
+            None,
+        ),
+        ("adkd layer first", "adkd-layer", replace(adkd, attr_layer="first"), None),
+        ("adkd layer penultimate", "adkd-layer", replace(adkd, attr_layer="penultimate"), None),
+    ]
+    return [
+        Experiment(task, name, group, objective, seed, sweep)
+        for name, group, objective, sweep in rows
+        for seed in seeds
+    ]
+
+
+def experiments(suite: Suite, chosen: dict[str, ObjectiveConfig] | None = None) -> list[Experiment]:
+    """Main table first (every task, method and seed; a method's objective as ``chosen`` on dev
+    where it was tuned, else its preset), then the ablations (at the presets' defaults)."""
+    chosen = chosen or {}
+    main = [
+        Experiment(task, method, "main", chosen.get(method, ObjectiveConfig(preset=method)), seed)
+        for task, plan in suite.plans.items()
+        for seed in plan.seeds
+        for method in suite.methods
+    ]
+    extra = ablations(suite.ablation_task, suite.plans[suite.ablation_task], suite.ablation_seeds)
+    if suite.ablation_groups is not None:
+        extra = [e for e in extra if e.group in suite.ablation_groups]
+    if suite.ablation_data is not None:
+        extra = [
+            Experiment(
+                suite.ablation_task, method, "reference", ObjectiveConfig(preset=method), seed
+            )
+            for seed in suite.ablation_seeds
+            for method in ABLATED_METHODS
+        ] + extra
+    return main + extra + list(suite.extra)
+
+
+def limit(value: int | None) -> str:
+    """A subsample size as the report states it: ``"all"`` or ``"≤ 1,000"``."""
+    return "all" if value is None else f"≤ {value:,}"
+
+
+def plan_summary(plan: TaskPlan) -> dict:
+    """The sizes of one task's plan that the report states (what was cut from the papers)."""
+    return {
+        "teacher": plan.teacher.model,
+        "max_train_examples": plan.data.max_train_examples,
+        "max_eval_examples": plan.data.max_eval_examples,
+        "max_length": plan.data.max_length,
+        "teacher_epochs": plan.teacher_epochs,
+        "student_layers": plan.student_layers,
+        "student_epochs": plan.student_epochs,
+        "seeds": list(plan.seeds),
+        "batch_size": plan.batch_size,
+        "student_learning_rate": plan.student_learning_rate,
+        "explained_examples": plan.explained_examples,
+    }
+
+
+DEFAULT = Suite(
+    plans={
+        "tweets": TaskPlan(
+            DataConfig(task="tweets", max_length=64, max_train_examples=6000),
+            teacher_epochs=3,
+            student_epochs=1,
+            seeds=(1, 2, 3),
+            top_k_sweep=(96, 192),
+            steps_sweep=(2, 4),
+        ),
+        "bbc-news": TaskPlan(
+            DataConfig(task="bbc-news", max_length=128),
+            teacher_epochs=3,
+            student_epochs=1,
+            seeds=(1, 2, 3),
+        ),
+    },
+    ablation_task="tweets",
+    ablation_data=DataConfig(
+        task="tweets", max_length=64, max_train_examples=1000, max_eval_examples=500
+    ),
+    tuned=TUNED_PARAMETERS,
+    tune_trials=4,
+    description="2-core CPU default: tweets (6,000 train, the whole test split, 64 tokens) "
+    "and BBC News (the whole set, first 128 tokens), 3 seeds each; 3-layer students cut from "
+    "MiniLM-L6; key weights chosen on dev first",
+    cuts="a MiniLM-L6 teacher (22.7M parameters) instead of BERT-base; 3-layer students trained 1 "
+    "epoch (the papers: 3–4); 6,000 of the 29,748 training tweets at 64 tokens; BBC News at "
+    "128 tokens, about a quarter of each article's tokens (measured below; 256 tokens would "
+    "keep half and 512 tokens 83 %, at a dearer step: a cut to fit the time); the weights "
+    "chosen with 4 trials per method (of grids of 3–16 settings) on 1,000 training tweets, "
+    "scored on 500 dev tweets, seed 1, and used for both tasks; the ablations train on 1,000 "
+    "tweets (tested on 500) with seed 1 against the full methods (presets' defaults) "
+    "retrained on the same sample, K ∈ {96, 192, all 384} and m ∈ {1, 2, 4} (m = 8 left out: "
+    "its student step costs several times an m = 1 step); saliency loyalty, attribution gap "
+    "and AOPC on the first 500 test examples of each task (accuracy, label and probability "
+    "loyalty on the whole split).",
+)
+FULL = Suite(
+    plans={
+        name: TaskPlan(
+            DataConfig(task=name, max_length=128),
+            teacher=TeacherConfig(model="bert-base-uncased"),
+            teacher_epochs=3,
+            student_epochs=4,
+            student_layers=6,
+            student_learning_rate=5e-5,
+            explained_examples=1000,
+        )
+        for name in ("sst2", "mrpc", "qnli", "rte", "cola", "stsb", "qqp", "mnli")
+    },
+    ablation_task="mrpc",
+    ablation_seeds=(1, 2, 3),
+    tuned=TUNED_PARAMETERS,
+    tune_trials=20,
+    description="papers' scale: GLUE, BERT-base teacher, 6-layer students (GPU and network)",
+)
