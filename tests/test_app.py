@@ -334,6 +334,8 @@ def test_train_page_launches_a_training_and_lists_runs(app, tiny_runs):
     table = at.dataframe[0].value
     problems = dict(zip(table["run"], table["problem"], strict=True))
     assert "corrupt" in problems["corrupt"] and "no trained model" in problems["partial"]
+    objectives = dict(zip(table["run"], table["objective"], strict=True))
+    assert objectives["student-kd"] == "ce 0.5 · kd 0.5, τ 4"  # from run.json's record
 
     task = json.loads((tiny_runs / "teacher" / "run.json").read_text())["configs"]["data"]["task"]
     model = json.loads((tiny_runs / "teacher" / "run.json").read_text())["configs"]["teacher"]

@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from kd.evaluate import objective_description
 from kd.objective import PRESETS, TERMS
 from workbench.app import common
 from workbench.app.catalog import RunEntry, discover_runs, discover_studies, runs_root
@@ -197,6 +198,7 @@ def _runs_table(entries: list[RunEntry], root) -> pd.DataFrame:
                 "run": entry.name,
                 "kind": entry.kind,
                 "method": entry.method,
+                "objective": objective_description(entry.info) if entry.info else "",
                 "task": entry.task,
                 "state": state if entry.info else "broken",
                 "step": f"{entry.status.get('step') or 0}/{entry.status.get('total') or '?'}",
