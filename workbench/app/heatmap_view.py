@@ -9,8 +9,8 @@ from collections.abc import Mapping
 
 import streamlit as st
 
-from workbench.app.figures import number
-from workbench.export import Heatmap, color_scale, score_to_rgb, text_rgb
+from workbench.export import Heatmap, color_scale, token_cell
+from workbench.export.scale import hex_color, legend_stops
 
 _VIEW_STYLE = """
 <style>
@@ -28,34 +28,23 @@ _VIEW_STYLE = """
 """
 
 
-def _hex(rgb: tuple[int, int, int]) -> str:
-    return "#{:02x}{:02x}{:02x}".format(*rgb)
-
-
 def heatmap_html(heatmap: Heatmap, notes: Mapping[str, str] | None = None) -> str:
     """The heatmap as an HTML table: one row per model, tokens aligned in columns, all rows on
-    the export's shared colour scale and colours (:func:`workbench.export.score_to_rgb`);
-    ``notes[row label]`` (agreement with the teacher) goes under the row's label; hovering a
-    cell shows its token and exact score (its ``title``)."""
+    the export's shared colour scale and colours;
+    ``notes[row label]`` (agreement with the teacher) goes under the row's label; the cells are
+    the export's (:func:`workbench.export.token_cell`): hovering one shows its token and score."""
     scale = color_scale(s for row in heatmap.rows for s in row.scores)
     e = html.escape
     rows = []
     for row in heatmap.rows:
-        cells = []
-        for token, score in zip(row.tokens, row.scores, strict=True):
-            rgb = score_to_rgb(score, scale)
-            cells.append(
-                f'<td class="kdw-token" title="{e(f"{token}: {number(score)}")}" '
-                f'style="background:{_hex(rgb)};color:{_hex(text_rgb(rgb))}">'
-                f"{e(token)}</td>"
-            )
+        cells = [
+            token_cell(token, score, scale, element="td", css_class="kdw-token")
+            for token, score in zip(row.tokens, row.scores, strict=True)
+        ]
         sub = [row.prediction or "", (notes or {}).get(row.label, "")]
         label = e(row.label) + "".join(f'<span class="kdw-sub">{e(s)}</span>' for s in sub if s)
         rows.append(f'<tr class="kdw-row"><th>{label}</th>{"".join(cells)}</tr>')
-    stops = ", ".join(
-        _hex(score_to_rgb(scale.vmin + (scale.vmax - scale.vmin) * i / 16, scale))
-        for i in range(17)
-    )
+    stops = ", ".join(f"{hex_color(rgb)} {100 * p:.1f}%" for p, rgb in legend_stops(scale))
     ticks = [label for _, label in scale.ticks()]
     legend = (
         f'<div class="kdw-legend"><span>{e(ticks[0])}</span><div class="kdw-bar" '
