@@ -20,7 +20,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from workbench.app.runner import PROGRESS_FILE, STOP_FILE
+from workbench.app.catalog import RunEntry, discover_runs
+from workbench.app.runner import DEMO_FOLDERS, PROGRESS_FILE, STOP_FILE, demo_ready
 from workbench.files import atomic_write_json, read_json_lines
 
 JOBS_DIR = ".jobs"
@@ -157,3 +158,20 @@ def step_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     trained again when a run resumes)."""
     by_step = {r["step"]: r for r in records if "step" in r}
     return [by_step[step] for step in sorted(by_step)]
+
+
+def shown_demo(root: Path) -> Path | None:
+    """The demo folder the pages show: the full demo once it is ready, else the quick one once
+    it is ready (``None`` before either is)."""
+    folders = [Path(root) / DEMO_FOLDERS[size] for size in ("default", "quick")]
+    return next((folder for folder in folders if demo_ready(folder)), None)
+
+
+def shown_runs(root: Path) -> list[RunEntry]:
+    """The run folders under ``root`` the pages list: a demo that is still building, or that a
+    finished full demo replaced, is left out while another demo is shown."""
+    shown = shown_demo(root)
+    hidden = {Path(root) / folder for folder in DEMO_FOLDERS.values()} - {shown}
+    if shown is None:
+        return discover_runs(root)
+    return [e for e in discover_runs(root) if not any(e.path.is_relative_to(h) for h in hidden)]
