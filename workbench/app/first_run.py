@@ -32,6 +32,7 @@ from workbench.errors import WorkbenchError
 DEMO_ENV = "KDW_DEMO"
 DEMO_NAMES = {DEMO_FOLDERS["quick"]: "quick demo", DEMO_FOLDERS["default"]: "full demo"}
 RUNS_PER_DEMO = 1 + len(APP_METHODS)  # the teacher, then one student per method
+SHOWN_KEY = "first_run.shown"  # session key: the demo folder the session's pages last showed
 _STARTING = threading.Lock()  # sessions are threads of one server: one of them launches
 
 
@@ -129,6 +130,29 @@ def shown_line(root: Path, building: Path | None = None) -> str | None:
     )
 
 
+def _renamed(value: Any, old: str, new: str) -> Any:
+    if isinstance(value, str) and value.startswith(old):
+        return new + value[len(old) :]
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return [_renamed(v, old, new) for v in value]
+    return value
+
+
+def follow_swap(root: Path) -> None:
+    """When the full demo replaces the quick one, the session's choices of runs (teacher,
+    students) move to the same runs of the full demo."""
+    shown = shown_demo(root)
+    before, now = st.session_state.get(SHOWN_KEY), shown.name if shown else None
+    st.session_state[SHOWN_KEY] = now
+    if before is None or now is None or before == now:
+        return
+    for key in list(st.session_state.keys()):
+        value = st.session_state[key]
+        renamed = _renamed(value, f"{before}/", f"{now}/")
+        if renamed != value:  # only run names: buttons' and uploads' states cannot be set
+            st.session_state[key] = renamed
+
+
 def _usable(root: Path) -> tuple[str, ...]:
     return tuple(e.name for e in shown_runs(root) if e.usable)
 
@@ -146,6 +170,7 @@ def first_run_panel() -> None:
     """Build the demo on first launch, say which demo the pages show, and show the build's
     progress above the page."""
     root = runs_root()
+    follow_swap(root)
     try:
         with _STARTING:
             state = ensure_demo(root, demo_mode())
