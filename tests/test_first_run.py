@@ -84,7 +84,13 @@ def test_the_teacher_cache_progress_reaches_the_progress_file(demo_root):
     train = [r for r in cache if r["cache"] == "teacher cache (train)"]
     assert train and train[-1]["done"] == train[-1]["total"] == TRAIN_EXAMPLES
     assert {r["cache"] for r in cache} == {f"teacher cache ({s})" for s in ("train", "dev", "test")}
-    fraction, text = first_run.stage_text(records[: records.index(train[-1]) + 1])
+    until = records[: records.index(train[-1]) + 1]
+    assert jobs.cache_progress(until) == (
+        1.0,
+        f"teacher cache (train): {TRAIN_EXAMPLES}/32 examples",
+    )
+    assert jobs.cache_progress(records[: records.index(train[-1])]) is None  # a step or a stage
+    fraction, text = first_run.stage_text(until)
     assert fraction == 1.0
     assert (
         text == f"{STAGES[2]} — teacher cache (train): {TRAIN_EXAMPLES}/{TRAIN_EXAMPLES} examples"

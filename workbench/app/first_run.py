@@ -25,7 +25,15 @@ import streamlit as st
 from kd.demo import APP_METHODS
 from workbench.app.catalog import discover_runs, runs_root
 from workbench.app.common import plain
-from workbench.app.jobs import Job, job_for, launch, read_progress, shown_demo, shown_runs
+from workbench.app.jobs import (
+    Job,
+    cache_progress,
+    job_for,
+    launch,
+    read_progress,
+    shown_demo,
+    shown_runs,
+)
 from workbench.app.runner import DEMO_FOLDERS, DEMO_PLANS, READY, pending_demos
 from workbench.errors import WorkbenchError
 
@@ -104,9 +112,9 @@ def stage_text(records: Sequence[dict[str, Any]]) -> tuple[float, str]:
     stage = last.get("stage") or "starting…"
     if "step" in last:
         return last["step"] / last["total"], f"{stage} — step {last['step']}/{last['total']}"
-    if "done" in last:
-        done, total = last["done"], last["total"]
-        return done / total, f"{stage} — {last['cache']}: {done}/{total} examples"
+    cache = cache_progress(list(records))
+    if cache is not None:
+        return cache[0], f"{stage} — {cache[1]}"
     return 0.0, stage
 
 

@@ -153,6 +153,16 @@ def read_progress(folder: Path) -> list[dict[str, Any]]:
     return read_json_lines(Path(folder) / PROGRESS_FILE)
 
 
+def cache_progress(records: list[dict[str, Any]]) -> tuple[float, str] | None:
+    """How far the teacher cache is, when it is what a job computes now (the last record is
+    one of :meth:`~workbench.app.runner.ProgressFile.on_cache`'s): the fraction done and a line
+    such as ``teacher cache (train): 640/1500 examples``."""
+    last = records[-1] if records else {}
+    if "done" not in last:
+        return None
+    return last["done"] / last["total"], f"{last['cache']}: {last['done']}/{last['total']} examples"
+
+
 def step_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One record per training step, the latest one (steps after the last checkpoint are
     trained again when a run resumes)."""
