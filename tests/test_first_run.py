@@ -87,7 +87,7 @@ def test_the_teacher_cache_progress_reaches_the_progress_file(demo_root):
     until = records[: records.index(train[-1]) + 1]
     assert jobs.cache_progress(until) == (
         1.0,
-        f"teacher cache (train): {TRAIN_EXAMPLES}/32 examples",
+        f"teacher cache (train): {TRAIN_EXAMPLES}/{TRAIN_EXAMPLES} examples",
     )
     assert jobs.cache_progress(records[: records.index(train[-1])]) is None  # a step or a stage
     fraction, text = first_run.stage_text(until)

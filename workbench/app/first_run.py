@@ -40,7 +40,8 @@ from workbench.errors import WorkbenchError
 DEMO_ENV = "KDW_DEMO"
 DEMO_NAMES = {DEMO_FOLDERS["quick"]: "quick demo", DEMO_FOLDERS["default"]: "full demo"}
 RUNS_PER_DEMO = 1 + len(APP_METHODS)  # the teacher, then one student per method
-SHOWN_KEY = "first_run.shown"  # session key: the demo folder the session's pages last showed
+SHOWN_KEY = "first_run.shown"  # session key: the demo runs the session's pages last showed
+PICKERS = (".teacher", ".students", ".student")  # the keys of common.pick_models's widgets
 _STARTING = threading.Lock()  # sessions are threads of one server: one of them launches
 
 
@@ -138,27 +139,17 @@ def shown_line(root: Path, building: Path | None = None) -> str | None:
     )
 
 
-def _renamed(value: Any, old: str, new: str) -> Any:
-    if isinstance(value, str) and value.startswith(old):
-        return new + value[len(old) :]
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return [_renamed(v, old, new) for v in value]
-    return value
-
-
-def follow_swap(root: Path) -> None:
-    """When the full demo replaces the quick one, the session's choices of runs (teacher,
-    students) move to the same runs of the full demo."""
-    shown = shown_demo(root)
-    before, now = st.session_state.get(SHOWN_KEY), shown.name if shown else None
-    st.session_state[SHOWN_KEY] = now
-    if before is None or now is None or before == now:
-        return
-    for key in list(st.session_state.keys()):
-        value = st.session_state[key]
-        renamed = _renamed(value, f"{before}/", f"{now}/")
-        if renamed != value:  # only run names: buttons' and uploads' states cannot be set
-            st.session_state[key] = renamed
+def follow_build(root: Path) -> None:
+    """Runs appear while the demo builds, and the full demo replaces the quick one: whenever
+    the demo runs the pages show change, the session's choices of runs (the teacher and
+    student pickers of :func:`~workbench.app.common.pick_models`) go back to their defaults,
+    the teacher and all its students."""
+    demo_runs = tuple(n for n in _usable(root) if n.split("/")[0] in DEMO_NAMES)
+    before = st.session_state.get(SHOWN_KEY)
+    st.session_state[SHOWN_KEY] = demo_runs
+    if before is not None and before != demo_runs:
+        for key in [k for k in st.session_state if str(k).endswith(PICKERS)]:
+            del st.session_state[key]
 
 
 def _usable(root: Path) -> tuple[str, ...]:
@@ -178,7 +169,7 @@ def first_run_panel() -> None:
     """Build the demo on first launch, say which demo the pages show, and show the build's
     progress above the page."""
     root = runs_root()
-    follow_swap(root)
+    follow_build(root)
     try:
         with _STARTING:
             state = ensure_demo(root, demo_mode())
