@@ -157,6 +157,15 @@ def test_demo_modes(monkeypatch, tmp_path, demo_root):
     shutil.copytree(demo_root / "demo" / "teacher", empty / "mine")
     assert first_run.ensure_demo(empty, "default", fake_build) is None
     assert len(calls) == 3
+    # a full demo made by `kdw demo` (finished runs, no progress file) needs no quick one
+    made = tmp_path / "made"
+    shutil.copytree(demo_root / "demo", made / "demo")
+    (made / "demo" / runner.PROGRESS_FILE).unlink()
+    assert runner.demo_ready(made / "demo")
+    assert first_run.ensure_demo(made, "default", fake_build) is None
+    assert first_run.ensure_demo(made, "quick", fake_build) is not None  # asked for explicitly
+    (made / "demo" / "student-kd" / "status.json").write_text('{"state": "running"}')
+    assert not runner.demo_ready(made / "demo")
 
 
 @pytest.fixture

@@ -105,9 +105,11 @@ def demo_ready(folder: Path) -> bool:
 
 
 def pending_demos(root: Path, mode: str) -> list[Path]:
-    """The demo folders that the build of ``KDW_DEMO=mode`` still has to make, in order."""
+    """The demo folders that the build of ``KDW_DEMO=mode`` still has to make, in order: none
+    before a ready one (a full demo made by ``kdw demo`` needs no quick one)."""
     folders = [Path(root) / DEMO_FOLDERS[size] for size in DEMO_PLANS[mode]]
-    return [folder for folder in folders if not demo_ready(folder)]
+    ready = [i for i, folder in enumerate(folders) if demo_ready(folder)]
+    return folders[ready[-1] + 1 :] if ready else folders
 
 
 def _train(kind: str, run_dir: Path, configs: dict[str, Any]) -> None:
