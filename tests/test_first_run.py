@@ -226,3 +226,11 @@ def test_the_full_demo_replaces_the_quick_one_on_the_pages(demo_root, building, 
     }
     text = _text(at)
     assert "Showing the full demo" in text and "building" not in text, text
+
+
+def test_a_bad_size_override_fails_the_build_with_its_message(tmp_path, monkeypatch):
+    monkeypatch.setenv(runner.SIZES_ENV, json.dumps({"epochs": 1}))
+    assert runner.main(["demo", str(tmp_path), "default"]) == 2
+    error = jobs.read_progress(tmp_path / "demo-quick")[-1]["error"]
+    assert "unknown DemoSize settings ['epochs']" in error
+    assert first_run.ensure_demo(tmp_path, "default", None).error == error
