@@ -234,3 +234,6 @@ def test_a_bad_size_override_fails_the_build_with_its_message(tmp_path, monkeypa
     error = jobs.read_progress(tmp_path / "demo-quick")[-1]["error"]
     assert "unknown DemoSize settings ['epochs']" in error
     assert first_run.ensure_demo(tmp_path, "default", None).error == error
+    monkeypatch.setenv(runner.SIZES_ENV, "[64]")
+    assert runner.main(["demo", str(tmp_path), "default"]) == 2
+    assert "must be a JSON object" in jobs.read_progress(tmp_path / "demo-quick")[-1]["error"]

@@ -144,7 +144,12 @@ def _demo(root: Path, mode: str) -> None:
     from kd.demo import APP_METHODS, SIZES, DemoSize, build_demo
 
     sizes = {folder: size for size, folder in DEMO_FOLDERS.items()}
-    override = json.loads(os.environ.get(SIZES_ENV) or "{}")
+    try:
+        override = json.loads(os.environ.get(SIZES_ENV) or "{}")
+    except ValueError:
+        override = None
+    if not isinstance(override, dict):
+        raise WorkbenchError(f"${SIZES_ENV} must be a JSON object of demo size settings")
     for folder in pending_demos(root, mode):
         size = from_dict(DemoSize, dataclasses.asdict(SIZES[sizes[folder.name]]) | override)
         callback = ProgressFile(folder)
