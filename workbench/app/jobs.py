@@ -180,8 +180,9 @@ def shown_demo(root: Path) -> Path | None:
 def shown_runs(root: Path) -> list[RunEntry]:
     """The run folders under ``root`` the pages list: a demo that is still building, or that a
     finished full demo replaced, is left out while another demo is shown."""
+    entries = discover_runs(root)
     shown = shown_demo(root)
-    hidden = {Path(root) / folder for folder in DEMO_FOLDERS.values()} - {shown}
     if shown is None:
-        return discover_runs(root)
-    return [e for e in discover_runs(root) if not any(e.path.is_relative_to(h) for h in hidden)]
+        return entries
+    hidden = [Path(root) / folder for folder in DEMO_FOLDERS.values() if folder != shown.name]
+    return [e for e in entries if not any(e.path.is_relative_to(h) for h in hidden)]
