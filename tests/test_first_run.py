@@ -237,3 +237,33 @@ def test_a_bad_size_override_fails_the_build_with_its_message(tmp_path, monkeypa
     monkeypatch.setenv(runner.SIZES_ENV, "[64]")
     assert runner.main(["demo", str(tmp_path), "default"]) == 2
     assert "must be a JSON object" in jobs.read_progress(tmp_path / "demo-quick")[-1]["error"]
+
+
+def _case_pickers() -> None:
+    from workbench.app import common, first_run
+
+    first_run.follow_build(common.runs_root())
+    common.pick_models(common.runs(), "case")
+
+
+def test_a_student_that_finishes_joins_the_pages_choice(demo_root, tmp_path, monkeypatch):
+    root = tmp_path / "runs"
+    root.mkdir()
+    (root / "demo-quick").symlink_to(demo_root / "demo-quick")
+    monkeypatch.setenv("KDW_RUNS", str(root))
+    model = demo_root / "demo-quick" / "student-kd" / "model"
+    aside = tmp_path / "model-being-trained"
+    model.rename(aside)  # the KD student is still training
+    try:
+        at = AppTest.from_function(_case_pickers, default_timeout=60).run()
+        assert at.multiselect(key="case.students").value == ["demo-quick/student-adkd"]
+        aside.rename(model)
+        at.run()
+    finally:
+        if aside.exists():
+            aside.rename(model)
+    assert not at.exception, [e.value for e in at.exception]
+    assert set(at.multiselect(key="case.students").value) == {
+        "demo-quick/student-kd",
+        "demo-quick/student-adkd",
+    }
