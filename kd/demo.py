@@ -18,13 +18,14 @@ from workbench.data import load_task
 
 @dataclass(frozen=True)
 class DemoSize:
-    """How much of the tweets the demo trains on, and for how long."""
+    """How much of the tweets the demo trains on, for how long, and from which model."""
 
     train_examples: int | None
     eval_examples: int | None
     max_length: int
     teacher_epochs: float
     student_epochs: float
+    teacher_model: str = TeacherConfig.model
 
     def data(self) -> DataConfig:
         return DataConfig(
@@ -54,10 +55,10 @@ def build_demo(
     """Train (or resume, or reuse) the teacher and one 3-layer student per method under
     ``root``; return the run folders, teacher first."""
     data = size.data()
-    announce(f"demo: teacher (MiniLM-L6 fine-tuned on {size.train_examples} tweets)")
+    announce(f"demo: teacher ({size.teacher_model} fine-tuned on {size.train_examples} tweets)")
     teacher = train_teacher(
         data,
-        TeacherConfig(),
+        TeacherConfig(model=size.teacher_model),
         OptimConfig(epochs=size.teacher_epochs, learning_rate=5e-5),
         root / "teacher",
         callbacks,

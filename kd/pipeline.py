@@ -14,8 +14,8 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from kd.objective import Objective
-from kd.trainer import Callback, TrainingJob, set_seed, train
-from workbench.cache import ExampleCache, cached
+from kd.trainer import Callback, TrainingJob, _notify, set_seed, train
+from workbench.cache import ExampleCache, Progress, cached
 from workbench.config import (
     DataConfig,
     ObjectiveConfig,
@@ -241,9 +241,11 @@ def teacher_caches(
     max_length: int,
     folder: Path,
     batch_size: int,
+    on_progress: Progress | None = None,
 ) -> dict[str, ExampleCache]:
     """What the frozen teacher says about every example, computed once per setting: the
-    objective's fields on train, logits on dev and test (for loyalty)."""
+    objective's fields on train, logits on dev and test (for loyalty). ``on_progress`` hears
+    of each computed batch (:meth:`ExampleCache.compute`)."""
     base_key = {"teacher": fingerprint(teacher.model), "max_length": max_length}
     fingerprints = data.fingerprint()
     caches = {}
@@ -267,6 +269,7 @@ def teacher_caches(
             pad_token_id=teacher.tokenizer.pad_token_id,
             description=f"teacher cache ({split})",
             device=model_device(teacher.model),
+            on_progress=on_progress,
         )
     return caches
 
@@ -330,6 +333,7 @@ def distill(
             data_config.max_length,
             Path(cache_dir) if cache_dir else run.cache_dir,
             optim.eval_batch_size,
+            lambda *progress: _notify(callbacks, "on_cache", *progress),
         )
         train_cache = caches["train"]
         teacher_logits = {split: caches[split].per_example["logits"] for split in ("dev", "test")}

@@ -40,6 +40,8 @@ class Callback(Protocol):
 
     def on_evaluate(self, step: int, metrics: dict[str, float]) -> None: ...
 
+    def on_cache(self, description: str, done: int, total: int) -> None: ...  # teacher cache
+
     def should_stop(self) -> bool: ...
 
 

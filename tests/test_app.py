@@ -1,5 +1,5 @@
 """The Streamlit app, driven page by page with ``AppTest`` on tiny runs (a 4-layer teacher and two
-2-layer students on a small local task), and its first-run logic with a fake demo builder."""
+2-layer students on a small local task); its first run is tested in ``test_first_run.py``."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from streamlit.testing.v1 import AppTest
 
 from kd.objective import PRESETS
 from kd.pipeline import distill, train_teacher
-from workbench.app import first_run, jobs
+from workbench.app import jobs
 from workbench.app.catalog import discover_runs
 from workbench.app.heatmap_view import heatmap_html
 from workbench.config import (
@@ -105,37 +105,6 @@ def _charts(at: AppTest) -> dict[str, dict]:
 def _ok(at: AppTest) -> AppTest:
     assert not at.exception, [e.value for e in at.exception]
     return at
-
-
-# --------------------------------------------------------------------------- first run
-
-
-def test_no_runs_triggers_the_demo_build_once(tmp_path, tiny_runs):
-    calls = []
-
-    def fake_build(root: Path, folder: Path, mode: str) -> jobs.Job:
-        calls.append((root, folder, mode))
-        return jobs.Job("demo", "demo", str(folder), pid=2**22 + 1, started=time.time())
-
-    empty = tmp_path / "runs"
-    state = first_run.ensure_demo(empty, "quick", fake_build)
-    assert calls == [(empty, empty / "demo-quick", "quick")]
-    assert state is not None and state.job is not None
-    assert first_run.ensure_demo(empty, "off", fake_build) is None
-    assert first_run.ensure_demo(tiny_runs, "default", fake_build) is None  # the user's runs
-    assert len(calls) == 1
-    # a finished build is never rebuilt; a failed one reports its error instead of retrying
-    (empty / "demo-quick").mkdir(parents=True)
-    (empty / "demo-quick" / "teacher").mkdir()
-    (empty / "demo-quick" / "teacher" / "run.json").write_text(
-        (tiny_runs / "teacher" / "run.json").read_text()
-    )
-    progress = empty / "demo-quick" / "progress.jsonl"
-    progress.write_text(json.dumps({"error": "out of disk"}) + "\n")
-    assert first_run.ensure_demo(empty, "quick", fake_build).error == "out of disk"
-    progress.write_text(json.dumps({"stage": first_run.READY}) + "\n")
-    assert first_run.ensure_demo(empty, "quick", fake_build) is None
-    assert len(calls) == 1
 
 
 def test_broken_run_folders_are_listed_with_their_problem(tiny_runs):

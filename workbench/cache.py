@@ -24,6 +24,7 @@ from workbench.data import EncodedSplit, batches, to_device
 from workbench.files import atomic_path
 
 BatchFunction = Callable[[dict[str, Tensor]], dict[str, Tensor]]
+Progress = Callable[[str, int, int], None]  # (description, examples done, examples in all)
 
 
 def key_digest(key: Mapping) -> str:
@@ -77,12 +78,12 @@ class ExampleCache:
         pad_token_id: int = 0,
         description: str = "teacher cache",
         device: torch.device | str = "cpu",
-        progress: Callable[[int], None] | None = None,
+        on_progress: Progress | None = None,
     ) -> ExampleCache:
         """Run ``compute_batch`` over ``dataset`` in order (batches sorted by length to pad
         little) on ``device`` and collect its fields (stored on the CPU); fields named in
-        ``per_token`` are ``[B, L, ...]`` and kept for real tokens only. ``progress`` is
-        called with the number of examples done after each batch."""
+        ``per_token`` are ``[B, L, ...]`` and kept for real tokens only. Progress goes to a tqdm
+        bar and, after every batch, to ``on_progress(description, done, total)``."""
         token_fields = set(per_token)
         order = sorted(range(len(dataset)), key=lambda i: len(dataset.input_ids[i]))
         collected: dict[str, list[tuple[int, Tensor]]] = {}
@@ -97,8 +98,8 @@ class ExampleCache:
                     value = tensor[row, :n] if name in token_fields else tensor[row]
                     collected.setdefault(name, []).append((i, value.clone()))
             bar.update(len(lengths))
-            if progress is not None:
-                progress(bar.n)
+            if on_progress is not None:
+                on_progress(description, bar.n, len(dataset))
         bar.close()
         lengths = torch.tensor([len(ids) for ids in dataset.input_ids])
         offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])

@@ -32,6 +32,7 @@ from torch import Tensor
 from workbench.agreement import attribution_gap
 from workbench.attribution import AttributionConfig, compute_maps
 from workbench.cache import ExampleCache, cache_path, cached, key_digest
+from workbench.cache import Progress as CacheProgress
 from workbench.config import DivergenceSettings, MapSettings
 from workbench.data import EncodedSplit, Split, encode, sample_split
 from workbench.errors import WorkbenchError
@@ -107,7 +108,7 @@ def _outputs(
     loaded: LoadedRun,
     dataset: EncodedSplit,
     settings: DivergenceSettings,
-    progress: Callable[[int], None],
+    progress: CacheProgress,
 ) -> tuple[ExampleCache, bool]:
     """A model's logits ``[N, C]``, maps (per token ``[n, C]``) and AOPC values ``[N]``, from
     its ``analysis_cache/`` or computed there; and whether they were computed now."""
@@ -149,7 +150,7 @@ def _outputs(
         batch_size=16,
         pad_token_id=loaded.tokenizer.pad_token_id or 0,
         description=f"{loaded.run.name}: maps and AOPC",
-        progress=progress,
+        on_progress=progress,
     )
     return cache, computed
 
@@ -191,7 +192,9 @@ def divergence(
     for m, (name, loaded) in enumerate(zip(names, models, strict=True)):
         label = loaded.run.name
 
-        def report(done: int, m: int = m, label: str = label) -> None:
+        def report(
+            _description: str, done: int, _total: int, m: int = m, label: str = label
+        ) -> None:
             if progress is not None:
                 text = f"{label}: attribution maps and AOPC, {done}/{size} examples"
                 progress((m + done / size) / len(models), text)

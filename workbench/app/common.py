@@ -19,8 +19,9 @@ import streamlit as st
 import torch
 
 from workbench.analysis import loyalty_tables, split_outputs
-from workbench.app.catalog import RunEntry, discover_runs, runs_root, same_folder
+from workbench.app.catalog import RunEntry, runs_root, same_folder
 from workbench.app.forms import config_widgets
+from workbench.app.jobs import shown_runs
 from workbench.config import DataConfig, config_key, from_dict
 from workbench.data import Split, TaskData, load_task, sample_split
 from workbench.errors import WorkbenchError
@@ -50,14 +51,15 @@ def run_page(render: Callable[[], None]) -> None:
 
 
 def runs() -> list[RunEntry]:
-    """The run folders under the runs root (broken ones with their problem)."""
-    return discover_runs(runs_root())
+    """The run folders under the runs root (broken ones with their problem; of the demos, the
+    one shown: :func:`~workbench.app.jobs.shown_runs`)."""
+    return shown_runs(runs_root())
 
 
 def runs_sidebar() -> None:
     """The runs root in the sidebar, and one clear line per run folder that cannot be used."""
     root = runs_root()
-    entries = discover_runs(root)
+    entries = shown_runs(root)
     usable = sum(e.usable for e in entries)
     summary = f"Runs in {root.resolve()}: {usable} ready, {len(entries) - usable} not"
     st.sidebar.caption(plain(summary))

@@ -1,103 +1,175 @@
-"""First run: where the runs root holds no runs yet, build the embedded demo — the MiniLM-L6
-teacher fine-tuned on the bundled tweets and 3-layer students distilled with vanilla KD and AD-KD
-(:func:`kd.demo.build_demo`) — in a background process, with progress in the terminal and on
-every page. The runs stay in ``<runs root>/demo`` and are reused on later launches; a build
+"""First run: where the runs root holds no runs yet, build the embedded demo — a MiniLM-L6
+teacher fine-tuned on the bundled tweets and 3-layer students distilled with vanilla KD, then
+AD-KD (:func:`kd.demo.build_demo`) — in a background process, with progress in the terminal and
+on every page. The runs stay in the runs root and are reused on later launches; a build
 interrupted by closing the app resumes on the next launch.
 
-``KDW_DEMO`` chooses the build: ``default`` (the size ``kdw demo`` uses, sharing its runs),
-``quick`` (a much smaller one, in ``demo-quick``) or ``off`` (tests, or bring your own runs).
+``KDW_DEMO`` chooses the build (:data:`~workbench.app.runner.DEMO_PLANS`): ``default`` builds the
+quick demo first (in ``demo-quick``: the teacher and the KD student within minutes), then the full
+one (in ``demo``, the size ``kdw demo`` uses, sharing its runs), which replaces the quick one on
+every page when it is ready; ``quick`` builds the quick demo alone; ``off`` nothing (tests, or
+bring your own runs). Every page says which demo it shows.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import streamlit as st
 
+from kd.demo import APP_METHODS
 from workbench.app.catalog import discover_runs, runs_root
 from workbench.app.common import plain
-from workbench.app.jobs import Job, job_for, launch, read_progress
+from workbench.app.jobs import (
+    Job,
+    cache_progress,
+    job_for,
+    launch,
+    read_progress,
+    shown_demo,
+    shown_runs,
+)
+from workbench.app.runner import DEMO_FOLDERS, DEMO_PLANS, READY, pending_demos
 from workbench.errors import WorkbenchError
 
 DEMO_ENV = "KDW_DEMO"
-DEMO_FOLDERS = {"default": "demo", "quick": "demo-quick"}
-READY = "demo: ready"
+DEMO_NAMES = {DEMO_FOLDERS["quick"]: "quick demo", DEMO_FOLDERS["default"]: "full demo"}
+RUNS_PER_DEMO = 1 + len(APP_METHODS)  # the teacher, then one student per method
+SHOWN_KEY = "first_run.shown"  # session key: the demo runs the session's pages last showed
+PICKERS = (".teacher", ".students", ".student")  # the keys of common.pick_models's widgets
 _STARTING = threading.Lock()  # sessions are threads of one server: one of them launches
 
 
 def demo_mode() -> str:
     """``default``, ``quick`` or ``off``, from ``$KDW_DEMO``."""
     mode = os.environ.get(DEMO_ENV, "default").strip().lower()
-    if mode not in (*DEMO_FOLDERS, "off"):
+    if mode not in (*DEMO_PLANS, "off"):
         raise WorkbenchError(f"{DEMO_ENV}={mode!r}: use default, quick or off")
     return mode
 
 
 @dataclass
 class DemoState:
-    """Where the demo stands: not needed, being built, or failed with a message."""
+    """A demo build under way (``folder``: the demo it is building) or failed with a message."""
 
     folder: Path
     job: Job | None = None
     error: str | None = None
 
 
-def _launch_build(root: Path, folder: Path, mode: str) -> Job:
+def _launch_build(root: Path, mode: str) -> Job:
     print(
-        f"kd-workbench: no runs under {root}: building the demo in {folder} "
-        f"(MiniLM-L6 teacher on tweets, KD and AD-KD students); progress follows",
+        f"kd-workbench: no runs under {root}: building the demo "
+        f"({' then '.join(DEMO_NAMES[DEMO_FOLDERS[s]] for s in DEMO_PLANS[mode])}: MiniLM-L6 "
+        "teacher on tweets, KD and AD-KD students); progress follows",
         flush=True,
     )
-    return launch(root, "demo", "demo", folder, mode, to_terminal=True)
+    return launch(root, "demo", "demo", root, mode, to_terminal=True)
 
 
 def ensure_demo(
-    root: Path, mode: str, launch_build: Callable[[Path, Path, str], Job] = _launch_build
+    root: Path, mode: str, launch_build: Callable[[Path, str], Job] = _launch_build
 ) -> DemoState | None:
-    """Start the demo build when the root has no runs (or only an unfinished demo) and no
-    build is running; ``None`` when there is nothing to do. A failed build is not retried
-    automatically: its error is returned."""
+    """Start the demo build when the root has no runs but demo ones, a demo of ``mode`` is
+    still to build and no build is running; ``None`` when there is nothing to do. A failed
+    build is not retried automatically: its error is returned."""
     if mode == "off":
         return None
-    folder = root / DEMO_FOLDERS[mode]
-    entries = discover_runs(root)
-    if any(not e.path.resolve().is_relative_to(folder.resolve()) for e in entries):
+    demos = [root / folder for folder in DEMO_FOLDERS.values()]
+    if any(not any(e.path.is_relative_to(d) for d in demos) for e in discover_runs(root)):
         return None  # the user's own runs
-    records = read_progress(folder)
-    if entries and records and records[-1].get("stage") == READY:
+    pending = pending_demos(root, mode)
+    if not pending:
         return None
-    job = job_for(root, folder)
+    job = job_for(root, root)
     if job is not None and job.alive:
-        return DemoState(folder, job)
+        return DemoState(pending[0], job)
+    records = read_progress(pending[0])
     if records and "error" in records[-1]:
-        return DemoState(folder, job, records[-1]["error"])
-    if entries and not records:
-        return None  # built by `kdw demo`: its runs are there
-    return DemoState(folder, launch_build(root, folder, mode))
+        return DemoState(pending[0], job, records[-1]["error"])
+    return DemoState(pending[0], launch_build(root, mode))
+
+
+def build_fraction(records: Sequence[dict[str, Any]], runs: int = RUNS_PER_DEMO) -> float:
+    """How much of a demo's build is done, from its progress records: each of its ``runs``
+    counts as one equal part, the current one by its training steps."""
+    stages = list(dict.fromkeys(r["stage"] for r in records if set(r) == {"stage", "time"}))
+    if READY in stages:
+        return 1.0
+    last = records[-1] if records else {}
+    within = last["step"] / last["total"] if "step" in last and stages else 0.0
+    return min(1.0, (max(len(stages) - 1, 0) + within) / runs)
+
+
+def stage_text(records: Sequence[dict[str, Any]]) -> tuple[float, str]:
+    """The current stage of a build and how far it is: training steps, or the teacher
+    cache's examples (the AD-KD teacher maps take long)."""
+    last = records[-1] if records else {}
+    stage = last.get("stage") or "starting…"
+    if "step" in last:
+        return last["step"] / last["total"], f"{stage} — step {last['step']}/{last['total']}"
+    cache = cache_progress(list(records))
+    if cache is not None:
+        return cache[0], f"{stage} — {cache[1]}"
+    return 0.0, stage
+
+
+def shown_line(root: Path, building: Path | None = None) -> str | None:
+    """What every page says about the demo it shows (and the one being built)."""
+    shown = shown_demo(root)
+    if building is None:
+        return None if shown is None else f"Showing the {DEMO_NAMES[shown.name]} ({shown})."
+    percent = f"{build_fraction(read_progress(building)):.0%}"
+    name = DEMO_NAMES[building.name]
+    if shown is None:
+        return (
+            f"First run: building the {name} in {building}: {percent} (MiniLM-L6 teacher "
+            "fine-tuned on the bundled tweets, then students distilled with vanilla KD and "
+            "AD-KD). The teacher and the KD student appear on the pages as soon as they are "
+            "trained."
+        )
+    return (
+        f"Showing the {DEMO_NAMES[shown.name]} ({shown}); {name} building: {percent}. It "
+        "replaces this one on every page when it is ready."
+    )
+
+
+def follow_build(root: Path) -> None:
+    """Runs appear while the demo builds, and the full demo replaces the quick one: whenever
+    the demo runs the pages show change, the session's choices of runs (the teacher and
+    student pickers of :func:`~workbench.app.common.pick_models`) go back to their defaults,
+    the teacher and all its students."""
+    demo_runs = tuple(n for n in _usable(root) if n.split("/")[0] in DEMO_NAMES)
+    before = st.session_state.get(SHOWN_KEY)
+    st.session_state[SHOWN_KEY] = demo_runs
+    if before is not None and before != demo_runs:
+        for key in [k for k in st.session_state if str(k).endswith(PICKERS)]:
+            del st.session_state[key]
+
+
+def _usable(root: Path) -> tuple[str, ...]:
+    return tuple(e.name for e in shown_runs(root) if e.usable)
 
 
 @st.fragment(run_every=2)
-def _progress(state: DemoState) -> None:
-    records = read_progress(state.folder)
-    stages = [r["stage"] for r in records if r.get("stage")]
-    steps = [r for r in records if "step" in r]
-    stage = stages[-1] if stages else "starting…"
-    if steps and steps[-1].get("stage") == stage:
-        step, total = steps[-1]["step"], steps[-1]["total"]
-        st.progress(step / total, text=f"{stage} — step {step}/{total}")
-    else:
-        st.progress(0.0, text=stage)
-    if state.job is None or not state.job.alive:
-        st.rerun(scope="app")
+def _progress(state: DemoState, root: Path, shown: tuple[str, ...]) -> None:
+    st.info(plain(shown_line(root, state.folder)), icon=":material/hourglass_top:")
+    fraction, text = stage_text(read_progress(state.folder))
+    st.progress(min(fraction, 1.0), text=plain(text))
+    if state.job is None or not state.job.alive or _usable(root) != shown:
+        st.rerun(scope="app")  # a run is ready, or a demo swapped in: the pages show it
 
 
 def first_run_panel() -> None:
-    """Build the demo on first launch and show its progress above the page."""
+    """Build the demo on first launch, say which demo the pages show, and show the build's
+    progress above the page."""
     root = runs_root()
+    follow_build(root)
     try:
         with _STARTING:
             state = ensure_demo(root, demo_mode())
@@ -105,17 +177,14 @@ def first_run_panel() -> None:
         st.error(plain(error))
         return
     if state is None:
+        line = shown_line(root)
+        if line:
+            st.caption(plain(line))
         return
     if state.error:
         st.error(plain(f"The demo build failed: {state.error}"))
         if st.button("Retry the demo build"):
-            _launch_build(root, state.folder, demo_mode())
+            _launch_build(root, demo_mode())
             st.rerun()
         return
-    st.info(
-        f"First run: building the demo runs in {plain(state.folder)} (MiniLM-L6 teacher "
-        "fine-tuned on the bundled tweets, then students distilled with vanilla KD and "
-        "AD-KD). This happens once; the pages fill in when it is done.",
-        icon=":material/hourglass_top:",
-    )
-    _progress(state)
+    _progress(state, root, _usable(root))

@@ -20,7 +20,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from workbench.app.runner import PROGRESS_FILE, STOP_FILE
+from workbench.app.catalog import RunEntry, discover_runs
+from workbench.app.runner import DEMO_FOLDERS, PROGRESS_FILE, STOP_FILE, demo_ready
 from workbench.files import atomic_write_json, read_json_lines
 
 JOBS_DIR = ".jobs"
@@ -152,8 +153,36 @@ def read_progress(folder: Path) -> list[dict[str, Any]]:
     return read_json_lines(Path(folder) / PROGRESS_FILE)
 
 
+def cache_progress(records: list[dict[str, Any]]) -> tuple[float, str] | None:
+    """How far the teacher cache is, when it is what a job computes now (the last record is
+    one of :meth:`~workbench.app.runner.ProgressFile.on_cache`'s): the fraction done and a line
+    such as ``teacher cache (train): 640/1500 examples``."""
+    last = records[-1] if records else {}
+    if "done" not in last:
+        return None
+    return last["done"] / last["total"], f"{last['cache']}: {last['done']}/{last['total']} examples"
+
+
 def step_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One record per training step, the latest one (steps after the last checkpoint are
     trained again when a run resumes)."""
     by_step = {r["step"]: r for r in records if "step" in r}
     return [by_step[step] for step in sorted(by_step)]
+
+
+def shown_demo(root: Path) -> Path | None:
+    """The demo folder the pages show: the full demo once it is ready, else the quick one once
+    it is ready (``None`` before either is)."""
+    folders = [Path(root) / DEMO_FOLDERS[size] for size in ("default", "quick")]
+    return next((folder for folder in folders if demo_ready(folder)), None)
+
+
+def shown_runs(root: Path) -> list[RunEntry]:
+    """The run folders under ``root`` the pages list: a demo that is still building, or that a
+    finished full demo replaced, is left out while another demo is shown."""
+    entries = discover_runs(root)
+    shown = shown_demo(root)
+    if shown is None:
+        return entries
+    hidden = [Path(root) / folder for folder in DEMO_FOLDERS.values() if folder != shown.name]
+    return [e for e in entries if not any(e.path.is_relative_to(h) for h in hidden)]

@@ -4,19 +4,28 @@
 python -m workbench.app.runner teacher RUN_DIR CONFIGS_JSON   # data, teacher, optim
 python -m workbench.app.runner student RUN_DIR CONFIGS_JSON   # data, student, objective, optim
 python -m workbench.app.runner tune OUT CONFIGS_JSON           # the student's sections + tune
-python -m workbench.app.runner demo ROOT SIZE                 # kd.demo.build_demo
+python -m workbench.app.runner demo RUNS_ROOT MODE             # the demos of KDW_DEMO=MODE
 ```
 
 ``CONFIGS_JSON`` has the layout of ``run.json``'s ``configs``, so a run resumes by being launched
-again with its own configs. A :class:`ProgressFile` callback appends each step's losses to
-``progress.jsonl`` in the run folder (the demo's root for the demo) and stops the training at
-its next step once a ``STOP`` file appears there. Errors go to stderr (the job's log); the
-demo's also to its ``progress.jsonl`` as ``{"error": ...}``, since its output goes to the terminal.
+again with its own configs. A :class:`ProgressFile` callback appends each step's losses, and the
+teacher cache's progress, to ``progress.jsonl`` in the run folder (each demo's folder for the
+demo) and stops the training at its next step once a ``STOP`` file appears there. Errors go to
+stderr (the job's log); the demo's also to the ``progress.jsonl`` of the demo it was building,
+as ``{"error": ...}``, since its output goes to the terminal.
+
+The demo job builds the demos of its mode in order (:data:`DEMO_PLANS`): for ``default``, the
+quick demo first (a teacher and a student within minutes), then the full one, which the app
+shows in its place once it is ready (:func:`demo_ready`). ``$KDW_DEMO_SIZES`` (a JSON object of
+:class:`kd.demo.DemoSize` fields, e.g. ``{"train_examples": 64, "teacher_model": "tiny-bert"}``)
+overrides every demo's size: the first-run machinery tried on a tiny model.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import sys
 import time
 import traceback
@@ -33,10 +42,15 @@ from workbench.config import (
     from_dict,
 )
 from workbench.errors import WorkbenchError
-from workbench.files import append_json_line
+from workbench.files import append_json_line, read_json_lines
+from workbench.runs import RUN_FILE, Run
 
 PROGRESS_FILE = "progress.jsonl"
 STOP_FILE = "STOP"
+READY = "demo: ready"
+DEMO_FOLDERS = {"quick": "demo-quick", "default": "demo"}  # size -> folder in the runs root
+DEMO_PLANS = {"quick": ("quick",), "default": ("quick", "default")}  # KDW_DEMO -> sizes, in order
+SIZES_ENV = "KDW_DEMO_SIZES"
 
 
 class ProgressFile:
@@ -64,8 +78,38 @@ class ProgressFile:
             },
         )
 
+    def on_cache(self, description: str, done: int, total: int) -> None:
+        append_json_line(
+            self.folder / PROGRESS_FILE,
+            {
+                "stage": self.stage,
+                "cache": description,
+                "done": done,
+                "total": total,
+                "time": time.time(),
+            },
+        )
+
     def should_stop(self) -> bool:
         return (self.folder / STOP_FILE).exists()
+
+
+def demo_ready(folder: Path) -> bool:
+    """Whether the demo in ``folder`` is complete: its build's last record says so, or, with no
+    progress file (built by ``kdw demo``), it holds runs and all of them have finished."""
+    records = read_json_lines(folder / PROGRESS_FILE)
+    if records:
+        return records[-1].get("stage") == READY
+    runs = [p for p in folder.glob("*") if (p / RUN_FILE).exists()]
+    return bool(runs) and all(Run(p).status().get("state") == "finished" for p in runs)
+
+
+def pending_demos(root: Path, mode: str) -> list[Path]:
+    """The demo folders that the build of ``KDW_DEMO=mode`` still has to make, in order: none
+    before a ready one (a full demo made by ``kdw demo`` needs no quick one)."""
+    folders = [Path(root) / DEMO_FOLDERS[size] for size in DEMO_PLANS[mode]]
+    ready = [i for i, folder in enumerate(folders) if demo_ready(folder)]
+    return folders[ready[-1] + 1 :] if ready else folders
 
 
 def _train(kind: str, run_dir: Path, configs: dict[str, Any]) -> None:
@@ -96,12 +140,21 @@ def _train(kind: str, run_dir: Path, configs: dict[str, Any]) -> None:
         distill(data, student, objective, optim, run_dir, [callback])
 
 
-def _demo(root: Path, size: str) -> None:
-    from kd.demo import APP_METHODS, SIZES, build_demo
+def _demo(root: Path, mode: str) -> None:
+    from kd.demo import APP_METHODS, SIZES, DemoSize, build_demo
 
-    callback = ProgressFile(root)
-    build_demo(root, SIZES[size], APP_METHODS, [callback], callback.announce)
-    callback.announce("demo: ready")
+    sizes = {folder: size for size, folder in DEMO_FOLDERS.items()}
+    try:
+        override = json.loads(os.environ.get(SIZES_ENV) or "{}")
+    except ValueError:
+        override = None
+    if not isinstance(override, dict):
+        raise WorkbenchError(f"${SIZES_ENV} must be a JSON object of demo size settings")
+    for folder in pending_demos(root, mode):
+        size = from_dict(DemoSize, dataclasses.asdict(SIZES[sizes[folder.name]]) | override)
+        callback = ProgressFile(folder)
+        build_demo(folder, size, APP_METHODS, [callback], callback.announce)
+        callback.announce(READY)
 
 
 def main(argv: list[str]) -> int:
@@ -129,8 +182,9 @@ def main(argv: list[str]) -> int:
         message, status = f"{type(error).__name__}: {error}", 1
     else:
         return 0
-    if kind == "demo":  # the demo's root is a plain folder; a training's errors go to its log
-        append_json_line(target / PROGRESS_FILE, {"error": message, "time": time.time()})
+    if kind == "demo":  # its output is the terminal's; a training's errors go to its log
+        folder = (pending_demos(target, argv[2]) or [target])[0]
+        append_json_line(folder / PROGRESS_FILE, {"error": message, "time": time.time()})
     return status
 
 

@@ -20,6 +20,7 @@ from workbench.app.figures import curves, trials_figure
 from workbench.app.forms import config_widgets
 from workbench.app.jobs import (
     Job,
+    cache_progress,
     job_for,
     launch_training,
     read_jobs,
@@ -144,14 +145,17 @@ def _curves(folder, metrics: list[dict], key: str) -> None:
 @st.fragment(run_every=2)
 def _live(job: Job) -> None:
     """One running training: progress, curves and a stop button, refreshed every 2 s."""
-    steps = step_records(read_progress(job.folder))
+    records = read_progress(job.folder)
+    steps = step_records(records)
     last = steps[-1] if steps else None
-    text = (
-        f"{job.name}: step {last['step']}/{last['total']}, loss {last.get('loss', 0):.4f}"
-        if last
-        else f"{job.name}: preparing (data, model, teacher cache)…"
-    )
-    st.progress(last["step"] / last["total"] if last else 0.0, text=text)
+    cache = cache_progress(records)
+    if last:
+        fraction = last["step"] / last["total"]
+        text = f"{job.name}: step {last['step']}/{last['total']}, loss {last.get('loss', 0):.4f}"
+    else:
+        fraction, text = cache or (0.0, "preparing (data, model)…")
+        text = f"{job.name}: {text}"
+    st.progress(fraction, text=text)
     metrics = Run(job.folder).metrics() if (job.folder / "run.json").exists() else []
     _curves(job.folder, metrics, f"{KEY}.live.{job.name}")
     if st.button("Stop", key=f"{KEY}.stop.{job.name}"):
