@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from kd import distributed
 from kd.objective import Objective
 from kd.trainer import Callback, TrainingJob, set_seed, train
 from workbench.cache import ExampleCache, cached
@@ -41,27 +42,38 @@ from workbench.models import (
     load_tokenizer,
     model_device,
     random_student,
-    resolve_device,
     select_layers,
     set_embeddings_trainable,
     set_label_names,
 )
 from workbench.runs import RESOLVED, Run, model_card, replace_directory
 
-EXECUTION_SETTINGS = ("threads", "device", "log_every")
+EXECUTION_SETTINGS = ("threads", "device", "log_every", "accumulation_steps")
+RECORDED_UNLESS_DEFAULT = {"precision": "fp32"}  # runs made before the option existed used it
 
 
 def _identity(optim: OptimConfig) -> dict:
-    """The optimisation settings that define a run; where and on how many threads it executes,
-    and how often it logs diagnostics, do not (a run started on a CPU may resume on a GPU)."""
-    return {k: v for k, v in to_dict(optim).items() if k not in EXECUTION_SETTINGS}
+    """The optimisation settings that define a run; where and on how many threads or
+    processes it executes, in how many micro-batches, and how often it logs diagnostics, do
+    not (a run started on a CPU may resume on a GPU)."""
+    return {
+        k: v
+        for k, v in to_dict(optim).items()
+        if k not in EXECUTION_SETTINGS and RECORDED_UNLESS_DEFAULT.get(k, object()) != v
+    }
 
 
 def _configure(optim: OptimConfig) -> torch.device:
-    """Apply the thread count; return the training device."""
+    """Apply the thread count, join the processes ``torchrun`` launched (if any) and return
+    this process's training device."""
     if optim.threads > 0:
         torch.set_num_threads(optim.threads)
-    return resolve_device(optim.device)
+    device = distributed.start(optim.device, optim.batch_size, optim.accumulation_steps)
+    if optim.precision == "fp16" and device.type != "cuda":
+        raise WorkbenchError(
+            f"--precision fp16 needs a CUDA device (training runs on {device}): use bf16 or fp32"
+        )
+    return device
 
 
 def _encode_all(data: TaskData, tokenizer, max_length: int) -> dict[str, EncodedSplit]:
@@ -168,7 +180,7 @@ def train_teacher(
     model = load_classifier(teacher_config.model, data.spec.num_labels, data.spec.regression)
     objective = Objective.resolve(ObjectiveConfig(preset="finetune"), 0, 0)
     record = info | _resolved(objective, data)
-    with Run.writing(run_dir, record, _manifest(data, data_config, optim)) as run:
+    with distributed.run_folder(run_dir, record, _manifest(data, data_config, optim)) as run:
         if run.status()["state"] == "finished":
             return run
         encoded = _encode_all(data, tokenizer, data_config.max_length)
@@ -181,12 +193,13 @@ def train_teacher(
             optim=optim,
             loss=lambda m, batch: objective(m, batch, {}),
             weights=objective.weights,
+            units=distributed.term_units(objective),
             save_model=_saver(run, model, tokenizer, data.spec),
             pad_token_id=tokenizer.pad_token_id,
             callbacks=callbacks,
             device=device,
         )
-        if train(job):
+        if train(job) and distributed.world().main:
             _finish(run, model, data, encoded, optim.eval_batch_size, tokenizer.pad_token_id)
     return run
 
@@ -318,19 +331,20 @@ def distill(
     if objective.gradient_kd:
         prepare_gradient_student(teacher.model, student, objective_config.dropout)
     record = info | _resolved(objective, data)
-    with Run.writing(run_dir, record, _manifest(data, data_config, optim)) as run:
+    with distributed.run_folder(run_dir, record, _manifest(data, data_config, optim)) as run:
         if run.status()["state"] == "finished":
             return run
         encoded = _encode_all(data, tokenizer, data_config.max_length)
-        caches = teacher_caches(
-            teacher,
-            objective,
-            encoded,
-            data,
-            data_config.max_length,
-            Path(cache_dir) if cache_dir else run.cache_dir,
-            optim.eval_batch_size,
-        )
+        with distributed.main_first():  # rank 0 computes the cache; the others read its files
+            caches = teacher_caches(
+                teacher,
+                objective,
+                encoded,
+                data,
+                data_config.max_length,
+                Path(cache_dir) if cache_dir else run.cache_dir,
+                optim.eval_batch_size,
+            )
         train_cache = caches["train"]
         teacher_logits = {split: caches[split].per_example["logits"] for split in ("dev", "test")}
         live_fields = objective.live_fields()
@@ -355,13 +369,14 @@ def distill(
             optim=optim,
             loss=loss,
             weights=objective.weights,
+            units=distributed.term_units(objective),
             save_model=_saver(run, student, tokenizer, data.spec),
             pad_token_id=tokenizer.pad_token_id,
             dev_teacher_logits=teacher_logits["dev"],
             callbacks=callbacks,
             device=device,
         )
-        if train(job):
+        if train(job) and distributed.world().main:
             _finish(
                 run,
                 student,
