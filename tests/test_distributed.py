@@ -18,8 +18,16 @@ import torch
 import torch.multiprocessing as mp
 from conftest import make_sentences, tiny_model, tiny_tokenizer
 
+from kd.cli import main
 from kd.pipeline import distill, train_teacher
-from workbench.config import DataConfig, ObjectiveConfig, OptimConfig, StudentConfig, TeacherConfig
+from workbench.config import (
+    DataConfig,
+    ObjectiveConfig,
+    OptimConfig,
+    StudentConfig,
+    TeacherConfig,
+    option_name,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = ("kd", "adkd", "gkd")
@@ -72,10 +80,30 @@ def _final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
     return torch.load(run_dir / "checkpoint.pt", weights_only=False)["model"]
 
 
+# the settings of the killed job's command, :func:`_torchrun`
+KILLED_JOB = dict(
+    epochs=12.0,
+    batch_size=8,
+    checkpoint_every=2,
+    eval_every=1000,
+    threads=1,
+    learning_rate=1e-3,
+    log_every=0,
+)
+
+
 def _jobs(folder: Path, suffix: str) -> None:
     """Fine-tune a teacher, then distil ``kd``, ``adkd`` and ``gkd`` students from the
-    one-process teacher ``folder/teacher-1``, into ``folder/<name>-<suffix>``."""
+    one-process teacher ``folder/teacher-1``, into ``folder/<name>-<suffix>``. On two
+    processes, also the uninterrupted run of the killed job's test (``folder/dropout-2``)."""
     data = _data(folder / "task")
+    if suffix == "2":
+        train_teacher(
+            data,
+            TeacherConfig(model=str(folder / "model-dropout")),
+            OptimConfig(**KILLED_JOB),
+            folder / "dropout-2",
+        )
     train_teacher(
         data,
         TeacherConfig(model=str(folder / "model")),
@@ -113,6 +141,7 @@ def trained(tmp_path_factory) -> Path:
     that the dropout streams of one and two processes cannot differ."""
     folder = tmp_path_factory.mktemp("distributed")
     _model_dir(folder / "model", dropout=0.0)
+    _model_dir(folder / "model-dropout", dropout=0.1)
     _task_dir(folder / "task")
     _jobs(folder, "1")
     mp.spawn(_worker, args=(2, _free_port(), folder), nprocs=2, join=True)
@@ -141,7 +170,11 @@ def test_two_processes_train_the_weights_of_one(trained, name):
     assert status["state"] == "finished"
 
 
-def _torchrun(run_dir: Path, model: Path, task: Path, batch_size: int) -> list[str]:
+def _torchrun(run_dir: Path, model: Path, task: Path) -> list[str]:
+    """``kdw train-teacher`` on two processes with the settings :data:`KILLED_JOB`."""
+    options = [
+        f"{option_name(name)}={value}" for name, value in KILLED_JOB.items() if name != "epochs"
+    ]
     return [
         sys.executable,
         "-m",
@@ -160,21 +193,10 @@ def _torchrun(run_dir: Path, model: Path, task: Path, batch_size: int) -> list[s
         "--model",
         str(model),
         "--epochs",
-        "12",
-        "--batch-size",
-        str(batch_size),
-        "--checkpoint-every",
-        "2",
-        "--eval-every",
-        "1000",
-        "--threads",
-        "1",
+        str(KILLED_JOB["epochs"]),
         "--max-length",
         "16",
-        "--learning-rate",
-        "1e-3",
-        "--log-every",
-        "0",
+        *options,
     ]
 
 
@@ -182,16 +204,17 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 
 
-def test_killed_torchrun_job_resumes_to_the_same_weights(tmp_path):
-    """A real SIGKILL of the whole torchrun job (launcher and both workers) mid-run; dropout
-    on, so each process's RNG must come back from the checkpoint."""
-    model, task = _model_dir(tmp_path / "model", dropout=0.1), _task_dir(tmp_path / "task")
-    killed, clean = tmp_path / "killed", tmp_path / "clean"
+def test_killed_torchrun_job_resumes_to_the_same_weights(trained):
+    """A real SIGKILL of the whole torchrun job (launcher and both workers) mid-run, then the
+    same command; dropout on, so each process's RNG must come back from the checkpoint. The
+    uninterrupted run is the fixture's two-process ``dropout-2``."""
+    model, task, killed = trained / "model-dropout", trained / "task", trained / "killed"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen(
-        _torchrun(killed, model, task, 8),
+        _torchrun(killed, model, task),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        env=_env(),
+        env=env,
         start_new_session=True,
     )
     deadline, state = time.time() + 120, {}
@@ -209,25 +232,32 @@ def test_killed_torchrun_job_resumes_to_the_same_weights(tmp_path):
     saved = torch.load(killed / "checkpoint.pt", weights_only=False)
     assert 0 < saved["state"]["step"] < state["total"] and len(saved["rng"]) == 2
 
-    for run_dir in (killed, clean):
-        done = subprocess.run(
-            _torchrun(run_dir, model, task, 8), capture_output=True, text=True, env=_env()
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-    resumed, uninterrupted = _final_weights(killed), _final_weights(clean)
+    done = subprocess.run(_torchrun(killed, model, task), capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    resumed, uninterrupted = _final_weights(killed), _final_weights(trained / "dropout-2")
     for key, value in uninterrupted.items():
         assert torch.equal(resumed[key], value), key
     assert json.loads((killed / "status.json").read_text())["state"] == "finished"
 
 
-def test_a_batch_the_processes_cannot_share_is_refused(tmp_path):
-    model, task = _model_dir(tmp_path / "model", dropout=0.0), _task_dir(tmp_path / "task")
-    done = subprocess.run(
-        _torchrun(tmp_path / "run", model, task, 7), capture_output=True, text=True, env=_env()
+def test_a_batch_the_processes_cannot_share_is_refused(tmp_path, monkeypatch, capsys):
+    """The environment torchrun gives two processes, and a batch of 7: a one-line error before
+    anything is loaded or written."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    code = main(
+        [
+            "train-teacher",
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--model",
+            "absent",
+            "--batch-size",
+            "7",
+        ]
     )
-    assert done.returncode != 0
-    assert (
-        "error: --batch-size 7 does not split into 2 process(es) × 1 accumulation step(s): "
-        "choose a batch size divisible by 2"
-    ) in done.stderr
-    assert not (tmp_path / "run").exists()  # refused before anything was written
+    assert code == 2
+    assert capsys.readouterr().err == (
+        "kdw: error: --batch-size 7 does not split into 2 process(es) × 1 accumulation step(s): "
+        "choose a batch size divisible by 2\n"
+    )
+    assert not (tmp_path / "run").exists()
