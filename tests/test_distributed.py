@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.multiprocessing as mp
-from conftest import make_sentences, tiny_model, tiny_tokenizer
+from conftest import assert_same_weights, make_sentences, tiny_model, tiny_tokenizer
 
 from kd.cli import main
 from kd.pipeline import distill, train_teacher
@@ -152,11 +152,12 @@ def trained(tmp_path_factory) -> Path:
 def test_two_processes_train_the_weights_of_one(trained, name):
     one, two = _final_weights(trained / f"{name}-1"), _final_weights(trained / f"{name}-2")
     start = tiny_model().state_dict()
-    moved = 0
-    for key, value in one.items():
-        torch.testing.assert_close(two[key], value, rtol=0, atol=1e-6, msg=key)
-        if key in start and value.shape == start[key].shape:
-            moved += not torch.equal(value, start[key])
+    assert_same_weights(one, two)
+    moved = sum(
+        not torch.equal(value, start[key])
+        for key, value in one.items()
+        if key in start and value.shape == start[key].shape
+    )
     assert moved > 0  # the weights trained
     # rank 0 alone wrote the run: one record per step and evaluation, the same losses
     records = [json.loads(line) for line in (trained / f"{name}-2" / "metrics.jsonl").open()]
