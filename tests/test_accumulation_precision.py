@@ -10,7 +10,8 @@ import pytest
 import torch
 from conftest import assert_same_weights, make_sentences, tiny_model, tiny_tokenizer
 
-from kd.objective import Objective, attribution_views
+from kd.distributed import INEXACT_TERMS, term_units, unit_counts, unit_index
+from kd.objective import TERMS, Objective, attribution_views
 from kd.pipeline import distill, train_teacher
 from workbench.config import DataConfig, ObjectiveConfig, OptimConfig, StudentConfig, TeacherConfig
 from workbench.errors import WorkbenchError
@@ -141,3 +142,40 @@ def test_bf16_training_on_cpu_and_fp16_refused_there(folders, tmp_path):
     assert run.results()["test"]["accuracy"] >= 0
     with pytest.raises(WorkbenchError, match="--precision fp16 needs a CUDA device"):
         train_teacher(data, teacher, _optim(precision="fp16"), tmp_path / "fp16")
+
+
+@pytest.mark.parametrize(
+    "name, settings",
+    [(name, "") for name in sorted(TERMS)] + [("attr", "official"), ("attr", "squared")],
+)
+def test_each_term_splits_into_shards_by_its_unit(name, settings, tmp_path):
+    """The exactness of shards and micro-batches, term by term: a term's value on a batch is
+    the sum of its values on two parts, each padded to its own longest text, weighted by the
+    part's share of the term's unit (examples or real tokens, :func:`term_units`). ``wr``
+    (pairs and windowed triples, two counts at once) is the stated exception."""
+    tokenizer = tiny_tokenizer(tmp_path / "tokenizer")
+    frame = make_sentences(12, seed=4)
+    texts = sorted(frame.text, key=len)  # the short and the long texts in different parts
+    teacher = tiny_model().requires_grad_(False)
+    student = cut_student(teacher, [1, 3], False)
+    disable_dropout(student)
+    config = ObjectiveConfig(preset="kd", weights=f"{name}=1", attr_reduction=settings or None)
+    objective = Objective.resolve(config, 4, 2, 3)
+    unit = unit_index(term_units(objective)[name])
+
+    def value_and_count(part: list[str]) -> tuple[float, float]:
+        batch = dict(tokenizer(part, padding=True, return_tensors="pt"))
+        batch["labels"] = torch.tensor([len(t) % 3 for t in part])
+        fields = objective.teacher_batch(teacher, batch)
+        return float(objective(student, batch, fields)[name].detach()), float(
+            unit_counts(batch)[unit]
+        )
+
+    whole, _ = value_and_count(texts)
+    parts = [value_and_count(texts[:5]), value_and_count(texts[5:])]
+    total = sum(count for _, count in parts)
+    combined = sum(value * count / total for value, count in parts)
+    if name in INEXACT_TERMS:
+        assert combined != pytest.approx(whole, rel=1e-4)
+    else:
+        assert combined == pytest.approx(whole, rel=1e-5, abs=1e-9)
