@@ -28,6 +28,7 @@ import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -40,6 +41,10 @@ from workbench.models import resolve_device
 from workbench.runs import Run
 
 EXAMPLES, TOKENS = "examples", "tokens"
+# How long a process waits for the others: rank 0 alone computes the teacher cache (hours for
+# AD-KD's maps of a large training set) and evaluates; a failed process ends the job through
+# torchrun, not through this timeout (the default, 30 minutes, is shorter than such a cache).
+WAIT = timedelta(hours=24)
 
 # What each term's value is a mean over, as computed by its loss function (kd/terms/). ``wr``
 # divides by the batch's pairs and windowed triples, two counts at once: it is weighted by
@@ -133,7 +138,8 @@ def start(device_name: str, batch_size: int, accumulation_steps: int) -> torch.d
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(device)
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend, timeout=WAIT)
     return device
 
 
