@@ -152,9 +152,15 @@ def shard(items: Sequence[int], parts: int, index: int) -> list[int]:
 
 
 def all_reduce(tensor: Tensor, op: Any = None) -> Tensor:
-    """Sum (or ``op``) ``tensor`` over the processes, in place; returns it."""
+    """Sum (or ``op``) ``tensor`` over the processes, in place; returns it. NCCL reduces CUDA
+    tensors only: a CPU tensor (counts, logged values) makes the trip through this process's
+    GPU."""
     if world().size > 1:
-        dist.all_reduce(tensor, op=op or dist.ReduceOp.SUM)
+        nccl = dist.get_backend() == "nccl"
+        moved = tensor.to(torch.device("cuda", torch.cuda.current_device())) if nccl else tensor
+        dist.all_reduce(moved, op=op or dist.ReduceOp.SUM)
+        if moved is not tensor:
+            tensor.copy_(moved)
     return tensor
 
 

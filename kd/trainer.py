@@ -240,7 +240,11 @@ def train(job: TrainingJob) -> dict[str, float]:
         step = state["step"] + 1
         log = optim.log_every and (step == 1 or step % optim.log_every == 0 or step == total)
         values = torch.zeros(len(job.weights), dtype=torch.float64)
-        term_grads: dict[str, Tensor] = {}
+        # the terms' gradients, summed over micro-batches and processes (at logged steps)
+        size = sum(p.numel() for p in parameters) if log else 0
+        term_grads = {
+            name: torch.zeros(size, dtype=torch.float64, device=device) for name in job.weights
+        }
         for batch, count in zip(batches, counts, strict=True):
             with _autocast(device, optim.precision):
                 losses = job.loss(model, batch)
@@ -257,26 +261,16 @@ def train(job: TrainingJob) -> dict[str, float]:
                 ).sum()
             values += torch.stack([part.detach().double().cpu() for part in parts])
             if log:
-                grads = term_gradients(
-                    dict(zip(job.weights, parts, strict=True)), job.weights, parameters
-                )
-                term_grads = {
-                    k: g + term_grads[k] if k in term_grads else g for k, g in grads.items()
-                }
+                named = dict(zip(job.weights, parts, strict=True))
+                for name, grad in term_gradients(named, job.weights, parameters).items():
+                    term_grads[name] += grad
             scaler.scale(loss).backward()
         distributed.all_reduce_gradients(parameters)
         distributed.all_reduce(values)
         terms = {name: float(v) for name, v in zip(job.weights, values, strict=True)}
         summary = {name: job.weights[name] * value for name, value in terms.items()}
         if log:
-            flat = {
-                name: distributed.all_reduce(
-                    term_grads.get(
-                        name, torch.zeros(sum(p.numel() for p in parameters), dtype=torch.float64)
-                    )
-                )
-                for name in job.weights
-            }
+            flat = {name: distributed.all_reduce(g) for name, g in term_grads.items()}
             if world.main:
                 run.append_metrics(
                     {
