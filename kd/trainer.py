@@ -163,6 +163,42 @@ def _micro_batches(job: TrainingJob, chunk: list[int], world: distributed.World)
     ]
 
 
+def _accumulate_gradients(
+    job: TrainingJob,
+    batches: list[dict],
+    parameters: list[torch.nn.Parameter],
+    scaler: torch.amp.GradScaler,
+    log: bool,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Forward and backward this process's micro-batches of one step, leaving in ``.grad`` its
+    part of the global batch's gradient: each term ``k`` of a micro-batch weighted by the
+    micro-batch's share of the global batch's units of ``k`` (:mod:`kd.distributed`).
+
+    Returns the terms' values ``[K]`` (float64, this process's part of the batch's) and, when
+    ``log``, each term's weighted gradient ``[P]`` (this process's part; empty otherwise)."""
+    device = torch.device(job.device)
+    units = [distributed.unit_index(job.units.get(n, distributed.EXAMPLES)) for n in job.weights]
+    counts = [distributed.unit_counts(batch) for batch in batches]
+    totals = distributed.all_reduce(
+        torch.stack(counts).sum(0) if counts else torch.zeros(2, dtype=torch.float64)
+    )
+    values = torch.zeros(len(job.weights), dtype=torch.float64)
+    size = sum(p.numel() for p in parameters) if log else 0
+    term_grads = {n: torch.zeros(size, dtype=torch.float64, device=device) for n in job.weights}
+    for batch, count in zip(batches, counts, strict=True):
+        with _autocast(device, job.optim.precision):
+            losses = job.loss(job.model, batch)
+            shares = (count / totals)[units].tolist()
+            parts = {n: losses[n] * share for n, share in zip(job.weights, shares, strict=True)}
+            loss = torch.stack([job.weights[n] * part for n, part in parts.items()]).sum()
+        values += torch.stack([part.detach().double().cpu() for part in parts.values()])
+        if log:
+            for name, grad in term_gradients(parts, job.weights, parameters).items():
+                term_grads[name] += grad
+        scaler.scale(loss).backward()
+    return values, term_grads
+
+
 def train(job: TrainingJob) -> dict[str, float]:
     """Train until the configured number of steps (resuming if the run has a checkpoint) and
     return the dev metrics of the best model, which ends in ``run/model``.
@@ -178,9 +214,6 @@ def train(job: TrainingJob) -> dict[str, float]:
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(total, optim.warmup_ratio))
     scaler = torch.amp.GradScaler(device.type, enabled=optim.precision == "fp16")
     parameters = [p for p in model.parameters() if p.requires_grad]
-    units = [
-        distributed.unit_index(job.units.get(name, distributed.EXAMPLES)) for name in job.weights
-    ]
     state = {"step": 0, "best": None, "best_step": None}
     model.to(device)
     distributed.broadcast_parameters(model)
@@ -232,39 +265,11 @@ def train(job: TrainingJob) -> dict[str, float]:
         if position == 0 or not order:
             order = epoch_order(len(job.train_set), optim.seed, epoch)
         chunk = order[position * optim.batch_size : (position + 1) * optim.batch_size]
-        batches = _micro_batches(job, chunk, world)
-        counts = [distributed.unit_counts(batch) for batch in batches]
-        totals = distributed.all_reduce(
-            torch.stack(counts).sum(0) if counts else torch.zeros(2, dtype=torch.float64)
-        )
         step = state["step"] + 1
-        log = optim.log_every and (step == 1 or step % optim.log_every == 0 or step == total)
-        values = torch.zeros(len(job.weights), dtype=torch.float64)
-        # the terms' gradients, summed over micro-batches and processes (at logged steps)
-        size = sum(p.numel() for p in parameters) if log else 0
-        term_grads = {
-            name: torch.zeros(size, dtype=torch.float64, device=device) for name in job.weights
-        }
-        for batch, count in zip(batches, counts, strict=True):
-            with _autocast(device, optim.precision):
-                losses = job.loss(model, batch)
-                # each term weighted by this micro-batch's share of the global batch's units
-                shares = (count / totals)[units].tolist()
-                parts = [
-                    losses[name] * share for name, share in zip(job.weights, shares, strict=True)
-                ]
-                loss = torch.stack(
-                    [
-                        job.weights[name] * part
-                        for name, part in zip(job.weights, parts, strict=True)
-                    ]
-                ).sum()
-            values += torch.stack([part.detach().double().cpu() for part in parts])
-            if log:
-                named = dict(zip(job.weights, parts, strict=True))
-                for name, grad in term_gradients(named, job.weights, parameters).items():
-                    term_grads[name] += grad
-            scaler.scale(loss).backward()
+        log = bool(optim.log_every) and (step == 1 or step % optim.log_every == 0 or step == total)
+        values, term_grads = _accumulate_gradients(
+            job, _micro_batches(job, chunk, world), parameters, scaler, log
+        )
         distributed.all_reduce_gradients(parameters)
         distributed.all_reduce(values)
         terms = {name: float(v) for name, v in zip(job.weights, values, strict=True)}
