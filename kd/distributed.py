@@ -91,7 +91,6 @@ class World:
 
     rank: int = 0
     size: int = 1
-    local_rank: int = 0
 
     @property
     def main(self) -> bool:
@@ -101,7 +100,7 @@ class World:
 def world() -> World:
     """The process group this process belongs to (rank 0 of 1 without one)."""
     if dist.is_available() and dist.is_initialized():
-        return World(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+        return World(dist.get_rank(), dist.get_world_size())
     return World()
 
 
