@@ -13,9 +13,9 @@ clipping and the optimiser step. The backward is plain autograd on each rank, so
 reducer. Gradient accumulation is the same decomposition over micro-batches within a rank.
 
 What is shared and how: the parameters are broadcast from rank 0 at the start; the teacher
-cache is computed by rank 0 while the others wait, then read from its file by them; evaluation,
-checkpoints and every run file are written by rank 0 alone; each rank's RNG state is gathered
-into the checkpoint, so a killed job resumes to the same weights.
+cache is computed in parts, one per process, gathered by every process and saved by rank 0;
+evaluation, checkpoints and every run file are written by rank 0 alone; each rank's RNG state
+is gathered into the checkpoint, so a killed job resumes to the same weights.
 
 Hugging Face Accelerate was not used: its ``backward`` goes through DDP (or its own gradient
 synchronisation hooks), and the exactness argument above needs the per-term weighting by
@@ -41,9 +41,10 @@ from workbench.models import resolve_device
 from workbench.runs import Run
 
 EXAMPLES, TOKENS = "examples", "tokens"
-# How long a process waits for the others: rank 0 alone computes the teacher cache (hours for
-# AD-KD's maps of a large training set) and evaluates; a failed process ends the job through
-# torchrun, not through this timeout (the default, 30 minutes, is shorter than such a cache).
+# How long a process waits for the others: rank 0 alone evaluates on dev (and on test at the
+# end), and the slowest process sets the pace of the teacher cache (hours for AD-KD's maps of a
+# large training set); a failed process ends the job through torchrun, not through this timeout
+# (the default, 30 minutes, is shorter than such waits).
 WAIT = timedelta(hours=24)
 
 # What each term's value is a mean over, as computed by its loss function (kd/terms/). ``wr``
@@ -213,18 +214,6 @@ def any_process(flag: bool) -> bool:
 def barrier() -> None:
     if world().size > 1:
         dist.barrier()
-
-
-@contextmanager
-def main_first() -> Iterator[None]:
-    """Rank 0 runs the block first while the others wait; then they run it (and find what
-    rank 0 wrote, such as the teacher cache's file)."""
-    main = world().main
-    if not main:
-        barrier()
-    yield
-    if main:
-        barrier()
 
 
 @contextmanager

@@ -256,7 +256,10 @@ def teacher_caches(
     batch_size: int,
 ) -> dict[str, ExampleCache]:
     """What the frozen teacher says about every example, computed once per setting: the
-    objective's fields on train, logits on dev and test (for loyalty)."""
+    objective's fields on train, logits on dev and test (for loyalty). Under ``torchrun``
+    each process computes a part of the examples, every process gathers the parts, and rank 0
+    saves the file."""
+    world = distributed.world()
     base_key = {"teacher": fingerprint(teacher.model), "max_length": max_length}
     fingerprints = data.fingerprint()
     caches = {}
@@ -280,6 +283,9 @@ def teacher_caches(
             pad_token_id=teacher.tokenizer.pad_token_id,
             description=f"teacher cache ({split})",
             device=model_device(teacher.model),
+            part=(world.rank, world.size),
+            gather=distributed.gather_objects,
+            save=world.main,
         )
     return caches
 
@@ -335,16 +341,15 @@ def distill(
         if run.status()["state"] == "finished":
             return run
         encoded = _encode_all(data, tokenizer, data_config.max_length)
-        with distributed.main_first():  # rank 0 computes the cache; the others read its files
-            caches = teacher_caches(
-                teacher,
-                objective,
-                encoded,
-                data,
-                data_config.max_length,
-                Path(cache_dir) if cache_dir else run.cache_dir,
-                optim.eval_batch_size,
-            )
+        caches = teacher_caches(
+            teacher,
+            objective,
+            encoded,
+            data,
+            data_config.max_length,
+            Path(cache_dir) if cache_dir else run.cache_dir,
+            optim.eval_batch_size,
+        )
         train_cache = caches["train"]
         teacher_logits = {split: caches[split].per_example["logits"] for split in ("dev", "test")}
         live_fields = objective.live_fields()

@@ -17,6 +17,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 from conftest import assert_same_weights, make_sentences, tiny_model, tiny_tokenizer
+from safetensors.torch import load_file
 
 from kd.cli import main
 from kd.pipeline import distill, train_teacher
@@ -169,6 +170,14 @@ def test_two_processes_train_the_weights_of_one(trained, name):
                 assert mine[key] == pytest.approx(theirs[key], rel=1e-5, abs=1e-7), key
     status = json.loads((trained / f"{name}-2" / "status.json").read_text())
     assert status["state"] == "finished"
+    # the teacher cache, computed in halves by the two processes and gathered, is the one
+    # process's (padded in other batches: equal to rounding)
+    for one_file in sorted((trained / f"{name}-1" / "teacher_cache").glob("*.safetensors")):
+        mine = load_file(str(trained / f"{name}-2" / "teacher_cache" / one_file.name))
+        theirs = load_file(str(one_file))
+        assert mine.keys() == theirs.keys()
+        for key, value in theirs.items():
+            torch.testing.assert_close(mine[key], value, rtol=0, atol=1e-6, msg=key)
 
 
 def _torchrun(run_dir: Path, model: Path, task: Path) -> list[str]:
