@@ -16,7 +16,7 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from kd.layer_map import uniform_layers
-from kd.objective import PRESETS, Objective, Preset, StepInputs, method, teacher_field, term
+from kd.objective import PRESETS, TOKENS, Objective, Preset, StepInputs, method, teacher_field, term
 from workbench.models import forward
 
 
@@ -56,7 +56,7 @@ def _teacher_hidden(objective: Objective, teacher: PreTrainedModel, batch) -> Te
 
 
 # 4. The term: reads the step's student output and the teacher field.
-@term("hidden", teacher_fields=("hidden_states",), hidden_states=True)
+@term("hidden", teacher_fields=("hidden_states",), hidden_states=True, unit=TOKENS)
 def _hidden(objective: Objective, inputs: StepInputs) -> Tensor:
     hidden = inputs.student.hidden_states
     student = torch.stack([hidden[s] for s, _ in objective.hidden_pairs], dim=1)

@@ -113,8 +113,11 @@ def config_defaults(path: str) -> dict:
 
 
 def _print_results(path: Path) -> None:
+    from kd.distributed import world
     from workbench.runs import Run
 
+    if not world().main:  # under torchrun the first process reports for all
+        return
     results = Run.open(path).results()
     if results:
         print(json.dumps(results, indent=2))

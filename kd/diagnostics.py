@@ -20,13 +20,13 @@ from collections.abc import Iterable, Mapping
 import torch
 from torch import Tensor, nn
 
-__all__ = ["summarise", "term_diagnostics"]
+__all__ = ["gradient_summary", "summarise", "term_diagnostics", "term_gradients"]
 
 
-def term_diagnostics(
+def term_gradients(
     values: Mapping[str, Tensor], weights: Mapping[str, float], parameters: Iterable[nn.Parameter]
-) -> dict[str, float]:
-    """Weighted values, gradient norms and gradient shares of the terms of one step.
+) -> dict[str, Tensor]:
+    """Each weighted term's gradient ``g_k = ∇_θ (w_k L_k)``, flattened over the parameters.
 
     Args:
         values: scalar term values ``L_k`` with their graphs (other keys, like ``"loss"``, are
@@ -35,15 +35,13 @@ def term_diagnostics(
         parameters: the trainable parameters ``θ`` (those with ``requires_grad``).
 
     Returns:
-        ``{"value/k": w_k·L_k, "grad_norm/k": ‖g_k‖, "grad_share/k": ⟨g_k, g⟩/‖g‖²,
-        "grad_norm/total": ‖g‖}``; shares are 0 when the whole gradient is 0.
+        ``{k: g_k}``, each ``[P]`` float64 (``P`` the number of trainable values); gradients of
+        micro-batches or processes add up to the step's.
     """
     params = [p for p in parameters if p.requires_grad]
     flat: dict[str, Tensor] = {}
-    out: dict[str, float] = {}
     for name, weight in weights.items():
         weighted = weight * values[name]
-        out[f"value/{name}"] = float(weighted.detach())
         grads = (
             torch.autograd.grad(weighted, params, retain_graph=True, allow_unused=True)
             if weighted.requires_grad
@@ -55,6 +53,14 @@ def term_diagnostics(
                 for g, p in zip(grads, params, strict=True)
             ]
         )
+    return flat
+
+
+def gradient_summary(flat: Mapping[str, Tensor], weighted: Mapping[str, float]) -> dict[str, float]:
+    """Diagnostics from the terms' gradients ``flat`` (``{k: [P]}``) and weighted values
+    ``weighted`` (``{k: w_k L_k}``): ``{"value/k", "grad_norm/k", "grad_share/k",
+    "grad_norm/total"}``; shares are 0 when the whole gradient is 0."""
+    out = {f"value/{name}": float(value) for name, value in weighted.items()}
     total = torch.stack(list(flat.values())).sum(0)
     total_sq = float(total @ total)
     for name, g in flat.items():
@@ -62,6 +68,15 @@ def term_diagnostics(
         out[f"grad_share/{name}"] = float(g @ total) / total_sq if total_sq > 0 else 0.0
     out["grad_norm/total"] = total_sq**0.5
     return out
+
+
+def term_diagnostics(
+    values: Mapping[str, Tensor], weights: Mapping[str, float], parameters: Iterable[nn.Parameter]
+) -> dict[str, float]:
+    """Weighted values, gradient norms and gradient shares of the terms of one step
+    (:func:`term_gradients`' arguments; :func:`gradient_summary`'s result)."""
+    weighted = {name: float(weight * values[name].detach()) for name, weight in weights.items()}
+    return gradient_summary(term_gradients(values, weights, parameters), weighted)
 
 
 def summarise(records: Iterable[Mapping[str, float]]) -> dict[str, dict[str, float]]:

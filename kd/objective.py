@@ -56,15 +56,25 @@ class StepInputs:
             self.shared_logits = logits
 
 
+EXAMPLES, TOKENS = "examples", "tokens"
+
+
 @dataclass(frozen=True)
 class Term:
-    """How a loss term is computed in a step, and what it needs."""
+    """How a loss term is computed in a step, and what it needs. ``unit``: what its value is
+    a mean over, ``"examples"`` or ``"tokens"`` (the batch's real tokens), or a function of the
+    objective giving it: data-parallel training and accumulation weight each part of a batch
+    by its share of that unit (:mod:`kd.distributed`); ``exact_split=False`` for a term whose
+    denominator is no such count (its parts' weighted sum is then close to, not equal to, the
+    whole batch's value)."""
 
     compute: Callable[[Objective, StepInputs], Tensor]
     teacher_fields: tuple[str, ...] = ()
     hidden_states: bool = False
     runs_student: bool = False  # runs its own student forward (and shares its logits)
     frozen_embeddings: bool = False  # its student keeps the teacher's embeddings, no dropout
+    unit: str | Callable[[Objective], str] = EXAMPLES
+    exact_split: bool = True
 
 
 @dataclass(frozen=True)
@@ -115,11 +125,21 @@ def term(
     hidden_states: bool = False,
     runs_student: bool = False,
     frozen_embeddings: bool = False,
+    unit: str | Callable[[Objective], str] = EXAMPLES,
+    exact_split: bool = True,
 ):
-    """Register a loss term under ``name`` (the key of the weights)."""
+    """Register a loss term under ``name`` (the key of the weights); see :class:`Term`."""
 
     def register(compute: Callable[[Objective, StepInputs], Tensor]):
-        TERMS[name] = Term(compute, teacher_fields, hidden_states, runs_student, frozen_embeddings)
+        TERMS[name] = Term(
+            compute,
+            teacher_fields,
+            hidden_states,
+            runs_student,
+            frozen_embeddings,
+            unit,
+            exact_split,
+        )
         return compute
 
     return register
@@ -244,6 +264,11 @@ class Objective:
         """Whether gradient terms (GKD) are on: their student keeps the teacher's embeddings,
         frozen, and runs without dropout (Theorem 1 of the GKD paper)."""
         return any(TERMS[name].frozen_embeddings for name in self.weights)
+
+    def term_units(self) -> dict[str, str]:
+        """What each weighted term's value is a mean over: ``"examples"`` or ``"tokens"``."""
+        units = {name: TERMS[name].unit for name in self.weights}
+        return {name: unit if isinstance(unit, str) else unit(self) for name, unit in units.items()}
 
     def teacher_fields(self) -> list[str]:
         """Teacher fields the active terms read, ``logits`` always (loyalty uses them)."""

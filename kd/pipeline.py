@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from kd import distributed
 from kd.objective import Objective
 from kd.trainer import Callback, TrainingJob, _notify, set_seed, train
 from workbench.cache import ExampleCache, Progress, cached
@@ -41,27 +42,38 @@ from workbench.models import (
     load_tokenizer,
     model_device,
     random_student,
-    resolve_device,
     select_layers,
     set_embeddings_trainable,
     set_label_names,
 )
 from workbench.runs import RESOLVED, Run, model_card, replace_directory
 
-EXECUTION_SETTINGS = ("threads", "device", "log_every")
+EXECUTION_SETTINGS = ("threads", "device", "log_every", "accumulation_steps")
+RECORDED_UNLESS_DEFAULT = {"precision": "fp32"}  # runs made before the option existed used it
 
 
 def _identity(optim: OptimConfig) -> dict:
-    """The optimisation settings that define a run; where and on how many threads it executes,
-    and how often it logs diagnostics, do not (a run started on a CPU may resume on a GPU)."""
-    return {k: v for k, v in to_dict(optim).items() if k not in EXECUTION_SETTINGS}
+    """The optimisation settings that define a run; where and on how many threads or
+    processes it executes, in how many micro-batches, and how often it logs diagnostics, do
+    not (a run started on a CPU may resume on a GPU)."""
+    return {
+        k: v
+        for k, v in to_dict(optim).items()
+        if k not in EXECUTION_SETTINGS and RECORDED_UNLESS_DEFAULT.get(k, object()) != v
+    }
 
 
 def _configure(optim: OptimConfig) -> torch.device:
-    """Apply the thread count; return the training device."""
+    """Apply the thread count, join the processes ``torchrun`` launched (if any) and return
+    this process's training device."""
     if optim.threads > 0:
         torch.set_num_threads(optim.threads)
-    return resolve_device(optim.device)
+    device = distributed.start(optim.device, optim.batch_size, optim.accumulation_steps)
+    if optim.precision == "fp16" and device.type != "cuda":
+        raise WorkbenchError(
+            f"--precision fp16 needs a CUDA device (training runs on {device}): use bf16 or fp32"
+        )
+    return device
 
 
 def _encode_all(data: TaskData, tokenizer, max_length: int) -> dict[str, EncodedSplit]:
@@ -168,7 +180,7 @@ def train_teacher(
     model = load_classifier(teacher_config.model, data.spec.num_labels, data.spec.regression)
     objective = Objective.resolve(ObjectiveConfig(preset="finetune"), 0, 0)
     record = info | _resolved(objective, data)
-    with Run.writing(run_dir, record, _manifest(data, data_config, optim)) as run:
+    with distributed.run_folder(run_dir, record, _manifest(data, data_config, optim)) as run:
         if run.status()["state"] == "finished":
             return run
         encoded = _encode_all(data, tokenizer, data_config.max_length)
@@ -181,12 +193,13 @@ def train_teacher(
             optim=optim,
             loss=lambda m, batch: objective(m, batch, {}),
             weights=objective.weights,
+            units=objective.term_units(),
             save_model=_saver(run, model, tokenizer, data.spec),
             pad_token_id=tokenizer.pad_token_id,
             callbacks=callbacks,
             device=device,
         )
-        if train(job):
+        if train(job) and distributed.world().main:
             _finish(run, model, data, encoded, optim.eval_batch_size, tokenizer.pad_token_id)
     return run
 
@@ -245,7 +258,10 @@ def teacher_caches(
 ) -> dict[str, ExampleCache]:
     """What the frozen teacher says about every example, computed once per setting: the
     objective's fields on train, logits on dev and test (for loyalty). ``on_progress`` hears
-    of each computed batch (:meth:`ExampleCache.compute`)."""
+    of each computed batch (:meth:`ExampleCache.compute`). Under ``torchrun`` each process
+    computes a part of the examples, every process gathers the parts, and rank 0 saves the
+    file."""
+    world = distributed.world()
     base_key = {"teacher": fingerprint(teacher.model), "max_length": max_length}
     fingerprints = data.fingerprint()
     caches = {}
@@ -270,6 +286,9 @@ def teacher_caches(
             description=f"teacher cache ({split})",
             device=model_device(teacher.model),
             on_progress=on_progress,
+            part=(world.rank, world.size),
+            gather=distributed.gather_objects,
+            save=world.main,
         )
     return caches
 
@@ -321,7 +340,7 @@ def distill(
     if objective.gradient_kd:
         prepare_gradient_student(teacher.model, student, objective_config.dropout)
     record = info | _resolved(objective, data)
-    with Run.writing(run_dir, record, _manifest(data, data_config, optim)) as run:
+    with distributed.run_folder(run_dir, record, _manifest(data, data_config, optim)) as run:
         if run.status()["state"] == "finished":
             return run
         encoded = _encode_all(data, tokenizer, data_config.max_length)
@@ -359,13 +378,14 @@ def distill(
             optim=optim,
             loss=loss,
             weights=objective.weights,
+            units=objective.term_units(),
             save_model=_saver(run, student, tokenizer, data.spec),
             pad_token_id=tokenizer.pad_token_id,
             dev_teacher_logits=teacher_logits["dev"],
             callbacks=callbacks,
             device=device,
         )
-        if train(job):
+        if train(job) and distributed.world().main:
             _finish(
                 run,
                 student,

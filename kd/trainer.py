@@ -4,7 +4,9 @@ AdamW with linear warm-up and decay, gradient clipping, evaluation on dev every 
 steps), the best model kept, a tqdm bar, callbacks for live progress and a stop button, and
 resumable checkpoints: a run killed at any moment restarts from its last checkpoint — weights,
 optimizer, scheduler, RNG and the position in the data order — and ends with the same weights as
-an uninterrupted run.
+an uninterrupted run. A step may run as several micro-batches (gradient accumulation), in
+mixed precision, and on several processes (:mod:`kd.distributed`, which states why the result is
+the one-process gradient).
 """
 
 from __future__ import annotations
@@ -23,9 +25,12 @@ from torch import Tensor
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
-from kd.diagnostics import term_diagnostics
+from kd import distributed
+from kd.diagnostics import gradient_summary, term_gradients
+from kd.objective import EXAMPLES
 from workbench.config import OptimConfig
 from workbench.data import EncodedSplit, TaskSpec, collate, to_device
+from workbench.errors import WorkbenchError
 from workbench.evaluation import evaluate_logits, predict_logits
 from workbench.files import atomic_path
 from workbench.runs import Run, replace_directory
@@ -57,7 +62,9 @@ class TrainingJob:
     optim: OptimConfig
     loss: LossFunction
     save_model: Callable[[Path], None]
-    weights: dict[str, float]  # of the terms ``loss`` returns (for the diagnostics)
+    weights: dict[str, float]  # of the terms ``loss`` returns
+    units: dict[str, str] = field(default_factory=dict)  # term → "examples"/"tokens" (default:
+    # examples): what its value is a mean over, to weight micro-batches and shards exactly
     pad_token_id: int = 0
     dev_teacher_logits: Tensor | None = None
     device: torch.device | str = "cpu"
@@ -127,41 +134,133 @@ def main_metric(spec: TaskSpec) -> str:
     return spec.metrics[0]
 
 
+def _autocast(device: torch.device, precision: str):
+    """Autocast for the forward passes and losses of a step (``precision`` bf16 or fp16)."""
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    return torch.autocast(device.type, dtype=dtype, enabled=dtype is not None)
+
+
+def _restore_rank_rng(saved: dict | list, world: distributed.World) -> None:
+    """Restore this process's RNG from a checkpoint's (one state per process; a checkpoint
+    written before processes were counted holds one)."""
+    states = [saved] if isinstance(saved, dict) else saved
+    if len(states) != world.size:
+        raise WorkbenchError(
+            f"this checkpoint was written by {len(states)} process(es): resume it with "
+            f"torchrun --nproc_per_node {len(states)}, not {world.size}"
+        )
+    _restore_rng(states[world.rank])
+
+
+def _micro_batches(job: TrainingJob, chunk: list[int], world: distributed.World) -> list[dict]:
+    """This process's shard of the global batch ``chunk``, as the micro-batches it runs."""
+    local = distributed.shard(chunk, world.size, world.rank)
+    parts = [
+        distributed.shard(local, job.optim.accumulation_steps, i)
+        for i in range(job.optim.accumulation_steps)
+    ]
+    return [
+        to_device(collate([job.train_set[i] for i in part], job.pad_token_id), job.device)
+        for part in parts
+        if part
+    ]
+
+
+def _accumulate_gradients(
+    job: TrainingJob,
+    batches: list[dict],
+    parameters: list[torch.nn.Parameter],
+    scaler: torch.amp.GradScaler,
+    log: bool,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Forward and backward this process's micro-batches of one step, leaving in ``.grad`` its
+    part of the global batch's gradient: each term ``k`` of a micro-batch weighted by the
+    micro-batch's share of the global batch's units of ``k`` (:mod:`kd.distributed`).
+
+    Returns the terms' values ``[K]`` (float64, this process's part of the batch's) and, when
+    ``log``, each term's weighted gradient ``[P]`` (this process's part; empty otherwise)."""
+    device = torch.device(job.device)
+    units = [distributed.unit_index(job.units.get(n, EXAMPLES)) for n in job.weights]
+    counts = [distributed.unit_counts(batch) for batch in batches]
+    totals = distributed.all_reduce(
+        torch.stack(counts).sum(0) if counts else torch.zeros(2, dtype=torch.float64)
+    )
+    values = torch.zeros(len(job.weights), dtype=torch.float64)
+    size = sum(p.numel() for p in parameters) if log else 0
+    term_grads = {n: torch.zeros(size, dtype=torch.float64, device=device) for n in job.weights}
+    for batch, count in zip(batches, counts, strict=True):
+        with _autocast(device, job.optim.precision):
+            losses = job.loss(job.model, batch)
+            shares = (count / totals)[units].tolist()
+            parts = {n: losses[n] * share for n, share in zip(job.weights, shares, strict=True)}
+            loss = torch.stack([job.weights[n] * part for n, part in parts.items()]).sum()
+        values += torch.stack([part.detach().double().cpu() for part in parts.values()])
+        if log:
+            for name, grad in term_gradients(parts, job.weights, parameters).items():
+                term_grads[name] += grad
+        scaler.scale(loss).backward()
+    return values, term_grads
+
+
 def train(job: TrainingJob) -> dict[str, float]:
     """Train until the configured number of steps (resuming if the run has a checkpoint) and
-    return the dev metrics of the best model, which ends in ``run/model``."""
+    return the dev metrics of the best model, which ends in ``run/model``.
+
+    On several processes every one calls this: each runs its shard of every batch, and rank 0
+    alone evaluates and writes the run's files."""
     optim, run, model = job.optim, job.run, job.model
+    world = distributed.world()
+    device = torch.device(job.device)
     steps_per_epoch = math.ceil(len(job.train_set) / optim.batch_size)
     total = max(1, round(optim.epochs * steps_per_epoch))
     optimizer = _optimizer(model, optim)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(total, optim.warmup_ratio))
+    scaler = torch.amp.GradScaler(device.type, enabled=optim.precision == "fp16")
+    parameters = [p for p in model.parameters() if p.requires_grad]
     state = {"step": 0, "best": None, "best_step": None}
-    model.to(job.device)
+    model.to(device)
+    distributed.broadcast_parameters(model)
+    if world.size > 1:  # each process its own dropout stream
+        set_seed(optim.seed + 1_000_003 * world.rank)
     if run.checkpoint.exists():
-        saved = run.load_checkpoint(job.device)
+        saved = run.load_checkpoint(device)
+        _restore_rank_rng(saved["rng"], world)
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
         scheduler.load_state_dict(saved["scheduler"])
-        _restore_rng(saved["rng"])
+        scaler.load_state_dict(saved.get("scaler", {}))
         state = saved["state"]
-    run.truncate_metrics(state["step"])  # without a checkpoint (deleted), from step 0
+    if world.main:
+        run.truncate_metrics(state["step"])  # without a checkpoint (deleted), from step 0
 
     def save_checkpoint() -> None:
+        rng = distributed.gather_objects(_rng_state())
+        if not world.main:
+            return
         with atomic_path(run.checkpoint) as temporary:
             torch.save(
                 {
                     "model": model.state_dict(),
                     "optimizer": optimizer.state_dict(),
                     "scheduler": scheduler.state_dict(),
-                    "rng": _rng_state(),
+                    "scaler": scaler.state_dict(),
+                    "rng": rng,
                     "state": state,
                 },
                 temporary,
             )
+        run.set_status("running", step=state["step"], total=total)
 
     metric = main_metric(job.spec)
-    run.set_status("running", step=state["step"], total=total)
-    progress = tqdm(total=total, initial=state["step"], desc=f"training {run.name}", unit="step")
+    if world.main:
+        run.set_status("running", step=state["step"], total=total)
+    progress = tqdm(
+        total=total,
+        initial=state["step"],
+        desc=f"training {run.name}",
+        unit="step",
+        disable=not world.main,
+    )
     order: list[int] = []
     model.train()
     while state["step"] < total:
@@ -169,36 +268,44 @@ def train(job: TrainingJob) -> dict[str, float]:
         if position == 0 or not order:
             order = epoch_order(len(job.train_set), optim.seed, epoch)
         chunk = order[position * optim.batch_size : (position + 1) * optim.batch_size]
-        batch = to_device(collate([job.train_set[i] for i in chunk], job.pad_token_id), job.device)
-        losses = job.loss(model, batch)
         step = state["step"] + 1
-        if optim.log_every and (step == 1 or step % optim.log_every == 0 or step == total):
-            diagnostics = term_diagnostics(losses, job.weights, model.parameters())
-            run.append_metrics(
-                {
-                    "step": step,
-                    "epoch": step / steps_per_epoch,
-                    "split": "train",
-                    "lr": scheduler.get_last_lr()[0],
-                    **diagnostics,
-                }
-            )
-        losses["loss"].backward()
-        values = {name: float(value.detach()) for name, value in losses.items()}
+        log = bool(optim.log_every) and (step == 1 or step % optim.log_every == 0 or step == total)
+        values, term_grads = _accumulate_gradients(
+            job, _micro_batches(job, chunk, world), parameters, scaler, log
+        )
+        distributed.all_reduce_gradients(parameters)
+        distributed.all_reduce(values)
+        terms = {name: float(v) for name, v in zip(job.weights, values, strict=True)}
+        summary = {name: job.weights[name] * value for name, value in terms.items()}
+        if log:
+            flat = {name: distributed.all_reduce(g) for name, g in term_grads.items()}
+            if world.main:
+                run.append_metrics(
+                    {
+                        "step": step,
+                        "epoch": step / steps_per_epoch,
+                        "split": "train",
+                        "lr": scheduler.get_last_lr()[0],
+                        **gradient_summary(flat, summary),
+                    }
+                )
+        values_out = {**terms, "loss": sum(summary.values())}
+        scaler.unscale_(optimizer)
         if optim.max_grad_norm > 0:
-            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), optim.max_grad_norm)
-            values["grad_norm"] = float(norm)
-        optimizer.step()
+            norm = torch.nn.utils.clip_grad_norm_(parameters, optim.max_grad_norm)
+            values_out["grad_norm"] = float(norm)
+        scaler.step(optimizer)
+        scaler.update()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         state["step"] = step
         progress.update(1)
-        progress.set_postfix(loss=f"{values['loss']:.4f}")
-        _notify(job.callbacks, "on_step", step, total, values)
+        progress.set_postfix(loss=f"{values_out['loss']:.4f}")
+        _notify(job.callbacks, "on_step", step, total, values_out)
 
         end_of_epoch = step % steps_per_epoch == 0
         due = step % optim.eval_every == 0 if optim.eval_every else end_of_epoch
-        if due or step == total:
+        if (due or step == total) and world.main:
             metrics = evaluate_logits(
                 job.spec,
                 predict_logits(model, job.dev_set, optim.eval_batch_size, job.pad_token_id),
@@ -211,7 +318,7 @@ def train(job: TrainingJob) -> dict[str, float]:
                 "epoch": step / steps_per_epoch,
                 "split": "dev",
                 "lr": scheduler.get_last_lr()[0],
-                **values,
+                **values_out,
                 **metrics,
             }
             run.append_metrics(record)
@@ -220,15 +327,18 @@ def train(job: TrainingJob) -> dict[str, float]:
                 state["best"], state["best_step"] = metrics[metric], step
                 replace_directory(run.model_dir, job.save_model)
             progress.write(f"step {step}/{total} dev {metric} {metrics[metric]:.4f}")
-        stop = any(getattr(c, "should_stop", lambda: False)() for c in job.callbacks)
+        stop = distributed.any_process(
+            any(getattr(c, "should_stop", lambda: False)() for c in job.callbacks)
+        )
         if due or stop or step == total or step % optim.checkpoint_every == 0:
             save_checkpoint()
-            run.set_status("running", step=step, total=total)
         if stop:
             progress.close()
-            run.set_status("stopped", step=step, total=total)
+            if world.main:
+                run.set_status("stopped", step=step, total=total)
             return {}
     progress.close()
-    best = load_file(str(run.model_dir / "model.safetensors"), device=str(job.device))
+    distributed.barrier()  # rank 0 has written the best model
+    best = load_file(str(run.model_dir / "model.safetensors"), device=str(device))
     model.load_state_dict(best)
     return {"best_step": state["best_step"], metric: state["best"]}

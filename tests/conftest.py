@@ -119,3 +119,14 @@ def no_demo_build(monkeypatch):
     """No test starts the app's real demo build: on an empty runs root the app would launch it in
     a background process that outlives the test run."""
     monkeypatch.setenv("KDW_DEMO", "off")
+
+
+def assert_same_weights(one: dict, other: dict, atol: float = 1e-6) -> None:
+    """State dicts equal to ``atol``, except attention key biases: softmax over keys is
+    invariant to a constant per query, so their gradient is zero in exact arithmetic and only
+    rounding noise in floating point, which Adam scales to steps of ±lr. Two ways of summing one
+    gradient (shards, micro-batches) cannot agree on that noise."""
+    assert one.keys() == other.keys()
+    for key, value in one.items():
+        if not key.endswith("attention.self.key.bias"):
+            torch.testing.assert_close(other[key], value, rtol=0, atol=atol, msg=key)

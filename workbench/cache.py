@@ -25,6 +25,7 @@ from workbench.files import atomic_path
 
 BatchFunction = Callable[[dict[str, Tensor]], dict[str, Tensor]]
 Progress = Callable[[str, int, int], None]  # (description, examples done, examples in all)
+Rows = dict[str, list[tuple[int, Tensor]]]  # field → (example index, value) of computed examples
 
 
 def key_digest(key: Mapping) -> str:
@@ -79,15 +80,22 @@ class ExampleCache:
         description: str = "teacher cache",
         device: torch.device | str = "cpu",
         on_progress: Progress | None = None,
+        part: tuple[int, int] = (0, 1),
+        gather: Callable[[Rows], list[Rows]] | None = None,
     ) -> ExampleCache:
         """Run ``compute_batch`` over ``dataset`` in order (batches sorted by length to pad
         little) on ``device`` and collect its fields (stored on the CPU); fields named in
         ``per_token`` are ``[B, L, ...]`` and kept for real tokens only. Progress goes to a tqdm
-        bar and, after every batch, to ``on_progress(description, done, total)``."""
+        bar and, after every batch, to ``on_progress(description, done, total)`` (this part's).
+
+        ``part=(i, n)``: compute only the ``i``-th of ``n`` parts of the examples (every
+        ``n``-th of the length order, so that the parts cost alike); ``gather`` then returns
+        every part's rows (one process per part: :func:`kd.distributed.gather_objects`)."""
         token_fields = set(per_token)
         order = sorted(range(len(dataset)), key=lambda i: len(dataset.input_ids[i]))
-        collected: dict[str, list[tuple[int, Tensor]]] = {}
-        bar = tqdm(total=len(dataset), desc=description, unit="ex", leave=False)
+        order = order[part[0] :: part[1]]
+        collected: Rows = {}
+        bar = tqdm(total=len(order), desc=description, unit="ex", leave=False)
         for batch in batches(dataset, order, batch_size, pad_token_id):
             with torch.no_grad():  # gradient-based fields enable what they need themselves
                 values = compute_batch(to_device(batch, device))
@@ -99,12 +107,14 @@ class ExampleCache:
                     collected.setdefault(name, []).append((i, value.clone()))
             bar.update(len(lengths))
             if on_progress is not None:
-                on_progress(description, bar.n, len(dataset))
+                on_progress(description, bar.n, len(order))
         bar.close()
+        parts = gather(collected) if gather else [collected]
         lengths = torch.tensor([len(ids) for ids in dataset.input_ids])
         offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])
         per_example, token_values = {}, {}
-        for name, items in collected.items():
+        for name in dict.fromkeys(name for rows in parts for name in rows):
+            items = [item for rows in parts for item in rows.get(name, [])]
             ordered = [value for _, value in sorted(items, key=lambda item: item[0])]
             target = token_values if name in token_fields else per_example
             target[name] = torch.cat(ordered) if name in token_fields else torch.stack(ordered)
@@ -144,13 +154,17 @@ def cached(
     key: Mapping,
     dataset: EncodedSplit,
     compute_batch: BatchFunction,
+    save: bool = True,
     **compute_options,
 ) -> ExampleCache:
-    """Load the cache ``folder/name-<digest of key>.safetensors``, or compute and save it.
-    A change of any setting in ``key`` gives another file, so stale values are never reused."""
+    """Load the cache ``folder/name-<digest of key>.safetensors``, or compute it (options of
+    :meth:`ExampleCache.compute`) and save it (unless ``save`` is false: another process of
+    the same job saves it). A change of any setting in ``key`` gives another file, so stale
+    values are never reused."""
     path = cache_path(folder, name, key)
     if path.exists():
         return ExampleCache.load(path)
     cache = ExampleCache.compute(dataset, compute_batch, **compute_options)
-    cache.save(path, key)
+    if save:
+        cache.save(path, key)
     return cache

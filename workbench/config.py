@@ -285,12 +285,32 @@ class ObjectiveConfig(Checked):
     )
 
 
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
 @dataclass
 class OptimConfig(Checked):
     """Optimisation, evaluation and checkpointing."""
 
     epochs: float = option(3.0, "training epochs (fractions allowed)", domain=positive_number)
-    batch_size: int = option(32, "training batch size", domain=positive)
+    batch_size: int = option(
+        32,
+        "training batch size: the global batch of a step, over all processes and "
+        "accumulation steps",
+        domain=positive,
+    )
+    accumulation_steps: int = option(
+        1,
+        "split each batch into N micro-batches run one after another, their gradients summed "
+        "into the batch's (the same step with less memory; N must divide the batch per process)",
+        domain=positive,
+    )
+    precision: str = option(
+        "fp32",
+        "fp32; bf16 (autocast on CUDA, or on CPU); fp16 (CUDA only: autocast with a gradient "
+        "scaler). Evaluation and the teacher cache stay in float32",
+        choices=PRECISIONS,
+    )
     eval_batch_size: int = option(64, "evaluation batch size", domain=positive)
     learning_rate: float = option(5e-5, "peak AdamW learning rate", domain=positive_number)
     weight_decay: float = option(

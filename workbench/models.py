@@ -322,7 +322,9 @@ def forward(
 ) -> ModelOutput:
     """Run ``model`` on a batch (``input_ids``, ``attention_mask``, optional ``token_type_ids``,
     each ``[B, L]``); with ``embedding_output`` ``[B, L, d]`` the encoder consumes that tensor
-    instead of the embeddings module's output."""
+    instead of the embeddings module's output. Logits and hidden states come back in float32
+    even under bf16/fp16 autocast, so that the losses and maps computed from them (softmaxes,
+    distances of nearly equal values) keep float32's precision."""
     inputs = {k: batch[k] for k in MODEL_INPUTS if k in batch}
     context = (
         nullcontext()
@@ -332,9 +334,9 @@ def forward(
     with context:
         out = model(**inputs, output_hidden_states=hidden_states, output_attentions=attentions)
     return ModelOutput(
-        logits=out.logits,
+        logits=out.logits.float(),
         attention_mask=batch["attention_mask"],
-        hidden_states=out.hidden_states if hidden_states else None,
+        hidden_states=tuple(h.float() for h in out.hidden_states) if hidden_states else None,
         attentions=out.attentions if attentions else None,
     )
 

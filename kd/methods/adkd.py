@@ -26,7 +26,17 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from kd.objective import PRESETS, Objective, Preset, StepInputs, method, teacher_field, term
+from kd.objective import (
+    EXAMPLES,
+    PRESETS,
+    TOKENS,
+    Objective,
+    Preset,
+    StepInputs,
+    method,
+    teacher_field,
+    term,
+)
 from workbench.attribution import attribution_maps
 from workbench.config import parse_views
 from workbench.errors import WorkbenchError
@@ -217,7 +227,12 @@ def _teacher_maps(objective: Objective, teacher: PreTrainedModel, batch) -> Tens
     return maps.transpose(1, 2)  # [B, L, S·V]: per token
 
 
-@term("attr", teacher_fields=("maps",), runs_student=True)
+@term(
+    "attr",
+    teacher_fields=("maps",),
+    runs_student=True,
+    unit=lambda o: TOKENS if o.attr_reduction == "official" else EXAMPLES,
+)
 def _attr(objective: Objective, inputs: StepInputs) -> Tensor:
     teacher_maps = inputs.teacher["maps"].transpose(1, 2)
     mask = inputs.batch["attention_mask"]

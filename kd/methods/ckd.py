@@ -42,7 +42,7 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from kd.layer_map import uniform_layers
-from kd.objective import PRESETS, Objective, Preset, StepInputs, method, teacher_field, term
+from kd.objective import PRESETS, TOKENS, Objective, Preset, StepInputs, method, teacher_field, term
 from workbench.geometry import (
     DEFAULT_WINDOW,
     PairKind,
@@ -253,7 +253,9 @@ def _relation_states(objective: Objective, inputs: StepInputs) -> tuple[Tensor, 
     return student, inputs.teacher["relation_states"].transpose(1, 2)  # [B, K, L, d] each
 
 
-@term("wr", teacher_fields=("relation_states",), hidden_states=True)
+# Pairs and windowed triples: two counts at once, so a batch split into parts (processes,
+# accumulation) is weighted by examples and gives nearly, not exactly, the whole batch's value.
+@term("wr", teacher_fields=("relation_states",), hidden_states=True, exact_split=False)
 def _wr(objective: Objective, inputs: StepInputs) -> Tensor:
     student, teacher = _relation_states(objective, inputs)
     return word_relation_loss(
@@ -265,7 +267,7 @@ def _wr(objective: Objective, inputs: StepInputs) -> Tensor:
     )
 
 
-@term("ltr", teacher_fields=("relation_states",), hidden_states=True)
+@term("ltr", teacher_fields=("relation_states",), hidden_states=True, unit=TOKENS)
 def _ltr(objective: Objective, inputs: StepInputs) -> Tensor:
     student, teacher = _relation_states(objective, inputs)
     return layer_relation_loss(

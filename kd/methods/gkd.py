@@ -20,7 +20,7 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from kd.methods.pkd import mapped_pairs
-from kd.objective import PRESETS, Objective, Preset, StepInputs, method, teacher_field, term
+from kd.objective import PRESETS, TOKENS, Objective, Preset, StepInputs, method, teacher_field, term
 from workbench.attribution import input_gradients
 from workbench.models import embed, forward
 
@@ -134,7 +134,13 @@ def _teacher_cls_grads(objective: Objective, teacher: PreTrainedModel, batch) ->
     return state_gradients(teacher, batch, [t for _, t in objective.patient_pairs], False)
 
 
-@term("grad", teacher_fields=("input_grads",), runs_student=True, frozen_embeddings=True)
+@term(
+    "grad",
+    teacher_fields=("input_grads",),
+    runs_student=True,
+    frozen_embeddings=True,
+    unit=TOKENS,
+)
 def _grad(_objective: Objective, inputs: StepInputs) -> Tensor:
     student, logits = input_gradients(
         inputs.model, inputs.batch, create_graph=True, return_logits=True
