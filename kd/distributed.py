@@ -10,7 +10,8 @@ comes from an all-reduce of the shards' counts), then runs an ordinary backward;
 ``Σ_r (N_k^r / N_k) ∇L_k^r = ∇L_k``, so after one all-reduce (SUM) of the parameter gradients
 every rank holds the gradient of the full batch, before clipping and the optimiser step. The
 backward is plain autograd on each rank, so the ``autograd.grad(create_graph=True)`` of AD-KD
-and GKD inside the step needs nothing from DDP's reducer. Gradient accumulation is the same decomposition over micro-batches within a rank.
+and GKD inside the step needs nothing from DDP's reducer. Gradient accumulation is the same
+decomposition over micro-batches within a rank.
 
 What is shared and how: the parameters are broadcast from rank 0 at the start; the teacher
 cache is computed in parts, one per process, gathered by every process and saved by rank 0;
