@@ -60,9 +60,12 @@ def test_what_looks_like_a_path(name, hub_ids, expected):
     assert looks_like_path(name, hub_ids=hub_ids) is expected
 
 
-def test_a_missing_path_is_named_at_once(tmp_path, no_network):
+def test_a_missing_path_is_named_at_once(tmp_path, no_network, monkeypatch):
     for name in ("./nowhere/model", "a/b/c", "model.safetensors", str(tmp_path / "gone")):
         assert _one_line_error(resolve_model, name) == f"no such file or folder: {name}"
+    (tmp_path / "models").mkdir()
+    monkeypatch.chdir(tmp_path)  # models/nope: a missing folder in a local folder, no hub id
+    assert _one_line_error(resolve_model, "models/nope") == "no such file or folder: models/nope"
     assert _one_line_error(load_task, DataConfig(task="data/missing")) == (
         "no such file or folder: data/missing"
     )

@@ -21,7 +21,9 @@ The rules (``rules``) say which rationales enter the mean:
   whose rationale is the same set as the last one kept is skipped. Ties rank the later token
   first (NumPy's ``argsort()[-k:][::-1]``). An example with no rationale left scores
   comprehensiveness 0 and sufficiency 1, as ferret returns. Unlike ferret, the perturbed inputs
-  are built from token ids (ferret decodes them to text and tokenises again).
+  are built from token ids (ferret decodes them to text and tokenises again). Checked against
+  ferret's own evaluators on 40 bundled tweets (``bench/ferret_aopc.py``): equal to 1.2e-8 when
+  ferret is fed the same token ids; its decode round trip alone moves its values by up to 0.013.
 
 Skipped fractions are NaN in the per-fraction drops. ``fractions`` overrides the rules'
 fractions. Removal (``removal``): ``"delete"`` (default, as ferret and ERASER) drops the tokens,

@@ -46,13 +46,15 @@ FILE_SUFFIXES = (
 def looks_like_path(name: str, *, hub_ids: bool = False) -> bool:
     """Whether ``name`` reads as a file or folder rather than a registered name: it starts with
     '.', '~' or '/', ends in a file extension, or holds a path separator — for ``hub_ids``, a
-    backslash or a second '/' (``org/model`` names a hub repository)."""
+    backslash, a second '/', or a first part that is a local folder (``org/model`` names a hub
+    repository, unless ``org`` is a folder here: ``models/nope``)."""
     slashes = 2 if hub_ids else 1
     return (
         name.startswith((".", "~", "/"))
         or name.count("/") >= slashes
         or "\\" in name
         or name.lower().endswith(FILE_SUFFIXES)
+        or (hub_ids and "/" in name and Path(name.split("/")[0]).is_dir())
     )
 
 

@@ -312,6 +312,11 @@ def output_replaced(module: nn.Module, replacement: Tensor) -> Iterator[None]:
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
+def _at_least_float32(x: Tensor) -> Tensor:
+    """``x`` in float32 when it is of half precision, else as it is (float64 kept)."""
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
 def forward(
     model: PreTrainedModel,
     batch: Mapping[str, Tensor],
@@ -322,9 +327,10 @@ def forward(
 ) -> ModelOutput:
     """Run ``model`` on a batch (``input_ids``, ``attention_mask``, optional ``token_type_ids``,
     each ``[B, L]``); with ``embedding_output`` ``[B, L, d]`` the encoder consumes that tensor
-    instead of the embeddings module's output. Logits and hidden states come back in float32
-    even under bf16/fp16 autocast, so that the losses and maps computed from them (softmaxes,
-    distances of nearly equal values) keep float32's precision."""
+    instead of the embeddings module's output. Logits and hidden states of half precision
+    (bf16/fp16 autocast) come back in float32, so that the losses and maps computed from them
+    (softmaxes, distances of nearly equal values) keep float32's precision; float32 and float64
+    stay as they are."""
     inputs = {k: batch[k] for k in MODEL_INPUTS if k in batch}
     context = (
         nullcontext()
@@ -334,9 +340,9 @@ def forward(
     with context:
         out = model(**inputs, output_hidden_states=hidden_states, output_attentions=attentions)
     return ModelOutput(
-        logits=out.logits.float(),
+        logits=_at_least_float32(out.logits),
         attention_mask=batch["attention_mask"],
-        hidden_states=tuple(h.float() for h in out.hidden_states) if hidden_states else None,
+        hidden_states=tuple(map(_at_least_float32, out.hidden_states)) if hidden_states else None,
         attentions=out.attentions if attentions else None,
     )
 
