@@ -3,6 +3,7 @@ WordPiece tokenizer, and a small local text-classification data set."""
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 
@@ -10,6 +11,12 @@ import pandas as pd
 import pytest
 import torch
 from transformers import AutoModelForSequenceClassification, BertConfig, BertTokenizerFast
+
+# No test starts the app's real demo build: on an empty runs root the app launches it in a
+# background process that outlives the test run. Set for the whole session, not per test, so
+# that nothing started by a test (a Streamlit script thread still running after its test, a
+# child process) sees the variable unset; tests that need another value set it with monkeypatch.
+os.environ["KDW_DEMO"] = "off"
 
 WORDS = [
     "good",
@@ -112,13 +119,6 @@ def tiny_task_dir(tmp_path: Path) -> Path:
     frame.iloc[300:350].to_csv(folder / "dev.csv", index=False)
     frame.iloc[350:].to_csv(folder / "test.csv", index=False)
     return folder
-
-
-@pytest.fixture(autouse=True)
-def no_demo_build(monkeypatch):
-    """No test starts the app's real demo build: on an empty runs root the app would launch it in
-    a background process that outlives the test run."""
-    monkeypatch.setenv("KDW_DEMO", "off")
 
 
 def assert_same_weights(one: dict, other: dict, atol: float = 1e-6) -> None:

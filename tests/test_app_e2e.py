@@ -39,6 +39,7 @@ PAGES = {
     "case-study": "Case study",
     "geometry": "Layer geometry",
     "loyalty": "Loyalty",
+    "divergence": "Where explanations diverge",
     "train": "Train",
     "export": "Export",
 }
