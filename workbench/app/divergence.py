@@ -107,35 +107,37 @@ def _scatter(table: pd.DataFrame, student: str) -> go.Figure:
 
 
 def _histograms(result: Divergence) -> go.Figure:
-    """The per-example attribution gap of every student and the AOPC values of every model."""
+    """The per-example attribution gap of every student and the AOPC values of every model,
+    each model in one colour and one legend entry across the three panels."""
+    from plotly.colors import qualitative
     from plotly.subplots import make_subplots
 
     figure = make_subplots(
         1, 3, subplot_titles=("attribution gap", "AOPC comprehensiveness", "AOPC sufficiency")
     )
-    for column, (suffix, models) in enumerate(
-        (("gap", result.students), ("comprehensiveness", result.models())), start=1
-    ):
+    colours = dict(zip(result.models(), qualitative.Plotly, strict=False))
+    panels = (
+        ("gap", result.students),
+        ("comprehensiveness", result.models()),
+        ("sufficiency", result.models()),
+    )
+    shown: set[str] = set()
+    for column, (suffix, models) in enumerate(panels, start=1):
         for model in models:
-            values = result.examples[f"{model} {suffix}"]
             figure.add_trace(
-                go.Histogram(x=values, name=model, legendgroup=model, opacity=0.6, nbinsx=30),
+                go.Histogram(
+                    x=result.examples[f"{model} {suffix}"],
+                    name=model,
+                    legendgroup=model,
+                    showlegend=model not in shown,
+                    marker_color=colours[model],
+                    opacity=0.6,
+                    nbinsx=30,
+                ),
                 1,
                 column,
             )
-    for model in result.models():
-        figure.add_trace(
-            go.Histogram(
-                x=result.examples[f"{model} sufficiency"],
-                name=model,
-                legendgroup=model,
-                showlegend=False,
-                opacity=0.6,
-                nbinsx=30,
-            ),
-            1,
-            3,
-        )
+            shown.add(model)
     figure.update_layout(barmode="overlay", height=320, margin={"t": 40})
     return figure
 
