@@ -14,7 +14,7 @@ import torch
 from transformers import PreTrainedModel
 
 from workbench.config import DataConfig
-from workbench.data import batches, encode, load_task
+from workbench.data import batches, encode, load_task, pad_id
 from workbench.models import (
     cut_student,
     encoder_layers,
@@ -54,11 +54,11 @@ def tweet_batch(
     data = load_task(DataConfig(task="tweets"))
     encoded = encode(data.splits[split], tokenizer, max_length)
     order = torch.randperm(len(encoded), generator=torch.Generator().manual_seed(0))[:size]
-    batch = next(batches(encoded, order.tolist(), size, tokenizer.pad_token_id))
+    batch = next(batches(encoded, order.tolist(), size, pad_id(tokenizer)))
     if pad_to is not None and batch["input_ids"].shape[1] < pad_to:
         extra = pad_to - batch["input_ids"].shape[1]
         for name in ("input_ids", "token_type_ids", "attention_mask"):
-            value = tokenizer.pad_token_id if name == "input_ids" else 0
+            value = pad_id(tokenizer) if name == "input_ids" else 0
             batch[name] = torch.nn.functional.pad(batch[name], (0, extra), value=value)
     return batch
 

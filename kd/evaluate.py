@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from kd.diagnostics import summarise
 from kd.objective import PRESETS, preset_weights
 from workbench.config import ObjectiveConfig, StudentConfig, from_dict
-from workbench.data import encode, load_task
+from workbench.data import encode, load_task, pad_id
 from workbench.errors import WorkbenchError
 from workbench.evaluation import evaluate_logits, predict_logits
 from workbench.models import encoder_layers, load_run
@@ -71,7 +71,7 @@ def evaluate_runs(
         dataset = encode(
             data.splits[split], loaded.tokenizer, loaded.data.max_length, data.spec.regression
         )
-        logits = predict_logits(loaded.model, dataset, 64, loaded.tokenizer.pad_token_id)
+        logits = predict_logits(loaded.model, dataset, 64, pad_id(loaded.tokenizer))
         reference = None
         teacher_path = teacher or (
             loaded.run.config(StudentConfig, "student").teacher_run
@@ -82,7 +82,7 @@ def evaluate_runs(
             if teacher_path not in teacher_logits:
                 source = load_run(teacher_path)
                 teacher_logits[teacher_path] = predict_logits(
-                    source.model, dataset, 64, source.tokenizer.pad_token_id
+                    source.model, dataset, 64, pad_id(source.tokenizer)
                 )
             reference = teacher_logits[teacher_path]
         rows.append(

@@ -25,7 +25,7 @@ from workbench.config import (
     TeacherConfig,
     to_dict,
 )
-from workbench.data import EncodedSplit, TaskData, TaskSpec, encode, load_task
+from workbench.data import EncodedSplit, TaskData, TaskSpec, encode, load_task, pad_id
 from workbench.errors import WorkbenchError, first_line
 from workbench.evaluation import evaluate_logits, predict_logits
 from workbench.files import atomic_write_json, atomic_write_text
@@ -130,7 +130,7 @@ def _saver(run: Run, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
 
 
 def _finish(
-    run: Run, model, data: TaskData, encoded, batch_size, pad_id, teacher_logits=None
+    run: Run, model, data: TaskData, encoded, batch_size, pad, teacher_logits=None
 ) -> dict:
     """Evaluate the best model on dev and test; write ``results.json``, per example
     ``predictions.json`` (ids, gold labels and predictions: what paired statistics need), and
@@ -138,7 +138,7 @@ def _finish(
     results, predictions = {}, {}
     for split in ("dev", "test"):
         if split in encoded:
-            logits = predict_logits(model, encoded[split], batch_size, pad_id)
+            logits = predict_logits(model, encoded[split], batch_size, pad)
             reference = None if teacher_logits is None else teacher_logits.get(split)
             labels = encoded[split].labels
             results[split] = evaluate_logits(data.spec, logits, labels, reference)
@@ -195,12 +195,12 @@ def train_teacher(
             weights=objective.weights,
             units=objective.term_units(),
             save_model=_saver(run, model, tokenizer, data.spec),
-            pad_token_id=tokenizer.pad_token_id,
+            pad_token_id=pad_id(tokenizer),
             callbacks=callbacks,
             device=device,
         )
         if train(job) and distributed.world().main:
-            _finish(run, model, data, encoded, optim.eval_batch_size, tokenizer.pad_token_id)
+            _finish(run, model, data, encoded, optim.eval_batch_size, pad_id(tokenizer))
     return run
 
 
@@ -282,7 +282,7 @@ def teacher_caches(
             compute,
             per_token=per_token,
             batch_size=batch_size,
-            pad_token_id=teacher.tokenizer.pad_token_id,
+            pad_token_id=pad_id(teacher.tokenizer),
             description=f"teacher cache ({split})",
             device=model_device(teacher.model),
             on_progress=on_progress,
@@ -380,7 +380,7 @@ def distill(
             weights=objective.weights,
             units=objective.term_units(),
             save_model=_saver(run, student, tokenizer, data.spec),
-            pad_token_id=tokenizer.pad_token_id,
+            pad_token_id=pad_id(tokenizer),
             dev_teacher_logits=teacher_logits["dev"],
             callbacks=callbacks,
             device=device,
@@ -392,7 +392,7 @@ def distill(
                 data,
                 encoded,
                 optim.eval_batch_size,
-                tokenizer.pad_token_id,
+                pad_id(tokenizer),
                 teacher_logits,
             )
     return run

@@ -11,7 +11,16 @@ import torch
 
 from tests.conftest import tiny_tokenizer
 from workbench.config import DataConfig
-from workbench.data import Split, collate, encode, load_glue, load_local, load_task, sample_split
+from workbench.data import (
+    Split,
+    collate,
+    encode,
+    load_glue,
+    load_local,
+    load_task,
+    pad_id,
+    sample_split,
+)
 from workbench.errors import WorkbenchError
 
 
@@ -249,3 +258,12 @@ def test_encode_truncates_in_one_pass_like_two(tmp_path: Path, pairs):
     assert encoded.input_ids == expected["input_ids"]
     assert encoded.token_type_ids == expected["token_type_ids"]
     assert encoded.truncated == sum(len(ids) > 10 for ids in full) == (1 if pairs is None else 3)
+
+
+def test_pad_id_is_the_tokenizers_or_zero(tmp_path: Path):
+    tokenizer = tiny_tokenizer(tmp_path / "tok")
+    assert pad_id(tokenizer) == tokenizer.pad_token_id == 0
+    tokenizer.add_special_tokens({"pad_token": "[UNK]"})
+    assert pad_id(tokenizer) == 1
+    tokenizer.pad_token = None
+    assert pad_id(tokenizer) == 0

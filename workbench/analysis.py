@@ -13,7 +13,7 @@ from torch import Tensor
 
 from workbench.agreement import attribution_gap, pearson_per_example
 from workbench.attribution import attribution_maps, grad_saliency
-from workbench.data import Split, TaskSpec, batches, encode
+from workbench.data import Split, TaskSpec, batches, encode, pad_id
 from workbench.heatmaps import Example
 from workbench.metrics import nan_mean, probability_loyalties, task_metrics
 from workbench.models import LoadedRun, forward
@@ -43,7 +43,7 @@ def split_outputs(
     mask = torch.zeros(len(dataset), length, dtype=torch.long)
     logits: Tensor | None = None
     all_maps: Tensor | None = None
-    for batch in batches(dataset, order, batch_size, loaded.tokenizer.pad_token_id or 0):
+    for batch in batches(dataset, order, batch_size, pad_id(loaded.tokenizer)):
         with torch.no_grad():
             out = forward(loaded.model, batch).logits.float()
         width = batch["input_ids"].shape[1]

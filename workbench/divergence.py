@@ -34,7 +34,7 @@ from workbench.attribution import AttributionConfig, compute_maps
 from workbench.cache import ExampleCache, cache_path, cached, key_digest
 from workbench.cache import Progress as CacheProgress
 from workbench.config import DivergenceSettings, MapSettings
-from workbench.data import EncodedSplit, Split, encode, sample_split
+from workbench.data import EncodedSplit, Split, encode, pad_id, sample_split
 from workbench.errors import WorkbenchError
 from workbench.export import merge_wordpieces
 from workbench.faithfulness import aopc
@@ -148,7 +148,7 @@ def _outputs(
         compute,
         per_token=("maps",),
         batch_size=16,
-        pad_token_id=loaded.tokenizer.pad_token_id or 0,
+        pad_token_id=pad_id(loaded.tokenizer),
         description=f"{loaded.run.name}: maps and AOPC",
         on_progress=progress,
     )

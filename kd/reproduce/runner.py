@@ -120,7 +120,7 @@ class ExampleScores:
 
     def _compute(self, teacher: Run, student: Run, explained_examples: int | None) -> dict:
         from workbench.analysis import agreement_per_example, split_outputs
-        from workbench.data import batches, encode, load_task
+        from workbench.data import batches, encode, load_task, pad_id
         from workbench.faithfulness import aopc
         from workbench.models import load_run
 
@@ -142,7 +142,7 @@ class ExampleScores:
             dataset = encode(explained, loaded.tokenizer, loaded.data.max_length)
             order = sorted(range(len(explained)), key=lambda i: len(dataset.input_ids[i]))
             comprehensiveness, sufficiency = [0.0] * len(explained), [0.0] * len(explained)
-            for batch in batches(dataset, order, 64, loaded.tokenizer.pad_token_id or 0):
+            for batch in batches(dataset, order, 64, pad_id(loaded.tokenizer)):
                 width = batch["input_ids"].shape[1]
                 result = aopc(
                     loaded.model,

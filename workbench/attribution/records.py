@@ -14,7 +14,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from workbench.attribution.settings import AttributionConfig, compute_maps
 from workbench.config import to_dict
-from workbench.data import collate
+from workbench.data import collate, pad_id
 from workbench.errors import WorkbenchError
 from workbench.files import parse_json_lines, write_json_lines
 from workbench.models import forward
@@ -94,7 +94,7 @@ def attribute_texts(
     records: dict[int, AttributionRecord] = {}
     for start in range(0, len(order), settings.batch_size):
         chosen = order[start : start + settings.batch_size]
-        batch = collate([examples[i] for i in chosen], tokenizer.pad_token_id or 0)
+        batch = collate([examples[i] for i in chosen], pad_id(tokenizer))
         gold = None if labels is None else torch.tensor([labels[i] for i in chosen])
         maps, names = compute_maps(model, batch, settings, gold, _special_ids(tokenizer))
         with torch.no_grad():

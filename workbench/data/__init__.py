@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from workbench.config import DataConfig
 from workbench.data.bundled import load_bbc_news, load_tweets
-from workbench.data.encoding import EncodedSplit, batches, collate, encode, to_device
+from workbench.data.encoding import EncodedSplit, batches, collate, encode, pad_id, to_device
 from workbench.data.glue import GLUE_TASKS, load_glue
 from workbench.data.local import load_local
 from workbench.data.splits import MIN_EXAMPLES, SPLITS, Split, TaskData, TaskSpec, sample_split
@@ -72,6 +72,7 @@ __all__ = [
     "load_glue",
     "load_local",
     "load_task",
+    "pad_id",
     "sample_split",
     "task_names",
     "to_device",

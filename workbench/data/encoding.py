@@ -63,6 +63,12 @@ def encode(
     )
 
 
+def pad_id(tokenizer: PreTrainedTokenizerBase) -> int:
+    """The id batches are padded with: the tokenizer's pad token, or 0 when it has none (padded
+    positions are masked out, so any id serves)."""
+    return 0 if tokenizer.pad_token_id is None else int(tokenizer.pad_token_id)
+
+
 def collate(examples: Sequence[dict], pad_token_id: int) -> dict[str, Tensor]:
     """Pad a list of examples to the longest one: ``input_ids``, ``token_type_ids``,
     ``attention_mask`` ``[B, L]``, ``labels`` ``[B]`` and ``index`` ``[B]`` (position in the
