@@ -129,9 +129,7 @@ def _saver(run: Run, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
     return save
 
 
-def _finish(
-    run: Run, model, data: TaskData, encoded, batch_size, pad, teacher_logits=None
-) -> dict:
+def _finish(run: Run, model, data: TaskData, encoded, batch_size, pad, teacher_logits=None) -> dict:
     """Evaluate the best model on dev and test; write ``results.json``, per example
     ``predictions.json`` (ids, gold labels and predictions: what paired statistics need), and
     add the results to the model card."""
