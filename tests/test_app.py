@@ -154,6 +154,12 @@ def test_case_study_shows_every_model_on_one_scale(app):
     html = _html(_ok(at.run()))
     assert "<script>" not in html and "[UNK]" in html  # the tiny vocabulary has no "<"
 
+    at.text_area(key="case.text").set_value("good " * 5000)  # 5,000 words
+    warnings = [w.value for w in _ok(at.run()).warning]
+    assert any(
+        "teacher read only the first" in w and "of the text's 5002 tokens" in w for w in warnings
+    )
+
 
 def test_heatmap_view_escapes_tokens_and_labels():
     rows = [

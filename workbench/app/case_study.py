@@ -182,6 +182,15 @@ def render() -> None:
         "and the student (each for its predicted class); ρ: Spearman correlation of "
         "the shown attribution maps (the teacher's predicted class for the view pred)."
     )
+    for explanation in explanations:
+        if explanation.truncated:
+            st.warning(
+                common.plain(
+                    f"{explanation.name} read only the first {len(explanation.tokens)} of the "
+                    f"text's {explanation.full_length} tokens (its maximum length): the text "
+                    "was truncated, and the rest is neither shown nor explained."
+                )
+            )
     for explanation, agreement_ in zip(explanations[1:], agreements, strict=True):
         for note in agreement_.notes:
             st.warning(common.plain(f"{explanation.name}: {note}"))
