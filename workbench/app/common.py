@@ -110,6 +110,21 @@ def pick_models(
     return teacher, [students[name] for name in chosen]
 
 
+def teacher_and_students(key: str) -> tuple[RunEntry, list[RunEntry]] | None:
+    """The teacher and at least one student a page compares (:func:`pick_models`), loaded;
+    None, with a message on the page, until there are such runs and they load."""
+    picked = pick_models(runs(), key)
+    if picked is None:
+        return None
+    teacher, students = picked
+    if not students:
+        st.info("Choose at least one student.")
+        return None
+    if load_models([teacher, *students]) is None:
+        return None
+    return teacher, students
+
+
 def load_models(entries: Sequence[RunEntry]) -> list[LoadedRun] | None:
     """Load the chosen runs; a run that fails shows its message and stops the page."""
     loaded = []

@@ -195,16 +195,10 @@ def _examples_table(result: Divergence, student: str) -> int | None:
 
 def render() -> None:
     st.title("Where explanations diverge")
-    entries = common.runs()
-    picked = common.pick_models(entries, KEY)
+    picked = common.teacher_and_students(KEY)
     if picked is None:
         return
     teacher, students = picked
-    if not students:
-        st.info("Choose at least one student.")
-        return
-    if common.load_models([teacher, *students]) is None:
-        return
     with st.expander("Settings", expanded=False):
         settings = config_widgets(DivergenceSettings, f"{KEY}.settings", columns=5)
     result, source = _compare(teacher, students, settings)

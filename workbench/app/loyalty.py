@@ -23,16 +23,10 @@ def departures(frame: pd.DataFrame, student: str) -> pd.DataFrame:
 
 def render() -> None:
     st.title("Loyalty")
-    entries = common.runs()
-    picked = common.pick_models(entries, KEY)
+    picked = common.teacher_and_students(KEY)
     if picked is None:
         return
     teacher, students = picked
-    if not students:
-        st.info("Choose at least one student.")
-        return
-    if common.load_models([teacher, *students]) is None:
-        return
     if common.load(teacher).spec.regression:
         st.info("Loyalty (LL, PL, SL) is defined here for classification tasks.")
         return
