@@ -15,7 +15,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from kd import distributed
 from kd.objective import Objective
-from kd.trainer import Callback, TrainingJob, _notify, set_seed, train
+from kd.trainer import Callback, TrainingJob, notify, set_seed, train
 from workbench.cache import ExampleCache, Progress, cached
 from workbench.config import (
     DataConfig,
@@ -350,7 +350,7 @@ def distill(
             data_config.max_length,
             Path(cache_dir) if cache_dir else run.cache_dir,
             optim.eval_batch_size,
-            lambda *progress: _notify(callbacks, "on_cache", *progress),
+            lambda *progress: notify(callbacks, "on_cache", *progress),
         )
         train_cache = caches["train"]
         teacher_logits = {split: caches[split].per_example["logits"] for split in ("dev", "test")}

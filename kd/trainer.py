@@ -123,7 +123,8 @@ def _restore_rng(state: dict) -> None:
     np.random.set_state(state["numpy"])
 
 
-def _notify(callbacks: Sequence[Callback], method: str, *args) -> None:
+def notify(callbacks: Sequence[Callback], method: str, *args) -> None:
+    """Call ``method`` on every callback that has it (the pipeline also reports cache progress)."""
     for callback in callbacks:
         hook = getattr(callback, method, None)
         if hook is not None:
@@ -301,7 +302,7 @@ def train(job: TrainingJob) -> dict[str, float]:
         state["step"] = step
         progress.update(1)
         progress.set_postfix(loss=f"{values_out['loss']:.4f}")
-        _notify(job.callbacks, "on_step", step, total, values_out)
+        notify(job.callbacks, "on_step", step, total, values_out)
 
         end_of_epoch = step % steps_per_epoch == 0
         due = step % optim.eval_every == 0 if optim.eval_every else end_of_epoch
@@ -322,7 +323,7 @@ def train(job: TrainingJob) -> dict[str, float]:
                 **metrics,
             }
             run.append_metrics(record)
-            _notify(job.callbacks, "on_evaluate", step, metrics)
+            notify(job.callbacks, "on_evaluate", step, metrics)
             if state["best"] is None or metrics[metric] > state["best"]:
                 state["best"], state["best_step"] = metrics[metric], step
                 replace_directory(run.model_dir, job.save_model)
