@@ -26,6 +26,7 @@ from workbench.config import (
     from_arguments,
     from_dict,
     to_dict,
+    upgrade,
 )
 from workbench.errors import WorkbenchError
 from workbench.heatmaps import ExportSettings, HeatmapSettings
@@ -107,6 +108,7 @@ def config_defaults(path: str) -> dict:
         values = sections.get(name, {})
         if not isinstance(values, dict):
             raise WorkbenchError(f"--config {path}: section {name!r} is not an object")
+        values = upgrade(values)  # a file written under former option names
         from_dict(cls, {**to_dict(cls()), **values})  # unknown settings, bad values: errors
         defaults |= values
     return defaults

@@ -230,7 +230,7 @@ class Objective:
             student_layers=student_layers,
             num_labels=num_labels,
             temperature=config.temperature or preset.temperature,
-            kd_form=config.kd_loss or (preset.official_kd_form if official else "kl"),
+            kd_form=config.kd_form or (preset.official_kd_form if official else "kl"),
         )
         for entry in objective.methods():
             objective.settings.update(entry.resolve(objective))

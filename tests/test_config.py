@@ -23,6 +23,7 @@ from workbench.config import (
     TeacherConfig,
     TuneConfig,
     _field_type,
+    from_arguments,
     from_dict,
 )
 from workbench.errors import WorkbenchError
@@ -116,6 +117,39 @@ def test_the_api_and_saved_settings_are_checked_too():
         OptimConfig(epochs=True)
     assert OptimConfig(epochs=1).epochs == 1  # an integer is a number (run.json may hold one)
     assert ExportSettings(cmap="viridis").cmap == "viridis"
+
+
+def test_a_renamed_option_keeps_its_former_name(capsys):
+    """--kd-loss became --kd-form: the former spelling still works on the command line, with a
+    note, and a record written under the former name reads under the new one."""
+    from kd.cli import build_parser
+
+    arguments = ["distill", "--teacher-run", "t", "--run-dir", "s", "--task", "tweets"]
+    parsed = build_parser().parse_args([*arguments, "--kd-loss", "soft-ce"])
+    assert capsys.readouterr().err == "kdw distill: note: --kd-loss is deprecated: use --kd-form\n"
+    assert from_arguments(ObjectiveConfig, parsed).kd_form == "soft-ce"
+    assert build_parser().parse_args([*arguments, "--kd-form", "kl-mean"]).kd_form == "kl-mean"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["distill", "--help"])
+    shown = capsys.readouterr().out
+    assert "--kd-form" in shown and "--kd-loss" not in shown  # the former name is not offered
+    assert from_dict(ObjectiveConfig, {"kd_loss": "soft-ce"}).kd_form == "soft-ce"
+    with pytest.raises(WorkbenchError, match=r"^settings 'kd_loss' and 'kd_form' are one setting"):
+        from_dict(ObjectiveConfig, {"kd_loss": "kl", "kd_form": "kl"})
+    with pytest.raises(WorkbenchError, match=r"^--kd-form: 'l2' is not allowed"):
+        from_dict(ObjectiveConfig, {"kd_loss": "l2"})
+
+
+def test_a_config_file_under_former_names_still_loads(tmp_path):
+    """best.json files written by kdw tune before the rename (two are committed under reports/)."""
+    from kd.cli import config_defaults
+
+    committed = Path(__file__).parents[1] / "reports/diagnosis/tune/best.json"
+    assert "kd_loss" in json.loads(committed.read_text())["objective"]
+    assert "kd_form" in config_defaults(str(committed))
+    path = tmp_path / "best.json"
+    path.write_text(json.dumps({"objective": {"preset": "kd", "kd_loss": "soft-ce"}}))
+    assert config_defaults(str(path)) == {"preset": "kd", "kd_form": "soft-ce"}
 
 
 SEEDS = {"seed", "split_seed"}  # any integer is a seed

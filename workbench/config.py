@@ -16,6 +16,7 @@ import functools
 import json
 import math
 import numbers
+import sys
 import types
 import typing
 from collections.abc import Callable, Sequence
@@ -235,7 +236,7 @@ class ObjectiveConfig(Checked):
         "softmax temperature τ of the KD term (default: the preset's: 4, AD-KD 2, GKD 5)",
         domain=positive_number,
     )
-    kd_loss: str | None = option(
+    kd_form: str | None = option(
         None,
         "KD term form: kl (τ²·KL, batch mean), soft-ce (AD-KD/CKD code, no τ²), kl-mean "
         "(GKD/PKD code: KLDivLoss mean × τ²); default from --parity",
@@ -412,17 +413,31 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
             )
             continue
         choices = f.metadata.get("choices")
-        group.add_argument(
-            name,
-            type=_parse_optional(kind) if optional else kind,
-            default=default,
-            choices=[c for c in choices if c is not None] + ([None] if None in choices else [])
+        parsing = {
+            "type": _parse_optional(kind) if optional else kind,
+            "choices": [c for c in choices if c is not None] + ([None] if None in choices else [])
             if choices
             else None,
-            help=help_text,
-            dest=f.name,
-            metavar=f.name.upper(),
+            "dest": f.name,
+            "metavar": f.name.upper(),
+        }
+        group.add_argument(name, default=default, help=help_text, **parsing)
+        for old in (old for old, new in RENAMED.items() if new == f.name):
+            group.add_argument(
+                option_name(old), action=_Deprecated, help=argparse.SUPPRESS, **parsing
+            )
+
+
+class _Deprecated(argparse.Action):
+    """An option under its former name (:data:`RENAMED`): stored under the new one, with a note
+    on standard error."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        print(
+            f"{parser.prog}: note: {option_string} is deprecated: use {option_name(self.dest)}",
+            file=sys.stderr,
         )
+        setattr(namespace, self.dest, values)
 
 
 def from_arguments(cls: type[T], namespace: argparse.Namespace) -> T:
@@ -447,8 +462,28 @@ def config_key(config: Any) -> str:
     return json.dumps(to_dict(config), sort_keys=True)
 
 
+# settings renamed since records were first written, former name → name: a record (run.json, a
+# --config file, a suite's results.json) read today has them under their new names
+# (:func:`upgrade`), and the CLI still takes the former spelling, with a note
+RENAMED = {"kd_loss": "kd_form"}
+
+
+def upgrade(values: dict[str, Any]) -> dict[str, Any]:
+    """A config section as recorded, with its settings under their current names
+    (:data:`RENAMED`); a section holding a setting under both names is an error."""
+    both = [old for old in RENAMED if old in values and RENAMED[old] in values]
+    if both:
+        raise WorkbenchError(
+            f"settings {both[0]!r} and {RENAMED[both[0]]!r} are one setting: keep "
+            f"{RENAMED[both[0]]!r}"
+        )
+    return {RENAMED.get(name, name): value for name, value in values.items()}
+
+
 def from_dict(cls: type[T], values: dict[str, Any]) -> T:
-    """Rebuild ``cls`` from :func:`to_dict`'s output; unknown keys are an error."""
+    """Rebuild ``cls`` from :func:`to_dict`'s output, settings recorded under a former name
+    read under the current one (:func:`upgrade`); unknown keys are an error."""
+    values = upgrade(values)
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = set(values) - names
     if unknown:

@@ -33,7 +33,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, TypeVar
 
-from workbench.config import from_dict, option_name, resolve_paths
+from workbench.config import from_dict, option_name, resolve_paths, upgrade
 from workbench.errors import WorkbenchError, first_line
 from workbench.files import (
     append_json_line,
@@ -148,7 +148,7 @@ class Run:
         """Refuse to reopen a run with other settings, one whose data changed since, or one
         whose settings now resolve to another objective (``info[RESOLVED]``: a preset's
         defaults changed); a run written before runs kept that record is reopened."""
-        existing = self.read_json(RUN_FILE)
+        existing = self.info()
         given = json.loads(json.dumps(info, default=str))
         changed = _differences(
             {k: v for k, v in existing.items() if k != RESOLVED},
@@ -231,10 +231,11 @@ class Run:
             raise WorkbenchError(f"{path} is corrupt ({reason}): {remedy}") from None
 
     def info(self) -> dict[str, Any]:
+        """The run's record, its configs' settings under their current names."""
         info = self.read_json(RUN_FILE)
         if not isinstance(info, dict) or "kind" not in info or "configs" not in info:
             raise WorkbenchError(f"{self.path / RUN_FILE} is corrupt: no kind or configs")
-        return info
+        return info | {"configs": {k: upgrade(v) for k, v in info["configs"].items()}}
 
     def config(self, cls: type[T], group: str) -> T:
         """The config ``group`` (``data``, ``student``…) of the run's record as ``cls``, its
