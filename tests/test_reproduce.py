@@ -33,12 +33,14 @@ from workbench.errors import WorkbenchError
 
 
 def _timing_free(report: str) -> str:
-    """The report without the line stating how long the call ran and what it trained."""
-    return re.sub(r"The call that wrote these results ran .*\n", "", report)
+    """The report without its wall clock: the calls that wrote it, how long each ran."""
+    return re.sub(r"Wall clock: .*\n\n(\|.*\n)+", "", report)
 
 
 def _trained(out: Path) -> int:
-    return json.loads((out / "results.json").read_text())["trained_this_invocation"]
+    """What the last call of the suite trained: searches, teachers and students."""
+    last = json.loads((out / "results.json").read_text())["calls"][-1]
+    return last["searches"] + last["teachers"] + last["students"]
 
 
 def test_tiny_suite_report_and_resume(tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: Path):
@@ -128,6 +130,9 @@ def test_tiny_suite_report_and_resume(tiny_model_dir: Path, tiny_task_dir: Path,
     again = reproduce(out, suite, announce=lambda _: None).read_text()
     assert _trained(out) == 0 and not (out / "runs").exists() and not (out / "tune").exists()
     assert _timing_free(again) == _timing_free(report)
+    assert "in 2 calls of `kdw reproduce`" in again
+    calls = json.loads((out / "results.json").read_text())["calls"]
+    assert len(calls) == 2 and calls[0]["students"] == 15 and calls[0]["searches"] == 2
     moved = tmp_path / "elsewhere" / "suite"  # the suite folder moved
     shutil.move(out, moved)
     assert _timing_free(reproduce(moved, suite, announce=lambda _: None).read_text()) == (

@@ -262,16 +262,30 @@ def setup_lines(results: dict) -> list[str]:
         lines.append("")
     if results.get("cuts"):
         lines += [f"What this suite cuts: {results['cuts']}", ""]
-    if "seconds_this_invocation" in results:
-        minutes = results["seconds_this_invocation"] / 60
-        trained = results.get("trained_this_invocation")
+    calls = results.get("calls", [])
+    if calls:
         lines += [
-            f"The call that wrote these results ran {minutes:.0f} minutes with `--jobs "
-            f"{results.get('jobs', 1)}`, reusing any run an earlier call had finished"
-            + (f" (it trained {trained} students)." if trained is not None else "."),
+            f"Wall clock: {_duration(sum(c['seconds'] for c in calls))} in {len(calls)} "
+            f"call{'s' if len(calls) > 1 else ''} of `kdw reproduce`, each resuming from "
+            "`results.json` (the sum of the calls is the suite's time from an empty folder when "
+            "the first call started from one):",
             "",
+            "| started (UTC) | wall clock | searches | teachers | students | jobs | load before |",
+            "|---|---|---|---|---|---|---|",
         ]
+        lines += [
+            f"| {c['started']} | {_duration(c['seconds'])} | {c['searches']} | {c['teachers']} "
+            f"| {c['students']} | {c['jobs']} | {c['load_before']} |"
+            for c in calls
+        ]
+        lines.append("")
     return lines
+
+
+def _duration(seconds: float) -> str:
+    """``1 h 07 min`` or ``12 min``."""
+    minutes = round(seconds / 60)
+    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
 
 
 def tuning_lines(results: dict) -> list[str]:

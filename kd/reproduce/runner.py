@@ -414,6 +414,7 @@ def run_suite(
     test split; rows already recorded under the same identity are kept as they are. With
     ``jobs`` > 1 searches and students run in that many processes."""
     started = time.time()
+    load_before = os.getloadavg()[0]  # what else ran beside this call, for its wall clock
     previous = read_results(out)
     recorded = {r["key"]: r for r in previous.get("students", []) if "key" in r}
     teachers: dict[str, dict] = {
@@ -495,8 +496,18 @@ def run_suite(
             **fixed,
             "test_sets": test_sets,
             "students": [scored[i] for i in range(len(todo)) if i in scored],
-            "seconds_this_invocation": round(time.time() - started),
-            "trained_this_invocation": len(calls),
+            "calls": [  # every call's wall clock: their sum is the suite's from an empty folder
+                *previous.get("calls", []),
+                {
+                    "started": time.strftime("%Y-%m-%d %H:%M", time.gmtime(started)),
+                    "seconds": round(time.time() - started),
+                    "searches": len(searches),
+                    "teachers": len(runs),
+                    "students": len(calls),
+                    "jobs": jobs,
+                    "load_before": round(load_before, 1),
+                },
+            ],
         }
 
     def finished(index: int, result: Scored) -> None:
