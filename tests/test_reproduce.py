@@ -186,6 +186,47 @@ def test_moved_run_folders_are_used(tiny_model_dir: Path, tiny_task_dir: Path, t
     assert again["students"][0]["examples"] == first["students"][0]["examples"]
 
 
+def test_an_interrupted_call_keeps_what_finished(
+    tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: Path, monkeypatch
+):
+    """Ctrl-C during the second student: the record keeps the teacher, the first student and
+    the call's wall clock; the next call trains only the second student."""
+    import kd.reproduce.runner as runner
+
+    plan = TaskPlan(
+        DataConfig(task=str(tiny_task_dir), max_length=16),
+        TeacherConfig(model=str(tiny_model_dir)),
+        teacher_epochs=1,
+        student_epochs=0.2,
+        student_layers=2,
+        seeds=(1,),
+        batch_size=16,
+        explained_examples=10,
+    )
+    suite = Suite(
+        plans={"tiny": plan}, ablation_task="tiny", methods=("kd", "ckd"), ablation_groups=()
+    )
+    train = runner.train_and_score
+
+    def interrupted(*call):
+        if call[3].name == "ckd":
+            raise KeyboardInterrupt
+        return train(*call)
+
+    monkeypatch.setattr(runner, "train_and_score", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        reproduce(tmp_path, suite, announce=lambda _: None)
+    first = json.loads((tmp_path / "results.json").read_text())
+    assert [r["name"] for r in first["students"]] == ["kd"] and list(first["teachers"]) == ["tiny"]
+    assert len(first["calls"]) == 1 and first["calls"][0]["students"] == 1
+    monkeypatch.undo()
+    reproduce(tmp_path, suite, announce=lambda _: None)
+    second = json.loads((tmp_path / "results.json").read_text())
+    assert [r["name"] for r in second["students"]] == ["kd", "ckd"]
+    assert second["students"][0] == first["students"][0]
+    assert [c["students"] for c in second["calls"]] == [1, 1]
+
+
 def test_gallery_takes_the_first_example_of_each_class():
     assert gallery_indices([2, 0, 0, 1, 2]) == "1,3,0"
 

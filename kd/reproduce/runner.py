@@ -412,7 +412,9 @@ def run_suite(
     """Train what the record in ``<out>/results.json`` lacks: the weights chosen on dev, then
     every student (teachers only for tasks with something left to train), scoring each on the
     test split; rows already recorded under the same identity are kept as they are. With
-    ``jobs`` > 1 searches and students run in that many processes."""
+    ``jobs`` > 1 searches and students run in that many processes. The record is rewritten after
+    every teacher, search and student, and when the call is interrupted, with this call's wall
+    clock."""
     started = time.time()
     load_before = os.getloadavg()[0]  # what else ran beside this call, for its wall clock
     previous = read_results(out)
@@ -423,52 +425,15 @@ def run_suite(
         if task in suite.plans
         and record.get("key") == fingerprint(teacher_settings(suite.plans[task]))
     }
-    runs: dict[str, Run] = {}
-
-    def teacher_run(task: str) -> Run:
-        if task not in runs:
-            announce(f"teacher on {task}")
-            run = _teacher(out, task, suite.plans[task])
-            runs[task] = run
-            teachers[task] = {
-                "key": fingerprint(teacher_settings(suite.plans[task])),
-                "run": relative(run.path, out),
-                "test": run.results()["test"],
-            }
-        return runs[task]
-
     tuning = {
         method: record
         for method, record in previous.get("tuning", {}).items()
         if method in suite.tuned
         and record.get("key") == fingerprint(tuning_settings(suite, method))
     }
-    searches = {
-        index: (out, teacher_run(suite.ablation_task).path, suite, method)
-        for index, method in enumerate(suite.tuned)
-        if method not in tuning
-    }
     methods = list(suite.tuned)
-
-    def tuned(index: int, record: dict) -> None:
-        tuning[methods[index]] = record
-        announce(f"weights chosen on dev for {methods[index]}: {record['chosen']}")
-
-    _parallel(choose_weights, searches, jobs, tuned)
-    chosen = {m: from_dict(ObjectiveConfig, r["objective"]) for m, r in tuning.items()}
-    todo = experiments(suite, chosen)
-    keys = [identity(e, suite.plan_of(e), suite.plans[e.task]) for e in todo]
-    scored: dict[int, dict] = {i: recorded[k] for i, k in enumerate(keys) if k in recorded}
-    calls = {
-        i: (out, teacher_run(e.task).path, suite.plan_of(e), e, keys[i])
-        for i, e in enumerate(todo)
-        if i not in scored
-    }
-    for task in suite.plans:  # a task with nothing left to train keeps its recorded teacher
-        if task not in teachers:
-            teacher_run(task)
     test_sets = dict(previous.get("test_sets", {}))
-    fixed = {  # what does not change while the students train
+    fixed = {  # what does not change during the call
         "format": FORMAT,
         "suite": suite.description,
         "cuts": suite.cuts,
@@ -484,18 +449,25 @@ def run_suite(
             task: previous.get("truncation", {}).get(task) or measure_truncation(plan)
             for task, plan in suite.plans.items()
         },
-        "teachers": {task: teachers[task] for task in suite.plans},
-        "tuning": {m: tuning[m] for m in methods},
         "tuned": bool(suite.tuned),
-        "planned_students": len(todo),
         "jobs": jobs,
     }
+    runs: dict[str, Run] = {}
+    todo: list[Experiment] = []  # known once the weights are chosen
+    scored: dict[int, dict] = {}
+    calls: dict[int, tuple] = {}
+    searches: dict[int, tuple] = {}
 
     def results() -> dict:
         return {
             **fixed,
+            "teachers": {task: teachers[task] for task in suite.plans if task in teachers},
+            "tuning": {m: tuning[m] for m in methods if m in tuning},
+            "planned_students": len(todo) or previous.get("planned_students"),
             "test_sets": test_sets,
-            "students": [scored[i] for i in range(len(todo)) if i in scored],
+            "students": [scored[i] for i in range(len(todo)) if i in scored]
+            if todo
+            else previous.get("students", []),
             "calls": [  # every call's wall clock: their sum is the suite's from an empty folder
                 *previous.get("calls", []),
                 {
@@ -503,12 +475,30 @@ def run_suite(
                     "seconds": round(time.time() - started),
                     "searches": len(searches),
                     "teachers": len(runs),
-                    "students": len(calls),
+                    "students": sum(i in calls for i in scored),  # trained by this call
                     "jobs": jobs,
                     "load_before": round(load_before, 1),
                 },
             ],
         }
+
+    def teacher_run(task: str) -> Run:
+        if task not in runs:
+            announce(f"teacher on {task}")
+            run = _teacher(out, task, suite.plans[task])
+            runs[task] = run
+            teachers[task] = {
+                "key": fingerprint(teacher_settings(suite.plans[task])),
+                "run": relative(run.path, out),
+                "test": run.results()["test"],
+            }
+            atomic_write_json(out / "results.json", results())
+        return runs[task]
+
+    def tuned(index: int, record: dict) -> None:
+        tuning[methods[index]] = record
+        announce(f"weights chosen on dev for {methods[index]}: {record['chosen']}")
+        atomic_write_json(out / "results.json", results())
 
     def finished(index: int, result: Scored) -> None:
         experiment = todo[index]
@@ -539,9 +529,35 @@ def run_suite(
         )
         atomic_write_json(out / "results.json", results())  # --report-only works mid-suite
 
-    if not calls:
-        announce(f"all {len(todo)} students are recorded in {out / 'results.json'}: none trained")
-    _parallel(train_and_score, calls, jobs, finished)
-    final = results()
-    atomic_write_json(out / "results.json", final)
+    try:
+        searches.update(
+            {
+                index: (out, teacher_run(suite.ablation_task).path, suite, method)
+                for index, method in enumerate(methods)
+                if method not in tuning
+            }
+        )
+        _parallel(choose_weights, searches, jobs, tuned)
+        chosen = {m: from_dict(ObjectiveConfig, r["objective"]) for m, r in tuning.items()}
+        todo = experiments(suite, chosen)
+        keys = [identity(e, suite.plan_of(e), suite.plans[e.task]) for e in todo]
+        scored.update({i: recorded[k] for i, k in enumerate(keys) if k in recorded})
+        calls.update(
+            {
+                i: (out, teacher_run(e.task).path, suite.plan_of(e), e, keys[i])
+                for i, e in enumerate(todo)
+                if i not in scored
+            }
+        )
+        for task in suite.plans:  # a task with nothing left to train keeps its recorded teacher
+            if task not in teachers:
+                teacher_run(task)
+        if not calls:
+            announce(
+                f"all {len(todo)} students are recorded in {out / 'results.json'}: none trained"
+            )
+        _parallel(train_and_score, calls, jobs, finished)
+    finally:  # also when interrupted: what finished is kept, with this call's wall clock
+        final = results()
+        atomic_write_json(out / "results.json", final)
     return final
