@@ -270,7 +270,8 @@ def setup_lines(results: dict) -> list[str]:
             "`results.json` (the sum of the calls is the suite's time from an empty folder when "
             "the first call started from one):",
             "",
-            "| started (UTC) | wall clock | searches | teachers | students | jobs | load before |",
+            "| started (UTC) | wall clock | searches | teachers trained or reopened "
+            "| students trained | jobs | load before |",
             "|---|---|---|---|---|---|---|",
         ]
         lines += [
