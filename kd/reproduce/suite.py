@@ -178,15 +178,23 @@ def ablations(task: str, plan: TaskPlan, seeds: Sequence[int]) -> list[Experimen
 
 
 def experiments(suite: Suite, chosen: dict[str, ObjectiveConfig] | None = None) -> list[Experiment]:
-    """Main table first (every task, method and seed; a method's objective as ``chosen`` on dev
-    where it was tuned, else its preset), then the ablations (at the presets' defaults)."""
+    """The main table (every task, method and seed; a method's objective as ``chosen`` on dev
+    where it was tuned, else its preset) and the ablations (at the presets' defaults), grouped
+    by teacher: the ablation task's main table, its ablations, then the other tasks' main
+    tables, so that a call stopped part-way leaves the next call (on a machine without the run
+    folders) fewer teachers to train again."""
     chosen = chosen or {}
-    main = [
-        Experiment(task, method, "main", chosen.get(method, ObjectiveConfig(preset=method)), seed)
-        for task, plan in suite.plans.items()
-        for seed in plan.seeds
-        for method in suite.methods
-    ]
+    tasks = [suite.ablation_task, *(task for task in suite.plans if task != suite.ablation_task)]
+    main = {
+        task: [
+            Experiment(
+                task, method, "main", chosen.get(method, ObjectiveConfig(preset=method)), seed
+            )
+            for seed in suite.plans[task].seeds
+            for method in suite.methods
+        ]
+        for task in tasks
+    }
     extra = ablations(suite.ablation_task, suite.plans[suite.ablation_task], suite.ablation_seeds)
     if suite.ablation_groups is not None:
         extra = [e for e in extra if e.group in suite.ablation_groups]
@@ -198,7 +206,8 @@ def experiments(suite: Suite, chosen: dict[str, ObjectiveConfig] | None = None) 
             for seed in suite.ablation_seeds
             for method in ABLATED_METHODS
         ] + extra
-    return main + extra + list(suite.extra)
+    others = [e for task in tasks[1:] for e in main[task]]
+    return main[suite.ablation_task] + extra + others + list(suite.extra)
 
 
 def limit(value: int | None) -> str:
