@@ -9,7 +9,7 @@ record chose on dev; its identity must equal the recorded row's (else the suite'
 changed and there is nothing to compare). It is trained again in a fresh folder with the threads
 the suite gave it, against the suite's teacher run when that folder is present, else against a
 teacher trained again (then its test metrics are compared too). Writes ``retrain.json`` beside
-``results.json``.
+``results.json`` (or ``--json``).
 """
 
 from __future__ import annotations
@@ -45,6 +45,11 @@ def main() -> None:
     parser.add_argument("--task", default="tweets")
     parser.add_argument("--names", nargs="+", default=["kd", "adkd"])
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--json",
+        type=Path,
+        help="where to write the checks (default: retrain.json beside results.json)",
+    )
     args = parser.parse_args()
 
     results = read_results(args.suite)
@@ -56,7 +61,7 @@ def main() -> None:
         out = Path(scratch)
         plan = DEFAULT.plans[args.task]
         teacher = args.suite / results["teachers"][args.task]["run"]
-        if not (teacher / "model.safetensors").exists():
+        if not (teacher / "run.json").exists():
             teacher = _teacher(out, args.task, plan).path
             again = Run(teacher).results()["test"]
             recorded = results["teachers"][args.task]["test"]
@@ -78,7 +83,7 @@ def main() -> None:
             checks.append({"student": key, "largest_difference": difference})
             print(f"{key}: largest difference {difference:.3g} over {len(scored.test)} metrics")
     atomic_write_json(
-        args.suite / "retrain.json",
+        args.json or args.suite / "retrain.json",
         {"tolerance": TOLERANCE, "threads": threads, "checks": checks},
     )
     if any(c["largest_difference"] > TOLERANCE for c in checks):
