@@ -153,10 +153,9 @@ def test_tiny_suite_report_and_resume(tiny_model_dir: Path, tiny_task_dir: Path,
         reproduce(tmp_path / "empty", report_only=True)
 
 
-def test_moved_run_folders_are_used(tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: Path):
-    """Run folders written elsewhere (their record names the teacher's old path) are used when
-    present: a finished student missing from results.json is scored again, not retrained."""
-    plan = TaskPlan(
+def _one_seed_plan(tiny_model_dir: Path, tiny_task_dir: Path) -> TaskPlan:
+    """A one-seed plan on the tiny model and task, quick to train."""
+    return TaskPlan(
         DataConfig(task=str(tiny_task_dir), max_length=16),
         TeacherConfig(model=str(tiny_model_dir)),
         teacher_epochs=1,
@@ -168,6 +167,12 @@ def test_moved_run_folders_are_used(tiny_model_dir: Path, tiny_task_dir: Path, t
         student_learning_rate=1e-3,
         explained_examples=10,
     )
+
+
+def test_moved_run_folders_are_used(tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: Path):
+    """Run folders written elsewhere (their record names the teacher's old path) are used when
+    present: a finished student missing from results.json is scored again, not retrained."""
+    plan = _one_seed_plan(tiny_model_dir, tiny_task_dir)
     suite = Suite(plans={"tiny": plan}, ablation_task="tiny", methods=("kd",), ablation_groups=())
     out = tmp_path / "a"
     reproduce(out, suite, announce=lambda _: None)
@@ -193,16 +198,7 @@ def test_an_interrupted_call_keeps_what_finished(
     the call's wall clock; the next call trains only the second student."""
     import kd.reproduce.runner as runner
 
-    plan = TaskPlan(
-        DataConfig(task=str(tiny_task_dir), max_length=16),
-        TeacherConfig(model=str(tiny_model_dir)),
-        teacher_epochs=1,
-        student_epochs=0.2,
-        student_layers=2,
-        seeds=(1,),
-        batch_size=16,
-        explained_examples=10,
-    )
+    plan = _one_seed_plan(tiny_model_dir, tiny_task_dir)
     suite = Suite(
         plans={"tiny": plan}, ablation_task="tiny", methods=("kd", "ckd"), ablation_groups=()
     )
