@@ -167,7 +167,8 @@ class ExampleScores:
 SCORES = ExampleScores()  # one per process: each keeps its teachers' outputs
 
 
-def _teacher(out: Path, task: str, plan: TaskPlan) -> Run:
+def task_teacher(out: Path, task: str, plan: TaskPlan) -> Run:
+    """Train (or reopen) a task's teacher in the suite folder, seed 1."""
     return train_teacher(
         plan.data,
         plan.teacher,
@@ -485,7 +486,7 @@ def run_suite(
     def teacher_run(task: str) -> Run:
         if task not in runs:
             announce(f"teacher on {task}")
-            run = _teacher(out, task, suite.plans[task])
+            run = task_teacher(out, task, suite.plans[task])
             runs[task] = run
             teachers[task] = {
                 "key": fingerprint(teacher_settings(suite.plans[task])),

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 from kd.reproduce import DEFAULT, experiments, identity
-from kd.reproduce.runner import _teacher, read_results, train_and_score
+from kd.reproduce.runner import read_results, task_teacher, train_and_score
 from workbench.config import ObjectiveConfig, from_dict
 from workbench.files import atomic_write_json
 from workbench.runs import Run
@@ -62,7 +62,7 @@ def main() -> None:
         plan = DEFAULT.plans[args.task]
         teacher = args.suite / results["teachers"][args.task]["run"]
         if not (teacher / "run.json").exists():
-            teacher = _teacher(out, args.task, plan).path
+            teacher = task_teacher(out, args.task, plan).path
             again = Run(teacher).results()["test"]
             recorded = results["teachers"][args.task]["test"]
             checks.append(
