@@ -47,6 +47,7 @@ def test_tiny_suite_report_and_resume(tiny_model_dir: Path, tiny_task_dir: Path,
     plan = TaskPlan(
         DataConfig(task=str(tiny_task_dir), max_length=16),
         TeacherConfig(model=str(tiny_model_dir)),
+        student_train_examples=200,  # of the teacher's 300
         teacher_epochs=2,
         student_epochs=0.2,
         student_layers=2,
@@ -72,6 +73,10 @@ def test_tiny_suite_report_and_resume(tiny_model_dir: Path, tiny_task_dir: Path,
     assert len(experiments(suite)) == 2 * 5 + 3 + 2  # 3 references, K=4 and K=8
     everything = experiments(Suite(plans={"tiny": plan}, ablation_task="tiny"))
     assert len(everything) == 2 * len(MAIN_METHODS) + 3 + 4 + 2 + 1 + 2 + 2 + 1
+    without = replace(suite, ablation_groups=())  # no ablation, so no reference either
+    assert [e.group for e in experiments(without)] == ["main"] * 2 * 5
+    ablated = [e for e in experiments(without.with_ablations()) if e.group != "main"]
+    assert len(ablated) == 3 + len(everything) - 2 * len(MAIN_METHODS)  # 3 references
     out = tmp_path / "report"
     report = reproduce(out, suite, announce=lambda _: None, jobs=2).read_text()  # 2 processes
     results = json.loads((out / "results.json").read_text())
@@ -87,6 +92,14 @@ def test_tiny_suite_report_and_resume(tiny_model_dir: Path, tiny_task_dir: Path,
     main_adkd = next(r for r in results["students"] if r["name"] == "adkd" and r["group"] == "main")
     objective = json.loads((out / main_adkd["run"] / "run.json").read_text())["configs"]
     assert f"attr={beta:g}" in objective["objective"]["weights"]
+    # the main table's students on 200 of the teacher's 300 examples, the ablations on 150
+    teacher = json.loads((out / results["teachers"]["tiny"]["run"] / "run.json").read_text())
+    assert teacher["configs"]["data"]["max_train_examples"] is None
+    assert objective["data"]["max_train_examples"] == 200
+    reference = next(r for r in results["students"] if r["group"] == "reference")
+    ablation = json.loads((out / reference["run"] / "run.json").read_text())["configs"]
+    assert ablation["data"]["max_train_examples"] == 150
+    assert "| tiny | " in report and " | all | ≤ 200 | all | 16 | " in report
     assert "## Weights chosen on dev" in report and f"beta={beta:g}" in report
 
     # every student scored on its test split, per example

@@ -226,14 +226,15 @@ def setup_lines(results: dict) -> list[str]:
     lines = [
         "## Set-up and what was cut",
         "",
-        "| task | teacher | train | test | tokens | teacher epochs | student | "
-        "student epochs | seeds |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| task | teacher | teacher's train | students' train | test | tokens | teacher epochs | "
+        "student | student epochs | seeds |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for task, plan in setup.items():
+        students = plan.get("student_train_examples") or plan["max_train_examples"]
         lines.append(
             f"| {task} | {plan['teacher']} | {limit(plan['max_train_examples'])} | "
-            f"{limit(plan['max_eval_examples'])} | {plan['max_length']} | "
+            f"{limit(students)} | {limit(plan['max_eval_examples'])} | {plan['max_length']} | "
             f"{plan['teacher_epochs']:g} | {plan['student_layers']} layers cut from the teacher | "
             f"{plan['student_epochs']:g} | {', '.join(map(str, plan['seeds']))} |"
         )
