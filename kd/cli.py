@@ -216,14 +216,22 @@ def _add_sources(parser: argparse.ArgumentParser, verb: str) -> None:
     )
 
 
-def _reproduce(args: argparse.Namespace) -> None:
-    from kd.reproduce import DEFAULT, FULL, reproduce
+def reproduce_suite(args: argparse.Namespace):
+    """The suite ``kdw reproduce``'s options name (a :class:`kd.reproduce.Suite`)."""
+    from kd.reproduce import DEFAULT, FULL
 
     suite = FULL if args.full else DEFAULT
     if args.fixed:
         suite = suite.fixed()
     if args.ablations:
         suite = suite.with_ablations()
+    return suite
+
+
+def _reproduce(args: argparse.Namespace) -> None:
+    from kd.reproduce import reproduce
+
+    suite = reproduce_suite(args)
     report = reproduce(Path(args.out), suite, jobs=args.jobs, report_only=args.report_only)
     print(f"report: {report}")
 

@@ -14,7 +14,8 @@ import pandas as pd
 import pytest
 from transformers import BertTokenizerFast
 
-from kd.cli import build_parser, main
+from kd.cli import build_parser, main, reproduce_suite
+from kd.reproduce import DEFAULT, FULL, experiments
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,6 +54,18 @@ def test_every_command_explains_its_options(command, capsys):
     if command == "distill":
         for option in ("--teacher-run", "--preset", "--temperature", "--layers", "--parity"):
             assert option in out
+
+
+def test_reproduce_options_name_the_suite():
+    def suite(*options: str):
+        return reproduce_suite(build_parser().parse_args(["reproduce", *options]))
+
+    assert suite() == DEFAULT and suite("--full") == FULL
+    assert {e.group for e in experiments(DEFAULT)} == {"main"}  # the default: no ablation
+    ablated = suite("--ablations", "--fixed")
+    assert ablated.tuned == {} and ablated == DEFAULT.fixed().with_ablations()
+    groups = {e.group for e in experiments(ablated)}
+    assert {"reference", "adkd-k", "adkd-m", "adkd-terms", "ckd-terms"} <= groups
 
 
 def test_unknown_task_model_and_missing_column(tmp_path, tiny_model_dir, capsys):

@@ -156,12 +156,14 @@ def test_tiny_suite_report_and_resume(tiny_model_dir: Path, tiny_task_dir: Path,
     ] == json.loads(json.dumps(results["students"]))
     assert reproduce(moved, report_only=True).read_text() == (moved / "report.md").read_text()
 
-    partial = {**results, "students": results["students"][:5]}
+    assert (moved / "figures" / "adkd-k.png").exists()
+    partial = {**results, "students": results["students"][:5]}  # main-table rows only
     (moved / "results.json").write_text(json.dumps(partial))
     assert (
         f"**Incomplete:** 5 of the {results['planned_students']} planned"
         in reproduce(moved, report_only=True).read_text()
     )
+    assert not (moved / "figures" / "adkd-k.png").exists()  # no sweep left to draw
     with pytest.raises(WorkbenchError, match="run the suite first"):
         reproduce(tmp_path / "empty", report_only=True)
 

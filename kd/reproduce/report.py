@@ -614,6 +614,7 @@ def make_figures(out: Path, results: dict, intervals: Intervals) -> dict[str, st
     ):
         sweep = [r for r in records if r["group"] == group]
         if not sweep:
+            (folder / f"{group}.png").unlink(missing_ok=True)  # an earlier record's
             continue
         seeds = {r["seed"] for r in sweep}
         default = [
