@@ -264,6 +264,12 @@ def test_report_cells_one_seed_and_two(tmp_path: Path):
     assert "| kd | 60.0 ± 14.1 | 60.0 ± 14.1 | – |" in report  # two seeds: mean ± sample std
     assert "| ckd | 60.0 | 60.0 | 10.0 |" in report  # one seed: no ±; Δ kd at seed 1
     assert "## Verdicts" in report and "not measured (no per-example values recorded)" in report
+    assert "no longer in the record" not in report
+    call = {"started": "", "seconds": 60, "searches": 0, "teachers": 1, "jobs": 1, "load_before": 0}
+    calls = [{**call, "students": 4}, {**call, "students": 1}]  # 2 under settings since changed
+    rerun = write_report(tmp_path, {**results, "calls": calls}, {}).read_text()
+    assert "Wall clock: 2 min in 2 calls" in rerun
+    assert "2 of the students these calls trained are no longer in the record" in rerun
     fixed = write_report(tmp_path, {**results, "tuning": {}, "tuned": False}, {}).read_text()
     assert "`--fixed`: every method ran its preset's defaults." in fixed
 

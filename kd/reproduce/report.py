@@ -263,24 +263,38 @@ def setup_lines(results: dict) -> list[str]:
         lines.append("")
     if results.get("cuts"):
         lines += [f"What this suite cuts: {results['cuts']}", ""]
+    return lines
+
+
+def wall_clock_lines(results: dict) -> list[str]:
+    """Every call's wall clock and their sum."""
     calls = results.get("calls", [])
-    if calls:
-        lines += [
-            f"Wall clock: {_duration(sum(c['seconds'] for c in calls))} in {len(calls)} "
-            f"call{'s' if len(calls) > 1 else ''} of `kdw reproduce`, each resuming from "
-            "`results.json` (the sum of the calls is the suite's time from an empty folder when "
-            "the first call started from one):",
-            "",
-            "| started (UTC) | wall clock | searches | teachers trained or reopened "
-            "| students trained | jobs | load before |",
-            "|---|---|---|---|---|---|---|",
-        ]
-        lines += [
+    if not calls:
+        return []
+    lines = [
+        f"Wall clock: {_duration(sum(c['seconds'] for c in calls))} in {len(calls)} "
+        f"call{'s' if len(calls) > 1 else ''} of `kdw reproduce`, each resuming from "
+        "`results.json` (the sum of the calls is the suite's time from an empty folder when "
+        "the first call started from one):",
+        "",
+        "| started (UTC) | wall clock | searches | teachers trained or reopened "
+        "| students trained | jobs | load before |",
+        "|---|---|---|---|---|---|---|",
+        *(
             f"| {c['started']} | {_duration(c['seconds'])} | {c['searches']} | {c['teachers']} "
             f"| {c['students']} | {c['jobs']} | {c['load_before']} |"
             for c in calls
+        ),
+        "",
+    ]
+    dropped = sum(c["students"] for c in calls) - len(results.get("students", []))
+    if dropped > 0:
+        lines += [
+            f"{dropped} of the students these calls trained are no longer in the record "
+            "(trained under settings the suite has since changed): the sum overstates the "
+            "time from an empty folder.",
+            "",
         ]
-        lines.append("")
     return lines
 
 
@@ -359,6 +373,7 @@ def write_report(
         "none of its rows); run folders, where present, are under `runs/`.",
         "",
         *setup_lines(results),
+        *wall_clock_lines(results),
         *tuning_lines(results),
         *(
             [
