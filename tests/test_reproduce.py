@@ -146,6 +146,11 @@ def test_tiny_suite_report_and_resume(tiny_model_dir: Path, tiny_task_dir: Path,
     assert "in 2 calls of `kdw reproduce`" in again
     calls = json.loads((out / "results.json").read_text())["calls"]
     assert len(calls) == 2 and calls[0]["students"] == 15 and calls[0]["searches"] == 2
+    resumed = reproduce(out, without, announce=lambda _: None).read_text()  # no --ablations
+    assert _trained(out) == 0 and "## Ablations" in resumed  # the ablations' rows kept
+    assert json.loads((out / "results.json").read_text())["students"] == json.loads(
+        json.dumps(results["students"])
+    )
     moved = tmp_path / "elsewhere" / "suite"  # the suite folder moved
     shutil.move(out, moved)
     assert _timing_free(reproduce(moved, suite, announce=lambda _: None).read_text()) == (

@@ -9,7 +9,7 @@ with paired bootstrap intervals, tables, figures).
 The default suite is sized for a 2-core CPU with ``--jobs 2`` (see :data:`DEFAULT`'s
 ``cuts``); ``--full`` describes the papers' scale (GLUE, BERT-base teacher, 6-layer students)
 for users with a GPU and the network; ``--fixed`` runs the presets' defaults without choosing
-weights on dev.
+weights on dev; ``--ablations`` adds the papers' ablations, which the default leaves out.
 """
 
 from __future__ import annotations

@@ -455,6 +455,7 @@ def run_suite(
     }
     runs: dict[str, Run] = {}
     todo: list[Experiment] = []  # known once the weights are chosen
+    kept: list[dict] = []  # recorded ablations this call does not plan (no --ablations)
     scored: dict[int, dict] = {}
     calls: dict[int, tuple] = {}
     searches: dict[int, tuple] = {}
@@ -466,7 +467,7 @@ def run_suite(
             "tuning": {m: tuning[m] for m in methods if m in tuning},
             "planned_students": len(todo) or previous.get("planned_students"),
             "test_sets": test_sets,
-            "students": [scored[i] for i in range(len(todo)) if i in scored]
+            "students": [scored[i] for i in range(len(todo)) if i in scored] + kept
             if todo
             else previous.get("students", []),
             "calls": [  # every call's wall clock: their sum is the suite's from an empty folder
@@ -542,6 +543,12 @@ def run_suite(
         chosen = {m: from_dict(ObjectiveConfig, r["objective"]) for m, r in tuning.items()}
         todo = experiments(suite, chosen)
         keys = [identity(e, suite.plan_of(e), suite.plans[e.task]) for e in todo]
+        kept = [  # a call without --ablations loses none that a call with it recorded
+            recorded[key]
+            for e in experiments(suite.with_ablations(), chosen)
+            if (key := identity(e, suite.plan_of(e), suite.plans[e.task])) in recorded
+            and key not in keys
+        ]
         scored.update({i: recorded[k] for i, k in enumerate(keys) if k in recorded})
         calls.update(
             {
