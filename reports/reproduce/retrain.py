@@ -75,12 +75,11 @@ def main() -> None:
                 args.seed,
             ) or experiment.name not in args.names:
                 continue
-            key = identity(experiment, DEFAULT.plan_of(experiment), plan)
+            student_plan = DEFAULT.plan_of(experiment)  # the students' data, not the teacher's
+            key = identity(experiment, student_plan, plan)
             if key not in rows:
                 raise SystemExit(f"{key}: no such row in {args.suite / 'results.json'}")
-            scored = train_and_score(
-                out, teacher, DEFAULT.plan_of(experiment), experiment, key, threads
-            )
+            scored = train_and_score(out, teacher, student_plan, experiment, key, threads)
             difference = largest_difference(rows[key]["test"], scored.test)
             checks.append({"student": key, "largest_difference": difference})
             print(f"{key}: largest difference {difference:.3g} over {len(scored.test)} metrics")
