@@ -49,18 +49,13 @@ from workbench.models import (
 from workbench.runs import RESOLVED, Run, model_card, replace_directory
 
 EXECUTION_SETTINGS = ("threads", "device", "log_every", "accumulation_steps")
-RECORDED_UNLESS_DEFAULT = {"precision": "fp32"}  # runs made before the option existed used it
 
 
 def _identity(optim: OptimConfig) -> dict:
     """The optimisation settings that define a run; where and on how many threads or
     processes it executes, in how many micro-batches, and how often it logs diagnostics, do
     not (a run started on a CPU may resume on a GPU)."""
-    return {
-        k: v
-        for k, v in to_dict(optim).items()
-        if k not in EXECUTION_SETTINGS and RECORDED_UNLESS_DEFAULT.get(k, object()) != v
-    }
+    return {k: v for k, v in to_dict(optim).items() if k not in EXECUTION_SETTINGS}
 
 
 def _configure(optim: OptimConfig) -> torch.device:

@@ -71,8 +71,10 @@ colormap = Domain(_is_colormap, "a matplotlib colormap name, such as viridis or 
 
 def option(default: Any, help: str, **extra: Any) -> Any:
     """A dataclass field with its help text and, optionally, its ``choices`` or ``domain``
-    (a :class:`Domain`), for the CLI, the app and :func:`validate`, or ``path`` for a file or
-    folder made absolute (:func:`resolve_paths`)."""
+    (a :class:`Domain`), for the CLI, the app and :func:`validate`, ``path`` for a file or
+    folder made absolute (:func:`resolve_paths`), or ``recorded_if_set=True`` for a setting
+    that records and identities (:func:`to_dict`) hold only when it differs from its default:
+    a setting added after runs were recorded, which those runs had at its default."""
     return field(default=default, metadata={"help": help, **extra})
 
 
@@ -311,6 +313,7 @@ class OptimConfig(Checked):
         "fp32; bf16 (autocast on CUDA, or on CPU); fp16 (CUDA only: autocast with a gradient "
         "scaler). Evaluation and the teacher cache stay in float32",
         choices=PRECISIONS,
+        recorded_if_set=True,
     )
     eval_batch_size: int = option(64, "evaluation batch size", domain=positive)
     learning_rate: float = option(5e-5, "peak AdamW learning rate", domain=positive_number)
@@ -452,8 +455,13 @@ def from_arguments(cls: type[T], namespace: argparse.Namespace) -> T:
 
 
 def to_dict(config: Any) -> dict[str, Any]:
-    """A JSON-ready dict of a config dataclass."""
-    return dataclasses.asdict(config)
+    """A JSON-ready dict of a config dataclass; a ``recorded_if_set`` field at its default is
+    left out (:func:`from_dict` restores it), so that adding a setting changes no record."""
+    values = dataclasses.asdict(config)
+    for f in dataclasses.fields(config):
+        if f.metadata.get("recorded_if_set") and values[f.name] == f.default:
+            del values[f.name]
+    return values
 
 
 def config_key(config: Any) -> str:
