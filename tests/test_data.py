@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import re
 from pathlib import Path
 
 import datasets
@@ -13,6 +15,8 @@ from tests.conftest import tiny_tokenizer
 from workbench.config import DataConfig
 from workbench.data import (
     Split,
+    TaskData,
+    TaskSpec,
     collate,
     encode,
     load_glue,
@@ -21,6 +25,7 @@ from workbench.data import (
     pad_id,
     sample_split,
 )
+from workbench.data.bundled import TWEETS_VERSION
 from workbench.errors import WorkbenchError
 
 
@@ -267,3 +272,41 @@ def test_pad_id_is_the_tokenizers_or_zero(tmp_path: Path):
     assert pad_id(tokenizer) == 1
     tokenizer.pad_token = None
     assert pad_id(tokenizer) == 0
+
+
+def test_tweets_v2_decodes_html_entities_and_keeps_the_split_sizes():
+    data = load_task(DataConfig(task="tweets"))
+    texts = [t for split in data.splits.values() for t in split.texts]
+    entity = re.compile(r"&(?:amp|lt|gt|quot|apos|nbsp);|&#")
+    assert not [t for t in texts if entity.search(t)]
+    # escaped once (&amp;), twice (&amp;gt; for >) and numerically (&#39;)
+    assert (
+        "@united #Newarkliberty Airport need to indicate different gate#'s for terminals A&C. "
+        "#Flyingainteasy" in texts
+    )
+    assert any(
+        t.startswith("RT @BisonTactical: RT @CTFirearms: RT @AmyMek: #DeflateGate -> Get")
+        for t in texts
+    )
+    assert any(t.startswith("Google's Unveils Its New Self-Driving Car") for t in texts)
+    # decoding made no new duplicates: v1's sizes
+    assert {name: len(split) for name, split in data.splits.items()} == {
+        "train": 29748,
+        "dev": 3719,
+        "test": 3718,
+    }
+    assert data.version == TWEETS_VERSION and data.notes[0] == f"{TWEETS_VERSION} (1802 texts)"
+    v1 = {"train": "6668bf0889517a8f", "dev": "ad8cb510f3b6a0ad", "test": "42ed737c70f43c04"}
+    assert not set(data.fingerprint().values()) & set(v1.values())
+
+
+def test_the_data_version_enters_the_fingerprint_only_where_there_is_one():
+    split = Split(texts=["a", "b"], labels=[0, 1], uids=["u1", "u2"])
+    spec = TaskSpec("t", ("x", "y"), ("accuracy",))
+    plain = TaskData(spec, {"train": split}, "here")
+    expected = hashlib.sha256(b"u1\t0\nu2\t1").hexdigest()[:16]  # as before versions existed
+    assert plain.fingerprint() == {"train": expected}
+    v2 = TaskData(spec, {"train": split}, "here", version="v2")
+    assert v2.fingerprint() == {
+        "train": hashlib.sha256(b"version\tv2\nu1\t0\nu2\t1").hexdigest()[:16]
+    }

@@ -59,20 +59,28 @@ class Split:
 
 @dataclass
 class TaskData:
-    """A task's splits and where they came from."""
+    """A task's splits, where they came from, what was done to them (``notes``) and, for a data
+    set whose cleaning changed since runs were recorded, its ``version``."""
 
     spec: TaskSpec
     splits: dict[str, Split]
     source: str
     notes: list[str] = field(default_factory=list)
+    version: str | None = None
 
     def fingerprint(self) -> dict[str, str]:
-        """A hash of the example ids and labels of each split: records the exact split in every
-        run (an edited text or label changes it)."""
+        """A hash of the example ids and labels of each split, and of the data version where
+        there is one: records the exact split in every run (an edited text or label, or a new
+        version of the cleaning, changes it)."""
+        head = [f"version\t{self.version}"] if self.version else []
         return {
             name: hashlib.sha256(
                 "\n".join(
-                    f"{uid}\t{label}" for uid, label in zip(split.uids, split.labels, strict=True)
+                    head
+                    + [
+                        f"{uid}\t{label}"
+                        for uid, label in zip(split.uids, split.labels, strict=True)
+                    ]
                 ).encode()
             ).hexdigest()[:16]
             for name, split in self.splits.items()
