@@ -171,8 +171,8 @@ def test_unknown_label_in_dev_and_unknown_task(tmp_path: Path):
     pd.DataFrame({"text": ["c"], "label": ["z"]}).to_csv(tmp_path / "dev.csv")
     with pytest.raises(WorkbenchError, match=r"unknown label\(s\) \['z'\]"):
         load_task(DataConfig(task=str(tmp_path)))
-    with pytest.raises(WorkbenchError, match="unknown task 'sst-3'"):
-        load_task(DataConfig(task="sst-3"))
+    with pytest.raises(WorkbenchError, match="unknown task 'sst 3'"):  # not a hub name either
+        load_task(DataConfig(task="sst 3"))
     (tmp_path / "notes.txt").write_text("hello")
     with pytest.raises(WorkbenchError, match="unsupported file type"):
         load_task(DataConfig(task=str(tmp_path / "notes.txt")))

@@ -150,8 +150,26 @@ class DataConfig(Checked):
     task: str = option(
         "tweets",
         "task name: tweets, bbc-news (bundled offline), a GLUE task (cola, sst2, mrpc, qqp, stsb, "
-        "mnli, qnli, rte), or a local file/directory (CSV, TSV, JSONL, parquet)",
+        "mnli, qnli, rte), a local file/directory (CSV, TSV, JSONL, parquet, or a data set saved "
+        "by datasets' save_to_disk), or a hub data set (owner/name or name)",
         path=_task_names,
+    )
+    task_config: str | None = option(
+        None,
+        "configuration of a hub data set, as datasets.load_dataset(task, task_config) takes it",
+        recorded_if_set=True,
+    )
+    text_column: str = option(
+        "text", "column of the texts, in local files and hub data sets", recorded_if_set=True
+    )
+    text_pair_column: str | None = option(
+        None,
+        "column of the second texts of pairs, in local files and hub data sets (default: "
+        "text_pair where there is one)",
+        recorded_if_set=True,
+    )
+    label_column: str = option(
+        "label", "column of the labels, in local files and hub data sets", recorded_if_set=True
     )
     max_length: int = option(
         128, "maximum tokens per example, [CLS]/[SEP] included", domain=at_least(4)

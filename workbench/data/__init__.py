@@ -1,4 +1,4 @@
-"""Tasks: the bundled offline sets, GLUE through ``datasets``, and local files.
+"""Tasks: the bundled offline sets, GLUE through ``datasets``, local files and hub data sets.
 
 Every task yields :class:`TaskData` — train/dev/test :class:`Split` lists of texts, optional second
 texts, labels and stable example ids — which :func:`encode` tokenises (truncation counted) and
@@ -7,16 +7,18 @@ texts, labels and stable example ids — which :func:`encode` tokenises (truncat
 Modules: :mod:`~workbench.data.splits` (the types, deterministic splits and samples),
 :mod:`~workbench.data.bundled` (tweets, BBC News), :mod:`~workbench.data.glue` (hub parquet and
 GLUE TSV layouts), :mod:`~workbench.data.local` (CSV/TSV/JSONL/parquet files, checked),
+:mod:`~workbench.data.hub_sets` (any labelled hub data set, or one saved by ``save_to_disk``),
 :mod:`~workbench.data.encoding` (tokenisation and padding). :func:`load_task` picks the source.
 """
 
 from __future__ import annotations
 
-from workbench.config import DataConfig
+from workbench.config import DataConfig, option_name
 from workbench.data.bundled import load_bbc_news, load_tweets
 from workbench.data.encoding import EncodedSplit, batches, collate, encode, pad_id, to_device
 from workbench.data.glue import GLUE_TASKS, load_glue
-from workbench.data.local import load_local
+from workbench.data.hub_sets import is_hub_id, is_saved_dataset, load_hub, load_saved
+from workbench.data.local import Columns, load_local
 from workbench.data.splits import MIN_EXAMPLES, SPLITS, Split, TaskData, TaskSpec, sample_split
 from workbench.errors import WorkbenchError
 from workbench.files import local_path
@@ -28,19 +30,48 @@ def task_names() -> list[str]:
     return [*BUNDLED, *GLUE_TASKS]
 
 
+def _columns(config: DataConfig) -> Columns:
+    """The columns a :class:`DataConfig` names."""
+    return Columns(config.text_column, config.text_pair_column, config.label_column)
+
+
+def _check_options(config: DataConfig, hub: bool) -> None:
+    """Refuse the data set options that the task does not take: the columns for the bundled
+    and GLUE tasks, ``--task-config`` for all but hub data sets."""
+    defaults = DataConfig()
+    given = [
+        option_name(f)
+        for f in ("task_config", "text_column", "text_pair_column", "label_column")
+        if getattr(config, f) != getattr(defaults, f)
+    ]
+    named = config.task in BUNDLED or config.task in GLUE_TASKS
+    refused = given if named else [o for o in given if o == "--task-config" and not hub]
+    if refused:
+        kind = "hub data sets" if refused == ["--task-config"] else "local files and hub data sets"
+        raise WorkbenchError(f"{', '.join(refused)}: only for {kind}, not for {config.task!r}")
+
+
 def load_task(config: DataConfig) -> TaskData:
-    """The task a :class:`DataConfig` names, subsampled as it says."""
+    """The task a :class:`DataConfig` names, subsampled as it says: a bundled task, a GLUE
+    task, a local file or folder, else a hub data set."""
     name = config.task
+    path = None if name in BUNDLED or name in GLUE_TASKS else local_path(name, hub_ids=True)
+    hub = path is None and name not in BUNDLED and name not in GLUE_TASKS
+    _check_options(config, hub)
     if name in BUNDLED:
         data = BUNDLED[name](config.split_seed)
     elif name in GLUE_TASKS:
         data = load_glue(name, config.split_seed, config.glue_dir)
-    elif (path := local_path(name)) is not None:
-        data = load_local(str(path), config.split_seed)
+    elif path is not None and is_saved_dataset(path):
+        data = load_saved(path, config.split_seed, _columns(config))
+    elif path is not None:
+        data = load_local(str(path), config.split_seed, _columns(config))
+    elif is_hub_id(name):
+        data = load_hub(name, config.task_config, config.split_seed, _columns(config))
     else:
         raise WorkbenchError(
-            f"unknown task {name!r}: use one of {', '.join(task_names())} or a path to a "
-            "local CSV/TSV/JSONL/parquet file or directory"
+            f"unknown task {name!r}: use one of {', '.join(task_names())}, a path to a "
+            "local CSV/TSV/JSONL/parquet file or directory, or a hub data set (owner/name)"
         )
     limits = {"train": config.max_train_examples}
     limits |= {s: config.max_eval_examples for s in data.splits if s != "train"}
@@ -70,6 +101,7 @@ __all__ = [
     "collate",
     "encode",
     "load_glue",
+    "load_hub",
     "load_local",
     "load_task",
     "pad_id",
