@@ -132,7 +132,16 @@ def _evaluate(args: argparse.Namespace) -> None:
 
     if args.json and Path(args.json).is_dir():  # before the minutes of scoring
         raise WorkbenchError(f"--json {args.json} is a folder: name a file to write the rows to")
-    rows = evaluate_runs(args.runs, args.split, args.teacher, terms=args.terms)
+    data = None if args.task is None else from_arguments(DataConfig, args)
+    rows = evaluate_runs(
+        args.runs,
+        args.split,
+        args.teacher,
+        terms=args.terms,
+        data=data,
+        label_map=args.label_map,
+        notify=lambda note: print(f"kdw: note: {note}", file=sys.stderr),
+    )
     print(format_table(rows))
     if args.json:
         atomic_write_text(Path(args.json), json.dumps(rows, indent=2))
@@ -193,9 +202,15 @@ def _export_model(args: argparse.Namespace) -> None:
         print(f"pushed to the Hub repository {args.push_to_hub}")
 
 
+MODELS_HELP = (
+    "run folders, or sequence classifiers the workbench did not train (a Hugging Face "
+    "checkpoint folder, a built-in name or a hub id)"
+)
+
+
 def _add_sources(parser: argparse.ArgumentParser, verb: str) -> None:
     """The runs and the texts a command works on."""
-    parser.add_argument("runs", nargs="+", help="run folders")
+    parser.add_argument("runs", nargs="+", help=MODELS_HELP)
     parser.add_argument("--out", required=True, help="folder to write the files to")
     parser.add_argument(
         "--text", action="append", help=f"a text to {verb} (repeat the option for several)"
@@ -258,10 +273,12 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
 
     distill = commands.add_parser(
         "distill",
-        help="distil a student from a teacher run",
-        description="Distil a student from a fine-tuned teacher with a method preset or explicit "
-        "term weights. The teacher's outputs are computed once and cached in the run folder. "
-        "Rerunning the same command resumes an interrupted run.",
+        help="distil a student from a teacher",
+        description="Distil a student from a fine-tuned teacher (a run folder, or a sequence "
+        "classifier the workbench did not train: a Hugging Face folder or hub id, used as it "
+        "is) with a method preset or explicit term weights. The teacher's outputs are computed "
+        "once and cached in the run folder. Rerunning the same command resumes an interrupted "
+        "run.",
     )
     distill.add_argument("--run-dir", required=True, help="run folder to write (or resume)")
     distill.add_argument(
@@ -293,14 +310,23 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
         "evaluate",
         help="score runs on a split, as a table",
         description="Score one or more runs on a split: task metrics, and for students label and "
-        "probability loyalty to their teacher.",
+        "probability loyalty to their teacher. A run folder is scored on its own task; a "
+        "classifier the workbench did not train on the task --task names (and the data options), "
+        "its classes matched to the task's by name.",
     )
-    evaluate.add_argument("runs", nargs="+", help="run folders")
+    evaluate.add_argument("runs", nargs="+", help=MODELS_HELP)
     evaluate.add_argument("--split", default="test", help="split to score (default: test)")
     evaluate.add_argument(
         "--teacher",
         default=None,
-        help="teacher run for loyalty (default: each student's own teacher)",
+        help="teacher for loyalty: a run folder or a classifier (default: each student's own "
+        "teacher)",
+    )
+    evaluate.add_argument(
+        "--label-map",
+        default="",
+        help="for a classifier the workbench did not train: TASK_CLASS=MODEL_LABEL pairs "
+        "where the names differ, e.g. positive=POS,negative=NEG",
     )
     evaluate.add_argument("--json", default=None, help="also write the rows to this JSON file")
     evaluate.add_argument(
@@ -310,7 +336,11 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
         "the gradient and weighted value at the first and last logged step "
         "(see --log-every)",
     )
-    evaluate.set_defaults(handler=_evaluate)
+    add_arguments(evaluate, DataConfig)
+    task = next(action for action in evaluate._actions if action.dest == "task")
+    task.help = "the task a classifier the workbench did not train is scored on (a run folder "
+    task.help += "is scored on its own)"
+    evaluate.set_defaults(handler=_evaluate, task=None)
 
     baseline = commands.add_parser(
         "baseline",

@@ -69,7 +69,7 @@ def build_demo(
         runs.append(
             distill(
                 data,
-                StudentConfig(teacher_run=str(teacher.path), num_layers=3),
+                StudentConfig(teacher=str(teacher.path), num_layers=3),
                 ObjectiveConfig(preset=method),
                 OptimConfig(epochs=size.student_epochs, learning_rate=STUDENT_LEARNING_RATE),
                 root / f"student-{method}",

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from kd.diagnostics import summarise
 from kd.objective import PRESETS, preset_weights
-from workbench.config import ObjectiveConfig, StudentConfig, from_dict
-from workbench.data import encode, load_task, pad_id
+from workbench.config import (
+    DataConfig,
+    ObjectiveConfig,
+    StudentConfig,
+    config_key,
+    from_dict,
+    parse_label_map,
+)
+from workbench.data import encode, pad_id
 from workbench.errors import WorkbenchError
 from workbench.evaluation import evaluate_logits, predict_logits
-from workbench.models import encoder_layers, load_run
+from workbench.models import encoder_layers, load_for_task, load_model
 from workbench.runs import RESOLVED
 
 
@@ -56,47 +63,57 @@ def objective_description(info: dict) -> str:
 
 
 def evaluate_runs(
-    paths: Sequence[str], split: str = "test", teacher: str | None = None, terms: bool = False
+    paths: Sequence[str],
+    split: str = "test",
+    teacher: str | None = None,
+    terms: bool = False,
+    data: DataConfig | None = None,
+    label_map: str = "",
+    notify: Callable[[str], None] | None = None,
 ) -> list[dict]:
-    """One row per run: name, kind, method, layers, parameters, task metrics, and for students
-    label/probability loyalty to ``teacher`` (default: the run's own teacher); with ``terms``,
-    the objective's diagnostics at the start and end of training (:func:`term_summary`)."""
+    """One row per run or model: name, kind, method, layers, parameters, task metrics, and for
+    students label/probability loyalty to ``teacher`` (default: the run's own teacher); with
+    ``terms``, the objective's diagnostics at the start and end of training
+    (:func:`term_summary`). A model the workbench did not train is scored on ``data``'s task,
+    its classes matched by name (``label_map`` where they differ); a teacher given as such a
+    model likewise."""
     rows, teacher_logits = [], {}
     for path in paths:
-        loaded = load_run(path)
-        info = loaded.run.info()
-        data = load_task(loaded.data)
-        if split not in data.splits:
-            raise WorkbenchError(f"split {split!r} not in {sorted(data.splits)}")
-        dataset = encode(
-            data.splits[split], loaded.tokenizer, loaded.data.max_length, data.spec.regression
-        )
+        loaded, task = load_for_task(path, data, label_map, notify)
+        if split not in task.splits:
+            raise WorkbenchError(f"split {split!r} not in {sorted(task.splits)}")
+        part = task.splits[split]
+        dataset = encode(part, loaded.tokenizer, loaded.max_length, task.spec.regression)
         logits = predict_logits(loaded.model, dataset, 64, pad_id(loaded.tokenizer))
+        info = loaded.run.info() if loaded.run else {"kind": "model", "method": loaded.origin}
         reference = None
-        teacher_path = teacher or (
-            loaded.run.config(StudentConfig, "student").teacher_run
-            if info["kind"] == "student"
-            else None
-        )
-        if info["kind"] == "student" and teacher_path:
-            if teacher_path not in teacher_logits:
-                source = load_run(teacher_path)
-                teacher_logits[teacher_path] = predict_logits(
-                    source.model, dataset, 64, pad_id(source.tokenizer)
+        if info["kind"] == "student":
+            recorded = loaded.run.config(StudentConfig, "student")
+            source, mapping = (
+                (teacher, label_map) if teacher else (recorded.teacher, recorded.label_map)
+            )
+            key = (source, mapping, config_key(loaded.data), split)
+            if key not in teacher_logits:
+                theirs = load_model(
+                    source, task.spec, loaded.data, parse_label_map(mapping), notify
                 )
-            reference = teacher_logits[teacher_path]
+                encoded = encode(part, theirs.tokenizer, loaded.max_length, task.spec.regression)
+                teacher_logits[key] = predict_logits(
+                    theirs.model, encoded, 64, pad_id(theirs.tokenizer)
+                )
+            reference = teacher_logits[key]
         rows.append(
             {
-                "run": loaded.run.name,
+                "run": loaded.name,
                 "kind": info["kind"],
                 "method": info["method"],
-                "objective": objective_description(info),
+                "objective": objective_description(info) if loaded.run else None,
                 "layers": len(encoder_layers(loaded.model)),
                 "parameters_m": round(sum(p.numel() for p in loaded.model.parameters()) / 1e6, 1),
                 "split": split,
                 "examples": len(dataset),
-                **evaluate_logits(data.spec, logits, dataset.labels, reference),
-                **(term_summary(loaded.run.metrics("train")) if terms else {}),
+                **evaluate_logits(task.spec, logits, dataset.labels, reference),
+                **(term_summary(loaded.run.metrics("train")) if terms and loaded.run else {}),
             }
         )
     return rows

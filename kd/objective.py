@@ -286,6 +286,15 @@ class Objective:
     def per_token_fields(self) -> list[str]:
         return [n for n in self.teacher_fields() if TEACHER_FIELDS[n].per_token]
 
+    def per_token_terms(self) -> list[str]:
+        """The weighted terms that compare teacher and student token by token (they read a
+        per-token teacher field): they need both to read the text through the same tokens."""
+        return [
+            name
+            for name in self.weights
+            if any(TEACHER_FIELDS[f].per_token for f in TERMS[name].teacher_fields)
+        ]
+
     def teacher_settings(self, fields: list[str]) -> dict:
         """Every setting that changes the given teacher fields (part of the cache key)."""
         settings: dict = {"fields": fields}

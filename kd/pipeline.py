@@ -7,6 +7,7 @@ resumes it when the same call is made again after an interruption.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from workbench.config import (
     OptimConfig,
     StudentConfig,
     TeacherConfig,
+    parse_label_map,
     to_dict,
 )
 from workbench.data import EncodedSplit, TaskData, TaskSpec, encode, load_task, pad_id
@@ -30,14 +32,14 @@ from workbench.errors import WorkbenchError, first_line
 from workbench.evaluation import evaluate_logits, predict_logits
 from workbench.files import atomic_write_json, atomic_write_text
 from workbench.models import (
-    LoadedRun,
-    check_same_vocabulary,
+    LoadedModel,
     copy_embeddings,
     cut_student,
     disable_dropout,
     encoder_layers,
     fingerprint,
     load_classifier,
+    load_for_task,
     load_run,
     load_tokenizer,
     model_device,
@@ -159,6 +161,10 @@ def train_teacher(
     device = _configure(optim)
     tokenizer = load_tokenizer(teacher_config.model)  # a bad name fails before the data load
     data = load_task(data_config)
+    set_seed(optim.seed)
+    model = load_classifier(
+        teacher_config.model, data.spec, parse_label_map(teacher_config.label_map), _note
+    )
     info = {
         "kind": "teacher",
         "method": "finetune",
@@ -169,8 +175,6 @@ def train_teacher(
             "optim": _identity(optim),
         },
     }
-    set_seed(optim.seed)
-    model = load_classifier(teacher_config.model, data.spec.num_labels, data.spec.regression)
     objective = Objective.resolve(ObjectiveConfig(preset="finetune"), 0, 0)
     record = info | _resolved(objective, data)
     with distributed.run_folder(run_dir, record, _manifest(data, data_config, optim)) as run:
@@ -198,10 +202,11 @@ def train_teacher(
 
 
 def build_student(
-    teacher: LoadedRun, config: StudentConfig
+    teacher: LoadedModel, config: StudentConfig
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """The student a :class:`StudentConfig` describes, with its tokenizer."""
-    spec = teacher.spec
+    """The student a :class:`StudentConfig` describes, with its tokenizer: cut from the teacher
+    or random (the teacher's tokenizer), or another checkpoint (its own tokenizer, which may
+    differ from the teacher's: :func:`check_tokens`)."""
     if config.init == "cut":
         layers = select_layers(len(encoder_layers(teacher.model)), config.num_layers, config.layers)
         return cut_student(teacher.model, layers, config.freeze_embeddings), teacher.tokenizer
@@ -216,9 +221,47 @@ def build_student(
         if not config.pretrained:
             raise WorkbenchError("--init pretrained needs --pretrained (hub id or directory)")
         tokenizer = load_tokenizer(config.pretrained)
-        check_same_vocabulary(teacher.tokenizer, tokenizer)
-        return load_classifier(config.pretrained, spec.num_labels, spec.regression), tokenizer
+        return load_classifier(config.pretrained, teacher.spec, notify=_note), tokenizer
     raise WorkbenchError(f"unknown student init {config.init!r}: use cut, pretrained or random")
+
+
+def check_tokens(
+    objective: Objective,
+    teacher_tokenizer: PreTrainedTokenizerBase,
+    student_tokenizer: PreTrainedTokenizerBase,
+) -> bool:
+    """Whether teacher and student read the text through the same tokens. A student of another
+    tokenizer is refused when the objective compares per-token quantities (attribution maps,
+    input gradients, token relations): their positions do not correspond. Response-based terms
+    and [CLS]-state terms compare whole examples and work, each model reading the text through
+    its own tokenizer."""
+    if teacher_tokenizer.get_vocab() == student_tokenizer.get_vocab():
+        return True
+    per_token = objective.per_token_terms()
+    if per_token:
+        raise WorkbenchError(
+            f"the student reads the text through another tokenizer ({len(student_tokenizer)} "
+            f"tokens, the teacher's {len(teacher_tokenizer)}), and the terms "
+            f"{', '.join(per_token)} compare the two models token by token: choose a student "
+            "with the teacher's tokenizer, or response-based terms (ce, kd)"
+        )
+    return False
+
+
+def _note(text: str) -> None:
+    print(f"note: {text}", file=sys.stderr)
+
+
+def load_teacher(config: StudentConfig, data_config: DataConfig) -> tuple[LoadedModel, TaskData]:
+    """The teacher ``config.teacher`` names, and the task's data: a run folder trained on the
+    task, or a classifier the workbench did not train, matched to the task's classes
+    (``config.label_map``) and used as it is (nothing is fine-tuned)."""
+    if not config.teacher:
+        raise WorkbenchError(
+            "distill needs --teacher: a run folder from train-teacher, a sequence classifier's "
+            "folder or a hub id"
+        )
+    return load_for_task(config.teacher, data_config, config.label_map, _note)
 
 
 def prepare_gradient_student(
@@ -240,7 +283,7 @@ def prepare_gradient_student(
 
 
 def teacher_caches(
-    teacher: LoadedRun,
+    teacher: LoadedModel,
     objective: Objective,
     encoded: dict[str, EncodedSplit],
     data: TaskData,
@@ -295,22 +338,14 @@ def distill(
     callbacks: Sequence[Callback] = (),
     cache_dir: str | Path | None = None,
 ) -> Run:
-    """Distil a student from ``student_config.teacher_run`` into ``run_dir``. The teacher's
+    """Distil a student from ``student_config.teacher`` into ``run_dir``. The teacher's
     cache goes to ``cache_dir`` (default: the run's own folder); students of one teacher and
     data, such as the trials of a search, may share one, since every file is keyed by the
     settings that change it."""
     device = _configure(optim)
-    if not student_config.teacher_run:
-        raise WorkbenchError("distill needs --teacher-run: the folder written by train-teacher")
-    teacher = load_run(student_config.teacher_run)
+    teacher, data = load_teacher(student_config, data_config)
     teacher.model.requires_grad_(False)  # frozen: its gradients w.r.t. inputs need no weights
     teacher.model.to(device)
-    if teacher.data.task != data_config.task:
-        raise WorkbenchError(
-            f"the teacher was trained on {teacher.data.task!r}, not {data_config.task!r}: "
-            f"pass --task {teacher.data.task}"
-        )
-    data = load_task(data_config)
     info = {
         "kind": "student",
         "method": objective_config.preset,
@@ -330,6 +365,7 @@ def distill(
         len(encoder_layers(student)),
         data.spec.num_labels,
     )
+    same_tokens = check_tokens(objective, teacher.tokenizer, tokenizer)
     if objective.gradient_kd:
         prepare_gradient_student(teacher.model, student, objective_config.dropout)
     record = info | _resolved(objective, data)
@@ -337,10 +373,14 @@ def distill(
         if run.status()["state"] == "finished":
             return run
         encoded = _encode_all(data, tokenizer, data_config.max_length)
+        # the teacher reads, and its cache is keyed by, its own tokenisation
+        teacher_encoded = (
+            encoded if same_tokens else _encode_all(data, teacher.tokenizer, data_config.max_length)
+        )
         caches = teacher_caches(
             teacher,
             objective,
-            encoded,
+            teacher_encoded,
             data,
             data_config.max_length,
             Path(cache_dir) if cache_dir else run.cache_dir,
@@ -408,8 +448,8 @@ def export_model(run_dir: str | Path, out: str | Path, push_to_hub: str | None =
         try:
             api = HfApi()
             repo = api.create_repo(push_to_hub, exist_ok=True).repo_id
-            loaded.model.push_to_hub(repo, commit_message=f"Upload {loaded.run.name}")
-            loaded.tokenizer.push_to_hub(repo, commit_message=f"Upload {loaded.run.name} tokenizer")
+            loaded.model.push_to_hub(repo, commit_message=f"Upload {loaded.name}")
+            loaded.tokenizer.push_to_hub(repo, commit_message=f"Upload {loaded.name} tokenizer")
             # transformers' push writes a generic card; the run's card replaces it
             api.upload_file(
                 path_or_fileobj=str(out / "README.md"),

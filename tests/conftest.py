@@ -3,8 +3,13 @@ WordPiece tokenizer, and a small local text-classification data set."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -89,10 +94,11 @@ def tiny_model(num_labels: int = 3, layers: int = 4, hidden: int = 16, seed: int
 
 @pytest.fixture
 def tiny_model_dir(tmp_path: Path) -> Path:
-    """A 4-layer, 16-wide random BERT classifier + tokenizer, saved like a hub checkpoint."""
+    """A 4-layer, 16-wide random BERT encoder + tokenizer, saved like a pretrained hub
+    checkpoint (no classification head: ``train-teacher --model`` gives it the task's)."""
     folder = tmp_path / "tiny-bert"
     tokenizer = tiny_tokenizer(folder)
-    tiny_model().save_pretrained(folder)
+    tiny_model().bert.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
 
@@ -130,3 +136,33 @@ def assert_same_weights(one: dict, other: dict, atol: float = 1e-6) -> None:
     for key, value in one.items():
         if not key.endswith("attention.self.key.bias"):
             torch.testing.assert_close(other[key], value, rtol=0, atol=atol, msg=key)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def kill_at_step(command: list[str], run_dir: Path, step: int) -> dict:
+    """Run ``kdw`` with the arguments ``command`` (a full command line whose first items may be
+    the Python interpreter and ``-m kd.cli``) in a process of its own, kill it (SIGKILL) once
+    its run folder's status says it is training at ``step`` or later, and return that status."""
+    if command[0] != sys.executable:
+        command = [sys.executable, "-m", "kd.cli", *command]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+    )
+    status = run_dir / "status.json"
+    deadline = time.time() + 300
+    state: dict = {}
+    while time.time() < deadline and process.poll() is None:
+        try:
+            state = json.loads(status.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            state = {}
+        if state.get("state") == "running" and state.get("step", 0) >= step:
+            break
+        time.sleep(0.01)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert process.returncode == -signal.SIGKILL, "the process ended before it was killed"
+    return state

@@ -62,7 +62,7 @@ def test_accumulated_micro_batches_make_the_step_of_the_batch(folders):
     optim = json.loads((split.path / "run.json").read_text())["configs"]["optim"]
     assert "accumulation_steps" not in optim and "precision" not in optim  # fp32: as before
 
-    student = StudentConfig(teacher_run=str(whole.path), num_layers=2)
+    student = StudentConfig(teacher=str(whole.path), num_layers=2)
     runs = [
         distill(
             data,

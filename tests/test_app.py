@@ -46,7 +46,7 @@ def build_tiny_runs(root: Path, work: Path) -> Path:
     returns the task folder."""
     model_dir, task_dir = work / "tiny-bert", work / "task"
     tiny_tokenizer(model_dir)
-    tiny_model().save_pretrained(model_dir)
+    tiny_model().bert.save_pretrained(model_dir)
     task_dir.mkdir(parents=True)
     frame = make_sentences(400)
     for name, part in (
@@ -62,7 +62,7 @@ def build_tiny_runs(root: Path, work: Path) -> Path:
     for name, preset in zip(STUDENTS, ("kd", "pkd-skip"), strict=True):
         distill(
             data,
-            StudentConfig(teacher_run=str(teacher.path), num_layers=2),
+            StudentConfig(teacher=str(teacher.path), num_layers=2),
             ObjectiveConfig(preset=preset),
             tiny_optim(),
             root / name,
@@ -372,7 +372,7 @@ def test_train_page_student_form_comes_from_the_configs(app, tiny_runs):
     _ok(at.run())
     assert set(PRESETS) <= set(at.selectbox(key="train.student.objective.preset").options)
     assert at.text_input(key="train.student.objective.weights").value == ""
-    assert at.selectbox(key="train.student.student.teacher_run").value == str(tiny_runs / "teacher")
+    assert at.selectbox(key="train.student.student.teacher").value == str(tiny_runs / "teacher")
     task = json.loads((tiny_runs / "teacher" / "run.json").read_text())["configs"]["data"]
     assert at.text_input(key="train.student.data.teacher.task").value == task["task"]
     assert at.number_input(key="train.student.data.teacher.max_length").value == 16
@@ -384,7 +384,7 @@ def test_a_search_runs_in_the_background_and_shows_its_trials(app, tiny_runs):
     info = json.loads((tiny_runs / "teacher" / "run.json").read_text())
     configs = {
         "data": info["configs"]["data"],
-        "student": to_dict(StudentConfig(teacher_run=str(tiny_runs / "teacher"), num_layers=2)),
+        "student": to_dict(StudentConfig(teacher=str(tiny_runs / "teacher"), num_layers=2)),
         "objective": to_dict(ObjectiveConfig(preset="kd")),
         "optim": to_dict(OptimConfig(epochs=1, batch_size=8, threads=1, log_every=0)),
         "tune": to_dict(TuneConfig(trials=2, space=("alpha=0.5,0.9", "tau=1,2"))),
@@ -430,7 +430,7 @@ def test_loyalty_on_a_split_of_one_example(tmp_path, monkeypatch):
     """A test split of one example: the loyalty page shows its one row, never a traceback."""
     model_dir, task_dir, root = tmp_path / "tiny-bert", tmp_path / "task", tmp_path / "runs"
     tiny_tokenizer(model_dir)
-    tiny_model().save_pretrained(model_dir)
+    tiny_model().bert.save_pretrained(model_dir)
     task_dir.mkdir()
     frame = make_sentences(40)
     for name, part in (
@@ -443,7 +443,7 @@ def test_loyalty_on_a_split_of_one_example(tmp_path, monkeypatch):
     teacher = train_teacher(data, TeacherConfig(model=str(model_dir)), tiny_optim(), root / "t")
     distill(
         data,
-        StudentConfig(teacher_run=str(teacher.path), num_layers=2),
+        StudentConfig(teacher=str(teacher.path), num_layers=2),
         ObjectiveConfig(preset="kd"),
         tiny_optim(),
         root / "s",

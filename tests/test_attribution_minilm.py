@@ -30,7 +30,7 @@ SENTENCES = [
 @pytest.fixture(scope="module")
 def minilm():
     torch.manual_seed(0)
-    return load_classifier("minilm-l6", num_labels=3).eval(), load_tokenizer("minilm-l6")
+    return load_classifier("minilm-l6", 3).eval(), load_tokenizer("minilm-l6")
 
 
 def encode(tokenizer, texts, pairs=None):

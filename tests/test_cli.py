@@ -52,7 +52,7 @@ def test_every_command_explains_its_options(command, capsys):
     out = capsys.readouterr().out
     assert "usage: kdw " + command in out
     if command == "distill":
-        for option in ("--teacher-run", "--preset", "--temperature", "--layers", "--parity"):
+        for option in ("--teacher", "--preset", "--temperature", "--layers", "--parity"):
             assert option in out
 
 
@@ -71,7 +71,7 @@ def test_reproduce_options_name_the_suite():
 def test_unknown_task_model_and_missing_column(tmp_path, tiny_model_dir, capsys):
     run_dir = str(tmp_path / "run")
     assert main(["train-teacher", "--run-dir", run_dir, "--task", "sst-3"]) == 2
-    assert "unknown task 'sst-3'" in _error_line(capsys)
+    assert "cannot load hub data set 'sst-3': the hub is unreachable" in _error_line(capsys)
     assert main(["train-teacher", "--run-dir", run_dir, "--model", "./nowhere/model"]) == 2
     assert "no such file or folder: ./nowhere/model" in _error_line(capsys)
     bad = tmp_path / "bad.csv"
@@ -100,7 +100,7 @@ def test_unknown_task_model_and_missing_column(tmp_path, tiny_model_dir, capsys)
         ("--model", "./nowhere/model"),
         ("--model", "org/model/v1"),
         ("--model", "bert.safetensors"),
-        ("--task", "data/missing"),
+        ("--task", "data/missing.csv"),
         ("--task", "missing.csv"),
         ("--task", "~/no-such-kdw-task"),
         ("--glue-dir", "./no-glue"),
@@ -133,9 +133,9 @@ def test_corrupt_and_partial_runs(tmp_path, capsys):
     assert main(["evaluate", str(partial)]) == 2
     assert "no trained model yet (status: running)" in _error_line(capsys)
     assert main(["distill", "--run-dir", str(tmp_path / "s")]) == 2
-    assert "needs --teacher-run" in _error_line(capsys)
+    assert "needs --teacher" in _error_line(capsys)
     assert main(["evaluate", str(tmp_path / "missing")]) == 2
-    assert "does not exist" in _error_line(capsys)
+    assert "no such file or folder" in _error_line(capsys)
 
 
 def test_existing_run_with_other_settings_is_kept(tmp_path, tiny_task_dir, tiny_model_dir, capsys):
@@ -149,7 +149,7 @@ def test_existing_run_with_other_settings_is_kept(tmp_path, tiny_task_dir, tiny_
     assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before
 
 
-def test_student_with_another_vocabulary_is_refused(
+def test_student_with_another_vocabulary_is_refused_for_token_terms(
     tmp_path, tiny_task_dir, tiny_model_dir, capsys
 ):
     teacher = tmp_path / "teacher"
@@ -157,7 +157,7 @@ def test_student_with_another_vocabulary_is_refused(
     other = tmp_path / "other-model"
     from tests.conftest import tiny_model
 
-    tiny_model().save_pretrained(other)
+    tiny_model().bert.save_pretrained(other)
     BertTokenizerFast(vocab={"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3}).save_pretrained(other)
     capsys.readouterr()
     assert (
@@ -168,17 +168,20 @@ def test_student_with_another_vocabulary_is_refused(
                 str(tmp_path / "student"),
                 "--task",
                 str(tiny_task_dir),
-                "--teacher-run",
+                "--teacher",
                 str(teacher),
                 "--init",
                 "pretrained",
                 "--pretrained",
                 str(other),
+                "--preset",
+                "adkd",
             ]
         )
         == 2
     )
-    assert "vocabulary" in _error_line(capsys)
+    assert "the terms attr compare the two models token by token" in _error_line(capsys)
+    assert not (tmp_path / "student").exists()
     assert (
         main(
             [
@@ -187,7 +190,7 @@ def test_student_with_another_vocabulary_is_refused(
                 str(tmp_path / "student2"),
                 "--task",
                 "tweets",
-                "--teacher-run",
+                "--teacher",
                 str(teacher),
             ]
         )
@@ -216,7 +219,11 @@ def test_no_traceback_from_the_installed_entry_point(tmp_path):
     )
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
-    assert result.stderr.strip().splitlines()[-1].startswith("kdw: error: unknown task")
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith("kdw: error: cannot load hub data set 'no-such-task'")
+    )
 
 
 def test_attribute_writes_reloadable_records(tmp_path, tiny_task_dir, tiny_model_dir, capsys):

@@ -30,8 +30,8 @@ from workbench.errors import WorkbenchError
 from workbench.heatmaps import ExportSettings, HeatmapSettings
 
 TRAIN = ["train-teacher", "--run-dir", "run"]
-DISTILL = ["distill", "--run-dir", "run", "--teacher-run", "teacher"]
-TUNE = ["tune", "--out", "study", "--teacher-run", "teacher"]
+DISTILL = ["distill", "--run-dir", "run", "--teacher", "teacher"]
+TUNE = ["tune", "--out", "study", "--teacher", "teacher"]
 EXPORT = ["export", "run", "--out", "out", "--text", "good"]
 ATTRIBUTE = ["attribute", "run", "--out", "out", "--text", "good"]
 
@@ -124,7 +124,7 @@ def test_a_renamed_option_keeps_its_former_name(capsys):
     note, and a record written under the former name reads under the new one."""
     from kd.cli import build_parser
 
-    arguments = ["distill", "--teacher-run", "t", "--run-dir", "s", "--task", "tweets"]
+    arguments = ["distill", "--teacher", "t", "--run-dir", "s", "--task", "tweets"]
     parsed = build_parser().parse_args([*arguments, "--kd-loss", "soft-ce"])
     assert capsys.readouterr().err == "kdw distill: note: --kd-loss is deprecated: use --kd-form\n"
     assert from_arguments(ObjectiveConfig, parsed).kd_form == "soft-ce"

@@ -70,7 +70,7 @@ def test_logging_diagnostics_changes_no_weight(tiny_model_dir, tiny_task_dir, tm
     for log_every in (0, 2):
         students[log_every] = distill(
             data,
-            StudentConfig(teacher_run=str(teacher.path), num_layers=2),
+            StudentConfig(teacher=str(teacher.path), num_layers=2),
             ObjectiveConfig(preset="adkd"),
             OptimConfig(epochs=1, batch_size=8, learning_rate=2e-3, threads=1, log_every=log_every),
             tmp_path / f"student-{log_every}",

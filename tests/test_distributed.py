@@ -114,7 +114,7 @@ def _jobs(folder: Path, suffix: str) -> None:
     for preset in PRESETS:
         distill(
             data,
-            StudentConfig(teacher_run=str(folder / "teacher-1"), num_layers=2),
+            StudentConfig(teacher=str(folder / "teacher-1"), num_layers=2),
             ObjectiveConfig(preset=preset),
             _optim(),
             folder / f"{preset}-{suffix}",

@@ -20,7 +20,7 @@ from workbench.data import Split, TaskSpec
 from workbench.divergence import divergence, word_table
 from workbench.errors import WorkbenchError
 from workbench.faithfulness import aopc
-from workbench.models import LoadedRun, forward
+from workbench.models import LoadedModel, forward
 from workbench.runs import Run
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, "##s"]
@@ -28,7 +28,7 @@ TEXTS = ["the movies was good", "the plot was bad", "movies good good", "bad plo
 SPEC = TaskSpec("tiny", ("negative", "positive"), ("accuracy",), False)
 
 
-def _run(folder: Path, seed: int, vocab: list[str] = VOCAB, layers: int = 2) -> LoadedRun:
+def _run(folder: Path, seed: int, vocab: list[str] = VOCAB, layers: int = 2) -> LoadedModel:
     """A run folder holding a tiny random 2-class model and its tokenizer, loaded."""
     folder.mkdir(parents=True)
     (folder / "run.json").write_text(json.dumps({"kind": "teacher", "configs": {}}))
@@ -37,7 +37,10 @@ def _run(folder: Path, seed: int, vocab: list[str] = VOCAB, layers: int = 2) -> 
     config = tiny_config(num_labels=2, layers=layers)
     config.vocab_size = len(vocab)
     model = AutoModelForSequenceClassification.from_config(config, attn_implementation="eager")
-    return LoadedRun(Run(folder), model.eval(), tokenizer, SPEC, DataConfig(max_length=16))
+    data = DataConfig(max_length=16)
+    return LoadedModel(
+        model.eval(), tokenizer, SPEC, data, folder.name, str(folder), "run", Run(folder)
+    )
 
 
 def _split(texts: list[str] = TEXTS) -> Split:
@@ -46,7 +49,7 @@ def _split(texts: list[str] = TEXTS) -> Split:
 
 
 @pytest.fixture
-def runs(tmp_path) -> tuple[LoadedRun, LoadedRun, LoadedRun]:
+def runs(tmp_path) -> tuple[LoadedModel, LoadedModel, LoadedModel]:
     return (
         _run(tmp_path / "teacher", 0, layers=3),
         _run(tmp_path / "alpha", 1),
@@ -54,7 +57,7 @@ def runs(tmp_path) -> tuple[LoadedRun, LoadedRun, LoadedRun]:
     )
 
 
-def _direct(loaded: LoadedRun, text: str) -> tuple[list[str], torch.Tensor, dict]:
+def _direct(loaded: LoadedModel, text: str) -> tuple[list[str], torch.Tensor, dict]:
     """One text alone: its tokens, its maps of every class ``[C, L]`` and its batch."""
     batch = dict(loaded.tokenizer([text], return_tensors="pt"))
     maps, _ = compute_maps(loaded.model, batch, AttributionConfig(views="all"))

@@ -39,7 +39,7 @@ def runs(tmp_path, tiny_task_dir, tiny_model_dir, monkeypatch) -> tuple[Path, Pa
     common += ["--learning-rate", "2e-3", "--checkpoint-every", "1000"]
     teach = f"train-teacher --run-dir {teacher} --model {tiny_model_dir} --epochs 6".split()
     assert _kdw(monkeypatch, *teach, *common) == 0
-    distil = f"distill --run-dir {student} --teacher-run {teacher} --preset kd --epochs 3".split()
+    distil = f"distill --run-dir {student} --teacher {teacher} --preset kd --epochs 3".split()
     assert _kdw(monkeypatch, *distil, "--num-layers", "2", *common) == 0
     return teacher, student
 
@@ -54,13 +54,13 @@ def test_saved_models_name_their_classes_and_carry_a_card(runs):
     manifest = json.loads((student / "manifest.json").read_text())
     results = json.loads((student / "results.json").read_text())
     assert card.startswith("---\nlibrary_name: transformers\npipeline_tag: text-classification\n")
-    assert f"distilled with the method `kd` from the teacher run `{teacher}`" in card
+    assert f"distilled with the method `kd` from the teacher `{teacher}`" in card
     assert '- `preset`: "kd"' in card and "- `temperature`: null" in card
     assert f"| train | {manifest['split_sizes']['train']} | " in card
     assert manifest["split_fingerprint"]["test"] in card
     assert f"label_loyalty {results['test']['label_loyalty']:.4f}" in card
     assert f"- test: accuracy {results['test']['accuracy']:.4f}" in card
-    assert f"kdw distill --run-dir {student} --teacher-run {teacher}" in card
+    assert f"kdw distill --run-dir {student} --teacher {teacher}" in card
     teacher_card = (teacher / "model" / "README.md").read_text()
     assert "A teacher fine-tuned from" in teacher_card
     assert "knowledge-distillation" not in teacher_card

@@ -52,7 +52,7 @@ def demo_root(tmp_path_factory) -> Path:
     work = tmp_path_factory.mktemp("first-run")
     model_dir = work / "tiny-bert"
     tiny_tokenizer(model_dir)
-    tiny_model().save_pretrained(model_dir)
+    tiny_model().bert.save_pretrained(model_dir)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(runner.SIZES_ENV, tiny_sizes(model_dir))
         assert runner.main(["demo", str(work / "runs"), "default"]) == 0

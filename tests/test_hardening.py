@@ -35,10 +35,10 @@ def _truncate(path: Path, keep: float = 0.5) -> None:
 @pytest.fixture(scope="module")
 def work(tmp_path_factory) -> Path:
     """A tiny model folder, a task, and a teacher and a student made with relative paths from
-    ``work`` (the teacher's run recorded as ``--teacher-run teacher``)."""
+    ``work`` (the teacher's run recorded as ``--teacher teacher``)."""
     work = tmp_path_factory.mktemp("hardening")
     tiny_tokenizer(work / "tiny-bert")
-    tiny_model().save_pretrained(work / "tiny-bert")
+    tiny_model().bert.save_pretrained(work / "tiny-bert")
     (work / "task").mkdir()
     frame = make_sentences(200)
     for name, part in (("train", frame[:120]), ("dev", frame[120:150]), ("test", frame[150:])):
@@ -48,7 +48,7 @@ def work(tmp_path_factory) -> Path:
     try:
         data = DataConfig(task="task", max_length=16)
         train_teacher(data, TeacherConfig(model="tiny-bert"), FAST, "teacher")
-        distill(data, StudentConfig(teacher_run="teacher", num_layers=2), _kd(), FAST, "student")
+        distill(data, StudentConfig(teacher="teacher", num_layers=2), _kd(), FAST, "student")
     finally:
         os.chdir(here)
     return work
@@ -97,8 +97,7 @@ def test_a_truncated_model_is_one_line_naming_the_file(work, tmp_path, capsys):
     student = tmp_path / "student"
     task = str(work / "task")
     assert (
-        main(["distill", "--run-dir", str(student), "--task", task, "--teacher-run", str(teacher)])
-        == 2
+        main(["distill", "--run-dir", str(student), "--task", task, "--teacher", str(teacher)]) == 2
     )
     assert f"{weights} is damaged" in _error(capsys)
     assert not student.exists()
@@ -210,7 +209,7 @@ def test_a_refused_rerun_names_each_option_that_differs(work, tmp_path, capsys):
 
 def test_paths_are_recorded_absolute_so_runs_open_from_anywhere(work, tmp_path, monkeypatch):
     student = json.loads((work / "student" / "run.json").read_text())["configs"]
-    assert student["student"]["teacher_run"] == str((work / "teacher").resolve())
+    assert student["student"]["teacher"] == str((work / "teacher").resolve())
     assert student["data"]["task"] == str((work / "task").resolve())
     teacher = json.loads((work / "teacher" / "run.json").read_text())["configs"]
     assert teacher["teacher"]["model"] == str((work / "tiny-bert").resolve())
@@ -264,7 +263,7 @@ CASES = [  # (arguments, start of the message after "kdw: error: ", path that mu
         "new",
     ),
     (
-        ["distill", "--run-dir", "new", "--task", "task", "--teacher-run", "broken-teacher"],
+        ["distill", "--run-dir", "new", "--task", "task", "--teacher", "broken-teacher"],
         "{w}/broken-teacher/model/model.safetensors is damaged (",
         "new",
     ),
@@ -466,7 +465,7 @@ def test_the_export_page_states_truncation(work, tmp_path, monkeypatch):
 
 
 def test_an_older_run_with_relative_paths_opens_from_another_folder(work, tmp_path, monkeypatch):
-    """A student recorded (before paths were absolute) with ``--teacher-run runs/teacher`` and
+    """A student recorded (before paths were absolute) with ``--teacher runs/teacher`` and
     ``--task task`` from the project folder: kdw evaluate from elsewhere finds both under the
     folders that hold the run."""
     project = tmp_path / "project"
@@ -474,7 +473,7 @@ def test_an_older_run_with_relative_paths_opens_from_another_folder(work, tmp_pa
     _copy(work, "teacher", project / "runs")
     student = _copy(work, "student", project / "runs")
     record = json.loads((student / "run.json").read_text())
-    record["configs"]["student"]["teacher_run"] = "runs/teacher"
+    record["configs"]["student"]["teacher"] = "runs/teacher"
     record["configs"]["data"]["task"] = "task"
     (student / "run.json").write_text(json.dumps(record))
     elsewhere = tmp_path / "elsewhere"

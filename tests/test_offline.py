@@ -66,8 +66,11 @@ def test_a_missing_path_is_named_at_once(tmp_path, no_network, monkeypatch):
     (tmp_path / "models").mkdir()
     monkeypatch.chdir(tmp_path)  # models/nope: a missing folder in a local folder, no hub id
     assert _one_line_error(resolve_model, "models/nope") == "no such file or folder: models/nope"
-    assert _one_line_error(load_task, DataConfig(task="data/missing")) == (
-        "no such file or folder: data/missing"
+    assert _one_line_error(load_task, DataConfig(task="data/missing.csv")) == (
+        "no such file or folder: data/missing.csv"
+    )
+    assert _one_line_error(load_task, DataConfig(task="data/missing")).startswith(
+        "cannot load hub data set 'data/missing' (no local file or folder of that name either)"
     )
     assert _one_line_error(load_task, DataConfig(task="sst2", glue_dir="./no-glue")) == (
         "no such file or folder: ./no-glue"

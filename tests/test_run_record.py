@@ -27,7 +27,7 @@ def test_runs_record_their_resolved_objective(tiny_model_dir, tiny_task_dir, tmp
     def student(preset: str):
         return distill(
             data,
-            StudentConfig(teacher_run=str(teacher.path), num_layers=2),
+            StudentConfig(teacher=str(teacher.path), num_layers=2),
             ObjectiveConfig(preset=preset),
             optim,
             tmp_path / preset,

@@ -4,21 +4,18 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
 
 from kd.pipeline import distill, train_teacher
+from tests.conftest import ROOT, kill_at_step
 from workbench.config import DataConfig, ObjectiveConfig, OptimConfig, StudentConfig, TeacherConfig
 from workbench.models import load_run
 from workbench.runs import Run
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _teacher_command(run_dir: Path, model_dir: Path, task_dir: Path) -> list[str]:
@@ -59,27 +56,9 @@ def _run(command: list[str]) -> subprocess.CompletedProcess:
 
 def test_resume_after_kill_ends_with_the_same_weights(tiny_model_dir, tiny_task_dir, tmp_path):
     killed_dir, clean_dir = tmp_path / "killed", tmp_path / "clean"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen(
-        _teacher_command(killed_dir, tiny_model_dir, tiny_task_dir),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=env,
+    state = kill_at_step(
+        _teacher_command(killed_dir, tiny_model_dir, tiny_task_dir), killed_dir, 100
     )
-    status = killed_dir / "status.json"
-    deadline = time.time() + 300
-    state: dict = {}
-    while time.time() < deadline:
-        try:
-            state = json.loads(status.read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
-            state = {}
-        if state.get("state") == "running" and state.get("step", 0) >= 100:
-            break
-        time.sleep(0.01)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    assert process.returncode == -signal.SIGKILL
     assert state.get("state") == "running" and state["step"] < state["total"], state
     saved = torch.load(killed_dir / "checkpoint.pt", weights_only=False)
     assert 0 < saved["state"]["step"] < state["total"]
@@ -120,7 +99,7 @@ def test_teacher_learns_and_students_distil(tiny_model_dir, tiny_task_dir, tmp_p
     for preset in ("kd", "pkd-skip"):
         student_run = distill(
             data,
-            StudentConfig(teacher_run=str(teacher_run.path), num_layers=2),
+            StudentConfig(teacher=str(teacher_run.path), num_layers=2),
             ObjectiveConfig(preset=preset),
             OptimConfig(epochs=4, batch_size=8, learning_rate=2e-3, threads=1),
             tmp_path / f"student-{preset}",
@@ -133,7 +112,7 @@ def test_teacher_learns_and_students_distil(tiny_model_dir, tiny_task_dir, tmp_p
     # the same call again finds the finished run and trains nothing
     again = distill(
         data,
-        StudentConfig(teacher_run=str(teacher_run.path), num_layers=2),
+        StudentConfig(teacher=str(teacher_run.path), num_layers=2),
         ObjectiveConfig(preset="pkd-skip"),
         OptimConfig(epochs=4, batch_size=8, learning_rate=2e-3, threads=1),
         tmp_path / "student-pkd-skip",

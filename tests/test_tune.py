@@ -43,7 +43,7 @@ def _tune_args(data, teacher, out, *extra):
         "16",
         "--max-train-examples",
         "48",
-        "--teacher-run",
+        "--teacher",
         str(teacher),
         "--num-layers",
         "2",
@@ -185,7 +185,7 @@ def test_pruned_trial_stops_early(tiny_teacher, tmp_path):
     callback = PruningCallback(trial, "accuracy", enabled=True)
     run = distill(
         data,
-        StudentConfig(teacher_run=str(teacher), num_layers=2),
+        StudentConfig(teacher=str(teacher), num_layers=2),
         ObjectiveConfig(preset="kd"),
         OptimConfig(epochs=2, batch_size=8, threads=1, eval_every=2, log_every=0),
         tmp_path / "pruned",
@@ -201,7 +201,7 @@ def test_tune_api_validates_trials(tiny_teacher, tmp_path):
     with pytest.raises(WorkbenchError, match=r"^--trials: 0 is not allowed"):
         tune(
             data,
-            StudentConfig(teacher_run=str(teacher)),
+            StudentConfig(teacher=str(teacher)),
             ObjectiveConfig(preset="kd"),
             OptimConfig(),
             TuneConfig(trials=0),

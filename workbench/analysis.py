@@ -16,7 +16,7 @@ from workbench.attribution import attribution_maps, grad_saliency
 from workbench.data import Split, TaskSpec, batches, encode, pad_id
 from workbench.heatmaps import Example
 from workbench.metrics import nan_mean, probability_loyalties, task_metrics
-from workbench.models import LoadedRun, forward
+from workbench.models import LoadedModel, forward, max_tokens
 
 
 @dataclass
@@ -32,11 +32,11 @@ class SplitOutputs:
 
 
 def split_outputs(
-    loaded: LoadedRun, split: Split, batch_size: int = 32, maps: bool = False
+    loaded: LoadedModel, split: Split, batch_size: int = 32, maps: bool = False
 ) -> SplitOutputs:
     """Logits and Grad saliency (and with ``maps`` the IG maps) of every example, in batches
     of similar length."""
-    dataset = encode(split, loaded.tokenizer, loaded.data.max_length, loaded.spec.regression)
+    dataset = encode(split, loaded.tokenizer, loaded.max_length, loaded.spec.regression)
     order = sorted(range(len(dataset)), key=lambda i: len(dataset.input_ids[i]))
     length = max(len(ids) for ids in dataset.input_ids)
     saliency = torch.zeros(len(dataset), length)
@@ -119,7 +119,7 @@ def loyalty_tables(
     return pd.DataFrame(summary).set_index("model"), frame
 
 
-def hidden_states(loaded: LoadedRun, example: Example) -> tuple[list[str], Tensor]:
+def hidden_states(loaded: LoadedModel, example: Example) -> tuple[list[str], Tensor]:
     """The tokens of one example and its hidden states ``[layers + 1, L, d]`` (embedding
     output first)."""
     args = (example.text,) if not loaded.spec.pair else (example.text, example.pair or "")
@@ -128,7 +128,7 @@ def hidden_states(loaded: LoadedRun, example: Example) -> tuple[list[str], Tenso
             *args,
             truncation=True,
             return_tensors="pt",
-            max_length=loaded.model.config.max_position_embeddings,
+            max_length=max_tokens(loaded.model),
         )
     )
     with torch.no_grad():

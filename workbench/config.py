@@ -143,6 +143,42 @@ class Checked:
         resolve_paths(self)
 
 
+def parse_label_map(text: str) -> dict[str, str]:
+    """``positive=POS,negative=NEG`` as ``{task class: model label}``; a malformed one is a
+    one-line error."""
+    pairs = [part.partition("=") for part in text.split(",")] if text.strip() else []
+    mapping = {task.strip(): label.strip() for task, _, label in pairs}
+    if any(not sep or not task.strip() or not label.strip() for task, sep, label in pairs):
+        raise WorkbenchError(
+            f"--label-map {text!r}: write TASK_CLASS=MODEL_LABEL pairs separated by commas, "
+            "e.g. positive=POS,negative=NEG"
+        )
+    if len(mapping) != len(pairs) or len(set(mapping.values())) != len(mapping):
+        raise WorkbenchError(f"--label-map {text!r}: each class and each label once")
+    return mapping
+
+
+def _is_label_map(text: Any) -> bool:
+    try:
+        parse_label_map(text)
+    except (WorkbenchError, AttributeError):
+        return False
+    return True
+
+
+def label_map_option(model: str) -> Any:
+    """The ``--label-map`` setting of a config that loads ``model`` (a field recorded only
+    when set: runs made before it had none)."""
+    return option(
+        "",
+        f"how the task's classes are named by the {model} where the names differ: "
+        "TASK_CLASS=MODEL_LABEL pairs, e.g. positive=POS,negative=NEG (default: matched by "
+        "name, case-insensitively; generic LABEL_n names by position)",
+        domain=Domain(_is_label_map, "TASK_CLASS=MODEL_LABEL pairs, e.g. positive=POS"),
+        recorded_if_set=True,
+    )
+
+
 @dataclass
 class DataConfig(Checked):
     """Which task and how its text is tokenised."""
@@ -197,18 +233,24 @@ class TeacherConfig(Checked):
     model: str = option(
         "minilm-l6",
         "built-in offline model (minilm-l6), a hub id such as bert-base-uncased, or a local "
-        "directory with config.json and weights",
+        "directory with config.json and weights; a sequence classifier keeps its head, its "
+        "classes matched to the task's by name",
         path=_model_names,
     )
+    label_map: str = label_map_option("--model")
 
 
 @dataclass
 class StudentConfig(Checked):
     """How the student is built."""
 
-    teacher_run: str = option(
-        "", "run folder of the fine-tuned teacher (from train-teacher)", path=tuple
+    teacher: str = option(
+        "",
+        "the fine-tuned teacher: a run folder (from train-teacher), a Hugging Face sequence "
+        "classifier's folder (config, weights, tokenizer), a built-in name or a hub id",
+        path=_model_names,
     )
+    label_map: str = label_map_option("teacher")
     init: str = option(
         "cut",
         "cut: teacher embeddings + a subset of its layers; pretrained: another checkpoint "
@@ -491,7 +533,7 @@ def config_key(config: Any) -> str:
 # settings renamed since records were first written, former name → name: a record (run.json, a
 # --config file, a suite's results.json) read today has them under their new names
 # (:func:`upgrade`), and the CLI still takes the former spelling, with a note
-RENAMED = {"kd_loss": "kd_form"}
+RENAMED = {"kd_loss": "kd_form", "teacher_run": "teacher"}
 
 
 def upgrade(values: dict[str, Any]) -> dict[str, Any]:

@@ -38,7 +38,7 @@ from workbench.data import EncodedSplit, Split, encode, pad_id, sample_split
 from workbench.errors import WorkbenchError
 from workbench.export import merge_wordpieces
 from workbench.faithfulness import aopc
-from workbench.models import LoadedRun, fingerprint, forward
+from workbench.models import LoadedModel, fingerprint, forward
 from workbench.runs import Run
 
 Progress = Callable[[float, str], None]  # (fraction done in [0, 1], what is being done)
@@ -70,7 +70,7 @@ class Divergence:
         return [TEACHER, *self.students]
 
 
-def _check(teacher: LoadedRun, students: Sequence[LoadedRun], part: Split) -> None:
+def _check(teacher: LoadedModel, students: Sequence[LoadedModel], part: Split) -> None:
     if not students:
         raise WorkbenchError("choose at least one student to compare with the teacher")
     if teacher.spec.regression:
@@ -79,33 +79,33 @@ def _check(teacher: LoadedRun, students: Sequence[LoadedRun], part: Split) -> No
         raise WorkbenchError(
             f"the split has {len(part)} example(s): the divergence view needs at least 2"
         )
-    names = [s.run.name for s in students]
+    names = [s.name for s in students]
     clash = sorted({n for n in names if n in RESERVED or names.count(n) > 1})
     if clash:
         raise WorkbenchError(f"student names {clash} are reserved or repeated: rename the runs")
     for student in students:
         if student.spec.label_names != teacher.spec.label_names:
             raise WorkbenchError(
-                f"{student.run.name} has the classes {list(student.spec.label_names)}, the "
+                f"{student.name} has the classes {list(student.spec.label_names)}, the "
                 f"teacher {list(teacher.spec.label_names)}: choose students of the same task"
             )
 
 
-def _encoded(teacher: LoadedRun, students: Sequence[LoadedRun], part: Split) -> EncodedSplit:
+def _encoded(teacher: LoadedModel, students: Sequence[LoadedModel], part: Split) -> EncodedSplit:
     """The sample tokenised by the teacher, after checking every student tokenises it alike."""
-    dataset = encode(part, teacher.tokenizer, teacher.data.max_length)
+    dataset = encode(part, teacher.tokenizer, teacher.max_length)
     for student in students:
-        theirs = encode(part, student.tokenizer, teacher.data.max_length)
+        theirs = encode(part, student.tokenizer, teacher.max_length)
         if theirs.input_ids != dataset.input_ids:
             raise WorkbenchError(
-                f"{student.run.name} tokenises the texts differently from the teacher "
-                f"{teacher.run.name}: words can only be compared under the same tokenizer"
+                f"{student.name} tokenises the texts differently from the teacher "
+                f"{teacher.name}: words can only be compared under the same tokenizer"
             )
     return dataset
 
 
 def _outputs(
-    loaded: LoadedRun,
+    loaded: LoadedModel,
     dataset: EncodedSplit,
     settings: DivergenceSettings,
     progress: CacheProgress,
@@ -137,9 +137,9 @@ def _outputs(
             "sufficiency": faithful.sufficiency,
         }
 
-    folder = loaded.run.analysis_dir
+    folder = loaded.analysis_dir
     computed = not cache_path(folder, "divergence", key).exists()
-    folder.mkdir(exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
     cache = cached(
         folder,
         "divergence",
@@ -149,7 +149,7 @@ def _outputs(
         per_token=("maps",),
         batch_size=16,
         pad_token_id=pad_id(loaded.tokenizer),
-        description=f"{loaded.run.name}: maps and AOPC",
+        description=f"{loaded.name}: maps and AOPC",
         on_progress=progress,
     )
     return cache, computed
@@ -170,8 +170,8 @@ def _words(
 
 
 def divergence(
-    teacher: LoadedRun,
-    students: Sequence[LoadedRun],
+    teacher: LoadedModel,
+    students: Sequence[LoadedModel],
     split: Split,
     settings: DivergenceSettings | None = None,
     progress: Progress | None = None,
@@ -181,16 +181,17 @@ def divergence(
     computation has come."""
     settings = settings or DivergenceSettings()
     for loaded in (teacher, *students):
-        Run.open(loaded.run.path)  # a folder that disappeared: a one-line error
+        if loaded.run is not None:
+            Run.open(loaded.run.path)  # a folder that disappeared: a one-line error
     part = sample_split(split, settings.examples, seed=0, stratify=True)
     _check(teacher, students, part)
     dataset = _encoded(teacher, students, part)
     models = [teacher, *students]
-    names = [TEACHER, *(s.run.name for s in students)]
+    names = [TEACHER, *(s.name for s in students)]
     size = len(dataset)
     caches, computed = [], []
     for m, (name, loaded) in enumerate(zip(names, models, strict=True)):
-        label = loaded.run.name
+        label = loaded.name
 
         def report(
             _description: str, done: int, _total: int, m: int = m, label: str = label
@@ -209,7 +210,7 @@ def divergence(
 
 
 def _compare(
-    teacher: LoadedRun,
+    teacher: LoadedModel,
     names: list[str],
     caches: list[ExampleCache],
     part: Split,
@@ -251,7 +252,7 @@ def _compare(
         examples[f"{name} sufficiency"] = cache.per_example["sufficiency"].numpy()
     for name, student_maps in zip(names[1:], maps[1:], strict=True):
         examples[f"{name} gap"] = attribution_gap(maps[0], student_maps, mask).numpy()
-    return Divergence(teacher.run.name, names[1:], occurrences, examples, settings, computed)
+    return Divergence(teacher.name, names[1:], occurrences, examples, settings, computed)
 
 
 def word_table(

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from workbench.attribution import AttributionConfig
     from workbench.data import Split, TaskSpec
     from workbench.export import ExportOptions, Heatmap
-    from workbench.models import LoadedRun
+    from workbench.models import LoadedModel
 
 FORMAT_CHOICES = ("svg", "pdf", "png", "tex", "html")
 UPLOAD_SUFFIXES = (".csv", ".jsonl")
@@ -159,22 +159,24 @@ def gold_index(label: str | int | None, class_names: Sequence[str]) -> int | Non
     raise WorkbenchError(f"label {text!r} is not one of the classes {list(class_names)}")
 
 
-def _class_names(loaded: LoadedRun) -> list[str]:
+def _class_names(loaded: LoadedModel) -> list[str]:
     names = list(loaded.spec.label_names)
     return names or ["output"]
 
 
-def _encode(loaded: LoadedRun, examples: Sequence[Example]) -> tuple[dict, list[int]]:
+def _encode(loaded: LoadedModel, examples: Sequence[Example]) -> tuple[dict, list[int]]:
     """The batch of ``examples`` (each ``[B, L]``), cut to the model's maximum length, and the
     number of tokens of each whole example."""
     if not examples:
         raise WorkbenchError("no examples to explain")
     if loaded.spec.pair and any(e.pair is None for e in examples):
-        raise WorkbenchError(f"{loaded.run.name} is a pair task: give a second text too")
+        raise WorkbenchError(f"{loaded.name} is a pair task: give a second text too")
     texts = [e.text for e in examples]
     pairs = [e.pair for e in examples] if loaded.spec.pair else None
     args = (texts,) if pairs is None else (texts, pairs)
-    limit = loaded.model.config.max_position_embeddings
+    from workbench.models import max_tokens
+
+    limit = max_tokens(loaded.model)
     full = loaded.tokenizer(*args, truncation=False, verbose=False)["input_ids"]
     batch = loaded.tokenizer(
         *args, truncation=True, max_length=limit, padding=True, return_tensors="pt"
@@ -192,7 +194,7 @@ def attribution_config(settings: HeatmapSettings) -> AttributionConfig:
 
 
 def explain(
-    loaded: LoadedRun,
+    loaded: LoadedModel,
     examples: Sequence[Example],
     settings: HeatmapSettings,
     name: str | None = None,
@@ -227,8 +229,8 @@ def explain(
         ids = batch["input_ids"][row, :length].tolist()
         out.append(
             Explanation(
-                name=name or loaded.run.name,
-                run_id=str(loaded.run.path),
+                name=name or loaded.name,
+                run_id=loaded.source,
                 tokens=loaded.tokenizer.convert_ids_to_tokens(ids),
                 class_names=class_names,
                 probabilities=probabilities[row].tolist(),
@@ -353,13 +355,13 @@ def to_heatmap(
 
 
 def build_heatmaps(
-    runs: Sequence[LoadedRun],
+    runs: Sequence[LoadedModel],
     examples: Sequence[Example],
     settings: HeatmapSettings,
     names: Sequence[str] | None = None,
 ) -> list[Heatmap]:
     """One heatmap per example, a row per run (each run explains all examples in one batch)."""
-    names = names or [loaded.run.name for loaded in runs]
+    names = names or [loaded.name for loaded in runs]
     per_run = [
         explain(loaded, examples, settings, name) for loaded, name in zip(runs, names, strict=True)
     ]
@@ -476,7 +478,7 @@ def parse_indices(text: str, size: int) -> list[int]:
 
 
 def gather_examples(
-    loaded: LoadedRun,
+    loaded: LoadedModel,
     verb: str,
     *,
     texts: Sequence[str] = (),
@@ -496,6 +498,11 @@ def gather_examples(
             raise WorkbenchError(f"{path} does not exist")
         examples += read_examples(path.read_bytes(), path.name)
     if split is not None:
+        if loaded.data is None:
+            raise WorkbenchError(
+                f"{loaded.source} is not a run folder, so it has no task whose --split to "
+                "take: give --text or --texts-file"
+            )
         data = load_task(loaded.data)
         if split not in data.splits:
             raise WorkbenchError(f"no split {split!r}: the task has {sorted(data.splits)}")
@@ -517,15 +524,18 @@ def export_runs(
     """What ``kdw export`` does: explain the examples :func:`gather_examples` collects from
     ``sources`` (of the first run's task) under every run, and write one heatmap per example in
     each format to ``out`` (replacing a previous export's set there, see
-    :func:`write_heatmaps`); ``notify`` receives :func:`export_notes`' lines."""
-    from workbench.models import load_run
+    :func:`write_heatmaps`); ``notify`` receives :func:`export_notes`' lines. A run may be a
+    run folder or a classifier the workbench did not train (its classes matched to the first
+    one's by name, see :func:`~workbench.models.load_model`)."""
+    from workbench.models import load_model
 
     export_settings.format_list()  # fail early on a bad format
     output_folder(out)
-    loaded = [load_run(path) for path in runs]
-    if any(run.spec.label_names != loaded[0].spec.label_names for run in loaded):
+    first = load_model(str(runs[0]))
+    loaded = [first, *(load_model(str(path), first.spec, notify=notify) for path in runs[1:])]
+    if any(run.spec.label_names != first.spec.label_names for run in loaded):
         raise WorkbenchError("the runs predict different classes: export runs of one task")
-    examples = gather_examples(loaded[0], "export", **sources)
+    examples = gather_examples(first, "export", **sources)
     heatmaps = build_heatmaps(loaded, examples, settings)
     for note in export_notes(heatmaps, export_settings):
         notify(note)
@@ -539,13 +549,14 @@ def attribute_runs(
     **sources,
 ) -> list[Path]:
     """What ``kdw attribute`` does: attribute the examples :func:`gather_examples` collects
-    under each run and save them, reloadable, as ``<out>/<run>.jsonl``."""
+    under each run (a run folder, or a classifier the workbench did not train) and save them,
+    reloadable, as ``<out>/<run>.jsonl``."""
     from workbench.attribution import attribute_texts, save_attributions
-    from workbench.models import load_run
+    from workbench.models import load_model
 
     folder, paths = output_folder(out), []
     for path in runs:
-        loaded = load_run(path)
+        loaded = load_model(str(path))
         examples = gather_examples(loaded, "attribute", **sources)
         pairs = [e.pair or "" for e in examples] if any(e.pair for e in examples) else None
         gold = [gold_index(e.label, _class_names(loaded)) for e in examples]
@@ -557,7 +568,7 @@ def attribute_runs(
             settings=config,
             labels=None if None in gold else gold,
         )
-        paths.append(save_attributions(records, folder / f"{loaded.run.name}.jsonl"))
+        paths.append(save_attributions(records, folder / f"{loaded.name}.jsonl"))
     return paths
 
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 import copy
 import hashlib
 import importlib.util
-from collections.abc import Iterator, Mapping
+import os
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,17 +24,27 @@ from transformers import (
     AutoConfig,
     AutoModelForSequenceClassification,
     AutoTokenizer,
+    PretrainedConfig,
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
 
-from workbench.config import DataConfig
-from workbench.data import TaskSpec
+from workbench.config import DataConfig, parse_label_map
+from workbench.data import TaskData, TaskSpec, load_task
+from workbench.data.splits import METRICS_CLASSIFICATION
 from workbench.errors import WorkbenchError, first_line
+from workbench.families import (
+    embedding_modules,
+    family_of,
+    head_output,
+    layer_list,
+    layer_prefix,
+)
 from workbench.files import check_weights, local_path
 from workbench.hub import hub_reachable, hub_unreachable
 from workbench.runs import Run
 
+CACHE_ENV = "KDW_CACHE"
 ATTENTION = "eager"  # attention maps and double backward (AD-KD, GKD) need the eager kernel
 
 
@@ -97,26 +109,59 @@ def _from_pretrained(load, name: str, what: str, **options):
         raise WorkbenchError(f"cannot load {what} {name!r}: {first_line(error)}") from None
 
 
-def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
-    """The tokenizer of a built-in model, a directory or a hub id."""
-    return _from_pretrained(AutoTokenizer.from_pretrained, name, "the tokenizer of")
+def has_head(config: PretrainedConfig) -> bool:
+    """Whether a checkpoint's config is that of a sequence classifier."""
+    return any(a.endswith("ForSequenceClassification") for a in config.architectures or [])
 
 
-def load_classifier(name: str, num_labels: int, regression: bool = False) -> PreTrainedModel:
-    """A sequence classifier from a built-in model, a directory or a hub id.
+def generic_spec(classes: int) -> TaskSpec:
+    """A classification task of ``classes`` classes named ``LABEL_0``… (Hugging Face's
+    default names), for a model applied to no task in particular."""
+    return TaskSpec("classes", tuple(f"LABEL_{i}" for i in range(classes)), METRICS_CLASSIFICATION)
 
-    A checkpoint without a classification head, or with one for another number of labels, gets a
-    fresh head with ``num_labels`` outputs (1 for regression).
+
+def load_classifier(
+    name: str,
+    spec: TaskSpec | int,
+    label_map: Mapping[str, str] | None = None,
+    notify: Callable[[str], None] | None = None,
+) -> PreTrainedModel:
+    """A sequence classifier for the task ``spec`` (or for that many generically named classes)
+    from a built-in model, a directory or a hub id.
+
+    A checkpoint that is already a sequence classifier keeps its head, its classes matched to
+    the task's (:func:`class_order`; ``notify`` hears of a match by position) and reordered to
+    the task's order; one without a classification head (an encoder, a masked-LM checkpoint)
+    gets a fresh head with the task's outputs (1 for regression).
     """
-    return _from_pretrained(
-        AutoModelForSequenceClassification.from_pretrained,
-        name,
-        "model",
-        num_labels=1 if regression else num_labels,
-        problem_type="regression" if regression else "single_label_classification",
-        attn_implementation=ATTENTION,
-        ignore_mismatched_sizes=True,  # a head for another label set is replaced
-    )
+    spec = generic_spec(spec) if isinstance(spec, int) else spec
+    config = load_config(name)
+    check_classifier(config, name, head=False)
+    load = AutoModelForSequenceClassification.from_pretrained
+    if not has_head(config):
+        return _from_pretrained(
+            load,
+            name,
+            "model",
+            num_labels=spec.num_labels,
+            problem_type="regression" if spec.regression else "single_label_classification",
+            attn_implementation=ATTENTION,
+        )
+    if spec.regression != (config.num_labels == 1):
+        kind = "a regression" if spec.regression else "a classification"
+        raise WorkbenchError(
+            f"{name} is a classifier with {config.num_labels} outputs, but the task "
+            f"{spec.name!r} is {kind} task"
+        )
+    order = list(range(config.num_labels))
+    if not spec.regression:
+        labels = [config.id2label[i] for i in range(config.num_labels)]
+        order, note = class_order(labels, spec.label_names, label_map or {}, name)
+        if note and notify:
+            notify(note)
+    model = _from_pretrained(load, name, "model", attn_implementation=ATTENTION)
+    reorder_classes(model, order)
+    return model
 
 
 def set_label_names(model: PreTrainedModel, spec: TaskSpec) -> None:
@@ -147,22 +192,14 @@ def model_device(model: nn.Module) -> torch.device:
 
 
 def embeddings_module(model: PreTrainedModel) -> nn.Module:
-    """The module whose output is the sequence the encoder consumes (word + position + type
-    embeddings after LayerNorm for BERT)."""
-    module = getattr(model.base_model, "embeddings", None)
-    if module is None:
-        raise WorkbenchError(f"{type(model).__name__} has no embeddings module: unsupported model")
-    return module
+    """The module whose output ``[B, L, d]`` is the sequence the encoder consumes (word +
+    position + type embeddings after LayerNorm for BERT; ELECTRA's projection where it has one)."""
+    return embedding_modules(model)[-1]
 
 
 def encoder_layers(model: PreTrainedModel) -> nn.ModuleList:
     """The model's transformer layers, in order."""
-    base = model.base_model
-    for owner in ("encoder", "transformer"):
-        layers = getattr(getattr(base, owner, None), "layer", None)
-        if isinstance(layers, nn.ModuleList):
-            return layers
-    raise WorkbenchError(f"{type(model).__name__} has no encoder.layer list: unsupported model")
+    return layer_list(model)
 
 
 def select_layers(teacher_layers: int, student_layers: int, strategy: str) -> list[int]:
@@ -197,12 +234,13 @@ def select_layers(teacher_layers: int, student_layers: int, strategy: str) -> li
 def cut_student(
     teacher: PreTrainedModel, layers: list[int], freeze_embeddings: bool = False
 ) -> PreTrainedModel:
-    """A student made of the teacher's embeddings, the given layers (in order), its pooler and
+    """A student made of the teacher's embeddings, the given layers (in order), every other
+    module outside the layer list (DeBERTa's relative-position embeddings), its pooler and
     classifier (as Patient KD and GKD initialise theirs)."""
     config = copy.deepcopy(teacher.config)
-    config.num_hidden_layers = len(layers)
+    config.num_hidden_layers = len(layers)  # DistilBERT's n_layers, through its attribute map
     student = AutoModelForSequenceClassification.from_config(config, attn_implementation=ATTENTION)
-    prefix = f"{teacher.base_model_prefix}.encoder.layer."
+    prefix = layer_prefix(teacher)
     state = {}
     for key, value in teacher.state_dict().items():
         if key.startswith(prefix):
@@ -238,37 +276,27 @@ def random_student(
 
 
 def set_embeddings_trainable(model: PreTrainedModel, trainable: bool) -> None:
-    """Freeze or unfreeze the embeddings module."""
-    for parameter in embeddings_module(model).parameters():
-        parameter.requires_grad_(trainable)
+    """Freeze or unfreeze the embedding stage (ELECTRA's projection included)."""
+    for module in embedding_modules(model):
+        module.requires_grad_(trainable)
 
 
 def disable_dropout(model: nn.Module) -> None:
-    """Switch every dropout off (attention dropout included), in the saved config too."""
+    """Switch every dropout off (attention dropout included), in the saved config too (every
+    setting whose name holds ``dropout``, under each family's names)."""
     for module in model.modules():
         if isinstance(module, nn.Dropout):
             module.p = 0.0
     config = getattr(model, "config", None)
-    for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"):
-        if config is not None and getattr(config, name, None):
+    for name, value in (config.to_dict() if config is not None else {}).items():
+        if "dropout" in name and isinstance(value, float) and value > 0:
             setattr(config, name, 0.0)
 
 
 def copy_embeddings(source: PreTrainedModel, target: PreTrainedModel) -> None:
-    """Copy the embeddings module's weights (GKD initialises the student's from the teacher's)."""
-    embeddings_module(target).load_state_dict(embeddings_module(source).state_dict())
-
-
-def check_same_vocabulary(
-    teacher_tokenizer: PreTrainedTokenizerBase, student_tokenizer: PreTrainedTokenizerBase
-) -> None:
-    """Refuse a student whose tokenizer differs: the methods compare token positions."""
-    if teacher_tokenizer.get_vocab() != student_tokenizer.get_vocab():
-        raise WorkbenchError(
-            f"the student's vocabulary ({len(student_tokenizer)} tokens) differs from the "
-            f"teacher's ({len(teacher_tokenizer)}): distillation here compares the same token "
-            "positions, so choose a student with the teacher's tokenizer"
-        )
+    """Copy the embedding stage's weights (GKD initialises the student's from the teacher's)."""
+    for theirs, ours in zip(embedding_modules(source), embedding_modules(target), strict=True):
+        ours.load_state_dict(theirs.state_dict())
 
 
 def fingerprint(model: nn.Module) -> str:
@@ -309,7 +337,16 @@ def output_replaced(module: nn.Module, replacement: Tensor) -> Iterator[None]:
         handle.remove()
 
 
-MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "position_ids")
+
+
+def model_inputs(model: PreTrainedModel, batch: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """The tensors of ``batch`` that ``model``'s forward pass takes: token types only for a
+    family that reads them (DistilBERT has no such argument)."""
+    inputs = {k: batch[k] for k in MODEL_INPUTS if k in batch}
+    if not family_of(model).token_types:
+        inputs.pop("token_type_ids", None)
+    return inputs
 
 
 def _at_least_float32(x: Tensor) -> Tensor:
@@ -331,7 +368,7 @@ def forward(
     (bf16/fp16 autocast) come back in float32, so that the losses and maps computed from them
     (softmaxes, distances of nearly equal values) keep float32's precision; float32 and float64
     stay as they are."""
-    inputs = {k: batch[k] for k in MODEL_INPUTS if k in batch}
+    inputs = model_inputs(model, batch)
     context = (
         nullcontext()
         if embedding_output is None
@@ -347,26 +384,193 @@ def forward(
     )
 
 
+class _Captured(Exception):
+    """Raised by :func:`embed`'s hook: the forward pass goes no further than the embeddings."""
+
+
 def embed(model: PreTrainedModel, batch: Mapping[str, Tensor]) -> Tensor:
-    """The embedding output ``[B, L, d]`` of a batch: what the encoder consumes."""
-    kwargs = {"input_ids": batch["input_ids"]}
-    if "token_type_ids" in batch:
-        kwargs["token_type_ids"] = batch["token_type_ids"]
-    return embeddings_module(model)(**kwargs)
+    """The embedding output ``[B, L, d]`` of a batch: what the encoder consumes, as the model's
+    own forward pass computes it (DeBERTa's padding mask, ELECTRA's projection, RoBERTa's
+    position ids), stopped once the embedding stage has run."""
+    captured: list[Tensor] = []
+
+    def hook(_module: nn.Module, _inputs: tuple, output: Tensor | tuple) -> None:
+        captured.append(output[0] if isinstance(output, tuple) else output)
+        raise _Captured
+
+    handle = embeddings_module(model).register_forward_hook(hook)
+    try:
+        model(**model_inputs(model, batch))
+    except _Captured:
+        pass
+    finally:
+        handle.remove()
+    return captured[0]
+
+
+def max_tokens(model: PreTrainedModel) -> int:
+    """The longest sequence the model reads: its position table, less the positions a family
+    that counts from the padding index never uses (RoBERTa: ``pad_token_id + 1``)."""
+    config = model.config
+    unused = config.pad_token_id + 1 if family_of(model).positions_from_ids else 0
+    return config.max_position_embeddings - unused
+
+
+def input_positions(model: PreTrainedModel, batch: Mapping[str, Tensor]) -> Tensor | None:
+    """The position ids ``[B, L]`` a family that derives them from the input ids gives the batch
+    (RoBERTa, XLM-R: counted over real tokens from the padding index + 1), or None for the
+    families whose positions do not depend on the ids."""
+    if not family_of(model).positions_from_ids:
+        return None
+    embeddings = embedding_modules(model)[0]
+    return embeddings.create_position_ids_from_input_ids(batch["input_ids"], embeddings.padding_idx)
+
+
+GENERIC_LABEL = re.compile(r"LABEL_\d+")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.txt",
+    "vocab.json",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+)
+
+
+def class_order(
+    model_labels: Sequence[str],
+    task_labels: Sequence[str],
+    label_map: Mapping[str, str],
+    source: str,
+) -> tuple[list[int], str | None]:
+    """For each of the task's classes, the index of the model output that holds it, and a note
+    when the match was made by position.
+
+    Names match case-insensitively; ``label_map`` (task class → model label) names the
+    correspondence where the names differ. A model whose labels are all generic (``LABEL_0``…)
+    is matched by index, with a note. Another number of classes, or a class of either side left
+    unmatched, is a one-line error listing both sides and naming ``--label-map``.
+    """
+    model_labels, task_labels = [str(x) for x in model_labels], [str(x) for x in task_labels]
+    unknown = sorted(set(label_map) - set(task_labels))
+    if unknown:
+        raise WorkbenchError(
+            f"--label-map names {unknown}, which are not classes of the task {task_labels}"
+        )
+    example = ",".join(f"{t}={m}" for t, m in zip(task_labels, model_labels, strict=False))
+    mismatch = (
+        f"{source} has the classes {model_labels}, the task {task_labels}: "
+        f"name the correspondence with --label-map {example} (task class=model label)"
+    )
+    if len(model_labels) != len(task_labels):
+        raise WorkbenchError(mismatch)
+    generic = all(GENERIC_LABEL.fullmatch(label) for label in model_labels)
+    if generic and not label_map:
+        return list(range(len(task_labels))), (
+            f"{source} names its classes {model_labels[0]}…: matched to the task's "
+            f"{task_labels} by position (give --label-map to match them otherwise)"
+        )
+    index = {label.casefold(): i for i, label in enumerate(model_labels)}
+    order = [index.get(label_map.get(t, t).casefold()) for t in task_labels]
+    if None in order or len(set(order)) != len(order):
+        raise WorkbenchError(mismatch)
+    return order, None
+
+
+def reorder_classes(model: PreTrainedModel, order: Sequence[int]) -> None:
+    """Permute the head's output rows so that output ``c`` is the model's output ``order[c]``:
+    the logits come in the task's class order."""
+    if list(order) == list(range(len(order))):
+        return
+    output = head_output(model)
+    with torch.no_grad():
+        index = torch.tensor(list(order), device=output.weight.device)
+        output.weight.copy_(output.weight[index])
+        if output.bias is not None:
+            output.bias.copy_(output.bias[index])
+
+
+def check_classifier(config: PretrainedConfig, name: str, head: bool = True) -> None:
+    """Refuse a model of an unsupported family, or one whose head is for another task type
+    (``BertForTokenClassification``); with ``head``, also one without a classification head
+    (a bare encoder, which cannot be a teacher before it is fine-tuned)."""
+    family_of(config)
+    architectures = config.architectures or []
+    if any(a.endswith("ForSequenceClassification") for a in architectures):
+        return
+    other = next(
+        (a for a in architectures if re.search(r"For(?!Masked|Pre|Sequence)[A-Z]\w+$", a)), None
+    )
+    if other is not None:
+        raise WorkbenchError(
+            f"{name} is a {other}: the workbench distils and explains sequence classifiers "
+            "(…ForSequenceClassification)"
+        )
+    if head:
+        shown = ", ".join(architectures) or config.model_type
+        raise WorkbenchError(
+            f"{name} ({shown}) has no sequence-classification head: fine-tune it first "
+            f"(kdw train-teacher --model {name})"
+        )
+
+
+def check_tokenizer_files(name: str) -> None:
+    """A local model folder must carry its tokenizer: one line if it does not."""
+    source = Path(resolve_model(name))
+    if source.is_dir() and not any((source / f).exists() for f in TOKENIZER_FILES):
+        raise WorkbenchError(
+            f"{name} has no tokenizer (none of {', '.join(TOKENIZER_FILES[:4])}…): save it "
+            "into the folder with tokenizer.save_pretrained"
+        )
+
+
+def load_config(name: str) -> PretrainedConfig:
+    """The config of a built-in model, a directory or a hub id."""
+    return _from_pretrained(AutoConfig.from_pretrained, name, "the config of")
+
+
+def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
+    """The tokenizer of a built-in model, a directory or a hub id."""
+    check_tokenizer_files(name)
+    return _from_pretrained(AutoTokenizer.from_pretrained, name, "the tokenizer of")
 
 
 @dataclass
-class LoadedRun:
-    """A trained model with its tokenizer and task, read back from a run folder."""
+class LoadedModel:
+    """A classifier with its tokenizer and task: the best model of a run folder, or a model the
+    workbench did not train (a Hugging Face checkpoint folder or hub id).
 
-    run: Run
+    ``run`` is None for the latter, and ``data`` is the task it is applied to (None when it is
+    only asked about typed texts). ``origin`` says where it came from, for pages and tables.
+    """
+
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
     spec: TaskSpec
-    data: DataConfig
+    data: DataConfig | None
+    name: str
+    source: str
+    origin: str
+    run: Run | None = None
+
+    @property
+    def max_length(self) -> int:
+        """The tokens per text this model is applied with: its run's, else the task's given."""
+        return self.data.max_length if self.data is not None else DataConfig().max_length
+
+    @property
+    def analysis_dir(self) -> Path:
+        """Where analyses of the model are cached: its run's ``analysis_cache/``, or for a model
+        the workbench did not train (whose folder is left as it is) a folder per source under
+        ``$KDW_CACHE`` (default ``~/.cache/kd-workbench``); every file there is keyed by the
+        model's weights and the settings."""
+        if self.run is not None:
+            return self.run.analysis_dir
+        root = Path(os.environ.get(CACHE_ENV, Path.home() / ".cache" / "kd-workbench"))
+        return root / "analysis" / hashlib.sha256(self.source.encode()).hexdigest()[:16]
 
 
-def load_run(path: str | Path) -> LoadedRun:
+def load_run(path: str | Path) -> LoadedModel:
     """The best model of a run, in eval mode, with eager attention."""
     run = Run.open(path)
     info = run.info()
@@ -385,4 +589,81 @@ def load_run(path: str | Path) -> LoadedRun:
         ) from None
     task = info["task"]
     spec = TaskSpec(task["name"], tuple(task["label_names"]), tuple(task["metrics"]), task["pair"])
-    return LoadedRun(run, model.eval(), tokenizer, spec, run.config(DataConfig, "data"))
+    data = run.config(DataConfig, "data")
+    return LoadedModel(model.eval(), tokenizer, spec, data, run.name, str(run.path), "run", run)
+
+
+def is_run(source: str | Path) -> bool:
+    """Whether ``source`` names a run folder (one with ``run.json``)."""
+    return (Path(source) / "run.json").is_file()
+
+
+def load_model(
+    source: str,
+    spec: TaskSpec | None = None,
+    data: DataConfig | None = None,
+    label_map: Mapping[str, str] | None = None,
+    notify: Callable[[str], None] | None = None,
+) -> LoadedModel:
+    """A run folder (:func:`load_run`), or a sequence classifier the workbench did not train: a
+    Hugging Face checkpoint folder (config, weights, tokenizer), a built-in name or a hub id,
+    in eval mode with eager attention.
+
+    For the latter, ``spec`` is the task it is applied to: its ``id2label`` is matched to the
+    task's classes (:func:`class_order`, ``label_map`` naming the correspondence) and its head
+    reordered to the task's class order; without ``spec``, the task is the model's own label
+    set. ``notify`` hears of a match made by position.
+    """
+    if is_run(source):
+        return load_run(source)
+    config = load_config(source)
+    check_classifier(config, source)
+    tokenizer = load_tokenizer(source)
+    path = Path(resolve_model(source))
+    name = path.name if path.exists() else source
+    if spec is None:
+        labels = tuple(str(config.id2label[i]) for i in range(config.num_labels))
+        regression = config.num_labels == 1
+        spec = TaskSpec(
+            name,
+            () if regression else labels,
+            ("spearman", "pearson") if regression else METRICS_CLASSIFICATION,
+        )
+    model = load_classifier(source, spec, label_map, notify)
+    set_label_names(model, spec)
+    origin = "model folder" if path.exists() else "hub"
+    return LoadedModel(model.eval(), tokenizer, spec, data, name, source, origin)
+
+
+def load_for_task(
+    source: str,
+    data: DataConfig | None,
+    label_map: str = "",
+    notify: Callable[[str], None] | None = None,
+) -> tuple[LoadedModel, TaskData]:
+    """A model and the task it is applied to: a run folder and its own task (``data``, when
+    given, must name it, and is then the task's data as sampled), or a classifier the
+    workbench did not train and ``data``'s task, its classes matched to the task's
+    (``label_map``: :func:`~workbench.config.parse_label_map`'s syntax). Checked before
+    anything is written."""
+    if is_run(source):
+        if label_map:
+            raise WorkbenchError(
+                f"--label-map is for a model the workbench did not train: {source} is a run "
+                "folder, whose classes are its task's"
+            )
+        loaded = load_run(source)
+        if data is not None and loaded.data.task != data.task:
+            raise WorkbenchError(
+                f"{source} was trained on {loaded.data.task!r}, not {data.task!r}: "
+                f"pass --task {loaded.data.task}"
+            )
+        return loaded, load_task(loaded.data if data is None else data)
+    resolve_model(source)  # a path that does not exist: said as such
+    if data is None:
+        raise WorkbenchError(
+            f"{source} is not a run folder, so it has no task of its own: name one with --task"
+        )
+    task = load_task(data)
+    loaded = load_model(source, task.spec, data, parse_label_map(label_map), notify)
+    return loaded, task

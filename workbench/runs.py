@@ -359,7 +359,7 @@ def model_card(run: Run) -> str:
     if student:
         lines.append(
             f"A student distilled with the method `{info['method']}` from the teacher "
-            f"run `{configs['student']['teacher_run']}`, on the task `{task['name']}`."
+            f"`{configs['student']['teacher']}`, on the task `{task['name']}`."
         )
     else:
         lines.append(

@@ -45,6 +45,7 @@ from workbench.config import (
     config_key,
     from_dict,
     to_dict,
+    upgrade,
 )
 from workbench.errors import WorkbenchError
 from workbench.files import atomic_write_json
@@ -199,7 +200,7 @@ def _moved(folder: Path, teacher: Path) -> Run | None:
     record = folder / "run.json"
     if not record.exists():
         return None
-    recorded = json.loads(record.read_text())["configs"]["student"]["teacher_run"]
+    recorded = upgrade(json.loads(record.read_text())["configs"]["student"])["teacher"]
     if Path(recorded).resolve() == teacher.resolve():  # the same folder, however spelt
         return None
     run = Run(folder)
@@ -218,9 +219,7 @@ def train_and_score(
     folder = student_folder(out, experiment, key)
     run = _moved(folder, teacher) or distill(
         plan.data,
-        StudentConfig(
-            teacher_run=str(teacher), num_layers=plan.student_layers, **experiment.student
-        ),
+        StudentConfig(teacher=str(teacher), num_layers=plan.student_layers, **experiment.student),
         experiment.objective,
         OptimConfig(
             **{
@@ -298,7 +297,7 @@ def choose_weights(out: Path, teacher: Path, suite: Suite, method: str, threads:
     space = tune_space(method, suite.tuned[method], plan)
     result = tune(
         suite.tuning_data(task),
-        StudentConfig(teacher_run=str(teacher), num_layers=plan.student_layers),
+        StudentConfig(teacher=str(teacher), num_layers=plan.student_layers),
         ObjectiveConfig(preset=method),
         OptimConfig(
             epochs=plan.student_epochs,

@@ -29,7 +29,7 @@ teacher.model.requires_grad_(False)
 data = load_task(teacher.data)
 train = encode(data.splits["train"], teacher.tokenizer, teacher.data.max_length)
 set_seed(1)
-student, _ = build_student(teacher, StudentConfig(teacher_run=teacher_dir, num_layers=3))
+student, _ = build_student(teacher, StudentConfig(teacher=teacher_dir, num_layers=3))
 objective = Objective.resolve(ObjectiveConfig(preset="adkd"), 6, 3, data.spec.num_labels)
 params = [p for p in student.parameters() if p.requires_grad]
 order = epoch_order(len(train), 1, 0)

@@ -46,19 +46,18 @@ def case_study(
 ) -> tuple[list[Explanation], list[Agreement]]:
     """Explanations of every chosen run (teacher first) and each student's agreement with the
     teacher, computed once per (runs, example, settings)."""
-    runs = tuple((e.name, str(e.path), e.stamp()) for e in entries)
+    runs = tuple((e.name, *e.key()) for e in entries)
     return _case_study(runs, config_key(example), config_key(settings))
 
 
 @st.cache_data(show_spinner="Attributing…", max_entries=64)
 def _case_study(
-    runs: tuple[tuple[str, str, int], ...], example_json: str, settings_json: str
+    runs: tuple[tuple[str, str, int, str], ...], example_json: str, settings_json: str
 ) -> tuple[list[Explanation], list[Agreement]]:
     example = Example(**json.loads(example_json))
     settings = from_dict(HeatmapSettings, json.loads(settings_json))
     explanations = [
-        explain(common.load_cached(path, stamp), [example], settings, name)[0]
-        for name, path, stamp in runs
+        explain(common.load_cached(*key), [example], settings, name)[0] for name, *key in runs
     ]
     teacher, *students = explanations
     return explanations, [agreement(teacher, s, settings.view) for s in students]

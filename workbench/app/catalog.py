@@ -1,5 +1,6 @@
-"""The run folders under the runs root, as the app lists them: every run, and every folder that
-cannot be used with its problem in one line, so one broken folder never hides the others."""
+"""The run folders under the runs root, as the app lists them: every run, every Hugging Face
+classifier folder the workbench did not train (a model folder), and every folder that cannot be
+used with its problem in one line, so one broken folder never hides the others."""
 
 from __future__ import annotations
 
@@ -24,13 +25,17 @@ def runs_root() -> Path:
 
 @dataclass
 class RunEntry:
-    """A folder under the runs root: a usable run, or one with a problem to show on its row."""
+    """A folder under the runs root (or a model added by its path or hub id): a usable run or
+    model folder, or one with a problem to show on its row. A model folder's ``kind`` is
+    ``"model"``; ``task_of``, set where a model folder is compared with students, is the
+    student run whose task it is applied to (its data, classes and label map)."""
 
     path: Path
     name: str
     info: dict[str, Any] = field(default_factory=dict)
     status: dict[str, Any] = field(default_factory=dict)
     problem: str | None = None
+    task_of: Path | None = None
 
     @property
     def kind(self) -> str | None:
@@ -53,8 +58,8 @@ class RunEntry:
         return self.problem is None
 
     @property
-    def teacher_run(self) -> str:
-        return self.info.get("configs", {}).get("student", {}).get("teacher_run", "")
+    def teacher(self) -> str:
+        return self.info.get("configs", {}).get("student", {}).get("teacher", "")
 
     def results(self) -> dict[str, Any]:
         """Final dev/test metrics, ``{}`` while there are none (or they cannot be read)."""
@@ -65,8 +70,39 @@ class RunEntry:
 
     def stamp(self) -> int:
         """Changes when the run's best model is replaced (the cache key of the model)."""
-        weights = self.path / "model" / "model.safetensors"
+        weights = self.path / ("" if self.kind == "model" else "model") / "model.safetensors"
         return weights.stat().st_mtime_ns if weights.exists() else 0
+
+    @property
+    def label(self) -> str:
+        """The entry's name, with where a model the workbench did not train came from."""
+        origin = self.info.get("origin")
+        return f"{self.name} ({origin})" if self.kind == "model" and origin else self.name
+
+    def key(self) -> tuple[str, int, str]:
+        """What loads this entry's model (:func:`workbench.app.common.load_cached`): its path,
+        :meth:`stamp`, and the run whose task a model folder is applied to."""
+        return str(self.path), self.stamp(), str(self.task_of or "")
+
+
+def model_entry(source: str, name: str | None = None) -> RunEntry:
+    """A classifier the workbench did not train (a folder or a hub id) as the pages list it,
+    with its problem (not a sequence classifier, no tokenizer, an unsupported family) in one
+    line; its weights are read only when a page loads it."""
+    from workbench.models import check_classifier, check_tokenizer_files, load_config
+
+    entry = RunEntry(Path(source), name or Path(source).name, {"kind": "model", "task": {}})
+    try:
+        config = load_config(source)
+        check_classifier(config, source)
+        check_tokenizer_files(source)
+    except WorkbenchError as error:
+        entry.problem = str(error)
+        return entry
+    labels = [str(config.id2label[i]) for i in range(config.num_labels)]
+    entry.info["task"] = {"name": "", "label_names": labels}
+    entry.info["origin"] = "hub" if not Path(source).exists() else "model folder"
+    return entry
 
 
 def _entry(root: Path, folder: Path) -> RunEntry:
@@ -89,6 +125,11 @@ def _entry(root: Path, folder: Path) -> RunEntry:
     except WorkbenchError as error:
         entry.problem = str(error)
     return entry
+
+
+def is_model_folder(folder: Path) -> bool:
+    """A Hugging Face checkpoint folder that is no run: ``config.json`` and no ``run.json``."""
+    return (folder / "config.json").is_file() and not (folder / RUN_FILE).exists()
 
 
 def _subfolders(folder: Path) -> list[Path]:
@@ -119,10 +160,19 @@ def discover_runs(root: Path) -> list[RunEntry]:
     entries = []
     for folder in _subfolders(root):
         inner = _subfolders(folder)
-        if (folder / RUN_FILE).exists() or not any((p / RUN_FILE).exists() for p in inner):
+        if is_model_folder(folder):
+            entries.append(model_entry(str(folder), folder.relative_to(root).as_posix()))
+        elif (folder / RUN_FILE).exists() or not any(
+            (p / RUN_FILE).exists() or is_model_folder(p) for p in inner
+        ):
             entries.append(_entry(root, folder))
         else:
-            entries.extend(_entry(root, p) for p in inner)
+            entries.extend(
+                model_entry(str(p), p.relative_to(root).as_posix())
+                if is_model_folder(p)
+                else _entry(root, p)
+                for p in inner
+            )
     return entries
 
 

@@ -11,7 +11,7 @@ import json
 import os
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 import pandas as pd
@@ -19,17 +19,18 @@ import streamlit as st
 import torch
 
 from workbench.analysis import loyalty_tables, split_outputs
-from workbench.app.catalog import RunEntry, runs_root, same_folder
+from workbench.app.catalog import RunEntry, model_entry, runs_root, same_folder
 from workbench.app.forms import config_widgets
 from workbench.app.jobs import shown_runs
-from workbench.config import DataConfig, config_key, from_dict
+from workbench.config import DataConfig, StudentConfig, config_key, from_dict, parse_label_map
 from workbench.data import Split, TaskData, load_task, sample_split
 from workbench.errors import WorkbenchError
 from workbench.heatmaps import Example, HeatmapSettings, read_examples, split_examples
-from workbench.models import LoadedRun, load_run, quiet_library_output
+from workbench.models import LoadedModel, load_model, load_run, quiet_library_output
 
 THREADS_ENV = "KDW_APP_THREADS"
 CASE_EXAMPLE = "case_study.handover"  # session key: an example sent to the Case study page
+ADDED_MODELS = "models.added"  # session key: model folders and hub ids the user added
 DEFAULT_TEXT = "the movie was not good, but the music was really great"
 _MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|$<>~:])")
 
@@ -51,18 +52,37 @@ def run_page(render: Callable[[], None]) -> None:
 
 
 def runs() -> list[RunEntry]:
-    """The run folders under the runs root (broken ones with their problem; of the demos, the
-    one shown: :func:`~workbench.app.jobs.shown_runs`)."""
-    return shown_runs(runs_root())
+    """The run and model folders under the runs root (broken ones with their problem; of the
+    demos, the one shown: :func:`~workbench.app.jobs.shown_runs`), and the models added in the
+    sidebar."""
+    added = [model_entry(source, source) for source in st.session_state.get(ADDED_MODELS, [])]
+    return shown_runs(runs_root()) + added
+
+
+def _add_model() -> None:
+    source = st.session_state.get("models.source", "").strip()
+    added = st.session_state.setdefault(ADDED_MODELS, [])
+    if source and source not in added:
+        added.append(source)
+    st.session_state["models.source"] = ""
 
 
 def runs_sidebar() -> None:
-    """The runs root in the sidebar, and one clear line per run folder that cannot be used."""
+    """The runs root in the sidebar, a field to add a classifier the workbench did not train
+    (a Hugging Face folder or hub id), and one clear line per folder that cannot be used."""
     root = runs_root()
-    entries = shown_runs(root)
+    entries = runs()
     usable = sum(e.usable for e in entries)
     summary = f"Runs in {root.resolve()}: {usable} ready, {len(entries) - usable} not"
     st.sidebar.caption(plain(summary))
+    st.sidebar.text_input(
+        "Add a model (folder or hub id)",
+        key="models.source",
+        on_change=_add_model,
+        help="a Hugging Face sequence classifier: a folder saved with save_pretrained (config, "
+        "weights, tokenizer) or a hub id; it is listed among the teachers. A folder placed "
+        "under the runs root is listed by itself.",
+    )
     for entry in entries:
         if entry.problem:
             st.sidebar.caption(":material/warning: " + plain(f"{entry.name}: {entry.problem}"))
@@ -72,42 +92,68 @@ def runs_sidebar() -> None:
 
 
 @st.cache_resource(show_spinner="Loading model…", max_entries=12)
-def load_cached(path: str, stamp: int) -> LoadedRun:
-    """The run at ``path``, loaded once per server; ``stamp`` (see :meth:`RunEntry.stamp`)
-    makes new weights load anew. The app computes on ``$KDW_APP_THREADS`` torch threads
+def load_cached(path: str, stamp: int, task_of: str = "") -> LoadedModel:
+    """The run or model at ``path``, loaded once per server; ``stamp`` (see
+    :meth:`RunEntry.stamp`) makes new weights load anew. A model the workbench did not train is
+    applied to the task of the student run ``task_of`` (its data, classes and label map), or to
+    its own classes without one. The app computes on ``$KDW_APP_THREADS`` torch threads
     (default 1: one sentence at a time is fastest, and steadiest on a busy machine, on one)."""
     quiet_library_output()
     torch.set_num_threads(int(os.environ.get(THREADS_ENV, "1")))
-    return load_run(path)
+    if not task_of:
+        return load_model(path)
+    student = load_run(task_of)
+    label_map = student.run.config(StudentConfig, "student").label_map
+    return load_model(path, student.spec, student.data, parse_label_map(label_map))
 
 
-def load(entry: RunEntry) -> LoadedRun:
-    """The run's model, loaded once per server (reloaded when its weights change)."""
-    return load_cached(str(entry.path), entry.stamp())
+def load(entry: RunEntry) -> LoadedModel:
+    """The entry's model, loaded once per server (reloaded when its weights change)."""
+    return load_cached(*entry.key())
 
 
 def pick_models(
     entries: Sequence[RunEntry], key: str, single_student: bool = False
 ) -> tuple[RunEntry, list[RunEntry]] | None:
-    """A teacher and students of the same task (default: those distilled from it)."""
-    teachers = {e.name: e for e in entries if e.kind == "teacher" and e.usable}
+    """A teacher (a teacher run, or a model folder the workbench did not train) and students of
+    the same task (default: those distilled from it; a model folder's own students only, whose
+    task it is then applied to)."""
+    teachers = {e.name: e for e in entries if e.kind in ("teacher", "model") and e.usable}
     if not teachers:
-        st.info("No trained teacher yet: the first-run demo build or the Train page makes one.")
+        st.info(
+            "No trained teacher yet: the first-run demo build or the Train page makes one, or "
+            "add a model folder in the sidebar."
+        )
         return None
     left, right = st.columns(2)
-    teacher = teachers[left.selectbox("Teacher", list(teachers), key=f"{key}.teacher")]
+    name = left.selectbox(
+        "Teacher", list(teachers), format_func=lambda n: teachers[n].label, key=f"{key}.teacher"
+    )
+    teacher = teachers[name]
     students = {
-        e.name: e for e in entries if e.kind == "student" and e.usable and e.task == teacher.task
+        e.name: e
+        for e in entries
+        if e.kind == "student"
+        and e.usable
+        and (
+            same_folder(e.teacher, teacher.path)
+            if teacher.kind == "model"
+            else e.task == teacher.task
+        )
     }
-    own = [name for name, e in students.items() if same_folder(e.teacher_run, teacher.path)]
+    own = [name for name, e in students.items() if same_folder(e.teacher, teacher.path)]
     if single_student:
         if not students:
             right.info("No student of this task yet.")
             return teacher, []
         names = own + [n for n in students if n not in own]
-        return teacher, [students[right.selectbox("Student", names, key=f"{key}.student")]]
-    chosen = right.multiselect("Students", list(students), default=own, key=f"{key}.students")
-    return teacher, [students[name] for name in chosen]
+        chosen = [students[right.selectbox("Student", names, key=f"{key}.student")]]
+    else:
+        picked = right.multiselect("Students", list(students), default=own, key=f"{key}.students")
+        chosen = [students[name] for name in picked]
+    if teacher.kind == "model" and chosen:  # applied to its students' task
+        teacher = replace(teacher, task_of=chosen[0].path)
+    return teacher, chosen
 
 
 def teacher_and_students(key: str) -> tuple[RunEntry, list[RunEntry]] | None:
@@ -125,7 +171,7 @@ def teacher_and_students(key: str) -> tuple[RunEntry, list[RunEntry]] | None:
     return teacher, students
 
 
-def load_models(entries: Sequence[RunEntry]) -> list[LoadedRun] | None:
+def load_models(entries: Sequence[RunEntry]) -> list[LoadedModel] | None:
     """Load the chosen runs; a run that fails shows its message and stops the page."""
     loaded = []
     for entry in entries:
@@ -145,15 +191,20 @@ def _task(data_json: str) -> TaskData:
     return load_task(from_dict(DataConfig, json.loads(data_json)))
 
 
-def task_split(loaded: LoadedRun, split: str) -> Split:
+def task_split(loaded: LoadedModel, split: str) -> Split:
     """One split of a run's task (loaded once per server)."""
+    if loaded.data is None:
+        raise WorkbenchError(
+            f"{loaded.name} is a model applied to no task yet: choose a student distilled from "
+            "it (the model is then applied to its task), or type a text"
+        )
     data = _task(config_key(loaded.data))
     if split not in data.splits:
         raise WorkbenchError(f"the task has no {split!r} split: {sorted(data.splits)}")
     return data.splits[split]
 
 
-def split_frame(loaded: LoadedRun, split: str) -> pd.DataFrame:
+def split_frame(loaded: LoadedModel, split: str) -> pd.DataFrame:
     """A split as a table: ``text``, ``pair``, ``label`` (class name), ``uid``."""
     examples = split_examples(task_split(loaded, split), loaded.spec)
     return pd.DataFrame([asdict(e) for e in examples])
@@ -161,13 +212,14 @@ def split_frame(loaded: LoadedRun, split: str) -> pd.DataFrame:
 
 @st.cache_data(show_spinner="Scoring the split: predictions and Grad saliency…", max_entries=8)
 def _split_loyalty(
-    teacher: tuple[str, int], students: tuple[tuple[str, str, int], ...], split: str, limit: int
+    teacher: tuple[str, int, str],
+    students: tuple[tuple[str, str, int, str], ...],
+    split: str,
+    limit: int,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     model = load_cached(*teacher)
     part = sample_split(task_split(model, split), limit, seed=0, stratify=not model.spec.regression)
-    outputs = {
-        name: split_outputs(load_cached(path, stamp), part) for name, path, stamp in students
-    }
+    outputs = {name: split_outputs(load_cached(*key), part) for name, *key in students}
     summary, frame = loyalty_tables(
         model.spec, split_examples(part, model.spec), split_outputs(model, part), outputs
     )
@@ -181,12 +233,7 @@ def split_loyalty(
     """Summary and per-example loyalty tables of the students on a fixed stratified sample of
     ``limit`` examples of a split (computed once per choice); the per-example table is indexed
     by the examples' positions in the split (the index of :func:`split_frame`)."""
-    return _split_loyalty(
-        (str(teacher.path), teacher.stamp()),
-        tuple((s.name, str(s.path), s.stamp()) for s in students),
-        split,
-        limit,
-    )
+    return _split_loyalty(teacher.key(), tuple((s.name, *s.key()) for s in students), split, limit)
 
 
 def frame_examples(frame: pd.DataFrame) -> list[Example]:

@@ -39,7 +39,7 @@ def _compare(
     there first when missing, with a progress bar); and where it came from."""
     table_only = replace(settings, min_count=1, top=1)  # what the tables alone change
     key = (
-        tuple((str(e.path), e.stamp()) for e in (teacher, *students)),
+        tuple(e.key() for e in (teacher, *students)),
         config_key(table_only),
     )
     kept = _kept()

@@ -79,7 +79,7 @@ def render() -> None:
         + [
             n
             for n, e in usable.items()
-            if e.kind == "student" and same_folder(e.teacher_run, teacher.path)
+            if e.kind == "student" and same_folder(e.teacher, teacher.path)
         ]
     )
     chosen = st.multiselect(

@@ -13,7 +13,7 @@ from workbench.app.figures import layer_mapping_figure, relation_heatmaps
 from workbench.config import ObjectiveConfig, from_dict
 from workbench.errors import WorkbenchError
 from workbench.geometry import dense_angles, pairwise_distance_relation, windowed_angle_relation
-from workbench.models import LoadedRun, encoder_layers, select_layers
+from workbench.models import LoadedModel, encoder_layers, select_layers
 from workbench.runs import RESOLVED
 
 KEY = "geometry"
@@ -24,7 +24,7 @@ PAIR_KINDS = {
 }
 
 
-def layer_mapping(teacher: LoadedRun, student: LoadedRun) -> tuple[list[tuple[int, int]], str]:
+def layer_mapping(teacher: LoadedModel, student: LoadedModel) -> tuple[list[tuple[int, int]], str]:
     """``(student layer, teacher layer)`` pairs, as ``hidden_states`` indices (0 = embeddings),
     that the student's method matches, and how they were chosen: from the run's resolved record
     (a run written before it: its configs resolved with today's presets)."""

@@ -73,7 +73,7 @@ def _form(root, kind: str, teacher: RunEntry | None) -> None:
     )
     overrides = {"preset": _select(sorted(PRESETS))}
     if teacher is not None:
-        overrides["teacher_run"] = _select([str(teacher.path)])
+        overrides["teacher"] = _select([str(teacher.path)])
     default_name = st.session_state.setdefault(
         f"{KEY}.default_name.{kind}", f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
     )

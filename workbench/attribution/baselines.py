@@ -17,6 +17,7 @@ from workbench.models import (
     embeddings_module,
     encoder_layers,
     forward,
+    input_positions,
 )
 
 
@@ -75,10 +76,14 @@ def baseline_output(
     site: Tensor | None = None,
 ) -> Tensor:
     """The baseline ``E'`` ``[B, L, d]`` at the site: the site's output for the baseline ids (the
-    input's token types and attention mask kept), or zeros for ``"zero"`` (shaped like ``site``,
-    the input's site output, when given)."""
+    input's token types, attention mask and positions kept: a family that derives position ids
+    from the ids, such as RoBERTa, gets the input's, so that its [PAD]s sit at the input's
+    positions), or zeros for ``"zero"`` (shaped like ``site``, the input's site output, when
+    given)."""
     check_baseline(baseline)
     if baseline == "zero":
         return torch.zeros_like(site if site is not None else site_output(model, batch, layer))
     ids = baseline_ids(model, batch, baseline, special_ids)
-    return site_output(model, {**batch, "input_ids": ids}, layer)
+    positions = input_positions(model, batch)
+    kept = {} if positions is None else {"position_ids": positions}
+    return site_output(model, {**batch, **kept, "input_ids": ids}, layer)
