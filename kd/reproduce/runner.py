@@ -29,6 +29,7 @@ from kd.reproduce.suite import (
     Experiment,
     Suite,
     TaskPlan,
+    data_settings,
     experiments,
     fingerprint,
     identity,
@@ -44,7 +45,6 @@ from workbench.config import (
     TuneConfig,
     config_key,
     from_dict,
-    to_dict,
     upgrade,
 )
 from workbench.errors import WorkbenchError
@@ -78,7 +78,7 @@ def relative(path: Path, out: Path) -> str:
 
 
 def test_set_key(data: DataConfig) -> str:
-    return fingerprint(to_dict(data))
+    return fingerprint(data_settings(data))
 
 
 @dataclass
@@ -278,7 +278,7 @@ def tuning_settings(suite: Suite, method: str) -> dict:
     return {
         "method": method,
         "teacher": teacher_settings(plan),
-        "data": to_dict(suite.tuning_data(task)),
+        "data": data_settings(suite.tuning_data(task)),
         "space": list(tune_space(method, suite.tuned[method], plan)),
         "trials": suite.tune_trials,
         "student": {"layers": plan.student_layers, "epochs": plan.student_epochs},

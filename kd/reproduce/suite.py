@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from workbench.config import DataConfig, ObjectiveConfig, TeacherConfig, to_dict
+from workbench.data import data_version
 
 MAIN_METHODS = ("finetune", "kd", "pkd-skip", "pkd-last", "ckd", "adkd", "gkd", "gkd-cls")
 ABLATED_METHODS = ("ckd", "adkd", "gkd")
@@ -113,10 +114,17 @@ def fingerprint(values: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def data_settings(data: DataConfig) -> dict:
+    """A data config as the suite's records key it: its settings, and the bundled set's data
+    version where its cleaning changed (so rows trained on the former texts are retrained)."""
+    version = data_version(data.task)
+    return to_dict(data) | ({"version": version} if version else {})
+
+
 def teacher_settings(plan: TaskPlan) -> dict:
     """What changes a task's teacher (no path)."""
     return {
-        "data": to_dict(plan.data),
+        "data": data_settings(plan.data),
         "teacher": to_dict(plan.teacher),
         "epochs": plan.teacher_epochs,
         "batch_size": plan.batch_size,
@@ -129,7 +137,7 @@ def identity(experiment: Experiment, plan: TaskPlan, teacher_plan: TaskPlan) -> 
     ``results.json``; ``plan`` is the one it trains under, ``teacher_plan`` its teacher's."""
     settings = {
         "teacher": teacher_settings(teacher_plan),
-        "data": to_dict(plan.data),
+        "data": data_settings(plan.data),
         "student": {"num_layers": plan.student_layers, **experiment.student},
         "objective": to_dict(experiment.objective),
         "optim": {

@@ -14,7 +14,7 @@ GLUE TSV layouts), :mod:`~workbench.data.local` (CSV/TSV/JSONL/parquet files, ch
 from __future__ import annotations
 
 from workbench.config import DataConfig, option_name
-from workbench.data.bundled import load_bbc_news, load_tweets
+from workbench.data.bundled import TWEETS_VERSION, load_bbc_news, load_tweets
 from workbench.data.encoding import EncodedSplit, batches, collate, encode, pad_id, to_device
 from workbench.data.glue import GLUE_TASKS, load_glue
 from workbench.data.hub_sets import is_hub_id, is_saved_dataset, load_hub, load_saved
@@ -24,6 +24,13 @@ from workbench.errors import WorkbenchError
 from workbench.files import local_path
 
 BUNDLED = {"tweets": load_tweets, "bbc-news": load_bbc_news}
+VERSIONS = {"tweets": TWEETS_VERSION}  # bundled sets whose cleaning changed since version 1
+
+
+def data_version(task: str) -> str | None:
+    """The data version of a bundled task whose cleaning changed (None for the others), known
+    without loading it: what a record keyed by settings alone must include."""
+    return VERSIONS.get(task)
 
 
 def task_names() -> list[str]:
@@ -99,6 +106,7 @@ __all__ = [
     "TaskSpec",
     "batches",
     "collate",
+    "data_version",
     "encode",
     "load_glue",
     "load_hub",
