@@ -1,7 +1,7 @@
 """Reference forms of every loss term, written again from the papers and the authors' code.
 
 Independent of ``kd`` (plain torch, nothing imported from the project): each function follows
-the equation in ``METHODS.md`` or the released code's arithmetic as directly as possible —
+the equation in ``docs/methods.md`` or the released code's arithmetic as directly as possible —
 per-example, per-pair and per-triple loops where the project uses banded or batched tensors.
 ``tests/fixtures/golden_terms.json`` stores their values on fixed seeded inputs
 (``python tests/reference_terms.py`` rewrites it) and ``tests/test_golden_terms.py`` holds
@@ -11,9 +11,9 @@ steps from the same functions.
 Sources: AD-KD's official reduction and maps follow the authors' released ``loss.py``
 (``saliency_mse``: top-K norm, ``F.normalize`` over the sequence, ``MSE(sum) / #non-zero``,
 summed over classes); ``DistillKL`` there is the ``soft-ce`` form. The PKD, CKD and GKD forms
-follow ``METHODS.md``; for CKD's official pair term the denominator is ``Σ_seq (#real)²`` (real
-pairs with ``i = j``), as the released ``loss.py`` divides (the sum of the attention mask's outer
-product), where ``METHODS.md`` loosely says "``#valid pairs``"; see the golden test's note.
+follow ``docs/methods.md``; for CKD's official pair term the denominator is ``Σ_seq (#real)²``
+(real pairs with ``i = j``), as the released ``loss.py`` divides (the sum of the attention
+mask's outer product), not the number of pairs with ``i ≠ j``; see the golden test's note.
 
 Shapes: batch ``B``, length ``L``, width ``d``, classes or views ``C``, mapped layers ``K``;
 a mask is ``[B, L]`` with 1 for real tokens. All functions take any float dtype; the stored

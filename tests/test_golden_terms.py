@@ -8,8 +8,8 @@ The project's functions are reached only through their public names in ``kd``.
 
 CKD's official pair term divides its KL sum by ``Σ_seq (#real)²``: the released ``loss.py``
 (``WR_Dist``, ``LTR_Dist``) divides ``kl_div(reduction="sum")`` by the sum of the outer product of
-the attention mask, i.e. real pairs *including* ``i = j``. ``METHODS.md``'s "``/#valid pairs``"
-(``i ≠ j``) would give 0.01778 instead of the stored 0.01456 (word relation) and 0.01864 instead
+the attention mask, i.e. real pairs *including* ``i = j``. Dividing by the pairs with ``i ≠ j``
+would give 0.01778 instead of the stored 0.01456 (word relation) and 0.01864 instead
 of 0.01243 (layer relation).
 """
 

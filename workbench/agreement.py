@@ -1,4 +1,4 @@
-"""Agreement between two models' explanations of the same inputs (METHODS.md §6).
+"""Agreement between two models' explanations of the same inputs (docs/methods.md §6).
 
 - Saliency loyalty (GKD): Pearson correlation of the two models' Grad saliency over each
   example's real tokens, averaged over examples (tables show it ×100). Each model attributes its

@@ -1,6 +1,6 @@
 """What the app and the reproduction report compute over a whole split and inside one model
 (no Streamlit here): each model's predictions and Grad saliency per example, the loyalty of
-students to their teacher (label, probability and saliency loyalty, METHODS.md §6, and the
+students to their teacher (label, probability and saliency loyalty, docs/methods.md §6, and the
 attribution gap), and hidden states."""
 
 from __future__ import annotations

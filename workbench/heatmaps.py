@@ -138,7 +138,7 @@ class Explanation:
 class Agreement:
     """How far a student's explanation follows the teacher's on one example."""
 
-    saliency_loyalty: float  # Pearson of Grad saliency, real tokens (METHODS.md §6)
+    saliency_loyalty: float  # Pearson of Grad saliency, real tokens (docs/methods.md §6)
     rank_correlation: float  # Spearman of the shown class's attribution maps
     same_prediction: bool
     notes: list[str] = field(default_factory=list)

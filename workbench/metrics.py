@@ -1,4 +1,5 @@
-"""Task metrics (GLUE conventions) and a student's loyalty to its teacher (METHODS.md §6, §7)."""
+"""Task metrics (GLUE conventions) and a student's loyalty to its teacher (docs/methods.md §6,
+§7)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Attribution-Driven KD (Wu et al. 2023, AD-KD; METHODS.md §4): the student's multi-view
+"""Attribution-Driven KD (Wu et al. 2023, AD-KD; docs/methods.md §4): the student's multi-view
 attribution maps learn the teacher's, besides vanilla KD's two terms.
 
     a_i^c = ‖ IG_i(x, F_c) ‖₂ (student), ‖ TopK(|IG_i(x, F_c)|) ‖₂ (teacher)    (Eqs. 5–7)

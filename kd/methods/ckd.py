@@ -1,4 +1,4 @@
-"""Contextual KD (Park et al. 2021; METHODS.md §3): Word Relation (WR) and Layer Transforming
+"""Contextual KD (Park et al. 2021; docs/methods.md §3): Word Relation (WR) and Layer Transforming
 Relation (LTR), besides vanilla KD's two terms: ``L = CE + KD + λ_WR L_WR + λ_LTR L_LTR``, the
 student's layers mapped uniformly onto the teacher's, embeddings included.
 

@@ -1,4 +1,4 @@
-"""Gradient KD (Wang et al. 2022, GKD; METHODS.md §5): the student's input gradients learn the
+"""Gradient KD (Wang et al. 2022, GKD; docs/methods.md §5): the student's input gradients learn the
 teacher's directions, besides vanilla KD's two terms; GKD-CLS also aligns the gradients at the
 [CLS] states of PKD's mapped layers (and adds PKD's term).
 

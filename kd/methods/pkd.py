@@ -1,4 +1,4 @@
-"""Patient KD (Sun et al. 2019; METHODS.md §2): the student's intermediate [CLS] states learn
+"""Patient KD (Sun et al. 2019; docs/methods.md §2): the student's intermediate [CLS] states learn
 the teacher's, layer by layer, besides vanilla KD's two terms.
 
     L_PT = Σ_j ‖ h_s[j]/‖h_s[j]‖ − h_t[I(j)]/‖h_t[I(j)]‖ ‖²          (Eq. 3)

@@ -1,4 +1,4 @@
-"""Vanilla knowledge distillation (Hinton et al. 2015; METHODS.md §1): the task loss and the
+"""Vanilla knowledge distillation (Hinton et al. 2015; docs/methods.md §1): the task loss and the
 teacher's softened outputs. Every other method adds terms to these two.
 
     L = α · CE(z_s, y) + (1 − α) · τ² · KL(σ(z_t/τ) ‖ σ(z_s/τ))

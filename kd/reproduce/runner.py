@@ -95,7 +95,7 @@ class Scored:
 class ExampleScores:
     """Per-example explanation scores of students on the first ``explained_examples`` test
     examples (all: None) against their teacher: saliency loyalty (Pearson of Grad saliency,
-    METHODS.md §6), attribution gap (AD-KD Eq. 11) and AOPC comprehensiveness/sufficiency of
+    docs/methods.md §6), attribution gap (AD-KD Eq. 11) and AOPC comprehensiveness/sufficiency of
     the student's own Grad saliency. The teacher's outputs are computed once per teacher and
     test sample in a process; a student's scores are kept in its run folder (``scores.json``),
     so a resumed suite does not recompute them."""

@@ -1,5 +1,5 @@
 """Loyalty: on a split, each student's task metrics and its label, probability and saliency
-loyalty to the teacher (LL, PL, SL; METHODS.md §6), as a table and as plots of the per-example
+loyalty to the teacher (LL, PL, SL; docs/methods.md §6), as a table and as plots of the per-example
 values; select an example where a student departs from its teacher to open it in the Case
 study."""
 

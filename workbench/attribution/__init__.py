@@ -1,4 +1,4 @@
-"""Token attribution for BERT-style classifiers (METHODS.md §4–§6).
+"""Token attribution for BERT-style classifiers (docs/methods.md §4–§6).
 
 - :func:`integrated_gradients`, :func:`attribution_map`, :func:`attribution_maps` — IG w.r.t. the
   embedding output (or an encoder layer's output), batched over steps and views, memory-bounded,

@@ -6,7 +6,7 @@ a *site*: the embeddings module (``layer=None``) or encoder layer ``k`` (``hidde
 a forward hook substitutes it (:func:`workbench.models.output_replaced`). Everything public is a
 special case:
 
-- Integrated Gradients (METHODS.md §4): ``IG = (E − E') ⊙ path_gradients(E', E, m)``;
+- Integrated Gradients (docs/methods.md §4): ``IG = (E − E') ⊙ path_gradients(E', E, m)``;
 - Grad saliency (§6): ``Σ_d E ⊙ ∇F(E)`` = IG with a zero baseline and one step, summed over ``d``;
 - GKD input gradients (§5): ``∇_E Σ_b p_max,b`` = the one-step path gradient of ``p_max``.
 
@@ -317,9 +317,10 @@ def grad_saliency(
     max_batch_tokens: int | None = None,
     memory_mib: float | None = None,
 ) -> Tensor:
-    """Grad saliency (METHODS.md §6, "gradient × input") ``[B, L]``: ``Σ_d E ⊙ ∂F/∂E`` with ``F``
-    the probability of ``target`` (int, ``[B]`` tensor or ``"pred"``); zero at padding. Signed,
-    not normalised. Equals IG with a zero baseline and one step, summed over ``d``."""
+    """Grad saliency (docs/methods.md §6, "gradient × input") ``[B, L]``: ``Σ_d E ⊙ ∂F/∂E``
+    with ``F`` the probability of ``target`` (int, ``[B]`` tensor or ``"pred"``); zero at
+    padding. Signed, not normalised. Equals IG with a zero baseline and one step, summed over
+    ``d``."""
     batch = as_batch(input_ids, attention_mask, token_type_ids)
     targets = resolve_target(model, batch, target)[:, None]
     return _grad_saliency(
@@ -336,7 +337,7 @@ def input_gradients(
     memory_mib: float | None = None,
     return_logits: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
-    """GKD's signal (METHODS.md §5): ``∂(Σ_b p_max,b)/∂E`` ``[B, L, d]``, each model its own
+    """GKD's signal (docs/methods.md §5): ``∂(Σ_b p_max,b)/∂E`` ``[B, L, d]``, each model its own
     ``p_max``; zero at padding. With ``create_graph`` differentiable in the parameters (the
     student's term; needs eager attention). Frozen embeddings are fine: the gradient is taken
     w.r.t. the embedding output itself. With ``return_logits`` also the logits ``[B, C]`` of
