@@ -240,6 +240,8 @@ def reproduce_suite(args: argparse.Namespace):
         suite = suite.fixed()
     if args.ablations:
         suite = suite.with_ablations()
+    if args.seeds is not None:
+        suite = suite.with_seeds(args.seeds)
     return suite
 
 
@@ -390,6 +392,13 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
         action="store_true",
         help="also train the papers' ablations (AD-KD terms, views, K, m and layer; GKD "
         "dropout; CKD terms), which the default leaves out to fit its time (--full has them)",
+    )
+    reproduce.add_argument(
+        "--seeds",
+        type=positive_int,
+        default=None,
+        help="train the main table over seeds 1..N (default: the suite's, 3); rows of seeds "
+        "already recorded are kept, so raising it trains only the new seeds",
     )
     reproduce.add_argument(
         "--jobs",

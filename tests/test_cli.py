@@ -15,7 +15,7 @@ import pytest
 from transformers import BertTokenizerFast
 
 from kd.cli import build_parser, main, reproduce_suite
-from kd.reproduce import DEFAULT, FULL, experiments
+from kd.reproduce import DEFAULT, FULL, experiments, identity
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,6 +66,12 @@ def test_reproduce_options_name_the_suite():
     assert ablated.tuned == {} and ablated == DEFAULT.fixed().with_ablations()
     groups = {e.group for e in experiments(ablated)}
     assert {"reference", "adkd-k", "adkd-m", "adkd-terms", "ckd-terms"} <= groups
+    five = suite("--seeds", "5")
+    assert {e.seed for e in experiments(five)} == {1, 2, 3, 4, 5}
+    keys = {identity(e, five.plan_of(e), five.plans[e.task]) for e in experiments(five)}
+    assert {
+        identity(e, DEFAULT.plan_of(e), DEFAULT.plans[e.task]) for e in experiments(DEFAULT)
+    } < keys
 
 
 def test_unknown_task_model_and_missing_column(tmp_path, tiny_model_dir, capsys):

@@ -1,10 +1,10 @@
 """The report: ``report.md`` and its figures, from ``results.json`` alone (run folders are
 used only for the heatmap gallery, where present).
 
-Every Δ against vanilla KD comes with a 95 % paired bootstrap interval over test examples,
-pooled across the seeds both methods have (:mod:`workbench.stats`), and is called significant
-only when the interval excludes 0. The verdicts on the papers' claims are generated from those
-intervals, whatever they say.
+Every Δ against vanilla KD comes with a 95 % two-level bootstrap interval that resamples the
+seeds both methods have, then the test examples within each (:mod:`workbench.stats`), and is
+called significant only when the interval excludes 0. The verdicts on the papers' claims are
+generated from those intervals, whatever they say.
 """
 
 from __future__ import annotations
@@ -18,7 +18,13 @@ from workbench.errors import WorkbenchError
 from workbench.files import atomic_write_text
 from workbench.metrics import mean_and_std
 from workbench.runs import Run
-from workbench.stats import Interval, pair_predictions, pair_scores, paired_bootstrap
+from workbench.stats import (
+    Interval,
+    pair_predictions,
+    pair_scores,
+    seeds_needed,
+    two_level_bootstrap,
+)
 
 Summary = tuple[float, float, int]  # mean, sample std (0 for one value), number of seeds
 PER_EXAMPLE = ("saliency_loyalty", "attribution_gap", "aopc_comprehensiveness", "aopc_sufficiency")
@@ -81,9 +87,9 @@ def paired_difference(
 
 
 class Intervals:
-    """Paired bootstrap intervals of ``a − b`` between two main-table methods of a task, over
-    the test examples of the seeds both have, from the per-example values in ``results.json``
-    (computed once each)."""
+    """Two-level bootstrap intervals of ``a − b`` between two main-table methods of a task, over
+    the seeds both have and their test examples, from the per-example values in
+    ``results.json`` (computed once each); :meth:`seeds_needed` for each."""
 
     def __init__(self, results: dict) -> None:
         self.test_sets = results.get("test_sets", {})
@@ -93,6 +99,7 @@ class Intervals:
             if r["group"] == "main" and "examples" in r
         }
         self._done: dict[tuple, Interval | None] = {}
+        self._needed: dict[tuple, int | None] = {}
 
     def _units(self, row: dict, metric: str) -> dict:
         examples = row["examples"]
@@ -119,16 +126,23 @@ class Intervals:
                 for seed in seeds
                 if metric == "accuracy" or metric in self.rows[task, a, seed]["examples"]
             ]
-            interval = None
+            interval = needed = None
             if pairs:
                 left = [self._units(x, metric) for x, _ in pairs]
                 right = [self._units(y, metric) for _, y in pairs]
                 pair = pair_predictions if metric == "accuracy" else pair_scores
-                scores_a, scores_b = pair(left, right)
-                if len(scores_a) >= 2:
-                    interval = paired_bootstrap(scores_a, scores_b)
-            self._done[key] = interval
+                groups = [g for g in pair(left, right, by_seed=True) if len(g[0])]
+                if sum(len(a) for a, _ in groups) >= 2:
+                    interval = two_level_bootstrap(groups)
+                    needed = seeds_needed(groups, interval.difference)
+            self._done[key], self._needed[key] = interval, needed
         return self._done[key]
+
+    def seeds_needed(self, task: str, a: str, b: str, metric: str = "accuracy") -> int | None:
+        """About how many seeds the interval of ``a − b`` would need to exclude 0 at the
+        observed difference (:func:`workbench.stats.seeds_needed`)."""
+        self(task, a, b, metric)
+        return self._needed[(task, a, b, metric)]
 
 
 def _outcome(interval: Interval, claim: str) -> str:
@@ -159,8 +173,15 @@ def verdicts(results: dict, tasks: Sequence[str], intervals: Intervals) -> list[
         for task in tasks:
             interval = intervals(task, method, "kd", metric)
             if interval is not None:
+                needed = intervals.seeds_needed(task, method, "kd", metric)
+                more = (
+                    f" (a difference of this size would need about {needed} seeds)"
+                    if not interval.significant and needed
+                    else ""
+                )
                 parts.append(
-                    f"on {task} {interval.describe(scale, unit)}: {_outcome(interval, relation)}"
+                    f"on {task} {interval.describe(scale, unit)}: "
+                    f"{_outcome(interval, relation)}{more}"
                 )
         return "; ".join(parts) if parts else "not measured (no per-example values recorded)"
 
@@ -390,9 +411,12 @@ def write_report(
         lines += [
             "## Verdicts",
             "",
-            "Each difference against vanilla KD with its 95 % paired bootstrap interval (BCa, "
-            "10,000 resamples of test examples pooled across the seeds both methods have); "
-            "significant only when the interval excludes 0.",
+            "Each difference against vanilla KD with its 95 % two-level bootstrap interval "
+            "(10,000 resamples: the seeds both methods have, drawn with replacement, then each "
+            "drawn seed's test examples; percentiles), so that it speaks of the method, not only "
+            "of the students trained; significant only when the interval excludes 0. With few "
+            "seeds these intervals are wide: where one contains 0, the sentence says about how "
+            "many seeds a difference of the observed size would need (--seeds raises them).",
             "",
             *claims,
             "",
@@ -401,7 +425,7 @@ def write_report(
         "## Main table",
         "",
         "Δ kd: accuracy minus vanilla KD's in points, over the test examples of the seeds both "
-        "have, with its 95 % paired bootstrap interval (* : excludes 0); results recorded "
+        "have, with its 95 % two-level bootstrap interval (* : excludes 0); results recorded "
         "without per-example predictions show the mean ± std over seeds of the per-seed Δ.",
         "",
         "| method | " + " | ".join(f"{t} acc | {t} macro-F1 | {t} Δ kd" for t in tasks) + " |",
@@ -592,8 +616,8 @@ def make_figures(out: Path, results: dict, intervals: Intervals) -> dict[str, st
     deltas = delta_figure(folder, results, intervals)
     if deltas:
         figures[
-            "Δ test accuracy against vanilla KD, 95 % paired bootstrap intervals over test "
-            "examples pooled across seeds (purple: excludes 0)"
+            "Δ test accuracy against vanilla KD, 95 % two-level bootstrap intervals over seeds "
+            "and test examples (purple: excludes 0)"
         ] = deltas
     main = aggregate([r for r in records if r["group"] == "main"], "accuracy")
     tasks = list(results["teachers"])

@@ -107,6 +107,14 @@ class Suite:
         """The same suite with all the papers' ablations (``--ablations``)."""
         return replace(self, ablation_groups=None)
 
+    def with_seeds(self, count: int) -> Suite:
+        """The same suite with the main table trained over seeds ``1..count`` (``--seeds``):
+        the rows of seeds already recorded keep their identities."""
+        seeds = tuple(range(1, count + 1))
+        return replace(
+            self, plans={task: replace(plan, seeds=seeds) for task, plan in self.plans.items()}
+        )
+
 
 def fingerprint(values: dict) -> str:
     """A short hash of canonical JSON: equal settings, equal fingerprint."""
