@@ -33,7 +33,16 @@ from torch import Tensor, nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from workbench.config import DataConfig, from_dict, to_dict
-from workbench.data import EncodedSplit, TaskSpec, encode, load_task, pad_id, sample_split
+from workbench.data import (
+    EncodedSplit,
+    Split,
+    TaskSpec,
+    batches,
+    encode,
+    load_task,
+    pad_id,
+    sample_split,
+)
 from workbench.errors import WorkbenchError, first_line
 from workbench.evaluation import logits_in_order, predict_logits
 from workbench.families import family_of
@@ -72,7 +81,8 @@ def export_onnx(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path
     """Write ``model`` (in eval mode, eager attention) as an ONNX graph: inputs
     :func:`graph_inputs`, output ``logits`` ``[batch, C]`` float32, batch and length dynamic."""
     names = graph_inputs(model)
-    example = tokenizer(["an example text", "a"], padding=True, return_tensors="pt")
+    texts = Split(texts=["an example text", "a"], labels=[0, 0], uids=["0", "1"])
+    example = next(batches(encode(texts, tokenizer, 16), [0, 1], 2, pad_id(tokenizer)))
     arguments = tuple(example[name] for name in names)
     axes = {name: {0: "batch", 1: "length"} for name in names} | {"logits": {0: "batch"}}
     module = _Logits(model, names).eval()  # the exporter restores the wrapper's mode after
