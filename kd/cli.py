@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from workbench.benchmark import BenchmarkSettings
 from workbench.config import (
     AttributionConfig,
     DataConfig,
@@ -147,6 +148,19 @@ def _evaluate(args: argparse.Namespace) -> None:
         atomic_write_text(Path(args.json), json.dumps(rows, indent=2))
 
 
+def _benchmark(args: argparse.Namespace) -> None:
+    from workbench.benchmark import benchmark, format_benchmark
+    from workbench.files import atomic_write_json
+
+    if args.json and Path(args.json).is_dir():  # before the minutes of timing
+        raise WorkbenchError(f"--json {args.json} is a folder: name a file to write the report to")
+    data = None if args.task is None else from_arguments(DataConfig, args)
+    report = benchmark(args.models, from_arguments(BenchmarkSettings, args), data)
+    print(format_benchmark(report))
+    if args.json:
+        atomic_write_json(Path(args.json), report)
+
+
 def _baseline(args: argparse.Namespace) -> None:
     from workbench.baseline import tfidf_baseline
     from workbench.data import load_task
@@ -197,7 +211,17 @@ def _attribute(args: argparse.Namespace) -> None:
 def _export_model(args: argparse.Namespace) -> None:
     from kd.pipeline import export_model
 
-    print(export_model(args.run, args.out, args.push_to_hub))
+    print(
+        export_model(
+            args.run,
+            args.out,
+            args.push_to_hub,
+            onnx=args.onnx,
+            quantize=args.quantize,
+            examples=args.examples,
+            min_agreement=args.min_agreement,
+        )
+    )
     if args.push_to_hub:
         print(f"pushed to the Hub repository {args.push_to_hub}")
 
@@ -344,6 +368,27 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
     task.help += "is scored on its own)"
     evaluate.set_defaults(handler=_evaluate, task=None)
 
+    bench = commands.add_parser(
+        "benchmark",
+        help="size, memory, latency and throughput beside accuracy and loyalty",
+        description="Time models on real texts of a split and put what a student buys beside "
+        "what it costs: parameters, weights on disk, peak memory of inference, latency per "
+        "text at batch size 1 (median, 95th percentile; tokenisation timed apart), throughput "
+        "at larger batches, each with its ratio to the FIRST model, which is the reference "
+        "(give the teacher first); then the task metrics and label/probability loyalty to the "
+        "first model. Models run interleaved (round-robin per round) in one process. Run "
+        "folders, Hugging Face classifier folders and ONNX exports (kdw export-model --onnx: "
+        "every graph of the folder, run by ONNX Runtime) sit in one table.",
+    )
+    bench.add_argument("models", nargs="+", help=MODELS_HELP + ", or ONNX export folders")
+    bench.add_argument("--json", default=None, help="also write the report to this JSON file")
+    add_arguments(bench, BenchmarkSettings)
+    add_arguments(bench, DataConfig)
+    task = next(action for action in bench._actions if action.dest == "task")
+    task.help = "the task of classifiers the workbench did not train (default: the first "
+    task.help += "model's own)"
+    bench.set_defaults(handler=_benchmark, task=None)
+
     baseline = commands.add_parser(
         "baseline",
         help="TF-IDF + logistic regression on the same split",
@@ -466,6 +511,36 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
         "(namespace/name) through transformers' push_to_hub; needs the "
         "network and a Hub login (hf auth login); not exercised offline: "
         "the project's tests check only the calls it makes",
+    )
+    export_model.add_argument(
+        "--onnx",
+        action="store_true",
+        help="write an ONNX graph of the classifier instead (torch.onnx, dynamic batch and "
+        "length axes, run by ONNX Runtime), with the tokenizer, config.json, export.json and "
+        "the model card; released only after its logits are checked against the PyTorch model "
+        "on the run's test split",
+    )
+    export_model.add_argument(
+        "--quantize",
+        default=None,
+        metavar="int8",
+        help="with --onnx, also write model.int8.onnx: weights quantised to int8 by ONNX "
+        "Runtime's dynamic quantisation, checked like the float32 graph",
+    )
+    export_model.add_argument(
+        "--examples",
+        type=int,
+        default=0,
+        help="check the ONNX graphs on a stratified sample of about this many test examples "
+        "(default: 0, all of them)",
+    )
+    export_model.add_argument(
+        "--min-agreement",
+        type=float,
+        default=0.99,
+        help="the share of test examples on which each ONNX graph must predict the PyTorch "
+        "model's class; below it the export is an error and its files are kept in OUT.rejected "
+        "(default: 0.99)",
     )
     export_model.set_defaults(handler=_export_model)
     return parser

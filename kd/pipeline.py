@@ -28,6 +28,7 @@ from workbench.config import (
     to_dict,
 )
 from workbench.data import EncodedSplit, TaskData, TaskSpec, encode, load_task, pad_id
+from workbench.deployment import export_onnx_folder
 from workbench.errors import WorkbenchError, first_line
 from workbench.evaluation import evaluate_logits, predict_logits
 from workbench.files import atomic_write_json, atomic_write_text
@@ -431,16 +432,39 @@ def distill(
     return run
 
 
-def export_model(run_dir: str | Path, out: str | Path, push_to_hub: str | None = None) -> Path:
+def export_model(
+    run_dir: str | Path,
+    out: str | Path,
+    push_to_hub: str | None = None,
+    onnx: bool = False,
+    quantize: str | None = None,
+    examples: int = 0,
+    min_agreement: float = 0.99,
+) -> Path:
     """Write a run's best model into ``out`` (a new or empty folder) as a self-contained Hugging
     Face checkpoint: config with the task's label names, weights, tokenizer and model card. With
     ``push_to_hub`` (a Hub repository id), also upload it through ``push_to_hub`` of
-    ``transformers``: it needs the network and a Hub login."""
+    ``transformers``: it needs the network and a Hub login.
+
+    With ``onnx``, write an ONNX export instead (:func:`~workbench.deployment.export_onnx_folder`:
+    float32, and int8 with ``quantize="int8"``), released only once each graph agrees with the
+    PyTorch model on ``examples`` test texts (0: all) at ``min_agreement`` or more."""
     out = Path(out)
     if out.is_file() or (out.is_dir() and any(out.iterdir())):
         kind = "a file" if out.is_file() else "a folder that is not empty"
         raise WorkbenchError(f"{out} is {kind}: choose a new or empty folder for --out")
+    if quantize and not onnx:
+        raise WorkbenchError("--quantize quantises the ONNX graph: add --onnx")
+    if onnx and push_to_hub:
+        raise WorkbenchError("--push-to-hub uploads the checkpoint export: leave out --onnx")
+    if examples < 0:
+        raise WorkbenchError(f"--examples {examples}: expected 0 (all) or more")
+    if not 0 <= min_agreement <= 1:
+        raise WorkbenchError(f"--min-agreement {min_agreement}: expected a number in [0, 1]")
     loaded = load_run(run_dir)
+    if onnx:
+        export_onnx_folder(loaded, out, quantize, examples, min_agreement)
+        return out
     replace_directory(out, _saver(loaded.run, loaded.model, loaded.tokenizer, loaded.spec))
     if push_to_hub:
         from huggingface_hub import HfApi

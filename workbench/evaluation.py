@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 from transformers import PreTrainedModel
@@ -12,22 +14,39 @@ from workbench.models import forward, model_device
 
 
 @torch.no_grad()
-def predict_logits(
-    model: PreTrainedModel, dataset: EncodedSplit, batch_size: int = 64, pad_token_id: int = 0
+def logits_in_order(
+    run: Callable[[dict[str, Tensor]], Tensor],
+    dataset: EncodedSplit,
+    batch_size: int = 64,
+    pad_token_id: int = 0,
 ) -> Tensor:
-    """Logits ``[N, C]`` in dataset order; batches are formed by length so little is padded."""
-    was_training = model.training
-    model.eval()
+    """Logits ``[N, C]`` in dataset order of ``run`` (a padded batch → its logits ``[B, C]``,
+    float32 on the CPU); batches are formed by length so little is padded."""
     order = sorted(range(len(dataset)), key=lambda i: len(dataset.input_ids[i]))
-    device = model_device(model)
     out: Tensor | None = None
     for batch in batches(dataset, order, batch_size, pad_token_id):
-        logits = forward(model, to_device(batch, device)).logits.float().cpu()
+        logits = run(batch)
         if out is None:
             out = logits.new_zeros((len(dataset), logits.shape[-1]))
         out[batch["index"]] = logits
-    model.train(was_training)
     assert out is not None, "empty dataset"
+    return out
+
+
+def predict_logits(
+    model: PreTrainedModel, dataset: EncodedSplit, batch_size: int = 64, pad_token_id: int = 0
+) -> Tensor:
+    """Logits ``[N, C]`` of a PyTorch model in dataset order (:func:`logits_in_order`)."""
+    was_training = model.training
+    model.eval()
+    device = model_device(model)
+    out = logits_in_order(
+        lambda batch: forward(model, to_device(batch, device)).logits.float().cpu(),
+        dataset,
+        batch_size,
+        pad_token_id,
+    )
+    model.train(was_training)
     return out
 
 

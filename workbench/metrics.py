@@ -61,7 +61,10 @@ def probability_loyalties(teacher_logits: Tensor, student_logits: Tensor) -> Ten
     ``[N, C]`` logits each → ``[N]`` (float64; √JSD by scipy's ``jensenshannon``)."""
     p = teacher_logits.double().softmax(-1).numpy(force=True)
     q = student_logits.double().softmax(-1).numpy(force=True)
-    return torch.from_numpy(1 - jensenshannon(p, q, base=2, axis=-1))
+    with np.errstate(invalid="ignore"):
+        distance = jensenshannon(p, q, base=2, axis=-1)
+    # nearly equal distributions: rounding can make the divergence a hair below 0, its root NaN
+    return torch.from_numpy(1 - np.nan_to_num(distance, nan=0.0))
 
 
 def probability_loyalty(teacher_logits: Tensor, student_logits: Tensor) -> float:
