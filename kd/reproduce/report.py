@@ -174,11 +174,10 @@ def verdicts(results: dict, tasks: Sequence[str], intervals: Intervals) -> list[
             interval = intervals(task, method, "kd", metric)
             if interval is not None:
                 needed = intervals.seeds_needed(task, method, "kd", metric)
-                more = (
-                    f" (a difference of this size would need about {needed} seeds)"
-                    if not interval.significant and needed
-                    else ""
-                )
+                more = ""
+                if not interval.significant and needed:
+                    count = f"about {needed}" if needed <= 100 else "more than 100"
+                    more = f" (a difference of this size would need {count} seeds)"
                 parts.append(
                     f"on {task} {interval.describe(scale, unit)}: "
                     f"{_outcome(interval, relation)}{more}"
