@@ -110,17 +110,38 @@ def _schedule(total: int, warmup_ratio: float) -> Callable[[int], float]:
 
 
 def _rng_state() -> dict:
-    return {
+    """This process's random generators' states as tensors, numbers and tuples, which a
+    checkpoint loads without running code (:meth:`Run.load_checkpoint`): torch's, Python's
+    ``random``'s, numpy's (its key array as an int64 tensor) and, once CUDA is in use, the
+    current CUDA device's."""
+    kind, key, position, has_gauss, cached_gaussian = np.random.get_state(legacy=True)
+    state = {
         "torch": torch.get_rng_state(),
         "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        "numpy": (
+            kind,
+            torch.from_numpy(key.astype(np.int64)),
+            int(position),
+            int(has_gauss),
+            float(cached_gaussian),
+        ),
     }
+    if torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
 
 
 def _restore_rng(state: dict) -> None:
-    torch.set_rng_state(state["torch"])
+    """Set the generators to a state :func:`_rng_state` gave (CUDA's where it was recorded
+    and CUDA is available: a run may resume on another device)."""
+    torch.set_rng_state(state["torch"].cpu())
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    kind, key, position, has_gauss, cached_gaussian = state["numpy"]
+    np.random.set_state(
+        (kind, key.cpu().numpy().astype(np.uint32), position, has_gauss, cached_gaussian)
+    )
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"].cpu())
 
 
 def notify(callbacks: Sequence[Callback], method: str, *args) -> None:
@@ -141,10 +162,8 @@ def _autocast(device: torch.device, precision: str):
     return torch.autocast(device.type, dtype=dtype, enabled=dtype is not None)
 
 
-def _restore_rank_rng(saved: dict | list, world: distributed.World) -> None:
-    """Restore this process's RNG from a checkpoint's (one state per process; a checkpoint
-    written before processes were counted holds one)."""
-    states = [saved] if isinstance(saved, dict) else saved
+def _restore_rank_rng(states: list[dict], world: distributed.World) -> None:
+    """Restore this process's RNG from a checkpoint's (one state per process)."""
     if len(states) != world.size:
         raise WorkbenchError(
             f"this checkpoint was written by {len(states)} process(es): resume it with "
