@@ -122,6 +122,26 @@ def test_a_written_checkpoint_holds_only_plain_tensors_and_numbers(work):
     assert kind == "MT19937" and key.dtype == torch.int64 and key.shape == (624,)
 
 
+def test_rng_states_come_back_from_a_weights_only_file(tmp_path):
+    """torch's, Python's and numpy's generators (numpy's Gaussian cache included) draw the same
+    after their state went through a file that loads with ``weights_only=True``."""
+    import random
+
+    import numpy as np
+
+    from kd.trainer import _restore_rng, _rng_state
+
+    np.random.standard_normal()  # leaves a cached Gaussian in numpy's state
+    torch.save(_rng_state(), tmp_path / "rng.pt")
+
+    def draws() -> tuple:
+        return torch.rand(3).tolist(), random.random(), np.random.standard_normal(2).tolist()
+
+    first = draws()
+    _restore_rng(torch.load(tmp_path / "rng.pt", weights_only=True))
+    assert draws() == first
+
+
 @pytest.mark.parametrize("how", PLANTS)
 def test_cli_resume_of_a_teacher_refuses_a_planted_checkpoint(work, tmp_path, capsys, how):
     teacher = _copy(work, "teacher", tmp_path)
