@@ -14,10 +14,11 @@ from pathlib import Path
 import optuna
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from kd.cli import main
 from kd.pipeline import train_teacher
-from kd.trainer import _non_finite_values
+from kd.trainer import _non_finite_values, _non_finite_weights
 from kd.tune import parse_dimension, trials_table, tune
 from tests.conftest import make_sentences, tiny_model, tiny_tokenizer
 from workbench.app.catalog import discover_runs
@@ -58,11 +59,11 @@ def _errors(capsys) -> list[str]:
     return [line for line in capsys.readouterr().err.splitlines() if line.startswith("kdw:")]
 
 
-def test_a_huge_learning_rate_stops_the_training_where_it_diverges(work, tmp_path, capsys):
-    """Step 1 takes every weight to about ±1e10 (Adam's first step is ±lr), so the loss of
-    step 2 is NaN: the training stops there, keeping the checkpoint of step 1."""
-    run_dir = tmp_path / "teacher"
-    command = [
+def _huge_learning_rate(work: Path, run_dir: Path) -> list[str]:
+    """``kdw train-teacher`` at learning rate 1e10, 8 steps, a checkpoint after every step:
+    step 1 takes every weight to about ±1e10 (Adam's first step is ±lr), so the loss of step 2
+    is NaN."""
+    return [
         "train-teacher",
         "--run-dir",
         str(run_dir),
@@ -83,6 +84,13 @@ def test_a_huge_learning_rate_stops_the_training_where_it_diverges(work, tmp_pat
         "--learning-rate",
         "1e10",
     ]
+
+
+def test_a_huge_learning_rate_stops_the_training_where_it_diverges(work, tmp_path, capsys):
+    """The training stops at step 2, keeping the checkpoint of step 1, with no model and no
+    results; rerunning the command resumes from step 1 and diverges again."""
+    run_dir = tmp_path / "teacher"
+    command = _huge_learning_rate(work, run_dir)
     expected = (
         "kdw: error: training diverged at step 2: the term ce is nan (lr 8.75e+09): the "
         "checkpoint of step 1 is kept; lower --learning-rate or check --weights and --temperature"
@@ -106,6 +114,29 @@ def test_a_huge_learning_rate_stops_the_training_where_it_diverges(work, tmp_pat
     assert entry.state == "diverged"  # the app's run table
     assert main(command) == 2  # rerun: resumes from step 1 and diverges at the same step
     assert _errors(capsys) == [expected]
+
+
+def test_a_best_model_of_an_earlier_evaluation_is_kept(work, tmp_path, capsys):
+    """Evaluated after step 1, the run keeps that best model (finite weights) when step 2
+    diverges, but gets no results: its status says diverged."""
+    run_dir = tmp_path / "teacher"
+    assert main([*_huge_learning_rate(work, run_dir), "--eval-every", "1"]) == 2
+    assert _errors(capsys)[0].startswith("kdw: error: training diverged at step 2: ")
+    best = load_file(str(run_dir / "model" / "model.safetensors"))
+    assert all(torch.isfinite(value).all() for value in best.values())
+    assert [r["step"] for r in Run(run_dir).metrics("dev")] == [1]
+    assert not (run_dir / "results.json").exists()
+    assert Run(run_dir).status()["state"] == "diverged"
+
+
+def test_weights_that_are_not_finite_are_named():
+    layer = torch.nn.Linear(2, 2)
+    assert _non_finite_weights(list(layer.named_parameters())) == []
+    with torch.no_grad():
+        layer.bias[1] = math.inf
+    assert _non_finite_weights(list(layer.named_parameters())) == [
+        "1 weight tensor(s) are not finite after the update (first bias)"
+    ]
 
 
 def test_a_weighted_sum_that_overflows_is_named_as_the_loss():

@@ -67,8 +67,8 @@ positive_number = Domain(lambda v: _is_number(v) and v > 0, "a finite number > 0
 non_negative_number = Domain(lambda v: _is_number(v) and v >= 0, "a finite number ≥ 0")
 unit_interval = Domain(lambda v: _is_number(v) and 0 <= v <= 1, "a number in [0, 1]")
 colormap = Domain(_is_colormap, "a matplotlib colormap name, such as viridis or PuOr_r")
-MAX_TEMPERATURE = 1000.0
-temperature = Domain(
+MAX_TEMPERATURE = 1000.0  # the largest --temperature (its help says why)
+temperature_range = Domain(
     lambda v: _is_number(v) and 0 < v <= MAX_TEMPERATURE, f"a number in (0, {MAX_TEMPERATURE:g}]"
 )
 
@@ -327,7 +327,7 @@ class ObjectiveConfig(Checked):
         "softmax temperature τ of the KD term (default: the preset's: 4, AD-KD 2, GKD 5), at "
         f"most {MAX_TEMPERATURE:g}: the term is scaled by τ², and far above, the logits over τ "
         "fall to float32 rounding (τ² overflows it from 2e19); the papers use 1 to 20",
-        domain=temperature,
+        domain=temperature_range,
     )
     kd_form: str | None = option(
         None,
