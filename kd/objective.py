@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from workbench.config import ObjectiveConfig
+from workbench.config import ObjectiveConfig, weight_pairs
 from workbench.errors import WorkbenchError
 from workbench.models import ModelOutput, forward
 
@@ -171,16 +171,12 @@ def method(*terms: str, record: Callable[[Objective], dict[str, Any]]):
 
 
 def parse_weights(text: str) -> dict[str, float]:
-    """``"ce=0.1,kd=0.9"`` → ``{"ce": 0.1, "kd": 0.9}``."""
-    weights = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        name, _, value = part.partition("=")
+    """``"ce=0.1,kd=0.9"`` → ``{"ce": 0.1, "kd": 0.9}``: registered terms, each weight a finite
+    number ≥ 0 (:func:`workbench.config.weight_pairs`)."""
+    weights = weight_pairs(text)
+    for name in weights:
         if name not in TERMS:
             raise WorkbenchError(f"unknown loss term {name!r}: known terms {sorted(TERMS)}")
-        try:
-            weights[name] = float(value)
-        except ValueError:
-            raise WorkbenchError(f"weight of {name!r} must be a number, got {value!r}") from None
     return weights
 
 

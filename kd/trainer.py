@@ -110,17 +110,64 @@ def _schedule(total: int, warmup_ratio: float) -> Callable[[int], float]:
 
 
 def _rng_state() -> dict:
-    return {
+    """This process's random generators' states as tensors, numbers and tuples, which a
+    checkpoint loads without running code (:meth:`Run.load_checkpoint`): torch's, Python's
+    ``random``'s, numpy's (its key array as an int64 tensor) and, once CUDA is in use, the
+    current CUDA device's."""
+    kind, key, position, has_gauss, cached_gaussian = np.random.get_state(legacy=True)
+    state = {
         "torch": torch.get_rng_state(),
         "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        "numpy": (
+            kind,
+            torch.from_numpy(key.astype(np.int64)),
+            int(position),
+            int(has_gauss),
+            float(cached_gaussian),
+        ),
     }
+    if torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
 
 
 def _restore_rng(state: dict) -> None:
-    torch.set_rng_state(state["torch"])
+    """Set the generators to a state :func:`_rng_state` gave (CUDA's where it was recorded
+    and CUDA is available: a run may resume on another device)."""
+    torch.set_rng_state(state["torch"].cpu())
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    kind, key, position, has_gauss, cached_gaussian = state["numpy"]
+    np.random.set_state(
+        (kind, key.cpu().numpy().astype(np.uint32), position, has_gauss, cached_gaussian)
+    )
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"].cpu())
+
+
+class TrainingDiverged(WorkbenchError):
+    """A training stopped at the step where a loss term, the loss, the gradient norm or a
+    weight went non-finite (NaN or infinite): its run's status is ``diverged``, it keeps its
+    last checkpoint (written at a finite step) and gets no results."""
+
+
+def _non_finite_values(terms: dict[str, float], loss: float) -> list[str]:
+    """What is non-finite among a step's term values, or the loss their weighted sum makes
+    (finite terms whose weighted sum overflows)."""
+    problems = [
+        f"the term {name} is {value}" for name, value in terms.items() if not math.isfinite(value)
+    ]
+    if not problems and not math.isfinite(loss):
+        problems = [f"the loss is {loss}"]
+    return problems
+
+
+def _non_finite_weights(named: list[tuple[str, torch.nn.Parameter]]) -> list[str]:
+    """The weights that are NaN or infinite after an update, as one phrase (none: [])."""
+    finite = torch.stack([torch.isfinite(p).all() for _, p in named]).cpu()
+    if bool(finite.all()):
+        return []
+    bad = [name for (name, _), ok in zip(named, finite.tolist(), strict=True) if not ok]
+    return [f"{len(bad)} weight tensor(s) are not finite after the update (first {bad[0]})"]
 
 
 def notify(callbacks: Sequence[Callback], method: str, *args) -> None:
@@ -141,10 +188,8 @@ def _autocast(device: torch.device, precision: str):
     return torch.autocast(device.type, dtype=dtype, enabled=dtype is not None)
 
 
-def _restore_rank_rng(saved: dict | list, world: distributed.World) -> None:
-    """Restore this process's RNG from a checkpoint's (one state per process; a checkpoint
-    written before processes were counted holds one)."""
-    states = [saved] if isinstance(saved, dict) else saved
+def _restore_rank_rng(states: list[dict], world: distributed.World) -> None:
+    """Restore this process's RNG from a checkpoint's (one state per process)."""
     if len(states) != world.size:
         raise WorkbenchError(
             f"this checkpoint was written by {len(states)} process(es): resume it with "
@@ -217,7 +262,8 @@ def train(job: TrainingJob) -> dict[str, float]:
     optimizer = _optimizer(model, optim)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(total, optim.warmup_ratio))
     scaler = torch.amp.GradScaler(device.type, enabled=optim.precision == "fp16")
-    parameters = [p for p in model.parameters() if p.requires_grad]
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    parameters = [p for _, p in named]
     state = {"step": 0, "best": None, "best_step": None}
     model.to(device)
     distributed.broadcast_parameters(model)
@@ -231,11 +277,14 @@ def train(job: TrainingJob) -> dict[str, float]:
         scheduler.load_state_dict(saved["scheduler"])
         scaler.load_state_dict(saved.get("scaler", {}))
         state = saved["state"]
+    checkpoint_step = state["step"]  # of the last checkpoint (0: none)
     if world.main:
         run.truncate_metrics(state["step"])  # without a checkpoint (deleted), from step 0
 
     def save_checkpoint() -> None:
+        nonlocal checkpoint_step
         rng = distributed.gather_objects(_rng_state())
+        checkpoint_step = state["step"]
         if not world.main:
             return
         with atomic_path(run.checkpoint) as temporary:
@@ -262,6 +311,23 @@ def train(job: TrainingJob) -> dict[str, float]:
         unit="step",
         disable=not world.main,
     )
+
+    def diverged(step: int, problems: list[str]) -> TrainingDiverged:
+        """Mark the run diverged at ``step`` (nothing of that step is saved) and say so."""
+        progress.close()
+        if world.main:
+            run.set_status("diverged", step=step, total=total, reason="; ".join(problems))
+        kept = (
+            f"the checkpoint of step {checkpoint_step} is kept"
+            if checkpoint_step
+            else "no checkpoint had been written"
+        )
+        return TrainingDiverged(
+            f"training diverged at step {step}: {'; '.join(problems)} (lr "
+            f"{scheduler.get_last_lr()[0]:g}): {kept}; lower --learning-rate or check --weights "
+            "and --temperature"
+        )
+
     order: list[int] = []
     model.train()
     while state["step"] < total:
@@ -278,6 +344,9 @@ def train(job: TrainingJob) -> dict[str, float]:
         distributed.all_reduce(values)
         terms = {name: float(v) for name, v in zip(job.weights, values, strict=True)}
         summary = {name: job.weights[name] * value for name, value in terms.items()}
+        problems = _non_finite_values(terms, sum(summary.values()))
+        if problems:
+            raise diverged(step, problems)
         if log:
             flat = {name: distributed.all_reduce(g) for name, g in term_grads.items()}
             if world.main:
@@ -294,9 +363,17 @@ def train(job: TrainingJob) -> dict[str, float]:
         scaler.unscale_(optimizer)
         if optim.max_grad_norm > 0:
             norm = torch.nn.utils.clip_grad_norm_(parameters, optim.max_grad_norm)
-            values_out["grad_norm"] = float(norm)
+        else:
+            norm = torch.nn.utils.get_total_norm([p.grad for p in parameters if p.grad is not None])
+        values_out["grad_norm"] = float(norm)
+        if not math.isfinite(values_out["grad_norm"]) and not scaler.is_enabled():
+            # (fp16's scaler skips a step whose scaled gradient overflowed, and scales down)
+            raise diverged(step, [f"the gradient norm is {values_out['grad_norm']}"])
         scaler.step(optimizer)
         scaler.update()
+        problems = _non_finite_weights(named)
+        if problems:
+            raise diverged(step, problems)
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         state["step"] = step

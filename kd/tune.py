@@ -5,10 +5,11 @@ scores its best dev evaluation; the test split is never looked at. The trials sh
 cache (``<out>/teacher_cache``), computed once per setting that changes it. Sampling is TPE; a
 trial whose dev curve falls below the median of earlier trials at the same step is pruned (the
 trainer's evaluations report to the pruner; none is pruned in its first half epoch), and
-settings proposed again keep their first outcome. The study lives in ``<out>/study.db``
-(SQLite), so a killed search resumes: the trial that was running is retried with the same
-settings and its run folder resumes from its checkpoint. The best configuration is written to
-``<out>/best.json``, which ``kdw distill --config`` trains.
+settings proposed again keep their first outcome. A trial whose training diverges (a loss or
+weight goes NaN or infinite) fails, unscored, and the search goes on. The study lives in
+``<out>/study.db`` (SQLite), so a killed search resumes: the trial that was running is retried
+with the same settings and its run folder resumes from its checkpoint. The best configuration is
+written to ``<out>/best.json``, which ``kdw distill --config`` trains.
 
 Searchable parameters (:data:`PARAMETERS`) and the default space of each method
 (:data:`DEFAULT_SPACES`, from the papers' grids); ``--space NAME=v1,v2`` (choices) or
@@ -23,8 +24,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from kd.trainer import Callback
+from kd.trainer import Callback, TrainingDiverged
 from workbench.config import (
+    MAX_TEMPERATURE,
     DataConfig,
     ObjectiveConfig,
     OptimConfig,
@@ -44,7 +46,7 @@ class Parameter:
     """A searchable setting: its domain, and the terms a method needs for it to apply."""
 
     help: str
-    low: float  # the domain: low < value (low ≤ value when ``closed``), value ≤ high
+    low: float  # the domain: finite, low < value (low ≤ value when ``closed``), value ≤ high
     high: float = math.inf
     closed: bool = True
     integer: bool = False
@@ -53,7 +55,7 @@ class Parameter:
     def problem(self, value: float) -> str | None:
         """Why ``value`` is outside the domain, or None."""
         above = value >= self.low if self.closed else value > self.low
-        if math.isnan(value) or not (above and value <= self.high):
+        if not math.isfinite(value) or not (above and value <= self.high):
             left, right = "[" if self.closed else "(", ")" if self.high == math.inf else "]"
             return f"must lie in {left}{self.low:g}, {self.high:g}{right}"
         if self.integer and value != int(value):
@@ -70,7 +72,7 @@ PARAMETERS: dict[str, Parameter] = {
     "gamma": Parameter(
         "GKD-CLS: weight γ of the [CLS]-state gradient term", 0.0, needs=("cls_grad",)
     ),
-    "tau": Parameter("KD temperature τ", 0.0, closed=False, needs=("kd",)),
+    "tau": Parameter("KD temperature τ", 0.0, MAX_TEMPERATURE, closed=False, needs=("kd",)),
     "wr": Parameter("CKD: λ of word relation", 0.0, needs=("wr",)),
     "ltr": Parameter("CKD: λ of layer-transforming relation", 0.0, needs=("ltr",)),
     "lr": Parameter("peak learning rate", 0.0, closed=False),
@@ -315,8 +317,9 @@ def _retry_interrupted(study) -> None:
 
 
 def _earlier_outcome(study, number: int, values: dict):
-    """An earlier completed or pruned trial with the same settings, if any: its run folder is
-    this trial's, so its outcome stands (a pruned run is not trained on)."""
+    """An earlier completed, pruned or diverged trial with the same settings, if any: its run
+    folder is this trial's, so its outcome stands (a pruned run is not trained on, a diverged
+    one would diverge again)."""
     from optuna.trial import TrialState
 
     return next(
@@ -326,7 +329,9 @@ def _earlier_outcome(study, number: int, values: dict):
             if t.number < number
             and t.params == values
             and not t.user_attrs.get("stopped")
-            and t.state in (TrialState.COMPLETE, TrialState.PRUNED)
+            and (
+                t.state in (TrialState.COMPLETE, TrialState.PRUNED) or t.user_attrs.get("diverged")
+            )
         ),
         None,
     )
@@ -342,12 +347,21 @@ def _finished(study) -> int:
     )
 
 
+def _state(trial) -> str:
+    """A trial's state for the table: Optuna's, or why it ended (stopped on request, or its
+    training diverged: a failed trial)."""
+    for reason in ("stopped", "diverged"):
+        if trial.user_attrs.get(reason):
+            return reason
+    return trial.state.name.lower()
+
+
 def trials_table(study) -> list[dict]:
     """One row per trial: number, state, settings, best dev value, last reported step."""
     return [
         {
             "trial": t.number,
-            "state": "stopped" if t.user_attrs.get("stopped") else t.state.name.lower(),
+            "state": _state(t),
             **t.params,
             "dev": t.value,
             "steps": t.last_step,
@@ -411,6 +425,9 @@ def tune(
             values = {name: dimension.suggest(trial) for name, dimension in space.items()}
             earlier = _earlier_outcome(study, trial.number, values)
             if earlier is not None:  # the sampler proposed settings already tried
+                if earlier.user_attrs.get("diverged"):
+                    trial.set_user_attr("diverged", earlier.user_attrs["diverged"])
+                    raise TrainingDiverged(earlier.user_attrs["diverged"])
                 if earlier.state == optuna.trial.TrialState.PRUNED:
                     raise optuna.TrialPruned()
                 return earlier.value
@@ -418,15 +435,19 @@ def tune(
                 values, objective.preset, base_weights, objective, optim
             )
             callback = PruningCallback(trial, metric, config.prune)
-            run = distill(
-                data,
-                student,
-                trial_objective,
-                trial_optim,
-                out / "trials" / trial_folder(values),
-                callbacks=[callback, *callbacks],
-                cache_dir=out / "teacher_cache",
-            )
+            try:
+                run = distill(
+                    data,
+                    student,
+                    trial_objective,
+                    trial_optim,
+                    out / "trials" / trial_folder(values),
+                    callbacks=[callback, *callbacks],
+                    cache_dir=out / "teacher_cache",
+                )
+            except TrainingDiverged as error:  # the trial fails (unscored); the study goes on
+                trial.set_user_attr("diverged", str(error))
+                raise
             if callback.pruned:
                 raise optuna.TrialPruned()
             if run.status()["state"] == "stopped":  # asked to stop: retried on resume
@@ -437,7 +458,9 @@ def tune(
 
         left = config.trials - _finished(study)
         if left > 0:
-            study.optimize(run_trial, n_trials=left, show_progress_bar=True)
+            study.optimize(
+                run_trial, n_trials=left, show_progress_bar=True, catch=(TrainingDiverged,)
+            )
         result = TuneResult(rows=trials_table(study))
         completed = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
         if completed:

@@ -43,7 +43,7 @@ def _optim(**changes) -> OptimConfig:
 
 
 def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
-    return torch.load(run_dir / "checkpoint.pt", weights_only=False)["model"]
+    return torch.load(run_dir / "checkpoint.pt", weights_only=True)["model"]
 
 
 def test_accumulated_micro_batches_make_the_step_of_the_batch(folders):

@@ -212,5 +212,10 @@ def test_number_domains(x: float):
 
 @given(st.none() | numbers)
 def test_an_optional_option_also_takes_none(x: float | None):
-    expected = x is None or (_finite(x) and x > 0)
+    expected = x is None or (_finite(x) and 0 < x <= 1000)
     assert _accepted(lambda: ObjectiveConfig(temperature=x)) is expected
+
+
+@given(numbers)
+def test_term_weights_are_finite_and_not_negative(x: float):
+    assert _accepted(lambda: ObjectiveConfig(weights=f"ce=1,kd={x!r}")) is (_finite(x) and x >= 0)

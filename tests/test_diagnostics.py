@@ -86,6 +86,6 @@ def test_logging_diagnostics_changes_no_weight(tiny_model_dir, tiny_task_dir, tm
     row = evaluate_runs([str(logged.path)], terms=True)[0]  # kdw evaluate --terms
     shares = row["grad share, end (step 7)"]
     assert shares.startswith(("attr", "kd", "ce")) and shares.count("%") == 3
-    a = torch.load(quiet.checkpoint, weights_only=False)["model"]
-    b = torch.load(logged.checkpoint, weights_only=False)["model"]
+    a = torch.load(quiet.checkpoint, weights_only=True)["model"]
+    b = torch.load(logged.checkpoint, weights_only=True)["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)

@@ -78,7 +78,7 @@ def _data(task: Path) -> DataConfig:
 
 
 def _final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
-    return torch.load(run_dir / "checkpoint.pt", weights_only=False)["model"]
+    return torch.load(run_dir / "checkpoint.pt", weights_only=True)["model"]
 
 
 # the settings of the killed job's command, :func:`_torchrun`
@@ -239,7 +239,7 @@ def test_killed_torchrun_job_resumes_to_the_same_weights(trained):
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     assert state.get("state") == "running" and 20 <= state["step"] < state["total"], state
-    saved = torch.load(killed / "checkpoint.pt", weights_only=False)
+    saved = torch.load(killed / "checkpoint.pt", weights_only=True)
     assert 0 < saved["state"]["step"] < state["total"] and len(saved["rng"]) == 2
 
     done = subprocess.run(_torchrun(killed, model, task), capture_output=True, text=True, env=env)

@@ -37,7 +37,7 @@ def test_presets_and_explicit_weights():
     assert custom.weights == {"ce": 0.1, "kd": 0.9} and custom.teacher_fields() == ["logits"]
     for bad, message in [
         ("ce=0.1,foo=1", "unknown loss term 'foo'"),
-        ("kd=x", "must be a number"),
+        ("kd=x", "each weight a finite number ≥ 0"),
         ("ce=0", "no term with a non-zero weight"),
     ]:
         with pytest.raises(WorkbenchError, match=message):

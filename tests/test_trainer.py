@@ -60,7 +60,7 @@ def test_resume_after_kill_ends_with_the_same_weights(tiny_model_dir, tiny_task_
         _teacher_command(killed_dir, tiny_model_dir, tiny_task_dir), killed_dir, 100
     )
     assert state.get("state") == "running" and state["step"] < state["total"], state
-    saved = torch.load(killed_dir / "checkpoint.pt", weights_only=False)
+    saved = torch.load(killed_dir / "checkpoint.pt", weights_only=True)
     assert 0 < saved["state"]["step"] < state["total"]
 
     resumed = _run(_teacher_command(killed_dir, tiny_model_dir, tiny_task_dir))
@@ -68,8 +68,8 @@ def test_resume_after_kill_ends_with_the_same_weights(tiny_model_dir, tiny_task_
     clean = _run(_teacher_command(clean_dir, tiny_model_dir, tiny_task_dir))
     assert clean.returncode == 0, clean.stderr
 
-    final_killed = torch.load(killed_dir / "checkpoint.pt", weights_only=False)
-    final_clean = torch.load(clean_dir / "checkpoint.pt", weights_only=False)
+    final_killed = torch.load(killed_dir / "checkpoint.pt", weights_only=True)
+    final_clean = torch.load(clean_dir / "checkpoint.pt", weights_only=True)
     assert final_killed["state"] == final_clean["state"]
     for name, value in final_clean["model"].items():
         assert torch.equal(final_killed["model"][name], value), name

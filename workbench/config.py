@@ -67,6 +67,34 @@ positive_number = Domain(lambda v: _is_number(v) and v > 0, "a finite number > 0
 non_negative_number = Domain(lambda v: _is_number(v) and v >= 0, "a finite number ≥ 0")
 unit_interval = Domain(lambda v: _is_number(v) and 0 <= v <= 1, "a number in [0, 1]")
 colormap = Domain(_is_colormap, "a matplotlib colormap name, such as viridis or PuOr_r")
+MAX_TEMPERATURE = 1000.0  # the largest --temperature (its help says why)
+temperature_range = Domain(
+    lambda v: _is_number(v) and 0 < v <= MAX_TEMPERATURE, f"a number in (0, {MAX_TEMPERATURE:g}]"
+)
+
+
+def weight_pairs(text: str) -> dict[str, float]:
+    """``"ce=0.1,kd=0.9"`` → ``{"ce": 0.1, "kd": 0.9}``; a weight that is not a finite number
+    ≥ 0 (NaN, infinite, negative) is a one-line error. The names are not checked here:
+    :func:`kd.objective.parse_weights` knows the terms."""
+    weights = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, _, value = (piece.strip() for piece in part.partition("="))
+        try:
+            weights[name] = float(value)
+        except ValueError:
+            raise WorkbenchError(f"weight of {name!r} must be a number, got {value!r}") from None
+        if not weights[name] >= 0 or not math.isfinite(weights[name]):
+            raise WorkbenchError(f"weight of {name!r} must be a finite number ≥ 0, got {value!r}")
+    return weights
+
+
+def _is_weights(text: Any) -> bool:
+    try:
+        weight_pairs(text)
+    except (WorkbenchError, AttributeError):
+        return False
+    return True
 
 
 def option(default: Any, help: str, **extra: Any) -> Any:
@@ -287,6 +315,7 @@ class ObjectiveConfig(Checked):
         "",
         "explicit term weights replacing the preset's, e.g. ce=0.1,kd=0.9,attr=10,wr=1; terms: "
         "ce, kd, pkd, wr, ltr, attr, grad, cls_grad",
+        domain=Domain(_is_weights, "TERM=WEIGHT pairs, each weight a finite number ≥ 0"),
     )
     parity: str = option(
         "paper",
@@ -295,8 +324,10 @@ class ObjectiveConfig(Checked):
     )
     temperature: float | None = option(
         None,
-        "softmax temperature τ of the KD term (default: the preset's: 4, AD-KD 2, GKD 5)",
-        domain=positive_number,
+        "softmax temperature τ of the KD term (default: the preset's: 4, AD-KD 2, GKD 5), at "
+        f"most {MAX_TEMPERATURE:g}: the term is scaled by τ², and far above, the logits over τ "
+        "fall to float32 rounding (τ² overflows it from 2e19); the papers use 1 to 20",
+        domain=temperature_range,
     )
     kd_form: str | None = option(
         None,

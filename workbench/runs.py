@@ -4,9 +4,10 @@
 <run>/
   run.json          kind (teacher | student), configs (the dataclasses as JSON), task spec
   manifest.json     package versions, seed, git commit, data source and split fingerprint
-  status.json       running | finished | failed, with the step reached
+  status.json       created | running | stopped | diverged | finished, with the step reached
   metrics.jsonl     one line per evaluation
-  checkpoint.pt     the last resumable state: weights, optimizer, scheduler, RNG, step
+  checkpoint.pt     the last resumable state: weights, optimizer, scheduler, RNG, step (plain
+                    tensors and numbers: it loads without running code)
   model/            best weights so far (safetensors), the tokenizer and a model card (README.md):
                     a Hugging Face checkpoint with the task's label names
   results.json      final dev/test metrics of the best model
@@ -21,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import shlex
 import shutil
 import subprocess
@@ -258,24 +260,39 @@ class Run:
         atomic_write_json(self.path / STATUS_FILE, {"state": state, **details})
 
     def load_checkpoint(self, device: Any) -> dict[str, Any]:
-        """The resumable state ``checkpoint.pt`` holds (tensors on ``device``); a damaged
-        file (truncated, overwritten) is a one-line error naming it and the remedy."""
+        """The resumable state ``checkpoint.pt`` holds (tensors on ``device``), read as plain
+        tensors, numbers and containers only (``torch.load(weights_only=True)``): nothing in a
+        run folder from someone else runs code. A file that would need to run code to load (a
+        planted pickle, or a checkpoint of an older version holding numpy arrays) and a damaged
+        one (truncated, overwritten) are one-line errors naming the file and the remedy."""
         import pickle
+        import warnings
 
         import torch
 
+        remedy = (
+            "delete it to train this run again from step 0 (the same command), or choose "
+            "another --run-dir"
+        )
         try:
-            saved = torch.load(self.checkpoint, weights_only=False, map_location=device)
-        except (RuntimeError, EOFError, pickle.UnpicklingError, ValueError) as error:
+            with warnings.catch_warnings():  # torch warns of pickle protocols it reads
+                warnings.simplefilter("ignore")
+                saved = torch.load(self.checkpoint, weights_only=True, map_location=device)
+        except pickle.UnpicklingError as error:
+            called = re.search(r"GLOBAL (\S+) was not an allowed global", str(error))
+            raise WorkbenchError(
+                f"{self.checkpoint} is not a plain-tensor checkpoint (it would need to run code "
+                f"to load{f': {called[1]}' if called else ''}): {remedy}"
+            ) from None
+        except KeyError:  # the weights-only reader meets an unknown opcode: not a pickle
+            reason = "not a torch checkpoint"
+        except (RuntimeError, EOFError, ValueError) as error:
             reason = first_line(error).split(". ")[0]  # torch adds sentences of advice
         else:
             if isinstance(saved, dict) and {"model", "state"} <= set(saved):
                 return saved
             reason = "not a kd-workbench checkpoint"
-        raise WorkbenchError(
-            f"{self.checkpoint} is damaged ({reason}): delete it to train this run again from "
-            "step 0 (the same command), or choose another --run-dir"
-        )
+        raise WorkbenchError(f"{self.checkpoint} is damaged ({reason}): {remedy}")
 
     def append_metrics(self, record: dict[str, Any]) -> None:
         append_json_line(self.path / "metrics.jsonl", record)
