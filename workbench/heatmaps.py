@@ -533,7 +533,8 @@ def export_runs(
     output_folder(out)
     first = load_model(str(runs[0]))
     loaded = [first, *(load_model(str(path), first.spec, notify=notify) for path in runs[1:])]
-    if any(run.spec.label_names != first.spec.label_names for run in loaded):
+    classes = [[name.casefold() for name in run.spec.label_names] for run in loaded]
+    if any(names != classes[0] for names in classes):  # run folders, matched as load_model does
         raise WorkbenchError("the runs predict different classes: export runs of one task")
     examples = gather_examples(first, "export", **sources)
     heatmaps = build_heatmaps(loaded, examples, settings)
