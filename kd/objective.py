@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -103,14 +103,17 @@ class Method:
 
 @dataclass(frozen=True)
 class Preset:
-    """A method's weights per parity, its temperature, its official KD form, and the
-    attribution distance its weights belong to."""
+    """A method's weights per parity, its temperature, its official KD form, the attribution
+    distance its weights belong to, and its own terms (``own``): those its control student
+    goes without (:func:`control`); the rest of its objective — the other terms' weights, τ,
+    the KD form, the student set-up — is its training regime, which the control keeps."""
 
     paper: dict[str, float]
     official: dict[str, float]
     temperature: float = 4.0
     official_kd_form: str = "kl-mean"
     attr_reduction: str = "paper"
+    own: tuple[str, ...] = ()
 
 
 TERMS: dict[str, Term] = {}
@@ -197,6 +200,29 @@ def preset_weights(config: ObjectiveConfig) -> dict[str, float]:
     return weights
 
 
+def control(config: ObjectiveConfig) -> ObjectiveConfig:
+    """The control of a method's objective: the same config — the other terms' weights, τ,
+    the KD form, the student set-up (GKD's frozen embeddings and dropout-off pinned with
+    ``gradient_regime``) — with the method's own terms (:attr:`Preset.own`) at weight 0. The
+    difference between the method and its control is what its own terms add; vanilla KD has no
+    own term, and its control is itself."""
+    own = set(PRESETS[config.preset].own) if config.preset in PRESETS else set()
+    weights = preset_weights(config)
+    if not own & set(weights):
+        return config
+    regime = any(TERMS[name].frozen_embeddings for name in weights)
+    text = ",".join(
+        f"{name}={0.0 if name in own else weight!r}" for name, weight in weights.items()
+    )
+    return replace(
+        config,
+        weights=text,
+        gradient_regime=config.gradient_regime
+        if config.gradient_regime is not None
+        else regime or None,
+    )
+
+
 @dataclass
 class Objective:
     """A resolved objective: the weights, the logit-KD settings every method shares, and the
@@ -251,14 +277,19 @@ class Objective:
             "kd_form": self.kd_form,
             "parity": self.config.parity,
         }
+        if self.gradient_kd:  # GKD's student set-up, and whether it keeps dropout
+            record["student_dropout"] = self.config.dropout
         for entry in self.methods():
             record.update(entry.record(self))
         return json.loads(json.dumps(record))  # tuples as lists, as run.json reads back
 
     @property
     def gradient_kd(self) -> bool:
-        """Whether gradient terms (GKD) are on: their student keeps the teacher's embeddings,
-        frozen, and runs without dropout (Theorem 1 of the GKD paper)."""
+        """Whether the student is set up as GKD's (the teacher's embeddings, frozen, and no
+        dropout: Theorem 1 of the GKD paper): as ``config.gradient_regime`` says, by default
+        when a gradient term is weighted."""
+        if self.config.gradient_regime is not None:
+            return self.config.gradient_regime
         return any(TERMS[name].frozen_embeddings for name in self.weights)
 
     def term_units(self) -> dict[str, str]:

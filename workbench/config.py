@@ -377,6 +377,13 @@ class ObjectiveConfig(Checked):
     dropout: bool = option(
         False, "keep the student's dropout on under gradient KD (GKD's 'w/ Dropout' ablation)"
     )
+    gradient_regime: bool | None = option(
+        None,
+        "GKD's student set-up: the teacher's embeddings, frozen, and dropout off (unless "
+        "--dropout); default: on when a gradient term (grad, cls_grad) is weighted. Pinned on "
+        "by a control of GKD, whose gradient terms are at weight 0",
+        recorded_if_set=True,
+    )
 
 
 PRECISIONS = ("fp32", "bf16", "fp16")

@@ -260,4 +260,5 @@ PRESETS["adkd"] = Preset(
     temperature=2.0,
     official_kd_form="soft-ce",
     attr_reduction="official",
+    own=("attr",),
 )

@@ -279,4 +279,5 @@ PRESETS["ckd"] = Preset(
     {"ce": 0.5, "kd": 0.5, "wr": 1.0, "ltr": 1.0},
     {"ce": 0.5, "kd": 0.5, "wr": 1.0, "ltr": 1.0},
     official_kd_form="soft-ce",
+    own=("wr", "ltr"),
 )

@@ -111,14 +111,11 @@ def state_gradients(
     return torch.stack([g[:, 0] for g in grads], dim=1)
 
 
-def _record(objective: Objective) -> dict:
-    record = {"student_dropout": objective.config.dropout}
-    if "cls_grad" in objective.weights:
-        record["patient_pairs"] = objective.patient_pairs
-    return record
-
-
-@method("grad", "cls_grad", record=_record)
+@method(
+    "grad",
+    "cls_grad",
+    record=lambda o: {"patient_pairs": o.patient_pairs} if "cls_grad" in o.weights else {},
+)
 def _resolve(objective: Objective) -> dict:
     """GKD-CLS reads PKD's layer pairs."""
     return {"patient_pairs": mapped_pairs(objective)} if "cls_grad" in objective.weights else {}
@@ -160,7 +157,10 @@ def _cls_grad(objective: Objective, inputs: StepInputs) -> Tensor:
 
 
 PRESETS["gkd"] = Preset(
-    {"ce": 0.5, "kd": 0.5, "grad": 1.0}, {"ce": 0.5, "kd": 0.5, "grad": 1.0}, temperature=5.0
+    {"ce": 0.5, "kd": 0.5, "grad": 1.0},
+    {"ce": 0.5, "kd": 0.5, "grad": 1.0},
+    temperature=5.0,
+    own=("grad",),
 )
 # GKD-CLS: the [CLS]-state gradients at weight 0.1. At 1 they held 50–74 % of the gradient
 # (their gradient is twice the input gradients'), CE 4–11 %, and a student trained for 26
@@ -169,4 +169,5 @@ PRESETS["gkd-cls"] = Preset(
     {"ce": 0.5, "kd": 0.5, "pkd": 1.0, "grad": 1.0, "cls_grad": 0.1},
     {"ce": 0.5, "kd": 0.5, "pkd": 500.0, "grad": 1.0, "cls_grad": 1.0},
     temperature=5.0,
+    own=("grad", "cls_grad"),  # its PKD term is its regime
 )

@@ -69,6 +69,6 @@ def _pkd(objective: Objective, inputs: StepInputs) -> Tensor:
 # β is for the paper form (sum over layers) or the official mean over B×(M−1)×d, hence the
 # orders of magnitude between the two.
 PRESETS["pkd-skip"] = Preset(
-    {"ce": 0.5, "kd": 0.5, "pkd": 1.0}, {"ce": 0.5, "kd": 0.5, "pkd": 500.0}
+    {"ce": 0.5, "kd": 0.5, "pkd": 1.0}, {"ce": 0.5, "kd": 0.5, "pkd": 500.0}, own=("pkd",)
 )
 PRESETS["pkd-last"] = PRESETS["pkd-skip"]
