@@ -12,6 +12,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from workbench.benchmark import BenchmarkSettings
@@ -266,6 +267,8 @@ def reproduce_suite(args: argparse.Namespace):
         suite = suite.with_ablations()
     if args.seeds is not None:
         suite = suite.with_seeds(args.seeds)
+    if not args.controls:
+        suite = replace(suite, controls=False)
     return suite
 
 
@@ -437,6 +440,14 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
         action="store_true",
         help="also train the papers' ablations (AD-KD terms, views, K, m and layer; GKD "
         "dropout; CKD terms), which the default leaves out to fit its time (--full has them)",
+    )
+    reproduce.add_argument(
+        "--controls",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="train beside each method its control: the same objective, data and student "
+        "set-up with the method's own terms at weight 0, so that a gain is credited to the term "
+        "or to the rest of the method's regime",
     )
     reproduce.add_argument(
         "--seeds",

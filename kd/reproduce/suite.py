@@ -15,10 +15,12 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from kd.objective import control
 from workbench.config import DataConfig, ObjectiveConfig, TeacherConfig, to_dict
 from workbench.data import data_version
 
 MAIN_METHODS = ("finetune", "kd", "pkd-skip", "pkd-last", "ckd", "adkd", "gkd", "gkd-cls")
+CONTROL = " control"  # a control student's name: its method's, then this
 ABLATED_METHODS = ("ckd", "adkd", "gkd")
 # the key weights chosen on dev before the main table (kd/tune.py's spaces for these names);
 # vanilla KD's τ is tuned too, so that every method meets a reference tuned alike
@@ -74,6 +76,7 @@ class Suite:
     ablation_seeds: tuple[int, ...] = (1,)
     description: str = ""
     methods: tuple[str, ...] = MAIN_METHODS
+    controls: bool = True  # beside each method, its control (kd.objective.control)
     ablation_groups: tuple[str, ...] | None = None  # None: all; (): none
     cuts: str = ""  # what the suite leaves out of the papers' protocol, for the report
     ablation_data: DataConfig | None = None  # a smaller sample for the ablations (None: the
@@ -212,13 +215,19 @@ def experiments(suite: Suite, chosen: dict[str, ObjectiveConfig] | None = None) 
     folders) fewer teachers to train again."""
     chosen = chosen or {}
     tasks = [suite.ablation_task, *(task for task in suite.plans if task != suite.ablation_task)]
+    objectives = {m: chosen.get(m, ObjectiveConfig(preset=m)) for m in suite.methods}
+    rows = [(m, objective) for m, objective in objectives.items()]
+    if suite.controls:  # each method without its own terms, on the same data and seeds
+        rows += [
+            (m + CONTROL, control(objective))
+            for m, objective in objectives.items()
+            if control(objective) != objective
+        ]
     main = {
         task: [
-            Experiment(
-                task, method, "main", chosen.get(method, ObjectiveConfig(preset=method)), seed
-            )
+            Experiment(task, name, "main", objective, seed)
             for seed in suite.plans[task].seeds
-            for method in suite.methods
+            for name, objective in rows
         ]
         for task in tasks
     }
