@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -247,11 +248,37 @@ class TuneResult:
     best: Path | None = None
 
 
+def grid(space: dict[str, Dimension]) -> dict[str, list[float]] | None:
+    """The space as a grid of settings when every parameter is a list of choices (None when
+    one is a range)."""
+    if all(d.choices for d in space.values()):
+        return {name: list(d.choices) for name, d in space.items()}
+    return None
+
+
+def plan_search(space: dict[str, Dimension], trials: int) -> tuple[int, bool]:
+    """How many distinct settings a search of ``trials`` tries, and whether it is a grid
+    search: a grid of at most ``trials`` settings is tried whole, each setting once (Optuna's
+    grid sampler); a larger space is sampled by TPE for ``trials`` distinct settings."""
+    points = grid(space)
+    size = math.prod(len(values) for values in points.values()) if points else None
+    if size is not None and size <= trials:
+        return size, True
+    return trials, False
+
+
 def _study(
-    out: Path, preset: str, task: str, space: dict[str, Dimension], prune: bool, warmup_steps: int
+    out: Path,
+    preset: str,
+    task: str,
+    space: dict[str, Dimension],
+    prune: bool,
+    warmup_steps: int,
+    exhaustive: bool,
 ):
     """The study in ``out`` (created, or loaded after checking it searches the same preset,
-    task and space); no trial is pruned before ``warmup_steps``."""
+    task and space), sampled over the grid when ``exhaustive``, else by TPE; no trial is
+    pruned before ``warmup_steps``."""
     import optuna
 
     attrs = {
@@ -260,7 +287,11 @@ def _study(
         "space": {name: d.describe() for name, d in space.items()},
     }
     storage = f"sqlite:///{(out / 'study.db').resolve()}"
-    sampler = optuna.samplers.TPESampler(seed=0)
+    sampler = (
+        optuna.samplers.GridSampler(grid(space), seed=0)
+        if exhaustive
+        else optuna.samplers.TPESampler(seed=0)
+    )
     pruner = (
         optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=warmup_steps)
         if prune
@@ -338,12 +369,17 @@ def _earlier_outcome(study, number: int, values: dict):
 
 
 def _finished(study) -> int:
-    """Trials that count towards ``--trials``: completed or pruned, not stopped on request."""
+    """Distinct settings tried so far, what counts towards ``--trials``: those of completed,
+    pruned or diverged trials, not stopped on request (settings proposed again count once)."""
     from optuna.trial import TrialState
 
-    return sum(
-        t.state in (TrialState.COMPLETE, TrialState.PRUNED) and not t.user_attrs.get("stopped")
-        for t in study.get_trials(deepcopy=False)
+    return len(
+        {
+            tuple(sorted(t.params.items()))
+            for t in study.get_trials(deepcopy=False)
+            if (t.state in (TrialState.COMPLETE, TrialState.PRUNED) or t.user_attrs.get("diverged"))
+            and not t.user_attrs.get("stopped")
+        }
     )
 
 
@@ -414,10 +450,23 @@ def tune(
     if out.exists() and not out.is_dir():
         raise WorkbenchError(f"--out {out} is a file: give a folder")
     out.mkdir(parents=True, exist_ok=True)
+    target, exhaustive = plan_search(space, config.trials)
+    if exhaustive and target < config.trials:
+        print(
+            f"note: the space has {target} settings: each is tried once (grid search), "
+            f"not {config.trials} trials",
+            file=sys.stderr,
+        )
     with hold(out / "study.lock", f"the study in {out}"):
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         study = _study(
-            out, objective.preset, data.task, space, config.prune, warmup_steps=steps_per_epoch // 2
+            out,
+            objective.preset,
+            data.task,
+            space,
+            config.prune,
+            warmup_steps=steps_per_epoch // 2,
+            exhaustive=exhaustive,
         )
         _retry_interrupted(study)
 
@@ -452,15 +501,21 @@ def tune(
                 raise optuna.TrialPruned()
             if run.status()["state"] == "stopped":  # asked to stop: retried on resume
                 trial.set_user_attr("stopped", True)
+                stopped.append(trial.number)
                 study.stop()
                 raise optuna.TrialPruned()
             return run.results()["dev"][metric]
 
-        left = config.trials - _finished(study)
-        if left > 0:
+        # until the search has tried ``target`` distinct settings: settings TPE proposes again
+        # keep their first outcome and count once (bounded: a space of few settings cannot
+        # keep the loop going)
+        stopped: list[int] = []
+        proposals = 0
+        while not stopped and (left := target - _finished(study)) > 0 and proposals < 10 * target:
             study.optimize(
                 run_trial, n_trials=left, show_progress_bar=True, catch=(TrainingDiverged,)
             )
+            proposals += left
         result = TuneResult(rows=trials_table(study))
         completed = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
         if completed:

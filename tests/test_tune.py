@@ -209,36 +209,33 @@ def test_tune_api_validates_trials(tiny_teacher, tmp_path):
         )
 
 
-def test_settings_proposed_again_keep_their_first_outcome(tiny_teacher, tmp_path):
+def test_a_grid_no_larger_than_the_budget_is_tried_whole_each_setting_once(
+    tiny_teacher, tmp_path, capsys
+):
+    """3 settings and 5 trials asked: the grid sampler tries each setting once, and says so."""
     data, teacher = tiny_teacher
     out = tmp_path / "study"
-    assert (
-        main(
-            _tune_args(
-                data,
-                teacher,
-                out,
-                "--preset",
-                "adkd",
-                "--trials",
-                "3",
-                "--space",
-                "beta=0.1",
-                "--space",
-                "alpha=0.5",
-                "--space",
-                "tau=1",
-                "--space",
-                "lr=1e-3",
-                "--no-prune",
-            )
-        )
-        == 0
-    )
+    fixed = ["--space", "alpha=0.5", "--space", "tau=1", "--space", "lr=1e-3", "--no-prune"]
+    args = _tune_args(data, teacher, out, "--preset", "adkd", "--trials", "5", *fixed)
+    assert main([*args, "--space", "beta=0.1,1,10"]) == 0
+    assert "the space has 3 settings: each is tried once (grid search)" in capsys.readouterr().err
     study = optuna.load_study(study_name=STUDY_NAME, storage=f"sqlite:///{out / 'study.db'}")
+    assert sorted(t.params["beta"] for t in study.trials) == [0.1, 1.0, 10.0]
     assert [t.state.name for t in study.trials] == ["COMPLETE"] * 3
-    assert len({t.value for t in study.trials}) == 1
-    assert len(list((out / "trials").iterdir())) == 1  # trained once
+    assert len(list((out / "trials").iterdir())) == 3
+
+
+def test_a_larger_space_gets_as_many_distinct_settings_as_trials(tiny_teacher, tmp_path):
+    """6 settings, 4 trials: TPE may propose a setting again, which keeps its first outcome and
+    does not count; the search ends with 4 distinct settings tried."""
+    data, teacher = tiny_teacher
+    out = tmp_path / "study"
+    space = ["--space", "beta=0.1,1,10", "--space", "tau=1,2", "--space", "alpha=0.5"]
+    args = _tune_args(data, teacher, out, "--preset", "adkd", "--trials", "4", *space)
+    assert main([*args, "--space", "lr=1e-3", "--no-prune"]) == 0
+    study = optuna.load_study(study_name=STUDY_NAME, storage=f"sqlite:///{out / 'study.db'}")
+    distinct = {tuple(sorted(t.params.items())) for t in study.trials}
+    assert len(distinct) == 4 == len(list((out / "trials").iterdir()))
 
 
 @pytest.mark.parametrize(
