@@ -127,6 +127,17 @@ def tiny_task_dir(tmp_path: Path) -> Path:
     return folder
 
 
+def write_tiny_workspace(work: Path) -> None:
+    """``work/tiny-bert`` (a tiny random BERT encoder and its tokenizer) and ``work/task``
+    (train/dev/test CSV files of 120/30/about 50 :func:`make_sentences`)."""
+    tiny_tokenizer(work / "tiny-bert")
+    tiny_model().bert.save_pretrained(work / "tiny-bert")
+    (work / "task").mkdir()
+    frame = make_sentences(200)
+    for name, part in (("train", frame[:120]), ("dev", frame[120:150]), ("test", frame[150:])):
+        part.to_csv(work / "task" / f"{name}.csv", index=False)
+
+
 def assert_same_weights(one: dict, other: dict, atol: float = 1e-6) -> None:
     """State dicts equal to ``atol``, except attention key biases: softmax over keys is
     invariant to a constant per query, so their gradient is zero in exact arithmetic and only

@@ -20,7 +20,7 @@ from kd.cli import main
 from kd.pipeline import train_teacher
 from kd.trainer import _non_finite_values, _non_finite_weights
 from kd.tune import parse_dimension, trials_table, tune
-from tests.conftest import make_sentences, tiny_model, tiny_tokenizer
+from tests.conftest import write_tiny_workspace
 from workbench.app.catalog import discover_runs
 from workbench.config import (
     DataConfig,
@@ -40,12 +40,7 @@ FAST = OptimConfig(epochs=0.2, batch_size=16, threads=1)
 def work(tmp_path_factory) -> Path:
     """A tiny model, a task of 120 training examples, and a finished teacher."""
     work = tmp_path_factory.mktemp("diverged")
-    tiny_tokenizer(work / "tiny-bert")
-    tiny_model().bert.save_pretrained(work / "tiny-bert")
-    (work / "task").mkdir()
-    frame = make_sentences(200)
-    for name, part in (("train", frame[:120]), ("dev", frame[120:150]), ("test", frame[150:])):
-        part.to_csv(work / "task" / f"{name}.csv", index=False)
+    write_tiny_workspace(work)
     train_teacher(_data(work), TeacherConfig(model=str(work / "tiny-bert")), FAST, work / "teacher")
     return work
 

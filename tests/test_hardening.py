@@ -17,7 +17,7 @@ import tomllib
 
 from kd.cli import main
 from kd.pipeline import distill, train_teacher
-from tests.conftest import make_sentences, tiny_model, tiny_tokenizer
+from tests.conftest import write_tiny_workspace
 from workbench.app.catalog import discover_runs
 from workbench.config import DataConfig, OptimConfig, StudentConfig, TeacherConfig
 from workbench.errors import WorkbenchError
@@ -37,12 +37,7 @@ def work(tmp_path_factory) -> Path:
     """A tiny model folder, a task, and a teacher and a student made with relative paths from
     ``work`` (the teacher's run recorded as ``--teacher teacher``)."""
     work = tmp_path_factory.mktemp("hardening")
-    tiny_tokenizer(work / "tiny-bert")
-    tiny_model().bert.save_pretrained(work / "tiny-bert")
-    (work / "task").mkdir()
-    frame = make_sentences(200)
-    for name, part in (("train", frame[:120]), ("dev", frame[120:150]), ("test", frame[150:])):
-        part.to_csv(work / "task" / f"{name}.csv", index=False)
+    write_tiny_workspace(work)
     here = Path.cwd()
     os.chdir(work)
     try:

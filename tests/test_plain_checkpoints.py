@@ -19,7 +19,7 @@ from kd.pipeline import distill, train_teacher
 from kd.reproduce import runner
 from kd.reproduce.suite import Experiment, TaskPlan
 from kd.tune import tune
-from tests.conftest import make_sentences, tiny_model, tiny_tokenizer
+from tests.conftest import write_tiny_workspace
 from workbench.app import runner as app_runner
 from workbench.config import (
     DataConfig,
@@ -74,12 +74,7 @@ def assert_refused(text: str, checkpoint: Path, marker: Path) -> None:
 def work(tmp_path_factory) -> Path:
     """A tiny model, a task, and a finished teacher and student (absolute paths)."""
     work = tmp_path_factory.mktemp("plain")
-    tiny_tokenizer(work / "tiny-bert")
-    tiny_model().bert.save_pretrained(work / "tiny-bert")
-    (work / "task").mkdir()
-    frame = make_sentences(200)
-    for name, part in (("train", frame[:120]), ("dev", frame[120:150]), ("test", frame[150:])):
-        part.to_csv(work / "task" / f"{name}.csv", index=False)
+    write_tiny_workspace(work)
     train_teacher(_data(work), TeacherConfig(model=str(work / "tiny-bert")), FAST, work / "teacher")
     distill(_data(work), _student(work), ObjectiveConfig(preset="kd"), FAST, work / "student")
     return work
