@@ -269,6 +269,11 @@ def reproduce_suite(args: argparse.Namespace):
         suite = suite.with_seeds(args.seeds)
     if not args.controls:
         suite = replace(suite, controls=False)
+    if args.teacher:
+        pairs = [text.partition("=") for text in args.teacher]
+        if any(not sep or not task or not source for task, sep, source in pairs):
+            raise WorkbenchError("--teacher: write TASK=FOLDER, e.g. tweets=my-model")
+        suite = suite.with_teachers({task: source for task, _, source in pairs})
     return suite
 
 
@@ -440,6 +445,14 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
         action="store_true",
         help="also train the papers' ablations (AD-KD terms, views, K, m and layer; GKD "
         "dropout; CKD terms), which the default leaves out to fit its time (--full has them)",
+    )
+    reproduce.add_argument(
+        "--teacher",
+        action="append",
+        metavar="TASK=FOLDER",
+        help="teach TASK with this sequence classifier (a folder saved with save_pretrained, or "
+        "a run folder), used as it is instead of fine-tuning the suite's teacher; repeat for "
+        "several tasks",
     )
     reproduce.add_argument(
         "--controls",

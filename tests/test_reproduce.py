@@ -224,6 +224,31 @@ def test_each_method_trains_beside_its_control(
     assert "| tiny | gkd | " in section and "the gain is" in section
 
 
+def test_a_given_classifier_teaches_the_suite_as_it_is(
+    tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: Path
+):
+    """``--teacher tiny=FOLDER``: no teacher is trained; the folder is the students' teacher,
+    its test metrics recorded, and the report written."""
+    from tests.tiny_families import save_family_model
+
+    folder = save_family_model("bert", tmp_path / "given", ["Positive", "neutral", "negative"])
+    plan = _one_seed_plan(tiny_model_dir, tiny_task_dir)
+    suite = Suite(
+        plans={"tiny": plan}, ablation_task="tiny", methods=("kd",), ablation_groups=()
+    ).with_teachers({"tiny": str(folder)})
+    out = tmp_path / "suite"
+    report = reproduce(out, suite, announce=lambda _: None).read_text()
+    results = json.loads((out / "results.json").read_text())
+    assert results["teachers"]["tiny"]["run"] == str(folder.resolve())
+    assert 0 <= results["teachers"]["tiny"]["test"]["accuracy"] <= 1
+    assert not (out / "runs" / "tiny" / "teacher").exists()
+    student = json.loads((out / results["students"][0]["run"] / "run.json").read_text())
+    assert student["configs"]["student"]["teacher"] == str(folder.resolve())
+    assert "## Main table" in report
+    with pytest.raises(WorkbenchError, match=r"--teacher names the task\(s\) \['nope'\]"):
+        suite.with_teachers({"nope": str(folder)})
+
+
 def test_moved_run_folders_are_used(tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: Path):
     """Run folders written elsewhere (their record names the teacher's old path) are used when
     present: a finished student missing from results.json is scored again, not retrained."""

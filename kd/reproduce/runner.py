@@ -123,7 +123,7 @@ class ExampleScores:
         from workbench.analysis import agreement_per_example, split_outputs
         from workbench.data import batches, encode, load_task, pad_id
         from workbench.faithfulness import aopc
-        from workbench.models import load_run
+        from workbench.models import load_model, load_run
 
         loaded = load_run(student.path)
         key = (teacher.path.resolve(), config_key(loaded.data), explained_examples)
@@ -131,7 +131,8 @@ class ExampleScores:
             split = load_task(loaded.data).splits["test"]
             count = len(split) if explained_examples is None else explained_examples
             explained = split.subset(range(min(count, len(split))))
-            teacher_outputs = split_outputs(load_run(teacher.path), explained, maps=True)
+            source = load_model(str(teacher.path), loaded.spec, loaded.data)  # a run, or given
+            teacher_outputs = split_outputs(source, explained, maps=True)
             self._teachers[key] = split, explained, teacher_outputs
         split, explained, reference = self._teachers[key]
         outputs = split_outputs(loaded, explained, maps=True)
@@ -166,6 +167,22 @@ class ExampleScores:
 
 
 SCORES = ExampleScores()  # one per process: each keeps its teachers' outputs
+
+
+def given_teacher(plan: TaskPlan) -> tuple[Path, dict]:
+    """A task's teacher given as a classifier the workbench did not train
+    (``plan.given_teacher``): its folder, and its test metrics on the plan's data (nothing is
+    fine-tuned; its classes matched to the task's by name)."""
+    from workbench.data import encode, pad_id
+    from workbench.evaluation import evaluate_logits, predict_logits
+    from workbench.models import load_for_task, resolve_model
+
+    loaded, task = load_for_task(plan.given_teacher, plan.data)
+    test = task.splits["test"]
+    dataset = encode(test, loaded.tokenizer, plan.data.max_length, task.spec.regression)
+    logits = predict_logits(loaded.model, dataset, 64, pad_id(loaded.tokenizer))
+    folder = Path(resolve_model(plan.given_teacher)).resolve()
+    return folder, evaluate_logits(task.spec, logits, dataset.labels)
 
 
 def task_teacher(out: Path, task: str, plan: TaskPlan) -> Run:
@@ -332,7 +349,7 @@ def measure_truncation(plan: TaskPlan) -> dict:
     from workbench.models import load_tokenizer
 
     split = load_task(plan.data).splits["test"]
-    tokenizer = load_tokenizer(plan.teacher.model)
+    tokenizer = load_tokenizer(plan.given_teacher or plan.teacher.model)
     args = (split.texts,) if split.pairs is None else (split.texts, split.pairs)
     lengths = [len(ids) for ids in tokenizer(*args, truncation=False, verbose=False)["input_ids"]]
     limit = plan.data.max_length
@@ -452,7 +469,7 @@ def run_suite(
         "tuned": bool(suite.tuned),
         "jobs": jobs,
     }
-    runs: dict[str, Run] = {}
+    runs: dict[str, Path] = {}  # each task's teacher
     todo: list[Experiment] = []  # known once the weights are chosen
     kept: list[dict] = []  # recorded ablations this call does not plan (no --ablations)
     scored: dict[int, dict] = {}
@@ -483,15 +500,21 @@ def run_suite(
             ],
         }
 
-    def teacher_run(task: str) -> Run:
+    def teacher_run(task: str) -> Path:
         if task not in runs:
             announce(f"teacher on {task}")
-            run = task_teacher(out, task, suite.plans[task])
-            runs[task] = run
+            plan = suite.plans[task]
+            if plan.given_teacher:  # recorded by its absolute path: it lives outside the suite
+                path, test = given_teacher(plan)
+                where = str(path)
+            else:
+                run = task_teacher(out, task, plan)
+                path, test, where = run.path, run.results()["test"], relative(run.path, out)
+            runs[task] = path
             teachers[task] = {
-                "key": fingerprint(teacher_settings(suite.plans[task])),
-                "run": relative(run.path, out),
-                "test": run.results()["test"],
+                "key": fingerprint(teacher_settings(plan)),
+                "run": where,
+                "test": test,
             }
             atomic_write_json(out / "results.json", results())
         return runs[task]
@@ -533,7 +556,7 @@ def run_suite(
     try:
         searches.update(
             {
-                index: (out, teacher_run(suite.ablation_task).path, suite, method)
+                index: (out, teacher_run(suite.ablation_task), suite, method)
                 for index, method in enumerate(methods)
                 if method not in tuning
             }
@@ -551,7 +574,7 @@ def run_suite(
         scored.update({i: recorded[k] for i, k in enumerate(keys) if k in recorded})
         calls.update(
             {
-                i: (out, teacher_run(e.task).path, suite.plan_of(e), e, keys[i])
+                i: (out, teacher_run(e.task), suite.plan_of(e), e, keys[i])
                 for i, e in enumerate(todo)
                 if i not in scored
             }

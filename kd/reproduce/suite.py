@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from kd.objective import control
 from workbench.config import DataConfig, ObjectiveConfig, TeacherConfig, to_dict
 from workbench.data import data_version
+from workbench.errors import WorkbenchError
 
 MAIN_METHODS = ("finetune", "kd", "pkd-skip", "pkd-last", "ckd", "adkd", "gkd", "gkd-cls")
 CONTROL = " control"  # a control student's name: its method's, then this
@@ -53,6 +54,8 @@ class TaskPlan:
     top_k_sweep: tuple[int, ...] = (48, 96, 192)  # of MiniLM's 384 dimensions
     steps_sweep: tuple[int, ...] = (2, 4, 8)  # m = 1 is the main table's AD-KD
     explained_examples: int | None = 500  # SL, gap and AOPC on the first N test examples
+    given_teacher: str = ""  # a classifier folder to use as the task's teacher, as it is
+    # (``kdw reproduce --teacher TASK=FOLDER``): ``teacher`` and its training lengths unused
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,20 @@ class Suite:
         """The same suite with all the papers' ablations (``--ablations``)."""
         return replace(self, ablation_groups=None)
 
+    def with_teachers(self, given: dict[str, str]) -> Suite:
+        """The same suite with the tasks named in ``given`` taught by those classifiers, used as
+        they are (``--teacher TASK=FOLDER``); an unknown task is a one-line error."""
+        unknown = sorted(set(given) - set(self.plans))
+        if unknown:
+            raise WorkbenchError(
+                f"--teacher names the task(s) {unknown}; the suite's are {sorted(self.plans)}"
+            )
+        plans = {
+            task: replace(plan, given_teacher=given[task]) if task in given else plan
+            for task, plan in self.plans.items()
+        }
+        return replace(self, plans=plans)
+
     def with_seeds(self, count: int) -> Suite:
         """The same suite with the main table trained over seeds ``1..count`` (``--seeds``):
         the rows of seeds already recorded keep their identities."""
@@ -133,7 +150,9 @@ def data_settings(data: DataConfig) -> dict:
 
 
 def teacher_settings(plan: TaskPlan) -> dict:
-    """What changes a task's teacher (no path)."""
+    """What changes a task's teacher (no path, but that of a given teacher)."""
+    if plan.given_teacher:
+        return {"data": data_settings(plan.data), "given_teacher": plan.given_teacher}
     return {
         "data": data_settings(plan.data),
         "teacher": to_dict(plan.teacher),
@@ -254,7 +273,7 @@ def limit(value: int | None) -> str:
 def plan_summary(plan: TaskPlan) -> dict:
     """The sizes of one task's plan that the report states (what was cut from the papers)."""
     return {
-        "teacher": plan.teacher.model,
+        "teacher": plan.given_teacher or plan.teacher.model,
         "max_train_examples": plan.data.max_train_examples,
         "student_train_examples": plan.student_train_examples,
         "max_eval_examples": plan.data.max_eval_examples,
