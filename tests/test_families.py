@@ -317,3 +317,21 @@ def test_train_teacher_keeps_a_classifiers_head_and_matches_its_classes(
     assert main([*command, "--label-map", "negative=NEG,neutral=NEU,positive=POS"]) == 0
     recorded = json.loads((run / "run.json").read_text())["configs"]["teacher"]
     assert recorded["label_map"] == "negative=NEG,neutral=NEU,positive=POS"
+
+
+def test_a_student_of_another_family_with_the_same_tokenizer(
+    family_dirs, task_dir, tmp_path, capsys
+):
+    """A BERT teacher and a DistilBERT student reading the same WordPiece tokens: every method
+    that compares tokens works across the families; GKD, which copies the teacher's embeddings
+    into the student, is refused in one line when the embedding stages differ."""
+    base = ["--teacher", str(family_dirs["bert"]), "--task", str(task_dir), "--init"]
+    base += ["pretrained", "--pretrained", str(family_dirs["distilbert"]), *FAST]
+    for preset in ("adkd", "ckd"):
+        assert (
+            main(["distill", "--run-dir", str(tmp_path / preset), *base, "--preset", preset]) == 0
+        )
+    capsys.readouterr()
+    assert main(["distill", "--run-dir", str(tmp_path / "gkd"), *base, "--preset", "gkd"]) == 2
+    assert "the student's (DistilBERT) differ from the teacher's (BERT)" in _error(capsys)
+    assert not (tmp_path / "gkd").exists()

@@ -294,9 +294,22 @@ def disable_dropout(model: nn.Module) -> None:
 
 
 def copy_embeddings(source: PreTrainedModel, target: PreTrainedModel) -> None:
-    """Copy the embedding stage's weights (GKD initialises the student's from the teacher's)."""
-    for theirs, ours in zip(embedding_modules(source), embedding_modules(target), strict=True):
-        ours.load_state_dict(theirs.state_dict())
+    """Copy the embedding stage's weights (GKD initialises the student's from the teacher's);
+    a student whose embedding stage holds other parameters or sizes (another family, another
+    position table) is a one-line error."""
+    pairs = list(zip(embedding_modules(source), embedding_modules(target), strict=False))
+    states = [(theirs.state_dict(), ours.state_dict()) for theirs, ours in pairs]
+    if len(embedding_modules(source)) != len(embedding_modules(target)) or any(
+        a.keys() != b.keys() or any(a[k].shape != b[k].shape for k in a) for a, b in states
+    ):
+        raise WorkbenchError(
+            f"gradient KD copies the teacher's embeddings into the student, and the student's "
+            f"({family_of(target).name}) differ from the teacher's ({family_of(source).name}) in "
+            "their parameters or sizes: use --init cut, or a student of the teacher's family "
+            "and sizes"
+        )
+    for (_, ours), (state, _) in zip(pairs, states, strict=True):
+        ours.load_state_dict(state)
 
 
 def fingerprint(model: nn.Module) -> str:
