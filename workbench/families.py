@@ -91,7 +91,7 @@ def embedding_modules(model: PreTrainedModel) -> list[nn.Module]:
     return modules
 
 
-def layer_list(model: PreTrainedModel) -> nn.ModuleList:
+def encoder_layers(model: PreTrainedModel) -> nn.ModuleList:
     """The model's transformer layers, in order."""
     layers = _module(model.base_model, family_of(model).layers)
     if not isinstance(layers, nn.ModuleList):

@@ -37,9 +37,9 @@ from workbench.families import (
     embedding_modules,
     family_of,
     head_output,
-    layer_list,
     layer_prefix,
 )
+from workbench.families import encoder_layers as encoder_layers  # public here too
 from workbench.files import check_weights, local_path
 from workbench.hub import hub_reachable, hub_unreachable
 from workbench.runs import Run
@@ -195,11 +195,6 @@ def embeddings_module(model: PreTrainedModel) -> nn.Module:
     """The module whose output ``[B, L, d]`` is the sequence the encoder consumes (word +
     position + type embeddings after LayerNorm for BERT; ELECTRA's projection where it has one)."""
     return embedding_modules(model)[-1]
-
-
-def encoder_layers(model: PreTrainedModel) -> nn.ModuleList:
-    """The model's transformer layers, in order."""
-    return layer_list(model)
 
 
 def select_layers(teacher_layers: int, student_layers: int, strategy: str) -> list[int]:
