@@ -130,10 +130,10 @@ def _print_results(path: Path) -> None:
 
 def _evaluate(args: argparse.Namespace) -> None:
     from kd.evaluate import evaluate_runs, format_table
-    from workbench.files import atomic_write_text
+    from workbench.files import check_output_file, write_output_file
 
-    if args.json and Path(args.json).is_dir():  # before the minutes of scoring
-        raise WorkbenchError(f"--json {args.json} is a folder: name a file to write the rows to")
+    if args.json:  # before the minutes of scoring
+        check_output_file(args.json, "--json")
     data = None if args.task is None else from_arguments(DataConfig, args)
     rows = evaluate_runs(
         args.runs,
@@ -146,20 +146,20 @@ def _evaluate(args: argparse.Namespace) -> None:
     )
     print(format_table(rows))
     if args.json:
-        atomic_write_text(Path(args.json), json.dumps(rows, indent=2))
+        write_output_file(args.json, json.dumps(rows, indent=2), "--json")
 
 
 def _benchmark(args: argparse.Namespace) -> None:
     from workbench.benchmark import benchmark, format_benchmark
-    from workbench.files import atomic_write_json
+    from workbench.files import check_output_file, json_text, write_output_file
 
-    if args.json and Path(args.json).is_dir():  # before the minutes of timing
-        raise WorkbenchError(f"--json {args.json} is a folder: name a file to write the report to")
+    if args.json:  # before the minutes of timing
+        check_output_file(args.json, "--json")
     data = None if args.task is None else from_arguments(DataConfig, args)
     report = benchmark(args.models, from_arguments(BenchmarkSettings, args), data)
     print(format_benchmark(report))
     if args.json:
-        atomic_write_json(Path(args.json), report)
+        write_output_file(args.json, json_text(report), "--json")
 
 
 def _baseline(args: argparse.Namespace) -> None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -16,11 +18,13 @@ from workbench.files import (
     append_json_line,
     atomic_path,
     atomic_write_text,
+    check_output_file,
     hold,
     json_line,
     parse_json_lines,
     read_json_lines,
     write_json_lines,
+    write_output_file,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -124,3 +128,52 @@ def test_a_lock_names_its_holder_and_dies_with_it(tmp_path: Path):
     assert lock.read_text() == f"{holder.pid}\n"
     with hold(lock, "the folder"):
         assert lock.read_text() == f"{os.getpid()}\n"
+
+
+def test_atomic_writes_replace_only_regular_files_and_links(tmp_path):
+    fifo, folder = tmp_path / "pipe", tmp_path / "folder"
+    os.mkfifo(fifo)
+    folder.mkdir()
+    for path, kind in ((fifo, "not a regular file"), (folder, "a folder")):
+        with pytest.raises(WorkbenchError, match=f"{path} is {kind}: it is not replaced"):
+            atomic_write_text(path, "x")
+    assert stat.S_ISFIFO(fifo.lstat().st_mode) and folder.is_dir()
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_an_output_file_may_be_a_pipe_a_device_or_a_link(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_text()))
+    reader.start()
+    write_output_file(fifo, '{"rows": 1}\n', "--json")  # a pipe: written to directly
+    reader.join(timeout=10)
+    assert received == ['{"rows": 1}\n'] and stat.S_ISFIFO(fifo.lstat().st_mode)
+    write_output_file("/dev/null", "discarded", "--json")
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)  # still the device, not a file
+    target, link = tmp_path / "rows.json", tmp_path / "link.json"
+    target.write_text("old")
+    link.symlink_to(target)
+    write_output_file(link, "new", "--json")
+    assert link.is_symlink() and target.read_text() == "new"
+    with pytest.raises(WorkbenchError, match=r"--json .* is a folder: name a file to write to"):
+        check_output_file(tmp_path, "--json")
+
+
+def test_a_reopened_run_folder_loses_what_killed_writes_left(tmp_path):
+    from workbench.runs import Run
+
+    info = {"kind": "teacher", "configs": {}}
+    with Run.writing(tmp_path / "run", info, {}):
+        pass
+    stale = tmp_path / "run" / ".checkpoint.pt.x1y2.tmp"
+    stale.write_bytes(b"half a checkpoint")
+    staging = tmp_path / "run" / ".model.new"
+    staging.mkdir()
+    (staging / "config.json").write_text("{}")
+    kept = tmp_path / "run" / "analysis_cache" / ".maps.z.tmp"  # another writer's, not this run's
+    kept.parent.mkdir()
+    kept.write_text("in progress")
+    with Run.writing(tmp_path / "run", info, {}):
+        assert not stale.exists() and not staging.exists() and kept.exists()

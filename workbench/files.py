@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -99,11 +101,28 @@ def _umask() -> int:
 _FILE_MODE = 0o666 & ~_umask()  # what open() would give a new file (read at import: one thread)
 
 
+TEMPORARY = ".*.tmp"  # the names of atomic writes' temporary files (``.<name>.<random>.tmp``)
+
+
+def _replaceable(path: Path) -> None:
+    """Refuse to rename a file over ``path`` unless it is new, a regular file or a symbolic
+    link (which the rename replaces, never its target): a device, a FIFO or a folder stays."""
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return
+    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        kind = "a folder" if stat.S_ISDIR(mode) else "not a regular file"
+        raise WorkbenchError(f"{path} is {kind}: it is not replaced; remove it or choose another")
+
+
 @contextmanager
 def atomic_path(path: Path) -> Iterator[Path]:
     """A uniquely named temporary path beside ``path`` for the block to write; renamed over
     ``path`` when the block ends, removed when it fails. A reader sees the old file or the new
-    one, never half of one, and two writers never share a temporary file."""
+    one, never half of one, and two writers never share a temporary file. Only a regular file
+    or a link is ever replaced (a device, FIFO or folder at ``path`` is a one-line error)."""
+    _replaceable(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(descriptor)
@@ -120,6 +139,46 @@ def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` atomically (:func:`atomic_path`)."""
     with atomic_path(path) as temporary:
         temporary.write_text(text, encoding="utf-8")
+
+
+def check_output_file(path: str | Path, option: str) -> Path:
+    """A file a user names for a command's output (``--json``), checked before the work: a
+    folder, or anything but a regular file, a FIFO or a terminal/character device (followed
+    through links), is a one-line error naming ``option``."""
+    path = Path(path)
+    if path.exists():
+        mode = path.stat().st_mode
+        if stat.S_ISDIR(mode):
+            raise WorkbenchError(f"{option} {path} is a folder: name a file to write to")
+        if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)):
+            raise WorkbenchError(f"{option} {path} is not a regular file, a pipe or a device")
+    return path
+
+
+def write_output_file(path: str | Path, text: str, option: str) -> None:
+    """Write a command's output to the file a user named (:func:`check_output_file`): a pipe or
+    a device (``>(jq .)``, ``/dev/stdout``) is written to directly, a link's target is replaced
+    atomically (the link stays), anything else atomically as itself."""
+    path = check_output_file(path, option)
+    if path.exists() and not stat.S_ISREG(path.stat().st_mode):
+        with path.open("w", encoding="utf-8") as stream:
+            stream.write(text)
+        return
+    atomic_write_text(path.resolve() if path.is_symlink() else path, text)
+
+
+def remove_stale_temporaries(folder: Path) -> None:
+    """Remove what killed atomic writes left directly in ``folder``, whose lock this process
+    holds (no other writer of those files is under way): temporary files (:data:`TEMPORARY`)
+    and staging folders of :func:`~workbench.runs.replace_directory` (``.<name>.new``,
+    ``.<name>.old``)."""
+    for path in folder.glob(TEMPORARY):
+        if path.is_file() and not path.is_symlink():
+            path.unlink(missing_ok=True)
+    for pattern in (".*.new", ".*.old"):
+        for path in folder.glob(pattern):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
 
 
 @contextmanager
@@ -152,8 +211,13 @@ def hold(lock_path: Path, what: str) -> Iterator[None]:
         lock.release()
 
 
+def json_text(value: Any) -> str:
+    """``value`` as the indented, key-sorted JSON the workbench writes its files in."""
+    return json.dumps(value, indent=2, sort_keys=True, default=str) + "\n"
+
+
 def atomic_write_json(path: Path, value: Any) -> None:
-    atomic_write_text(path, json.dumps(value, indent=2, sort_keys=True, default=str) + "\n")
+    atomic_write_text(path, json_text(value))
 
 
 def json_line(value: Any) -> str:

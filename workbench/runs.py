@@ -43,6 +43,7 @@ from workbench.files import (
     check_weights,
     hold,
     read_json_lines,
+    remove_stale_temporaries,
     write_json_lines,
 )
 
@@ -139,6 +140,7 @@ class Run:
         ):
             raise WorkbenchError(f"{run.path} exists and is not a run folder: choose another")
         with hold(run.path / LOCK_FILE, f"run folder {run.path}"):
+            remove_stale_temporaries(run.path)  # left by a killed writer
             if (run.path / RUN_FILE).exists():
                 run._check_settings(info)
                 run._mend_status()
