@@ -4,6 +4,7 @@ from the run's files, and ``kdw export-model`` loading in ``transformers.pipelin
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -55,7 +56,7 @@ def test_saved_models_name_their_classes_and_carry_a_card(runs):
     results = json.loads((student / "results.json").read_text())
     assert card.startswith("---\nlibrary_name: transformers\npipeline_tag: text-classification\n")
     assert f"distilled with the method `kd` from the teacher `{teacher}`" in card
-    assert '- `preset`: "kd"' in card and "- `temperature`: null" in card
+    assert '- `preset`: `"kd"`' in card and "- `temperature`: `null`" in card
     assert f"| train | {manifest['split_sizes']['train']} | " in card
     assert manifest["split_fingerprint"]["test"] in card
     assert f"label_loyalty {results['test']['label_loyalty']:.4f}" in card
@@ -64,6 +65,31 @@ def test_saved_models_name_their_classes_and_carry_a_card(runs):
     teacher_card = (teacher / "model" / "README.md").read_text()
     assert "A teacher fine-tuned from" in teacher_card
     assert "knowledge-distillation" not in teacher_card
+
+
+def test_the_card_quotes_names_and_labels_as_text(tmp_path):
+    """A run named, or with labels and notes, in Markdown or HTML: the card shows them as
+    text (code spans or escapes), and nothing in them starts a heading, a tag or a code block."""
+    from workbench.runs import Run, model_card
+
+    folder = tmp_path / "<b>evil"
+    folder.mkdir()
+    info = {
+        "kind": "teacher",
+        "method": "finetune",
+        "task": {"name": "t", "label_names": ["a`b", "x\n## injected"], "metrics": []},
+        "configs": {"teacher": {"model": "m"}},
+    }
+    (folder / "run.json").write_text(json.dumps(info))
+    manifest = {"versions": {}, "data_notes": ["<img src=x>"], "command": ["kdw", "```\n# x"]}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    card = model_card(Run(folder))
+    assert "# \\<b\\>evil\n" in card and "- \\<img src=x\\>" in card
+    assert not re.search(r"(?<!\\)[<>]", card)  # every angle bracket escaped: no tag
+    assert "- 0: ``a`b``" in card and "- 1: `x ## injected`" in card
+    assert not any(line.startswith(("## injected", "# x")) for line in card.splitlines())
+    assert "````\nkdw '```\n# x'\n````" not in card  # the command's line break is a space
+    assert "````\nkdw '``` # x'\n````" in card
 
 
 def test_exported_folder_answers_like_the_projects_evaluation(runs, tmp_path, monkeypatch, capsys):

@@ -351,8 +351,32 @@ def _differences(then: Any, now: Any, where: tuple[str, ...] = ()) -> list[str]:
     return [f"{name} {shown(then)} → {shown(now)}"]
 
 
+_MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~])")
+
+
+def _one_line(text: Any) -> str:
+    """``text`` on one line: line breaks of any kind as spaces."""
+    return " ".join(str(text).splitlines())
+
+
+def _plain(text: Any) -> str:
+    """``text`` for Markdown as it is: one line, its special characters backslash-escaped."""
+    return _MARKDOWN_SPECIALS.sub(r"\\\1", _one_line(text))
+
+
+def _code(text: Any) -> str:
+    """``text`` as inline code, whatever backticks it holds (a fence longer than its longest
+    run of them, CommonMark's rule), on one line."""
+    text = _one_line(text)
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
 def _bullets(values: dict[str, Any]) -> list[str]:
-    return [f"- `{key}`: {json.dumps(value, default=str)}" for key, value in values.items()]
+    return [
+        f"- {_code(key)}: {_code(json.dumps(value, default=str))}" for key, value in values.items()
+    ]
 
 
 def model_card(run: Run) -> str:
@@ -372,24 +396,24 @@ def model_card(run: Run) -> str:
         *(["- knowledge-distillation"] if student else []),
         "---",
         "",
-        f"# {run.name}",
+        f"# {_plain(run.name)}",
         "",
     ]
     if student:
         lines.append(
-            f"A student distilled with the method `{info['method']}` from the teacher "
-            f"`{configs['student']['teacher']}`, on the task `{task['name']}`."
+            f"A student distilled with the method {_code(info['method'])} from the teacher "
+            f"{_code(configs['student']['teacher'])}, on the task {_code(task['name'])}."
         )
     else:
         lines.append(
-            f"A teacher fine-tuned from `{configs['teacher']['model']}` with the "
-            f"objective `{info['method']}` on the task `{task['name']}`."
+            f"A teacher fine-tuned from {_code(configs['teacher']['model'])} with the "
+            f"objective {_code(info['method'])} on the task {_code(task['name'])}."
         )
     read = "`run.json`, `manifest.json`" + (" and `results.json`" if results else "")
     lines.append(f"Written by kd-workbench from the run's {read}.")
     lines += ["", "## Labels", ""]
     if task["label_names"]:
-        lines += [f"- {index}: `{name}`" for index, name in enumerate(task["label_names"])]
+        lines += [f"- {index}: {_code(name)}" for index, name in enumerate(task["label_names"])]
     else:
         lines.append("Regression: one output, the predicted score.")
     lines += ["", "## Training settings", ""]
@@ -398,8 +422,8 @@ def model_card(run: Run) -> str:
     lines += [
         "## Data",
         "",
-        f"- source: `{manifest.get('data_source')}`",
-        *(f"- {note}" for note in manifest.get("data_notes", [])),
+        f"- source: {_code(manifest.get('data_source'))}",
+        *(f"- {_plain(note)}" for note in manifest.get("data_notes", [])),
         "",
         "| split | examples | fingerprint |",
         "|---|---|---|",
@@ -418,7 +442,9 @@ def model_card(run: Run) -> str:
     if command:
         program = Path(command[0]).name
         program = "kdw" if program in ("kdw", "cli.py") else program
-        lines += ["", "## Command", "", "```", shlex.join([program, *command[1:]]), "```"]
+        line = _one_line(shlex.join([program, *command[1:]]))
+        fence = "`" * max(3, max((len(r) for r in re.findall(r"`+", line)), default=0) + 1)
+        lines += ["", "## Command", "", fence, line, fence]
     versions = ", ".join(f"{name} {version}" for name, version in manifest["versions"].items())
     lines += [
         "",
