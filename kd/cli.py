@@ -256,6 +256,22 @@ def _add_sources(parser: argparse.ArgumentParser, verb: str) -> None:
     )
 
 
+def _app(args: argparse.Namespace) -> None:
+    import importlib.util
+    import os
+
+    from workbench.app import SERVER_OPTIONS
+
+    script = importlib.util.find_spec("workbench.app.main").origin  # found, not imported
+    if args.runs:
+        os.environ["KDW_RUNS"] = str(Path(args.runs).resolve())
+    settings = {**SERVER_OPTIONS, **({"server.port": args.port} if args.port else {})}
+    options = [f"--{key}={str(value).lower()}" for key, value in settings.items()]
+    extra = args.streamlit[1:] if args.streamlit[:1] == ["--"] else args.streamlit
+    command = [sys.executable, "-m", "streamlit", "run", script, *options, *extra]
+    os.execv(sys.executable, command)  # the app's server replaces this process
+
+
 def reproduce_suite(args: argparse.Namespace):
     """The suite ``kdw reproduce``'s options name (a :class:`kd.reproduce.Suite`)."""
     from kd.reproduce import DEFAULT, FULL
@@ -416,6 +432,19 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
     demo.add_argument("--root", default="runs/demo", help="folder for the demo's runs")
     demo.add_argument("--quick", action="store_true", help="a much smaller demo (minutes)")
     demo.set_defaults(handler=_demo)
+
+    app = commands.add_parser(
+        "app",
+        help="open the workbench in the browser (Streamlit)",
+        description="Start the workbench's app from the installed package (the same as "
+        "streamlit run app.py in a clone). Options after -- go to streamlit run, e.g. "
+        "kdw app -- --server.address 127.0.0.1.",
+    )
+    app.add_argument("--runs", default=None, help="the runs root (default: $KDW_RUNS, or runs/)")
+    app.add_argument("--port", type=positive_int, default=None, help="the server's port")
+    app.add_argument("--headless", action="store_true", help="do not open a browser (on a server)")
+    app.add_argument("streamlit", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    app.set_defaults(handler=_app)
 
     reproduce = commands.add_parser(
         "reproduce",

@@ -1,3 +1,17 @@
-"""The Streamlit app (``streamlit run app.py``): one module per page — Case study, Layer geometry,
-Loyalty, Train, Export — with what they share in :mod:`workbench.app.common`, the first-run demo
-build in :mod:`workbench.app.first_run` and background trainings in :mod:`workbench.app.jobs`."""
+"""The Streamlit app (``kdw app``, or ``streamlit run app.py`` in a clone): one module per page —
+Case study, Layer geometry, Loyalty, Where explanations diverge, Train, Export — with what they
+share in :mod:`workbench.app.common`, the entry script :mod:`workbench.app.main`, the first-run
+demo build in :mod:`workbench.app.first_run` and background trainings in
+:mod:`workbench.app.jobs`."""
+
+# The server's settings, as the clone's .streamlit/config.toml holds them for streamlit run
+# (tests/test_app_command.py keeps the two equal); kdw app passes them on its command line.
+# Local use only: the app binds to this machine and sends nothing anywhere.
+SERVER_OPTIONS = {
+    "server.address": "localhost",
+    "server.headless": True,
+    "server.maxUploadSize": 2,  # MiB; the pages check uploaded files further
+    "server.fileWatcherType": "poll",  # see .streamlit/config.toml
+    "browser.gatherUsageStats": False,
+    "client.toolbarMode": "minimal",
+}

@@ -12,6 +12,7 @@ import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -250,7 +251,7 @@ def open_in_case_study(example: Example, teacher: RunEntry, students: Sequence[s
     st.session_state[CASE_EXAMPLE] = example
     st.session_state["case.teacher"] = teacher.name
     st.session_state["case.students"] = list(students)
-    st.switch_page("workbench/app/case_study.py")
+    st.switch_page(Path(__file__).resolve().parent / "case_study.py")
 
 
 def typed_examples(key: str, pair: bool, many: bool = False) -> list[Example]:
