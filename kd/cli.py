@@ -257,19 +257,15 @@ def _add_sources(parser: argparse.ArgumentParser, verb: str) -> None:
 
 
 def _app(args: argparse.Namespace) -> None:
-    import importlib.util
     import os
 
-    from workbench.app import SERVER_OPTIONS
-
-    script = importlib.util.find_spec("workbench.app.main").origin  # found, not imported
     if args.runs:
         os.environ["KDW_RUNS"] = str(Path(args.runs).resolve())
-    settings = {**SERVER_OPTIONS, **({"server.port": args.port} if args.port else {})}
-    options = [f"--{key}={str(value).lower()}" for key, value in settings.items()]
+    options = [f"--server.port={args.port}"] if args.port else []
     extra = args.streamlit[1:] if args.streamlit[:1] == ["--"] else args.streamlit
-    command = [sys.executable, "-m", "streamlit", "run", script, *options, *extra]
-    os.execv(sys.executable, command)  # the app's server replaces this process
+    # the front end's module is run, not imported: the CLI stays below the app's layer
+    command = [sys.executable, "-m", "workbench.app.serve", *options, *extra]
+    os.execv(sys.executable, command)
 
 
 def reproduce_suite(args: argparse.Namespace):
