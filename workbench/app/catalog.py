@@ -4,6 +4,7 @@ used with its problem in one line, so one broken folder never hides the others."
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,21 +89,36 @@ class RunEntry:
 def model_entry(source: str, name: str | None = None) -> RunEntry:
     """A classifier the workbench did not train (a folder or a hub id) as the pages list it,
     with its problem (not a sequence classifier, no tokenizer, an unsupported family) in one
-    line; its weights are read only when a page loads it."""
+    line; its weights are read only when a page loads it, its folder once per change of it."""
+    folder = Path(source)
+    stamp = (
+        max((p.stat().st_mtime_ns for p in (folder, *folder.glob("*"))), default=0)
+        if folder.is_dir()
+        else 0
+    )
+    problem, labels, origin = _checked_model(source, stamp)
+    entry = RunEntry(Path(source), name or Path(source).name, {"kind": "model", "task": {}})
+    entry.problem = problem
+    if problem is None:
+        entry.info |= {"task": {"name": "", "label_names": list(labels)}, "origin": origin}
+    return entry
+
+
+@functools.lru_cache(maxsize=64)
+def _checked_model(source: str, stamp: int) -> tuple[str | None, tuple[str, ...], str]:
+    """The problem, class names and origin of a model (``stamp``: the latest modification time
+    in its folder, so that a changed folder is checked again): the pages re-list it at every
+    rerun."""
     from workbench.models import check_classifier, check_tokenizer_files, load_config
 
-    entry = RunEntry(Path(source), name or Path(source).name, {"kind": "model", "task": {}})
     try:
         config = load_config(source)
         check_classifier(config, source)
         check_tokenizer_files(source)
     except WorkbenchError as error:
-        entry.problem = str(error)
-        return entry
-    labels = [str(config.id2label[i]) for i in range(config.num_labels)]
-    entry.info["task"] = {"name": "", "label_names": labels}
-    entry.info["origin"] = "hub" if not Path(source).exists() else "model folder"
-    return entry
+        return str(error), (), ""
+    labels = tuple(str(config.id2label[i]) for i in range(config.num_labels))
+    return None, labels, "hub" if not Path(source).exists() else "model folder"
 
 
 def _entry(root: Path, folder: Path) -> RunEntry:
