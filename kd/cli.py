@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 from workbench.benchmark import BenchmarkSettings
@@ -27,6 +27,7 @@ from workbench.config import (
     add_arguments,
     from_arguments,
     from_dict,
+    option_name,
     to_dict,
     upgrade,
 )
@@ -128,13 +129,32 @@ def _print_results(path: Path) -> None:
     print(f"run folder: {path}")
 
 
+def _task_data(args: argparse.Namespace) -> DataConfig | None:
+    """The data options of a command that scores run folders on their own tasks unless
+    ``--task`` names one: without ``--task``, a data option given is refused rather than
+    ignored (each run reads its task with its own settings)."""
+    if args.task is not None:
+        return from_arguments(DataConfig, args)
+    given = [
+        option_name(f.name)
+        for f in fields(DataConfig)
+        if f.name != "task" and getattr(args, f.name) != f.default
+    ]
+    if given:
+        raise WorkbenchError(
+            f"{', '.join(given)} set without --task: each run is scored on its own task with its "
+            "own settings; name the task with --task to score them on it with these"
+        )
+    return None
+
+
 def _evaluate(args: argparse.Namespace) -> None:
     from kd.evaluate import evaluate_runs, format_table
     from workbench.files import check_output_file, write_output_file
 
     if args.json:  # before the minutes of scoring
         check_output_file(args.json, "--json")
-    data = None if args.task is None else from_arguments(DataConfig, args)
+    data = _task_data(args)
     rows = evaluate_runs(
         args.runs,
         args.split,
@@ -155,7 +175,7 @@ def _benchmark(args: argparse.Namespace) -> None:
 
     if args.json:  # before the minutes of timing
         check_output_file(args.json, "--json")
-    data = None if args.task is None else from_arguments(DataConfig, args)
+    data = _task_data(args)
     report = benchmark(args.models, from_arguments(BenchmarkSettings, args), data)
     print(format_benchmark(report))
     if args.json:

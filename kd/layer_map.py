@@ -15,6 +15,11 @@ def patient_layers(teacher_layers: int, student_layers: int, mapping: str) -> li
     n, m = teacher_layers, student_layers
     if m > n:
         raise WorkbenchError(f"a {m}-layer student cannot learn from a {n}-layer teacher here")
+    if m < 2:
+        raise WorkbenchError(
+            "Patient KD (and GKD-CLS) pair the student's intermediate layers 1..M−1 with the "
+            f"teacher's, and a {m}-layer student has none: use a student of at least 2 layers"
+        )
     if mapping == "skip":
         if n % m:
             raise WorkbenchError(f"PKD-Skip needs the teacher's {n} layers divisible by {m}")

@@ -234,14 +234,24 @@ class Objective:
     teacher_layers: int
     student_layers: int
     num_labels: int = 2
+    teacher_width: int | None = None
     temperature: float = 4.0
     kd_form: str = "kl"
     settings: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def resolve(
-        cls, config: ObjectiveConfig, teacher_layers: int, student_layers: int, num_labels: int = 2
+        cls,
+        config: ObjectiveConfig,
+        teacher_layers: int,
+        student_layers: int,
+        num_labels: int = 2,
+        teacher_width: int | None = None,
     ) -> Objective:
+        """The objective ``config`` asks for between a teacher and a student of these layer
+        counts, for ``num_labels`` classes and a teacher of hidden size ``teacher_width`` (when
+        known). Every method checks here what it needs of the two models (layers to pair,
+        classes to attribute, dimensions to keep), so that a command fails before it writes."""
         weights = preset_weights(config)
         preset = PRESETS[config.preset]
         official = config.parity == "official"
@@ -251,6 +261,7 @@ class Objective:
             teacher_layers=teacher_layers,
             student_layers=student_layers,
             num_labels=num_labels,
+            teacher_width=teacher_width,
             temperature=config.temperature or preset.temperature,
             kd_form=config.kd_form or (preset.official_kd_form if official else "kl"),
         )

@@ -34,6 +34,7 @@ from workbench.evaluation import evaluate_logits, predict_logits
 from workbench.files import atomic_write_json, atomic_write_text
 from workbench.models import (
     LoadedModel,
+    check_max_length,
     copy_embeddings,
     cut_student,
     disable_dropout,
@@ -166,6 +167,7 @@ def train_teacher(
     model = load_classifier(
         teacher_config.model, data.spec, parse_label_map(teacher_config.label_map), _note
     )
+    check_max_length(model, data_config.max_length, "the model")
     info = {
         "kind": "teacher",
         "method": "finetune",
@@ -330,6 +332,49 @@ def teacher_caches(
     return caches
 
 
+@dataclasses.dataclass
+class Distillation:
+    """A distillation resolved and checked, before anything is written: the frozen teacher and
+    the task's data, the student and its tokenizer, the objective, and whether teacher and
+    student read the text through the same tokens."""
+
+    teacher: LoadedModel
+    data: TaskData
+    student: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    objective: Objective
+    same_tokens: bool
+
+
+def prepare_distillation(
+    data_config: DataConfig,
+    student_config: StudentConfig,
+    objective_config: ObjectiveConfig,
+    seed: int,
+) -> Distillation:
+    """Everything a distillation needs, and every check of the settings against the models —
+    the lengths they read, the layers, classes and dimensions the methods ask for, the
+    tokenizers — in one place that writes nothing: :func:`distill` calls it before it creates
+    the run folder, :func:`kd.tune.tune` before it creates the study's. ``seed`` initialises a
+    random student."""
+    teacher, data = load_teacher(student_config, data_config)
+    teacher.model.requires_grad_(False)  # frozen: its gradients w.r.t. inputs need no weights
+    set_seed(seed)
+    student, tokenizer = build_student(teacher, student_config)
+    check_max_length(student, data_config.max_length, "the student")  # the teacher's: loaded
+    objective = Objective.resolve(
+        objective_config,
+        len(encoder_layers(teacher.model)),
+        len(encoder_layers(student)),
+        data.spec.num_labels,
+        teacher.model.config.hidden_size,
+    )
+    same_tokens = check_tokens(objective, teacher.tokenizer, tokenizer)
+    if objective.gradient_kd:
+        prepare_gradient_student(teacher.model, student, objective_config.dropout)
+    return Distillation(teacher, data, student, tokenizer, objective, same_tokens)
+
+
 def distill(
     data_config: DataConfig,
     student_config: StudentConfig,
@@ -344,8 +389,9 @@ def distill(
     data, such as the trials of a search, may share one, since every file is keyed by the
     settings that change it."""
     device = _configure(optim)
-    teacher, data = load_teacher(student_config, data_config)
-    teacher.model.requires_grad_(False)  # frozen: its gradients w.r.t. inputs need no weights
+    setup = prepare_distillation(data_config, student_config, objective_config, optim.seed)
+    teacher, data, student, tokenizer = setup.teacher, setup.data, setup.student, setup.tokenizer
+    objective, same_tokens = setup.objective, setup.same_tokens
     teacher.model.to(device)
     info = {
         "kind": "student",
@@ -358,17 +404,6 @@ def distill(
             "optim": _identity(optim),
         },
     }
-    set_seed(optim.seed)
-    student, tokenizer = build_student(teacher, student_config)
-    objective = Objective.resolve(
-        objective_config,
-        len(encoder_layers(teacher.model)),
-        len(encoder_layers(student)),
-        data.spec.num_labels,
-    )
-    same_tokens = check_tokens(objective, teacher.tokenizer, tokenizer)
-    if objective.gradient_kd:
-        prepare_gradient_student(teacher.model, student, objective_config.dropout)
     record = info | _resolved(objective, data)
     with distributed.run_folder(run_dir, record, _manifest(data, data_config, optim)) as run:
         if run.status()["state"] == "finished":

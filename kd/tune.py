@@ -432,7 +432,7 @@ def tune(
     import optuna
 
     from kd.objective import preset_weights
-    from kd.pipeline import distill
+    from kd.pipeline import distill, prepare_distillation
     from kd.trainer import main_metric
     from workbench.data import load_task
 
@@ -449,6 +449,7 @@ def tune(
         optim = replace(optim, eval_every=max(1, steps_per_epoch // config.reports_per_epoch))
     if out.exists() and not out.is_dir():
         raise WorkbenchError(f"--out {out} is a file: give a folder")
+    prepare_distillation(data, student, objective, optim.seed)  # its checks, before any write
     out.mkdir(parents=True, exist_ok=True)
     target, exhaustive = plan_search(space, config.trials)
     if exhaustive and target < config.trials:

@@ -251,6 +251,10 @@ def _kdw(arguments: list[str], cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
+TEACHER = ["train-teacher", "--run-dir", "new", "--task", "task", "--model", "tiny-bert"]
+TEACHER += ["--max-length", "16"]
+DISTILL = ["distill", "--run-dir", "new", "--task", "{t}", "--teacher", "teacher"]
+DISTILL += ["--max-length", "16", "--num-layers", "2"]
 CASES = [  # (arguments, start of the message after "kdw: error: ", path that must not exist)
     (
         ["train-teacher", "--run-dir", "new", "--task", "task", "--model", "broken-model"],
@@ -272,10 +276,56 @@ CASES = [  # (arguments, start of the message after "kdw: error: ", path that mu
     ),
     (["export", "teacher", "--out", "a-file", "--text", "good"], "--out a-file is a file", None),
     (
-        ["train-teacher", "--run-dir", "teacher", "--task", "task", "--model", "tiny-bert"],
-        "teacher already holds a run with other settings (--max-length 16 → 128; ",
+        [*TEACHER[:2], "teacher", *TEACHER[3:-1], "32"],
+        "teacher already holds a run with other settings (--max-length 16 → 32; ",
         None,
     ),
+    # each setting is checked against the models before the run or study folder is created
+    (
+        ["train-teacher", "--run-dir", "new", "--task", "task", "--model", "tiny-bert"],
+        "--max-length 128 exceeds the 64 tokens the model reads",
+        "new",
+    ),
+    (
+        [*DISTILL, "--max-length", "65"],
+        "--max-length 65 exceeds the 64 tokens {w}/teacher reads",
+        "new",
+    ),
+    ([*TEACHER, "--seed", "-1"], "--seed: -1 is not allowed (expected an integer in 0..", "new"),
+    ([*DISTILL, "--split-seed", "4294967296"], "--split-seed: 4294967296 is not allowed", "new"),
+    (
+        [*DISTILL, "--num-layers", "1", "--preset", "pkd-last"],
+        "Patient KD (and GKD-CLS) pair the student's intermediate layers 1..M−1",
+        "new",
+    ),
+    (
+        [*DISTILL, "--num-layers", "1", "--preset", "gkd-cls"],
+        "Patient KD (and GKD-CLS) pair the student's intermediate layers 1..M−1",
+        "new",
+    ),
+    (
+        [*DISTILL, "--preset", "adkd", "--attr-top-k", "17"],
+        "--attr-top-k 17 exceeds the teacher's 16 embedding dimensions",
+        "new",
+    ),
+    (
+        [*DISTILL, "--preset", "adkd", "--attr-views", "0,3"],
+        "--attr-views 0,3: 3 is not a class of this task (its classes are 0..2)",
+        "new",
+    ),
+    ([*DISTILL, "--preset", "adkd", "--attr-layer", "9"], "--attr-layer 9: unknown", "new"),
+    (
+        [*DISTILL, "--num-layers", "1", "--preset", "adkd", "--attr-layer", "penultimate"],
+        "--attr-layer penultimate: 'penultimate' needs a model with at least 2 layers",
+        "new",
+    ),
+    ([*DISTILL, "--device", "cuda:99"], "--device cuda:99", "new"),
+    (
+        ["tune", "--out", "new", *DISTILL[3:], "--num-layers", "1", "--preset", "pkd-last"],
+        "Patient KD (and GKD-CLS) pair",
+        "new",
+    ),
+    (["evaluate", "teacher", "--max-length", "20"], "--max-length set without --task", None),
 ]
 
 
@@ -294,9 +344,10 @@ def table(work, tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize(("arguments", "message", "absent"), CASES, ids=lambda c: None)
-def test_each_case_is_one_line_exit_2_and_writes_nothing(table, arguments, message, absent):
+def test_each_case_is_one_line_exit_2_and_writes_nothing(work, table, arguments, message, absent):
+    """``{t}`` in the arguments is the task the table's teacher was trained on."""
     before = _files(table)
-    result = _kdw(arguments, table)
+    result = _kdw([argument.format(t=work / "task") for argument in arguments], table)
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     assert result.stderr.splitlines() == [result.stderr.strip()]

@@ -63,6 +63,9 @@ def _is_colormap(name: Any) -> bool:
 
 positive = at_least(1)
 non_negative_int = at_least(0)
+seed_range = Domain(
+    lambda v: _is_integer(v) and 0 <= v < 2**32, "an integer in 0..4294967295 (2³² − 1)", 0
+)
 positive_number = Domain(lambda v: _is_number(v) and v > 0, "a finite number > 0")
 non_negative_number = Domain(lambda v: _is_number(v) and v >= 0, "a finite number ≥ 0")
 unit_interval = Domain(lambda v: _is_number(v) and 0 <= v <= 1, "a number in [0, 1]")
@@ -244,7 +247,9 @@ class DataConfig(Checked):
     max_eval_examples: int | None = option(
         None, "use a stratified subsample of this many dev/test examples", domain=positive
     )
-    split_seed: int = option(13, "seed of the deterministic train/dev/test split and subsamples")
+    split_seed: int = option(
+        13, "seed of the deterministic train/dev/test split and subsamples", domain=seed_range
+    )
     glue_dir: str | None = option(
         None,
         "local GLUE data: the hub's parquet files (<dir>/<task>/<split>-*.parquet) or the "
@@ -435,7 +440,7 @@ class OptimConfig(Checked):
         "pass per term at those steps, and changes no weight)",
         domain=non_negative_int,
     )
-    seed: int = option(42, "seed of initialisation, data order and dropout")
+    seed: int = option(42, "seed of initialisation, data order and dropout", domain=seed_range)
     threads: int = option(0, "torch CPU threads (0: torch's default)", domain=non_negative_int)
     device: str = option("auto", "cpu, cuda, cuda:N, or auto (cuda when available)")
 

@@ -182,7 +182,12 @@ def resolve_device(name: str) -> torch.device:
     except RuntimeError:
         raise WorkbenchError(f"unknown device {name!r}: use cpu, cuda, cuda:N or auto") from None
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise WorkbenchError("--device cuda was asked for, but torch sees no CUDA device")
+        raise WorkbenchError(f"--device {name} was asked for, but torch sees no CUDA device")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise WorkbenchError(
+            f"--device {name}: torch sees {torch.cuda.device_count()} CUDA devices, "
+            f"cuda:0..cuda:{torch.cuda.device_count() - 1}"
+        )
     return device
 
 
@@ -422,6 +427,16 @@ def max_tokens(model: PreTrainedModel) -> int:
     config = model.config
     unused = config.pad_token_id + 1 if family_of(model).positions_from_ids else 0
     return config.max_position_embeddings - unused
+
+
+def check_max_length(model: PreTrainedModel, max_length: int, who: str) -> None:
+    """A ``--max-length`` beyond what ``model`` (named ``who`` in the message) reads is a
+    one-line error: its position table would be indexed out of range at the first long text."""
+    if max_length > max_tokens(model):
+        raise WorkbenchError(
+            f"--max-length {max_length} exceeds the {max_tokens(model)} tokens {who} reads (its "
+            f"position table): use --max-length {max_tokens(model)} or less"
+        )
 
 
 def input_positions(model: PreTrainedModel, batch: Mapping[str, Tensor]) -> Tensor | None:
@@ -666,6 +681,8 @@ def load_for_task(
                 f"{source} was trained on {loaded.data.task!r}, not {data.task!r}: "
                 f"pass --task {loaded.data.task}"
             )
+        if data is not None:
+            check_max_length(loaded.model, data.max_length, source)
         return loaded, load_task(loaded.data if data is None else data)
     resolve_model(source)  # a path that does not exist: said as such
     if data is None:
@@ -674,4 +691,5 @@ def load_for_task(
         )
     task = load_task(data)
     loaded = load_model(source, task.spec, data, parse_label_map(label_map), notify)
+    check_max_length(loaded.model, data.max_length, source)
     return loaded, task

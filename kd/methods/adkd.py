@@ -207,12 +207,40 @@ def _record(objective: Objective) -> dict:
     return {"attribution": {"reduction": objective.attr_reduction, **_map_settings(objective)}}
 
 
+def _check_models(objective: Objective) -> None:
+    """What the options ask of the two models, checked before anything runs: sites both have,
+    classes the task has, dimensions the teacher's embeddings have."""
+    c = objective.config
+    try:
+        for layers in (objective.teacher_layers, objective.student_layers):
+            attribution_layers(layers, c.attr_layer)
+    except WorkbenchError as error:
+        raise WorkbenchError(f"--attr-layer {c.attr_layer}: {error}") from None
+    try:
+        views = parse_views(c.attr_views) if c.attr_views not in (None, "sample") else None
+    except WorkbenchError as error:
+        raise WorkbenchError(f"--attr-views: {error}") from None
+    outside = [v for v in views if v >= objective.num_labels] if isinstance(views, list) else []
+    if outside:
+        raise WorkbenchError(
+            f"--attr-views {c.attr_views}: {outside[0]} is not a class of this task (its classes "
+            f"are 0..{objective.num_labels - 1})"
+        )
+    width = objective.teacher_width
+    if width is not None and c.attr_top_k is not None and c.attr_top_k > width:
+        raise WorkbenchError(
+            f"--attr-top-k {c.attr_top_k} exceeds the teacher's {width} embedding dimensions: "
+            f"use 1..{width}, or leave it unset for all"
+        )
+
+
 @method("attr", record=_record)
 def _resolve(objective: Objective) -> dict:
     """Official parity: zero baselines, the authors' distance and, with two classes, the gold
     view (their code's); explicit options win."""
     c, official = objective.config, objective.config.parity == "official"
     binary = objective.num_labels == 2
+    _check_models(objective)
     return {
         "attr_baseline": c.attr_baseline or ("zero" if official else "pad"),
         "attr_views": c.attr_views or ("gold" if official and binary else "all"),
