@@ -143,6 +143,7 @@ def _evaluate(args: argparse.Namespace) -> None:
         data=data,
         label_map=args.label_map,
         notify=lambda note: print(f"kdw: note: {note}", file=sys.stderr),
+        dedupe=args.dedupe,
     )
     print(format_table(rows))
     if args.json:

@@ -432,11 +432,13 @@ def tune(
     import optuna
 
     from kd.objective import preset_weights
-    from kd.pipeline import distill
+    from kd.pipeline import check_teacher, distill
     from kd.trainer import main_metric
     from workbench.data import load_task
 
     out = Path(out)
+    if student.teacher:  # an unfinished teacher run: refused (or said) before the study opens
+        check_teacher(student.teacher, student.allow_unfinished)
     base_weights = preset_weights(objective)
     space = search_space(objective.preset, config.space, base_weights)
     task = load_task(data)

@@ -666,12 +666,12 @@ def load_for_task(
                 f"{source} was trained on {loaded.data.task!r}, not {data.task!r}: "
                 f"pass --task {loaded.data.task}"
             )
-        return loaded, load_task(loaded.data if data is None else data)
+        return loaded, load_task(loaded.data if data is None else data, notify)
     resolve_model(source)  # a path that does not exist: said as such
     if data is None:
         raise WorkbenchError(
             f"{source} is not a run folder, so it has no task of its own: name one with --task"
         )
-    task = load_task(data)
+    task = load_task(data, notify)
     loaded = load_model(source, task.spec, data, parse_label_map(label_map), notify)
     return loaded, task
