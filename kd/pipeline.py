@@ -253,7 +253,8 @@ def check_tokens(
 
 
 def _note(text: str) -> None:
-    print(f"note: {text}", file=sys.stderr)
+    if distributed.world().main:  # under torchrun the first process says it for all
+        print(f"note: {text}", file=sys.stderr)
 
 
 ALLOW_UNFINISHED = "pass --allow-unfinished to distil from {snapshot}"

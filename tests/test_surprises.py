@@ -145,6 +145,11 @@ def test_a_run_records_the_repeats_and_dedupe_only_where_set(work, tmp_path, cap
     assert manifest["deduped"] == {"dev": 5, "test": 3}
     assert manifest["split_sizes"]["dev"] == len(pd.read_csv(work / "overlap" / "dev.csv")) - 5
     assert Run(deduped).info()["configs"]["data"]["dedupe"] is True
+    rows = tmp_path / "rows.json"  # a run scored on its own task, deduplicated
+    test_rows = len(pd.read_csv(work / "overlap" / "test.csv"))
+    for extra, examples in (((), test_rows), (("--dedupe",), test_rows - 3)):
+        assert main(["evaluate", str(run_dir), "--json", str(rows), *extra]) == 0
+        assert json.loads(rows.read_text())[0]["examples"] == examples
 
 
 def _unfinished_copy(work: Path, tmp_path: Path, state: str = "stopped") -> Path:
