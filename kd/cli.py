@@ -129,16 +129,17 @@ def _print_results(path: Path) -> None:
     print(f"run folder: {path}")
 
 
-def _task_data(args: argparse.Namespace) -> DataConfig | None:
+def _task_data(args: argparse.Namespace, own: Sequence[str] = ()) -> DataConfig | None:
     """The data options of a command that scores run folders on their own tasks unless
     ``--task`` names one: without ``--task``, a data option given is refused rather than
-    ignored (each run reads its task with its own settings)."""
+    ignored (each run reads its task with its own settings), but those named in ``own``, which
+    the command applies to each run's own task."""
     if args.task is not None:
         return from_arguments(DataConfig, args)
     given = [
         option_name(f.name)
         for f in fields(DataConfig)
-        if f.name != "task" and getattr(args, f.name) != f.default
+        if f.name not in ("task", *own) and getattr(args, f.name) != f.default
     ]
     if given:
         raise WorkbenchError(
@@ -154,7 +155,7 @@ def _evaluate(args: argparse.Namespace) -> None:
 
     if args.json:  # before the minutes of scoring
         check_output_file(args.json, "--json")
-    data = _task_data(args)
+    data = _task_data(args, own=("dedupe",))
     rows = evaluate_runs(
         args.runs,
         args.split,
@@ -163,6 +164,7 @@ def _evaluate(args: argparse.Namespace) -> None:
         data=data,
         label_map=args.label_map,
         notify=lambda note: print(f"kdw: note: {note}", file=sys.stderr),
+        dedupe=args.dedupe,
     )
     print(format_table(rows))
     if args.json:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from kd.diagnostics import summarise
 from kd.objective import PRESETS, preset_weights
@@ -17,8 +19,12 @@ from workbench.config import (
 from workbench.data import encode, pad_id
 from workbench.errors import WorkbenchError
 from workbench.evaluation import evaluate_logits, predict_logits
-from workbench.models import encoder_layers, load_for_task, load_model
-from workbench.runs import RESOLVED
+from workbench.models import encoder_layers, is_run, load_for_task, load_model
+from workbench.runs import RESOLVED, Run
+
+
+def _say(text: str) -> None:
+    print(f"note: {text}", file=sys.stderr)
 
 
 def term_summary(records: Sequence[dict]) -> dict[str, str]:
@@ -70,16 +76,38 @@ def evaluate_runs(
     data: DataConfig | None = None,
     label_map: str = "",
     notify: Callable[[str], None] | None = None,
+    dedupe: bool = False,
 ) -> list[dict]:
     """One row per run or model: name, kind, method, layers, parameters, task metrics, and for
     students label/probability loyalty to ``teacher`` (default: the run's own teacher); with
     ``terms``, the objective's diagnostics at the start and end of training
     (:func:`term_summary`). A model the workbench did not train is scored on ``data``'s task,
     its classes matched by name (``label_map`` where they differ); a teacher given as such a
-    model likewise."""
+    model likewise. With ``dedupe``, a run is scored on its own task with ``--dedupe``
+    (:class:`DataConfig`).
+
+    A run that has not finished training (stopped, killed, diverged, still training) is scored
+    with its best dev model so far: ``notify`` hears it in one line, and its row's
+    ``unfinished`` says where it stands."""
     rows, teacher_logits = [], {}
+    said: set[str] = set()
+
+    def once(text: str) -> None:  # runs of one task: their data's notes said once
+        if text not in said:
+            said.add(text)
+            (notify or _say)(text)
+
     for path in paths:
-        loaded, task = load_for_task(path, data, label_map, notify)
+        given = data
+        if given is None and dedupe and is_run(path):
+            given = replace(Run.open(path).config(DataConfig, "data"), dedupe=True)
+        loaded, task = load_for_task(path, given, label_map, once)
+        unfinished = loaded.run.unfinished() if loaded.run else None
+        if unfinished is not None:
+            once(
+                f"{loaded.name} has not finished training ({unfinished}): scored with "
+                f"{loaded.run.snapshot()}"
+            )
         if split not in task.splits:
             raise WorkbenchError(f"split {split!r} not in {sorted(task.splits)}")
         part = task.splits[split]
@@ -94,6 +122,11 @@ def evaluate_runs(
             )
             key = (source, mapping, config_key(loaded.data), split)
             if key not in teacher_logits:
+                if is_run(source) and (state := Run.open(source).unfinished()) is not None:
+                    once(
+                        f"loyalty is measured against the teacher {source}, which has not "
+                        f"finished training ({state}): {Run.open(source).snapshot()}"
+                    )
                 theirs = load_model(
                     source, task.spec, loaded.data, parse_label_map(mapping), notify
                 )
@@ -114,6 +147,7 @@ def evaluate_runs(
                 "examples": len(dataset),
                 **evaluate_logits(task.spec, logits, dataset.labels, reference),
                 **(term_summary(loaded.run.metrics("train")) if terms and loaded.run else {}),
+                **({"unfinished": unfinished} if unfinished is not None else {}),
             }
         )
     return rows

@@ -40,6 +40,7 @@ from workbench.models import (
     disable_dropout,
     encoder_layers,
     fingerprint,
+    is_run,
     load_classifier,
     load_for_task,
     load_run,
@@ -96,6 +97,8 @@ def _manifest(data: TaskData, data_config: DataConfig, optim: OptimConfig) -> di
         "data_notes": data.notes,
         "split_fingerprint": data.fingerprint(),
         "split_sizes": {k: len(v) for k, v in data.splits.items()},
+        "split_overlap": data.overlap,
+        **({"deduped": data.deduped} if data.deduped is not None else {}),
         "max_length": data_config.max_length,
     }
 
@@ -162,7 +165,7 @@ def train_teacher(
     """Fine-tune a teacher with cross-entropy (MSE for regression) into ``run_dir``."""
     device = _configure(optim)
     tokenizer = load_tokenizer(teacher_config.model)  # a bad name fails before the data load
-    data = load_task(data_config)
+    data = load_task(data_config, _note)
     set_seed(optim.seed)
     model = load_classifier(
         teacher_config.model, data.spec, parse_label_map(teacher_config.label_map), _note
@@ -252,18 +255,54 @@ def check_tokens(
 
 
 def _note(text: str) -> None:
-    print(f"note: {text}", file=sys.stderr)
+    if distributed.world().main:  # under torchrun the first process says it for all
+        print(f"note: {text}", file=sys.stderr)
+
+
+ALLOW_UNFINISHED = "pass --allow-unfinished to distil from {snapshot}"
+
+
+def unfinished_teacher(source: str) -> dict | None:
+    """Where a teacher run that has not finished stands (``state`` in words and the ``model``
+    its ``model/`` holds: :meth:`Run.unfinished`, :meth:`Run.best_dev`); None for a finished
+    run and for a model the workbench did not train."""
+    if not is_run(source):
+        return None
+    run = Run.open(source)
+    state = run.unfinished()
+    return None if state is None else {"state": state, "model": run.best_dev()}
+
+
+def check_teacher(source: str, allow: bool, remedy: str = ALLOW_UNFINISHED) -> None:
+    """Refuse a teacher run that has not finished (stopped, killed, diverged, still training)
+    in one line naming its state and ``remedy`` (``{snapshot}``: the model it would give),
+    unless ``allow``; then say which snapshot is used: its best dev model so far."""
+    state = unfinished_teacher(source)
+    if state is None:
+        return
+    snapshot = Run(Path(source)).snapshot()
+    if not allow:
+        raise WorkbenchError(
+            f"the teacher {source} has not finished training ({state['state']}): resume it "
+            "to the end (run its command again), or " + remedy.format(snapshot=snapshot)
+        )
+    _note(
+        f"the teacher {source} has not finished training ({state['state']}): distilling "
+        f"from {snapshot}"
+    )
 
 
 def load_teacher(config: StudentConfig, data_config: DataConfig) -> tuple[LoadedModel, TaskData]:
     """The teacher ``config.teacher`` names, and the task's data: a run folder trained on the
     task, or a classifier the workbench did not train, matched to the task's classes
-    (``config.label_map``) and used as it is (nothing is fine-tuned)."""
+    (``config.label_map``) and used as it is (nothing is fine-tuned). A run folder that has
+    not finished is refused unless ``config.allow_unfinished`` (:func:`check_teacher`)."""
     if not config.teacher:
         raise WorkbenchError(
             "distill needs --teacher: a run folder from train-teacher, a sequence classifier's "
             "folder or a hub id"
         )
+    check_teacher(config.teacher, config.allow_unfinished)
     return load_for_task(config.teacher, data_config, config.label_map, _note)
 
 
@@ -405,7 +444,11 @@ def distill(
         },
     }
     record = info | _resolved(objective, data)
-    with distributed.run_folder(run_dir, record, _manifest(data, data_config, optim)) as run:
+    manifest = _manifest(data, data_config, optim)
+    teacher_state = unfinished_teacher(student_config.teacher)
+    if teacher_state is not None:  # what the student learnt from (--allow-unfinished)
+        manifest["unfinished_teacher"] = teacher_state
+    with distributed.run_folder(run_dir, record, manifest) as run:
         if run.status()["state"] == "finished":
             return run
         encoded = _encode_all(data, tokenizer, data_config.max_length)

@@ -449,7 +449,8 @@ def tune(
         optim = replace(optim, eval_every=max(1, steps_per_epoch // config.reports_per_epoch))
     if out.exists() and not out.is_dir():
         raise WorkbenchError(f"--out {out} is a file: give a folder")
-    prepare_distillation(data, student, objective, optim.seed)  # its checks, before any write
+    # every check of the settings against the models (an unfinished teacher run included)
+    prepare_distillation(data, student, objective, optim.seed)
     out.mkdir(parents=True, exist_ok=True)
     target, exhaustive = plan_search(space, config.trials)
     if exhaustive and target < config.trials:

@@ -250,6 +250,14 @@ class DataConfig(Checked):
     split_seed: int = option(
         13, "seed of the deterministic train/dev/test split and subsamples", domain=seed_range
     )
+    dedupe: bool = option(
+        False,
+        "drop from dev and test (never from train) the examples whose text (and second text) "
+        "also occurs in train, compared with whitespace collapsed and case kept, before their "
+        "subsample: scores on repeated texts are inflated. Without it, such repeats are "
+        "counted and reported at load time",
+        recorded_if_set=True,
+    )
     glue_dir: str | None = option(
         None,
         "local GLUE data: the hub's parquet files (<dir>/<task>/<split>-*.parquet) or the "
@@ -284,6 +292,13 @@ class StudentConfig(Checked):
         path=_model_names,
     )
     label_map: str = label_map_option("teacher")
+    allow_unfinished: bool = option(
+        False,
+        "distil from a teacher run that has not finished training (stopped, killed, diverged "
+        "or still training): its best dev model so far, which the run saves at each dev "
+        "improvement (default: such a teacher is refused)",
+        recorded_if_set=True,
+    )
     init: str = option(
         "cut",
         "cut: teacher embeddings + a subset of its layers; pretrained: another checkpoint "

@@ -683,13 +683,13 @@ def load_for_task(
             )
         if data is not None:
             check_max_length(loaded.model, data.max_length, source)
-        return loaded, load_task(loaded.data if data is None else data)
+        return loaded, load_task(loaded.data if data is None else data, notify)
     resolve_model(source)  # a path that does not exist: said as such
     if data is None:
         raise WorkbenchError(
             f"{source} is not a run folder, so it has no task of its own: name one with --task"
         )
-    task = load_task(data)
+    task = load_task(data, notify)
     loaded = load_model(source, task.spec, data, parse_label_map(label_map), notify)
     check_max_length(loaded.model, data.max_length, source)
     return loaded, task

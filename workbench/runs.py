@@ -258,6 +258,70 @@ class Run:
             "affected: run the command that made the run again to rewrite it",
         )
 
+    def writer(self) -> int | None:
+        """The id of the process that holds the run's lock (``.lock``) and is alive, None when
+        no live process does (the lock dies with its process; its id stays in the file)."""
+        try:
+            pid = int((self.path / LOCK_FILE).read_text().strip())
+        except (OSError, ValueError):
+            return None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:  # alive, another user's
+            return pid
+        return pid
+
+    def unfinished(self) -> str | None:
+        """None when the training finished; else where it stands, in words: ``stopped at step
+        30/120``, ``diverged at step 12/120``, ``running at step 30/120 (no process is training
+        it: interrupted or killed)`` or ``running at step 30/120 (process 123 is training
+        it)``."""
+        try:
+            status = self.status()
+        except WorkbenchError:
+            return "state unknown (status.json unreadable)"
+        state = status.get("state", "unknown")
+        if state == "finished":
+            return None
+        text = str(state)
+        if status.get("step") is not None:
+            text += f" at step {status['step']}/{status.get('total') or '?'}"
+        if state in ("created", "running", "unknown"):
+            pid = self.writer()
+            text += (
+                f" (process {pid} is training it)"
+                if pid is not None and pid != os.getpid()
+                else " (no process is training it: interrupted or killed)"
+            )
+        return text
+
+    def best_dev(self) -> dict[str, Any] | None:
+        """The dev evaluation whose model ``model/`` holds (the trainer replaces it at each
+        improvement of the task's main metric: the first of the best records), None without
+        one."""
+        try:
+            metric = self.info()["task"]["metrics"][0]
+            records = self.metrics("dev")
+        except (WorkbenchError, KeyError, IndexError, TypeError):
+            return None
+        best = None
+        for record in records:
+            value = record.get(metric)
+            if isinstance(value, int | float) and (best is None or value > best[metric]):
+                best = record
+        return None if best is None else {"step": best.get("step"), metric: best[metric]}
+
+    def snapshot(self) -> str:
+        """Which model ``model/`` holds, in words: ``its best dev model so far (step 20, dev
+        accuracy 0.6000)``."""
+        best = self.best_dev()
+        if best is None:
+            return "its best dev model so far"
+        metric, value = next((k, v) for k, v in best.items() if k != "step")
+        return f"its best dev model so far (step {best['step']}, dev {metric} {value:.4f})"
+
     def set_status(self, state: str, **details: Any) -> None:
         atomic_write_json(self.path / STATUS_FILE, {"state": state, **details})
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
 
-from kd.pipeline import distill, train_teacher
+from kd.pipeline import check_teacher, distill, train_teacher
 from kd.reproduce.suite import (
     Experiment,
     Suite,
@@ -177,6 +177,7 @@ def given_teacher(plan: TaskPlan) -> tuple[Path, dict]:
     from workbench.evaluation import evaluate_logits, predict_logits
     from workbench.models import load_for_task, resolve_model
 
+    check_teacher(plan.given_teacher, False, "give a finished teacher")
     loaded, task = load_for_task(plan.given_teacher, plan.data)
     test = task.splits["test"]
     dataset = encode(test, loaded.tokenizer, plan.data.max_length, task.spec.regression)

@@ -75,10 +75,23 @@ class RunEntry:
         return weights.stat().st_mtime_ns if weights.exists() else 0
 
     @property
+    def unfinished(self) -> str | None:
+        """Where a run that has not finished training stands (``stopped at step 3/8``), None
+        for a finished run and a model folder."""
+        if self.kind not in ("teacher", "student") or self.state == "finished":
+            return None
+        step = self.status.get("step")
+        total = self.status.get("total") or "?"
+        return self.state + (f" at step {step}/{total}" if step is not None else "")
+
+    @property
     def label(self) -> str:
-        """The entry's name, with where a model the workbench did not train came from."""
+        """The entry's name, with where a model the workbench did not train came from, or how
+        far an unfinished run got (its model is the best dev model so far)."""
         origin = self.info.get("origin")
-        return f"{self.name} ({origin})" if self.kind == "model" and origin else self.name
+        if self.kind == "model" and origin:
+            return f"{self.name} ({origin})"
+        return f"{self.name} (unfinished: {self.unfinished})" if self.unfinished else self.name
 
     def key(self) -> tuple[str, int, str]:
         """What loads this entry's model (:func:`workbench.app.common.load_cached`): its path,

@@ -74,7 +74,10 @@ def runs_sidebar() -> None:
     root = runs_root()
     entries = runs()
     usable = sum(e.usable for e in entries)
+    unfinished = sum(e.usable and e.unfinished is not None for e in entries)
     summary = f"Runs in {root.resolve()}: {usable} ready, {len(entries) - usable} not"
+    if unfinished:
+        summary += f" ({unfinished} of the ready ones unfinished: their best dev model so far)"
     st.sidebar.caption(plain(summary))
     st.sidebar.text_input(
         "Add a model (folder or hub id)",
@@ -148,9 +151,24 @@ def pick_models(
             right.info("No student of this task yet.")
             return teacher, []
         names = own + [n for n in students if n not in own]
-        chosen = [students[right.selectbox("Student", names, key=f"{key}.student")]]
+        chosen = [
+            students[
+                right.selectbox(
+                    "Student",
+                    names,
+                    format_func=lambda n: students[n].label,
+                    key=f"{key}.student",
+                )
+            ]
+        ]
     else:
-        picked = right.multiselect("Students", list(students), default=own, key=f"{key}.students")
+        picked = right.multiselect(
+            "Students",
+            list(students),
+            default=own,
+            format_func=lambda n: students[n].label,
+            key=f"{key}.students",
+        )
         chosen = [students[name] for name in picked]
     if teacher.kind == "model" and chosen:  # applied to its students' task
         teacher = replace(teacher, task_of=chosen[0].path)

@@ -266,7 +266,16 @@ def render() -> None:
         if not teachers:
             st.info("Train a teacher first.")
             return
-        teacher = teachers[st.selectbox("Teacher", list(teachers), key=f"{KEY}.teacher")]
+        teacher = teachers[
+            st.selectbox(
+                "Teacher",
+                list(teachers),
+                format_func=lambda n: teachers[n].label,
+                help="an unfinished teacher (its best dev model so far) needs allow unfinished "
+                "in the student's settings",
+                key=f"{KEY}.teacher",
+            )
+        ]
     _form(root, kind, teacher)
 
     active = [job for job in read_jobs(root) if job.kind != "demo" and job.alive]

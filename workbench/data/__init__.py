@@ -13,13 +13,26 @@ GLUE TSV layouts), :mod:`~workbench.data.local` (CSV/TSV/JSONL/parquet files, ch
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
+
 from workbench.config import DataConfig, option_name
 from workbench.data.bundled import TWEETS_VERSION, load_bbc_news, load_tweets
 from workbench.data.encoding import EncodedSplit, batches, collate, encode, pad_id, to_device
 from workbench.data.glue import GLUE_TASKS, load_glue
 from workbench.data.hub_sets import is_hub_id, is_saved_dataset, load_hub, load_saved
 from workbench.data.local import Columns, load_local
-from workbench.data.splits import MIN_EXAMPLES, SPLITS, Split, TaskData, TaskSpec, sample_split
+from workbench.data.splits import (
+    MIN_EXAMPLES,
+    OVERLAP_RULE,
+    SPLITS,
+    Split,
+    TaskData,
+    TaskSpec,
+    drop_train_repeats,
+    sample_split,
+    split_overlap,
+)
 from workbench.errors import WorkbenchError
 from workbench.files import local_path
 
@@ -58,9 +71,38 @@ def _check_options(config: DataConfig, hub: bool) -> None:
         raise WorkbenchError(f"{', '.join(refused)}: only for {kind}, not for {config.task!r}")
 
 
-def load_task(config: DataConfig) -> TaskData:
+def _say(text: str) -> None:
+    print(f"note: {text}", file=sys.stderr)
+
+
+def overlap_note(data: TaskData) -> str | None:
+    """One line on the examples of dev and test that repeat a training example
+    (:attr:`TaskData.overlap`), None when there are none."""
+    counts = {pair: n for pair, n in data.overlap.items() if n}
+    inflated = [
+        (split, counts[f"train/{split}"]) for split in ("dev", "test") if f"train/{split}" in counts
+    ]
+    if not inflated:
+        return None
+    sizes = {split: len(data.splits[split]) for split, _ in inflated}
+    shown = " and ".join(f"{n} of {sizes[split]} {split}" for split, n in inflated)
+    names = " and ".join(split for split, _ in inflated)
+    text = (
+        f"{data.spec.name}: {shown} examples repeat a training example ({OVERLAP_RULE}): "
+        f"scores on {names} are inflated by them ({option_name('dedupe')} drops them)"
+    )
+    if counts.get("dev/test"):
+        text += f"; {counts['dev/test']} test examples also repeat a dev example"
+    return text
+
+
+def load_task(config: DataConfig, notify: Callable[[str], None] | None = None) -> TaskData:
     """The task a :class:`DataConfig` names, subsampled as it says: a bundled task, a GLUE
-    task, a local file or folder, else a hub data set."""
+    task, a local file or folder, else a hub data set. Examples of dev and test that repeat a
+    training example are counted (:attr:`TaskData.overlap`) and, with ``config.dedupe``,
+    dropped from dev and test before their subsample; either is said once, in one line, to
+    ``notify`` (default: standard error) and kept in the task's notes."""
+    say = notify or _say
     name = config.task
     path = None if name in BUNDLED or name in GLUE_TASKS else local_path(name, hub_ids=True)
     hub = path is None and name not in BUNDLED and name not in GLUE_TASKS
@@ -80,21 +122,39 @@ def load_task(config: DataConfig) -> TaskData:
             f"unknown task {name!r}: use one of {', '.join(task_names())}, a path to a "
             "local CSV/TSV/JSONL/parquet file or directory, or a hub data set (owner/name)"
         )
-    limits = {"train": config.max_train_examples}
-    limits |= {s: config.max_eval_examples for s in data.splits if s != "train"}
-    for split_name, limit in limits.items():
-        data.splits[split_name] = sample_split(
-            data.splits[split_name], limit, config.split_seed, stratify=not data.spec.regression
+    stratify = not data.spec.regression
+    splits = data.splits
+    splits["train"] = sample_split(
+        splits["train"], config.max_train_examples, config.split_seed, stratify
+    )
+    if config.dedupe:  # against the training examples used, before dev and test are sampled
+        data.deduped = drop_train_repeats(splits)
+        shown = " and ".join(f"{n} {split}" for split, n in data.deduped.items())
+        data.notes.append(
+            f"{data.spec.name}: {option_name('dedupe')} dropped {shown} examples that repeat "
+            f"a training example ({OVERLAP_RULE})"
         )
-    sizes = {split: len(data.splits.get(split, ())) for split in SPLITS}
+        say(data.notes[-1])
+    for split_name in splits:
+        if split_name != "train":
+            splits[split_name] = sample_split(
+                splits[split_name], config.max_eval_examples, config.split_seed, stratify
+            )
+    data.overlap = split_overlap(splits)
+    note = overlap_note(data)
+    if note is not None:
+        data.notes.append(note)
+        say(note)
+    sizes = {split: len(splits.get(split, ())) for split in SPLITS}
     short = [split for split, size in sizes.items() if size < MIN_EXAMPLES[split]]
     if short:
         needs = ", ".join(f"{split} {n}" for split, n in MIN_EXAMPLES.items())
         got = ", ".join(f"{split} {n}" for split, n in sizes.items())
+        after = f" after {option_name('dedupe')}" if config.dedupe else ""
         raise WorkbenchError(
-            f"{data.source}: too few examples in {', '.join(short)} (each split needs at least: "
-            f"{needs}; got {got}); a single file is split 80/10/10, so give it more rows or "
-            "give dev and test files"
+            f"{data.source}: too few examples in {', '.join(short)}{after} (each split needs "
+            f"at least: {needs}; got {got}); a single file is split 80/10/10, so give it more "
+            "rows or give dev and test files"
         )
     return data
 
@@ -112,6 +172,7 @@ __all__ = [
     "load_hub",
     "load_local",
     "load_task",
+    "overlap_note",
     "pad_id",
     "sample_split",
     "task_names",

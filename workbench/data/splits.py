@@ -60,13 +60,17 @@ class Split:
 @dataclass
 class TaskData:
     """A task's splits, where they came from, what was done to them (``notes``) and, for a data
-    set whose cleaning changed since runs were recorded, its ``version``."""
+    set whose cleaning changed since runs were recorded, its ``version``; once loaded, how many
+    examples repeat across its splits (``overlap``, :func:`split_overlap`) and, with
+    ``--dedupe``, how many were dropped from each split (``deduped``)."""
 
     spec: TaskSpec
     splits: dict[str, Split]
     source: str
     notes: list[str] = field(default_factory=list)
     version: str | None = None
+    overlap: dict[str, int] = field(default_factory=dict)
+    deduped: dict[str, int] | None = None
 
     def fingerprint(self) -> dict[str, str]:
         """A hash of the example ids and labels of each split, and of the data version where
@@ -94,6 +98,49 @@ def example_uid(text: str, pair: str | None = None) -> str:
 def clean_text(text: str) -> str:
     """Collapse every run of whitespace (``\\r`` and newlines included) to one space."""
     return " ".join(str(text).split())
+
+
+# how examples are compared across splits, said in the notes
+OVERLAP_RULE = "texts compared with whitespace collapsed, case kept"
+SPLIT_PAIRS = (("train", "dev"), ("train", "test"), ("dev", "test"))
+
+
+def _keys(split: Split) -> list[tuple[str, str | None]]:
+    """Each example's text (and second text) as :data:`OVERLAP_RULE` compares them."""
+    pairs = split.pairs or [None] * len(split)
+    return [
+        (clean_text(text), None if pair is None else clean_text(pair))
+        for text, pair in zip(split.texts, pairs, strict=True)
+    ]
+
+
+def split_overlap(splits: dict[str, Split]) -> dict[str, int]:
+    """How many examples of each later split repeat an example of an earlier one, per pair of
+    splits: ``{"train/dev": 3, "train/test": 5, "dev/test": 0}`` (the examples of dev that
+    also occur in train, ...), the texts (and second texts) compared as :data:`OVERLAP_RULE`
+    says."""
+    keys = {name: _keys(split) for name, split in splits.items()}
+    counts = {}
+    for first, second in SPLIT_PAIRS:
+        if first in keys and second in keys:
+            seen = set(keys[first])
+            counts[f"{first}/{second}"] = sum(key in seen for key in keys[second])
+    return counts
+
+
+def drop_train_repeats(splits: dict[str, Split]) -> dict[str, int]:
+    """Drop from every split but train (in place) the examples whose text (and second text)
+    also occurs in train, compared as :data:`OVERLAP_RULE` says; train is left as it is.
+    Returns how many each split lost."""
+    seen = set(_keys(splits["train"]))
+    dropped = {}
+    for name, split in splits.items():
+        if name == "train":
+            continue
+        keep = [i for i, key in enumerate(_keys(split)) if key not in seen]
+        dropped[name] = len(split) - len(keep)
+        splits[name] = split.subset(keep)
+    return dropped
 
 
 def split_indices(
