@@ -319,10 +319,18 @@ def _reproduce(args: argparse.Namespace) -> None:
     print(f"report: {report}")
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, whose refusals are one line like every other ``kdw`` error: the
+    problem and where the usage is, without the usage block."""
+
+    def error(self, message: str):
+        self.exit(2, f"kdw: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParser:
     """The ``kdw`` parser; ``distill_defaults`` replace the defaults of ``kdw distill``'s
     options (from ``--config``)."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="kdw",
         description="Distil BERT-style classifiers and see why each model decides.",
     )

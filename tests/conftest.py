@@ -70,7 +70,7 @@ def tiny_config(num_labels: int = 3, layers: int = 4, hidden: int = 16) -> BertC
         num_hidden_layers=layers,
         num_attention_heads=2,
         intermediate_size=2 * hidden,
-        max_position_embeddings=64,
+        max_position_embeddings=128,
         num_labels=num_labels,
     )
 

@@ -200,13 +200,17 @@ def test_integer_domains(n: int):
     assert _accepted(lambda: OptimConfig(eval_every=n)) is (n >= 0)
     assert _accepted(lambda: DataConfig(max_length=n)) is (n >= 4)
     assert _accepted(lambda: ObjectiveConfig(attr_top_k=n)) is (n >= 1)
+    assert _accepted(lambda: ObjectiveConfig(attr_steps=n)) is (1 <= n <= 1000)
+    assert _accepted(lambda: OptimConfig(threads=n)) is (0 <= n <= 1024)
+    assert _accepted(lambda: OptimConfig(seed=n)) is (0 <= n < 2**32)
 
 
 @given(numbers)
 def test_number_domains(x: float):
     assert _accepted(lambda: OptimConfig(learning_rate=x)) is (_finite(x) and x > 0)
     assert _accepted(lambda: OptimConfig(warmup_ratio=x)) is (0 <= x <= 1)
-    assert _accepted(lambda: OptimConfig(weight_decay=x)) is (_finite(x) and x >= 0)
+    assert _accepted(lambda: OptimConfig(weight_decay=x)) is (0 <= x <= 1)
+    assert _accepted(lambda: OptimConfig(epochs=x)) is (0 < x <= 1000)
     assert _accepted(lambda: ExportSettings(dpi=x)) is (_finite(x) and x > 0)
 
 

@@ -282,13 +282,13 @@ CASES = [  # (arguments, start of the message after "kdw: error: ", path that mu
     ),
     # each setting is checked against the models before the run or study folder is created
     (
-        ["train-teacher", "--run-dir", "new", "--task", "task", "--model", "tiny-bert"],
-        "--max-length 128 exceeds the 64 tokens the model reads",
+        [*TEACHER[:-1], "129"],
+        "--max-length 129 exceeds the 128 tokens the model reads",
         "new",
     ),
     (
-        [*DISTILL, "--max-length", "65"],
-        "--max-length 65 exceeds the 64 tokens {w}/teacher reads",
+        [*DISTILL, "--max-length", "129"],
+        "--max-length 129 exceeds the 128 tokens {w}/teacher reads",
         "new",
     ),
     ([*TEACHER, "--seed", "-1"], "--seed: -1 is not allowed (expected an integer in 0..", "new"),
@@ -380,7 +380,7 @@ def test_the_app_watches_its_sources_without_inotify(monkeypatch):
 
 # --------------------------------------------------------------------------- exports
 
-LONG = " ".join(["good movie"] * 40)  # 80 words: more than the tiny model's 64 positions
+LONG = " ".join(["good movie"] * 70)  # 140 words: more than the tiny model's 128 positions
 
 
 def _text_chunks(path: Path) -> dict:
@@ -396,11 +396,11 @@ def test_truncation_is_stated_in_every_format(work, tmp_path, capsys):
 
     loaded = load_run(work / "teacher")
     whole = len(loaded.tokenizer(LONG)["input_ids"])
-    assert whole > loaded.model.config.max_position_embeddings == 64
+    assert whole > loaded.model.config.max_position_embeddings == 128
     long, short = build_heatmaps([loaded], [Example(LONG), Example("good")], HeatmapSettings())
-    stated = f"teacher read the first 64 of the text's {whole} tokens"
+    stated = f"teacher read the first 128 of the text's {whole} tokens"
     assert long.metadata["truncated"] == stated and short.metadata["truncated"] == "no"
-    assert len(long.rows[0].tokens) == 64
+    assert len(long.rows[0].tokens) == 128
     write_heatmaps([long], tmp_path, ExportSettings())
     svg = (tmp_path / "heatmap-000.svg").read_text()
     assert (
@@ -507,7 +507,7 @@ def test_the_export_page_states_truncation(work, tmp_path, monkeypatch):
     assert not at.exception, [e.value for e in at.exception]
     warnings = [w.value.replace("\\", "") for w in at.warning]  # Markdown escapes undone
     assert len(warnings) == 1
-    assert warnings[0].startswith("heatmap-001: the text was truncated: teacher read the first 64")
+    assert warnings[0].startswith("heatmap-001: the text was truncated: teacher read the first 128")
 
 
 def test_an_older_run_with_relative_paths_opens_from_another_folder(work, tmp_path, monkeypatch):

@@ -110,14 +110,12 @@ def test_study_resumes_and_best_configuration_trains(tiny_teacher, tmp_path, cap
     storage = f"sqlite:///{out / 'study.db'}"
     assert main([*args[:-1], "--trials", "1", "--no-prune"]) == 0
     study = optuna.load_study(study_name=STUDY_NAME, storage=storage)
+    choices = {"beta": [0.1, 1.0], "alpha": [0.5, 0.9], "tau": [1.0, 2.0], "lr": [1e-3, 2e-3]}
+    first = study.trials[0].params  # the killed trial tries another setting
+    study.enqueue_trial({**first, "beta": next(b for b in choices["beta"] if b != first["beta"])})
     killed = study.ask()
-    for name, choices in {
-        "beta": [0.1, 1.0],
-        "alpha": [0.5, 0.9],
-        "tau": [1.0, 2.0],
-        "lr": [1e-3, 2e-3],
-    }.items():
-        killed.suggest_categorical(name, choices)
+    for name, values in choices.items():
+        killed.suggest_categorical(name, values)
     folders_before = {p.name for p in (out / "trials").iterdir()}
 
     assert main(args) == 0

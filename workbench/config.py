@@ -55,6 +55,17 @@ def at_least(low: int) -> Domain:
     return Domain(lambda v: _is_integer(v) and v >= low, f"an integer ≥ {low}", low)
 
 
+def between(low: int, high: int) -> Domain:
+    """Integers from ``low`` to ``high``."""
+    expected = f"an integer in {low}..{high}"
+    return Domain(lambda v: _is_integer(v) and low <= v <= high, expected, low)
+
+
+def number_in(low: float, high: float) -> Domain:
+    """Finite numbers above ``low``, up to ``high``."""
+    return Domain(lambda v: _is_number(v) and low < v <= high, f"a number in ({low:g}, {high:g}]")
+
+
 def _is_colormap(name: Any) -> bool:
     from matplotlib import colormaps  # imported only to check a name that was given
 
@@ -63,17 +74,15 @@ def _is_colormap(name: Any) -> bool:
 
 positive = at_least(1)
 non_negative_int = at_least(0)
-seed_range = Domain(
-    lambda v: _is_integer(v) and 0 <= v < 2**32, "an integer in 0..4294967295 (2³² − 1)", 0
-)
+seed_range = between(0, 2**32 - 1)
 positive_number = Domain(lambda v: _is_number(v) and v > 0, "a finite number > 0")
+MAX_IG_STEPS = 1000  # integrated-gradients steps: the path's rows are listed per step
+ig_steps = between(1, MAX_IG_STEPS)
 non_negative_number = Domain(lambda v: _is_number(v) and v >= 0, "a finite number ≥ 0")
 unit_interval = Domain(lambda v: _is_number(v) and 0 <= v <= 1, "a number in [0, 1]")
 colormap = Domain(_is_colormap, "a matplotlib colormap name, such as viridis or PuOr_r")
 MAX_TEMPERATURE = 1000.0  # the largest --temperature (its help says why)
-temperature_range = Domain(
-    lambda v: _is_number(v) and 0 < v <= MAX_TEMPERATURE, f"a number in (0, {MAX_TEMPERATURE:g}]"
-)
+temperature_range = number_in(0, MAX_TEMPERATURE)
 
 
 def weight_pairs(text: str) -> dict[str, float]:
@@ -363,7 +372,7 @@ class ObjectiveConfig(Checked):
     ckd_window: int = option(
         10, "CKD angle window half-width δ (tokens each side)", domain=positive
     )
-    attr_steps: int = option(1, "AD-KD integrated-gradients steps m", domain=positive)
+    attr_steps: int = option(1, "AD-KD integrated-gradients steps m", domain=ig_steps)
     attr_top_k: int | None = option(
         None,
         "AD-KD teacher map: keep the K largest |IG| dimensions per token (default: all)",
@@ -413,7 +422,9 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 class OptimConfig(Checked):
     """Optimisation, evaluation and checkpointing."""
 
-    epochs: float = option(3.0, "training epochs (fractions allowed)", domain=positive_number)
+    epochs: float = option(
+        3.0, "training epochs (fractions allowed), at most 1000", domain=number_in(0, 1000)
+    )
     batch_size: int = option(
         32,
         "training batch size: the global batch of a step, over all processes and "
@@ -434,9 +445,17 @@ class OptimConfig(Checked):
         recorded_if_set=True,
     )
     eval_batch_size: int = option(64, "evaluation batch size", domain=positive)
-    learning_rate: float = option(5e-5, "peak AdamW learning rate", domain=positive_number)
+    learning_rate: float = option(
+        5e-5,
+        "peak AdamW learning rate (fine-tuning uses about 1e-5 to 1e-4; a training that "
+        "diverges stops with an error naming the step and the term)",
+        domain=positive_number,
+    )
     weight_decay: float = option(
-        0.01, "AdamW weight decay (not applied to biases and LayerNorm)", domain=non_negative_number
+        0.01,
+        "AdamW weight decay (not applied to biases and LayerNorm), in [0, 1]: each step scales "
+        "the weights by 1 − learning rate × decay",
+        domain=unit_interval,
     )
     warmup_ratio: float = option(
         0.1, "share of steps with linear warm-up, then linear decay", domain=unit_interval
@@ -456,7 +475,9 @@ class OptimConfig(Checked):
         domain=non_negative_int,
     )
     seed: int = option(42, "seed of initialisation, data order and dropout", domain=seed_range)
-    threads: int = option(0, "torch CPU threads (0: torch's default)", domain=non_negative_int)
+    threads: int = option(
+        0, "torch CPU threads (0: torch's default), at most 1024", domain=between(0, 1024)
+    )
     device: str = option("auto", "cpu, cuda, cuda:N, or auto (cuda when available)")
 
 
@@ -638,8 +659,8 @@ def parse_views(text: str | int) -> Views:
 
 
 def check_steps(steps: int) -> None:
-    if not positive.accepts(steps):
-        raise WorkbenchError(f"steps: {steps!r} is not allowed (expected {positive.expected})")
+    if not ig_steps.accepts(steps):
+        raise WorkbenchError(f"steps: {steps!r} is not allowed (expected {ig_steps.expected})")
 
 
 def check_baseline(baseline: str) -> None:
@@ -661,7 +682,7 @@ class MapSettings(Checked):
         choices=METHODS,
     )
     steps: int = option(
-        1, "IG interpolation steps m (right Riemann sum); 1 = (E − E')⊙∇F(E)", domain=positive
+        1, "IG interpolation steps m (right Riemann sum); 1 = (E − E')⊙∇F(E)", domain=ig_steps
     )
     baseline: str = option(
         "pad",
