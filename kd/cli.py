@@ -25,11 +25,11 @@ from workbench.config import (
     TeacherConfig,
     TuneConfig,
     add_arguments,
+    check_values,
     from_arguments,
     from_dict,
     option_name,
     to_dict,
-    upgrade,
 )
 from workbench.errors import WorkbenchError
 from workbench.heatmaps import ExportSettings, HeatmapSettings
@@ -111,8 +111,11 @@ def config_defaults(path: str) -> dict:
         values = sections.get(name, {})
         if not isinstance(values, dict):
             raise WorkbenchError(f"--config {path}: section {name!r} is not an object")
-        values = upgrade(values)  # a file written under former option names
-        from_dict(cls, {**to_dict(cls()), **values})  # unknown settings, bad values: errors
+        try:  # settings under former names upgraded; unknown ones, bad types or values: errors
+            values = check_values(cls, values)
+            from_dict(cls, {**to_dict(cls()), **values})
+        except WorkbenchError as error:
+            raise WorkbenchError(f"--config {path}: section {name!r}: {error}") from None
         defaults |= values
     return defaults
 

@@ -30,7 +30,7 @@ from kd.diagnostics import gradient_summary, term_gradients
 from kd.objective import EXAMPLES
 from workbench.config import OptimConfig
 from workbench.data import EncodedSplit, TaskSpec, collate, to_device
-from workbench.errors import WorkbenchError
+from workbench.errors import WorkbenchError, first_line
 from workbench.evaluation import evaluate_logits, predict_logits
 from workbench.files import atomic_path
 from workbench.runs import Run, replace_directory
@@ -198,6 +198,60 @@ def _restore_rank_rng(states: list[dict], world: distributed.World) -> None:
     _restore_rng(states[world.rank])
 
 
+def _weights_misfit(saved: dict[str, Tensor], model: PreTrainedModel) -> str | None:
+    """How a checkpoint's weights ``saved`` differ from ``model``'s (names and shapes), or
+    None when they fit."""
+    own = model.state_dict()
+    missing = [name for name in own if name not in saved]
+    unexpected = [name for name in saved if name not in own]
+    reshaped = [
+        name
+        for name in own
+        if name in saved
+        and (not isinstance(saved[name], Tensor) or saved[name].shape != own[name].shape)
+    ]
+    parts = [
+        f"{len(names)} {what} (first {names[0]})"
+        for names, what in (
+            (missing, "weights missing"),
+            (unexpected, "weights this model lacks"),
+            (reshaped, "weights of other shapes"),
+        )
+        if names
+    ]
+    return "; ".join(parts) or None
+
+
+def _resume(run: Run, saved: dict, model: PreTrainedModel, states: tuple, world) -> None:
+    """Restore the model, the optimizer, scheduler and scaler (``states``) and this process's
+    RNG from a checkpoint read by :meth:`Run.load_checkpoint`; one written by another run (other
+    weights) or of another version is a one-line error naming the file."""
+    remedy = (
+        "delete it to train this run again from step 0 (the same command), or choose another "
+        "--run-dir"
+    )
+    misfit = _weights_misfit(saved["model"], model)
+    if misfit:
+        raise WorkbenchError(
+            f"{run.checkpoint} does not hold this run's model ({misfit}): it comes from "
+            f"another run: {remedy}"
+        )
+    optimizer, scheduler, scaler = states
+    try:
+        _restore_rank_rng(saved["rng"], world)
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        scheduler.load_state_dict(saved["scheduler"])
+        scaler.load_state_dict(saved.get("scaler", {}))
+    except WorkbenchError as error:
+        raise WorkbenchError(f"{run.checkpoint}: {error}") from None
+    except (RuntimeError, ValueError, KeyError, TypeError, IndexError, AttributeError) as error:
+        raise WorkbenchError(
+            f"{run.checkpoint} does not fit this run ({type(error).__name__}: "
+            f"{first_line(error)}): {remedy}"
+        ) from None
+
+
 def _micro_batches(job: TrainingJob, chunk: list[int], world: distributed.World) -> list[dict]:
     """This process's shard of the global batch ``chunk``, as the micro-batches it runs."""
     local = distributed.shard(chunk, world.size, world.rank)
@@ -271,11 +325,7 @@ def train(job: TrainingJob) -> dict[str, float]:
         set_seed(optim.seed + 1_000_003 * world.rank)
     if run.checkpoint.exists():
         saved = run.load_checkpoint(device)
-        _restore_rank_rng(saved["rng"], world)
-        model.load_state_dict(saved["model"])
-        optimizer.load_state_dict(saved["optimizer"])
-        scheduler.load_state_dict(saved["scheduler"])
-        scaler.load_state_dict(saved.get("scaler", {}))
+        _resume(run, saved, model, (optimizer, scheduler, scaler), world)
         state = saved["state"]
     checkpoint_step = state["step"]  # of the last checkpoint (0: none)
     if world.main:

@@ -35,7 +35,7 @@ from workbench.config import (
     TuneConfig,
     to_dict,
 )
-from workbench.errors import WorkbenchError
+from workbench.errors import WorkbenchError, first_line
 from workbench.files import atomic_write_json, hold
 from workbench.runs import same_value
 
@@ -298,6 +298,7 @@ def _study(
         else optuna.pruners.NopPruner()
     )
     if (out / "study.db").exists():
+        check_study_file(out / "study.db")
         study = optuna.load_study(
             study_name=STUDY_NAME, storage=storage, sampler=sampler, pruner=pruner
         )
@@ -319,6 +320,49 @@ def _study(
         for key, value in attrs.items():
             study.set_user_attr(key, value)
     return study
+
+
+STUDY_REMEDY = (
+    "delete it to start the search over (trials already trained keep their run folders, "
+    "which the new search reuses), or choose another --out"
+)
+
+
+def check_study_file(path: Path) -> None:
+    """Refuse a ``study.db`` that is not a sound SQLite database holding a ``kdw tune`` study
+    (random bytes, a truncated copy, another program's database), with a one-line error naming
+    it, before Optuna opens it (which would add its tables to a foreign database). The file is
+    read only."""
+    import sqlite3
+
+    try:
+        with open(path, "rb") as handle:
+            header = handle.read(16)
+    except OSError as error:
+        raise WorkbenchError(f"{path} cannot be read ({first_line(error)})") from None
+    if header != b"SQLite format 3\x00":
+        raise WorkbenchError(f"{path} is not a study (not an SQLite database): {STUDY_REMEDY}")
+    try:
+        connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error as error:
+        raise WorkbenchError(f"{path} cannot be opened ({first_line(error)})") from None
+    try:
+        check = connection.execute("PRAGMA quick_check").fetchone()[0]
+        if check != "ok":
+            raise WorkbenchError(f"{path} is damaged ({first_line(check)}): {STUDY_REMEDY}")
+        tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master")}
+        found = (
+            "studies" in tables
+            and connection.execute(
+                "SELECT 1 FROM studies WHERE study_name = ?", (STUDY_NAME,)
+            ).fetchone()
+        )
+    except sqlite3.Error as error:  # malformed pages, a truncated file
+        raise WorkbenchError(f"{path} is damaged ({first_line(error)}): {STUDY_REMEDY}") from None
+    finally:
+        connection.close()
+    if not found:
+        raise WorkbenchError(f"{path} holds no kdw tune study: {STUDY_REMEDY}")
 
 
 def _interrupted(study) -> list:
@@ -411,6 +455,7 @@ def study_trials(out: str | Path) -> list[dict]:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    check_study_file(Path(out) / "study.db")
     storage = f"sqlite:///{(Path(out) / 'study.db').resolve()}"
     return trials_table(optuna.load_study(study_name=STUDY_NAME, storage=storage))
 
@@ -551,9 +596,13 @@ def load_config_file(path: str | Path) -> dict:
     if not path.is_file():
         raise WorkbenchError(f"--config {path}: no such file")
     try:
-        values = json.loads(path.read_text())
+        values = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as error:
         raise WorkbenchError(f"--config {path}: not JSON ({error})") from None
+    except UnicodeDecodeError:
+        raise WorkbenchError(f"--config {path}: not a JSON text file (not UTF-8)") from None
+    except OSError as error:
+        raise WorkbenchError(f"--config {path}: cannot be read ({first_line(error)})") from None
     if not isinstance(values, dict):
         raise WorkbenchError(f"--config {path}: expected a JSON object of config sections")
     return values

@@ -97,7 +97,8 @@ def test_a_config_file_is_checked_like_the_command_line(tmp_path, monkeypatch, c
     Path("best.json").write_text(json.dumps({"optim": {"warmup_ratio": 2}}))
     assert main([*DISTILL, "--config", "best.json"]) == 2
     assert capsys.readouterr().err == (
-        "kdw: error: --warmup-ratio: 2 is not allowed (expected a number in [0, 1])\n"
+        "kdw: error: --config best.json: section 'optim': --warmup-ratio: 2 is not allowed "
+        "(expected a number in [0, 1])\n"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["best.json"]
 

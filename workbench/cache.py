@@ -21,6 +21,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from workbench.data import EncodedSplit, batches, to_device
+from workbench.errors import WorkbenchError, first_line
 from workbench.files import atomic_path
 
 BatchFunction = Callable[[dict[str, Tensor]], dict[str, Tensor]]
@@ -133,14 +134,50 @@ class ExampleCache:
             )
 
     @classmethod
-    def load(cls, path: Path) -> ExampleCache:
-        tensors = load_file(str(path))
+    def load(cls, path: Path, examples: int | None = None) -> ExampleCache:
+        """The cache :meth:`save` wrote to ``path``, checked: a damaged file (truncated,
+        overwritten) or one whose tensors do not fit together or cover another number of
+        ``examples`` than the split's is a one-line error naming it."""
+        from safetensors import SafetensorError
+
+        try:
+            tensors = load_file(str(path))
+        except (SafetensorError, OSError) as error:
+            raise WorkbenchError(
+                f"{path} is damaged ({first_line(error)}): {CACHE_REMEDY}"
+            ) from None
         fields: dict[str, dict[str, Tensor]] = {"example": {}, "token": {}}
         for name, value in tensors.items():
-            if "." in name:
-                kind, field = name.split(".", 1)
+            kind, _, field = name.partition(".")
+            if kind in fields and field:
                 fields[kind][field] = value
+        problem = _cache_problem(tensors, fields, examples)
+        if problem:
+            raise WorkbenchError(f"{path} is not a cache of this split ({problem}): {CACHE_REMEDY}")
         return cls(fields["example"], fields["token"], tensors["offsets"])
+
+
+CACHE_REMEDY = "delete it: what it holds is computed again"
+
+
+def _cache_problem(
+    tensors: dict[str, Tensor], fields: dict[str, dict[str, Tensor]], examples: int | None
+) -> str | None:
+    """Why a cache file's tensors cannot be the cache of a split of ``examples`` examples: no
+    offsets, offsets that do not grow from 0, fields of another length; None when they fit."""
+    offsets = tensors.get("offsets")
+    if offsets is None or offsets.ndim != 1 or len(offsets) == 0 or offsets.is_floating_point():
+        return "no offsets of its examples"
+    if int(offsets[0]) != 0 or bool((offsets.diff() < 0).any()):
+        return "its offsets do not grow from 0"
+    count, tokens = len(offsets) - 1, int(offsets[-1])
+    if examples is not None and count != examples:
+        return f"it holds {count} examples, the split {examples}"
+    for kind, size in (("example", count), ("token", tokens)):
+        for name, value in fields[kind].items():
+            if value.ndim == 0 or len(value) != size:
+                return f"{kind}.{name} has {len(value) if value.ndim else 0} rows, not {size}"
+    return None
 
 
 def cache_path(folder: Path, name: str, key: Mapping) -> Path:
@@ -163,7 +200,7 @@ def cached(
     values are never reused."""
     path = cache_path(folder, name, key)
     if path.exists():
-        return ExampleCache.load(path)
+        return ExampleCache.load(path, len(dataset))
     cache = ExampleCache.compute(dataset, compute_batch, **compute_options)
     if save:
         cache.save(path, key)

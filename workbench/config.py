@@ -123,6 +123,45 @@ def option_name(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def _outside(cls: type, f: dataclasses.Field, value: Any) -> str | None:
+    """What field ``f`` of ``cls`` expects, when ``value`` is outside its ``choices`` and
+    ``domain`` (None passes where the field is optional); None when it is inside."""
+    if value is None and _field_type(cls, f)[1]:
+        return None
+    choices, domain = f.metadata.get("choices"), f.metadata.get("domain")
+    if choices and value not in choices:
+        return "one of " + ", ".join("none" if c is None else str(c) for c in choices)
+    if domain and not domain.accepts(value):
+        return domain.expected
+    return None
+
+
+_TYPES = {  # a field's type: the test of a value read from a file, and its name in messages
+    str: (lambda v: isinstance(v, str), "a string"),
+    int: (_is_integer, "an integer"),
+    float: (_is_number, "a number"),
+    bool: (lambda v: isinstance(v, bool), "true or false"),
+    tuple: (
+        lambda v: isinstance(v, list | tuple) and all(isinstance(i, str) for i in v),
+        "a list of strings",
+    ),
+}
+
+
+def _mistyped(cls: type, f: dataclasses.Field, value: Any) -> str | None:
+    """The type field ``f`` of ``cls`` expects, when ``value`` (read from a file: JSON) is not
+    of it; None when it is."""
+    kind, optional = _field_type(cls, f)
+    if value is None and optional:
+        return None
+    accepts, name = _TYPES.get(kind, (lambda v: True, ""))
+    if accepts(value):
+        return None
+    domain = f.metadata.get("domain")
+    described = f"{name} of {domain.expected}" if kind is str and domain else name
+    return described + (" or null" if optional else "")
+
+
 def validate(config: Any) -> None:
     """Check every field of the config dataclass ``config`` against its ``choices`` and
     ``domain`` (None passes where the field is optional); the first value outside is a
@@ -130,18 +169,11 @@ def validate(config: Any) -> None:
     cls = type(config)
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
-        if value is None and _field_type(cls, f)[1]:
-            continue
-        choices, domain = f.metadata.get("choices"), f.metadata.get("domain")
-        if choices and value not in choices:
-            expected = "one of " + ", ".join("none" if c is None else str(c) for c in choices)
-        elif domain and not domain.accepts(value):
-            expected = domain.expected
-        else:
-            continue
-        raise WorkbenchError(
-            f"{option_name(f.name)}: {value!r} is not allowed (expected {expected})"
-        )
+        expected = _outside(cls, f, value)
+        if expected:
+            raise WorkbenchError(
+                f"{option_name(f.name)}: {value!r} is not allowed (expected {expected})"
+            )
 
 
 def _task_names() -> list[str]:
@@ -627,17 +659,42 @@ def upgrade(values: dict[str, Any]) -> dict[str, Any]:
     return {RENAMED.get(name, name): value for name, value in values.items()}
 
 
-def from_dict(cls: type[T], values: dict[str, Any]) -> T:
-    """Rebuild ``cls`` from :func:`to_dict`'s output, settings recorded under a former name
-    read under the current one (:func:`upgrade`); unknown keys are an error."""
+def check_values(cls: type, values: Any) -> dict[str, Any]:
+    """The settings ``values`` read from a file (a run's record, a ``--config`` file) for the
+    config dataclass ``cls``, under their current names (:func:`upgrade`), checked without
+    building the config: an object, of known settings, each of its field's type (JSON's: a
+    list for a tuple, an integer for a float) and inside its choices and domain; the first
+    problem is a one-line error naming the option."""
+    if not isinstance(values, dict):
+        raise WorkbenchError(f"the {cls.__name__} settings are not an object")
     values = upgrade(values)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = set(values) - names
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = set(values) - set(fields)
     if unknown:
         raise WorkbenchError(
-            f"unknown {cls.__name__} settings {sorted(unknown)}; known: {sorted(names)}"
+            f"unknown {cls.__name__} settings {sorted(unknown)}; known: {sorted(fields)}"
         )
-    return cls(**values)
+    for name, value in values.items():
+        expected = _mistyped(cls, fields[name], value) or _outside(cls, fields[name], value)
+        if expected:
+            raise WorkbenchError(
+                f"{option_name(name)}: {value!r} is not allowed (expected {expected})"
+            )
+    return values
+
+
+def from_dict(cls: type[T], values: dict[str, Any]) -> T:
+    """Rebuild ``cls`` from :func:`to_dict`'s output, settings recorded under a former name
+    read under the current one (:func:`upgrade`); unknown keys and values of another type
+    are an error (:func:`check_values`)."""
+    values = check_values(cls, values)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    return cls(
+        **{  # JSON's list for a tuple
+            name: tuple(value) if _field_type(cls, fields[name])[0] is tuple else value
+            for name, value in values.items()
+        }
+    )
 
 
 BASELINES = ("pad", "pad-keep-special", "zero")

@@ -262,11 +262,14 @@ def parse_json_lines(text: str, source: str | None = None) -> list[tuple[int, An
     return values
 
 
-def read_json_lines(path: Path) -> list[Any]:
+def read_json_lines(path: Path, numbered: bool = False) -> list[Any]:
     """The values of a JSON Lines log (none while it does not exist), skipping a line cut by a
-    kill, even one cut inside a character."""
+    kill, even one cut inside a character; ``numbered``: ``(line number, value)`` pairs."""
     if not path.exists():
         return []
-    return [
-        value for _, value in parse_json_lines(path.read_bytes().decode("utf-8", errors="replace"))
-    ]
+    try:
+        text = path.read_bytes().decode("utf-8", errors="replace")
+    except OSError as error:  # a folder, a file without read permission
+        raise WorkbenchError(f"{path} cannot be read ({first_line(error)})") from None
+    lines = parse_json_lines(text)
+    return lines if numbered else [value for _, value in lines]

@@ -596,7 +596,6 @@ class LoadedModel:
 def load_run(path: str | Path) -> LoadedModel:
     """The best model of a run, in eval mode, with eager attention."""
     run = Run.open(path)
-    info = run.info()
     if not (run.model_dir / "config.json").exists():
         state = run.status()["state"]
         raise WorkbenchError(f"{run.path} has no trained model yet (status: {state})")
@@ -610,8 +609,10 @@ def load_run(path: str | Path) -> LoadedModel:
         raise WorkbenchError(
             f"{run.model_dir} cannot be loaded ({error}): delete the run"
         ) from None
-    task = info["task"]
-    spec = TaskSpec(task["name"], tuple(task["label_names"]), tuple(task["metrics"]), task["pair"])
+    task = run.task()
+    spec = TaskSpec(
+        task["name"], tuple(task["label_names"]), tuple(task["metrics"]), task.get("pair", False)
+    )
     data = run.config(DataConfig, "data")
     return LoadedModel(model.eval(), tokenizer, spec, data, run.name, str(run.path), "run", run)
 

@@ -35,7 +35,17 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, TypeVar
 
-from workbench.config import from_dict, option_name, resolve_paths, upgrade
+from workbench.config import (
+    DataConfig,
+    ObjectiveConfig,
+    OptimConfig,
+    StudentConfig,
+    TeacherConfig,
+    check_values,
+    from_dict,
+    option_name,
+    resolve_paths,
+)
 from workbench.errors import WorkbenchError, first_line
 from workbench.files import (
     append_json_line,
@@ -46,12 +56,74 @@ from workbench.files import (
     remove_stale_temporaries,
     write_json_lines,
 )
+from workbench.shapes import (
+    ANY,
+    BOOLEAN,
+    INTEGER,
+    NUMBER,
+    STRING,
+    Choice,
+    Either,
+    Mapping,
+    problem,
+)
 
 RUN_FILE = "run.json"
 STATUS_FILE = "status.json"
 RESOLVED = "resolved"  # the key of run.json's record of what the configs resolved to
 LOCK_FILE = ".lock"
 T = TypeVar("T")
+SECTIONS = {  # run.json's config sections, as their dataclasses
+    "data": DataConfig,
+    "teacher": TeacherConfig,
+    "student": StudentConfig,
+    "objective": ObjectiveConfig,
+    "optim": OptimConfig,
+}
+# the shapes of the run's records (:mod:`workbench.shapes`), checked whenever one is read
+RUN_SHAPE = {
+    "kind": Choice("teacher", "student"),
+    "configs": Mapping({}),
+    "method?": STRING,
+    "task?": {"name": STRING, "label_names": [STRING], "metrics": [STRING], "pair?": BOOLEAN},
+    RESOLVED + "?": {
+        "objective?": {
+            "weights": Mapping(NUMBER),
+            "temperature?": Either(NUMBER, None),
+            "attribution?": {"reduction": STRING},
+        },
+        "split_fingerprint?": Mapping(STRING),
+    },
+}
+STATUS_SHAPE = {
+    "state": STRING,
+    "step?": Either(INTEGER, None),
+    "total?": Either(INTEGER, None),
+    "reason?": STRING,
+}
+METRICS_SHAPE = {"step": INTEGER, "split?": STRING, "epoch?": NUMBER}
+RESULTS_SHAPE = Mapping(Mapping(Either(NUMBER, None)))
+CHECKPOINT_SHAPE = {  # what checkpoint.pt holds: plain tensors in containers
+    "model": Mapping(ANY),
+    "optimizer": {"state": Mapping(ANY), "param_groups": [Mapping(ANY)]},
+    "scheduler": Mapping(ANY),
+    "scaler?": Mapping(ANY),
+    "rng": [{"torch": ANY, "python": ANY, "numpy": ANY}],
+    "state": {"step": INTEGER, "best": Either(NUMBER, None), "best_step": Either(INTEGER, None)},
+}
+RUN_REMEDY = "restore the file, or delete the run folder to train anew"
+STATUS_REMEDY = (
+    "it only records the training's progress, the model and checkpoint are not affected: run "
+    "the command that made the run again to rewrite it"
+)
+METRICS_REMEDY = (
+    "it only records the training's curves: delete that line (or the file, and the "
+    "checkpoint.pt beside it to train the run again)"
+)
+RESULTS_REMEDY = (
+    "delete it and status.json, then run the command that made the run again to score its "
+    "best model anew"
+)
 PACKAGES = ("torch", "transformers", "captum", "datasets", "tokenizers", "numpy", "kd-workbench")
 
 
@@ -222,41 +294,78 @@ class Run:
             self.model_dir, "the run's best model is lost: train the run again in a new --run-dir"
         )
 
-    def read_json(self, name: str, remedy: str = "delete the run") -> Any:
-        """The JSON file ``name`` of the run; a missing or corrupt one is a one-line error
-        ending in ``remedy`` (for a corrupt file)."""
+    def read_json(
+        self, name: str, remedy: str = "delete the run", shape: Any = ANY, what: str = ""
+    ) -> Any:
+        """The JSON file ``name`` of the run; a missing or corrupt one, or one that is not of
+        ``shape`` (:mod:`workbench.shapes`; ``what`` the file should be, for the message), is
+        a one-line error ending in ``remedy`` (for a corrupt file)."""
         path = self.path / name
         try:
-            return json.loads(path.read_text())
+            value = json.loads(path.read_text())
         except FileNotFoundError:
             raise WorkbenchError(f"{path} is missing: the run folder is incomplete") from None
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
             reason = error.msg if isinstance(error, json.JSONDecodeError) else "not UTF-8"
             raise WorkbenchError(f"{path} is corrupt ({reason}): {remedy}") from None
+        except OSError as error:  # a folder, a file without read permission
+            raise WorkbenchError(f"{path} cannot be read ({first_line(error)})") from None
+        found = problem(value, shape)
+        if found:
+            raise WorkbenchError(f"{path} is not {what or 'what the run wrote'}: {found}: {remedy}")
+        return value
 
     def info(self) -> dict[str, Any]:
-        """The run's record, its configs' settings under their current names."""
-        info = self.read_json(RUN_FILE)
-        if not isinstance(info, dict) or "kind" not in info or "configs" not in info:
-            raise WorkbenchError(f"{self.path / RUN_FILE} is corrupt: no kind or configs")
-        return info | {"configs": {k: upgrade(v) for k, v in info["configs"].items()}}
+        """The run's record, its configs' settings under their current names, checked: its
+        shape (:data:`RUN_SHAPE`) and the settings of each config section (known settings,
+        each of its type and inside its domain)."""
+        info = self.read_json(RUN_FILE, RUN_REMEDY, RUN_SHAPE, "a run record")
+        configs = {}
+        for group, values in info["configs"].items():
+            try:
+                configs[group] = (
+                    check_values(SECTIONS[group], values) if group in SECTIONS else values
+                )
+            except WorkbenchError as error:
+                raise WorkbenchError(
+                    f"{self.path / RUN_FILE} is not a run record: configs.{group}: {error}: "
+                    f"{RUN_REMEDY}"
+                ) from None
+        return info | {"configs": configs}
 
     def config(self, cls: type[T], group: str) -> T:
         """The config ``group`` (``data``, ``student``…) of the run's record as ``cls``, its
         paths absolute; a relative path recorded by an older run, from the folder its command
         ran in, is found under the folders that hold the run."""
-        config = from_dict(cls, self.info()["configs"][group])
+        configs = self.info()["configs"]
+        if group not in configs:
+            raise WorkbenchError(
+                f'{self.path / RUN_FILE} is not a run record: "configs.{group}" is missing: '
+                f"{RUN_REMEDY}"
+            )
+        try:
+            config = from_dict(cls, configs[group])
+        except WorkbenchError as error:  # a section a run of another kind would not hold
+            raise WorkbenchError(
+                f"{self.path / RUN_FILE} is not a run record: configs.{group}: {error}: "
+                f"{RUN_REMEDY}"
+            ) from None
         resolve_paths(config, self.path.resolve().parents)
         return config
+
+    def task(self) -> dict[str, Any]:
+        """The run's task record (name, label names, metrics, pair), which a trained run has."""
+        info = self.info()
+        if "task" not in info:
+            raise WorkbenchError(
+                f'{self.path / RUN_FILE} is not a run record: "task" is missing: {RUN_REMEDY}'
+            )
+        return info["task"]
 
     def status(self) -> dict[str, Any]:
         """The training's progress (``state``, ``step``, ``total``). A corrupt file loses only
         that record: its error says so and that rerunning the run's command rewrites it."""
-        return self.read_json(
-            STATUS_FILE,
-            "it only records the training's progress, the model and checkpoint are not "
-            "affected: run the command that made the run again to rewrite it",
-        )
+        return self.read_json(STATUS_FILE, STATUS_REMEDY, STATUS_SHAPE, "a run's status")
 
     def writer(self) -> int | None:
         """The id of the process that holds the run's lock (``.lock``) and is alive, None when
@@ -352,12 +461,15 @@ class Run:
             ) from None
         except KeyError:  # the weights-only reader meets an unknown opcode: not a pickle
             reason = "not a torch checkpoint"
-        except (RuntimeError, EOFError, ValueError) as error:
+        except (RuntimeError, EOFError, ValueError, OSError) as error:
             reason = first_line(error).split(". ")[0]  # torch adds sentences of advice
         else:
-            if isinstance(saved, dict) and {"model", "state"} <= set(saved):
-                return saved
-            reason = "not a kd-workbench checkpoint"
+            if not (isinstance(saved, dict) and {"model", "state"} <= set(saved)):
+                reason = "not a kd-workbench checkpoint"
+            else:
+                reason = problem(saved, CHECKPOINT_SHAPE)
+                if reason is None:
+                    return saved
         raise WorkbenchError(f"{self.checkpoint} is damaged ({reason}): {remedy}")
 
     def append_metrics(self, record: dict[str, Any]) -> None:
@@ -366,8 +478,16 @@ class Run:
     def metrics(self, split: str | None = None) -> list[dict[str, Any]]:
         """The logged records: evaluations (``split`` ``"dev"``) and objective diagnostics
         (``"train"``, see :mod:`kd.diagnostics`); all of them when ``split`` is None."""
-        records = read_json_lines(self.path / "metrics.jsonl")
-        return [r for r in records if split is None or r.get("split") == split]
+        path = self.path / "metrics.jsonl"
+        records = read_json_lines(path, numbered=True)
+        for number, record in records:
+            found = problem(record, METRICS_SHAPE, whole="the line")
+            if found:
+                raise WorkbenchError(
+                    f"{path}, line {number}: not a record of the training: {found}: "
+                    f"{METRICS_REMEDY}"
+                )
+        return [r for _, r in records if split is None or r.get("split") == split]
 
     def truncate_metrics(self, after_step: int) -> None:
         """Forget evaluations logged after ``after_step`` (they are redone on resume)."""
@@ -377,7 +497,13 @@ class Run:
         write_json_lines(self.path / "metrics.jsonl", kept)
 
     def results(self) -> dict[str, Any] | None:
-        return self.read_json("results.json") if (self.path / "results.json").exists() else None
+        """The best model's metrics per split (``{"dev": {"accuracy": …}, "test": …}``), None
+        while there are none."""
+        if not (self.path / "results.json").exists():
+            return None
+        return self.read_json(
+            "results.json", RESULTS_REMEDY, RESULTS_SHAPE, "the metrics of a run's best model"
+        )
 
 
 _SHOWN = 4  # differences named by a refusal to reopen a run

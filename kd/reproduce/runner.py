@@ -45,11 +45,11 @@ from workbench.config import (
     TuneConfig,
     config_key,
     from_dict,
-    upgrade,
 )
-from workbench.errors import WorkbenchError
+from workbench.errors import WorkbenchError, first_line
 from workbench.files import atomic_write_json
 from workbench.runs import Run
+from workbench.shapes import ANY, BOOLEAN, INTEGER, NUMBER, STRING, Either, Mapping, problem
 
 FORMAT = 2  # results.json: rows with identities, relative paths and per-example values
 
@@ -112,8 +112,11 @@ class ExampleScores:
             "explained_examples": explained_examples,
         }
         if stored.exists():
-            scores = json.loads(stored.read_text())
-            if scores.pop("settings") == settings:
+            try:  # a damaged file is computed again: it is only a cache of the scores
+                scores = json.loads(stored.read_text())
+            except (OSError, ValueError):
+                scores = None
+            if isinstance(scores, dict) and scores.pop("settings", None) == settings:
                 return scores
         scores = self._compute(teacher, student, explained_examples)
         atomic_write_json(stored, {"settings": settings, **scores})
@@ -215,13 +218,12 @@ def _moved(folder: Path, teacher: Path) -> Run | None:
     """A student folder written when the suite lay elsewhere records its teacher's old path,
     which its run record refuses: a finished one is used as it is; an unfinished one is
     restarted (its checkpoint cannot be reopened under the new path)."""
-    record = folder / "run.json"
-    if not record.exists():
-        return None
-    recorded = upgrade(json.loads(record.read_text())["configs"]["student"])["teacher"]
-    if Path(recorded).resolve() == teacher.resolve():  # the same folder, however spelt
+    if not (folder / "run.json").exists():
         return None
     run = Run(folder)
+    recorded = run.info()["configs"].get("student", {}).get("teacher", "")
+    if Path(recorded).resolve() == teacher.resolve():  # the same folder, however spelt
+        return None
     if run.status().get("state") == "finished":
         return run
     shutil.rmtree(folder)
@@ -418,10 +420,103 @@ def _parallel(
             raise
 
 
+_METRICS = Mapping(Either(NUMBER, None))
+_COUNT = Either(INTEGER, None)
+RESULTS_SHAPE = {  # the suite's record (:mod:`workbench.shapes`), checked when it is read
+    "format?": INTEGER,
+    "suite": STRING,
+    "cuts?": Either(STRING, None),
+    "ablation_data?": Either(STRING, None),
+    "setup?": Mapping(
+        {
+            "teacher": STRING,
+            "max_train_examples": _COUNT,
+            "student_train_examples?": _COUNT,
+            "max_eval_examples": _COUNT,
+            "max_length": INTEGER,
+            "teacher_epochs": NUMBER,
+            "student_layers": INTEGER,
+            "student_epochs": NUMBER,
+            "seeds": [INTEGER],
+            "explained_examples?": _COUNT,
+        }
+    ),
+    "truncation?": Mapping(
+        Either(
+            None,
+            {
+                "max_length": INTEGER,
+                "examples": INTEGER,
+                "truncated_examples": INTEGER,
+                "kept_tokens": NUMBER,
+                "median_tokens": NUMBER,
+            },
+        )
+    ),
+    "tuned?": BOOLEAN,
+    "teachers": Mapping({"key?": STRING, "run": STRING, "test": _METRICS}),
+    "tuning?": Mapping(
+        {
+            "key?": STRING,
+            "searched": [STRING],
+            "space": Mapping(STRING),
+            "metric": STRING,
+            "chosen": Mapping(NUMBER),
+            "dev": NUMBER,
+            "objective": Mapping(ANY),
+            "trials": [{"dev": Either(NUMBER, None)}],
+        }
+    ),
+    "planned_students?": _COUNT,
+    "test_sets?": Mapping({"uids": [ANY], "labels": Either(STRING, [ANY])}),
+    "students": [
+        {
+            "key?": STRING,
+            "task": STRING,
+            "name": STRING,
+            "group": STRING,
+            "seed": INTEGER,
+            "run": STRING,
+            "test": _METRICS,
+            "examples?": {"test_set": STRING, "predictions": Either(STRING, [ANY])},
+            "seconds?": NUMBER,
+        }
+    ],
+    "calls?": [
+        {
+            "started": STRING,
+            "seconds": NUMBER,
+            "searches": INTEGER,
+            "teachers": INTEGER,
+            "students": INTEGER,
+            "jobs": INTEGER,
+            "load_before": NUMBER,
+        }
+    ],
+}
+RESULTS_REMEDY = (
+    "restore it (the run folders beside it are kept), or delete it to train the suite's "
+    "missing rows again (finished run folders are reused)"
+)
+
+
 def read_results(out: Path) -> dict:
-    """``<out>/results.json``, or an empty record."""
+    """``<out>/results.json``, checked (:data:`RESULTS_SHAPE`), or an empty record; a file
+    that is not JSON or not of the record's shape is a one-line error naming it."""
     path = out / "results.json"
-    return json.loads(path.read_text()) if path.exists() else {}
+    if not path.exists():
+        return {}
+    try:
+        results = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        reason = error.msg if isinstance(error, json.JSONDecodeError) else "not UTF-8"
+        raise WorkbenchError(f"{path} is corrupt ({reason}): {RESULTS_REMEDY}") from None
+    except OSError as error:
+        raise WorkbenchError(f"{path} cannot be read ({first_line(error)})") from None
+    found = problem(results, RESULTS_SHAPE)
+    if found:
+        raise WorkbenchError(f"{path} is not the record of a suite: {found}: {RESULTS_REMEDY}")
+    return results
 
 
 def run_suite(

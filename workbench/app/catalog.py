@@ -37,6 +37,7 @@ class RunEntry:
     status: dict[str, Any] = field(default_factory=dict)
     problem: str | None = None
     task_of: Path | None = None
+    notes: list[str] = field(default_factory=list)  # damaged records beside a usable model
 
     @property
     def kind(self) -> str | None:
@@ -144,8 +145,14 @@ def _entry(root: Path, folder: Path) -> RunEntry:
         return entry
     try:
         entry.status = run.status()
-    except WorkbenchError:  # it only records progress: a model beside it is still usable
+    except WorkbenchError as error:  # it only records progress: a model beside it is usable
         entry.status = {"state": "unknown (status.json unreadable)"}
+        entry.notes.append(str(error))
+    for record in (run.results, run.metrics):  # records of the training, shown beside it
+        try:
+            record()
+        except WorkbenchError as error:
+            entry.notes.append(str(error))
     if not (run.model_dir / "config.json").exists():
         entry.problem = f"no trained model yet (status: {entry.state})"
         return entry

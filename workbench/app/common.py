@@ -88,8 +88,8 @@ def runs_sidebar() -> None:
         "under the runs root is listed by itself.",
     )
     for entry in entries:
-        if entry.problem:
-            st.sidebar.caption(":material/warning: " + plain(f"{entry.name}: {entry.problem}"))
+        for problem in filter(None, [entry.problem, *entry.notes]):
+            st.sidebar.caption(":material/warning: " + plain(f"{entry.name}: {problem}"))
 
 
 # --------------------------------------------------------------------------- models

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -38,6 +39,7 @@ from workbench.config import (
     from_dict,
     to_dict,
 )
+from workbench.errors import WorkbenchError, first_line
 from workbench.runs import Run
 
 KEY = "train"
@@ -142,6 +144,16 @@ def _curves(folder, metrics: list[dict], key: str) -> None:
             )
 
 
+def _metrics(folder: Path) -> list[dict]:
+    """A run's logged records for its curves; a damaged ``metrics.jsonl`` is a warning in
+    their place, the rest of the page drawn."""
+    try:
+        return Run(folder).metrics() if (folder / "run.json").exists() else []
+    except WorkbenchError as error:
+        st.warning(common.plain(error))
+        return []
+
+
 @st.fragment(run_every=2)
 def _live(job: Job) -> None:
     """One running training: progress, curves and a stop button, refreshed every 2 s."""
@@ -156,8 +168,7 @@ def _live(job: Job) -> None:
         fraction, text = cache or (0.0, "preparing (data, model)…")
         text = f"{job.name}: {text}"
     st.progress(fraction, text=text)
-    metrics = Run(job.folder).metrics() if (job.folder / "run.json").exists() else []
-    _curves(job.folder, metrics, f"{KEY}.live.{job.name}")
+    _curves(job.folder, _metrics(job.folder), f"{KEY}.live.{job.name}")
     if st.button("Stop", key=f"{KEY}.stop.{job.name}"):
         request_stop(job)
         st.info("Stopping at the next step; the run keeps a checkpoint and can resume.")
@@ -175,7 +186,12 @@ def _studies(root) -> None:
     try:
         rows = study_trials(folder)
     except Exception as error:  # a study being created, or a damaged file
-        st.caption(common.plain(f"cannot read {folder / 'study.db'}: {error}"))
+        known = isinstance(error, WorkbenchError)
+        st.caption(
+            common.plain(
+                error if known else f"cannot read {folder / 'study.db'}: {first_line(error)}"
+            )
+        )
         return
     if rows:
         trials = pd.DataFrame(rows)
@@ -212,7 +228,7 @@ def _runs_table(entries: list[RunEntry], root) -> pd.DataFrame:
                 "test": f"{main} {results['test'][main]:.3f}"
                 if main in results.get("test", {})
                 else "",
-                "problem": entry.problem or "",
+                "problem": "; ".join(filter(None, [entry.problem, *entry.notes])),
             }
         )
     return pd.DataFrame(rows)
@@ -241,8 +257,10 @@ def _details(entry: RunEntry, root) -> None:
         st.json(entry.info["configs"], expanded=1)
         if entry.results():
             st.json(entry.results(), expanded=1)
+        for note in entry.notes:
+            st.warning(common.plain(note))
     with curves:
-        _curves(entry.path, Run(entry.path).metrics(), f"{KEY}.details")
+        _curves(entry.path, _metrics(entry.path), f"{KEY}.details")
     if job is not None and job.log_tail():
         with st.expander("log"):
             st.code(job.log_tail())
