@@ -121,11 +121,17 @@ class Explanation:
     gold: int | None = None
     regression: bool = False
     full_length: int = 0  # tokens of the whole text; more than len(tokens) when truncated
+    longer: bool = False  # the text goes on past the full_length tokens counted (a huge text)
 
     @property
     def truncated(self) -> bool:
         """Whether the model read only the first ``len(tokens)`` of the text's tokens."""
-        return self.full_length > len(self.tokens)
+        return self.longer or self.full_length > len(self.tokens)
+
+    @property
+    def length_text(self) -> str:
+        """The text's length in tokens, ``"more than N"`` where only its first N were counted."""
+        return f"more than {self.full_length}" if self.longer else str(self.full_length)
 
     def prediction_text(self) -> str:
         """``"positive 0.91"``: the predicted class and its probability (or the output)."""
@@ -164,24 +170,26 @@ def _class_names(loaded: LoadedModel) -> list[str]:
     return names or ["output"]
 
 
-def _encode(loaded: LoadedModel, examples: Sequence[Example]) -> tuple[dict, list[int]]:
-    """The batch of ``examples`` (each ``[B, L]``), cut to the model's maximum length, and the
-    number of tokens of each whole example."""
+def _encode(loaded: LoadedModel, examples: Sequence[Example]) -> tuple[dict, list[int], list[bool]]:
+    """The batch of ``examples`` (each ``[B, L]``), cut to the model's maximum length, the
+    number of tokens of each example and whether it goes on past them: a text is read, and
+    counted, only as far as :func:`workbench.data.prefixes` takes it (a bounded prefix)."""
     if not examples:
         raise WorkbenchError("no examples to explain")
     if loaded.spec.pair and any(e.pair is None for e in examples):
         raise WorkbenchError(f"{loaded.name} is a pair task: give a second text too")
     texts = [e.text for e in examples]
-    pairs = [e.pair for e in examples] if loaded.spec.pair else None
-    args = (texts,) if pairs is None else (texts, pairs)
+    pairs = [e.pair or "" for e in examples] if loaded.spec.pair else None
+    from workbench.data import prefixes
     from workbench.models import max_tokens
 
     limit = max_tokens(loaded.model)
+    args, cut = prefixes(loaded.tokenizer, texts, pairs, limit)
     full = loaded.tokenizer(*args, truncation=False, verbose=False)["input_ids"]
     batch = loaded.tokenizer(
-        *args, truncation=True, max_length=limit, padding=True, return_tensors="pt"
+        *args, truncation=True, max_length=limit, padding=True, return_tensors="pt", verbose=False
     )
-    return dict(batch), [len(ids) for ids in full]
+    return dict(batch), [len(ids) for ids in full], cut
 
 
 def attribution_config(settings: HeatmapSettings) -> AttributionConfig:
@@ -208,7 +216,7 @@ def explain(
     from workbench.models import forward
 
     config = attribution_config(settings)
-    batch, full_lengths = _encode(loaded, examples)
+    batch, full_lengths, longer = _encode(loaded, examples)
     model, class_names = loaded.model, _class_names(loaded)
     with torch.no_grad():
         logits = forward(model, batch).logits.float()
@@ -240,6 +248,7 @@ def explain(
                 gold=None if regression else gold_index(example.label, class_names),
                 regression=regression,
                 full_length=full_lengths[row],
+                longer=longer[row],
             )
         )
     return out
@@ -308,7 +317,7 @@ def heatmap_metadata(
         "run_ids": json.dumps([e.run_id for e in explanations]),
         "text": example.text,
         "truncated": "; ".join(
-            f"{e.name} read the first {len(e.tokens)} of the text's {e.full_length} tokens"
+            f"{e.name} read the first {len(e.tokens)} of the text's {e.length_text} tokens"
             for e in cut
         )
         or "no",

@@ -15,7 +15,15 @@ from __future__ import annotations
 
 from workbench.config import DataConfig, option_name
 from workbench.data.bundled import TWEETS_VERSION, load_bbc_news, load_tweets
-from workbench.data.encoding import EncodedSplit, batches, collate, encode, pad_id, to_device
+from workbench.data.encoding import (
+    EncodedSplit,
+    batches,
+    collate,
+    encode,
+    pad_id,
+    prefixes,
+    to_device,
+)
 from workbench.data.glue import GLUE_TASKS, load_glue
 from workbench.data.hub_sets import is_hub_id, is_saved_dataset, load_hub, load_saved
 from workbench.data.local import Columns, load_local
@@ -113,6 +121,7 @@ __all__ = [
     "load_local",
     "load_task",
     "pad_id",
+    "prefixes",
     "sample_split",
     "task_names",
     "to_device",
