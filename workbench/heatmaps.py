@@ -28,9 +28,9 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from workbench.config import Checked, MapSettings, colormap, option, positive_number
+from workbench.config import MAX_DPI, Checked, MapSettings, colormap, dpi_range, option
 from workbench.errors import WorkbenchError
-from workbench.files import parse_json_lines
+from workbench.files import parse_json_lines, read_limited
 
 if TYPE_CHECKING:
     from workbench.attribution import AttributionConfig
@@ -42,6 +42,7 @@ FORMAT_CHOICES = ("svg", "pdf", "png", "tex", "html")
 UPLOAD_SUFFIXES = (".csv", ".jsonl")
 MAX_UPLOAD_BYTES = 2_000_000
 MAX_UPLOAD_EXAMPLES = 1000
+FORWARD_ROWS = 16  # examples per forward pass of explain
 
 
 @dataclass
@@ -62,7 +63,13 @@ class ExportSettings(Checked):
     formats: str = option(
         "svg,pdf,png,tex,html", "comma-separated formats: svg, pdf, png, tex, html"
     )
-    dpi: float = option(200.0, "PNG resolution in dots per inch", domain=positive_number)
+    dpi: float = option(
+        200.0,
+        f"PNG resolution in dots per inch, at most {MAX_DPI}: the finest that journals ask of line "
+        "art, and beyond it one figure needs gigabytes; PDF and SVG are vectors, sharp at any "
+        "size",
+        domain=dpi_range,
+    )
     cmap: str | None = option(
         None,
         "matplotlib colormap (default: colour-blind-safe PuOr_r for signed scores, "
@@ -218,8 +225,15 @@ def explain(
     config = attribution_config(settings)
     batch, full_lengths, longer = _encode(loaded, examples)
     model, class_names = loaded.model, _class_names(loaded)
-    with torch.no_grad():
-        logits = forward(model, batch).logits.float()
+    with torch.no_grad():  # a few rows at a time: attention scores grow with rows × L²
+        logits = torch.cat(
+            [
+                forward(
+                    model, {k: v[start : start + FORWARD_ROWS] for k, v in batch.items()}
+                ).logits.float()
+                for start in range(0, len(examples), FORWARD_ROWS)
+            ]
+        )
     regression = loaded.spec.regression
     probabilities = logits if regression else logits.softmax(-1)
     predicted = logits.argmax(-1)
@@ -403,10 +417,13 @@ def write_heatmaps(
     """Write every heatmap in every chosen format as ``<stem>-<n>.<format>``. The set replaces
     a previous export's in ``folder`` whole: its ``<stem>-<n>.<format>`` files are removed once
     the new ones are written (other files stay), so no file of other texts is left beside them."""
-    from workbench.export import export
+    from workbench.export import check_png_size, export
 
     formats = settings.format_list()
     folder = output_folder(folder)
+    if "png" in formats:  # too many pixels: refused before anything is written
+        for heatmap in heatmaps:
+            check_png_size(heatmap, settings.dpi, settings.options())
     folder.mkdir(parents=True, exist_ok=True)
     previous = re.compile(rf"{re.escape(stem)}-\d+\.(?:{'|'.join(FORMAT_CHOICES)})")
     staging = Path(tempfile.mkdtemp(prefix=f".{stem}.", dir=folder))
@@ -472,16 +489,26 @@ def split_examples(split: Split, spec: TaskSpec) -> list[Example]:
     ]
 
 
-def parse_indices(text: str, size: int) -> list[int]:
-    """``"0,3,7-9"`` → ``[0, 3, 7, 8, 9]``, each checked against ``size`` examples."""
-    indices = []
+def parse_indices(text: str, size: int, limit: int = MAX_UPLOAD_EXAMPLES) -> list[int]:
+    """``"0,3,7-9"`` → ``[0, 3, 7, 8, 9]``, each checked against ``size`` examples, at most
+    ``limit`` in all (as many as a file of texts may hold); every range is checked before its
+    indices are listed, so that no range, however large, is ever materialised."""
+    indices: list[int] = []
     for part in filter(None, (p.strip() for p in text.split(","))):
         first, _, last = part.partition("-")
-        if not first.isdigit() or (last and not last.isdigit()):
+        if not re.fullmatch(r"[0-9]+", first) or (last and not re.fullmatch(r"[0-9]+", last)):
             raise WorkbenchError(f"examples {text!r}: use indices such as 0,3,7-9")
-        indices.extend(range(int(first), int(last or first) + 1))
-    outside = [i for i in indices if i >= size]
-    if outside or not indices:
+        low, high = int(first[:19]), int((last or first)[:19])  # 19 digits: already too many
+        if high >= size or max(len(first), len(last)) > 19:
+            raise WorkbenchError(f"examples {text!r}: the split has examples 0..{size - 1}")
+        if low > high:
+            raise WorkbenchError(f"examples {text!r}: range {part} runs backwards")
+        if len(indices) + high - low + 1 > limit:
+            raise WorkbenchError(
+                f"examples {text!r}: more than {limit} examples; choose at most {limit} at once"
+            )
+        indices.extend(range(low, high + 1))
+    if not indices:
         raise WorkbenchError(f"examples {text!r}: the split has examples 0..{size - 1}")
     return indices
 
@@ -503,9 +530,10 @@ def gather_examples(
     examples = [Example(text, pair) for text in texts]
     if texts_file is not None:
         path = Path(texts_file)
-        if not path.is_file():
+        if not path.exists():
             raise WorkbenchError(f"{path} does not exist")
-        examples += read_examples(path.read_bytes(), path.name)
+        # the size checked before anything is read; a pipe or a device refused unopened
+        examples += read_examples(read_limited(path, MAX_UPLOAD_BYTES, "--texts-file"), path.name)
     if split is not None:
         if loaded.data is None:
             raise WorkbenchError(

@@ -16,7 +16,7 @@ from workbench.attribution.settings import AttributionConfig, compute_maps
 from workbench.config import to_dict
 from workbench.data import collate, pad_id, prefixes
 from workbench.errors import WorkbenchError
-from workbench.files import parse_json_lines, write_json_lines
+from workbench.files import parse_json_lines, regular_file, write_json_lines
 from workbench.models import forward
 
 logger = logging.getLogger(__name__)
@@ -137,6 +137,7 @@ def load_attributions(path: str | Path) -> list[AttributionRecord]:
     if not path.exists():
         raise WorkbenchError(f"{path} does not exist")
     names = {f.name for f in dataclasses.fields(AttributionRecord)}
+    regular_file(path, "attributions")  # a pipe or a device would block the reader
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as error:

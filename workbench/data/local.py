@@ -23,6 +23,7 @@ from workbench.data.splits import (
     split_indices,
 )
 from workbench.errors import WorkbenchError, first_line
+from workbench.files import regular_file
 
 LOCAL_SUFFIXES = {
     ".csv": "csv",
@@ -278,6 +279,8 @@ def load_local(path: str, seed: int, columns: Columns = DEFAULT_COLUMNS) -> Task
             raise WorkbenchError(f"{root}: no train.csv/.tsv/.jsonl/.parquet file in it")
     else:
         found = {"train": root}
+    for ours, file in found.items():  # a pipe or a device would block the reader: refused unread
+        regular_file(file, "--task" if file == root else f"--task {ours} file")
     frames = {
         ours: check_table(columns.select(_read_table(p), str(p)), str(p), FILE_LINES)
         for ours, p in found.items()
