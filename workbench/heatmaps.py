@@ -179,24 +179,30 @@ def _class_names(loaded: LoadedModel) -> list[str]:
 
 def _encode(loaded: LoadedModel, examples: Sequence[Example]) -> tuple[dict, list[int], list[bool]]:
     """The batch of ``examples`` (each ``[B, L]``), cut to the model's maximum length, the
-    number of tokens of each example and whether it goes on past them: a text is read, and
-    counted, only as far as :func:`workbench.data.prefixes` takes it (a bounded prefix)."""
+    number of tokens of each example and whether it goes on past them: a text is read only as
+    far as :func:`workbench.data.prefixes` takes it, and counted up to a megabyte
+    (:func:`workbench.data.count_tokens`), so that no text exhausts memory."""
     if not examples:
         raise WorkbenchError("no examples to explain")
     if loaded.spec.pair and any(e.pair is None for e in examples):
         raise WorkbenchError(f"{loaded.name} is a pair task: give a second text too")
     texts = [e.text for e in examples]
     pairs = [e.pair or "" for e in examples] if loaded.spec.pair else None
-    from workbench.data import prefixes
+    from workbench.data import count_tokens, prefixes
     from workbench.models import max_tokens
 
-    limit = max_tokens(loaded.model)
-    args, cut = prefixes(loaded.tokenizer, texts, pairs, limit)
-    full = loaded.tokenizer(*args, truncation=False, verbose=False)["input_ids"]
-    batch = loaded.tokenizer(
+    tokenizer, limit = loaded.tokenizer, max_tokens(loaded.model)
+    args, _ = prefixes(tokenizer, texts, pairs, limit)
+    batch = tokenizer(
         *args, truncation=True, max_length=limit, padding=True, return_tensors="pt", verbose=False
     )
-    return dict(batch), [len(ids) for ids in full], cut
+    lengths, longer = [], []
+    for i, text in enumerate(texts):
+        counts = [count_tokens(tokenizer, t) for t in (text, *([pairs[i]] if pairs else []))]
+        special = tokenizer.num_special_tokens_to_add(pair=pairs is not None)
+        lengths.append(special + sum(n for n, _ in counts))
+        longer.append(any(more for _, more in counts))
+    return dict(batch), lengths, longer
 
 
 def attribution_config(settings: HeatmapSettings) -> AttributionConfig:

@@ -91,6 +91,27 @@ def prefixes(
     return args, cut
 
 
+COUNTED_CHARS = 1 << 20  # characters of a text whose tokens count_tokens counts
+COUNT_PIECE = 1 << 16  # characters tokenised at a time by count_tokens
+
+
+def count_tokens(
+    tokenizer: PreTrainedTokenizerBase, text: str, most: int = COUNTED_CHARS
+) -> tuple[int, bool]:
+    """The number of tokens of ``text`` (special tokens aside) in its first ``most`` characters,
+    tokenised :data:`COUNT_PIECE` characters at a time (pieces ended at a whitespace), so that
+    memory stays bounded; and whether the text goes on past them (then the count is a lower
+    bound)."""
+    count, start, end = 0, 0, min(len(text), most)
+    while start < end:
+        piece = text[start : min(start + COUNT_PIECE, end)]
+        if start + len(piece) < end:
+            piece = _cut(piece, COUNT_PIECE)
+        count += len(tokenizer(piece, add_special_tokens=False, verbose=False)["input_ids"])
+        start += len(piece)
+    return count, end < len(text)
+
+
 def encode(
     split: Split, tokenizer: PreTrainedTokenizerBase, max_length: int, regression: bool = False
 ) -> EncodedSplit:
