@@ -36,10 +36,11 @@ from workbench.config import (
     to_dict,
 )
 from workbench.errors import WorkbenchError, first_line
-from workbench.files import atomic_write_json, hold
+from workbench.files import atomic_write_json, hold, read_limited
 from workbench.runs import same_value
 
 STUDY_NAME = "kdw-tune"
+MAX_CONFIG_BYTES = 1_000_000  # a best.json holds a few kilobytes of settings
 
 
 @dataclass(frozen=True)
@@ -593,10 +594,10 @@ def tune(
 def load_config_file(path: str | Path) -> dict:
     """The sections of a configuration file (``best.json``): ``{"data": {...}, ...}``."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise WorkbenchError(f"--config {path}: no such file")
     try:
-        values = json.loads(path.read_text(encoding="utf-8"))
+        values = json.loads(read_limited(path, MAX_CONFIG_BYTES, "--config"))
     except json.JSONDecodeError as error:
         raise WorkbenchError(f"--config {path}: not JSON ({error})") from None
     except UnicodeDecodeError:

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from kd.cli import main
 from workbench.config import (
+    MAX_DPI,
     AttributionConfig,
     Checked,
     DataConfig,
@@ -212,7 +213,7 @@ def test_number_domains(x: float):
     assert _accepted(lambda: OptimConfig(warmup_ratio=x)) is (0 <= x <= 1)
     assert _accepted(lambda: OptimConfig(weight_decay=x)) is (0 <= x <= 1)
     assert _accepted(lambda: OptimConfig(epochs=x)) is (0 < x <= 1000)
-    assert _accepted(lambda: ExportSettings(dpi=x)) is (_finite(x) and x > 0)
+    assert _accepted(lambda: ExportSettings(dpi=x)) is (_finite(x) and 0 < x <= MAX_DPI)
 
 
 @given(st.none() | numbers)

@@ -13,7 +13,7 @@ from torch import Tensor
 
 from workbench.agreement import attribution_gap, pearson_per_example
 from workbench.attribution import attribution_maps, grad_saliency
-from workbench.data import Split, TaskSpec, batches, encode, pad_id
+from workbench.data import Split, TaskSpec, batches, encode, pad_id, prefixes
 from workbench.heatmaps import Example
 from workbench.metrics import nan_mean, probability_loyalties, task_metrics
 from workbench.models import LoadedModel, forward, max_tokens
@@ -121,16 +121,11 @@ def loyalty_tables(
 
 def hidden_states(loaded: LoadedModel, example: Example) -> tuple[list[str], Tensor]:
     """The tokens of one example and its hidden states ``[layers + 1, L, d]`` (embedding
-    output first)."""
-    args = (example.text,) if not loaded.spec.pair else (example.text, example.pair or "")
-    batch = dict(
-        loaded.tokenizer(
-            *args,
-            truncation=True,
-            return_tensors="pt",
-            max_length=max_tokens(loaded.model),
-        )
-    )
+    output first; a long text read only as far as the model sees it)."""
+    limit = max_tokens(loaded.model)
+    pairs = [example.pair or ""] if loaded.spec.pair else None
+    args, _ = prefixes(loaded.tokenizer, [example.text], pairs, limit)
+    batch = dict(loaded.tokenizer(*args, truncation=True, return_tensors="pt", max_length=limit))
     with torch.no_grad():
         states = forward(loaded.model, batch, hidden_states=True).hidden_states
     tokens = loaded.tokenizer.convert_ids_to_tokens(batch["input_ids"][0].tolist())

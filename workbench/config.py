@@ -32,11 +32,13 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class Domain:
     """The values an option accepts: a test, and how the error says what was expected.
-    ``minimum`` is the smallest integer accepted, for the app's number inputs."""
+    ``minimum`` is the smallest integer accepted and ``maximum`` the largest value, for the
+    app's number inputs."""
 
     accepts: Callable[[Any], bool]
     expected: str
     minimum: int | None = None
+    maximum: float | None = None
 
 
 def _is_integer(value: Any) -> bool:
@@ -81,6 +83,10 @@ ig_steps = between(1, MAX_IG_STEPS)
 non_negative_number = Domain(lambda v: _is_number(v) and v >= 0, "a finite number ≥ 0")
 unit_interval = Domain(lambda v: _is_number(v) and 0 <= v <= 1, "a number in [0, 1]")
 colormap = Domain(_is_colormap, "a matplotlib colormap name, such as viridis or PuOr_r")
+MAX_DPI = 1200  # the largest --dpi (its help says why)
+dpi_range = Domain(
+    lambda v: _is_number(v) and 0 < v <= MAX_DPI, f"a number in (0, {MAX_DPI}]", maximum=MAX_DPI
+)
 MAX_TEMPERATURE = 1000.0  # the largest --temperature (its help says why)
 temperature_range = number_in(0, MAX_TEMPERATURE)
 

@@ -92,6 +92,55 @@ def check_weights(folder: str | Path, remedy: str) -> None:
             raise WorkbenchError(f"{path} is damaged ({first_line(error)}): {remedy}") from None
 
 
+def _not_regular(mode: int) -> str | None:
+    """What a file of ``mode`` is when it is not a regular file (None when it is one)."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    kinds = ((stat.S_ISFIFO, "a pipe"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
+def regular_file(path: str | Path, what: str) -> Path:
+    """``path`` (links followed) if it is a regular file, else a one-line error naming ``what``
+    (an option, a task's split), found without opening it: a pipe or a device would block the
+    reader forever or never end."""
+    path = Path(path)
+    try:
+        kind = _not_regular(path.stat().st_mode)
+    except OSError as error:
+        raise WorkbenchError(f"{what} {path}: cannot read it ({first_line(error)})") from None
+    if kind:
+        raise WorkbenchError(f"{what} {path} is {kind}: give a regular file")
+    return path
+
+
+def read_limited(path: str | Path, limit: int, what: str) -> bytes:
+    """The bytes of the regular file ``path`` if it holds at most ``limit`` bytes, else a
+    one-line error naming ``what``: a pipe or a device (:func:`regular_file`) is refused
+    without blocking (opened non-blocking, checked before any read), the size is checked before
+    anything is read, and no more than ``limit`` bytes are ever read."""
+    path = regular_file(path, what)
+    try:
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as error:
+        raise WorkbenchError(f"{what} {path}: cannot read it ({first_line(error)})") from None
+    with os.fdopen(descriptor, "rb") as stream:
+        status = os.fstat(descriptor)
+        kind = _not_regular(status.st_mode)  # replaced since it was checked
+        if kind:
+            raise WorkbenchError(f"{what} {path} is {kind}: give a regular file")
+        if status.st_size > limit:
+            raise WorkbenchError(
+                f"{what} {path} is {status.st_size:,} bytes: the limit is {limit:,} bytes"
+            )
+        data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise WorkbenchError(f"{what} {path} grew past the limit of {limit:,} bytes as it was read")
+    return data
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

@@ -28,9 +28,9 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from workbench.config import Checked, MapSettings, colormap, option, positive_number
+from workbench.config import MAX_DPI, Checked, MapSettings, colormap, dpi_range, option
 from workbench.errors import WorkbenchError
-from workbench.files import parse_json_lines
+from workbench.files import parse_json_lines, read_limited
 
 if TYPE_CHECKING:
     from workbench.attribution import AttributionConfig
@@ -42,6 +42,7 @@ FORMAT_CHOICES = ("svg", "pdf", "png", "tex", "html")
 UPLOAD_SUFFIXES = (".csv", ".jsonl")
 MAX_UPLOAD_BYTES = 2_000_000
 MAX_UPLOAD_EXAMPLES = 1000
+FORWARD_ROWS = 16  # examples per forward pass of explain
 
 
 @dataclass
@@ -62,7 +63,13 @@ class ExportSettings(Checked):
     formats: str = option(
         "svg,pdf,png,tex,html", "comma-separated formats: svg, pdf, png, tex, html"
     )
-    dpi: float = option(200.0, "PNG resolution in dots per inch", domain=positive_number)
+    dpi: float = option(
+        200.0,
+        f"PNG resolution in dots per inch, at most {MAX_DPI}: the finest that journals ask of line "
+        "art, and beyond it one figure needs gigabytes; PDF and SVG are vectors, sharp at any "
+        "size",
+        domain=dpi_range,
+    )
     cmap: str | None = option(
         None,
         "matplotlib colormap (default: colour-blind-safe PuOr_r for signed scores, "
@@ -121,11 +128,17 @@ class Explanation:
     gold: int | None = None
     regression: bool = False
     full_length: int = 0  # tokens of the whole text; more than len(tokens) when truncated
+    longer: bool = False  # the text goes on past the full_length tokens counted (a huge text)
 
     @property
     def truncated(self) -> bool:
         """Whether the model read only the first ``len(tokens)`` of the text's tokens."""
-        return self.full_length > len(self.tokens)
+        return self.longer or self.full_length > len(self.tokens)
+
+    @property
+    def length_text(self) -> str:
+        """The text's length in tokens, ``"more than N"`` where only its first N were counted."""
+        return f"more than {self.full_length}" if self.longer else str(self.full_length)
 
     def prediction_text(self) -> str:
         """``"positive 0.91"``: the predicted class and its probability (or the output)."""
@@ -164,24 +177,32 @@ def _class_names(loaded: LoadedModel) -> list[str]:
     return names or ["output"]
 
 
-def _encode(loaded: LoadedModel, examples: Sequence[Example]) -> tuple[dict, list[int]]:
-    """The batch of ``examples`` (each ``[B, L]``), cut to the model's maximum length, and the
-    number of tokens of each whole example."""
+def _encode(loaded: LoadedModel, examples: Sequence[Example]) -> tuple[dict, list[int], list[bool]]:
+    """The batch of ``examples`` (each ``[B, L]``), cut to the model's maximum length, the
+    number of tokens of each example and whether it goes on past them: a text is read only as
+    far as :func:`workbench.data.prefixes` takes it, and counted up to a megabyte
+    (:func:`workbench.data.count_tokens`), so that no text exhausts memory."""
     if not examples:
         raise WorkbenchError("no examples to explain")
     if loaded.spec.pair and any(e.pair is None for e in examples):
         raise WorkbenchError(f"{loaded.name} is a pair task: give a second text too")
     texts = [e.text for e in examples]
-    pairs = [e.pair for e in examples] if loaded.spec.pair else None
-    args = (texts,) if pairs is None else (texts, pairs)
+    pairs = [e.pair or "" for e in examples] if loaded.spec.pair else None
+    from workbench.data import count_tokens, prefixes
     from workbench.models import max_tokens
 
-    limit = max_tokens(loaded.model)
-    full = loaded.tokenizer(*args, truncation=False, verbose=False)["input_ids"]
-    batch = loaded.tokenizer(
-        *args, truncation=True, max_length=limit, padding=True, return_tensors="pt"
+    tokenizer, limit = loaded.tokenizer, max_tokens(loaded.model)
+    args, _ = prefixes(tokenizer, texts, pairs, limit)
+    batch = tokenizer(
+        *args, truncation=True, max_length=limit, padding=True, return_tensors="pt", verbose=False
     )
-    return dict(batch), [len(ids) for ids in full]
+    lengths, longer = [], []
+    for i, text in enumerate(texts):
+        counts = [count_tokens(tokenizer, t) for t in (text, *([pairs[i]] if pairs else []))]
+        special = tokenizer.num_special_tokens_to_add(pair=pairs is not None)
+        lengths.append(special + sum(n for n, _ in counts))
+        longer.append(any(more for _, more in counts))
+    return dict(batch), lengths, longer
 
 
 def attribution_config(settings: HeatmapSettings) -> AttributionConfig:
@@ -208,10 +229,17 @@ def explain(
     from workbench.models import forward
 
     config = attribution_config(settings)
-    batch, full_lengths = _encode(loaded, examples)
+    batch, full_lengths, longer = _encode(loaded, examples)
     model, class_names = loaded.model, _class_names(loaded)
-    with torch.no_grad():
-        logits = forward(model, batch).logits.float()
+    with torch.no_grad():  # a few rows at a time: attention scores grow with rows × L²
+        logits = torch.cat(
+            [
+                forward(
+                    model, {k: v[start : start + FORWARD_ROWS] for k, v in batch.items()}
+                ).logits.float()
+                for start in range(0, len(examples), FORWARD_ROWS)
+            ]
+        )
     regression = loaded.spec.regression
     probabilities = logits if regression else logits.softmax(-1)
     predicted = logits.argmax(-1)
@@ -240,6 +268,7 @@ def explain(
                 gold=None if regression else gold_index(example.label, class_names),
                 regression=regression,
                 full_length=full_lengths[row],
+                longer=longer[row],
             )
         )
     return out
@@ -308,7 +337,7 @@ def heatmap_metadata(
         "run_ids": json.dumps([e.run_id for e in explanations]),
         "text": example.text,
         "truncated": "; ".join(
-            f"{e.name} read the first {len(e.tokens)} of the text's {e.full_length} tokens"
+            f"{e.name} read the first {len(e.tokens)} of the text's {e.length_text} tokens"
             for e in cut
         )
         or "no",
@@ -394,10 +423,13 @@ def write_heatmaps(
     """Write every heatmap in every chosen format as ``<stem>-<n>.<format>``. The set replaces
     a previous export's in ``folder`` whole: its ``<stem>-<n>.<format>`` files are removed once
     the new ones are written (other files stay), so no file of other texts is left beside them."""
-    from workbench.export import export
+    from workbench.export import check_png_size, export
 
     formats = settings.format_list()
     folder = output_folder(folder)
+    if "png" in formats:  # too many pixels: refused before anything is written
+        for heatmap in heatmaps:
+            check_png_size(heatmap, settings.dpi, settings.options())
     folder.mkdir(parents=True, exist_ok=True)
     previous = re.compile(rf"{re.escape(stem)}-\d+\.(?:{'|'.join(FORMAT_CHOICES)})")
     staging = Path(tempfile.mkdtemp(prefix=f".{stem}.", dir=folder))
@@ -463,16 +495,26 @@ def split_examples(split: Split, spec: TaskSpec) -> list[Example]:
     ]
 
 
-def parse_indices(text: str, size: int) -> list[int]:
-    """``"0,3,7-9"`` → ``[0, 3, 7, 8, 9]``, each checked against ``size`` examples."""
-    indices = []
+def parse_indices(text: str, size: int, limit: int = MAX_UPLOAD_EXAMPLES) -> list[int]:
+    """``"0,3,7-9"`` → ``[0, 3, 7, 8, 9]``, each checked against ``size`` examples, at most
+    ``limit`` in all (as many as a file of texts may hold); every range is checked before its
+    indices are listed, so that no range, however large, is ever materialised."""
+    indices: list[int] = []
     for part in filter(None, (p.strip() for p in text.split(","))):
         first, _, last = part.partition("-")
-        if not first.isdigit() or (last and not last.isdigit()):
+        if not re.fullmatch(r"[0-9]+", first) or (last and not re.fullmatch(r"[0-9]+", last)):
             raise WorkbenchError(f"examples {text!r}: use indices such as 0,3,7-9")
-        indices.extend(range(int(first), int(last or first) + 1))
-    outside = [i for i in indices if i >= size]
-    if outside or not indices:
+        low, high = int(first[:19]), int((last or first)[:19])  # 19 digits: already too many
+        if high >= size or max(len(first), len(last)) > 19:
+            raise WorkbenchError(f"examples {text!r}: the split has examples 0..{size - 1}")
+        if low > high:
+            raise WorkbenchError(f"examples {text!r}: range {part} runs backwards")
+        if len(indices) + high - low + 1 > limit:
+            raise WorkbenchError(
+                f"examples {text!r}: more than {limit} examples; choose at most {limit} at once"
+            )
+        indices.extend(range(low, high + 1))
+    if not indices:
         raise WorkbenchError(f"examples {text!r}: the split has examples 0..{size - 1}")
     return indices
 
@@ -494,9 +536,10 @@ def gather_examples(
     examples = [Example(text, pair) for text in texts]
     if texts_file is not None:
         path = Path(texts_file)
-        if not path.is_file():
+        if not path.exists():
             raise WorkbenchError(f"{path} does not exist")
-        examples += read_examples(path.read_bytes(), path.name)
+        # the size checked before anything is read; a pipe or a device refused unopened
+        examples += read_examples(read_limited(path, MAX_UPLOAD_BYTES, "--texts-file"), path.name)
     if split is not None:
         if loaded.data is None:
             raise WorkbenchError(

@@ -347,15 +347,17 @@ def choose_weights(out: Path, teacher: Path, suite: Suite, method: str, threads:
 
 def measure_truncation(plan: TaskPlan) -> dict:
     """How much of the test split ``max_length`` cuts: the share of examples cut and the share
-    of all their tokens kept (teacher tokenizer, [CLS]/[SEP] counted)."""
-    from workbench.data import load_task
+    of all their tokens kept (teacher tokenizer, [CLS]/[SEP] counted). Texts are counted up to
+    many times ``max_length`` (:func:`workbench.data.prefixes` with 16 × ``max_length``), so
+    that a huge text cannot exhaust memory; the share kept of such a text is an upper bound."""
+    from workbench.data import load_task, prefixes
     from workbench.models import load_tokenizer
 
     split = load_task(plan.data).splits["test"]
     tokenizer = load_tokenizer(plan.given_teacher or plan.teacher.model)
-    args = (split.texts,) if split.pairs is None else (split.texts, split.pairs)
-    lengths = [len(ids) for ids in tokenizer(*args, truncation=False, verbose=False)["input_ids"]]
     limit = plan.data.max_length
+    args, _ = prefixes(tokenizer, split.texts, split.pairs, 16 * limit)
+    lengths = [len(ids) for ids in tokenizer(*args, truncation=False, verbose=False)["input_ids"]]
     return {
         "max_length": limit,
         "examples": len(lengths),

@@ -186,7 +186,7 @@ def render() -> None:
             st.warning(
                 common.plain(
                     f"{explanation.name} read only the first {len(explanation.tokens)} of the "
-                    f"text's {explanation.full_length} tokens (its maximum length): the text "
+                    f"text's {explanation.length_text} tokens (its maximum length): the text "
                     "was truncated, and the rest is neither shown nor explained."
                 )
             )

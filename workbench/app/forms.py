@@ -46,12 +46,15 @@ def _widget(cls: type, f: dataclasses.Field, default: Any, key: str) -> Any:
             help=help_text,
             key=key,
             min_value=domain.minimum if domain else None,
+            max_value=None if domain is None or domain.maximum is None else int(domain.maximum),
             placeholder="default" if optional else None,
         )
     if kind is float:
+        domain = f.metadata.get("domain")
         return st.number_input(
             label,
             value=None if default is None else float(default),
+            max_value=None if domain is None or domain.maximum is None else float(domain.maximum),
             format="%g",
             help=help_text,
             key=key,

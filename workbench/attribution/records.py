@@ -14,9 +14,9 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from workbench.attribution.settings import AttributionConfig, compute_maps
 from workbench.config import to_dict
-from workbench.data import collate, pad_id
+from workbench.data import collate, pad_id, prefixes
 from workbench.errors import WorkbenchError
-from workbench.files import parse_json_lines, write_json_lines
+from workbench.files import parse_json_lines, regular_file, write_json_lines
 from workbench.models import forward
 
 logger = logging.getLogger(__name__)
@@ -57,10 +57,11 @@ def _encode(
         if not str(text).strip():
             which = f"text {i}" if i < len(texts) else f"pair {i - len(texts)}"
             raise WorkbenchError(f"{which} is empty: give at least one word to attribute")
-    args = (list(texts),) if pairs is None else (list(texts), list(pairs))
+    # each text read only as far as the model sees it: bounded whatever the text's size
+    args, cut = prefixes(tokenizer, texts, pairs, max_length)
     full = tokenizer(*args, truncation=False, verbose=False)["input_ids"]
-    encoded = tokenizer(*args, truncation=True, max_length=max_length)
-    truncated = [len(ids) > max_length for ids in full]
+    encoded = tokenizer(*args, truncation=True, max_length=max_length, verbose=False)
+    truncated = [was_cut or len(ids) > max_length for was_cut, ids in zip(cut, full, strict=True)]
     return encoded, truncated
 
 
@@ -136,6 +137,7 @@ def load_attributions(path: str | Path) -> list[AttributionRecord]:
     if not path.exists():
         raise WorkbenchError(f"{path} does not exist")
     names = {f.name for f in dataclasses.fields(AttributionRecord)}
+    regular_file(path, "attributions")  # a pipe or a device would block the reader
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as error:

@@ -18,7 +18,16 @@ from collections.abc import Callable
 
 from workbench.config import DataConfig, option_name
 from workbench.data.bundled import TWEETS_VERSION, load_bbc_news, load_tweets
-from workbench.data.encoding import EncodedSplit, batches, collate, encode, pad_id, to_device
+from workbench.data.encoding import (
+    EncodedSplit,
+    batches,
+    collate,
+    count_tokens,
+    encode,
+    pad_id,
+    prefixes,
+    to_device,
+)
 from workbench.data.glue import GLUE_TASKS, load_glue
 from workbench.data.hub_sets import is_hub_id, is_saved_dataset, load_hub, load_saved
 from workbench.data.local import Columns, load_local
@@ -166,6 +175,7 @@ __all__ = [
     "TaskSpec",
     "batches",
     "collate",
+    "count_tokens",
     "data_version",
     "encode",
     "load_glue",
@@ -174,6 +184,7 @@ __all__ = [
     "load_task",
     "overlap_note",
     "pad_id",
+    "prefixes",
     "sample_split",
     "task_names",
     "to_device",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -35,31 +34,114 @@ class EncodedSplit(torch.utils.data.Dataset):
         }
 
 
+CHARS_PER_TOKEN = 16
+"""Characters of a text read per token the model can take, at first: three to four times what
+English, code or URLs need, so that a text of any size is tokenised only as far as the model
+reads it (a whole 200 MB text would take tens of GB in the tokenizer)."""
+MAX_CHARS_PER_TOKEN = 1024
+"""The most characters read per token: where the first :data:`CHARS_PER_TOKEN` per token hold
+fewer than ``max_length`` tokens (runs of whitespace, words of hundreds of characters, which
+WordPiece reads as one ``[UNK]``) the prefix grows eightfold at a time up to this bound, and a
+text that even then holds fewer is read that far and counted as truncated."""
+
+
+def _cut(text: str, chars: int) -> str:
+    """The first ``chars`` characters of ``text``, ended at its last whitespace among them
+    (when there is one in their second half), so that no word is cut in two."""
+    head = text[:chars]
+    space = max(head.rfind(" "), head.rfind("\n"), head.rfind("\t"))
+    return head[:space] if space >= chars // 2 else head
+
+
+def _enough(tokenizer: PreTrainedTokenizerBase, text: str, max_length: int) -> bool:
+    ids = tokenizer(
+        text, add_special_tokens=False, truncation=True, max_length=max_length, verbose=False
+    )["input_ids"]
+    return len(ids) >= max_length
+
+
+def prefix(tokenizer: PreTrainedTokenizerBase, text: str, max_length: int) -> tuple[str, bool]:
+    """The part of ``text`` that a model reading ``max_length`` tokens can see, and whether
+    anything was cut: the whole text when it is short, else a prefix (ended at a whitespace) of
+    at least ``max_length`` tokens, read ``max_length`` × :data:`CHARS_PER_TOKEN` characters at
+    first and at most ``max_length`` × :data:`MAX_CHARS_PER_TOKEN`. Tokenising the prefix with
+    ``truncation=True`` gives the same ids as tokenising the whole text, at a cost bounded by
+    ``max_length``, whatever the text's size."""
+    chars = max(max_length, 1) * CHARS_PER_TOKEN
+    while len(text) > chars:
+        head = _cut(text, chars)
+        if chars >= max_length * MAX_CHARS_PER_TOKEN or _enough(tokenizer, head, max_length):
+            return head, True
+        chars *= 8
+    return text, False
+
+
+def prefixes(
+    tokenizer: PreTrainedTokenizerBase,
+    texts: Sequence[str],
+    pairs: Sequence[str] | None,
+    max_length: int,
+) -> tuple[tuple[list[str], ...], list[bool]]:
+    """The tokenizer's arguments (texts, and pairs where given) cut by :func:`prefix`, and per
+    example whether its text or pair was cut (it is then longer than ``max_length`` tokens)."""
+    cut_texts = [prefix(tokenizer, str(t), max_length) for t in texts]
+    cut_pairs = None if pairs is None else [prefix(tokenizer, str(p), max_length) for p in pairs]
+    args = tuple([text for text, _ in part] for part in (cut_texts, cut_pairs) if part is not None)
+    cut = [a[1] or (cut_pairs is not None and cut_pairs[i][1]) for i, a in enumerate(cut_texts)]
+    return args, cut
+
+
+COUNTED_CHARS = 1 << 20  # characters of a text whose tokens count_tokens counts
+COUNT_PIECE = 1 << 16  # characters tokenised at a time by count_tokens
+
+
+def count_tokens(
+    tokenizer: PreTrainedTokenizerBase, text: str, most: int = COUNTED_CHARS
+) -> tuple[int, bool]:
+    """The number of tokens of ``text`` (special tokens aside) in its first ``most`` characters,
+    tokenised :data:`COUNT_PIECE` characters at a time (pieces ended at a whitespace), so that
+    memory stays bounded; and whether the text goes on past them (then the count is a lower
+    bound)."""
+    count, start, end = 0, 0, min(len(text), most)
+    while start < end:
+        piece = text[start : min(start + COUNT_PIECE, end)]
+        if start + len(piece) < end:
+            piece = _cut(piece, COUNT_PIECE)
+        count += len(tokenizer(piece, add_special_tokens=False, verbose=False)["input_ids"])
+        start += len(piece)
+    return count, end < len(text)
+
+
 def encode(
     split: Split, tokenizer: PreTrainedTokenizerBase, max_length: int, regression: bool = False
 ) -> EncodedSplit:
-    """Tokenise a split, truncating to ``max_length`` and counting what was cut."""
+    """Tokenise a split, truncating to ``max_length`` and counting what was cut. Each text is
+    read only as far as the model can see it (:func:`prefix`): its memory and time are bounded
+    by ``max_length``, not by the text's size."""
     if max_length < 4:
         raise WorkbenchError(f"max_length {max_length} is too small (at least 4 tokens)")
-    args = (split.texts,) if split.pairs is None else (split.texts, split.pairs)
-    # One pass: a text longer than max_length comes back as several rows (its overflow); the
-    # first row of each text is its truncated encoding.
-    encoded = tokenizer(
-        *args, truncation=True, max_length=max_length, return_overflowing_tokens=True
-    )
-    mapping = encoded["overflow_to_sample_mapping"]  # row → text
-    first: dict[int, int] = {}  # text → its first row
-    for row, text in enumerate(mapping):
-        first.setdefault(text, row)
-    rows = [first[text] for text in range(len(split.texts))]
-    ids = [encoded["input_ids"][row] for row in rows]
+    args, cut = prefixes(tokenizer, split.texts, split.pairs, max_length)
+    encoded = tokenizer(*args, truncation=True, max_length=max_length, verbose=False)
+    ids = encoded["input_ids"]
+    # A text is cut when its prefix was, or when it fills max_length and one more token of
+    # room shows more (truncation keeps min(length, room) tokens, pairs included)
+    full = [i for i, row in enumerate(ids) if len(row) == max_length and not cut[i]]
+    if full:
+        more = tokenizer(
+            *([part[i] for i in full] for part in args),
+            truncation=True,
+            max_length=max_length + 1,
+            verbose=False,
+        )["input_ids"]
+        for i, row in zip(full, more, strict=True):
+            cut[i] = len(row) > max_length
     types = encoded.get("token_type_ids")
     dtype = torch.float32 if regression else torch.long
     return EncodedSplit(
         input_ids=ids,
-        token_type_ids=[types[row] for row in rows] if types else [[0] * len(i) for i in ids],
+        token_type_ids=types if types else [[0] * len(i) for i in ids],
         labels=torch.tensor(split.labels, dtype=dtype),
-        truncated=sum(n > 1 for n in Counter(mapping).values()),
+        truncated=sum(cut),
     )
 
 

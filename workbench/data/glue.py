@@ -17,7 +17,7 @@ from workbench.data.splits import (
     split_indices,
 )
 from workbench.errors import WorkbenchError, first_line
-from workbench.files import existing_path
+from workbench.files import existing_path, regular_file
 from workbench.hub import hub_offline, hub_reachable, hub_unreachable
 
 
@@ -107,6 +107,7 @@ def _read_glue_tsv(path: Path, name: str) -> tuple[pd.DataFrame, int]:
 
     Read with no quoting, as the papers' scripts do: quote characters inside texts are text."""
     tsv = GLUE_TSV[name]
+    regular_file(path, "--glue-dir")  # a pipe or a device would block the reader
     try:
         with path.open(encoding="utf-8-sig", newline="") as handle:
             rows = list(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))

@@ -3,6 +3,7 @@ strictly (encodings, quoting, labels checked before any training)."""
 
 from __future__ import annotations
 
+import codecs
 import csv
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from workbench.data.splits import (
     split_indices,
 )
 from workbench.errors import WorkbenchError, first_line
+from workbench.files import regular_file
 
 LOCAL_SUFFIXES = {
     ".csv": "csv",
@@ -56,18 +58,27 @@ def _read_table(path: Path) -> pd.DataFrame:
 
 def _text_encoding(path: Path) -> str:
     """UTF-8 (a byte-order mark allowed) or UTF-16 with its byte-order mark; anything else is a
-    one-line error with the remedy."""
-    head = path.read_bytes()
-    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
-        return "utf-16"
-    try:
-        head.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise WorkbenchError(
-            f"{path}: not UTF-8 (byte {error.start} is {head[error.start : error.start + 1]!r}); "
-            "re-save it as UTF-8, e.g. iconv -f latin1 -t utf-8 FILE > FILE.utf8"
-        ) from None
-    return "utf-8-sig"
+    one-line error with the remedy. Checked a megabyte at a time, never the whole file at once."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    with path.open("rb") as file:
+        block = file.read(1 << 20)
+        if block.startswith((b"\xff\xfe", b"\xfe\xff")):
+            return "utf-16"
+        start = 0
+        while True:
+            try:
+                decoder.decode(block, final=not block)
+            except UnicodeDecodeError as error:
+                at = start + error.start - len(decoder.getstate()[0])
+                file.seek(at)
+                raise WorkbenchError(
+                    f"{path}: not UTF-8 (byte {at} is {file.read(1)!r}); re-save it as UTF-8, "
+                    "e.g. iconv -f latin1 -t utf-8 FILE > FILE.utf8"
+                ) from None
+            if not block:
+                return "utf-8-sig"
+            start += len(block)
+            block = file.read(1 << 20)
 
 
 @dataclass(frozen=True)
@@ -268,6 +279,8 @@ def load_local(path: str, seed: int, columns: Columns = DEFAULT_COLUMNS) -> Task
             raise WorkbenchError(f"{root}: no train.csv/.tsv/.jsonl/.parquet file in it")
     else:
         found = {"train": root}
+    for ours, file in found.items():  # a pipe or a device would block the reader: refused unread
+        regular_file(file, "--task" if file == root else f"--task {ours} file")
     frames = {
         ours: check_table(columns.select(_read_table(p), str(p)), str(p), FILE_LINES)
         for ours, p in found.items()

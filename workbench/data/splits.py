@@ -5,6 +5,7 @@ and samples of them."""
 from __future__ import annotations
 
 import hashlib
+import io
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -95,9 +96,26 @@ def example_uid(text: str, pair: str | None = None) -> str:
     return hashlib.sha1(f"{text}\x1f{pair or ''}".encode()).hexdigest()[:16]
 
 
+CLEAN_CHUNK = 1 << 20  # characters cleaned at a time
+
+
 def clean_text(text: str) -> str:
-    """Collapse every run of whitespace (``\\r`` and newlines included) to one space."""
-    return " ".join(str(text).split())
+    """Collapse every run of whitespace (``\\r`` and newlines included) to one space and strip
+    the ends: ``" ".join(text.split())``, a megabyte at a time, so that a long text never holds
+    a list of all its words (tens of bytes each: ten times the text)."""
+    text = str(text)
+    if len(text) <= CLEAN_CHUNK:
+        return " ".join(text.split())
+    out, space = io.StringIO(), False  # space: whitespace since the last word written
+    for start in range(0, len(text), CLEAN_CHUNK):
+        chunk = text[start : start + CLEAN_CHUNK]
+        words = chunk.split()
+        if words:
+            if out.tell() and (space or chunk[0].isspace()):
+                out.write(" ")
+            out.write(" ".join(words))
+        space = chunk[-1].isspace() or (space and not words)
+    return out.getvalue()
 
 
 # how examples are compared across splits, said in the notes

@@ -34,6 +34,8 @@ from workbench.export.html import to_html, token_cell
 from workbench.export.latex import latex_escape, to_latex, to_latex_document
 from workbench.export.model import ExportOptions, Heatmap, HeatmapRow, merge_wordpieces
 from workbench.export.raster import (
+    MAX_PNG_PIXELS,
+    check_png_size,
     describe_characters,
     font_fallback,
     to_pdf,
@@ -53,11 +55,13 @@ from workbench.export.svg import to_svg
 __all__ = [
     "DIVERGING_CMAP",
     "FORMATS",
+    "MAX_PNG_PIXELS",
     "SEQUENTIAL_CMAP",
     "ColorScale",
     "ExportOptions",
     "Heatmap",
     "HeatmapRow",
+    "check_png_size",
     "color_scale",
     "describe_characters",
     "export",

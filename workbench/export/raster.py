@@ -4,6 +4,7 @@ no font covers are reported, never drawn as boxes silently)."""
 from __future__ import annotations
 
 import logging
+import math
 import warnings
 from collections.abc import Iterable, Sequence
 from functools import cache, lru_cache
@@ -14,6 +15,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
+from workbench.errors import WorkbenchError
 from workbench.export.layout import (
     _MONO_FAMILY,
     _SANS_FAMILY,
@@ -184,6 +186,34 @@ def _mpl_item(ax, item: _Item, fonts: dict[bool, list[str]]) -> None:
             ax.plot([item.x1, item.x2], [item.y1, item.y2], color=hex_color(_RULE), linewidth=0.6)
 
 
+MAX_PNG_PIXELS = 100_000_000
+"""The most pixels of a PNG: matplotlib draws it into a buffer of 4 bytes a pixel (400 MB here)
+before compressing it."""
+MAX_PNG_SIDE = 2**16 - 1  # matplotlib's Agg renderer draws nothing wider or taller
+
+
+def png_size(heatmap: Heatmap, dpi: float, options: ExportOptions | None = None) -> tuple[int, int]:
+    """The width and height in pixels of ``heatmap``'s PNG at ``dpi``."""
+    scene = _build_scene(_prepare(heatmap, options), options)
+    return math.ceil(scene.width / 72 * dpi), math.ceil(scene.height / 72 * dpi)
+
+
+def check_png_size(heatmap: Heatmap, dpi: float, options: ExportOptions | None = None) -> None:
+    """A PNG over :data:`MAX_PNG_PIXELS` pixels or :data:`MAX_PNG_SIDE` on a side is a one-line
+    error that names the largest ``dpi`` that fits."""
+    width, height = png_size(heatmap, dpi, options)
+    if width * height <= MAX_PNG_PIXELS and max(width, height) <= MAX_PNG_SIDE:
+        return
+    fits = dpi * min(
+        math.sqrt(MAX_PNG_PIXELS / (width * height)), MAX_PNG_SIDE / max(width, height)
+    )
+    raise WorkbenchError(
+        f"a PNG of {width:,}×{height:,} pixels at {dpi:g} dpi: the limit is "
+        f"{MAX_PNG_PIXELS / 1e6:g} megapixels and {MAX_PNG_SIDE:,} pixels a side; use a dpi of "
+        f"at most {math.floor(fits * 0.99)}, or PDF or SVG (vectors)"
+    )
+
+
 def _render(
     heatmap: Heatmap,
     path: Path,
@@ -236,5 +266,7 @@ def to_pdf(heatmap: Heatmap, path: str | Path, options: ExportOptions | None = N
 def to_png(
     heatmap: Heatmap, path: str | Path, dpi: float = 200, options: ExportOptions | None = None
 ) -> Path:
-    """Render to a PNG at ``dpi``; metadata goes into PNG text chunks."""
+    """Render to a PNG at ``dpi``; metadata goes into PNG text chunks. A PNG over
+    :data:`MAX_PNG_PIXELS` is refused (:func:`check_png_size`)."""
+    check_png_size(heatmap, dpi, options)
     return _render(heatmap, Path(path), "png", dpi, options)
