@@ -107,6 +107,11 @@ def _from_pretrained(load, name: str, what: str, **options):
                 f"and weights, or the built-in {', '.join(BUILTIN_MODELS)}",
             ) from None
         raise WorkbenchError(f"cannot load {what} {name!r}: {first_line(error)}") from None
+    except Exception as error:  # a damaged file of the folder: the library's errors vary
+        raise WorkbenchError(
+            f"cannot load {what} {name!r} ({type(error).__name__}: {first_line(error)}): a file "
+            "of the folder is damaged; replace it with a complete copy (save_pretrained)"
+        ) from None
 
 
 def has_head(config: PretrainedConfig) -> bool:
@@ -605,9 +610,10 @@ def load_run(path: str | Path) -> LoadedModel:
             run.model_dir, attn_implementation=ATTENTION
         )
         tokenizer = AutoTokenizer.from_pretrained(run.model_dir)
-    except (OSError, ValueError) as error:
+    except Exception as error:  # a damaged file: transformers' errors have no common type
         raise WorkbenchError(
-            f"{run.model_dir} cannot be loaded ({error}): delete the run"
+            f"{run.model_dir} cannot be loaded ({type(error).__name__}: {first_line(error)}): "
+            "a file of the model is damaged; train the run again"
         ) from None
     task = run.task()
     spec = TaskSpec(

@@ -93,7 +93,13 @@ class Columns:
     def select(self, frame: pd.DataFrame, where: str) -> pd.DataFrame:
         """``frame``'s text, label (and second text) columns, named ``text``, ``label`` (and
         ``text_pair``); a missing one is a one-line error listing the columns found."""
-        missing = [c for c in (self.text, self.label, self.pair) if c and c not in frame.columns]
+        chosen = [c for c in (self.text, self.label, self.pair) if c is not None]
+        if len(set(chosen)) < len(chosen):
+            raise WorkbenchError(
+                f"{where}: --text-column, --text-pair-column and --label-column must name "
+                f"different columns, not {chosen}"
+            )
+        missing = [c for c in chosen if c not in frame.columns]
         if missing:
             raise WorkbenchError(
                 f"{where}: missing column(s) {missing}; found {list(frame.columns)} (choose "
