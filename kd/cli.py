@@ -31,7 +31,7 @@ from workbench.config import (
     option_name,
     to_dict,
 )
-from workbench.errors import WorkbenchError
+from workbench.errors import WorkbenchError, one_line
 from workbench.heatmaps import ExportSettings, HeatmapSettings
 
 
@@ -327,7 +327,7 @@ class Parser(argparse.ArgumentParser):
     problem and where the usage is, without the usage block."""
 
     def error(self, message: str):
-        self.exit(2, f"kdw: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"kdw: error: {one_line(message)} (see {self.prog} --help)\n")
 
 
 def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParser:
@@ -638,7 +638,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args = build_parser(config_defaults(args.config)).parse_args(argv)
         args.handler(args)
     except WorkbenchError as error:
-        print(f"kdw: error: {error}", file=sys.stderr)
+        print(f"kdw: error: {one_line(str(error))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(

@@ -139,7 +139,7 @@ def evaluate_runs(
             {
                 "run": loaded.name,
                 "kind": info["kind"],
-                "method": info["method"],
+                "method": info.get("method", "–"),
                 "objective": objective_description(info) if loaded.run else None,
                 "layers": len(encoder_layers(loaded.model)),
                 "parameters_m": round(sum(p.numel() for p in loaded.model.parameters()) / 1e6, 1),

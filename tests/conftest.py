@@ -138,6 +138,27 @@ def write_tiny_workspace(work: Path) -> None:
         part.to_csv(work / "task" / f"{name}.csv", index=False)
 
 
+def write_tiny_runs(work: Path) -> None:
+    """:func:`write_tiny_workspace`, then ``work/teacher`` (a run trained on ``work/task`` at
+    max length 16) and ``work/student`` (2 layers distilled from it with vanilla KD), recorded
+    with absolute paths."""
+    from kd.pipeline import distill, train_teacher
+    from workbench.config import (
+        DataConfig,
+        ObjectiveConfig,
+        OptimConfig,
+        StudentConfig,
+        TeacherConfig,
+    )
+
+    write_tiny_workspace(work)
+    data = DataConfig(task=str(work / "task"), max_length=16)
+    fast = OptimConfig(epochs=0.1, batch_size=16, threads=1)
+    train_teacher(data, TeacherConfig(model=str(work / "tiny-bert")), fast, work / "teacher")
+    student = StudentConfig(teacher=str(work / "teacher"), num_layers=2)
+    distill(data, student, ObjectiveConfig(preset="kd"), fast, work / "student")
+
+
 def assert_same_weights(one: dict, other: dict, atol: float = 1e-6) -> None:
     """State dicts equal to ``atol``, except attention key biases: softmax over keys is
     invariant to a constant per query, so their gradient is zero in exact arithmetic and only

@@ -16,14 +16,11 @@ import pytest
 import torch
 
 from kd.cli import main
-from kd.pipeline import distill, train_teacher
-from tests.conftest import write_tiny_workspace
+from tests.conftest import write_tiny_runs
 from workbench.app.catalog import discover_runs
-from workbench.config import DataConfig, ObjectiveConfig, OptimConfig, StudentConfig, TeacherConfig
 from workbench.runs import Run
 
 ROOT = Path(__file__).resolve().parents[1]
-FAST = OptimConfig(epochs=0.1, batch_size=16, threads=1)
 SIZES = ["--max-length", "16", "--epochs", "0.1", "--batch-size", "16", "--threads", "1"]
 
 
@@ -36,11 +33,7 @@ def work(tmp_path_factory) -> Path:
     from kd.tune import STUDY_NAME
 
     work = tmp_path_factory.mktemp("damaged")
-    write_tiny_workspace(work)
-    data = DataConfig(task=str(work / "task"), max_length=16)
-    train_teacher(data, TeacherConfig(model=str(work / "tiny-bert")), FAST, work / "teacher")
-    student = StudentConfig(teacher=str(work / "teacher"), num_layers=2)
-    distill(data, student, ObjectiveConfig(preset="kd"), FAST, work / "student")
+    write_tiny_runs(work)
     (work / "study").mkdir()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(

@@ -17,7 +17,7 @@ from workbench.config import to_dict
 from workbench.data import collate, pad_id, prefixes
 from workbench.errors import WorkbenchError
 from workbench.files import parse_json_lines, regular_file, write_json_lines
-from workbench.models import forward
+from workbench.models import check_max_length, forward
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +85,7 @@ def attribute_texts(
         raise WorkbenchError(f"{len(texts)} texts but {len(pairs)} pairs: give one pair per text")
     if labels is not None and len(labels) != len(texts):
         raise WorkbenchError(f"{len(texts)} texts but {len(labels)} labels")
+    check_max_length(model, settings.max_length, "the model")
     encoded, truncated = _encode(tokenizer, texts, pairs, settings.max_length)
     token_types = encoded.get("token_type_ids") or [[0] * len(i) for i in encoded["input_ids"]]
     examples = [

@@ -3,7 +3,7 @@ differentiates (a class probability per view, or GKD's ``p_max``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 from torch import Tensor
@@ -64,14 +64,19 @@ def predictions(model: PreTrainedModel, batch: Batch) -> Tensor:
         return forward(model, batch).logits.argmax(-1)
 
 
-def class_ids(model: PreTrainedModel, values: Tensor, what: str, device: torch.device) -> Tensor:
-    """``values`` as class indices on ``device``, checked against the model's classes."""
+def class_ids(
+    model: PreTrainedModel, values: Tensor | Sequence[int], what: str, device: torch.device
+) -> Tensor:
+    """``values`` as class indices on ``device``, checked against the model's classes (plain
+    ints before a tensor, which may not hold them, is made)."""
     classes = model.config.num_labels
-    if values.is_floating_point() or ((values < 0) | (values >= classes)).any():
+    tensor = isinstance(values, Tensor)
+    listed = values.flatten().tolist() if tensor else list(values)
+    if (tensor and values.is_floating_point()) or any(not 0 <= v < classes for v in listed):
         raise WorkbenchError(
-            f"{what} {values.unique().tolist()} outside the model's classes 0..{classes - 1}"
+            f"{what} {sorted(set(listed))} outside the model's classes 0..{classes - 1}"
         )
-    return values.long().to(device)
+    return (values if tensor else torch.tensor(listed)).long().to(device)
 
 
 def resolve_target(model: PreTrainedModel, batch: Batch, target: Target) -> Tensor:
@@ -99,7 +104,7 @@ def view_names(model: PreTrainedModel, views: Views) -> list[str]:
         return [str(names[c]) for c in range(model.config.num_labels)]
     if isinstance(views, str):
         return [views]
-    indices = [int(c) for c in torch.as_tensor(views).reshape(-1)]
+    indices = [views] if isinstance(views, int) else [int(c) for c in views]
     outside = [c for c in indices if not 0 <= c < model.config.num_labels]
     if outside:
         raise WorkbenchError(
@@ -119,7 +124,7 @@ def resolve_views(
     if is_regression(model):
         return torch.zeros(size, 1, dtype=torch.long, device=device)
     if not isinstance(views, str):
-        chosen = class_ids(model, torch.as_tensor(views).reshape(-1), "view", device)
+        chosen = class_ids(model, [views] if isinstance(views, int) else views, "view", device)
         return chosen.expand(size, -1)
     if views == "all":
         return torch.arange(model.config.num_labels, device=device).expand(size, -1)
