@@ -21,8 +21,15 @@ from pathlib import Path
 
 from bench.common import setup, write_results
 from kd.pipeline import distill, export_model, train_teacher
-from workbench.benchmark import BenchmarkSettings, benchmark, format_benchmark
-from workbench.config import DataConfig, ObjectiveConfig, OptimConfig, StudentConfig, TeacherConfig
+from workbench.benchmark import benchmark, format_benchmark
+from workbench.config import (
+    BenchmarkSettings,
+    DataConfig,
+    ObjectiveConfig,
+    OptimConfig,
+    StudentConfig,
+    TeacherConfig,
+)
 from workbench.models import load_config, load_tokenizer, random_student
 
 DEMO = Path("runs/demo")

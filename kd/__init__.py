@@ -1,18 +1,27 @@
 """Distillation: the methods (their pure loss functions importable from here), the objective,
-the trainer, the CLI."""
+the trainer, the CLI.
 
-from kd.methods.adkd import attribution_loss
-from kd.methods.ckd import layer_relation_loss, word_relation_loss
-from kd.methods.gkd import gradient_alignment_loss
-from kd.methods.pkd import patient_loss
-from kd.methods.vanilla import logit_kd_loss, task_loss
+The loss functions are imported when first asked for, so that importing the package (as
+``kdw --help`` does) loads neither torch nor transformers."""
 
-__all__ = [
-    "attribution_loss",
-    "gradient_alignment_loss",
-    "layer_relation_loss",
-    "logit_kd_loss",
-    "patient_loss",
-    "task_loss",
-    "word_relation_loss",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LOSSES = {
+    "attribution_loss": "kd.methods.adkd",
+    "gradient_alignment_loss": "kd.methods.gkd",
+    "layer_relation_loss": "kd.methods.ckd",
+    "logit_kd_loss": "kd.methods.vanilla",
+    "patient_loss": "kd.methods.pkd",
+    "task_loss": "kd.methods.vanilla",
+    "word_relation_loss": "kd.methods.ckd",
+}
+__all__ = sorted(_LOSSES)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LOSSES:
+        raise AttributeError(f"module 'kd' has no attribute {name!r}")
+    return getattr(importlib.import_module(_LOSSES[name]), name)

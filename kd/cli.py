@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import fields, replace
 from pathlib import Path
 
-from workbench.benchmark import BenchmarkSettings
 from workbench.config import (
     AttributionConfig,
+    BenchmarkSettings,
     DataConfig,
     ObjectiveConfig,
     OptimConfig,

@@ -362,3 +362,8 @@ class Objective:
         values = {name: values[name] for name in self.weights}
         values["loss"] = torch.stack([self.weights[n] * v for n, v in values.items()]).sum()
         return values
+
+
+# The built-in methods register their terms, fields and presets when imported: whoever imports
+# the objective finds them registered. Last, since their modules import this one.
+import kd.methods  # noqa: E402, F401

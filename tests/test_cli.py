@@ -56,6 +56,29 @@ def test_every_command_explains_its_options(command, capsys):
             assert option in out
 
 
+HEAVY = ("torch", "transformers", "captum", "pandas", "streamlit", "optuna", "onnxruntime")
+
+
+def test_the_help_of_every_command_loads_no_heavy_library():
+    """``kdw --help`` and each command's help load in a fraction of a second: the parser is
+    built from the config dataclasses alone, and a command's libraries are imported when it
+    runs (checked in a fresh interpreter, since this one has them all)."""
+    script = (
+        "import json, sys\n"
+        "from kd.cli import build_parser\n"
+        "parser = build_parser()\n"
+        "commands = next(a for a in parser._actions if a.dest == 'command').choices\n"
+        "texts = [parser.format_help()] + [c.format_help() for c in commands.values()]\n"
+        f"print(json.dumps([sorted(set({HEAVY!r}) & set(sys.modules)), len(texts)]))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True
+    )
+    loaded, helps = json.loads(result.stdout)
+    assert loaded == [] and helps > 10
+
+
 def test_reproduce_options_name_the_suite():
     def suite(*options: str):
         return reproduce_suite(build_parser().parse_args(["reproduce", *options]))

@@ -453,6 +453,54 @@ class ObjectiveConfig(Checked):
     )
 
 
+def parse_batch_sizes(text: str) -> tuple[int, ...]:
+    """``"1,32"`` → ``(1, 32)``: distinct integers ≥ 1, ascending; anything else is an error."""
+    try:
+        sizes = tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
+    except ValueError:
+        sizes = ()
+    if not sizes or sizes[0] < 1:
+        raise WorkbenchError(
+            f"--batch-sizes {text!r}: expected comma-separated integers ≥ 1, such as 1,32"
+        )
+    return sizes
+
+
+def _is_batch_sizes(text: object) -> bool:
+    try:
+        return isinstance(text, str) and bool(parse_batch_sizes(text))
+    except WorkbenchError:
+        return False
+
+
+@dataclass
+class BenchmarkSettings(Checked):
+    """What is timed and how: the texts, the batch sizes, warm-up, repeats, threads, device."""
+
+    split: str = option("test", "split whose texts are timed and scored")
+    examples: int = option(
+        0,
+        "time and score a stratified sample of about this many texts of the split (0: all)",
+        domain=non_negative_int,
+    )
+    batch_sizes: str = option(
+        "1,32",
+        "comma-separated batch sizes: latency per text is timed at 1, throughput "
+        "(examples/s) at every larger one",
+        domain=Domain(_is_batch_sizes, "comma-separated integers ≥ 1, such as 1,32"),
+    )
+    warmup: int = option(1, "untimed rounds over every model first", domain=non_negative_int)
+    repeats: int = option(
+        5, "timed rounds, each running every model in turn (round-robin)", domain=positive
+    )
+    threads: int = option(
+        0,
+        "CPU threads of torch and of ONNX Runtime's operators (0: torch's default), at most 1024",
+        domain=between(0, 1024),
+    )
+    device: str = option("cpu", "cpu, cuda or cuda:N (ONNX graphs run on the CPU only)")
+
+
 PRECISIONS = ("fp32", "bf16", "fp16")
 
 
