@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -292,5 +292,87 @@ def trials_figure(trials: pd.DataFrame, metric: str = "dev") -> go.Figure:
         )
     fig.update_layout(
         xaxis_title="trial", yaxis_title=metric, height=300, margin={"t": 20}, font=FONT
+    )
+    return fig
+
+
+def _measure(value: float | None, ratio: float | None, unit: str = "") -> str:
+    """A benchmark value with its ratio to the reference (``—`` where it was not measured)."""
+    if value is None:
+        return "—"
+    shown = f"{number(float(value))}{unit}"
+    return shown if ratio is None else f"{shown} ({number(float(ratio))}×)"
+
+
+def compression_hover(row: dict, method: str, metric: str, reference: str) -> str:
+    """A model's hover label on the compression scatter: its name, engine and method, the
+    metric plotted, then its size, latency and throughput, each with its ratio to the
+    reference (the teacher), and its loyalty to it."""
+    throughput = [k for k in row if k.startswith("throughput_b") and not k.endswith("_ratio")]
+    lines = [
+        f"<b>{_escaped(row['name'])}</b> ({_escaped(row['engine'])})",
+        f"method: {_escaped(method or '–')}",
+        f"{_escaped(metric)} {_measure(row.get(metric), None)}",
+        f"ratios are to {_escaped(reference)}",
+        f"parameters: {_measure(row['parameters'], row.get('parameters_ratio'))}",
+        f"on disk: {_measure(row.get('disk_mb'), row.get('disk_mb_ratio'), ' MB')}",
+        "latency at batch 1: "
+        + _measure(row.get("latency_ms_median"), row.get("latency_ms_median_ratio"), " ms")
+        + f", p95 {_measure(row.get('latency_ms_p95'), row.get('latency_ms_p95_ratio'), ' ms')}",
+        *(
+            f"examples/s at batch {key.removeprefix('throughput_b')}: "
+            + _measure(row[key], row.get(f"{key}_ratio"))
+            for key in throughput
+        ),
+        f"label loyalty {_measure(row.get('label_loyalty'), None)} · probability loyalty "
+        f"{_measure(row.get('probability_loyalty'), None)}",
+    ]
+    return "<br>".join(lines)
+
+
+def compression_scatter(
+    report: dict, metric: str = "accuracy", methods: Mapping[str, str] | None = None
+) -> go.Figure:
+    """What a student buys (a :func:`workbench.benchmark.benchmark` report): ``metric`` (a task
+    metric or a loyalty of the report's rows) against the median latency at batch 1, one point
+    per model and engine, the reference (the teacher, first) in its colour, one marker symbol
+    per engine. ``methods`` maps a row's ``source`` to its method (from its run record); each
+    point's ``customdata`` is its row's index in ``report["rows"]`` (what a click returns)."""
+    methods = methods or {}
+    rows = report["rows"]
+    symbols = ("circle", "diamond", "square", "cross", "triangle-up")
+    fig = go.Figure()
+    for number_, engine in enumerate(dict.fromkeys(row["engine"] for row in rows)):
+        indices = [i for i, row in enumerate(rows) if row["engine"] == engine]
+        fig.add_trace(
+            go.Scatter(
+                x=[rows[i].get("latency_ms_median") for i in indices],
+                y=[rows[i].get(metric) for i in indices],
+                mode="markers+text",
+                text=[_escaped(rows[i]["name"]) for i in indices],
+                textposition="top center",
+                marker={
+                    "size": 12,
+                    "symbol": symbols[number_ % len(symbols)],
+                    "color": [TEACHER_COLOUR if i == 0 else STUDENT_COLOUR for i in indices],
+                },
+                name=_escaped(engine),
+                customdata=[[i] for i in indices],
+                hovertext=[
+                    compression_hover(
+                        rows[i], methods.get(rows[i]["source"], ""), metric, report["reference"]
+                    )
+                    for i in indices
+                ],
+                hoverinfo="text",
+            )
+        )
+    fig.update_layout(
+        xaxis_title="median latency at batch 1 (ms per text)",
+        yaxis_title=metric.replace("_", " "),
+        height=380,
+        margin={"t": 20, "b": 10},
+        legend={"title": {"text": "engine"}},
+        font=FONT,
     )
     return fig

@@ -5,6 +5,8 @@ study."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import streamlit as st
 
@@ -49,6 +51,11 @@ def render() -> None:
         "LL: share of examples where the student predicts the teacher's class; PL: mean "
         "of 1 − √JSD(p_t ‖ p_s); SL: mean Pearson correlation of the two models' Grad "
         "saliency (×100)."
+    )
+    st.page_link(
+        Path(__file__).resolve().parent / "compression.py",
+        label="Compression: the size and speed these students buy, beside their loyalty",
+        icon=":material/speed:",
     )
     st.plotly_chart(loyalty_histograms(frame, names), key=f"{KEY}.distributions")
     st.caption(

@@ -14,6 +14,7 @@ PAGES = (  # file, title, URL path (the first is the default page)
     ("case_study.py", "Case study", None),
     ("geometry.py", "Layer geometry", "geometry"),
     ("loyalty.py", "Loyalty", "loyalty"),
+    ("compression.py", "Compression", "compression"),
     ("divergence.py", "Where explanations diverge", "divergence"),
     ("train.py", "Train", "train"),
     ("exports.py", "Export", "export"),
