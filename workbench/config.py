@@ -60,12 +60,13 @@ def at_least(low: int) -> Domain:
 def between(low: int, high: int) -> Domain:
     """Integers from ``low`` to ``high``."""
     expected = f"an integer in {low}..{high}"
-    return Domain(lambda v: _is_integer(v) and low <= v <= high, expected, low)
+    return Domain(lambda v: _is_integer(v) and low <= v <= high, expected, low, high)
 
 
 def number_in(low: float, high: float) -> Domain:
     """Finite numbers above ``low``, up to ``high``."""
-    return Domain(lambda v: _is_number(v) and low < v <= high, f"a number in ({low:g}, {high:g}]")
+    expected = f"a number in ({low:g}, {high:g}]"
+    return Domain(lambda v: _is_number(v) and low < v <= high, expected, maximum=high)
 
 
 def _is_colormap(name: Any) -> bool:
@@ -84,9 +85,7 @@ non_negative_number = Domain(lambda v: _is_number(v) and v >= 0, "a finite numbe
 unit_interval = Domain(lambda v: _is_number(v) and 0 <= v <= 1, "a number in [0, 1]")
 colormap = Domain(_is_colormap, "a matplotlib colormap name, such as viridis or PuOr_r")
 MAX_DPI = 1200  # the largest --dpi (its help says why)
-dpi_range = Domain(
-    lambda v: _is_number(v) and 0 < v <= MAX_DPI, f"a number in (0, {MAX_DPI}]", maximum=MAX_DPI
-)
+dpi_range = number_in(0, MAX_DPI)
 MAX_TEMPERATURE = 1000.0  # the largest --temperature (its help says why)
 temperature_range = number_in(0, MAX_TEMPERATURE)
 
