@@ -2,7 +2,8 @@
 PyTorch float32, ONNX float32 and ONNX int8, timed and scored in one ``kdw benchmark`` table
 on the bundled tweets' test split (ratios to the PyTorch teacher, loyalty to it).
 
-    python -m bench.bench_deploy                    # runs/demo/teacher, runs/demo/student-kd
+    python -m bench.bench_deploy                    # runs/demo/teacher, runs/demo/student-kd:
+                                                    #   bench/results/deploy-demo.json
     python -m bench.bench_deploy TEACHER STUDENT    # any two run folders of one task
     python -m bench.bench_deploy --tiny             # tiny random models trained for seconds
 
@@ -60,6 +61,12 @@ def main() -> None:
     parser.add_argument("runs", nargs="*", help="teacher and student run folders")
     parser.add_argument("--tiny", action="store_true", help="tiny random models (a minute)")
     parser.add_argument("--examples", type=int, default=0, help="test texts (0: all)")
+    parser.add_argument(
+        "--min-agreement",
+        type=float,
+        default=0.95,
+        help="label agreement each export needs with its PyTorch model (int8 costs MiniLM 2–4 %%)",
+    )
     args = parser.parse_args()
     setup(threads=2)
     with tempfile.TemporaryDirectory() as scratch:
@@ -71,14 +78,22 @@ def main() -> None:
         exports = []
         for run in (teacher, student):
             out = root / f"{run.name}-onnx"
-            export_model(run, out, onnx=True, quantize="int8", examples=args.examples)
+            export_model(
+                run,
+                out,
+                onnx=True,
+                quantize="int8",
+                examples=args.examples,
+                min_agreement=args.min_agreement,
+            )
             exports.append(str(out))
         settings = BenchmarkSettings(
             examples=args.examples, batch_sizes="1,32", warmup=1, repeats=5, threads=2
         )
         report = benchmark([str(teacher), str(student), *exports], settings)
     print(format_benchmark(report))
-    path = write_results("deploy-tiny" if args.tiny else "deploy", report)
+    name = "deploy-tiny" if args.tiny else "deploy" if args.runs else "deploy-demo"
+    path = write_results(name, report)
     print(f"\nwritten to {path}")
 
 
