@@ -480,12 +480,13 @@ def tune(
     from kd.objective import preset_weights
     from kd.pipeline import distill, prepare_distillation
     from kd.trainer import main_metric
-    from workbench.data import load_task
 
     out = Path(out)
     base_weights = preset_weights(objective)
     space = search_space(objective.preset, config.space, base_weights)
-    task = load_task(data)
+    # every check of the settings against the models (an unfinished teacher run included),
+    # before anything is written; the task's data comes with them
+    task = prepare_distillation(data, student, objective, optim.seed).data
     metric = config.metric or main_metric(task.spec)
     known = (*task.spec.metrics, *(() if task.spec.regression else ("accuracy", "macro_f1")))
     if metric not in known:
@@ -495,8 +496,6 @@ def tune(
         optim = replace(optim, eval_every=max(1, steps_per_epoch // config.reports_per_epoch))
     if out.exists() and not out.is_dir():
         raise WorkbenchError(f"--out {out} is a file: give a folder")
-    # every check of the settings against the models (an unfinished teacher run included)
-    prepare_distillation(data, student, objective, optim.seed)
     out.mkdir(parents=True, exist_ok=True)
     target, exhaustive = plan_search(space, config.trials)
     if exhaustive and target < config.trials:

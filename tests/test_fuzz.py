@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kd.cli import build_parser, main
@@ -105,7 +105,6 @@ def _kdw(arguments: list[str], cwd: Path) -> tuple[int, str]:
 
 
 def _assert_clean(status: int, stderr: str, cwd: Path, before: dict[str, bytes], what) -> None:
-    event(f"exit {status}")  # the share of each outcome: --hypothesis-show-statistics
     assert status in (0, 2), (what, status, stderr)
     if status == 2:
         lines = [line for line in stderr.splitlines() if line.strip()]
