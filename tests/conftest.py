@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -61,6 +62,20 @@ WORDS = [
     "but",
 ]
 POSITIVE, NEGATIVE = set(WORDS[:6]), set(WORDS[6:12])
+
+
+def debian_package(package: str) -> None:
+    """Install Debian's ``package`` with apt-get (as the CI machine's root can), or skip the test
+    that needs it where that is impossible."""
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        pytest.skip(f"Debian's {package} is missing and apt-get cannot install it here (not root)")
+    install = ["apt-get", "install", "-y", "-q", package]
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    if subprocess.run(install, capture_output=True, env=env, check=False).returncode == 0:
+        return
+    subprocess.run(["apt-get", "update", "-q"], capture_output=True, env=env, check=False)
+    if subprocess.run(install, capture_output=True, env=env, check=False).returncode != 0:
+        pytest.skip(f"apt-get install {package} failed")
 
 
 def tiny_config(num_labels: int = 3, layers: int = 4, hidden: int = 16) -> BertConfig:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import debian_package
 from test_app import HOSTILE, build_tiny_runs
 
 pytestmark = pytest.mark.e2e
@@ -45,24 +45,12 @@ PAGES = {
 }
 
 
-def _apt_install(package: str) -> bool:
-    install = ["apt-get", "install", "-y", "-q", package]
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    if subprocess.run(install, capture_output=True, env=env, check=False).returncode == 0:
-        return True
-    subprocess.run(["apt-get", "update", "-q"], capture_output=True, env=env, check=False)
-    return subprocess.run(install, capture_output=True, env=env, check=False).returncode == 0
-
-
 @pytest.fixture(scope="session")
 def chromium() -> Path:
     """Debian's Chromium, installed with apt when missing and possible."""
     pytest.importorskip("playwright.sync_api", reason="needs the dev extra (playwright)")
     if not CHROMIUM.exists():
-        if os.geteuid() != 0 or shutil.which("apt-get") is None:
-            pytest.skip(f"{CHROMIUM} is missing and apt-get cannot install it here (not root)")
-        if not _apt_install("chromium"):
-            pytest.skip("apt-get install chromium failed")
+        debian_package("chromium")
     return CHROMIUM
 
 
