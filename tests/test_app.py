@@ -18,6 +18,7 @@ from kd.objective import PRESETS
 from kd.pipeline import distill, train_teacher
 from workbench.app import jobs
 from workbench.app.catalog import discover_runs
+from workbench.app.common import CASE_EXAMPLE
 from workbench.app.heatmap_view import heatmap_html
 from workbench.config import (
     DataConfig,
@@ -30,6 +31,7 @@ from workbench.config import (
 )
 from workbench.data import load_task
 from workbench.export import Heatmap, HeatmapRow, color_scale, score_to_rgb
+from workbench.heatmaps import Example
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
@@ -161,6 +163,16 @@ def test_case_study_shows_every_model_on_one_scale(app):
     )
 
 
+def test_an_example_handed_to_the_case_study_keeps_its_gold_label(app):
+    at = _ok(app.run())
+    at.session_state[CASE_EXAMPLE] = Example("good film", None, "positive", "test-7")
+    _ok(at.run())
+    assert "gold label: positive" in [t.value for t in at.text]
+    at.text_area(key="case.text").set_value("good film, bad end")
+    _ok(at.run())  # an edited text is the user's own: no gold label
+    assert not any(t.value.startswith("gold label") for t in at.text)
+
+
 def test_heatmap_view_escapes_tokens_and_labels():
     rows = [
         HeatmapRow(
@@ -210,6 +222,14 @@ def test_geometry_page(app):
     )
     layers = charts["geometry.layers"]["data"]
     assert [len(trace["z"]) for trace in layers] == [5, 3]  # teacher and student layers + 1
+    token = next(box for box in at.selectbox if box.label.startswith("Token"))
+    token.set_value(3)
+    _ok(at.run())
+    at.text_area(key="geometry.text").set_value("good and bad")
+    _ok(at.run())  # a new text's tokens, its second one chosen (not the old text's fourth)
+    token = next(box for box in at.selectbox if box.label.startswith("Token"))
+    assert (len(token.options), token.value) == (5, 1)
+    assert "angles around token 1\\:good" in " ".join(h.value for h in at.subheader)
     at.selectbox(key="geometry.student").set_value("student-kd")
     at.selectbox(key="geometry.kind").set_value("Euclidean distance")
     _ok(at.run())
@@ -220,6 +240,9 @@ def test_loyalty_page(app):
     at = _ok(app.run())
     at.switch_page("workbench/app/loyalty.py")
     _ok(at.run())
+    limit = next(field for field in at.number_input if field.key.startswith("loyalty.limit"))
+    assert (limit.value, limit.max) == (50, 50)  # the 50-example test split, not 500
+    assert at.subheader[0].value == "Scores on test (50 examples: the whole split)"
     summary = at.dataframe[0].value
     assert list(summary.index) == ["teacher", *STUDENTS]
     for column in ("accuracy", "macro_f1", "LL", "PL", "SL×100"):
@@ -240,7 +263,7 @@ def test_loyalty_rows_are_split_positions_on_a_sample(app, tiny_runs):
     at = _ok(app.run())
     at.switch_page("workbench/app/loyalty.py")
     _ok(at.run())
-    at.number_input(key="loyalty.limit").set_value(10)
+    next(field for field in at.number_input if field.key.startswith("loyalty.limit")).set_value(10)
     departures = _ok(at.run()).dataframe[1].value
     assert len(departures) == 10
     task = json.loads((tiny_runs / "teacher" / "run.json").read_text())["configs"]["data"]
@@ -314,7 +337,13 @@ def test_train_page_launches_a_training_and_lists_runs(app, tiny_runs):
 
     task = json.loads((tiny_runs / "teacher" / "run.json").read_text())["configs"]["data"]["task"]
     model = json.loads((tiny_runs / "teacher" / "run.json").read_text())["configs"]["teacher"]
-    at.text_input(key="train.name").set_value("ui-teacher")
+    assert at.text_input(key="train.name.teacher").value.startswith("teacher-")
+    at.radio(key="train.kind").set_value("student")
+    _ok(at.run())  # a student's run is named for one, not the teacher's form's name
+    assert at.text_input(key="train.name.student").value.startswith("student-")
+    at.radio(key="train.kind").set_value("teacher")
+    _ok(at.run())
+    at.text_input(key="train.name.teacher").set_value("ui-teacher")
     at.text_input(key="train.teacher.data.task").set_value(task)
     at.number_input(key="train.teacher.data.max_length").set_value(16)
     at.text_input(key="train.teacher.teacher.model").set_value(model["model"])
@@ -326,6 +355,8 @@ def test_train_page_launches_a_training_and_lists_runs(app, tiny_runs):
     run_dir = tiny_runs / "ui-teacher"
     job = jobs.job_for(tiny_runs, run_dir)
     assert job is not None
+    state = at.dataframe[-1].value.set_index("run").loc["ui-teacher", "state"]
+    assert state in ("preparing", "training")  # listed from its launch on
     deadline = time.time() + 180
     while job.alive and time.time() < deadline:
         time.sleep(1)

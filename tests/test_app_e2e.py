@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -61,13 +62,19 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def app_url(tmp_path_factory) -> Iterator[str]:
-    """The app served on a free loopback port, over tiny runs (or ``$KDW_E2E_RUNS``)."""
-    runs = os.environ.get("KDW_E2E_RUNS")
-    if runs is None:
-        work = tmp_path_factory.mktemp("e2e")
-        build_tiny_runs(work / "runs", work)
-        runs = str(work / "runs")
+def runs_root(tmp_path_factory) -> Path:
+    """The runs the app shows: tiny ones built here, or ``$KDW_E2E_RUNS``."""
+    if "KDW_E2E_RUNS" in os.environ:
+        return Path(os.environ["KDW_E2E_RUNS"])
+    work = tmp_path_factory.mktemp("e2e")
+    build_tiny_runs(work / "runs", work)
+    return work / "runs"
+
+
+@pytest.fixture(scope="module")
+def app_url(runs_root, tmp_path_factory) -> Iterator[str]:
+    """The app served on a free loopback port, over :func:`runs_root`."""
+    runs = str(runs_root)
     port = _free_port()
     log = tmp_path_factory.mktemp("server") / "streamlit.log"
     env = {**os.environ, "KDW_RUNS": runs, "KDW_DEMO": "off", "PYTHONPATH": str(ROOT)}
@@ -238,6 +245,30 @@ def test_a_click_on_the_loyalty_scatter_opens_the_case_study(app_url, page):
     assert first_word in tokens
     title = page.locator("tr.kdw-row").first.locator("td.kdw-token").nth(1).get_attribute("title")
     assert title.startswith(f"{tokens[1]}: ") and math.isfinite(float(title.rsplit(": ", 1)[1]))
+    page.get_by_text("gold label: ", exact=False).first.wait_for(timeout=10_000)
+
+
+def test_the_students_chooser_shows_every_name_whole(app_url, page, runs_root):
+    """Three students with long names: each chip of the chooser lies inside it, uncut."""
+    if "KDW_E2E_RUNS" in os.environ:
+        pytest.skip("adds a run: only on the runs built here")
+    extra = runs_root / "student-kd-with-a-much-longer-name"
+    shutil.copytree(runs_root / "student-kd", extra)
+    try:
+        page.goto(app_url)
+        page.wait_for_selector("tr.kdw-row", timeout=120_000)
+        _settle(page)
+        chooser = page.locator("[data-testid='stMultiSelect']").filter(has_text="Students")
+        box = chooser.bounding_box()
+        chips = chooser.locator("[data-tag]:visible")
+        assert chips.count() == 3
+        for chip in chips.all():
+            name = chip.locator("span[title]")
+            assert name.evaluate("e => e.scrollWidth <= e.clientWidth"), name.text_content()
+            edge = chip.bounding_box()
+            assert edge["x"] + edge["width"] <= box["x"] + box["width"], name.text_content()
+    finally:
+        shutil.rmtree(extra)
 
 
 def test_the_divergence_view_shows_its_charts_tables_and_hover(app_url, page):

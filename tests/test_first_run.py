@@ -8,6 +8,7 @@ The demo is built once for the module by the real job (``runner.main``) on a tin
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -267,3 +268,65 @@ def test_a_student_that_finishes_joins_the_pages_choice(demo_root, tmp_path, mon
         "demo-quick/student-kd",
         "demo-quick/student-adkd",
     }
+
+
+def test_the_train_page_follows_a_run_the_demo_build_trains(demo_root, building, monkeypatch):
+    """A demo run in training shows the build's live progress and no Resume button (the app's
+    own job trains it), whatever its ``status.json`` last recorded."""
+    status = demo_root / "demo" / "student-adkd" / "status.json"
+    finished = status.read_text()
+    status.write_text('{"state": "running", "step": 0, "total": 47}')
+    monkeypatch.setenv("KDW_RUNS", str(demo_root))
+    monkeypatch.setenv(first_run.DEMO_ENV, "default")
+    try:
+        at = AppTest.from_file(APP, default_timeout=120).run()
+        at.switch_page("workbench/app/train.py")
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        runs = at.dataframe[-1].value.set_index("run")
+        assert runs.loc["demo/student-adkd", "state"] == "training"
+        cache = f"teacher cache (train): {TRAIN_EXAMPLES}/{TRAIN_EXAMPLES} examples"
+        assert runs.loc["demo/student-adkd", "step"] == cache
+        assert runs.loc["demo/student-kd", "state"] == "finished"
+        at.selectbox(key="train.details").set_value("demo/student-adkd")
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert not [b for b in at.button if b.key == "train.resume"]
+        assert any("demo build trains this run" in c.value for c in at.caption)
+    finally:
+        status.write_text(finished)
+
+
+def test_the_demo_build_stops_with_the_app_that_launched_it(tmp_path, tiny_model_dir):
+    """The app's process (here a stand-in that launches the build as the app does) is killed:
+    the build stops within seconds, before its end, keeping what it trained."""
+    root = tmp_path / "runs"
+    sizes = json.loads(tiny_sizes(tiny_model_dir)) | {"train_examples": 512, "teacher_epochs": 50}
+    app = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; from workbench.app import jobs; "
+            "root = Path(sys.argv[1]); jobs.launch(root, 'demo', 'demo', root, 'quick', True); "
+            "time.sleep(600)",
+            str(root),
+        ],
+        env={**os.environ, runner.SIZES_ENV: json.dumps(sizes), "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    quick = root / runner.DEMO_FOLDERS["quick"]
+    deadline = time.time() + 120
+    while not any("step" in r for r in jobs.read_progress(quick)) and time.time() < deadline:
+        assert app.poll() is None
+        time.sleep(0.2)
+    build = jobs.read_jobs(root)[0]
+    assert build.alive, "the build trains"
+    app.kill()
+    app.wait()
+    deadline = time.time() + 30
+    while build.alive and time.time() < deadline:
+        time.sleep(0.2)
+    assert not build.alive, "the build outlived the app"
+    assert not runner.demo_ready(quick)
+    assert json.loads((quick / "teacher" / "status.json").read_text())["state"] != "finished"

@@ -129,7 +129,9 @@ def pick_models(
             "add a model folder in the sidebar."
         )
         return None
-    left, right = st.columns(2)
+    # a single student beside the teacher; several below it, on the page's width (their names
+    # would be cut in half of it)
+    left, right = st.columns(2) if single_student else (st.container(), st.container())
     name = left.selectbox(
         "Teacher", list(teachers), format_func=lambda n: teachers[n].label, key=f"{key}.teacher"
     )
@@ -275,15 +277,22 @@ def open_in_case_study(example: Example, teacher: RunEntry, students: Sequence[s
 def typed_examples(key: str, pair: bool, many: bool = False) -> list[Example]:
     """Texts typed by the user (one per line when ``many``), with a second text for pairs."""
     handed = st.session_state.pop(CASE_EXAMPLE, None)
-    if handed is not None:
+    if handed is not None:  # kept, with its gold label, while its text is not edited
         st.session_state[f"{key}.text"] = handed.text
         st.session_state[f"{key}.pair"] = handed.pair or ""
+        st.session_state[f"{key}.handed"] = handed
     st.session_state.setdefault(f"{key}.text", DEFAULT_TEXT)
     label = "Texts, one per line" if many else "Text"
     text = st.text_area(label, key=f"{key}.text", height=100 if many else 80)
     second = st.text_input("Second text (pair task)", key=f"{key}.pair") if pair else None
     lines = [t.strip() for t in (text.splitlines() if many else [text]) if t.strip()]
-    return [Example(t, second or "") if pair else Example(t) for t in lines]
+    examples = [Example(t, second or "") if pair else Example(t) for t in lines]
+    handed = st.session_state.get(f"{key}.handed")
+    if handed is not None and [(e.text, e.pair or "") for e in examples] == [
+        (handed.text, handed.pair or "")
+    ]:
+        return [handed]
+    return examples
 
 
 def uploaded_examples(key: str) -> list[Example]:

@@ -66,7 +66,8 @@ def _launch_build(root: Path, mode: str) -> Job:
     print(
         f"kd-workbench: no runs under {root}: building the demo "
         f"({' then '.join(DEMO_NAMES[DEMO_FOLDERS[s]] for s in DEMO_PLANS[mode])}: MiniLM-L6 "
-        "teacher on tweets, KD and AD-KD students); progress follows",
+        "teacher on tweets, KD and AD-KD students); progress follows. It stops with the app "
+        "and resumes on its next launch",
         flush=True,
     )
     return launch(root, "demo", "demo", root, mode, to_terminal=True)

@@ -4,6 +4,9 @@ layer-transforming relation of one token across layers; and the layer mapping as
 
 from __future__ import annotations
 
+import json
+import zlib
+
 import streamlit as st
 
 from kd.objective import Objective
@@ -93,7 +96,7 @@ def render() -> None:
             range(len(tokens)),
             format_func=labels.__getitem__,
             index=min(1, len(tokens) - 1),
-            key=f"{KEY}.token",
+            key=f"{KEY}.token.{zlib.crc32(json.dumps(tokens).encode())}",  # anew for a new text
         )
         st.caption(common.plain(f"Layer mapping: {how}. Layer 0 is the embedding output."))
     with diagram:

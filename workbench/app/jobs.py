@@ -133,10 +133,33 @@ def read_jobs(root: Path) -> list[Job]:
     return sorted(jobs, key=lambda job: -job.started)
 
 
+def covers(job: Job, folder: Path) -> bool:
+    """Whether ``job`` works on ``folder``: its target, or a run of a demo the build makes."""
+    folder = Path(folder).resolve()
+    target = job.folder.resolve()
+    if job.kind == "demo":
+        demos = [target / name for name in DEMO_FOLDERS.values()]
+        return folder == target or any(folder.is_relative_to(demo) for demo in demos)
+    return folder == target
+
+
 def job_for(root: Path, target: Path) -> Job | None:
-    """The latest job that worked on ``target``."""
-    resolved = Path(target).resolve()
-    return next((j for j in read_jobs(root) if Path(j.target).resolve() == resolved), None)
+    """The latest job that worked on ``target`` (:func:`covers`)."""
+    return next((job for job in read_jobs(root) if covers(job, target)), None)
+
+
+def live_progress(job: Job, folder: Path) -> str:
+    """Where the training that a live ``job`` runs in run ``folder`` stands (step ``3/47``, the
+    teacher cache's examples, or ``preparing``), from its progress file: the run's
+    ``status.json`` moves only at checkpoints. The demo build trains its runs one after the
+    other, in the progress file of the demo that holds them, each under a stage of its own."""
+    records = read_progress(Path(folder).parent if job.kind == "demo" else job.folder)
+    stage = records[-1].get("stage") if records else None
+    steps = step_records([r for r in records if r.get("stage") == stage])
+    if steps:
+        return f"{steps[-1]['step']}/{steps[-1]['total']}"
+    cache = cache_progress(records)
+    return cache[1] if cache else "preparing"
 
 
 def request_stop(job: Job) -> None:

@@ -15,6 +15,7 @@ from workbench.app.catalog import RunEntry
 from workbench.app.figures import loyalty_histograms, loyalty_scatter
 
 KEY = "loyalty"
+SAMPLE = 500  # examples scored by default
 
 
 def departures(frame: pd.DataFrame, student: str) -> pd.DataFrame:
@@ -35,17 +36,19 @@ def render() -> None:
     left, right = st.columns(2)
     with left:
         split = common.split_choice(KEY)
+    size = len(common.task_split(common.load(teacher), split))
     limit = right.number_input(
-        "Examples (a fixed sample of the split, stratified)",
-        10,
-        100_000,
-        500,
+        f"Examples (a fixed stratified sample of the split's {size})",
+        min(10, size),
+        size,
+        min(SAMPLE, size),
         100,
-        key=f"{KEY}.limit",
+        key=f"{KEY}.limit.{split}.{size}",  # anew where the split's size changes
     )
     summary, frame = common.split_loyalty(teacher, students, split, int(limit))
     names = [s.name for s in students]
-    st.subheader(f"Scores on {split} ({len(frame)} examples)")
+    whole = "the whole split" if len(frame) == size else f"a sample of the split's {size}"
+    st.subheader(f"Scores on {split} ({len(frame)} examples: {whole})")
     st.dataframe(summary.round(3).astype(object).where(summary.notna(), "—"))
     st.caption(
         "LL: share of examples where the student predicts the teacher's class; PL: mean "

@@ -12,7 +12,9 @@ again with its own configs. A :class:`ProgressFile` callback appends each step's
 teacher cache's progress, to ``progress.jsonl`` in the run folder (each demo's folder for the
 demo) and stops the training at its next step once a ``STOP`` file appears there. Errors go to
 stderr (the job's log); the demo's also to the ``progress.jsonl`` of the demo it was building,
-as ``{"error": ...}``, since its output goes to the terminal.
+as ``{"error": ...}``, since its output goes to the terminal. The demo build stops with the
+process that launched it (:func:`stop_with_parent`) and resumes on the app's next launch; a
+training outlives the app.
 
 The demo job builds the demos of its mode in order (:data:`DEMO_PLANS`): for ``default``, the
 quick demo first (a teacher and a student within minutes), then the full one, which the app
@@ -23,10 +25,12 @@ overrides every demo's size: the first-run machinery tried on a tiny model.
 
 from __future__ import annotations
 
+import _thread
 import dataclasses
 import json
 import os
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -157,6 +161,20 @@ def _demo(root: Path, mode: str) -> None:
         callback.announce(READY)
 
 
+def stop_with_parent(interval: float = 1.0) -> None:
+    """Interrupt this process (as Ctrl-C does) once the process that started it is gone: the
+    demo build ends with the app that launched it, however the app ended, keeping its last
+    checkpoint for the next launch."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval)
+        _thread.interrupt_main()
+
+    threading.Thread(target=watch, name="stop-with-parent", daemon=True).start()
+
+
 def main(argv: list[str]) -> int:
     """Run the job ``argv`` describes; exit status 2 for a problem with the input."""
     from workbench.models import quiet_library_output
@@ -189,4 +207,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["demo"]:
+        stop_with_parent()
     sys.exit(main(sys.argv[1:]))

@@ -24,6 +24,7 @@ from workbench.app.jobs import (
     cache_progress,
     job_for,
     launch_training,
+    live_progress,
     read_jobs,
     read_progress,
     request_stop,
@@ -81,7 +82,7 @@ def _form(root, kind: str, teacher: RunEntry | None) -> None:
     )
     with st.form(f"{KEY}.form.{kind}"):
         name = st.text_input(
-            "Run name (a folder under the runs root)", default_name, key=f"{KEY}.name"
+            "Run name (a folder under the runs root)", default_name, key=f"{KEY}.name.{kind}"
         )
         configs = {}
         for section, cls in SECTIONS[kind]:
@@ -207,12 +208,20 @@ def _studies(root) -> None:
 
 
 def _runs_table(entries: list[RunEntry], root) -> pd.DataFrame:
-    rows = []
+    """A row per run folder, and one per training launched whose folder is not written yet."""
+    listed = {entry.path.resolve() for entry in entries}
+    rows = [
+        {"run": job.name, "kind": job.kind, "state": "preparing", "step": "preparing"}
+        for job in read_jobs(root)
+        if job.kind != "demo" and job.alive and job.folder.resolve() not in listed
+    ]
     for entry in entries:
         results = entry.results()
         main = (entry.info.get("task", {}).get("metrics") or ["metric"])[0]
-        job = job_for(root, entry.path)
-        state = "training" if job is not None and job.alive else entry.state
+        step = f"{entry.status.get('step') or 0}/{entry.status.get('total') or '?'}"
+        job = _training(root, entry)
+        if job is not None:
+            step = live_progress(job, entry.path)
         rows.append(
             {
                 "run": entry.name,
@@ -220,8 +229,8 @@ def _runs_table(entries: list[RunEntry], root) -> pd.DataFrame:
                 "method": entry.method,
                 "objective": objective_description(entry.info) if entry.info else "",
                 "task": entry.task,
-                "state": state if entry.info else "broken",
-                "step": f"{entry.status.get('step') or 0}/{entry.status.get('total') or '?'}",
+                "state": "training" if job else entry.state if entry.info else "broken",
+                "step": step,
                 "dev": f"{main} {results['dev'][main]:.3f}"
                 if main in results.get("dev", {})
                 else "",
@@ -234,11 +243,24 @@ def _runs_table(entries: list[RunEntry], root) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _training(root, entry: RunEntry) -> Job | None:
+    """The live job training ``entry`` now: its own training, or the demo build while the run
+    is the one it trains."""
+    job = job_for(root, entry.path)
+    if job is None or not job.alive or (job.kind == "demo" and entry.state != "running"):
+        return None
+    return job
+
+
 def _details(entry: RunEntry, root) -> None:
     """A run's configs, curves, results, log and a resume button."""
     job = job_for(root, entry.path)
-    running = job is not None and job.alive
-    if entry.info and not running and entry.state in RESUMABLE:
+    if job is not None and job.alive and job.kind == "demo" and entry.state != "finished":
+        st.caption(
+            "The app's demo build trains this run: it resumes it by itself on the next launch "
+            "if the app stops first."
+        )
+    elif entry.info and _training(root, entry) is None and entry.state in RESUMABLE:
         if entry.state == "running":
             st.caption(
                 "Its status says running but the app runs no job for it: it was "
@@ -307,10 +329,14 @@ def render() -> None:
         _studies(root)
 
     st.subheader("Runs")
-    if not entries:
+    entries = discover_runs(root)  # with the run the form may have just launched
+    table = _runs_table(entries, root)
+    if table.empty:
         st.info(common.plain(f"No runs under {root} yet."))
         return
-    st.dataframe(_runs_table(entries, root), hide_index=True)
+    st.dataframe(table, hide_index=True)
+    if not entries:
+        return
     names = [e.name for e in entries]
     chosen = st.selectbox("Details of", names, key=f"{KEY}.details")
     _details(entries[names.index(chosen)], root)
