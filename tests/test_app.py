@@ -240,7 +240,7 @@ def test_loyalty_page(app):
     at = _ok(app.run())
     at.switch_page("workbench/app/loyalty.py")
     _ok(at.run())
-    limit = next(field for field in at.number_input if field.key.startswith("loyalty.limit"))
+    limit = next(field for field in at.number_input if field.key.startswith("loyalty.examples"))
     assert (limit.value, limit.max) == (50, 50)  # the 50-example test split, not 500
     assert at.subheader[0].value == "Scores on test (50 examples: the whole split)"
     summary = at.dataframe[0].value
@@ -263,7 +263,8 @@ def test_loyalty_rows_are_split_positions_on_a_sample(app, tiny_runs):
     at = _ok(app.run())
     at.switch_page("workbench/app/loyalty.py")
     _ok(at.run())
-    next(field for field in at.number_input if field.key.startswith("loyalty.limit")).set_value(10)
+    limit = next(field for field in at.number_input if field.key.startswith("loyalty.examples"))
+    limit.set_value(10)
     departures = _ok(at.run()).dataframe[1].value
     assert len(departures) == 10
     task = json.loads((tiny_runs / "teacher" / "run.json").read_text())["configs"]["data"]

@@ -78,7 +78,9 @@ def test_the_page_measures_when_asked_and_shows_a_clicked_run(tiny_runs, monkeyp
     assert at.title[0].value == "Compression"
     assert set(at.multiselect(key="compression.students").value) == set(STUDENTS)
     assert not at.dataframe  # nothing is measured before the button is pressed
-    at.number_input(key="compression.examples").set_value(6).run()
+    examples = next(f for f in at.number_input if f.key.startswith("compression.examples"))
+    assert (examples.value, examples.max) == (50, 50)  # the default 64, bounded by the split
+    examples.set_value(6).run()
     at.button(key="compression.measure").click().run()
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error, [e.value for e in at.error]

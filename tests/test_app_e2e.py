@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from conftest import debian_package
-from test_app import HOSTILE, build_tiny_runs
+from test_app import HOSTILE, STUDENTS, build_tiny_runs
 
 pytestmark = pytest.mark.e2e
 
@@ -41,6 +41,7 @@ PAGES = {
     "geometry": "Layer geometry",
     "loyalty": "Loyalty",
     "divergence": "Where explanations diverge",
+    "compression": "Compression",
     "train": "Train",
     "export": "Export",
 }
@@ -289,3 +290,31 @@ def test_the_divergence_view_shows_its_charts_tables_and_hover(app_url, page):
     page.get_by_role("heading", name="Case study").first.wait_for(timeout=120_000)
     _settle(page)
     assert word in page.get_by_label("Text", exact=True).input_value().split(), word
+
+
+def test_the_compression_page_measures_and_opens_a_clicked_run(app_url, page):
+    page.goto(f"{app_url}/compression")
+    page.get_by_role("heading", name="Compression").first.wait_for(timeout=120_000)
+    _settle(page)
+    examples = page.get_by_test_id("stNumberInputField")
+    examples.fill("8")
+    examples.press("Enter")
+    _settle(page)
+    page.get_by_role("button", name="Measure size and speed").click()
+    chart = _plotly(page, "compression.scatter")
+    _settle(page)
+    assert page.locator("[data-testid='stException']").count() == 0
+    assert (
+        "Measured on 8 texts of test"
+        in page.locator("[data-testid='stCaptionContainer']").all_inner_texts().__str__()
+    )
+    points = chart.locator(".scatterlayer .trace .points path.point")
+    assert points.count() == 3  # the teacher and its two students, PyTorch
+    box = points.nth(1).bounding_box()
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    page.mouse.move(x, y)
+    label = _hover_label(page)
+    heading = label.split("method:")[0].strip()  # its first line: name (engine)
+    assert heading.split(" (")[0] in ("teacher", *STUDENTS), label
+    page.mouse.click(x, y)
+    page.get_by_role("heading", name=heading).first.wait_for(timeout=60_000)

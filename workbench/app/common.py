@@ -311,6 +311,25 @@ def uploaded_examples(key: str) -> list[Example]:
         return []
 
 
+def sample_size(
+    column, key: str, teacher: RunEntry, split: str, default: int, help_text: str | None = None
+) -> tuple[int, int]:
+    """How many examples of ``split`` a page scores (a fixed stratified sample, at most the
+    whole split), asked in ``column``, and the split's size. The field starts anew at
+    ``default`` (or the whole split, if smaller) when the split's size changes."""
+    size = len(task_split(load(teacher), split))
+    chosen = column.number_input(
+        f"Examples (a fixed stratified sample of the split's {size})",
+        min_value=1,
+        max_value=size,
+        value=min(default, size),
+        step=max(1, min(100, size // 10)),
+        key=f"{key}.examples.{split}.{size}",
+        help=help_text,
+    )
+    return int(chosen), size
+
+
 def split_choice(key: str) -> str:
     return st.selectbox("Split", ["test", "dev", "train"], key=f"{key}.split")
 

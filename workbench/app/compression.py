@@ -23,6 +23,7 @@ from workbench.models import quiet_library_output
 KEY = "compression"
 REPORTS = "compression.reports"  # session key: the reports measured, by what was measured
 LOYALTY = ("label_loyalty", "probability_loyalty")
+SAMPLE = 64  # examples timed and scored by default
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
@@ -136,24 +137,23 @@ def render() -> None:
     left, right = st.columns(2)
     with left:
         split = common.split_choice(KEY)
-    examples = right.number_input(
-        "Examples (a fixed sample of the split, stratified)",
-        1,
-        100_000,
-        64,
-        16,
-        key=f"{KEY}.examples",
-        help=f"texts timed and scored; batch sizes {defaults.batch_sizes}, {defaults.warmup} "
+    examples, _ = common.sample_size(
+        right,
+        KEY,
+        teacher,
+        split,
+        SAMPLE,
+        f"texts timed and scored; batch sizes {defaults.batch_sizes}, {defaults.warmup} "
         f"warm-up and {defaults.repeats} timed rounds",
     )
-    settings = BenchmarkSettings(split=split, examples=int(examples))
+    settings = BenchmarkSettings(split=split, examples=examples)
     entries = [teacher, *students]
     data = common.load(teacher).data if teacher.kind == "model" else None
     models = tuple((str(e.path), e.stamp()) for e in entries)
     request = (models, config_key(settings), config_key(data) if data else "")
     reports = st.session_state.setdefault(REPORTS, {})
     if st.button("Measure size and speed", key=f"{KEY}.measure", type="primary"):
-        with st.spinner(f"Timing {len(entries)} models on {int(examples)} texts…"):
+        with st.spinner(f"Timing {len(entries)} models on {examples} texts…"):
             reports[json.dumps(request)] = _measure(*request)
     report = reports.get(json.dumps(request))
     if report is None:

@@ -36,16 +36,8 @@ def render() -> None:
     left, right = st.columns(2)
     with left:
         split = common.split_choice(KEY)
-    size = len(common.task_split(common.load(teacher), split))
-    limit = right.number_input(
-        f"Examples (a fixed stratified sample of the split's {size})",
-        min(10, size),
-        size,
-        min(SAMPLE, size),
-        100,
-        key=f"{KEY}.limit.{split}.{size}",  # anew where the split's size changes
-    )
-    summary, frame = common.split_loyalty(teacher, students, split, int(limit))
+    limit, size = common.sample_size(right, KEY, teacher, split, SAMPLE)
+    summary, frame = common.split_loyalty(teacher, students, split, limit)
     names = [s.name for s in students]
     whole = "the whole split" if len(frame) == size else f"a sample of the split's {size}"
     st.subheader(f"Scores on {split} ({len(frame)} examples: {whole})")
