@@ -15,7 +15,7 @@ import re
 from kd.cli import build_parser
 
 MARKER = "<!-- kdw-reference -->"
-USAGE_WIDTH = 100
+USAGE_WIDTH = 76  # the width of the page's code blocks
 UNTITLED = ("positional arguments", "options")  # argparse's own groups
 
 
@@ -27,21 +27,24 @@ def _text(value: str) -> str:
 
 
 def _option(action: argparse.Action) -> str:
-    """The option's spellings with its value, e.g. ``--attr-views ATTR_VIEWS``."""
+    """The option's spellings, with its value's name where it says more than the option's
+    (``--quantize int8``, not ``--epochs EPOCHS``)."""
     if not action.option_strings:  # a positional argument
         return f"`{action.metavar or action.dest}`" + (" …" if action.nargs in ("+", "*") else "")
     names = ", ".join(f"`{name}`" for name in action.option_strings)
-    if action.nargs == 0:
+    if action.nargs == 0 or action.metavar in (None, action.dest.upper()):
         return names
-    value = action.metavar or action.dest.upper()
-    return f"{names} `{value}`"
+    return f"{names} `{action.metavar}`"
 
 
 def _values(action: argparse.Action) -> str:
+    """What the option takes: its choices, the kind of its value, or nothing (a switch)."""
+    if action.nargs == 0:
+        return "switch"
     if action.choices:
         return ", ".join(f"`{choice}`" for choice in action.choices)
-    kind = getattr(action.type, "__name__", "") if action.type else ""
-    return {"int": "integer", "float": "number", "positive_int": "integer ≥ 1"}.get(kind, "")
+    kind = getattr(action.type, "__name__", "")
+    return {"int": "integer", "float": "number", "positive_int": "integer ≥ 1"}.get(kind, "text")
 
 
 def _table(actions: list[argparse.Action]) -> list[str]:
@@ -50,7 +53,10 @@ def _table(actions: list[argparse.Action]) -> list[str]:
         if action.help == argparse.SUPPRESS or isinstance(action, argparse._HelpAction):
             continue
         required = " (required)" if action.required and action.option_strings else ""
-        rows.append(f"| {_option(action)}{required} | {_values(action)} | {_text(action.help)} |")
+        said = "default" in action.help or action.default in (None, False, argparse.SUPPRESS)
+        default = "" if said or not action.option_strings else f" (default: {action.default})"
+        cells = (_option(action) + required, _values(action), _text(action.help + default))
+        rows.append("| {} | {} | {} |".format(*cells))
     return rows if len(rows) > 2 else []
 
 
