@@ -55,7 +55,7 @@ def test_site_builds_strictly_with_every_option_in_the_reference(tmp_path):
                 continue  # what --help leaves out (former option names), and -h
             for option in action.option_strings:
                 assert f"<code>{option}</code>" in reference, (name, option)
-    assert (site / "assets" / "case-study.png").is_file()  # the app page's screenshots
+    assert (site / "screenshots" / "case-study.png").is_file()  # the app page's screenshots
 
 
 def test_readme_is_a_short_users_readme_with_the_ci_test_command():
