@@ -1,9 +1,10 @@
 """MkDocs hook (``hooks:`` in ``mkdocs.yml``): renders the ``kdw`` reference from the CLI's own
 parser at build time, so that the reference lists exactly the options ``kdw --help`` has.
 
-A page holding the line ``<!-- kdw-reference -->`` gets, in its place, one section per
-subcommand of :func:`kd.cli.build_parser`: its description, its usage, and a table per option
-group (the config dataclass the options come from, with the class's first docstring line).
+A page holding the line ``<!-- kdw-reference -->`` gets, in its place and instead of what
+follows it (a note for readers of the file outside the site), one section per subcommand of
+:func:`kd.cli.build_parser`: its description, its usage, and a table per option group (the
+config dataclass the options come from, with the class's first docstring line).
 """
 
 from __future__ import annotations
@@ -84,5 +85,7 @@ def reference() -> str:
 
 
 def on_page_markdown(markdown: str, **kwargs) -> str:
-    """MkDocs event: put the reference in place of :data:`MARKER`."""
-    return markdown.replace(MARKER, reference()) if MARKER in markdown else markdown
+    """MkDocs event: put the reference in place of :data:`MARKER` and what follows it."""
+    if MARKER not in markdown:
+        return markdown
+    return markdown[: markdown.index(MARKER)] + reference() + "\n"
