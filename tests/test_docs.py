@@ -34,6 +34,19 @@ def commands(block: str) -> list[list[str]]:
     return [shlex.split(line) for line in block.replace("\\\n", " ").splitlines() if line.strip()]
 
 
+@pytest.fixture
+def one_thread():
+    """Torch on one thread while a quickstart runs, as the other tiny trainings of the tests
+    (``write_tiny_runs``): the README's commands leave the thread count to torch, and on a
+    busy machine two threads of tiny models wait on each other several times longer."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def subcommands() -> dict[str, argparse.ArgumentParser]:
     parser = build_parser()
     action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
@@ -74,7 +87,7 @@ def test_every_docs_page_named_in_tracked_files_exists():
 
 
 @pytest.mark.slow
-def test_readme_cli_quickstart_runs_as_written(tmp_path, monkeypatch):
+def test_readme_cli_quickstart_runs_as_written(tmp_path, monkeypatch, one_thread):
     write_tiny_workspace(tmp_path)
     monkeypatch.chdir(tmp_path)
     lines = commands(marked_blocks(README.read_text())["cli"])
@@ -108,7 +121,7 @@ def test_readme_cli_quickstart_runs_as_written(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_readme_python_quickstart_runs_as_written(tmp_path, monkeypatch):
+def test_readme_python_quickstart_runs_as_written(tmp_path, monkeypatch, one_thread):
     write_tiny_workspace(tmp_path)
     monkeypatch.chdir(tmp_path)
     code = marked_blocks(README.read_text())["python"]
