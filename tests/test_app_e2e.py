@@ -2,8 +2,8 @@
 through Playwright — a case study typed by a user, its heatmap rows checked and screenshotted.
 
 The runs are tiny ones built here, or ``$KDW_E2E_RUNS`` (e.g. ``runs`` after the demo build);
-with ``$KDW_SCREENSHOTS`` set, a screenshot of every page is saved there (how the README's
-``assets/`` pictures are made)."""
+with ``$KDW_SCREENSHOTS`` set, a screenshot of every page is saved there (how the pictures in
+``assets/``, shown by the README and docs/app.md, are made)."""
 
 from __future__ import annotations
 

@@ -607,6 +607,7 @@ def _parse_optional(kind: Any) -> Any:
     def parse(text: str) -> Any:
         return None if text.lower() in ("none", "") else kind(text)
 
+    parse.__name__ = kind.__name__  # argparse names it in a refusal: "invalid int value: 'abc'"
     return parse
 
 

@@ -281,7 +281,8 @@ def _attr(objective: Objective, inputs: StepInputs) -> Tensor:
 
 
 # β = 1, the grid's lowest value: at β = 10 the attribution term held 68–93 % of the gradient on
-# the bundled tweets and the minority class fell to 30 % recall (README, "Why AD-KD collapsed").
+# the bundled tweets and the minority class fell to 30 % recall (docs/results.md, "Choosing the
+# AD-KD and GKD-CLS presets").
 PRESETS["adkd"] = Preset(
     {"ce": 0.1, "kd": 0.9, "attr": 1.0},
     {"ce": 0.1, "kd": 0.9, "attr": 10.0},

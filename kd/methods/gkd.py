@@ -164,7 +164,8 @@ PRESETS["gkd"] = Preset(
 )
 # GKD-CLS: the [CLS]-state gradients at weight 0.1. At 1 they held 50–74 % of the gradient
 # (their gradient is twice the input gradients'), CE 4–11 %, and a student trained for 26
-# steps on BBC News lost two of five classes (README, "Why AD-KD and GKD-CLS collapsed").
+# steps on BBC News lost two of five classes (docs/results.md, "Choosing the AD-KD and GKD-CLS
+# presets").
 PRESETS["gkd-cls"] = Preset(
     {"ce": 0.5, "kd": 0.5, "pkd": 1.0, "grad": 1.0, "cls_grad": 0.1},
     {"ce": 0.5, "kd": 0.5, "pkd": 500.0, "grad": 1.0, "cls_grad": 1.0},
