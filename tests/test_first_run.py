@@ -214,6 +214,8 @@ def test_the_full_demo_replaces_the_quick_one_on_the_pages(demo_root, building, 
     }
     text = _text(at)
     assert "Showing the quick demo" in text and "full demo building: 67%" in text, text
+    accuracy = json.loads((root / "demo-quick" / "teacher" / "results.json").read_text())
+    assert f"Its teacher: {accuracy['test']['accuracy']:.1%} test accuracy." in text, text
     assert f"teacher cache (train): {TRAIN_EXAMPLES}/{TRAIN_EXAMPLES} examples" in text
 
     with open(root / "demo" / runner.PROGRESS_FILE, "a") as progress:

@@ -36,6 +36,7 @@ from workbench.app.jobs import (
 )
 from workbench.app.runner import DEMO_FOLDERS, DEMO_PLANS, READY, pending_demos
 from workbench.errors import WorkbenchError
+from workbench.runs import Run
 
 DEMO_ENV = "KDW_DEMO"
 DEMO_NAMES = {DEMO_FOLDERS["quick"]: "quick demo", DEMO_FOLDERS["default"]: "full demo"}
@@ -120,11 +121,25 @@ def stage_text(records: Sequence[dict[str, Any]]) -> tuple[float, str]:
     return 0.0, stage
 
 
+def teacher_accuracy(demo: Path) -> str:
+    """`` Its teacher: 72.0% test accuracy.`` once the demo's teacher has its results, else
+    nothing."""
+    try:
+        accuracy = (Run(demo / "teacher").results() or {}).get("test", {}).get("accuracy")
+    except WorkbenchError:
+        return ""
+    return "" if accuracy is None else f" Its teacher: {accuracy:.1%} test accuracy."
+
+
 def shown_line(root: Path, building: Path | None = None) -> str | None:
     """What every page says about the demo it shows (and the one being built)."""
     shown = shown_demo(root)
     if building is None:
-        return None if shown is None else f"Showing the {DEMO_NAMES[shown.name]} ({shown})."
+        return (
+            None
+            if shown is None
+            else f"Showing the {DEMO_NAMES[shown.name]} ({shown}).{teacher_accuracy(shown)}"
+        )
     percent = f"{build_fraction(read_progress(building)):.0%}"
     name = DEMO_NAMES[building.name]
     if shown is None:
@@ -136,7 +151,7 @@ def shown_line(root: Path, building: Path | None = None) -> str | None:
         )
     return (
         f"Showing the {DEMO_NAMES[shown.name]} ({shown}); {name} building: {percent}. It "
-        "replaces this one on every page when it is ready."
+        f"replaces this one on every page when it is ready.{teacher_accuracy(shown)}"
     )
 
 
