@@ -229,11 +229,11 @@ def test_a_killed_distillation_resumes_its_tracked_run(tracked_teacher):
     command = [
         *("distill", "--run-dir", str(folder), "--teacher", str(tracked_teacher["run"])),
         *("--task", str(work / "task"), "--max-length", "16", "--num-layers", "2"),
-        *("--epochs", "3", "--batch-size", "16", "--threads", "1", "--log-every", "1"),
+        *("--epochs", "2", "--batch-size", "16", "--threads", "1", "--log-every", "1"),
         *("--eval-every", "2", "--checkpoint-every", "3"),
         *("--report-to", "tensorboard,mlflow", "--mlflow-uri", store),
     ]
-    state = kill_at_step(command, folder, 6)
+    state = kill_at_step(command, folder, 3)
     assert state["state"] == "running" and state["step"] < state["total"], state
     run_id = mlflow_run_id(folder, store)
     resumed = subprocess.run(
