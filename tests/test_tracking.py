@@ -309,3 +309,19 @@ def test_bad_tracking_options_are_one_line_before_anything_is_written(
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and message in error, error
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_the_app_s_trainings_report_to_the_trackers_its_form_names(tracked_teacher):
+    from workbench.app import runner
+    from workbench.config import to_dict
+
+    configs = json.loads((tracked_teacher["run"] / "run.json").read_text())["configs"]
+    configs["optim"] |= {"epochs": 0.5, "log_every": 1}
+    configs["tracking"] = to_dict(TrackingConfig(report_to=("tensorboard",)))
+    folder = tracked_teacher["work"] / "runs" / "from-the-app"
+    assert runner.main(["teacher", str(folder), json.dumps(configs)]) == 0
+    expected = expected_curves(folder)
+    assert [step for step, _ in expected["train/lr"]] == [1, 2, 3, 4]
+    assert_same_curves(tensorboard_curves(folder), expected, rel=1e-6)
+    assert not (folder / "tracking.json").exists()  # MLflow was not named
