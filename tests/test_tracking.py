@@ -325,3 +325,13 @@ def test_the_app_s_trainings_report_to_the_trackers_its_form_names(tracked_teach
     assert [step for step, _ in expected["train/lr"]] == [1, 2, 3, 4]
     assert_same_curves(tensorboard_curves(folder), expected, rel=1e-6)
     assert not (folder / "tracking.json").exists()  # MLflow was not named
+
+
+@pytest.mark.parametrize("tracker", BOTH)
+def test_a_tracker_whose_package_is_missing_is_one_line(tracker, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, tracker, None)  # what Python's import sees as absent
+    assert main(["train-teacher", "--run-dir", str(tmp_path / "run"), "--report-to", tracker]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and f"--report-to {tracker} needs the" in error, error
+    assert "pip install 'kd-workbench[tracking]'" in error
+    assert list(tmp_path.iterdir()) == []
