@@ -298,7 +298,13 @@ class MlflowTracker(Tracker):
         if self.uri.startswith("sqlite:///"):
             Path(self.uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         path = self.folder / TRACKING_FILE
-        recorded = json.loads(path.read_text()) if path.exists() else {}
+        try:
+            recorded = json.loads(path.read_text()) if path.exists() else {}
+        except (OSError, ValueError) as error:
+            raise WorkbenchError(
+                f"{path} cannot be read ({first_line(error)}): delete it to track the run in a "
+                "new MLflow run"
+            ) from None
         try:
             self.client = MlflowClient(tracking_uri=self.uri)
             if not self._reopen(recorded.get("mlflow", {}).get(self.uri)):
