@@ -23,6 +23,7 @@ from workbench.config import (
     OptimConfig,
     StudentConfig,
     TeacherConfig,
+    TrackingConfig,
     TuneConfig,
     add_arguments,
     check_values,
@@ -54,6 +55,7 @@ def _train_teacher(args: argparse.Namespace) -> None:
         from_arguments(TeacherConfig, args),
         from_arguments(OptimConfig, args),
         args.run_dir,
+        tracking_config=from_arguments(TrackingConfig, args),
     )
     _print_results(run.path)
 
@@ -67,6 +69,7 @@ def _distill(args: argparse.Namespace) -> None:
         from_arguments(ObjectiveConfig, args),
         from_arguments(OptimConfig, args),
         args.run_dir,
+        tracking_config=from_arguments(TrackingConfig, args),
     )
     _print_results(run.path)
 
@@ -82,6 +85,7 @@ def _tune(args: argparse.Namespace) -> None:
         from_arguments(OptimConfig, args),
         from_arguments(TuneConfig, args),
         args.out,
+        tracking_config=from_arguments(TrackingConfig, args),
     )
     print(format_table(result.rows))
     if result.best is not None:
@@ -346,7 +350,7 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
         "Rerunning the same command resumes an interrupted run.",
     )
     teacher.add_argument("--run-dir", required=True, help="run folder to write (or resume)")
-    for cls in (DataConfig, TeacherConfig, OptimConfig):
+    for cls in (DataConfig, TeacherConfig, OptimConfig, TrackingConfig):
         add_arguments(teacher, cls)
     teacher.set_defaults(handler=_train_teacher)
 
@@ -367,7 +371,7 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
         "sections), such as kdw tune's best.json; options given on the command "
         "line override it",
     )
-    for cls in CONFIG_SECTIONS.values():
+    for cls in (*CONFIG_SECTIONS.values(), TrackingConfig):
         add_arguments(distill, cls)
     distill.set_defaults(handler=_distill, **(distill_defaults or {}))
 
@@ -381,7 +385,7 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
         "kdw distill --config.",
     )
     tune.add_argument("--out", required=True, help="folder for the study, its trials and best.json")
-    for cls in (*CONFIG_SECTIONS.values(), TuneConfig):
+    for cls in (*CONFIG_SECTIONS.values(), TuneConfig, TrackingConfig):
         add_arguments(tune, cls)
     tune.set_defaults(handler=_tune)
 

@@ -9,13 +9,15 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from kd import distributed
+from kd import distributed, tracking
 from kd.objective import Objective
+from kd.tracking import Tracker
 from kd.trainer import Callback, TrainingJob, notify, set_seed, train
 from workbench.cache import ExampleCache, Progress, cached
 from workbench.config import (
@@ -24,6 +26,7 @@ from workbench.config import (
     OptimConfig,
     StudentConfig,
     TeacherConfig,
+    TrackingConfig,
     parse_label_map,
     to_dict,
 )
@@ -51,7 +54,7 @@ from workbench.models import (
     set_embeddings_trainable,
     set_label_names,
 )
-from workbench.runs import RESOLVED, Run, model_card, replace_directory
+from workbench.runs import RESOLVED, RUN_FILE, Run, model_card, replace_directory
 
 EXECUTION_SETTINGS = ("threads", "device", "log_every", "accumulation_steps")
 
@@ -131,10 +134,30 @@ def _saver(run: Run, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
     return save
 
 
-def _finish(run: Run, model, data: TaskData, encoded, batch_size, pad, teacher_logits=None) -> dict:
+def _tracker(
+    config: TrackingConfig, run: Run, parent: str | None = None
+) -> AbstractContextManager[Tracker]:
+    """The trackers ``config`` asks for (:func:`kd.tracking.tracked`) on the process that
+    writes the run; none on the others."""
+    if distributed.world().main:
+        return tracking.tracked(config, run, parent)
+    return nullcontext(Tracker())
+
+
+def _finish(
+    run: Run,
+    model,
+    data: TaskData,
+    encoded,
+    batch_size,
+    pad,
+    tracker: Tracker,
+    teacher_logits=None,
+) -> dict:
     """Evaluate the best model on dev and test; write ``results.json``, per example
     ``predictions.json`` (ids, gold labels and predictions: what paired statistics need), and
-    add the results to the model card."""
+    add the results to the model card; tell ``tracker`` the results and the files that
+    describe the run."""
     results, predictions = {}, {}
     for split in ("dev", "test"):
         if split in encoded:
@@ -151,7 +174,12 @@ def _finish(run: Run, model, data: TaskData, encoded, batch_size, pad, teacher_l
     atomic_write_json(run.path / "predictions.json", predictions)
     atomic_write_json(run.path / "results.json", results)
     atomic_write_text(run.model_dir / "README.md", model_card(run))
-    run.set_status("finished", step=run.status().get("step"), total=run.status().get("total"))
+    step = run.status().get("step")
+    tracker.log_results(results, step or 0)
+    tracker.log_artifacts(
+        [run.path / RUN_FILE, run.path / "results.json", run.model_dir / "README.md"]
+    )
+    run.set_status("finished", step=step, total=run.status().get("total"))
     return results
 
 
@@ -161,8 +189,12 @@ def train_teacher(
     optim: OptimConfig,
     run_dir: str | Path,
     callbacks: Sequence[Callback] = (),
+    tracking_config: TrackingConfig | None = None,
 ) -> Run:
-    """Fine-tune a teacher with cross-entropy (MSE for regression) into ``run_dir``."""
+    """Fine-tune a teacher with cross-entropy (MSE for regression) into ``run_dir``, followed
+    by the experiment trackers ``tracking_config`` asks for (:mod:`kd.tracking`)."""
+    tracking_config = tracking_config or TrackingConfig()
+    tracking.check(tracking_config)
     device = _configure(optim)
     tokenizer = load_tokenizer(teacher_config.model)  # a bad name fails before the data load
     data = load_task(data_config, _note)
@@ -187,23 +219,27 @@ def train_teacher(
         if run.status()["state"] == "finished":
             return run
         encoded = _encode_all(data, tokenizer, data_config.max_length)
-        job = TrainingJob(
-            run=run,
-            model=model,
-            spec=data.spec,
-            train_set=encoded["train"],
-            dev_set=encoded["dev"],
-            optim=optim,
-            loss=lambda m, batch: objective(m, batch, {}),
-            weights=objective.weights,
-            units=objective.term_units(),
-            save_model=_saver(run, model, tokenizer, data.spec),
-            pad_token_id=pad_id(tokenizer),
-            callbacks=callbacks,
-            device=device,
-        )
-        if train(job) and distributed.world().main:
-            _finish(run, model, data, encoded, optim.eval_batch_size, pad_id(tokenizer))
+        with _tracker(tracking_config, run) as tracker:
+            job = TrainingJob(
+                run=run,
+                model=model,
+                spec=data.spec,
+                train_set=encoded["train"],
+                dev_set=encoded["dev"],
+                optim=optim,
+                loss=lambda m, batch: objective(m, batch, {}),
+                weights=objective.weights,
+                units=objective.term_units(),
+                save_model=_saver(run, model, tokenizer, data.spec),
+                pad_token_id=pad_id(tokenizer),
+                callbacks=callbacks,
+                tracker=tracker,
+                device=device,
+            )
+            if train(job) and distributed.world().main:
+                _finish(
+                    run, model, data, encoded, optim.eval_batch_size, pad_id(tokenizer), tracker
+                )
     return run
 
 
@@ -422,11 +458,16 @@ def distill(
     run_dir: str | Path,
     callbacks: Sequence[Callback] = (),
     cache_dir: str | Path | None = None,
+    tracking_config: TrackingConfig | None = None,
+    tracking_parent: str | None = None,
 ) -> Run:
     """Distil a student from ``student_config.teacher`` into ``run_dir``. The teacher's
     cache goes to ``cache_dir`` (default: the run's own folder); students of one teacher and
     data, such as the trials of a search, may share one, since every file is keyed by the
-    settings that change it."""
+    settings that change it. The experiment trackers ``tracking_config`` asks for follow the
+    training (:mod:`kd.tracking`; in MLflow, as a nested run of the run ``tracking_parent``)."""
+    tracking_config = tracking_config or TrackingConfig()
+    tracking.check(tracking_config)
     device = _configure(optim)
     setup = prepare_distillation(data_config, student_config, objective_config, optim.seed)
     teacher, data, student, tokenizer = setup.teacher, setup.data, setup.student, setup.tokenizer
@@ -481,32 +522,35 @@ def distill(
                     values |= objective.teacher_batch(teacher.model, batch, live_fields)
             return objective(model, batch, values)
 
-        job = TrainingJob(
-            run=run,
-            model=student,
-            spec=data.spec,
-            train_set=encoded["train"],
-            dev_set=encoded["dev"],
-            optim=optim,
-            loss=loss,
-            weights=objective.weights,
-            units=objective.term_units(),
-            save_model=_saver(run, student, tokenizer, data.spec),
-            pad_token_id=pad_id(tokenizer),
-            dev_teacher_logits=teacher_logits["dev"],
-            callbacks=callbacks,
-            device=device,
-        )
-        if train(job) and distributed.world().main:
-            _finish(
-                run,
-                student,
-                data,
-                encoded,
-                optim.eval_batch_size,
-                pad_id(tokenizer),
-                teacher_logits,
+        with _tracker(tracking_config, run, tracking_parent) as tracker:
+            job = TrainingJob(
+                run=run,
+                model=student,
+                spec=data.spec,
+                train_set=encoded["train"],
+                dev_set=encoded["dev"],
+                optim=optim,
+                loss=loss,
+                weights=objective.weights,
+                units=objective.term_units(),
+                save_model=_saver(run, student, tokenizer, data.spec),
+                pad_token_id=pad_id(tokenizer),
+                dev_teacher_logits=teacher_logits["dev"],
+                callbacks=callbacks,
+                tracker=tracker,
+                device=device,
             )
+            if train(job) and distributed.world().main:
+                _finish(
+                    run,
+                    student,
+                    data,
+                    encoded,
+                    optim.eval_batch_size,
+                    pad_id(tokenizer),
+                    tracker,
+                    teacher_logits,
+                )
     return run
 
 

@@ -28,6 +28,7 @@ from transformers import PreTrainedModel
 from kd import distributed
 from kd.diagnostics import gradient_summary, term_gradients
 from kd.objective import EXAMPLES
+from kd.tracking import Tracker
 from workbench.config import OptimConfig
 from workbench.data import EncodedSplit, TaskSpec, collate, to_device
 from workbench.errors import WorkbenchError, first_line
@@ -69,6 +70,7 @@ class TrainingJob:
     dev_teacher_logits: Tensor | None = None
     device: torch.device | str = "cpu"
     callbacks: Sequence[Callback] = field(default_factory=tuple)
+    tracker: Tracker = field(default_factory=Tracker)  # told every metrics.jsonl record
 
 
 def set_seed(seed: int) -> None:
@@ -330,6 +332,11 @@ def train(job: TrainingJob) -> dict[str, float]:
     checkpoint_step = state["step"]  # of the last checkpoint (0: none)
     if world.main:
         run.truncate_metrics(state["step"])  # without a checkpoint (deleted), from step 0
+        job.tracker.start(state["step"])
+
+    def record(entry: dict) -> None:
+        run.append_metrics(entry)
+        job.tracker.log(entry)
 
     def save_checkpoint() -> None:
         nonlocal checkpoint_step
@@ -400,7 +407,7 @@ def train(job: TrainingJob) -> dict[str, float]:
         if log:
             flat = {name: distributed.all_reduce(g) for name, g in term_grads.items()}
             if world.main:
-                run.append_metrics(
+                record(
                     {
                         "step": step,
                         "epoch": step / steps_per_epoch,
@@ -441,15 +448,16 @@ def train(job: TrainingJob) -> dict[str, float]:
                 job.dev_teacher_logits,
             )
             model.train()
-            record = {
-                "step": step,
-                "epoch": step / steps_per_epoch,
-                "split": "dev",
-                "lr": scheduler.get_last_lr()[0],
-                **values_out,
-                **metrics,
-            }
-            run.append_metrics(record)
+            record(
+                {
+                    "step": step,
+                    "epoch": step / steps_per_epoch,
+                    "split": "dev",
+                    "lr": scheduler.get_last_lr()[0],
+                    **values_out,
+                    **metrics,
+                }
+            )
             notify(job.callbacks, "on_evaluate", step, metrics)
             if state["best"] is None or metrics[metric] > state["best"]:
                 state["best"], state["best_step"] = metrics[metric], step

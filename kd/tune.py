@@ -32,6 +32,7 @@ from workbench.config import (
     ObjectiveConfig,
     OptimConfig,
     StudentConfig,
+    TrackingConfig,
     TuneConfig,
     to_dict,
 )
@@ -469,19 +470,30 @@ def tune(
     config: TuneConfig,
     out: str | Path,
     callbacks: Sequence[Callback] = (),
+    tracking_config: TrackingConfig | None = None,
 ) -> TuneResult:
     """Search ``config.space`` for ``objective.preset`` on dev; write ``best.json``.
-    ``callbacks`` follow every trial's training (the app's live progress).
+    ``callbacks`` follow every trial's training (the app's live progress). The trackers
+    ``tracking_config`` asks for follow every trial, each in its run folder's TensorBoard
+    events and, in MLflow, as a nested run of the study's run (its store by default
+    ``out/mlruns``: :func:`kd.tracking.store_uri`).
 
     Bad settings (an unknown parameter, an empty or inverted range, a value outside a domain,
     a study of another preset or task in ``out``) raise before anything is written."""
     import optuna
 
+    from kd import tracking
     from kd.objective import preset_weights
     from kd.pipeline import distill, prepare_distillation
     from kd.trainer import main_metric
 
     out = Path(out)
+    tracking_config = tracking_config or TrackingConfig()
+    tracking.check(tracking_config)
+    if "mlflow" in tracking_config.report_to:  # the trials' runs go to the study's store
+        tracking_config = replace(
+            tracking_config, mlflow_uri=tracking.store_uri(tracking_config, out)
+        )
     base_weights = preset_weights(objective)
     space = search_space(objective.preset, config.space, base_weights)
     # every check of the settings against the models (an unfinished teacher run included),
@@ -504,7 +516,19 @@ def tune(
             f"not {config.trials} trials",
             file=sys.stderr,
         )
-    with hold(out / "study.lock", f"the study in {out}"):
+    study_settings = {
+        "tune": to_dict(config),
+        "configs": {
+            "data": to_dict(data),
+            "student": to_dict(student),
+            "objective": to_dict(objective),
+            "optim": to_dict(optim),
+        },
+    }
+    with (
+        hold(out / "study.lock", f"the study in {out}"),
+        tracking.tracked_study(tracking_config, out, study_settings) as parent,
+    ):
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         study = _study(
             out,
@@ -540,6 +564,8 @@ def tune(
                     out / "trials" / trial_folder(values),
                     callbacks=[callback, *callbacks],
                     cache_dir=out / "teacher_cache",
+                    tracking_config=tracking_config,
+                    tracking_parent=parent,
                 )
             except TrainingDiverged as error:  # the trial fails (unscored); the study goes on
                 trial.set_user_attr("diverged", str(error))

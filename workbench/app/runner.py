@@ -42,6 +42,7 @@ from workbench.config import (
     OptimConfig,
     StudentConfig,
     TeacherConfig,
+    TrackingConfig,
     TuneConfig,
     from_dict,
 )
@@ -123,10 +124,11 @@ def _train(kind: str, run_dir: Path, configs: dict[str, Any]) -> None:
     callback = ProgressFile(run_dir, f"{kind} {run_dir.name}")
     data = from_dict(DataConfig, configs["data"])
     optim = from_dict(OptimConfig, configs["optim"])
+    # (a run's record holds no trackers: resumed from the run list, it is tracked by none)
+    tracking = from_dict(TrackingConfig, configs.get("tracking", {}))
     if kind == "teacher":
-        train_teacher(
-            data, from_dict(TeacherConfig, configs["teacher"]), optim, run_dir, [callback]
-        )
+        teacher = from_dict(TeacherConfig, configs["teacher"])
+        train_teacher(data, teacher, optim, run_dir, [callback], tracking)
         return
     student = from_dict(StudentConfig, configs["student"])
     objective = from_dict(ObjectiveConfig, configs["objective"])
@@ -139,9 +141,10 @@ def _train(kind: str, run_dir: Path, configs: dict[str, Any]) -> None:
             from_dict(TuneConfig, configs["tune"]),
             run_dir,
             callbacks=[callback],
+            tracking_config=tracking,
         )
     else:
-        distill(data, student, objective, optim, run_dir, [callback])
+        distill(data, student, objective, optim, run_dir, [callback], tracking_config=tracking)
 
 
 def _demo(root: Path, mode: str) -> None:

@@ -36,6 +36,7 @@ from workbench.config import (
     OptimConfig,
     StudentConfig,
     TeacherConfig,
+    TrackingConfig,
     TuneConfig,
     from_dict,
     to_dict,
@@ -45,12 +46,18 @@ from workbench.runs import Run
 
 KEY = "train"
 SECTIONS = {
-    "teacher": (("data", DataConfig), ("teacher", TeacherConfig), ("optim", OptimConfig)),
+    "teacher": (
+        ("data", DataConfig),
+        ("teacher", TeacherConfig),
+        ("optim", OptimConfig),
+        ("tracking", TrackingConfig),
+    ),
     "student": (
         ("data", DataConfig),
         ("student", StudentConfig),
         ("objective", ObjectiveConfig),
         ("optim", OptimConfig),
+        ("tracking", TrackingConfig),
     ),
 }
 SECTIONS["search"] = (*SECTIONS["student"], ("tune", TuneConfig))  # kdw tune
@@ -90,7 +97,8 @@ def _form(root, kind: str, teacher: RunEntry | None) -> None:
                 f".{teacher.name}" if section == "data" and teacher is not None else ""
             )
             with st.expander(
-                f"{section}: {(cls.__doc__ or '').strip()}", expanded=section != "optim"
+                f"{section}: {(cls.__doc__ or '').strip()}",
+                expanded=section not in ("optim", "tracking"),
             ):
                 defaults = data_defaults if section == "data" else None
                 configs[section] = to_dict(config_widgets(cls, scope, defaults, overrides))
