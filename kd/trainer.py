@@ -23,7 +23,7 @@ import torch
 from safetensors.torch import load_file
 from torch import Tensor
 from tqdm.auto import tqdm
-from transformers import PreTrainedModel
+from transformers import PreTrainedModel, get_linear_schedule_with_warmup
 
 from kd import distributed
 from kd.diagnostics import gradient_summary, term_gradients
@@ -98,17 +98,6 @@ def _optimizer(model: PreTrainedModel, optim: OptimConfig) -> torch.optim.Optimi
         ],
         lr=optim.learning_rate,
     )
-
-
-def _schedule(total: int, warmup_ratio: float) -> Callable[[int], float]:
-    warmup = int(total * warmup_ratio)
-
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        return max(0.0, (total - step) / max(1, total - warmup))
-
-    return factor
 
 
 def _rng_state() -> dict:
@@ -316,7 +305,9 @@ def train(job: TrainingJob) -> dict[str, float]:
     steps_per_epoch = math.ceil(len(job.train_set) / optim.batch_size)
     total = max(1, round(optim.epochs * steps_per_epoch))
     optimizer = _optimizer(model, optim)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(total, optim.warmup_ratio))
+    # Hugging Face's schedule (as its Trainer's): step k (from 0) at k/W of the rate during the
+    # W = ⌊ratio·total⌋ warm-up steps — so the first step at 0 — then a linear decay to 0
+    scheduler = get_linear_schedule_with_warmup(optimizer, int(total * optim.warmup_ratio), total)
     scaler = torch.amp.GradScaler(device.type, enabled=optim.precision == "fp16")
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     parameters = [p for _, p in named]

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -118,3 +119,19 @@ def test_teacher_learns_and_students_distil(tiny_model_dir, tiny_task_dir, tmp_p
         tmp_path / "student-pkd-skip",
     )
     assert again.results() == student_run.results()
+
+
+def test_the_learning_rate_warms_up_then_decays_linearly(tiny_model_dir, tiny_task_dir, tmp_path):
+    """Step k (from 0) of T trains at k/W of the rate during the W = ⌊0.25·T⌋ warm-up steps,
+    then at (T − k)/(T − W): the linear schedule of Hugging Face's Trainer."""
+    optim = OptimConfig(
+        epochs=1, batch_size=4, learning_rate=1e-3, warmup_ratio=0.25, log_every=1, threads=1
+    )
+    data = DataConfig(task=str(tiny_task_dir), max_length=16)
+    run = train_teacher(data, TeacherConfig(model=str(tiny_model_dir)), optim, tmp_path / "t")
+    rates = [r["lr"] for r in Run(run.path).metrics() if r.get("split") == "train"]
+    total = len(rates)
+    warmup = total // 4
+    assert total >= 8 and warmup >= 2
+    expected = [k / warmup if k < warmup else (total - k) / (total - warmup) for k in range(total)]
+    assert rates == pytest.approx([1e-3 * f for f in expected], rel=1e-9, abs=1e-15)
