@@ -28,6 +28,7 @@ from kd.reproduce import (
     gallery_indices,
     merge,
     reproduce,
+    run_suite,
     write_report,
 )
 from workbench.config import DataConfig, TeacherConfig
@@ -402,7 +403,7 @@ def test_shards_merge_into_the_record_of_one_call(
     suite = Suite(
         plans={"tiny": plan},
         ablation_task="tiny",
-        methods=("kd", "ckd"),  # kd, ckd, ckd control (kd's control is kd itself)
+        methods=("kd", "pkd-skip"),  # kd, pkd-skip, its control (kd's control is kd itself)
         ablation_groups=(),
         tuned={"kd": ("tau",)},
         tune_trials=2,
@@ -412,10 +413,10 @@ def test_shards_merge_into_the_record_of_one_call(
     whole = json.loads((single / "results.json").read_text())
     shards = [tmp_path / "shard1", tmp_path / "shard2"]
     for index, folder in enumerate(shards, 1):
-        reproduce(folder, suite, announce=lambda _: None, shard=Shard(index, 2))
+        run_suite(folder, suite, announce=lambda _: None, shard=Shard(index, 2))  # no report
     first, second = (json.loads((f / "results.json").read_text()) for f in shards)
-    assert [r["name"] for r in first["students"]] == ["kd", "ckd control"]
-    assert [r["name"] for r in second["students"]] == ["ckd"]
+    assert [r["name"] for r in first["students"]] == ["kd", "pkd-skip control"]
+    assert [r["name"] for r in second["students"]] == ["pkd-skip"]
     assert first["shard"] == {"index": 1, "count": 2} and first["planned_students"] == 2
     # shard 2 trains no kd student, so it searches no kd weights
     assert first["calls"][0]["searches"] == 1 and second["calls"][0]["searches"] == 0
@@ -438,8 +439,9 @@ def test_shards_merge_into_the_record_of_one_call(
     assert not any("missing" in line for line in said)
 
     # a shard missing: its students listed, the report incomplete
-    merge(tmp_path / "half", shards[:1], suite, announce=said.append)
-    assert "missing 1 of the 3 students (train their shards): tiny/main/ckd/seed1" in said
+    half = merge(tmp_path / "half", shards[:1], suite, announce=said.append).read_text()
+    assert "**Incomplete:** 2 of the 3 planned" in half
+    assert "missing 1 of the 3 students (train their shards): tiny/main/pkd-skip/seed1" in said
     # a row recorded by two shards alike is kept once; recorded differently, a conflict
     again = tmp_path / "again"
     again.mkdir()
