@@ -325,6 +325,8 @@ def _reproduce(args: argparse.Namespace) -> None:
             )
         report = merge(Path(args.out), [Path(f) for f in args.merge], suite)
     else:
+        if args.shard and args.report_only:
+            raise WorkbenchError("--shard trains a part of the suite: drop --report-only")
         shard = Shard.parse(args.shard) if args.shard else None
         report = reproduce(
             Path(args.out), suite, jobs=args.jobs, report_only=args.report_only, shard=shard

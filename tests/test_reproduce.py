@@ -473,6 +473,7 @@ def test_shards_merge_into_the_record_of_one_call(
         (["--shard", "a/b"], "--shard 'a/b': write I/N"),
         (["--shard", "1/100000"], "--shard 1/100000: the suite has "),
         (["--merge", "x", "--shard", "1/2"], "--merge writes the merged record and report"),
+        (["--shard", "1/2", "--report-only"], "--shard trains a part of the suite"),
     ],
 )
 def test_bad_shard_options_are_one_line_errors(arguments, message, tmp_path: Path, capsys):
