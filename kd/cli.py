@@ -319,10 +319,22 @@ def reproduce_suite(args: argparse.Namespace):
 
 
 def _reproduce(args: argparse.Namespace) -> None:
-    from kd.reproduce import reproduce
+    from kd.reproduce import Shard, merge, reproduce
 
     suite = reproduce_suite(args)
-    report = reproduce(Path(args.out), suite, jobs=args.jobs, report_only=args.report_only)
+    if args.merge:
+        if args.shard or args.report_only:
+            raise WorkbenchError(
+                "--merge writes the merged record and report: drop --shard and --report-only"
+            )
+        report = merge(Path(args.out), [Path(f) for f in args.merge], suite)
+    else:
+        if args.shard and args.report_only:
+            raise WorkbenchError("--shard trains a part of the suite: drop --report-only")
+        shard = Shard.parse(args.shard) if args.shard else None
+        report = reproduce(
+            Path(args.out), suite, jobs=args.jobs, report_only=args.report_only, shard=shard
+        )
     print(f"report: {report}")
 
 
@@ -546,6 +558,23 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
         "alone (the run folders, where present, only redraw the heatmap gallery; "
         "it is updated after every student, so this works while a suite is "
         "still running)",
+    )
+    reproduce.add_argument(
+        "--shard",
+        metavar="I/N",
+        default=None,
+        help="train only the I-th of N disjoint parts of the suite's students (every N-th, from "
+        "the I-th on; each part trains the teachers and searches its students need, seeded "
+        "alike), e.g. one array task each: --shard $SLURM_ARRAY_TASK_ID/N with its own --out",
+    )
+    reproduce.add_argument(
+        "--merge",
+        nargs="+",
+        metavar="DIR",
+        default=None,
+        help="train nothing: join the records of the shards in these folders (run with the "
+        "same suite options) into --out's results.json and report; their run folders are "
+        "referenced, not copied",
     )
     reproduce.set_defaults(handler=_reproduce)
 

@@ -64,18 +64,22 @@ WORDS = [
 POSITIVE, NEGATIVE = set(WORDS[:6]), set(WORDS[6:12])
 
 
-def debian_package(package: str) -> None:
-    """Install Debian's ``package`` with apt-get (as the CI machine's root can), or skip the test
-    that needs it where that is impossible."""
+def debian_package(*packages: str, recommends: bool = True) -> None:
+    """Install Debian's ``packages`` with apt-get (as the CI machine's root can), or skip the test
+    that needs them where that is impossible; ``recommends=False`` leaves out the packages they
+    merely recommend (a smaller install)."""
+    named = " ".join(packages)
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        pytest.skip(f"Debian's {package} is missing and apt-get cannot install it here (not root)")
-    install = ["apt-get", "install", "-y", "-q", package]
+        pytest.skip(f"Debian's {named} is missing and apt-get cannot install it here (not root)")
+    install = ["apt-get", "install", "-y", "-q", *packages]
+    if not recommends:
+        install.insert(2, "--no-install-recommends")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     if subprocess.run(install, capture_output=True, env=env, check=False).returncode == 0:
         return
     subprocess.run(["apt-get", "update", "-q"], capture_output=True, env=env, check=False)
     if subprocess.run(install, capture_output=True, env=env, check=False).returncode != 0:
-        pytest.skip(f"apt-get install {package} failed")
+        pytest.skip(f"apt-get install {named} failed")
 
 
 def tiny_config(num_labels: int = 3, layers: int = 4, hidden: int = 16) -> BertConfig:

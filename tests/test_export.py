@@ -10,7 +10,9 @@ import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
 from pathlib import Path
 
+import numpy as np
 import pytest
+from conftest import debian_package
 from PIL import Image
 
 from workbench.export import (
@@ -243,32 +245,97 @@ def test_latex_fragment_escapes_tokens_and_comments_metadata() -> None:
     assert any(line.endswith("three") for line in header)
     document = to_latex_document(heatmap)
     assert document.startswith(r"\documentclass{article}")
-    assert r"\usepackage[table]{xcolor}" in document and tex in document
+    assert r"\usepackage{color}" in document and tex in document
     assert document.rstrip().endswith(r"\end{document}")
 
 
-def _tex_engine() -> list[str] | None:
-    for engine in ("pdflatex", "lualatex"):
-        if shutil.which(engine):
-            return [engine, "-interaction=nonstopmode", "-halt-on-error"]
-    return ["tectonic"] if shutil.which("tectonic") else None
+@pytest.fixture(scope="module")
+def pdflatex() -> str:
+    """pdflatex with Latin Modern's Type 1 fonts (their glyphs map back to text), installed with
+    apt when missing and possible: the smallest TeX that compiles the export."""
+    if not (shutil.which("pdflatex") and _kpsewhich("lmodern.sty")):
+        debian_package("texlive-latex-base", "lmodern", recommends=False)
+    return shutil.which("pdflatex")
 
 
-def test_latex_document_compiles(tmp_path: Path) -> None:
-    command = _tex_engine()
-    if command is None:
-        pytest.skip("no TeX engine installed: none of pdflatex, lualatex, tectonic is on PATH")
+def _kpsewhich(name: str) -> bool:
+    if shutil.which("kpsewhich") is None:
+        return False
+    found = subprocess.run(["kpsewhich", name], capture_output=True, text=True, check=False)
+    return bool(found.stdout.strip())
+
+
+@pytest.fixture(scope="module")
+def poppler() -> None:
+    """poppler-utils' pdftoppm and pdftotext, installed with apt when missing and possible."""
+    if not (shutil.which("pdftoppm") and shutil.which("pdftotext")):
+        debian_package("poppler-utils", recommends=False)
+
+
+def _pdf_text(pdf: Path) -> str:
+    return subprocess.run(
+        ["pdftotext", "-layout", str(pdf), "-"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+
+
+def _assert_in_order(text: str, pieces: list[str]) -> None:
+    at = 0
+    for piece in pieces:
+        found = text.find(piece, at)
+        assert found >= 0, f"{piece!r} missing after offset {at} in {text!r}"
+        at = found + len(piece)
+
+
+LATEX_HOSTILE = [
+    "100%",
+    "R&D",
+    "snake_case",
+    "#1",
+    "$x$",
+    "C:\\dir",
+    "{}",
+    "a~b",
+    "x^2",
+    "Grüße—ok",
+]
+
+
+def test_latex_document_compiles_and_reads_back_in_order(
+    tmp_path: Path, pdflatex: str, poppler: None
+) -> None:
     special = HeatmapRow(
-        "specials & co", [r"$\textbf{x}$", "100% #1 ~ ^ \\ {}", "a_b|c"], [0.2, -0.1, 0.0]
+        "specials & 50% of {it}",
+        LATEX_HOSTILE,
+        [0.2, -0.1, 0.0, 0.5, 0.3, -0.4, 0.1, 0.6, -0.2, 0.4],
     )
-    heatmap = _heatmap(rows=[*_heatmap().rows, special])
+    heatmap = _heatmap(rows=[*_heatmap().rows, special], title="IG: #1 & 100% — naïve")
     (tmp_path / "heatmap.tex").write_text(to_latex_document(heatmap), encoding="utf-8")
     result = subprocess.run(
-        [*command, "heatmap.tex"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+        [pdflatex, "-interaction=nonstopmode", "-halt-on-error", "heatmap.tex"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
-    pdf = tmp_path / "heatmap.pdf"
     assert result.returncode == 0, result.stdout[-2000:]
-    assert pdf.read_bytes().startswith(b"%PDF")
+    text = _pdf_text(tmp_path / "heatmap.pdf")
+    _assert_in_order(
+        text,
+        [
+            "IG: #1 & 100% — naïve",
+            "teacher (run teacher-01)",
+            *["[CLS]", "great", "movie", "not", "$x$", "[SEP]"],
+            "student kd",
+            *["[CLS]", "great", "##ly", HOSTILE, "&", "[SEP]"],
+            "specials & 50% of {it}",
+            *LATEX_HOSTILE,
+        ],
+    )
+    assert "[PAD]" not in text
 
 
 # --------------------------------------------------------------------------- PDF / PNG
@@ -283,34 +350,54 @@ def test_pdf_header_and_metadata(tmp_path: Path) -> None:
     assert b"/Type /Font" in data and b"/Type3" not in data  # TrueType, not Type 3 fonts
 
 
-def test_pdf_rasterizes_with_literal_dollar_text(tmp_path: Path) -> None:
-    if not (shutil.which("pdftoppm") and shutil.which("pdftotext")):
-        pytest.skip("poppler-utils (pdftoppm, pdftotext) not installed")
-    pdf = to_pdf(_heatmap(), tmp_path / "heatmap.pdf")
+def _svg_token_boxes(svg: str) -> list[tuple[float, float, float, float, str]]:
+    """``(x, y, width, height, fill)`` in points of every token cell of an SVG."""
+    boxes = []
+    for rect in ET.fromstring(svg).iter(f"{SVG}rect"):
+        if rect.get("class") == "token":
+            x, y, width, height = (float(rect.get(k)) for k in ("x", "y", "width", "height"))
+            boxes.append((x, y, width, height, rect.get("fill")))
+    return boxes
+
+
+# Matplotlib's Agg (PNG) and poppler's Splash (the PDF) anti-alias glyph edges differently:
+# averaged over 4×4-pixel blocks the two renderings of the same page differ by about 3 levels of
+# 255 at 100 dpi, while the PNG against itself moved 3 pixels sideways differs by about 6 and a
+# blank page by about 18.
+BLOCK, MAX_BLOCK_DIFFERENCE = 4, 4.5
+
+
+def test_pdf_rasterizes_like_the_png_at_the_same_dpi(tmp_path: Path, poppler: None) -> None:
+    dpi = 100
+    heatmap = _heatmap()
+    pdf = to_pdf(heatmap, tmp_path / "heatmap.pdf")
     subprocess.run(
-        [
-            "pdftoppm",
-            "-png",
-            "-r",
-            "50",
-            "-f",
-            "1",
-            "-l",
-            "1",
-            "-singlefile",
-            str(pdf),
-            str(tmp_path / "page"),
-        ],
+        ["pdftoppm", "-png", "-r", str(dpi), "-singlefile", str(pdf), str(tmp_path / "page")],
         check=True,
         timeout=60,
     )
-    page = tmp_path / "page.png"
-    assert page.stat().st_size > 0
-    assert Image.open(page).size[0] > 100
-    text = subprocess.run(
-        ["pdftotext", str(pdf), "-"], check=True, capture_output=True, text=True, timeout=60
-    ).stdout
-    assert "$x$" in text and "great" in text and "student kd" in text  # no mathtext
+    with (
+        Image.open(tmp_path / "page.png") as page,
+        Image.open(to_png(heatmap, tmp_path / "h.png", dpi=dpi)) as png,
+    ):
+        assert abs(page.width - png.width) <= 1 and abs(page.height - png.height) <= 1
+        box = (0, 0, min(page.width, png.width), min(page.height, png.height))
+        from_pdf, from_png = (image.convert("RGB").crop(box) for image in (page, png))
+    blocks = [np.asarray(image.reduce(BLOCK), dtype=float) for image in (from_pdf, from_png)]
+    assert np.abs(blocks[0] - blocks[1]).mean() < MAX_BLOCK_DIFFERENCE
+    cells = _svg_token_boxes(to_svg(heatmap))
+    assert len(cells) == 12
+    pixels = [np.asarray(image) for image in (from_pdf, from_png)]
+    for x, y, width, height, fill in cells:
+        # the cell's centre column, a tenth of its height below its top: its fill colour, clear
+        # of the token's glyphs (the tallest reach 0.3 of the height above the centre)
+        column = round((x + width / 2) * dpi / 72)
+        row = round((y + height / 10) * dpi / 72)
+        expected = np.array([int(fill[i : i + 2], 16) for i in (1, 3, 5)])
+        for image in pixels:  # PDF colours are fractions of 1: a level of rounding either way
+            assert np.abs(image[row, column].astype(int) - expected).max() <= 1, fill
+    text = _pdf_text(pdf)
+    _assert_in_order(text, ["teacher (run teacher-01)", "$x$", "student kd", HOSTILE])  # no math
 
 
 def test_png_scales_with_dpi_and_has_text_chunks(tmp_path: Path) -> None:

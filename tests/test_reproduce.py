@@ -21,11 +21,14 @@ import torch
 from kd.reproduce import (
     MAIN_METHODS,
     ExampleScores,
+    Shard,
     Suite,
     TaskPlan,
     experiments,
     gallery_indices,
+    merge,
     reproduce,
+    run_suite,
     write_report,
 )
 from workbench.config import DataConfig, TeacherConfig
@@ -382,3 +385,102 @@ def test_busy_worker_exits_when_the_suite_process_is_killed(tmp_path: Path):
     while _running(worker) and time.time() < deadline:
         time.sleep(0.1)
     assert not _running(worker)
+
+
+def _compared(record: dict) -> list[dict]:
+    """A record's student rows without where their run folders lie and how long they took."""
+    return [{k: v for k, v in r.items() if k not in ("run", "seconds")} for r in record["students"]]
+
+
+@pytest.mark.slow
+def test_shards_merge_into_the_record_of_one_call(
+    tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: Path
+):
+    """``--shard 1/2`` and ``--shard 2/2`` (each its own folder, teacher and searches), then
+    ``--merge``: the same rows, teacher and chosen weights as the whole suite in one call (CPU
+    training is deterministic under the same seeds); run folders referenced, not copied."""
+    plan = _one_seed_plan(tiny_model_dir, tiny_task_dir)
+    suite = Suite(
+        plans={"tiny": plan},
+        ablation_task="tiny",
+        methods=("kd", "pkd-skip"),  # kd, pkd-skip, its control (kd's control is kd itself)
+        ablation_groups=(),
+        tuned={"kd": ("tau",)},
+        tune_trials=2,
+    )
+    single = tmp_path / "single"
+    report = reproduce(single, suite, announce=lambda _: None).read_text()
+    whole = json.loads((single / "results.json").read_text())
+    shards = [tmp_path / "shard1", tmp_path / "shard2"]
+    for index, folder in enumerate(shards, 1):
+        run_suite(folder, suite, announce=lambda _: None, shard=Shard(index, 2))  # no report
+    first, second = (json.loads((f / "results.json").read_text()) for f in shards)
+    assert [r["name"] for r in first["students"]] == ["kd", "pkd-skip control"]
+    assert [r["name"] for r in second["students"]] == ["pkd-skip"]
+    assert first["shard"] == {"index": 1, "count": 2} and first["planned_students"] == 2
+    # shard 2 trains no kd student, so it searches no kd weights
+    assert first["calls"][0]["searches"] == 1 and second["calls"][0]["searches"] == 0
+    assert second["tuning"] == {}
+
+    merged = tmp_path / "merged"
+    said: list[str] = []
+    merged_report = merge(merged, shards, suite, announce=said.append).read_text()
+    record = json.loads((merged / "results.json").read_text())
+    assert _compared(record) == _compared(whole)
+    assert record["teachers"]["tiny"]["test"] == whole["teachers"]["tiny"]["test"]
+    assert record["tuning"]["kd"]["chosen"] == whole["tuning"]["kd"]["chosen"]
+    assert record["planned_students"] == 3 and "shard" not in record
+    assert record["suite_key"] == whole["suite_key"] == first["suite_key"]
+    assert [c["students"] for c in record["calls"]] == [2, 1]
+    assert not (merged / "runs").exists()  # referenced: paths into the shards' folders
+    for row in record["students"]:
+        assert row["run"].startswith("../shard") and (merged / row["run"] / "run.json").exists()
+    assert _timing_free(merged_report) == _timing_free(report)
+    assert not any("missing" in line for line in said)
+
+    # a shard missing: its students listed, the report incomplete
+    half = merge(tmp_path / "half", shards[:1], suite, announce=said.append).read_text()
+    assert "**Incomplete:** 2 of the 3 planned" in half
+    assert "missing 1 of the 3 students (train their shards): tiny/main/pkd-skip/seed1" in said
+    # a row recorded by two shards alike is kept once; recorded differently, a conflict
+    again = tmp_path / "again"
+    again.mkdir()
+    (again / "results.json").write_text(json.dumps({**second, "students": first["students"][:1]}))
+    merge(tmp_path / "twice", [*shards, again], suite, announce=lambda _: None)
+    assert _compared(json.loads((tmp_path / "twice" / "results.json").read_text())) == (
+        _compared(whole)
+    )
+    changed = {**first["students"][0], "test": {**first["students"][0]["test"], "accuracy": 0.0}}
+    (again / "results.json").write_text(json.dumps({**second, "students": [changed]}))
+    with pytest.raises(WorkbenchError, match=r"^conflict: the student tiny/main/kd/seed1@\w+ "):
+        merge(tmp_path / "conflict", [*shards, again], suite, announce=lambda _: None)
+    other = replace(suite, tune_trials=3)  # another suite: other settings, another key
+    with pytest.raises(
+        WorkbenchError, match=r"shard1/results\.json is the record of another suite"
+    ):
+        merge(tmp_path / "other", shards, other, announce=lambda _: None)
+    with pytest.raises(WorkbenchError, match="does not exist: nothing to merge"):
+        merge(tmp_path / "none", [tmp_path / "nowhere"], suite, announce=lambda _: None)
+    assert not any((tmp_path / name).exists() for name in ("conflict", "other", "none"))
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--shard", "0/2"], "--shard 0/2: I must be between 1 and N (2)"),
+        (["--shard", "3/2"], "--shard 3/2: I must be between 1 and N (2)"),
+        (["--shard", "2"], "--shard '2': write I/N, e.g. 2/4"),
+        (["--shard", "a/b"], "--shard 'a/b': write I/N"),
+        (["--shard", "1/100000"], "--shard 1/100000: the suite has "),
+        (["--merge", "x", "--shard", "1/2"], "--merge writes the merged record and report"),
+        (["--shard", "1/2", "--report-only"], "--shard trains a part of the suite"),
+    ],
+)
+def test_bad_shard_options_are_one_line_errors(arguments, message, tmp_path: Path, capsys):
+    from kd.cli import main
+
+    out = tmp_path / "suite"
+    assert main(["reproduce", "--out", str(out), *arguments]) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and message in error
+    assert not out.exists()  # refused before anything is written

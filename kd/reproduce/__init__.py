@@ -3,8 +3,9 @@
 Three parts: the suite as data (:mod:`kd.reproduce.suite`: what is trained, at which scale,
 which weights are chosen on dev first), the runner (:mod:`kd.reproduce.runner`: teachers, the
 searches, every student scored on the whole test split, ``results.json`` as the record that a
-later call resumes from, on any machine) and the report (:mod:`kd.reproduce.report`: verdicts
-with paired bootstrap intervals, tables, figures).
+later call resumes from, on any machine; ``--shard I/N`` trains one part of it and
+:mod:`kd.reproduce.merge` joins the parts' records) and the report
+(:mod:`kd.reproduce.report`: verdicts with paired bootstrap intervals, tables, figures).
 
 The default suite is sized for a 2-core CPU with ``--jobs 2`` (see :data:`DEFAULT`'s
 ``cuts``); ``--full`` describes the papers' scale (GLUE, BERT-base teacher, 6-layer students)
@@ -17,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from kd.reproduce.merge import merge_results
 from kd.reproduce.report import gallery_indices, report, write_report
 from kd.reproduce.runner import ExampleScores, exit_with_parent, read_results, run_suite
 from kd.reproduce.suite import (
@@ -25,6 +27,7 @@ from kd.reproduce.suite import (
     FULL,
     MAIN_METHODS,
     Experiment,
+    Shard,
     Suite,
     TaskPlan,
     experiments,
@@ -39,12 +42,14 @@ __all__ = [
     "MAIN_METHODS",
     "ExampleScores",
     "Experiment",
+    "Shard",
     "Suite",
     "TaskPlan",
     "exit_with_parent",
     "experiments",
     "gallery_indices",
     "identity",
+    "merge",
     "reproduce",
     "run_suite",
     "write_report",
@@ -57,14 +62,23 @@ def reproduce(
     announce: Callable[[str], None] = print,
     jobs: int = 1,
     report_only: bool = False,
+    shard: Shard | None = None,
 ) -> Path:
     """Run the suite (resuming from ``<out>/results.json`` and any run folders), then write
     the figures and ``report.md``; ``report_only``: only the figures and the report, from
-    ``results.json`` alone."""
+    ``results.json`` alone; ``shard``: only that part of the suite."""
     if report_only:
         results = read_results(out)
         if not results:
             raise WorkbenchError(f"{out / 'results.json'} does not exist: run the suite first")
     else:
-        results = run_suite(out, suite, announce, jobs)
+        results = run_suite(out, suite, announce, jobs, shard)
     return report(out, results)
+
+
+def merge(
+    out: Path, folders: list[Path], suite: Suite = DEFAULT, announce: Callable[[str], None] = print
+) -> Path:
+    """Join the records of ``suite``'s shards in ``folders`` into ``<out>/results.json``
+    (:func:`~kd.reproduce.merge.merge_results`), then write the figures and ``report.md``."""
+    return report(out, merge_results(out, folders, suite, announce))

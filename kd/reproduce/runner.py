@@ -26,7 +26,9 @@ from pathlib import Path
 
 from kd.pipeline import check_teacher, distill, train_teacher
 from kd.reproduce.suite import (
+    CONTROL,
     Experiment,
+    Shard,
     Suite,
     TaskPlan,
     data_settings,
@@ -35,6 +37,7 @@ from kd.reproduce.suite import (
     identity,
     limit,
     plan_summary,
+    suite_key,
     teacher_settings,
 )
 from workbench.config import (
@@ -456,6 +459,8 @@ RESULTS_SHAPE = {  # the suite's record (:mod:`workbench.shapes`), checked when 
         )
     ),
     "tuned?": BOOLEAN,
+    "suite_key?": STRING,
+    "shard?": {"index": INTEGER, "count": INTEGER},
     "teachers": Mapping({"key?": STRING, "run": STRING, "test": _METRICS}),
     "tuning?": Mapping(
         {
@@ -521,34 +526,26 @@ def read_results(out: Path) -> dict:
     return results
 
 
-def run_suite(
-    out: Path, suite: Suite, announce: Callable[[str], None] = print, jobs: int = 1
-) -> dict:
-    """Train what the record in ``<out>/results.json`` lacks: the weights chosen on dev, then
-    every student (teachers only for tasks with something left to train), scoring each on the
-    test split; rows already recorded under the same identity are kept as they are. With
-    ``jobs`` > 1 searches and students run in that many processes. The record is rewritten after
-    every teacher, search and student, and when the call is interrupted, with this call's wall
-    clock."""
-    started = time.time()
-    load_before = os.getloadavg()[0]  # what else ran beside this call, for its wall clock
-    previous = read_results(out)
-    recorded = {r["key"]: r for r in previous.get("students", []) if "key" in r}
-    teachers: dict[str, dict] = {
-        task: record
-        for task, record in previous.get("teachers", {}).items()
-        if task in suite.plans
-        and record.get("key") == fingerprint(teacher_settings(suite.plans[task]))
-    }
-    tuning = {
-        method: record
-        for method, record in previous.get("tuning", {}).items()
-        if method in suite.tuned
-        and record.get("key") == fingerprint(tuning_settings(suite, method))
-    }
-    methods = list(suite.tuned)
-    test_sets = dict(previous.get("test_sets", {}))
-    fixed = {  # what does not change during the call
+def shard_positions(suite: Suite, shard: Shard | None) -> list[int]:
+    """The positions in :func:`experiments`' list that ``shard`` trains (all: None); a shard
+    left without a student is a one-line error."""
+    total = len(experiments(suite))
+    if shard is None:
+        return list(range(total))
+    if shard.count > total:
+        raise WorkbenchError(
+            f"--shard {shard}: the suite has {total} students, so at most {total} shards"
+        )
+    return shard.positions(total)
+
+
+def suite_fields(suite: Suite, previous: dict, shard: Shard | None) -> dict:
+    """The fields of a record that the suite (and the part of it trained) settles: its
+    description and cuts, each task's setup and truncation (measured once: ``previous``'s
+    where it has it), and what ties the record to its suite (``suite_key``, ``shard``), which
+    ``kdw reproduce --merge`` checks."""
+    part = {} if shard is None else {"shard": {"index": shard.index, "count": shard.count}}
+    return {
         "format": FORMAT,
         "suite": suite.description,
         "cuts": suite.cuts,
@@ -565,8 +562,48 @@ def run_suite(
             for task, plan in suite.plans.items()
         },
         "tuned": bool(suite.tuned),
-        "jobs": jobs,
+        "suite_key": suite_key(suite),
+        **part,
     }
+
+
+def run_suite(
+    out: Path,
+    suite: Suite,
+    announce: Callable[[str], None] = print,
+    jobs: int = 1,
+    shard: Shard | None = None,
+) -> dict:
+    """Train what the record in ``<out>/results.json`` lacks: the weights chosen on dev, then
+    every student (teachers only for tasks with something left to train), scoring each on the
+    test split; rows already recorded under the same identity are kept as they are. With
+    ``jobs`` > 1 searches and students run in that many processes. ``shard``: only that part of
+    the students (:class:`~kd.reproduce.suite.Shard`), with the searches and teachers they need
+    (each seeded as in the whole suite, so every shard trains the same ones). The record is
+    rewritten after every teacher, search and student, and when the call is interrupted, with
+    this call's wall clock."""
+    mine = shard_positions(suite, shard)
+    started = time.time()
+    load_before = os.getloadavg()[0]  # what else ran beside this call, for its wall clock
+    previous = read_results(out)
+    recorded = {r["key"]: r for r in previous.get("students", []) if "key" in r}
+    teachers: dict[str, dict] = {
+        task: record
+        for task, record in previous.get("teachers", {}).items()
+        if task in suite.plans
+        and record.get("key") == fingerprint(teacher_settings(suite.plans[task]))
+    }
+    tuning = {
+        method: record
+        for method, record in previous.get("tuning", {}).items()
+        if method in suite.tuned
+        and record.get("key") == fingerprint(tuning_settings(suite, method))
+    }
+    planned = experiments(suite)
+    needed = {planned[i].name.removesuffix(CONTROL) for i in mine if planned[i].group == "main"}
+    methods = [m for m in suite.tuned if m in needed]
+    test_sets = dict(previous.get("test_sets", {}))
+    fixed = {**suite_fields(suite, previous, shard), "jobs": jobs}  # fixed during the call
     runs: dict[str, Path] = {}  # each task's teacher
     todo: list[Experiment] = []  # known once the weights are chosen
     kept: list[dict] = []  # recorded ablations this call does not plan (no --ablations)
@@ -579,7 +616,7 @@ def run_suite(
             **fixed,
             "teachers": {task: teachers[task] for task in suite.plans if task in teachers},
             "tuning": {m: tuning[m] for m in methods if m in tuning},
-            "planned_students": len(todo) or previous.get("planned_students"),
+            "planned_students": len(mine) if todo else previous.get("planned_students"),
             "test_sets": test_sets,
             "students": [scored[i] for i in range(len(todo)) if i in scored] + kept
             if todo
@@ -645,7 +682,7 @@ def run_suite(
             "seconds": round(result.seconds),
         }
         announce(
-            f"[{len(scored)}/{len(todo)}] {experiment.task}: {experiment.name}, seed "
+            f"[{len(scored)}/{len(mine)}] {experiment.task}: {experiment.name}, seed "
             f"{experiment.seed}: test accuracy {result.test['accuracy'] * 100:.1f} "
             f"({result.seconds:.0f} s)"
         )
@@ -669,20 +706,20 @@ def run_suite(
             if (key := identity(e, suite.plan_of(e), suite.plans[e.task])) in recorded
             and key not in keys
         ]
-        scored.update({i: recorded[k] for i, k in enumerate(keys) if k in recorded})
+        scored.update({i: recorded[keys[i]] for i in mine if keys[i] in recorded})
         calls.update(
             {
-                i: (out, teacher_run(e.task), suite.plan_of(e), e, keys[i])
-                for i, e in enumerate(todo)
+                i: (out, teacher_run(todo[i].task), suite.plan_of(todo[i]), todo[i], keys[i])
+                for i in mine
                 if i not in scored
             }
         )
-        for task in suite.plans:  # a task with nothing left to train keeps its recorded teacher
-            if task not in teachers:
+        for task in dict.fromkeys(todo[i].task for i in mine):  # a task with nothing left to
+            if task not in teachers:  # train keeps its recorded teacher
                 teacher_run(task)
         if not calls:
             announce(
-                f"all {len(todo)} students are recorded in {out / 'results.json'}: none trained"
+                f"all {len(mine)} students are recorded in {out / 'results.json'}: none trained"
             )
         _parallel(train_and_score, calls, jobs, finished)
     finally:  # also when interrupted: what finished is kept, with this call's wall clock

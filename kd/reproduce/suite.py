@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 
 from kd.objective import control
 from workbench.config import DataConfig, ObjectiveConfig, TeacherConfig, to_dict
@@ -183,6 +183,41 @@ def identity(experiment: Experiment, plan: TaskPlan, teacher_plan: TaskPlan) -> 
         f"{experiment.task}/{experiment.group}/{experiment.name}/seed{experiment.seed}"
         f"@{fingerprint(settings)}"
     )
+
+
+def suite_key(suite: Suite) -> str:
+    """A fingerprint of every setting of the suite: records of the same suite (its shards) have
+    the same key, records of any other suite (``--fixed``, ``--seeds``, …) another."""
+    return fingerprint(asdict(suite))
+
+
+@dataclass(frozen=True)
+class Shard:
+    """The ``index``-th (from 1) of ``count`` disjoint parts of a suite's students
+    (``kdw reproduce --shard I/N``): every ``count``-th experiment of :func:`experiments`' list,
+    from the ``index``-th on, so that every machine computes the same split."""
+
+    index: int
+    count: int
+
+    @classmethod
+    def parse(cls, text: str) -> Shard:
+        """``"2/4"`` → ``Shard(2, 4)``; anything else (not I/N with 1 ≤ I ≤ N) a one-line
+        error."""
+        index, slash, count = text.partition("/")
+        if not (slash and index.strip().isdigit() and count.strip().isdigit()):
+            raise WorkbenchError(f"--shard {text!r}: write I/N, e.g. 2/4 (the 2nd of 4 parts)")
+        shard = cls(int(index), int(count))
+        if not 1 <= shard.index <= shard.count:
+            raise WorkbenchError(f"--shard {text}: I must be between 1 and N ({shard.count})")
+        return shard
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+    def positions(self, total: int) -> list[int]:
+        """The positions in a list of ``total`` experiments that this shard trains."""
+        return list(range(self.index - 1, total, self.count))
 
 
 def ablations(task: str, plan: TaskPlan, seeds: Sequence[int]) -> list[Experiment]:
