@@ -57,7 +57,7 @@ STUDY_NAME = TuneConfig.study_name  # the study of ``<out>/study.db``, and --stu
 MAX_CONFIG_BYTES = 1_000_000  # a best.json holds a few kilobytes of settings
 HEARTBEAT_SECONDS = 20  # a worker's running trial says it is alive this often ...
 GRACE_SECONDS = 120  # ... and is retried by another worker once silent this long
-POLL_SECONDS = 5  # a worker waiting for the others' last trials looks again this often
+POLL_SECONDS = 2  # a worker waiting for the others' last trials looks again this often
 CONNECT_SECONDS = 10  # how long a database server may take to answer
 # the Python package of each SQLAlchemy driver, for the error that says to install it
 DRIVER_PACKAGES = {
@@ -406,7 +406,7 @@ def _storage(place: StudyPlace):
             engine_kwargs=place.engine,
             heartbeat_interval=HEARTBEAT_SECONDS,
             grace_period=GRACE_SECONDS,
-            heartbeat_stale_trial_callback=optuna.storages.RetryFailedTrialCallback(),
+            heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(),
         )
 
 
@@ -720,7 +720,8 @@ def tune(
     steps_per_epoch = math.ceil(len(task.splits["train"]) / optim.batch_size)
     if not optim.eval_every:  # several dev evaluations per epoch, for the pruner
         optim = replace(optim, eval_every=max(1, steps_per_epoch // config.reports_per_epoch))
-    out.mkdir(parents=True, exist_ok=True)
+    if not place.shared:  # the study and its lock live in <out>
+        out.mkdir(parents=True, exist_ok=True)
     target, exhaustive = plan_search(space, config.trials)
     if exhaustive and target < config.trials:
         print(
@@ -752,6 +753,7 @@ def tune(
     with lock:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         study = _study(place, config.study_name, attrs, sampler, pruner, points)
+        out.mkdir(parents=True, exist_ok=True)  # a shared study's worker joined: its trials
         _retry_interrupted(study, exclusive=not place.shared)
 
         def run_trial(trial) -> float:
