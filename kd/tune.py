@@ -442,17 +442,17 @@ def _study(place: StudyPlace, name: str, attrs: dict, sampler, pruner, points: l
         where = f"study {name!r} in {place.shown}" if place.shared else place.shown
         _check_record(study, attrs, where, place.remedy)
         return study
-    for key, value in attrs.items():
-        study.set_user_attr(key, value)
-    for values in points:
+    for values in points:  # queued before the record: a worker that joins finds the grid whole
         study.enqueue_trial(values)
+    for key, value in sorted(attrs.items(), key=lambda item: item[0] == "space"):
+        study.set_user_attr(key, value)  # the space last: a joining worker waits for it
     return study
 
 
 def _check_record(study, attrs: dict, where: str, remedy: str) -> None:
     """Refuse to join a study of another preset, task, space or settings (one line naming the
-    first few differences); a study made while its maker is still recording is waited for."""
-    for _ in range(20):  # the worker that made it records its settings right after
+    first few differences); a study whose maker is still recording it is waited for."""
+    for _ in range(20):  # the worker that made it records the space last
         stored = study.user_attrs
         if "space" in stored:
             break
