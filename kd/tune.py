@@ -580,8 +580,28 @@ def _earlier_outcome(study, number: int, values: dict):
     )
 
 
-class SettingTaken(Exception):
-    """Another worker is trying the settings this trial was given: the trial gives way."""
+class GiveWay(Exception):
+    """A trial that must not train: another trial runs its settings, or the trials before it
+    already fill the budget (a failed trial, not counted)."""
+
+
+def _planned(trials) -> set[tuple]:
+    """The settings that count towards the budget: tried, being tried, or queued."""
+    from optuna.trial import TrialState
+
+    active = (TrialState.RUNNING, TrialState.WAITING)
+    return {_setting(t) for t in trials if _counted(t) or t.state in active}
+
+
+def _surplus(study, number: int, target: int) -> bool:
+    """Whether the trials before trial ``number`` (by their numbers, which the study hands
+    out in order) already plan ``target`` settings, this one not queued: of two workers that
+    start a trial for the last setting at once, the later gives way."""
+    trials = study.get_trials(deepcopy=False)
+    this = next(t for t in trials if t.number == number)
+    if this.params or this.system_attrs.get("fixed_params"):  # queued: planned already
+        return False
+    return len(_planned(t for t in trials if t.number < number)) >= target
 
 
 def _running_twin(study, number: int, values: dict):
@@ -601,9 +621,9 @@ def _running_twin(study, number: int, values: dict):
 
 
 def _state(trial) -> str:
-    """A trial's state for the table: Optuna's, or why it ended (stopped on request, its
-    training diverged, or its settings were another trial's: a failed trial)."""
-    for reason in ("stopped", "diverged", "duplicate"):
+    """A trial's state for the table: Optuna's, or why it ended (stopped on request; failed
+    trials: its training diverged, its settings were another trial's, or the budget was full)."""
+    for reason in ("stopped", "diverged", "duplicate", "surplus"):
         if trial.user_attrs.get(reason):
             return reason
     return trial.state.name.lower()
@@ -625,12 +645,13 @@ def trials_table(study) -> list[dict]:
 
 def best_trial(study):
     """The completed trial of the best dev value, None before one completes; of equal values,
-    the one whose settings sort first (whichever worker ran them, in whatever order)."""
+    the one whose settings sort first (whichever worker ran them, in whatever order), and of
+    those the trial that trained them (not one that kept their outcome)."""
     from optuna.trial import TrialState
 
     return min(
         study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)),
-        key=lambda t: (-t.value, _key(t.params), t.number),
+        key=lambda t: (-t.value, _key(t.params), "run" not in t.user_attrs, t.number),
         default=None,
     )
 
@@ -664,15 +685,14 @@ def _search(study, run_trial, target: int, points: list[dict], stopped: list[int
                 optuna.storages.fail_stale_trials(study)  # none without heartbeats
             trials = study.get_trials(deepcopy=False)
             progress.update(len({_setting(t) for t in trials if _counted(t)}) - progress.n)
-            active = (TrialState.RUNNING, TrialState.WAITING)
-            planned = {_setting(t) for t in trials if _counted(t) or t.state in active}
+            planned = _planned(trials)
             missing = [values for values in points if _key(values) not in planned]
             for values in missing:
                 study.enqueue_trial(values)
             queued = missing or any(t.state == TrialState.WAITING for t in trials)
             if queued or (len(planned) < target and proposals < 10 * target):
                 proposals += 1
-                study.optimize(run_trial, n_trials=1, catch=(TrainingDiverged, SettingTaken))
+                study.optimize(run_trial, n_trials=1, catch=(TrainingDiverged, GiveWay))
             elif any(t.state == TrialState.RUNNING for t in trials):
                 if not told:
                     progress.write("waiting for the trials other workers run", file=sys.stderr)
@@ -757,12 +777,12 @@ def tune(
         _retry_interrupted(study, exclusive=not place.shared)
 
         def run_trial(trial) -> float:
+            if _surplus(study, trial.number, target):
+                trial.set_user_attr("surplus", True)
+                raise GiveWay("the trials before it fill the budget")
             values = {name: dimension.suggest(trial) for name, dimension in space.items()}
             earlier = _earlier_outcome(study, trial.number, values)
             if earlier is not None:  # settings already tried (proposed again, or queued twice)
-                for key in ("run", "worker"):
-                    if key in earlier.user_attrs:
-                        trial.set_user_attr(key, earlier.user_attrs[key])
                 if earlier.user_attrs.get("diverged"):
                     trial.set_user_attr("diverged", earlier.user_attrs["diverged"])
                     raise TrainingDiverged(earlier.user_attrs["diverged"])
@@ -772,7 +792,7 @@ def tune(
             twin = _running_twin(study, trial.number, values)
             if twin is not None:  # a failed trial, not counted: the setting stays twin's
                 trial.set_user_attr("duplicate", twin.number)
-                raise SettingTaken(f"trial {twin.number} tries these settings")
+                raise GiveWay(f"trial {twin.number} tries these settings")
             folder = out / "trials" / trial_folder(values)
             trial.set_user_attr("run", str(folder.resolve()))
             trial.set_user_attr("worker", WORKER)

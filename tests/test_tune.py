@@ -353,6 +353,29 @@ def _key(trial) -> tuple:
     return tuple(sorted(trial.params.items()))
 
 
+def _run_workers(*arguments: list[str]) -> str:
+    """Run ``python -m kd.cli ARGS`` for each of ``arguments`` at once (two workers when the
+    same ``args`` are given twice); their output, once all succeeded."""
+    code = [str(Path(__file__).parents[1]), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(code)}
+    if len(arguments) == 1:
+        arguments = arguments * 2
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "kd.cli", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
+        for args in arguments
+    ]
+    outputs = [worker.communicate(timeout=600)[0] for worker in workers]
+    for worker, output in zip(workers, outputs, strict=True):
+        assert worker.returncode == 0, output
+    return "\n".join(outputs)
+
+
 @pytest.mark.slow
 def test_two_workers_share_one_postgresql_study(tiny_teacher, tmp_path, capsys, postgres):
     """Two ``kdw tune`` processes, each with its own --out, search one grid in one PostgreSQL
@@ -363,21 +386,7 @@ def test_two_workers_share_one_postgresql_study(tiny_teacher, tmp_path, capsys, 
     space = ["--preset", "kd", "--trials", "4", "--space", "alpha=0.2,0.8", "--space", "tau=1,4"]
     shared = ["--storage", postgres, "--study-name", "grid", "--no-prune"]
     roots = [tmp_path / "worker0", tmp_path / "worker1"]
-    code = [str(Path(__file__).parents[1]), *filter(None, [os.environ.get("PYTHONPATH")])]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(code)}
-    workers = [
-        subprocess.Popen(
-            [sys.executable, "-m", "kd.cli", *_tune_args(data, teacher, root, *space, *shared)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=env,
-        )
-        for root in roots
-    ]
-    for worker in workers:
-        output = worker.communicate(timeout=600)[0]
-        assert worker.returncode == 0, output
+    _run_workers(*(_tune_args(data, teacher, root, *space, *shared) for root in roots))
 
     study = optuna.load_study(study_name="grid", storage=postgres)
     grid = {(("alpha", a), ("tau", t)) for a in (0.2, 0.8) for t in (1.0, 4.0)}
@@ -418,3 +427,34 @@ def test_two_workers_share_one_postgresql_study(tiny_teacher, tmp_path, capsys, 
         error = capsys.readouterr().err.strip()
         assert "study 'grid' in postgresql+psycopg2://" in error and message in error, error
         assert len(error.splitlines()) == 1 and not other.exists()
+
+
+@pytest.mark.slow
+def test_two_tpe_workers_train_each_setting_once_within_the_budget(
+    tiny_teacher, tmp_path, postgres
+):
+    """A space of 6 settings, 3 trials asked, TPE: two workers in one --out (a shared file
+    system) train 3 distinct settings in all, each once and in one run folder, whatever they
+    proposed at the same time."""
+    data, teacher = tiny_teacher
+    space = [
+        "--preset",
+        "kd",
+        "--trials",
+        "3",
+        "--space",
+        "alpha=0.2,0.5,0.8",
+        "--space",
+        "tau=1,4",
+    ]
+    shared = ["--storage", postgres, "--study-name", "tpe", "--no-prune"]
+    output = _run_workers(_tune_args(data, teacher, tmp_path / "shared", *space, *shared))
+    study = optuna.load_study(study_name="tpe", storage=postgres)
+    trained = [t for t in study.trials if "run" in t.user_attrs]
+    assert len({_key(t) for t in trained}) == len(trained) == 3, output
+    counted = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert {_key(t) for t in counted} == {_key(t) for t in trained}
+    folders = {p.name for p in (tmp_path / "shared" / "trials").iterdir()}
+    assert folders == {trial_folder(t.params) for t in trained}
+    gave_way = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
+    assert all(t.user_attrs.get("duplicate") or t.user_attrs.get("surplus") for t in gave_way)
