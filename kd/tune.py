@@ -392,22 +392,33 @@ def study_place(out: Path, storage: str | None) -> StudyPlace:
     return place
 
 
-def _storage(place: StudyPlace):
+def _storage(place: StudyPlace, attempts: int = 5):
     """The study's Optuna storage; a shared one keeps each running trial's heartbeat, and a
-    trial whose worker fell silent is failed and queued again with its settings."""
+    trial whose worker fell silent is failed and queued again with its settings. Workers that
+    start together on an empty database race to make Optuna's tables: the losers try again."""
     import optuna
+    from sqlalchemy.exc import SQLAlchemyError
 
     if not place.shared:
         return place.url
-    with warnings.catch_warnings():  # heartbeats are an experimental Optuna feature
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.storages.RDBStorage(
-            place.url,
-            engine_kwargs=place.engine,
-            heartbeat_interval=HEARTBEAT_SECONDS,
-            grace_period=GRACE_SECONDS,
-            heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(),
-        )
+    for attempt in range(1, attempts + 1):
+        try:
+            with warnings.catch_warnings():  # heartbeats are an experimental Optuna feature
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(
+                    place.url,
+                    engine_kwargs=place.engine,
+                    heartbeat_interval=HEARTBEAT_SECONDS,
+                    grace_period=GRACE_SECONDS,
+                    heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(),
+                )
+        except (SQLAlchemyError, optuna.exceptions.StorageInternalError) as error:  # made first
+            if attempt == attempts:
+                raise WorkbenchError(
+                    f"--storage {place.shown}: cannot make the study's tables "
+                    f"({first_line(getattr(error, 'orig', None) or error)})"
+                ) from None
+            time.sleep(attempt)
 
 
 def study_settings(

@@ -354,12 +354,10 @@ def _key(trial) -> tuple:
 
 
 def _run_workers(*arguments: list[str]) -> str:
-    """Run ``python -m kd.cli ARGS`` for each of ``arguments`` at once (two workers when the
-    same ``args`` are given twice); their output, once all succeeded."""
+    """Run ``python -m kd.cli ARGS`` for each of ``arguments`` at once; their output, once all
+    succeeded."""
     code = [str(Path(__file__).parents[1]), *filter(None, [os.environ.get("PYTHONPATH")])]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(code)}
-    if len(arguments) == 1:
-        arguments = arguments * 2
     workers = [
         subprocess.Popen(
             [sys.executable, "-m", "kd.cli", *args],
@@ -377,17 +375,38 @@ def _run_workers(*arguments: list[str]) -> str:
 
 
 @pytest.mark.slow
-def test_two_workers_share_one_postgresql_study(tiny_teacher, tmp_path, capsys, postgres):
-    """Two ``kdw tune`` processes, each with its own --out, search one grid in one PostgreSQL
-    study: each setting is trained once, by one of them, in one run folder; both write the
-    best configuration a lone worker finds on the same grid with SQLite (training is
-    deterministic on CPU); a worker with another space or other settings is refused."""
+def test_workers_share_postgresql_studies(tiny_teacher, tmp_path, capsys, postgres):
+    """Four ``kdw tune`` processes at once, two studies in one PostgreSQL server.
+
+    A grid, two workers each with its own --out: each setting is trained once, by one of them,
+    in one run folder; both write the best configuration a lone worker finds on the same grid
+    with SQLite (training is deterministic on CPU); a worker with another space or other
+    settings is refused. TPE, a space of 6 settings and 3 trials, two workers in one --out (a
+    shared file system): 3 distinct settings trained in all, each once and in one run folder,
+    whatever they proposed at the same time."""
     data, teacher = tiny_teacher
     space = ["--preset", "kd", "--trials", "4", "--metric", "macro_f1", "--space", "tau=2"]
     space += ["--space", "alpha=0.2,0.8", "--space", "lr=1e-3,3e-2"]  # one best setting
     shared = ["--storage", postgres, "--study-name", "grid", "--no-prune"]
     roots = [tmp_path / "worker0", tmp_path / "worker1"]
-    _run_workers(*(_tune_args(data, teacher, root, *space, *shared) for root in roots))
+    tpe = ["--preset", "kd", "--trials", "3", "--space", "alpha=0.2,0.5,0.8", "--space", "tau=1,4"]
+    tpe += ["--storage", postgres, "--study-name", "tpe", "--no-prune"]
+    tpe_worker = _tune_args(data, teacher, tmp_path / "shared", *tpe)
+    output = _run_workers(
+        *(_tune_args(data, teacher, root, *space, *shared) for root in roots),
+        tpe_worker,
+        tpe_worker,
+    )
+
+    study = optuna.load_study(study_name="tpe", storage=postgres)
+    trained = [t for t in study.trials if "run" in t.user_attrs]
+    assert len({_key(t) for t in trained}) == len(trained) == 3, output
+    counted = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert {_key(t) for t in counted} == {_key(t) for t in trained}
+    folders = {p.name for p in (tmp_path / "shared" / "trials").iterdir()}
+    assert folders == {trial_folder(t.params) for t in trained}
+    gave_way = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
+    assert all(t.user_attrs.get("duplicate") or t.user_attrs.get("surplus") for t in gave_way)
 
     study = optuna.load_study(study_name="grid", storage=postgres)
     grid = {(("alpha", a), ("lr", lr), ("tau", 2.0)) for a in (0.2, 0.8) for lr in (1e-3, 3e-2)}
@@ -429,34 +448,3 @@ def test_two_workers_share_one_postgresql_study(tiny_teacher, tmp_path, capsys, 
         error = capsys.readouterr().err.strip()
         assert "study 'grid' in postgresql+psycopg2://" in error and message in error, error
         assert len(error.splitlines()) == 1 and not other.exists()
-
-
-@pytest.mark.slow
-def test_two_tpe_workers_train_each_setting_once_within_the_budget(
-    tiny_teacher, tmp_path, postgres
-):
-    """A space of 6 settings, 3 trials asked, TPE: two workers in one --out (a shared file
-    system) train 3 distinct settings in all, each once and in one run folder, whatever they
-    proposed at the same time."""
-    data, teacher = tiny_teacher
-    space = [
-        "--preset",
-        "kd",
-        "--trials",
-        "3",
-        "--space",
-        "alpha=0.2,0.5,0.8",
-        "--space",
-        "tau=1,4",
-    ]
-    shared = ["--storage", postgres, "--study-name", "tpe", "--no-prune"]
-    output = _run_workers(_tune_args(data, teacher, tmp_path / "shared", *space, *shared))
-    study = optuna.load_study(study_name="tpe", storage=postgres)
-    trained = [t for t in study.trials if "run" in t.user_attrs]
-    assert len({_key(t) for t in trained}) == len(trained) == 3, output
-    counted = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-    assert {_key(t) for t in counted} == {_key(t) for t in trained}
-    folders = {p.name for p in (tmp_path / "shared" / "trials").iterdir()}
-    assert folders == {trial_folder(t.params) for t in trained}
-    gave_way = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
-    assert all(t.user_attrs.get("duplicate") or t.user_attrs.get("surplus") for t in gave_way)
