@@ -394,7 +394,9 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
         "sampling over the method's default space (the papers' grids) or --space overrides, "
         "poor trials pruned from their dev curves, every trial a resumable run folder, the "
         "study in <out>/study.db so that a killed search resumes. Writes <out>/best.json for "
-        "kdw distill --config.",
+        "kdw distill --config. With --storage URL (PostgreSQL, MySQL, SQLite) several workers, "
+        "on one machine or several, share one study: each setting is tried once across them, "
+        "and each worker writes the same best.json once the study is done.",
     )
     tune.add_argument("--out", required=True, help="folder for the study, its trials and best.json")
     for cls in (*CONFIG_SECTIONS.values(), TuneConfig, TrackingConfig):

@@ -586,6 +586,20 @@ class TuneConfig(Checked):
         "dev evaluations per epoch reported to the pruner (used when --eval-every is 0)",
         domain=positive,
     )
+    storage: str | None = option(
+        None,
+        "database of the study, an SQLAlchemy URL (postgresql+psycopg2://user:password@host/db, "
+        "mysql+pymysql://..., sqlite:///file.db): several kdw tune workers, on one machine or "
+        "several, given the same --storage and --study-name share one study (default: "
+        "<out>/study.db, one worker)",
+        recorded_if_set=True,
+    )
+    study_name: str = option(
+        "kdw-tune",
+        "name of the study in --storage",
+        domain=Domain(lambda v: isinstance(v, str) and v.strip() == v != "", "a name"),
+        recorded_if_set=True,
+    )
 
 
 TRACKERS = ("tensorboard", "mlflow")  # what --report-to offers (kd.tracking)

@@ -226,12 +226,11 @@ class Run:
         defaults changed); a run written before runs kept that record is reopened."""
         existing = self.info()
         given = json.loads(json.dumps(info, default=str))
-        changed = _differences(
+        shown = differences(
             {k: v for k, v in existing.items() if k != RESOLVED},
             {k: v for k, v in given.items() if k != RESOLVED},
         )
-        if changed:
-            shown = "; ".join(changed[:_SHOWN]) + ("; …" if len(changed) > _SHOWN else "")
+        if shown:
             raise WorkbenchError(
                 f"{self.path} already holds a run with other settings ({shown}): "
                 "choose another --run-dir, or delete that folder"
@@ -519,6 +518,13 @@ def same_value(then: Any, now: Any) -> bool:
         old = Path(then).expanduser()
         return not old.is_absolute() and old.exists() and old.resolve() == Path(now)
     return False
+
+
+def differences(then: Any, now: Any) -> str:
+    """What differs between recorded settings ``then`` and those given ``now``, on one line
+    (the first few ``option old → new``, ``;``-separated); empty when nothing does."""
+    changed = _differences(then, now)
+    return "; ".join(changed[:_SHOWN]) + ("; …" if len(changed) > _SHOWN else "")
 
 
 def _differences(then: Any, now: Any, where: tuple[str, ...] = ()) -> list[str]:
