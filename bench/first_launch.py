@@ -33,7 +33,7 @@ from workbench.files import read_json_lines
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
-ROWS = "document.querySelectorAll('tr.kdw-row').length"
+ROWS = "document.querySelectorAll('.kdw-row').length"
 
 
 def _tiny_sizes(folder: Path) -> str:
@@ -109,7 +109,7 @@ def measure(runs: Path, env: dict[str, str], timeout: float, port: int, log: Pat
             teacher = time.time() - start
             page.wait_for_function(f"() => {ROWS} >= 2", **options)
             student = time.time() - start
-            row = page.locator("tr.kdw-row").nth(1).inner_text()
+            row = page.locator(".kdw-row").nth(1).inner_text()
             browser.close()
     finally:
         os.killpg(server.pid, signal.SIGTERM)

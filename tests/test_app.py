@@ -188,6 +188,24 @@ def test_heatmap_view_escapes_tokens_and_labels():
     assert 'title="&lt;script&gt;: -0.5"' in html and 'title="[CLS]: 0.1"' in html
 
 
+def test_heatmap_view_scales_each_row_on_its_own_when_asked():
+    rows = [
+        HeatmapRow("teacher", ["[CLS]", "good", "[SEP]"], [0.0, 0.01, 0.002]),
+        HeatmapRow("student", ["[CLS]", "good", "[SEP]"], [0.0, 0.9, 0.3]),
+    ]
+
+    def fill(scores, scale):
+        return "#{:02x}{:02x}{:02x}".format(*score_to_rgb(max(scores), scale))
+
+    shared = heatmap_html(Heatmap(rows))
+    assert fill([0.01], color_scale([0.0, 0.01, 0.002, 0.0, 0.9, 0.3])) in shared
+    own = heatmap_html(Heatmap(rows), per_row=True)
+    for row in rows:  # each row's largest score in the darkest colour of its own scale
+        assert fill(row.scores, color_scale(row.scores)) in own
+    assert fill([0.01], color_scale(rows[0].scores)) == fill([0.9], color_scale(rows[1].scores))
+    assert "scale 0 to 0.01" in own and "each row on its own scale" in own
+
+
 def test_case_study_filters_examples_of_a_split(app):
     at = _ok(app.run())
     at.radio(key="case.source").set_value("Pick from a split")

@@ -159,9 +159,9 @@ def test_a_case_study_in_the_browser(app_url, page, tmp_path):
     dialogs = []
     page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
     page.goto(app_url)
-    page.wait_for_selector("tr.kdw-row", timeout=120_000)
+    page.wait_for_selector(".kdw-row", timeout=120_000)
     _settle(page)
-    rows = page.locator("tr.kdw-row")
+    rows = page.locator(".kdw-row")
     assert rows.count() >= 3  # the teacher and its students
     assert "SL" in rows.nth(1).inner_text()
     text = page.get_by_label("Text", exact=True)
@@ -169,17 +169,45 @@ def test_a_case_study_in_the_browser(app_url, page, tmp_path):
     text.press("Control+Enter")
     _settle(page)
     page.wait_for_function(
-        "() => [...document.querySelectorAll('tr.kdw-row')].every("
+        "() => [...document.querySelectorAll('.kdw-row')].every("
         "r => r.innerText.includes('good') && !r.innerText.includes('movie'))",
         timeout=60_000,
     )
     _settle(page)
-    tokens = page.locator("tr.kdw-row").first.locator("td.kdw-token").all_inner_texts()
+    tokens = page.locator(".kdw-row").first.locator(".kdw-token").all_inner_texts()
     assert "good" in tokens and "movie" not in tokens
     assert not dialogs, "text from the user ran as script"
     assert page.locator("script:has-text('alert(1)')").count() == 0
     shot = _screenshot(page, tmp_path / "case-study-typed.png")
     assert shot.stat().st_size > 10_000
+
+
+def test_a_long_text_wraps_to_the_page_and_its_rows_wrap_alike(app_url, page):
+    page.goto(app_url)
+    page.wait_for_selector(".kdw-row", timeout=120_000)
+    _settle(page)
+    text = page.get_by_label("Text", exact=True)
+    text.fill(" ".join(["good", "film", "bad", "end"] * 15))  # 60 words, 62 tokens
+    text.press("Control+Enter")
+    page.wait_for_function(
+        "() => document.querySelectorAll('.kdw-row')[0]?.querySelectorAll('.kdw-token')"
+        ".length === 62",
+        timeout=60_000,
+    )
+    _settle(page)
+    heatmap = page.locator(".kdw-heatmap")
+    assert heatmap.evaluate("e => e.scrollWidth <= e.clientWidth")
+    right = heatmap.bounding_box()["x"] + heatmap.bounding_box()["width"]
+    lines = page.evaluate(  # per row: the token indices where a new line starts
+        """() => [...document.querySelectorAll('.kdw-row')].map(row => {
+            const tops = [...row.querySelectorAll('.kdw-token')].map(t => t.offsetTop);
+            return tops.flatMap((top, i) => (i > 0 && top > tops[i - 1] ? [i] : []));
+        })"""
+    )
+    assert lines[0], "a 62-token text fits no line of the page"
+    assert all(line == lines[0] for line in lines), lines  # one tokenizer: the same breaks
+    last = page.locator(".kdw-row").first.locator(".kdw-token").last.bounding_box()
+    assert last["x"] + last["width"] <= right
 
 
 def test_every_page_renders(app_url, page, tmp_path):
@@ -240,11 +268,11 @@ def test_a_click_on_the_loyalty_scatter_opens_the_case_study(app_url, page):
     _settle(page)
     text = page.get_by_label("Text", exact=True).input_value()
     assert text and label.startswith(text), (text, label)
-    page.wait_for_selector("tr.kdw-row", timeout=120_000)
+    page.wait_for_selector(".kdw-row", timeout=120_000)
     first_word = text.split()[0]
-    tokens = page.locator("tr.kdw-row").first.locator("td.kdw-token").all_inner_texts()
+    tokens = page.locator(".kdw-row").first.locator(".kdw-token").all_inner_texts()
     assert first_word in tokens
-    title = page.locator("tr.kdw-row").first.locator("td.kdw-token").nth(1).get_attribute("title")
+    title = page.locator(".kdw-row").first.locator(".kdw-token").nth(1).get_attribute("title")
     assert title.startswith(f"{tokens[1]}: ") and math.isfinite(float(title.rsplit(": ", 1)[1]))
     page.get_by_text("gold label: ", exact=False).first.wait_for(timeout=10_000)
 
@@ -257,7 +285,7 @@ def test_the_students_chooser_shows_every_name_whole(app_url, page, runs_root):
     shutil.copytree(runs_root / "student-kd", extra)
     try:
         page.goto(app_url)
-        page.wait_for_selector("tr.kdw-row", timeout=120_000)
+        page.wait_for_selector(".kdw-row", timeout=120_000)
         _settle(page)
         chooser = page.locator("[data-testid='stMultiSelect']").filter(has_text="Students")
         box = chooser.bounding_box()

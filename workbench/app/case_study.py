@@ -161,6 +161,12 @@ def render() -> None:
     else:
         example = _uploaded_example()
     settings = common.heatmap_settings(f"{KEY}.settings", spec.label_names)
+    per_row = st.toggle(
+        "A colour scale per row",
+        key=f"{KEY}.per_row",
+        help="each row's colours from its own scores (a faint map beside a strong one shows "
+        "its shape); off, all rows share one scale and their strengths compare",
+    )
     if example is None:
         return
     try:
@@ -174,7 +180,9 @@ def render() -> None:
         st.text(f"gold label: {example.label}")
     notes = _agreement_notes(explanations, agreements)
     show_heatmap(
-        heatmap, {row.label: notes.get(row.label.split(" · ")[0], "") for row in heatmap.rows}
+        heatmap,
+        {row.label: notes.get(row.label.split(" · ")[0], "") for row in heatmap.rows},
+        per_row,
     )
     st.caption(
         "SL: saliency loyalty, Pearson correlation of the Grad saliency of the teacher "
