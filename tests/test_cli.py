@@ -56,7 +56,18 @@ def test_every_command_explains_its_options(command, capsys):
             assert option in out
 
 
-HEAVY = ("torch", "transformers", "captum", "pandas", "streamlit", "optuna", "onnxruntime")
+HEAVY = (
+    "torch",
+    "transformers",
+    "captum",
+    "pandas",
+    "streamlit",
+    "optuna",
+    "onnxruntime",
+    "mlflow",
+    "tensorboard",
+    "sqlalchemy",
+)
 
 
 def test_the_help_of_every_command_loads_no_heavy_library():
