@@ -33,6 +33,7 @@ from workbench.config import (
     to_dict,
 )
 from workbench.errors import WorkbenchError, one_line
+from workbench.files import read_json_file
 from workbench.heatmaps import ExportSettings, HeatmapSettings
 
 
@@ -95,6 +96,7 @@ def _tune(args: argparse.Namespace) -> None:
         )
 
 
+MAX_STUDENTS_BYTES = 1_000_000  # a --students file lists a few students' settings
 CONFIG_SECTIONS = {
     "data": DataConfig,
     "student": StudentConfig,
@@ -315,6 +317,11 @@ def reproduce_suite(args: argparse.Namespace):
         if any(not sep or not task or not source for task, sep, source in pairs):
             raise WorkbenchError("--teacher: write TASK=FOLDER, e.g. tweets=my-model")
         suite = suite.with_teachers({task: source for task, _, source in pairs})
+    if args.students:
+        entries = read_json_file(args.students, MAX_STUDENTS_BYTES, "--students")
+        if not isinstance(entries, list):
+            raise WorkbenchError(f"--students {args.students}: expected a JSON list of students")
+        suite = suite.with_students(entries)
     return suite
 
 
@@ -537,6 +544,14 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
         help="train beside each method its control: the same objective, data and student "
         "set-up with the method's own terms at weight 0, so that a gain is credited to the term "
         "or to the rest of the method's regime",
+    )
+    reproduce.add_argument(
+        "--students",
+        metavar="FILE",
+        help="train more students beside the suite's: a JSON list of {name, task, objective "
+        "(ObjectiveConfig settings), group (default extra), sample (main: the main table's "
+        "data, the default; ablation: the ablations' sample), seeds (default: the task's), "
+        "student (StudentConfig settings)}; e.g. a control of your own",
     )
     reproduce.add_argument(
         "--seeds",

@@ -51,7 +51,7 @@ from workbench.config import (
     to_dict,
 )
 from workbench.errors import WorkbenchError, first_line
-from workbench.files import atomic_write_json, hold, read_limited
+from workbench.files import atomic_write_json, hold, read_json_file
 from workbench.runs import differences, same_value
 
 STUDY_NAME = TuneConfig.study_name  # the study of ``<out>/study.db``, and --study-name's default
@@ -891,16 +891,7 @@ def tune(
 def load_config_file(path: str | Path) -> dict:
     """The sections of a configuration file (``best.json``): ``{"data": {...}, ...}``."""
     path = Path(path)
-    if not path.exists():
-        raise WorkbenchError(f"--config {path}: no such file")
-    try:
-        values = json.loads(read_limited(path, MAX_CONFIG_BYTES, "--config"))
-    except json.JSONDecodeError as error:
-        raise WorkbenchError(f"--config {path}: not JSON ({error})") from None
-    except UnicodeDecodeError:
-        raise WorkbenchError(f"--config {path}: not a JSON text file (not UTF-8)") from None
-    except OSError as error:
-        raise WorkbenchError(f"--config {path}: cannot be read ({first_line(error)})") from None
+    values = read_json_file(path, MAX_CONFIG_BYTES, "--config")
     if not isinstance(values, dict):
         raise WorkbenchError(f"--config {path}: expected a JSON object of config sections")
     return values

@@ -203,12 +203,23 @@ def test_each_method_trains_beside_its_control(
     differs from GKD's in that weight alone, and the report credits the gain."""
     plan = _one_seed_plan(tiny_model_dir, tiny_task_dir)
     suite = Suite(
-        plans={"tiny": plan}, ablation_task="tiny", methods=("kd", "gkd"), ablation_groups=()
+        plans={"tiny": plan},
+        ablation_task="tiny",
+        methods=("kd", "gkd"),
+        ablation_groups=(),
+        ablation_data=replace(plan.data, max_train_examples=20),
+    ).with_students(  # a student of the user's, on the main table's data (not the ablations')
+        [{"name": "gkd grad 2", "task": "tiny", "group": "mine", "objective": GKD_GRAD_2}]
     )
     report = reproduce(tmp_path, suite, announce=lambda _: None).read_text()
     results = json.loads((tmp_path / "results.json").read_text())
     rows = {r["name"]: r for r in results["students"]}
-    assert list(rows) == ["kd", "gkd", "gkd control"]
+    assert list(rows) == ["kd", "gkd", "gkd control", "gkd grad 2"]
+    assert rows["gkd grad 2"]["group"] == "mine"
+    mine = json.loads((tmp_path / rows["gkd grad 2"]["run"] / "run.json").read_text())
+    gkd = json.loads((tmp_path / rows["gkd"]["run"] / "run.json").read_text())
+    assert mine["configs"]["data"] == gkd["configs"]["data"]
+    assert mine["resolved"]["objective"]["weights"]["grad"] == 2.0
     records = {
         name: json.loads((tmp_path / rows[name]["run"] / "run.json").read_text())
         for name in ("gkd", "gkd control")
@@ -225,6 +236,59 @@ def test_each_method_trains_beside_its_control(
     )  # copied from the teacher and frozen, as under GKD
     section = report.split("## Controls")[1].split("##")[0]
     assert "| tiny | gkd | " in section and "the gain is" in section
+
+
+GKD_GRAD_2 = {"preset": "gkd", "weights": "ce=0.5,kd=0.5,grad=2"}
+
+
+def test_students_of_a_file_join_the_suite_on_the_data_they_name():
+    plan = TaskPlan(DataConfig(task="tweets", max_train_examples=300))
+    suite = Suite(
+        plans={"tweets": plan},
+        ablation_task="tweets",
+        methods=("kd",),
+        ablation_data=DataConfig(task="tweets", max_train_examples=100),
+    )
+    extended = suite.with_students(
+        [
+            {"name": "main", "task": "tweets", "objective": GKD_GRAD_2, "seeds": [1, 7]},
+            {"name": "small", "task": "tweets", "objective": GKD_GRAD_2, "sample": "ablation"},
+        ]
+    )
+    before, after = experiments(suite), experiments(extended)
+    assert after[: len(before)] == before  # the suite's own students, unchanged
+    added = after[len(before) :]
+    assert [(e.name, e.group, e.seed) for e in added] == [
+        ("main", "extra", 1),
+        ("main", "extra", 7),
+        *(("small", "extra", seed) for seed in plan.seeds),
+    ]
+    assert extended.plan_of(added[0]).data.max_train_examples == 300
+    assert extended.plan_of(added[-1]).data.max_train_examples == 100
+
+
+@pytest.mark.parametrize(
+    ("entries", "message"),
+    [
+        ({"name": "x"}, "expected a JSON list of students"),
+        ([{"name": "x", "task": "tweets"}], "student 1: missing ['objective']"),
+        ([{"name": "x", "task": "tweets", "objective": {}, "seed": 1}], "unknown keys ['seed']"),
+        ([{"name": "x", "task": "mnli", "objective": {}}], "student 'x': task 'mnli'"),
+        ([{"name": "x", "task": "tweets", "objective": {"preset": "nope"}}], "'x': "),
+        ([{"name": "kd", "task": "tweets", "objective": {}, "group": "main"}], "already name"),
+        ([{"name": "x", "task": "tweets", "objective": {}, "sample": "dev"}], "sample 'dev'"),
+        ([{"name": "x", "task": "tweets", "objective": {}, "seeds": [-1]}], "seeds must be"),
+    ],
+)
+def test_bad_students_files_are_one_line_errors(entries, message, tmp_path: Path, capsys):
+    from kd.cli import main
+
+    students, out = tmp_path / "students.json", tmp_path / "suite"
+    students.write_text(json.dumps(entries))
+    assert main(["reproduce", "--out", str(out), "--students", str(students)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and message in error, error
+    assert not out.exists()  # refused before anything is written
 
 
 def test_a_given_classifier_teaches_the_suite_as_it_is(

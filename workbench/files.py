@@ -141,6 +141,22 @@ def read_limited(path: str | Path, limit: int, what: str) -> bytes:
     return data
 
 
+def read_json_file(path: str | Path, limit: int, what: str) -> Any:
+    """The JSON value in the file ``path`` (at most ``limit`` bytes, :func:`read_limited`);
+    a missing, unreadable, non-UTF-8 or non-JSON file is a one-line error naming ``what``."""
+    path = Path(path)
+    if not path.exists():
+        raise WorkbenchError(f"{what} {path}: no such file")
+    try:
+        return json.loads(read_limited(path, limit, what))
+    except json.JSONDecodeError as error:
+        raise WorkbenchError(f"{what} {path}: not JSON ({error})") from None
+    except UnicodeDecodeError:
+        raise WorkbenchError(f"{what} {path}: not a JSON text file (not UTF-8)") from None
+    except OSError as error:
+        raise WorkbenchError(f"{what} {path}: cannot be read ({first_line(error)})") from None
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

@@ -16,10 +16,18 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 
 from kd.objective import control
-from workbench.config import DataConfig, ObjectiveConfig, TeacherConfig, to_dict
+from workbench.config import (
+    DataConfig,
+    ObjectiveConfig,
+    StudentConfig,
+    TeacherConfig,
+    from_dict,
+    to_dict,
+)
 from workbench.data import data_version
 from workbench.errors import WorkbenchError
 
+STUDENT_KEYS = ("name", "task", "objective", "group", "sample", "seeds", "student")  # --students
 MAIN_METHODS = ("finetune", "kd", "pkd-skip", "pkd-last", "ckd", "adkd", "gkd", "gkd-cls")
 CONTROL = " control"  # a control student's name: its method's, then this
 ABLATED_METHODS = ("ckd", "adkd", "gkd")
@@ -70,6 +78,12 @@ class Experiment:
     sweep: float | None = None
     student: dict = field(default_factory=dict)  # StudentConfig settings that differ
     optim: dict = field(default_factory=dict)  # OptimConfig settings that differ (a tuned lr)
+    sample: str = ""  # the data it trains on: "main" (the main table's) or "ablation" (the
+    # ablations' sample); "": by its group, the main table's for "main", else the ablations'
+
+    @property
+    def on_ablation_sample(self) -> bool:
+        return (self.sample or ("main" if self.group == "main" else "ablation")) == "ablation"
 
 
 @dataclass(frozen=True)
@@ -93,7 +107,7 @@ class Suite:
         """The plan an experiment trains under: the students may train on fewer examples than
         their teacher, the ablations on their own sample."""
         plan = self.plans[experiment.task]
-        if experiment.group != "main" and self.ablation_data is not None:
+        if experiment.on_ablation_sample and self.ablation_data is not None:
             return replace(plan, data=self.ablation_data)
         if plan.student_train_examples is None:
             return plan
@@ -126,6 +140,65 @@ class Suite:
             for task, plan in self.plans.items()
         }
         return replace(self, plans=plans)
+
+    def with_students(self, entries: Sequence[dict]) -> Suite:
+        """The same suite with more students (``--students FILE``), each entry a mapping of
+        ``name``, ``task``, ``objective`` (:class:`ObjectiveConfig` settings) and optionally
+        ``group`` (default ``"extra"``), ``sample`` (``"main"``, the default, or
+        ``"ablation"``: the data it trains on), ``seeds`` (default: the task's) and
+        ``student`` (:class:`StudentConfig` settings that differ); every problem is a one-line
+        error, found before anything is trained."""
+        students = []
+        for number, entry in enumerate(entries, 1):
+            where = f"student {number}"
+            if not isinstance(entry, dict):
+                raise WorkbenchError(f"{where}: give a mapping of name, task and objective")
+            unknown = sorted(set(entry) - set(STUDENT_KEYS))
+            missing = [key for key in STUDENT_KEYS[:3] if key not in entry]
+            if unknown or missing:
+                problems = [f"unknown keys {unknown}"] * bool(unknown)
+                problems += [f"missing {missing}"] * bool(missing)
+                raise WorkbenchError(
+                    f"{where}: {'; '.join(problems)} (keys: {', '.join(STUDENT_KEYS)})"
+                )
+            name, task = str(entry["name"]), str(entry["task"])
+            where = f"student {name!r}"
+            if task not in self.plans:
+                raise WorkbenchError(
+                    f"{where}: task {task!r}; the suite's are {sorted(self.plans)}"
+                )
+            sample = entry.get("sample", "main")
+            if sample not in ("main", "ablation"):
+                raise WorkbenchError(f"{where}: sample {sample!r}: use main or ablation")
+            seeds = entry.get("seeds", self.plans[task].seeds)
+            if not seeds or not all(isinstance(s, int) and 0 <= s < 2**32 for s in seeds):
+                raise WorkbenchError(f"{where}: seeds must be a list of integers 0..2^32-1")
+            student = entry.get("student", {})
+            try:
+                objective = from_dict(ObjectiveConfig, entry["objective"])
+                from_dict(StudentConfig, {"teacher": "-", **student})
+            except (WorkbenchError, TypeError, ValueError) as error:
+                raise WorkbenchError(f"{where}: {error}") from None
+            students += [
+                Experiment(
+                    task,
+                    name,
+                    str(entry.get("group", "extra")),
+                    objective,
+                    seed,
+                    student=dict(student),
+                    sample=sample,
+                )
+                for seed in seeds
+            ]
+        taken = {(e.task, e.group, e.name) for e in experiments(self)}
+        clash = sorted({e.name for e in students if (e.task, e.group, e.name) in taken})
+        if clash:
+            raise WorkbenchError(f"--students: {clash} already name students of the suite")
+        names = [(e.task, e.group, e.name, e.seed) for e in students]
+        if len(set(names)) < len(names):
+            raise WorkbenchError("--students: two entries name the same student")
+        return replace(self, extra=(*self.extra, *students))
 
     def with_seeds(self, count: int) -> Suite:
         """The same suite with the main table trained over seeds ``1..count`` (``--seeds``):
