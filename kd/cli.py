@@ -15,10 +15,12 @@ from collections.abc import Sequence
 from dataclasses import fields, replace
 from pathlib import Path
 
+from workbench.attribution.registry import EXPLAINERS, WORD_AGGREGATIONS, get_explainer
 from workbench.config import (
     AttributionConfig,
     BenchmarkSettings,
     DataConfig,
+    MapSettings,
     ObjectiveConfig,
     OptimConfig,
     StudentConfig,
@@ -211,6 +213,74 @@ def _sources(args: argparse.Namespace) -> dict:
     }
 
 
+def _add_explainer(parser: argparse.ArgumentParser) -> None:
+    """``--explainer`` (its choices and help from the registry), each explainer's settings
+    not already among the parser's options (default: the chosen explainer's own), and
+    ``--words``."""
+    taken = {action.dest for action in parser._actions}
+    group = parser.add_argument_group(
+        "explainer", "which registered explainer scores the tokens (docs/explainers.md)"
+    )
+    group.add_argument(
+        "--explainer",
+        default=None,
+        choices=list(EXPLAINERS),
+        metavar="NAME",
+        help="; ".join(f"{e.name}: {e.description}" for e in EXPLAINERS.values())
+        + " (default: ig, or grad with --method grad)",
+    )
+    settings: dict[str, list] = {}
+    for explainer in EXPLAINERS.values():
+        for f in fields(explainer.settings):
+            if f.name not in taken:
+                settings.setdefault(f.name, []).append((explainer, f))
+    for name, owners in settings.items():
+        kind = type(owners[0][1].default)
+        defaults = ", ".join(f"{e.name} {f.default}" for e, f in owners)
+        group.add_argument(
+            option_name(name),
+            dest=name,
+            type=kind,
+            default=None,
+            metavar=name.upper(),
+            help=f"{owners[0][1].metadata['help']} (default: {defaults})",
+        )
+    group.add_argument(
+        "--words",
+        default=None,
+        choices=WORD_AGGREGATIONS,
+        help="score words instead of sub-tokens (the fast tokenizer's words): the sum, mean or "
+        "largest magnitude (max-abs) of their pieces; [CLS]/[SEP] stay words of their own "
+        "(default: sub-tokens)",
+    )
+
+
+def _explainer_choice(args: argparse.Namespace):
+    """The explainer the options name, with the settings given for it; a setting of another
+    explainer is refused rather than ignored (None: ``--explainer`` not given)."""
+    from workbench.attribution import ExplainerChoice
+
+    name = args.explainer
+    if name is None and args.method == "ig":  # the ig engine's settings come from --steps etc.
+        name = "ig"
+    if name is None:
+        return None
+    own = {f.name for f in fields(get_explainer(name).settings)}
+    map_settings = {f.name for f in fields(MapSettings)}  # checked by resolve_explainer
+    values = {}
+    for explainer in EXPLAINERS.values():
+        for f in fields(explainer.settings):
+            value = getattr(args, f.name)
+            if f.name in own and value is not None:
+                values[f.name] = value
+            elif f.name not in own and value is not None and f.name not in map_settings:
+                raise WorkbenchError(
+                    f"{option_name(f.name)} is a setting of {explainer.name}, not of "
+                    f"--explainer {name}"
+                )
+    return ExplainerChoice(name, values)
+
+
 def _export(args: argparse.Namespace) -> None:
     from workbench.heatmaps import export_runs
 
@@ -220,6 +290,8 @@ def _export(args: argparse.Namespace) -> None:
         from_arguments(HeatmapSettings, args),
         from_arguments(ExportSettings, args),
         notify=lambda note: print(f"kdw: note: {note}", file=sys.stderr),
+        explainer=_explainer_choice(args),
+        words=args.words,
         **_sources(args),
     )
     print("\n".join(str(path) for path in paths))
@@ -229,7 +301,12 @@ def _attribute(args: argparse.Namespace) -> None:
     from workbench.heatmaps import attribute_runs
 
     paths = attribute_runs(
-        args.runs, args.out, from_arguments(AttributionConfig, args), **_sources(args)
+        args.runs,
+        args.out,
+        from_arguments(AttributionConfig, args),
+        explainer=_explainer_choice(args),
+        words=args.words,
+        **_sources(args),
     )
     print("\n".join(str(path) for path in paths))
 
@@ -559,6 +636,7 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
     _add_sources(export, "explain")
     for cls in (HeatmapSettings, ExportSettings):
         add_arguments(export, cls)
+    _add_explainer(export)
     export.set_defaults(handler=_export)
 
     attribute = commands.add_parser(
@@ -571,6 +649,7 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
     )
     _add_sources(attribute, "attribute")
     add_arguments(attribute, AttributionConfig)
+    _add_explainer(attribute)
     attribute.set_defaults(handler=_attribute)
 
     export_model = commands.add_parser(
