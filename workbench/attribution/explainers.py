@@ -237,13 +237,11 @@ def gradshap(model, batch, targets, settings: GradientShapSettings, special) -> 
 
 def check_window(settings: OcclusionSettings, special: Tensor, mask: Tensor) -> None:
     """An occlusion window longer than a text's tokens ([CLS]/[SEP] aside) is an error."""
-    words = (mask.bool() & ~special).sum(1)
-    short = int(words.argmin())
-    if settings.window > int(words[short]):
+    shortest = int((mask.bool() & ~special).sum(1).min())
+    if settings.window > shortest:
         raise WorkbenchError(
-            f"occlusion window of {settings.window} tokens is longer than text {short} "
-            f"({int(words[short])} tokens besides [CLS]/[SEP]): use --window "
-            f"{max(1, int(words[short]))} or less"
+            f"occlusion window of {settings.window} tokens is longer than a text of {shortest} "
+            f"token(s) besides [CLS]/[SEP]: use --window {max(1, shortest)} or less"
         )
 
 
