@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import typing
 from collections.abc import Sequence
 from dataclasses import fields, replace
 from pathlib import Path
@@ -20,6 +21,7 @@ from workbench.config import (
     AttributionConfig,
     BenchmarkSettings,
     DataConfig,
+    FaithfulnessSettings,
     MapSettings,
     ObjectiveConfig,
     OptimConfig,
@@ -213,11 +215,31 @@ def _sources(args: argparse.Namespace) -> dict:
     }
 
 
+def _add_explainer_settings(group, taken: set[str]) -> None:
+    """An option for each registered explainer's setting not already among ``taken`` (default:
+    each explainer's own)."""
+    settings: dict[str, list] = {}
+    for explainer in EXPLAINERS.values():
+        for f in fields(explainer.settings):
+            if f.name not in taken:
+                settings.setdefault(f.name, []).append((explainer, f))
+    for name, owners in settings.items():
+        hint = typing.get_type_hints(owners[0][0].settings)[name]
+        kind = next(t for t in typing.get_args(hint) or (hint,) if t is not type(None))
+        defaults = ", ".join(f"{e.name} {f.default}" for e, f in owners)
+        group.add_argument(
+            option_name(name),
+            dest=name,
+            type=kind,
+            default=None,
+            metavar=name.upper(),
+            help=f"{owners[0][1].metadata['help']} (default: {defaults})",
+        )
+
+
 def _add_explainer(parser: argparse.ArgumentParser) -> None:
     """``--explainer`` (its choices and help from the registry), each explainer's settings
-    not already among the parser's options (default: the chosen explainer's own), and
-    ``--words``."""
-    taken = {action.dest for action in parser._actions}
+    not already among the parser's options, and ``--words``."""
     group = parser.add_argument_group(
         "explainer", "which registered explainer scores the tokens (docs/explainers.md)"
     )
@@ -229,22 +251,7 @@ def _add_explainer(parser: argparse.ArgumentParser) -> None:
         help="; ".join(f"{e.name}: {e.description}" for e in EXPLAINERS.values())
         + " (default: ig, or grad with --method grad)",
     )
-    settings: dict[str, list] = {}
-    for explainer in EXPLAINERS.values():
-        for f in fields(explainer.settings):
-            if f.name not in taken:
-                settings.setdefault(f.name, []).append((explainer, f))
-    for name, owners in settings.items():
-        kind = type(owners[0][1].default)
-        defaults = ", ".join(f"{e.name} {f.default}" for e, f in owners)
-        group.add_argument(
-            option_name(name),
-            dest=name,
-            type=kind,
-            default=None,
-            metavar=name.upper(),
-            help=f"{owners[0][1].metadata['help']} (default: {defaults})",
-        )
+    _add_explainer_settings(group, {action.dest for action in parser._actions})
     group.add_argument(
         "--words",
         default=None,
@@ -255,30 +262,60 @@ def _add_explainer(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _explainer_choice(args: argparse.Namespace):
-    """The explainer the options name, with the settings given for it; a setting of another
-    explainer is refused rather than ignored (None: ``--explainer`` not given)."""
+def _choices(args: argparse.Namespace, names: Sequence[str], shared: set[str] = frozenset()):
+    """The explainers ``names`` with the settings the options give each (the rest: their
+    defaults); an option given that none of them takes is refused rather than ignored
+    (``shared``: options checked elsewhere)."""
     from workbench.attribution import ExplainerChoice
 
-    name = args.explainer
-    if name is None and args.method == "ig":  # the ig engine's settings come from --steps etc.
-        name = "ig"
-    if name is None:
-        return None
-    own = {f.name for f in fields(get_explainer(name).settings)}
-    map_settings = {f.name for f in fields(MapSettings)}  # checked by resolve_explainer
-    values = {}
+    chosen = [get_explainer(name) for name in names]
+    own = {f.name for e in chosen for f in fields(e.settings)}
     for explainer in EXPLAINERS.values():
         for f in fields(explainer.settings):
-            value = getattr(args, f.name)
-            if f.name in own and value is not None:
-                values[f.name] = value
-            elif f.name not in own and value is not None and f.name not in map_settings:
+            if f.name not in own | shared and getattr(args, f.name, None) is not None:
                 raise WorkbenchError(
                     f"{option_name(f.name)} is a setting of {explainer.name}, not of "
-                    f"--explainer {name}"
+                    f"{', '.join(names)}"
                 )
-    return ExplainerChoice(name, values)
+    return [
+        ExplainerChoice(
+            e.name,
+            {
+                f.name: getattr(args, f.name)
+                for f in fields(e.settings)
+                if getattr(args, f.name) is not None
+            },
+        )
+        for e in chosen
+    ]
+
+
+def _explainer_choice(args: argparse.Namespace):
+    """The explainer ``--explainer`` names (ig with ``--method ig``, the default), with its
+    settings; None for ``--method grad`` without ``--explainer``."""
+    name = args.explainer or ("ig" if args.method == "ig" else None)
+    if name is None:
+        return None
+    return _choices(args, [name], {f.name for f in fields(MapSettings)})[0]
+
+
+def _faithfulness(args: argparse.Namespace) -> None:
+    from workbench.faithfulness_report import explainer_faithfulness, format_faithfulness
+    from workbench.files import check_output_file, json_text, write_output_file
+
+    if args.json:  # before the minutes of explaining
+        check_output_file(args.json, "--json")
+    settings = from_arguments(FaithfulnessSettings, args)
+    choices = _choices(args, settings.names())
+    report = explainer_faithfulness(
+        args.runs,
+        settings,
+        choices,
+        notify=lambda note: print(f"kdw: note: {note}", file=sys.stderr),
+    )
+    print(format_faithfulness(report))
+    if args.json:
+        write_output_file(args.json, json_text(report), "--json")
 
 
 def _export(args: argparse.Namespace) -> None:
@@ -651,6 +688,26 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
     add_arguments(attribute, AttributionConfig)
     _add_explainer(attribute)
     attribute.set_defaults(handler=_attribute)
+
+    faithfulness = commands.add_parser(
+        "faithfulness",
+        help="which explainer is faithful to which model (AOPC, leave-one-out τ, time)",
+        description="Explain a fixed stratified sample of a split under each model and each "
+        "explainer (each model's predicted class) and score the explanations: AOPC "
+        "comprehensiveness and sufficiency, Kendall's τ between the scores and the drop of the "
+        "predicted class's probability when each token alone is removed, and seconds per "
+        "example; each explainer's rank per model. Give the teacher first: every later model "
+        "(its students) gets paired bootstrap intervals of model − teacher per explainer. The "
+        "first model must be a run folder: its task gives the examples.",
+    )
+    faithfulness.add_argument("runs", nargs="+", help=MODELS_HELP)
+    faithfulness.add_argument("--json", default=None, help="also write the report to this file")
+    add_arguments(faithfulness, FaithfulnessSettings)
+    _add_explainer_settings(
+        faithfulness.add_argument_group("explainer settings", "for the explainers that take them"),
+        set(),
+    )
+    faithfulness.set_defaults(handler=_faithfulness)
 
     export_model = commands.add_parser(
         "export-model",

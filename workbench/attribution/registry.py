@@ -85,7 +85,11 @@ class GradientShapSettings(Checked):
     baseline: str = option(
         "pad", "baseline: pad, pad-keep-special or zero (embedding output)", choices=BASELINES
     )
-    n_samples: int = option(20, "random points per text", domain=positive)
+    n_samples: int = option(
+        20,
+        "samples per text (GradientShap: random points; LIME, KernelSHAP: masked copies)",
+        domain=positive,
+    )
     stdevs: float = option(
         0.1,
         "standard deviation of the Gaussian noise added to the input embeddings",
@@ -106,8 +110,12 @@ class OcclusionSettings(Checked):
 class SamplingSettings(Checked):
     """LIME / KernelSHAP: how many masked copies of each text, and their seed."""
 
-    n_samples: int = option(200, "masked copies of each text", domain=positive)
-    seed: int = option(0, "seed of the masks (torch)", domain=seed_range)
+    n_samples: int = option(
+        200,
+        "samples per text (GradientShap: random points; LIME, KernelSHAP: masked copies)",
+        domain=positive,
+    )
+    seed: int = option(0, "seed of the random draws (torch)", domain=seed_range)
 
 
 # --------------------------------------------------------------------------- the registry
