@@ -396,3 +396,43 @@ def test_kdw_attribute_records_the_explainer_and_refuses_bad_settings_in_one_lin
     assert record.settings["explainer"] == "occlusion" and record.settings["words"] == "max-abs"
     assert record.settings["explainer_settings"] == {"window": 1, "stride": 1}
     assert record.tokens == ["[CLS]", "good", "movie", "[SEP]"] and len(record.maps) == 3
+
+
+def test_kdw_export_draws_words_and_records_the_explainer(tmp_path, capsys):
+    import json
+    import xml.etree.ElementTree as ET
+
+    from kd.cli import main
+
+    folder = tmp_path / "classifier"
+    _tokenizer().save_pretrained(folder)
+    tiny_model(num_labels=3).save_pretrained(folder)
+    out = tmp_path / "out"
+    text = "playing the unbelievable movie"
+    options = ["--explainer", "ablation", "--words", "sum", "--formats", "svg"]
+    assert main(["export", str(folder), "--out", str(out), "--text", text, *options]) == 0
+    svg = ET.parse(out / "heatmap-000.svg").getroot()
+    space = "{http://www.w3.org/2000/svg}"
+    meta = json.loads(svg.find(f"{space}metadata").text)
+    assert meta["settings.explainer"] == "ablation" and meta["settings.words"] == "sum"
+    assert "settings.steps" not in meta  # ig's settings: not this explainer's
+    drawn = [t.text for t in svg.iter(f"{space}text")]
+    assert "unbelievable" in drawn and "##able" not in drawn
+    assert (
+        main(
+            [
+                "export",
+                str(folder),
+                "--out",
+                str(out),
+                "--text",
+                text,
+                "--steps",
+                "3",
+                "--explainer",
+                "lime",
+            ]
+        )
+        == 2
+    )
+    assert "--steps sets the ig and grad maps" in capsys.readouterr().err.splitlines()[-1]
