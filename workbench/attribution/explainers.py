@@ -168,6 +168,7 @@ def _by_length(batch: Batch) -> Iterator[tuple[Tensor, int]]:
 
 
 def ig(model, batch, targets, settings: IGSettings, special) -> Tensor:
+    """Today's IG map ``[B, L]``: ‖TopK(|IG|)‖₂ per token, unit norm."""
     check_top_k(settings.top_k, model.config.hidden_size)
     ids = batch["input_ids"]
     special_ids = set(ids[special].tolist()) or None
@@ -184,10 +185,12 @@ def ig(model, batch, targets, settings: IGSettings, special) -> Tensor:
 
 
 def grad(model, batch, targets, _settings, _special) -> Tensor:
+    """Today's Grad saliency ``[B, L]``: Σ_d E ⊙ ∂p/∂E at the embedding output."""
     return _grad_saliency(model, batch, targets[:, None])[0]
 
 
 def gxi(model, batch, targets, _settings, _special) -> Tensor:
+    """Σ_d of gradient × input at the word embeddings ``[B, L]`` (Captum)."""
     layer = LayerGradientXActivation(Probabilities(model), model.get_input_embeddings())
     with torch.enable_grad():
         out = layer.attribute(
@@ -197,6 +200,7 @@ def gxi(model, batch, targets, _settings, _special) -> Tensor:
 
 
 def deeplift(model, batch, targets, settings: DeepLiftSettings, special) -> Tensor:
+    """Σ_d of Captum's LayerDeepLift at the embedding output against [PAD] ids ``[B, L]``."""
     ids = batch["input_ids"]
     reference = baseline_ids(model, batch, settings.baseline, set(ids[special].tolist()) or None)
     layer = LayerDeepLift(Probabilities(model), site_module(model, None))
@@ -214,6 +218,7 @@ def deeplift(model, batch, targets, settings: DeepLiftSettings, special) -> Tens
 
 
 def gradshap(model, batch, targets, settings: GradientShapSettings, special) -> Tensor:
+    """Σ_d of Captum's GradientShap at the embedding output ``[B, L]``, one text at a time."""
     explainer = GradientShap(Probabilities(model, from_embeddings=True))
     scores = torch.zeros(batch["input_ids"].shape)
     for b, length in enumerate(batch["attention_mask"].sum(1).tolist()):
@@ -246,6 +251,7 @@ def check_window(settings: OcclusionSettings, special: Tensor, mask: Tensor) -> 
 
 
 def occlusion(model, batch, targets, settings: OcclusionSettings, special) -> Tensor:
+    """Captum's Occlusion over token windows ``[B, L]``, texts of equal length batched."""
     check_window(settings, special, batch["attention_mask"])
     explainer = Occlusion(Probabilities(model))
     removed = _removal_ids(model, batch, special)
@@ -267,6 +273,7 @@ def occlusion(model, batch, targets, settings: OcclusionSettings, special) -> Te
 
 
 def ablation(model, batch, targets, _settings, special) -> Tensor:
+    """Captum's FeatureAblation, one token at a time ``[B, L]``."""
     with torch.no_grad():
         out = FeatureAblation(Probabilities(model)).attribute(
             batch["input_ids"],
@@ -304,6 +311,7 @@ def _sampled(
     make: Callable[[PreTrainedModel], Any],
 ) -> Callable[[PreTrainedModel, Batch, Tensor, SamplingSettings, Tensor], Tensor]:
     def explain(model, batch, targets, settings: SamplingSettings, special) -> Tensor:
+        """Scores ``[B, L]`` of Captum's LIME or KernelSHAP, one text at a time."""
         explainer = make(model)
         removed = _removal_ids(model, batch, special)
         scores = torch.zeros(batch["input_ids"].shape)
