@@ -11,14 +11,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import typing
 from collections.abc import Sequence
 from dataclasses import fields, replace
 from pathlib import Path
 
+from workbench.attribution.registry import EXPLAINERS, WORD_AGGREGATIONS, get_explainer
 from workbench.config import (
     AttributionConfig,
     BenchmarkSettings,
     DataConfig,
+    FaithfulnessSettings,
+    MapSettings,
     ObjectiveConfig,
     OptimConfig,
     StudentConfig,
@@ -217,6 +221,109 @@ def _sources(args: argparse.Namespace) -> dict:
     }
 
 
+def _add_explainer_settings(group, taken: set[str]) -> None:
+    """An option for each registered explainer's setting not already among ``taken`` (default:
+    each explainer's own)."""
+    settings: dict[str, list] = {}
+    for explainer in EXPLAINERS.values():
+        for f in fields(explainer.settings):
+            if f.name not in taken:
+                settings.setdefault(f.name, []).append((explainer, f))
+    for name, owners in settings.items():
+        hint = typing.get_type_hints(owners[0][0].settings)[name]
+        kind = next(t for t in typing.get_args(hint) or (hint,) if t is not type(None))
+        defaults = ", ".join(f"{e.name} {f.default}" for e, f in owners)
+        group.add_argument(
+            option_name(name),
+            dest=name,
+            type=kind,
+            default=None,
+            metavar=name.upper(),
+            help=f"{owners[0][1].metadata['help']} (default: {defaults})",
+        )
+
+
+def _add_explainer(parser: argparse.ArgumentParser) -> None:
+    """``--explainer`` (its choices and help from the registry), each explainer's settings
+    not already among the parser's options, and ``--words``."""
+    group = parser.add_argument_group(
+        "explainer", "which registered explainer scores the tokens (docs/explainers.md)"
+    )
+    group.add_argument(
+        "--explainer",
+        default=None,
+        choices=list(EXPLAINERS),
+        metavar="NAME",
+        help="; ".join(f"{e.name}: {e.description}" for e in EXPLAINERS.values())
+        + " (default: ig, or grad with --method grad)",
+    )
+    _add_explainer_settings(group, {action.dest for action in parser._actions})
+    group.add_argument(
+        "--words",
+        default=None,
+        choices=WORD_AGGREGATIONS,
+        help="score words instead of sub-tokens (the fast tokenizer's words): the sum, mean or "
+        "largest magnitude (max-abs) of their pieces; [CLS]/[SEP] stay words of their own "
+        "(default: sub-tokens)",
+    )
+
+
+def _choices(args: argparse.Namespace, names: Sequence[str], shared: set[str] = frozenset()):
+    """The explainers ``names`` with the settings the options give each (the rest: their
+    defaults); an option given that none of them takes is refused rather than ignored
+    (``shared``: options checked elsewhere)."""
+    from workbench.attribution import ExplainerChoice
+
+    chosen = [get_explainer(name) for name in names]
+    own = {f.name for e in chosen for f in fields(e.settings)}
+    for explainer in EXPLAINERS.values():
+        for f in fields(explainer.settings):
+            if f.name not in own | shared and getattr(args, f.name, None) is not None:
+                raise WorkbenchError(
+                    f"{option_name(f.name)} is a setting of {explainer.name}, not of "
+                    f"{', '.join(names)}"
+                )
+    return [
+        ExplainerChoice(
+            e.name,
+            {
+                f.name: getattr(args, f.name)
+                for f in fields(e.settings)
+                if getattr(args, f.name) is not None
+            },
+        )
+        for e in chosen
+    ]
+
+
+def _explainer_choice(args: argparse.Namespace):
+    """The explainer ``--explainer`` names (ig with ``--method ig``, the default), with its
+    settings; None for ``--method grad`` without ``--explainer``."""
+    name = args.explainer or ("ig" if args.method == "ig" else None)
+    if name is None:
+        return None
+    return _choices(args, [name], {f.name for f in fields(MapSettings)})[0]
+
+
+def _faithfulness(args: argparse.Namespace) -> None:
+    from workbench.faithfulness_report import explainer_faithfulness, format_faithfulness
+    from workbench.files import check_output_file, json_text, write_output_file
+
+    if args.json:  # before the minutes of explaining
+        check_output_file(args.json, "--json")
+    settings = from_arguments(FaithfulnessSettings, args)
+    choices = _choices(args, settings.names())
+    report = explainer_faithfulness(
+        args.runs,
+        settings,
+        choices,
+        notify=lambda note: print(f"kdw: note: {note}", file=sys.stderr),
+    )
+    print(format_faithfulness(report))
+    if args.json:
+        write_output_file(args.json, json_text(report), "--json")
+
+
 def _export(args: argparse.Namespace) -> None:
     from workbench.heatmaps import export_runs
 
@@ -226,6 +333,8 @@ def _export(args: argparse.Namespace) -> None:
         from_arguments(HeatmapSettings, args),
         from_arguments(ExportSettings, args),
         notify=lambda note: print(f"kdw: note: {note}", file=sys.stderr),
+        explainer=_explainer_choice(args),
+        words=args.words,
         **_sources(args),
     )
     print("\n".join(str(path) for path in paths))
@@ -235,7 +344,12 @@ def _attribute(args: argparse.Namespace) -> None:
     from workbench.heatmaps import attribute_runs
 
     paths = attribute_runs(
-        args.runs, args.out, from_arguments(AttributionConfig, args), **_sources(args)
+        args.runs,
+        args.out,
+        from_arguments(AttributionConfig, args),
+        explainer=_explainer_choice(args),
+        words=args.words,
+        **_sources(args),
     )
     print("\n".join(str(path) for path in paths))
 
@@ -609,6 +723,7 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
     _add_sources(export, "explain")
     for cls in (HeatmapSettings, ExportSettings):
         add_arguments(export, cls)
+    _add_explainer(export)
     export.set_defaults(handler=_export)
 
     attribute = commands.add_parser(
@@ -621,7 +736,28 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
     )
     _add_sources(attribute, "attribute")
     add_arguments(attribute, AttributionConfig)
+    _add_explainer(attribute)
     attribute.set_defaults(handler=_attribute)
+
+    faithfulness = commands.add_parser(
+        "faithfulness",
+        help="which explainer is faithful to which model (AOPC, leave-one-out τ, time)",
+        description="Explain a fixed stratified sample of a split under each model and each "
+        "explainer (each model's predicted class) and score the explanations: AOPC "
+        "comprehensiveness and sufficiency, Kendall's τ between the scores and the drop of the "
+        "predicted class's probability when each token alone is removed, and seconds per "
+        "example; each explainer's rank per model. Give the teacher first: every later model "
+        "(its students) gets paired bootstrap intervals of model − teacher per explainer. The "
+        "first model must be a run folder: its task gives the examples.",
+    )
+    faithfulness.add_argument("runs", nargs="+", help=MODELS_HELP)
+    faithfulness.add_argument("--json", default=None, help="also write the report to this file")
+    add_arguments(faithfulness, FaithfulnessSettings)
+    _add_explainer_settings(
+        faithfulness.add_argument_group("explainer settings", "for the explainers that take them"),
+        set(),
+    )
+    faithfulness.set_defaults(handler=_faithfulness)
 
     export_model = commands.add_parser(
         "export-model",

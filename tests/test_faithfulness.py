@@ -6,10 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import tiny_model
+from scipy.stats import kendalltau
 
 from workbench.errors import WorkbenchError
-from workbench.faithfulness import aopc
+from workbench.faithfulness import aopc, kendall_per_example, leave_one_out
 from workbench.models import forward
+
+NAN = float("nan")
 
 IDS = [2, 10, 11, 12, 13, 14, 3]  # [CLS] five words [SEP]
 SCORES = [9.0, 0.5, -0.2, 0.3, 0.0, 0.1, 9.0]  # [CLS]/[SEP] scores are never used
@@ -88,3 +91,23 @@ def test_ferret_rules_break_ties_as_numpy_argsort_does():
 def test_unknown_rules_are_refused():
     with pytest.raises(WorkbenchError, match="unknown AOPC rules 'eraser'"):
         _run(tiny_model(num_labels=2), SCORES, "eraser")
+
+
+def test_leave_one_out_drops_each_token_alone_as_computed_by_hand():
+    model = tiny_model(num_labels=2)
+    drops = leave_one_out(model, *_batch(IDS).values())
+    target = int(forward(model, _batch(IDS)).logits.argmax(-1))
+    full = _probability(model, IDS, target)
+    for i in range(1, len(IDS) - 1):
+        without = [t for j, t in enumerate(IDS) if j != i]
+        expected = full - _probability(model, without, target)
+        assert float(drops[0, i]) == pytest.approx(expected, abs=1e-6)
+    assert drops[0, [0, len(IDS) - 1]].isnan().all()  # [CLS] and [SEP] are never removed
+
+
+def test_kendall_per_example_is_scipys_and_nan_where_undefined():
+    scores = torch.tensor([[0.0, 3.0, 1.0, 2.0, 5.0, 0.0], [0.0, 1.0, 1.0, 1.0, 1.0, 0.0]])
+    drops = torch.tensor([[NAN, 0.3, 0.2, 0.1, 0.9, NAN], [NAN, 0.1, 0.2, 0.3, 0.4, NAN]])
+    tau = kendall_per_example(scores, drops)
+    expected = kendalltau([3.0, 1.0, 2.0, 5.0], [0.3, 0.2, 0.1, 0.9]).statistic
+    assert float(tau[0]) == pytest.approx(expected) and tau[1].isnan()

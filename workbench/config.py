@@ -877,6 +877,43 @@ EXPLAINED = ("teacher", "gold")
 
 
 @dataclass
+class FaithfulnessSettings(Checked):
+    """Which explainers ``kdw faithfulness`` compares, on which examples, under which AOPC
+    rules and removal."""
+
+    explainers: str = option(
+        "ig,grad,gxi,deeplift,occlusion,ablation",
+        "comma-separated registered explainers (docs/explainers.md)",
+    )
+    split: str = option("test", "split whose examples are explained")
+    examples: int = option(
+        100,
+        "a fixed stratified sample of about this many examples of the split",
+        domain=at_least(2),
+    )
+    rules: str = option(
+        "project",
+        "AOPC rules: project (k = ⌈q·n⌉, q = 0.1–0.5) or ferret (ferret-xai's: k = ⌊q·n⌋, "
+        "q = 0.1–1, positive scores only)",
+        choices=AOPC_RULES,
+    )
+    removal: str = option(
+        "delete",
+        "how AOPC and leave-one-out remove a token: delete (the text shortens) or pad "
+        "(replaced by [PAD], still attended)",
+        choices=("delete", "pad"),
+    )
+    batch_size: int = option(16, "examples explained at once", domain=positive)
+    resamples: int = option(
+        10_000, "bootstrap resamples of each student − teacher interval", domain=positive
+    )
+
+    def names(self) -> list[str]:
+        """The explainers, in the order given, each once."""
+        return list(dict.fromkeys(n.strip() for n in self.explainers.split(",") if n.strip()))
+
+
+@dataclass
 class DivergenceSettings(MapSettings):
     """Where a student's explanations diverge from its teacher's, over a split: which
     examples, which class's maps are compared per word, the AOPC rules and the tables' size."""

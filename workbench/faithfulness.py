@@ -38,7 +38,9 @@ import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
+from scipy import stats
 from torch import Tensor
 from transformers import PreTrainedModel
 
@@ -55,7 +57,16 @@ RULES = dict(zip(AOPC_RULES, (FRACTIONS, FERRET_FRACTIONS), strict=True))  # rul
 REMOVALS = ("delete", "pad")
 _EPSILON = 1e-9  # q·n computed in floating point: 0.7 · 10 must give 7
 
-__all__ = ["FERRET_FRACTIONS", "FRACTIONS", "REMOVALS", "RULES", "Faithfulness", "aopc"]
+__all__ = [
+    "FERRET_FRACTIONS",
+    "FRACTIONS",
+    "REMOVALS",
+    "RULES",
+    "Faithfulness",
+    "aopc",
+    "kendall_per_example",
+    "leave_one_out",
+]
 
 
 @dataclass
@@ -156,6 +167,75 @@ def _probabilities(
     return out
 
 
+def _originals(
+    model: PreTrainedModel,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    token_type_ids: Tensor | None,
+    target: int | str | Tensor,
+    special_ids: Collection[int] | None,
+) -> tuple[dict, Tensor, Tensor, Tensor, int]:
+    """The batch (token types filled in), the target classes ``[B]``, their probabilities on
+    the whole inputs ``[B]``, the special positions ``[B, L]`` and the [PAD] id."""
+    types = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
+    batch = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": types}
+    targets = resolve_target(model, batch, target)
+    with torch.no_grad():
+        original = forward(model, batch).logits.softmax(-1).gather(1, targets[:, None])[:, 0]
+    special = special_positions(input_ids, attention_mask, special_ids)
+    return batch, targets, original, special, int(model.config.pad_token_id or 0)
+
+
+def leave_one_out(
+    model: PreTrainedModel,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    token_type_ids: Tensor | None = None,
+    *,
+    target: int | str | Tensor = "pred",
+    removal: str = "delete",
+    special_ids: Collection[int] | None = None,
+    batch_size: int = 64,
+) -> Tensor:
+    """The drop ``p(x) − p(x without token i)`` of the target class's probability when each real
+    non-special token alone is removed (deleted or replaced by [PAD], as :func:`aopc`'s
+    ``removal``) → ``[B, L]``, NaN at special tokens and padding."""
+    if model.config.num_labels == 1:
+        raise WorkbenchError("leave-one-out needs class probabilities: the model is a regression")
+    if removal not in REMOVALS:
+        raise WorkbenchError(f"unknown removal {removal!r}: use {' or '.join(REMOVALS)}")
+    batch, targets, original, special, pad_id = _originals(
+        model, input_ids, attention_mask, token_type_ids, target, special_ids
+    )
+    variants, where = [], []
+    for b in range(len(input_ids)):
+        n = int(attention_mask[b].sum())
+        ids, types = input_ids[b, :n].tolist(), batch["token_type_ids"][b, :n].tolist()
+        for i in range(n):
+            if not special[b, i]:
+                variants.append(_perturbed(ids, types, {i}, removal, pad_id))
+                where.append((b, i))
+    drops = torch.full(input_ids.shape, torch.nan)
+    if where:
+        rows, columns = (torch.tensor(part, dtype=torch.long) for part in zip(*where, strict=True))
+        perturbed = _probabilities(model, variants, targets[rows], batch_size, pad_id)
+        drops[rows, columns] = original[rows] - perturbed
+    return drops
+
+
+def kendall_per_example(scores: Tensor, drops: Tensor) -> Tensor:
+    """Kendall's τ-b (``scipy.stats.kendalltau``) between each example's scores ``[B, L]`` and
+    its leave-one-out drops ``[B, L]`` over the positions where the drop is defined → ``[B]``;
+    NaN where undefined (fewer than two tokens, or a constant side)."""
+    out = torch.full((len(scores),), torch.nan)
+    for b in range(len(scores)):
+        kept = ~drops[b].isnan()
+        a, d = scores[b, kept].double().numpy(), drops[b, kept].double().numpy()
+        if len(a) >= 2 and np.ptp(a) > 0 and np.ptp(d) > 0:
+            out[b] = float(stats.kendalltau(a, d).statistic)
+    return out
+
+
 def aopc(
     model: PreTrainedModel,
     input_ids: Tensor,
@@ -189,13 +269,10 @@ def aopc(
         raise WorkbenchError(
             f"scores {tuple(scores.shape)} do not match inputs {tuple(input_ids.shape)}"
         )
-    types = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
-    batch = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": types}
-    targets = resolve_target(model, batch, target)
-    pad_id = int(model.config.pad_token_id or 0)
-    with torch.no_grad():
-        original = forward(model, batch).logits.softmax(-1).gather(1, targets[:, None])[:, 0]
-    special = special_positions(input_ids, attention_mask, special_ids)
+    batch, targets, original, special, pad_id = _originals(
+        model, input_ids, attention_mask, token_type_ids, target, special_ids
+    )
+    types = batch["token_type_ids"]
     variants, where = _variants(
         input_ids,
         attention_mask,

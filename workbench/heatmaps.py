@@ -33,7 +33,7 @@ from workbench.errors import WorkbenchError
 from workbench.files import parse_json_lines, read_limited
 
 if TYPE_CHECKING:
-    from workbench.attribution import AttributionConfig
+    from workbench.attribution import AttributionConfig, ExplainerChoice
     from workbench.data import Split, TaskSpec
     from workbench.export import ExportOptions, Heatmap
     from workbench.models import LoadedModel
@@ -177,10 +177,13 @@ def _class_names(loaded: LoadedModel) -> list[str]:
     return names or ["output"]
 
 
-def _encode(loaded: LoadedModel, examples: Sequence[Example]) -> tuple[dict, list[int], list[bool]]:
-    """The batch of ``examples`` (each ``[B, L]``), cut to the model's maximum length, the
-    number of tokens of each example and whether it goes on past them: a text is read only as
-    far as :func:`workbench.data.prefixes` takes it, and counted up to a megabyte
+def _encode(
+    loaded: LoadedModel, examples: Sequence[Example]
+) -> tuple[dict, list[int], list[bool], tuple]:
+    """The batch of ``examples`` (each ``[B, L]``; the tokenizer's encoding, which knows its
+    words), cut to the model's maximum length, the number of tokens of each example and whether
+    it goes on past them, and the texts (and pairs) as tokenised: a text is read only as far as
+    :func:`workbench.data.prefixes` takes it, and counted up to a megabyte
     (:func:`workbench.data.count_tokens`), so that no text exhausts memory."""
     if not examples:
         raise WorkbenchError("no examples to explain")
@@ -202,7 +205,7 @@ def _encode(loaded: LoadedModel, examples: Sequence[Example]) -> tuple[dict, lis
         special = tokenizer.num_special_tokens_to_add(pair=pairs is not None)
         lengths.append(special + sum(n for n, _ in counts))
         longer.append(any(more for _, more in counts))
-    return dict(batch), lengths, longer
+    return batch, lengths, longer, args
 
 
 def attribution_config(settings: HeatmapSettings) -> AttributionConfig:
@@ -219,17 +222,23 @@ def explain(
     examples: Sequence[Example],
     settings: HeatmapSettings,
     name: str | None = None,
+    explainer: ExplainerChoice | None = None,
+    words: str | None = None,
 ) -> list[Explanation]:
     """Probabilities and per-class attribution maps of ``examples`` under one model, computed
     in one batch by :func:`workbench.attribution.compute_maps` (IG's steps and the classes
-    share the engine's batched passes), and the Grad saliency of each predicted class."""
+    share the engine's batched passes; another registered ``explainer`` one call per class),
+    and the Grad saliency of each predicted class; with ``words`` (sum, mean, max-abs) the maps
+    and saliency of each word (:mod:`workbench.attribution.words`)."""
     import torch
 
-    from workbench.attribution import compute_maps, grad_saliency
+    from workbench.attribution import compute_maps, grad_saliency, to_words, word_groups
+    from workbench.attribution.words import check_words
     from workbench.models import forward
 
+    check_words(words)
     config = attribution_config(settings)
-    batch, full_lengths, longer = _encode(loaded, examples)
+    batch, full_lengths, longer, args = _encode(loaded, examples)
     model, class_names = loaded.model, _class_names(loaded)
     with torch.no_grad():  # a few rows at a time: attention scores grow with rows × L²
         logits = torch.cat(
@@ -250,21 +259,29 @@ def explain(
         batch.get("token_type_ids"),
         target=predicted,
     )
-    maps, _ = compute_maps(model, batch, config)
+    maps, _ = compute_maps(model, batch, config, explainer=explainer)
     out = []
     for row, example in enumerate(examples):
         length = int(batch["attention_mask"][row].sum())
         ids = batch["input_ids"][row, :length].tolist()
+        tokens = loaded.tokenizer.convert_ids_to_tokens(ids)
+        row_maps, row_saliency = maps[row, :, :length], saliency[row, :length]
+        if words is not None:
+            tokens, groups = word_groups(batch, row, [a[row] for a in args], length)
+            row_maps, row_saliency = (
+                to_words(row_maps, groups, words),
+                to_words(row_saliency, groups, words),
+            )
         out.append(
             Explanation(
                 name=name or loaded.name,
                 run_id=loaded.source,
-                tokens=loaded.tokenizer.convert_ids_to_tokens(ids),
+                tokens=tokens,
                 class_names=class_names,
                 probabilities=probabilities[row].tolist(),
                 predicted=int(predicted[row]),
-                maps=maps[row, :, :length].tolist(),
-                saliency=saliency[row, :length].tolist(),
+                maps=row_maps.tolist(),
+                saliency=row_saliency.tolist(),
                 gold=None if regression else gold_index(example.label, class_names),
                 regression=regression,
                 full_length=full_lengths[row],
@@ -327,10 +344,25 @@ def agreement(teacher: Explanation, student: Explanation, view: str = "pred") ->
 # --------------------------------------------------------------------------- heatmaps
 
 
+def _map_settings(settings: HeatmapSettings, explained: dict | None) -> dict:
+    """``settings`` as recorded: without the ig/grad map settings under another explainer."""
+    from workbench.attribution.registry import ENGINE_EXPLAINERS
+
+    values = asdict(settings)
+    if explained is None or explained["explainer"] in ENGINE_EXPLAINERS:
+        return values
+    return {k: v for k, v in values.items() if k not in {f.name for f in fields(MapSettings)}}
+
+
 def heatmap_metadata(
-    explanations: Sequence[Explanation], example: Example, settings: HeatmapSettings
+    explanations: Sequence[Explanation],
+    example: Example,
+    settings: HeatmapSettings,
+    explained: dict | None = None,
 ) -> dict[str, str]:
-    """What each exported file records: models, run ids, the example and the settings."""
+    """What each exported file records: models, run ids, the example and the settings
+    (``explained``: the explainer, its settings and the word aggregation, as
+    :func:`explained_settings` gives them)."""
     cut = [e for e in explanations if e.truncated]
     meta = {
         "models": ", ".join(e.name for e in explanations),
@@ -342,7 +374,8 @@ def heatmap_metadata(
         )
         or "no",
         **{
-            f"settings.{k}": "default" if v is None else str(v) for k, v in asdict(settings).items()
+            f"settings.{k}": "default" if v is None else str(v)
+            for k, v in {**_map_settings(settings, explained), **(explained or {})}.items()
         },
     }
     if example.pair is not None:
@@ -354,13 +387,28 @@ def heatmap_metadata(
     return meta
 
 
+def explained_settings(
+    settings: HeatmapSettings, explainer: ExplainerChoice | None, words: str | None
+) -> dict:
+    """The explainer that computes ``settings``' maps (:func:`resolve_explainer`), its settings
+    and the word aggregation, as a heatmap's metadata records them (flat)."""
+    from workbench.attribution import resolve_explainer
+
+    _, choice = resolve_explainer(settings, explainer)
+    values = {f"explainer.{k}": v for k, v in choice.record()["explainer_settings"].items()}
+    return {"explainer": choice.name, **values, "words": words or "tokens"}
+
+
 def to_heatmap(
     explanations: Sequence[Explanation],
     example: Example,
     settings: HeatmapSettings,
     title: str = "",
+    explained: dict | None = None,
 ) -> Heatmap:
-    """One heatmap with a row per model (per model and class for the view ``all``)."""
+    """One heatmap with a row per model (per model and class for the view ``all``);
+    ``explained``: :func:`explained_settings` (default: ig or grad, as ``settings.method``,
+    per sub-token)."""
     from workbench.export import Heatmap, HeatmapRow
 
     rows = []
@@ -375,11 +423,15 @@ def to_heatmap(
                     label, explanation.tokens, explanation.maps[c], explanation.prediction_text()
                 )
             )
-    method = "Integrated Gradients" if settings.method == "ig" else "Grad saliency"
+    from workbench.attribution import get_explainer
+
+    explained = explained or explained_settings(settings, None, None)
+    method = get_explainer(explained["explainer"]).title
+    unit = "" if explained["words"] == "tokens" else f", words ({explained['words']})"
     return Heatmap(
         rows,
-        title or f"{method}, view {settings.view}",
-        heatmap_metadata(explanations, example, settings),
+        title or f"{method}, view {settings.view}{unit}",
+        heatmap_metadata(explanations, example, settings, explained),
     )
 
 
@@ -388,14 +440,19 @@ def build_heatmaps(
     examples: Sequence[Example],
     settings: HeatmapSettings,
     names: Sequence[str] | None = None,
+    explainer: ExplainerChoice | None = None,
+    words: str | None = None,
 ) -> list[Heatmap]:
-    """One heatmap per example, a row per run (each run explains all examples in one batch)."""
+    """One heatmap per example, a row per run (each run explains all examples in one batch),
+    under ``explainer`` (default: ``settings.method``'s), per sub-token or per word."""
     names = names or [loaded.name for loaded in runs]
+    explained = explained_settings(settings, explainer, words)
     per_run = [
-        explain(loaded, examples, settings, name) for loaded, name in zip(runs, names, strict=True)
+        explain(loaded, examples, settings, name, explainer, words)
+        for loaded, name in zip(runs, names, strict=True)
     ]
     return [
-        to_heatmap([explained[i] for explained in per_run], example, settings)
+        to_heatmap([e[i] for e in per_run], example, settings, explained=explained)
         for i, example in enumerate(examples)
     ]
 
@@ -562,6 +619,8 @@ def export_runs(
     settings: HeatmapSettings,
     export_settings: ExportSettings,
     notify: Callable[[str], None] = lambda note: None,
+    explainer: ExplainerChoice | None = None,
+    words: str | None = None,
     **sources,
 ) -> list[Path]:
     """What ``kdw export`` does: explain the examples :func:`gather_examples` collects from
@@ -569,10 +628,12 @@ def export_runs(
     each format to ``out`` (replacing a previous export's set there, see
     :func:`write_heatmaps`); ``notify`` receives :func:`export_notes`' lines. A run may be a
     run folder or a classifier the workbench did not train (its classes matched to the first
-    one's by name, see :func:`~workbench.models.load_model`)."""
+    one's by name, see :func:`~workbench.models.load_model`); ``explainer`` and ``words`` as
+    :func:`build_heatmaps`."""
     from workbench.models import load_model
 
     export_settings.format_list()  # fail early on a bad format
+    explained_settings(settings, explainer, words)  # and on settings given twice
     output_folder(out)
     first = load_model(str(runs[0]))
     loaded = [first, *(load_model(str(path), first.spec, notify=notify) for path in runs[1:])]
@@ -580,7 +641,7 @@ def export_runs(
     if any(names != classes[0] for names in classes):  # run folders, matched as load_model does
         raise WorkbenchError("the runs predict different classes: export runs of one task")
     examples = gather_examples(first, "export", **sources)
-    heatmaps = build_heatmaps(loaded, examples, settings)
+    heatmaps = build_heatmaps(loaded, examples, settings, explainer=explainer, words=words)
     for note in export_notes(heatmaps, export_settings):
         notify(note)
     return write_heatmaps(heatmaps, out, export_settings)
@@ -590,14 +651,20 @@ def attribute_runs(
     runs: Sequence[str | Path],
     out: str | Path,
     config: AttributionConfig,
+    explainer: ExplainerChoice | None = None,
+    words: str | None = None,
     **sources,
 ) -> list[Path]:
     """What ``kdw attribute`` does: attribute the examples :func:`gather_examples` collects
-    under each run (a run folder, or a classifier the workbench did not train) and save them,
-    reloadable, as ``<out>/<run>.jsonl``."""
-    from workbench.attribution import attribute_texts, save_attributions
+    under each run (a run folder, or a classifier the workbench did not train) under
+    ``explainer`` (per word with ``words``) and save them, reloadable, as
+    ``<out>/<run>.jsonl``."""
+    from workbench.attribution import attribute_texts, resolve_explainer, save_attributions
+    from workbench.attribution.words import check_words
     from workbench.models import load_model
 
+    resolve_explainer(config, explainer)  # settings given twice: refused before any work
+    check_words(words)
     folder, paths = output_folder(out), []
     for path in runs:
         loaded = load_model(str(path))
@@ -611,6 +678,8 @@ def attribute_runs(
             pairs,
             settings=config,
             labels=None if None in gold else gold,
+            explainer=explainer,
+            words=words,
         )
         paths.append(save_attributions(records, folder / f"{loaded.name}.jsonl"))
     return paths

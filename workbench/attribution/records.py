@@ -10,10 +10,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import BatchEncoding, PreTrainedModel, PreTrainedTokenizerBase
 
-from workbench.attribution.settings import AttributionConfig, compute_maps
-from workbench.config import to_dict
+from workbench.attribution.registry import ExplainerChoice
+from workbench.attribution.settings import (
+    AttributionConfig,
+    compute_maps,
+    recorded_settings,
+    resolve_explainer,
+)
+from workbench.attribution.words import check_words, to_words, word_groups
 from workbench.data import collate, pad_id, prefixes
 from workbench.errors import WorkbenchError
 from workbench.files import parse_json_lines, regular_file, write_json_lines
@@ -26,9 +32,11 @@ __all__ = ["AttributionRecord", "attribute_texts", "load_attributions", "save_at
 
 @dataclass
 class AttributionRecord:
-    """One text's attribution: ``maps[v][i]`` is view ``views[v]``'s value for ``tokens[i]``.
-    ``prediction`` is the predicted class and ``probabilities`` the class probabilities (for a
-    regression model: its output, as a float and a one-element list)."""
+    """One text's attribution: ``maps[v][i]`` is view ``views[v]``'s value for ``tokens[i]``
+    (sub-tokens, or words when ``settings["words"]`` names an aggregation: then ``tokens`` holds
+    the words). ``prediction`` is the predicted class and ``probabilities`` the class
+    probabilities (for a regression model: its output, as a float and a one-element list);
+    ``settings`` records the explainer and its settings."""
 
     text: str
     tokens: list[str]
@@ -52,7 +60,7 @@ def _encode(
     texts: Sequence[str],
     pairs: Sequence[str] | None,
     max_length: int,
-) -> tuple[dict, list[bool]]:
+) -> tuple[BatchEncoding, list[bool], tuple]:
     for i, text in enumerate([*texts, *(pairs or [])]):
         if not str(text).strip():
             which = f"text {i}" if i < len(texts) else f"pair {i - len(texts)}"
@@ -62,7 +70,7 @@ def _encode(
     full = tokenizer(*args, truncation=False, verbose=False)["input_ids"]
     encoded = tokenizer(*args, truncation=True, max_length=max_length, verbose=False)
     truncated = [was_cut or len(ids) > max_length for was_cut, ids in zip(cut, full, strict=True)]
-    return encoded, truncated
+    return encoded, truncated, args
 
 
 def attribute_texts(
@@ -73,20 +81,32 @@ def attribute_texts(
     *,
     settings: AttributionConfig | None = None,
     labels: Sequence[int] | None = None,
+    explainer: ExplainerChoice | str | None = None,
+    words: str | None = None,
 ) -> list[AttributionRecord]:
-    """Attribute ``texts`` (with ``pairs`` as second segments) in batches of similar length.
+    """Attribute ``texts`` (with ``pairs`` as second segments) in batches of similar length,
+    under ``explainer`` (a registered name or an :class:`ExplainerChoice`; default: the one
+    ``settings.method`` names), per sub-token or, with ``words`` (sum, mean or max-abs), per
+    word (:mod:`workbench.attribution.words`). What the app calls: e.g.
+    ``attribute_texts(model, tokenizer, ["a text"], explainer="lime",
+    settings=AttributionConfig(views="pred"), words="sum")[0]`` has ``tokens`` (the words) and
+    ``maps[0]`` (their scores).
 
     Texts longer than ``settings.max_length`` tokens are truncated: the record says so in
     ``truncated`` and ``warnings`` (and a warning is logged). Empty texts, ``labels`` of another
     length and ``views="gold"`` without labels are errors.
     """
     settings = settings or AttributionConfig()
+    if isinstance(explainer, str):
+        explainer = ExplainerChoice(explainer)
+    settings, explainer = resolve_explainer(settings, explainer)
+    check_words(words)
     if pairs is not None and len(pairs) != len(texts):
         raise WorkbenchError(f"{len(texts)} texts but {len(pairs)} pairs: give one pair per text")
     if labels is not None and len(labels) != len(texts):
         raise WorkbenchError(f"{len(texts)} texts but {len(labels)} labels")
     check_max_length(model, settings.max_length, "the model")
-    encoded, truncated = _encode(tokenizer, texts, pairs, settings.max_length)
+    encoded, truncated, args = _encode(tokenizer, texts, pairs, settings.max_length)
     token_types = encoded.get("token_type_ids") or [[0] * len(i) for i in encoded["input_ids"]]
     examples = [
         {"input_ids": ids, "token_type_ids": types, "label": 0, "index": i}
@@ -98,7 +118,7 @@ def attribute_texts(
         chosen = order[start : start + settings.batch_size]
         batch = collate([examples[i] for i in chosen], pad_id(tokenizer))
         gold = None if labels is None else torch.tensor([labels[i] for i in chosen])
-        maps, names = compute_maps(model, batch, settings, gold, _special_ids(tokenizer))
+        maps, names = compute_maps(model, batch, settings, gold, _special_ids(tokenizer), explainer)
         with torch.no_grad():
             logits = forward(model, batch).logits
         regression = model.config.num_labels == 1
@@ -109,15 +129,19 @@ def attribute_texts(
             if truncated[i]:
                 warnings.append(f"truncated to {settings.max_length} tokens")
                 logger.warning("text %d truncated to %d tokens", i, settings.max_length)
+            tokens, scores = tokenizer.convert_ids_to_tokens(ids), maps[row, :, : len(ids)]
+            if words is not None:
+                tokens, groups = word_groups(encoded, i, [a[i] for a in args], len(ids))
+                scores = to_words(scores, groups, words)
             records[i] = AttributionRecord(
                 text=texts[i],
                 pair=None if pairs is None else pairs[i],
-                tokens=tokenizer.convert_ids_to_tokens(ids),
+                tokens=tokens,
                 views=names,
-                maps=maps[row, :, : len(ids)].tolist(),
+                maps=scores.tolist(),
                 prediction=float(logits[row, 0]) if regression else int(logits[row].argmax()),
                 probabilities=probabilities[row].tolist(),
-                settings=to_dict(settings),
+                settings=recorded_settings(settings, explainer, words),
                 label=None if labels is None else int(labels[i]),
                 truncated=truncated[i],
                 warnings=warnings,
