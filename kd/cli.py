@@ -27,6 +27,7 @@ from workbench.config import (
     TuneConfig,
     add_arguments,
     check_values,
+    fill_help,
     from_arguments,
     from_dict,
     option_name,
@@ -338,9 +339,25 @@ def _reproduce(args: argparse.Namespace) -> None:
     print(f"report: {report}")
 
 
+class RegistryHelp(argparse.HelpFormatter):
+    """Help whose texts name the registry's lists (``{presets}``, ``{terms}``, …:
+    :data:`workbench.config.HELP_LISTS`), filled in when help is shown: building the parser
+    loads no method."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        import kd.objective  # noqa: F401  (registers the lists)
+
+        return fill_help(super()._get_help_string(action) or "")
+
+
 class Parser(argparse.ArgumentParser):
     """argparse's parser, whose refusals are one line like every other ``kdw`` error: the
-    problem and where the usage is, without the usage block."""
+    problem and where the usage is, without the usage block; its help fills in the registry's
+    lists (:class:`RegistryHelp`)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", RegistryHelp)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         self.exit(2, f"kdw: error: {one_line(message)} (see {self.prog} --help)\n")
@@ -519,8 +536,8 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
     reproduce.add_argument(
         "--ablations",
         action="store_true",
-        help="also train the papers' ablations (AD-KD terms, views, K, m and layer; GKD "
-        "dropout; CKD terms), which the default leaves out to fit its time (--full has them)",
+        help="also train the ablations the methods register ({ablations}), which the default "
+        "leaves out to fit its time (--full has them)",
     )
     reproduce.add_argument(
         "--teacher",
