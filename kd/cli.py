@@ -200,6 +200,12 @@ def _baseline(args: argparse.Namespace) -> None:
     print(json.dumps(metrics, indent=2))
 
 
+def _methods(_args: argparse.Namespace) -> None:
+    from kd.objective import describe_presets
+
+    print(describe_presets())
+
+
 def _demo(args: argparse.Namespace) -> None:
     from kd.demo import run_demo
 
@@ -340,13 +346,11 @@ def _reproduce(args: argparse.Namespace) -> None:
 
 
 class RegistryHelp(argparse.HelpFormatter):
-    """Help whose texts name the registry's lists (``{presets}``, ``{terms}``, …:
-    :data:`workbench.config.HELP_LISTS`), filled in when help is shown: building the parser
-    loads no method."""
+    """Help whose texts name the registry's lists (``{presets}``, ``{terms}``, …): filled in by
+    :func:`workbench.config.fill_help` (building the parser loads no method, so they point to
+    ``kdw methods``)."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
-        import kd.objective  # noqa: F401  (registers the lists)
-
         return fill_help(super()._get_help_string(action) or "")
 
 
@@ -496,6 +500,16 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
     demo.add_argument("--root", default="runs/demo", help="folder for the demo's runs")
     demo.add_argument("--quick", action="store_true", help="a much smaller demo (minutes)")
     demo.set_defaults(handler=_demo)
+
+    methods = commands.add_parser(
+        "methods",
+        help="list the registered methods: presets, terms, tune spaces, ablations, claims",
+        description="Every registered preset as its method's module declares it: its name and "
+        "paper, its weights (paper and official parity), τ, own terms, kdw tune's default space "
+        "and the term β weighs, the ablations kdw reproduce --ablations trains and the claims "
+        "its report checks; then the loss terms --weights accepts.",
+    )
+    methods.set_defaults(handler=_methods)
 
     app = commands.add_parser(
         "app",

@@ -272,8 +272,8 @@ def ablated(config: ObjectiveConfig, ablation: Ablation) -> ObjectiveConfig:
 
 
 def _preset_list() -> str:
-    return ", ".join(
-        key + (f" ({', '.join(filter(None, (p.name, p.reference)))})" if p.name else "")
+    return "; ".join(
+        key + (f": {p.name}" if p.name else "") + (f" ({p.reference})" if p.reference else "")
         for key, p in PRESETS.items()
     )
 
@@ -297,6 +297,48 @@ def _ablation_list() -> str:
     return "; ".join(
         f"{display_name(key)}: {names(p)}" for key, p in PRESETS.items() if p.ablations
     )
+
+
+def describe_presets() -> str:
+    """Every registered preset as its module declares it, then the terms (``kdw methods``)."""
+
+    def weights(table: dict[str, float]) -> str:
+        return ",".join(f"{name}={weight:g}" for name, weight in table.items())
+
+    def variant(entry: Ablation | Sweep) -> str:
+        if isinstance(entry, Sweep):
+            return f"{entry.label} (a sweep of {entry.setting})"
+        changes = [f"{n}={w:g}" for n, w in entry.weights.items()]
+        changes += [f"{n}={v}" for n, v in entry.settings.items()]
+        return f"{entry.name} ({', '.join(changes)})"
+
+    def claim(entry: Claim) -> str:
+        if entry.relation == "lowest":
+            return f"{entry.metric} the lowest of all students"
+        return f"{entry.metric} {entry.relation} {display_name(entry.than)}'s"
+
+    lines = []
+    for key, p in PRESETS.items():
+        lines.append(
+            key + (f" — {p.name}" if p.name else "") + (f" ({p.reference})" if p.reference else "")
+        )
+        lines.append(
+            f"  weights: paper {weights(p.paper)}; official {weights(p.official)}; "
+            f"τ {p.temperature:g}" + (f"; own terms {', '.join(p.own)}" if p.own else "")
+        )
+        if p.space:
+            lines.append(
+                "  kdw tune space: "
+                + " ".join(f"{name}={spec}" for name, spec in p.space.items())
+                + (f" (β weighs {p.beta})" if p.beta else "")
+                + (f"; chosen on dev by kdw reproduce: {', '.join(p.tuned)}" if p.tuned else "")
+            )
+        if p.ablations:
+            lines.append("  ablations: " + "; ".join(variant(a) for a in p.ablations))
+        if p.claims:
+            lines.append("  claims: " + "; ".join(claim(c) for c in p.claims))
+    lines.append(f"terms: {', '.join(TERMS)}")
+    return "\n".join(lines)
 
 
 # the lists that help texts name ({presets}, {terms}, …), read when a help text is shown

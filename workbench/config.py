@@ -114,16 +114,19 @@ def _is_weights(text: Any) -> bool:
     return True
 
 
-# Lists that help texts name as ``{presets}``, ``{terms}``, ``{temperatures}``, ``{ablations}``:
-# upper layers register them (kd.objective: its registry), and :func:`fill_help` fills them in
-# when a help text is shown, so that a list is never written out by hand here.
+# Lists that help texts name as ``{presets}``, ``{terms}``, ``{temperatures}``, ``{ablations}``,
+# never written out by hand: kd.objective registers them from its registry, and :func:`fill_help`
+# fills them in when a help text is shown. Where the registry is not loaded (``kdw --help`` loads
+# no method, hence no torch), the text points to ``kdw methods``, which lists them.
 HELP_LISTS: dict[str, Callable[[], str]] = {}
+LISTED = ("presets", "terms", "temperatures", "ablations")
 
 
 def fill_help(text: str) -> str:
     """``text`` with the registered lists (:data:`HELP_LISTS`) filled in."""
-    for name, values in HELP_LISTS.items():
-        text = text.replace("{" + name + "}", values())
+    for name in LISTED:
+        values = HELP_LISTS.get(name)
+        text = text.replace("{" + name + "}", values() if values else "`kdw methods` lists them")
     return text
 
 
@@ -388,7 +391,7 @@ class ObjectiveConfig(Checked):
 
     preset: str = option(
         "kd",
-        "method preset: {presets}",
+        "method preset ({presets})",
     )
     weights: str = option(
         "",
@@ -403,7 +406,7 @@ class ObjectiveConfig(Checked):
     )
     temperature: float | None = option(
         None,
-        "softmax temperature τ of the KD term (default: the preset's: {temperatures}), at "
+        "softmax temperature τ of the KD term (default: the preset's τ; {temperatures}), at "
         f"most {MAX_TEMPERATURE:g}: the term is scaled by τ², and far above, the logits over τ "
         "fall to float32 rounding (τ² overflows it from 2e19); the papers use 1 to 20",
         domain=temperature_range,
