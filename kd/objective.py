@@ -135,11 +135,20 @@ class Claim:
     """A claim of a method's paper that the reproduction report checks: the method's test
     ``metric`` stands in ``relation`` to that of the preset ``than`` (``">"``; ``"≫"``, checked
     as ``">"``; ``"≥"``: not worse; ``"<"``), or, with ``relation="lowest"``, is the lowest of
-    all the main table's students. The verdict is the bootstrap interval of the difference."""
+    all the main table's students. The verdict is the bootstrap interval of the difference.
+    ``metric``: ``accuracy`` or a per-example one the suite records (``saliency_loyalty``,
+    ``attribution_gap``, ``aopc_comprehensiveness``, ``aopc_sufficiency``)."""
 
     metric: str
     relation: str = ">"
     than: str = "kd"
+
+    def __post_init__(self) -> None:
+        if self.relation not in RELATIONS:
+            raise ValueError(f"claim relation {self.relation!r}: use one of {RELATIONS}")
+
+
+RELATIONS = (">", "≫", "≥", "<", "lowest")
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from kd.objective import PRESETS, Ablation, ablated
+from kd.objective import PRESETS, Ablation, Claim, ablated
 from kd.reproduce import (
     MAIN_METHODS,
     ExampleScores,
@@ -335,6 +335,11 @@ def test_the_ablations_are_derived_from_their_presets_weights(monkeypatch):
     assert changed["adkd w/o ce"] == {"kd": 0.8, "attr": 7.0}
     assert changed["adkd w/o kd"] == {"ce": 0.2, "attr": 7.0}
     assert changed["adkd w/o attr"] == {"ce": 0.2, "kd": 0.8}
+
+
+def test_a_claim_of_an_unknown_relation_is_refused_when_registered():
+    with pytest.raises(ValueError, match="claim relation '>>'"):
+        Claim("accuracy", ">>")
 
 
 def test_gallery_takes_the_first_example_of_each_class():

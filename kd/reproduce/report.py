@@ -41,6 +41,8 @@ METRICS = {
         "",
     ),
     "attribution_gap": ("attribution gap", "gap", "", " (×100)"),
+    "aopc_comprehensiveness": ("AOPC comprehensiveness", "comprehensiveness", "×100", ""),
+    "aopc_sufficiency": ("AOPC sufficiency", "sufficiency", "×100", ""),
 }
 AOPC_NOTE = (
     "SL, gap and AOPC are measured on the first {n} test examples of each task (accuracy, "
