@@ -13,7 +13,9 @@ import argparse
 import html
 import re
 
+import kd.objective  # noqa: F401  (registers the lists that help texts name)
 from kd.cli import build_parser
+from workbench.config import fill_help
 
 MARKER = "<!-- kdw-reference -->"
 USAGE_WIDTH = 76  # the width of the page's code blocks
@@ -56,7 +58,11 @@ def _table(actions: list[argparse.Action]) -> list[str]:
         required = " (required)" if action.required and action.option_strings else ""
         said = "default" in action.help or action.default in (None, False, argparse.SUPPRESS)
         default = "" if said or not action.option_strings else f" (default: {action.default})"
-        cells = (_option(action) + required, _values(action), _text(action.help + default))
+        cells = (
+            _option(action) + required,
+            _values(action),
+            _text(fill_help(action.help) + default),
+        )
         rows.append("| {} | {} | {} |".format(*cells))
     return rows if len(rows) > 2 else []
 

@@ -5,8 +5,10 @@ loss of FitNets / TinyBERT, without their projection), in one file.
     L = CE + KD + β L_hid
 
 Importing the module registers everything; then ``ObjectiveConfig(weights="ce=0.5,kd=0.5,
-hidden=1")`` trains with it (``preset="hidden-mse"`` too). To ship it with the package, move it to
-``kd/methods/`` and import it in ``kd/methods/__init__.py``. See ``docs/adding-a-method.md``.
+hidden=1")`` trains with it (``preset="hidden-mse"`` too), :func:`kd.tune.search_space` gives its
+space, :func:`kd.reproduce.suite.ablations` its ablation and the report checks its claim. To ship
+it with the package (so that ``kdw`` offers it), move it to ``kd/methods/`` and import it in
+``kd/methods/__init__.py``. See ``docs/adding-a-method.md``.
 """
 
 from __future__ import annotations
@@ -16,7 +18,18 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from kd.layer_map import uniform_layers
-from kd.objective import PRESETS, TOKENS, Objective, Preset, StepInputs, method, teacher_field, term
+from kd.objective import (
+    PRESETS,
+    TOKENS,
+    Ablation,
+    Claim,
+    Objective,
+    Preset,
+    StepInputs,
+    method,
+    teacher_field,
+    term,
+)
 from workbench.models import forward
 
 
@@ -64,7 +77,18 @@ def _hidden(objective: Objective, inputs: StepInputs) -> Tensor:
     return hidden_mse_loss(student, teacher, inputs.batch["attention_mask"])
 
 
-# 5. A preset: plain weight tables per parity.
+# 5. A preset: plain weight tables per parity, and everything else about the method: its name
+# and paper, its own term (the control goes without it), kdw tune's default space and the term
+# β weighs, an ablation (an operation on the preset's weights) and the claim the reproduction
+# report checks.
 PRESETS["hidden-mse"] = Preset(
-    {"ce": 0.5, "kd": 0.5, "hidden": 1.0}, {"ce": 0.5, "kd": 0.5, "hidden": 1.0}
+    {"ce": 0.5, "kd": 0.5, "hidden": 1.0},
+    {"ce": 0.5, "kd": 0.5, "hidden": 1.0},
+    own=("hidden",),
+    name="Hidden MSE",
+    reference="Romero et al. 2015",
+    space={"beta": "0.1,1,10", "alpha": "0.1,0.5,0.9"},
+    beta="hidden",
+    ablations=(Ablation("w/o ce", "hidden-terms", weights={"ce": 0.0}),),
+    claims=(Claim("accuracy", "≥"),),
 )

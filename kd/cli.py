@@ -31,6 +31,7 @@ from workbench.config import (
     TuneConfig,
     add_arguments,
     check_values,
+    fill_help,
     from_arguments,
     from_dict,
     option_name,
@@ -203,6 +204,12 @@ def _baseline(args: argparse.Namespace) -> None:
 
     metrics = tfidf_baseline(load_task(from_arguments(DataConfig, args)), args.split)
     print(json.dumps(metrics, indent=2))
+
+
+def _methods(_args: argparse.Namespace) -> None:
+    from kd.objective import describe_presets
+
+    print(describe_presets())
 
 
 def _demo(args: argparse.Namespace) -> None:
@@ -459,9 +466,23 @@ def _reproduce(args: argparse.Namespace) -> None:
     print(f"report: {report}")
 
 
+class RegistryHelp(argparse.HelpFormatter):
+    """Help whose texts name the registry's lists (``{presets}``, ``{terms}``, …): filled in by
+    :func:`workbench.config.fill_help` (building the parser loads no method, so they point to
+    ``kdw methods``)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        return fill_help(super()._get_help_string(action) or "")
+
+
 class Parser(argparse.ArgumentParser):
     """argparse's parser, whose refusals are one line like every other ``kdw`` error: the
-    problem and where the usage is, without the usage block."""
+    problem and where the usage is, without the usage block; its help fills in the registry's
+    lists (:class:`RegistryHelp`)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", RegistryHelp)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         self.exit(2, f"kdw: error: {one_line(message)} (see {self.prog} --help)\n")
@@ -601,6 +622,16 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
     demo.add_argument("--quick", action="store_true", help="a much smaller demo (minutes)")
     demo.set_defaults(handler=_demo)
 
+    methods = commands.add_parser(
+        "methods",
+        help="list the registered methods: presets, terms, tune spaces, ablations, claims",
+        description="Every registered preset as its method's module declares it: its name and "
+        "paper, its weights (paper and official parity), τ, own terms, kdw tune's default space "
+        "and the term β weighs, the ablations kdw reproduce --ablations trains and the claims "
+        "its report checks; then the loss terms --weights accepts.",
+    )
+    methods.set_defaults(handler=_methods)
+
     app = commands.add_parser(
         "app",
         help="open the workbench in the browser (Streamlit)",
@@ -640,8 +671,8 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
     reproduce.add_argument(
         "--ablations",
         action="store_true",
-        help="also train the papers' ablations (AD-KD terms, views, K, m and layer; GKD "
-        "dropout; CKD terms), which the default leaves out to fit its time (--full has them)",
+        help="also train the ablations the methods register ({ablations}), which the default "
+        "leaves out to fit its time (--full has them)",
     )
     reproduce.add_argument(
         "--teacher",

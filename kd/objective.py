@@ -3,8 +3,10 @@
 Each method lives in one module of :mod:`kd.methods` and registers its parts here: its *terms*
 (``@term``: how a pure loss function of tensors reads a training step), the *teacher fields*
 they need (``@teacher_field``: what the frozen teacher says about a batch), its *presets*
-(weight tables) and, when its terms read settings of their own, a *method* (``@method``: the
-settings it resolves from the config, and what of them ``run.json`` records). Cacheable teacher
+(weight tables, and everything else about the method: its display name and paper, its
+``kdw tune`` space, its ablations and the claims the reproduction report checks) and, when its
+terms read settings of their own, a *method* (``@method``: the settings it resolves from the
+config, and what of them ``run.json`` records). Cacheable teacher
 fields are computed once per example and served from the run's cache; the others (the teacher's
 hidden states for CKD, too large to keep for every token) are recomputed without a graph each
 step. Explicit weights (``ce=0.1,kd=0.9,attr=10``) replace a preset's, so any terms combine.
@@ -21,7 +23,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from workbench.config import ObjectiveConfig, weight_pairs
+from workbench.config import HELP_LISTS, ObjectiveConfig, weight_pairs
 from workbench.errors import WorkbenchError
 from workbench.models import ModelOutput, forward
 
@@ -102,11 +104,66 @@ class Method:
 
 
 @dataclass(frozen=True)
+class Ablation:
+    """A variant of a preset that the reproduction suite trains beside it (``kdw reproduce
+    --ablations``), named ``"<preset> <name>"`` in the group ``group``. It is an operation on
+    the preset, never a copy of its weights: ``weights`` sets these terms' weights in the
+    preset's (``{"ce": 0}``: the preset without CE; a weight of 0 drops the term) and
+    ``settings`` replaces fields of its :class:`~workbench.config.ObjectiveConfig`
+    (``{"attr_views": "pred"}``)."""
+
+    name: str
+    group: str
+    weights: dict[str, float] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A sweep of one :class:`~workbench.config.ObjectiveConfig` field of a preset, over the
+    values a suite's task plan holds in its field ``values`` (``top_k_sweep``): one student per
+    value, named ``"<preset> <label>=<value>"``, in the group ``group``."""
+
+    label: str
+    group: str
+    setting: str
+    values: str
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claim of a method's paper that the reproduction report checks: the method's test
+    ``metric`` stands in ``relation`` to that of the preset ``than`` (``">"``; ``"≫"``, checked
+    as ``">"``; ``"≥"``: not worse; ``"<"``), or, with ``relation="lowest"``, is the lowest of
+    all the main table's students. The verdict is the bootstrap interval of the difference.
+    ``metric``: ``accuracy`` or a per-example one the suite records (``saliency_loyalty``,
+    ``attribution_gap``, ``aopc_comprehensiveness``, ``aopc_sufficiency``)."""
+
+    metric: str
+    relation: str = ">"
+    than: str = "kd"
+
+    def __post_init__(self) -> None:
+        if self.relation not in RELATIONS:
+            raise ValueError(f"claim relation {self.relation!r}: use one of {RELATIONS}")
+
+
+RELATIONS = (">", "≫", "≥", "<", "lowest")
+
+
+@dataclass(frozen=True)
 class Preset:
     """A method's weights per parity, its temperature, its official KD form, the attribution
     distance its weights belong to, and its own terms (``own``): those its control student
     goes without (:func:`control`); the rest of its objective — the other terms' weights, τ,
-    the KD form, the student set-up — is its training regime, which the control keeps."""
+    the KD form, the student set-up — is its training regime, which the control keeps.
+
+    Beside the objective, everything else the workbench says or does about the method:
+    its display name (``name``, e.g. ``"AD-KD"``) and paper (``reference``, short);
+    ``kdw tune``'s default search space (``space``: parameter → ``--space`` spec, the papers'
+    grids), the term β weighs (``beta``) and the parameters the reproduction suite chooses on
+    dev (``tuned``); its ablations (:class:`Ablation`, :class:`Sweep`) and the claims the
+    reproduction report checks (:class:`Claim`)."""
 
     paper: dict[str, float]
     official: dict[str, float]
@@ -114,6 +171,13 @@ class Preset:
     official_kd_form: str = "kl-mean"
     attr_reduction: str = "paper"
     own: tuple[str, ...] = ()
+    name: str = ""
+    reference: str = ""
+    space: dict[str, str] = field(default_factory=dict)
+    beta: str | None = None
+    tuned: tuple[str, ...] = ()
+    ablations: tuple[Ablation | Sweep, ...] = ()
+    claims: tuple[Claim, ...] = ()
 
 
 TERMS: dict[str, Term] = {}
@@ -198,6 +262,101 @@ def preset_weights(config: ObjectiveConfig) -> dict[str, float]:
     if not weights:
         raise WorkbenchError("the objective has no term with a non-zero weight")
     return weights
+
+
+def display_name(preset: str) -> str:
+    """A preset's display name (``"adkd"`` → ``"AD-KD"``); the key itself when it has none."""
+    return PRESETS[preset].name if preset in PRESETS and PRESETS[preset].name else preset
+
+
+def ablated(config: ObjectiveConfig, ablation: Ablation) -> ObjectiveConfig:
+    """``config`` (a preset's) changed as ``ablation`` says: its settings replaced, and the
+    weights it resolves to (:func:`preset_weights`) with the ablation's weights set in them,
+    zero weights dropped, written out explicitly."""
+    config = replace(config, **ablation.settings)
+    if not ablation.weights:
+        return config
+    weights = preset_weights(config) | ablation.weights
+    return replace(config, weights=",".join(f"{n}={w:g}" for n, w in weights.items() if w != 0))
+
+
+def _preset_list() -> str:
+    return "; ".join(
+        key + (f": {p.name}" if p.name else "") + (f" ({p.reference})" if p.reference else "")
+        for key, p in PRESETS.items()
+    )
+
+
+def _temperatures() -> str:
+    default = Preset.__dataclass_fields__["temperature"].default
+    return ", ".join(
+        [f"{default:g}"]
+        + [
+            f"{display_name(key)} {p.temperature:g}"
+            for key, p in PRESETS.items()
+            if p.temperature != default
+        ]
+    )
+
+
+def _ablation_list() -> str:
+    def names(preset: Preset) -> str:
+        return ", ".join(a.label if isinstance(a, Sweep) else a.name for a in preset.ablations)
+
+    return "; ".join(
+        f"{display_name(key)}: {names(p)}" for key, p in PRESETS.items() if p.ablations
+    )
+
+
+def describe_presets() -> str:
+    """Every registered preset as its module declares it, then the terms (``kdw methods``)."""
+
+    def weights(table: dict[str, float]) -> str:
+        return ",".join(f"{name}={weight:g}" for name, weight in table.items())
+
+    def variant(entry: Ablation | Sweep) -> str:
+        if isinstance(entry, Sweep):
+            return f"{entry.label} (a sweep of {entry.setting})"
+        changes = [f"{n}={w:g}" for n, w in entry.weights.items()]
+        changes += [f"{n}={v}" for n, v in entry.settings.items()]
+        return f"{entry.name} ({', '.join(changes)})"
+
+    def claim(entry: Claim) -> str:
+        if entry.relation == "lowest":
+            return f"{entry.metric} the lowest of all students"
+        return f"{entry.metric} {entry.relation} {display_name(entry.than)}'s"
+
+    lines = []
+    for key, p in PRESETS.items():
+        lines.append(
+            key + (f" — {p.name}" if p.name else "") + (f" ({p.reference})" if p.reference else "")
+        )
+        lines.append(
+            f"  weights: paper {weights(p.paper)}; official {weights(p.official)}; "
+            f"τ {p.temperature:g}" + (f"; own terms {', '.join(p.own)}" if p.own else "")
+        )
+        if p.space:
+            lines.append(
+                "  kdw tune space: "
+                + " ".join(f"{name}={spec}" for name, spec in p.space.items())
+                + (f" (β weighs {p.beta})" if p.beta else "")
+                + (f"; chosen on dev by kdw reproduce: {', '.join(p.tuned)}" if p.tuned else "")
+            )
+        if p.ablations:
+            lines.append("  ablations: " + "; ".join(variant(a) for a in p.ablations))
+        if p.claims:
+            lines.append("  claims: " + "; ".join(claim(c) for c in p.claims))
+    lines.append(f"terms: {', '.join(TERMS)}")
+    return "\n".join(lines)
+
+
+# the lists that help texts name ({presets}, {terms}, …), read when a help text is shown
+HELP_LISTS.update(
+    presets=_preset_list,
+    terms=lambda: ", ".join(TERMS),
+    temperatures=_temperatures,
+    ablations=_ablation_list,
+)
 
 
 def control(config: ObjectiveConfig) -> ObjectiveConfig:

@@ -20,8 +20,9 @@ A trial whose worker falls silent (killed, its machine gone) is retried by anoth
 :data:`GRACE_SECONDS` (Optuna's heartbeats). Workers must give the same settings, save those of
 their machine (:data:`WORKER_SETTINGS`); the study records them and refuses a worker that differs.
 
-Searchable parameters (:data:`PARAMETERS`) and the default space of each method
-(:data:`DEFAULT_SPACES`, from the papers' grids); ``--space NAME=v1,v2`` (choices) or
+Searchable parameters (:data:`PARAMETERS`) and the default space of each method (its preset's
+``space`` in :data:`kd.objective.PRESETS`, from the papers' grids; β weighs the preset's
+``beta`` term); ``--space NAME=v1,v2`` (choices) or
 ``--space NAME=LOW:HIGH`` (a range, ``:log`` for a log scale) overrides one.
 """
 
@@ -39,6 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from kd.objective import PRESETS, Preset
 from kd.trainer import Callback, TrainingDiverged
 from workbench.config import (
     MAX_TEMPERATURE,
@@ -100,7 +102,7 @@ class Parameter:
 PARAMETERS: dict[str, Parameter] = {
     "alpha": Parameter("weight α of the KD term; CE gets 1 − α", 0.0, 1.0, needs=("kd",)),
     "beta": Parameter(
-        "weight β of the method's own term (AD-KD attr, GKD grad, PKD and GKD-CLS [CLS] states)",
+        "weight β of the method's own term (the one its preset names: AD-KD's attr, GKD's grad)",
         0.0,
     ),
     "gamma": Parameter(
@@ -115,22 +117,6 @@ PARAMETERS: dict[str, Parameter] = {
     ),
 }
 WEIGHT_PARAMETERS = ("gamma", "wr", "ltr")  # set the weight of every term they need
-BETA_TERM = {"pkd-skip": "pkd", "pkd-last": "pkd", "adkd": "attr", "gkd": "grad", "gkd-cls": "pkd"}
-DEFAULT_SPACES: dict[str, dict[str, str]] = {
-    # AD-KD Table 5 / §4.1: β ∈ {1, 10, 50, 100}, α ∈ {0.8, 0.9, 1.0}, τ ∈ {1, 2, 3, 4}
-    "adkd": {
-        "beta": "1,10,50,100",
-        "alpha": "0.8,0.9,1.0",
-        "tau": "1,2,3,4",
-        "lr": "5e-5,1e-4,2e-4",
-    },
-    "gkd": {"beta": "0.1,1,10", "alpha": "0.1,0.5,0.9", "tau": "1,2,5"},
-    "gkd-cls": {"beta": "0.1,1,10", "gamma": "0.01,0.1,1", "alpha": "0.1,0.5,0.9"},
-    "ckd": {"wr": "0.1,1,10", "ltr": "0.1,1,10"},
-    "pkd-skip": {"beta": "0.1,1,10,100"},
-    "pkd-last": {"beta": "0.1,1,10,100"},
-    "kd": {"alpha": "0.1,0.5,0.9", "tau": "1,2,4,8"},
-}
 
 
 @dataclass(frozen=True)
@@ -203,15 +189,16 @@ def parse_dimension(name: str, text: str) -> Dimension:
 def search_space(
     preset: str, overrides: tuple[str, ...], base_weights: dict[str, float]
 ) -> dict[str, Dimension]:
-    """The preset's default space with ``NAME=SPEC`` overrides, checked against what the
-    method has (``beta`` of a method without its own term is an unknown parameter)."""
-    own = BETA_TERM.get(preset)
+    """The preset's default space (:attr:`kd.objective.Preset.space`) with ``NAME=SPEC``
+    overrides, checked against what the method has (``beta`` of a method without a β term,
+    :attr:`~kd.objective.Preset.beta`, is an unknown parameter)."""
+    registered = PRESETS.get(preset, Preset({}, {}))
     available = sorted(
         name
         for name, p in PARAMETERS.items()
-        if set((own,) if name == "beta" else p.needs) <= set(base_weights)
+        if set((registered.beta,) if name == "beta" else p.needs) <= set(base_weights)
     )
-    specs = {k: v for k, v in DEFAULT_SPACES.get(preset, {}).items() if k in available}
+    specs = {k: v for k, v in registered.space.items() if k in available}
     for item in overrides:
         name, equals, text = (part.strip() for part in item.partition("="))
         if not equals:
@@ -240,7 +227,7 @@ def apply(
         if name == "alpha":
             weights["kd"], weights["ce"] = value, 1 - value
         elif name == "beta":
-            weights[BETA_TERM[preset]] = value
+            weights[PRESETS[preset].beta] = value
         elif name in WEIGHT_PARAMETERS:
             weights.update(dict.fromkeys(PARAMETERS[name].needs, value))
     text = ",".join(f"{term}={weight:g}" for term, weight in weights.items())

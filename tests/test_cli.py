@@ -56,6 +56,32 @@ def test_every_command_explains_its_options(command, capsys):
             assert option in out
 
 
+def test_methods_lists_the_registry_and_help_texts_name_its_lists(monkeypatch, capsys):
+    from dataclasses import replace
+
+    from kd.objective import PRESETS, TERMS, Claim
+    from workbench.config import ObjectiveConfig, fill_help
+
+    # a preset registered like any method's: kdw methods and the help texts list it at once
+    extra = replace(PRESETS["gkd"], name="GKD-slow", temperature=7.0, claims=(Claim("accuracy"),))
+    monkeypatch.setitem(PRESETS, "gkd-slow", extra)
+    main(["methods"])
+    out = capsys.readouterr().out
+    for key, preset in PRESETS.items():
+        assert f"{key} — {preset.name}" in out
+    space = "beta=1,10,50,100 alpha=0.8,0.9,1.0 tau=1,2,3,4 lr=5e-5,1e-4,2e-4"
+    assert f"kdw tune space: {space} (β weighs attr)" in out
+    assert "w/o ce (ce=0); w/o kd (kd=0)" in out
+    assert "claims: accuracy > vanilla KD's" in out
+    assert out.splitlines()[-1] == "terms: " + ", ".join(TERMS)
+
+    fields = ObjectiveConfig.__dataclass_fields__
+    preset_help = fill_help(fields["preset"].metadata["help"])
+    assert "adkd: AD-KD (Wu et al. 2023)" in preset_help and "gkd-slow: GKD-slow" in preset_help
+    assert fill_help(fields["weights"].metadata["help"]).endswith("terms: " + ", ".join(TERMS))
+    assert "GKD-slow 7" in fill_help(fields["temperature"].metadata["help"])
+
+
 HEAVY = (
     "torch",
     "transformers",

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 
+from kd.objective import PRESETS, Ablation, Claim, ablated
 from kd.reproduce import (
     MAIN_METHODS,
     ExampleScores,
@@ -31,7 +32,8 @@ from kd.reproduce import (
     run_suite,
     write_report,
 )
-from workbench.config import DataConfig, TeacherConfig
+from kd.reproduce.suite import ablations
+from workbench.config import DataConfig, ObjectiveConfig, TeacherConfig, weight_pairs
 from workbench.data import load_task
 from workbench.errors import WorkbenchError
 from workbench.models import load_run
@@ -372,6 +374,36 @@ def test_an_interrupted_call_keeps_what_finished(
     assert [r["name"] for r in second["students"]] == ["kd", "ckd"]
     assert second["students"][0] == first["students"][0]
     assert [c["students"] for c in second["calls"]] == [1, 1]
+
+
+def test_the_ablations_are_derived_from_their_presets_weights(monkeypatch):
+    plan = TaskPlan(DataConfig(task="tweets"), top_k_sweep=(8,), steps_sweep=(2,))
+
+    def weights() -> dict[str, dict[str, float]]:
+        rows = ablations("tweets", plan, (1,))
+        return {e.name: weight_pairs(e.objective.weights) for e in rows if e.objective.weights}
+
+    assert weights() == {
+        "adkd w/o attr": {"ce": 0.1, "kd": 0.9},
+        "adkd w/o ce": {"kd": 0.9, "attr": 1.0},  # the preset's β, 1
+        "adkd w/o kd": {"ce": 0.1, "attr": 1.0},
+        "ckd w/o wr": {"ce": 0.5, "kd": 0.5, "ltr": 1.0},
+        "ckd w/o ltr": {"ce": 0.5, "kd": 0.5, "wr": 1.0},
+    }
+    adkd = PRESETS["adkd"]
+    without_ce = next(a for a in adkd.ablations if isinstance(a, Ablation) and a.name == "w/o ce")
+    official = ablated(ObjectiveConfig(preset="adkd", parity="official"), without_ce)
+    assert weight_pairs(official.weights) == {"kd": 0.9, "attr": 10.0}  # that parity's weights
+    monkeypatch.setitem(PRESETS, "adkd", replace(adkd, paper={"ce": 0.2, "kd": 0.8, "attr": 7.0}))
+    changed = weights()
+    assert changed["adkd w/o ce"] == {"kd": 0.8, "attr": 7.0}
+    assert changed["adkd w/o kd"] == {"ce": 0.2, "attr": 7.0}
+    assert changed["adkd w/o attr"] == {"ce": 0.2, "kd": 0.8}
+
+
+def test_a_claim_of_an_unknown_relation_is_refused_when_registered():
+    with pytest.raises(ValueError, match="claim relation '>>'"):
+        Claim("accuracy", ">>")
 
 
 def test_gallery_takes_the_first_example_of_each_class():

@@ -114,6 +114,22 @@ def _is_weights(text: Any) -> bool:
     return True
 
 
+# Lists that help texts name as ``{presets}``, ``{terms}``, ``{temperatures}``, ``{ablations}``,
+# never written out by hand: kd.objective registers them from its registry, and :func:`fill_help`
+# fills them in when a help text is shown. Where the registry is not loaded (``kdw --help`` loads
+# no method, hence no torch), the text points to ``kdw methods``, which lists them.
+HELP_LISTS: dict[str, Callable[[], str]] = {}
+LISTED = ("presets", "terms", "temperatures", "ablations")
+
+
+def fill_help(text: str) -> str:
+    """``text`` with the registered lists (:data:`HELP_LISTS`) filled in."""
+    for name in LISTED:
+        values = HELP_LISTS.get(name)
+        text = text.replace("{" + name + "}", values() if values else "`kdw methods` lists them")
+    return text
+
+
 def option(default: Any, help: str, **extra: Any) -> Any:
     """A dataclass field with its help text and, optionally, its ``choices`` or ``domain``
     (a :class:`Domain`), for the CLI, the app and :func:`validate`, ``path`` for a file or
@@ -375,12 +391,12 @@ class ObjectiveConfig(Checked):
 
     preset: str = option(
         "kd",
-        "method preset: finetune (CE only), kd, pkd-skip, pkd-last, ckd, adkd, gkd, gkd-cls",
+        "method preset ({presets})",
     )
     weights: str = option(
         "",
         "explicit term weights replacing the preset's, e.g. ce=0.1,kd=0.9,attr=10,wr=1; terms: "
-        "ce, kd, pkd, wr, ltr, attr, grad, cls_grad",
+        "{terms}",
         domain=Domain(_is_weights, "TERM=WEIGHT pairs, each weight a finite number ≥ 0"),
     )
     parity: str = option(
@@ -390,7 +406,7 @@ class ObjectiveConfig(Checked):
     )
     temperature: float | None = option(
         None,
-        "softmax temperature τ of the KD term (default: the preset's: 4, AD-KD 2, GKD 5), at "
+        "softmax temperature τ of the KD term (default: the preset's τ; {temperatures}), at "
         f"most {MAX_TEMPERATURE:g}: the term is scaled by τ², and far above, the logits over τ "
         "fall to float32 rounding (τ² overflows it from 2e19); the papers use 1 to 20",
         domain=temperature_range,

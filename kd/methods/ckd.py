@@ -42,7 +42,18 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from kd.layer_map import uniform_layers
-from kd.objective import PRESETS, TOKENS, Objective, Preset, StepInputs, method, teacher_field, term
+from kd.objective import (
+    PRESETS,
+    TOKENS,
+    Ablation,
+    Claim,
+    Objective,
+    Preset,
+    StepInputs,
+    method,
+    teacher_field,
+    term,
+)
 from workbench.geometry import (
     DEFAULT_WINDOW,
     PairKind,
@@ -280,4 +291,13 @@ PRESETS["ckd"] = Preset(
     {"ce": 0.5, "kd": 0.5, "wr": 1.0, "ltr": 1.0},
     official_kd_form="soft-ce",
     own=("wr", "ltr"),
+    name="CKD",
+    reference="Park et al. 2021",
+    space={"wr": "0.1,1,10", "ltr": "0.1,1,10"},
+    tuned=("wr", "ltr"),
+    ablations=(
+        Ablation("w/o wr", "ckd-terms", weights={"wr": 0.0}),
+        Ablation("w/o ltr", "ckd-terms", weights={"ltr": 0.0}),
+    ),
+    claims=(Claim("accuracy", "≥"),),
 )

@@ -20,7 +20,18 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from kd.methods.pkd import mapped_pairs
-from kd.objective import PRESETS, TOKENS, Objective, Preset, StepInputs, method, teacher_field, term
+from kd.objective import (
+    PRESETS,
+    TOKENS,
+    Ablation,
+    Claim,
+    Objective,
+    Preset,
+    StepInputs,
+    method,
+    teacher_field,
+    term,
+)
 from workbench.attribution import input_gradients
 from workbench.models import embed, forward
 
@@ -161,6 +172,13 @@ PRESETS["gkd"] = Preset(
     {"ce": 0.5, "kd": 0.5, "grad": 1.0},
     temperature=5.0,
     own=("grad",),
+    name="GKD",
+    reference="Wang et al. 2022",
+    space={"beta": "0.1,1,10", "alpha": "0.1,0.5,0.9", "tau": "1,2,5"},
+    beta="grad",
+    tuned=("beta",),
+    ablations=(Ablation("w/ dropout", "gkd-dropout", settings={"dropout": True}),),
+    claims=(Claim("saliency_loyalty", "≫"),),
 )
 # GKD-CLS: the [CLS]-state gradients at weight 0.1. At 1 they held 50–74 % of the gradient
 # (their gradient is twice the input gradients'), CE 4–11 %, and a student trained for 26
@@ -171,4 +189,9 @@ PRESETS["gkd-cls"] = Preset(
     {"ce": 0.5, "kd": 0.5, "pkd": 500.0, "grad": 1.0, "cls_grad": 1.0},
     temperature=5.0,
     own=("grad", "cls_grad"),  # its PKD term is its regime
+    name="GKD-CLS",
+    reference="Wang et al. 2022",
+    space={"beta": "0.1,1,10", "gamma": "0.01,0.1,1", "alpha": "0.1,0.5,0.9"},
+    beta="pkd",
+    tuned=("beta",),
 )

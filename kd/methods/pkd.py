@@ -9,13 +9,15 @@ with ``I`` PKD-Skip (every ``N/M``-th teacher layer) or PKD-Last (the last ``M �
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from transformers import PreTrainedModel
 
 from kd.layer_map import patient_layers
-from kd.objective import PRESETS, Objective, Preset, StepInputs, method, teacher_field, term
+from kd.objective import PRESETS, Claim, Objective, Preset, StepInputs, method, teacher_field, term
 from workbench.models import forward
 
 
@@ -69,6 +71,14 @@ def _pkd(objective: Objective, inputs: StepInputs) -> Tensor:
 # β is for the paper form (sum over layers) or the official mean over B×(M−1)×d, hence the
 # orders of magnitude between the two.
 PRESETS["pkd-skip"] = Preset(
-    {"ce": 0.5, "kd": 0.5, "pkd": 1.0}, {"ce": 0.5, "kd": 0.5, "pkd": 500.0}, own=("pkd",)
+    {"ce": 0.5, "kd": 0.5, "pkd": 1.0},
+    {"ce": 0.5, "kd": 0.5, "pkd": 500.0},
+    own=("pkd",),
+    name="PKD-skip",
+    reference="Sun et al. 2019",
+    space={"beta": "0.1,1,10,100"},
+    beta="pkd",
+    tuned=("beta",),
+    claims=(Claim("accuracy", "≥"),),
 )
-PRESETS["pkd-last"] = PRESETS["pkd-skip"]
+PRESETS["pkd-last"] = replace(PRESETS["pkd-skip"], name="PKD-last")

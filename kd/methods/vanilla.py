@@ -77,5 +77,12 @@ def _kd(objective: Objective, inputs: StepInputs) -> Tensor:
     )
 
 
-PRESETS["finetune"] = Preset({"ce": 1.0}, {"ce": 1.0})
-PRESETS["kd"] = Preset({"ce": 0.5, "kd": 0.5}, {"ce": 0.5, "kd": 0.5})
+PRESETS["finetune"] = Preset({"ce": 1.0}, {"ce": 1.0}, name="the student trained alone")
+PRESETS["kd"] = Preset(
+    {"ce": 0.5, "kd": 0.5},
+    {"ce": 0.5, "kd": 0.5},
+    name="vanilla KD",
+    reference="Hinton et al. 2015",
+    space={"alpha": "0.1,0.5,0.9", "tau": "1,2,4,8"},
+    tuned=("tau",),  # so that every method meets a reference tuned alike
+)

@@ -4,7 +4,8 @@ used only for the heatmap gallery, where present).
 Every Δ against vanilla KD comes with a 95 % two-level bootstrap interval that resamples the
 seeds both methods have, then the test examples within each (:mod:`workbench.stats`), and is
 called significant only when the interval excludes 0. The verdicts on the papers' claims are
-generated from those intervals, whatever they say.
+generated from those intervals, whatever they say, for the claims each method registers
+(:class:`kd.objective.Claim`); the methods' names and order are the registry's.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from kd.objective import PRESETS, Claim, display_name
 from kd.reproduce.runner import expand
-from kd.reproduce.suite import ABLATED_METHODS, CONTROL, MAIN_METHODS, limit
+from kd.reproduce.suite import CONTROL, ablated_methods, limit
 from workbench.errors import WorkbenchError
 from workbench.files import atomic_write_text
 from workbench.metrics import mean_and_std
@@ -28,15 +30,19 @@ from workbench.stats import (
 
 Summary = tuple[float, float, int]  # mean, sample std (0 for one value), number of seeds
 PER_EXAMPLE = ("saliency_loyalty", "attribution_gap", "aopc_comprehensiveness", "aopc_sufficiency")
-NAMES = {
-    "kd": "vanilla KD",
-    "adkd": "AD-KD",
-    "gkd": "GKD",
-    "gkd-cls": "GKD-CLS",
-    "ckd": "CKD",
-    "pkd-skip": "PKD-skip",
-    "pkd-last": "PKD-last",
-    "finetune": "the student trained alone",
+# how the verdicts name a metric: its label, a short one, what it is (said where a claim about
+# it is not about accuracy), and the unit of its differences (×100)
+METRICS = {
+    "accuracy": ("accuracy", "accuracy", "", " points"),
+    "saliency_loyalty": (
+        "saliency loyalty",
+        "loyalty",
+        "Pearson of Grad saliency with the teacher's, ×100",
+        "",
+    ),
+    "attribution_gap": ("attribution gap", "gap", "", " (×100)"),
+    "aopc_comprehensiveness": ("AOPC comprehensiveness", "comprehensiveness", "×100", ""),
+    "aopc_sufficiency": ("AOPC sufficiency", "sufficiency", "×100", ""),
 }
 AOPC_NOTE = (
     "SL, gap and AOPC are measured on the first {n} test examples of each task (accuracy, "
@@ -170,7 +176,7 @@ def control_lines(results: dict, tasks: Sequence[str], intervals: Intervals) -> 
     """The controls section: per task and method that has a control, the method and its control
     against vanilla KD and against each other, and which part the gain belongs to."""
     names = {r["name"] for r in results["students"] if r["group"] == "main"}
-    methods = [m for m in MAIN_METHODS if m + CONTROL in names]
+    methods = [m for m in PRESETS if m + CONTROL in names]
     rows = []
     for task in tasks:
         for method in methods:
@@ -237,40 +243,13 @@ def verdicts(results: dict, tasks: Sequence[str], intervals: Intervals) -> list[
                 )
         return "; ".join(parts) if parts else "not measured (no per-example values recorded)"
 
-    lines = []
-    if {"adkd", "kd"} <= names:
-        lines.append(
-            "- **AD-KD > vanilla KD (accuracy)?** AD-KD − vanilla KD "
-            + claim("adkd", "accuracy", ">", 100, " points")
-            + "."
-        )
-    if {"gkd", "kd"} <= names:
-        lines.append(
-            "- **GKD's saliency loyalty ≫ vanilla KD's?** GKD − vanilla KD in saliency loyalty "
-            "(Pearson of Grad saliency with the teacher's, ×100) "
-            + claim("gkd", "saliency_loyalty", ">", 100, "")
-            + "."
-        )
-    if {"ckd", "kd"} <= names:
-        lines.append(
-            "- **CKD ≥ vanilla KD (accuracy)?** CKD − vanilla KD "
-            + claim("ckd", "accuracy", "≥", 100, " points")
-            + "."
-        )
-    for pkd in ("pkd-skip", "pkd-last"):
-        if {pkd, "kd"} <= names:
-            lines.append(
-                f"- **{NAMES[pkd]} ≥ vanilla KD (accuracy)?** {NAMES[pkd]} − vanilla KD "
-                + claim(pkd, "accuracy", "≥", 100, " points")
-                + "."
-            )
-    if "adkd" in names:
+    def lowest(method: str, metric: str) -> str:
         parts = []
         for task in tasks:
             others = [
-                (method, intervals(task, "adkd", method, "attribution_gap"))
-                for method in MAIN_METHODS
-                if method in names and method != "adkd"
+                (other, intervals(task, method, other, metric))
+                for other in PRESETS
+                if other in names and other != method
             ]
             others = [(m, i) for m, i in others if i is not None]
             if not others:
@@ -278,17 +257,38 @@ def verdicts(results: dict, tasks: Sequence[str], intervals: Intervals) -> list[
             closest, interval = max(others, key=lambda item: item[1].difference)
             smallest = all(i.high < 0 for _, i in others)
             parts.append(
-                f"on {task} {'yes' if smallest else 'not shown'}: AD-KD's gap is significantly "
-                f"below {sum(i.high < 0 for _, i in others)} of the {len(others)} other "
-                f"students'; against the closest, {NAMES.get(closest, closest)}, AD-KD − it = "
-                f"{interval.describe(100, ' (×100)')}"
+                f"on {task} {'yes' if smallest else 'not shown'}: {display_name(method)}'s "
+                f"{METRICS[metric][1]} is significantly below "
+                f"{sum(i.high < 0 for _, i in others)} of the {len(others)} other students'; "
+                f"against the closest, {display_name(closest)}, {display_name(method)} − it = "
+                f"{interval.describe(100, METRICS[metric][3])}"
             )
-        lines.append(
-            "- **AD-KD's attribution gap the smallest?** "
-            + ("; ".join(parts) if parts else "not measured (no per-example values recorded)")
-            + "."
-        )
-    return lines
+        return "; ".join(parts) if parts else "not measured (no per-example values recorded)"
+
+    def sentence(method: str, entry: Claim) -> str | None:
+        label, _, meaning, unit = METRICS[entry.metric]
+        name = display_name(method)
+        if entry.relation == "lowest":
+            if method not in names:
+                return None
+            return f"- **{name}'s {label} the smallest?** {lowest(method, entry.metric)}."
+        if not {method, entry.than} <= names:
+            return None
+        than = display_name(entry.than)
+        if entry.metric == "accuracy":
+            question = f"{name} {entry.relation} {than} (accuracy)?** {name} − {than} "
+        else:
+            question = (
+                f"{name}'s {label} {entry.relation} {than}'s?** {name} − {than} in {label} "
+                f"({meaning}) "
+            )
+        relation = ">" if entry.relation == "≫" else entry.relation
+        return f"- **{question}{claim(method, entry.metric, relation, 100, unit)}."
+
+    # the claims against one method first, then those against every other student
+    claims = [(m, c) for m, preset in PRESETS.items() for c in preset.claims]
+    ordered = sorted(claims, key=lambda item: item[1].relation == "lowest")
+    return [line for method, entry in ordered if (line := sentence(method, entry))]
 
 
 def setup_lines(results: dict) -> list[str]:
@@ -432,7 +432,7 @@ def write_report(
 
     accuracy, macro = aggregate(main, "accuracy"), aggregate(main, "macro_f1")
     gain = paired_difference(main, "accuracy", "kd")
-    present = [m for m in MAIN_METHODS if any(r["name"] == m for r in main)]
+    present = [m for m in PRESETS if any(r["name"] == m for r in main)]
     lines = [
         "# Reproduction report",
         "",
@@ -535,7 +535,7 @@ def loyalty_lines(
         "| method | " + " | ".join(f"{t} {label}" for t in tasks for label in shown) + " |",
         "|---|" + "---|" * (len(tasks) * len(shown)),
     ]
-    for method in MAIN_METHODS:
+    for method in PRESETS:
         if not any((t, method) in means[m] for t in tasks for m in shown.values()):
             continue
         lines.append(
@@ -570,7 +570,7 @@ def full_method_records(records: list[dict]) -> list[dict]:
         if r["group"] == "main"
         and r["task"] == task
         and r["seed"] in seeds
-        and r["name"] in ABLATED_METHODS
+        and r["name"] in ablated_methods()
     ]
 
 
@@ -618,7 +618,7 @@ def delta_figure(folder: Path, results: dict, intervals: Intervals) -> str | Non
     from matplotlib.figure import Figure
 
     tasks = list(results["teachers"])
-    methods = [m for m in MAIN_METHODS if m != "kd"]
+    methods = [m for m in PRESETS if m != "kd"]
     panels = {
         task: [(m, intervals(task, m, "kd")) for m in methods if intervals(task, m, "kd")]
         for task in tasks
@@ -670,7 +670,7 @@ def make_figures(out: Path, results: dict, intervals: Intervals) -> dict[str, st
         ] = deltas
     main = aggregate([r for r in records if r["group"] == "main"], "accuracy")
     tasks = list(results["teachers"])
-    methods = [m for m in MAIN_METHODS if any((t, m) in main for t in tasks)]
+    methods = [m for m in PRESETS if any((t, m) in main for t in tasks)]
     figure = Figure(figsize=(4.2 * len(tasks), 3.2), layout="constrained")
     for index, task in enumerate(tasks):
         axis = figure.add_subplot(1, len(tasks), index + 1)

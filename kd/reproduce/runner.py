@@ -267,25 +267,25 @@ def train_and_score(
 
 
 def tune_space(method: str, searched: Sequence[str], plan: TaskPlan) -> tuple[str, ...]:
-    """``kdw tune --space`` overrides that search ``searched`` over kd/tune.py's default space
-    and hold the method's other default dimensions at the preset's values."""
+    """``kdw tune --space`` overrides that search ``searched`` over the preset's default space
+    (:attr:`kd.objective.Preset.space`) and hold its other dimensions at the preset's values."""
     from kd.objective import PRESETS, preset_weights
-    from kd.tune import BETA_TERM, DEFAULT_SPACES, PARAMETERS
+    from kd.tune import PARAMETERS
 
     weights = preset_weights(ObjectiveConfig(preset=method))
     current = {
         "alpha": weights.get("kd"),
-        "beta": weights.get(BETA_TERM.get(method, "")),
+        "beta": weights.get(PRESETS[method].beta or ""),
         "gamma": weights.get("cls_grad"),
         "wr": weights.get("wr"),
         "ltr": weights.get("ltr"),
         "tau": PRESETS[method].temperature,
         "lr": plan.student_learning_rate,
     }
-    space = DEFAULT_SPACES.get(method, {})
+    space = PRESETS[method].space
     for name in searched:
         if name not in space:
-            raise WorkbenchError(f"{method}: kd/tune.py has no default space for {name!r}")
+            raise WorkbenchError(f"{method}: its preset has no default space for {name!r}")
     held = [
         f"{name}={current[name]:g}"
         for name in space

@@ -15,7 +15,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 
-from kd.objective import control
+from kd.objective import PRESETS, Sweep, ablated, control
 from workbench.config import (
     DataConfig,
     ObjectiveConfig,
@@ -28,20 +28,19 @@ from workbench.data import data_version
 from workbench.errors import WorkbenchError
 
 STUDENT_KEYS = ("name", "task", "objective", "group", "sample", "seeds", "student")  # --students
-MAIN_METHODS = ("finetune", "kd", "pkd-skip", "pkd-last", "ckd", "adkd", "gkd", "gkd-cls")
+MAIN_METHODS = tuple(PRESETS)  # the built-in methods, in the order of registration
 CONTROL = " control"  # a control student's name: its method's, then this
-ABLATED_METHODS = ("ckd", "adkd", "gkd")
-# the key weights chosen on dev before the main table (kd/tune.py's spaces for these names);
-# vanilla KD's τ is tuned too, so that every method meets a reference tuned alike
+# the key weights chosen on dev before the main table (each preset's ``tuned`` parameters, over
+# its ``space``); vanilla KD's τ is tuned too, so that every method meets a reference tuned alike
 TUNED_PARAMETERS: dict[str, tuple[str, ...]] = {
-    "kd": ("tau",),
-    "pkd-skip": ("beta",),
-    "pkd-last": ("beta",),
-    "ckd": ("wr", "ltr"),
-    "adkd": ("beta", "tau"),
-    "gkd": ("beta",),
-    "gkd-cls": ("beta",),
+    name: preset.tuned for name, preset in PRESETS.items() if preset.tuned
 }
+
+
+def ablated_methods() -> list[str]:
+    """The registered presets that declare ablations (their full methods are the ablations'
+    reference)."""
+    return [name for name, preset in PRESETS.items() if preset.ablations]
 
 
 @dataclass(frozen=True)
@@ -294,42 +293,30 @@ class Shard:
 
 
 def ablations(task: str, plan: TaskPlan, seeds: Sequence[int]) -> list[Experiment]:
-    """The papers' ablations: AD-KD terms, views, K, m and layer; GKD dropout; CKD terms."""
-    adkd = ObjectiveConfig(preset="adkd")
-    # the sweeps first: an interrupted suite then still has its figures
-    rows: list[tuple[str, str, ObjectiveConfig, float | None]] = [
-        (f"adkd K={k}", "adkd-k", replace(adkd, attr_top_k=k), float(k)) for k in plan.top_k_sweep
-    ]
-    rows += [
-        (f"adkd m={m}", "adkd-m", replace(adkd, attr_steps=m), float(m)) for m in plan.steps_sweep
-    ]
-    rows += [
-        ("adkd w/o attr", "adkd-terms", replace(adkd, weights="ce=0.1,kd=0.9"), None),
-        ("adkd w/o ce", "adkd-terms", replace(adkd, weights="kd=0.9,attr=10"), None),
-        ("adkd w/o kd", "adkd-terms", replace(adkd, weights="ce=0.1,attr=10"), None),
-        ("adkd view pred", "adkd-views", replace(adkd, attr_views="pred"), None),
-        ("adkd view gold", "adkd-views", replace(adkd, attr_views="gold"), None),
-        ("adkd view class 0", "adkd-views", replace(adkd, attr_views="0"), None),
-        ("adkd view sampled", "adkd-views", replace(adkd, attr_views="sample"), None),
-        ("gkd w/ dropout", "gkd-dropout", ObjectiveConfig(preset="gkd", dropout=True), None),
-        (
-            "ckd w/o wr",
-            "ckd-terms",
-            ObjectiveConfig(preset="ckd", weights="ce=0.5,kd=0.5,ltr=1"),
-            None,
-        ),
-        (
-            "ckd w/o ltr",
-            "ckd-terms",
-            ObjectiveConfig(preset="ckd", weights="ce=0.5,kd=0.5,wr=1"),
-            None,
-        ),
-        ("adkd layer first", "adkd-layer", replace(adkd, attr_layer="first"), None),
-        ("adkd layer penultimate", "adkd-layer", replace(adkd, attr_layer="penultimate"), None),
-    ]
+    """The ablations the registered presets declare (:class:`~kd.objective.Ablation`,
+    :class:`~kd.objective.Sweep`), each derived from its preset's objective: the sweeps first (an
+    interrupted suite then still has its figures), then the other variants, in the order of
+    registration."""
+    rows: list[tuple[str, str, ObjectiveConfig, float | None]] = []
+    variants: list[tuple[str, str, ObjectiveConfig, float | None]] = []
+    for method, preset in PRESETS.items():
+        base = ObjectiveConfig(preset=method)
+        for entry in preset.ablations:
+            if isinstance(entry, Sweep):
+                rows += [
+                    (
+                        f"{method} {entry.label}={value}",
+                        entry.group,
+                        replace(base, **{entry.setting: value}),
+                        float(value),
+                    )
+                    for value in getattr(plan, entry.values)
+                ]
+            else:
+                variants.append((f"{method} {entry.name}", entry.group, ablated(base, entry), None))
     return [
         Experiment(task, name, group, objective, seed, sweep)
-        for name, group, objective, sweep in rows
+        for name, group, objective, sweep in rows + variants
         for seed in seeds
     ]
 
@@ -367,7 +354,7 @@ def experiments(suite: Suite, chosen: dict[str, ObjectiveConfig] | None = None) 
                 suite.ablation_task, method, "reference", ObjectiveConfig(preset=method), seed
             )
             for seed in suite.ablation_seeds
-            for method in ABLATED_METHODS
+            for method in ablated_methods()
         ] + extra
     others = [e for task in tasks[1:] for e in main[task]]
     return main[suite.ablation_task] + extra + others + list(suite.extra)

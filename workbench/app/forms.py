@@ -11,7 +11,8 @@ from typing import Any, TypeVar
 
 import streamlit as st
 
-from workbench.config import _field_type
+import kd.objective  # noqa: F401  (registers the lists that help texts name)
+from workbench.config import _field_type, fill_help
 
 T = TypeVar("T")
 DEFAULT_CHOICE = "(default)"
@@ -32,7 +33,7 @@ def _choice(label: str, default: Any, help_text: str, key: str, choices: tuple) 
 
 def _widget(cls: type, f: dataclasses.Field, default: Any, key: str) -> Any:
     kind, optional = _field_type(cls, f)
-    label, help_text = field_label(f.name), f.metadata.get("help", "")
+    label, help_text = field_label(f.name), fill_help(f.metadata.get("help", ""))
     if f.metadata.get("choices"):
         return _choice(label, default, help_text, key, tuple(f.metadata["choices"]))
     if kind is bool:
@@ -84,7 +85,10 @@ def config_widgets(
         with slots[i % columns]:
             if overrides and f.name in overrides:
                 values[f.name] = overrides[f.name](
-                    field_label(f.name), default, f.metadata.get("help", ""), f"{key}.{f.name}"
+                    field_label(f.name),
+                    default,
+                    fill_help(f.metadata.get("help", "")),
+                    f"{key}.{f.name}",
                 )
             else:
                 values[f.name] = _widget(cls, f, default, f"{key}.{f.name}")
