@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 import time
 import zipfile
@@ -20,6 +21,7 @@ from workbench.app import jobs
 from workbench.app.catalog import discover_runs
 from workbench.app.common import CASE_EXAMPLE
 from workbench.app.heatmap_view import heatmap_html
+from workbench.attribution.registry import EXPLAINERS, ExplainerChoice
 from workbench.config import (
     DataConfig,
     ObjectiveConfig,
@@ -31,7 +33,8 @@ from workbench.config import (
 )
 from workbench.data import load_task
 from workbench.export import Heatmap, HeatmapRow, color_scale, score_to_rgb
-from workbench.heatmaps import Example
+from workbench.heatmaps import Example, HeatmapSettings, explain
+from workbench.models import load_model
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
@@ -146,13 +149,13 @@ def test_case_study_shows_every_model_on_one_scale(app):
     assert list(probabilities.index) == ["teacher", *STUDENTS]
 
     at.selectbox(key="case.settings.view").set_value("all")
-    at.selectbox(key="case.settings.method").set_value("grad")
+    at.selectbox(key="case.settings.explainer").set_value("grad")
     _ok(at.run())
     assert _html(at).count('class="kdw-row"') == 9  # 3 models × 3 classes
 
     at.text_area(key="case.text").set_value(HOSTILE)
     at.number_input(key="case.settings.steps").set_value(4)
-    at.selectbox(key="case.settings.method").set_value("ig")
+    at.selectbox(key="case.settings.explainer").set_value("ig")
     html = _html(_ok(at.run()))
     assert "<script>" not in html and "[UNK]" in html  # the tiny vocabulary has no "<"
 
@@ -171,6 +174,30 @@ def test_an_example_handed_to_the_case_study_keeps_its_gold_label(app):
     at.text_area(key="case.text").set_value("good film, bad end")
     _ok(at.run())  # an edited text is the user's own: no gold label
     assert not any(t.value.startswith("gold label") for t in at.text)
+
+
+def test_case_study_explains_with_any_registered_explainer_per_word(app, tiny_runs):
+    at = _ok(app.run())
+    options = at.selectbox(key="case.settings.explainer").options  # "Title (name)"
+    assert [option.rsplit(" (", 1)[1][:-1] for option in options] == list(EXPLAINERS)
+    at.selectbox(key="case.settings.explainer").set_value("occlusion")
+    at.selectbox(key="case.settings.words").set_value("sum")
+    at.text_area(key="case.text").set_value("good film bad end")
+    _ok(at.run())
+    at.number_input(key="case.settings.occlusion.window").set_value(2)
+    html = _html(_ok(at.run()))
+    shown = [
+        float(v) for v in re.findall(r'data-score="([^"]+)"', html.split('class="kdw-row"')[1])
+    ]
+    direct = explain(
+        load_model(str(tiny_runs / "teacher")),
+        [Example("good film bad end")],
+        HeatmapSettings(),
+        explainer=ExplainerChoice("occlusion", {"window": 2, "stride": 1}),
+        words="sum",
+    )[0]  # the same explainer called apart: the teacher's row holds its word scores
+    assert shown == pytest.approx(direct.maps[direct.predicted], abs=1e-6)
+    assert len(shown) == len(direct.tokens) == 6  # [CLS], four words, [SEP]
 
 
 def test_heatmap_view_escapes_tokens_and_labels():

@@ -18,15 +18,15 @@ import streamlit as st
 from workbench.app import common
 from workbench.app.catalog import RunEntry
 from workbench.app.heatmap_view import show_heatmap
-from workbench.config import config_key, from_dict
+from workbench.config import config_key
 from workbench.errors import WorkbenchError
 from workbench.heatmaps import (
     Agreement,
     Example,
     Explanation,
-    HeatmapSettings,
     agreement,
     explain,
+    explained_settings,
     to_heatmap,
 )
 
@@ -42,25 +42,27 @@ SPLIT_LIMIT = 500
 
 
 def case_study(
-    entries: list[RunEntry], example: Example, settings: HeatmapSettings
+    entries: list[RunEntry], example: Example, explaining: common.Explaining
 ) -> tuple[list[Explanation], list[Agreement]]:
     """Explanations of every chosen run (teacher first) and each student's agreement with the
-    teacher, computed once per (runs, example, settings)."""
+    teacher, computed once per (runs, example, explainer and settings)."""
     runs = tuple((e.name, *e.key()) for e in entries)
-    return _case_study(runs, config_key(example), config_key(settings))
+    return _case_study(runs, config_key(example), explaining.key())
 
 
 @st.cache_data(show_spinner="Attributing…", max_entries=64)
 def _case_study(
-    runs: tuple[tuple[str, str, int, str], ...], example_json: str, settings_json: str
+    runs: tuple[tuple[str, str, int, str], ...], example_json: str, explaining_key: str
 ) -> tuple[list[Explanation], list[Agreement]]:
     example = Example(**json.loads(example_json))
-    settings = from_dict(HeatmapSettings, json.loads(settings_json))
+    how = common.Explaining.from_key(explaining_key)
     explanations = [
-        explain(common.load_cached(*key), [example], settings, name)[0] for name, *key in runs
+        explain(common.load_cached(*key), [example], how.settings, name, how.explainer, how.words)
+        for name, *key in runs
     ]
+    explanations = [explained[0] for explained in explanations]
     teacher, *students = explanations
-    return explanations, [agreement(teacher, s, settings.view) for s in students]
+    return explanations, [agreement(teacher, s, how.settings.view) for s in students]
 
 
 def _filtered(frame: pd.DataFrame, students: list[str], choice: str) -> pd.DataFrame:
@@ -160,7 +162,7 @@ def render() -> None:
         example = _split_example(teacher, students)
     else:
         example = _uploaded_example()
-    settings = common.heatmap_settings(f"{KEY}.settings", spec.label_names)
+    explaining = common.heatmap_settings(f"{KEY}.settings", spec.label_names)
     per_row = st.toggle(
         "A colour scale per row",
         key=f"{KEY}.per_row",
@@ -170,8 +172,9 @@ def render() -> None:
     if example is None:
         return
     try:
-        explanations, agreements = case_study([teacher, *students], example, settings)
-        heatmap = to_heatmap(explanations, example, settings)
+        explanations, agreements = case_study([teacher, *students], example, explaining)
+        explained = explained_settings(explaining.settings, explaining.explainer, explaining.words)
+        heatmap = to_heatmap(explanations, example, explaining.settings, explained=explained)
     except WorkbenchError as error:
         st.error(common.plain(error))
         return

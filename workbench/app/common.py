@@ -11,7 +11,7 @@ import json
 import os
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,20 @@ from workbench.analysis import loyalty_tables, split_outputs
 from workbench.app.catalog import RunEntry, model_entry, runs_root, same_folder
 from workbench.app.forms import config_widgets
 from workbench.app.jobs import shown_runs
-from workbench.config import DataConfig, StudentConfig, config_key, from_dict, parse_label_map
+from workbench.attribution.registry import (
+    ENGINE_EXPLAINERS,
+    EXPLAINERS,
+    WORD_AGGREGATIONS,
+    ExplainerChoice,
+)
+from workbench.config import (
+    DataConfig,
+    StudentConfig,
+    config_key,
+    from_dict,
+    parse_label_map,
+    to_dict,
+)
 from workbench.data import Split, TaskData, load_task, sample_split
 from workbench.errors import WorkbenchError
 from workbench.heatmaps import Example, HeatmapSettings, read_examples, split_examples
@@ -345,8 +358,60 @@ def _view_widget(class_names: Sequence[str]):
     return widget
 
 
-def heatmap_settings(key: str, class_names: Sequence[str]) -> HeatmapSettings:
-    """Method, steps, baseline, K and view, from :class:`HeatmapSettings`'s fields."""
-    return config_widgets(
-        HeatmapSettings, key, overrides={"view": _view_widget(class_names)}, columns=5
+@dataclass(frozen=True)
+class Explaining:
+    """How a page explains: the map settings, a registered explainer (None: the one the
+    settings' method names, ig or grad) and the word aggregation (None: sub-tokens)."""
+
+    settings: HeatmapSettings
+    explainer: ExplainerChoice | None = None
+    words: str | None = None
+
+    def key(self) -> str:
+        """The three as one JSON text (a cache key; :meth:`from_key` reads it back)."""
+        choice = self.explainer.record() if self.explainer else None
+        return json.dumps([to_dict(self.settings), choice, self.words], sort_keys=True)
+
+    @classmethod
+    def from_key(cls, text: str) -> Explaining:
+        settings, choice, words = json.loads(text)
+        explainer = (
+            ExplainerChoice(choice["explainer"], choice["explainer_settings"]) if choice else None
+        )
+        return cls(from_dict(HeatmapSettings, settings), explainer, words)
+
+
+def heatmap_settings(key: str, class_names: Sequence[str]) -> Explaining:
+    """An explainer of the registry (docs/explainers.md), its settings, the class explained and
+    whether scores are per sub-token or per word; ig and grad take the map settings of
+    :class:`HeatmapSettings` (steps, baseline, K), any other explainer its own dataclass's."""
+    left, right = st.columns(2)
+    name = left.selectbox(
+        "Explainer",
+        list(EXPLAINERS),
+        format_func=lambda n: f"{EXPLAINERS[n].title} ({n})",
+        key=f"{key}.explainer",
+        help=" · ".join(f"{n}: {e.description}" for n, e in EXPLAINERS.items()),
     )
+    words = right.selectbox(
+        "Scores per",
+        ["sub-token", *WORD_AGGREGATIONS],
+        format_func=lambda w: w if w == "sub-token" else f"word ({w} of its sub-tokens)",
+        key=f"{key}.words",
+        help="a word's score: the sum, the mean or the largest |score| of its sub-tokens",
+    )
+    words = None if words == "sub-token" else words
+    view = _view_widget(class_names)
+    if name in ENGINE_EXPLAINERS:
+        settings = config_widgets(
+            HeatmapSettings,
+            key,
+            overrides={"view": view, "method": lambda *_: name},
+            columns=5,
+        )
+        return Explaining(settings, None, words)
+    own = EXPLAINERS[name].settings
+    choice = config_widgets(own, f"{key}.{name}", columns=4) if fields(own) else None
+    view_help = HeatmapSettings.__dataclass_fields__["view"].metadata["help"]
+    settings = HeatmapSettings(view=view("view", "pred", view_help, f"{key}.view"))
+    return Explaining(settings, ExplainerChoice(name, choice), words)

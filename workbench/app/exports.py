@@ -95,7 +95,7 @@ def render() -> None:
         st.error("Choose models of one task: their classes differ.")
         return
     examples = _examples(loaded[0], spec.pair)
-    settings = common.heatmap_settings(f"{KEY}.settings", spec.label_names)
+    explaining = common.heatmap_settings(f"{KEY}.settings", spec.label_names)
     export_settings = config_widgets(
         ExportSettings, f"{KEY}.files", overrides={"formats": _formats}, columns=2
     )
@@ -103,7 +103,14 @@ def render() -> None:
         st.caption("No examples yet.")
         return
     try:
-        heatmaps = build_heatmaps(loaded, examples, settings, chosen)
+        heatmaps = build_heatmaps(
+            loaded,
+            examples,
+            explaining.settings,
+            chosen,
+            explainer=explaining.explainer,
+            words=explaining.words,
+        )
         for note in export_notes(heatmaps, export_settings):
             st.warning(common.plain(note))
         options = export_settings.options()

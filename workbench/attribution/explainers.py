@@ -4,10 +4,10 @@ padding; :func:`explain_batch` runs one on a batch.
 
 Scores (sign and reduction):
 
-- ``ig`` keeps today's map unchanged (the engine of :mod:`workbench.attribution.gradients`):
+- ``ig`` is the workbench's own map (the engine of :mod:`workbench.attribution.gradients`):
   ``‖TopK_d(|IG_i|)‖₂``, non-negative, unit L2 norm per text;
 - every other gradient explainer (``grad``, ``gxi``, ``deeplift``, ``gradshap``) is signed, as
-  today's Grad saliency: the **sum over the hidden dimension** ``d`` of its ``[B, L, d]``
+  the workbench's Grad saliency: the **sum over the hidden dimension** ``d`` of its ``[B, L, d]``
   attribution of the target class's probability (positive: the token raises it);
 - the perturbation explainers (``occlusion``, ``lime``, ``kernelshap``, ``ablation``) work on
   token ids and the attention mask only, so any model the adaptor reads works (students of
@@ -168,7 +168,7 @@ def _by_length(batch: Batch) -> Iterator[tuple[Tensor, int]]:
 
 
 def ig(model, batch, targets, settings: IGSettings, special) -> Tensor:
-    """Today's IG map ``[B, L]``: ‖TopK(|IG|)‖₂ per token, unit norm."""
+    """The workbench's IG map ``[B, L]``: ‖TopK(|IG|)‖₂ per token, unit norm."""
     check_top_k(settings.top_k, model.config.hidden_size)
     ids = batch["input_ids"]
     special_ids = set(ids[special].tolist()) or None
@@ -185,7 +185,7 @@ def ig(model, batch, targets, settings: IGSettings, special) -> Tensor:
 
 
 def grad(model, batch, targets, _settings, _special) -> Tensor:
-    """Today's Grad saliency ``[B, L]``: Σ_d E ⊙ ∂p/∂E at the embedding output."""
+    """The workbench's Grad saliency ``[B, L]``: Σ_d E ⊙ ∂p/∂E at the embedding output."""
     return _grad_saliency(model, batch, targets[:, None])[0]
 
 

@@ -56,7 +56,7 @@ class NoSettings(Checked):
 
 @dataclass
 class IGSettings(Checked):
-    """Integrated Gradients: path steps, baseline, top-K dimensions (today's engine)."""
+    """Integrated Gradients: path steps, baseline, top-K dimensions (the workbench's engine)."""
 
     steps: int = option(1, "IG interpolation steps m (right Riemann sum)", domain=ig_steps)
     baseline: str = option(
@@ -210,8 +210,8 @@ register(
     Explainer(
         "ig",
         "Integrated Gradients",
-        "Integrated Gradients on the embedding output, today's map: ‖TopK(|IG|)‖₂ per token, "
-        "unit norm (non-negative)",
+        "Integrated Gradients on the embedding output, the workbench's own map: "
+        "‖TopK(|IG|)‖₂ per token, unit norm (non-negative)",
         IGSettings,
         f"{FUNCTIONS}:ig",
     )
