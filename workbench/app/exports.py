@@ -103,7 +103,9 @@ def render() -> None:
         st.caption("No examples yet.")
         return
     try:
-        heatmaps = build_heatmaps(loaded, examples, settings, chosen)
+        heatmaps = build_heatmaps(
+            loaded, examples, settings, chosen, anonymous=export_settings.anonymous
+        )
         for note in export_notes(heatmaps, export_settings):
             st.warning(common.plain(note))
         options = export_settings.options()
