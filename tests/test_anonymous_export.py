@@ -98,6 +98,7 @@ def test_anonymous_export_writes_no_path_name_or_run_id(lab, tmp_path):
     svg = ET.parse(tmp_path / "anonymous" / "heatmap-000.svg").getroot()
     meta = json.loads(svg.find(f"{SVG}metadata").text)
     assert meta["anonymous"] == "yes" and meta["models"] == "teacher, student 1"
+    assert meta["model_details"] == "teacher: 4 layers; student 1: kd, 2 layers"
     assert "run_ids" not in meta and "example_id" not in meta
     assert meta["settings.method"] == "grad" and meta["settings.explainer"] == "grad"
     assert meta["text"] == "a fine flight"

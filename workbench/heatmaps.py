@@ -135,6 +135,7 @@ class Explanation:
     regression: bool = False
     full_length: int = 0  # tokens of the whole text; more than len(tokens) when truncated
     longer: bool = False  # the text goes on past the full_length tokens counted (a huge text)
+    model: str = ""  # the distillation preset (a run's) and the number of layers: model_detail
 
     @property
     def truncated(self) -> bool:
@@ -214,6 +215,16 @@ def _encode(
     return batch, lengths, longer, args
 
 
+def model_detail(loaded: LoadedModel) -> str:
+    """``"kd, 2 layers"``: a run's distillation preset (none for a teacher or a model the
+    workbench did not train) and the model's number of layers, which name no folder or run."""
+    preset = None
+    if loaded.run is not None:
+        preset = loaded.run.info()["configs"].get("objective", {}).get("preset")
+    layers = f"{loaded.model.config.num_hidden_layers} layers"
+    return layers if preset is None else f"{preset}, {layers}"
+
+
 def attribution_config(settings: HeatmapSettings) -> AttributionConfig:
     """The shared attribution settings of :mod:`workbench.attribution` for every class's map
     (checked there: steps, baseline, K)."""
@@ -266,7 +277,7 @@ def explain(
         target=predicted,
     )
     maps, _ = compute_maps(model, batch, config, explainer=explainer)
-    out = []
+    detail, out = model_detail(loaded), []
     for row, example in enumerate(examples):
         length = int(batch["attention_mask"][row].sum())
         ids = batch["input_ids"][row, :length].tolist()
@@ -292,6 +303,7 @@ def explain(
                 regression=regression,
                 full_length=full_lengths[row],
                 longer=longer[row],
+                model=detail,
             )
         )
     return out
@@ -375,13 +387,15 @@ def heatmap_metadata(
 ) -> dict[str, str]:
     """What each exported file records: models, run ids, the example and the settings
     (``explained``: the explainer, its settings and the word aggregation, as
-    :func:`explained_settings` gives them). ``anonymous`` leaves out the run ids and the
+    :func:`explained_settings` gives them), each model's preset and layers
+    (:func:`model_detail`). ``anonymous`` leaves out the run ids and the
     example's id (a file name or a local task's id) and records ``anonymous: yes``; the models
     are named as the explanations name them (:func:`role_names` for an anonymous export)."""
     cut = [e for e in explanations if e.truncated]
     runs = {} if anonymous else {"run_ids": json.dumps([e.run_id for e in explanations])}
     meta = {
         "models": ", ".join(e.name for e in explanations),
+        "model_details": "; ".join(f"{e.name}: {e.model}" for e in explanations),
         **runs,
         "anonymous": "yes" if anonymous else "no",
         "text": example.text,
