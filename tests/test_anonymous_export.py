@@ -20,6 +20,8 @@ from conftest import write_tiny_runs
 from PIL import Image
 
 from kd.cli import main
+from workbench.data import task_names
+from workbench.heatmaps import public_task
 
 SVG = "{http://www.w3.org/2000/svg}"
 LAB, TEACHER, STUDENT, TEXTS = "alice-secret-lab", "run-bob-7", "run-carol-9", "dave-notes"
@@ -99,7 +101,7 @@ def test_anonymous_export_writes_no_path_name_or_run_id(lab, tmp_path):
     meta = json.loads(svg.find(f"{SVG}metadata").text)
     assert meta["anonymous"] == "yes" and meta["models"] == "teacher, student 1"
     assert meta["model_details"] == "teacher: 4 layers; student 1: kd, 2 layers"
-    assert "run_ids" not in meta and "example_id" not in meta
+    assert "run_ids" not in meta and "example_id" not in meta and meta["task"] == "task"
     assert meta["settings.method"] == "grad" and meta["settings.explainer"] == "grad"
     assert meta["text"] == "a fine flight"
     labels = {t.text for t in svg.iter(f"{SVG}text")}
@@ -117,4 +119,10 @@ def test_export_without_anonymous_records_the_runs(lab, tmp_path):
     meta = json.loads(ET.parse(paths[0].with_suffix(".svg")).getroot().find(f"{SVG}metadata").text)
     assert meta["anonymous"] == "no"
     assert json.loads(meta["run_ids"]) == [str(lab / TEACHER), str(lab / STUDENT)]
-    assert meta["example_id"] == f"{TEXTS}.jsonl:1"
+    assert meta["example_id"] == f"{TEXTS}.jsonl:1" and meta["task"] == str(lab / "task")
+
+
+def test_only_bundled_and_glue_task_names_stay_in_an_anonymous_export():
+    assert [public_task(name) for name in task_names()] == task_names()
+    assert public_task("/home/alice/sentiment.csv") == "task"
+    assert public_task("alice-lab/private-reviews") == "task"  # a hub data set names its owner

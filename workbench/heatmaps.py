@@ -136,6 +136,7 @@ class Explanation:
     full_length: int = 0  # tokens of the whole text; more than len(tokens) when truncated
     longer: bool = False  # the text goes on past the full_length tokens counted (a huge text)
     model: str = ""  # the distillation preset (a run's) and the number of layers: model_detail
+    task: str = ""  # the task applied to: a bundled or GLUE task's name, a path, a hub id
 
     @property
     def truncated(self) -> bool:
@@ -225,6 +226,14 @@ def model_detail(loaded: LoadedModel) -> str:
     return layers if preset is None else f"{preset}, {layers}"
 
 
+def public_task(task: str) -> str:
+    """The task as an anonymous export names it: a bundled or GLUE task by its name, any other
+    (a local path, a hub data set under someone's account) as ``task``."""
+    from workbench.data import task_names
+
+    return task if task in task_names() else "task"
+
+
 def attribution_config(settings: HeatmapSettings) -> AttributionConfig:
     """The shared attribution settings of :mod:`workbench.attribution` for every class's map
     (checked there: steps, baseline, K)."""
@@ -304,6 +313,7 @@ def explain(
                 full_length=full_lengths[row],
                 longer=longer[row],
                 model=detail,
+                task=loaded.spec.name if loaded.data is None else loaded.data.task,
             )
         )
     return out
@@ -388,14 +398,16 @@ def heatmap_metadata(
     """What each exported file records: models, run ids, the example and the settings
     (``explained``: the explainer, its settings and the word aggregation, as
     :func:`explained_settings` gives them), each model's preset and layers
-    (:func:`model_detail`). ``anonymous`` leaves out the run ids and the
-    example's id (a file name or a local task's id) and records ``anonymous: yes``; the models
+    (:func:`model_detail`) and the first model's task. ``anonymous`` leaves out the run ids and
+    the example's id (a file name or a local task's id), names the task by
+    :func:`public_task` and records ``anonymous: yes``; the models
     are named as the explanations name them (:func:`role_names` for an anonymous export)."""
     cut = [e for e in explanations if e.truncated]
     runs = {} if anonymous else {"run_ids": json.dumps([e.run_id for e in explanations])}
     meta = {
         "models": ", ".join(e.name for e in explanations),
         "model_details": "; ".join(f"{e.name}: {e.model}" for e in explanations),
+        "task": public_task(explanations[0].task) if anonymous else explanations[0].task,
         **runs,
         "anonymous": "yes" if anonymous else "no",
         "text": example.text,
