@@ -745,7 +745,8 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
         help="token attribution heatmaps of runs, as files",
         description="Explain texts (typed, from a CSV/JSONL file, or examples of a split) under "
         "one or more runs and write one heatmap per example, a row per run, as SVG, PDF, PNG, "
-        "LaTeX and HTML, with the settings, model names and run ids embedded in each file. "
+        "LaTeX and HTML, with the settings, model names and run ids embedded in each file "
+        "(with --anonymous, for double-blind review, the models' roles and no path or run id). "
         "A previous export in --out is replaced as a whole set (its heatmap-NNN files go, other "
         "files stay). Each file states whether its text was truncated to the model's maximum "
         "length; texts cut short, and characters no installed font can draw in PNG/PDF, are "

@@ -371,6 +371,25 @@ def test_export_page_writes_every_format_with_metadata(app):
         assert all(line.startswith("%") for line in latex if "textbf" in line)  # comments only
 
 
+def test_export_page_anonymous_checkbox_names_roles_and_no_run(app, tiny_runs):
+    at = _ok(app.run())
+    at.switch_page("workbench/app/exports.py")
+    _ok(at.run())
+    at.multiselect(key="export.models").set_value(["teacher", "student-kd"])
+    at.text_area(key="export.text").set_value("good movie")
+    at.number_input(key="export.files.dpi").set_value(40.0)
+    at.checkbox(key="export.files.anonymous").check()
+    _ok(at.run())
+    at.button(key="export.go").click()
+    _ok(at.run())
+    with zipfile.ZipFile(io.BytesIO(at.session_state["export.archive"][0])) as files:
+        contents = {name: files.read(name) for name in files.namelist()}
+    assert len(contents) == 5
+    for name, data in contents.items():
+        assert b"student-kd" not in data and str(tiny_runs).encode() not in data, name
+    assert "student 1" in contents["heatmap-000.svg"].decode()
+
+
 def test_train_page_launches_a_training_and_lists_runs(app, tiny_runs):
     at = _ok(app.run())
     at.switch_page("workbench/app/train.py")

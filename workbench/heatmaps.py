@@ -79,6 +79,12 @@ class ExportSettings(Checked):
     merge_wordpieces: bool = option(
         False, "join WordPiece continuations (##ing) onto their word, summing their scores"
     )
+    anonymous: bool = option(
+        False,
+        "for double-blind review: name the models by role (the first teacher, the others "
+        "student 1, student 2, … in the order given) and write no run folder, run id, path, "
+        "user or host name into any file",
+    )
 
     def format_list(self) -> list[str]:
         """The formats, checked."""
@@ -129,6 +135,8 @@ class Explanation:
     regression: bool = False
     full_length: int = 0  # tokens of the whole text; more than len(tokens) when truncated
     longer: bool = False  # the text goes on past the full_length tokens counted (a huge text)
+    model: str = ""  # the distillation preset (a run's) and the number of layers: model_detail
+    task: str = ""  # the task applied to: a bundled or GLUE task's name, a path, a hub id
 
     @property
     def truncated(self) -> bool:
@@ -208,6 +216,24 @@ def _encode(
     return batch, lengths, longer, args
 
 
+def model_detail(loaded: LoadedModel) -> str:
+    """``"kd, 2 layers"``: a run's distillation preset (none for a teacher or a model the
+    workbench did not train) and the model's number of layers, which name no folder or run."""
+    preset = None
+    if loaded.run is not None:
+        preset = loaded.run.info()["configs"].get("objective", {}).get("preset")
+    layers = f"{loaded.model.config.num_hidden_layers} layers"
+    return layers if preset is None else f"{preset}, {layers}"
+
+
+def public_task(task: str) -> str:
+    """The task as an anonymous export names it: a bundled or GLUE task by its name, any other
+    (a local path, a hub data set under someone's account) as ``task``."""
+    from workbench.data import task_names
+
+    return task if task in task_names() else "task"
+
+
 def attribution_config(settings: HeatmapSettings) -> AttributionConfig:
     """The shared attribution settings of :mod:`workbench.attribution` for every class's map
     (checked there: steps, baseline, K)."""
@@ -260,7 +286,7 @@ def explain(
         target=predicted,
     )
     maps, _ = compute_maps(model, batch, config, explainer=explainer)
-    out = []
+    detail, out = model_detail(loaded), []
     for row, example in enumerate(examples):
         length = int(batch["attention_mask"][row].sum())
         ids = batch["input_ids"][row, :length].tolist()
@@ -286,6 +312,8 @@ def explain(
                 regression=regression,
                 full_length=full_lengths[row],
                 longer=longer[row],
+                model=detail,
+                task=loaded.spec.name if loaded.data is None else loaded.data.task,
             )
         )
     return out
@@ -354,19 +382,34 @@ def _map_settings(settings: HeatmapSettings, explained: dict | None) -> dict:
     return {k: v for k, v in values.items() if k not in {f.name for f in fields(MapSettings)}}
 
 
+def role_names(count: int) -> list[str]:
+    """The names of ``count`` models in an anonymous export, in the order given: the first is
+    ``teacher``, the others ``student 1``, ``student 2``, …"""
+    return ["teacher", *(f"student {n}" for n in range(1, count))]
+
+
 def heatmap_metadata(
     explanations: Sequence[Explanation],
     example: Example,
     settings: HeatmapSettings,
     explained: dict | None = None,
+    anonymous: bool = False,
 ) -> dict[str, str]:
     """What each exported file records: models, run ids, the example and the settings
     (``explained``: the explainer, its settings and the word aggregation, as
-    :func:`explained_settings` gives them)."""
+    :func:`explained_settings` gives them), each model's preset and layers
+    (:func:`model_detail`) and the first model's task. ``anonymous`` leaves out the run ids and
+    the example's id (a file name or a local task's id), names the task by
+    :func:`public_task` and records ``anonymous: yes``; the models
+    are named as the explanations name them (:func:`role_names` for an anonymous export)."""
     cut = [e for e in explanations if e.truncated]
+    runs = {} if anonymous else {"run_ids": json.dumps([e.run_id for e in explanations])}
     meta = {
         "models": ", ".join(e.name for e in explanations),
-        "run_ids": json.dumps([e.run_id for e in explanations]),
+        "model_details": "; ".join(f"{e.name}: {e.model}" for e in explanations),
+        "task": public_task(explanations[0].task) if anonymous else explanations[0].task,
+        **runs,
+        "anonymous": "yes" if anonymous else "no",
         "text": example.text,
         "truncated": "; ".join(
             f"{e.name} read the first {len(e.tokens)} of the text's {e.length_text} tokens"
@@ -382,7 +425,7 @@ def heatmap_metadata(
         meta["text_pair"] = example.pair
     if example.label is not None:
         meta["gold"] = str(example.label)
-    if example.uid:
+    if example.uid and not anonymous:
         meta["example_id"] = example.uid
     return meta
 
@@ -405,10 +448,11 @@ def to_heatmap(
     settings: HeatmapSettings,
     title: str = "",
     explained: dict | None = None,
+    anonymous: bool = False,
 ) -> Heatmap:
     """One heatmap with a row per model (per model and class for the view ``all``);
     ``explained``: :func:`explained_settings` (default: ig or grad, as ``settings.method``,
-    per sub-token)."""
+    per sub-token); ``anonymous``: as :func:`heatmap_metadata`."""
     from workbench.export import Heatmap, HeatmapRow
 
     rows = []
@@ -431,7 +475,7 @@ def to_heatmap(
     return Heatmap(
         rows,
         title or f"{method}, view {settings.view}{unit}",
-        heatmap_metadata(explanations, example, settings, explained),
+        heatmap_metadata(explanations, example, settings, explained, anonymous),
     )
 
 
@@ -442,9 +486,14 @@ def build_heatmaps(
     names: Sequence[str] | None = None,
     explainer: ExplainerChoice | None = None,
     words: str | None = None,
+    anonymous: bool = False,
 ) -> list[Heatmap]:
     """One heatmap per example, a row per run (each run explains all examples in one batch),
-    under ``explainer`` (default: ``settings.method``'s), per sub-token or per word."""
+    under ``explainer`` (default: ``settings.method``'s), per sub-token or per word. The rows
+    are named ``names`` (default: the runs' names), or with ``anonymous`` by their role
+    (:func:`role_names`, in place of ``names``), with no run id in the metadata."""
+    if anonymous:
+        names = role_names(len(runs))
     names = names or [loaded.name for loaded in runs]
     explained = explained_settings(settings, explainer, words)
     per_run = [
@@ -452,7 +501,9 @@ def build_heatmaps(
         for loaded, name in zip(runs, names, strict=True)
     ]
     return [
-        to_heatmap([e[i] for e in per_run], example, settings, explained=explained)
+        to_heatmap(
+            [e[i] for e in per_run], example, settings, explained=explained, anonymous=anonymous
+        )
         for i, example in enumerate(examples)
     ]
 
@@ -641,7 +692,14 @@ def export_runs(
     if any(names != classes[0] for names in classes):  # run folders, matched as load_model does
         raise WorkbenchError("the runs predict different classes: export runs of one task")
     examples = gather_examples(first, "export", **sources)
-    heatmaps = build_heatmaps(loaded, examples, settings, explainer=explainer, words=words)
+    heatmaps = build_heatmaps(
+        loaded,
+        examples,
+        settings,
+        explainer=explainer,
+        words=words,
+        anonymous=export_settings.anonymous,
+    )
     for note in export_notes(heatmaps, export_settings):
         notify(note)
     return write_heatmaps(heatmaps, out, export_settings)

@@ -110,6 +110,7 @@ def render() -> None:
             chosen,
             explainer=explaining.explainer,
             words=explaining.words,
+            anonymous=export_settings.anonymous,
         )
         for note in export_notes(heatmaps, export_settings):
             st.warning(common.plain(note))
