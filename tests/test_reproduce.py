@@ -276,7 +276,7 @@ def test_students_of_a_file_join_the_suite_on_the_data_they_name():
         ([{"name": "x", "task": "tweets"}], "student 1: missing ['objective']"),
         ([{"name": "x", "task": "tweets", "objective": {}, "seed": 1}], "unknown keys ['seed']"),
         ([{"name": "x", "task": "mnli", "objective": {}}], "student 'x': task 'mnli'"),
-        ([{"name": "x", "task": "tweets", "objective": {"preset": "nope"}}], "'x': "),
+        ([{"name": "x", "task": "tweets", "objective": {"preset": "nope"}}], "'x': preset 'nope'"),
         ([{"name": "kd", "task": "tweets", "objective": {}, "group": "main"}], "already name"),
         ([{"name": "x", "task": "tweets", "objective": {}, "sample": "dev"}], "sample 'dev'"),
         ([{"name": "x", "task": "tweets", "objective": {}, "seeds": [-1]}], "seeds must be"),

@@ -178,6 +178,10 @@ class Suite:
                 from_dict(StudentConfig, {"teacher": "-", **student})
             except (WorkbenchError, TypeError, ValueError) as error:
                 raise WorkbenchError(f"{where}: {error}") from None
+            if objective.preset not in PRESETS:
+                raise WorkbenchError(
+                    f"{where}: preset {objective.preset!r}; use one of {', '.join(PRESETS)}"
+                )
             students += [
                 Experiment(
                     task,
