@@ -11,6 +11,9 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -80,6 +83,31 @@ def debian_package(*packages: str, recommends: bool = True) -> None:
     subprocess.run(["apt-get", "update", "-q"], capture_output=True, env=env, check=False)
     if subprocess.run(install, capture_output=True, env=env, check=False).returncode != 0:
         pytest.skip(f"apt-get install {named} failed")
+
+
+@contextmanager
+def served(command: list[str], ready: str, what: str, log: Path, **options) -> Iterator[None]:
+    """Run the server ``command`` (output to ``log``) until the URL ``ready`` answers (within
+    90 s; a server that exits first, or never answers, fails the test with its log), then
+    stop it."""
+    with open(log, "w") as output:
+        server = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, **options)
+    try:
+        deadline = time.time() + 90
+        while True:
+            try:
+                with urllib.request.urlopen(ready, timeout=2) as reply:
+                    if reply.status == 200:
+                        break
+            except OSError:
+                pass
+            if server.poll() is not None or time.time() > deadline:
+                pytest.fail(f"{what} did not start:\n{log.read_text()}")
+            time.sleep(0.5)
+        yield
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
 
 
 def tiny_config(num_labels: int = 3, layers: int = 4, hidden: int = 16) -> BertConfig:

@@ -11,15 +11,12 @@ import math
 import os
 import shutil
 import socket
-import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import debian_package
+from conftest import debian_package, served
 from test_app import HOSTILE, STUDENTS, build_tiny_runs
 
 pytestmark = pytest.mark.e2e
@@ -92,26 +89,9 @@ def app_url(runs_root, tmp_path_factory) -> Iterator[str]:
         "--server.headless",
         "true",
     ]
-    with open(log, "w") as output:
-        server = subprocess.Popen(
-            command, cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT
-        )
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as reply:
-                    if reply.status == 200:
-                        break
-            except OSError:
-                if server.poll() is not None or time.time() > deadline:
-                    pytest.fail(f"the app did not start:\n{log.read_text()}")
-                time.sleep(0.5)
+    with served(command, f"{url}/_stcore/health", "the app", log, cwd=ROOT, env=env):
         yield url
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 @pytest.fixture

@@ -6,9 +6,7 @@ as ``tracking-tensorboard.png`` (the picture in ``assets/``)."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -18,7 +16,7 @@ import pytest
 from test_app_e2e import _free_port, chromium, page  # noqa: F401 (fixtures)
 
 from kd.pipeline import train_teacher
-from tests.conftest import make_sentences, tiny_model, tiny_tokenizer
+from tests.conftest import make_sentences, served, tiny_model, tiny_tokenizer
 from workbench.config import DataConfig, OptimConfig, TeacherConfig, TrackingConfig
 
 pytestmark = pytest.mark.e2e
@@ -53,25 +51,9 @@ def tensorboard_url(tmp_path_factory) -> Iterator[str]:
         *(sys.executable, "-m", "tensorboard.main", "--logdir", str(work / "runs")),
         *("--port", str(port), "--host", "127.0.0.1"),
     ]
-    with open(log, "w") as output:
-        server = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/data/runs", timeout=2) as reply:
-                    if b"teacher" in reply.read():
-                        break
-            except OSError:
-                pass
-            if server.poll() is not None or time.time() > deadline:
-                pytest.fail(f"TensorBoard did not start:\n{log.read_text()}")
-            time.sleep(0.5)
+    with served(command, f"{url}/data/runs", "TensorBoard", log):
         yield url
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 def test_tensorboard_draws_a_tracked_run_s_scalars(tensorboard_url, page, tmp_path):  # noqa: F811
