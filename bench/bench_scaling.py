@@ -5,6 +5,7 @@ affordable.
     python -m bench.bench_scaling           # lengths 32..512 at 3 classes, classes 2/3/5 at 64
     python -m bench.bench_scaling --quick   # lengths 32 and 64, kd and adkd only
     python -m bench.bench_scaling --teacher bert-base-random --device cuda --batch-size 32
+    python -m bench.bench_scaling --methods kd,adkd --lengths 128,512   # a subset
 
 Each configuration runs in its own process (by default the MiniLM-L6 teacher with a random head
 and a 3-layer student cut from it; ``bert-base-random``: a randomly initialised BERT-base-sized
@@ -166,6 +167,12 @@ def main() -> None:
     parser.add_argument("--teacher", choices=tuple(STUDENT_LAYERS), default="minilm-l6")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
+    parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated presets")
+    parser.add_argument(
+        "--lengths",
+        default=",".join(map(str, LENGTHS)),
+        help="comma-separated lengths (the class sweep runs at 64 when 64 is among them)",
+    )
     parser.add_argument(
         "--one", nargs=3, metavar=("METHOD", "LENGTH", "CLASSES"), help=argparse.SUPPRESS
     )
@@ -186,10 +193,10 @@ def main() -> None:
             )
         )
         return
-    methods = ("kd", "adkd") if args.quick else METHODS
-    lengths = (32, 64) if args.quick else LENGTHS
+    methods = ("kd", "adkd") if args.quick else args.methods.split(",")
+    lengths = (32, 64) if args.quick else [int(n) for n in args.lengths.split(",")]
     configs = [(m, n, 3) for m in methods for n in lengths]
-    if not args.quick:
+    if not args.quick and 64 in lengths:
         configs += [(m, 64, c) for m in methods for c in CLASSES if c != 3]
     rows = []
     for method, length, classes in configs:

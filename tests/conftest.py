@@ -3,6 +3,8 @@ WordPiece tokenizer, and a small local text-classification data set."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import random
@@ -20,6 +22,8 @@ import pandas as pd
 import pytest
 import torch
 from transformers import AutoModelForSequenceClassification, BertConfig, BertTokenizerFast
+
+from kd.cli import main
 
 # No test starts the app's real demo build: on an empty runs root the app launches it in a
 # background process that outlives the test run. Set for the whole session, not per test, so
@@ -245,3 +249,19 @@ def kill_at_step(command: list[str], run_dir: Path, step: int) -> dict:
     process.wait()
     assert process.returncode == -signal.SIGKILL, "the process ended before it was killed"
     return state
+
+
+def kdw_here(arguments: list[str], cwd: Path) -> tuple[int, str]:
+    """``kdw`` run in this process from ``cwd``: its exit status and stderr. An exception that
+    escapes (a traceback) fails the test."""
+    here, err = Path.cwd(), io.StringIO()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            try:
+                status = main(arguments)
+            except SystemExit as exit:  # argparse's refusals
+                status = exit.code
+    finally:
+        os.chdir(here)
+    return status, err.getvalue()

@@ -18,7 +18,10 @@ from kd.cli import main
 from tests.conftest import make_sentences, tiny_model, tiny_tokenizer
 from tests.test_cli import _error_line
 from tests.tiny_families import save_family_model
+from workbench.benchmark import benchmark
+from workbench.config import BenchmarkSettings, parse_precisions
 from workbench.data import Split, encode, pad_id
+from workbench.errors import WorkbenchError
 from workbench.evaluation import predict_logits
 from workbench.models import load_model
 
@@ -156,6 +159,8 @@ def test_benchmark_prints_the_table_and_writes_every_field(runs, exported, tmp_p
         "repeats": 2,
         "threads": 1,
         "device": "cpu",
+        "precisions": ["fp32"],
+        "timer": "the wall clock (time.perf_counter) around each batch's forward pass",
     }
     rows = report["rows"]
     assert [row["engine"] for row in rows] == [
@@ -242,5 +247,40 @@ def test_bad_input_is_one_line_and_writes_nothing(runs, exported, tmp_path, caps
     assert "--batch-sizes: '0,8' is not allowed" in _error_line(capsys)
     assert main(["benchmark", str(teacher), str(exported), "--device", "cuda:0"]) == 2
     _error_line(capsys)
+    assert main(["benchmark", str(teacher), "--precisions", "fp32,int4"]) == 2
+    assert "--precisions: 'fp32,int4' is not allowed" in _error_line(capsys)
     assert not report.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["broken-onnx", "untrained"]
+
+
+def test_every_precision_asked_for_is_a_row_of_its_own(runs):
+    """``--precisions fp32,bf16`` times each PyTorch model twice: the bf16 row runs a copy of
+    the weights cast to bfloat16 (same parameters, logits close to fp32's but not equal), and
+    the loaded fp32 model is left as it was."""
+    teacher, student = runs
+    settings = BenchmarkSettings(
+        examples=30, batch_sizes="1,8", warmup=0, repeats=1, threads=1, precisions="bf16,fp32"
+    )
+    report = benchmark([str(teacher), str(student)], settings)
+    assert report["settings"]["precisions"] == ["fp32", "bf16"]  # in PRECISIONS' order
+    rows = report["rows"]
+    assert [(row["name"], row["engine"]) for row in rows] == [
+        ("teacher", "pytorch fp32"),
+        ("teacher", "pytorch bf16"),
+        ("student", "pytorch fp32"),
+        ("student", "pytorch bf16"),
+    ]
+    assert rows[1]["parameters"] == rows[0]["parameters"]
+    assert rows[1]["disk_mb"] == rows[0]["disk_mb"]  # the weights as saved
+    assert rows[0]["label_loyalty"] == 1.0 and rows[0]["probability_loyalty"] == 1.0
+    assert 0.8 <= rows[1]["label_loyalty"] <= 1.0
+    assert rows[1]["probability_loyalty"] < 1.0  # bfloat16 changes the probabilities
+
+
+def test_precisions_default_to_fp32_on_the_cpu_and_add_bf16_on_cuda():
+    assert parse_precisions("auto", "cpu") == ("fp32",)
+    assert parse_precisions("auto", "cuda") == ("fp32", "bf16")
+    assert parse_precisions(" fp16 , fp32", "cpu") == ("fp32", "fp16")
+    for bad in ("", "fp64", "fp32,auto"):
+        with pytest.raises(WorkbenchError, match="expected auto or comma-separated"):
+            parse_precisions(bad, "cpu")

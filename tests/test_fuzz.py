@@ -7,8 +7,6 @@ deterministically (``derandomize``), so that a failure in CI reproduces here;
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import shutil
@@ -19,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kd.cli import build_parser, main
-from tests.conftest import write_tiny_runs
+from kd.cli import build_parser
+from tests.conftest import kdw_here, write_tiny_runs
 
 FUZZ = settings(  # KDW_FUZZ_EXAMPLES=1000 for a longer search than the test command's
     max_examples=int(os.environ.get("KDW_FUZZ_EXAMPLES", "100")),
@@ -88,22 +86,6 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
     }
 
 
-def _kdw(arguments: list[str], cwd: Path) -> tuple[int, str]:
-    """``kdw`` run in this process from ``cwd``: its exit status and stderr. An exception that
-    escapes (a traceback) fails the test."""
-    here, err = Path.cwd(), io.StringIO()
-    os.chdir(cwd)
-    try:
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            try:
-                status = main(arguments)
-            except SystemExit as exit:  # argparse's refusals
-                status = exit.code
-    finally:
-        os.chdir(here)
-    return status, err.getvalue()
-
-
 def _assert_clean(status: int, stderr: str, cwd: Path, before: dict[str, bytes], what) -> None:
     assert status in (0, 2), (what, status, stderr)
     if status == 2:
@@ -125,7 +107,7 @@ def test_any_option_value_succeeds_or_is_refused_in_one_line_before_writing(work
     def case(option: str, value: str) -> None:
         with tempfile.TemporaryDirectory() as folder:
             cwd = Path(folder)
-            status, stderr = _kdw([*base, f"{option}={value}"], cwd)
+            status, stderr = kdw_here([*base, f"{option}={value}"], cwd)
             _assert_clean(status, stderr, cwd, {}, (option, value))
 
     case()
@@ -216,7 +198,7 @@ def test_a_mangled_run_file_is_read_or_refused_in_one_line(work, run, reader):
                 arguments[arguments.index(str(work / "teacher"))] = "run"
             else:
                 arguments = _made_by(work, run)
-            status, stderr = _kdw(arguments, cwd)
+            status, stderr = kdw_here(arguments, cwd)
             if reader == "rerun" and status == 0:
                 return
             _assert_clean(status, stderr, cwd, before, (name, how))

@@ -8,8 +8,6 @@ import html
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +15,7 @@ import tomllib
 
 from kd.cli import main
 from kd.pipeline import distill, train_teacher
-from tests.conftest import write_tiny_workspace
+from tests.conftest import kdw_here, write_tiny_workspace
 from workbench.app.catalog import discover_runs
 from workbench.config import DataConfig, OptimConfig, StudentConfig, TeacherConfig
 from workbench.errors import WorkbenchError
@@ -226,29 +224,13 @@ def test_a_run_recorded_with_relative_paths_reopens_from_its_folder(work, tmp_pa
     (teacher / "run.json").write_text(json.dumps(record))
     shutil.copytree(work / "task", tmp_path / "task")
     shutil.copytree(work / "tiny-bert", tmp_path / "tiny-bert")
-    here = Path.cwd()
-    os.chdir(tmp_path)
-    try:
-        command = ["train-teacher", "--run-dir", "teacher", "--task", "task", "--model"]
-        command += ["tiny-bert", "--max-length", "16", "--epochs", "0.1", "--batch-size", "16"]
-        assert main([*command, "--threads", "1"]) == 0
-    finally:
-        os.chdir(here)
+    command = ["train-teacher", "--run-dir", "teacher", "--task", "task", "--model"]
+    command += ["tiny-bert", "--max-length", "16", "--epochs", "0.1", "--batch-size", "16"]
+    status, stderr = kdw_here([*command, "--threads", "1"], tmp_path)
+    assert status == 0, stderr
 
 
 # --------------------------------------------------------------------------- the table
-
-
-def _kdw(arguments: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "kd.cli", *arguments],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
-        timeout=300,
-        check=False,
-    )
 
 
 TEACHER = ["train-teacher", "--run-dir", "new", "--task", "task", "--model", "tiny-bert"]
@@ -347,12 +329,11 @@ def table(work, tmp_path_factory) -> Path:
 def test_each_case_is_one_line_exit_2_and_writes_nothing(work, table, arguments, message, absent):
     """``{t}`` in the arguments is the task the table's teacher was trained on."""
     before = _files(table)
-    result = _kdw([argument.format(t=work / "task") for argument in arguments], table)
-    assert result.returncode == 2, result.stderr
-    assert "Traceback" not in result.stderr
-    assert result.stderr.splitlines() == [result.stderr.strip()]
+    status, stderr = kdw_here([argument.format(t=work / "task") for argument in arguments], table)
+    assert status == 2, stderr
+    assert stderr.splitlines() == [stderr.strip()]
     expected = message.format(w=table.resolve())
-    assert result.stderr.startswith(f"kdw: error: {expected}"), result.stderr
+    assert stderr.startswith(f"kdw: error: {expected}"), stderr
     assert absent is None or not (table / absent).exists()
     assert _files(table) == before
 

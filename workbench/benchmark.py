@@ -9,12 +9,15 @@ first). PyTorch models (run folders, Hugging Face classifier folders) and ONNX e
 All models run in one process, interleaved: each round times every model in turn (round-robin),
 so that a drift in the machine's speed hits them alike. Tokenisation is timed on its own and
 excluded from latency and throughput; batches are padded to their longest text, in the split's
-order.
+order, and moved to the model's device before the clock starts. On CUDA each PyTorch model is
+timed in every precision asked for (fp32 and bf16 by default: a copy of its weights cast to
+bfloat16), between two CUDA events on the GPU's own clock; on the CPU by the wall clock.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import ctypes
 import platform
 import statistics
@@ -28,7 +31,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedTokenizerBase
 
-from workbench.config import BenchmarkSettings, DataConfig, parse_batch_sizes
+from workbench.config import BenchmarkSettings, DataConfig, parse_batch_sizes, parse_precisions
 from workbench.data import (
     EncodedSplit,
     TaskData,
@@ -59,17 +62,21 @@ MEMORY_CUDA = (
     "at the largest batch size"
 )
 WEIGHT_FILES = ("*.safetensors", "*.bin")
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+TIMER_CUDA = "CUDA events around each batch's forward pass (the GPU's clock)"
+TIMER_CPU = "the wall clock (time.perf_counter) around each batch's forward pass"
 
 
 @dataclass
 class Candidate:
-    """One model as the benchmark runs it: ``run`` maps a padded batch on the CPU (tensors
-    ``[B, L]``) to logits ``[B, C]`` float32 on the CPU; ``disk_mb`` is None where the weights
-    are not in a local folder (a hub id)."""
+    """One model as the benchmark runs it: ``run`` maps a padded batch on ``device`` (tensors
+    ``[B, L]``) to logits ``[B, C]`` on ``device``; ``disk_mb`` is None where the weights are not
+    in a local folder (a hub id)."""
 
     name: str
-    engine: str  # "pytorch fp32", "onnx fp32", "onnx int8"
+    engine: str  # "pytorch fp32", "pytorch bf16", "onnx fp32", "onnx int8"
     source: str
+    device: torch.device
     tokenizer: PreTrainedTokenizerBase
     max_length: int
     parameters: int
@@ -82,22 +89,32 @@ def _weights_mb(folder: Path) -> float | None:
     return sum(file.stat().st_size for file in files) / 1e6 if files else None
 
 
-def pytorch_candidate(loaded: LoadedModel, device: torch.device) -> Candidate:
-    """A PyTorch classifier on ``device``; its weights on disk are its folder's safetensors (or
-    ``.bin``) files."""
-    model = loaded.model.to(device).eval()
-    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+def pytorch_candidates(
+    loaded: LoadedModel, device: torch.device, precisions: Sequence[str]
+) -> list[Candidate]:
+    """A PyTorch classifier on ``device``, once per precision (the first casts the loaded
+    weights, each later one a copy of them); its weights on disk are its folder's safetensors
+    (or ``.bin``) files, as saved."""
     folder = loaded.run.model_dir if loaded.run else Path(resolve_model(loaded.source))
-    return Candidate(
-        loaded.name,
-        "pytorch " + dtype.replace("float", "fp"),
-        loaded.source,
-        loaded.tokenizer,
-        loaded.max_length,
-        sum(p.numel() for p in model.parameters()),
-        _weights_mb(folder) if folder.is_dir() else None,
-        lambda batch: forward(model, to_device(batch, device)).logits.float().cpu(),
-    )
+    disk_mb = _weights_mb(folder) if folder.is_dir() else None
+    candidates = []
+    for index, precision in enumerate(precisions):
+        weights = loaded.model if index == 0 else copy.deepcopy(loaded.model)
+        model = weights.to(device=device, dtype=DTYPES[precision]).eval()
+        candidates.append(
+            Candidate(
+                loaded.name,
+                f"pytorch {precision}",
+                loaded.source,
+                device,
+                loaded.tokenizer,
+                loaded.max_length,
+                sum(p.numel() for p in model.parameters()),
+                disk_mb,
+                lambda batch, model=model: forward(model, batch).logits,
+            )
+        )
+    return candidates
 
 
 def onnx_candidate(classifier: OnnxClassifier) -> Candidate:
@@ -106,6 +123,7 @@ def onnx_candidate(classifier: OnnxClassifier) -> Candidate:
         classifier.name,
         f"onnx {classifier.precision}",
         str(classifier.path),
+        torch.device("cpu"),
         classifier.tokenizer,
         classifier.max_length,
         graph_parameters(classifier.path),
@@ -115,11 +133,15 @@ def onnx_candidate(classifier: OnnxClassifier) -> Candidate:
 
 
 def load_candidates(
-    sources: Sequence[str], data: DataConfig | None, device: torch.device, threads: int
+    sources: Sequence[str],
+    data: DataConfig | None,
+    device: torch.device,
+    threads: int,
+    precisions: Sequence[str] = ("fp32",),
 ) -> tuple[list[Candidate], TaskData]:
-    """The models of ``sources`` (an ONNX export folder gives one per graph) and the task they
-    are scored on: ``data``'s, else the first model's own (a run's task, an export's recorded
-    one), which every later model must share."""
+    """The models of ``sources`` (an ONNX export folder gives one per graph, a PyTorch model one
+    per precision) and the task they are scored on: ``data``'s, else the first model's own (a
+    run's task, an export's recorded one), which every later model must share."""
     candidates: list[Candidate] = []
     task: TaskData | None = None
     for source in sources:
@@ -137,7 +159,7 @@ def load_candidates(
         loaded, loaded_task = load_for_task(source, data)
         task = task or loaded_task
         data = data or loaded.data
-        candidates.append(pytorch_candidate(loaded, device))
+        candidates += pytorch_candidates(loaded, device, precisions)
     assert task is not None, "no models"
     return candidates, task
 
@@ -176,6 +198,23 @@ def peak_memory_mb(step: Callable[[], object], device: torch.device) -> float | 
     return max(_status_mb("VmHWM") - before, 0.0)
 
 
+def time_step(step: Callable[[], object], device: torch.device) -> float:
+    """Seconds ``step`` takes (:data:`TIMER_CUDA`, :data:`TIMER_CPU`): on CUDA between two
+    events recorded on the current stream before and after it, read once the GPU has done
+    its work, so that the kernels ``step`` only launched are counted; elsewhere by the wall
+    clock."""
+    if device.type != "cuda":
+        start = time.perf_counter()
+        step()
+        return time.perf_counter() - start
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    step()
+    end.record()
+    end.synchronize()
+    return begin.elapsed_time(end) / 1e3
+
+
 def _ratio(value: float | None, reference: float | None) -> float | None:
     if value is None or not reference:
         return None
@@ -196,10 +235,11 @@ def benchmark(
     ``label_loyalty``/``probability_loyalty`` to the first model (1.0 for itself)."""
     sizes = parse_batch_sizes(settings.batch_sizes)
     device = resolve_device(settings.device)
+    precisions = parse_precisions(settings.precisions, device.type)
     if settings.threads:
         torch.set_num_threads(settings.threads)
     threads = torch.get_num_threads()
-    candidates, task = load_candidates(sources, data, device, threads)
+    candidates, task = load_candidates(sources, data, device, threads, precisions)
     if settings.split not in task.splits:
         raise WorkbenchError(f"split {settings.split!r} not in {sorted(task.splits)}")
     seed = (data or DataConfig()).split_seed
@@ -211,17 +251,19 @@ def benchmark(
 
     encoded = [tokenise(c) for c in candidates]
     padded = [  # batches in the split's order, collated once: only the forward pass is timed
-        {b: list(batches(e, range(len(e)), b, pad_id(c.tokenizer))) for b in sizes}
+        {
+            b: [
+                to_device(batch, c.device)
+                for batch in batches(e, range(len(e)), b, pad_id(c.tokenizer))
+            ]
+            for b in sizes
+        }
         for c, e in zip(candidates, encoded, strict=True)
     ]
 
     def pass_over(index: int, size: int) -> list[float]:
-        seconds = []
-        for batch in padded[index][size]:
-            start = time.perf_counter()
-            candidates[index].run(batch)
-            seconds.append(time.perf_counter() - start)
-        return seconds
+        run, on = candidates[index].run, candidates[index].device
+        return [time_step(lambda batch=batch: run(batch), on) for batch in padded[index][size]]
 
     tokenise_s: list[list[float]] = [[] for _ in candidates]
     timed: list[dict[int, list[list[float]]]] = [{b: [] for b in sizes} for _ in candidates]
@@ -233,7 +275,12 @@ def benchmark(
             for i in range(len(candidates))
         ]
         logits = [
-            logits_in_order(c.run, e, sizes[-1], pad_id(c.tokenizer))
+            logits_in_order(
+                lambda batch, c=c: c.run(to_device(batch, c.device)).float().cpu(),
+                e,
+                sizes[-1],
+                pad_id(c.tokenizer),
+            )
             for c, e in zip(candidates, encoded, strict=True)
         ]
         for round_ in range(settings.warmup + settings.repeats):
@@ -283,6 +330,8 @@ def benchmark(
             "repeats": settings.repeats,
             "threads": threads,
             "device": str(device),
+            "precisions": list(precisions),
+            "timer": TIMER_CUDA if device.type == "cuda" else TIMER_CPU,
         },
         "memory_method": MEMORY_CUDA if device.type == "cuda" else MEMORY_CPU,
         "machine": {
@@ -332,7 +381,7 @@ def format_benchmark(report: dict) -> str:
         f"{settings['task']} {settings['split']}: {settings['examples']} texts, batch sizes "
         f"{','.join(map(str, settings['batch_sizes']))}, {settings['warmup']} warm-up and "
         f"{settings['repeats']} timed rounds (round-robin over models), {settings['threads']} "
-        f"threads, {settings['device']}\n"
+        f"threads, {settings['device']}, timed by {settings['timer']}\n"
         f"reference (ratios, loyalty): the first model, {report['reference']}\n"
         f"peak memory: {report['memory_method']}\n"
     )

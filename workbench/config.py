@@ -488,9 +488,33 @@ def _is_batch_sizes(text: object) -> bool:
         return False
 
 
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+def parse_precisions(text: str, device_type: str) -> tuple[str, ...]:
+    """``"fp32,bf16"`` → ``("fp32", "bf16")`` in :data:`PRECISIONS`' order; ``"auto"`` is fp32
+    on the CPU and fp32 and bf16 on CUDA; anything else is an error."""
+    if text == "auto":
+        return ("fp32", "bf16") if device_type == "cuda" else ("fp32",)
+    named = {part.strip() for part in text.split(",") if part.strip()}
+    if not named or not named <= set(PRECISIONS):
+        raise WorkbenchError(
+            f"--precisions {text!r}: expected auto or comma-separated {', '.join(PRECISIONS)}"
+        )
+    return tuple(p for p in PRECISIONS if p in named)
+
+
+def _is_precisions(text: object) -> bool:
+    try:
+        return isinstance(text, str) and bool(parse_precisions(text, "cpu"))
+    except WorkbenchError:
+        return False
+
+
 @dataclass
 class BenchmarkSettings(Checked):
-    """What is timed and how: the texts, the batch sizes, warm-up, repeats, threads, device."""
+    """What is timed and how: the texts, the batch sizes, warm-up, repeats, threads, device and
+    weight precisions."""
 
     split: str = option("test", "split whose texts are timed and scored")
     examples: int = option(
@@ -514,9 +538,12 @@ class BenchmarkSettings(Checked):
         domain=between(0, 1024),
     )
     device: str = option("cpu", "cpu, cuda or cuda:N (ONNX graphs run on the CPU only)")
-
-
-PRECISIONS = ("fp32", "bf16", "fp16")
+    precisions: str = option(
+        "auto",
+        "comma-separated weight precisions each PyTorch model is timed in, of fp32, bf16, fp16 "
+        "(auto: fp32 on the CPU, fp32 and bf16 on CUDA); ONNX graphs keep their own",
+        domain=Domain(_is_precisions, "auto or comma-separated fp32, bf16, fp16"),
+    )
 
 
 @dataclass
