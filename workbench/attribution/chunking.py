@@ -3,6 +3,7 @@ memory budget, and length-ordered slices that each fit it."""
 
 from __future__ import annotations
 
+import torch
 from transformers import PreTrainedModel
 
 from workbench.errors import WorkbenchError
@@ -26,6 +27,17 @@ def bytes_per_token(
     return int(1.3 * size * config.num_hidden_layers * per_layer * factor)
 
 
+def default_memory_mib(model: PreTrainedModel) -> float:
+    """The budget when none is given: :data:`DEFAULT_MEMORY_MIB` on the CPU; on a GPU half the
+    memory free on the model's device (at least the CPU's budget), since one-row chunks of a
+    BERT-base double backward would leave a GPU idle between launches."""
+    device = next(model.parameters()).device
+    if device.type != "cuda":
+        return DEFAULT_MEMORY_MIB
+    free, _ = torch.cuda.mem_get_info(device)
+    return max(free / 2 / 2**20, DEFAULT_MEMORY_MIB)
+
+
 def batch_token_limit(
     model: PreTrainedModel,
     length: int,
@@ -35,12 +47,12 @@ def batch_token_limit(
     memory_mib: float | None,
 ) -> int:
     """Row×position cells per chunk: ``max_batch_tokens`` if given, else what fits in
-    ``memory_mib`` (default :data:`DEFAULT_MEMORY_MIB`) by :func:`bytes_per_token`."""
+    ``memory_mib`` (default :func:`default_memory_mib`) by :func:`bytes_per_token`."""
     if max_batch_tokens is not None:
         if max_batch_tokens < 1:
             raise WorkbenchError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
         return max_batch_tokens
-    budget = (memory_mib or DEFAULT_MEMORY_MIB) * 2**20
+    budget = (memory_mib or default_memory_mib(model)) * 2**20
     return max(1, int(budget // bytes_per_token(model, length, views, create_graph)))
 
 

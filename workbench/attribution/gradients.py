@@ -221,7 +221,8 @@ def integrated_gradients(
             first and last real token.
         max_batch_tokens: rows × positions per chunk of the stacked (step × example) batch.
         memory_mib: the budget that sets the chunk size when ``max_batch_tokens`` is not given
-            (default 1024 MiB; estimated by :func:`bytes_per_token`). With ``create_graph`` every
+            (default 1024 MiB on the CPU, half the free memory on a GPU; estimated by
+            :func:`bytes_per_token`). With ``create_graph`` every
             chunk's graph is kept until the caller's backward, so the budget then bounds only
             the temporaries of each vector-Jacobian product.
 
