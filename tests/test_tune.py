@@ -406,7 +406,12 @@ def test_workers_share_postgresql_studies(tiny_teacher, tmp_path, capsys, postgr
     folders = {p.name for p in (tmp_path / "shared" / "trials").iterdir()}
     assert folders == {trial_folder(t.params) for t in trained}
     gave_way = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
-    assert all(t.user_attrs.get("duplicate") or t.user_attrs.get("surplus") for t in gave_way)
+    unexplained = [
+        (t.number, t.params, t.user_attrs, t.system_attrs)
+        for t in gave_way
+        if not (t.user_attrs.get("duplicate") or t.user_attrs.get("surplus"))
+    ]
+    assert not unexplained, (unexplained, output)  # a failure that is not a worker giving way
 
     study = optuna.load_study(study_name="grid", storage=postgres)
     grid = {(("alpha", a), ("lr", lr), ("tau", 2.0)) for a in (0.2, 0.8) for lr in (1e-3, 3e-2)}
