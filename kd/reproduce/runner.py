@@ -1,12 +1,14 @@
 """The runner: teachers, the weights chosen on dev, then every student, scored on the whole test
-split, with ``results.json`` rewritten after each.
+split, with ``results.json`` rewritten after each; then each task's first-seed students timed
+beside their teacher (size and speed, :func:`measure_speed`).
 
 ``results.json`` is the suite's record. A student whose :func:`~kd.reproduce.suite.identity` has
 a row there is finished: a later call (on another machine, without the run folders, or after the
 suite folder moved) keeps that row and trains nothing for it. Run folders are used when present:
 an unfinished student resumes from its checkpoint. Paths in the record are relative to the suite
-folder. Each row carries per-example test values (predictions, saliency loyalty, attribution
-gap, AOPC) so that the report's paired intervals need no run folder.
+folder. Each row carries per-example test values (predictions, label and probability loyalty,
+saliency loyalty, attribution gap, AOPC) so that the report's paired intervals need no run
+folder.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from kd.reproduce.suite import (
     teacher_settings,
 )
 from workbench.config import (
+    BenchmarkSettings,
     DataConfig,
     ObjectiveConfig,
     OptimConfig,
@@ -55,6 +58,7 @@ from workbench.runs import Run
 from workbench.shapes import ANY, BOOLEAN, INTEGER, NUMBER, STRING, Either, Mapping, problem
 
 FORMAT = 2  # results.json: rows with identities, relative paths and per-example values
+LOYALTY = ("label_loyalty", "probability_loyalty")  # per example in a student's predictions
 
 
 def compact(values: Sequence) -> str | list:
@@ -261,7 +265,11 @@ def train_and_score(
     predicted = run.read_json("predictions.json")["test"]
     if predicted["uids"] != scores["uids"]:
         raise WorkbenchError(f"{run.path}: predictions and scores cover different examples")
-    examples = {"predictions": compact(predicted["predictions"]), **scores["examples"]}
+    examples = {
+        "predictions": compact(predicted["predictions"]),
+        **{name: compact(predicted[name]) for name in LOYALTY if name in predicted},
+        **scores["examples"],
+    }
     test = {**run.results()["test"], **scores["means"]}
     return Scored(relative(run.path, out), test, examples, time.time() - started)
 
@@ -368,6 +376,114 @@ def measure_truncation(plan: TaskPlan) -> dict:
         "kept_tokens": sum(min(n, limit) for n in lengths) / sum(lengths),
         "median_tokens": sorted(lengths)[len(lengths) // 2],
     }
+
+
+SPEED = ("parameters", "disk_mb", "latency_ms_median", "throughput_b32")  # kept, with ratios
+
+
+def speed_settings(suite: Suite, jobs: int) -> BenchmarkSettings:
+    """How the students are timed beside their teacher: ``suite.speed_examples`` test texts,
+    batch sizes 1 and 32, PyTorch fp32 on the CPU with the threads one of ``jobs`` workers
+    gets."""
+    threads = max(1, (os.cpu_count() or 1) // max(jobs, 1))
+    return BenchmarkSettings(
+        split="test", examples=suite.speed_examples or 0, batch_sizes="1,32", threads=threads
+    )
+
+
+def speed_key(teacher: dict, students: Sequence[dict], settings: BenchmarkSettings) -> str:
+    """What a task's speed record measured: its teacher, students and texts (not the threads,
+    which follow ``--jobs``)."""
+    return fingerprint(
+        {
+            "teacher": teacher.get("key", teacher["run"]),
+            "students": [s.get("key", s["run"]) for s in students],
+            "examples": settings.examples,
+            "batch_sizes": settings.batch_sizes,
+        }
+    )
+
+
+def speed_students(suite: Suite, task: str, planned: Sequence[Experiment]) -> list[int]:
+    """The positions in ``planned`` of the students timed on ``task``: each main-table
+    method's student of the task's first seed (controls, of the same size, left out)."""
+    first = suite.plans[task].seeds[0]
+    return [
+        i
+        for i, e in enumerate(planned)
+        if e.task == task and e.group == "main" and e.seed == first and CONTROL not in e.name
+    ]
+
+
+def measure_speed(
+    out: Path,
+    data: DataConfig,
+    teacher: dict,
+    students: Sequence[dict],
+    settings: BenchmarkSettings,
+) -> dict:
+    """Size and speed of a task's ``students`` (rows of the record) beside their ``teacher``
+    with :func:`workbench.benchmark.benchmark` on ``data``'s test split: parameters, weights
+    on disk, median latency at batch size 1 and examples/s at 32, each with its ratio to the
+    teacher's; with the benchmark's settings, the machine and its load when it started."""
+    from workbench.benchmark import benchmark
+
+    load_before = os.getloadavg()[0]
+    sources = [str(out / teacher["run"]), *(str(out / s["run"]) for s in students)]
+    measured = benchmark(sources, settings, data)
+    names = ["teacher", *(s["name"] for s in students)]
+    return {
+        "key": speed_key(teacher, students, settings),
+        "settings": measured["settings"],
+        "machine": measured["machine"],
+        "load_before": round(load_before, 1),
+        "rows": [
+            {
+                "name": name,
+                **{k: row.get(k) for k in SPEED},
+                **{f"{k}_ratio": row.get(f"{k}_ratio") for k in SPEED},
+            }
+            for name, row in zip(names, measured["rows"], strict=True)
+        ],
+    }
+
+
+def time_students(
+    out: Path,
+    suite: Suite,
+    planned: Sequence[Experiment],
+    rows: dict[int, dict],
+    teachers: dict[str, dict],
+    speed: dict[str, dict],
+    jobs: int,
+    announce: Callable[[str], None],
+    save: Callable[[], None],
+) -> None:
+    """Time each task's first-seed students (``rows``: the record's rows by position in
+    ``planned``) beside their teacher where ``speed`` (the record's, updated here) lacks them
+    or timed other students, and their folders are here; ``save()`` after each task."""
+    if suite.speed_examples is None:
+        return
+    settings = speed_settings(suite, jobs)
+    for task, plan in suite.plans.items():
+        wanted = speed_students(suite, task, planned)
+        if not wanted or task not in teachers or any(i not in rows for i in wanted):
+            continue
+        students = [rows[i] for i in wanted]
+        if speed.get(task, {}).get("key") == speed_key(teachers[task], students, settings):
+            continue
+        folders = [out / teachers[task]["run"], *(out / s["run"] for s in students)]
+        absent = next((folder for folder in folders if not folder.is_dir()), None)
+        if absent is not None:
+            announce(f"{task}: students not timed, {absent} is not here")
+            continue
+        announce(
+            f"{task}: timing the seed-{plan.seeds[0]} students beside the teacher on "
+            f"{suite.speed_examples} test texts"
+        )
+        measured = measure_speed(out, plan.data, teachers[task], students, settings)
+        speed[task] = {**measured, "seed": plan.seeds[0]}
+        save()
 
 
 def exit_with_parent(parent: int, interval: float = 1.0) -> None:
@@ -489,6 +605,16 @@ RESULTS_SHAPE = {  # the suite's record (:mod:`workbench.shapes`), checked when 
             "seconds?": NUMBER,
         }
     ],
+    "speed?": Mapping(
+        {
+            "key": STRING,
+            "settings": {"examples": INTEGER, "threads": INTEGER},
+            "machine": Mapping(ANY),
+            "load_before": NUMBER,
+            "seed?": INTEGER,
+            "rows": [{"name": STRING, **{f"{k}?": Either(NUMBER, None) for k in SPEED}}],
+        }
+    ),
     "calls?": [
         {
             "started": STRING,
@@ -579,9 +705,11 @@ def run_suite(
     test split; rows already recorded under the same identity are kept as they are. With
     ``jobs`` > 1 searches and students run in that many processes. ``shard``: only that part of
     the students (:class:`~kd.reproduce.suite.Shard`), with the searches and teachers they need
-    (each seeded as in the whole suite, so every shard trains the same ones). The record is
-    rewritten after every teacher, search and student, and when the call is interrupted, with
-    this call's wall clock."""
+    (each seeded as in the whole suite, so every shard trains the same ones). Then each task
+    whose first-seed students are all recorded gets them timed beside its teacher
+    (:func:`time_students`) unless the record holds that timing. The record is rewritten after
+    every teacher, search, student and timing, and when the call is interrupted, with this
+    call's wall clock."""
     mine = shard_positions(suite, shard)
     started = time.time()
     load_before = os.getloadavg()[0]  # what else ran beside this call, for its wall clock
@@ -603,6 +731,7 @@ def run_suite(
     needed = {planned[i].name.removesuffix(CONTROL) for i in mine if planned[i].group == "main"}
     methods = [m for m in suite.tuned if m in needed]
     test_sets = dict(previous.get("test_sets", {}))
+    speed = dict(previous.get("speed", {}))  # each task's students timed beside the teacher
     fixed = {**suite_fields(suite, previous, shard), "jobs": jobs}  # fixed during the call
     runs: dict[str, Path] = {}  # each task's teacher
     todo: list[Experiment] = []  # known once the weights are chosen
@@ -618,6 +747,7 @@ def run_suite(
             "tuning": {m: tuning[m] for m in methods if m in tuning},
             "planned_students": len(mine) if todo else previous.get("planned_students"),
             "test_sets": test_sets,
+            "speed": {task: speed[task] for task in suite.plans if task in speed},
             "students": [scored[i] for i in range(len(todo)) if i in scored] + kept
             if todo
             else previous.get("students", []),
@@ -722,6 +852,17 @@ def run_suite(
                 f"all {len(mine)} students are recorded in {out / 'results.json'}: none trained"
             )
         _parallel(train_and_score, calls, jobs, finished)
+        time_students(
+            out,
+            suite,
+            todo,
+            scored,
+            teachers,
+            speed,
+            jobs,
+            announce,
+            lambda: atomic_write_json(out / "results.json", results()),
+        )
     finally:  # also when interrupted: what finished is kept, with this call's wall clock
         final = results()
         atomic_write_json(out / "results.json", final)
