@@ -608,8 +608,14 @@ RESULTS_SHAPE = {  # the suite's record (:mod:`workbench.shapes`), checked when 
     "speed?": Mapping(
         {
             "key": STRING,
-            "settings": {"examples": INTEGER, "threads": INTEGER},
-            "machine": Mapping(ANY),
+            "settings": {
+                "examples": INTEGER,
+                "batch_sizes": [INTEGER],
+                "warmup": INTEGER,
+                "repeats": INTEGER,
+                "threads": INTEGER,
+            },
+            "machine": {"cpu": STRING, "torch": STRING},
             "load_before": NUMBER,
             "seed?": INTEGER,
             "rows": [{"name": STRING, **{f"{k}?": Either(NUMBER, None) for k in SPEED}}],
