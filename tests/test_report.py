@@ -18,6 +18,7 @@ from kd.reproduce import Suite, reproduce, write_report
 from kd.reproduce.report import Intervals, control_rows
 from kd.reproduce.runner import compact
 from tests.conftest import ROOT
+from workbench.errors import WorkbenchError
 from workbench.models import load_run
 from workbench.stats import pair_scores, two_level_bootstrap
 
@@ -195,3 +196,12 @@ def test_students_are_timed_beside_the_teacher_kept_and_timed_again_on_resume(
         table.split("## ")[0]
         == (out / "report.md").read_text().split("## What a student buys")[1].split("## ")[0]
     )
+
+
+def test_a_damaged_timing_in_the_record_is_a_one_line_error(tmp_path: Path):
+    record = {**_controlled_record(), "speed": {"t": {"key": "k", "rows": "not a list"}}}
+    (tmp_path / "results.json").write_text(json.dumps(record))
+    with pytest.raises(WorkbenchError, match=r"is not the record of a suite: .*speed") as error:
+        reproduce(tmp_path, report_only=True)
+    assert "\n" not in str(error.value)
+    assert not (tmp_path / "report.md").exists()
