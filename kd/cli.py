@@ -649,8 +649,10 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
         "reproduce",
         help="rerun the papers' experiments and write a report",
         description="Choose each method's key weights on dev (kdw tune), train the suite of "
-        "the papers' experiments (main table over seeds, loyalty; ablations with --ablations) and "
-        "write report.md, results.json and figures. results.json is the record: a later call "
+        "the papers' experiments (main table over seeds, loyalty, each method beside its "
+        "control; ablations with --ablations), time each task's first-seed students beside "
+        "the teacher (size, latency, throughput on the CPU) and write report.md, results.json "
+        "and figures. results.json is the record: a later call "
         "(after an interruption, or on a fresh clone without the run folders) trains only what "
         "it lacks.",
     )

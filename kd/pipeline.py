@@ -35,6 +35,7 @@ from workbench.deployment import export_onnx_folder
 from workbench.errors import WorkbenchError, first_line
 from workbench.evaluation import evaluate_logits, predict_logits
 from workbench.files import atomic_write_json, atomic_write_text
+from workbench.metrics import loyalty_per_example
 from workbench.models import (
     LoadedModel,
     check_max_length,
@@ -155,7 +156,8 @@ def _finish(
     teacher_logits=None,
 ) -> dict:
     """Evaluate the best model on dev and test; write ``results.json``, per example
-    ``predictions.json`` (ids, gold labels and predictions: what paired statistics need), and
+    ``predictions.json`` (ids, gold labels and predictions, and a student's label and
+    probability loyalty: what paired statistics need), and
     add the results to the model card; tell ``tracker`` the results and the files that
     describe the run."""
     results, predictions = {}, {}
@@ -171,6 +173,8 @@ def _finish(
                 "labels": labels.tolist(),
                 "predictions": predicted.tolist(),
             }
+            if reference is not None:  # a student: its loyalty per example
+                predictions[split] |= loyalty_per_example(reference, logits)
     atomic_write_json(run.path / "predictions.json", predictions)
     atomic_write_json(run.path / "results.json", results)
     atomic_write_text(run.model_dir / "README.md", model_card(run))

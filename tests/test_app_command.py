@@ -75,12 +75,18 @@ print([t.value for t in at.title], [i.value for i in at.info])
 """
 
 
+REPORT_TEMPLATE = """
+from kd.reproduce.report import TEMPLATE, environment
+print(environment().get_template(TEMPLATE).filename)
+"""
+
+
 def test_a_wheel_installed_outside_the_repository_has_the_command_and_the_app(tmp_path: Path):
     """The package built as a wheel (from a copy of its sources: the clone stays clean) and
     installed into a fresh virtual environment outside the repository, whose other packages
     come from this environment (after the wheel's own, on its path): ``kdw --help``,
-    ``kdw app --help``, and the app's entry script, found in the installed package, renders
-    its first page."""
+    ``kdw app --help``, the app's entry script, found in the installed package, renders
+    its first page, and the reproduction report's template is found in the installed package."""
     source = tmp_path / "source"
     for package in ("workbench", "kd"):
         shutil.copytree(
@@ -114,3 +120,5 @@ def test_a_wheel_installed_outside_the_repository_has_the_command_and_the_app(tm
     assert run(str(env / "bin" / "kdw"), "app", "--help").startswith("usage: kdw app ")
     page = run(python, "-c", FIRST_PAGE)
     assert page.startswith("['Case study'] ['No trained teacher yet"), page
+    template = run(python, "-c", REPORT_TEMPLATE).strip()  # package data, found where installed
+    assert Path(template).is_relative_to(site) and template.endswith("report.md.j2"), template

@@ -6,7 +6,12 @@ import math
 
 import torch
 
-from workbench.metrics import nan_mean, probability_loyalties, probability_loyalty
+from workbench.metrics import (
+    loyalty_per_example,
+    nan_mean,
+    probability_loyalties,
+    probability_loyalty,
+)
 
 
 def _direct_loyalty(p: list[float], q: list[float]) -> float:
@@ -38,3 +43,15 @@ def test_nan_mean_counts_undefined_values():
     assert nan_mean(torch.tensor([1.0, float("nan"), 3.0])) == (2.0, 1)
     mean, undefined = nan_mean(torch.tensor([float("nan")]))
     assert math.isnan(mean) and undefined == 1
+
+
+def test_loyalty_per_example_is_what_the_loyalties_average():
+    teacher = torch.tensor([[2.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 3.0], [1.0, 0.0, 0.5]])
+    student = torch.tensor([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, 2.0, 0.0]])
+    values = loyalty_per_example(teacher, student)
+    assert values["label_loyalty"] == [1, 0, 1, 0]  # argmax equal in rows 0 and 2
+    assert values["probability_loyalty"] == probability_loyalties(teacher, student).tolist()
+    assert math.isclose(
+        sum(values["probability_loyalty"]) / 4, probability_loyalty(teacher, student)
+    )
+    assert loyalty_per_example(teacher[:, :1], student[:, :1]) == {}  # regression: none

@@ -80,6 +80,19 @@ def nan_mean(values: Tensor) -> tuple[float, int]:
     return mean, int((~defined).sum())
 
 
+def loyalty_per_example(teacher_logits: Tensor, student_logits: Tensor) -> dict[str, list]:
+    """Label loyalty (1: the same class as the teacher's, else 0) and probability loyalty
+    (:func:`probability_loyalties`) per example of a classifier student, ``[N, C]`` logits
+    each → lists ``[N]`` (empty for regression): the units of paired intervals on loyalty."""
+    if teacher_logits.shape[-1] == 1:
+        return {}
+    same = teacher_logits.argmax(-1) == student_logits.argmax(-1)
+    return {
+        "label_loyalty": same.int().tolist(),
+        "probability_loyalty": probability_loyalties(teacher_logits, student_logits).tolist(),
+    }
+
+
 def loyalty(teacher_logits: Tensor, student_logits: Tensor) -> dict[str, float]:
     """Label and probability loyalty of a classifier student (empty for regression)."""
     if teacher_logits.shape[-1] == 1:

@@ -5,7 +5,9 @@ which weights are chosen on dev first), the runner (:mod:`kd.reproduce.runner`: 
 searches, every student scored on the whole test split, ``results.json`` as the record that a
 later call resumes from, on any machine; ``--shard I/N`` trains one part of it and
 :mod:`kd.reproduce.merge` joins the parts' records) and the report
-(:mod:`kd.reproduce.report`: verdicts with paired bootstrap intervals, tables, figures).
+(:mod:`kd.reproduce.report`: verdicts with paired bootstrap intervals, each method's
+differences split between its term and its regime by its control, tables, the students' size
+and speed beside the teacher, figures; rendered from a packaged Jinja template).
 
 The default suite is sized for a 2-core CPU with ``--jobs 2`` (see :data:`DEFAULT`'s
 ``cuts``); ``--full`` describes the papers' scale (GLUE, BERT-base teacher, 6-layer students)

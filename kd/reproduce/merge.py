@@ -81,6 +81,7 @@ def merge_results(
     test_sets = _Joined("the test set", _without())
     students = _Joined("the student", _without("run", "seconds"))
     truncation: dict[str, dict] = {}
+    speed: dict[str, dict] = {}  # a task's students timed by a shard that trained them all
     calls: list[dict] = []
     for folder, record in records.items():
         for task, teacher in record["teachers"].items():
@@ -94,6 +95,8 @@ def merge_results(
             students.add(row.get("key", row["run"]), rebased, folder)
         for task, measured in record.get("truncation", {}).items():
             truncation.setdefault(task, measured)
+        for task, measured in record.get("speed", {}).items():
+            speed.setdefault(task, measured)
         calls += record.get("calls", [])
 
     chosen = {m: from_dict(ObjectiveConfig, r["objective"]) for m, r in tuning.records.items()}
@@ -117,6 +120,7 @@ def merge_results(
         "tuning": {m: tuning.records[m] for m in suite.tuned if m in tuning.records},
         "planned_students": len(planned),
         "test_sets": test_sets.records,
+        "speed": {task: speed[task] for task in suite.plans if task in speed},
         "students": rows,
         "calls": calls,  # every shard's calls: their sum is the suite's machine time
     }

@@ -1,17 +1,25 @@
 """The report: ``report.md`` and its figures, from ``results.json`` alone (run folders are
 used only for the heatmap gallery, where present).
 
-Every Δ against vanilla KD comes with a 95 % two-level bootstrap interval that resamples the
-seeds both methods have, then the test examples within each (:mod:`workbench.stats`), and is
-called significant only when the interval excludes 0. The verdicts on the papers' claims are
-generated from those intervals, whatever they say, for the claims each method registers
-(:class:`kd.objective.Claim`); the methods' names and order are the registry's.
+``report.md`` is rendered from the template ``templates/report.md.j2`` (shipped with the
+package) fed by :func:`report_data`: a plain structure of the record's tables as rows of values
+and of the verdicts as records. Every Δ against vanilla KD comes with a 95 % two-level
+bootstrap interval that resamples the seeds both methods have, then the test examples within
+each (:mod:`workbench.stats`), and is called significant only when the interval excludes 0.
+The verdicts on the papers' claims are generated from those intervals, whatever they say, for
+the claims each method registers (:class:`kd.objective.Claim`); the methods' names and order are
+the registry's. Where a method trained beside its control, each measure's difference from
+vanilla KD is split into the method's own term (method − control) and its regime (control −
+vanilla KD).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from kd.objective import PRESETS, Claim, display_name
 from kd.reproduce.runner import expand
@@ -29,29 +37,46 @@ from workbench.stats import (
 )
 
 Summary = tuple[float, float, int]  # mean, sample std (0 for one value), number of seeds
-PER_EXAMPLE = ("saliency_loyalty", "attribution_gap", "aopc_comprehensiveness", "aopc_sufficiency")
-# how the verdicts name a metric: its label, a short one, what it is (said where a claim about
-# it is not about accuracy), and the unit of its differences (×100)
+REFERENCE = "kd"  # vanilla KD: the method every Δ, verdict and control is measured against
+
+
+@dataclass(frozen=True)
+class Measure:
+    """How the report names a metric: its label, a short one, what it is (said where a claim
+    about it is not about accuracy), the unit of its differences (×100), and which way is
+    closer to the teacher or better."""
+
+    label: str
+    short: str
+    meaning: str
+    unit: str
+    better: str = "higher"
+
+
 METRICS = {
-    "accuracy": ("accuracy", "accuracy", "", " points"),
-    "saliency_loyalty": (
-        "saliency loyalty",
-        "loyalty",
-        "Pearson of Grad saliency with the teacher's, ×100",
-        "",
+    "accuracy": Measure("accuracy", "accuracy", "", " points"),
+    "label_loyalty": Measure(
+        "label loyalty", "LL", "share of test examples given the teacher's class, ×100", " points"
     ),
-    "attribution_gap": ("attribution gap", "gap", "", " (×100)"),
-    "aopc_comprehensiveness": ("AOPC comprehensiveness", "comprehensiveness", "×100", ""),
-    "aopc_sufficiency": ("AOPC sufficiency", "sufficiency", "×100", ""),
+    "probability_loyalty": Measure(
+        "probability loyalty", "PL", "1 − √JSD to the teacher's class probabilities, ×100", ""
+    ),
+    "saliency_loyalty": Measure(
+        "saliency loyalty", "loyalty", "Pearson of Grad saliency with the teacher's, ×100", ""
+    ),
+    "attribution_gap": Measure("attribution gap", "gap", "", " (×100)", "lower"),
+    "aopc_comprehensiveness": Measure("AOPC comprehensiveness", "comprehensiveness", "×100", ""),
+    "aopc_sufficiency": Measure("AOPC sufficiency", "sufficiency", "×100", "", "lower"),
 }
-AOPC_NOTE = (
-    "SL, gap and AOPC are measured on the first {n} test examples of each task (accuracy, "
-    "LL and PL on the whole test split). AOPC (ERASER) of each student's own Grad saliency: "
-    "comprehensiveness (higher: its top tokens matter) and sufficiency (lower: they suffice), "
-    "tokens deleted, k = ⌈q·n⌉ of the n tokens ranked by signed score for q = 10 %–50 %. "
-    "ferret-xai differs: k = ⌊q·n⌋, q = 10 %–100 %, positive scores only, and a fraction whose "
-    "rationale repeats the previous one skipped; the values are not interchangeable with its."
-)
+LOYALTY_COLUMNS = {  # the loyalty table's column label → metric
+    "LL": "label_loyalty",
+    "PL": "probability_loyalty",
+    "SL": "saliency_loyalty",
+    "gap": "attribution_gap",
+    "AOPC comp": "aopc_comprehensiveness",
+    "AOPC suff": "aopc_sufficiency",
+}
+TEMPLATE = "report.md.j2"  # in kd/reproduce/templates (package data)
 
 
 def cell(stats: Summary | None, scale: float = 100, digits: int = 1) -> str:
@@ -116,7 +141,7 @@ class Intervals:
                 "labels": expand(test_set["labels"]),
                 "predictions": expand(examples["predictions"]),
             }
-        scores = examples[metric]
+        scores = expand(examples[metric])  # the first examples of the split, or all
         return {"uids": test_set["uids"][: len(scores)], "scores": scores}
 
     def __call__(self, task: str, a: str, b: str, metric: str = "accuracy") -> Interval | None:
@@ -130,7 +155,8 @@ class Intervals:
             pairs = [
                 (self.rows[task, a, seed], self.rows[task, b, seed])
                 for seed in seeds
-                if metric == "accuracy" or metric in self.rows[task, a, seed]["examples"]
+                if metric == "accuracy"
+                or all(metric in self.rows[task, m, seed]["examples"] for m in (a, b))
             ]
             interval = needed = None
             if pairs:
@@ -160,400 +186,273 @@ def interval_cell(interval: Interval, scale: float = 100) -> str:
     )
 
 
-def credit(total: Interval, regime: Interval, term: Interval) -> str:
-    """Which part of a method a gain over vanilla KD belongs to: ``total`` = method − KD,
-    ``regime`` = its control − KD, ``term`` = method − control."""
-    if term.low > 0:
-        return "its term's and its regime's" if regime.low > 0 else "its term's"
-    if regime.low > 0:
-        return "its regime's (no gain of its term shown)"
-    if total.low > 0:
-        return "a gain not resolved between its term and its regime"
-    return "no gain over vanilla KD shown"
+def direction(interval: Interval) -> str | None:
+    """``"higher"`` or ``"lower"`` where the interval excludes 0 (a real difference), else
+    None."""
+    if interval.low > 0:
+        return "higher"
+    if interval.high < 0:
+        return "lower"
+    return None
 
 
-def control_lines(results: dict, tasks: Sequence[str], intervals: Intervals) -> list[str]:
-    """The controls section: per task and method that has a control, the method and its control
-    against vanilla KD and against each other, and which part the gain belongs to."""
+def control_rows(results: dict, tasks: Sequence[str], intervals: Intervals) -> list[dict]:
+    """Per task, method that has a control and measure with per-example values: the method
+    and its control against vanilla KD and against each other (``total`` = method − KD,
+    ``regime`` = control − KD, ``term`` = method − control), and the direction of each where
+    its interval excludes 0 (``credit``: which part the difference belongs to)."""
     names = {r["name"] for r in results["students"] if r["group"] == "main"}
     methods = [m for m in PRESETS if m + CONTROL in names]
     rows = []
     for task in tasks:
         for method in methods:
-            total = intervals(task, method, "kd")
-            regime = intervals(task, method + CONTROL, "kd")
-            term = intervals(task, method, method + CONTROL)
-            if total is None or regime is None or term is None:
-                continue
-            cells = " | ".join(interval_cell(i) for i in (total, regime, term))
-            rows.append(f"| {task} | {method} | {cells} | {credit(total, regime, term)} |")
-    if not rows:
-        return []
-    return [
-        "## Controls",
-        "",
-        "Each method against its control — the same objective, data, τ and student set-up "
-        "with the method's own terms at weight 0 — and both against vanilla KD: test accuracy, "
-        "points, 95 % two-level intervals (* : excludes 0). A gain is credited to the method's "
-        "term only where the method beats its control.",
-        "",
-        "| task | method | method − KD | control − KD | method − control | the gain is |",
-        "|---|---|---|---|---|---|",
-        *rows,
-        "",
-    ]
-
-
-def _outcome(interval: Interval, claim: str) -> str:
-    """Whether the interval supports ``claim`` (``>``, ``≥`` or ``<``)."""
-    if claim == "<":
-        return (
-            "yes, significantly lower"
-            if interval.high < 0
-            else "no, significantly higher"
-            if interval.low > 0
-            else "not shown: the interval contains 0"
-        )
-    if interval.low > 0:
-        return "yes, significantly higher"
-    if interval.high < 0:
-        return "no, significantly lower"
-    if claim == "≥":
-        return "not worse within the interval, but no gain shown (it contains 0)"
-    return "not shown: the interval contains 0"
-
-
-def verdicts(results: dict, tasks: Sequence[str], intervals: Intervals) -> list[str]:
-    """One sentence per paper with its intervals (per task), generated from the numbers."""
-    names = {r["name"] for r in results["students"] if r["group"] == "main"}
-
-    def claim(method: str, metric: str, relation: str, scale: float, unit: str) -> str:
-        parts = []
-        for task in tasks:
-            interval = intervals(task, method, "kd", metric)
-            if interval is not None:
-                needed = intervals.seeds_needed(task, method, "kd", metric)
-                more = ""
-                if not interval.significant and needed:
-                    count = f"about {needed}" if needed <= 100 else "more than 100"
-                    more = f" (a difference of this size would need {count} seeds)"
-                parts.append(
-                    f"on {task} {interval.describe(scale, unit)}: "
-                    f"{_outcome(interval, relation)}{more}"
+            for metric, measure in METRICS.items():
+                total = intervals(task, method, REFERENCE, metric)
+                regime = intervals(task, method + CONTROL, REFERENCE, metric)
+                term = intervals(task, method, method + CONTROL, metric)
+                if total is None or regime is None or term is None:
+                    continue
+                rows.append(
+                    {
+                        "task": task,
+                        "method": method,
+                        "measure": measure,
+                        "total": total,
+                        "regime": regime,
+                        "term": term,
+                        "credit": {
+                            "total": direction(total),
+                            "regime": direction(regime),
+                            "term": direction(term),
+                        },
+                    }
                 )
-        return "; ".join(parts) if parts else "not measured (no per-example values recorded)"
+    return rows
 
-    def lowest(method: str, metric: str) -> str:
-        parts = []
+
+def outcome(interval: Interval, relation: str) -> str:
+    """Whether the interval supports a claim of ``relation`` (``>``, ``≥`` or ``<``): ``yes``,
+    ``no``, ``not worse`` (``≥`` within the interval) or ``not shown``."""
+    found = direction(interval)
+    if found is None:
+        return "not worse" if relation == "≥" else "not shown"
+    return "yes" if (found == "lower") == (relation == "<") else "no"
+
+
+def claim_record(
+    method: str, entry: Claim, names: set[str], tasks: Sequence[str], intervals: Intervals
+) -> dict | None:
+    """One registered claim's verdict: per task the interval of the method against the preset
+    the claim names (or, for ``lowest``, against every other student) and its outcome; None
+    where a method it needs was not trained."""
+    record = {
+        "method": display_name(method),
+        "measure": METRICS[entry.metric],
+        "metric": entry.metric,
+        "relation": entry.relation,
+        "tasks": [],
+    }
+    if entry.relation == "lowest":
+        if method not in names:
+            return None
         for task in tasks:
             others = [
-                (other, intervals(task, method, other, metric))
+                (other, intervals(task, method, other, entry.metric))
                 for other in PRESETS
                 if other in names and other != method
             ]
             others = [(m, i) for m, i in others if i is not None]
-            if not others:
-                continue
-            closest, interval = max(others, key=lambda item: item[1].difference)
-            smallest = all(i.high < 0 for _, i in others)
-            parts.append(
-                f"on {task} {'yes' if smallest else 'not shown'}: {display_name(method)}'s "
-                f"{METRICS[metric][1]} is significantly below "
-                f"{sum(i.high < 0 for _, i in others)} of the {len(others)} other students'; "
-                f"against the closest, {display_name(closest)}, {display_name(method)} − it = "
-                f"{interval.describe(100, METRICS[metric][3])}"
+            if others:
+                closest, interval = max(others, key=lambda item: item[1].difference)
+                below = sum(i.high < 0 for _, i in others)
+                record["tasks"].append(
+                    {
+                        "task": task,
+                        "smallest": below == len(others),
+                        "below": below,
+                        "others": len(others),
+                        "closest": display_name(closest),
+                        "interval": interval,
+                    }
+                )
+        return {**record, "kind": "lowest"}
+    if not {method, entry.than} <= names:
+        return None
+    checked = ">" if entry.relation == "≫" else entry.relation
+    for task in tasks:
+        interval = intervals(task, method, entry.than, entry.metric)
+        if interval is not None:
+            needed = intervals.seeds_needed(task, method, entry.than, entry.metric)
+            record["tasks"].append(
+                {
+                    "task": task,
+                    "interval": interval,
+                    "outcome": outcome(interval, checked),
+                    "direction": direction(interval),
+                    "seeds_needed": None if interval.significant else needed,
+                }
             )
-        return "; ".join(parts) if parts else "not measured (no per-example values recorded)"
+    return {**record, "kind": "against", "than": display_name(entry.than)}
 
-    def sentence(method: str, entry: Claim) -> str | None:
-        label, _, meaning, unit = METRICS[entry.metric]
-        name = display_name(method)
-        if entry.relation == "lowest":
-            if method not in names:
-                return None
-            return f"- **{name}'s {label} the smallest?** {lowest(method, entry.metric)}."
-        if not {method, entry.than} <= names:
-            return None
-        than = display_name(entry.than)
-        if entry.metric == "accuracy":
-            question = f"{name} {entry.relation} {than} (accuracy)?** {name} − {than} "
-        else:
-            question = (
-                f"{name}'s {label} {entry.relation} {than}'s?** {name} − {than} in {label} "
-                f"({meaning}) "
-            )
-        relation = ">" if entry.relation == "≫" else entry.relation
-        return f"- **{question}{claim(method, entry.metric, relation, 100, unit)}."
 
-    # the claims against one method first, then those against every other student
+def verdicts(results: dict, tasks: Sequence[str], intervals: Intervals) -> list[dict]:
+    """A record per registered claim (:attr:`kd.objective.Preset.claims`) whose methods were
+    trained: the claims against one method first, then those against every other student."""
+    names = {r["name"] for r in results["students"] if r["group"] == "main"}
     claims = [(m, c) for m, preset in PRESETS.items() for c in preset.claims]
     ordered = sorted(claims, key=lambda item: item[1].relation == "lowest")
-    return [line for method, entry in ordered if (line := sentence(method, entry))]
+    records = [claim_record(m, c, names, tasks, intervals) for m, c in ordered]
+    return [record for record in records if record is not None]
 
 
-def setup_lines(results: dict) -> list[str]:
-    """The report's account of the sizes used, against the papers' scale."""
+def setup_data(results: dict) -> dict | None:
+    """The sizes used per task, the truncation of each test split, and the suite's cuts."""
     setup = results.get("setup", {})
     if not setup:
-        return []
-    lines = [
-        "## Set-up and what was cut",
-        "",
-        "| task | teacher | teacher's train | students' train | test | tokens | teacher epochs | "
-        "student | student epochs | seeds |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for task, plan in setup.items():
-        students = plan.get("student_train_examples") or plan["max_train_examples"]
-        lines.append(
-            f"| {task} | {plan['teacher']} | {limit(plan['max_train_examples'])} | "
-            f"{limit(students)} | {limit(plan['max_eval_examples'])} | {plan['max_length']} | "
-            f"{plan['teacher_epochs']:g} | {plan['student_layers']} layers cut from the teacher | "
-            f"{plan['student_epochs']:g} | {', '.join(map(str, plan['seeds']))} |"
-        )
-    lines += [
-        "",
-        "The papers distil BERT-base teachers into 6-layer students on the full GLUE "
-        "training sets for 3–4 epochs at 128 tokens; `kdw reproduce --full` describes that "
-        "scale (GPU and network needed).",
-        "",
-    ]
-    truncation = results.get("truncation", {})
-    if truncation:
-        lines += [
-            "Truncation of the test split at each task's length (teacher tokenizer, [CLS] and "
-            "[SEP] counted):",
-            "",
-            "| task | tokens | examples cut | tokens kept | median length |",
-            "|---|---|---|---|---|",
-        ]
-        for task, cut in truncation.items():
-            lines.append(
-                f"| {task} | {cut['max_length']} | {cut['truncated_examples']:,} of "
-                f"{cut['examples']:,} ({cut['truncated_examples'] / cut['examples']:.0%}) | "
-                f"{cut['kept_tokens']:.0%} | {cut['median_tokens']} |"
-            )
-        lines.append("")
-    if results.get("cuts"):
-        lines += [f"What this suite cuts: {results['cuts']}", ""]
-    return lines
+        return None
+    return {
+        "rows": [
+            {
+                "task": task,
+                "teacher": plan["teacher"],
+                "teacher_train": limit(plan["max_train_examples"]),
+                "student_train": limit(
+                    plan.get("student_train_examples") or plan["max_train_examples"]
+                ),
+                "test": limit(plan["max_eval_examples"]),
+                "tokens": plan["max_length"],
+                "teacher_epochs": plan["teacher_epochs"],
+                "student_layers": plan["student_layers"],
+                "student_epochs": plan["student_epochs"],
+                "seeds": plan["seeds"],
+            }
+            for task, plan in setup.items()
+        ],
+        "truncation": [
+            {"task": task, **cut} for task, cut in results.get("truncation", {}).items() if cut
+        ],
+        "cuts": results.get("cuts"),
+    }
 
 
-def wall_clock_lines(results: dict) -> list[str]:
-    """Every call's wall clock and their sum."""
+def calls_data(results: dict) -> dict | None:
+    """Every call's wall clock, their sum, and how many of the students they trained are no
+    longer in the record."""
     calls = results.get("calls", [])
     if not calls:
-        return []
-    lines = [
-        f"Wall clock: {_duration(sum(c['seconds'] for c in calls))} in {len(calls)} "
-        f"call{'s' if len(calls) > 1 else ''} of `kdw reproduce`, each resuming from "
-        "`results.json` (the sum of the calls is the suite's time from an empty folder when "
-        "the first call started from one):",
-        "",
-        "| started (UTC) | wall clock | searches | teachers trained or reopened "
-        "| students trained | jobs | load before |",
-        "|---|---|---|---|---|---|---|",
-        *(
-            f"| {c['started']} | {_duration(c['seconds'])} | {c['searches']} | {c['teachers']} "
-            f"| {c['students']} | {c['jobs']} | {c['load_before']} |"
-            for c in calls
-        ),
-        "",
-    ]
-    dropped = sum(c["students"] for c in calls) - len(results.get("students", []))
-    if dropped > 0:
-        lines += [
-            f"{dropped} of the students these calls trained are no longer in the record "
-            "(trained under settings the suite has since changed): the sum overstates the "
-            "time from an empty folder.",
-            "",
-        ]
-    return lines
+        return None
+    return {
+        "rows": calls,
+        "seconds": sum(c["seconds"] for c in calls),
+        "dropped": max(0, sum(c["students"] for c in calls) - len(results.get("students", []))),
+    }
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
     """``1 h 07 min`` or ``12 min``."""
     minutes = round(seconds / 60)
     return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
 
 
-def tuning_lines(results: dict) -> list[str]:
-    """The weights chosen on dev before the main table, with each search's trials."""
+def tuning_data(results: dict) -> dict | None:
+    """The weights chosen on dev before the main table, with each search's trials (``fixed``:
+    the presets' defaults were run)."""
     tuning = results.get("tuning")
     if tuning is None:
-        return []
+        return None
     if not results.get("tuned", bool(tuning)):
-        return ["## Weights", "", "`--fixed`: every method ran its preset's defaults.", ""]
-    lines = [
-        "## Weights chosen on dev",
-        "",
-        "Before the main table each method's key weights were chosen with `kdw tune` on the "
-        "ablations' sample (its dev split; the test split is never looked at), seed 1; the "
-        "method's other settings stay at its preset's values. The main table trains the "
-        "chosen objective on every task and seed.",
-        "",
-        "| method | searched | space | chosen | best dev | trials (dev score, pruned: –) |",
-        "|---|---|---|---|---|---|",
-    ]
-    for method, record in tuning.items():
-        searched = record["searched"]
-        trials = ", ".join(
-            " ".join(f"{name}={t[name]:g}" for name in searched if name in t)
-            + (": –" if t["dev"] is None else f": {t['dev'] * 100:.1f}")
-            for t in record["trials"]
-        )
-        lines.append(
-            f"| {method} | {', '.join(searched)} | "
-            + "; ".join(f"{name} ∈ {{{record['space'][name]}}}" for name in searched)
-            + " | "
-            + ", ".join(f"{name}={record['chosen'][name]:g}" for name in searched)
-            + f" | {record['metric']} {record['dev'] * 100:.1f} | {trials} |"
-        )
-    return [*lines, ""]
+        return {"fixed": True, "rows": []}
+    return {
+        "fixed": False,
+        "rows": [
+            {
+                "method": method,
+                "searched": record["searched"],
+                "space": {name: record["space"][name] for name in record["searched"]},
+                "chosen": {name: record["chosen"][name] for name in record["searched"]},
+                "metric": record["metric"],
+                "dev": record["dev"],
+                "trials": [
+                    {
+                        "settings": {n: t[n] for n in record["searched"] if n in t},
+                        "dev": t["dev"],
+                    }
+                    for t in record["trials"]
+                ],
+            }
+            for method, record in tuning.items()
+        ],
+    }
 
 
-def write_report(
-    out: Path, results: dict, figures: dict[str, str], intervals: Intervals | None = None
-) -> Path:
-    """``<out>/report.md``: verdicts, tables of the main results, loyalty and ablations, and
-    figures."""
-    records = results["students"]
-    tasks = list(results["teachers"])
-    main = [r for r in records if r["group"] == "main"]
-    intervals = intervals or Intervals(results)
-
-    def delta(task: str, method: str, metric: str, fallback: dict, scale: float = 100) -> str:
-        if method == "kd":
-            return "–"
-        interval = intervals(task, method, "kd", metric)
-        if interval is None:
-            return cell(fallback.get((task, method)), scale)
-        return interval_cell(interval, scale)
-
+def main_data(results: dict, tasks: Sequence[str], intervals: Intervals) -> dict:
+    """The main table: the teacher's and each method's accuracy and macro-F1 per task, and each
+    method's Δ against vanilla KD (an :class:`Interval`, or without per-example values the
+    mean ± std over seeds of the per-seed Δ; None for vanilla KD itself)."""
+    main = [r for r in results["students"] if r["group"] == "main"]
     accuracy, macro = aggregate(main, "accuracy"), aggregate(main, "macro_f1")
-    gain = paired_difference(main, "accuracy", "kd")
-    present = [m for m in PRESETS if any(r["name"] == m for r in main)]
-    lines = [
-        "# Reproduction report",
-        "",
-        f"Suite: {results['suite']}. Numbers are test-split percentages, mean ± std over seeds",
-        "(a single number: one seed), as measured — including where a method does not beat",
-        "vanilla KD. Raw values: `results.json` (the suite's record: a later call retrains",
-        "none of its rows); run folders, where present, are under `runs/`.",
-        "",
-        *setup_lines(results),
-        *wall_clock_lines(results),
-        *tuning_lines(results),
-        *(
-            [
-                f"**Incomplete:** {len(records)} of the {results['planned_students']} planned "
-                "students had finished when this report was written.",
-                "",
-            ]
-            if len(records) < results.get("planned_students", len(records))
-            else []
-        ),
-    ]
-    claims = verdicts(results, tasks, intervals)
-    if claims:
-        lines += [
-            "## Verdicts",
-            "",
-            "Each difference against vanilla KD with its 95 % two-level bootstrap interval "
-            "(10,000 resamples: the seeds both methods have, drawn with replacement, then each "
-            "drawn seed's test examples; percentiles), so that it speaks of the method, not only "
-            "of the students trained; significant only when the interval excludes 0. With few "
-            "seeds these intervals are wide: where one contains 0, the sentence says about how "
-            "many seeds a difference of the observed size would need (--seeds raises them).",
-            "",
-            *claims,
-            "",
-        ]
-    lines += control_lines(results, tasks, intervals)
-    lines += [
-        "## Main table",
-        "",
-        "Δ kd: accuracy minus vanilla KD's in points, over the test examples of the seeds both "
-        "have, with its 95 % two-level bootstrap interval (* : excludes 0); results recorded "
-        "without per-example predictions show the mean ± std over seeds of the per-seed Δ.",
-        "",
-        "| method | " + " | ".join(f"{t} acc | {t} macro-F1 | {t} Δ kd" for t in tasks) + " |",
-        "|---|" + "---|---|---|" * len(tasks),
-        "| teacher | "
-        + " | ".join(
-            f"{results['teachers'][t]['test']['accuracy'] * 100:.1f} | "
-            f"{results['teachers'][t]['test']['macro_f1'] * 100:.1f} | –"
-            for t in tasks
-        )
-        + " |",
-    ]
-    for method in present:
-        lines.append(
-            f"| {method} | "
-            + " | ".join(
-                f"{cell(accuracy.get((t, method)))} | {cell(macro.get((t, method)))} | "
-                f"{delta(t, method, 'accuracy', gain)}"
-                for t in tasks
-            )
-            + " |"
-        )
-    loyalty = {
-        "LL": "label_loyalty",
-        "PL": "probability_loyalty",
-        "SL": "saliency_loyalty",
-        "gap": "attribution_gap",
-        "AOPC comp": "aopc_comprehensiveness",
-        "AOPC suff": "aopc_sufficiency",
+    fallback = paired_difference(main, "accuracy", REFERENCE)
+
+    def delta(task: str, method: str) -> Interval | Summary | None:
+        if method == REFERENCE:
+            return None
+        return intervals(task, method, REFERENCE) or fallback.get((task, method))
+
+    return {
+        "teacher": [results["teachers"][t]["test"] for t in tasks],
+        "rows": [
+            {
+                "method": method,
+                "cells": [
+                    {
+                        "accuracy": accuracy.get((t, method)),
+                        "macro_f1": macro.get((t, method)),
+                        "delta": delta(t, method),
+                    }
+                    for t in tasks
+                ],
+            }
+            for method in PRESETS
+            if any(r["name"] == method for r in main)
+        ],
     }
+
+
+def loyalty_data(results: dict, tasks: Sequence[str]) -> dict | None:
+    """The loyalty and faithfulness table: a column per task and measure recorded, a row per
+    method (mean ± std over seeds), and how many test examples the explanations cover."""
+    main = [r for r in results["students"] if r["group"] == "main"]
     shown = {
-        label: metric for label, metric in loyalty.items() if any(metric in r["test"] for r in main)
+        label: metric
+        for label, metric in LOYALTY_COLUMNS.items()
+        if any(metric in r["test"] for r in main)
     }
-    if shown:
-        lines += loyalty_lines(main, tasks, shown, results.get("setup", {}))
-    lines += ablation_lines(results)
-    if figures:
-        lines += ["", "## Figures", ""]
-        lines += [f"![{title}]({path})" for title, path in figures.items()]
-    path = out / "report.md"
-    atomic_write_text(path, "\n".join(lines) + "\n")
-    return path
-
-
-def loyalty_lines(
-    main: list[dict], tasks: Sequence[str], shown: dict[str, str], setup: dict
-) -> list[str]:
-    """The loyalty and faithfulness table (``shown``: column label → metric)."""
+    if not shown:
+        return None
     means = {metric: aggregate(main, metric) for metric in shown.values()}
-    lines = [
-        "",
-        "## Loyalty to the teacher and faithfulness (after GKD Table 3, AD-KD Eq. 11)",
-        "",
-        "LL, PL, SL: label, probability and saliency loyalty (×100); gap: the attribution gap "
-        "‖Ã_teacher − Ã_student‖₂ over the normalised IG maps of every class (lower: closer); "
-        "AOPC ×100. Mean ± std over seeds.",
-        "",
-        "| method | " + " | ".join(f"{t} {label}" for t in tasks for label in shown) + " |",
-        "|---|" + "---|" * (len(tasks) * len(shown)),
+    columns = [
+        {"task": t, "label": label, "metric": metric, "gap": metric == "attribution_gap"}
+        for t in tasks
+        for label, metric in shown.items()
     ]
-    for method in PRESETS:
-        if not any((t, method) in means[m] for t in tasks for m in shown.values()):
-            continue
-        lines.append(
-            f"| {method} | "
-            + " | ".join(
-                cell(means[metric].get((t, method)), 1, 3)
-                if metric == "attribution_gap"
-                else cell(means[metric].get((t, method)))
-                for t in tasks
-                for metric in shown.values()
-            )
-            + " |"
-        )
+    explained = None
     if "aopc_comprehensiveness" in shown.values():
-        sizes = sorted({p.get("explained_examples") or 0 for p in setup.values()})  # 0: all
-        count = "all" if sizes == [0] else " / ".join(f"{s:,}" if s else "all" for s in sizes)
-        lines += ["", AOPC_NOTE.format(n=count)]
-    return lines
+        sizes = sorted(
+            {p.get("explained_examples") or 0 for p in results.get("setup", {}).values()}
+        )
+        explained = "all" if sizes == [0] else " / ".join(f"{s:,}" if s else "all" for s in sizes)
+    return {
+        "columns": columns,
+        "rows": [
+            {
+                "method": method,
+                "cells": [means[c["metric"]].get((c["task"], method)) for c in columns],
+            }
+            for method in PRESETS
+            if any((t, method) in means[m] for t in tasks for m in shown.values())
+        ],
+        "explained": explained,
+    }
 
 
 def full_method_records(records: list[dict]) -> list[dict]:
@@ -574,42 +473,62 @@ def full_method_records(records: list[dict]) -> list[dict]:
     ]
 
 
-def ablation_lines(results: dict) -> list[str]:
+def speed_data(results: dict) -> list[dict]:
+    """Per task timed, its students' size and speed beside the teacher's (the record's
+    ``speed``: :func:`kd.reproduce.runner.measure_speed`), each row with the test accuracy of
+    the model timed."""
+    accuracy = {
+        (r["task"], r["name"], r["seed"]): r["test"].get("accuracy")
+        for r in results["students"]
+        if r["group"] == "main"
+    }
+    return [
+        {
+            **measured,
+            "task": task,
+            "rows": [
+                {
+                    **row,
+                    "accuracy": results["teachers"][task]["test"].get("accuracy")
+                    if index == 0
+                    else accuracy.get((task, row["name"], measured.get("seed"))),
+                }
+                for index, row in enumerate(measured["rows"])
+            ],
+        }
+        for task, measured in results.get("speed", {}).items()
+        if task in results["teachers"]
+    ]
+
+
+def ablation_data(results: dict) -> dict | None:
     """The ablations' table: each variant against its full method on the same data."""
     records = results["students"]
     ablation = [r for r in records if r["group"] not in ("main", "reference")]
     if not ablation:
-        return []
-    task, seeds = ablation[0]["task"], sorted({r["seed"] for r in ablation})
+        return None
     rows = [("full method", r) for r in full_method_records(records)] + [
         (r["group"], r) for r in ablation
     ]
     shown = [record for _, record in rows]
     acc, macro = aggregate(shown, "accuracy"), aggregate(shown, "macro_f1")
-    lines = [
-        "",
-        f"## Ablations ({task}, seed {', '.join(map(str, seeds))})",
-        "",
-        "Each variant against the full method (its preset's defaults) trained on the same data "
-        "with the same seeds"
-        + (
-            f" (the ablations' sample: {results['ablation_data']})."
-            if results.get("ablation_data")
-            else "."
-        ),
-        "",
-        "| group | variant | accuracy | macro-F1 |",
-        "|---|---|---|---|",
-    ]
-    seen = []
+    seen: dict[tuple[str, str], str] = {}  # (task, variant) → its group, in order
     for group, record in rows:
-        key = (record["task"], record["name"])
-        if key not in seen:
-            seen.append(key)
-            lines.append(
-                f"| {group} | {record['name']} | {cell(acc.get(key))} | {cell(macro.get(key))} |"
-            )
-    return lines
+        seen.setdefault((record["task"], record["name"]), group)
+    return {
+        "task": ablation[0]["task"],
+        "seeds": sorted({r["seed"] for r in ablation}),
+        "data": results.get("ablation_data"),
+        "rows": [
+            {
+                "group": group,
+                "variant": key[1],
+                "accuracy": acc.get(key),
+                "macro_f1": macro.get(key),
+            }
+            for key, group in seen.items()
+        ],
+    }
 
 
 def delta_figure(folder: Path, results: dict, intervals: Intervals) -> str | None:
@@ -785,6 +704,69 @@ def heatmap_gallery(out: Path, results: dict) -> dict[str, str]:
         for path in sorted(p for p in written if p.suffix == ".png"):
             figures[f"{task}: {path.stem}"] = str(path.relative_to(out))
     return figures
+
+
+def report_data(results: dict, figures: dict[str, str], intervals: Intervals) -> dict:
+    """What ``report.md`` shows, as plain data for its template: the record's tables as rows
+    of values (summaries over seeds, :class:`Interval` s), the verdicts as records."""
+    students = results["students"]
+    tasks = list(results["teachers"])
+    planned = results.get("planned_students") or len(students)
+    return {
+        "suite": results["suite"],
+        "tasks": tasks,
+        "setup": setup_data(results),
+        "calls": calls_data(results),
+        "tuning": tuning_data(results),
+        "incomplete": {"done": len(students), "planned": planned}
+        if len(students) < planned
+        else None,
+        "verdicts": verdicts(results, tasks, intervals),
+        "controls": control_rows(results, tasks, intervals),
+        "main": main_data(results, tasks, intervals),
+        "loyalty": loyalty_data(results, tasks),
+        "speed": speed_data(results),
+        "ablations": ablation_data(results),
+        "figures": [{"title": title, "path": path} for title, path in figures.items()],
+    }
+
+
+def environment() -> Environment:
+    """The Jinja environment of the report's template, with the filters that format its
+    values."""
+    env = Environment(
+        loader=PackageLoader("kd.reproduce"),
+        undefined=StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,  # Markdown, not HTML
+    )
+    env.filters |= {
+        "cell": cell,
+        "ci": interval_cell,
+        "describe": Interval.describe,
+        "duration": duration,
+        "fmt": lambda value, spec: spec.format(value),
+    }
+    env.tests["interval"] = lambda value: isinstance(value, Interval)
+    return env
+
+
+def render(data: dict) -> str:
+    """``report.md``'s text from :func:`report_data`'s structure."""
+    return environment().get_template(TEMPLATE).render(data)
+
+
+def write_report(
+    out: Path, results: dict, figures: dict[str, str], intervals: Intervals | None = None
+) -> Path:
+    """``<out>/report.md``: verdicts, controls, tables of the main results, loyalty and
+    ablations, and figures."""
+    data = report_data(results, figures, intervals or Intervals(results))
+    path = out / "report.md"
+    atomic_write_text(path, render(data))
+    return path
 
 
 def report(out: Path, results: dict) -> Path:

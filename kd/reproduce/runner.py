@@ -1,12 +1,14 @@
 """The runner: teachers, the weights chosen on dev, then every student, scored on the whole test
-split, with ``results.json`` rewritten after each.
+split, with ``results.json`` rewritten after each; then each task's first-seed students timed
+beside their teacher (size and speed, :func:`measure_speed`).
 
 ``results.json`` is the suite's record. A student whose :func:`~kd.reproduce.suite.identity` has
 a row there is finished: a later call (on another machine, without the run folders, or after the
 suite folder moved) keeps that row and trains nothing for it. Run folders are used when present:
 an unfinished student resumes from its checkpoint. Paths in the record are relative to the suite
-folder. Each row carries per-example test values (predictions, saliency loyalty, attribution
-gap, AOPC) so that the report's paired intervals need no run folder.
+folder. Each row carries per-example test values (predictions, label and probability loyalty,
+saliency loyalty, attribution gap, AOPC) so that the report's paired intervals need no run
+folder.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from kd.reproduce.suite import (
     teacher_settings,
 )
 from workbench.config import (
+    BenchmarkSettings,
     DataConfig,
     ObjectiveConfig,
     OptimConfig,
@@ -55,6 +58,7 @@ from workbench.runs import Run
 from workbench.shapes import ANY, BOOLEAN, INTEGER, NUMBER, STRING, Either, Mapping, problem
 
 FORMAT = 2  # results.json: rows with identities, relative paths and per-example values
+LOYALTY = ("label_loyalty", "probability_loyalty")  # per example in a student's predictions
 
 
 def compact(values: Sequence) -> str | list:
@@ -261,7 +265,11 @@ def train_and_score(
     predicted = run.read_json("predictions.json")["test"]
     if predicted["uids"] != scores["uids"]:
         raise WorkbenchError(f"{run.path}: predictions and scores cover different examples")
-    examples = {"predictions": compact(predicted["predictions"]), **scores["examples"]}
+    examples = {
+        "predictions": compact(predicted["predictions"]),
+        **{name: compact(predicted[name]) for name in LOYALTY if name in predicted},
+        **scores["examples"],
+    }
     test = {**run.results()["test"], **scores["means"]}
     return Scored(relative(run.path, out), test, examples, time.time() - started)
 
@@ -367,6 +375,76 @@ def measure_truncation(plan: TaskPlan) -> dict:
         "truncated_examples": sum(n > limit for n in lengths),
         "kept_tokens": sum(min(n, limit) for n in lengths) / sum(lengths),
         "median_tokens": sorted(lengths)[len(lengths) // 2],
+    }
+
+
+SPEED = ("parameters", "disk_mb", "latency_ms_median", "throughput_b32")  # kept, with ratios
+
+
+def speed_settings(suite: Suite, jobs: int) -> BenchmarkSettings:
+    """How the students are timed beside their teacher: ``suite.speed_examples`` test texts,
+    batch sizes 1 and 32, PyTorch fp32 on the CPU with the threads one of ``jobs`` workers
+    gets."""
+    threads = max(1, (os.cpu_count() or 1) // max(jobs, 1))
+    return BenchmarkSettings(
+        split="test", examples=suite.speed_examples or 0, batch_sizes="1,32", threads=threads
+    )
+
+
+def speed_key(teacher: dict, students: Sequence[dict], settings: BenchmarkSettings) -> str:
+    """What a task's speed record measured: its teacher, students and texts (not the threads,
+    which follow ``--jobs``)."""
+    return fingerprint(
+        {
+            "teacher": teacher.get("key", teacher["run"]),
+            "students": [s.get("key", s["run"]) for s in students],
+            "examples": settings.examples,
+            "batch_sizes": settings.batch_sizes,
+        }
+    )
+
+
+def speed_students(suite: Suite, task: str, planned: Sequence[Experiment]) -> list[int]:
+    """The positions in ``planned`` of the students timed on ``task``: each main-table
+    method's student of the task's first seed (controls, of the same size, left out)."""
+    first = suite.plans[task].seeds[0]
+    return [
+        i
+        for i, e in enumerate(planned)
+        if e.task == task and e.group == "main" and e.seed == first and CONTROL not in e.name
+    ]
+
+
+def measure_speed(
+    out: Path,
+    data: DataConfig,
+    teacher: dict,
+    students: Sequence[dict],
+    settings: BenchmarkSettings,
+) -> dict:
+    """Size and speed of a task's ``students`` (rows of the record) beside their ``teacher``
+    with :func:`workbench.benchmark.benchmark` on ``data``'s test split: parameters, weights
+    on disk, median latency at batch size 1 and examples/s at 32, each with its ratio to the
+    teacher's; with the benchmark's settings, the machine and its load when it started."""
+    from workbench.benchmark import benchmark
+
+    load_before = os.getloadavg()[0]
+    sources = [str(out / teacher["run"]), *(str(out / s["run"]) for s in students)]
+    measured = benchmark(sources, settings, data)
+    names = ["teacher", *(s["name"] for s in students)]
+    return {
+        "key": speed_key(teacher, students, settings),
+        "settings": measured["settings"],
+        "machine": measured["machine"],
+        "load_before": round(load_before, 1),
+        "rows": [
+            {
+                "name": name,
+                **{k: row.get(k) for k in SPEED},
+                **{f"{k}_ratio": row.get(f"{k}_ratio") for k in SPEED},
+            }
+            for name, row in zip(names, measured["rows"], strict=True)
+        ],
     }
 
 
@@ -489,6 +567,22 @@ RESULTS_SHAPE = {  # the suite's record (:mod:`workbench.shapes`), checked when 
             "seconds?": NUMBER,
         }
     ],
+    "speed?": Mapping(
+        {
+            "key": STRING,
+            "settings": {
+                "examples": INTEGER,
+                "batch_sizes": [INTEGER],
+                "warmup": INTEGER,
+                "repeats": INTEGER,
+                "threads": INTEGER,
+            },
+            "machine": {"cpu": STRING, "torch": STRING},
+            "load_before": NUMBER,
+            "seed?": INTEGER,
+            "rows": [{"name": STRING, **{f"{k}?": Either(NUMBER, None) for k in SPEED}}],
+        }
+    ),
     "calls?": [
         {
             "started": STRING,
@@ -567,6 +661,223 @@ def suite_fields(suite: Suite, previous: dict, shard: Shard | None) -> dict:
     }
 
 
+class SuiteCall:
+    """One call of :func:`run_suite`: what the record held when it started, what it trains,
+    and the record it writes (:meth:`record`) after every teacher, search, student and
+    timing."""
+
+    def __init__(
+        self,
+        out: Path,
+        suite: Suite,
+        announce: Callable[[str], None],
+        jobs: int,
+        shard: Shard | None,
+    ) -> None:
+        self.out, self.suite, self.announce, self.jobs = out, suite, announce, jobs
+        self.mine = shard_positions(suite, shard)
+        self.started = time.time()
+        self.load_before = os.getloadavg()[0]  # what else ran beside this call
+        self.previous = previous = read_results(out)
+        self.recorded = {r["key"]: r for r in previous.get("students", []) if "key" in r}
+        self.teachers: dict[str, dict] = {
+            task: record
+            for task, record in previous.get("teachers", {}).items()
+            if task in suite.plans
+            and record.get("key") == fingerprint(teacher_settings(suite.plans[task]))
+        }
+        self.tuning = {
+            method: record
+            for method, record in previous.get("tuning", {}).items()
+            if method in suite.tuned
+            and record.get("key") == fingerprint(tuning_settings(suite, method))
+        }
+        planned = experiments(suite)
+        needed = {
+            planned[i].name.removesuffix(CONTROL) for i in self.mine if planned[i].group == "main"
+        }
+        self.methods = [m for m in suite.tuned if m in needed]
+        self.test_sets = dict(previous.get("test_sets", {}))
+        self.speed = dict(previous.get("speed", {}))  # students timed beside their teacher
+        self.fixed = {**suite_fields(suite, previous, shard), "jobs": jobs}
+        self.runs: dict[str, Path] = {}  # each task's teacher
+        self.todo: list[Experiment] = []  # known once the weights are chosen
+        self.keys: list[str] = []  # the todo's identities
+        self.kept: list[dict] = []  # recorded ablations this call does not plan
+        self.scored: dict[int, dict] = {}
+        self.calls: dict[int, tuple] = {}
+        self.searches: dict[int, tuple] = {}
+
+    def record(self) -> dict:
+        """``results.json`` as it stands, with this call's wall clock so far."""
+        suite, previous, todo = self.suite, self.previous, self.todo
+        return {
+            **self.fixed,
+            "teachers": {t: self.teachers[t] for t in suite.plans if t in self.teachers},
+            "tuning": {m: self.tuning[m] for m in self.methods if m in self.tuning},
+            "planned_students": len(self.mine) if todo else previous.get("planned_students"),
+            "test_sets": self.test_sets,
+            "speed": {task: self.speed[task] for task in suite.plans if task in self.speed},
+            "students": [self.scored[i] for i in range(len(todo)) if i in self.scored] + self.kept
+            if todo
+            else previous.get("students", []),
+            "calls": [  # every call's wall clock: their sum is the suite's from an empty folder
+                *previous.get("calls", []),
+                {
+                    "started": time.strftime("%Y-%m-%d %H:%M", time.gmtime(self.started)),
+                    "seconds": round(time.time() - self.started),
+                    "searches": len(self.searches),
+                    "teachers": len(self.runs),
+                    "students": sum(i in self.calls for i in self.scored),  # trained by it
+                    "jobs": self.jobs,
+                    "load_before": round(self.load_before, 1),
+                },
+            ],
+        }
+
+    def save(self) -> dict:
+        """Write :meth:`record` to ``results.json`` (``--report-only`` works mid-suite)."""
+        record = self.record()
+        atomic_write_json(self.out / "results.json", record)
+        return record
+
+    def teacher_run(self, task: str) -> Path:
+        """The task's teacher: trained or reopened once per call, or the given classifier."""
+        if task not in self.runs:
+            self.announce(f"teacher on {task}")
+            plan = self.suite.plans[task]
+            if plan.given_teacher:  # recorded by its absolute path: it lives outside the suite
+                path, test = given_teacher(plan)
+                where = str(path)
+            else:
+                run = task_teacher(self.out, task, plan)
+                path, test, where = run.path, run.results()["test"], relative(run.path, self.out)
+            self.runs[task] = path
+            self.teachers[task] = {
+                "key": fingerprint(teacher_settings(plan)),
+                "run": where,
+                "test": test,
+            }
+            self.save()
+        return self.runs[task]
+
+    def tuned(self, index: int, record: dict) -> None:
+        """A search finished: its method's chosen weights."""
+        self.tuning[self.methods[index]] = record
+        self.announce(f"weights chosen on dev for {self.methods[index]}: {record['chosen']}")
+        self.save()
+
+    def finished(self, index: int, result: Scored) -> None:
+        """A student finished: its row (and its test set's ids and labels, once)."""
+        experiment = self.todo[index]
+        test_set = test_set_key(self.suite.plan_of(experiment).data)
+        if test_set not in self.test_sets:
+            predicted = Run(self.out / result.run).read_json("predictions.json")["test"]
+            self.test_sets[test_set] = {
+                "uids": predicted["uids"],
+                "labels": compact(predicted["labels"]),
+            }
+        self.scored[index] = {
+            "key": self.keys[index],
+            "task": experiment.task,
+            "name": experiment.name,
+            "group": experiment.group,
+            "seed": experiment.seed,
+            "sweep": experiment.sweep,
+            "run": result.run,
+            "test": result.test,
+            "examples": {"test_set": test_set, **result.examples},
+            "seconds": round(result.seconds),
+        }
+        self.announce(
+            f"[{len(self.scored)}/{len(self.mine)}] {experiment.task}: {experiment.name}, seed "
+            f"{experiment.seed}: test accuracy {result.test['accuracy'] * 100:.1f} "
+            f"({result.seconds:.0f} s)"
+        )
+        self.save()
+
+    def plan_students(self) -> None:
+        """The students under the chosen weights: those recorded kept, the rest to train
+        (with their teachers)."""
+        suite, recorded = self.suite, self.recorded
+        chosen = {m: from_dict(ObjectiveConfig, r["objective"]) for m, r in self.tuning.items()}
+        self.todo = todo = experiments(suite, chosen)
+        self.keys = keys = [identity(e, suite.plan_of(e), suite.plans[e.task]) for e in todo]
+        self.kept = [  # a call without --ablations loses none that a call with it recorded
+            recorded[key]
+            for e in experiments(suite.with_ablations(), chosen)
+            if (key := identity(e, suite.plan_of(e), suite.plans[e.task])) in recorded
+            and key not in keys
+        ]
+        self.scored.update({i: recorded[keys[i]] for i in self.mine if keys[i] in recorded})
+        self.calls.update(
+            {
+                i: (
+                    self.out,
+                    self.teacher_run(todo[i].task),
+                    suite.plan_of(todo[i]),
+                    todo[i],
+                    keys[i],
+                )
+                for i in self.mine
+                if i not in self.scored
+            }
+        )
+        for task in dict.fromkeys(todo[i].task for i in self.mine):  # a task with nothing
+            if task not in self.teachers:  # left to train keeps its recorded teacher
+                self.teacher_run(task)
+
+    def time_students(self) -> None:
+        """Time each task's first-seed students beside their teacher where the record lacks
+        that timing (or timed other students) and their folders are here."""
+        suite = self.suite
+        if suite.speed_examples is None:
+            return
+        settings = speed_settings(suite, self.jobs)
+        for task, plan in suite.plans.items():
+            wanted = speed_students(suite, task, self.todo)
+            if not wanted or task not in self.teachers or any(i not in self.scored for i in wanted):
+                continue
+            teacher, students = self.teachers[task], [self.scored[i] for i in wanted]
+            if self.speed.get(task, {}).get("key") == speed_key(teacher, students, settings):
+                continue
+            folders = [self.out / teacher["run"], *(self.out / s["run"] for s in students)]
+            absent = next((folder for folder in folders if not folder.is_dir()), None)
+            if absent is not None:
+                self.announce(f"{task}: students not timed, {absent} is not here")
+                continue
+            self.announce(
+                f"{task}: timing the seed-{plan.seeds[0]} students beside the teacher on "
+                f"{suite.speed_examples} test texts"
+            )
+            measured = measure_speed(self.out, plan.data, teacher, students, settings)
+            self.speed[task] = {**measured, "seed": plan.seeds[0]}
+            self.save()
+
+    def run(self) -> dict:
+        """Search, train, score and time what the record lacks; the final record."""
+        try:
+            self.searches.update(
+                {
+                    index: (self.out, self.teacher_run(self.suite.ablation_task), self.suite, m)
+                    for index, m in enumerate(self.methods)
+                    if m not in self.tuning
+                }
+            )
+            _parallel(choose_weights, self.searches, self.jobs, self.tuned)
+            self.plan_students()
+            if not self.calls:
+                self.announce(
+                    f"all {len(self.mine)} students are recorded in "
+                    f"{self.out / 'results.json'}: none trained"
+                )
+            _parallel(train_and_score, self.calls, self.jobs, self.finished)
+            self.time_students()
+        finally:  # also when interrupted: what finished is kept, with this call's wall clock
+            final = self.save()
+        return final
+
+
 def run_suite(
     out: Path,
     suite: Suite,
@@ -579,150 +890,9 @@ def run_suite(
     test split; rows already recorded under the same identity are kept as they are. With
     ``jobs`` > 1 searches and students run in that many processes. ``shard``: only that part of
     the students (:class:`~kd.reproduce.suite.Shard`), with the searches and teachers they need
-    (each seeded as in the whole suite, so every shard trains the same ones). The record is
-    rewritten after every teacher, search and student, and when the call is interrupted, with
-    this call's wall clock."""
-    mine = shard_positions(suite, shard)
-    started = time.time()
-    load_before = os.getloadavg()[0]  # what else ran beside this call, for its wall clock
-    previous = read_results(out)
-    recorded = {r["key"]: r for r in previous.get("students", []) if "key" in r}
-    teachers: dict[str, dict] = {
-        task: record
-        for task, record in previous.get("teachers", {}).items()
-        if task in suite.plans
-        and record.get("key") == fingerprint(teacher_settings(suite.plans[task]))
-    }
-    tuning = {
-        method: record
-        for method, record in previous.get("tuning", {}).items()
-        if method in suite.tuned
-        and record.get("key") == fingerprint(tuning_settings(suite, method))
-    }
-    planned = experiments(suite)
-    needed = {planned[i].name.removesuffix(CONTROL) for i in mine if planned[i].group == "main"}
-    methods = [m for m in suite.tuned if m in needed]
-    test_sets = dict(previous.get("test_sets", {}))
-    fixed = {**suite_fields(suite, previous, shard), "jobs": jobs}  # fixed during the call
-    runs: dict[str, Path] = {}  # each task's teacher
-    todo: list[Experiment] = []  # known once the weights are chosen
-    kept: list[dict] = []  # recorded ablations this call does not plan (no --ablations)
-    scored: dict[int, dict] = {}
-    calls: dict[int, tuple] = {}
-    searches: dict[int, tuple] = {}
-
-    def results() -> dict:
-        return {
-            **fixed,
-            "teachers": {task: teachers[task] for task in suite.plans if task in teachers},
-            "tuning": {m: tuning[m] for m in methods if m in tuning},
-            "planned_students": len(mine) if todo else previous.get("planned_students"),
-            "test_sets": test_sets,
-            "students": [scored[i] for i in range(len(todo)) if i in scored] + kept
-            if todo
-            else previous.get("students", []),
-            "calls": [  # every call's wall clock: their sum is the suite's from an empty folder
-                *previous.get("calls", []),
-                {
-                    "started": time.strftime("%Y-%m-%d %H:%M", time.gmtime(started)),
-                    "seconds": round(time.time() - started),
-                    "searches": len(searches),
-                    "teachers": len(runs),
-                    "students": sum(i in calls for i in scored),  # trained by this call
-                    "jobs": jobs,
-                    "load_before": round(load_before, 1),
-                },
-            ],
-        }
-
-    def teacher_run(task: str) -> Path:
-        if task not in runs:
-            announce(f"teacher on {task}")
-            plan = suite.plans[task]
-            if plan.given_teacher:  # recorded by its absolute path: it lives outside the suite
-                path, test = given_teacher(plan)
-                where = str(path)
-            else:
-                run = task_teacher(out, task, plan)
-                path, test, where = run.path, run.results()["test"], relative(run.path, out)
-            runs[task] = path
-            teachers[task] = {
-                "key": fingerprint(teacher_settings(plan)),
-                "run": where,
-                "test": test,
-            }
-            atomic_write_json(out / "results.json", results())
-        return runs[task]
-
-    def tuned(index: int, record: dict) -> None:
-        tuning[methods[index]] = record
-        announce(f"weights chosen on dev for {methods[index]}: {record['chosen']}")
-        atomic_write_json(out / "results.json", results())
-
-    def finished(index: int, result: Scored) -> None:
-        experiment = todo[index]
-        data = suite.plan_of(experiment).data
-        test_set = test_set_key(data)
-        if test_set not in test_sets:
-            predicted = Run(out / result.run).read_json("predictions.json")["test"]
-            test_sets[test_set] = {
-                "uids": predicted["uids"],
-                "labels": compact(predicted["labels"]),
-            }
-        scored[index] = {
-            "key": keys[index],
-            "task": experiment.task,
-            "name": experiment.name,
-            "group": experiment.group,
-            "seed": experiment.seed,
-            "sweep": experiment.sweep,
-            "run": result.run,
-            "test": result.test,
-            "examples": {"test_set": test_set, **result.examples},
-            "seconds": round(result.seconds),
-        }
-        announce(
-            f"[{len(scored)}/{len(mine)}] {experiment.task}: {experiment.name}, seed "
-            f"{experiment.seed}: test accuracy {result.test['accuracy'] * 100:.1f} "
-            f"({result.seconds:.0f} s)"
-        )
-        atomic_write_json(out / "results.json", results())  # --report-only works mid-suite
-
-    try:
-        searches.update(
-            {
-                index: (out, teacher_run(suite.ablation_task), suite, method)
-                for index, method in enumerate(methods)
-                if method not in tuning
-            }
-        )
-        _parallel(choose_weights, searches, jobs, tuned)
-        chosen = {m: from_dict(ObjectiveConfig, r["objective"]) for m, r in tuning.items()}
-        todo = experiments(suite, chosen)
-        keys = [identity(e, suite.plan_of(e), suite.plans[e.task]) for e in todo]
-        kept = [  # a call without --ablations loses none that a call with it recorded
-            recorded[key]
-            for e in experiments(suite.with_ablations(), chosen)
-            if (key := identity(e, suite.plan_of(e), suite.plans[e.task])) in recorded
-            and key not in keys
-        ]
-        scored.update({i: recorded[keys[i]] for i in mine if keys[i] in recorded})
-        calls.update(
-            {
-                i: (out, teacher_run(todo[i].task), suite.plan_of(todo[i]), todo[i], keys[i])
-                for i in mine
-                if i not in scored
-            }
-        )
-        for task in dict.fromkeys(todo[i].task for i in mine):  # a task with nothing left to
-            if task not in teachers:  # train keeps its recorded teacher
-                teacher_run(task)
-        if not calls:
-            announce(
-                f"all {len(mine)} students are recorded in {out / 'results.json'}: none trained"
-            )
-        _parallel(train_and_score, calls, jobs, finished)
-    finally:  # also when interrupted: what finished is kept, with this call's wall clock
-        final = results()
-        atomic_write_json(out / "results.json", final)
-    return final
+    (each seeded as in the whole suite, so every shard trains the same ones). Then each task
+    whose first-seed students are all recorded gets them timed beside its teacher
+    (:meth:`SuiteCall.time_students`) unless the record holds that timing. The record is
+    rewritten after every teacher, search, student and timing, and when the call is
+    interrupted, with this call's wall clock (:class:`SuiteCall`)."""
+    return SuiteCall(out, suite, announce, jobs, shard).run()

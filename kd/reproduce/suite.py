@@ -101,6 +101,8 @@ class Suite:
     tuned: dict[str, tuple[str, ...]] = field(default_factory=dict)  # method → parameters
     # chosen on dev (ablation scale, seed 1) before the main table; {}: the presets' defaults
     tune_trials: int = 8
+    speed_examples: int | None = 200  # test texts each task's first-seed students are timed
+    # on beside their teacher (kdw benchmark, PyTorch fp32 on the CPU); None: not timed
 
     def plan_of(self, experiment: Experiment) -> TaskPlan:
         """The plan an experiment trains under: the students may train on fewer examples than
