@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,17 +10,15 @@ import torch
 from safetensors.torch import load_file
 
 from kd.pipeline import distill, train_teacher
-from tests.conftest import ROOT, kill_at_step
+from tests.conftest import kdw_here, kill_at_step
 from workbench.config import DataConfig, ObjectiveConfig, OptimConfig, StudentConfig, TeacherConfig
 from workbench.models import load_run
 from workbench.runs import Run
 
 
-def _teacher_command(run_dir: Path, model_dir: Path, task_dir: Path) -> list[str]:
+def _teacher_arguments(run_dir: Path, model_dir: Path, task_dir: Path) -> list[str]:
+    """A teacher of 225 steps that checkpoints every 3 and evaluates every 50."""
     return [
-        sys.executable,
-        "-m",
-        "kd.cli",
         "train-teacher",
         "--run-dir",
         str(run_dir),
@@ -32,7 +27,7 @@ def _teacher_command(run_dir: Path, model_dir: Path, task_dir: Path) -> list[str
         "--model",
         str(model_dir),
         "--epochs",
-        "6",
+        "3",
         "--batch-size",
         "4",
         "--checkpoint-every",
@@ -48,26 +43,20 @@ def _teacher_command(run_dir: Path, model_dir: Path, task_dir: Path) -> list[str
     ]
 
 
-def _run(command: list[str]) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run(
-        command, capture_output=True, text=True, env=env, timeout=600, check=False
-    )
-
-
 def test_resume_after_kill_ends_with_the_same_weights(tiny_model_dir, tiny_task_dir, tmp_path):
     killed_dir, clean_dir = tmp_path / "killed", tmp_path / "clean"
     state = kill_at_step(
-        _teacher_command(killed_dir, tiny_model_dir, tiny_task_dir), killed_dir, 100
+        _teacher_arguments(killed_dir, tiny_model_dir, tiny_task_dir), killed_dir, 100
     )
     assert state.get("state") == "running" and state["step"] < state["total"], state
     saved = torch.load(killed_dir / "checkpoint.pt", weights_only=True)
     assert 0 < saved["state"]["step"] < state["total"]
 
-    resumed = _run(_teacher_command(killed_dir, tiny_model_dir, tiny_task_dir))
-    assert resumed.returncode == 0, resumed.stderr
-    clean = _run(_teacher_command(clean_dir, tiny_model_dir, tiny_task_dir))
-    assert clean.returncode == 0, clean.stderr
+    for run_dir in (killed_dir, clean_dir):  # the killed run resumes; the clean one runs whole
+        status, stderr = kdw_here(
+            _teacher_arguments(run_dir, tiny_model_dir, tiny_task_dir), tmp_path
+        )
+        assert status == 0, stderr
 
     final_killed = torch.load(killed_dir / "checkpoint.pt", weights_only=True)
     final_clean = torch.load(clean_dir / "checkpoint.pt", weights_only=True)
