@@ -268,15 +268,14 @@ def test_bad_teachers_are_one_line_and_write_nothing(
         assert not run.exists()
 
 
-@pytest.mark.slow
-def test_a_plain_checkpoint_folder_teaches_exactly_as_its_run(task_dir, tmp_path):
-    """The bundled MiniLM fine-tuned as a teacher run, its model saved as a plain
+def test_a_plain_checkpoint_folder_teaches_exactly_as_its_run(task_dir, tiny_model_dir, tmp_path):
+    """A BERT encoder fine-tuned as a teacher run, its model saved as a plain
     ``BertForSequenceClassification`` folder (no run files): a student distilled from the
     folder equals, weight for weight, the one distilled from the run."""
     small = ["--max-length", "24", "--max-train-examples", "60", "--batch-size", "16"]
     teacher_run = tmp_path / "teacher"
     command = ["train-teacher", "--run-dir", str(teacher_run), "--task", str(task_dir)]
-    assert main([*command, "--model", "minilm-l6", "--epochs", "1", *small]) == 0
+    assert main([*command, "--model", str(tiny_model_dir), "--epochs", "1", *small]) == 0
     folder = tmp_path / "plain"
     shutil.copytree(teacher_run / "model", folder, ignore=shutil.ignore_patterns("README.md"))
     assert json.loads((folder / "config.json").read_text())["architectures"] == [
