@@ -1,6 +1,6 @@
-"""Issue 16's cases, rerun: damaged files, refused reruns that name the option, run records that
-open from any working directory, and the table of ``kdw`` commands that must end in one line on
-stderr, exit status 2 and nothing written (each run as a real process)."""
+"""Refusals: damaged files, refused reruns that name the option, run records that open from any
+working directory, and the table of ``kdw`` commands that must end in one line on stderr, exit
+status 2 and nothing written (each run as a real process)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def _truncate(path: Path, keep: float = 0.5) -> None:
 def work(tmp_path_factory) -> Path:
     """A tiny model folder, a task, and a teacher and a student made with relative paths from
     ``work`` (the teacher's run recorded as ``--teacher teacher``)."""
-    work = tmp_path_factory.mktemp("hardening")
+    work = tmp_path_factory.mktemp("refusals")
     write_tiny_workspace(work)
     here = Path.cwd()
     os.chdir(work)

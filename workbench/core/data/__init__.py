@@ -7,9 +7,9 @@ texts, labels and stable example ids — which :func:`encode` tokenises (truncat
 Modules: :mod:`~workbench.core.data.splits` (the types, deterministic splits and samples),
 :mod:`~workbench.core.data.bundled` (tweets, BBC News), :mod:`~workbench.core.data.glue` (hub
 parquet and GLUE TSV layouts), :mod:`~workbench.core.data.local` (CSV/TSV/JSONL/parquet files,
-checked),
-:mod:`~workbench.core.data.hub_sets` (any labelled hub data set, or one saved by ``save_to_disk``),
-:mod:`~workbench.core.data.encoding` (tokenisation and padding). :func:`load_task` picks the source.
+checked), :mod:`~workbench.core.data.hub_sets` (any labelled hub data set, or one saved by
+``save_to_disk``), :mod:`~workbench.core.data.encoding` (tokenisation and padding).
+:func:`load_task` picks the source.
 """
 
 from __future__ import annotations
