@@ -866,7 +866,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 130
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
