@@ -9,9 +9,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from test_app import HOSTILE, STUDENTS, build_tiny_runs
 
 from kd.cli import main
+from tests.app.test_app import HOSTILE, STUDENTS, build_tiny_runs
 from workbench.analysis.heatmaps import (
     Example,
     ExportSettings,

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from streamlit.elements.plotly_chart import PlotlyState
 from streamlit.testing.v1 import AppTest
-from test_app import APP, STUDENTS, build_tiny_runs
 
+from tests.app.test_app import APP, STUDENTS, build_tiny_runs
 from workbench.analysis.benchmark import BenchmarkSettings, benchmark
 from workbench.app.catalog import discover_runs
 from workbench.app.compression import compression_table, methods_of

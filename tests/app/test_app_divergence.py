@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
-from test_app import APP, STUDENTS, build_tiny_runs
 from transformers import AutoTokenizer, BertTokenizerFast
+
+from tests.app.test_app import APP, STUDENTS, build_tiny_runs
 
 PAGE = "workbench/app/divergence.py"
 

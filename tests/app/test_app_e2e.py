@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_app import HOSTILE, STUDENTS, build_tiny_runs
 
+from tests.app.test_app import HOSTILE, STUDENTS, build_tiny_runs
 from tests.conftest import debian_package, served
 
 pytestmark = pytest.mark.e2e

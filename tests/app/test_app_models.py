@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
-from test_app import APP, _charts, _html, _ok, tiny_optim
 
 from kd.training.pipeline import distill
+from tests.app.test_app import APP, _charts, _html, _ok, tiny_optim
 from tests.conftest import make_sentences
 from tests.tiny_families import save_family_model
 from workbench.core.config import DataConfig, ObjectiveConfig, StudentConfig

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_app_e2e import _free_port, chromium, page  # noqa: F401 (fixtures)
 
 from kd.training.pipeline import train_teacher
+from tests.app.test_app_e2e import _free_port, chromium, page  # noqa: F401 (fixtures)
 from tests.conftest import make_sentences, served, tiny_model, tiny_tokenizer
 from workbench.core.config import DataConfig, OptimConfig, TeacherConfig, TrackingConfig
 
