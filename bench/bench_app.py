@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 
 from bench.common import setup, write_results
+from workbench.analysis.heatmaps import Example, HeatmapSettings, agreement, explain, to_heatmap
 from workbench.app.heatmap_view import heatmap_html
-from workbench.heatmaps import Example, HeatmapSettings, agreement, explain, to_heatmap
-from workbench.models import load_run
+from workbench.core.models import load_run
 
 SENTENCE = (
     "honestly the new self driving cars look amazing but i would never trust one "

@@ -9,7 +9,7 @@ Teacher: MiniLM-L6 (the demo's fine-tuned teacher if it exists, else a random cl
 head: timing does not depend on the head), pad baseline, 2 torch threads. The engine runs for
 steps m = 1, 2, 4, 8 with one view (the predicted class) and with all 3 views (every class), to
 show how time and memory grow; the reference runs for m = 1 and 8 with all 3 views. Engine:
-:func:`workbench.attribution.attribution_maps` on batches of 32 tweets sorted by length,
+:func:`workbench.analysis.attribution.attribution_maps` on batches of 32 tweets sorted by length,
 steps × examples stacked into chunks under its default memory budget, one forward per chunk for
 all views. Reference: each tweet alone, each class separately — for ``steps >= 2``
 Captum's ``LayerIntegratedGradients`` (riemann_right, pad-id baselines); for ``steps = 1``
@@ -42,10 +42,10 @@ import torch
 from captum.attr import LayerIntegratedGradients
 
 from bench.common import setup, table, teacher_and_tokenizer, write_results
-from workbench.attribution import attribution_map, attribution_maps
-from workbench.config import DataConfig
-from workbench.data import batches, encode, load_task, sample_split
-from workbench.models import embed, embeddings_module, forward
+from workbench.analysis.attribution import attribution_map, attribution_maps
+from workbench.core.config import DataConfig
+from workbench.core.data import batches, encode, load_task, sample_split
+from workbench.core.models import embed, embeddings_module, forward
 
 BATCH_SIZE = 32
 ENGINE_STEPS = (1, 2, 4, 8)

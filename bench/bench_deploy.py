@@ -21,9 +21,9 @@ import tempfile
 from pathlib import Path
 
 from bench.common import setup, write_results
-from kd.pipeline import distill, export_model, train_teacher
-from workbench.benchmark import benchmark, format_benchmark
-from workbench.config import (
+from kd.training.pipeline import distill, export_model, train_teacher
+from workbench.analysis.benchmark import benchmark, format_benchmark
+from workbench.core.config import (
     BenchmarkSettings,
     DataConfig,
     ObjectiveConfig,
@@ -31,7 +31,7 @@ from workbench.config import (
     StudentConfig,
     TeacherConfig,
 )
-from workbench.models import load_config, load_tokenizer, random_student
+from workbench.core.models import load_config, load_tokenizer, random_student
 
 DEMO = Path("runs/demo")
 

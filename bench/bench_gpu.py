@@ -24,10 +24,10 @@ import torch
 from transformers import AutoModelForSequenceClassification, BertConfig
 
 from bench.common import setup, student_from, write_results
-from workbench.benchmark import benchmark, format_benchmark
-from workbench.config import BenchmarkSettings, DataConfig
-from workbench.data import load_task
-from workbench.models import ATTENTION, load_tokenizer
+from workbench.analysis.benchmark import benchmark, format_benchmark
+from workbench.core.config import BenchmarkSettings, DataConfig
+from workbench.core.data import load_task
+from workbench.core.models import ATTENTION, load_tokenizer
 
 
 def bert_base_models(root: Path, tokenizer: str, data: DataConfig) -> list[Path]:

@@ -27,9 +27,9 @@ from bench.common import (
     write_results,
 )
 from bench.reference import authors_step_loss
-from kd.objective import Objective
-from kd.pipeline import prepare_gradient_student
-from workbench.config import ObjectiveConfig
+from kd.methods.objective import Objective
+from kd.training.pipeline import prepare_gradient_student
+from workbench.core.config import ObjectiveConfig
 
 PRESETS = ("kd", "pkd-skip", "ckd", "adkd", "gkd", "gkd-cls")
 

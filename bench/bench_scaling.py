@@ -31,10 +31,10 @@ import torch
 from transformers import AutoModelForSequenceClassification, BertConfig, PreTrainedModel
 
 from bench.common import setup, student_from, table, write_results
-from kd.objective import Objective
-from kd.pipeline import prepare_gradient_student
-from workbench.config import ObjectiveConfig
-from workbench.models import ATTENTION, encoder_layers, load_classifier, resolve_device
+from kd.methods.objective import Objective
+from kd.training.pipeline import prepare_gradient_student
+from workbench.core.config import ObjectiveConfig
+from workbench.core.models import ATTENTION, encoder_layers, load_classifier, resolve_device
 
 METHODS = ("kd", "pkd-skip", "ckd", "adkd", "gkd", "gkd-cls")
 LENGTHS = (32, 64, 128, 256, 512)

@@ -13,9 +13,9 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel
 
-from workbench.config import DataConfig
-from workbench.data import batches, encode, load_task, pad_id
-from workbench.models import (
+from workbench.core.config import DataConfig
+from workbench.core.data import batches, encode, load_task, pad_id
+from workbench.core.models import (
     cut_student,
     encoder_layers,
     load_classifier,

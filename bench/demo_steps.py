@@ -23,9 +23,9 @@ import torch
 
 from bench.bench_objectives import make_step
 from bench.common import setup, student_from, teacher_and_tokenizer, tweet_batch, write_results
-from kd.demo import SIZES
-from kd.objective import Objective
-from workbench.config import ObjectiveConfig, OptimConfig
+from kd.methods.objective import Objective
+from kd.training.demo import SIZES
+from workbench.core.config import ObjectiveConfig, OptimConfig
 
 
 def timed(step, repeats: int) -> dict[str, float]:

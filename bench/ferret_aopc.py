@@ -31,11 +31,11 @@ import numpy as np
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-from workbench.attribution import grad_saliency
-from workbench.config import DataConfig
-from workbench.data import load_task
-from workbench.faithfulness import aopc
-from workbench.models import resolve_model
+from workbench.analysis.attribution import grad_saliency
+from workbench.analysis.faithfulness import aopc
+from workbench.core.config import DataConfig
+from workbench.core.data import load_task
+from workbench.core.models import resolve_model
 
 RESULTS = Path(__file__).parent / "results" / "ferret_aopc.json"
 

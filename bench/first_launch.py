@@ -1,6 +1,6 @@
 """Seconds from ``streamlit run app.py`` on an empty runs root to the first student heatmap row of
 the case study, in Debian's headless Chromium through Playwright (the browser set-up of
-``tests/test_app_e2e.py``). The app builds its first-run demo itself (``$KDW_DEMO``, default
+``tests/app/test_app_e2e.py``). The app builds its first-run demo itself (``$KDW_DEMO``, default
 ``default``: the quick demo first, then the full one); the script also prints when each build
 stage began, from the build's progress files. The server, its demo job and the browser are
 stopped at the end; the runs root is a temporary folder unless ``--keep`` names one.
@@ -28,7 +28,7 @@ from pathlib import Path
 
 from bench.common import write_results
 from workbench.app.runner import DEMO_FOLDERS, PROGRESS_FILE, SIZES_ENV
-from workbench.files import read_json_lines
+from workbench.core.files import read_json_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -39,7 +39,7 @@ ROWS = "document.querySelectorAll('.kdw-row').length"
 def _tiny_sizes(folder: Path) -> str:
     """``$KDW_DEMO_SIZES`` for a demo on a tiny random BERT saved in ``folder``."""
     sys.path.insert(0, str(ROOT / "tests"))
-    from conftest import tiny_model, tiny_tokenizer
+    from tests.conftest import tiny_model, tiny_tokenizer
 
     tiny_tokenizer(folder)
     tiny_model().save_pretrained(folder)

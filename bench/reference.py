@@ -23,7 +23,7 @@ from tests.reference_terms import (
     logit_kd_loss,
     task_loss,
 )
-from workbench.models import embed, forward
+from workbench.core.models import embed, forward
 
 
 def _leaf_embedding(model: PreTrainedModel, batch: dict[str, Tensor]) -> Tensor:
@@ -116,7 +116,8 @@ def authors_step_loss(
     objective,
 ) -> dict[str, Tensor]:
     """The straightforward step of ``method`` (``"adkd"`` or ``"gkd"``) with the weights,
-    temperature, KD form and attribution distance of a resolved :class:`kd.objective.Objective`."""
+    temperature, KD form and attribution distance of a resolved
+    :class:`kd.methods.objective.Objective`."""
     settings = {
         "weights": objective.weights,
         "tau": objective.temperature,

@@ -13,9 +13,9 @@ import argparse
 import html
 import re
 
-import kd.objective  # noqa: F401  (registers the lists that help texts name)
+import kd.methods.objective  # noqa: F401  (registers the lists that help texts name)
 from kd.cli import build_parser
-from workbench.config import fill_help
+from workbench.core.config import fill_help
 
 MARKER = "<!-- kdw-reference -->"
 USAGE_WIDTH = 76  # the width of the page's code blocks

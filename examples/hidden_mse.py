@@ -5,10 +5,10 @@ loss of FitNets / TinyBERT, without their projection), in one file.
     L = CE + KD + β L_hid
 
 Importing the module registers everything; then ``ObjectiveConfig(weights="ce=0.5,kd=0.5,
-hidden=1")`` trains with it (``preset="hidden-mse"`` too), :func:`kd.tune.search_space` gives its
-space, :func:`kd.reproduce.suite.ablations` its ablation and the report checks its claim. To ship
-it with the package (so that ``kdw`` offers it), move it to ``kd/methods/`` and import it in
-``kd/methods/__init__.py``. See ``docs/adding-a-method.md``.
+hidden=1")`` trains with it (``preset="hidden-mse"`` too), :func:`kd.experiments.tune.search_space`
+gives its space, :func:`kd.experiments.reproduce.suite.ablations` its ablation and the report checks
+its claim. To ship it with the package (so that ``kdw`` offers it), move it to ``kd/methods/`` and
+import it in ``kd/methods/__init__.py``. See ``docs/adding-a-method.md``.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from kd.layer_map import uniform_layers
-from kd.objective import (
+from kd.methods.layer_map import uniform_layers
+from kd.methods.objective import (
     PRESETS,
     TOKENS,
     Ablation,
@@ -30,7 +30,7 @@ from kd.objective import (
     teacher_field,
     term,
 )
-from workbench.models import forward
+from workbench.core.models import forward
 
 
 # 1. The loss: a pure function of tensors, shapes in its docstring.

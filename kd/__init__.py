@@ -1,5 +1,6 @@
-"""Distillation: the methods (their pure loss functions importable from here), the objective,
-the trainer, the CLI.
+"""Distillation, one subpackage per layer: the methods and the objective (:mod:`kd.methods`; their
+pure loss functions importable from here), training (:mod:`kd.training`), experiments over many
+trainings (:mod:`kd.experiments`) and the command line (:mod:`kd.cli`).
 
 The loss functions are imported when first asked for, so that importing the package (as
 ``kdw --help`` does) loads neither torch nor transformers."""

@@ -193,8 +193,8 @@ def write_tiny_runs(work: Path) -> None:
     """:func:`write_tiny_workspace`, then ``work/teacher`` (a run trained on ``work/task`` at
     max length 16) and ``work/student`` (2 layers distilled from it with vanilla KD), recorded
     with absolute paths."""
-    from kd.pipeline import distill, train_teacher
-    from workbench.config import (
+    from kd.training.pipeline import distill, train_teacher
+    from workbench.core.config import (
         DataConfig,
         ObjectiveConfig,
         OptimConfig,

@@ -4,7 +4,7 @@ Independent of ``kd`` (plain torch, nothing imported from the project): each fun
 the equation in ``docs/methods.md`` or the released code's arithmetic as directly as possible —
 per-example, per-pair and per-triple loops where the project uses banded or batched tensors.
 ``tests/fixtures/golden_terms.json`` stores their values on fixed seeded inputs
-(``python tests/reference_terms.py`` rewrites it) and ``tests/test_golden_terms.py`` holds
+(``python tests/reference_terms.py`` rewrites it) and ``tests/methods/test_golden_terms.py`` holds
 the project's functions to them. ``bench/reference.py`` builds the authors' AD-KD and GKD
 steps from the same functions.
 

@@ -17,9 +17,9 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from workbench.config import DataConfig
-from workbench.data import load_task
-from workbench.models import resolve_model
+from workbench.core.config import DataConfig
+from workbench.core.data import load_task
+from workbench.core.models import resolve_model
 
 FAMILY_TYPES = ("bert", "distilbert", "electra", "roberta", "xlm-roberta", "deberta-v2")
 WIDTH, LAYERS = 32, 4

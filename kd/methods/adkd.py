@@ -6,7 +6,7 @@ attribution maps learn the teacher's, besides vanilla KD's two terms.
     L_attr = mean_b ‖ Ã_t[b] − Ã_s[b] ‖₂, Ã concatenating the C views          (Eq. 9)
     L = (1 − α) CE + α KD + β L_attr                                             (Eq. 10)
 
-The maps come from :mod:`workbench.attribution` (IG on the embeddings with [PAD] baselines,
+The maps come from :mod:`workbench.analysis.attribution` (IG on the embeddings with [PAD] baselines,
 top-K embedding dimensions); this module only chooses the views and the sites and compares:
 
 - ``reduction="paper"`` (Eq. 9) as above;
@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from kd.objective import (
+from kd.methods.objective import (
     EXAMPLES,
     PRESETS,
     TOKENS,
@@ -40,10 +40,10 @@ from kd.objective import (
     teacher_field,
     term,
 )
-from workbench.attribution import attribution_maps
-from workbench.config import parse_views
-from workbench.errors import WorkbenchError
-from workbench.models import encoder_layers
+from workbench.analysis.attribution import attribution_maps
+from workbench.core.config import parse_views
+from workbench.core.errors import WorkbenchError
+from workbench.core.models import encoder_layers
 
 
 def attribution_loss(

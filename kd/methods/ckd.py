@@ -41,8 +41,8 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from kd.layer_map import uniform_layers
-from kd.objective import (
+from kd.methods.layer_map import uniform_layers
+from kd.methods.objective import (
     PRESETS,
     TOKENS,
     Ablation,
@@ -54,14 +54,14 @@ from kd.objective import (
     teacher_field,
     term,
 )
-from workbench.geometry import (
+from workbench.analysis.geometry import (
     DEFAULT_WINDOW,
     PairKind,
     pairwise_distance_relation,
     real_mask,
     windowed_angle_relation,
 )
-from workbench.models import forward
+from workbench.core.models import forward
 
 Variant = Literal["paper", "official"]
 

@@ -19,8 +19,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from kd.methods.pkd import mapped_pairs
-from kd.objective import (
+from kd.methods.objective import (
     PRESETS,
     TOKENS,
     Ablation,
@@ -32,8 +31,9 @@ from kd.objective import (
     teacher_field,
     term,
 )
-from workbench.attribution import input_gradients
-from workbench.models import embed, forward
+from kd.methods.pkd import mapped_pairs
+from workbench.analysis.attribution import input_gradients
+from workbench.core.models import embed, forward
 
 
 def unit_normalize(x: Tensor, eps: float = 1e-12) -> Tensor:

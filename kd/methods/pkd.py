@@ -16,9 +16,18 @@ import torch.nn.functional as F
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from kd.layer_map import patient_layers
-from kd.objective import PRESETS, Claim, Objective, Preset, StepInputs, method, teacher_field, term
-from workbench.models import forward
+from kd.methods.layer_map import patient_layers
+from kd.methods.objective import (
+    PRESETS,
+    Claim,
+    Objective,
+    Preset,
+    StepInputs,
+    method,
+    teacher_field,
+    term,
+)
+from workbench.core.models import forward
 
 
 def patient_loss(student_cls: Tensor, teacher_cls: Tensor, *, reduction: str = "paper") -> Tensor:

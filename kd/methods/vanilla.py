@@ -3,7 +3,7 @@ teacher's softened outputs. Every other method adds terms to these two.
 
     L = α · CE(z_s, y) + (1 − α) · τ² · KL(σ(z_t/τ) ‖ σ(z_s/τ))
 
-τ and the KD form are shared by all methods (resolved in :class:`kd.objective.Objective`):
+τ and the KD form are shared by all methods (resolved in :class:`kd.methods.objective.Objective`):
 the papers' ``kl``; the AD-KD / CKD code's ``soft-ce``; the GKD / PKD code's ``kl-mean``.
 """
 
@@ -13,8 +13,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from kd.objective import PRESETS, Objective, Preset, StepInputs, teacher_field, term
-from workbench.models import forward
+from kd.methods.objective import PRESETS, Objective, Preset, StepInputs, teacher_field, term
+from workbench.core.models import forward
 
 KD_FORMS = ("kl", "soft-ce", "kl-mean")
 

@@ -24,13 +24,13 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from kd.diagnostics import summarise
-from kd.evaluate import format_table
-from kd.reproduce import DEFAULT, Experiment, Suite, run_suite
-from workbench.config import ObjectiveConfig, from_dict
-from workbench.files import atomic_write_text
-from workbench.runs import Run
-from workbench.stats import pair_predictions, paired_bootstrap
+from kd.experiments.reproduce import DEFAULT, Experiment, Suite, run_suite
+from kd.training.diagnostics import summarise
+from kd.training.evaluate import format_table
+from workbench.analysis.stats import pair_predictions, paired_bootstrap
+from workbench.core.config import ObjectiveConfig, from_dict
+from workbench.core.files import atomic_write_text
+from workbench.core.runs import Run
 
 HERE = Path(__file__).resolve().parent
 SEEDS = (1, 2, 3)
@@ -185,7 +185,7 @@ def write_report(results: dict) -> Path:
             "seeds; Δ accuracy is against vanilla KD (the tuned AD-KD against vanilla KD tuned "
             "with the same search) paired by seed and example (95 % BCa bootstrap interval, "
             "significant only when it excludes 0). Gradient shares are seed 1's first and last "
-            "logged step (`kd/diagnostics.py`).",
+            "logged step (`kd/training/diagnostics.py`).",
             "",
             format_table(table),
             "",

@@ -12,13 +12,13 @@ from pathlib import Path
 import torch
 
 from kd.methods.adkd import attribution_loss, attribution_views
+from kd.methods.objective import Objective
 from kd.methods.vanilla import logit_kd_loss, task_loss
-from kd.objective import Objective
-from kd.pipeline import build_student
-from kd.trainer import epoch_order, set_seed
-from workbench.config import ObjectiveConfig, StudentConfig
-from workbench.data import collate, encode, load_task
-from workbench.models import load_run
+from kd.training.pipeline import build_student
+from kd.training.trainer import epoch_order, set_seed
+from workbench.core.config import ObjectiveConfig, StudentConfig
+from workbench.core.data import collate, encode, load_task
+from workbench.core.models import load_run
 
 torch.set_num_threads(1)
 default_teacher = Path(__file__).resolve().parent / "runs" / "tweets" / "teacher"

@@ -19,11 +19,11 @@ import os
 import tempfile
 from pathlib import Path
 
-from kd.reproduce import DEFAULT, experiments, identity
-from kd.reproduce.runner import read_results, task_teacher, train_and_score
-from workbench.config import ObjectiveConfig, from_dict
-from workbench.files import atomic_write_json
-from workbench.runs import Run
+from kd.experiments.reproduce import DEFAULT, experiments, identity
+from kd.experiments.reproduce.runner import read_results, task_teacher, train_and_score
+from workbench.core.config import ObjectiveConfig, from_dict
+from workbench.core.files import atomic_write_json
+from workbench.core.runs import Run
 
 TOLERANCE = 1e-9
 

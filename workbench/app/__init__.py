@@ -5,7 +5,7 @@ demo build in :mod:`workbench.app.first_run` and background trainings in
 :mod:`workbench.app.jobs`."""
 
 # The server's settings, as the clone's .streamlit/config.toml holds them for streamlit run
-# (tests/test_app_command.py keeps the two equal); kdw app (workbench.app.serve) passes them on
+# (tests/app/test_app_command.py keeps the two equal); kdw app (workbench.app.serve) passes them on
 # its command line.
 # Local use only: the app binds to this machine and sends nothing anywhere.
 SERVER_OPTIONS = {

@@ -15,12 +15,7 @@ from dataclasses import asdict
 import pandas as pd
 import streamlit as st
 
-from workbench.app import common
-from workbench.app.catalog import RunEntry
-from workbench.app.heatmap_view import show_heatmap
-from workbench.config import config_key
-from workbench.errors import WorkbenchError
-from workbench.heatmaps import (
+from workbench.analysis.heatmaps import (
     Agreement,
     Example,
     Explanation,
@@ -29,6 +24,11 @@ from workbench.heatmaps import (
     explained_settings,
     to_heatmap,
 )
+from workbench.app import common
+from workbench.app.catalog import RunEntry
+from workbench.app.heatmap_view import show_heatmap
+from workbench.core.config import config_key
+from workbench.core.errors import WorkbenchError
 
 KEY = "case"
 SOURCES = ("Type a text", "Pick from a split", "Upload a file")

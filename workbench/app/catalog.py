@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workbench.errors import WorkbenchError
-from workbench.runs import RUN_FILE, Run
+from workbench.core.errors import WorkbenchError
+from workbench.core.runs import RUN_FILE, Run
 
 RUNS_ENV = "KDW_RUNS"
 
@@ -123,7 +123,7 @@ def _checked_model(source: str, stamp: int) -> tuple[str | None, tuple[str, ...]
     """The problem, class names and origin of a model (``stamp``: the latest modification time
     in its folder, so that a changed folder is checked again): the pages re-list it at every
     rerun."""
-    from workbench.models import check_classifier, check_tokenizer_files, load_config
+    from workbench.core.models import check_classifier, check_tokenizer_files, load_config
 
     try:
         config = load_config(source)

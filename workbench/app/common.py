@@ -19,17 +19,18 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from workbench.analysis import loyalty_tables, split_outputs
-from workbench.app.catalog import RunEntry, model_entry, runs_root, same_folder
-from workbench.app.forms import config_widgets
-from workbench.app.jobs import shown_runs
-from workbench.attribution.registry import (
+from workbench.analysis.attribution.registry import (
     ENGINE_EXPLAINERS,
     EXPLAINERS,
     WORD_AGGREGATIONS,
     ExplainerChoice,
 )
-from workbench.config import (
+from workbench.analysis.heatmaps import Example, HeatmapSettings, read_examples, split_examples
+from workbench.analysis.loyalty import loyalty_tables, split_outputs
+from workbench.app.catalog import RunEntry, model_entry, runs_root, same_folder
+from workbench.app.forms import config_widgets
+from workbench.app.jobs import shown_runs
+from workbench.core.config import (
     DataConfig,
     StudentConfig,
     config_key,
@@ -37,10 +38,9 @@ from workbench.config import (
     parse_label_map,
     to_dict,
 )
-from workbench.data import Split, TaskData, load_task, sample_split
-from workbench.errors import WorkbenchError
-from workbench.heatmaps import Example, HeatmapSettings, read_examples, split_examples
-from workbench.models import LoadedModel, load_model, load_run, quiet_library_output
+from workbench.core.data import Split, TaskData, load_task, sample_split
+from workbench.core.errors import WorkbenchError
+from workbench.core.models import LoadedModel, load_model, load_run, quiet_library_output
 
 THREADS_ENV = "KDW_APP_THREADS"
 CASE_EXAMPLE = "case_study.handover"  # session key: an example sent to the Case study page

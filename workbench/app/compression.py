@@ -1,5 +1,5 @@
 """Compression: what a student buys. The teacher and its students measured by ``kdw benchmark``
-(:func:`workbench.benchmark.benchmark`) when asked: parameters, weights on disk, latency at
+(:func:`workbench.analysis.benchmark.benchmark`) when asked: parameters, weights on disk, latency at
 batch 1 and throughput at the largest batch, each as a ratio to the teacher, beside the task
 metrics and the students' loyalty to the teacher, as a table and as a scatter of a metric
 against latency where a click shows the run behind a point."""
@@ -13,12 +13,12 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
+from workbench.analysis.benchmark import BenchmarkSettings, benchmark
 from workbench.app import common
 from workbench.app.catalog import RunEntry
 from workbench.app.figures import compression_scatter
-from workbench.benchmark import BenchmarkSettings, benchmark
-from workbench.config import DataConfig, config_key, from_dict
-from workbench.models import quiet_library_output
+from workbench.core.config import DataConfig, config_key, from_dict
+from workbench.core.models import quiet_library_output
 
 KEY = "compression"
 REPORTS = "compression.reports"  # session key: the reports measured, by what was measured

@@ -1,9 +1,9 @@
 """Where explanations diverge: over a split, per word the teacher's mean attribution against a
 student's (a scatter), the words the student over- and under-attributes most (overall or for one
 gold class), and per model the distributions of the per-example attribution gap and of AOPC
-faithfulness (:mod:`workbench.divergence`). A click on a point or a row opens its example in the
-Case study. Each model's outputs are cached in its run folder, and the comparison in the server,
-so a second visit is instant."""
+faithfulness (:mod:`workbench.analysis.divergence`). A click on a point or a row opens its example
+in the Case study. Each model's outputs are cached in its run folder, and the comparison in the
+server, so a second visit is instant."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from workbench.analysis.divergence import TEACHER, Divergence, divergence, word_table
+from workbench.analysis.heatmaps import Example
 from workbench.app import common
 from workbench.app.catalog import RunEntry
 from workbench.app.forms import config_widgets
-from workbench.config import DivergenceSettings, config_key
-from workbench.divergence import TEACHER, Divergence, divergence, word_table
-from workbench.heatmaps import Example
+from workbench.core.config import DivergenceSettings, config_key
 
 KEY = "divergence"
 ALL_CLASSES = "all examples"

@@ -1,6 +1,6 @@
 """Export: token heatmaps of one or many examples under one or many models, as SVG, PDF, PNG (at
-a chosen DPI), LaTeX and standalone HTML, through :mod:`workbench.heatmaps` — the same code as
-``kdw export``. Every file embeds the settings, model names and run ids; the default colour
+a chosen DPI), LaTeX and standalone HTML, through :mod:`workbench.analysis.heatmaps` — the same code
+as ``kdw export``. Every file embeds the settings, model names and run ids; the default colour
 maps are colour-blind safe and every file has a legend."""
 
 from __future__ import annotations
@@ -14,18 +14,18 @@ from typing import Any
 import streamlit as st
 import streamlit.components.v1 as components
 
-from workbench.app import common
-from workbench.app.catalog import same_folder
-from workbench.app.forms import config_widgets
-from workbench.errors import WorkbenchError
-from workbench.export import to_html
-from workbench.heatmaps import (
+from workbench.analysis.heatmaps import (
     FORMAT_CHOICES,
     ExportSettings,
     build_heatmaps,
     export_notes,
     write_heatmaps,
 )
+from workbench.app import common
+from workbench.app.catalog import same_folder
+from workbench.app.forms import config_widgets
+from workbench.core.errors import WorkbenchError
+from workbench.export import to_html
 
 KEY = "export"
 SOURCES = ("Type texts", "Pick from a split", "Upload a file")

@@ -254,9 +254,9 @@ def curves(frame: pd.DataFrame, x: str, y: str) -> go.Figure:
 
 
 def trials_figure(trials: pd.DataFrame, metric: str = "dev") -> go.Figure:
-    """A tuning study's trials (rows of :func:`kd.tune.trials_table`): each finished trial's
-    dev value against its number, coloured by state, the best so far (studies maximise it) as a
-    line; hover gives the trial's settings."""
+    """A tuning study's trials (rows of :func:`kd.experiments.tune.trials_table`): each finished
+    trial's dev value against its number, coloured by state, the best so far (studies maximise it)
+    as a line; hover gives the trial's settings."""
     settings = [c for c in trials.columns if c not in ("trial", "state", metric, "steps")]
     done = trials.dropna(subset=[metric]).sort_values("trial")
     fig = go.Figure()
@@ -333,8 +333,8 @@ def compression_hover(row: dict, method: str, metric: str, reference: str) -> st
 def compression_scatter(
     report: dict, metric: str = "accuracy", methods: Mapping[str, str] | None = None
 ) -> go.Figure:
-    """What a student buys (a :func:`workbench.benchmark.benchmark` report): ``metric`` (a task
-    metric or a loyalty of the report's rows) against the median latency at batch 1, one point
+    """What a student buys (a :func:`workbench.analysis.benchmark.benchmark` report): ``metric`` (a
+    task metric or a loyalty of the report's rows) against the median latency at batch 1, one point
     per model and engine, the reference (the teacher, first) in its colour, one marker symbol
     per engine. ``methods`` maps a row's ``source`` to its method (from its run record); each
     point's ``customdata`` is its row's index in ``report["rows"]`` (what a click returns)."""

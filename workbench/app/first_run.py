@@ -1,7 +1,7 @@
 """First run: where the runs root holds no runs yet, build the embedded demo — a MiniLM-L6
 teacher fine-tuned on the bundled tweets and 3-layer students distilled with vanilla KD, then
-AD-KD (:func:`kd.demo.build_demo`) — in a background process, with progress in the terminal and
-on every page. The runs stay in the runs root and are reused on later launches; a build
+AD-KD (:func:`kd.training.demo.build_demo`) — in a background process, with progress in the terminal
+and on every page. The runs stay in the runs root and are reused on later launches; a build
 interrupted by closing the app resumes on the next launch.
 
 ``KDW_DEMO`` chooses the build (:data:`~workbench.app.runner.DEMO_PLANS`): ``default`` builds the
@@ -22,7 +22,7 @@ from typing import Any
 
 import streamlit as st
 
-from kd.demo import APP_METHODS
+from kd.training.demo import APP_METHODS
 from workbench.app.catalog import discover_runs, runs_root
 from workbench.app.common import plain
 from workbench.app.jobs import (
@@ -35,8 +35,8 @@ from workbench.app.jobs import (
     shown_runs,
 )
 from workbench.app.runner import DEMO_FOLDERS, DEMO_PLANS, READY, pending_demos
-from workbench.errors import WorkbenchError
-from workbench.runs import Run
+from workbench.core.errors import WorkbenchError
+from workbench.core.runs import Run
 
 DEMO_ENV = "KDW_DEMO"
 DEMO_NAMES = {DEMO_FOLDERS["quick"]: "quick demo", DEMO_FOLDERS["default"]: "full demo"}

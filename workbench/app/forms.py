@@ -11,8 +11,8 @@ from typing import Any, TypeVar
 
 import streamlit as st
 
-import kd.objective  # noqa: F401  (registers the lists that help texts name)
-from workbench.config import _field_type, fill_help
+import kd.methods.objective  # noqa: F401  (registers the lists that help texts name)
+from workbench.core.config import _field_type, fill_help
 
 T = TypeVar("T")
 DEFAULT_CHOICE = "(default)"

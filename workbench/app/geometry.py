@@ -9,15 +9,19 @@ import zlib
 
 import streamlit as st
 
-from kd.objective import Objective
-from workbench.analysis import hidden_states
+from kd.methods.objective import Objective
+from workbench.analysis.geometry import (
+    dense_angles,
+    pairwise_distance_relation,
+    windowed_angle_relation,
+)
+from workbench.analysis.loyalty import hidden_states
 from workbench.app import common
 from workbench.app.figures import layer_mapping_figure, relation_heatmaps
-from workbench.config import ObjectiveConfig, from_dict
-from workbench.errors import WorkbenchError
-from workbench.geometry import dense_angles, pairwise_distance_relation, windowed_angle_relation
-from workbench.models import LoadedModel, encoder_layers, select_layers
-from workbench.runs import RESOLVED
+from workbench.core.config import ObjectiveConfig, from_dict
+from workbench.core.errors import WorkbenchError
+from workbench.core.models import LoadedModel, encoder_layers, select_layers
+from workbench.core.runs import RESOLVED
 
 KEY = "geometry"
 PAIR_KINDS = {

@@ -22,7 +22,7 @@ from typing import Any
 
 from workbench.app.catalog import RunEntry, discover_runs
 from workbench.app.runner import DEMO_FOLDERS, PROGRESS_FILE, STOP_FILE, demo_ready
-from workbench.files import atomic_write_json, read_json_lines
+from workbench.core.files import atomic_write_json, read_json_lines
 
 JOBS_DIR = ".jobs"
 RUNNER = "workbench.app.runner"

@@ -19,8 +19,8 @@ training outlives the app.
 The demo job builds the demos of its mode in order (:data:`DEMO_PLANS`): for ``default``, the
 quick demo first (a teacher and a student within minutes), then the full one, which the app
 shows in its place once it is ready (:func:`demo_ready`). ``$KDW_DEMO_SIZES`` (a JSON object of
-:class:`kd.demo.DemoSize` fields, e.g. ``{"train_examples": 64, "teacher_model": "tiny-bert"}``)
-overrides every demo's size: the first-run machinery tried on a tiny model.
+:class:`kd.training.demo.DemoSize` fields, e.g. ``{"train_examples": 64, "teacher_model":
+"tiny-bert"}``) overrides every demo's size: the first-run machinery tried on a tiny model.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from workbench.config import (
+from workbench.core.config import (
     DataConfig,
     ObjectiveConfig,
     OptimConfig,
@@ -46,9 +46,9 @@ from workbench.config import (
     TuneConfig,
     from_dict,
 )
-from workbench.errors import WorkbenchError
-from workbench.files import append_json_line, read_json_lines
-from workbench.runs import RUN_FILE, Run
+from workbench.core.errors import WorkbenchError
+from workbench.core.files import append_json_line, read_json_lines
+from workbench.core.runs import RUN_FILE, Run
 
 PROGRESS_FILE = "progress.jsonl"
 STOP_FILE = "STOP"
@@ -118,8 +118,8 @@ def pending_demos(root: Path, mode: str) -> list[Path]:
 
 
 def _train(kind: str, run_dir: Path, configs: dict[str, Any]) -> None:
-    from kd.pipeline import distill, train_teacher
-    from kd.tune import tune
+    from kd.experiments.tune import tune
+    from kd.training.pipeline import distill, train_teacher
 
     callback = ProgressFile(run_dir, f"{kind} {run_dir.name}")
     data = from_dict(DataConfig, configs["data"])
@@ -148,7 +148,7 @@ def _train(kind: str, run_dir: Path, configs: dict[str, Any]) -> None:
 
 
 def _demo(root: Path, mode: str) -> None:
-    from kd.demo import APP_METHODS, SIZES, DemoSize, build_demo
+    from kd.training.demo import APP_METHODS, SIZES, DemoSize, build_demo
 
     sizes = {folder: size for size, folder in DEMO_FOLDERS.items()}
     try:
@@ -180,7 +180,7 @@ def stop_with_parent(interval: float = 1.0) -> None:
 
 def main(argv: list[str]) -> int:
     """Run the job ``argv`` describes; exit status 2 for a problem with the input."""
-    from workbench.models import quiet_library_output
+    from workbench.core.models import quiet_library_output
 
     quiet_library_output()
     kind, target = argv[0], Path(argv[1])

@@ -13,8 +13,8 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from kd.evaluate import objective_description
-from kd.objective import PRESETS, TERMS
+from kd.methods.objective import PRESETS, TERMS
+from kd.training.evaluate import objective_description
 from workbench.app import common
 from workbench.app.catalog import RunEntry, discover_runs, discover_studies, runs_root
 from workbench.app.figures import curves, trials_figure
@@ -30,7 +30,7 @@ from workbench.app.jobs import (
     request_stop,
     step_records,
 )
-from workbench.config import (
+from workbench.core.config import (
     DataConfig,
     ObjectiveConfig,
     OptimConfig,
@@ -41,8 +41,8 @@ from workbench.config import (
     from_dict,
     to_dict,
 )
-from workbench.errors import WorkbenchError, first_line
-from workbench.runs import Run
+from workbench.core.errors import WorkbenchError, first_line
+from workbench.core.runs import Run
 
 KEY = "train"
 SECTIONS = {
@@ -119,8 +119,8 @@ def _form(root, kind: str, teacher: RunEntry | None) -> None:
 
 def _curves(folder, metrics: list[dict], key: str) -> None:
     """Training losses per step (progress file), dev metrics per evaluation, and the
-    objective's diagnostics (:mod:`kd.diagnostics`) where the run logged them; ``key`` keeps
-    the charts of several runs apart."""
+    objective's diagnostics (:mod:`kd.training.diagnostics`) where the run logged them; ``key``
+    keeps the charts of several runs apart."""
     steps = step_records(read_progress(folder))
     left, right = st.columns(2)
     if steps:
@@ -188,7 +188,7 @@ def _live(job: Job) -> None:
 def _studies(root) -> None:
     """A ``kdw tune`` study under the runs root, chosen by the user: its trials as a table and
     a chart, and the best configuration."""
-    from kd.tune import study_trials
+    from kd.experiments.tune import study_trials
 
     folders = {folder.name: folder for folder in discover_studies(root)}
     folder = folders[st.selectbox("Study", list(folders), key=f"{KEY}.study")]

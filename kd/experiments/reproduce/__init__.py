@@ -1,0 +1,88 @@
+"""``kdw reproduce``: the papers' experiments rerun on the bundled data, with a report.
+
+Three parts: the suite as data (:mod:`kd.experiments.reproduce.suite`: what is trained, at which
+scale, which weights are chosen on dev first), the runner (:mod:`kd.experiments.reproduce.runner`:
+teachers, the searches, every student scored on the whole test split, ``results.json`` as the record
+that a later call resumes from, on any machine; ``--shard I/N`` trains one part of it and
+:mod:`kd.experiments.reproduce.merge` joins the parts' records) and the report
+(:mod:`kd.experiments.reproduce.report`: verdicts with paired bootstrap intervals, each method's
+differences split between its term and its regime by its control, tables, the students' size and
+speed beside the teacher, figures; rendered from a packaged Jinja template).
+
+The default suite is sized for a 2-core CPU with ``--jobs 2`` (see :data:`DEFAULT`'s
+``cuts``); ``--full`` describes the papers' scale (GLUE, BERT-base teacher, 6-layer students)
+for users with a GPU and the network; ``--fixed`` runs the presets' defaults without choosing
+weights on dev; ``--ablations`` adds the ablations the methods register, which the default
+leaves out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from kd.experiments.reproduce.merge import merge_results
+from kd.experiments.reproduce.report import gallery_indices, report, write_report
+from kd.experiments.reproduce.runner import ExampleScores, exit_with_parent, read_results, run_suite
+from kd.experiments.reproduce.suite import (
+    DEFAULT,
+    FULL,
+    MAIN_METHODS,
+    Experiment,
+    Shard,
+    Suite,
+    TaskPlan,
+    ablated_methods,
+    experiments,
+    identity,
+)
+from workbench.core.errors import WorkbenchError
+
+__all__ = [
+    "DEFAULT",
+    "FULL",
+    "MAIN_METHODS",
+    "ExampleScores",
+    "Experiment",
+    "Shard",
+    "Suite",
+    "TaskPlan",
+    "ablated_methods",
+    "exit_with_parent",
+    "experiments",
+    "gallery_indices",
+    "identity",
+    "merge",
+    "reproduce",
+    "run_suite",
+    "write_report",
+]
+
+
+def reproduce(
+    out: Path,
+    suite: Suite = DEFAULT,
+    announce: Callable[[str], None] = print,
+    jobs: int = 1,
+    report_only: bool = False,
+    shard: Shard | None = None,
+) -> Path:
+    """Run the suite (resuming from ``<out>/results.json`` and any run folders), then write
+    the figures and ``report.md``; ``report_only``: only the figures and the report, from
+    ``results.json`` alone; ``shard``: only that part of the suite."""
+    if report_only:
+        results = read_results(out)
+        if not results:
+            raise WorkbenchError(f"{out / 'results.json'} does not exist: run the suite first")
+    else:
+        results = run_suite(out, suite, announce, jobs, shard)
+    return report(out, results)
+
+
+def merge(
+    out: Path, folders: list[Path], suite: Suite = DEFAULT, announce: Callable[[str], None] = print
+) -> Path:
+    """Join the records of ``suite``'s shards in ``folders`` into ``<out>/results.json``
+    (:func:`~kd.experiments.reproduce.merge.merge_results`), then write the figures and
+    ``report.md``."""
+    return report(out, merge_results(out, folders, suite, announce))

@@ -1,0 +1,130 @@
+"""``kdw reproduce --merge``: the records of a suite's shards (``--shard I/N``, one folder each,
+trained on as many machines) joined into one ``results.json``.
+
+Each shard's record is checked to be of the suite that the call's options name (its
+``suite_key``). Teachers, weights chosen on dev, test sets and students are joined by their
+keys: the same key recorded alike in two shards is kept once, recorded differently it is a
+conflict that refuses the merge. Run folders are not copied: the merged record's paths point
+into the shards' folders (relative to the merged folder, as every record's are).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from kd.experiments.reproduce.runner import read_results, relative, suite_fields
+from kd.experiments.reproduce.suite import Suite, experiments, identity, suite_key
+from workbench.core.config import ObjectiveConfig, from_dict
+from workbench.core.errors import WorkbenchError
+from workbench.core.files import atomic_write_json
+
+_SHOWN_MISSING = 10  # missing students named one by one; the rest counted
+
+
+def _rebased(run: str, folder: Path, out: Path) -> str:
+    """A record's run path (relative to its shard ``folder``) relative to the merged ``out``;
+    an absolute one (a given teacher) as it is."""
+    return run if Path(run).is_absolute() else relative(folder / run, out)
+
+
+class _Joined:
+    """Records of one kind (teachers, searches, test sets, students) joined by key: the first
+    kept, a later one that differs in what ``compared`` picks a conflict."""
+
+    def __init__(self, kind: str, compared: Callable[[dict], object]) -> None:
+        self.kind, self.compared = kind, compared
+        self.records: dict[str, dict] = {}
+        self.sources: dict[str, Path] = {}
+
+    def add(self, key: str, record: dict, folder: Path) -> None:
+        if key not in self.records:
+            self.records[key], self.sources[key] = record, folder
+        elif self.compared(self.records[key]) != self.compared(record):
+            raise WorkbenchError(
+                f"conflict: {self.kind} {key} differs between {self.sources[key]} and {folder}, "
+                "nothing merged (shards train alike with the same options, software and hardware)"
+            )
+
+
+def _without(*fields: str) -> Callable[[dict], dict]:
+    return lambda record: {k: v for k, v in record.items() if k not in fields}
+
+
+def merge_results(
+    out: Path, folders: Sequence[Path], suite: Suite, announce: Callable[[str], None] = print
+) -> dict:
+    """Join the records in ``folders`` (shards of ``suite``) into ``<out>/results.json``; the
+    experiments no shard recorded are announced. Everything is checked before anything is
+    written: a folder without a record, a record of another suite, a conflict are one-line
+    errors."""
+    folders = list(dict.fromkeys(Path(f).resolve() for f in folders))
+    out = Path(out).resolve()
+    if out in folders:
+        raise WorkbenchError(f"--out {out} is one of the merged folders: merge into another")
+    key = suite_key(suite)
+    records = {}
+    for folder in folders:
+        record = read_results(folder)
+        if not record:
+            raise WorkbenchError(f"{folder / 'results.json'} does not exist: nothing to merge")
+        if record.get("suite_key") != key:
+            raise WorkbenchError(
+                f"{folder / 'results.json'} is the record of another suite (suite key "
+                f"{record.get('suite_key', 'none')}, these options' is {key}): merge the shards "
+                "of one suite with the options they ran with"
+            )
+        records[folder] = record
+
+    teachers = _Joined("the teacher of", _without("run"))
+    tuning = _Joined("the weights chosen on dev for", _without("trials"))
+    test_sets = _Joined("the test set", _without())
+    students = _Joined("the student", _without("run", "seconds"))
+    truncation: dict[str, dict] = {}
+    speed: dict[str, dict] = {}  # a task's students timed by a shard that trained them all
+    calls: list[dict] = []
+    for folder, record in records.items():
+        for task, teacher in record["teachers"].items():
+            teachers.add(task, {**teacher, "run": _rebased(teacher["run"], folder, out)}, folder)
+        for method, search in record.get("tuning", {}).items():
+            tuning.add(method, search, folder)
+        for test_set, values in record.get("test_sets", {}).items():
+            test_sets.add(test_set, values, folder)
+        for row in record["students"]:
+            rebased = {**row, "run": _rebased(row["run"], folder, out)}
+            students.add(row.get("key", row["run"]), rebased, folder)
+        for task, measured in record.get("truncation", {}).items():
+            truncation.setdefault(task, measured)
+        for task, measured in record.get("speed", {}).items():
+            speed.setdefault(task, measured)
+        calls += record.get("calls", [])
+
+    chosen = {m: from_dict(ObjectiveConfig, r["objective"]) for m, r in tuning.records.items()}
+    planned = [
+        (identity(e, suite.plan_of(e), suite.plans[e.task]), e) for e in experiments(suite, chosen)
+    ]
+    rows = [students.records[k] for k, _ in planned if k in students.records]
+    rows += [r for k, r in students.records.items() if k not in dict(planned)]  # --ablations
+    missing = [e for k, e in planned if k not in students.records]
+    if missing:
+        named = [f"{e.task}/{e.group}/{e.name}/seed{e.seed}" for e in missing[:_SHOWN_MISSING]]
+        more = len(missing) - len(named)
+        announce(
+            f"missing {len(missing)} of the {len(planned)} students (train their shards): "
+            + ", ".join(named)
+            + (f" and {more} more" if more else "")
+        )
+    merged = {
+        **suite_fields(suite, {"truncation": truncation}, None),
+        "teachers": {t: teachers.records[t] for t in suite.plans if t in teachers.records},
+        "tuning": {m: tuning.records[m] for m in suite.tuned if m in tuning.records},
+        "planned_students": len(planned),
+        "test_sets": test_sets.records,
+        "speed": {task: speed[task] for task in suite.plans if task in speed},
+        "students": rows,
+        "calls": calls,  # every shard's calls: their sum is the suite's machine time
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "results.json", merged)
+    announce(f"merged {len(rows)} students from {len(records)} folders into {out / 'results.json'}")
+    return merged

@@ -1,0 +1,777 @@
+"""The report: ``report.md`` and its figures, from ``results.json`` alone (run folders are
+used only for the heatmap gallery, where present).
+
+``report.md`` is rendered from the template ``templates/report.md.j2`` (shipped with the package)
+fed by :func:`report_data`: a plain structure of the record's tables as rows of values and of the
+verdicts as records. Every Δ against vanilla KD comes with a 95 % two-level bootstrap interval that
+resamples the seeds both methods have, then the test examples within each
+(:mod:`workbench.analysis.stats`), and is called significant only when the interval excludes 0. The
+verdicts on the papers' claims are generated from those intervals, whatever they say, for the claims
+each method registers (:class:`kd.methods.objective.Claim`); the methods' names and order are the
+registry's. Where a method trained beside its control, each measure's difference from vanilla KD is
+split into the method's own term (method − control) and its regime (control − vanilla KD).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
+
+from kd.experiments.reproduce.runner import expand
+from kd.experiments.reproduce.suite import CONTROL, ablated_methods, limit
+from kd.methods.objective import PRESETS, Claim, display_name
+from workbench.analysis.metrics import mean_and_std
+from workbench.analysis.stats import (
+    Interval,
+    pair_predictions,
+    pair_scores,
+    seeds_needed,
+    two_level_bootstrap,
+)
+from workbench.core.errors import WorkbenchError
+from workbench.core.files import atomic_write_text
+from workbench.core.runs import Run
+
+Summary = tuple[float, float, int]  # mean, sample std (0 for one value), number of seeds
+REFERENCE = "kd"  # vanilla KD: the method every Δ, verdict and control is measured against
+
+
+@dataclass(frozen=True)
+class Measure:
+    """How the report names a metric: its label, a short one, what it is (said where a claim
+    about it is not about accuracy), the unit of its differences (×100), and which way is
+    closer to the teacher or better."""
+
+    label: str
+    short: str
+    meaning: str
+    unit: str
+    better: str = "higher"
+
+
+METRICS = {
+    "accuracy": Measure("accuracy", "accuracy", "", " points"),
+    "label_loyalty": Measure(
+        "label loyalty", "LL", "share of test examples given the teacher's class, ×100", " points"
+    ),
+    "probability_loyalty": Measure(
+        "probability loyalty", "PL", "1 − √JSD to the teacher's class probabilities, ×100", ""
+    ),
+    "saliency_loyalty": Measure(
+        "saliency loyalty", "loyalty", "Pearson of Grad saliency with the teacher's, ×100", ""
+    ),
+    "attribution_gap": Measure("attribution gap", "gap", "", " (×100)", "lower"),
+    "aopc_comprehensiveness": Measure("AOPC comprehensiveness", "comprehensiveness", "×100", ""),
+    "aopc_sufficiency": Measure("AOPC sufficiency", "sufficiency", "×100", "", "lower"),
+}
+LOYALTY_COLUMNS = {  # the loyalty table's column label → metric
+    "LL": "label_loyalty",
+    "PL": "probability_loyalty",
+    "SL": "saliency_loyalty",
+    "gap": "attribution_gap",
+    "AOPC comp": "aopc_comprehensiveness",
+    "AOPC suff": "aopc_sufficiency",
+}
+TEMPLATE = "report.md.j2"  # in kd/experiments/reproduce/templates (package data)
+
+
+def cell(stats: Summary | None, scale: float = 100, digits: int = 1) -> str:
+    """``"mean ± std"`` over seeds (one seed: the value alone), scaled; ``"–"`` when absent."""
+    if stats is None:
+        return "–"
+    mean, std, seeds = stats
+    if seeds > 1:
+        return f"{mean * scale:.{digits}f} ± {std * scale:.{digits}f}"
+    return f"{mean * scale:.{digits}f}"
+
+
+def summarise(values: list[float]) -> Summary:
+    return (*mean_and_std(values), len(values))
+
+
+def aggregate(records: list[dict], metric: str) -> dict[tuple[str, str], Summary]:
+    """Mean and std over seeds of ``metric`` per (task, name)."""
+    groups: dict[tuple[str, str], list[float]] = {}
+    for record in records:
+        value = record["test"].get(metric)
+        if value is not None:
+            groups.setdefault((record["task"], record["name"]), []).append(value)
+    return {key: summarise(values) for key, values in groups.items()}
+
+
+def paired_difference(
+    records: list[dict], metric: str, reference: str
+) -> dict[tuple[str, str], Summary]:
+    """Mean and std over seeds of ``metric(method, seed) − metric(reference, seed)`` per
+    (task, method), over the seeds both have (results without per-example values)."""
+    by_seed = {(r["task"], r["name"], r["seed"]): r["test"][metric] for r in records}
+    groups: dict[tuple[str, str], list[float]] = {}
+    for (task, name, seed), value in by_seed.items():
+        base = by_seed.get((task, reference, seed))
+        if base is not None and name != reference:
+            groups.setdefault((task, name), []).append(value - base)
+    return {key: summarise(values) for key, values in groups.items()}
+
+
+class Intervals:
+    """Two-level bootstrap intervals of ``a − b`` between two main-table methods of a task, over
+    the seeds both have and their test examples, from the per-example values in
+    ``results.json`` (computed once each); :meth:`seeds_needed` for each."""
+
+    def __init__(self, results: dict) -> None:
+        self.test_sets = results.get("test_sets", {})
+        self.rows = {
+            (r["task"], r["name"], r["seed"]): r
+            for r in results["students"]
+            if r["group"] == "main" and "examples" in r
+        }
+        self._done: dict[tuple, Interval | None] = {}
+        self._needed: dict[tuple, int | None] = {}
+
+    def _units(self, row: dict, metric: str) -> dict:
+        examples = row["examples"]
+        test_set = self.test_sets[examples["test_set"]]
+        if metric == "accuracy":
+            return {
+                "uids": test_set["uids"],
+                "labels": expand(test_set["labels"]),
+                "predictions": expand(examples["predictions"]),
+            }
+        scores = expand(examples[metric])  # the first examples of the split, or all
+        return {"uids": test_set["uids"][: len(scores)], "scores": scores}
+
+    def __call__(self, task: str, a: str, b: str, metric: str = "accuracy") -> Interval | None:
+        key = (task, a, b, metric)
+        if key not in self._done:
+            seeds = sorted(
+                seed
+                for (t, name, seed), row in self.rows.items()
+                if t == task and name == a and (task, b, seed) in self.rows
+            )
+            pairs = [
+                (self.rows[task, a, seed], self.rows[task, b, seed])
+                for seed in seeds
+                if metric == "accuracy"
+                or all(metric in self.rows[task, m, seed]["examples"] for m in (a, b))
+            ]
+            interval = needed = None
+            if pairs:
+                left = [self._units(x, metric) for x, _ in pairs]
+                right = [self._units(y, metric) for _, y in pairs]
+                pair = pair_predictions if metric == "accuracy" else pair_scores
+                groups = [g for g in pair(left, right, by_seed=True) if len(g[0])]
+                if sum(len(a) for a, _ in groups) >= 2:
+                    interval = two_level_bootstrap(groups)
+                    needed = seeds_needed(groups, interval.difference)
+            self._done[key], self._needed[key] = interval, needed
+        return self._done[key]
+
+    def seeds_needed(self, task: str, a: str, b: str, metric: str = "accuracy") -> int | None:
+        """About how many seeds the interval of ``a − b`` would need to exclude 0 at the
+        observed difference (:func:`workbench.analysis.stats.seeds_needed`)."""
+        self(task, a, b, metric)
+        return self._needed[(task, a, b, metric)]
+
+
+def interval_cell(interval: Interval, scale: float = 100) -> str:
+    """``+1.2 [+0.4, +2.0] *``: a difference with its interval, ``*`` when it excludes 0."""
+    mark = " *" if interval.significant else ""
+    return (
+        f"{interval.difference * scale:+.1f} [{interval.low * scale:+.1f}, "
+        f"{interval.high * scale:+.1f}]{mark}"
+    )
+
+
+def direction(interval: Interval) -> str | None:
+    """``"higher"`` or ``"lower"`` where the interval excludes 0 (a real difference), else
+    None."""
+    if interval.low > 0:
+        return "higher"
+    if interval.high < 0:
+        return "lower"
+    return None
+
+
+def control_rows(results: dict, tasks: Sequence[str], intervals: Intervals) -> list[dict]:
+    """Per task, method that has a control and measure with per-example values: the method
+    and its control against vanilla KD and against each other (``total`` = method − KD,
+    ``regime`` = control − KD, ``term`` = method − control), and the direction of each where
+    its interval excludes 0 (``credit``: which part the difference belongs to)."""
+    names = {r["name"] for r in results["students"] if r["group"] == "main"}
+    methods = [m for m in PRESETS if m + CONTROL in names]
+    rows = []
+    for task in tasks:
+        for method in methods:
+            for metric, measure in METRICS.items():
+                total = intervals(task, method, REFERENCE, metric)
+                regime = intervals(task, method + CONTROL, REFERENCE, metric)
+                term = intervals(task, method, method + CONTROL, metric)
+                if total is None or regime is None or term is None:
+                    continue
+                rows.append(
+                    {
+                        "task": task,
+                        "method": method,
+                        "measure": measure,
+                        "total": total,
+                        "regime": regime,
+                        "term": term,
+                        "credit": {
+                            "total": direction(total),
+                            "regime": direction(regime),
+                            "term": direction(term),
+                        },
+                    }
+                )
+    return rows
+
+
+def outcome(interval: Interval, relation: str) -> str:
+    """Whether the interval supports a claim of ``relation`` (``>``, ``≥`` or ``<``): ``yes``,
+    ``no``, ``not worse`` (``≥`` within the interval) or ``not shown``."""
+    found = direction(interval)
+    if found is None:
+        return "not worse" if relation == "≥" else "not shown"
+    return "yes" if (found == "lower") == (relation == "<") else "no"
+
+
+def claim_record(
+    method: str, entry: Claim, names: set[str], tasks: Sequence[str], intervals: Intervals
+) -> dict | None:
+    """One registered claim's verdict: per task the interval of the method against the preset
+    the claim names (or, for ``lowest``, against every other student) and its outcome; None
+    where a method it needs was not trained."""
+    record = {
+        "method": display_name(method),
+        "measure": METRICS[entry.metric],
+        "metric": entry.metric,
+        "relation": entry.relation,
+        "tasks": [],
+    }
+    if entry.relation == "lowest":
+        if method not in names:
+            return None
+        for task in tasks:
+            others = [
+                (other, intervals(task, method, other, entry.metric))
+                for other in PRESETS
+                if other in names and other != method
+            ]
+            others = [(m, i) for m, i in others if i is not None]
+            if others:
+                closest, interval = max(others, key=lambda item: item[1].difference)
+                below = sum(i.high < 0 for _, i in others)
+                record["tasks"].append(
+                    {
+                        "task": task,
+                        "smallest": below == len(others),
+                        "below": below,
+                        "others": len(others),
+                        "closest": display_name(closest),
+                        "interval": interval,
+                    }
+                )
+        return {**record, "kind": "lowest"}
+    if not {method, entry.than} <= names:
+        return None
+    checked = ">" if entry.relation == "≫" else entry.relation
+    for task in tasks:
+        interval = intervals(task, method, entry.than, entry.metric)
+        if interval is not None:
+            needed = intervals.seeds_needed(task, method, entry.than, entry.metric)
+            record["tasks"].append(
+                {
+                    "task": task,
+                    "interval": interval,
+                    "outcome": outcome(interval, checked),
+                    "direction": direction(interval),
+                    "seeds_needed": None if interval.significant else needed,
+                }
+            )
+    return {**record, "kind": "against", "than": display_name(entry.than)}
+
+
+def verdicts(results: dict, tasks: Sequence[str], intervals: Intervals) -> list[dict]:
+    """A record per registered claim (:attr:`kd.methods.objective.Preset.claims`) whose methods were
+    trained: the claims against one method first, then those against every other student."""
+    names = {r["name"] for r in results["students"] if r["group"] == "main"}
+    claims = [(m, c) for m, preset in PRESETS.items() for c in preset.claims]
+    ordered = sorted(claims, key=lambda item: item[1].relation == "lowest")
+    records = [claim_record(m, c, names, tasks, intervals) for m, c in ordered]
+    return [record for record in records if record is not None]
+
+
+def setup_data(results: dict) -> dict | None:
+    """The sizes used per task, the truncation of each test split, and the suite's cuts."""
+    setup = results.get("setup", {})
+    if not setup:
+        return None
+    return {
+        "rows": [
+            {
+                "task": task,
+                "teacher": plan["teacher"],
+                "teacher_train": limit(plan["max_train_examples"]),
+                "student_train": limit(
+                    plan.get("student_train_examples") or plan["max_train_examples"]
+                ),
+                "test": limit(plan["max_eval_examples"]),
+                "tokens": plan["max_length"],
+                "teacher_epochs": plan["teacher_epochs"],
+                "student_layers": plan["student_layers"],
+                "student_epochs": plan["student_epochs"],
+                "seeds": plan["seeds"],
+            }
+            for task, plan in setup.items()
+        ],
+        "truncation": [
+            {"task": task, **cut} for task, cut in results.get("truncation", {}).items() if cut
+        ],
+        "cuts": results.get("cuts"),
+    }
+
+
+def calls_data(results: dict) -> dict | None:
+    """Every call's wall clock, their sum, and how many of the students they trained are no
+    longer in the record."""
+    calls = results.get("calls", [])
+    if not calls:
+        return None
+    return {
+        "rows": calls,
+        "seconds": sum(c["seconds"] for c in calls),
+        "dropped": max(0, sum(c["students"] for c in calls) - len(results.get("students", []))),
+    }
+
+
+def duration(seconds: float) -> str:
+    """``1 h 07 min`` or ``12 min``."""
+    minutes = round(seconds / 60)
+    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
+
+
+def tuning_data(results: dict) -> dict | None:
+    """The weights chosen on dev before the main table, with each search's trials (``fixed``:
+    the presets' defaults were run)."""
+    tuning = results.get("tuning")
+    if tuning is None:
+        return None
+    if not results.get("tuned", bool(tuning)):
+        return {"fixed": True, "rows": []}
+    return {
+        "fixed": False,
+        "rows": [
+            {
+                "method": method,
+                "searched": record["searched"],
+                "space": {name: record["space"][name] for name in record["searched"]},
+                "chosen": {name: record["chosen"][name] for name in record["searched"]},
+                "metric": record["metric"],
+                "dev": record["dev"],
+                "trials": [
+                    {
+                        "settings": {n: t[n] for n in record["searched"] if n in t},
+                        "dev": t["dev"],
+                    }
+                    for t in record["trials"]
+                ],
+            }
+            for method, record in tuning.items()
+        ],
+    }
+
+
+def main_data(results: dict, tasks: Sequence[str], intervals: Intervals) -> dict:
+    """The main table: the teacher's and each method's accuracy and macro-F1 per task, and each
+    method's Δ against vanilla KD (an :class:`Interval`, or without per-example values the
+    mean ± std over seeds of the per-seed Δ; None for vanilla KD itself)."""
+    main = [r for r in results["students"] if r["group"] == "main"]
+    accuracy, macro = aggregate(main, "accuracy"), aggregate(main, "macro_f1")
+    fallback = paired_difference(main, "accuracy", REFERENCE)
+
+    def delta(task: str, method: str) -> Interval | Summary | None:
+        if method == REFERENCE:
+            return None
+        return intervals(task, method, REFERENCE) or fallback.get((task, method))
+
+    return {
+        "teacher": [results["teachers"][t]["test"] for t in tasks],
+        "rows": [
+            {
+                "method": method,
+                "cells": [
+                    {
+                        "accuracy": accuracy.get((t, method)),
+                        "macro_f1": macro.get((t, method)),
+                        "delta": delta(t, method),
+                    }
+                    for t in tasks
+                ],
+            }
+            for method in PRESETS
+            if any(r["name"] == method for r in main)
+        ],
+    }
+
+
+def loyalty_data(results: dict, tasks: Sequence[str]) -> dict | None:
+    """The loyalty and faithfulness table: a column per task and measure recorded, a row per
+    method (mean ± std over seeds), and how many test examples the explanations cover."""
+    main = [r for r in results["students"] if r["group"] == "main"]
+    shown = {
+        label: metric
+        for label, metric in LOYALTY_COLUMNS.items()
+        if any(metric in r["test"] for r in main)
+    }
+    if not shown:
+        return None
+    means = {metric: aggregate(main, metric) for metric in shown.values()}
+    columns = [
+        {"task": t, "label": label, "metric": metric, "gap": metric == "attribution_gap"}
+        for t in tasks
+        for label, metric in shown.items()
+    ]
+    explained = None
+    if "aopc_comprehensiveness" in shown.values():
+        sizes = sorted(
+            {p.get("explained_examples") or 0 for p in results.get("setup", {}).values()}
+        )
+        explained = "all" if sizes == [0] else " / ".join(f"{s:,}" if s else "all" for s in sizes)
+    return {
+        "columns": columns,
+        "rows": [
+            {
+                "method": method,
+                "cells": [means[c["metric"]].get((c["task"], method)) for c in columns],
+            }
+            for method in PRESETS
+            if any((t, method) in means[m] for t in tasks for m in shown.values())
+        ],
+        "explained": explained,
+    }
+
+
+def full_method_records(records: list[dict]) -> list[dict]:
+    """The full methods the ablations are compared with: those retrained on the ablations' own
+    sample when the suite has one, else the main table's runs of the ablations' task and seeds."""
+    ablation = [r for r in records if r["group"] not in ("main", "reference")]
+    references = [r for r in records if r["group"] == "reference"]
+    if references or not ablation:
+        return references
+    task, seeds = ablation[0]["task"], {r["seed"] for r in ablation}
+    return [
+        r
+        for r in records
+        if r["group"] == "main"
+        and r["task"] == task
+        and r["seed"] in seeds
+        and r["name"] in ablated_methods()
+    ]
+
+
+def speed_data(results: dict) -> list[dict]:
+    """Per task timed, its students' size and speed beside the teacher's (the record's
+    ``speed``: :func:`kd.experiments.reproduce.runner.measure_speed`), each row with the test
+    accuracy of the model timed."""
+    accuracy = {
+        (r["task"], r["name"], r["seed"]): r["test"].get("accuracy")
+        for r in results["students"]
+        if r["group"] == "main"
+    }
+    return [
+        {
+            **measured,
+            "task": task,
+            "rows": [
+                {
+                    **row,
+                    "accuracy": results["teachers"][task]["test"].get("accuracy")
+                    if index == 0
+                    else accuracy.get((task, row["name"], measured.get("seed"))),
+                }
+                for index, row in enumerate(measured["rows"])
+            ],
+        }
+        for task, measured in results.get("speed", {}).items()
+        if task in results["teachers"]
+    ]
+
+
+def ablation_data(results: dict) -> dict | None:
+    """The ablations' table: each variant against its full method on the same data."""
+    records = results["students"]
+    ablation = [r for r in records if r["group"] not in ("main", "reference")]
+    if not ablation:
+        return None
+    rows = [("full method", r) for r in full_method_records(records)] + [
+        (r["group"], r) for r in ablation
+    ]
+    shown = [record for _, record in rows]
+    acc, macro = aggregate(shown, "accuracy"), aggregate(shown, "macro_f1")
+    seen: dict[tuple[str, str], str] = {}  # (task, variant) → its group, in order
+    for group, record in rows:
+        seen.setdefault((record["task"], record["name"]), group)
+    return {
+        "task": ablation[0]["task"],
+        "seeds": sorted({r["seed"] for r in ablation}),
+        "data": results.get("ablation_data"),
+        "rows": [
+            {
+                "group": group,
+                "variant": key[1],
+                "accuracy": acc.get(key),
+                "macro_f1": macro.get(key),
+            }
+            for key, group in seen.items()
+        ],
+    }
+
+
+def delta_figure(folder: Path, results: dict, intervals: Intervals) -> str | None:
+    """Each method's Δ accuracy against vanilla KD with its 95 % paired interval, a panel per
+    task: ``<folder>/deltas.svg`` (vector); None when no interval was measured."""
+    from matplotlib.figure import Figure
+
+    tasks = list(results["teachers"])
+    methods = [m for m in PRESETS if m != "kd"]
+    panels = {
+        task: [(m, intervals(task, m, "kd")) for m in methods if intervals(task, m, "kd")]
+        for task in tasks
+    }
+    panels = {task: rows for task, rows in panels.items() if rows}
+    if not panels:
+        return None
+    figure = Figure(figsize=(4.2 * len(panels), 3.4), layout="constrained")
+    for index, (task, rows) in enumerate(panels.items()):
+        axis = figure.add_subplot(1, len(panels), index + 1)
+        for y, (_, interval) in enumerate(rows):
+            colour = "#5e3c99" if interval.significant else "#999999"
+            axis.errorbar(
+                interval.difference * 100,
+                y,
+                xerr=[
+                    [(interval.difference - interval.low) * 100],
+                    [(interval.high - interval.difference) * 100],
+                ],
+                fmt="o",
+                color=colour,
+                capsize=3,
+            )
+        axis.axvline(0, color="#e66101", linestyle="--", linewidth=1)
+        axis.set_yticks(range(len(rows)), [m for m, _ in rows])
+        axis.invert_yaxis()
+        axis.set_xlabel("Δ accuracy vs vanilla KD (points)")
+        axis.set_title(task)
+    folder.mkdir(parents=True, exist_ok=True)
+    figure.savefig(folder / "deltas.svg")
+    return "figures/deltas.svg"
+
+
+def make_figures(out: Path, results: dict, intervals: Intervals) -> dict[str, str]:
+    """The Δs against vanilla KD with their intervals (SVG), per-method accuracy bars for each
+    task and the K and m sweeps (PNG) under ``<out>/figures``; returns ``{title: path}``
+    relative to ``out``."""
+    from matplotlib.figure import Figure
+
+    folder = out / "figures"
+    folder.mkdir(parents=True, exist_ok=True)
+    records = results["students"]
+    figures = {}
+    deltas = delta_figure(folder, results, intervals)
+    if deltas:
+        figures[
+            "Δ test accuracy against vanilla KD, 95 % two-level bootstrap intervals over seeds "
+            "and test examples (purple: excludes 0)"
+        ] = deltas
+    main = aggregate([r for r in records if r["group"] == "main"], "accuracy")
+    tasks = list(results["teachers"])
+    methods = [m for m in PRESETS if any((t, m) in main for t in tasks)]
+    figure = Figure(figsize=(4.2 * len(tasks), 3.2), layout="constrained")
+    for index, task in enumerate(tasks):
+        axis = figure.add_subplot(1, len(tasks), index + 1)
+        stats = [main.get((task, m), (float("nan"), 0.0, 0)) for m in methods]
+        axis.bar(
+            range(len(methods)),
+            [s[0] * 100 for s in stats],
+            yerr=[s[1] * 100 for s in stats],
+            color="#5e3c99",
+            capsize=3,
+        )
+        axis.axhline(
+            results["teachers"][task]["test"]["accuracy"] * 100,
+            color="#e66101",
+            linestyle="--",
+            label="teacher",
+        )
+        axis.set_xticks(range(len(methods)), methods, rotation=45, ha="right")
+        axis.set_ylabel("test accuracy (%)")
+        axis.set_title(task)
+        measured = [s[0] for s in stats if s[0] == s[0]]
+        axis.set_ylim(max(0, min(measured, default=0) * 100 - 10), 100)
+        axis.legend(loc="lower right")
+    figure.savefig(folder / "methods.png", dpi=150)
+    figures["Test accuracy per method (error bars: std over seeds)"] = "figures/methods.png"
+    for group, label in (
+        ("adkd-k", "top-K dimensions of the teacher map"),
+        ("adkd-m", "IG steps m"),
+    ):
+        sweep = [r for r in records if r["group"] == group]
+        if not sweep:
+            (folder / f"{group}.png").unlink(missing_ok=True)  # an earlier record's
+            continue
+        seeds = {r["seed"] for r in sweep}
+        default = [
+            r["test"]["accuracy"]
+            for r in full_method_records(records)
+            if r["name"] == "adkd" and r["seed"] in seeds
+        ]
+        values: dict[float, list[float]] = {}
+        for record in sweep:
+            values.setdefault(record["sweep"], []).append(record["test"]["accuracy"])
+        if group == "adkd-m" and default:  # the full method's AD-KD is m = 1
+            values[1.0] = default
+        points = sorted((x, *mean_and_std(ys)) for x, ys in values.items())
+        figure = Figure(figsize=(4, 3), layout="constrained")
+        axis = figure.add_subplot()
+        axis.errorbar(
+            [p[0] for p in points],
+            [p[1] * 100 for p in points],
+            yerr=[p[2] * 100 for p in points],
+            marker="o",
+            capsize=3,
+            color="#5e3c99",
+        )
+        if group == "adkd-k" and default:
+            axis.axhline(
+                mean_and_std(default)[0] * 100,
+                color="#5e3c99",
+                linestyle=":",
+                label="all dimensions (full method)",
+            )
+            axis.legend(loc="lower right")
+        axis.set_xlabel(label)
+        axis.set_ylabel("test accuracy (%)")
+        axis.set_title(f"AD-KD: {label}")
+        figure.savefig(folder / f"{group}.png", dpi=150)
+        figures[f"AD-KD sweep: {label}"] = f"figures/{group}.png"
+    return figures
+
+
+def gallery_indices(labels: Sequence[int]) -> str:
+    """The first test example of each class, as ``kdw export --indices`` reads them."""
+    first: dict[int, int] = {}
+    for index, label in enumerate(labels):
+        first.setdefault(int(label), index)
+    return ",".join(str(first[label]) for label in sorted(first))
+
+
+def heatmap_gallery(out: Path, results: dict) -> dict[str, str]:
+    """One test example of each class across each task's teacher and its seed-1 students: PNG
+    heatmaps (and PDF for papers) under ``<out>/figures/gallery``. Drawn from the run folders
+    where they are all present; otherwise the gallery files already there are listed."""
+    from workbench.analysis.heatmaps import ExportSettings, HeatmapSettings, export_runs
+    from workbench.core.config import DataConfig, from_dict
+    from workbench.core.data import load_task
+
+    figures = {}
+    for task, teacher in results["teachers"].items():
+        runs = [teacher["run"]] + [
+            r["run"]
+            for r in results["students"]
+            if r["task"] == task
+            and r["group"] == "main"
+            and r["seed"] == 1
+            and r["name"] in ("kd", "adkd", "gkd")
+        ]
+        folder = out / "figures" / "gallery" / task
+        paths = [out / run for run in runs]
+        if all((path / "run.json").exists() for path in paths):
+            data = from_dict(DataConfig, Run.open(paths[0]).info()["configs"]["data"])
+            written = export_runs(
+                [str(p) for p in paths],
+                folder,
+                HeatmapSettings(),
+                ExportSettings(formats="png,pdf", dpi=150),
+                split="test",
+                indices=gallery_indices(load_task(data).splits["test"].labels),
+            )
+        else:
+            written = list(folder.glob("*.png"))
+        for path in sorted(p for p in written if p.suffix == ".png"):
+            figures[f"{task}: {path.stem}"] = str(path.relative_to(out))
+    return figures
+
+
+def report_data(results: dict, figures: dict[str, str], intervals: Intervals) -> dict:
+    """What ``report.md`` shows, as plain data for its template: the record's tables as rows
+    of values (summaries over seeds, :class:`Interval` s), the verdicts as records."""
+    students = results["students"]
+    tasks = list(results["teachers"])
+    planned = results.get("planned_students") or len(students)
+    return {
+        "suite": results["suite"],
+        "tasks": tasks,
+        "setup": setup_data(results),
+        "calls": calls_data(results),
+        "tuning": tuning_data(results),
+        "incomplete": {"done": len(students), "planned": planned}
+        if len(students) < planned
+        else None,
+        "verdicts": verdicts(results, tasks, intervals),
+        "controls": control_rows(results, tasks, intervals),
+        "main": main_data(results, tasks, intervals),
+        "loyalty": loyalty_data(results, tasks),
+        "speed": speed_data(results),
+        "ablations": ablation_data(results),
+        "figures": [{"title": title, "path": path} for title, path in figures.items()],
+    }
+
+
+def environment() -> Environment:
+    """The Jinja environment of the report's template, with the filters that format its
+    values."""
+    env = Environment(
+        loader=PackageLoader("kd.experiments.reproduce"),
+        undefined=StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,  # Markdown, not HTML
+    )
+    env.filters |= {
+        "cell": cell,
+        "ci": interval_cell,
+        "describe": Interval.describe,
+        "duration": duration,
+        "fmt": lambda value, spec: spec.format(value),
+    }
+    env.tests["interval"] = lambda value: isinstance(value, Interval)
+    return env
+
+
+def render(data: dict) -> str:
+    """``report.md``'s text from :func:`report_data`'s structure."""
+    return environment().get_template(TEMPLATE).render(data)
+
+
+def write_report(
+    out: Path, results: dict, figures: dict[str, str], intervals: Intervals | None = None
+) -> Path:
+    """``<out>/report.md``: verdicts, controls, tables of the main results, loyalty and
+    ablations, and figures."""
+    data = report_data(results, figures, intervals or Intervals(results))
+    path = out / "report.md"
+    atomic_write_text(path, render(data))
+    return path
+
+
+def report(out: Path, results: dict) -> Path:
+    """The figures and ``report.md`` of ``results``."""
+    if "students" not in results or "teachers" not in results:
+        raise WorkbenchError(f"{out / 'results.json'} is not a suite's record")
+    intervals = Intervals(results)
+    figures = make_figures(out, results, intervals) | heatmap_gallery(out, results)
+    return write_report(out, results, figures, intervals)

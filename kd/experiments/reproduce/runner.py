@@ -1,0 +1,899 @@
+"""The runner: teachers, the weights chosen on dev, then every student, scored on the whole test
+split, with ``results.json`` rewritten after each; then each task's first-seed students timed
+beside their teacher (size and speed, :func:`measure_speed`).
+
+``results.json`` is the suite's record. A student whose
+:func:`~kd.experiments.reproduce.suite.identity` has a row there is finished: a later call (on
+another machine, without the run folders, or after the suite folder moved) keeps that row and trains
+nothing for it. Run folders are used when present: an unfinished student resumes from its
+checkpoint. Paths in the record are relative to the suite folder. Each row carries per-example test
+values (predictions, label and probability loyalty, saliency loyalty, attribution gap, AOPC) so that
+the report's paired intervals need no run folder.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
+from dataclasses import dataclass
+from multiprocessing import get_context
+from pathlib import Path
+
+from kd.experiments.reproduce.suite import (
+    CONTROL,
+    Experiment,
+    Shard,
+    Suite,
+    TaskPlan,
+    data_settings,
+    experiments,
+    fingerprint,
+    identity,
+    limit,
+    plan_summary,
+    suite_key,
+    teacher_settings,
+)
+from kd.training.pipeline import check_teacher, distill, train_teacher
+from workbench.core.config import (
+    BenchmarkSettings,
+    DataConfig,
+    ObjectiveConfig,
+    OptimConfig,
+    StudentConfig,
+    TuneConfig,
+    config_key,
+    from_dict,
+)
+from workbench.core.errors import WorkbenchError, first_line
+from workbench.core.files import atomic_write_json
+from workbench.core.runs import Run
+from workbench.core.shapes import ANY, BOOLEAN, INTEGER, NUMBER, STRING, Either, Mapping, problem
+
+FORMAT = 2  # results.json: rows with identities, relative paths and per-example values
+LOYALTY = ("label_loyalty", "probability_loyalty")  # per example in a student's predictions
+
+
+def compact(values: Sequence) -> str | list:
+    """Class ids 0–9 as one string of digits (``[2, 0, 1]`` → ``"201"``); other values as a
+    list (regression: floats rounded to 4 decimals)."""
+    if all(isinstance(v, int) and 0 <= v <= 9 for v in values):
+        return "".join(map(str, values))
+    return [round(float(v), 4) for v in values]
+
+
+def expand(values: str | list) -> list:
+    """The inverse of :func:`compact`."""
+    return [int(c) for c in values] if isinstance(values, str) else list(values)
+
+
+def _rounded(values) -> list[float | None]:
+    """Per-example floats for JSON: 4 decimals, NaN (undefined) as null."""
+    return [None if math.isnan(v) else round(float(v), 4) for v in values]
+
+
+def relative(path: Path, out: Path) -> str:
+    """``path`` relative to the suite folder ``out``, as stored in ``results.json``."""
+    return Path(os.path.relpath(path, out)).as_posix()
+
+
+def test_set_key(data: DataConfig) -> str:
+    return fingerprint(data_settings(data))
+
+
+@dataclass
+class Scored:
+    """A finished student: its run (relative to the suite folder), test means, per-example
+    values and the seconds this call spent on it."""
+
+    run: str
+    test: dict
+    examples: dict
+    seconds: float
+
+
+class ExampleScores:
+    """Per-example explanation scores of students on the first ``explained_examples`` test
+    examples (all: None) against their teacher: saliency loyalty (Pearson of Grad saliency,
+    docs/methods.md §6), attribution gap (AD-KD Eq. 11) and AOPC comprehensiveness/sufficiency of
+    the student's own Grad saliency. The teacher's outputs are computed once per teacher and
+    test sample in a process; a student's scores are kept in its run folder (``scores.json``),
+    so a resumed suite does not recompute them."""
+
+    STORED = "scores.json"
+
+    def __init__(self) -> None:
+        self._teachers: dict[tuple, tuple] = {}
+
+    def __call__(self, teacher: Run, student: Run, explained_examples: int | None) -> dict:
+        stored = student.path / self.STORED
+        settings = {
+            "teacher": relative(teacher.path, student.path),  # moves with the suite folder
+            "explained_examples": explained_examples,
+        }
+        if stored.exists():
+            try:  # a damaged file is computed again: it is only a cache of the scores
+                scores = json.loads(stored.read_text())
+            except (OSError, ValueError):
+                scores = None
+            if isinstance(scores, dict) and scores.pop("settings", None) == settings:
+                return scores
+        scores = self._compute(teacher, student, explained_examples)
+        atomic_write_json(stored, {"settings": settings, **scores})
+        return scores
+
+    def _compute(self, teacher: Run, student: Run, explained_examples: int | None) -> dict:
+        from workbench.analysis.faithfulness import aopc
+        from workbench.analysis.loyalty import agreement_per_example, split_outputs
+        from workbench.core.data import batches, encode, load_task, pad_id
+        from workbench.core.models import load_model, load_run
+
+        loaded = load_run(student.path)
+        key = (teacher.path.resolve(), config_key(loaded.data), explained_examples)
+        if key not in self._teachers:  # the ablations may test on a smaller sample
+            split = load_task(loaded.data).splits["test"]
+            count = len(split) if explained_examples is None else explained_examples
+            explained = split.subset(range(min(count, len(split))))
+            source = load_model(str(teacher.path), loaded.spec, loaded.data)  # a run, or given
+            teacher_outputs = split_outputs(source, explained, maps=True)
+            self._teachers[key] = split, explained, teacher_outputs
+        split, explained, reference = self._teachers[key]
+        outputs = split_outputs(loaded, explained, maps=True)
+        values = {
+            name: _rounded(v.tolist())
+            for name, v in agreement_per_example(reference, outputs).items()
+        }
+        if not loaded.spec.regression:
+            dataset = encode(explained, loaded.tokenizer, loaded.data.max_length)
+            order = sorted(range(len(explained)), key=lambda i: len(dataset.input_ids[i]))
+            comprehensiveness, sufficiency = [0.0] * len(explained), [0.0] * len(explained)
+            for batch in batches(dataset, order, 64, pad_id(loaded.tokenizer)):
+                width = batch["input_ids"].shape[1]
+                result = aopc(
+                    loaded.model,
+                    batch["input_ids"],
+                    batch["attention_mask"],
+                    batch["token_type_ids"],
+                    scores=outputs.saliency[batch["index"], :width],
+                )
+                for row, index in enumerate(batch["index"].tolist()):
+                    comprehensiveness[index] = float(result.comprehensiveness[row])
+                    sufficiency[index] = float(result.sufficiency[row])
+            values["aopc_comprehensiveness"] = _rounded(comprehensiveness)
+            values["aopc_sufficiency"] = _rounded(sufficiency)
+        means = {
+            name: (sum(defined) / len(defined) if defined else None)
+            for name, v in values.items()
+            for defined in [[x for x in v if x is not None]]
+        }
+        return {"means": means, "examples": values, "uids": list(split.uids)}
+
+
+SCORES = ExampleScores()  # one per process: each keeps its teachers' outputs
+
+
+def given_teacher(plan: TaskPlan) -> tuple[Path, dict]:
+    """A task's teacher given as a classifier the workbench did not train
+    (``plan.given_teacher``): its folder, and its test metrics on the plan's data (nothing is
+    fine-tuned; its classes matched to the task's by name)."""
+    from workbench.analysis.evaluation import evaluate_logits, predict_logits
+    from workbench.core.data import encode, pad_id
+    from workbench.core.models import load_for_task, resolve_model
+
+    check_teacher(plan.given_teacher, False, "give a finished teacher")
+    loaded, task = load_for_task(plan.given_teacher, plan.data)
+    test = task.splits["test"]
+    dataset = encode(test, loaded.tokenizer, plan.data.max_length, task.spec.regression)
+    logits = predict_logits(loaded.model, dataset, 64, pad_id(loaded.tokenizer))
+    folder = Path(resolve_model(plan.given_teacher)).resolve()
+    return folder, evaluate_logits(task.spec, logits, dataset.labels)
+
+
+def task_teacher(out: Path, task: str, plan: TaskPlan) -> Run:
+    """Train (or reopen) a task's teacher in the suite folder, seed 1."""
+    return train_teacher(
+        plan.data,
+        plan.teacher,
+        OptimConfig(
+            epochs=plan.teacher_epochs,
+            batch_size=plan.batch_size,
+            learning_rate=plan.teacher_learning_rate,
+            seed=1,
+        ),
+        out / "runs" / task / "teacher",
+    )
+
+
+def student_folder(out: Path, experiment: Experiment, key: str) -> Path:
+    """``runs/<task>/[ablations/]<name>-seed<seed>-<settings hash>``: other settings (weights
+    chosen anew, ``--fixed``) train into another folder."""
+    folder = experiment.name.replace(" ", "_").replace("/", "-")
+    if experiment.group != "main":
+        folder = f"ablations/{folder}"
+    settings = key.rpartition("@")[2][:8]
+    return out / "runs" / experiment.task / f"{folder}-seed{experiment.seed}-{settings}"
+
+
+def _moved(folder: Path, teacher: Path) -> Run | None:
+    """A student folder written when the suite lay elsewhere records its teacher's old path,
+    which its run record refuses: a finished one is used as it is; an unfinished one is
+    restarted (its checkpoint cannot be reopened under the new path)."""
+    if not (folder / "run.json").exists():
+        return None
+    run = Run(folder)
+    recorded = run.info()["configs"].get("student", {}).get("teacher", "")
+    if Path(recorded).resolve() == teacher.resolve():  # the same folder, however spelt
+        return None
+    if run.status().get("state") == "finished":
+        return run
+    shutil.rmtree(folder)
+    return None
+
+
+def train_and_score(
+    out: Path, teacher: Path, plan: TaskPlan, experiment: Experiment, key: str, threads: int = 0
+) -> Scored:
+    """Train one student (or reuse its finished run) and score it on the test split; ``key``:
+    its identity. Runs in a worker process under ``--jobs``."""
+    started = time.time()
+    folder = student_folder(out, experiment, key)
+    run = _moved(folder, teacher) or distill(
+        plan.data,
+        StudentConfig(teacher=str(teacher), num_layers=plan.student_layers, **experiment.student),
+        experiment.objective,
+        OptimConfig(
+            **{
+                "epochs": plan.student_epochs,
+                "batch_size": plan.batch_size,
+                "learning_rate": plan.student_learning_rate,
+                "seed": experiment.seed,
+                "threads": threads,
+                **experiment.optim,
+            }
+        ),
+        folder,
+        cache_dir=out / "runs" / experiment.task / "teacher_cache",  # shared: keyed by settings
+    )
+    scores = SCORES(Run(teacher), run, plan.explained_examples)
+    predicted = run.read_json("predictions.json")["test"]
+    if predicted["uids"] != scores["uids"]:
+        raise WorkbenchError(f"{run.path}: predictions and scores cover different examples")
+    examples = {
+        "predictions": compact(predicted["predictions"]),
+        **{name: compact(predicted[name]) for name in LOYALTY if name in predicted},
+        **scores["examples"],
+    }
+    test = {**run.results()["test"], **scores["means"]}
+    return Scored(relative(run.path, out), test, examples, time.time() - started)
+
+
+def tune_space(method: str, searched: Sequence[str], plan: TaskPlan) -> tuple[str, ...]:
+    """``kdw tune --space`` overrides that search ``searched`` over the preset's default space
+    (:attr:`kd.methods.objective.Preset.space`) and hold its other dimensions at the preset's
+    values."""
+    from kd.experiments.tune import PARAMETERS
+    from kd.methods.objective import PRESETS, preset_weights
+
+    weights = preset_weights(ObjectiveConfig(preset=method))
+    current = {
+        "alpha": weights.get("kd"),
+        "beta": weights.get(PRESETS[method].beta or ""),
+        "gamma": weights.get("cls_grad"),
+        "wr": weights.get("wr"),
+        "ltr": weights.get("ltr"),
+        "tau": PRESETS[method].temperature,
+        "lr": plan.student_learning_rate,
+    }
+    space = PRESETS[method].space
+    for name in searched:
+        if name not in space:
+            raise WorkbenchError(f"{method}: its preset has no default space for {name!r}")
+    held = [
+        f"{name}={current[name]:g}"
+        for name in space
+        if name not in searched and name in PARAMETERS and current.get(name) is not None
+    ]
+    return tuple(f"{name}={space[name]}" for name in searched) + tuple(held)
+
+
+def tuning_settings(suite: Suite, method: str) -> dict:
+    """What a method's search depends on (no path): its record's key in ``results.json``."""
+    task = suite.ablation_task
+    plan = suite.plans[task]
+    return {
+        "method": method,
+        "teacher": teacher_settings(plan),
+        "data": data_settings(suite.tuning_data(task)),
+        "space": list(tune_space(method, suite.tuned[method], plan)),
+        "trials": suite.tune_trials,
+        "student": {"layers": plan.student_layers, "epochs": plan.student_epochs},
+        "batch_size": plan.batch_size,
+        "learning_rate": plan.student_learning_rate,
+    }
+
+
+def choose_weights(out: Path, teacher: Path, suite: Suite, method: str, threads: int = 0) -> dict:
+    """Search ``method``'s key weights on dev with ``kdw tune`` (the ablations' sample, seed 1):
+    the chosen objective, the search space and every trial. Runs in a worker under ``--jobs``."""
+    from kd.experiments.tune import tune
+
+    task = suite.ablation_task
+    plan = suite.plans[task]
+    space = tune_space(method, suite.tuned[method], plan)
+    result = tune(
+        suite.tuning_data(task),
+        StudentConfig(teacher=str(teacher), num_layers=plan.student_layers),
+        ObjectiveConfig(preset=method),
+        OptimConfig(
+            epochs=plan.student_epochs,
+            batch_size=plan.batch_size,
+            learning_rate=plan.student_learning_rate,
+            seed=1,
+            threads=threads,
+        ),
+        TuneConfig(trials=suite.tune_trials, space=space),
+        out / "tune" / method,
+    )
+    if result.best is None:
+        raise WorkbenchError(f"kdw tune {method}: no trial finished (all pruned or stopped)")
+    best = json.loads(result.best.read_text())
+    return {
+        "key": fingerprint(tuning_settings(suite, method)),
+        "task": task,
+        "searched": list(suite.tuned[method]),
+        "space": best["tuned"]["space"],
+        "metric": best["tuned"]["metric"],
+        "chosen": best["tuned"]["params"],
+        "dev": best["tuned"]["dev"],
+        "objective": best["objective"],
+        "trials": result.rows,
+    }
+
+
+def measure_truncation(plan: TaskPlan) -> dict:
+    """How much of the test split ``max_length`` cuts: the share of examples cut and the share
+    of all their tokens kept (teacher tokenizer, [CLS]/[SEP] counted). Texts are counted up to
+    many times ``max_length`` (:func:`workbench.core.data.prefixes` with 16 × ``max_length``), so
+    that a huge text cannot exhaust memory; the share kept of such a text is an upper bound."""
+    from workbench.core.data import load_task, prefixes
+    from workbench.core.models import load_tokenizer
+
+    split = load_task(plan.data).splits["test"]
+    tokenizer = load_tokenizer(plan.given_teacher or plan.teacher.model)
+    limit = plan.data.max_length
+    args, _ = prefixes(tokenizer, split.texts, split.pairs, 16 * limit)
+    lengths = [len(ids) for ids in tokenizer(*args, truncation=False, verbose=False)["input_ids"]]
+    return {
+        "max_length": limit,
+        "examples": len(lengths),
+        "truncated_examples": sum(n > limit for n in lengths),
+        "kept_tokens": sum(min(n, limit) for n in lengths) / sum(lengths),
+        "median_tokens": sorted(lengths)[len(lengths) // 2],
+    }
+
+
+SPEED = ("parameters", "disk_mb", "latency_ms_median", "throughput_b32")  # kept, with ratios
+
+
+def speed_settings(suite: Suite, jobs: int) -> BenchmarkSettings:
+    """How the students are timed beside their teacher: ``suite.speed_examples`` test texts,
+    batch sizes 1 and 32, PyTorch fp32 on the CPU with the threads one of ``jobs`` workers
+    gets."""
+    threads = max(1, (os.cpu_count() or 1) // max(jobs, 1))
+    return BenchmarkSettings(
+        split="test", examples=suite.speed_examples or 0, batch_sizes="1,32", threads=threads
+    )
+
+
+def speed_key(teacher: dict, students: Sequence[dict], settings: BenchmarkSettings) -> str:
+    """What a task's speed record measured: its teacher, students and texts (not the threads,
+    which follow ``--jobs``)."""
+    return fingerprint(
+        {
+            "teacher": teacher.get("key", teacher["run"]),
+            "students": [s.get("key", s["run"]) for s in students],
+            "examples": settings.examples,
+            "batch_sizes": settings.batch_sizes,
+        }
+    )
+
+
+def speed_students(suite: Suite, task: str, planned: Sequence[Experiment]) -> list[int]:
+    """The positions in ``planned`` of the students timed on ``task``: each main-table
+    method's student of the task's first seed (controls, of the same size, left out)."""
+    first = suite.plans[task].seeds[0]
+    return [
+        i
+        for i, e in enumerate(planned)
+        if e.task == task and e.group == "main" and e.seed == first and CONTROL not in e.name
+    ]
+
+
+def measure_speed(
+    out: Path,
+    data: DataConfig,
+    teacher: dict,
+    students: Sequence[dict],
+    settings: BenchmarkSettings,
+) -> dict:
+    """Size and speed of a task's ``students`` (rows of the record) beside their ``teacher``
+    with :func:`workbench.analysis.benchmark.benchmark` on ``data``'s test split: parameters,
+    weights on disk, median latency at batch size 1 and examples/s at 32, each with its ratio to the
+    teacher's; with the benchmark's settings, the machine and its load when it started."""
+    from workbench.analysis.benchmark import benchmark
+
+    load_before = os.getloadavg()[0]
+    sources = [str(out / teacher["run"]), *(str(out / s["run"]) for s in students)]
+    measured = benchmark(sources, settings, data)
+    names = ["teacher", *(s["name"] for s in students)]
+    return {
+        "key": speed_key(teacher, students, settings),
+        "settings": measured["settings"],
+        "machine": measured["machine"],
+        "load_before": round(load_before, 1),
+        "rows": [
+            {
+                "name": name,
+                **{k: row.get(k) for k in SPEED},
+                **{f"{k}_ratio": row.get(f"{k}_ratio") for k in SPEED},
+            }
+            for name, row in zip(names, measured["rows"], strict=True)
+        ],
+    }
+
+
+def exit_with_parent(parent: int, interval: float = 1.0) -> None:
+    """Worker initializer: end this worker once the process that started it is gone (killed
+    with SIGKILL, say) instead of training its student for nobody. The run it leaves resumes
+    from its last checkpoint next time."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
+@contextmanager
+def _children_without_progress_bars() -> Iterator[None]:
+    """Worker processes inherit ``TQDM_DISABLE``: bars of parallel runs would interleave."""
+    previous = os.environ.get("TQDM_DISABLE")
+    os.environ["TQDM_DISABLE"] = "1"
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ["TQDM_DISABLE"]
+        else:
+            os.environ["TQDM_DISABLE"] = previous
+
+
+def _parallel(
+    function: Callable, calls: dict[int, tuple], jobs: int, done: Callable[[int, object], None]
+) -> None:
+    """``function(*call, threads)`` for every call, in ``jobs`` spawned processes (the CPU
+    threads shared out) or in this one; ``done(index, result)`` as each finishes."""
+    if jobs <= 1:
+        for index, call in calls.items():
+            done(index, function(*call))
+        return
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    with (
+        _children_without_progress_bars(),
+        ProcessPoolExecutor(
+            jobs,
+            mp_context=get_context("spawn"),
+            initializer=exit_with_parent,
+            initargs=(os.getpid(),),
+        ) as pool,
+    ):
+        futures = {pool.submit(function, *call, threads): index for index, call in calls.items()}
+        try:
+            for future in as_completed(futures):
+                done(futures[future], future.result())
+        except BaseException:
+            pool.shutdown(cancel_futures=True)
+            raise
+
+
+_METRICS = Mapping(Either(NUMBER, None))
+_COUNT = Either(INTEGER, None)
+RESULTS_SHAPE = {  # the suite's record (:mod:`workbench.core.shapes`), checked when it is read
+    "format?": INTEGER,
+    "suite": STRING,
+    "cuts?": Either(STRING, None),
+    "ablation_data?": Either(STRING, None),
+    "setup?": Mapping(
+        {
+            "teacher": STRING,
+            "max_train_examples": _COUNT,
+            "student_train_examples?": _COUNT,
+            "max_eval_examples": _COUNT,
+            "max_length": INTEGER,
+            "teacher_epochs": NUMBER,
+            "student_layers": INTEGER,
+            "student_epochs": NUMBER,
+            "seeds": [INTEGER],
+            "explained_examples?": _COUNT,
+        }
+    ),
+    "truncation?": Mapping(
+        Either(
+            None,
+            {
+                "max_length": INTEGER,
+                "examples": INTEGER,
+                "truncated_examples": INTEGER,
+                "kept_tokens": NUMBER,
+                "median_tokens": NUMBER,
+            },
+        )
+    ),
+    "tuned?": BOOLEAN,
+    "suite_key?": STRING,
+    "shard?": {"index": INTEGER, "count": INTEGER},
+    "teachers": Mapping({"key?": STRING, "run": STRING, "test": _METRICS}),
+    "tuning?": Mapping(
+        {
+            "key?": STRING,
+            "searched": [STRING],
+            "space": Mapping(STRING),
+            "metric": STRING,
+            "chosen": Mapping(NUMBER),
+            "dev": NUMBER,
+            "objective": Mapping(ANY),
+            "trials": [{"dev": Either(NUMBER, None)}],
+        }
+    ),
+    "planned_students?": _COUNT,
+    "test_sets?": Mapping({"uids": [ANY], "labels": Either(STRING, [ANY])}),
+    "students": [
+        {
+            "key?": STRING,
+            "task": STRING,
+            "name": STRING,
+            "group": STRING,
+            "seed": INTEGER,
+            "run": STRING,
+            "test": _METRICS,
+            "examples?": {"test_set": STRING, "predictions": Either(STRING, [ANY])},
+            "seconds?": NUMBER,
+        }
+    ],
+    "speed?": Mapping(
+        {
+            "key": STRING,
+            "settings": {
+                "examples": INTEGER,
+                "batch_sizes": [INTEGER],
+                "warmup": INTEGER,
+                "repeats": INTEGER,
+                "threads": INTEGER,
+            },
+            "machine": {"cpu": STRING, "torch": STRING},
+            "load_before": NUMBER,
+            "seed?": INTEGER,
+            "rows": [{"name": STRING, **{f"{k}?": Either(NUMBER, None) for k in SPEED}}],
+        }
+    ),
+    "calls?": [
+        {
+            "started": STRING,
+            "seconds": NUMBER,
+            "searches": INTEGER,
+            "teachers": INTEGER,
+            "students": INTEGER,
+            "jobs": INTEGER,
+            "load_before": NUMBER,
+        }
+    ],
+}
+RESULTS_REMEDY = (
+    "restore it (the run folders beside it are kept), or delete it to train the suite's "
+    "missing rows again (finished run folders are reused)"
+)
+
+
+def read_results(out: Path) -> dict:
+    """``<out>/results.json``, checked (:data:`RESULTS_SHAPE`), or an empty record; a file
+    that is not JSON or not of the record's shape is a one-line error naming it."""
+    path = out / "results.json"
+    if not path.exists():
+        return {}
+    try:
+        results = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        reason = error.msg if isinstance(error, json.JSONDecodeError) else "not UTF-8"
+        raise WorkbenchError(f"{path} is corrupt ({reason}): {RESULTS_REMEDY}") from None
+    except OSError as error:
+        raise WorkbenchError(f"{path} cannot be read ({first_line(error)})") from None
+    found = problem(results, RESULTS_SHAPE)
+    if found:
+        raise WorkbenchError(f"{path} is not the record of a suite: {found}: {RESULTS_REMEDY}")
+    return results
+
+
+def shard_positions(suite: Suite, shard: Shard | None) -> list[int]:
+    """The positions in :func:`experiments`' list that ``shard`` trains (all: None); a shard
+    left without a student is a one-line error."""
+    total = len(experiments(suite))
+    if shard is None:
+        return list(range(total))
+    if shard.count > total:
+        raise WorkbenchError(
+            f"--shard {shard}: the suite has {total} students, so at most {total} shards"
+        )
+    return shard.positions(total)
+
+
+def suite_fields(suite: Suite, previous: dict, shard: Shard | None) -> dict:
+    """The fields of a record that the suite (and the part of it trained) settles: its
+    description and cuts, each task's setup and truncation (measured once: ``previous``'s
+    where it has it), and what ties the record to its suite (``suite_key``, ``shard``), which
+    ``kdw reproduce --merge`` checks."""
+    part = {} if shard is None else {"shard": {"index": shard.index, "count": shard.count}}
+    return {
+        "format": FORMAT,
+        "suite": suite.description,
+        "cuts": suite.cuts,
+        "ablation_data": None
+        if suite.ablation_data is None
+        else (
+            f"{limit(suite.ablation_data.max_train_examples)} train / "
+            f"{limit(suite.ablation_data.max_eval_examples)} test examples, "
+            f"{suite.ablation_data.max_length} tokens"
+        ),
+        "setup": {task: plan_summary(plan) for task, plan in suite.plans.items()},
+        "truncation": {
+            task: previous.get("truncation", {}).get(task) or measure_truncation(plan)
+            for task, plan in suite.plans.items()
+        },
+        "tuned": bool(suite.tuned),
+        "suite_key": suite_key(suite),
+        **part,
+    }
+
+
+class SuiteCall:
+    """One call of :func:`run_suite`: what the record held when it started, what it trains,
+    and the record it writes (:meth:`record`) after every teacher, search, student and
+    timing."""
+
+    def __init__(
+        self,
+        out: Path,
+        suite: Suite,
+        announce: Callable[[str], None],
+        jobs: int,
+        shard: Shard | None,
+    ) -> None:
+        self.out, self.suite, self.announce, self.jobs = out, suite, announce, jobs
+        self.mine = shard_positions(suite, shard)
+        self.started = time.time()
+        self.load_before = os.getloadavg()[0]  # what else ran beside this call
+        self.previous = previous = read_results(out)
+        self.recorded = {r["key"]: r for r in previous.get("students", []) if "key" in r}
+        self.teachers: dict[str, dict] = {
+            task: record
+            for task, record in previous.get("teachers", {}).items()
+            if task in suite.plans
+            and record.get("key") == fingerprint(teacher_settings(suite.plans[task]))
+        }
+        self.tuning = {
+            method: record
+            for method, record in previous.get("tuning", {}).items()
+            if method in suite.tuned
+            and record.get("key") == fingerprint(tuning_settings(suite, method))
+        }
+        planned = experiments(suite)
+        needed = {
+            planned[i].name.removesuffix(CONTROL) for i in self.mine if planned[i].group == "main"
+        }
+        self.methods = [m for m in suite.tuned if m in needed]
+        self.test_sets = dict(previous.get("test_sets", {}))
+        self.speed = dict(previous.get("speed", {}))  # students timed beside their teacher
+        self.fixed = {**suite_fields(suite, previous, shard), "jobs": jobs}
+        self.runs: dict[str, Path] = {}  # each task's teacher
+        self.todo: list[Experiment] = []  # known once the weights are chosen
+        self.keys: list[str] = []  # the todo's identities
+        self.kept: list[dict] = []  # recorded ablations this call does not plan
+        self.scored: dict[int, dict] = {}
+        self.calls: dict[int, tuple] = {}
+        self.searches: dict[int, tuple] = {}
+
+    def record(self) -> dict:
+        """``results.json`` as it stands, with this call's wall clock so far."""
+        suite, previous, todo = self.suite, self.previous, self.todo
+        return {
+            **self.fixed,
+            "teachers": {t: self.teachers[t] for t in suite.plans if t in self.teachers},
+            "tuning": {m: self.tuning[m] for m in self.methods if m in self.tuning},
+            "planned_students": len(self.mine) if todo else previous.get("planned_students"),
+            "test_sets": self.test_sets,
+            "speed": {task: self.speed[task] for task in suite.plans if task in self.speed},
+            "students": [self.scored[i] for i in range(len(todo)) if i in self.scored] + self.kept
+            if todo
+            else previous.get("students", []),
+            "calls": [  # every call's wall clock: their sum is the suite's from an empty folder
+                *previous.get("calls", []),
+                {
+                    "started": time.strftime("%Y-%m-%d %H:%M", time.gmtime(self.started)),
+                    "seconds": round(time.time() - self.started),
+                    "searches": len(self.searches),
+                    "teachers": len(self.runs),
+                    "students": sum(i in self.calls for i in self.scored),  # trained by it
+                    "jobs": self.jobs,
+                    "load_before": round(self.load_before, 1),
+                },
+            ],
+        }
+
+    def save(self) -> dict:
+        """Write :meth:`record` to ``results.json`` (``--report-only`` works mid-suite)."""
+        record = self.record()
+        atomic_write_json(self.out / "results.json", record)
+        return record
+
+    def teacher_run(self, task: str) -> Path:
+        """The task's teacher: trained or reopened once per call, or the given classifier."""
+        if task not in self.runs:
+            self.announce(f"teacher on {task}")
+            plan = self.suite.plans[task]
+            if plan.given_teacher:  # recorded by its absolute path: it lives outside the suite
+                path, test = given_teacher(plan)
+                where = str(path)
+            else:
+                run = task_teacher(self.out, task, plan)
+                path, test, where = run.path, run.results()["test"], relative(run.path, self.out)
+            self.runs[task] = path
+            self.teachers[task] = {
+                "key": fingerprint(teacher_settings(plan)),
+                "run": where,
+                "test": test,
+            }
+            self.save()
+        return self.runs[task]
+
+    def tuned(self, index: int, record: dict) -> None:
+        """A search finished: its method's chosen weights."""
+        self.tuning[self.methods[index]] = record
+        self.announce(f"weights chosen on dev for {self.methods[index]}: {record['chosen']}")
+        self.save()
+
+    def finished(self, index: int, result: Scored) -> None:
+        """A student finished: its row (and its test set's ids and labels, once)."""
+        experiment = self.todo[index]
+        test_set = test_set_key(self.suite.plan_of(experiment).data)
+        if test_set not in self.test_sets:
+            predicted = Run(self.out / result.run).read_json("predictions.json")["test"]
+            self.test_sets[test_set] = {
+                "uids": predicted["uids"],
+                "labels": compact(predicted["labels"]),
+            }
+        self.scored[index] = {
+            "key": self.keys[index],
+            "task": experiment.task,
+            "name": experiment.name,
+            "group": experiment.group,
+            "seed": experiment.seed,
+            "sweep": experiment.sweep,
+            "run": result.run,
+            "test": result.test,
+            "examples": {"test_set": test_set, **result.examples},
+            "seconds": round(result.seconds),
+        }
+        self.announce(
+            f"[{len(self.scored)}/{len(self.mine)}] {experiment.task}: {experiment.name}, seed "
+            f"{experiment.seed}: test accuracy {result.test['accuracy'] * 100:.1f} "
+            f"({result.seconds:.0f} s)"
+        )
+        self.save()
+
+    def plan_students(self) -> None:
+        """The students under the chosen weights: those recorded kept, the rest to train
+        (with their teachers)."""
+        suite, recorded = self.suite, self.recorded
+        chosen = {m: from_dict(ObjectiveConfig, r["objective"]) for m, r in self.tuning.items()}
+        self.todo = todo = experiments(suite, chosen)
+        self.keys = keys = [identity(e, suite.plan_of(e), suite.plans[e.task]) for e in todo]
+        self.kept = [  # a call without --ablations loses none that a call with it recorded
+            recorded[key]
+            for e in experiments(suite.with_ablations(), chosen)
+            if (key := identity(e, suite.plan_of(e), suite.plans[e.task])) in recorded
+            and key not in keys
+        ]
+        self.scored.update({i: recorded[keys[i]] for i in self.mine if keys[i] in recorded})
+        self.calls.update(
+            {
+                i: (
+                    self.out,
+                    self.teacher_run(todo[i].task),
+                    suite.plan_of(todo[i]),
+                    todo[i],
+                    keys[i],
+                )
+                for i in self.mine
+                if i not in self.scored
+            }
+        )
+        for task in dict.fromkeys(todo[i].task for i in self.mine):  # a task with nothing
+            if task not in self.teachers:  # left to train keeps its recorded teacher
+                self.teacher_run(task)
+
+    def time_students(self) -> None:
+        """Time each task's first-seed students beside their teacher where the record lacks
+        that timing (or timed other students) and their folders are here."""
+        suite = self.suite
+        if suite.speed_examples is None:
+            return
+        settings = speed_settings(suite, self.jobs)
+        for task, plan in suite.plans.items():
+            wanted = speed_students(suite, task, self.todo)
+            if not wanted or task not in self.teachers or any(i not in self.scored for i in wanted):
+                continue
+            teacher, students = self.teachers[task], [self.scored[i] for i in wanted]
+            if self.speed.get(task, {}).get("key") == speed_key(teacher, students, settings):
+                continue
+            folders = [self.out / teacher["run"], *(self.out / s["run"] for s in students)]
+            absent = next((folder for folder in folders if not folder.is_dir()), None)
+            if absent is not None:
+                self.announce(f"{task}: students not timed, {absent} is not here")
+                continue
+            self.announce(
+                f"{task}: timing the seed-{plan.seeds[0]} students beside the teacher on "
+                f"{suite.speed_examples} test texts"
+            )
+            measured = measure_speed(self.out, plan.data, teacher, students, settings)
+            self.speed[task] = {**measured, "seed": plan.seeds[0]}
+            self.save()
+
+    def run(self) -> dict:
+        """Search, train, score and time what the record lacks; the final record."""
+        try:
+            self.searches.update(
+                {
+                    index: (self.out, self.teacher_run(self.suite.ablation_task), self.suite, m)
+                    for index, m in enumerate(self.methods)
+                    if m not in self.tuning
+                }
+            )
+            _parallel(choose_weights, self.searches, self.jobs, self.tuned)
+            self.plan_students()
+            if not self.calls:
+                self.announce(
+                    f"all {len(self.mine)} students are recorded in "
+                    f"{self.out / 'results.json'}: none trained"
+                )
+            _parallel(train_and_score, self.calls, self.jobs, self.finished)
+            self.time_students()
+        finally:  # also when interrupted: what finished is kept, with this call's wall clock
+            final = self.save()
+        return final
+
+
+def run_suite(
+    out: Path,
+    suite: Suite,
+    announce: Callable[[str], None] = print,
+    jobs: int = 1,
+    shard: Shard | None = None,
+) -> dict:
+    """Train what the record in ``<out>/results.json`` lacks: the weights chosen on dev, then
+    every student (teachers only for tasks with something left to train), scoring each on the test
+    split; rows already recorded under the same identity are kept as they are. With ``jobs`` > 1
+    searches and students run in that many processes. ``shard``: only that part of the students
+    (:class:`~kd.experiments.reproduce.suite.Shard`), with the searches and teachers they need (each
+    seeded as in the whole suite, so every shard trains the same ones). Then each task whose
+    first-seed students are all recorded gets them timed beside its teacher
+    (:meth:`SuiteCall.time_students`) unless the record holds that timing. The record is rewritten
+    after every teacher, search, student and timing, and when the call is interrupted, with this
+    call's wall clock (:class:`SuiteCall`)."""
+    return SuiteCall(out, suite, announce, jobs, shard).run()

@@ -1,0 +1,884 @@
+"""``kdw tune``: choose a method's weights on the dev split, as the papers did, with Optuna.
+
+Each trial distils one student (a run folder under ``<out>/trials/``, named by its settings) and
+scores its best dev evaluation; the test split is never looked at. The trials share one teacher
+cache (``<out>/teacher_cache``), computed once per setting that changes it. A grid no larger than
+the budget is queued whole, each setting once; a larger space is sampled by TPE; a trial whose
+dev curve falls below the median of earlier trials at the same step is pruned (the trainer's
+evaluations report to the pruner; none is pruned in its first half epoch), and settings proposed
+again keep their first outcome. A trial whose training diverges (a loss or weight goes NaN or
+infinite) fails, unscored, and the search goes on. The study lives in ``<out>/study.db``
+(SQLite), so a killed search resumes: the trial that was running is retried with the same
+settings and its run folder resumes from its checkpoint. The best configuration is written to
+``<out>/best.json``, which ``kdw distill --config`` trains.
+
+With ``--storage URL`` (any database SQLAlchemy reaches: PostgreSQL, MySQL, SQLite) the study
+lives in that database instead, and several ``kdw tune`` workers, on one machine or several,
+share it: each runs trials until the study has tried its settings, never a setting another worker
+tried or is trying, then waits for the others' last trials and writes the same ``best.json``.
+A trial whose worker falls silent (killed, its machine gone) is retried by another after
+:data:`GRACE_SECONDS` (Optuna's heartbeats). Workers must give the same settings, save those of
+their machine (:data:`WORKER_SETTINGS`); the study records them and refuses a worker that differs.
+
+Searchable parameters (:data:`PARAMETERS`) and the default space of each method (its preset's
+``space`` in :data:`kd.methods.objective.PRESETS`, from the papers' grids; β weighs the preset's
+``beta`` term); ``--space NAME=v1,v2`` (choices) or
+``--space NAME=LOW:HIGH`` (a range, ``:log`` for a log scale) overrides one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import socket
+import sys
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from kd.methods.objective import PRESETS, Preset
+from kd.training.trainer import Callback, TrainingDiverged
+from workbench.core.config import (
+    MAX_TEMPERATURE,
+    DataConfig,
+    ObjectiveConfig,
+    OptimConfig,
+    StudentConfig,
+    TrackingConfig,
+    TuneConfig,
+    to_dict,
+)
+from workbench.core.errors import WorkbenchError, first_line
+from workbench.core.files import atomic_write_json, hold, read_json_file
+from workbench.core.runs import differences, same_value
+
+STUDY_NAME = TuneConfig.study_name  # the study of ``<out>/study.db``, and --study-name's default
+MAX_CONFIG_BYTES = 1_000_000  # a best.json holds a few kilobytes of settings
+HEARTBEAT_SECONDS = 20  # a worker's running trial says it is alive this often ...
+GRACE_SECONDS = 120  # ... and is retried by another worker once silent this long
+POLL_SECONDS = 2  # a worker waiting for the others' last trials looks again this often
+CONNECT_SECONDS = 10  # how long a database server may take to answer
+# the Python package of each SQLAlchemy driver, for the error that says to install it
+DRIVER_PACKAGES = {
+    "psycopg2": "psycopg2-binary",
+    "psycopg": "psycopg[binary]",
+    "pg8000": "pg8000",
+    "asyncpg": "asyncpg",
+    "pymysql": "PyMySQL",
+    "mysqldb": "mysqlclient",
+    "mysqlconnector": "mysql-connector-python",
+}
+# settings a worker chooses for its machine: the study does not ask its workers to agree on them
+WORKER_SETTINGS = ("threads", "device", "log_every", "checkpoint_every", "eval_batch_size")
+WORKER = f"{socket.gethostname()}:{os.getpid()}"  # recorded with each trial this process runs
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """A searchable setting: its domain, and the terms a method needs for it to apply."""
+
+    help: str
+    low: float  # the domain: finite, low < value (low ≤ value when ``closed``), value ≤ high
+    high: float = math.inf
+    closed: bool = True
+    integer: bool = False
+    needs: tuple[str, ...] = ()  # terms the objective must have (beta: the method's own)
+
+    def problem(self, value: float) -> str | None:
+        """Why ``value`` is outside the domain, or None."""
+        above = value >= self.low if self.closed else value > self.low
+        if not math.isfinite(value) or not (above and value <= self.high):
+            left, right = "[" if self.closed else "(", ")" if self.high == math.inf else "]"
+            return f"must lie in {left}{self.low:g}, {self.high:g}{right}"
+        if self.integer and value != int(value):
+            return "must be an integer"
+        return None
+
+
+PARAMETERS: dict[str, Parameter] = {
+    "alpha": Parameter("weight α of the KD term; CE gets 1 − α", 0.0, 1.0, needs=("kd",)),
+    "beta": Parameter(
+        "weight β of the method's own term (the one its preset names: AD-KD's attr, GKD's grad)",
+        0.0,
+    ),
+    "gamma": Parameter(
+        "GKD-CLS: weight γ of the [CLS]-state gradient term", 0.0, needs=("cls_grad",)
+    ),
+    "tau": Parameter("KD temperature τ", 0.0, MAX_TEMPERATURE, closed=False, needs=("kd",)),
+    "wr": Parameter("CKD: λ of word relation", 0.0, needs=("wr",)),
+    "ltr": Parameter("CKD: λ of layer-transforming relation", 0.0, needs=("ltr",)),
+    "lr": Parameter("peak learning rate", 0.0, closed=False),
+    "top_k": Parameter(
+        "AD-KD: K largest |IG| dimensions of the teacher's map", 1, integer=True, needs=("attr",)
+    ),
+}
+WEIGHT_PARAMETERS = ("gamma", "wr", "ltr")  # set the weight of every term they need
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """One parameter's search space: choices, or a range."""
+
+    name: str
+    choices: tuple[float, ...] = ()
+    low: float = 0.0
+    high: float = 0.0
+    log: bool = False
+
+    def suggest(self, trial) -> float:
+        if self.choices:
+            return trial.suggest_categorical(self.name, list(self.choices))
+        if PARAMETERS[self.name].integer:
+            return trial.suggest_int(self.name, int(self.low), int(self.high), log=self.log)
+        return trial.suggest_float(self.name, self.low, self.high, log=self.log)
+
+    def describe(self) -> str:
+        if self.choices:
+            return ",".join(f"{c:g}" for c in self.choices)
+        return f"{self.low:g}:{self.high:g}" + (":log" if self.log else "")
+
+
+def _number(name: str, text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise WorkbenchError(f"--space {name}: {text!r} is not a number") from None
+
+
+def parse_dimension(name: str, text: str) -> Dimension:
+    """``"1,10,50"`` (choices) or ``"1:4"`` / ``"1e-5:1e-3:log"`` (a range) → a checked
+    :class:`Dimension`; a one-line error for an empty or inverted range or a value outside the
+    parameter's domain."""
+    parameter = PARAMETERS[name]
+    text = text.strip()
+    if not text:
+        raise WorkbenchError(f"--space {name}: no values given (use {name}=v1,v2 or LOW:HIGH)")
+    if ":" in text:
+        parts = text.split(":")
+        log = len(parts) == 3 and parts[2] == "log"
+        if len(parts) not in (2, 3) or (len(parts) == 3 and not log):
+            raise WorkbenchError(f"--space {name}={text}: a range is LOW:HIGH or LOW:HIGH:log")
+        low, high = _number(name, parts[0]), _number(name, parts[1])
+        if not low < high:
+            raise WorkbenchError(f"--space {name}={text}: empty or inverted range (LOW < HIGH)")
+        if log and low <= 0:
+            raise WorkbenchError(f"--space {name}={text}: a log range needs LOW > 0")
+        dimension = Dimension(name, low=low, high=high, log=log)
+        values = (low, high)
+    else:
+        values = tuple(_number(name, part) for part in text.split(",") if part.strip())
+        if not values:
+            raise WorkbenchError(f"--space {name}: no values given")
+        dimension = Dimension(
+            name,
+            choices=tuple(
+                int(v) if parameter.integer and v == int(v) else v for v in dict.fromkeys(values)
+            ),
+        )
+    for value in values:
+        problem = parameter.problem(value)
+        if problem:
+            raise WorkbenchError(f"--space {name}: {value:g} {problem} ({parameter.help})")
+    return dimension
+
+
+def search_space(
+    preset: str, overrides: tuple[str, ...], base_weights: dict[str, float]
+) -> dict[str, Dimension]:
+    """The preset's default space (:attr:`kd.methods.objective.Preset.space`) with ``NAME=SPEC``
+    overrides, checked against what the method has (``beta`` of a method without a β term,
+    :attr:`~kd.methods.objective.Preset.beta`, is an unknown parameter)."""
+    registered = PRESETS.get(preset, Preset({}, {}))
+    available = sorted(
+        name
+        for name, p in PARAMETERS.items()
+        if set((registered.beta,) if name == "beta" else p.needs) <= set(base_weights)
+    )
+    specs = {k: v for k, v in registered.space.items() if k in available}
+    for item in overrides:
+        name, equals, text = (part.strip() for part in item.partition("="))
+        if not equals:
+            raise WorkbenchError(f"--space {item!r}: use NAME=v1,v2 or NAME=LOW:HIGH")
+        if name not in available:
+            raise WorkbenchError(
+                f"--space: unknown parameter {name!r} for {preset}: use one of "
+                f"{', '.join(available)}"
+            )
+        specs[name] = text
+    if not specs:
+        raise WorkbenchError(f"nothing to search for {preset}: give --space NAME=...")
+    return {name: parse_dimension(name, text) for name, text in specs.items()}
+
+
+def apply(
+    values: dict[str, float],
+    preset: str,
+    base_weights: dict[str, float],
+    objective: ObjectiveConfig,
+    optim: OptimConfig,
+) -> tuple[ObjectiveConfig, OptimConfig]:
+    """The configs of a trial: the parameters' ``values`` set into the base configs."""
+    weights = dict(base_weights)
+    for name, value in values.items():
+        if name == "alpha":
+            weights["kd"], weights["ce"] = value, 1 - value
+        elif name == "beta":
+            weights[PRESETS[preset].beta] = value
+        elif name in WEIGHT_PARAMETERS:
+            weights.update(dict.fromkeys(PARAMETERS[name].needs, value))
+    text = ",".join(f"{term}={weight:g}" for term, weight in weights.items())
+    objective = replace(objective, weights=text)
+    if "tau" in values:
+        objective = replace(objective, temperature=float(values["tau"]))
+    if "top_k" in values:
+        objective = replace(objective, attr_top_k=int(values["top_k"]))
+    if "lr" in values:
+        optim = replace(optim, learning_rate=float(values["lr"]))
+    return objective, optim
+
+
+def trial_folder(values: dict[str, float]) -> str:
+    """A run folder name from a trial's settings (the same settings resume the same run)."""
+    return "-".join(f"{name}{value:g}" for name, value in sorted(values.items()))
+
+
+class PruningCallback:
+    """Reports each dev evaluation to the trial; asks the trainer to stop when pruned."""
+
+    def __init__(self, trial, metric: str, enabled: bool) -> None:
+        self.trial, self.metric, self.enabled, self.pruned = trial, metric, enabled, False
+
+    def on_evaluate(self, step: int, metrics: dict[str, float]) -> None:
+        self.trial.report(metrics[self.metric], step)
+        self.pruned = self.enabled and self.trial.should_prune()
+
+    def should_stop(self) -> bool:
+        return self.pruned
+
+
+@dataclass
+class TuneResult:
+    """The finished study: its trials as rows and the best configuration's file."""
+
+    rows: list[dict] = field(default_factory=list)
+    best: Path | None = None
+
+
+def grid(space: dict[str, Dimension]) -> dict[str, list[float]] | None:
+    """The space as a grid of settings when every parameter is a list of choices (None when
+    one is a range)."""
+    if all(d.choices for d in space.values()):
+        return {name: list(d.choices) for name, d in space.items()}
+    return None
+
+
+def plan_search(space: dict[str, Dimension], trials: int) -> tuple[int, bool]:
+    """How many distinct settings a search of ``trials`` tries, and whether it is a grid
+    search: a grid of at most ``trials`` settings is tried whole, each setting once (queued in
+    the study when it is made); a larger space is sampled by TPE for ``trials`` distinct
+    settings."""
+    points = grid(space)
+    size = math.prod(len(values) for values in points.values()) if points else None
+    if size is not None and size <= trials:
+        return size, True
+    return trials, False
+
+
+def grid_points(space: dict[str, Dimension]) -> list[dict[str, float]]:
+    """Every setting of a grid space, in a fixed order (the last parameter varies fastest)."""
+    import itertools
+
+    points = grid(space) or {}
+    return [
+        dict(zip(points, values, strict=True)) for values in itertools.product(*points.values())
+    ]
+
+
+@dataclass(frozen=True)
+class StudyPlace:
+    """Where a study lives: its database, as Optuna opens it and as messages name it."""
+
+    url: str
+    shown: str  # the URL with its password hidden, or the study.db file
+    remedy: str  # what to change to search elsewhere
+    shared: bool  # given by --storage: workers share it (heartbeats, no lock of <out>)
+    engine: dict = field(default_factory=dict)  # SQLAlchemy's create_engine arguments
+
+
+def _engine_options(dialect: str) -> dict:
+    """Connection arguments of a database: a server must answer within CONNECT_SECONDS."""
+    if dialect in ("postgresql", "mysql", "mariadb"):
+        return {"connect_args": {"connect_timeout": CONNECT_SECONDS}}
+    return {}
+
+
+def study_place(out: Path, storage: str | None) -> StudyPlace:
+    """The study's database: ``<out>/study.db``, or ``storage`` once it is a database URL whose
+    driver is installed and whose server answers (within :data:`CONNECT_SECONDS`); each failing
+    check is a one-line error. Nothing is written."""
+    if storage is None:
+        path = out / "study.db"
+        if path.exists():
+            check_study_file(path)
+        return StudyPlace(f"sqlite:///{path.resolve()}", str(path), "choose another --out", False)
+    import sqlalchemy
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
+
+    try:
+        url = make_url(storage)
+    except ArgumentError:  # the text is not echoed: it may hold a password
+        raise WorkbenchError(
+            "--storage: not a database URL: write DIALECT+DRIVER://USER:PASSWORD@HOST:PORT/"
+            "DATABASE, such as postgresql+psycopg2://kdw@db.lan:5432/studies, or "
+            "sqlite:///study.db"
+        ) from None
+    shown = url.render_as_string(hide_password=True)
+    try:
+        dialect = url.get_dialect()
+    except NoSuchModuleError:
+        raise WorkbenchError(
+            f"--storage {shown}: SQLAlchemy knows no database {url.drivername!r}: use "
+            "postgresql+psycopg2, postgresql+psycopg, mysql+pymysql or sqlite"
+        ) from None
+    try:
+        dialect.import_dbapi()
+    except ImportError:
+        package = DRIVER_PACKAGES.get(dialect.driver, dialect.driver)
+        raise WorkbenchError(
+            f"--storage {shown}: the driver {dialect.driver} is not installed: "
+            f"pip install '{package}'"
+        ) from None
+    engine = _engine_options(dialect.name)
+    place = StudyPlace(
+        url.render_as_string(hide_password=False),
+        shown,
+        "choose another --study-name",
+        True,
+        engine,
+    )
+    if dialect.name == "sqlite":
+        if not url.database or url.database == ":memory:":
+            raise WorkbenchError(f"--storage {shown}: name a database file (sqlite:///FILE)")
+        if not Path(url.database).exists():  # made by Optuna later, once all checks passed
+            if not Path(url.database).parent.is_dir():
+                raise WorkbenchError(f"--storage {shown}: no such folder")
+            return place
+    connection = sqlalchemy.create_engine(url, **engine)
+    try:
+        with connection.connect() as opened:
+            sqlalchemy.inspect(opened).get_table_names()
+    except SQLAlchemyError as error:
+        reason = first_line(getattr(error, "orig", None) or error)
+        raise WorkbenchError(f"--storage {shown}: cannot connect ({reason})") from None
+    finally:
+        connection.dispose()
+    return place
+
+
+def _storage(place: StudyPlace, attempts: int = 5):
+    """The study's Optuna storage; a shared one keeps each running trial's heartbeat, and a
+    trial whose worker fell silent is failed and queued again with its settings. Workers that
+    start together on an empty database race to make Optuna's tables: the losers try again."""
+    import optuna
+    from sqlalchemy.exc import SQLAlchemyError
+
+    if not place.shared:
+        return place.url
+    for attempt in range(1, attempts + 1):
+        try:
+            with warnings.catch_warnings():  # heartbeats are an experimental Optuna feature
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(
+                    place.url,
+                    engine_kwargs=place.engine,
+                    heartbeat_interval=HEARTBEAT_SECONDS,
+                    grace_period=GRACE_SECONDS,
+                    heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(),
+                )
+        except (SQLAlchemyError, optuna.exceptions.StorageInternalError) as error:  # made first
+            if attempt == attempts:
+                raise WorkbenchError(
+                    f"--storage {place.shown}: cannot make the study's tables "
+                    f"({first_line(getattr(error, 'orig', None) or error)})"
+                ) from None
+            time.sleep(attempt)
+
+
+def study_settings(
+    data: DataConfig,
+    student: StudentConfig,
+    objective: ObjectiveConfig,
+    optim: OptimConfig,
+    metric: str,
+    prune: bool,
+) -> dict:
+    """What every worker of a study must share, as the study records it: the configs (less
+    :data:`WORKER_SETTINGS`), the dev metric and whether trials are pruned."""
+    configs = {"data": to_dict(data), "student": to_dict(student), "objective": to_dict(objective)}
+    configs["optim"] = {k: v for k, v in to_dict(optim).items() if k not in WORKER_SETTINGS}
+    settings = {"configs": configs, "metric": metric, "prune": prune}
+    return json.loads(json.dumps(settings, default=str))  # as the database gives it back
+
+
+def _study(place: StudyPlace, name: str, attrs: dict, sampler, pruner, points: list[dict]):
+    """The study ``name`` in ``place``: made (recording ``attrs``, and queueing the grid
+    ``points``, each once), or joined after checking it searches the same preset, task and
+    space with the same settings."""
+    import optuna
+
+    storage = _storage(place)
+    try:
+        study = optuna.create_study(
+            study_name=name, storage=storage, sampler=sampler, pruner=pruner, direction="maximize"
+        )
+    except optuna.exceptions.DuplicatedStudyError:  # made by an earlier run or another worker
+        study = optuna.load_study(study_name=name, storage=storage, sampler=sampler, pruner=pruner)
+        where = f"study {name!r} in {place.shown}" if place.shared else place.shown
+        _check_record(study, attrs, where, place.remedy)
+        return study
+    for values in points:  # queued before the record: a worker that joins finds the grid whole
+        study.enqueue_trial(values)
+    for key, value in sorted(attrs.items(), key=lambda item: item[0] == "space"):
+        study.set_user_attr(key, value)  # the space last: a joining worker waits for it
+    return study
+
+
+def _check_record(study, attrs: dict, where: str, remedy: str) -> None:
+    """Refuse to join a study of another preset, task, space or settings (one line naming the
+    first few differences); a study whose maker is still recording it is waited for."""
+    for _ in range(20):  # the worker that made it records the space last
+        stored = study.user_attrs
+        if "space" in stored:
+            break
+        time.sleep(0.5)
+    else:
+        raise WorkbenchError(f"{where} is not a kdw tune study: {remedy}")
+    for key in ("preset", "task", "space"):
+        if not same_value(stored.get(key), attrs[key]):  # a task path recorded relative too
+            raise WorkbenchError(
+                f"{where} is a study of {key} {stored.get(key)!r}, not {attrs[key]!r}: {remedy}"
+            )
+    if "settings" not in stored:  # a study made before studies recorded their settings
+        study.set_user_attr("settings", attrs["settings"])
+        return
+    changed = differences(stored["settings"], attrs["settings"])
+    if changed:
+        raise WorkbenchError(
+            f"{where} was made with other settings ({changed}): give every worker the study's "
+            f"settings, or {remedy}"
+        )
+
+
+STUDY_REMEDY = (
+    "delete it to start the search over (trials already trained keep their run folders, "
+    "which the new search reuses), or choose another --out"
+)
+
+
+def check_study_file(path: Path) -> None:
+    """Refuse a ``study.db`` that is not a sound SQLite database holding a ``kdw tune`` study
+    (random bytes, a truncated copy, another program's database), with a one-line error naming
+    it, before Optuna opens it (which would add its tables to a foreign database). The file is
+    read only."""
+    import sqlite3
+
+    try:
+        with open(path, "rb") as handle:
+            header = handle.read(16)
+    except OSError as error:
+        raise WorkbenchError(f"{path} cannot be read ({first_line(error)})") from None
+    if header != b"SQLite format 3\x00":
+        raise WorkbenchError(f"{path} is not a study (not an SQLite database): {STUDY_REMEDY}")
+    try:
+        connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error as error:
+        raise WorkbenchError(f"{path} cannot be opened ({first_line(error)})") from None
+    try:
+        check = connection.execute("PRAGMA quick_check").fetchone()[0]
+        if check != "ok":
+            raise WorkbenchError(f"{path} is damaged ({first_line(check)}): {STUDY_REMEDY}")
+        tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master")}
+        found = (
+            "studies" in tables
+            and connection.execute(
+                "SELECT 1 FROM studies WHERE study_name = ?", (STUDY_NAME,)
+            ).fetchone()
+        )
+    except sqlite3.Error as error:  # malformed pages, a truncated file
+        raise WorkbenchError(f"{path} is damaged ({first_line(error)}): {STUDY_REMEDY}") from None
+    finally:
+        connection.close()
+    if not found:
+        raise WorkbenchError(f"{path} holds no kdw tune study: {STUDY_REMEDY}")
+
+
+def _interrupted(study, exclusive: bool) -> list:
+    """Trials that did not finish: left running by a killed search (when ``exclusive``: this
+    process holds the study's lock, so no other process runs them; in a shared study, a silent
+    worker's trials are retried by heartbeat instead) or stopped on request (the app's stop
+    button), unless a later trial already retried their settings."""
+    from optuna.trial import TrialState
+
+    trials = study.get_trials(deepcopy=False)
+    return [
+        t
+        for t in trials
+        if ((exclusive and t.state == TrialState.RUNNING) or t.user_attrs.get("stopped"))
+        and not any(later.params == t.params for later in trials[t.number + 1 :])
+    ]
+
+
+def _retry_interrupted(study, exclusive: bool) -> None:
+    """Queue every interrupted trial again with its settings (its run folder resumes from its
+    checkpoint); a trial left running is marked failed."""
+    from optuna.trial import TrialState
+
+    for trial in _interrupted(study, exclusive):
+        if trial.state == TrialState.RUNNING:
+            study.tell(trial.number, state=TrialState.FAIL)
+        study.enqueue_trial(trial.params)
+
+
+def _key(values: dict) -> tuple:
+    return tuple(sorted(values.items()))
+
+
+def _setting(trial) -> tuple:
+    """A trial's settings as a key: those it tried or was queued with, or (a trial that has not
+    chosen yet) its number."""
+    values = trial.params or trial.system_attrs.get("fixed_params")
+    return _key(values) if values else (("trial", trial.number),)
+
+
+def _counted(trial) -> bool:
+    """Whether a trial's settings count as tried: completed, pruned or diverged, not stopped on
+    request."""
+    from optuna.trial import TrialState
+
+    return (
+        trial.state in (TrialState.COMPLETE, TrialState.PRUNED) or trial.user_attrs.get("diverged")
+    ) and not trial.user_attrs.get("stopped")
+
+
+def _earlier_outcome(study, number: int, values: dict):
+    """Another trial with the same settings that completed, was pruned or diverged, if any: its
+    run folder is this trial's, so its outcome stands (a pruned run is not trained on, a
+    diverged one would diverge again)."""
+    return next(
+        (
+            t
+            for t in study.get_trials(deepcopy=False)
+            if t.number != number and t.params == values and _counted(t)
+        ),
+        None,
+    )
+
+
+class GiveWay(Exception):
+    """A trial that must not train: another trial runs its settings, or the trials before it
+    already fill the budget (a failed trial, not counted)."""
+
+
+def _planned(trials) -> set[tuple]:
+    """The settings that count towards the budget: tried, being tried, or queued."""
+    from optuna.trial import TrialState
+
+    active = (TrialState.RUNNING, TrialState.WAITING)
+    return {_setting(t) for t in trials if _counted(t) or t.state in active}
+
+
+def _surplus(study, number: int, target: int) -> bool:
+    """Whether the trials before trial ``number`` (by their numbers, which the study hands
+    out in order) already plan ``target`` settings, this one not queued: of two workers that
+    start a trial for the last setting at once, the later gives way."""
+    trials = study.get_trials(deepcopy=False)
+    this = next(t for t in trials if t.number == number)
+    if this.params or this.system_attrs.get("fixed_params"):  # queued: planned already
+        return False
+    return len(_planned(t for t in trials if t.number < number)) >= target
+
+
+def _running_twin(study, number: int, values: dict):
+    """Another running trial with the same settings, if any. Each trial records its settings
+    before it looks, so of two trials given the same settings at once the later to look sees
+    the other: at most one of them runs."""
+    from optuna.trial import TrialState
+
+    return next(
+        (
+            t
+            for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+            if t.number != number and t.params == values
+        ),
+        None,
+    )
+
+
+def _state(trial) -> str:
+    """A trial's state for the table: Optuna's, or why it ended (stopped on request; failed
+    trials: its training diverged, its settings were another trial's, or the budget was full)."""
+    for reason in ("stopped", "diverged", "duplicate", "surplus"):
+        if trial.user_attrs.get(reason):
+            return reason
+    return trial.state.name.lower()
+
+
+def trials_table(study) -> list[dict]:
+    """One row per trial: number, state, settings, best dev value, last reported step."""
+    return [
+        {
+            "trial": t.number,
+            "state": _state(t),
+            **t.params,
+            "dev": t.value,
+            "steps": t.last_step,
+        }
+        for t in study.get_trials(deepcopy=False)
+    ]
+
+
+def best_trial(study):
+    """The completed trial of the best dev value, None before one completes; of equal values,
+    the one whose settings sort first (whichever worker ran them, in whatever order), and of
+    those the trial that trained them (not one that kept their outcome)."""
+    from optuna.trial import TrialState
+
+    return min(
+        study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)),
+        key=lambda t: (-t.value, _key(t.params), "run" not in t.user_attrs, t.number),
+        default=None,
+    )
+
+
+def study_trials(out: str | Path) -> list[dict]:
+    """The trials table of the study in ``out`` (for the app), read without locking it."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    check_study_file(Path(out) / "study.db")
+    storage = f"sqlite:///{(Path(out) / 'study.db').resolve()}"
+    return trials_table(optuna.load_study(study_name=STUDY_NAME, storage=storage))
+
+
+def _search(study, run_trial, target: int, points: list[dict], stopped: list[int]) -> None:
+    """Run trials, one at a time, until the study (this worker's and the others') has tried
+    ``target`` distinct settings, then wait for the trials other workers still run. A grid
+    ``points`` setting that no trial has tried, runs or waits to run is queued (again: its
+    worker fell silent, or it was never queued). Queued trials run first; TPE proposes the
+    others (settings proposed again keep their first outcome, and a bounded number of
+    proposals keeps a space of few settings from looping)."""
+    import optuna
+    from optuna.trial import TrialState
+    from tqdm.auto import tqdm
+
+    proposals, told = 0, False
+    with tqdm(total=target, desc="settings tried", unit="setting") as progress:
+        while not stopped:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                optuna.storages.fail_stale_trials(study)  # none without heartbeats
+            trials = study.get_trials(deepcopy=False)
+            progress.update(len({_setting(t) for t in trials if _counted(t)}) - progress.n)
+            planned = _planned(trials)
+            missing = [values for values in points if _key(values) not in planned]
+            for values in missing:
+                study.enqueue_trial(values)
+            queued = missing or any(t.state == TrialState.WAITING for t in trials)
+            if queued or (len(planned) < target and proposals < 10 * target):
+                proposals += 1
+                study.optimize(run_trial, n_trials=1, catch=(TrainingDiverged, GiveWay))
+            elif any(t.state == TrialState.RUNNING for t in trials):
+                if not told:
+                    progress.write("waiting for the trials other workers run", file=sys.stderr)
+                    told = True
+                time.sleep(POLL_SECONDS)
+            else:
+                break
+
+
+def tune(
+    data: DataConfig,
+    student: StudentConfig,
+    objective: ObjectiveConfig,
+    optim: OptimConfig,
+    config: TuneConfig,
+    out: str | Path,
+    callbacks: Sequence[Callback] = (),
+    tracking_config: TrackingConfig | None = None,
+) -> TuneResult:
+    """Search ``config.space`` for ``objective.preset`` on dev; write ``best.json``.
+    ``callbacks`` follow every trial's training (the app's live progress). With
+    ``config.storage``, this process is one worker of the study there. The trackers
+    ``tracking_config`` asks for follow every trial, each in its run folder's TensorBoard
+    events and, in MLflow, as a nested run of this worker's run of the study (its store by
+    default ``out/mlruns``: :func:`kd.training.tracking.store_uri`).
+
+    Bad settings (an unknown parameter, an empty or inverted range, a value outside a domain,
+    a study of another preset, task or settings, a storage that cannot be reached) raise before
+    anything is written."""
+    import optuna
+
+    from kd.methods.objective import preset_weights
+    from kd.training import tracking
+    from kd.training.pipeline import distill, prepare_distillation
+    from kd.training.trainer import main_metric
+
+    out = Path(out)
+    tracking_config = tracking_config or TrackingConfig()
+    tracking.check(tracking_config)
+    if "mlflow" in tracking_config.report_to:  # the trials' runs go to the study's store
+        tracking_config = replace(
+            tracking_config, mlflow_uri=tracking.store_uri(tracking_config, out)
+        )
+    base_weights = preset_weights(objective)
+    space = search_space(objective.preset, config.space, base_weights)
+    if out.exists() and not out.is_dir():
+        raise WorkbenchError(f"--out {out} is a file: give a folder")
+    place = study_place(out, config.storage)
+    # every check of the settings against the models (an unfinished teacher run included),
+    # before anything is written; the task's data comes with them
+    task = prepare_distillation(data, student, objective, optim.seed).data
+    metric = config.metric or main_metric(task.spec)
+    known = (*task.spec.metrics, *(() if task.spec.regression else ("accuracy", "macro_f1")))
+    if metric not in known:
+        raise WorkbenchError(f"--metric {metric!r}: use one of {', '.join(known)}")
+    steps_per_epoch = math.ceil(len(task.splits["train"]) / optim.batch_size)
+    if not optim.eval_every:  # several dev evaluations per epoch, for the pruner
+        optim = replace(optim, eval_every=max(1, steps_per_epoch // config.reports_per_epoch))
+    if not place.shared:  # the study and its lock live in <out>
+        out.mkdir(parents=True, exist_ok=True)
+    target, exhaustive = plan_search(space, config.trials)
+    if exhaustive and target < config.trials:
+        print(
+            f"note: the space has {target} settings: each is tried once (grid search), "
+            f"not {config.trials} trials",
+            file=sys.stderr,
+        )
+    attrs = {
+        "preset": objective.preset,
+        "task": data.task,
+        "space": {name: d.describe() for name, d in space.items()},
+        "settings": study_settings(data, student, objective, optim, metric, config.prune),
+    }
+    # workers of a shared study sample apart, and count the settings others run as tried
+    sampler = optuna.samplers.TPESampler(
+        seed=None if place.shared else 0, constant_liar=place.shared
+    )
+    pruner = (
+        optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=steps_per_epoch // 2)
+        if config.prune
+        else optuna.pruners.NopPruner()
+    )
+    points = grid_points(space) if exhaustive else []
+    lock = (
+        contextlib.nullcontext()
+        if place.shared
+        else hold(out / "study.lock", f"the study in {out}")
+    )
+    tracked = {
+        "tune": to_dict(config),
+        "configs": {
+            "data": to_dict(data),
+            "student": to_dict(student),
+            "objective": to_dict(objective),
+            "optim": to_dict(optim),
+        },
+    }
+    with lock, tracking.tracked_study(tracking_config, out, tracked) as parent:
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        study = _study(place, config.study_name, attrs, sampler, pruner, points)
+        out.mkdir(parents=True, exist_ok=True)  # a shared study's worker joined: its trials
+        _retry_interrupted(study, exclusive=not place.shared)
+
+        def run_trial(trial) -> float:
+            if _surplus(study, trial.number, target):
+                trial.set_user_attr("surplus", True)
+                raise GiveWay("the trials before it fill the budget")
+            values = {name: dimension.suggest(trial) for name, dimension in space.items()}
+            earlier = _earlier_outcome(study, trial.number, values)
+            if earlier is not None:  # settings already tried (proposed again, or queued twice)
+                if earlier.user_attrs.get("diverged"):
+                    trial.set_user_attr("diverged", earlier.user_attrs["diverged"])
+                    raise TrainingDiverged(earlier.user_attrs["diverged"])
+                if earlier.state == optuna.trial.TrialState.PRUNED:
+                    raise optuna.TrialPruned()
+                return earlier.value
+            twin = _running_twin(study, trial.number, values)
+            if twin is not None:  # a failed trial, not counted: the setting stays twin's
+                trial.set_user_attr("duplicate", twin.number)
+                raise GiveWay(f"trial {twin.number} tries these settings")
+            folder = out / "trials" / trial_folder(values)
+            trial.set_user_attr("run", str(folder.resolve()))
+            trial.set_user_attr("worker", WORKER)
+            trial_objective, trial_optim = apply(
+                values, objective.preset, base_weights, objective, optim
+            )
+            callback = PruningCallback(trial, metric, config.prune)
+            try:
+                run = distill(
+                    data,
+                    student,
+                    trial_objective,
+                    trial_optim,
+                    folder,
+                    callbacks=[callback, *callbacks],
+                    cache_dir=out / "teacher_cache",
+                    tracking_config=tracking_config,
+                    tracking_parent=parent,
+                )
+            except TrainingDiverged as error:  # the trial fails (unscored); the study goes on
+                trial.set_user_attr("diverged", str(error))
+                raise
+            if callback.pruned:
+                raise optuna.TrialPruned()
+            if run.status()["state"] == "stopped":  # asked to stop: retried on resume
+                trial.set_user_attr("stopped", True)
+                stopped.append(trial.number)
+                study.stop()
+                raise optuna.TrialPruned()
+            return run.results()["dev"][metric]
+
+        stopped: list[int] = []
+        _search(study, run_trial, target, points, stopped)
+        result = TuneResult(rows=trials_table(study))
+        best = best_trial(study)
+        if best is not None:
+            best_objective, best_optim = apply(
+                best.params, objective.preset, base_weights, objective, optim
+            )
+            result.best = out / "best.json"
+            atomic_write_json(
+                result.best,
+                {
+                    "data": to_dict(data),
+                    "student": to_dict(student),
+                    "objective": to_dict(best_objective),
+                    "optim": to_dict(best_optim),
+                    "tuned": {
+                        "trial": best.number,
+                        "dev": best.value,
+                        "metric": metric,
+                        "params": best.params,
+                        "space": {n: d.describe() for n, d in space.items()},
+                        "study": config.study_name,
+                        "storage": place.shown if place.shared else None,
+                        "run": best.user_attrs.get("run"),
+                        "worker": best.user_attrs.get("worker"),
+                    },
+                },
+            )
+    return result
+
+
+def load_config_file(path: str | Path) -> dict:
+    """The sections of a configuration file (``best.json``): ``{"data": {...}, ...}``."""
+    path = Path(path)
+    values = read_json_file(path, MAX_CONFIG_BYTES, "--config")
+    if not isinstance(values, dict):
+        raise WorkbenchError(f"--config {path}: expected a JSON object of config sections")
+    return values

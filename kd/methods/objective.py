@@ -1,0 +1,526 @@
+"""The distillation objective: a registry of loss terms and their weighted sum.
+
+Each method lives in one module of :mod:`kd.methods` and registers its parts here: its *terms*
+(``@term``: how a pure loss function of tensors reads a training step), the *teacher fields*
+they need (``@teacher_field``: what the frozen teacher says about a batch), its *presets*
+(weight tables, and everything else about the method: its display name and paper, its
+``kdw tune`` space, its ablations and the claims the reproduction report checks) and, when its
+terms read settings of their own, a *method* (``@method``: the settings it resolves from the
+config, and what of them ``run.json`` records). Cacheable teacher
+fields are computed once per example and served from the run's cache; the others (the teacher's
+hidden states for CKD, too large to keep for every token) are recomputed without a graph each
+step. Explicit weights (``ce=0.1,kd=0.9,attr=10``) replace a preset's, so any terms combine.
+
+Importing this module imports its package first, whose ``__init__`` imports the built-in methods:
+whoever imports the objective finds them registered.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+from torch import Tensor
+from transformers import PreTrainedModel
+
+from workbench.core.config import HELP_LISTS, ObjectiveConfig, weight_pairs
+from workbench.core.errors import WorkbenchError
+from workbench.core.models import ModelOutput, forward
+
+
+@dataclass
+class StepInputs:
+    """One step's inputs to the terms; the student runs at most once, lazily.
+
+    Gradient terms run the student forward themselves and leave its logits in
+    ``shared_logits``: when no term needs hidden states, those logits serve the other terms, as
+    in the authors' code, instead of a second forward pass."""
+
+    model: PreTrainedModel
+    batch: dict[str, Tensor]
+    teacher: dict[str, Tensor]
+    hidden_states: bool
+    shared_logits: Tensor | None = None
+    _student: ModelOutput | None = None
+
+    @property
+    def student(self) -> ModelOutput:
+        if self._student is None:
+            if self.shared_logits is not None and not self.hidden_states:
+                self._student = ModelOutput(self.shared_logits, self.batch["attention_mask"])
+            else:
+                self._student = forward(self.model, self.batch, hidden_states=self.hidden_states)
+        return self._student
+
+    def share(self, logits: Tensor) -> None:
+        """Offer the logits of a gradient term's forward pass to the other terms."""
+        if self.shared_logits is None:
+            self.shared_logits = logits
+
+
+EXAMPLES, TOKENS = "examples", "tokens"
+
+
+@dataclass(frozen=True)
+class Term:
+    """How a loss term is computed in a step, and what it needs. ``unit``: what its value is
+    a mean over, ``"examples"`` or ``"tokens"`` (the batch's real tokens), or a function of the
+    objective giving it: data-parallel training and accumulation weight each part of a batch
+    by its share of that unit (:mod:`kd.training.distributed`); ``exact_split=False`` for a term
+    whose denominator is no such count (its parts' weighted sum is then close to, not equal to, the
+    whole batch's value)."""
+
+    compute: Callable[[Objective, StepInputs], Tensor]
+    teacher_fields: tuple[str, ...] = ()
+    hidden_states: bool = False
+    runs_student: bool = False  # runs its own student forward (and shares its logits)
+    frozen_embeddings: bool = False  # its student keeps the teacher's embeddings, no dropout
+    unit: str | Callable[[Objective], str] = EXAMPLES
+    exact_split: bool = True
+
+
+@dataclass(frozen=True)
+class TeacherField:
+    """A value the frozen teacher computes per example: ``compute(objective, teacher, batch)``
+    gives ``[B, ...]`` (``[B, L, ...]`` when ``per_token``). ``cacheable=False`` fields are
+    recomputed each step instead of being stored for every example. ``key(objective)``: the
+    settings that change the values (part of the teacher cache's key)."""
+
+    compute: Callable[[Objective, PreTrainedModel, dict[str, Tensor]], Tensor]
+    per_token: bool = False
+    cacheable: bool = True
+    key: Callable[[Objective], dict] | None = None
+
+
+@dataclass(frozen=True)
+class Method:
+    """A method's own settings: when any of ``terms`` has a weight, ``resolve(objective)``
+    gives the settings its terms read (plain values, readable as attributes of the
+    :class:`Objective`) and ``record(objective)`` what ``run.json`` keeps of them."""
+
+    terms: frozenset[str]
+    resolve: Callable[[Objective], dict[str, Any]]
+    record: Callable[[Objective], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """A variant of a preset that the reproduction suite trains beside it (``kdw reproduce
+    --ablations``), named ``"<preset> <name>"`` in the group ``group``. It is an operation on
+    the preset, never a copy of its weights: ``weights`` sets these terms' weights in the
+    preset's (``{"ce": 0}``: the preset without CE; a weight of 0 drops the term) and
+    ``settings`` replaces fields of its :class:`~workbench.core.config.ObjectiveConfig`
+    (``{"attr_views": "pred"}``)."""
+
+    name: str
+    group: str
+    weights: dict[str, float] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A sweep of one :class:`~workbench.core.config.ObjectiveConfig` field of a preset, over the
+    values a suite's task plan holds in its field ``values`` (``top_k_sweep``): one student per
+    value, named ``"<preset> <label>=<value>"``, in the group ``group``."""
+
+    label: str
+    group: str
+    setting: str
+    values: str
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claim of a method's paper that the reproduction report checks: the method's test
+    ``metric`` stands in ``relation`` to that of the preset ``than`` (``">"``; ``"≫"``, checked
+    as ``">"``; ``"≥"``: not worse; ``"<"``), or, with ``relation="lowest"``, is the lowest of
+    all the main table's students. The verdict is the bootstrap interval of the difference.
+    ``metric``: ``accuracy`` or a per-example one the suite records (``saliency_loyalty``,
+    ``attribution_gap``, ``aopc_comprehensiveness``, ``aopc_sufficiency``)."""
+
+    metric: str
+    relation: str = ">"
+    than: str = "kd"
+
+    def __post_init__(self) -> None:
+        if self.relation not in RELATIONS:
+            raise ValueError(f"claim relation {self.relation!r}: use one of {RELATIONS}")
+
+
+RELATIONS = (">", "≫", "≥", "<", "lowest")
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A method's weights per parity, its temperature, its official KD form, the attribution
+    distance its weights belong to, and its own terms (``own``): those its control student
+    goes without (:func:`control`); the rest of its objective — the other terms' weights, τ,
+    the KD form, the student set-up — is its training regime, which the control keeps.
+
+    Beside the objective, everything else the workbench says or does about the method:
+    its display name (``name``, e.g. ``"AD-KD"``) and paper (``reference``, short);
+    ``kdw tune``'s default search space (``space``: parameter → ``--space`` spec, the papers'
+    grids), the term β weighs (``beta``) and the parameters the reproduction suite chooses on
+    dev (``tuned``); its ablations (:class:`Ablation`, :class:`Sweep`) and the claims the
+    reproduction report checks (:class:`Claim`)."""
+
+    paper: dict[str, float]
+    official: dict[str, float]
+    temperature: float = 4.0
+    official_kd_form: str = "kl-mean"
+    attr_reduction: str = "paper"
+    own: tuple[str, ...] = ()
+    name: str = ""
+    reference: str = ""
+    space: dict[str, str] = field(default_factory=dict)
+    beta: str | None = None
+    tuned: tuple[str, ...] = ()
+    ablations: tuple[Ablation | Sweep, ...] = ()
+    claims: tuple[Claim, ...] = ()
+
+
+TERMS: dict[str, Term] = {}
+TEACHER_FIELDS: dict[str, TeacherField] = {}
+METHODS: list[Method] = []
+PRESETS: dict[str, Preset] = {}
+
+
+def term(
+    name: str,
+    teacher_fields: tuple[str, ...] = (),
+    hidden_states: bool = False,
+    runs_student: bool = False,
+    frozen_embeddings: bool = False,
+    unit: str | Callable[[Objective], str] = EXAMPLES,
+    exact_split: bool = True,
+):
+    """Register a loss term under ``name`` (the key of the weights); see :class:`Term`."""
+
+    def register(compute: Callable[[Objective, StepInputs], Tensor]):
+        TERMS[name] = Term(
+            compute,
+            teacher_fields,
+            hidden_states,
+            runs_student,
+            frozen_embeddings,
+            unit,
+            exact_split,
+        )
+        return compute
+
+    return register
+
+
+def teacher_field(
+    name: str,
+    per_token: bool = False,
+    cacheable: bool = True,
+    key: Callable[[Objective], dict] | None = None,
+):
+    """Register a teacher field under ``name``."""
+
+    def register(compute: Callable[[Objective, PreTrainedModel, dict[str, Tensor]], Tensor]):
+        TEACHER_FIELDS[name] = TeacherField(compute, per_token, cacheable, key)
+        return compute
+
+    return register
+
+
+def method(*terms: str, record: Callable[[Objective], dict[str, Any]]):
+    """Register the decorated ``resolve(objective) -> settings`` for the given terms."""
+
+    def register(resolve: Callable[[Objective], dict[str, Any]]):
+        METHODS.append(Method(frozenset(terms), resolve, record))
+        return resolve
+
+    return register
+
+
+def parse_weights(text: str) -> dict[str, float]:
+    """``"ce=0.1,kd=0.9"`` → ``{"ce": 0.1, "kd": 0.9}``: registered terms, each weight a finite
+    number ≥ 0 (:func:`workbench.core.config.weight_pairs`)."""
+    weights = weight_pairs(text)
+    for name in weights:
+        if name not in TERMS:
+            raise WorkbenchError(f"unknown loss term {name!r}: known terms {sorted(TERMS)}")
+    return weights
+
+
+def preset_weights(config: ObjectiveConfig) -> dict[str, float]:
+    """The term weights a config asks for: its explicit ``weights``, else its preset's for its
+    parity; zero weights dropped."""
+    if config.preset not in PRESETS:
+        raise WorkbenchError(
+            f"unknown method preset {config.preset!r}: use one of {sorted(PRESETS)}"
+        )
+    preset = PRESETS[config.preset]
+    weights = parse_weights(config.weights) or dict(
+        preset.official if config.parity == "official" else preset.paper
+    )
+    weights = {name: w for name, w in weights.items() if w != 0}
+    if not weights:
+        raise WorkbenchError("the objective has no term with a non-zero weight")
+    return weights
+
+
+def display_name(preset: str) -> str:
+    """A preset's display name (``"adkd"`` → ``"AD-KD"``); the key itself when it has none."""
+    return PRESETS[preset].name if preset in PRESETS and PRESETS[preset].name else preset
+
+
+def ablated(config: ObjectiveConfig, ablation: Ablation) -> ObjectiveConfig:
+    """``config`` (a preset's) changed as ``ablation`` says: its settings replaced, and the
+    weights it resolves to (:func:`preset_weights`) with the ablation's weights set in them,
+    zero weights dropped, written out explicitly."""
+    config = replace(config, **ablation.settings)
+    if not ablation.weights:
+        return config
+    weights = preset_weights(config) | ablation.weights
+    return replace(config, weights=",".join(f"{n}={w:g}" for n, w in weights.items() if w != 0))
+
+
+def _preset_list() -> str:
+    return "; ".join(
+        key + (f": {p.name}" if p.name else "") + (f" ({p.reference})" if p.reference else "")
+        for key, p in PRESETS.items()
+    )
+
+
+def _temperatures() -> str:
+    default = Preset.__dataclass_fields__["temperature"].default
+    return ", ".join(
+        [f"{default:g}"]
+        + [
+            f"{display_name(key)} {p.temperature:g}"
+            for key, p in PRESETS.items()
+            if p.temperature != default
+        ]
+    )
+
+
+def _ablation_list() -> str:
+    def names(preset: Preset) -> str:
+        return ", ".join(a.label if isinstance(a, Sweep) else a.name for a in preset.ablations)
+
+    return "; ".join(
+        f"{display_name(key)}: {names(p)}" for key, p in PRESETS.items() if p.ablations
+    )
+
+
+def describe_presets() -> str:
+    """Every registered preset as its module declares it, then the terms (``kdw methods``)."""
+
+    def weights(table: dict[str, float]) -> str:
+        return ",".join(f"{name}={weight:g}" for name, weight in table.items())
+
+    def variant(entry: Ablation | Sweep) -> str:
+        if isinstance(entry, Sweep):
+            return f"{entry.label} (a sweep of {entry.setting})"
+        changes = [f"{n}={w:g}" for n, w in entry.weights.items()]
+        changes += [f"{n}={v}" for n, v in entry.settings.items()]
+        return f"{entry.name} ({', '.join(changes)})"
+
+    def claim(entry: Claim) -> str:
+        if entry.relation == "lowest":
+            return f"{entry.metric} the lowest of all students"
+        return f"{entry.metric} {entry.relation} {display_name(entry.than)}'s"
+
+    lines = []
+    for key, p in PRESETS.items():
+        lines.append(
+            key + (f" — {p.name}" if p.name else "") + (f" ({p.reference})" if p.reference else "")
+        )
+        lines.append(
+            f"  weights: paper {weights(p.paper)}; official {weights(p.official)}; "
+            f"τ {p.temperature:g}" + (f"; own terms {', '.join(p.own)}" if p.own else "")
+        )
+        if p.space:
+            lines.append(
+                "  kdw tune space: "
+                + " ".join(f"{name}={spec}" for name, spec in p.space.items())
+                + (f" (β weighs {p.beta})" if p.beta else "")
+                + (f"; chosen on dev by kdw reproduce: {', '.join(p.tuned)}" if p.tuned else "")
+            )
+        if p.ablations:
+            lines.append("  ablations: " + "; ".join(variant(a) for a in p.ablations))
+        if p.claims:
+            lines.append("  claims: " + "; ".join(claim(c) for c in p.claims))
+    lines.append(f"terms: {', '.join(TERMS)}")
+    return "\n".join(lines)
+
+
+# the lists that help texts name ({presets}, {terms}, …), read when a help text is shown
+HELP_LISTS.update(
+    presets=_preset_list,
+    terms=lambda: ", ".join(TERMS),
+    temperatures=_temperatures,
+    ablations=_ablation_list,
+)
+
+
+def control(config: ObjectiveConfig) -> ObjectiveConfig:
+    """The control of a method's objective: the same config — the other terms' weights, τ,
+    the KD form, the student set-up (GKD's frozen embeddings and dropout-off pinned with
+    ``gradient_regime``) — with the method's own terms (:attr:`Preset.own`) at weight 0. The
+    difference between the method and its control is what its own terms add; vanilla KD has no
+    own term, and its control is itself."""
+    own = set(PRESETS[config.preset].own) if config.preset in PRESETS else set()
+    weights = preset_weights(config)
+    if not own & set(weights):
+        return config
+    regime = any(TERMS[name].frozen_embeddings for name in weights)
+    text = ",".join(
+        f"{name}={0.0 if name in own else weight!r}" for name, weight in weights.items()
+    )
+    return replace(
+        config,
+        weights=text,
+        gradient_regime=config.gradient_regime
+        if config.gradient_regime is not None
+        else regime or None,
+    )
+
+
+@dataclass
+class Objective:
+    """A resolved objective: the weights, the logit-KD settings every method shares, and the
+    settings of the methods in use (``settings``, also readable as attributes:
+    ``objective.patient_pairs``)."""
+
+    config: ObjectiveConfig
+    weights: dict[str, float]
+    teacher_layers: int
+    student_layers: int
+    num_labels: int = 2
+    teacher_width: int | None = None
+    temperature: float = 4.0
+    kd_form: str = "kl"
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def resolve(
+        cls,
+        config: ObjectiveConfig,
+        teacher_layers: int,
+        student_layers: int,
+        num_labels: int = 2,
+        teacher_width: int | None = None,
+    ) -> Objective:
+        """The objective ``config`` asks for between a teacher and a student of these layer
+        counts, for ``num_labels`` classes and a teacher of hidden size ``teacher_width`` (when
+        known). Every method checks here what it needs of the two models (layers to pair,
+        classes to attribute, dimensions to keep), so that a command fails before it writes."""
+        weights = preset_weights(config)
+        preset = PRESETS[config.preset]
+        official = config.parity == "official"
+        objective = cls(
+            config=config,
+            weights=weights,
+            teacher_layers=teacher_layers,
+            student_layers=student_layers,
+            num_labels=num_labels,
+            teacher_width=teacher_width,
+            temperature=config.temperature or preset.temperature,
+            kd_form=config.kd_form or (preset.official_kd_form if official else "kl"),
+        )
+        for entry in objective.methods():
+            objective.settings.update(entry.resolve(objective))
+        return objective
+
+    def __getattr__(self, name: str) -> Any:
+        settings = self.__dict__.get("settings", {})
+        if name in settings:
+            return settings[name]
+        raise AttributeError(f"{type(self).__name__!r} has no attribute or setting {name!r}")
+
+    def methods(self) -> list[Method]:
+        """The registered methods with a weighted term."""
+        return [entry for entry in METHODS if entry.terms & set(self.weights)]
+
+    def record(self) -> dict:
+        """What the configs resolved to, as plain data for ``run.json``: every weight, τ, the
+        KD form, and the settings of the methods in use (layer pairs, views, reductions)."""
+        record: dict = {
+            "weights": self.weights,
+            "temperature": self.temperature,
+            "kd_form": self.kd_form,
+            "parity": self.config.parity,
+        }
+        if self.gradient_kd:  # GKD's student set-up, and whether it keeps dropout
+            record["student_dropout"] = self.config.dropout
+        for entry in self.methods():
+            record.update(entry.record(self))
+        return json.loads(json.dumps(record))  # tuples as lists, as run.json reads back
+
+    @property
+    def gradient_kd(self) -> bool:
+        """Whether the student is set up as GKD's (the teacher's embeddings, frozen, and no
+        dropout: Theorem 1 of the GKD paper): as ``config.gradient_regime`` says, by default
+        when a gradient term is weighted."""
+        if self.config.gradient_regime is not None:
+            return self.config.gradient_regime
+        return any(TERMS[name].frozen_embeddings for name in self.weights)
+
+    def term_units(self) -> dict[str, str]:
+        """What each weighted term's value is a mean over: ``"examples"`` or ``"tokens"``."""
+        units = {name: TERMS[name].unit for name in self.weights}
+        return {name: unit if isinstance(unit, str) else unit(self) for name, unit in units.items()}
+
+    def teacher_fields(self) -> list[str]:
+        """Teacher fields the active terms read, ``logits`` always (loyalty uses them)."""
+        names = dict.fromkeys(["logits"])
+        for name in self.weights:
+            names.update(dict.fromkeys(TERMS[name].teacher_fields))
+        return list(names)
+
+    def cached_fields(self) -> list[str]:
+        return [n for n in self.teacher_fields() if TEACHER_FIELDS[n].cacheable]
+
+    def live_fields(self) -> list[str]:
+        return [n for n in self.teacher_fields() if not TEACHER_FIELDS[n].cacheable]
+
+    def per_token_fields(self) -> list[str]:
+        return [n for n in self.teacher_fields() if TEACHER_FIELDS[n].per_token]
+
+    def per_token_terms(self) -> list[str]:
+        """The weighted terms that compare teacher and student token by token (they read a
+        per-token teacher field): they need both to read the text through the same tokens."""
+        return [
+            name
+            for name in self.weights
+            if any(TEACHER_FIELDS[f].per_token for f in TERMS[name].teacher_fields)
+        ]
+
+    def teacher_settings(self, fields: list[str]) -> dict:
+        """Every setting that changes the given teacher fields (part of the cache key)."""
+        settings: dict = {"fields": fields}
+        for name in fields:
+            if TEACHER_FIELDS[name].key is not None:
+                settings.update(TEACHER_FIELDS[name].key(self))
+        return settings
+
+    def teacher_batch(
+        self, teacher: PreTrainedModel, batch: dict[str, Tensor], fields: list[str] | None = None
+    ) -> dict[str, Tensor]:
+        """Teacher fields of a batch (all the objective reads by default)."""
+        return {
+            name: TEACHER_FIELDS[name].compute(self, teacher, batch)
+            for name in fields or self.teacher_fields()
+        }
+
+    def __call__(
+        self, model: PreTrainedModel, batch: dict[str, Tensor], teacher: dict[str, Tensor]
+    ) -> dict[str, Tensor]:
+        """Each weighted term's value and their sum under ``"loss"``."""
+        inputs = StepInputs(
+            model, batch, teacher, any(TERMS[n].hidden_states for n in self.weights)
+        )
+        first = sorted(self.weights, key=lambda name: not TERMS[name].runs_student)
+        values = {name: TERMS[name].compute(self, inputs) for name in first}
+        values = {name: values[name] for name in self.weights}
+        values["loss"] = torch.stack([self.weights[n] * v for n, v in values.items()]).sum()
+        return values

@@ -1,0 +1,26 @@
+"""Training students and teachers: the trainer and its diagnostics, tracking, data parallelism,
+the pipeline that runs a training from its configs, evaluation of run folders and the demo. It
+imports neither the experiments nor the front ends.
+
+The pipeline's :func:`train_teacher` and :func:`distill`, and :func:`evaluate_runs` with its
+:func:`format_table`, are importable from here; they are imported when first asked for, so that
+importing the package loads neither torch nor transformers."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_NAMES = {
+    "distill": "kd.training.pipeline",
+    "evaluate_runs": "kd.training.evaluate",
+    "format_table": "kd.training.evaluate",
+    "train_teacher": "kd.training.pipeline",
+}
+__all__ = sorted(_NAMES)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_NAMES[name]), name)

@@ -1,0 +1,202 @@
+"""Data-parallel training on ``torch.distributed``, launched with ``torchrun --nproc_per_node N``.
+
+Design (exact for the double-backward terms): no ``DistributedDataParallel`` wrapper. Every rank
+holds the whole model and takes a disjoint, contiguous shard of each global batch (the global
+data order is a function of the seed and the epoch alone). The loss of a term ``k`` on the full
+batch is a sum over its *units* divided by their count, ``L_k = S_k / N_k``, where the unit is
+an example or a real token (each term declares which:
+:meth:`kd.methods.objective.Objective.term_units`). A rank computes ``L_k`` on its shard ``r`` and
+weights it by ``N_k^r / N_k`` (the global count comes from an all-reduce of the shards' counts),
+then runs an ordinary backward; ``Σ_r (N_k^r / N_k) ∇L_k^r = ∇L_k``, so after one all-reduce (SUM)
+of the parameter gradients every rank holds the gradient of the full batch, before clipping and the
+optimiser step. The backward is plain autograd on each rank, so the
+``autograd.grad(create_graph=True)`` of AD-KD and GKD inside the step needs nothing from DDP's
+reducer. Gradient accumulation is the same decomposition over micro-batches within a rank.
+
+What is shared and how: the parameters are broadcast from rank 0 at the start; the teacher
+cache is computed in parts, one per process, gathered by every process and saved by rank 0;
+evaluation, checkpoints and every run file are written by rank 0 alone; each rank's RNG state
+is gathered into the checkpoint, so a killed job resumes to the same weights.
+
+Hugging Face Accelerate was not used: its ``backward`` goes through DDP (or its own gradient
+synchronisation hooks), and the exactness argument above needs the per-term weighting by
+global unit counts, which the trainer does anyway.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+
+from kd.methods.objective import EXAMPLES, TOKENS
+from workbench.core.errors import WorkbenchError
+from workbench.core.models import resolve_device
+from workbench.core.runs import Run
+
+# How long a process waits for the others: rank 0 alone evaluates on dev (and on test at the
+# end), and the slowest process sets the pace of the teacher cache (hours for AD-KD's maps of a
+# large training set); a failed process ends the job through torchrun, not through this timeout
+# (the default, 30 minutes, is shorter than such waits).
+WAIT = timedelta(hours=24)
+
+
+def unit_counts(batch: dict[str, Tensor]) -> Tensor:
+    """``[2]`` float64: the examples and real tokens of a (micro-)batch (``attention_mask``
+    ``[B, L]``)."""
+    mask = batch["attention_mask"]
+    return torch.tensor([mask.shape[0], float(mask.sum())], dtype=torch.float64)
+
+
+def unit_index(unit: str) -> int:
+    return (EXAMPLES, TOKENS).index(unit)
+
+
+@dataclass(frozen=True)
+class World:
+    """This process's place among the training processes."""
+
+    rank: int = 0
+    size: int = 1
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def world() -> World:
+    """The process group this process belongs to (rank 0 of 1 without one)."""
+    if dist.is_available() and dist.is_initialized():
+        return World(dist.get_rank(), dist.get_world_size())
+    return World()
+
+
+def launched_size() -> int:
+    """The number of processes the launcher (``torchrun``) started, from ``WORLD_SIZE``."""
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        raise WorkbenchError(
+            f"WORLD_SIZE={os.environ['WORLD_SIZE']!r} is not a number of processes"
+        ) from None
+
+
+def check_batch(batch_size: int, accumulation_steps: int, processes: int) -> None:
+    """Each process takes ``batch_size / processes`` examples of a step, in
+    ``accumulation_steps`` micro-batches: both must divide evenly."""
+    parts = processes * accumulation_steps
+    if batch_size % parts:
+        raise WorkbenchError(
+            f"--batch-size {batch_size} does not split into {processes} process(es) × "
+            f"{accumulation_steps} accumulation step(s): choose a batch size divisible by {parts}"
+        )
+
+
+def start(device_name: str, batch_size: int, accumulation_steps: int) -> torch.device:
+    """Check the batch against the launch, join the process group the launcher described (gloo
+    on CPU, NCCL on CUDA, one GPU per local rank) and return this process's device."""
+    size = launched_size()
+    check_batch(batch_size, accumulation_steps, size)
+    device = resolve_device(device_name)
+    if size == 1:
+        return device
+    if device.type == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend, timeout=WAIT)
+    return device
+
+
+def shard(items: Sequence[int], parts: int, index: int) -> list[int]:
+    """The ``index``-th of ``parts`` contiguous, near-equal pieces of ``items`` (the first
+    ``len % parts`` pieces one longer; a piece may be empty)."""
+    size, extra = divmod(len(items), parts)
+    begin = index * size + min(index, extra)
+    return list(items[begin : begin + size + (index < extra)])
+
+
+def all_reduce(tensor: Tensor, op: Any = None) -> Tensor:
+    """Sum (or ``op``) ``tensor`` over the processes, in place; returns it. NCCL reduces CUDA
+    tensors only: a CPU tensor (counts, logged values) makes the trip through this process's
+    GPU."""
+    if world().size > 1:
+        nccl = dist.get_backend() == "nccl"
+        moved = tensor.to(torch.device("cuda", torch.cuda.current_device())) if nccl else tensor
+        dist.all_reduce(moved, op=op or dist.ReduceOp.SUM)
+        if moved is not tensor:
+            tensor.copy_(moved)
+    return tensor
+
+
+def all_reduce_gradients(parameters: Sequence[nn.Parameter]) -> None:
+    """Sum the gradients of ``parameters`` over the processes, in one flat all-reduce. A
+    parameter no process gave a gradient keeps ``grad=None`` (AdamW then skips it, as it does
+    in one process); one some processes did not reach gets zeros there."""
+    if world().size == 1:
+        return
+    reference = parameters[0]
+    flat = torch.cat(
+        [
+            (p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).to(reference.dtype)
+            for p in parameters
+        ]
+        + [torch.tensor([float(p.grad is not None) for p in parameters], device=reference.device)]
+    )
+    dist.all_reduce(flat)
+    present = flat[-len(parameters) :] > 0
+    offset = 0
+    for parameter, has in zip(parameters, present.tolist(), strict=True):
+        count = parameter.numel()
+        if has:
+            parameter.grad = flat[offset : offset + count].view_as(parameter).to(parameter.dtype)
+        offset += count
+
+
+def broadcast_parameters(model: nn.Module) -> None:
+    """Give every process rank 0's parameters and buffers."""
+    if world().size > 1:
+        for tensor in [*model.parameters(), *model.buffers()]:
+            dist.broadcast(tensor.data, src=0)
+
+
+def gather_objects(value: Any) -> list[Any]:
+    """Every process's ``value``, in rank order (on every process)."""
+    if world().size == 1:
+        return [value]
+    values: list[Any] = [None] * world().size
+    dist.all_gather_object(values, value)
+    return values
+
+
+def any_process(flag: bool) -> bool:
+    """Whether ``flag`` is true on any process (a stop asked for on rank 0 stops them all)."""
+    if world().size == 1:
+        return flag
+    return bool(all_reduce(torch.tensor([int(flag)]), dist.ReduceOp.MAX).item())
+
+
+def barrier() -> None:
+    if world().size > 1:
+        dist.barrier()
+
+
+@contextmanager
+def run_folder(path: Any, info: dict[str, Any], manifest: dict[str, Any]) -> Iterator[Run]:
+    """:meth:`Run.writing` on rank 0, which alone writes the run; the other processes open the
+    folder once rank 0 has created (or checked) it."""
+    if world().main:
+        with Run.writing(path, info, manifest) as run:
+            barrier()
+            yield run
+    else:
+        barrier()
+        yield Run.open(path)

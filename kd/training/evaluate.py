@@ -1,0 +1,167 @@
+"""Score runs on a split: task metrics and, for students, loyalty to their teacher."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from kd.methods.objective import PRESETS, preset_weights
+from kd.training.diagnostics import summarise
+from workbench.analysis.evaluation import evaluate_logits, predict_logits
+from workbench.core.config import (
+    DataConfig,
+    ObjectiveConfig,
+    StudentConfig,
+    config_key,
+    from_dict,
+    parse_label_map,
+)
+from workbench.core.data import encode, pad_id
+from workbench.core.errors import WorkbenchError
+from workbench.core.models import encoder_layers, is_run, load_for_task, load_model
+from workbench.core.runs import RESOLVED, Run
+
+
+def _say(text: str) -> None:
+    print(f"note: {text}", file=sys.stderr)
+
+
+def term_summary(records: Sequence[dict]) -> dict[str, str]:
+    """ "What dominates this objective", from a run's logged diagnostics: each term's share of
+    the gradient and weighted value at the first and last logged step, e.g.
+    ``{"grad share, start": "attr 94% · kd 5% · ce 1%", ...}`` (empty if none were logged)."""
+    summary = summarise(records)
+    row = {}
+    for moment, record in summary.items():
+        for prefix, label, form in (
+            ("grad_share/", "grad share", "{:.0%}"),
+            ("value/", "weighted value", "{:.3g}"),
+        ):
+            terms = {k.removeprefix(prefix): v for k, v in record.items() if k.startswith(prefix)}
+            ranked = sorted(terms.items(), key=lambda item: -abs(item[1]))
+            row[f"{label}, {moment} (step {record['step']})"] = " · ".join(
+                f"{name} {form.format(value)}" for name, value in ranked
+            )
+    return row
+
+
+def objective_description(info: dict) -> str:
+    """A run's objective as trained, from ``run.json``'s resolved record, e.g.
+    ``"attr 1 · ce 0.1 · kd 0.9 (official distance), τ 2"``. A run written before runs kept
+    that record is resolved with today's presets, and the text says so."""
+    record = info.get(RESOLVED, {}).get("objective")
+    note = ""
+    if record is None:
+        configs = info["configs"]
+        config = from_dict(ObjectiveConfig, configs.get("objective", {"preset": "finetune"}))
+        record = {
+            "weights": preset_weights(config),
+            "temperature": config.temperature or PRESETS[config.preset].temperature,
+        }
+        note = " (resolved with today's presets: the run predates the record)"
+    text = " · ".join(f"{name} {weight:g}" for name, weight in record["weights"].items())
+    if "attribution" in record:
+        text += f" ({record['attribution']['reduction']} distance)"
+    if "kd" in record["weights"]:
+        text += f", τ {record['temperature']:g}"
+    return text + note
+
+
+def evaluate_runs(
+    paths: Sequence[str],
+    split: str = "test",
+    teacher: str | None = None,
+    terms: bool = False,
+    data: DataConfig | None = None,
+    label_map: str = "",
+    notify: Callable[[str], None] | None = None,
+    dedupe: bool = False,
+) -> list[dict]:
+    """One row per run or model: name, kind, method, layers, parameters, task metrics, and for
+    students label/probability loyalty to ``teacher`` (default: the run's own teacher); with
+    ``terms``, the objective's diagnostics at the start and end of training
+    (:func:`term_summary`). A model the workbench did not train is scored on ``data``'s task,
+    its classes matched by name (``label_map`` where they differ); a teacher given as such a
+    model likewise. With ``dedupe``, a run is scored on its own task with ``--dedupe``
+    (:class:`DataConfig`).
+
+    A run that has not finished training (stopped, killed, diverged, still training) is scored
+    with its best dev model so far: ``notify`` hears it in one line, and its row's
+    ``unfinished`` says where it stands."""
+    rows, teacher_logits = [], {}
+    said: set[str] = set()
+
+    def once(text: str) -> None:  # runs of one task: their data's notes said once
+        if text not in said:
+            said.add(text)
+            (notify or _say)(text)
+
+    for path in paths:
+        given = data
+        if given is None and dedupe and is_run(path):
+            given = replace(Run.open(path).config(DataConfig, "data"), dedupe=True)
+        loaded, task = load_for_task(path, given, label_map, once)
+        unfinished = loaded.run.unfinished() if loaded.run else None
+        if unfinished is not None:
+            once(
+                f"{loaded.name} has not finished training ({unfinished}): scored with "
+                f"{loaded.run.snapshot()}"
+            )
+        if split not in task.splits:
+            raise WorkbenchError(f"split {split!r} not in {sorted(task.splits)}")
+        part = task.splits[split]
+        dataset = encode(part, loaded.tokenizer, loaded.max_length, task.spec.regression)
+        logits = predict_logits(loaded.model, dataset, 64, pad_id(loaded.tokenizer))
+        info = loaded.run.info() if loaded.run else {"kind": "model", "method": loaded.origin}
+        reference = None
+        if info["kind"] == "student":
+            recorded = loaded.run.config(StudentConfig, "student")
+            source, mapping = (
+                (teacher, label_map) if teacher else (recorded.teacher, recorded.label_map)
+            )
+            key = (source, mapping, config_key(loaded.data), split)
+            if key not in teacher_logits:
+                if is_run(source) and (state := Run.open(source).unfinished()) is not None:
+                    once(
+                        f"loyalty is measured against the teacher {source}, which has not "
+                        f"finished training ({state}): {Run.open(source).snapshot()}"
+                    )
+                theirs = load_model(
+                    source, task.spec, loaded.data, parse_label_map(mapping), notify
+                )
+                encoded = encode(part, theirs.tokenizer, loaded.max_length, task.spec.regression)
+                teacher_logits[key] = predict_logits(
+                    theirs.model, encoded, 64, pad_id(theirs.tokenizer)
+                )
+            reference = teacher_logits[key]
+        rows.append(
+            {
+                "run": loaded.name,
+                "kind": info["kind"],
+                "method": info.get("method", "–"),
+                "objective": objective_description(info) if loaded.run else None,
+                "layers": len(encoder_layers(loaded.model)),
+                "parameters_m": round(sum(p.numel() for p in loaded.model.parameters()) / 1e6, 1),
+                "split": split,
+                "examples": len(dataset),
+                **evaluate_logits(task.spec, logits, dataset.labels, reference),
+                **(term_summary(loaded.run.metrics("train")) if terms and loaded.run else {}),
+                **({"unfinished": unfinished} if unfinished is not None else {}),
+            }
+        )
+    return rows
+
+
+def format_table(rows: Sequence[dict]) -> str:
+    """A markdown table of :func:`evaluate_runs` rows (numbers to 4 decimals)."""
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+
+    def cell(value) -> str:
+        if isinstance(value, float):
+            return f"{value:.4f}"
+        return "–" if value is None else str(value)
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(row.get(c)) for c in columns) + " |" for row in rows]
+    return "\n".join(lines)

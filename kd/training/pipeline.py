@@ -1,0 +1,613 @@
+"""The Python API behind ``kdw``: fine-tune a teacher, distil a student, evaluate runs.
+
+Each function takes the config dataclasses, writes a run folder (see :mod:`workbench.core.runs`) and
+resumes it when the same call is made again after an interruption.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from kd.methods.objective import Objective
+from kd.training import distributed, tracking
+from kd.training.tracking import Tracker
+from kd.training.trainer import Callback, TrainingJob, notify, set_seed, train
+from workbench.analysis.deployment import export_onnx_folder
+from workbench.analysis.evaluation import evaluate_logits, predict_logits
+from workbench.analysis.metrics import loyalty_per_example
+from workbench.core.cache import ExampleCache, Progress, cached
+from workbench.core.config import (
+    DataConfig,
+    ObjectiveConfig,
+    OptimConfig,
+    StudentConfig,
+    TeacherConfig,
+    TrackingConfig,
+    parse_label_map,
+    to_dict,
+)
+from workbench.core.data import EncodedSplit, TaskData, TaskSpec, encode, load_task, pad_id
+from workbench.core.errors import WorkbenchError, first_line
+from workbench.core.files import atomic_write_json, atomic_write_text
+from workbench.core.models import (
+    LoadedModel,
+    check_max_length,
+    copy_embeddings,
+    cut_student,
+    disable_dropout,
+    encoder_layers,
+    fingerprint,
+    is_run,
+    load_classifier,
+    load_for_task,
+    load_run,
+    load_tokenizer,
+    model_device,
+    random_student,
+    select_layers,
+    set_embeddings_trainable,
+    set_label_names,
+)
+from workbench.core.runs import RESOLVED, RUN_FILE, Run, model_card, replace_directory
+
+EXECUTION_SETTINGS = ("threads", "device", "log_every", "accumulation_steps")
+
+
+def _identity(optim: OptimConfig) -> dict:
+    """The optimisation settings that define a run; where and on how many threads or
+    processes it executes, in how many micro-batches, and how often it logs diagnostics, do
+    not (a run started on a CPU may resume on a GPU)."""
+    return {k: v for k, v in to_dict(optim).items() if k not in EXECUTION_SETTINGS}
+
+
+def _configure(optim: OptimConfig) -> torch.device:
+    """Apply the thread count, join the processes ``torchrun`` launched (if any) and return
+    this process's training device."""
+    if optim.threads > 0:
+        torch.set_num_threads(optim.threads)
+    device = distributed.start(optim.device, optim.batch_size, optim.accumulation_steps)
+    if optim.precision == "fp16" and device.type != "cuda":
+        raise WorkbenchError(
+            f"--precision fp16 needs a CUDA device (training runs on {device}): use bf16 or fp32"
+        )
+    return device
+
+
+def _encode_all(data: TaskData, tokenizer, max_length: int) -> dict[str, EncodedSplit]:
+    encoded = {
+        name: encode(split, tokenizer, max_length, data.spec.regression)
+        for name, split in data.splits.items()
+    }
+    for name, split in encoded.items():
+        if split.truncated:
+            print(
+                f"note: {split.truncated} of {len(split)} {name} examples were truncated to "
+                f"{max_length} tokens"
+            )
+    return encoded
+
+
+def _manifest(data: TaskData, data_config: DataConfig, optim: OptimConfig) -> dict:
+    return {
+        "seed": optim.seed,
+        "data_source": data.source,
+        "data_notes": data.notes,
+        "split_fingerprint": data.fingerprint(),
+        "split_sizes": {k: len(v) for k, v in data.splits.items()},
+        "split_overlap": data.overlap,
+        **({"deduped": data.deduped} if data.deduped is not None else {}),
+        "max_length": data_config.max_length,
+    }
+
+
+def _resolved(objective: Objective, data: TaskData) -> dict:
+    """``run.json``'s record of what the configs resolved to (:data:`workbench.core.runs.RESOLVED`):
+    the objective and the exact data split. A run is described by it, never by today's preset
+    table, and a run whose data changed since is refused rather than resumed."""
+    from importlib import metadata
+
+    return {
+        RESOLVED: {
+            "objective": objective.record(),
+            "split_fingerprint": data.fingerprint(),
+            "package_version": metadata.version("kd-workbench"),
+        }
+    }
+
+
+def _saver(run: Run, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, spec: TaskSpec):
+    """How a run's model is saved: a Hugging Face checkpoint whose config names the task's
+    classes, with its tokenizer and a model card."""
+    set_label_names(model, spec)
+
+    def save(directory: Path) -> None:
+        model.save_pretrained(directory)
+        tokenizer.save_pretrained(directory)
+        atomic_write_text(directory / "README.md", model_card(run))
+
+    return save
+
+
+def _tracker(
+    config: TrackingConfig, run: Run, parent: str | None = None
+) -> AbstractContextManager[Tracker]:
+    """The trackers ``config`` asks for (:func:`kd.training.tracking.tracked`) on the process that
+    writes the run; none on the others."""
+    if distributed.world().main:
+        return tracking.tracked(config, run, parent)
+    return nullcontext(Tracker())
+
+
+def _finish(
+    run: Run,
+    model,
+    data: TaskData,
+    encoded,
+    batch_size,
+    pad,
+    tracker: Tracker,
+    teacher_logits=None,
+) -> dict:
+    """Evaluate the best model on dev and test; write ``results.json``, per example
+    ``predictions.json`` (ids, gold labels and predictions, and a student's label and
+    probability loyalty: what paired statistics need), and
+    add the results to the model card; tell ``tracker`` the results and the files that
+    describe the run."""
+    results, predictions = {}, {}
+    for split in ("dev", "test"):
+        if split in encoded:
+            logits = predict_logits(model, encoded[split], batch_size, pad)
+            reference = None if teacher_logits is None else teacher_logits.get(split)
+            labels = encoded[split].labels
+            results[split] = evaluate_logits(data.spec, logits, labels, reference)
+            predicted = logits.squeeze(-1) if data.spec.regression else logits.argmax(-1)
+            predictions[split] = {
+                "uids": data.splits[split].uids,
+                "labels": labels.tolist(),
+                "predictions": predicted.tolist(),
+            }
+            if reference is not None:  # a student: its loyalty per example
+                predictions[split] |= loyalty_per_example(reference, logits)
+    atomic_write_json(run.path / "predictions.json", predictions)
+    atomic_write_json(run.path / "results.json", results)
+    atomic_write_text(run.model_dir / "README.md", model_card(run))
+    step = run.status().get("step")
+    tracker.log_results(results, step or 0)
+    tracker.log_artifacts(
+        [run.path / RUN_FILE, run.path / "results.json", run.model_dir / "README.md"]
+    )
+    run.set_status("finished", step=step, total=run.status().get("total"))
+    return results
+
+
+def train_teacher(
+    data_config: DataConfig,
+    teacher_config: TeacherConfig,
+    optim: OptimConfig,
+    run_dir: str | Path,
+    callbacks: Sequence[Callback] = (),
+    tracking_config: TrackingConfig | None = None,
+) -> Run:
+    """Fine-tune a teacher with cross-entropy (MSE for regression) into ``run_dir``, followed
+    by the experiment trackers ``tracking_config`` asks for (:mod:`kd.training.tracking`)."""
+    tracking_config = tracking_config or TrackingConfig()
+    tracking.check(tracking_config)
+    device = _configure(optim)
+    tokenizer = load_tokenizer(teacher_config.model)  # a bad name fails before the data load
+    data = load_task(data_config, _note)
+    set_seed(optim.seed)
+    model = load_classifier(
+        teacher_config.model, data.spec, parse_label_map(teacher_config.label_map), _note
+    )
+    check_max_length(model, data_config.max_length, "the model")
+    info = {
+        "kind": "teacher",
+        "method": "finetune",
+        "task": dataclasses.asdict(data.spec),
+        "configs": {
+            "data": to_dict(data_config),
+            "teacher": to_dict(teacher_config),
+            "optim": _identity(optim),
+        },
+    }
+    objective = Objective.resolve(ObjectiveConfig(preset="finetune"), 0, 0)
+    record = info | _resolved(objective, data)
+    with distributed.run_folder(run_dir, record, _manifest(data, data_config, optim)) as run:
+        if run.status()["state"] == "finished":
+            return run
+        encoded = _encode_all(data, tokenizer, data_config.max_length)
+        with _tracker(tracking_config, run) as tracker:
+            job = TrainingJob(
+                run=run,
+                model=model,
+                spec=data.spec,
+                train_set=encoded["train"],
+                dev_set=encoded["dev"],
+                optim=optim,
+                loss=lambda m, batch: objective(m, batch, {}),
+                weights=objective.weights,
+                units=objective.term_units(),
+                save_model=_saver(run, model, tokenizer, data.spec),
+                pad_token_id=pad_id(tokenizer),
+                callbacks=callbacks,
+                tracker=tracker,
+                device=device,
+            )
+            if train(job) and distributed.world().main:
+                _finish(
+                    run, model, data, encoded, optim.eval_batch_size, pad_id(tokenizer), tracker
+                )
+    return run
+
+
+def build_student(
+    teacher: LoadedModel, config: StudentConfig
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The student a :class:`StudentConfig` describes, with its tokenizer: cut from the teacher
+    or random (the teacher's tokenizer), or another checkpoint (its own tokenizer, which may
+    differ from the teacher's: :func:`check_tokens`)."""
+    if config.init == "cut":
+        layers = select_layers(len(encoder_layers(teacher.model)), config.num_layers, config.layers)
+        return cut_student(teacher.model, layers, config.freeze_embeddings), teacher.tokenizer
+    if config.init == "random":
+        return (
+            random_student(
+                teacher.model.config, config.num_layers, config.hidden_size, config.num_heads
+            ),
+            teacher.tokenizer,
+        )
+    if config.init == "pretrained":
+        if not config.pretrained:
+            raise WorkbenchError("--init pretrained needs --pretrained (hub id or directory)")
+        tokenizer = load_tokenizer(config.pretrained)
+        return load_classifier(config.pretrained, teacher.spec, notify=_note), tokenizer
+    raise WorkbenchError(f"unknown student init {config.init!r}: use cut, pretrained or random")
+
+
+def check_tokens(
+    objective: Objective,
+    teacher_tokenizer: PreTrainedTokenizerBase,
+    student_tokenizer: PreTrainedTokenizerBase,
+) -> bool:
+    """Whether teacher and student read the text through the same tokens. A student of another
+    tokenizer is refused when the objective compares per-token quantities (attribution maps,
+    input gradients, token relations): their positions do not correspond. Response-based terms
+    and [CLS]-state terms compare whole examples and work, each model reading the text through
+    its own tokenizer."""
+    if teacher_tokenizer.get_vocab() == student_tokenizer.get_vocab():
+        return True
+    per_token = objective.per_token_terms()
+    if per_token:
+        raise WorkbenchError(
+            f"the student reads the text through another tokenizer ({len(student_tokenizer)} "
+            f"tokens, the teacher's {len(teacher_tokenizer)}), and the terms "
+            f"{', '.join(per_token)} compare the two models token by token: choose a student "
+            "with the teacher's tokenizer, or response-based terms (ce, kd)"
+        )
+    return False
+
+
+def _note(text: str) -> None:
+    if distributed.world().main:  # under torchrun the first process says it for all
+        print(f"note: {text}", file=sys.stderr)
+
+
+ALLOW_UNFINISHED = "pass --allow-unfinished to distil from {snapshot}"
+
+
+def unfinished_teacher(source: str) -> dict | None:
+    """Where a teacher run that has not finished stands (``state`` in words and the ``model``
+    its ``model/`` holds: :meth:`Run.unfinished`, :meth:`Run.best_dev`); None for a finished
+    run and for a model the workbench did not train."""
+    if not is_run(source):
+        return None
+    run = Run.open(source)
+    state = run.unfinished()
+    return None if state is None else {"state": state, "model": run.best_dev()}
+
+
+def check_teacher(source: str, allow: bool, remedy: str = ALLOW_UNFINISHED) -> None:
+    """Refuse a teacher run that has not finished (stopped, killed, diverged, still training)
+    in one line naming its state and ``remedy`` (``{snapshot}``: the model it would give),
+    unless ``allow``; then say which snapshot is used: its best dev model so far."""
+    state = unfinished_teacher(source)
+    if state is None:
+        return
+    snapshot = Run(Path(source)).snapshot()
+    if not allow:
+        raise WorkbenchError(
+            f"the teacher {source} has not finished training ({state['state']}): resume it "
+            "to the end (run its command again), or " + remedy.format(snapshot=snapshot)
+        )
+    _note(
+        f"the teacher {source} has not finished training ({state['state']}): distilling "
+        f"from {snapshot}"
+    )
+
+
+def load_teacher(config: StudentConfig, data_config: DataConfig) -> tuple[LoadedModel, TaskData]:
+    """The teacher ``config.teacher`` names, and the task's data: a run folder trained on the
+    task, or a classifier the workbench did not train, matched to the task's classes
+    (``config.label_map``) and used as it is (nothing is fine-tuned). A run folder that has
+    not finished is refused unless ``config.allow_unfinished`` (:func:`check_teacher`)."""
+    if not config.teacher:
+        raise WorkbenchError(
+            "distill needs --teacher: a run folder from train-teacher, a sequence classifier's "
+            "folder or a hub id"
+        )
+    check_teacher(config.teacher, config.allow_unfinished)
+    return load_for_task(config.teacher, data_config, config.label_map, _note)
+
+
+def prepare_gradient_student(
+    teacher: PreTrainedModel, student: PreTrainedModel, dropout: bool = False
+) -> None:
+    """GKD's student set-up: the teacher's embeddings, frozen, and no dropout (``dropout=True``
+    keeps it, for the paper's "w/ Dropout" ablation)."""
+    widths = teacher.config.hidden_size, student.config.hidden_size
+    if widths[0] != widths[1]:
+        raise WorkbenchError(
+            f"gradient KD compares gradients w.r.t. the input embeddings, so the student needs "
+            f"the teacher's embedding width {widths[0]}, not {widths[1]}: use --init cut or a "
+            "student of the same hidden size"
+        )
+    copy_embeddings(teacher, student)
+    set_embeddings_trainable(student, False)
+    if not dropout:
+        disable_dropout(student)
+
+
+def teacher_caches(
+    teacher: LoadedModel,
+    objective: Objective,
+    encoded: dict[str, EncodedSplit],
+    data: TaskData,
+    max_length: int,
+    folder: Path,
+    batch_size: int,
+    on_progress: Progress | None = None,
+) -> dict[str, ExampleCache]:
+    """What the frozen teacher says about every example, computed once per setting: the
+    objective's fields on train, logits on dev and test (for loyalty). ``on_progress`` hears
+    of each computed batch (:meth:`ExampleCache.compute`). Under ``torchrun`` each process
+    computes a part of the examples, every process gathers the parts, and rank 0 saves the
+    file."""
+    world = distributed.world()
+    base_key = {"teacher": fingerprint(teacher.model), "max_length": max_length}
+    fingerprints = data.fingerprint()
+    caches = {}
+    for split, dataset in encoded.items():
+        fields = objective.cached_fields() if split == "train" else ["logits"]
+        per_token = [f for f in fields if f in objective.per_token_fields()]
+        settings = objective.teacher_settings(fields)
+
+        def compute(batch: dict, fields: list[str] = fields) -> dict:
+            return objective.teacher_batch(teacher.model, batch, fields)
+
+        key = {**base_key, "split": split, "data": fingerprints[split], **settings}
+        caches[split] = cached(
+            folder,
+            f"teacher-{split}",
+            key,
+            dataset,
+            compute,
+            per_token=per_token,
+            batch_size=batch_size,
+            pad_token_id=pad_id(teacher.tokenizer),
+            description=f"teacher cache ({split})",
+            device=model_device(teacher.model),
+            on_progress=on_progress,
+            part=(world.rank, world.size),
+            gather=distributed.gather_objects,
+            save=world.main,
+        )
+    return caches
+
+
+@dataclasses.dataclass
+class Distillation:
+    """A distillation resolved and checked, before anything is written: the frozen teacher and
+    the task's data, the student and its tokenizer, the objective, and whether teacher and
+    student read the text through the same tokens."""
+
+    teacher: LoadedModel
+    data: TaskData
+    student: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    objective: Objective
+    same_tokens: bool
+
+
+def prepare_distillation(
+    data_config: DataConfig,
+    student_config: StudentConfig,
+    objective_config: ObjectiveConfig,
+    seed: int,
+) -> Distillation:
+    """Everything a distillation needs, and every check of the settings against the models —
+    the lengths they read, the layers, classes and dimensions the methods ask for, the tokenizers —
+    in one place that writes nothing: :func:`distill` calls it before it creates the run folder,
+    :func:`kd.experiments.tune.tune` before it creates the study's. ``seed`` initialises a random
+    student."""
+    teacher, data = load_teacher(student_config, data_config)
+    teacher.model.requires_grad_(False)  # frozen: its gradients w.r.t. inputs need no weights
+    set_seed(seed)
+    student, tokenizer = build_student(teacher, student_config)
+    check_max_length(student, data_config.max_length, "the student")  # the teacher's: loaded
+    objective = Objective.resolve(
+        objective_config,
+        len(encoder_layers(teacher.model)),
+        len(encoder_layers(student)),
+        data.spec.num_labels,
+        teacher.model.config.hidden_size,
+    )
+    same_tokens = check_tokens(objective, teacher.tokenizer, tokenizer)
+    if objective.gradient_kd:
+        prepare_gradient_student(teacher.model, student, objective_config.dropout)
+    return Distillation(teacher, data, student, tokenizer, objective, same_tokens)
+
+
+def distill(
+    data_config: DataConfig,
+    student_config: StudentConfig,
+    objective_config: ObjectiveConfig,
+    optim: OptimConfig,
+    run_dir: str | Path,
+    callbacks: Sequence[Callback] = (),
+    cache_dir: str | Path | None = None,
+    tracking_config: TrackingConfig | None = None,
+    tracking_parent: str | None = None,
+) -> Run:
+    """Distil a student from ``student_config.teacher`` into ``run_dir``. The teacher's
+    cache goes to ``cache_dir`` (default: the run's own folder); students of one teacher and data,
+    such as the trials of a search, may share one, since every file is keyed by the settings that
+    change it. The experiment trackers ``tracking_config`` asks for follow the training
+    (:mod:`kd.training.tracking`; in MLflow, as a nested run of the run ``tracking_parent``)."""
+    tracking_config = tracking_config or TrackingConfig()
+    tracking.check(tracking_config)
+    device = _configure(optim)
+    setup = prepare_distillation(data_config, student_config, objective_config, optim.seed)
+    teacher, data, student, tokenizer = setup.teacher, setup.data, setup.student, setup.tokenizer
+    objective, same_tokens = setup.objective, setup.same_tokens
+    teacher.model.to(device)
+    info = {
+        "kind": "student",
+        "method": objective_config.preset,
+        "task": dataclasses.asdict(data.spec),
+        "configs": {
+            "data": to_dict(data_config),
+            "student": to_dict(student_config),
+            "objective": to_dict(objective_config),
+            "optim": _identity(optim),
+        },
+    }
+    record = info | _resolved(objective, data)
+    manifest = _manifest(data, data_config, optim)
+    teacher_state = unfinished_teacher(student_config.teacher)
+    if teacher_state is not None:  # what the student learnt from (--allow-unfinished)
+        manifest["unfinished_teacher"] = teacher_state
+    with distributed.run_folder(run_dir, record, manifest) as run:
+        if run.status()["state"] == "finished":
+            return run
+        encoded = _encode_all(data, tokenizer, data_config.max_length)
+        # the teacher reads, and its cache is keyed by, its own tokenisation
+        teacher_encoded = (
+            encoded if same_tokens else _encode_all(data, teacher.tokenizer, data_config.max_length)
+        )
+        caches = teacher_caches(
+            teacher,
+            objective,
+            teacher_encoded,
+            data,
+            data_config.max_length,
+            Path(cache_dir) if cache_dir else run.cache_dir,
+            optim.eval_batch_size,
+            lambda *progress: notify(callbacks, "on_cache", *progress),
+        )
+        train_cache = caches["train"]
+        teacher_logits = {split: caches[split].per_example["logits"] for split in ("dev", "test")}
+        live_fields = objective.live_fields()
+
+        def loss(model: PreTrainedModel, batch: dict) -> dict:
+            length = batch["input_ids"].shape[1]
+            values = {
+                name: train_cache.gather(name, batch["index"].cpu(), length).to(device)
+                for name in objective.cached_fields()
+            }
+            if live_fields:
+                with torch.no_grad():
+                    values |= objective.teacher_batch(teacher.model, batch, live_fields)
+            return objective(model, batch, values)
+
+        with _tracker(tracking_config, run, tracking_parent) as tracker:
+            job = TrainingJob(
+                run=run,
+                model=student,
+                spec=data.spec,
+                train_set=encoded["train"],
+                dev_set=encoded["dev"],
+                optim=optim,
+                loss=loss,
+                weights=objective.weights,
+                units=objective.term_units(),
+                save_model=_saver(run, student, tokenizer, data.spec),
+                pad_token_id=pad_id(tokenizer),
+                dev_teacher_logits=teacher_logits["dev"],
+                callbacks=callbacks,
+                tracker=tracker,
+                device=device,
+            )
+            if train(job) and distributed.world().main:
+                _finish(
+                    run,
+                    student,
+                    data,
+                    encoded,
+                    optim.eval_batch_size,
+                    pad_id(tokenizer),
+                    tracker,
+                    teacher_logits,
+                )
+    return run
+
+
+def export_model(
+    run_dir: str | Path,
+    out: str | Path,
+    push_to_hub: str | None = None,
+    onnx: bool = False,
+    quantize: str | None = None,
+    examples: int = 0,
+    min_agreement: float = 0.99,
+) -> Path:
+    """Write a run's best model into ``out`` (a new or empty folder) as a self-contained Hugging
+    Face checkpoint: config with the task's label names, weights, tokenizer and model card. With
+    ``push_to_hub`` (a Hub repository id), also upload it through ``push_to_hub`` of
+    ``transformers``: it needs the network and a Hub login.
+
+    With ``onnx``, write an ONNX export instead
+    (:func:`~workbench.analysis.deployment.export_onnx_folder`: float32, and int8 with
+    ``quantize="int8"``), released only once each graph agrees with the PyTorch model on
+    ``examples`` test texts (0: all) at ``min_agreement`` or more."""
+    out = Path(out)
+    if out.is_file() or (out.is_dir() and any(out.iterdir())):
+        kind = "a file" if out.is_file() else "a folder that is not empty"
+        raise WorkbenchError(f"{out} is {kind}: choose a new or empty folder for --out")
+    if quantize and not onnx:
+        raise WorkbenchError("--quantize quantises the ONNX graph: add --onnx")
+    if onnx and push_to_hub:
+        raise WorkbenchError("--push-to-hub uploads the checkpoint export: leave out --onnx")
+    if examples < 0:
+        raise WorkbenchError(f"--examples {examples}: expected 0 (all) or more")
+    if not 0 <= min_agreement <= 1:
+        raise WorkbenchError(f"--min-agreement {min_agreement}: expected a number in [0, 1]")
+    loaded = load_run(run_dir)
+    if onnx:
+        export_onnx_folder(loaded, out, quantize, examples, min_agreement)
+        return out
+    replace_directory(out, _saver(loaded.run, loaded.model, loaded.tokenizer, loaded.spec))
+    if push_to_hub:
+        from huggingface_hub import HfApi
+
+        try:
+            api = HfApi()
+            repo = api.create_repo(push_to_hub, exist_ok=True).repo_id
+            loaded.model.push_to_hub(repo, commit_message=f"Upload {loaded.name}")
+            loaded.tokenizer.push_to_hub(repo, commit_message=f"Upload {loaded.name} tokenizer")
+            # transformers' push writes a generic card; the run's card replaces it
+            api.upload_file(
+                path_or_fileobj=str(out / "README.md"),
+                path_in_repo="README.md",
+                repo_id=repo,
+                commit_message="Model card from the kd-workbench run",
+            )
+        except (OSError, ValueError) as error:  # network, authorisation, invalid repository id
+            raise WorkbenchError(f"pushing to {push_to_hub} failed: {first_line(error)}") from None
+    return out

@@ -1,0 +1,471 @@
+"""One training loop for fine-tuning a teacher and distilling a student.
+
+AdamW with linear warm-up and decay, gradient clipping, evaluation on dev every epoch (or every N
+steps), the best model kept, a tqdm bar, callbacks for live progress and a stop button, and
+resumable checkpoints: a run killed at any moment restarts from its last checkpoint — weights,
+optimizer, scheduler, RNG and the position in the data order — and ends with the same weights as
+an uninterrupted run. A step may run as several micro-batches (gradient accumulation), in
+mixed precision, and on several processes (:mod:`kd.training.distributed`, which states why the
+result is the one-process gradient).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import torch
+from safetensors.torch import load_file
+from torch import Tensor
+from tqdm.auto import tqdm
+from transformers import PreTrainedModel, get_linear_schedule_with_warmup
+
+from kd.methods.objective import EXAMPLES
+from kd.training import distributed
+from kd.training.diagnostics import gradient_summary, term_gradients
+from kd.training.tracking import Tracker
+from workbench.analysis.evaluation import evaluate_logits, predict_logits
+from workbench.core.config import OptimConfig
+from workbench.core.data import EncodedSplit, TaskSpec, collate, to_device
+from workbench.core.errors import WorkbenchError, first_line
+from workbench.core.files import atomic_path
+from workbench.core.runs import Run, replace_directory
+
+LossFunction = Callable[[PreTrainedModel, dict[str, Tensor]], dict[str, Tensor]]
+
+
+class Callback(Protocol):
+    """Live progress for the CLI and the app. Every method is optional."""
+
+    def on_step(self, step: int, total: int, losses: dict[str, float]) -> None: ...
+
+    def on_evaluate(self, step: int, metrics: dict[str, float]) -> None: ...
+
+    def on_cache(self, description: str, done: int, total: int) -> None: ...  # teacher cache
+
+    def should_stop(self) -> bool: ...
+
+
+@dataclass
+class TrainingJob:
+    """Everything :func:`train` needs; :mod:`kd.training.pipeline` builds it from the configs."""
+
+    run: Run
+    model: PreTrainedModel
+    spec: TaskSpec
+    train_set: EncodedSplit
+    dev_set: EncodedSplit
+    optim: OptimConfig
+    loss: LossFunction
+    save_model: Callable[[Path], None]
+    weights: dict[str, float]  # of the terms ``loss`` returns
+    units: dict[str, str] = field(default_factory=dict)  # term → "examples"/"tokens" (default:
+    # examples): what its value is a mean over, to weight micro-batches and shards exactly
+    pad_token_id: int = 0
+    dev_teacher_logits: Tensor | None = None
+    device: torch.device | str = "cpu"
+    callbacks: Sequence[Callback] = field(default_factory=tuple)
+    tracker: Tracker = field(default_factory=Tracker)  # told every metrics.jsonl record
+
+
+def set_seed(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def epoch_order(size: int, seed: int, epoch: int) -> list[int]:
+    """The data order of one epoch: a function of the seed and the epoch alone."""
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    return torch.randperm(size, generator=generator).tolist()
+
+
+def _optimizer(model: PreTrainedModel, optim: OptimConfig) -> torch.optim.Optimizer:
+    decay, no_decay = [], []
+    for name, parameter in model.named_parameters():
+        if parameter.requires_grad:
+            plain = name.endswith("bias") or "LayerNorm" in name or "layernorm" in name
+            (no_decay if plain else decay).append(parameter)
+    return torch.optim.AdamW(
+        [
+            {"params": decay, "weight_decay": optim.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
+        lr=optim.learning_rate,
+    )
+
+
+def _rng_state() -> dict:
+    """This process's random generators' states as tensors, numbers and tuples, which a
+    checkpoint loads without running code (:meth:`Run.load_checkpoint`): torch's, Python's
+    ``random``'s, numpy's (its key array as an int64 tensor) and, once CUDA is in use, the
+    current CUDA device's."""
+    kind, key, position, has_gauss, cached_gaussian = np.random.get_state(legacy=True)
+    state = {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": (
+            kind,
+            torch.from_numpy(key.astype(np.int64)),
+            int(position),
+            int(has_gauss),
+            float(cached_gaussian),
+        ),
+    }
+    if torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def _restore_rng(state: dict) -> None:
+    """Set the generators to a state :func:`_rng_state` gave (CUDA's where it was recorded
+    and CUDA is available: a run may resume on another device)."""
+    torch.set_rng_state(state["torch"].cpu())
+    random.setstate(state["python"])
+    kind, key, position, has_gauss, cached_gaussian = state["numpy"]
+    np.random.set_state(
+        (kind, key.cpu().numpy().astype(np.uint32), position, has_gauss, cached_gaussian)
+    )
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"].cpu())
+
+
+class TrainingDiverged(WorkbenchError):
+    """A training stopped at the step where a loss term, the loss, the gradient norm or a
+    weight went non-finite (NaN or infinite): its run's status is ``diverged``, it keeps its
+    last checkpoint (written at a finite step) and gets no results."""
+
+
+def _non_finite_values(terms: dict[str, float], loss: float) -> list[str]:
+    """What is non-finite among a step's term values, or the loss their weighted sum makes
+    (finite terms whose weighted sum overflows)."""
+    problems = [
+        f"the term {name} is {value}" for name, value in terms.items() if not math.isfinite(value)
+    ]
+    if not problems and not math.isfinite(loss):
+        problems = [f"the loss is {loss}"]
+    return problems
+
+
+def _non_finite_weights(named: list[tuple[str, torch.nn.Parameter]]) -> list[str]:
+    """The weights that are NaN or infinite after an update, as one phrase (none: [])."""
+    finite = torch.stack([torch.isfinite(p).all() for _, p in named]).cpu()
+    if bool(finite.all()):
+        return []
+    bad = [name for (name, _), ok in zip(named, finite.tolist(), strict=True) if not ok]
+    return [f"{len(bad)} weight tensor(s) are not finite after the update (first {bad[0]})"]
+
+
+def notify(callbacks: Sequence[Callback], method: str, *args) -> None:
+    """Call ``method`` on every callback that has it (the pipeline also reports cache progress)."""
+    for callback in callbacks:
+        hook = getattr(callback, method, None)
+        if hook is not None:
+            hook(*args)
+
+
+def main_metric(spec: TaskSpec) -> str:
+    return spec.metrics[0]
+
+
+def _autocast(device: torch.device, precision: str):
+    """Autocast for the forward passes and losses of a step (``precision`` bf16 or fp16)."""
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    return torch.autocast(device.type, dtype=dtype, enabled=dtype is not None)
+
+
+def _restore_rank_rng(states: list[dict], world: distributed.World) -> None:
+    """Restore this process's RNG from a checkpoint's (one state per process)."""
+    if len(states) != world.size:
+        raise WorkbenchError(
+            f"this checkpoint was written by {len(states)} process(es): resume it with "
+            f"torchrun --nproc_per_node {len(states)}, not {world.size}"
+        )
+    _restore_rng(states[world.rank])
+
+
+def _weights_misfit(saved: dict[str, Tensor], model: PreTrainedModel) -> str | None:
+    """How a checkpoint's weights ``saved`` differ from ``model``'s (names and shapes), or
+    None when they fit."""
+    own = model.state_dict()
+    missing = [name for name in own if name not in saved]
+    unexpected = [name for name in saved if name not in own]
+    reshaped = [
+        name
+        for name in own
+        if name in saved
+        and (not isinstance(saved[name], Tensor) or saved[name].shape != own[name].shape)
+    ]
+    parts = [
+        f"{len(names)} {what} (first {names[0]})"
+        for names, what in (
+            (missing, "weights missing"),
+            (unexpected, "weights this model lacks"),
+            (reshaped, "weights of other shapes"),
+        )
+        if names
+    ]
+    return "; ".join(parts) or None
+
+
+def _resume(run: Run, saved: dict, model: PreTrainedModel, states: tuple, world) -> None:
+    """Restore the model, the optimizer, scheduler and scaler (``states``) and this process's
+    RNG from a checkpoint read by :meth:`Run.load_checkpoint`; one written by another run (other
+    weights) or of another version is a one-line error naming the file."""
+    remedy = (
+        "delete it to train this run again from step 0 (the same command), or choose another "
+        "--run-dir"
+    )
+    misfit = _weights_misfit(saved["model"], model)
+    if misfit:
+        raise WorkbenchError(
+            f"{run.checkpoint} does not hold this run's model ({misfit}): it comes from "
+            f"another run: {remedy}"
+        )
+    optimizer, scheduler, scaler = states
+    try:
+        _restore_rank_rng(saved["rng"], world)
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        scheduler.load_state_dict(saved["scheduler"])
+        scaler.load_state_dict(saved.get("scaler", {}))
+    except WorkbenchError as error:
+        raise WorkbenchError(f"{run.checkpoint}: {error}") from None
+    except (RuntimeError, ValueError, KeyError, TypeError, IndexError, AttributeError) as error:
+        raise WorkbenchError(
+            f"{run.checkpoint} does not fit this run ({type(error).__name__}: "
+            f"{first_line(error)}): {remedy}"
+        ) from None
+
+
+def _micro_batches(job: TrainingJob, chunk: list[int], world: distributed.World) -> list[dict]:
+    """This process's shard of the global batch ``chunk``, as the micro-batches it runs."""
+    local = distributed.shard(chunk, world.size, world.rank)
+    parts = [
+        distributed.shard(local, job.optim.accumulation_steps, i)
+        for i in range(job.optim.accumulation_steps)
+    ]
+    return [
+        to_device(collate([job.train_set[i] for i in part], job.pad_token_id), job.device)
+        for part in parts
+        if part
+    ]
+
+
+def _accumulate_gradients(
+    job: TrainingJob,
+    batches: list[dict],
+    parameters: list[torch.nn.Parameter],
+    scaler: torch.amp.GradScaler,
+    log: bool,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Forward and backward this process's micro-batches of one step, leaving in ``.grad`` its
+    part of the global batch's gradient: each term ``k`` of a micro-batch weighted by the
+    micro-batch's share of the global batch's units of ``k`` (:mod:`kd.training.distributed`).
+
+    Returns the terms' values ``[K]`` (float64, this process's part of the batch's) and, when
+    ``log``, each term's weighted gradient ``[P]`` (this process's part; empty otherwise)."""
+    device = torch.device(job.device)
+    units = [distributed.unit_index(job.units.get(n, EXAMPLES)) for n in job.weights]
+    counts = [distributed.unit_counts(batch) for batch in batches]
+    totals = distributed.all_reduce(
+        torch.stack(counts).sum(0) if counts else torch.zeros(2, dtype=torch.float64)
+    )
+    values = torch.zeros(len(job.weights), dtype=torch.float64)
+    size = sum(p.numel() for p in parameters) if log else 0
+    term_grads = {n: torch.zeros(size, dtype=torch.float64, device=device) for n in job.weights}
+    for batch, count in zip(batches, counts, strict=True):
+        with _autocast(device, job.optim.precision):
+            losses = job.loss(job.model, batch)
+            shares = (count / totals)[units].tolist()
+            parts = {n: losses[n] * share for n, share in zip(job.weights, shares, strict=True)}
+            loss = torch.stack([job.weights[n] * part for n, part in parts.items()]).sum()
+        values += torch.stack([part.detach().double().cpu() for part in parts.values()])
+        if log:
+            for name, grad in term_gradients(parts, job.weights, parameters).items():
+                term_grads[name] += grad
+        scaler.scale(loss).backward()
+    return values, term_grads
+
+
+def train(job: TrainingJob) -> dict[str, float]:
+    """Train until the configured number of steps (resuming if the run has a checkpoint) and
+    return the dev metrics of the best model, which ends in ``run/model``.
+
+    On several processes every one calls this: each runs its shard of every batch, and rank 0
+    alone evaluates and writes the run's files."""
+    optim, run, model = job.optim, job.run, job.model
+    world = distributed.world()
+    device = torch.device(job.device)
+    steps_per_epoch = math.ceil(len(job.train_set) / optim.batch_size)
+    total = max(1, round(optim.epochs * steps_per_epoch))
+    optimizer = _optimizer(model, optim)
+    # Hugging Face's schedule (as its Trainer's): step k (from 0) at k/W of the rate during the
+    # W = ⌊ratio·total⌋ warm-up steps — so the first step at 0 — then a linear decay to 0
+    scheduler = get_linear_schedule_with_warmup(optimizer, int(total * optim.warmup_ratio), total)
+    scaler = torch.amp.GradScaler(device.type, enabled=optim.precision == "fp16")
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    parameters = [p for _, p in named]
+    state = {"step": 0, "best": None, "best_step": None}
+    model.to(device)
+    distributed.broadcast_parameters(model)
+    if world.size > 1:  # each process its own dropout stream
+        set_seed(optim.seed + 1_000_003 * world.rank)
+    if run.checkpoint.exists():
+        saved = run.load_checkpoint(device)
+        _resume(run, saved, model, (optimizer, scheduler, scaler), world)
+        state = saved["state"]
+    checkpoint_step = state["step"]  # of the last checkpoint (0: none)
+    if world.main:
+        run.truncate_metrics(state["step"])  # without a checkpoint (deleted), from step 0
+        job.tracker.start(state["step"])
+
+    def record(entry: dict) -> None:
+        run.append_metrics(entry)
+        job.tracker.log(entry)
+
+    def save_checkpoint() -> None:
+        nonlocal checkpoint_step
+        rng = distributed.gather_objects(_rng_state())
+        checkpoint_step = state["step"]
+        if not world.main:
+            return
+        with atomic_path(run.checkpoint) as temporary:
+            torch.save(
+                {
+                    "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict(),
+                    "scaler": scaler.state_dict(),
+                    "rng": rng,
+                    "state": state,
+                },
+                temporary,
+            )
+        run.set_status("running", step=state["step"], total=total)
+
+    metric = main_metric(job.spec)
+    if world.main:
+        run.set_status("running", step=state["step"], total=total)
+    progress = tqdm(
+        total=total,
+        initial=state["step"],
+        desc=f"training {run.name}",
+        unit="step",
+        disable=not world.main,
+    )
+
+    def diverged(step: int, problems: list[str]) -> TrainingDiverged:
+        """Mark the run diverged at ``step`` (nothing of that step is saved) and say so."""
+        progress.close()
+        if world.main:
+            run.set_status("diverged", step=step, total=total, reason="; ".join(problems))
+        kept = (
+            f"the checkpoint of step {checkpoint_step} is kept"
+            if checkpoint_step
+            else "no checkpoint had been written"
+        )
+        return TrainingDiverged(
+            f"training diverged at step {step}: {'; '.join(problems)} (lr "
+            f"{scheduler.get_last_lr()[0]:g}): {kept}; lower --learning-rate or check --weights "
+            "and --temperature"
+        )
+
+    order: list[int] = []
+    model.train()
+    while state["step"] < total:
+        epoch, position = divmod(state["step"], steps_per_epoch)
+        if position == 0 or not order:
+            order = epoch_order(len(job.train_set), optim.seed, epoch)
+        chunk = order[position * optim.batch_size : (position + 1) * optim.batch_size]
+        step = state["step"] + 1
+        log = bool(optim.log_every) and (step == 1 or step % optim.log_every == 0 or step == total)
+        values, term_grads = _accumulate_gradients(
+            job, _micro_batches(job, chunk, world), parameters, scaler, log
+        )
+        distributed.all_reduce_gradients(parameters)
+        distributed.all_reduce(values)
+        terms = {name: float(v) for name, v in zip(job.weights, values, strict=True)}
+        summary = {name: job.weights[name] * value for name, value in terms.items()}
+        problems = _non_finite_values(terms, sum(summary.values()))
+        if problems:
+            raise diverged(step, problems)
+        if log:
+            flat = {name: distributed.all_reduce(g) for name, g in term_grads.items()}
+            if world.main:
+                record(
+                    {
+                        "step": step,
+                        "epoch": step / steps_per_epoch,
+                        "split": "train",
+                        "lr": scheduler.get_last_lr()[0],
+                        **gradient_summary(flat, summary),
+                    }
+                )
+        values_out = {**terms, "loss": sum(summary.values())}
+        scaler.unscale_(optimizer)
+        if optim.max_grad_norm > 0:
+            norm = torch.nn.utils.clip_grad_norm_(parameters, optim.max_grad_norm)
+        else:
+            norm = torch.nn.utils.get_total_norm([p.grad for p in parameters if p.grad is not None])
+        values_out["grad_norm"] = float(norm)
+        if not math.isfinite(values_out["grad_norm"]) and not scaler.is_enabled():
+            # (fp16's scaler skips a step whose scaled gradient overflowed, and scales down)
+            raise diverged(step, [f"the gradient norm is {values_out['grad_norm']}"])
+        scaler.step(optimizer)
+        scaler.update()
+        problems = _non_finite_weights(named)
+        if problems:
+            raise diverged(step, problems)
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        state["step"] = step
+        progress.update(1)
+        progress.set_postfix(loss=f"{values_out['loss']:.4f}")
+        notify(job.callbacks, "on_step", step, total, values_out)
+
+        end_of_epoch = step % steps_per_epoch == 0
+        due = step % optim.eval_every == 0 if optim.eval_every else end_of_epoch
+        if (due or step == total) and world.main:
+            metrics = evaluate_logits(
+                job.spec,
+                predict_logits(model, job.dev_set, optim.eval_batch_size, job.pad_token_id),
+                job.dev_set.labels,
+                job.dev_teacher_logits,
+            )
+            model.train()
+            record(
+                {
+                    "step": step,
+                    "epoch": step / steps_per_epoch,
+                    "split": "dev",
+                    "lr": scheduler.get_last_lr()[0],
+                    **values_out,
+                    **metrics,
+                }
+            )
+            notify(job.callbacks, "on_evaluate", step, metrics)
+            if state["best"] is None or metrics[metric] > state["best"]:
+                state["best"], state["best_step"] = metrics[metric], step
+                replace_directory(run.model_dir, job.save_model)
+            progress.write(f"step {step}/{total} dev {metric} {metrics[metric]:.4f}")
+        stop = distributed.any_process(
+            any(getattr(c, "should_stop", lambda: False)() for c in job.callbacks)
+        )
+        if due or stop or step == total or step % optim.checkpoint_every == 0:
+            save_checkpoint()
+        if stop:
+            progress.close()
+            if world.main:
+                run.set_status("stopped", step=step, total=total)
+            return {}
+    progress.close()
+    distributed.barrier()  # rank 0 has written the best model
+    best = load_file(str(run.model_dir / "model.safetensors"), device=str(device))
+    model.load_state_dict(best)
+    return {"best_step": state["best_step"], metric: state["best"]}

@@ -1,0 +1,286 @@
+"""``kdw benchmark`` and ``kdw export-model --onnx`` on tiny runs: the table and its JSON, the
+export's parity check (and its failure on a corrupted graph), the ONNX graphs of BERT and
+RoBERTa at other batch sizes and lengths than traced, and one-line errors for bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+import workbench.analysis.deployment as deployment
+from kd.cli import main
+from tests.cli.test_cli import _error_line
+from tests.conftest import make_sentences, tiny_model, tiny_tokenizer
+from tests.tiny_families import save_family_model
+from workbench.analysis.benchmark import benchmark
+from workbench.analysis.evaluation import predict_logits
+from workbench.core.config import BenchmarkSettings, parse_precisions
+from workbench.core.data import Split, encode, pad_id
+from workbench.core.errors import WorkbenchError
+from workbench.core.models import load_model
+
+MEASURED = (
+    "parameters",
+    "disk_mb",
+    "peak_memory_mb",
+    "tokenize_ms_per_text",
+    "latency_ms_median",
+    "latency_ms_p95",
+    "throughput_b8",
+)
+ROW_FIELDS = {
+    "name",
+    "engine",
+    "source",
+    *MEASURED,
+    "accuracy",
+    "macro_f1",
+    "label_loyalty",
+    "probability_loyalty",
+}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> tuple[Path, Path]:
+    """A tiny teacher run (4 layers) and a 2-layer student distilled from it."""
+    root = tmp_path_factory.mktemp("runs")
+    model_dir, task = root / "tiny-bert", root / "task"
+    tokenizer = tiny_tokenizer(model_dir)
+    tiny_model().bert.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    task.mkdir()
+    frame = make_sentences(400)
+    frame.iloc[:300].to_csv(task / "train.csv", index=False)
+    frame.iloc[300:350].to_csv(task / "dev.csv", index=False)
+    frame.iloc[350:].to_csv(task / "test.csv", index=False)
+    teacher, student = root / "teacher", root / "student"
+    common = f"--task {task} --max-length 16 --threads 1 --batch-size 8".split()
+    common += ["--learning-rate", "2e-3", "--checkpoint-every", "1000"]
+    teach = f"train-teacher --run-dir {teacher} --model {model_dir} --epochs 3".split()
+    assert main([*teach, *common]) == 0
+    distil = f"distill --run-dir {student} --teacher {teacher} --preset kd --epochs 1".split()
+    assert main([*distil, "--num-layers", "2", *common]) == 0
+    return teacher, student
+
+
+@pytest.fixture(scope="module")
+def exported(runs) -> Path:
+    """The teacher exported as ONNX, float32 and int8."""
+    out = runs[0].parent / "teacher-onnx"
+    assert (
+        main(["export-model", str(runs[0]), "--out", str(out), "--onnx", "--quantize", "int8"]) == 0
+    )
+    return out
+
+
+def test_export_is_checked_and_recorded(runs, exported):
+    record = json.loads((exported / "export.json").read_text())
+    assert set(record["graphs"]) == {"fp32", "int8"}
+    assert record["examples"] == 50 and record["split"] == "test"
+    fp32, int8 = record["graphs"]["fp32"], record["graphs"]["int8"]
+    assert fp32["max_abs_logit_difference"] < 1e-4 and fp32["label_agreement"] == 1.0
+    assert int8["label_agreement"] >= 0.99
+    assert fp32["max_abs_logit_difference"] < int8["max_abs_logit_difference"]
+    card = (exported / "README.md").read_text()
+    assert card.startswith((runs[0] / "model" / "README.md").read_text())
+    assert f"| fp32 | `model.onnx` | {fp32['max_abs_logit_difference']:.3g} | 1.0000 |" in card
+    assert {"model.onnx", "model.int8.onnx", "tokenizer.json", "config.json"} <= {
+        p.name for p in exported.iterdir()
+    }
+    assert not list(exported.parent.glob(".teacher-onnx*"))  # no staging folder left
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_graph_matches_pytorch_at_other_shapes_than_traced(family, tmp_path):
+    folder = save_family_model(family, tmp_path / family, ["negative", "neutral", "positive"])
+    loaded = load_model(str(folder))
+    deployment.export_onnx(loaded.model, loaded.tokenizer, tmp_path / "model.onnx")
+    texts = [
+        "an example of a much longer text than the one the graph was traced with, surely",
+        "short",
+        "three words here",
+    ]
+    split = Split(texts=texts, labels=[0, 1, 2], uids=["a", "b", "c"])
+    dataset = encode(split, loaded.tokenizer, 64)
+    reference = predict_logits(loaded.model, dataset, 3, pad_id(loaded.tokenizer))
+    classifier = deployment.OnnxClassifier(
+        deployment.open_session(tmp_path / "model.onnx", 1),
+        loaded.tokenizer,
+        loaded.spec,
+        None,
+        family,
+        tmp_path / "model.onnx",
+        "fp32",
+    )
+    for batch_size in (1, 3):  # one text, and three padded to the longest
+        logits = deployment.onnx_logits(classifier, dataset, batch_size)
+        torch.testing.assert_close(logits, reference, rtol=0, atol=1e-4)
+
+
+def test_benchmark_prints_the_table_and_writes_every_field(runs, exported, tmp_path, capsys):
+    teacher, student = runs
+    out = tmp_path / "bench.json"
+    options = [
+        "--threads",
+        "1",
+        "--warmup",
+        "1",
+        "--repeats",
+        "2",
+        "--examples",
+        "30",
+        "--batch-sizes",
+        "1,8",
+    ]
+    assert (
+        main(["benchmark", str(teacher), str(student), str(exported), *options, "--json", str(out)])
+        == 0
+    )
+    printed = capsys.readouterr().out
+    assert "30 texts, batch sizes 1,8, 1 warm-up and 2 timed rounds" in printed
+    assert "1 threads, cpu" in printed and "the first model, teacher" in printed
+    assert "peak memory: peak resident-set growth" in printed
+    table = [line for line in printed.splitlines() if line.startswith("| ")]
+    assert len(table) == 1 + 4  # the header and a row per model (the export's two graphs)
+    report = json.loads(out.read_text())
+    assert report["settings"] == {
+        "task": "task",
+        "metrics": ["accuracy", "macro_f1"],
+        "split": "test",
+        "examples": 30,
+        "batch_sizes": [1, 8],
+        "warmup": 1,
+        "repeats": 2,
+        "threads": 1,
+        "device": "cpu",
+        "precisions": ["fp32"],
+        "timer": "the wall clock (time.perf_counter) around each batch's forward pass",
+    }
+    rows = report["rows"]
+    assert [row["engine"] for row in rows] == [
+        "pytorch fp32",
+        "pytorch fp32",
+        "onnx fp32",
+        "onnx int8",
+    ]
+    for row in rows:
+        assert set(row) >= ROW_FIELDS and all(f"{key}_ratio" in row for key in MEASURED)
+        assert all(
+            row[key] is not None and row[key] > 0 for key in MEASURED if key != "peak_memory_mb"
+        )
+        assert row["peak_memory_mb"] >= 0
+        assert row["latency_ms_p95"] >= row["latency_ms_median"]
+    first = rows[0]
+    assert all(first[f"{key}_ratio"] == 1.0 for key in MEASURED if first[key])
+    assert first["label_loyalty"] == 1.0 and first["probability_loyalty"] == 1.0
+    student_row, onnx_row = rows[1], rows[2]
+    assert student_row["parameters"] < first["parameters"]
+    assert student_row["parameters_ratio"] == pytest.approx(
+        student_row["parameters"] / first["parameters"]
+    )
+    assert onnx_row["label_loyalty"] == 1.0  # the float32 graph predicts as its PyTorch model
+    assert onnx_row["accuracy"] == first["accuracy"]
+    assert onnx_row["disk_mb"] == (exported / "model.onnx").stat().st_size / 1e6
+    assert onnx_row["parameters"] == pytest.approx(first["parameters"], rel=0.01)
+
+
+def _scale_classifier(path: Path, factor: float) -> None:
+    """Multiply the classification head's weights and bias in an ONNX file by ``factor``."""
+    graph = onnx.load(str(path))
+    hits = [t for t in graph.graph.initializer if t.name.startswith("model.classifier.")]
+    assert hits, [t.name for t in graph.graph.initializer]
+    for tensor in hits:
+        values = onnx.numpy_helper.to_array(tensor) * np.float32(factor)
+        tensor.CopyFrom(onnx.numpy_helper.from_array(values, tensor.name))
+    onnx.save(graph, str(path))
+
+
+def test_a_corrupted_graph_is_rejected_and_kept(runs, tmp_path, monkeypatch, capsys):
+    original = deployment.export_onnx
+
+    def corrupted(model, tokenizer, path):
+        original(model, tokenizer, path)
+        _scale_classifier(path, -1.0)  # every prediction becomes the least likely class
+
+    monkeypatch.setattr(deployment, "export_onnx", corrupted)
+    out = tmp_path / "export"
+    assert main(["export-model", str(runs[0]), "--out", str(out), "--onnx"]) == 2
+    error = _error_line(capsys)
+    assert "disagrees with the PyTorch model" in error and "< 0.99 on 50 test examples" in error
+    assert error.endswith(f"kept for inspection in {out}.rejected")
+    assert not out.exists()
+    record = json.loads((tmp_path / "export.rejected" / "export.json").read_text())
+    assert record["graphs"]["fp32"]["label_agreement"] < 0.5
+    assert (tmp_path / "export.rejected" / "model.onnx").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export.rejected"]
+
+
+def test_bad_input_is_one_line_and_writes_nothing(runs, exported, tmp_path, capsys):
+    teacher, _ = runs
+    out = tmp_path / "out"
+    bare = tmp_path / "untrained"
+    shutil.copytree(teacher, bare)
+    shutil.rmtree(bare / "model")
+    assert main(["export-model", str(bare), "--out", str(out), "--onnx"]) == 2
+    assert "has no trained model yet" in _error_line(capsys)
+    assert (
+        main(["export-model", str(teacher), "--out", str(out), "--onnx", "--quantize", "int4"]) == 2
+    )
+    assert "--quantize int4: not supported (expected int8)" in _error_line(capsys)
+    assert main(["export-model", str(teacher), "--out", str(out), "--quantize", "int8"]) == 2
+    assert "add --onnx" in _error_line(capsys)
+    assert not out.exists()
+
+    broken = tmp_path / "broken-onnx"
+    shutil.copytree(exported, broken)
+    (broken / "model.onnx").write_bytes(b"not a graph" * 10)
+    report = tmp_path / "bench.json"
+    assert main(["benchmark", str(teacher), str(broken), "--json", str(report)]) == 2
+    assert "model.onnx cannot be loaded by ONNX Runtime" in _error_line(capsys)
+    assert main(["benchmark", str(teacher), "--batch-sizes", "0,8", "--json", str(report)]) == 2
+    assert "--batch-sizes: '0,8' is not allowed" in _error_line(capsys)
+    assert main(["benchmark", str(teacher), str(exported), "--device", "cuda:0"]) == 2
+    _error_line(capsys)
+    assert main(["benchmark", str(teacher), "--precisions", "fp32,int4"]) == 2
+    assert "--precisions: 'fp32,int4' is not allowed" in _error_line(capsys)
+    assert not report.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["broken-onnx", "untrained"]
+
+
+def test_every_precision_asked_for_is_a_row_of_its_own(runs):
+    """``--precisions fp32,bf16`` times each PyTorch model twice: the bf16 row runs a copy of
+    the weights cast to bfloat16 (same parameters, logits close to fp32's but not equal), and
+    the loaded fp32 model is left as it was."""
+    teacher, student = runs
+    settings = BenchmarkSettings(
+        examples=30, batch_sizes="1,8", warmup=0, repeats=1, threads=1, precisions="bf16,fp32"
+    )
+    report = benchmark([str(teacher), str(student)], settings)
+    assert report["settings"]["precisions"] == ["fp32", "bf16"]  # in PRECISIONS' order
+    rows = report["rows"]
+    assert [(row["name"], row["engine"]) for row in rows] == [
+        ("teacher", "pytorch fp32"),
+        ("teacher", "pytorch bf16"),
+        ("student", "pytorch fp32"),
+        ("student", "pytorch bf16"),
+    ]
+    assert rows[1]["parameters"] == rows[0]["parameters"]
+    assert rows[1]["disk_mb"] == rows[0]["disk_mb"]  # the weights as saved
+    assert rows[0]["label_loyalty"] == 1.0 and rows[0]["probability_loyalty"] == 1.0
+    assert 0.8 <= rows[1]["label_loyalty"] <= 1.0
+    assert rows[1]["probability_loyalty"] < 1.0  # bfloat16 changes the probabilities
+
+
+def test_precisions_default_to_fp32_on_the_cpu_and_add_bf16_on_cuda():
+    assert parse_precisions("auto", "cpu") == ("fp32",)
+    assert parse_precisions("auto", "cuda") == ("fp32", "bf16")
+    assert parse_precisions(" fp16 , fp32", "cpu") == ("fp32", "fp16")
+    for bad in ("", "fp64", "fp32,auto"):
+        with pytest.raises(WorkbenchError, match="expected auto or comma-separated"):
+            parse_precisions(bad, "cpu")

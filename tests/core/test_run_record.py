@@ -1,0 +1,107 @@
+"""Runs record what their configs resolved to: a new run's run.json holds the resolved
+objective; a preset that changed under a finished run is refused, not silently reused; a run
+folder from before the record still opens, described with today's presets and saying so."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import kd.methods.objective
+from kd.methods.objective import Preset
+from kd.training.evaluate import evaluate_runs, objective_description
+from kd.training.pipeline import distill, train_teacher
+from workbench.core.config import (
+    DataConfig,
+    ObjectiveConfig,
+    OptimConfig,
+    StudentConfig,
+    TeacherConfig,
+)
+from workbench.core.errors import WorkbenchError
+
+
+def test_runs_record_their_resolved_objective(tiny_model_dir, tiny_task_dir, tmp_path, monkeypatch):
+    data = DataConfig(task=str(tiny_task_dir), max_length=16, max_train_examples=48)
+    optim = OptimConfig(epochs=1, batch_size=8, threads=1, log_every=0)
+    teacher = train_teacher(
+        data, TeacherConfig(model=str(tiny_model_dir)), optim, tmp_path / "teacher"
+    )
+    assert teacher.info()["resolved"]["objective"]["weights"] == {"ce": 1.0}
+
+    def student(preset: str):
+        return distill(
+            data,
+            StudentConfig(teacher=str(teacher.path), num_layers=2),
+            ObjectiveConfig(preset=preset),
+            optim,
+            tmp_path / preset,
+        )
+
+    record = student("adkd").info()["resolved"]
+    assert record["package_version"]
+    objective = record["objective"]
+    assert objective["weights"] == {"ce": 0.1, "kd": 0.9, "attr": 1.0}
+    assert objective["temperature"] == 2.0 and objective["kd_form"] == "kl"
+    assert objective["attribution"] == {
+        "reduction": "official",
+        "views": "all",
+        "baseline": "pad",
+        "steps": 1,
+        "top_k": None,
+        "layer": "input",
+    }
+    assert student("pkd-skip").info()["resolved"]["objective"]["patient_pairs"] == [[1, 2]]
+    info = student("adkd").info()  # the same call reopens the finished run
+    assert objective_description(info) == "attr 1 · ce 0.1 · kd 0.9 (official distance), τ 2"
+
+    # a preset whose defaults changed under a finished run: refused, naming what changed
+    changed = Preset(
+        {"ce": 0.1, "kd": 0.9, "attr": 5.0}, {}, temperature=2.0, attr_reduction="official"
+    )
+    monkeypatch.setitem(kd.methods.objective.PRESETS, "adkd", changed)
+    with pytest.raises(WorkbenchError, match=r"no longer resolve to \(changed: weights"):
+        student("adkd")
+    monkeypatch.undo()
+
+    # a run folder written before the record: it opens, and says how it is described
+    path = tmp_path / "adkd" / "run.json"
+    old = {k: v for k, v in json.loads(path.read_text()).items() if k != "resolved"}
+    old["configs"]["objective"]["kd_loss"] = old["configs"]["objective"].pop("kd_form")
+    path.write_text(json.dumps(old))  # and an option under its former name (--kd-loss)
+    assert student("adkd").results()
+    row = evaluate_runs([str(tmp_path / "adkd")])[0]
+    assert row["objective"].endswith("(resolved with today's presets: the run predates the record)")
+
+
+def test_a_run_whose_data_changed_is_refused(tiny_model_dir, tiny_task_dir, tmp_path, capsys):
+    from kd.cli import main
+
+    arguments = [
+        "train-teacher",
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--task",
+        str(tiny_task_dir),
+        "--model",
+        str(tiny_model_dir),
+        "--epochs",
+        "0.1",
+        "--threads",
+        "1",
+    ]
+    assert main(arguments) == 0
+    run_json = (tmp_path / "run" / "run.json").read_text()
+    assert main(arguments) == 0  # unchanged data: the finished run is reopened
+    train = tiny_task_dir / "train.csv"
+    lines = train.read_text().splitlines()
+    text, label = lines[5].rsplit(",", 1)
+    lines[5] = f"{text},{'neutral' if label != 'neutral' else 'positive'}"  # one label edited
+    train.write_text("\n".join(lines) + "\n")
+    capsys.readouterr()
+    assert main(arguments) == 2
+    error = capsys.readouterr().err.strip()
+    assert "was trained on other data: the train split(s) changed since" in error, error
+    assert len(error.splitlines()) == 1
+    assert (tmp_path / "run" / "run.json").read_text() == run_json

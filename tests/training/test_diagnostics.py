@@ -1,0 +1,97 @@
+"""Objective diagnostics: values and gradient shares against direct computations; logging them
+changes no weight; per-class recall in every evaluation."""
+
+from __future__ import annotations
+
+import torch
+
+from kd.methods.objective import Objective
+from kd.training.diagnostics import summarise, term_diagnostics
+from kd.training.evaluate import evaluate_runs
+from kd.training.pipeline import distill, train_teacher
+from tests.conftest import tiny_model
+from tests.methods.test_objective_methods import _dataset
+from workbench.analysis.metrics import task_metrics
+from workbench.core.config import (
+    DataConfig,
+    ObjectiveConfig,
+    OptimConfig,
+    StudentConfig,
+    TeacherConfig,
+)
+from workbench.core.data import TaskSpec, batches
+from workbench.core.models import cut_student
+
+
+def test_term_diagnostics_match_separate_backward_passes():
+    teacher = tiny_model(layers=4).requires_grad_(False)
+    student = cut_student(teacher, [1, 3]).eval()
+    objective = Objective.resolve(ObjectiveConfig(preset="adkd"), 4, 2, num_labels=3)
+    batch = next(batches(_dataset(), list(range(6)), 6, 0))
+    values = objective(student, batch, objective.teacher_batch(teacher, batch))
+    params = [p for p in student.parameters() if p.requires_grad]
+    diagnostics = term_diagnostics(values, objective.weights, params)
+
+    grads = {}
+    for name, weight in objective.weights.items():
+        student.zero_grad()
+        (weight * values[name]).backward(retain_graph=True)
+        grads[name] = torch.cat(
+            [
+                (p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).double()
+                for p in params
+            ]
+        )
+        assert diagnostics[f"value/{name}"] == float(weight * values[name].detach())
+    total = sum(grads.values())
+    for name, g in grads.items():
+        assert abs(diagnostics[f"grad_norm/{name}"] - float(g.norm())) < 1e-6 * float(g.norm())
+        assert abs(diagnostics[f"grad_share/{name}"] - float(g @ total / (total @ total))) < 1e-6
+    assert abs(sum(diagnostics[f"grad_share/{n}"] for n in grads) - 1) < 1e-9
+    # the joint backward of the objective is the sum of the terms' gradients
+    student.zero_grad()
+    values["loss"].backward()
+    joint = torch.cat([p.grad.reshape(-1).double() for p in params])
+    torch.testing.assert_close(joint, total, rtol=1e-5, atol=1e-7)
+    assert abs(diagnostics["grad_norm/total"] - float(joint.norm())) < 1e-5 * float(joint.norm())
+
+
+def test_per_class_recall_shows_a_neglected_class():
+    spec = TaskSpec("t", ("neg", "neu", "pos"), ("accuracy",))
+    labels = torch.tensor([0, 0, 1, 1, 2, 2])
+    logits = torch.nn.functional.one_hot(torch.tensor([0, 0, 0, 1, 2, 0]), 3).float()
+    metrics = task_metrics(spec, logits, labels)
+    assert metrics["recall/neg"] == 1.0
+    assert metrics["recall/neu"] == 0.5
+    assert metrics["recall/pos"] == 0.5
+
+
+def test_logging_diagnostics_changes_no_weight(tiny_model_dir, tiny_task_dir, tmp_path):
+    data = DataConfig(task=str(tiny_task_dir), max_length=16, max_train_examples=48)
+    optim = OptimConfig(epochs=1, batch_size=8, learning_rate=2e-3, threads=1)
+    teacher = train_teacher(
+        data, TeacherConfig(model=str(tiny_model_dir)), optim, tmp_path / "teacher"
+    )
+    students = {}
+    for log_every in (0, 2):
+        students[log_every] = distill(
+            data,
+            StudentConfig(teacher=str(teacher.path), num_layers=2),
+            ObjectiveConfig(preset="adkd"),
+            OptimConfig(epochs=1, batch_size=8, learning_rate=2e-3, threads=1, log_every=log_every),
+            tmp_path / f"student-{log_every}",
+        )
+    quiet, logged = students[0], students[2]
+    assert quiet.metrics("train") == []
+    records = logged.metrics("train")
+    assert [r["step"] for r in records] == [1, 2, 4, 6, 7]  # first, every 2nd, last
+    assert {"value/attr", "grad_share/kd", "grad_norm/total"} <= set(records[0])
+    summary = summarise(logged.metrics())
+    assert summary["start"]["step"] == 1 and summary["end"]["step"] == 7
+    assert "recall/positive" in logged.results()["test"]
+    row = evaluate_runs([str(logged.path)], terms=True)[0]  # kdw evaluate --terms
+    shares = row["grad share, end (step 7)"]
+    assert shares.startswith(("attr", "kd", "ce")) and shares.count("%") == 3
+    a = torch.load(quiet.checkpoint, weights_only=True)["model"]
+    b = torch.load(logged.checkpoint, weights_only=True)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)

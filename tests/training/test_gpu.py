@@ -1,0 +1,140 @@
+"""On a CUDA GPU (skipped where there is none): each method's objective gives the CPU's loss and
+gradients there, students train in every precision, and ``kdw benchmark --device cuda`` times
+float32 and bfloat16 between CUDA events, predicting what the CPU predicts."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from kd.cli import main
+from kd.methods.objective import Objective
+from kd.training.pipeline import prepare_gradient_student
+from tests.conftest import make_sentences, tiny_model, tiny_tokenizer
+from workbench.analysis.attribution.chunking import batch_token_limit, bytes_per_token
+from workbench.analysis.benchmark import TIMER_CUDA, benchmark
+from workbench.core.config import BenchmarkSettings, ObjectiveConfig
+from workbench.core.data import EncodedSplit, batches
+from workbench.core.models import cut_student
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+METHODS = ("kd", "pkd-skip", "ckd", "adkd", "gkd", "gkd-cls")
+
+
+def _batch(count: int = 6) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    ids = [
+        [2, *torch.randint(5, 40, (int(n),), generator=generator).tolist(), 3]
+        for n in torch.randint(2, 9, (count,), generator=generator)
+    ]
+    labels = torch.randint(0, 3, (count,), generator=generator)
+    split = EncodedSplit(ids, [[0] * len(i) for i in ids], labels, 0)
+    return next(batches(split, list(range(count)), count, 0))
+
+
+def _loss_and_gradients(
+    method: str, device: str, dtype: torch.dtype = torch.float32
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The objective's loss and the student's gradients (float64 on the CPU) for one batch on
+    ``device`` in ``dtype``: a 4-layer teacher, a 2-layer student cut from it (dropout off, so
+    that both devices compute one function)."""
+    teacher = tiny_model(layers=4).requires_grad_(False).eval().to(dtype)
+    student = cut_student(teacher, [1, 3]).to(dtype).eval()
+    objective = Objective.resolve(ObjectiveConfig(preset=method), 4, 2, num_labels=3)
+    if objective.gradient_kd:
+        prepare_gradient_student(teacher, student)
+        student.eval()
+    teacher, student = teacher.to(device), student.to(device)
+    batch = {name: value.to(device) for name, value in _batch().items()}
+    loss = objective(student, batch, objective.teacher_batch(teacher, batch))["loss"]
+    loss.backward()
+    grads = {n: p.grad.cpu().double() for n, p in student.named_parameters() if p.grad is not None}
+    return loss.detach().cpu().double(), grads
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_every_method_gives_the_cpus_loss_and_gradients_on_cuda(method):
+    """Float32 on CUDA and on the CPU against float64 on the CPU: the loss to 1e-4, each
+    parameter's gradient to 0.5 % of its largest entry (CKD's window angles of nearly equal
+    states carry float32 errors of about 0.2 % on either device)."""
+    exact_loss, exact = _loss_and_gradients(method, "cpu", torch.float64)
+    for device in ("cpu", "cuda"):
+        loss, grads = _loss_and_gradients(method, device)
+        torch.testing.assert_close(loss, exact_loss, rtol=1e-4, atol=1e-7)
+        assert grads.keys() == exact.keys() and grads
+        for name, grad in exact.items():
+            torch.testing.assert_close(
+                grads[name],
+                grad,
+                rtol=0,
+                atol=max(5e-3 * grad.abs().max().item(), 1e-7),
+                msg=lambda m, name=name, device=device: f"{device} {name}: {m}",
+            )
+
+
+@pytest.fixture(scope="module")
+def teacher_run(tmp_path_factory) -> tuple[Path, list[str]]:
+    """A tiny teacher trained on CUDA, and the options its students share."""
+    root = tmp_path_factory.mktemp("gpu")
+    model_dir, task = root / "tiny-bert", root / "task"
+    tokenizer = tiny_tokenizer(model_dir)
+    tiny_model().bert.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    task.mkdir()
+    frame = make_sentences(400)
+    frame.iloc[:300].to_csv(task / "train.csv", index=False)
+    frame.iloc[300:350].to_csv(task / "dev.csv", index=False)
+    frame.iloc[350:].to_csv(task / "test.csv", index=False)
+    common = f"--task {task} --max-length 16 --batch-size 8 --device cuda".split()
+    common += ["--learning-rate", "2e-3", "--checkpoint-every", "1000"]
+    teacher = root / "teacher"
+    teach = f"train-teacher --run-dir {teacher} --model {model_dir} --epochs 3".split()
+    assert main([*teach, *common]) == 0
+    return teacher, common
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("method", ["kd", "adkd", "gkd"])
+def test_students_train_on_cuda_in_every_precision(teacher_run, method, precision):
+    teacher, common = teacher_run
+    run = teacher.parent / f"{method}-{precision}"
+    distil = f"distill --run-dir {run} --teacher {teacher} --preset {method} --epochs 1".split()
+    assert main([*distil, "--num-layers", "2", "--precision", precision, *common]) == 0
+    optim = json.loads((run / "run.json").read_text())["configs"]["optim"]
+    assert optim.get("precision", "fp32") == precision
+    test = json.loads((run / "results.json").read_text())["test"]
+    assert math.isfinite(test["probability_loyalty"]) and 0.0 <= test["accuracy"] <= 1.0
+
+
+def test_benchmark_times_fp32_and_bf16_between_cuda_events(teacher_run):
+    teacher, _ = teacher_run
+    settings = BenchmarkSettings(examples=40, batch_sizes="1,8", warmup=1, repeats=2)
+    on_cpu = benchmark([str(teacher)], settings)
+    on_gpu = benchmark([str(teacher)], dataclasses.replace(settings, device="cuda"))
+    assert on_gpu["settings"]["timer"] == TIMER_CUDA
+    assert on_gpu["machine"]["cuda"] == torch.cuda.get_device_name()
+    fp32, bf16 = on_gpu["rows"]
+    assert (fp32["engine"], bf16["engine"]) == ("pytorch fp32", "pytorch bf16")
+    assert fp32["accuracy"] == pytest.approx(on_cpu["rows"][0]["accuracy"])
+    assert fp32["peak_memory_mb"] > 0 and bf16["peak_memory_mb"] > 0
+    assert bf16["latency_ms_median"] > 0 and bf16["throughput_b8"] > 0
+    assert bf16["label_loyalty"] >= 0.8
+
+
+def test_attribution_chunks_fill_half_the_free_gpu_memory():
+    """Without a budget, IG's chunks on a GPU are sized to half its free memory (on the CPU,
+    to 1 GiB): a BERT-base-wide double backward then runs whole batches, not one row at a time."""
+    model = tiny_model(layers=4)
+    cpu = batch_token_limit(model, 128, 3, True, None, None)
+    assert cpu == 1024 * 2**20 // bytes_per_token(model, 128, 3, True)
+    model.cuda()
+    free, _ = torch.cuda.mem_get_info()
+    expected = free / 2 // bytes_per_token(model, 128, 3, True)
+    assert batch_token_limit(model, 128, 3, True, None, None) == pytest.approx(expected, rel=0.05)
+    assert batch_token_limit(model, 128, 3, True, None, 1024.0) == cpu  # a budget given is kept

@@ -1,0 +1,132 @@
+"""The training loop: learning, the run folder, and resuming after a real kill."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from kd.training.pipeline import distill, train_teacher
+from tests.conftest import kdw_here, kill_at_step
+from workbench.core.config import (
+    DataConfig,
+    ObjectiveConfig,
+    OptimConfig,
+    StudentConfig,
+    TeacherConfig,
+)
+from workbench.core.models import load_run
+from workbench.core.runs import Run
+
+
+def _teacher_arguments(run_dir: Path, model_dir: Path, task_dir: Path) -> list[str]:
+    """A teacher of 225 steps that checkpoints every 3 and evaluates every 50."""
+    return [
+        "train-teacher",
+        "--run-dir",
+        str(run_dir),
+        "--task",
+        str(task_dir),
+        "--model",
+        str(model_dir),
+        "--epochs",
+        "3",
+        "--batch-size",
+        "4",
+        "--checkpoint-every",
+        "3",
+        "--eval-every",
+        "50",
+        "--threads",
+        "1",
+        "--max-length",
+        "16",
+        "--learning-rate",
+        "1e-3",
+    ]
+
+
+def test_resume_after_kill_ends_with_the_same_weights(tiny_model_dir, tiny_task_dir, tmp_path):
+    killed_dir, clean_dir = tmp_path / "killed", tmp_path / "clean"
+    state = kill_at_step(
+        _teacher_arguments(killed_dir, tiny_model_dir, tiny_task_dir), killed_dir, 100
+    )
+    assert state.get("state") == "running" and state["step"] < state["total"], state
+    saved = torch.load(killed_dir / "checkpoint.pt", weights_only=True)
+    assert 0 < saved["state"]["step"] < state["total"]
+
+    for run_dir in (killed_dir, clean_dir):  # the killed run resumes; the clean one runs whole
+        status, stderr = kdw_here(
+            _teacher_arguments(run_dir, tiny_model_dir, tiny_task_dir), tmp_path
+        )
+        assert status == 0, stderr
+
+    final_killed = torch.load(killed_dir / "checkpoint.pt", weights_only=True)
+    final_clean = torch.load(clean_dir / "checkpoint.pt", weights_only=True)
+    assert final_killed["state"] == final_clean["state"]
+    for name, value in final_clean["model"].items():
+        assert torch.equal(final_killed["model"][name], value), name
+    best_killed = load_file(str(killed_dir / "model" / "model.safetensors"))
+    best_clean = load_file(str(clean_dir / "model" / "model.safetensors"))
+    assert all(torch.equal(best_killed[k], v) for k, v in best_clean.items())
+    steps = [r["step"] for r in Run.open(killed_dir).metrics("dev")]
+    assert steps == sorted(set(steps)), "evaluations logged twice after the resume"
+    assert Run.open(killed_dir).status()["state"] == "finished"
+
+
+def test_teacher_learns_and_students_distil(tiny_model_dir, tiny_task_dir, tmp_path):
+    data = DataConfig(task=str(tiny_task_dir), max_length=16)
+    optim = OptimConfig(
+        epochs=8, batch_size=8, learning_rate=2e-3, threads=1, checkpoint_every=1000
+    )
+    teacher_run = train_teacher(
+        data, TeacherConfig(model=str(tiny_model_dir)), optim, tmp_path / "teacher"
+    )
+    results = teacher_run.results()
+    assert results["test"]["accuracy"] > 0.6  # chance is ~0.45 for the majority class
+    records = teacher_run.metrics("dev")
+    assert [r["step"] for r in records] == [38 * (i + 1) for i in range(8)]
+    manifest = json.loads((teacher_run.path / "manifest.json").read_text())
+    assert manifest["versions"]["torch"] and manifest["split_fingerprint"]["train"]
+
+    for preset in ("kd", "pkd-skip"):
+        student_run = distill(
+            data,
+            StudentConfig(teacher=str(teacher_run.path), num_layers=2),
+            ObjectiveConfig(preset=preset),
+            OptimConfig(epochs=4, batch_size=8, learning_rate=2e-3, threads=1),
+            tmp_path / f"student-{preset}",
+        )
+        test = student_run.results()["test"]
+        assert 0 <= test["label_loyalty"] <= 1 and 0 < test["probability_loyalty"] <= 1
+        assert list((student_run.path / "teacher_cache").glob("teacher-train-*.safetensors"))
+        loaded = load_run(student_run.path)
+        assert loaded.model.config.num_hidden_layers == 2
+    # the same call again finds the finished run and trains nothing
+    again = distill(
+        data,
+        StudentConfig(teacher=str(teacher_run.path), num_layers=2),
+        ObjectiveConfig(preset="pkd-skip"),
+        OptimConfig(epochs=4, batch_size=8, learning_rate=2e-3, threads=1),
+        tmp_path / "student-pkd-skip",
+    )
+    assert again.results() == student_run.results()
+
+
+def test_the_learning_rate_warms_up_then_decays_linearly(tiny_model_dir, tiny_task_dir, tmp_path):
+    """Step k (from 0) of T trains at k/W of the rate during the W = ⌊0.25·T⌋ warm-up steps,
+    then at (T − k)/(T − W): the linear schedule of Hugging Face's Trainer."""
+    optim = OptimConfig(
+        epochs=1, batch_size=4, learning_rate=1e-3, warmup_ratio=0.25, log_every=1, threads=1
+    )
+    data = DataConfig(task=str(tiny_task_dir), max_length=16)
+    run = train_teacher(data, TeacherConfig(model=str(tiny_model_dir)), optim, tmp_path / "t")
+    rates = [r["lr"] for r in Run(run.path).metrics() if r.get("split") == "train"]
+    total = len(rates)
+    warmup = total // 4
+    assert total >= 8 and warmup >= 2
+    expected = [k / warmup if k < warmup else (total - k) / (total - warmup) for k in range(total)]
+    assert rates == pytest.approx([1e-3 * f for f in expected], rel=1e-9, abs=1e-15)

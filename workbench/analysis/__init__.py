@@ -1,0 +1,4 @@
+"""Analysis: attribution (attribution/), loyalty over a split (loyalty), agreement, faithfulness
+and its report, layer geometry, metrics, evaluation, paired statistics, heatmaps of runs, the
+baseline, divergence, the benchmark and deployment. It imports neither distillation (kd) nor the
+front ends."""

@@ -1,0 +1,122 @@
+"""Agreement between two models' explanations of the same inputs (docs/methods.md §6).
+
+- Saliency loyalty (GKD): Pearson correlation of the two models' Grad saliency over each
+  example's real tokens, averaged over examples (tables show it ×100). Each model attributes its
+  own predicted class unless ``target`` says otherwise.
+- Attribution gap (AD-KD Eq. 11): per example the L2 distance of the concatenated normalised
+  maps ``‖Ã_a − Ã_b‖₂``, averaged over examples.
+- Rank correlation: Spearman correlation of the maps over real tokens, per example and view.
+
+Per-example correlations are NaN where undefined (fewer than two real tokens, or a constant
+map); means skip them and report how many were left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from torch import Tensor
+from transformers import PreTrainedModel
+
+from workbench.analysis.attribution.gradients import grad_saliency
+from workbench.analysis.attribution.settings import AttributionConfig, compute_maps
+from workbench.analysis.attribution.targets import Target
+from workbench.analysis.metrics import nan_mean
+from workbench.core.errors import WorkbenchError
+
+__all__ = [
+    "attribution_gap",
+    "compare_models",
+    "pearson_per_example",
+    "rank_correlation",
+    "ranks",
+    "saliency_loyalty",
+]
+
+
+def _check_shapes(a: Tensor, b: Tensor, mask: Tensor) -> None:
+    if a.shape != b.shape or a.shape[0] != mask.shape[0] or a.shape[-1] != mask.shape[-1]:
+        raise WorkbenchError(
+            f"cannot compare maps {tuple(a.shape)} and {tuple(b.shape)} under a mask "
+            f"{tuple(mask.shape)}: both need the same [B, (V,) L] shape on the same inputs"
+        )
+
+
+def pearson_per_example(a: Tensor, b: Tensor, attention_mask: Tensor) -> Tensor:
+    """Pearson correlation of ``a`` and ``b`` ``[B, L]`` (or ``[B, V, L]``) over the real tokens
+    of each row → ``[B]`` (or ``[B, V]``); NaN where undefined."""
+    _check_shapes(a, b, attention_mask)
+    mask = (attention_mask if a.dim() == 2 else attention_mask[:, None, :]).to(torch.float64)
+    a, b = a.detach().double(), b.detach().double()
+    count = mask.sum(-1, keepdim=True)
+    da = (a - (a * mask).sum(-1, keepdim=True) / count) * mask
+    db = (b - (b * mask).sum(-1, keepdim=True) / count) * mask
+    denominator = (da.pow(2).sum(-1) * db.pow(2).sum(-1)).sqrt()
+    correlation = (da * db).sum(-1) / denominator
+    return torch.where((denominator > 0) & (count[..., 0] > 1), correlation, torch.nan).float()
+
+
+def ranks(values: Tensor, attention_mask: Tensor) -> Tensor:
+    """Ranks ``[B, (V,) L]`` of each row's real tokens (1 = smallest, ties share their average
+    rank); padding gets 0."""
+    mask = attention_mask if values.dim() == 2 else attention_mask[:, None, :]
+    mask = mask.bool().expand_as(values)
+    v = values.detach().double()
+    others = mask[..., None, :]
+    smaller = ((v[..., None, :] < v[..., :, None]) & others).sum(-1)
+    equal = ((v[..., None, :] == v[..., :, None]) & others).sum(-1)
+    return torch.where(mask, smaller + (equal + 1) / 2, 0.0)
+
+
+def rank_correlation(a: Tensor, b: Tensor, attention_mask: Tensor) -> Tensor:
+    """Spearman correlation of maps ``[B, (V,) L]`` over real tokens → ``[B(, V)]``."""
+    _check_shapes(a, b, attention_mask)
+    return pearson_per_example(ranks(a, attention_mask), ranks(b, attention_mask), attention_mask)
+
+
+def attribution_gap(maps_a: Tensor, maps_b: Tensor, attention_mask: Tensor) -> Tensor:
+    """AD-KD Eq. 11 per example: ``‖Ã_a − Ã_b‖₂`` over the concatenated views of normalised
+    maps ``[B, V, L]`` (real tokens only) → ``[B]``."""
+    _check_shapes(maps_a, maps_b, attention_mask)
+    difference = (maps_a - maps_b).detach() * attention_mask[:, None, :]
+    return torch.linalg.vector_norm(difference.flatten(1), dim=1)
+
+
+def saliency_loyalty(
+    model_a: PreTrainedModel,
+    model_b: PreTrainedModel,
+    batch: Mapping[str, Tensor],
+    *,
+    target: Target = "pred",
+) -> Tensor:
+    """Per-example Pearson correlation ``[B]`` of the Grad saliency of two models (each its own
+    prediction with ``target="pred"``) over real tokens; average with NaNs skipped."""
+    inputs = (batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
+    a = grad_saliency(model_a, *inputs, target=target)
+    b = grad_saliency(model_b, *inputs, target=target)
+    return pearson_per_example(a, b, batch["attention_mask"])
+
+
+def compare_models(
+    model_a: PreTrainedModel,
+    model_b: PreTrainedModel,
+    batch: Mapping[str, Tensor],
+    config: AttributionConfig | None = None,
+    labels: Tensor | None = None,
+) -> dict[str, float]:
+    """Saliency loyalty (×100), attribution gap and mean Spearman of the maps of two models on
+    one batch; ``config`` sets the maps (default: IG, 1 step, pad baseline, all views)."""
+    config = config or AttributionConfig()
+    mask = batch["attention_mask"]
+    loyalty, loyalty_undefined = nan_mean(saliency_loyalty(model_a, model_b, batch))
+    maps_a, _ = compute_maps(model_a, batch, config, labels)
+    maps_b, _ = compute_maps(model_b, batch, config, labels)
+    spearman, spearman_undefined = nan_mean(rank_correlation(maps_a, maps_b, mask))
+    return {
+        "saliency_loyalty": 100 * loyalty,
+        "saliency_loyalty_undefined": loyalty_undefined,
+        "attribution_gap": float(attribution_gap(maps_a, maps_b, mask).mean()),
+        "spearman": spearman,
+        "spearman_undefined": spearman_undefined,
+    }

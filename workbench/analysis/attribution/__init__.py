@@ -1,0 +1,56 @@
+"""Token attribution for BERT-style classifiers (docs/methods.md §4–§6, docs/explainers.md).
+
+- :func:`integrated_gradients`, :func:`attribution_map`, :func:`attribution_maps` — IG w.r.t. the
+  embedding output (or an encoder layer's output), batched over steps and views, memory-bounded,
+  differentiable with ``create_graph=True`` (the AD-KD student term);
+- :func:`grad_saliency` (gradient × input) and :func:`input_gradients` (GKD's signal);
+- :func:`captum_integrated_gradients`, :func:`captum_grad_saliency` — the same through Captum, for
+  analysis (and as the tests' reference);
+- the explainer registry (:data:`EXPLAINERS`, :func:`register`, :class:`ExplainerChoice`) and
+  :func:`explain_batch`: IG, Grad, Gradient × Input, DeepLift, GradientShap, Occlusion, LIME,
+  KernelSHAP and Feature Ablation, one score per token;
+- :class:`AttributionConfig`, :func:`attribute_texts`, :func:`save_attributions`,
+  :func:`load_attributions` — attribute a list of texts (per token or per word) and keep the
+  result.
+
+Names are imported when first used, so that the registry (:mod:`.registry`, no torch) loads
+alone for ``kdw``'s parser. Faithfulness (AOPC) is in :mod:`workbench.analysis.faithfulness`,
+agreement between two models in :mod:`workbench.analysis.agreement`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_NAMES = {
+    "baselines": ("baseline_output", "site_output"),
+    "captum_backend": ("captum_grad_saliency", "captum_integrated_gradients"),
+    "gradients": (
+        "attribution_map",
+        "attribution_maps",
+        "grad_saliency",
+        "input_gradients",
+        "integrated_gradients",
+    ),
+    "records": ("AttributionRecord", "attribute_texts", "load_attributions", "save_attributions"),
+    "settings": ("METHODS", "AttributionConfig", "compute_maps", "resolve_explainer"),
+    "targets": ("view_names",),
+    "registry": ("EXPLAINERS", "Explainer", "ExplainerChoice", "get_explainer", "register"),
+    "explainers": ("explain_batch",),
+    "words": ("WORD_AGGREGATIONS", "word_groups", "to_words"),
+}
+_MODULES = {name: module for module, names in _NAMES.items() for name in names}
+_CONFIG = ("BASELINES", "VIEWS")
+
+__all__ = sorted([*_MODULES, *_CONFIG])
+
+
+def __getattr__(name: str) -> Any:
+    if name in _CONFIG:
+        return getattr(importlib.import_module("workbench.core.config"), name)
+    if name not in _MODULES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_MODULES[name]}"), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,131 @@
+"""Captum paths for analysis: Integrated Gradients and Grad saliency as Captum computes them.
+
+The app, training and the exports all use the engine of
+:mod:`workbench.analysis.attribution.gradients` (batched over steps and views, differentiable); the
+tests pin it to these functions, which users may also call for a Captum-computed reference (IG needs
+``steps >= 2``: Captum asserts ``n_steps > 1``).
+
+- Pad baselines: :class:`captum.attr.LayerIntegratedGradients` on the site module (embeddings or
+  an encoder layer) with the baseline *token ids* as ``baselines``: Captum runs them through the
+  model itself to get the site's baseline, so our baseline construction is checked too.
+- Zero baseline: no input maps to a zero site output, so :class:`captum.attr.IntegratedGradients`
+  integrates over the site tensor fed through the output-replacing hook.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+
+from captum.attr import IntegratedGradients, LayerGradientXActivation, LayerIntegratedGradients
+from torch import Tensor
+from transformers import PreTrainedModel
+
+from workbench.analysis.attribution.baselines import baseline_ids, site_module, site_output
+from workbench.analysis.attribution.targets import (
+    Target,
+    as_batch,
+    check_layer,
+    is_regression,
+    resolve_target,
+)
+from workbench.core.config import check_baseline
+from workbench.core.errors import WorkbenchError
+from workbench.core.models import output_replaced
+
+__all__ = ["captum_grad_saliency", "captum_integrated_gradients"]
+
+
+def _scores(model: PreTrainedModel) -> Callable[..., Tensor]:
+    """``f(input_ids, attention_mask, token_type_ids) -> [B, C]`` class probabilities (the raw
+    output ``[B, 1]`` for regression)."""
+
+    def scores(input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None) -> Tensor:
+        logits = model(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+        ).logits
+        return logits if is_regression(model) else logits.softmax(-1)
+
+    return scores
+
+
+def _scores_from_site(model: PreTrainedModel, layer: int | None) -> Callable[..., Tensor]:
+    """``f(site_value, input_ids, attention_mask, token_type_ids)``: the model with the site's
+    output replaced by ``site_value`` ``[B, L, d]``."""
+    scores = _scores(model)
+    site = site_module(model, layer)
+
+    def from_site(
+        value: Tensor, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None
+    ) -> Tensor:
+        with output_replaced(site, value):
+            return scores(input_ids, attention_mask, token_type_ids)
+
+    return from_site
+
+
+def captum_integrated_gradients(
+    model: PreTrainedModel,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    token_type_ids: Tensor | None = None,
+    *,
+    target: Target,
+    steps: int,
+    baseline: str = "pad",
+    layer: int | None = None,
+    special_ids: Collection[int] | None = None,
+    internal_batch_size: int | None = None,
+) -> Tensor:
+    """Captum's IG (``method="riemann_right"``) with the meaning of
+    :func:`~workbench.analysis.attribution.integrated_gradients` → ``[B, L, d]``, zero at padding.
+
+    ``steps`` must be at least 2 (Captum's limit); ``internal_batch_size`` chunks the
+    step × example rows as Captum does. No ``create_graph``: Captum does not keep the graph.
+    """
+    if not isinstance(steps, int) or steps < 2:
+        raise WorkbenchError(
+            f"Captum's IG needs steps >= 2 (got {steps!r}); use integrated_gradients for 1 step"
+        )
+    check_baseline(baseline)
+    check_layer(model, layer)
+    batch = as_batch(input_ids, attention_mask, token_type_ids)
+    targets = resolve_target(model, batch, target)
+    extra = (attention_mask, token_type_ids)
+    options = {
+        "target": targets,
+        "n_steps": steps,
+        "method": "riemann_right",
+        "internal_batch_size": internal_batch_size,
+    }
+    if baseline == "zero":
+        site = site_output(model, batch, layer).detach()
+        ig = IntegratedGradients(_scores_from_site(model, layer)).attribute(
+            site, baselines=site * 0, additional_forward_args=(input_ids, *extra), **options
+        )
+    else:
+        ig = LayerIntegratedGradients(_scores(model), site_module(model, layer)).attribute(
+            input_ids,
+            baselines=baseline_ids(model, batch, baseline, special_ids),
+            additional_forward_args=extra,
+            attribute_to_layer_input=False,
+            **options,
+        )
+    return ig.detach() * attention_mask[:, :, None]
+
+
+def captum_grad_saliency(
+    model: PreTrainedModel,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    token_type_ids: Tensor | None = None,
+    *,
+    target: Target = "pred",
+) -> Tensor:
+    """Grad saliency by Captum's :class:`~captum.attr.LayerGradientXActivation` on the
+    embeddings module, summed over ``d`` → ``[B, L]``, zero at padding."""
+    batch = as_batch(input_ids, attention_mask, token_type_ids)
+    targets = resolve_target(model, batch, target)
+    attributions = LayerGradientXActivation(_scores(model), site_module(model, None)).attribute(
+        input_ids, target=targets, additional_forward_args=(attention_mask, token_type_ids)
+    )
+    return attributions.detach().sum(-1) * attention_mask

@@ -1,0 +1,361 @@
+"""Gradients of class scores w.r.t. the sequence a model's encoder consumes, batched and bounded.
+
+One private engine, :func:`_path_gradients`, computes ``(1/m) Σ_{k=1..m} ∂F_v(X_k)/∂X_k`` on the
+straight path ``X_k = S + (k/m)(E − S)`` for ``V`` scores ``F_v`` at once. ``X`` is the output of
+a *site*: the embeddings module (``layer=None``) or encoder layer ``k`` (``hidden_states[k+1]``);
+a forward hook substitutes it (:func:`workbench.core.models.output_replaced`). Everything public is
+a special case:
+
+- Integrated Gradients (docs/methods.md §4): ``IG = (E − E') ⊙ path_gradients(E', E, m)``;
+- Grad saliency (§6): ``Σ_d E ⊙ ∇F(E)`` = IG with a zero baseline and one step, summed over ``d``;
+- GKD input gradients (§5): ``∇_E Σ_b p_max,b`` = the one-step path gradient of ``p_max``.
+
+Batching: the ``m`` interpolation points of all ``B`` examples are rows of one stacked batch, cut
+into chunks of at most ``max_batch_tokens`` row×position cells (derived from a memory budget
+unless given). Rows are ordered by sequence length and each chunk is trimmed to its longest real
+sequence (dynamic padding), so an example's result does not depend on the batch it came in. The
+``V`` views share one forward pass per chunk: ``V`` vector-Jacobian products in one
+``autograd.grad(..., is_grads_batched=True)`` call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from transformers import PreTrainedModel
+
+from workbench.analysis.attribution.baselines import baseline_output, site_module, site_output
+from workbench.analysis.attribution.chunking import batch_token_limit, length_chunks
+from workbench.analysis.attribution.targets import (
+    Batch,
+    Scorer,
+    Target,
+    as_batch,
+    check_double_backward,
+    check_layer,
+    check_top_k,
+    class_probabilities,
+    max_probability,
+    resolve_target,
+    resolve_views,
+)
+from workbench.core.config import Views, check_baseline, check_steps
+from workbench.core.models import (
+    MODEL_INPUTS,
+    forward,
+    output_replaced,
+)
+
+__all__ = [
+    "attribution_map",
+    "attribution_maps",
+    "grad_saliency",
+    "input_gradients",
+    "integrated_gradients",
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# the engine
+
+
+def _vector_jacobian_products(outputs: Tensor, inputs: Tensor, create_graph: bool) -> Tensor:
+    """``∂ Σ_r outputs[r, v] / ∂ inputs`` for every view ``v``: ``[V, *inputs.shape]``."""
+    views = outputs.shape[1]
+    if views == 1:
+        return torch.autograd.grad(outputs.sum(), inputs, create_graph=create_graph)[0][None]
+    one_hot = torch.eye(views, dtype=outputs.dtype, device=outputs.device)
+    one_hot = one_hot[:, None, :].expand(-1, outputs.shape[0], -1)
+    return torch.autograd.grad(
+        outputs, inputs, grad_outputs=one_hot, is_grads_batched=True, create_graph=create_graph
+    )[0]
+
+
+def _path_gradients(
+    model: PreTrainedModel,
+    batch: Batch,
+    start: Tensor,
+    end: Tensor,
+    scores: Scorer,
+    views: int,
+    *,
+    steps: int = 1,
+    layer: int | None = None,
+    create_graph: bool = False,
+    max_batch_tokens: int | None = None,
+    memory_mib: float | None = None,
+) -> tuple[Tensor, Tensor]:
+    """``(1/m) Σ_{k=1..m} ∂F_v(S + (k/m)(E − S))/∂X`` → ``[V, B, L, d]`` (zero at padding),
+    and the logits ``[B, C]`` at the end of the path (``k = m``: the model's ordinary output,
+    with its graph, which training terms reuse instead of a second forward pass).
+
+    ``start`` ``S`` and ``end`` ``E`` are ``[B, L, d]`` site values; ``scores`` gives ``F``
+    ``[R, V]`` from logits. With ``create_graph`` the result keeps the graph to ``S``, ``E`` and
+    the parameters (chunks keep their graphs, so chunking then bounds only the backward's
+    temporaries).
+    """
+    mask = batch["attention_mask"]
+    size, length, _ = end.shape
+    if not create_graph:
+        start, end = start.detach(), end.detach()
+    lengths = mask.sum(1).tolist()
+    order = sorted(range(size), key=lambda b: (lengths[b], b))
+    row_lengths = [lengths[b] for b in order for _ in range(steps)]
+    rows = torch.tensor(order, device=end.device).repeat_interleave(steps)
+    alphas = (torch.arange(1, steps + 1, dtype=end.dtype, device=end.device) / steps).repeat(size)
+    limit = batch_token_limit(model, length, views, create_graph, max_batch_tokens, memory_mib)
+    site = site_module(model, layer)
+    total = end.new_zeros((views, size, length, end.shape[-1]))
+    end_rows, end_logits = [], []
+    for chunk in length_chunks(row_lengths, limit):
+        example = rows[chunk]
+        width = row_lengths[chunk.stop - 1]
+        base = start[example, :width]
+        x = base + alphas[chunk, None, None] * (end[example, :width] - base)
+        if not x.requires_grad:
+            x.requires_grad_()
+        inputs = {k: batch[k][example, :width] for k in MODEL_INPUTS if k in batch}
+        with output_replaced(site, x):
+            logits = forward(model, inputs).logits
+        grads = _vector_jacobian_products(scores(logits, example), x, create_graph)
+        total = total.index_add(1, example, F.pad(grads, (0, 0, 0, length - width)))
+        last = alphas[chunk] == 1
+        end_rows.append(example[last])
+        end_logits.append(logits[last])
+    logits = torch.cat(end_logits)
+    at_end = logits.new_zeros((size, logits.shape[-1])).index_copy(0, torch.cat(end_rows), logits)
+    return total * mask[None, :, :, None] / steps, at_end
+
+
+def _integrated_gradients(
+    model: PreTrainedModel,
+    batch: Batch,
+    targets: Tensor,
+    *,
+    steps: int,
+    baseline: str,
+    create_graph: bool,
+    layer: int | None = None,
+    special_ids: Collection[int] | None = None,
+    max_batch_tokens: int | None = None,
+    memory_mib: float | None = None,
+) -> tuple[Tensor, Tensor]:
+    """IG for the classes ``targets`` ``[B, V]`` → ``[V, B, L, d]``, and the logits at the end
+    of the path ``[B, C]``."""
+    check_steps(steps)
+    check_baseline(baseline)
+    check_layer(model, layer)
+    check_double_backward(model, create_graph)
+    with torch.set_grad_enabled(create_graph):
+        end = site_output(model, batch, layer)
+        start = baseline_output(model, batch, baseline, layer, special_ids, end)
+    with torch.enable_grad():
+        gradients, end_logits = _path_gradients(
+            model,
+            batch,
+            start,
+            end,
+            class_probabilities(model, targets),
+            targets.shape[1],
+            steps=steps,
+            layer=layer,
+            create_graph=create_graph,
+            max_batch_tokens=max_batch_tokens,
+            memory_mib=memory_mib,
+        )
+    return (end - start)[None] * gradients, end_logits
+
+
+def _grad_saliency(model: PreTrainedModel, batch: Batch, targets: Tensor, **options) -> Tensor:
+    """Grad saliency for the classes ``targets`` ``[B, V]`` → ``[V, B, L]``."""
+    ig, _ = _integrated_gradients(
+        model, batch, targets, steps=1, baseline="zero", create_graph=False, **options
+    )
+    return ig.sum(-1)
+
+
+# ---------------------------------------------------------------------------------------------
+# public functions
+
+
+def integrated_gradients(
+    model: PreTrainedModel,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    token_type_ids: Tensor | None = None,
+    *,
+    target: Target,
+    steps: int = 1,
+    baseline: str = "pad",
+    create_graph: bool = False,
+    layer: int | None = None,
+    special_ids: Collection[int] | None = None,
+    max_batch_tokens: int | None = None,
+    memory_mib: float | None = None,
+) -> Tensor:
+    """Integrated Gradients of the probability of class ``target`` w.r.t. the embedding output.
+
+    ``IG = (E − E') ⊙ (1/m) Σ_{k=1..m} ∂F(E' + (k/m)(E − E'))/∂E`` (right Riemann sum,
+    ``m = steps``), for a sequence classifier in eval mode (in train mode every interpolation
+    point draws its own dropout mask).
+
+    Args:
+        input_ids, attention_mask, token_type_ids: ``[B, L]``; padding positions keep
+            attention mask 0 in every interpolated forward pass.
+        target: class per example: an int, a ``[B]`` tensor or ``"pred"``. Regression models
+            (``num_labels == 1``): ``F`` is the output itself and ``target`` is ignored.
+        steps: interpolation points ``m >= 1``; ``m = 1`` gives ``(E − E') ⊙ ∇F(E)``.
+        baseline: ``"pad"`` — the embeddings module applied to an all-[PAD] sequence of the same
+            length (position and token-type embeddings included); ``"pad-keep-special"`` —
+            [CLS]/[SEP] kept (see ``special_ids``); ``"zero"`` — zeros (the authors' code).
+        create_graph: keep the graph so the result is differentiable in the model's parameters
+            (AD-KD's student term); needs eager attention.
+        layer: ``None`` — attribute to the embedding output; ``k`` — to the output of encoder
+            layer ``k`` (``hidden_states[k + 1]``), the baseline being that layer's output for
+            the baseline ids (zeros for ``"zero"``). Layers below ``k`` still run in every
+            interpolated forward pass; a hook replaces their result at layer ``k``.
+        special_ids: ids kept by ``"pad-keep-special"``; default: the ids of each sequence's
+            first and last real token.
+        max_batch_tokens: rows × positions per chunk of the stacked (step × example) batch.
+        memory_mib: the budget that sets the chunk size when ``max_batch_tokens`` is not given
+            (default 1024 MiB on the CPU, half the free memory on a GPU; estimated by
+            :func:`bytes_per_token`). With ``create_graph`` every
+            chunk's graph is kept until the caller's backward, so the budget then bounds only
+            the temporaries of each vector-Jacobian product.
+
+    Returns:
+        ``[B, L, d]`` float, zero at padding.
+    """
+    batch = as_batch(input_ids, attention_mask, token_type_ids)
+    targets = resolve_target(model, batch, target)[:, None]
+    ig, _ = _integrated_gradients(
+        model,
+        batch,
+        targets,
+        steps=steps,
+        baseline=baseline,
+        layer=layer,
+        create_graph=create_graph,
+        special_ids=special_ids,
+        max_batch_tokens=max_batch_tokens,
+        memory_mib=memory_mib,
+    )
+    return ig[0]
+
+
+def attribution_map(ig: Tensor, attention_mask: Tensor, top_k: int | None = None) -> Tensor:
+    """Per-token attribution ``[B, L]`` from IG ``[B, L, d]`` (or ``[..., B, L, d]``):
+    ``‖TopK_d(|IG_i|)‖₂`` (all ``d`` when ``top_k`` is None), zero at padding, unit L2 norm
+    over each sequence's real tokens; an all-zero row stays zero (never NaN, also in backward).
+    """
+    check_top_k(top_k, ig.shape[-1])
+    if top_k is not None and top_k < ig.shape[-1]:
+        ig = ig.abs().topk(top_k, dim=-1).values
+    per_token = torch.linalg.vector_norm(ig, dim=-1) * attention_mask
+    norm = torch.linalg.vector_norm(per_token, dim=-1, keepdim=True)
+    nonzero = norm > 0
+    return torch.where(nonzero, per_token / torch.where(nonzero, norm, 1.0), 0.0)
+
+
+def attribution_maps(
+    model: PreTrainedModel,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    token_type_ids: Tensor | None = None,
+    *,
+    views: Views = "all",
+    labels: Tensor | None = None,
+    steps: int = 1,
+    baseline: str = "pad",
+    top_k: int | None = None,
+    create_graph: bool = False,
+    layer: int | None = None,
+    special_ids: Collection[int] | None = None,
+    max_batch_tokens: int | None = None,
+    memory_mib: float | None = None,
+    return_logits: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Normalised IG maps for several views at once → ``[B, V, L]`` (with ``return_logits``
+    also the model's logits ``[B, C]`` from the same forward pass, graph kept).
+
+    ``views``: ``"all"`` (every class, AD-KD's multi-view), ``"pred"``, ``"gold"`` (needs
+    ``labels`` ``[B]``), a class index or a list of them. With two classes, ``"all"`` computes
+    one view and repeats it: ``p_1 = 1 − p_0`` gives ``IG_1 = −IG_0``, hence equal maps.
+    Regression models have one view. Other arguments as :func:`integrated_gradients` and
+    :func:`attribution_map` (teacher: ``top_k``; student: ``top_k=None, create_graph=True``).
+    """
+    batch = as_batch(input_ids, attention_mask, token_type_ids)
+    check_top_k(top_k, model.config.hidden_size)
+    targets = resolve_views(model, batch, views, labels)
+    repeat = 2 if isinstance(views, str) and views == "all" and targets.shape[1] == 2 else 1
+    ig, logits = _integrated_gradients(
+        model,
+        batch,
+        targets[:, : targets.shape[1] // repeat],
+        steps=steps,
+        baseline=baseline,
+        layer=layer,
+        create_graph=create_graph,
+        special_ids=special_ids,
+        max_batch_tokens=max_batch_tokens,
+        memory_mib=memory_mib,
+    )
+    maps = attribution_map(ig, attention_mask, top_k).transpose(0, 1).repeat(1, repeat, 1)
+    return (maps, logits) if return_logits else maps
+
+
+def grad_saliency(
+    model: PreTrainedModel,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    token_type_ids: Tensor | None = None,
+    *,
+    target: Target = "pred",
+    layer: int | None = None,
+    max_batch_tokens: int | None = None,
+    memory_mib: float | None = None,
+) -> Tensor:
+    """Grad saliency (docs/methods.md §6, "gradient × input") ``[B, L]``: ``Σ_d E ⊙ ∂F/∂E``
+    with ``F`` the probability of ``target`` (int, ``[B]`` tensor or ``"pred"``); zero at
+    padding. Signed, not normalised. Equals IG with a zero baseline and one step, summed over
+    ``d``."""
+    batch = as_batch(input_ids, attention_mask, token_type_ids)
+    targets = resolve_target(model, batch, target)[:, None]
+    return _grad_saliency(
+        model, batch, targets, layer=layer, max_batch_tokens=max_batch_tokens, memory_mib=memory_mib
+    )[0]
+
+
+def input_gradients(
+    model: PreTrainedModel,
+    batch: Batch,
+    *,
+    create_graph: bool = False,
+    max_batch_tokens: int | None = None,
+    memory_mib: float | None = None,
+    return_logits: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """GKD's signal (docs/methods.md §5): ``∂(Σ_b p_max,b)/∂E`` ``[B, L, d]``, each model its own
+    ``p_max``; zero at padding. With ``create_graph`` differentiable in the parameters (the
+    student's term; needs eager attention). Frozen embeddings are fine: the gradient is taken
+    w.r.t. the embedding output itself. With ``return_logits`` also the logits ``[B, C]`` of
+    the same forward pass."""
+    check_double_backward(model, create_graph)
+    with torch.set_grad_enabled(create_graph):
+        end = site_output(model, batch)
+    with torch.enable_grad():
+        gradients, logits = _path_gradients(
+            model,
+            batch,
+            torch.zeros_like(end),
+            end,
+            max_probability,
+            1,
+            create_graph=create_graph,
+            max_batch_tokens=max_batch_tokens,
+            memory_mib=memory_mib,
+        )
+    return (gradients[0], logits) if return_logits else gradients[0]

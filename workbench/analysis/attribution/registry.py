@@ -1,0 +1,298 @@
+"""The explainer registry: every way the workbench scores tokens, one :func:`register` call each
+(docs/explainers.md). This module imports no torch, so that ``kdw``'s parser takes its
+``--explainer`` choices, help and options from here and stays fast; the functions, in
+:mod:`workbench.analysis.attribution.explainers`, are imported when an explainer first runs.
+
+An :class:`Explainer` names its settings dataclass (what it needs besides gradients: IG steps
+and a baseline, a number of samples and a seed, an occlusion window) and a function
+``(model, batch, targets [B], settings, special [B, L] bool) -> scores [B, L]`` giving **one
+score per token** for the class ``targets`` of each text, zero at padding; see
+:mod:`workbench.analysis.attribution.explainers` for the sign and the reduction over the hidden
+dimension of each.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, is_dataclass
+from typing import Any
+
+from workbench.core.config import (
+    BASELINES,
+    Checked,
+    between,
+    ig_steps,
+    non_negative_number,
+    option,
+    positive,
+    seed_range,
+    to_dict,
+)
+from workbench.core.errors import WorkbenchError
+
+__all__ = [
+    "ENGINE_EXPLAINERS",
+    "EXPLAINERS",
+    "WORD_AGGREGATIONS",
+    "Explainer",
+    "ExplainerChoice",
+    "get_explainer",
+    "register",
+]
+
+MAX_WINDOW = 64  # the longest occlusion window and stride
+# how sub-token scores become a word's (workbench.analysis.attribution.words); None: sub-tokens
+WORD_AGGREGATIONS = ("sum", "mean", "max-abs")
+
+
+# --------------------------------------------------------------------------- settings
+
+
+@dataclass
+class NoSettings(Checked):
+    """This explainer has no settings."""
+
+
+@dataclass
+class IGSettings(Checked):
+    """Integrated Gradients: path steps, baseline, top-K dimensions (the workbench's engine)."""
+
+    steps: int = option(1, "IG interpolation steps m (right Riemann sum)", domain=ig_steps)
+    baseline: str = option(
+        "pad", "IG baseline: pad, pad-keep-special ([CLS]/[SEP] kept) or zero", choices=BASELINES
+    )
+    top_k: int | None = option(
+        None, "keep the K largest |IG| dimensions per token (None: all)", domain=positive
+    )
+
+
+@dataclass
+class DeepLiftSettings(Checked):
+    """DeepLift: the reference input."""
+
+    baseline: str = option(
+        "pad",
+        "reference: pad (an all-[PAD] text) or pad-keep-special ([CLS]/[SEP] kept)",
+        choices=("pad", "pad-keep-special"),
+    )
+
+
+@dataclass
+class GradientShapSettings(Checked):
+    """GradientShap: the baseline, samples, input noise and seed."""
+
+    baseline: str = option(
+        "pad", "baseline: pad, pad-keep-special or zero (embedding output)", choices=BASELINES
+    )
+    n_samples: int = option(
+        20,
+        "samples per text (GradientShap: random points; LIME, KernelSHAP: masked copies)",
+        domain=positive,
+    )
+    stdevs: float = option(
+        0.1,
+        "standard deviation of the Gaussian noise added to the input embeddings",
+        domain=non_negative_number,
+    )
+    seed: int = option(0, "seed of the random draws (torch and NumPy)", domain=seed_range)
+
+
+@dataclass
+class OcclusionSettings(Checked):
+    """Occlusion: the sliding window of tokens and its stride."""
+
+    window: int = option(3, "tokens replaced by [PAD] at once", domain=between(1, MAX_WINDOW))
+    stride: int = option(1, "tokens the window moves each step", domain=between(1, MAX_WINDOW))
+
+
+@dataclass
+class SamplingSettings(Checked):
+    """LIME / KernelSHAP: how many masked copies of each text, and their seed."""
+
+    n_samples: int = option(
+        200,
+        "samples per text (GradientShap: random points; LIME, KernelSHAP: masked copies)",
+        domain=positive,
+    )
+    seed: int = option(0, "seed of the random draws (torch)", domain=seed_range)
+
+
+# --------------------------------------------------------------------------- the registry
+
+
+@dataclass(frozen=True)
+class Explainer:
+    """One explainer: its name (the CLI's ``--explainer`` value), a title, a one-line
+    description, its settings dataclass and its function (a callable, or ``"module:name"``
+    imported when first run); ``gradients``: whether it backpropagates through the model (the
+    perturbation explainers only run it forward, on token ids and masks)."""
+
+    name: str
+    title: str
+    description: str
+    settings: type
+    function: Callable[..., Any] | str
+    gradients: bool = True
+
+    @property
+    def explain(self) -> Callable[..., Any]:
+        """The function ``(model, batch, targets, settings, special) -> [B, L]``."""
+        if callable(self.function):
+            return self.function
+        module, _, name = self.function.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+    @property
+    def needs(self) -> list[str]:
+        """What the explainer needs: gradients, and its settings' fields."""
+        return (["gradients"] if self.gradients else []) + [f.name for f in fields(self.settings)]
+
+
+EXPLAINERS: dict[str, Explainer] = {}
+ENGINE_EXPLAINERS = ("ig", "grad")  # the engine's own maps: AttributionConfig.method's values
+
+
+def register(explainer: Explainer) -> Explainer:
+    """Add ``explainer`` to :data:`EXPLAINERS` (a name registered twice is an error)."""
+    if explainer.name in EXPLAINERS:
+        raise ValueError(f"explainer {explainer.name!r} is registered twice")
+    EXPLAINERS[explainer.name] = explainer
+    return explainer
+
+
+def get_explainer(name: str) -> Explainer:
+    """The registered explainer ``name``; an unknown name is a one-line error."""
+    if name not in EXPLAINERS:
+        raise WorkbenchError(f"unknown explainer {name!r}: use one of {', '.join(EXPLAINERS)}")
+    return EXPLAINERS[name]
+
+
+@dataclass(frozen=True)
+class ExplainerChoice:
+    """An explainer and its settings: a dict of them or the settings dataclass (default: the
+    explainer's defaults), checked when built."""
+
+    name: str = "ig"
+    settings: Any = field(default=None)
+
+    def __post_init__(self) -> None:
+        cls = get_explainer(self.name).settings
+        values = self.settings
+        if values is None:
+            values = cls()
+        elif isinstance(values, Mapping):
+            known = {f.name for f in fields(cls)}
+            unknown = sorted(set(values) - known)
+            if unknown:
+                raise WorkbenchError(
+                    f"explainer {self.name} has no setting {unknown[0]!r} (its settings: "
+                    f"{', '.join(sorted(known)) or 'none'})"
+                )
+            values = cls(**values)
+        elif not (is_dataclass(values) and isinstance(values, cls)):
+            raise WorkbenchError(f"explainer {self.name} takes {cls.__name__} settings")
+        object.__setattr__(self, "settings", values)
+
+    @property
+    def explainer(self) -> Explainer:
+        return get_explainer(self.name)
+
+    def record(self) -> dict:
+        """What an output records: ``{"explainer": name, "explainer_settings": {...}}``."""
+        return {"explainer": self.name, "explainer_settings": to_dict(self.settings)}
+
+
+# --------------------------------------------------------------------------- registrations
+
+FUNCTIONS = "workbench.analysis.attribution.explainers"
+register(
+    Explainer(
+        "ig",
+        "Integrated Gradients",
+        "Integrated Gradients on the embedding output, the workbench's own map: "
+        "‖TopK(|IG|)‖₂ per token, unit norm (non-negative)",
+        IGSettings,
+        f"{FUNCTIONS}:ig",
+    )
+)
+register(
+    Explainer(
+        "grad",
+        "Grad saliency",
+        "Grad saliency: Σ_d E ⊙ ∂p/∂E on the embedding output (signed)",
+        NoSettings,
+        f"{FUNCTIONS}:grad",
+    )
+)
+register(
+    Explainer(
+        "gxi",
+        "Gradient × Input",
+        "Gradient × Input on the word embeddings (before positions and LayerNorm), Σ_d (signed)",
+        NoSettings,
+        f"{FUNCTIONS}:gxi",
+    )
+)
+register(
+    Explainer(
+        "deeplift",
+        "DeepLift",
+        "Captum's LayerDeepLift on the embedding output against a [PAD] reference, Σ_d "
+        "(signed; GELU, LayerNorm and attention's softmax get plain gradients, not DeepLift's "
+        "rules)",
+        DeepLiftSettings,
+        f"{FUNCTIONS}:deeplift",
+    )
+)
+register(
+    Explainer(
+        "gradshap",
+        "GradientShap",
+        "GradientShap on the embedding output: random points between a [PAD] baseline and the "
+        "noised input, Σ_d (signed)",
+        GradientShapSettings,
+        f"{FUNCTIONS}:gradshap",
+    )
+)
+register(
+    Explainer(
+        "occlusion",
+        "Occlusion",
+        "sliding windows of tokens replaced by [PAD]: the drop of the class probability, "
+        "averaged over the windows covering a token (signed)",
+        OcclusionSettings,
+        f"{FUNCTIONS}:occlusion",
+        gradients=False,
+    )
+)
+register(
+    Explainer(
+        "lime",
+        "LIME",
+        "LIME: a ridge model of the class probability over random token masks (removed: [PAD])",
+        SamplingSettings,
+        f"{FUNCTIONS}:lime",
+        gradients=False,
+    )
+)
+register(
+    Explainer(
+        "kernelshap",
+        "KernelSHAP",
+        "KernelSHAP: Shapley values estimated over random token masks (removed: [PAD])",
+        SamplingSettings,
+        f"{FUNCTIONS}:kernelshap",
+        gradients=False,
+    )
+)
+register(
+    Explainer(
+        "ablation",
+        "Feature Ablation",
+        "each token alone replaced by [PAD]: the drop of the class probability (signed)",
+        NoSettings,
+        f"{FUNCTIONS}:ablation",
+        gradients=False,
+    )
+)

@@ -1,0 +1,76 @@
+"""Word-level maps: sub-token scores aggregated into the words a fast tokenizer saw
+(``word_ids()``), by their sum, their mean, or the largest magnitude (``max-abs``:
+``max_i |s_i|``, non-negative).
+
+A word is a run of positions with the same (sequence, word index); its text is the span of the
+input it covers (``word_to_chars``), so a word split into pieces reads as written. Special
+tokens ([CLS], [SEP], which have no word) are kept, each as a word of its own named by its
+token, so that a pair's segments stay apart and a map keeps its frame.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+from transformers import BatchEncoding
+
+from workbench.analysis.attribution.registry import WORD_AGGREGATIONS
+from workbench.core.errors import WorkbenchError
+
+__all__ = ["WORD_AGGREGATIONS", "check_words", "to_words", "word_groups"]
+
+
+def check_words(how: str | None) -> None:
+    if how is not None and how not in WORD_AGGREGATIONS:
+        raise WorkbenchError(
+            f"unknown word aggregation {how!r}: use {', '.join(WORD_AGGREGATIONS)} (or none)"
+        )
+
+
+def word_groups(
+    encoding: BatchEncoding, row: int, texts: Sequence[str], length: int
+) -> tuple[list[str], list[list[int]]]:
+    """The words of row ``row`` of a fast tokenizer's ``encoding`` over its first ``length``
+    positions, and the positions of each: ``texts`` are the row's input texts (the text, and
+    its pair), whose spans name the words; a special token is a word of its own."""
+    if not encoding.is_fast:
+        raise WorkbenchError(
+            "word-level maps need a fast tokenizer (its word_ids()): this one is a slow one"
+        )
+    word_ids = encoding.word_ids(row)[:length]
+    sequences = encoding.sequence_ids(row)[:length]
+    tokens = encoding.tokens(row)[:length]
+    words: list[str] = []
+    groups: list[list[int]] = []
+    last = None
+    for i, (word, sequence) in enumerate(zip(word_ids, sequences, strict=True)):
+        key = None if word is None else (sequence, word)
+        if key is not None and key == last:
+            groups[-1].append(i)
+            continue
+        last = key
+        groups.append([i])
+        if key is None:
+            words.append(tokens[i])
+        else:
+            span = encoding.word_to_chars(row, word, sequence_index=sequence)
+            words.append(texts[sequence][span.start : span.end])
+    return words, groups
+
+
+def to_words(scores: Tensor, groups: Sequence[Sequence[int]], how: str) -> Tensor:
+    """Scores ``[..., L]`` aggregated over each word's positions → ``[..., W]``: ``sum``,
+    ``mean`` or ``max-abs`` (the largest magnitude)."""
+    check_words(how)
+    out = []
+    for positions in groups:
+        part = scores[..., list(positions)]
+        if how == "sum":
+            out.append(part.sum(-1))
+        elif how == "mean":
+            out.append(part.mean(-1))
+        else:
+            out.append(part.abs().amax(-1))
+    return torch.stack(out, -1)

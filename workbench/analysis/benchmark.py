@@ -1,0 +1,390 @@
+"""What a student buys: size, memory, latency and throughput of models beside their accuracy
+and their loyalty to the first model (``kdw benchmark``).
+
+The first model given is the reference: every ratio is a model's value over the first model's,
+and label/probability loyalty is measured to the first model's predictions (give the teacher
+first). PyTorch models (run folders, Hugging Face classifier folders) and ONNX exports
+(:mod:`workbench.analysis.deployment`, run by ONNX Runtime) sit in one table.
+
+All models run in one process, interleaved: each round times every model in turn (round-robin),
+so that a drift in the machine's speed hits them alike. Tokenisation is timed on its own and
+excluded from latency and throughput; batches are padded to their longest text, in the split's
+order, and moved to the model's device before the clock starts. On CUDA each PyTorch model is
+timed in every precision asked for (fp32 and bf16 by default: a copy of its weights cast to
+bfloat16), between two CUDA events on the GPU's own clock; on the CPU by the wall clock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import ctypes
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+from transformers import PreTrainedTokenizerBase
+
+from workbench.analysis.deployment import (
+    OnnxClassifier,
+    graph_parameters,
+    is_onnx_export,
+    load_onnx,
+)
+from workbench.analysis.evaluation import evaluate_logits, logits_in_order
+from workbench.core.config import BenchmarkSettings, DataConfig, parse_batch_sizes, parse_precisions
+from workbench.core.data import (
+    EncodedSplit,
+    TaskData,
+    batches,
+    encode,
+    load_task,
+    pad_id,
+    sample_split,
+    to_device,
+)
+from workbench.core.errors import WorkbenchError
+from workbench.core.models import LoadedModel, forward, load_for_task, resolve_device, resolve_model
+
+MEMORY_CPU = (
+    "peak resident-set growth of the process over one pass of the texts at the largest batch "
+    "size, each model's first after a one-text pass that loads its libraries (Linux VmHWM reset "
+    "through /proc/self/clear_refs, glibc's free memory returned by malloc_trim before)"
+)
+MEMORY_CUDA = (
+    "torch.cuda.max_memory_allocated above the memory allocated before one pass of the texts "
+    "at the largest batch size"
+)
+WEIGHT_FILES = ("*.safetensors", "*.bin")
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+TIMER_CUDA = "CUDA events around each batch's forward pass (the GPU's clock)"
+TIMER_CPU = "the wall clock (time.perf_counter) around each batch's forward pass"
+
+
+@dataclass
+class Candidate:
+    """One model as the benchmark runs it: ``run`` maps a padded batch on ``device`` (tensors
+    ``[B, L]``) to logits ``[B, C]`` on ``device``; ``disk_mb`` is None where the weights are not
+    in a local folder (a hub id)."""
+
+    name: str
+    engine: str  # "pytorch fp32", "pytorch bf16", "onnx fp32", "onnx int8"
+    source: str
+    device: torch.device
+    tokenizer: PreTrainedTokenizerBase
+    max_length: int
+    parameters: int
+    disk_mb: float | None
+    run: Callable[[dict[str, Tensor]], Tensor]
+
+
+def _weights_mb(folder: Path) -> float | None:
+    files = [file for pattern in WEIGHT_FILES for file in folder.glob(pattern)]
+    return sum(file.stat().st_size for file in files) / 1e6 if files else None
+
+
+def pytorch_candidates(
+    loaded: LoadedModel, device: torch.device, precisions: Sequence[str]
+) -> list[Candidate]:
+    """A PyTorch classifier on ``device``, once per precision (the first casts the loaded
+    weights, each later one a copy of them); its weights on disk are its folder's safetensors
+    (or ``.bin``) files, as saved."""
+    folder = loaded.run.model_dir if loaded.run else Path(resolve_model(loaded.source))
+    disk_mb = _weights_mb(folder) if folder.is_dir() else None
+    candidates = []
+    for index, precision in enumerate(precisions):
+        weights = loaded.model if index == 0 else copy.deepcopy(loaded.model)
+        model = weights.to(device=device, dtype=DTYPES[precision]).eval()
+        candidates.append(
+            Candidate(
+                loaded.name,
+                f"pytorch {precision}",
+                loaded.source,
+                device,
+                loaded.tokenizer,
+                loaded.max_length,
+                sum(p.numel() for p in model.parameters()),
+                disk_mb,
+                lambda batch, model=model: forward(model, batch).logits,
+            )
+        )
+    return candidates
+
+
+def onnx_candidate(classifier: OnnxClassifier) -> Candidate:
+    """An exported graph run by ONNX Runtime; its weights on disk are the ``.onnx`` file."""
+    return Candidate(
+        classifier.name,
+        f"onnx {classifier.precision}",
+        str(classifier.path),
+        torch.device("cpu"),
+        classifier.tokenizer,
+        classifier.max_length,
+        graph_parameters(classifier.path),
+        classifier.path.stat().st_size / 1e6,
+        classifier,
+    )
+
+
+def load_candidates(
+    sources: Sequence[str],
+    data: DataConfig | None,
+    device: torch.device,
+    threads: int,
+    precisions: Sequence[str] = ("fp32",),
+) -> tuple[list[Candidate], TaskData]:
+    """The models of ``sources`` (an ONNX export folder gives one per graph, a PyTorch model one
+    per precision) and the task they are scored on: ``data``'s, else the first model's own (a
+    run's task, an export's recorded one), which every later model must share."""
+    candidates: list[Candidate] = []
+    task: TaskData | None = None
+    for source in sources:
+        if is_onnx_export(source):
+            if device.type != "cpu":
+                raise WorkbenchError(
+                    f"{source} is an ONNX graph, run by ONNX Runtime on the CPU only: "
+                    "benchmark it with --device cpu"
+                )
+            classifiers = load_onnx(source, data, threads)
+            task = task or load_task(classifiers[0].data)
+            candidates += [onnx_candidate(classifier) for classifier in classifiers]
+            data = data or classifiers[0].data
+            continue
+        loaded, loaded_task = load_for_task(source, data)
+        task = task or loaded_task
+        data = data or loaded.data
+        candidates += pytorch_candidates(loaded, device, precisions)
+    assert task is not None, "no models"
+    return candidates, task
+
+
+def _status_mb(field: str) -> float:
+    """A ``/proc/self/status`` memory field (``VmRSS``, ``VmHWM``) in MB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024 / 1e6
+    raise KeyError(field)
+
+
+def _return_free_memory() -> None:
+    with contextlib.suppress(OSError, AttributeError):  # not glibc
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def peak_memory_mb(step: Callable[[], object], device: torch.device) -> float | None:
+    """The memory ``step`` needs above what is held before it, in MB (:data:`MEMORY_CPU`,
+    :data:`MEMORY_CUDA`); None on a CPU system without Linux's ``/proc`` counters."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        step()
+        torch.cuda.synchronize(device)
+        return (torch.cuda.max_memory_allocated(device) - before) / 1e6
+    _return_free_memory()
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
+        before = _status_mb("VmRSS")
+    except (OSError, KeyError):
+        step()
+        return None
+    step()
+    return max(_status_mb("VmHWM") - before, 0.0)
+
+
+def time_step(step: Callable[[], object], device: torch.device) -> float:
+    """Seconds ``step`` takes (:data:`TIMER_CUDA`, :data:`TIMER_CPU`): on CUDA between two
+    events recorded on the current stream before and after it, read once the GPU has done
+    its work, so that the kernels ``step`` only launched are counted; elsewhere by the wall
+    clock."""
+    if device.type != "cuda":
+        start = time.perf_counter()
+        step()
+        return time.perf_counter() - start
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    step()
+    end.record()
+    end.synchronize()
+    return begin.elapsed_time(end) / 1e3
+
+
+def _ratio(value: float | None, reference: float | None) -> float | None:
+    if value is None or not reference:
+        return None
+    return value / reference
+
+
+def benchmark(
+    sources: Sequence[str], settings: BenchmarkSettings, data: DataConfig | None = None
+) -> dict:
+    """Benchmark ``sources`` (the first is the reference) on ``settings.split`` of their task.
+
+    Returns ``{"reference", "settings", "memory_method", "machine", "rows"}``, one row per
+    model: ``parameters``, ``disk_mb`` (weight files), ``peak_memory_mb``,
+    ``tokenize_ms_per_text`` (median over rounds), ``latency_ms_median`` and
+    ``latency_ms_p95`` (batch size 1, over every text of every timed round),
+    ``throughput_bN`` (examples/s at batch size N > 1: the texts over the median round's
+    seconds), each number with its ``…_ratio`` to the first model's, then the task metrics and
+    ``label_loyalty``/``probability_loyalty`` to the first model (1.0 for itself)."""
+    sizes = parse_batch_sizes(settings.batch_sizes)
+    device = resolve_device(settings.device)
+    precisions = parse_precisions(settings.precisions, device.type)
+    if settings.threads:
+        torch.set_num_threads(settings.threads)
+    threads = torch.get_num_threads()
+    candidates, task = load_candidates(sources, data, device, threads, precisions)
+    if settings.split not in task.splits:
+        raise WorkbenchError(f"split {settings.split!r} not in {sorted(task.splits)}")
+    seed = (data or DataConfig()).split_seed
+    part = sample_split(task.splits[settings.split], settings.examples or None, seed)
+    regression = task.spec.regression
+
+    def tokenise(candidate: Candidate) -> EncodedSplit:
+        return encode(part, candidate.tokenizer, candidate.max_length, regression)
+
+    encoded = [tokenise(c) for c in candidates]
+    padded = [  # batches in the split's order, collated once: only the forward pass is timed
+        {
+            b: [
+                to_device(batch, c.device)
+                for batch in batches(e, range(len(e)), b, pad_id(c.tokenizer))
+            ]
+            for b in sizes
+        }
+        for c, e in zip(candidates, encoded, strict=True)
+    ]
+
+    def pass_over(index: int, size: int) -> list[float]:
+        run, on = candidates[index].run, candidates[index].device
+        return [time_step(lambda batch=batch: run(batch), on) for batch in padded[index][size]]
+
+    tokenise_s: list[list[float]] = [[] for _ in candidates]
+    timed: list[dict[int, list[list[float]]]] = [{b: [] for b in sizes} for _ in candidates]
+    with torch.inference_mode():
+        for candidate, these in zip(candidates, padded, strict=True):
+            candidate.run(these[sizes[0]][0])  # one-time initialisation outside the measures
+        memory = [
+            peak_memory_mb(lambda i=i: pass_over(i, sizes[-1]), device)
+            for i in range(len(candidates))
+        ]
+        logits = [
+            logits_in_order(
+                lambda batch, c=c: c.run(to_device(batch, c.device)).float().cpu(),
+                e,
+                sizes[-1],
+                pad_id(c.tokenizer),
+            )
+            for c, e in zip(candidates, encoded, strict=True)
+        ]
+        for round_ in range(settings.warmup + settings.repeats):
+            for index, candidate in enumerate(candidates):
+                start = time.perf_counter()
+                tokenise(candidate)
+                elapsed = time.perf_counter() - start
+                runs = {b: pass_over(index, b) for b in sizes}
+                if round_ >= settings.warmup:
+                    tokenise_s[index].append(elapsed)
+                    for b in sizes:
+                        timed[index][b].append(runs[b])
+    rows = []
+    for index, candidate in enumerate(candidates):
+        row: dict = {
+            "name": candidate.name,
+            "engine": candidate.engine,
+            "source": candidate.source,
+            "parameters": candidate.parameters,
+            "disk_mb": candidate.disk_mb,
+            "peak_memory_mb": memory[index],
+            "tokenize_ms_per_text": statistics.median(tokenise_s[index]) / len(part) * 1e3,
+        }
+        if 1 in sizes:
+            single = np.array([s for round_ in timed[index][1] for s in round_]) * 1e3
+            row["latency_ms_median"] = float(np.median(single))
+            row["latency_ms_p95"] = float(np.percentile(single, 95))
+        for b in sizes[1:]:
+            seconds = statistics.median(sum(round_) for round_ in timed[index][b])
+            row[f"throughput_b{b}"] = len(part) / seconds
+        rows.append(row)
+    measured = [key for key in rows[0] if key not in ("name", "engine", "source")]
+    for row in rows:
+        for key in measured:
+            row[f"{key}_ratio"] = _ratio(row[key], rows[0][key])
+    for row, these in zip(rows, logits, strict=True):
+        row |= evaluate_logits(task.spec, these, encoded[0].labels, logits[0])
+    return {
+        "reference": candidates[0].name,
+        "settings": {
+            "task": task.spec.name,
+            "metrics": list(task.spec.metrics),
+            "split": settings.split,
+            "examples": len(part),
+            "batch_sizes": list(sizes),
+            "warmup": settings.warmup,
+            "repeats": settings.repeats,
+            "threads": threads,
+            "device": str(device),
+            "precisions": list(precisions),
+            "timer": TIMER_CUDA if device.type == "cuda" else TIMER_CPU,
+        },
+        "memory_method": MEMORY_CUDA if device.type == "cuda" else MEMORY_CPU,
+        "machine": {
+            "cpu": platform.processor() or platform.machine(),
+            "torch": torch.__version__,
+            "cuda": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+        },
+        "rows": rows,
+    }
+
+
+def _cell(value: float | None, ratio: float | None = None, form: str = "{:.3g}") -> str:
+    if value is None:
+        return "–"
+    text = f"{value:,.0f}" if value >= 1000 else form.format(value)
+    return text if ratio is None else f"{text} ({ratio:.2f}×)"
+
+
+def format_benchmark(report: dict) -> str:
+    """:func:`benchmark`'s report as a header (settings, reference, memory method) and a
+    markdown table, each measured value followed by its ratio to the first model, then the
+    task's metrics and loyalty (the rows' per-class recalls are in the JSON only)."""
+    settings = report["settings"]
+    rows = report["rows"]
+    metrics = [*settings["metrics"], "label_loyalty", "probability_loyalty"]
+    timing = [
+        key
+        for key in rows[0]
+        if key.startswith(("latency", "throughput")) and not key.endswith("_ratio")
+    ]
+    columns = {
+        "model": lambda r: r["name"],
+        "engine": lambda r: r["engine"],
+        "params (M)": lambda r: _cell(r["parameters"] / 1e6, r["parameters_ratio"]),
+        "disk MB": lambda r: _cell(r["disk_mb"], r["disk_mb_ratio"]),
+        "peak MB": lambda r: _cell(r["peak_memory_mb"], r["peak_memory_mb_ratio"]),
+        "tokenise ms/text": lambda r: _cell(r["tokenize_ms_per_text"]),
+        **{
+            key.replace("latency_ms_", "latency ms ").replace("throughput_b", "examples/s @"): (
+                lambda r, key=key: _cell(r[key], r[f"{key}_ratio"])
+            )
+            for key in timing
+        },
+        **{key: (lambda r, key=key: _cell(r.get(key), form="{:.4f}")) for key in metrics},
+    }
+    header = (
+        f"{settings['task']} {settings['split']}: {settings['examples']} texts, batch sizes "
+        f"{','.join(map(str, settings['batch_sizes']))}, {settings['warmup']} warm-up and "
+        f"{settings['repeats']} timed rounds (round-robin over models), {settings['threads']} "
+        f"threads, {settings['device']}, timed by {settings['timer']}\n"
+        f"reference (ratios, loyalty): the first model, {report['reference']}\n"
+        f"peak memory: {report['memory_method']}\n"
+    )
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(row) for cell in columns.values()) + " |" for row in rows]
+    return header + "\n" + "\n".join(lines)

@@ -1,0 +1,279 @@
+"""Where a student's explanations diverge from its teacher's, over a split (no Streamlit here).
+
+For a teacher and its students on a fixed stratified sample of a split, each model's outputs
+are computed once and cached in its run folder (``analysis_cache/``, keyed by the model's
+weights, the tokenised examples and the settings): logits, the attribution map of every class
+(IG or Grad, :class:`~workbench.core.config.DivergenceSettings`) and the AOPC comprehensiveness and
+sufficiency of the map of the model's own prediction
+(:func:`~workbench.analysis.faithfulness.aopc`). From them:
+
+- :attr:`Divergence.occurrences`: a row per word occurrence (WordPiece continuations merged into
+  their word, scores summed; special tokens left out), with every model's attribution of the
+  explained class (the teacher's prediction, or the gold label, for every model alike);
+- :func:`word_table`: per word type (and per gold class) the teacher's mean attribution against a
+  student's, their difference (student − teacher: positive = over-attributed) and the example
+  where the two differ most on that word;
+- :attr:`Divergence.examples`: a row per example with every model's prediction, AOPC values and
+  each student's attribution gap to the teacher (AD-KD Eq. 11 over all classes' maps,
+  :func:`~workbench.analysis.agreement.attribution_gap`).
+
+The models must share the teacher's tokenizer (the words are compared position by position).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+
+import pandas as pd
+import torch
+from torch import Tensor
+
+from workbench.analysis.agreement import attribution_gap
+from workbench.analysis.attribution import AttributionConfig, compute_maps
+from workbench.analysis.faithfulness import aopc
+from workbench.core.cache import ExampleCache, cache_path, cached, key_digest
+from workbench.core.cache import Progress as CacheProgress
+from workbench.core.config import DivergenceSettings, MapSettings
+from workbench.core.data import EncodedSplit, Split, encode, pad_id, sample_split
+from workbench.core.errors import WorkbenchError
+from workbench.core.models import LoadedModel, fingerprint, forward
+from workbench.core.runs import Run
+from workbench.export import merge_wordpieces
+
+Progress = Callable[[float, str], None]  # (fraction done in [0, 1], what is being done)
+TEACHER = "teacher"
+RESERVED = (TEACHER, "example", "word", "class", "count", "difference")
+
+__all__ = ["Divergence", "Progress", "divergence", "word_table"]
+
+
+@dataclass
+class Divergence:
+    """What :func:`divergence` found: ``occurrences`` (a row per word occurrence: ``example``,
+    ``word``, ``class`` (gold), then ``teacher`` and each student's attribution), ``examples``
+    (a row per example: ``text``, ``pair``, ``label``, ``uid``, then per model
+    ``<model> prediction``, ``<model> comprehensiveness``, ``<model> sufficiency`` and per
+    student ``<student> gap``), the models' names, which models were computed rather than
+    read from their cache, and how many examples were truncated."""
+
+    teacher: str
+    students: list[str]
+    occurrences: pd.DataFrame
+    examples: pd.DataFrame
+    settings: DivergenceSettings
+    computed: list[str]
+    truncated: int = 0  # examples cut at the teacher's max_length
+
+    def models(self) -> list[str]:
+        """``teacher`` and the students' names, the columns of :attr:`occurrences`."""
+        return [TEACHER, *self.students]
+
+
+def _check(teacher: LoadedModel, students: Sequence[LoadedModel], part: Split) -> None:
+    if not students:
+        raise WorkbenchError("choose at least one student to compare with the teacher")
+    if teacher.spec.regression:
+        raise WorkbenchError("the divergence view needs a classification task (AOPC, classes)")
+    if len(part) < 2:
+        raise WorkbenchError(
+            f"the split has {len(part)} example(s): the divergence view needs at least 2"
+        )
+    names = [s.name for s in students]
+    clash = sorted({n for n in names if n in RESERVED or names.count(n) > 1})
+    if clash:
+        raise WorkbenchError(f"student names {clash} are reserved or repeated: rename the runs")
+    for student in students:
+        if student.spec.label_names != teacher.spec.label_names:
+            raise WorkbenchError(
+                f"{student.name} has the classes {list(student.spec.label_names)}, the "
+                f"teacher {list(teacher.spec.label_names)}: choose students of the same task"
+            )
+
+
+def _encoded(teacher: LoadedModel, students: Sequence[LoadedModel], part: Split) -> EncodedSplit:
+    """The sample tokenised by the teacher, after checking every student tokenises it alike."""
+    dataset = encode(part, teacher.tokenizer, teacher.max_length)
+    for student in students:
+        theirs = encode(part, student.tokenizer, teacher.max_length)
+        if theirs.input_ids != dataset.input_ids:
+            raise WorkbenchError(
+                f"{student.name} tokenises the texts differently from the teacher "
+                f"{teacher.name}: words can only be compared under the same tokenizer"
+            )
+    return dataset
+
+
+def _outputs(
+    loaded: LoadedModel,
+    dataset: EncodedSplit,
+    settings: DivergenceSettings,
+    progress: CacheProgress,
+) -> tuple[ExampleCache, bool]:
+    """A model's logits ``[N, C]``, maps (per token ``[n, C]``) and AOPC values ``[N]``, from
+    its ``analysis_cache/`` or computed there; and whether they were computed now."""
+    model = loaded.model
+    config = AttributionConfig(
+        **{f.name: getattr(settings, f.name) for f in fields(MapSettings)}, views="all"
+    )
+    data = {"ids": dataset.input_ids, "types": dataset.token_type_ids}
+    key = {
+        "kind": "divergence",
+        "model": fingerprint(model),
+        "data": key_digest(data | {"labels": dataset.labels.tolist()}),
+        **settings.key(),
+    }
+
+    def compute(batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        logits = forward(model, batch).logits.float()
+        maps, _ = compute_maps(model, batch, config)  # [B, C, L]
+        own = maps[torch.arange(len(maps)), logits.argmax(-1)]
+        inputs = (batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        faithful = aopc(model, *inputs, scores=own, rules=settings.rules)
+        return {
+            "logits": logits,
+            "maps": maps.transpose(1, 2),
+            "comprehensiveness": faithful.comprehensiveness,
+            "sufficiency": faithful.sufficiency,
+        }
+
+    folder = loaded.analysis_dir
+    computed = not cache_path(folder, "divergence", key).exists()
+    folder.mkdir(parents=True, exist_ok=True)
+    cache = cached(
+        folder,
+        "divergence",
+        key,
+        dataset,
+        compute,
+        per_token=("maps",),
+        batch_size=16,
+        pad_token_id=pad_id(loaded.tokenizer),
+        description=f"{loaded.name}: maps and AOPC",
+        on_progress=progress,
+    )
+    return cache, computed
+
+
+def _words(
+    tokens: list[str], special: list[bool], scores: list[list[float]]
+) -> tuple[list[str], list[list[float]]]:
+    """The words of one example (special tokens left out, word pieces merged) and each model's
+    summed scores over them."""
+    kept = [i for i, s in enumerate(special) if not s]
+    words: list[str] = []
+    merged = []
+    for model_scores in scores:
+        words, values = merge_wordpieces([tokens[i] for i in kept], [model_scores[i] for i in kept])
+        merged.append(values)
+    return words, merged
+
+
+def divergence(
+    teacher: LoadedModel,
+    students: Sequence[LoadedModel],
+    split: Split,
+    settings: DivergenceSettings | None = None,
+    progress: Progress | None = None,
+) -> Divergence:
+    """The teacher's and the students' explanations compared over a fixed stratified sample of
+    ``settings.examples`` examples of ``split`` (seed 0); ``progress`` hears how far the
+    computation has come."""
+    settings = settings or DivergenceSettings()
+    for loaded in (teacher, *students):
+        if loaded.run is not None:
+            Run.open(loaded.run.path)  # a folder that disappeared: a one-line error
+    part = sample_split(split, settings.examples, seed=0, stratify=True)
+    _check(teacher, students, part)
+    dataset = _encoded(teacher, students, part)
+    models = [teacher, *students]
+    names = [TEACHER, *(s.name for s in students)]
+    size = len(dataset)
+    caches, computed = [], []
+    for m, (name, loaded) in enumerate(zip(names, models, strict=True)):
+        label = loaded.name
+
+        def report(
+            _description: str, done: int, _total: int, m: int = m, label: str = label
+        ) -> None:
+            if progress is not None:
+                text = f"{label}: attribution maps and AOPC, {done}/{size} examples"
+                progress((m + done / size) / len(models), text)
+
+        cache, fresh = _outputs(loaded, dataset, settings, report)
+        caches.append(cache)
+        if fresh:
+            computed.append(name)
+    if progress is not None:
+        progress(1.0, "done")
+    return _compare(teacher, names, caches, part, dataset, settings, computed)
+
+
+def _compare(
+    teacher: LoadedModel,
+    names: list[str],
+    caches: list[ExampleCache],
+    part: Split,
+    dataset: EncodedSplit,
+    settings: DivergenceSettings,
+    computed: list[str],
+) -> Divergence:
+    """The occurrence and example tables from every model's cached outputs."""
+    classes = list(teacher.spec.label_names)
+    size, length = len(dataset), max(len(ids) for ids in dataset.input_ids)
+    index = torch.arange(size)
+    logits = [c.per_example["logits"] for c in caches]
+    explained = logits[0].argmax(-1) if settings.explained == TEACHER else dataset.labels
+    special_ids = set(teacher.tokenizer.all_special_ids)
+    rows = []
+    for i, ids in enumerate(dataset.input_ids):
+        tokens = teacher.tokenizer.convert_ids_to_tokens(ids)
+        scores = [c.example("maps", i)[:, int(explained[i])].tolist() for c in caches]
+        words, merged = _words(tokens, [t in special_ids for t in ids], scores)
+        gold = classes[int(dataset.labels[i])]
+        for w, word in enumerate(words):
+            rows.append([i, word, gold, *(values[w] for values in merged)])
+    occurrences = pd.DataFrame(rows, columns=["example", "word", "class", *names])
+    mask = torch.zeros(size, length, dtype=torch.long)
+    for i, ids in enumerate(dataset.input_ids):
+        mask[i, : len(ids)] = 1
+    maps = [c.gather("maps", index, length).transpose(1, 2) for c in caches]  # [N, C, L]
+    examples = pd.DataFrame(
+        {
+            "text": part.texts,
+            "pair": part.pairs or [None] * size,
+            "label": [classes[int(y)] for y in dataset.labels],
+            "uid": part.uids,
+        }
+    )
+    for name, cache, values in zip(names, caches, logits, strict=True):
+        examples[f"{name} prediction"] = [classes[int(c)] for c in values.argmax(-1)]
+        examples[f"{name} comprehensiveness"] = cache.per_example["comprehensiveness"].numpy()
+        examples[f"{name} sufficiency"] = cache.per_example["sufficiency"].numpy()
+    for name, student_maps in zip(names[1:], maps[1:], strict=True):
+        examples[f"{name} gap"] = attribution_gap(maps[0], student_maps, mask).numpy()
+    return Divergence(teacher.name, names[1:], occurrences, examples, settings, computed)
+
+
+def word_table(
+    result: Divergence, student: str, by_class: bool = False, min_count: int | None = None
+) -> pd.DataFrame:
+    """Per word type (with ``by_class``: per gold class and word) seen at least ``min_count``
+    times (default: the settings'): ``count``, the ``teacher``'s and the student's mean
+    attribution, ``difference`` (student − teacher) and ``example``, the example where the two
+    differ most on that word; sorted by ``difference``, most over-attributed first."""
+    if student not in result.students:
+        raise WorkbenchError(f"{student!r} is not one of the students {result.students}")
+    keys = ["class", "word"] if by_class else ["word"]
+    frame = result.occurrences.assign(
+        difference=result.occurrences[student] - result.occurrences[TEACHER]
+    )
+    groups = frame.groupby(keys, sort=False)
+    table = groups[[TEACHER, student, "difference"]].mean()
+    table.insert(0, "count", groups.size())
+    table["example"] = frame.loc[
+        groups["difference"].agg(lambda d: d.abs().idxmax()), "example"
+    ].values
+    minimum = result.settings.min_count if min_count is None else min_count
+    table = table[table["count"] >= minimum]
+    return table.sort_values("difference", ascending=False, kind="stable").reset_index()

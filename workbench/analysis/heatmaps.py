@@ -1,0 +1,810 @@
+"""Token attribution heatmaps of trained runs: what the app's Case study and Export pages show and
+what ``kdw export`` writes.
+
+:func:`explain` reads one example (or many, in one batch) through a run's model: probabilities,
+the attribution map of every class (Integrated Gradients through the batched engine of
+:mod:`workbench.analysis.attribution`, or Grad saliency) and the Grad saliency of the predicted
+class (for saliency loyalty). :func:`to_heatmap` turns the explanations of several models into one
+:class:`~workbench.export.Heatmap` on a shared scale, with the settings, model names and run ids in
+its metadata; :func:`write_heatmaps` writes it in any format of :mod:`workbench.export`.
+
+The settings are dataclasses with help texts (:class:`HeatmapSettings`, :class:`ExportSettings`),
+so the CLI options and the app's widgets come from one description. torch, transformers and
+matplotlib are imported inside the functions that compute, so that building ``kdw``'s parser
+(which reads these dataclasses) stays fast.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from workbench.core.config import MAX_DPI, Checked, MapSettings, colormap, dpi_range, option
+from workbench.core.errors import WorkbenchError
+from workbench.core.files import parse_json_lines, read_limited
+
+if TYPE_CHECKING:
+    from workbench.analysis.attribution import AttributionConfig, ExplainerChoice
+    from workbench.core.data import Split, TaskSpec
+    from workbench.core.models import LoadedModel
+    from workbench.export import ExportOptions, Heatmap
+
+FORMAT_CHOICES = ("svg", "pdf", "png", "tex", "html")
+UPLOAD_SUFFIXES = (".csv", ".jsonl")
+MAX_UPLOAD_BYTES = 2_000_000
+MAX_UPLOAD_EXAMPLES = 1000
+FORWARD_ROWS = 16  # examples per forward pass of explain
+
+
+@dataclass
+class HeatmapSettings(MapSettings):
+    """How token attributions are computed and which class they explain."""
+
+    view: str = option(
+        "pred",
+        "class explained: pred (each model's prediction), gold (the example's label), all "
+        "(one row per class), or a class name or index",
+    )
+
+
+@dataclass
+class ExportSettings(Checked):
+    """Which files are written and how they look."""
+
+    formats: str = option(
+        "svg,pdf,png,tex,html", "comma-separated formats: svg, pdf, png, tex, html"
+    )
+    dpi: float = option(
+        200.0,
+        f"PNG resolution in dots per inch, at most {MAX_DPI}: the finest that journals ask of line "
+        "art, and beyond it one figure needs gigabytes; PDF and SVG are vectors, sharp at any "
+        "size",
+        domain=dpi_range,
+    )
+    cmap: str | None = option(
+        None,
+        "matplotlib colormap (default: colour-blind-safe PuOr_r for signed scores, "
+        "Oranges for non-negative ones)",
+        domain=colormap,
+    )
+    merge_wordpieces: bool = option(
+        False, "join WordPiece continuations (##ing) onto their word, summing their scores"
+    )
+    anonymous: bool = option(
+        False,
+        "for double-blind review: name the models by role (the first teacher, the others "
+        "student 1, student 2, … in the order given) and write no run folder, run id, path, "
+        "user or host name into any file",
+    )
+
+    def format_list(self) -> list[str]:
+        """The formats, checked."""
+        chosen = [f.strip().lstrip(".").lower() for f in self.formats.split(",") if f.strip()]
+        unknown = sorted(set(chosen) - set(FORMAT_CHOICES))
+        if unknown or not chosen:
+            raise WorkbenchError(
+                f"formats {self.formats!r}: choose among {', '.join(FORMAT_CHOICES)}"
+            )
+        return list(dict.fromkeys(chosen))
+
+    def options(self) -> ExportOptions:
+        """The rendering options of :mod:`workbench.export` these settings choose."""
+        from workbench.export import ExportOptions
+
+        return ExportOptions(cmap=self.cmap or None, merge_wordpieces=self.merge_wordpieces)
+
+
+@dataclass(frozen=True)
+class Example:
+    """A text to explain, with an optional second text (pair tasks) and gold label (a class
+    name or index)."""
+
+    text: str
+    pair: str | None = None
+    label: str | int | None = None
+    uid: str = ""
+
+
+@dataclass
+class Explanation:
+    """How one model reads one example.
+
+    ``maps[c]`` is the attribution of class ``c`` over ``tokens`` (IG: non-negative, unit L2;
+    Grad: signed); ``saliency`` the Grad saliency of the predicted class (saliency loyalty).
+    Regression models have one class, ``"output"``, whose "probability" is the output value.
+    """
+
+    name: str
+    run_id: str
+    tokens: list[str]
+    class_names: list[str]
+    probabilities: list[float]
+    predicted: int
+    maps: list[list[float]]
+    saliency: list[float]
+    gold: int | None = None
+    regression: bool = False
+    full_length: int = 0  # tokens of the whole text; more than len(tokens) when truncated
+    longer: bool = False  # the text goes on past the full_length tokens counted (a huge text)
+    model: str = ""  # the distillation preset (a run's) and the number of layers: model_detail
+    task: str = ""  # the task applied to: a bundled or GLUE task's name, a path, a hub id
+
+    @property
+    def truncated(self) -> bool:
+        """Whether the model read only the first ``len(tokens)`` of the text's tokens."""
+        return self.longer or self.full_length > len(self.tokens)
+
+    @property
+    def length_text(self) -> str:
+        """The text's length in tokens, ``"more than N"`` where only its first N were counted."""
+        return f"more than {self.full_length}" if self.longer else str(self.full_length)
+
+    def prediction_text(self) -> str:
+        """``"positive 0.91"``: the predicted class and its probability (or the output)."""
+        if self.regression:
+            return f"output {self.probabilities[0]:.3f}"
+        return f"{self.class_names[self.predicted]} {self.probabilities[self.predicted]:.2f}"
+
+
+@dataclass
+class Agreement:
+    """How far a student's explanation follows the teacher's on one example."""
+
+    saliency_loyalty: float  # Pearson of Grad saliency, real tokens (docs/methods.md §6)
+    rank_correlation: float  # Spearman of the shown class's attribution maps
+    same_prediction: bool
+    notes: list[str] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- explanations
+
+
+def gold_index(label: str | int | None, class_names: Sequence[str]) -> int | None:
+    """The class index of a gold label given as a name or an index (None when absent)."""
+    if label is None or (isinstance(label, float) and math.isnan(label)) or label == "":
+        return None
+    text = str(label).strip()
+    if text in class_names:
+        return list(class_names).index(text)
+    if text.lstrip("-").isdigit() and 0 <= int(text) < len(class_names):
+        return int(text)
+    raise WorkbenchError(f"label {text!r} is not one of the classes {list(class_names)}")
+
+
+def _class_names(loaded: LoadedModel) -> list[str]:
+    names = list(loaded.spec.label_names)
+    return names or ["output"]
+
+
+def _encode(
+    loaded: LoadedModel, examples: Sequence[Example]
+) -> tuple[dict, list[int], list[bool], tuple]:
+    """The batch of ``examples`` (each ``[B, L]``; the tokenizer's encoding, which knows its
+    words), cut to the model's maximum length, the number of tokens of each example and whether
+    it goes on past them, and the texts (and pairs) as tokenised: a text is read only as far as
+    :func:`workbench.core.data.prefixes` takes it, and counted up to a megabyte
+    (:func:`workbench.core.data.count_tokens`), so that no text exhausts memory."""
+    if not examples:
+        raise WorkbenchError("no examples to explain")
+    if loaded.spec.pair and any(e.pair is None for e in examples):
+        raise WorkbenchError(f"{loaded.name} is a pair task: give a second text too")
+    texts = [e.text for e in examples]
+    pairs = [e.pair or "" for e in examples] if loaded.spec.pair else None
+    from workbench.core.data import count_tokens, prefixes
+    from workbench.core.models import max_tokens
+
+    tokenizer, limit = loaded.tokenizer, max_tokens(loaded.model)
+    args, _ = prefixes(tokenizer, texts, pairs, limit)
+    batch = tokenizer(
+        *args, truncation=True, max_length=limit, padding=True, return_tensors="pt", verbose=False
+    )
+    lengths, longer = [], []
+    for i, text in enumerate(texts):
+        counts = [count_tokens(tokenizer, t) for t in (text, *([pairs[i]] if pairs else []))]
+        special = tokenizer.num_special_tokens_to_add(pair=pairs is not None)
+        lengths.append(special + sum(n for n, _ in counts))
+        longer.append(any(more for _, more in counts))
+    return batch, lengths, longer, args
+
+
+def model_detail(loaded: LoadedModel) -> str:
+    """``"kd, 2 layers"``: a run's distillation preset (none for a teacher or a model the
+    workbench did not train) and the model's number of layers, which name no folder or run."""
+    preset = None
+    if loaded.run is not None:
+        preset = loaded.run.info()["configs"].get("objective", {}).get("preset")
+    layers = f"{loaded.model.config.num_hidden_layers} layers"
+    return layers if preset is None else f"{preset}, {layers}"
+
+
+def public_task(task: str) -> str:
+    """The task as an anonymous export names it: a bundled or GLUE task by its name, any other
+    (a local path, a hub data set under someone's account) as ``task``."""
+    from workbench.core.data import task_names
+
+    return task if task in task_names() else "task"
+
+
+def attribution_config(settings: HeatmapSettings) -> AttributionConfig:
+    """The shared attribution settings of :mod:`workbench.analysis.attribution` for every class's
+    map (checked there: steps, baseline, K)."""
+    from workbench.analysis.attribution import AttributionConfig
+
+    shared = {f.name: getattr(settings, f.name) for f in fields(MapSettings)}
+    return AttributionConfig(**shared, views="all")
+
+
+def explain(
+    loaded: LoadedModel,
+    examples: Sequence[Example],
+    settings: HeatmapSettings,
+    name: str | None = None,
+    explainer: ExplainerChoice | None = None,
+    words: str | None = None,
+) -> list[Explanation]:
+    """Probabilities and per-class attribution maps of ``examples`` under one model, computed
+    in one batch by :func:`workbench.analysis.attribution.compute_maps` (IG's steps and the classes
+    share the engine's batched passes; another registered ``explainer`` one call per class),
+    and the Grad saliency of each predicted class; with ``words`` (sum, mean, max-abs) the maps
+    and saliency of each word (:mod:`workbench.analysis.attribution.words`)."""
+    import torch
+
+    from workbench.analysis.attribution import compute_maps, grad_saliency, to_words, word_groups
+    from workbench.analysis.attribution.words import check_words
+    from workbench.core.models import forward
+
+    check_words(words)
+    config = attribution_config(settings)
+    batch, full_lengths, longer, args = _encode(loaded, examples)
+    model, class_names = loaded.model, _class_names(loaded)
+    with torch.no_grad():  # a few rows at a time: attention scores grow with rows × L²
+        logits = torch.cat(
+            [
+                forward(
+                    model, {k: v[start : start + FORWARD_ROWS] for k, v in batch.items()}
+                ).logits.float()
+                for start in range(0, len(examples), FORWARD_ROWS)
+            ]
+        )
+    regression = loaded.spec.regression
+    probabilities = logits if regression else logits.softmax(-1)
+    predicted = logits.argmax(-1)
+    saliency = grad_saliency(
+        model,
+        batch["input_ids"],
+        batch["attention_mask"],
+        batch.get("token_type_ids"),
+        target=predicted,
+    )
+    maps, _ = compute_maps(model, batch, config, explainer=explainer)
+    detail, out = model_detail(loaded), []
+    for row, example in enumerate(examples):
+        length = int(batch["attention_mask"][row].sum())
+        ids = batch["input_ids"][row, :length].tolist()
+        tokens = loaded.tokenizer.convert_ids_to_tokens(ids)
+        row_maps, row_saliency = maps[row, :, :length], saliency[row, :length]
+        if words is not None:
+            tokens, groups = word_groups(batch, row, [a[row] for a in args], length)
+            row_maps, row_saliency = (
+                to_words(row_maps, groups, words),
+                to_words(row_saliency, groups, words),
+            )
+        out.append(
+            Explanation(
+                name=name or loaded.name,
+                run_id=loaded.source,
+                tokens=tokens,
+                class_names=class_names,
+                probabilities=probabilities[row].tolist(),
+                predicted=int(predicted[row]),
+                maps=row_maps.tolist(),
+                saliency=row_saliency.tolist(),
+                gold=None if regression else gold_index(example.label, class_names),
+                regression=regression,
+                full_length=full_lengths[row],
+                longer=longer[row],
+                model=detail,
+                task=loaded.spec.name if loaded.data is None else loaded.data.task,
+            )
+        )
+    return out
+
+
+def shown_classes(explanation: Explanation, view: str) -> list[int]:
+    """The classes a view shows for one model: its prediction, the gold label, every class, or
+    a named (or numbered) class."""
+    names = explanation.class_names
+    if view == "pred":
+        return [explanation.predicted]
+    if view == "all":
+        return list(range(len(names)))
+    if view == "gold":
+        if explanation.gold is None:
+            raise WorkbenchError("view 'gold' needs examples with a label")
+        return [explanation.gold]
+    index = gold_index(view, names)
+    if index is None:
+        raise WorkbenchError("choose a view: pred, gold, all or a class")
+    return [index]
+
+
+def correlation(a: Sequence[float], b: Sequence[float], rank: bool = False) -> float:
+    """Pearson (with ``rank``: Spearman) correlation of two equally long score lists, by
+    :mod:`workbench.analysis.agreement`; NaN when either is constant or shorter than two."""
+    import torch
+
+    from workbench.analysis.agreement import pearson_per_example, rank_correlation
+
+    if len(a) != len(b):
+        return math.nan
+    first, second = torch.tensor([a], dtype=torch.float64), torch.tensor([b], dtype=torch.float64)
+    mask = torch.ones_like(first, dtype=torch.long)
+    measure = rank_correlation if rank else pearson_per_example
+    return float(measure(first, second, mask)[0])
+
+
+def agreement(teacher: Explanation, student: Explanation, view: str = "pred") -> Agreement:
+    """Saliency loyalty (Pearson of the two models' Grad saliency of their predicted class) and
+    the rank correlation of their maps for the class the view shows first (for ``pred``: the
+    teacher's prediction)."""
+    notes = []
+    if teacher.tokens != student.tokens:
+        notes.append("the two models tokenise the text differently: no per-token comparison")
+        return Agreement(math.nan, math.nan, teacher.predicted == student.predicted, notes)
+    shown = shown_classes(teacher, view)[0]
+    return Agreement(
+        saliency_loyalty=correlation(teacher.saliency, student.saliency),
+        rank_correlation=correlation(teacher.maps[shown], student.maps[shown], rank=True),
+        same_prediction=teacher.predicted == student.predicted,
+        notes=notes,
+    )
+
+
+# --------------------------------------------------------------------------- heatmaps
+
+
+def _map_settings(settings: HeatmapSettings, explained: dict | None) -> dict:
+    """``settings`` as recorded: without the ig/grad map settings under another explainer."""
+    from workbench.analysis.attribution.registry import ENGINE_EXPLAINERS
+
+    values = asdict(settings)
+    if explained is None or explained["explainer"] in ENGINE_EXPLAINERS:
+        return values
+    return {k: v for k, v in values.items() if k not in {f.name for f in fields(MapSettings)}}
+
+
+def role_names(count: int) -> list[str]:
+    """The names of ``count`` models in an anonymous export, in the order given: the first is
+    ``teacher``, the others ``student 1``, ``student 2``, …"""
+    return ["teacher", *(f"student {n}" for n in range(1, count))]
+
+
+def heatmap_metadata(
+    explanations: Sequence[Explanation],
+    example: Example,
+    settings: HeatmapSettings,
+    explained: dict | None = None,
+    anonymous: bool = False,
+) -> dict[str, str]:
+    """What each exported file records: models, run ids, the example and the settings
+    (``explained``: the explainer, its settings and the word aggregation, as
+    :func:`explained_settings` gives them), each model's preset and layers
+    (:func:`model_detail`) and the first model's task. ``anonymous`` leaves out the run ids and
+    the example's id (a file name or a local task's id), names the task by
+    :func:`public_task` and records ``anonymous: yes``; the models
+    are named as the explanations name them (:func:`role_names` for an anonymous export)."""
+    cut = [e for e in explanations if e.truncated]
+    runs = {} if anonymous else {"run_ids": json.dumps([e.run_id for e in explanations])}
+    meta = {
+        "models": ", ".join(e.name for e in explanations),
+        "model_details": "; ".join(f"{e.name}: {e.model}" for e in explanations),
+        "task": public_task(explanations[0].task) if anonymous else explanations[0].task,
+        **runs,
+        "anonymous": "yes" if anonymous else "no",
+        "text": example.text,
+        "truncated": "; ".join(
+            f"{e.name} read the first {len(e.tokens)} of the text's {e.length_text} tokens"
+            for e in cut
+        )
+        or "no",
+        **{
+            f"settings.{k}": "default" if v is None else str(v)
+            for k, v in {**_map_settings(settings, explained), **(explained or {})}.items()
+        },
+    }
+    if example.pair is not None:
+        meta["text_pair"] = example.pair
+    if example.label is not None:
+        meta["gold"] = str(example.label)
+    if example.uid and not anonymous:
+        meta["example_id"] = example.uid
+    return meta
+
+
+def explained_settings(
+    settings: HeatmapSettings, explainer: ExplainerChoice | None, words: str | None
+) -> dict:
+    """The explainer that computes ``settings``' maps (:func:`resolve_explainer`), its settings
+    and the word aggregation, as a heatmap's metadata records them (flat)."""
+    from workbench.analysis.attribution import resolve_explainer
+
+    _, choice = resolve_explainer(settings, explainer)
+    values = {f"explainer.{k}": v for k, v in choice.record()["explainer_settings"].items()}
+    return {"explainer": choice.name, **values, "words": words or "tokens"}
+
+
+def to_heatmap(
+    explanations: Sequence[Explanation],
+    example: Example,
+    settings: HeatmapSettings,
+    title: str = "",
+    explained: dict | None = None,
+    anonymous: bool = False,
+) -> Heatmap:
+    """One heatmap with a row per model (per model and class for the view ``all``);
+    ``explained``: :func:`explained_settings` (default: ig or grad, as ``settings.method``,
+    per sub-token); ``anonymous``: as :func:`heatmap_metadata`."""
+    from workbench.export import Heatmap, HeatmapRow
+
+    rows = []
+    for explanation in explanations:
+        classes = shown_classes(explanation, settings.view)
+        for c in classes:
+            label = explanation.name
+            if len(classes) > 1 or settings.view != "pred":
+                label = f"{label} · {explanation.class_names[c]}"
+            rows.append(
+                HeatmapRow(
+                    label, explanation.tokens, explanation.maps[c], explanation.prediction_text()
+                )
+            )
+    from workbench.analysis.attribution import get_explainer
+
+    explained = explained or explained_settings(settings, None, None)
+    method = get_explainer(explained["explainer"]).title
+    unit = "" if explained["words"] == "tokens" else f", words ({explained['words']})"
+    return Heatmap(
+        rows,
+        title or f"{method}, view {settings.view}{unit}",
+        heatmap_metadata(explanations, example, settings, explained, anonymous),
+    )
+
+
+def build_heatmaps(
+    runs: Sequence[LoadedModel],
+    examples: Sequence[Example],
+    settings: HeatmapSettings,
+    names: Sequence[str] | None = None,
+    explainer: ExplainerChoice | None = None,
+    words: str | None = None,
+    anonymous: bool = False,
+) -> list[Heatmap]:
+    """One heatmap per example, a row per run (each run explains all examples in one batch),
+    under ``explainer`` (default: ``settings.method``'s), per sub-token or per word. The rows
+    are named ``names`` (default: the runs' names), or with ``anonymous`` by their role
+    (:func:`role_names`, in place of ``names``), with no run id in the metadata."""
+    if anonymous:
+        names = role_names(len(runs))
+    names = names or [loaded.name for loaded in runs]
+    explained = explained_settings(settings, explainer, words)
+    per_run = [
+        explain(loaded, examples, settings, name, explainer, words)
+        for loaded, name in zip(runs, names, strict=True)
+    ]
+    return [
+        to_heatmap(
+            [e[i] for e in per_run], example, settings, explained=explained, anonymous=anonymous
+        )
+        for i, example in enumerate(examples)
+    ]
+
+
+def output_folder(out: str | Path) -> Path:
+    """``--out`` as a folder to write into: one that exists as a file is a one-line error."""
+    folder = Path(out)
+    if folder.exists() and not folder.is_dir():
+        raise WorkbenchError(f"--out {out} is a file: name a folder to write to")
+    return folder
+
+
+def _names(heatmaps: Sequence[Heatmap], stem: str) -> list[str]:
+    """``<stem>-<n>``, the name of each heatmap's files (numbered from 0, at least 3 digits)."""
+    width = max(3, len(str(len(heatmaps))))
+    return [f"{stem}-{n:0{width}d}" for n in range(len(heatmaps))]
+
+
+def write_heatmaps(
+    heatmaps: Sequence[Heatmap],
+    folder: str | Path,
+    settings: ExportSettings,
+    stem: str = "heatmap",
+) -> list[Path]:
+    """Write every heatmap in every chosen format as ``<stem>-<n>.<format>``. The set replaces
+    a previous export's in ``folder`` whole: its ``<stem>-<n>.<format>`` files are removed once
+    the new ones are written (other files stay), so no file of other texts is left beside them."""
+    from workbench.export import check_png_size, export
+
+    formats = settings.format_list()
+    folder = output_folder(folder)
+    if "png" in formats:  # too many pixels: refused before anything is written
+        for heatmap in heatmaps:
+            check_png_size(heatmap, settings.dpi, settings.options())
+    folder.mkdir(parents=True, exist_ok=True)
+    previous = re.compile(rf"{re.escape(stem)}-\d+\.(?:{'|'.join(FORMAT_CHOICES)})")
+    staging = Path(tempfile.mkdtemp(prefix=f".{stem}.", dir=folder))
+    try:
+        written = [
+            export(
+                heatmap,
+                staging / f"{name}.{fmt}",
+                dpi=settings.dpi,
+                options=settings.options(),
+            )
+            for name, heatmap in zip(_names(heatmaps, stem), heatmaps, strict=True)
+            for fmt in formats
+        ]
+        for old in folder.iterdir():
+            if old.is_file() and previous.fullmatch(old.name):
+                old.unlink()
+        return [path.replace(folder / path.name) for path in written]
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def export_notes(
+    heatmaps: Sequence[Heatmap], settings: ExportSettings, stem: str = "heatmap"
+) -> list[str]:
+    """What a reader of the files should know, one line per heatmap that needs it: a text the
+    models read only in part (truncated), and characters that PNG and PDF draw as boxes
+    because no installed font has them."""
+    from workbench.export import describe_characters, undrawable_characters
+
+    raster = {"png", "pdf"} & set(settings.format_list())
+    notes = []
+    for name, heatmap in zip(_names(heatmaps, stem), heatmaps, strict=True):
+        if heatmap.metadata.get("truncated", "no") != "no":
+            notes.append(f"{name}: the text was truncated: {heatmap.metadata['truncated']}")
+        missing = undrawable_characters(heatmap, settings.options()) if raster else []
+        if missing:
+            notes.append(
+                f"{name}: no installed font has {describe_characters(missing)}: the "
+                f"{'/'.join(sorted(raster)).upper()} files draw boxes there (install a font "
+                "covering them, e.g. a Noto font of that script; SVG, HTML and LaTeX are "
+                "unaffected)"
+            )
+    return notes
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def split_examples(split: Split, spec: TaskSpec) -> list[Example]:
+    """A split's examples with their gold labels as class names."""
+    names = spec.label_names
+    return [
+        Example(
+            text,
+            None if split.pairs is None else split.pairs[i],
+            names[int(label)] if names else label,
+            uid,
+        )
+        for i, (text, label, uid) in enumerate(
+            zip(split.texts, split.labels, split.uids, strict=True)
+        )
+    ]
+
+
+def parse_indices(text: str, size: int, limit: int = MAX_UPLOAD_EXAMPLES) -> list[int]:
+    """``"0,3,7-9"`` → ``[0, 3, 7, 8, 9]``, each checked against ``size`` examples, at most
+    ``limit`` in all (as many as a file of texts may hold); every range is checked before its
+    indices are listed, so that no range, however large, is ever materialised."""
+    indices: list[int] = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        first, _, last = part.partition("-")
+        if not re.fullmatch(r"[0-9]+", first) or (last and not re.fullmatch(r"[0-9]+", last)):
+            raise WorkbenchError(f"examples {text!r}: use indices such as 0,3,7-9")
+        low, high = int(first[:19]), int((last or first)[:19])  # 19 digits: already too many
+        if high >= size or max(len(first), len(last)) > 19:
+            raise WorkbenchError(f"examples {text!r}: the split has examples 0..{size - 1}")
+        if low > high:
+            raise WorkbenchError(f"examples {text!r}: range {part} runs backwards")
+        if len(indices) + high - low + 1 > limit:
+            raise WorkbenchError(
+                f"examples {text!r}: more than {limit} examples; choose at most {limit} at once"
+            )
+        indices.extend(range(low, high + 1))
+    if not indices:
+        raise WorkbenchError(f"examples {text!r}: the split has examples 0..{size - 1}")
+    return indices
+
+
+def gather_examples(
+    loaded: LoadedModel,
+    verb: str,
+    *,
+    texts: Sequence[str] = (),
+    pair: str | None = None,
+    texts_file: str | Path | None = None,
+    split: str | None = None,
+    indices: str = "0",
+) -> list[Example]:
+    """Typed texts, a CSV/JSONL file of texts, and examples of a split of ``loaded``'s task
+    (``verb``: what the command does with them, for its error message)."""
+    from workbench.core.data import load_task
+
+    examples = [Example(text, pair) for text in texts]
+    if texts_file is not None:
+        path = Path(texts_file)
+        if not path.exists():
+            raise WorkbenchError(f"{path} does not exist")
+        # the size checked before anything is read; a pipe or a device refused unopened
+        examples += read_examples(read_limited(path, MAX_UPLOAD_BYTES, "--texts-file"), path.name)
+    if split is not None:
+        if loaded.data is None:
+            raise WorkbenchError(
+                f"{loaded.source} is not a run folder, so it has no task whose --split to "
+                "take: give --text or --texts-file"
+            )
+        data = load_task(loaded.data)
+        if split not in data.splits:
+            raise WorkbenchError(f"no split {split!r}: the task has {sorted(data.splits)}")
+        chosen = split_examples(data.splits[split], loaded.spec)
+        examples += [chosen[i] for i in parse_indices(indices, len(chosen))]
+    if not examples:
+        raise WorkbenchError(f"nothing to {verb}: give --text, --texts-file or --split")
+    return examples
+
+
+def export_runs(
+    runs: Sequence[str | Path],
+    out: str | Path,
+    settings: HeatmapSettings,
+    export_settings: ExportSettings,
+    notify: Callable[[str], None] = lambda note: None,
+    explainer: ExplainerChoice | None = None,
+    words: str | None = None,
+    **sources,
+) -> list[Path]:
+    """What ``kdw export`` does: explain the examples :func:`gather_examples` collects from
+    ``sources`` (of the first run's task) under every run, and write one heatmap per example in
+    each format to ``out`` (replacing a previous export's set there, see
+    :func:`write_heatmaps`); ``notify`` receives :func:`export_notes`' lines. A run may be a
+    run folder or a classifier the workbench did not train (its classes matched to the first
+    one's by name, see :func:`~workbench.core.models.load_model`); ``explainer`` and ``words`` as
+    :func:`build_heatmaps`."""
+    from workbench.core.models import load_model
+
+    export_settings.format_list()  # fail early on a bad format
+    explained_settings(settings, explainer, words)  # and on settings given twice
+    output_folder(out)
+    first = load_model(str(runs[0]))
+    loaded = [first, *(load_model(str(path), first.spec, notify=notify) for path in runs[1:])]
+    classes = [[name.casefold() for name in run.spec.label_names] for run in loaded]
+    if any(names != classes[0] for names in classes):  # run folders, matched as load_model does
+        raise WorkbenchError("the runs predict different classes: export runs of one task")
+    examples = gather_examples(first, "export", **sources)
+    heatmaps = build_heatmaps(
+        loaded,
+        examples,
+        settings,
+        explainer=explainer,
+        words=words,
+        anonymous=export_settings.anonymous,
+    )
+    for note in export_notes(heatmaps, export_settings):
+        notify(note)
+    return write_heatmaps(heatmaps, out, export_settings)
+
+
+def attribute_runs(
+    runs: Sequence[str | Path],
+    out: str | Path,
+    config: AttributionConfig,
+    explainer: ExplainerChoice | None = None,
+    words: str | None = None,
+    **sources,
+) -> list[Path]:
+    """What ``kdw attribute`` does: attribute the examples :func:`gather_examples` collects
+    under each run (a run folder, or a classifier the workbench did not train) under
+    ``explainer`` (per word with ``words``) and save them, reloadable, as
+    ``<out>/<run>.jsonl``."""
+    from workbench.analysis.attribution import attribute_texts, resolve_explainer, save_attributions
+    from workbench.analysis.attribution.words import check_words
+    from workbench.core.models import load_model
+
+    resolve_explainer(config, explainer)  # settings given twice: refused before any work
+    check_words(words)
+    folder, paths = output_folder(out), []
+    for path in runs:
+        loaded = load_model(str(path))
+        examples = gather_examples(loaded, "attribute", **sources)
+        pairs = [e.pair or "" for e in examples] if any(e.pair for e in examples) else None
+        gold = [gold_index(e.label, _class_names(loaded)) for e in examples]
+        records = attribute_texts(
+            loaded.model,
+            loaded.tokenizer,
+            [e.text for e in examples],
+            pairs,
+            settings=config,
+            labels=None if None in gold else gold,
+            explainer=explainer,
+            words=words,
+        )
+        paths.append(save_attributions(records, folder / f"{loaded.name}.jsonl"))
+    return paths
+
+
+# --------------------------------------------------------------------------- input files
+
+
+def _check_upload(data: bytes, filename: str, max_bytes: int) -> str:
+    suffix = Path(filename).suffix.lower()
+    if suffix not in UPLOAD_SUFFIXES:
+        raise WorkbenchError(
+            f"{filename}: unsupported file type; upload {' or '.join(UPLOAD_SUFFIXES)}"
+        )
+    if len(data) > max_bytes:
+        raise WorkbenchError(f"{filename} is {len(data):,} bytes: the limit is {max_bytes:,} bytes")
+    if b"\x00" in data:
+        raise WorkbenchError(f"{filename} is not a text file")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise WorkbenchError(f"{filename} is not UTF-8 text ({error.reason})") from None
+
+
+def _records(text: str, filename: str) -> list[dict]:
+    if filename.lower().endswith(".csv"):
+        try:
+            reader = csv.DictReader(io.StringIO(text))
+            return [dict(row) for row in reader]
+        except csv.Error as error:
+            raise WorkbenchError(f"{filename}: not a valid CSV file ({error})") from None
+    records = parse_json_lines(text, filename)
+    for number, record in records:
+        if not isinstance(record, dict):
+            raise WorkbenchError(f"{filename}, line {number}: expected an object with a text")
+    return [record for _, record in records]
+
+
+def read_examples(
+    data: bytes,
+    filename: str,
+    max_bytes: int = MAX_UPLOAD_BYTES,
+    max_examples: int = MAX_UPLOAD_EXAMPLES,
+) -> list[Example]:
+    """Examples from an uploaded CSV (header with ``text``, optional ``text_pair`` and
+    ``label``) or JSONL file (one object per line with the same keys), checked for type, size,
+    encoding and content."""
+    records = _records(_check_upload(data, filename, max_bytes), filename)
+    if not records:
+        raise WorkbenchError(f"{filename} holds no examples")
+    if len(records) > max_examples:
+        raise WorkbenchError(
+            f"{filename} holds {len(records)} examples: the limit is {max_examples}"
+        )
+    examples = []
+    for number, record in enumerate(records, 1):
+        text = record.get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise WorkbenchError(f"{filename} example {number}: no 'text' (a non-empty string)")
+        pair = record.get("text_pair")
+        label = record.get("label")
+        examples.append(
+            Example(
+                text=text.strip(),
+                pair=str(pair).strip() if pair not in (None, "") else None,
+                label=label if label not in (None, "") else None,
+                uid=f"{Path(filename).name}:{number}",
+            )
+        )
+    return examples

@@ -1,0 +1,132 @@
+"""What the app and the reproduction report compute over a whole split and inside one model
+(no Streamlit here): each model's predictions and Grad saliency per example, the loyalty of
+students to their teacher (label, probability and saliency loyalty, docs/methods.md §6, and the
+attribution gap), and hidden states."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+from torch import Tensor
+
+from workbench.analysis.agreement import attribution_gap, pearson_per_example
+from workbench.analysis.attribution import attribution_maps, grad_saliency
+from workbench.analysis.heatmaps import Example
+from workbench.analysis.metrics import nan_mean, probability_loyalties, task_metrics
+from workbench.core.data import Split, TaskSpec, batches, encode, pad_id, prefixes
+from workbench.core.models import LoadedModel, forward, max_tokens
+
+
+@dataclass
+class SplitOutputs:
+    """One model over a split: logits ``[N, C]``, the Grad saliency of each example's
+    predicted class ``[N, L]`` over its real tokens (``mask`` ``[N, L]``) and, on request,
+    AD-KD's normalised IG maps of every class ``[N, V, L]`` (m = 1, [PAD] baseline)."""
+
+    logits: Tensor
+    saliency: Tensor
+    mask: Tensor
+    maps: Tensor | None = None
+
+
+def split_outputs(
+    loaded: LoadedModel, split: Split, batch_size: int = 32, maps: bool = False
+) -> SplitOutputs:
+    """Logits and Grad saliency (and with ``maps`` the IG maps) of every example, in batches
+    of similar length."""
+    dataset = encode(split, loaded.tokenizer, loaded.max_length, loaded.spec.regression)
+    order = sorted(range(len(dataset)), key=lambda i: len(dataset.input_ids[i]))
+    length = max(len(ids) for ids in dataset.input_ids)
+    saliency = torch.zeros(len(dataset), length)
+    mask = torch.zeros(len(dataset), length, dtype=torch.long)
+    logits: Tensor | None = None
+    all_maps: Tensor | None = None
+    for batch in batches(dataset, order, batch_size, pad_id(loaded.tokenizer)):
+        with torch.no_grad():
+            out = forward(loaded.model, batch).logits.float()
+        width = batch["input_ids"].shape[1]
+        inputs = (batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        saliency[batch["index"], :width] = grad_saliency(
+            loaded.model, *inputs, target=out.argmax(-1)
+        )
+        mask[batch["index"], :width] = batch["attention_mask"]
+        if logits is None:
+            logits = out.new_zeros((len(dataset), out.shape[-1]))
+        logits[batch["index"]] = out
+        if maps:
+            views = attribution_maps(loaded.model, *inputs, views="all")
+            if all_maps is None:
+                all_maps = views.new_zeros((len(dataset), views.shape[1], length))
+            all_maps[batch["index"], :, :width] = views
+    assert logits is not None, "empty split"
+    return SplitOutputs(logits, saliency, mask, all_maps)
+
+
+def agreement_per_example(teacher: SplitOutputs, student: SplitOutputs) -> dict[str, Tensor]:
+    """A student's explanations against its teacher's, per example ``[N]``: saliency loyalty
+    (Pearson of Grad saliency; NaN where undefined) and, where both carry IG maps, the
+    attribution gap (AD-KD Eq. 11; lower is closer)."""
+    scores = {
+        "saliency_loyalty": pearson_per_example(teacher.saliency, student.saliency, teacher.mask)
+    }
+    if teacher.maps is not None and student.maps is not None:
+        scores["attribution_gap"] = attribution_gap(teacher.maps, student.maps, teacher.mask)
+    return scores
+
+
+def loyalty_tables(
+    spec: TaskSpec,
+    examples: list[Example],
+    teacher: SplitOutputs,
+    students: dict[str, SplitOutputs],
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A summary row per model (task metrics; for students LL, PL and SL ×100 against the
+    teacher) and a row per example: text, gold label, the teacher's prediction and whether it
+    is right, and per student ``<name>`` (prediction), ``<name> ✓``, ``<name> PL`` and
+    ``<name> SL``."""
+    names = spec.label_names
+
+    def labelled(logits: Tensor) -> list:
+        return [names[int(c)] for c in logits.argmax(-1)] if names else logits[:, 0].tolist()
+
+    gold = torch.tensor([names.index(e.label) if names else float(e.label) for e in examples])
+    frame = pd.DataFrame(
+        {
+            "text": [e.text for e in examples],
+            "gold": [e.label for e in examples],
+            "teacher": labelled(teacher.logits),
+            "teacher ✓": (teacher.logits.argmax(-1) == gold).tolist() if names else None,
+        }
+    )
+    summary = [{"model": "teacher", **task_metrics(spec, teacher.logits, gold)}]
+    for name, outputs in students.items():
+        saliency = pearson_per_example(teacher.saliency, outputs.saliency, teacher.mask).numpy()
+        frame[name] = labelled(outputs.logits)
+        row = {"model": name, **task_metrics(spec, outputs.logits, gold)}
+        if names:
+            probability = probability_loyalties(teacher.logits, outputs.logits)
+            frame[f"{name} ✓"] = (outputs.logits.argmax(-1) == gold).tolist()
+            frame[f"{name} PL"] = probability.tolist()
+            row |= {
+                "LL": float((frame[name] == frame["teacher"]).mean()),
+                "PL": float(probability.mean()),
+            }
+        frame[f"{name} SL"] = saliency
+        row["SL×100"] = 100 * nan_mean(torch.from_numpy(saliency))[0]
+        summary.append(row)
+    return pd.DataFrame(summary).set_index("model"), frame
+
+
+def hidden_states(loaded: LoadedModel, example: Example) -> tuple[list[str], Tensor]:
+    """The tokens of one example and its hidden states ``[layers + 1, L, d]`` (embedding
+    output first; a long text read only as far as the model sees it)."""
+    limit = max_tokens(loaded.model)
+    pairs = [example.pair or ""] if loaded.spec.pair else None
+    args, _ = prefixes(loaded.tokenizer, [example.text], pairs, limit)
+    batch = dict(loaded.tokenizer(*args, truncation=True, return_tensors="pt", max_length=limit))
+    with torch.no_grad():
+        states = forward(loaded.model, batch, hidden_states=True).hidden_states
+    tokens = loaded.tokenizer.convert_ids_to_tokens(batch["input_ids"][0].tolist())
+    return tokens, torch.stack([h[0] for h in states])

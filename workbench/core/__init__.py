@@ -1,0 +1,28 @@
+"""The foundation: settings (config), errors, files, the cache, run folders, the hub, encoder
+families, models and their adaptor, shapes, and the data sets (data/). It imports nothing above
+it.
+
+The configs of a training and :func:`load_model` are importable from here; they are imported when
+first asked for, so that importing the package loads neither torch nor transformers."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_NAMES = {
+    "DataConfig": "workbench.core.config",
+    "ObjectiveConfig": "workbench.core.config",
+    "OptimConfig": "workbench.core.config",
+    "StudentConfig": "workbench.core.config",
+    "TeacherConfig": "workbench.core.config",
+    "WorkbenchError": "workbench.core.errors",
+    "load_model": "workbench.core.models",
+}
+__all__ = sorted(_NAMES)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_NAMES[name]), name)

@@ -1,0 +1,207 @@
+"""Per-example tensors that a frozen model computes once: teacher logits, [CLS] states,
+attribution maps, input gradients.
+
+A cache lives in a folder (a run's ``teacher_cache/``) as one safetensors file per *key* — a dict
+of everything that changes the values (model fingerprint, data fingerprint, settings). Per-token
+fields are stored unpadded (concatenated, with offsets) so that :meth:`ExampleCache.gather`
+re-pads them to whatever batch they are asked for: values do not depend on the padding of the
+batch in which they were computed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from workbench.core.data import EncodedSplit, batches, to_device
+from workbench.core.errors import WorkbenchError, first_line
+from workbench.core.files import atomic_path
+
+BatchFunction = Callable[[dict[str, Tensor]], dict[str, Tensor]]
+Progress = Callable[[str, int, int], None]  # (description, examples done, examples in all)
+Rows = dict[str, list[tuple[int, Tensor]]]  # field → (example index, value) of computed examples
+
+
+def key_digest(key: Mapping) -> str:
+    """A stable short hash of a JSON-serialisable key."""
+    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+class ExampleCache:
+    """Fields of every example of one split, keyed by what produced them.
+
+    ``per_example[name]``: ``[N, ...]``; ``per_token[name]``: values ``[T, ...]`` with
+    ``offsets[name]`` ``[N + 1]`` so example ``i`` owns rows ``offsets[i]:offsets[i + 1]``.
+    """
+
+    def __init__(
+        self, per_example: dict[str, Tensor], per_token: dict[str, Tensor], offsets: Tensor
+    ) -> None:
+        self.per_example = per_example
+        self.per_token = per_token
+        self.offsets = offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def example(self, name: str, index: int) -> Tensor:
+        """One example's field, unpadded."""
+        if name in self.per_example:
+            return self.per_example[name][index]
+        return self.per_token[name][self.offsets[index] : self.offsets[index + 1]]
+
+    def gather(self, name: str, index: Tensor, length: int | None = None) -> Tensor:
+        """Field ``name`` of examples ``index`` ``[B]``; per-token fields zero-padded to
+        ``length`` positions → ``[B, length, ...]``."""
+        if name in self.per_example:
+            return self.per_example[name][index]
+        rows = [self.example(name, int(i)) for i in index]
+        length = length or max(len(r) for r in rows)
+        values = self.per_token[name]
+        out = values.new_zeros((len(rows), length, *values.shape[1:]))
+        for b, row in enumerate(rows):
+            out[b, : len(row)] = row
+        return out
+
+    @classmethod
+    def compute(
+        cls,
+        dataset: EncodedSplit,
+        compute_batch: BatchFunction,
+        per_token: Iterable[str] = (),
+        batch_size: int = 64,
+        pad_token_id: int = 0,
+        description: str = "teacher cache",
+        device: torch.device | str = "cpu",
+        on_progress: Progress | None = None,
+        part: tuple[int, int] = (0, 1),
+        gather: Callable[[Rows], list[Rows]] | None = None,
+    ) -> ExampleCache:
+        """Run ``compute_batch`` over ``dataset`` in order (batches sorted by length to pad
+        little) on ``device`` and collect its fields (stored on the CPU); fields named in
+        ``per_token`` are ``[B, L, ...]`` and kept for real tokens only. Progress goes to a tqdm
+        bar and, after every batch, to ``on_progress(description, done, total)`` (this part's).
+
+        ``part=(i, n)``: compute only the ``i``-th of ``n`` parts of the examples (every
+        ``n``-th of the length order, so that the parts cost alike); ``gather`` then returns
+        every part's rows (one process per part: :func:`kd.training.distributed.gather_objects`)."""
+        token_fields = set(per_token)
+        order = sorted(range(len(dataset)), key=lambda i: len(dataset.input_ids[i]))
+        order = order[part[0] :: part[1]]
+        collected: Rows = {}
+        bar = tqdm(total=len(order), desc=description, unit="ex", leave=False)
+        for batch in batches(dataset, order, batch_size, pad_token_id):
+            with torch.no_grad():  # gradient-based fields enable what they need themselves
+                values = compute_batch(to_device(batch, device))
+            lengths = batch["attention_mask"].sum(1).tolist()
+            for name, tensor in values.items():
+                tensor = tensor.detach().cpu()
+                for row, (i, n) in enumerate(zip(batch["index"].tolist(), lengths, strict=True)):
+                    value = tensor[row, :n] if name in token_fields else tensor[row]
+                    collected.setdefault(name, []).append((i, value.clone()))
+            bar.update(len(lengths))
+            if on_progress is not None:
+                on_progress(description, bar.n, len(order))
+        bar.close()
+        parts = gather(collected) if gather else [collected]
+        lengths = torch.tensor([len(ids) for ids in dataset.input_ids])
+        offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])
+        per_example, token_values = {}, {}
+        for name in dict.fromkeys(name for rows in parts for name in rows):
+            items = [item for rows in parts for item in rows.get(name, [])]
+            ordered = [value for _, value in sorted(items, key=lambda item: item[0])]
+            target = token_values if name in token_fields else per_example
+            target[name] = torch.cat(ordered) if name in token_fields else torch.stack(ordered)
+        return cls(per_example, token_values, offsets)
+
+    def save(self, path: Path, key: Mapping) -> None:
+        """Write atomically (:func:`~workbench.core.files.atomic_path`), the key alongside."""
+        tensors = {f"example.{k}": v.contiguous() for k, v in self.per_example.items()}
+        tensors |= {f"token.{k}": v.contiguous() for k, v in self.per_token.items()}
+        tensors["offsets"] = self.offsets
+        with atomic_path(path) as temporary:
+            save_file(
+                tensors,
+                str(temporary),
+                metadata={"key": json.dumps(key, sort_keys=True, default=str)},
+            )
+
+    @classmethod
+    def load(cls, path: Path, examples: int | None = None) -> ExampleCache:
+        """The cache :meth:`save` wrote to ``path``, checked: a damaged file (truncated,
+        overwritten) or one whose tensors do not fit together or cover another number of
+        ``examples`` than the split's is a one-line error naming it."""
+        from safetensors import SafetensorError
+
+        try:
+            tensors = load_file(str(path))
+        except (SafetensorError, OSError) as error:
+            raise WorkbenchError(
+                f"{path} is damaged ({first_line(error)}): {CACHE_REMEDY}"
+            ) from None
+        fields: dict[str, dict[str, Tensor]] = {"example": {}, "token": {}}
+        for name, value in tensors.items():
+            kind, _, field = name.partition(".")
+            if kind in fields and field:
+                fields[kind][field] = value
+        problem = _cache_problem(tensors, fields, examples)
+        if problem:
+            raise WorkbenchError(f"{path} is not a cache of this split ({problem}): {CACHE_REMEDY}")
+        return cls(fields["example"], fields["token"], tensors["offsets"])
+
+
+CACHE_REMEDY = "delete it: what it holds is computed again"
+
+
+def _cache_problem(
+    tensors: dict[str, Tensor], fields: dict[str, dict[str, Tensor]], examples: int | None
+) -> str | None:
+    """Why a cache file's tensors cannot be the cache of a split of ``examples`` examples: no
+    offsets, offsets that do not grow from 0, fields of another length; None when they fit."""
+    offsets = tensors.get("offsets")
+    if offsets is None or offsets.ndim != 1 or len(offsets) == 0 or offsets.is_floating_point():
+        return "no offsets of its examples"
+    if int(offsets[0]) != 0 or bool((offsets.diff() < 0).any()):
+        return "its offsets do not grow from 0"
+    count, tokens = len(offsets) - 1, int(offsets[-1])
+    if examples is not None and count != examples:
+        return f"it holds {count} examples, the split {examples}"
+    for kind, size in (("example", count), ("token", tokens)):
+        for name, value in fields[kind].items():
+            if value.ndim == 0 or len(value) != size:
+                return f"{kind}.{name} has {len(value) if value.ndim else 0} rows, not {size}"
+    return None
+
+
+def cache_path(folder: Path, name: str, key: Mapping) -> Path:
+    """Where :func:`cached` keeps the values of ``key``."""
+    return Path(folder) / f"{name}-{key_digest(key)}.safetensors"
+
+
+def cached(
+    folder: Path,
+    name: str,
+    key: Mapping,
+    dataset: EncodedSplit,
+    compute_batch: BatchFunction,
+    save: bool = True,
+    **compute_options,
+) -> ExampleCache:
+    """Load the cache ``folder/name-<digest of key>.safetensors``, or compute it (options of
+    :meth:`ExampleCache.compute`) and save it (unless ``save`` is false: another process of
+    the same job saves it). A change of any setting in ``key`` gives another file, so stale
+    values are never reused."""
+    path = cache_path(folder, name, key)
+    if path.exists():
+        return ExampleCache.load(path, len(dataset))
+    cache = ExampleCache.compute(dataset, compute_batch, **compute_options)
+    if save:
+        cache.save(path, key)
+    return cache

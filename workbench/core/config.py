@@ -1,0 +1,1032 @@
+"""Configuration dataclasses shared by the CLI, the Python API and the app.
+
+Each field carries its help text in ``metadata["help"]`` and, where not every value of its type
+makes sense, its ``choices`` or its :class:`Domain`; :func:`add_arguments` turns a dataclass into
+``argparse`` options and :func:`from_arguments` reads them back, so the three front ends never
+describe an option twice. Every config checks its fields when it is built (:func:`validate`), so
+the CLI, the Python API and the app refuse the same values with the same one-line error. Every
+run saves its configs as JSON (:func:`to_dict` / :func:`from_dict`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+import math
+import numbers
+import sys
+import types
+import typing
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from workbench.core.errors import WorkbenchError
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Domain:
+    """The values an option accepts: a test, and how the error says what was expected.
+    ``minimum`` is the smallest integer accepted and ``maximum`` the largest value, for the
+    app's number inputs."""
+
+    accepts: Callable[[Any], bool]
+    expected: str
+    minimum: int | None = None
+    maximum: float | None = None
+
+
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    """A finite number: an integer, or a real that is neither infinite nor NaN (not a bool)."""
+    if isinstance(value, bool):
+        return False
+    return _is_integer(value) or (isinstance(value, numbers.Real) and math.isfinite(value))
+
+
+def at_least(low: int) -> Domain:
+    """Integers of at least ``low``."""
+    return Domain(lambda v: _is_integer(v) and v >= low, f"an integer ≥ {low}", low)
+
+
+def between(low: int, high: int) -> Domain:
+    """Integers from ``low`` to ``high``."""
+    expected = f"an integer in {low}..{high}"
+    return Domain(lambda v: _is_integer(v) and low <= v <= high, expected, low, high)
+
+
+def number_in(low: float, high: float) -> Domain:
+    """Finite numbers above ``low``, up to ``high``."""
+    expected = f"a number in ({low:g}, {high:g}]"
+    return Domain(lambda v: _is_number(v) and low < v <= high, expected, maximum=high)
+
+
+def _is_colormap(name: Any) -> bool:
+    from matplotlib import colormaps  # imported only to check a name that was given
+
+    return isinstance(name, str) and name in colormaps
+
+
+positive = at_least(1)
+non_negative_int = at_least(0)
+seed_range = between(0, 2**32 - 1)
+positive_number = Domain(lambda v: _is_number(v) and v > 0, "a finite number > 0")
+MAX_IG_STEPS = 1000  # integrated-gradients steps: the path's rows are listed per step
+ig_steps = between(1, MAX_IG_STEPS)
+non_negative_number = Domain(lambda v: _is_number(v) and v >= 0, "a finite number ≥ 0")
+unit_interval = Domain(lambda v: _is_number(v) and 0 <= v <= 1, "a number in [0, 1]")
+colormap = Domain(_is_colormap, "a matplotlib colormap name, such as viridis or PuOr_r")
+MAX_DPI = 1200  # the largest --dpi (its help says why)
+dpi_range = number_in(0, MAX_DPI)
+MAX_TEMPERATURE = 1000.0  # the largest --temperature (its help says why)
+temperature_range = number_in(0, MAX_TEMPERATURE)
+
+
+def weight_pairs(text: str) -> dict[str, float]:
+    """``"ce=0.1,kd=0.9"`` → ``{"ce": 0.1, "kd": 0.9}``; a weight that is not a finite number
+    ≥ 0 (NaN, infinite, negative) is a one-line error. The names are not checked here:
+    :func:`kd.methods.objective.parse_weights` knows the terms."""
+    weights = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, _, value = (piece.strip() for piece in part.partition("="))
+        try:
+            weights[name] = float(value)
+        except ValueError:
+            raise WorkbenchError(f"weight of {name!r} must be a number, got {value!r}") from None
+        if not weights[name] >= 0 or not math.isfinite(weights[name]):
+            raise WorkbenchError(f"weight of {name!r} must be a finite number ≥ 0, got {value!r}")
+    return weights
+
+
+def _is_weights(text: Any) -> bool:
+    try:
+        weight_pairs(text)
+    except (WorkbenchError, AttributeError):
+        return False
+    return True
+
+
+# Lists that help texts name as ``{presets}``, ``{terms}``, ``{temperatures}``, ``{ablations}``,
+# never written out by hand: kd.methods.objective registers them from its registry, and
+# :func:`fill_help` fills them in when a help text is shown. Where the registry is not loaded (``kdw
+# --help`` loads no method, hence no torch), the text points to ``kdw methods``, which lists them.
+HELP_LISTS: dict[str, Callable[[], str]] = {}
+LISTED = ("presets", "terms", "temperatures", "ablations")
+
+
+def fill_help(text: str) -> str:
+    """``text`` with the registered lists (:data:`HELP_LISTS`) filled in."""
+    for name in LISTED:
+        values = HELP_LISTS.get(name)
+        text = text.replace("{" + name + "}", values() if values else "`kdw methods` lists them")
+    return text
+
+
+def option(default: Any, help: str, **extra: Any) -> Any:
+    """A dataclass field with its help text and, optionally, its ``choices`` or ``domain``
+    (a :class:`Domain`), for the CLI, the app and :func:`validate`, ``path`` for a file or
+    folder made absolute (:func:`resolve_paths`), or ``recorded_if_set=True`` for a setting
+    that records and identities (:func:`to_dict`) hold only when it differs from its default:
+    a setting added after runs were recorded, which those runs had at its default."""
+    return field(default=default, metadata={"help": help, **extra})
+
+
+def option_name(name: str) -> str:
+    """A field's name as the CLI spells it: ``--batch-size``."""
+    return "--" + name.replace("_", "-")
+
+
+def _outside(cls: type, f: dataclasses.Field, value: Any) -> str | None:
+    """What field ``f`` of ``cls`` expects, when ``value`` is outside its ``choices`` and
+    ``domain`` (None passes where the field is optional); None when it is inside."""
+    if value is None and _field_type(cls, f)[1]:
+        return None
+    choices, domain = f.metadata.get("choices"), f.metadata.get("domain")
+    if choices and value not in choices:
+        return "one of " + ", ".join("none" if c is None else str(c) for c in choices)
+    if domain and not domain.accepts(value):
+        return domain.expected
+    return None
+
+
+_TYPES = {  # a field's type: the test of a value read from a file, and its name in messages
+    str: (lambda v: isinstance(v, str), "a string"),
+    int: (_is_integer, "an integer"),
+    float: (_is_number, "a number"),
+    bool: (lambda v: isinstance(v, bool), "true or false"),
+    tuple: (
+        lambda v: isinstance(v, list | tuple) and all(isinstance(i, str) for i in v),
+        "a list of strings",
+    ),
+}
+
+
+def _mistyped(cls: type, f: dataclasses.Field, value: Any) -> str | None:
+    """The type field ``f`` of ``cls`` expects, when ``value`` (read from a file: JSON) is not
+    of it; None when it is."""
+    kind, optional = _field_type(cls, f)
+    if value is None and optional:
+        return None
+    accepts, name = _TYPES.get(kind, (lambda v: True, ""))
+    if accepts(value):
+        return None
+    domain = f.metadata.get("domain")
+    described = f"{name} of {domain.expected}" if kind is str and domain else name
+    return described + (" or null" if optional else "")
+
+
+def validate(config: Any) -> None:
+    """Check every field of the config dataclass ``config`` against its ``choices`` and
+    ``domain`` (None passes where the field is optional); the first value outside is a
+    one-line error naming the option."""
+    cls = type(config)
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        expected = _outside(cls, f, value)
+        if expected:
+            raise WorkbenchError(
+                f"{option_name(f.name)}: {value!r} is not allowed (expected {expected})"
+            )
+
+
+def _task_names() -> list[str]:
+    from workbench.core.data import task_names  # imported when called: data builds on this module
+
+    return task_names()
+
+
+def _model_names() -> list[str]:
+    from workbench.core.models import BUILTIN_MODELS  # imported when called, as above
+
+    return list(BUILTIN_MODELS)
+
+
+def resolve_paths(config: Any, bases: Sequence[Path] = ()) -> None:
+    """Make the path fields of ``config`` absolute: a field declared with ``path`` (a function
+    giving the registered names that win over a path, such as task names) whose value names an
+    existing file or folder, and none of those names, gets the absolute path, so that a run's
+    record (its teacher run, its data) opens from any working directory. A relative path that
+    does not exist from here is looked up under each of ``bases`` in turn (a run recorded
+    before its paths were absolute: under the folders that hold it)."""
+    for f in dataclasses.fields(config):
+        names, value = f.metadata.get("path"), getattr(config, f.name)
+        if names is None or not isinstance(value, str) or not value:
+            continue
+        path = Path(value).expanduser()
+        places = [path] if path.is_absolute() else [path, *(base / path for base in bases)]
+        found = next((place for place in places if place.exists()), None)
+        if found is not None and value not in names():
+            setattr(config, f.name, str(found.resolve()))
+
+
+class Checked:
+    """Base of the config dataclasses: every instance is validated when it is built, its paths
+    made absolute (:func:`resolve_paths`)."""
+
+    def __post_init__(self) -> None:
+        validate(self)
+        resolve_paths(self)
+
+
+def parse_label_map(text: str) -> dict[str, str]:
+    """``positive=POS,negative=NEG`` as ``{task class: model label}``; a malformed one is a
+    one-line error."""
+    pairs = [part.partition("=") for part in text.split(",")] if text.strip() else []
+    mapping = {task.strip(): label.strip() for task, _, label in pairs}
+    if any(not sep or not task.strip() or not label.strip() for task, sep, label in pairs):
+        raise WorkbenchError(
+            f"--label-map {text!r}: write TASK_CLASS=MODEL_LABEL pairs separated by commas, "
+            "e.g. positive=POS,negative=NEG"
+        )
+    if len(mapping) != len(pairs) or len(set(mapping.values())) != len(mapping):
+        raise WorkbenchError(f"--label-map {text!r}: each class and each label once")
+    return mapping
+
+
+def _is_label_map(text: Any) -> bool:
+    try:
+        parse_label_map(text)
+    except (WorkbenchError, AttributeError):
+        return False
+    return True
+
+
+def label_map_option(model: str) -> Any:
+    """The ``--label-map`` setting of a config that loads ``model`` (a field recorded only
+    when set: runs made before it had none)."""
+    return option(
+        "",
+        f"how the task's classes are named by the {model} where the names differ: "
+        "TASK_CLASS=MODEL_LABEL pairs, e.g. positive=POS,negative=NEG (default: matched by "
+        "name, case-insensitively; generic LABEL_n names by position)",
+        domain=Domain(_is_label_map, "TASK_CLASS=MODEL_LABEL pairs, e.g. positive=POS"),
+        recorded_if_set=True,
+    )
+
+
+@dataclass
+class DataConfig(Checked):
+    """Which task and how its text is tokenised."""
+
+    task: str = option(
+        "tweets",
+        "task name: tweets, bbc-news (bundled offline), a GLUE task (cola, sst2, mrpc, qqp, stsb, "
+        "mnli, qnli, rte), a local file/directory (CSV, TSV, JSONL, parquet, or a data set saved "
+        "by datasets' save_to_disk), or a hub data set (owner/name or name)",
+        path=_task_names,
+    )
+    task_config: str | None = option(
+        None,
+        "configuration of a hub data set, as datasets.load_dataset(task, task_config) takes it",
+        recorded_if_set=True,
+    )
+    text_column: str = option(
+        "text", "column of the texts, in local files and hub data sets", recorded_if_set=True
+    )
+    text_pair_column: str | None = option(
+        None,
+        "column of the second texts of pairs, in local files and hub data sets (default: "
+        "text_pair where there is one)",
+        recorded_if_set=True,
+    )
+    label_column: str = option(
+        "label", "column of the labels, in local files and hub data sets", recorded_if_set=True
+    )
+    max_length: int = option(
+        128, "maximum tokens per example, [CLS]/[SEP] included", domain=at_least(4)
+    )
+    max_train_examples: int | None = option(
+        None, "use a stratified subsample of this many training examples", domain=positive
+    )
+    max_eval_examples: int | None = option(
+        None, "use a stratified subsample of this many dev/test examples", domain=positive
+    )
+    split_seed: int = option(
+        13, "seed of the deterministic train/dev/test split and subsamples", domain=seed_range
+    )
+    dedupe: bool = option(
+        False,
+        "drop from dev and test (never from train) the examples whose text (and second text) "
+        "also occurs in train, compared with whitespace collapsed and case kept, before their "
+        "subsample: scores on repeated texts are inflated. Without it, such repeats are "
+        "counted and reported at load time",
+        recorded_if_set=True,
+    )
+    glue_dir: str | None = option(
+        None,
+        "local GLUE data: the hub's parquet files (<dir>/<task>/<split>-*.parquet) or the "
+        "original distribution's TSV files (<dir>/SST-2/train.tsv, dev.tsv); "
+        "default: download nyu-mll/glue from the hub",
+        path=tuple,
+    )
+
+
+@dataclass
+class TeacherConfig(Checked):
+    """The model fine-tuned as a teacher."""
+
+    model: str = option(
+        "minilm-l6",
+        "built-in offline model (minilm-l6), a hub id such as bert-base-uncased, or a local "
+        "directory with config.json and weights; a sequence classifier keeps its head, its "
+        "classes matched to the task's by name",
+        path=_model_names,
+    )
+    label_map: str = label_map_option("--model")
+
+
+@dataclass
+class StudentConfig(Checked):
+    """How the student is built."""
+
+    teacher: str = option(
+        "",
+        "the fine-tuned teacher: a run folder (from train-teacher), a Hugging Face sequence "
+        "classifier's folder (config, weights, tokenizer), a built-in name or a hub id",
+        path=_model_names,
+    )
+    label_map: str = label_map_option("teacher")
+    allow_unfinished: bool = option(
+        False,
+        "distil from a teacher run that has not finished training (stopped, killed, diverged "
+        "or still training): its best dev model so far, which the run saves at each dev "
+        "improvement (default: such a teacher is refused)",
+        recorded_if_set=True,
+    )
+    init: str = option(
+        "cut",
+        "cut: teacher embeddings + a subset of its layers; pretrained: another checkpoint "
+        "(--pretrained); random: a fresh, possibly narrower, config",
+        choices=("cut", "pretrained", "random"),
+    )
+    num_layers: int = option(3, "number of student layers (cut and random)", domain=positive)
+    layers: str = option(
+        "skip",
+        "which teacher layers a cut student keeps: first, skip, last, or an explicit list "
+        "of 0-based indices such as 1,3,5",
+    )
+    freeze_embeddings: bool = option(False, "freeze the student's embeddings")
+    pretrained: str | None = option(
+        None, "checkpoint for --init pretrained (hub id or directory)", path=_model_names
+    )
+    hidden_size: int | None = option(
+        None, "hidden size for --init random (default: teacher's)", domain=positive
+    )
+    num_heads: int | None = option(
+        None, "attention heads for --init random (default: teacher's)", domain=positive
+    )
+
+
+@dataclass
+class ObjectiveConfig(Checked):
+    """The distillation objective: a preset or explicit weights over loss terms."""
+
+    preset: str = option(
+        "kd",
+        "method preset ({presets})",
+    )
+    weights: str = option(
+        "",
+        "explicit term weights replacing the preset's, e.g. ce=0.1,kd=0.9,attr=10,wr=1; terms: "
+        "{terms}",
+        domain=Domain(_is_weights, "TERM=WEIGHT pairs, each weight a finite number ≥ 0"),
+    )
+    parity: str = option(
+        "paper",
+        "paper: the equations of the papers; official: the authors' released code's choices",
+        choices=("paper", "official"),
+    )
+    temperature: float | None = option(
+        None,
+        "softmax temperature τ of the KD term (default: the preset's τ; {temperatures}), at "
+        f"most {MAX_TEMPERATURE:g}: the term is scaled by τ², and far above, the logits over τ "
+        "fall to float32 rounding (τ² overflows it from 2e19); the papers use 1 to 20",
+        domain=temperature_range,
+    )
+    kd_form: str | None = option(
+        None,
+        "KD term form: kl (τ²·KL, batch mean), soft-ce (AD-KD/CKD code, no τ²), kl-mean "
+        "(GKD/PKD code: KLDivLoss mean × τ²); default from --parity",
+        choices=(None, "kl", "soft-ce", "kl-mean"),
+    )
+    pkd_mapping: str = option(
+        "skip",
+        "Patient KD layer mapping for custom weights (presets pkd-skip/pkd-last set it)",
+        choices=("skip", "last"),
+    )
+    ckd_window: int = option(
+        10, "CKD angle window half-width δ (tokens each side)", domain=positive
+    )
+    attr_steps: int = option(1, "AD-KD integrated-gradients steps m", domain=ig_steps)
+    attr_top_k: int | None = option(
+        None,
+        "AD-KD teacher map: keep the K largest |IG| dimensions per token (default: all)",
+        domain=positive,
+    )
+    attr_baseline: str | None = option(
+        None,
+        "AD-KD IG baseline: pad, pad-keep-special or zero (default: pad; official: zero)",
+        choices=(None, "pad", "pad-keep-special", "zero"),
+    )
+    attr_views: str | None = option(
+        None,
+        "AD-KD views (default: all; official parity: gold for 2 classes): all "
+        "(multi-view), pred (teacher's prediction), gold, a class index, "
+        "or sample (one class per example and step, drawn uniformly, its squared distance "
+        "weighted by the number of classes: an unbiased estimate of the multi-view squared "
+        "loss at the cost of one view; beyond the paper)",
+    )
+    attr_reduction: str | None = option(
+        None,
+        "AD-KD attribution distance: paper (Eq. 9, ‖Ã_t − Ã_s‖₂ per example), squared "
+        "(its square), official (the authors' MSE(sum)/#real tokens, which the papers' β "
+        "values belong to); default: the preset's (adkd: official)",
+        choices=(None, "paper", "squared", "official"),
+    )
+    attr_layer: str = option(
+        "input",
+        "AD-KD attribution layer: input, first, penultimate, or uniform:M (M mapped "
+        "layers from the input)",
+    )
+    dropout: bool = option(
+        False, "keep the student's dropout on under gradient KD (GKD's 'w/ Dropout' ablation)"
+    )
+    gradient_regime: bool | None = option(
+        None,
+        "GKD's student set-up: the teacher's embeddings, frozen, and dropout off (unless "
+        "--dropout); default: on when a gradient term (grad, cls_grad) is weighted. Pinned on "
+        "by a control of GKD, whose gradient terms are at weight 0",
+        recorded_if_set=True,
+    )
+
+
+def parse_batch_sizes(text: str) -> tuple[int, ...]:
+    """``"1,32"`` → ``(1, 32)``: distinct integers ≥ 1, ascending; anything else is an error."""
+    try:
+        sizes = tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
+    except ValueError:
+        sizes = ()
+    if not sizes or sizes[0] < 1:
+        raise WorkbenchError(
+            f"--batch-sizes {text!r}: expected comma-separated integers ≥ 1, such as 1,32"
+        )
+    return sizes
+
+
+def _is_batch_sizes(text: object) -> bool:
+    try:
+        return isinstance(text, str) and bool(parse_batch_sizes(text))
+    except WorkbenchError:
+        return False
+
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+def parse_precisions(text: str, device_type: str) -> tuple[str, ...]:
+    """``"fp32,bf16"`` → ``("fp32", "bf16")`` in :data:`PRECISIONS`' order; ``"auto"`` is fp32
+    on the CPU and fp32 and bf16 on CUDA; anything else is an error."""
+    if text == "auto":
+        return ("fp32", "bf16") if device_type == "cuda" else ("fp32",)
+    named = {part.strip() for part in text.split(",") if part.strip()}
+    if not named or not named <= set(PRECISIONS):
+        raise WorkbenchError(
+            f"--precisions {text!r}: expected auto or comma-separated {', '.join(PRECISIONS)}"
+        )
+    return tuple(p for p in PRECISIONS if p in named)
+
+
+def _is_precisions(text: object) -> bool:
+    try:
+        return isinstance(text, str) and bool(parse_precisions(text, "cpu"))
+    except WorkbenchError:
+        return False
+
+
+@dataclass
+class BenchmarkSettings(Checked):
+    """What is timed and how: the texts, the batch sizes, warm-up, repeats, threads, device and
+    weight precisions."""
+
+    split: str = option("test", "split whose texts are timed and scored")
+    examples: int = option(
+        0,
+        "time and score a stratified sample of about this many texts of the split (0: all)",
+        domain=non_negative_int,
+    )
+    batch_sizes: str = option(
+        "1,32",
+        "comma-separated batch sizes: latency per text is timed at 1, throughput "
+        "(examples/s) at every larger one",
+        domain=Domain(_is_batch_sizes, "comma-separated integers ≥ 1, such as 1,32"),
+    )
+    warmup: int = option(1, "untimed rounds over every model first", domain=non_negative_int)
+    repeats: int = option(
+        5, "timed rounds, each running every model in turn (round-robin)", domain=positive
+    )
+    threads: int = option(
+        0,
+        "CPU threads of torch and of ONNX Runtime's operators (0: torch's default), at most 1024",
+        domain=between(0, 1024),
+    )
+    device: str = option("cpu", "cpu, cuda or cuda:N (ONNX graphs run on the CPU only)")
+    precisions: str = option(
+        "auto",
+        "comma-separated weight precisions each PyTorch model is timed in, of fp32, bf16, fp16 "
+        "(auto: fp32 on the CPU, fp32 and bf16 on CUDA); ONNX graphs keep their own",
+        domain=Domain(_is_precisions, "auto or comma-separated fp32, bf16, fp16"),
+    )
+
+
+@dataclass
+class OptimConfig(Checked):
+    """Optimisation, evaluation and checkpointing."""
+
+    epochs: float = option(
+        3.0, "training epochs (fractions allowed), at most 1000", domain=number_in(0, 1000)
+    )
+    batch_size: int = option(
+        32,
+        "training batch size: the global batch of a step, over all processes and "
+        "accumulation steps",
+        domain=positive,
+    )
+    accumulation_steps: int = option(
+        1,
+        "split each batch into N micro-batches run one after another, their gradients summed "
+        "into the batch's (the same step with less memory; N must divide the batch per process)",
+        domain=positive,
+    )
+    precision: str = option(
+        "fp32",
+        "fp32; bf16 (autocast on CUDA, or on CPU); fp16 (CUDA only: autocast with a gradient "
+        "scaler). Evaluation and the teacher cache stay in float32",
+        choices=PRECISIONS,
+        recorded_if_set=True,
+    )
+    eval_batch_size: int = option(64, "evaluation batch size", domain=positive)
+    learning_rate: float = option(
+        5e-5,
+        "peak AdamW learning rate (fine-tuning uses about 1e-5 to 1e-4; a training that "
+        "diverges stops with an error naming the step and the term)",
+        domain=positive_number,
+    )
+    weight_decay: float = option(
+        0.01,
+        "AdamW weight decay (not applied to biases and LayerNorm), in [0, 1]: each step scales "
+        "the weights by 1 − learning rate × decay",
+        domain=unit_interval,
+    )
+    warmup_ratio: float = option(
+        0.1, "share of steps with linear warm-up, then linear decay", domain=unit_interval
+    )
+    max_grad_norm: float = option(
+        1.0, "gradient clipping norm (0 disables)", domain=non_negative_number
+    )
+    eval_every: int = option(
+        0, "evaluate on dev every N steps (0: at the end of each epoch)", domain=non_negative_int
+    )
+    checkpoint_every: int = option(50, "save a resumable checkpoint every N steps", domain=positive)
+    log_every: int = option(
+        20,
+        "every N steps (and at the first and last), log each loss term's weighted value and "
+        "its share of the gradient norm to metrics.jsonl (0: never; costs one extra backward "
+        "pass per term at those steps, and changes no weight)",
+        domain=non_negative_int,
+    )
+    seed: int = option(42, "seed of initialisation, data order and dropout", domain=seed_range)
+    threads: int = option(
+        0, "torch CPU threads (0: torch's default), at most 1024", domain=between(0, 1024)
+    )
+    device: str = option("auto", "cpu, cuda, cuda:N, or auto (cuda when available)")
+
+
+@dataclass
+class TuneConfig(Checked):
+    """The search: how many trials, over which space, scored by which dev metric."""
+
+    trials: int = option(
+        20, "trials in the study in all (a resumed study runs the rest)", domain=positive
+    )
+    space: tuple[str, ...] = option(
+        (),
+        "override one parameter's search space: NAME=v1,v2,... (choices) or NAME=LOW:HIGH "
+        "(uniform; LOW:HIGH:log for a log scale); repeat for several. Parameters: alpha, beta, "
+        "gamma, tau, wr, ltr, lr, top_k (those the method has)",
+    )
+    metric: str | None = option(None, "dev metric to maximise (default: the task's main one)")
+    prune: bool = option(True, "stop trials whose dev curve falls below the running median")
+    reports_per_epoch: int = option(
+        4,
+        "dev evaluations per epoch reported to the pruner (used when --eval-every is 0)",
+        domain=positive,
+    )
+    storage: str | None = option(
+        None,
+        "database of the study, an SQLAlchemy URL (postgresql+psycopg2://user:password@host/db, "
+        "mysql+pymysql://..., sqlite:///file.db): several kdw tune workers, on one machine or "
+        "several, given the same --storage and --study-name share one study (default: "
+        "<out>/study.db, one worker)",
+        recorded_if_set=True,
+    )
+    study_name: str = option(
+        "kdw-tune",
+        "name of the study in --storage",
+        domain=Domain(lambda v: isinstance(v, str) and v.strip() == v != "", "a name"),
+        recorded_if_set=True,
+    )
+
+
+TRACKERS = ("tensorboard", "mlflow")  # what --report-to offers (kd.training.tracking)
+
+
+def parse_trackers(items: str | Sequence[str]) -> tuple[str, ...]:
+    """``"tensorboard,mlflow"`` (or the repeated option's items, each a comma list) →
+    ``("tensorboard", "mlflow")``, each once, in the order given; ``none`` names no tracker.
+    A tracker that is not offered is a one-line error saying which are."""
+    names = [
+        name.strip().lower()
+        for item in ([items] if isinstance(items, str) else items)
+        for name in str(item).split(",")
+        if name.strip()
+    ]
+    unknown = [name for name in names if name not in (*TRACKERS, "none")]
+    if unknown:
+        raise WorkbenchError(
+            f"--report-to {unknown[0]}: not offered; use {', '.join(TRACKERS)} (comma-separated) "
+            "or none"
+        )
+    return tuple(dict.fromkeys(name for name in names if name != "none"))
+
+
+@dataclass
+class TrackingConfig(Checked):
+    """Experiment trackers that follow a training beside its run folder."""
+
+    report_to: tuple[str, ...] = option(
+        (),
+        "send the training's curves (every metrics.jsonl scalar at its step), its settings "
+        "and its test results to experiment trackers: a comma list of "
+        f"{', '.join(TRACKERS)} (default: none). TensorBoard writes RUN/tensorboard/; MLflow "
+        "writes to --mlflow-uri",
+    )
+    mlflow_uri: str | None = option(
+        None,
+        "MLflow tracking URI: a server (http://HOST:PORT) or a database such as "
+        "sqlite:///PATH/mlflow.db (default: a local store, mlruns/mlflow.db beside the run "
+        "folder: in the folder that holds it, or in kdw tune's --out)",
+    )
+
+    def __post_init__(self) -> None:
+        self.report_to = parse_trackers(self.report_to)
+        if self.mlflow_uri and "mlflow" not in self.report_to:
+            raise WorkbenchError(
+                f"--mlflow-uri {self.mlflow_uri} is where MLflow runs go: add mlflow to "
+                "--report-to, or leave --mlflow-uri out"
+            )
+        super().__post_init__()
+
+
+@functools.cache
+def _type_hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _field_type(cls: type, f: dataclasses.Field) -> tuple[Any, bool]:
+    """The concrete type of a field and whether it is optional (``tuple[str, ...]`` fields are
+    ``tuple``: a repeatable option)."""
+    hint = _type_hints(cls)[f.name]
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args:
+        return next(a for a in args if a is not type(None)), True
+    return typing.get_origin(hint) or hint, False
+
+
+def _parse_optional(kind: Any) -> Any:
+    def parse(text: str) -> Any:
+        return None if text.lower() in ("none", "") else kind(text)
+
+    parse.__name__ = kind.__name__  # argparse names it in a refusal: "invalid int value: 'abc'"
+    return parse
+
+
+def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
+    """Add one ``--option`` per field of the dataclass ``cls`` to ``parser``."""
+    group = parser.add_argument_group(cls.__name__, (cls.__doc__ or "").strip().splitlines()[0])
+    for f in dataclasses.fields(cls):
+        kind, optional = _field_type(cls, f)
+        name = option_name(f.name)
+        default = f.default
+        help_text = f.metadata.get("help", "")
+        if "default" not in help_text:
+            help_text += f" (default: {default})"
+        if kind is bool:
+            group.add_argument(
+                name,
+                action=argparse.BooleanOptionalAction,
+                default=default,
+                help=help_text,
+                dest=f.name,
+            )
+            continue
+        if kind is tuple:
+            group.add_argument(
+                name,
+                action="append",
+                default=None,
+                help=help_text,
+                dest=f.name,
+                metavar=f.name.upper(),
+            )
+            continue
+        choices = f.metadata.get("choices")
+        parsing = {
+            "type": _parse_optional(kind) if optional else kind,
+            "choices": [c for c in choices if c is not None] + ([None] if None in choices else [])
+            if choices
+            else None,
+            "dest": f.name,
+            "metavar": f.name.upper(),
+        }
+        group.add_argument(name, default=default, help=help_text, **parsing)
+        for old in (old for old, new in RENAMED.items() if new == f.name):
+            group.add_argument(
+                option_name(old), action=_Deprecated, help=argparse.SUPPRESS, **parsing
+            )
+
+
+class _Deprecated(argparse.Action):
+    """An option under its former name (:data:`RENAMED`): stored under the new one, with a note
+    on standard error."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        print(
+            f"{parser.prog}: note: {option_string} is deprecated: use {option_name(self.dest)}",
+            file=sys.stderr,
+        )
+        setattr(namespace, self.dest, values)
+
+
+def from_arguments(cls: type[T], namespace: argparse.Namespace) -> T:
+    """Build ``cls`` from the options :func:`add_arguments` added."""
+    values = {}
+    for f in dataclasses.fields(cls):
+        value = getattr(namespace, f.name)
+        if _field_type(cls, f)[0] is tuple:
+            value = f.default if value is None else tuple(value)
+        values[f.name] = value
+    return cls(**values)
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    """A JSON-ready dict of a config dataclass; a ``recorded_if_set`` field at its default is
+    left out (:func:`from_dict` restores it), so that adding a setting changes no record."""
+    values = dataclasses.asdict(config)
+    for f in dataclasses.fields(config):
+        if f.metadata.get("recorded_if_set") and values[f.name] == f.default:
+            del values[f.name]
+    return values
+
+
+def config_key(config: Any) -> str:
+    """A config dataclass as canonical JSON: a hashable cache key that
+    ``from_dict(cls, json.loads(key))`` turns back into the config."""
+    return json.dumps(to_dict(config), sort_keys=True)
+
+
+# settings renamed since records were first written, former name → name: a record (run.json, a
+# --config file, a suite's results.json) read today has them under their new names
+# (:func:`upgrade`), and the CLI still takes the former spelling, with a note
+RENAMED = {"kd_loss": "kd_form", "teacher_run": "teacher"}
+
+
+def upgrade(values: dict[str, Any]) -> dict[str, Any]:
+    """A config section as recorded, with its settings under their current names
+    (:data:`RENAMED`); a section holding a setting under both names is an error."""
+    both = [old for old in RENAMED if old in values and RENAMED[old] in values]
+    if both:
+        raise WorkbenchError(
+            f"settings {both[0]!r} and {RENAMED[both[0]]!r} are one setting: keep "
+            f"{RENAMED[both[0]]!r}"
+        )
+    return {RENAMED.get(name, name): value for name, value in values.items()}
+
+
+def check_values(cls: type, values: Any) -> dict[str, Any]:
+    """The settings ``values`` read from a file (a run's record, a ``--config`` file) for the
+    config dataclass ``cls``, under their current names (:func:`upgrade`), checked without
+    building the config: an object, of known settings, each of its field's type (JSON's: a
+    list for a tuple, an integer for a float) and inside its choices and domain; the first
+    problem is a one-line error naming the option."""
+    if not isinstance(values, dict):
+        raise WorkbenchError(f"the {cls.__name__} settings are not an object")
+    values = upgrade(values)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = set(values) - set(fields)
+    if unknown:
+        raise WorkbenchError(
+            f"unknown {cls.__name__} settings {sorted(unknown)}; known: {sorted(fields)}"
+        )
+    for name, value in values.items():
+        expected = _mistyped(cls, fields[name], value) or _outside(cls, fields[name], value)
+        if expected:
+            raise WorkbenchError(
+                f"{option_name(name)}: {value!r} is not allowed (expected {expected})"
+            )
+    return values
+
+
+def from_dict(cls: type[T], values: dict[str, Any]) -> T:
+    """Rebuild ``cls`` from :func:`to_dict`'s output, settings recorded under a former name
+    read under the current one (:func:`upgrade`); unknown keys and values of another type
+    are an error (:func:`check_values`)."""
+    values = check_values(cls, values)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    return cls(
+        **{  # JSON's list for a tuple
+            name: tuple(value) if _field_type(cls, fields[name])[0] is tuple else value
+            for name, value in values.items()
+        }
+    )
+
+
+BASELINES = ("pad", "pad-keep-special", "zero")
+VIEWS = ("all", "pred", "gold")
+Views = str | int | list[int]
+
+
+def parse_views(text: str | int) -> Views:
+    """Views as written by a user (``"all"``, ``"pred"``, ``"gold"``, ``"2"``, ``"0,2"``) as
+    :func:`~workbench.analysis.attribution.attribution_maps` takes them (a name, or class
+    indices)."""
+    if text in VIEWS:
+        return text
+    parts = [part.strip() for part in str(text).split(",")]
+    if not all(part.isdigit() for part in parts):
+        raise WorkbenchError(
+            f"unknown views {text!r}: use {', '.join(VIEWS)} or class indices like 0,2"
+        )
+    return [int(part) for part in parts]
+
+
+def check_steps(steps: int) -> None:
+    if not ig_steps.accepts(steps):
+        raise WorkbenchError(f"steps: {steps!r} is not allowed (expected {ig_steps.expected})")
+
+
+def check_baseline(baseline: str) -> None:
+    if baseline not in BASELINES:
+        raise WorkbenchError(f"unknown baseline {baseline!r}: use one of {', '.join(BASELINES)}")
+
+
+METHODS = ("ig", "grad")
+
+
+@dataclass
+class MapSettings(Checked):
+    """How one attribution map is computed: method, IG path and baseline, top-K dimensions."""
+
+    method: str = option(
+        "ig",
+        "ig: Integrated Gradients maps (per token ‖TopK(|IG|)‖₂, unit norm per view); "
+        "grad: Grad saliency (gradient × input summed over dimensions, signed)",
+        choices=METHODS,
+    )
+    steps: int = option(
+        1, "IG interpolation steps m (right Riemann sum); 1 = (E − E')⊙∇F(E)", domain=ig_steps
+    )
+    baseline: str = option(
+        "pad",
+        "IG baseline: pad (embedding output of an all-[PAD] sequence), pad-keep-special "
+        "([CLS]/[SEP] kept), zero (the AD-KD authors' code)",
+        choices=BASELINES,
+    )
+    top_k: int | None = option(
+        None,
+        "keep the K largest |IG| dimensions per token before the norm (None: all)",
+        domain=positive,
+    )
+
+
+AOPC_RULES = ("project", "ferret")  # see workbench.analysis.faithfulness
+EXPLAINED = ("teacher", "gold")
+
+
+@dataclass
+class FaithfulnessSettings(Checked):
+    """Which explainers ``kdw faithfulness`` compares, on which examples, under which AOPC
+    rules and removal."""
+
+    explainers: str = option(
+        "ig,grad,gxi,deeplift,occlusion,ablation",
+        "comma-separated registered explainers (docs/explainers.md)",
+    )
+    split: str = option("test", "split whose examples are explained")
+    examples: int = option(
+        100,
+        "a fixed stratified sample of about this many examples of the split",
+        domain=at_least(2),
+    )
+    rules: str = option(
+        "project",
+        "AOPC rules: project (k = ⌈q·n⌉, q = 0.1–0.5) or ferret (ferret-xai's: k = ⌊q·n⌋, "
+        "q = 0.1–1, positive scores only)",
+        choices=AOPC_RULES,
+    )
+    removal: str = option(
+        "delete",
+        "how AOPC and leave-one-out remove a token: delete (the text shortens) or pad "
+        "(replaced by [PAD], still attended)",
+        choices=("delete", "pad"),
+    )
+    batch_size: int = option(16, "examples explained at once", domain=positive)
+    resamples: int = option(
+        10_000, "bootstrap resamples of each student − teacher interval", domain=positive
+    )
+
+    def names(self) -> list[str]:
+        """The explainers, in the order given, each once."""
+        return list(dict.fromkeys(n.strip() for n in self.explainers.split(",") if n.strip()))
+
+
+@dataclass
+class DivergenceSettings(MapSettings):
+    """Where a student's explanations diverge from its teacher's, over a split: which
+    examples, which class's maps are compared per word, the AOPC rules and the tables' size."""
+
+    split: str = option("test", "split analysed", choices=("test", "dev", "train"))
+    examples: int = option(
+        300, "a fixed stratified sample of this many examples of the split", domain=at_least(2)
+    )
+    explained: str = option(
+        "teacher",
+        "class whose maps are compared word by word: teacher (the teacher's prediction, for "
+        "every model) or gold (the example's label)",
+        choices=EXPLAINED,
+    )
+    rules: str = option(
+        "project",
+        "AOPC rules: project (k = ⌈q·n⌉, q = 10–50 %) or ferret (ferret-xai's: k = ⌊q·n⌋, "
+        "q = 10–100 %, positive scores only, repeated rationales skipped)",
+        choices=AOPC_RULES,
+    )
+    min_count: int = option(
+        3, "a word enters the tables when it occurs at least this often", domain=positive
+    )
+    top: int = option(10, "rows of each over/under-attributed table", domain=positive)
+
+    def key(self) -> dict:
+        """The settings that change a model's cached outputs (maps, logits, AOPC)."""
+        return {name: getattr(self, name) for name in ("method", "steps", "baseline", "top_k")} | {
+            "rules": self.rules
+        }
+
+
+@dataclass
+class AttributionConfig(MapSettings):
+    """How tokens are attributed: the map's settings, the classes (views), the layer, and the
+    batching of the texts."""
+
+    views: str = option(
+        "all",
+        "classes attributed: all, pred, gold (needs labels), or class indices such as 0,2",
+    )
+    layer: int | None = option(
+        None,
+        "attribute w.r.t. this encoder layer's output (0-based; None: embedding output)",
+        domain=non_negative_int,
+    )
+    max_length: int = option(
+        128, "maximum tokens per text; longer texts are truncated (flagged)", domain=at_least(4)
+    )
+    batch_size: int = option(
+        16, "texts per batch (padded per batch to its longest text)", domain=positive
+    )
+    memory_mib: float = option(
+        1024.0,
+        "memory budget for one chunk of the step × example batch, in MiB (estimated)",
+        domain=positive_number,
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.parsed_views()
+
+    def parsed_views(self) -> Views:
+        """``views`` as :func:`~workbench.analysis.attribution.attribution_maps` takes it."""
+        return parse_views(self.views)
+
+    def key(self) -> dict:
+        """The settings that change the maps (the key of cached maps)."""
+        keep = ("method", "steps", "baseline", "top_k", "views", "layer")
+        if self.method == "grad":
+            keep = ("method", "views", "layer")
+        return {name: getattr(self, name) for name in keep}

@@ -1,0 +1,187 @@
+"""Tokenisation (truncation counted) and dynamic padding per batch."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from transformers import PreTrainedTokenizerBase
+
+from workbench.core.data.splits import Split
+from workbench.core.errors import WorkbenchError
+
+
+@dataclass
+class EncodedSplit(torch.utils.data.Dataset):
+    """A tokenised split: per example its token ids and label; padding happens per batch."""
+
+    input_ids: list[list[int]]
+    token_type_ids: list[list[int]]
+    labels: Tensor  # [N], long for classification, float for regression
+    truncated: int  # how many examples were cut at max_length
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    def __getitem__(self, index: int) -> dict:
+        return {
+            "input_ids": self.input_ids[index],
+            "token_type_ids": self.token_type_ids[index],
+            "label": self.labels[index],
+            "index": index,
+        }
+
+
+CHARS_PER_TOKEN = 16
+"""Characters of a text read per token the model can take, at first: three to four times what
+English, code or URLs need, so that a text of any size is tokenised only as far as the model
+reads it (a whole 200 MB text would take tens of GB in the tokenizer)."""
+MAX_CHARS_PER_TOKEN = 1024
+"""The most characters read per token: where the first :data:`CHARS_PER_TOKEN` per token hold
+fewer than ``max_length`` tokens (runs of whitespace, words of hundreds of characters, which
+WordPiece reads as one ``[UNK]``) the prefix grows eightfold at a time up to this bound, and a
+text that even then holds fewer is read that far and counted as truncated."""
+
+
+def _cut(text: str, chars: int) -> str:
+    """The first ``chars`` characters of ``text``, ended at its last whitespace among them
+    (when there is one in their second half), so that no word is cut in two."""
+    head = text[:chars]
+    space = max(head.rfind(" "), head.rfind("\n"), head.rfind("\t"))
+    return head[:space] if space >= chars // 2 else head
+
+
+def _enough(tokenizer: PreTrainedTokenizerBase, text: str, max_length: int) -> bool:
+    ids = tokenizer(
+        text, add_special_tokens=False, truncation=True, max_length=max_length, verbose=False
+    )["input_ids"]
+    return len(ids) >= max_length
+
+
+def prefix(tokenizer: PreTrainedTokenizerBase, text: str, max_length: int) -> tuple[str, bool]:
+    """The part of ``text`` that a model reading ``max_length`` tokens can see, and whether
+    anything was cut: the whole text when it is short, else a prefix (ended at a whitespace) of
+    at least ``max_length`` tokens, read ``max_length`` × :data:`CHARS_PER_TOKEN` characters at
+    first and at most ``max_length`` × :data:`MAX_CHARS_PER_TOKEN`. Tokenising the prefix with
+    ``truncation=True`` gives the same ids as tokenising the whole text, at a cost bounded by
+    ``max_length``, whatever the text's size."""
+    chars = max(max_length, 1) * CHARS_PER_TOKEN
+    while len(text) > chars:
+        head = _cut(text, chars)
+        if chars >= max_length * MAX_CHARS_PER_TOKEN or _enough(tokenizer, head, max_length):
+            return head, True
+        chars *= 8
+    return text, False
+
+
+def prefixes(
+    tokenizer: PreTrainedTokenizerBase,
+    texts: Sequence[str],
+    pairs: Sequence[str] | None,
+    max_length: int,
+) -> tuple[tuple[list[str], ...], list[bool]]:
+    """The tokenizer's arguments (texts, and pairs where given) cut by :func:`prefix`, and per
+    example whether its text or pair was cut (it is then longer than ``max_length`` tokens)."""
+    cut_texts = [prefix(tokenizer, str(t), max_length) for t in texts]
+    cut_pairs = None if pairs is None else [prefix(tokenizer, str(p), max_length) for p in pairs]
+    args = tuple([text for text, _ in part] for part in (cut_texts, cut_pairs) if part is not None)
+    cut = [a[1] or (cut_pairs is not None and cut_pairs[i][1]) for i, a in enumerate(cut_texts)]
+    return args, cut
+
+
+COUNTED_CHARS = 1 << 20  # characters of a text whose tokens count_tokens counts
+COUNT_PIECE = 1 << 16  # characters tokenised at a time by count_tokens
+
+
+def count_tokens(
+    tokenizer: PreTrainedTokenizerBase, text: str, most: int = COUNTED_CHARS
+) -> tuple[int, bool]:
+    """The number of tokens of ``text`` (special tokens aside) in its first ``most`` characters,
+    tokenised :data:`COUNT_PIECE` characters at a time (pieces ended at a whitespace), so that
+    memory stays bounded; and whether the text goes on past them (then the count is a lower
+    bound)."""
+    count, start, end = 0, 0, min(len(text), most)
+    while start < end:
+        piece = text[start : min(start + COUNT_PIECE, end)]
+        if start + len(piece) < end:
+            piece = _cut(piece, COUNT_PIECE)
+        count += len(tokenizer(piece, add_special_tokens=False, verbose=False)["input_ids"])
+        start += len(piece)
+    return count, end < len(text)
+
+
+def encode(
+    split: Split, tokenizer: PreTrainedTokenizerBase, max_length: int, regression: bool = False
+) -> EncodedSplit:
+    """Tokenise a split, truncating to ``max_length`` and counting what was cut. Each text is
+    read only as far as the model can see it (:func:`prefix`): its memory and time are bounded
+    by ``max_length``, not by the text's size."""
+    if max_length < 4:
+        raise WorkbenchError(f"max_length {max_length} is too small (at least 4 tokens)")
+    args, cut = prefixes(tokenizer, split.texts, split.pairs, max_length)
+    encoded = tokenizer(*args, truncation=True, max_length=max_length, verbose=False)
+    ids = encoded["input_ids"]
+    # A text is cut when its prefix was, or when it fills max_length and one more token of
+    # room shows more (truncation keeps min(length, room) tokens, pairs included)
+    full = [i for i, row in enumerate(ids) if len(row) == max_length and not cut[i]]
+    if full:
+        more = tokenizer(
+            *([part[i] for i in full] for part in args),
+            truncation=True,
+            max_length=max_length + 1,
+            verbose=False,
+        )["input_ids"]
+        for i, row in zip(full, more, strict=True):
+            cut[i] = len(row) > max_length
+    types = encoded.get("token_type_ids")
+    dtype = torch.float32 if regression else torch.long
+    return EncodedSplit(
+        input_ids=ids,
+        token_type_ids=types if types else [[0] * len(i) for i in ids],
+        labels=torch.tensor(split.labels, dtype=dtype),
+        truncated=sum(cut),
+    )
+
+
+def pad_id(tokenizer: PreTrainedTokenizerBase) -> int:
+    """The id batches are padded with: the tokenizer's pad token, or 0 when it has none (padded
+    positions are masked out, so any id serves)."""
+    return 0 if tokenizer.pad_token_id is None else int(tokenizer.pad_token_id)
+
+
+def collate(examples: Sequence[dict], pad_token_id: int) -> dict[str, Tensor]:
+    """Pad a list of examples to the longest one: ``input_ids``, ``token_type_ids``,
+    ``attention_mask`` ``[B, L]``, ``labels`` ``[B]`` and ``index`` ``[B]`` (position in the
+    split, the key of teacher caches)."""
+    length = max(len(e["input_ids"]) for e in examples)
+    ids = torch.full((len(examples), length), pad_token_id, dtype=torch.long)
+    types = torch.zeros((len(examples), length), dtype=torch.long)
+    mask = torch.zeros((len(examples), length), dtype=torch.long)
+    for row, example in enumerate(examples):
+        n = len(example["input_ids"])
+        ids[row, :n] = torch.tensor(example["input_ids"])
+        types[row, :n] = torch.tensor(example["token_type_ids"])
+        mask[row, :n] = 1
+    return {
+        "input_ids": ids,
+        "token_type_ids": types,
+        "attention_mask": mask,
+        "labels": torch.stack([torch.as_tensor(e["label"]) for e in examples]),
+        "index": torch.tensor([e["index"] for e in examples]),
+    }
+
+
+def to_device(batch: dict[str, Tensor], device: torch.device | str) -> dict[str, Tensor]:
+    """The batch's tensors on ``device``."""
+    return {name: value.to(device) for name, value in batch.items()}
+
+
+def batches(
+    dataset: EncodedSplit, indices: Sequence[int], batch_size: int, pad_token_id: int
+) -> Iterator[dict[str, Tensor]]:
+    """Padded batches of ``dataset`` in the order of ``indices``."""
+    for start in range(0, len(indices), batch_size):
+        chunk = indices[start : start + batch_size]
+        yield collate([dataset[int(i)] for i in chunk], pad_token_id)

@@ -1,0 +1,340 @@
+"""Files we write we can read back: atomic writes under unique temporary names, JSON Lines that
+survive any text and a kill, exclusive locks that name their holder, and names of files that
+must exist.
+
+A JSON Lines file here is split at ``"\\n"`` only, never with :meth:`str.splitlines` (which
+also splits at U+0085, U+2028, U+2029 and other characters that JSON leaves raw inside strings).
+:func:`json_line` escapes those characters and lone surrogates anyway, so that any reader, and
+UTF-8, takes the line whole; every other character stays readable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from workbench.core.errors import WorkbenchError, first_line
+
+# what str.splitlines splits at and json.dumps(ensure_ascii=False) leaves raw, and lone
+# surrogates (from undecodable command-line bytes), which UTF-8 cannot encode
+_UNSAFE = re.compile("[\u0085\u2028\u2029\ud800-\udfff]")
+# endings that make a name a file: data tables and model weights
+FILE_SUFFIXES = (
+    ".csv",
+    ".tsv",
+    ".json",
+    ".jsonl",
+    ".parquet",
+    ".txt",
+    ".bin",
+    ".pt",
+    ".pth",
+    ".safetensors",
+    ".ckpt",
+    ".onnx",
+    ".h5",
+    ".msgpack",
+)
+
+
+def looks_like_path(name: str, *, hub_ids: bool = False) -> bool:
+    """Whether ``name`` reads as a file or folder rather than a registered name: it starts with
+    '.', '~' or '/', ends in a file extension, or holds a path separator — for ``hub_ids``, a
+    backslash, a second '/', or a first part that is a local folder (``org/model`` names a hub
+    repository, unless ``org`` is a folder here: ``models/nope``)."""
+    slashes = 2 if hub_ids else 1
+    return (
+        name.startswith((".", "~", "/"))
+        or name.count("/") >= slashes
+        or "\\" in name
+        or name.lower().endswith(FILE_SUFFIXES)
+        or (hub_ids and "/" in name and Path(name.split("/")[0]).is_dir())
+    )
+
+
+def existing_path(name: str) -> Path:
+    """``name`` (``~`` expanded) as a path that exists, else a one-line error."""
+    path = Path(name).expanduser()
+    if not path.exists():
+        raise WorkbenchError(f"no such file or folder: {name}")
+    return path
+
+
+def local_path(name: str, *, hub_ids: bool = False) -> Path | None:
+    """The file or folder ``name`` names, or None for a name that is not one (a task or model
+    name); a name that looks like a path (:func:`looks_like_path`) must exist, so that a typo
+    fails at once instead of being looked up elsewhere."""
+    if looks_like_path(name, hub_ids=hub_ids):
+        return existing_path(name)
+    path = Path(name)
+    return path if path.exists() else None
+
+
+def check_weights(folder: str | Path, remedy: str) -> None:
+    """Refuse a model folder whose ``*.safetensors`` files are damaged: each file's header is
+    read and must cover the file exactly (a truncated copy fails here in milliseconds, with a
+    one-line error naming the file and ending in ``remedy``, not inside ``from_pretrained``)."""
+    from safetensors import SafetensorError, safe_open
+
+    for path in sorted(Path(folder).glob("*.safetensors")):
+        try:
+            with safe_open(str(path), framework="pt"):
+                pass
+        except (SafetensorError, OSError) as error:
+            raise WorkbenchError(f"{path} is damaged ({first_line(error)}): {remedy}") from None
+
+
+def _not_regular(mode: int) -> str | None:
+    """What a file of ``mode`` is when it is not a regular file (None when it is one)."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    kinds = ((stat.S_ISFIFO, "a pipe"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
+def regular_file(path: str | Path, what: str) -> Path:
+    """``path`` (links followed) if it is a regular file, else a one-line error naming ``what``
+    (an option, a task's split), found without opening it: a pipe or a device would block the
+    reader forever or never end."""
+    path = Path(path)
+    try:
+        kind = _not_regular(path.stat().st_mode)
+    except OSError as error:
+        raise WorkbenchError(f"{what} {path}: cannot read it ({first_line(error)})") from None
+    if kind:
+        raise WorkbenchError(f"{what} {path} is {kind}: give a regular file")
+    return path
+
+
+def read_limited(path: str | Path, limit: int, what: str) -> bytes:
+    """The bytes of the regular file ``path`` if it holds at most ``limit`` bytes, else a
+    one-line error naming ``what``: a pipe or a device (:func:`regular_file`) is refused
+    without blocking (opened non-blocking, checked before any read), the size is checked before
+    anything is read, and no more than ``limit`` bytes are ever read."""
+    path = regular_file(path, what)
+    try:
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as error:
+        raise WorkbenchError(f"{what} {path}: cannot read it ({first_line(error)})") from None
+    with os.fdopen(descriptor, "rb") as stream:
+        status = os.fstat(descriptor)
+        kind = _not_regular(status.st_mode)  # replaced since it was checked
+        if kind:
+            raise WorkbenchError(f"{what} {path} is {kind}: give a regular file")
+        if status.st_size > limit:
+            raise WorkbenchError(
+                f"{what} {path} is {status.st_size:,} bytes: the limit is {limit:,} bytes"
+            )
+        data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise WorkbenchError(f"{what} {path} grew past the limit of {limit:,} bytes as it was read")
+    return data
+
+
+def read_json_file(path: str | Path, limit: int, what: str) -> Any:
+    """The JSON value in the file ``path`` (at most ``limit`` bytes, :func:`read_limited`);
+    a missing, unreadable, non-UTF-8 or non-JSON file is a one-line error naming ``what``."""
+    path = Path(path)
+    if not path.exists():
+        raise WorkbenchError(f"{what} {path}: no such file")
+    try:
+        return json.loads(read_limited(path, limit, what))
+    except json.JSONDecodeError as error:
+        raise WorkbenchError(f"{what} {path}: not JSON ({error})") from None
+    except UnicodeDecodeError:
+        raise WorkbenchError(f"{what} {path}: not a JSON text file (not UTF-8)") from None
+    except OSError as error:
+        raise WorkbenchError(f"{what} {path}: cannot be read ({first_line(error)})") from None
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_FILE_MODE = 0o666 & ~_umask()  # what open() would give a new file (read at import: one thread)
+
+
+TEMPORARY = ".*.tmp"  # the names of atomic writes' temporary files (``.<name>.<random>.tmp``)
+
+
+def _replaceable(path: Path) -> None:
+    """Refuse to rename a file over ``path`` unless it is new, a regular file or a symbolic
+    link (which the rename replaces, never its target): a device, a FIFO or a folder stays."""
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return
+    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        kind = "a folder" if stat.S_ISDIR(mode) else "not a regular file"
+        raise WorkbenchError(f"{path} is {kind}: it is not replaced; remove it or choose another")
+
+
+@contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """A uniquely named temporary path beside ``path`` for the block to write; renamed over
+    ``path`` when the block ends, removed when it fails. A reader sees the old file or the new
+    one, never half of one, and two writers never share a temporary file. Only a regular file
+    or a link is ever replaced (a device, FIFO or folder at ``path`` is a one-line error)."""
+    _replaceable(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(descriptor)
+    temporary = Path(name)
+    try:
+        os.chmod(temporary, _FILE_MODE)
+        yield temporary
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically (:func:`atomic_path`)."""
+    with atomic_path(path) as temporary:
+        temporary.write_text(text, encoding="utf-8")
+
+
+def check_output_file(path: str | Path, option: str) -> Path:
+    """A file a user names for a command's output (``--json``), checked before the work: a
+    folder, or anything but a regular file, a FIFO or a terminal/character device (followed
+    through links), is a one-line error naming ``option``."""
+    path = Path(path)
+    if path.exists():
+        mode = path.stat().st_mode
+        if stat.S_ISDIR(mode):
+            raise WorkbenchError(f"{option} {path} is a folder: name a file to write to")
+        if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)):
+            raise WorkbenchError(f"{option} {path} is not a regular file, a pipe or a device")
+    return path
+
+
+def write_output_file(path: str | Path, text: str, option: str) -> None:
+    """Write a command's output to the file a user named (:func:`check_output_file`): a pipe or
+    a device (``>(jq .)``, ``/dev/stdout``) is written to directly, a link's target is replaced
+    atomically (the link stays), anything else atomically as itself."""
+    path = check_output_file(path, option)
+    if path.exists() and not stat.S_ISREG(path.stat().st_mode):
+        with path.open("w", encoding="utf-8") as stream:
+            stream.write(text)
+        return
+    atomic_write_text(path.resolve() if path.is_symlink() else path, text)
+
+
+def remove_stale_temporaries(folder: Path) -> None:
+    """Remove what killed atomic writes left directly in ``folder``, whose lock this process
+    holds (no other writer of those files is under way): temporary files (:data:`TEMPORARY`)
+    and staging folders of :func:`~workbench.core.runs.replace_directory` (``.<name>.new``,
+    ``.<name>.old``)."""
+    for path in folder.glob(TEMPORARY):
+        if path.is_file() and not path.is_symlink():
+            path.unlink(missing_ok=True)
+    for pattern in (".*.new", ".*.old"):
+        for path in folder.glob(pattern):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+
+
+@contextmanager
+def hold(lock_path: Path, what: str) -> Iterator[None]:
+    """Hold the lock file ``lock_path`` exclusively while the block runs, this process's id
+    written in it. The lock is the kernel's (``flock``) and dies with its process, so the lock of
+    a killed process is taken over. While another process holds it: a one-line error saying
+    that ``what`` is in use by that process."""
+    from filelock import FileLock, Timeout
+
+    def write_pid(descriptor: int) -> None:
+        os.ftruncate(descriptor, 0)
+        os.pwrite(descriptor, f"{os.getpid()}\n".encode(), 0)
+
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(lock_path, blocking=False, on_acquired=write_pid)
+    try:
+        lock.acquire()
+    except Timeout:
+        holder = lock_path.read_text().strip() or "?"  # "?": it has not written its id yet
+        raise WorkbenchError(
+            f"{what} is in use by process {holder}: wait for it to end, or stop it and run "
+            "the command again"
+        ) from None
+    except OSError as error:  # a read-only folder, a file system without locks
+        raise WorkbenchError(f"cannot lock {what}: {first_line(error)}") from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def json_text(value: Any) -> str:
+    """``value`` as the indented, key-sorted JSON the workbench writes its files in."""
+    return json.dumps(value, indent=2, sort_keys=True, default=str) + "\n"
+
+
+def atomic_write_json(path: Path, value: Any) -> None:
+    atomic_write_text(path, json_text(value))
+
+
+def json_line(value: Any) -> str:
+    """``value`` as one line of JSON, newline included, whatever text it holds."""
+    text = json.dumps(value, ensure_ascii=False)
+    return _UNSAFE.sub(lambda match: f"\\u{ord(match.group()):04x}", text) + "\n"
+
+
+def append_json_line(path: Path, value: Any) -> None:
+    """Append ``value`` to the JSON Lines file ``path`` and flush it to disk. A last line that
+    a kill cut short (no newline) is ended first, so that it loses only itself."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+b") as handle:
+        size = handle.seek(0, os.SEEK_END)
+        if size:
+            handle.seek(size - 1)
+            if handle.read(1) != b"\n":
+                handle.write(b"\n")
+        handle.write(json_line(value).encode())
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def write_json_lines(path: Path, values: Iterable[Any]) -> None:
+    """Write a whole JSON Lines file atomically."""
+    atomic_write_text(path, "".join(json_line(value) for value in values))
+
+
+def parse_json_lines(text: str, source: str | None = None) -> list[tuple[int, Any]]:
+    """``(line number, value)`` of each non-blank line of JSON Lines ``text``. A line that is
+    not JSON is an error naming ``source`` and the line; without ``source`` it is skipped, as a
+    log's line cut by a kill."""
+    values = []
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            values.append((number, json.loads(line)))
+        except json.JSONDecodeError as error:
+            if source is not None:
+                raise WorkbenchError(f"{source}, line {number}: not JSON ({error.msg})") from None
+    return values
+
+
+def read_json_lines(path: Path, numbered: bool = False) -> list[Any]:
+    """The values of a JSON Lines log (none while it does not exist), skipping a line cut by a
+    kill, even one cut inside a character; ``numbered``: ``(line number, value)`` pairs."""
+    if not path.exists():
+        return []
+    try:
+        text = path.read_bytes().decode("utf-8", errors="replace")
+    except OSError as error:  # a folder, a file without read permission
+        raise WorkbenchError(f"{path} cannot be read ({first_line(error)})") from None
+    lines = parse_json_lines(text)
+    return lines if numbered else [value for _, value in lines]

