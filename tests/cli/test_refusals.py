@@ -1,6 +1,6 @@
-"""Issue 16's cases, rerun: damaged files, refused reruns that name the option, run records that
-open from any working directory, and the table of ``kdw`` commands that must end in one line on
-stderr, exit status 2 and nothing written (each run as a real process)."""
+"""Refusals: damaged files, refused reruns that name the option, run records that open from any
+working directory, and the table of ``kdw`` commands that must end in one line on stderr, exit
+status 2 and nothing written (run in this process: an escaping exception fails the test)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from workbench.core.config import DataConfig, OptimConfig, StudentConfig, Teache
 from workbench.core.errors import WorkbenchError
 from workbench.core.runs import Run
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FAST = OptimConfig(epochs=0.1, batch_size=16, threads=1)
 
 
@@ -34,7 +34,7 @@ def _truncate(path: Path, keep: float = 0.5) -> None:
 def work(tmp_path_factory) -> Path:
     """A tiny model folder, a task, and a teacher and a student made with relative paths from
     ``work`` (the teacher's run recorded as ``--teacher teacher``)."""
-    work = tmp_path_factory.mktemp("hardening")
+    work = tmp_path_factory.mktemp("refusals")
     write_tiny_workspace(work)
     here = Path.cwd()
     os.chdir(work)
