@@ -223,7 +223,10 @@ def _report(
     listed = list(dict.fromkeys([*(m["name"] for m in old["models"]), *(m.name for m in models)]))
     # a model already in the file keeps the source it names there
     sources = {m.name: m.source for m in models} | {m["name"]: m["source"] for m in old["models"]}
-    explainers = old["explainers"] | {c.name: to_dict(c.settings) for c in choices}
+    given = {c.name: to_dict(c.settings) for c in choices}
+    earlier = previous["settings"]["explainers"].split(",") if previous else []
+    order = dict.fromkeys([*earlier, *old["explainers"], *given])  # the file's order first
+    explainers = {name: (old["explainers"] | given)[name] for name in order}
     kept_rows = [r for r in old["rows"] if (r["model"], r["explainer"]) not in done]
     kept_intervals = [
         i for i in old["intervals"] if (i["model"], i["explainer"], i["measure"]) not in replaced
