@@ -171,16 +171,18 @@ def _show(report: dict) -> None:
 
 def render() -> None:
     st.title("Which explainer to trust")
-    entries = [e for e in common.runs() if e.kind in ("teacher", "student") and e.usable]
-    if not entries:
-        st.info("No trained run yet: the first-run demo build or the Train page makes one.")
-        return
-    by_name = {e.name: e for e in entries}
     left, right = st.columns(2)
-    entry = by_name[left.selectbox("Run", list(by_name), key=f"{KEY}.run")]
-    source = right.radio("Ranking", [IN_APP, FROM_FILE], horizontal=True, key=f"{KEY}.source")
+    source = left.radio("Ranking", [IN_APP, FROM_FILE], horizontal=True, key=f"{KEY}.source")
     try:
-        report = _app_report(entry) if source == IN_APP else _file_report()
+        if source == FROM_FILE:
+            report = _file_report()
+        else:
+            entries = [e for e in common.runs() if e.kind in ("teacher", "student") and e.usable]
+            if not entries:
+                st.info("No trained run yet: the first-run demo build or the Train page makes one.")
+                return
+            by_name = {e.name: e for e in entries}
+            report = _app_report(by_name[right.selectbox("Run", list(by_name), key=f"{KEY}.run")])
     except WorkbenchError as error:
         st.error(common.plain(error))
         return
