@@ -319,6 +319,8 @@ def _faithfulness(args: argparse.Namespace) -> None:
 
     if args.merge and not args.json:
         raise WorkbenchError("--merge needs --json FILE: the report to extend")
+    if args.recompute and not args.merge:
+        raise WorkbenchError("--recompute replaces rows of a --merge FILE: give --merge")
     previous = None
     if args.json:  # before the minutes of explaining
         path = check_output_file(args.json, "--json")
@@ -338,6 +340,7 @@ def _faithfulness(args: argparse.Namespace) -> None:
         notify=lambda note: print(f"kdw: note: {note}", file=sys.stderr),
         previous=previous,
         checkpoint=write if args.merge else lambda report: None,
+        recompute=args.recompute,
     )
     print(format_faithfulness(report))
     write(report)
@@ -802,6 +805,12 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
         help="extend the --json report (same split, examples, rules, removal, first model): "
         "compute only the explainers it lacks, add or replace their rows, and rewrite the file "
         "after each explainer, so an interrupted run resumes",
+    )
+    faithfulness.add_argument(
+        "--recompute",
+        action="store_true",
+        help="with --merge: compute the explainers named even where the file has them (same "
+        "settings), replacing their rows",
     )
     add_arguments(faithfulness, FaithfulnessSettings)
     _add_explainer_settings(

@@ -143,7 +143,18 @@ def test_merge_computes_only_the_missing_explainers_and_resumes_after_each(runs,
     assert "give teacher first" in capsys.readouterr().err
     assert main([*command, "--explainers", "gxi", "--merge"]) == 2
     assert "--merge needs --json FILE" in capsys.readouterr().err
+    assert main([*command, "--explainers", "gxi", "--json", str(out), "--recompute"]) == 2
+    assert "give --merge" in capsys.readouterr().err
     assert json.loads(out.read_text()) == merged  # nothing written by a refused merge
+    again = [*command, "--explainers", "grad", "--json", str(out), "--merge", "--recompute"]
+    assert main(again) == 0
+    assert "kept from the file" not in capsys.readouterr().err
+    recomputed = json.loads(out.read_text())  # computed again: the same values
+    assert [(r["model"], r["explainer"]) for r in recomputed["rows"]] == [
+        (r["model"], r["explainer"]) for r in merged["rows"]
+    ]
+    for key in ("comprehensiveness", "comprehensiveness_low", "sufficiency_high"):
+        assert recomputed["rows"][0][key] == pytest.approx(merged["rows"][0][key], abs=1e-9)
 
 
 @pytest.mark.slow

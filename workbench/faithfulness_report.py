@@ -152,11 +152,14 @@ def _ranks(rows: list[dict]) -> None:
         row["rank"] = rank
 
 
-def _ranked(rows: list[dict], models: Sequence[str]) -> list[dict]:
-    """``rows`` ordered by model (as ``models``), each model's rows ranked."""
+def _ranked(rows: list[dict], models: Sequence[str], explainers: Sequence[str]) -> list[dict]:
+    """``rows`` ordered by model (as ``models``), then explainer (as ``explainers``), each
+    model's rows ranked."""
     out = []
     for name in models:
-        model_rows = [r for r in rows if r["model"] == name]
+        model_rows = sorted(
+            (r for r in rows if r["model"] == name), key=lambda r: explainers.index(r["explainer"])
+        )
         _ranks(model_rows)
         out += model_rows
     return out
@@ -185,9 +188,10 @@ def _pending(
     choices: Sequence[ExplainerChoice],
     names: Sequence[str],
     notify: Callable[[str], None],
+    recompute: bool,
 ) -> list[ExplainerChoice]:
-    """The explainers ``previous`` lacks for some model of ``names``; an explainer it has under
-    other settings is refused."""
+    """The explainers ``previous`` lacks for some model of ``names`` (all of them with
+    ``recompute``); an explainer it has under other settings is refused."""
     if previous is None:
         return list(choices)
     pending = []
@@ -199,7 +203,7 @@ def _pending(
                 f"the file to merge into has {choice.name} with the settings {kept}: give the "
                 "same settings, or another file"
             )
-        if set(names) <= done:
+        if set(names) <= done and not recompute:
             notify(f"{choice.name}: kept from the file merged into")
         else:
             pending.append(choice)
@@ -238,7 +242,9 @@ def _report(
         "explainers": explainers,
         "load_average": previous["load_average"] if previous else list(os.getloadavg()),
         "cpu_count": os.cpu_count(),
-        "rows": _ranked([dict(r) for r in kept_rows + rows], listed),  # copies: ranks change
+        "rows": _ranked(
+            [dict(r) for r in kept_rows + rows], listed, list(explainers)
+        ),  # copies: ranks change
         "intervals": kept_intervals + intervals,
     }
 
@@ -250,6 +256,7 @@ def explainer_faithfulness(
     notify: Callable[[str], None] = lambda note: None,
     previous: dict | None = None,
     checkpoint: Callable[[dict], None] = lambda report: None,
+    recompute: bool = False,
 ) -> dict:
     """What ``kdw faithfulness`` computes (see the module's docstring): a JSON-ready report with
     ``rows`` (a row per model × explainer: the means, the BCa 95 % intervals of the two AOPC
@@ -259,8 +266,9 @@ def explainer_faithfulness(
 
     ``previous``: a report to merge into (same split, examples, rules and removal; the same
     first model): the explainers it already has for every model given are not computed again,
-    and the others' rows and intervals are added to it, or replace its own. ``checkpoint`` is
-    given the report after each explainer, so that a run writing it can resume."""
+    and the others' rows and intervals are added to it, or replace its own; with ``recompute``
+    every explainer given is computed and replaces its rows. ``checkpoint`` is given the report
+    after each explainer, so that a run writing it can resume."""
     if not choices:
         raise WorkbenchError("--explainers names no explainer")
     first = load_model(str(runs[0]))
@@ -276,7 +284,7 @@ def explainer_faithfulness(
     names = [m.name for m in models]
     if len(set(names)) < len(names):
         raise WorkbenchError(f"two models are named alike ({names}): rename one run folder")
-    pending = _pending(previous, choices, names, notify)
+    pending = _pending(previous, choices, names, notify, recompute)
     data = load_task(first.data, notify=notify)
     if settings.split not in data.splits:
         raise WorkbenchError(f"no split {settings.split!r}: the task has {sorted(data.splits)}")
