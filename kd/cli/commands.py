@@ -102,6 +102,7 @@ def _tune(args: argparse.Namespace) -> None:
 
 
 MAX_STUDENTS_BYTES = 1_000_000  # a --students file lists a few students' settings
+MAX_REPORT_BYTES = 50_000_000  # a kdw faithfulness report merged into: rows and intervals
 CONFIG_SECTIONS = {
     "data": DataConfig,
     "student": StudentConfig,
@@ -316,8 +317,20 @@ def _faithfulness(args: argparse.Namespace) -> None:
     from workbench.analysis.faithfulness_report import explainer_faithfulness, format_faithfulness
     from workbench.core.files import check_output_file, json_text, write_output_file
 
+    if args.merge and not args.json:
+        raise WorkbenchError("--merge needs --json FILE: the report to extend")
+    if args.recompute and not args.merge:
+        raise WorkbenchError("--recompute replaces rows of a --merge FILE: give --merge")
+    previous = None
     if args.json:  # before the minutes of explaining
-        check_output_file(args.json, "--json")
+        path = check_output_file(args.json, "--json")
+        if args.merge and path.is_file():
+            previous = read_json_file(path, MAX_REPORT_BYTES, "--json")
+
+    def write(report: dict) -> None:
+        if args.json:
+            write_output_file(args.json, json_text(report), "--json")
+
     settings = from_arguments(FaithfulnessSettings, args)
     choices = _choices(args, settings.names())
     report = explainer_faithfulness(
@@ -325,10 +338,12 @@ def _faithfulness(args: argparse.Namespace) -> None:
         settings,
         choices,
         notify=lambda note: print(f"kdw: note: {note}", file=sys.stderr),
+        previous=previous,
+        checkpoint=write if args.merge else lambda report: None,
+        recompute=args.recompute,
     )
     print(format_faithfulness(report))
-    if args.json:
-        write_output_file(args.json, json_text(report), "--json")
+    write(report)
 
 
 def _export(args: argparse.Namespace) -> None:
@@ -787,6 +802,19 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
     )
     faithfulness.add_argument("runs", nargs="+", help=MODELS_HELP)
     faithfulness.add_argument("--json", default=None, help="also write the report to this file")
+    faithfulness.add_argument(
+        "--merge",
+        action="store_true",
+        help="extend the --json report (same split, examples, rules, removal, first model): "
+        "compute only the explainers it lacks, add or replace their rows, and rewrite the file "
+        "after each explainer, so an interrupted run resumes",
+    )
+    faithfulness.add_argument(
+        "--recompute",
+        action="store_true",
+        help="with --merge: compute the explainers named even where the file has them (same "
+        "settings), replacing their rows",
+    )
     add_arguments(faithfulness, FaithfulnessSettings)
     _add_explainer_settings(
         faithfulness.add_argument_group("explainer settings", "for the explainers that take them"),

@@ -1,6 +1,7 @@
 """``kdw faithfulness`` on tiny runs (a teacher and its distilled student): every value against
 the functions it is built from (explain_batch, aopc, leave_one_out, kendall_per_example,
-paired_bootstrap), the report's shape and ranks, and one-line errors."""
+paired_bootstrap), the report's shape and ranks, merging into an earlier report (only the
+missing explainers computed, resumable after each), and one-line errors."""
 
 from __future__ import annotations
 
@@ -63,6 +64,11 @@ def test_report_values_equal_the_functions_it_is_built_from(runs):
     row = report["rows"][0]
     teacher = per_model["teacher"]["grad"]
     assert row["comprehensiveness"] == pytest.approx(teacher["comprehensiveness"].mean(), abs=1e-6)
+    for measure in ("comprehensiveness", "sufficiency"):  # the means' intervals
+        mean = paired_bootstrap(teacher[measure], np.zeros(n), resamples=settings.resamples)
+        assert row[f"{measure}_low"] == pytest.approx(mean.low, abs=1e-6)
+        assert row[f"{measure}_high"] == pytest.approx(mean.high, abs=1e-6)
+        assert row[f"{measure}_low"] <= row[measure] <= row[f"{measure}_high"]
     assert row["sufficiency"] == pytest.approx(teacher["sufficiency"].mean(), abs=1e-6)
     assert row["loo_kendall_tau"] == pytest.approx(np.nanmean(teacher["loo_kendall_tau"]))
     interval = next(
@@ -96,3 +102,77 @@ def test_kdw_faithfulness_writes_json_and_refuses_bad_input_in_one_line(runs, tm
         assert main([*command, *bad, "--json", str(tmp_path / "no.json")]) == 2
         assert message in capsys.readouterr().err.splitlines()[-1]
     assert not (tmp_path / "no.json").exists()
+
+
+@pytest.mark.slow
+def test_merge_computes_only_the_missing_explainers_and_resumes_after_each(runs, tmp_path, capsys):
+    out = tmp_path / "report.json"
+    command = ["faithfulness", str(runs / "teacher"), "--examples", "6", "--resamples", "200"]
+    student = str(runs / "student")
+    assert (
+        main([*command[:2], student, *command[2:], "--explainers", "grad", "--json", str(out)]) == 0
+    )
+    first = json.loads(out.read_text())
+    capsys.readouterr()
+    assert main([*command, "--explainers", "grad,ablation", "--json", str(out), "--merge"]) == 0
+    assert "grad: kept from the file merged into" in capsys.readouterr().err
+    merged = json.loads(out.read_text())
+    assert [(r["model"], r["explainer"]) for r in merged["rows"]] == [
+        ("teacher", "grad"),
+        ("teacher", "ablation"),
+        ("student", "grad"),
+    ]
+    assert merged["rows"][2] == first["rows"][1]  # the student's row is kept as it was
+    assert merged["intervals"] == first["intervals"]
+    assert merged["explainers"] == {"grad": {}, "ablation": {}}
+    assert merged["settings"]["explainers"] == "grad,ablation"
+    assert sorted(r["rank"] for r in merged["rows"][:2]) == [1, 2]
+    # the merged ablation row equals a run of ablation alone
+    settings = FaithfulnessSettings(explainers="ablation", examples=6, resamples=200)
+    alone = explainer_faithfulness([runs / "teacher"], settings, [ExplainerChoice("ablation")])
+    for key in ("comprehensiveness", "sufficiency", "loo_kendall_tau", "comprehensiveness_low"):
+        assert merged["rows"][1][key] == pytest.approx(alone["rows"][0][key], abs=1e-9)
+    for bad, message in (
+        (["--examples", "5"], "the file to merge into has examples 6, this run 5"),
+        (["--rules", "ferret"], "the file to merge into has rules 'project', this run 'ferret'"),
+    ):
+        assert main([*command, *bad, "--explainers", "gxi", "--json", str(out), "--merge"]) == 2
+        assert message in capsys.readouterr().err.splitlines()[-1]
+    swapped = [command[0], student, *command[2:], "--explainers", "gxi"]
+    assert main([*swapped, "--json", str(out), "--merge"]) == 2
+    assert "give teacher first" in capsys.readouterr().err
+    assert main([*command, "--explainers", "gxi", "--merge"]) == 2
+    assert "--merge needs --json FILE" in capsys.readouterr().err
+    assert main([*command, "--explainers", "gxi", "--json", str(out), "--recompute"]) == 2
+    assert "give --merge" in capsys.readouterr().err
+    assert json.loads(out.read_text()) == merged  # nothing written by a refused merge
+    again = [*command, "--explainers", "grad", "--json", str(out), "--merge", "--recompute"]
+    assert main(again) == 0
+    assert "kept from the file" not in capsys.readouterr().err
+    recomputed = json.loads(out.read_text())  # computed again: the same values
+    assert [(r["model"], r["explainer"]) for r in recomputed["rows"]] == [
+        (r["model"], r["explainer"]) for r in merged["rows"]
+    ]
+    for key in ("comprehensiveness", "comprehensiveness_low", "sufficiency_high"):
+        assert recomputed["rows"][0][key] == pytest.approx(merged["rows"][0][key], abs=1e-9)
+
+
+@pytest.mark.slow
+def test_the_report_is_handed_on_after_each_explainer(runs):
+    seen = []
+    settings = FaithfulnessSettings(explainers="grad,gxi", examples=4, resamples=100)
+    choices = [ExplainerChoice("grad"), ExplainerChoice("gxi")]
+    final = explainer_faithfulness([runs / "teacher"], settings, choices, checkpoint=seen.append)
+    assert [[r["explainer"] for r in report["rows"]] for report in seen] == [
+        ["grad"],
+        ["grad", "gxi"],
+    ]
+    assert seen[-1] == final
+    # an interrupted run resumes from the first report: only gxi is computed again
+    resumed = explainer_faithfulness([runs / "teacher"], settings, choices, previous=seen[0])
+
+    def unranked(row: dict) -> dict:
+        return {k: v for k, v in row.items() if not k.startswith("rank")}
+
+    assert unranked(resumed["rows"][0]) == unranked(seen[0]["rows"][0])  # kept, not computed
+    assert resumed["rows"][1]["comprehensiveness"] == final["rows"][1]["comprehensiveness"]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import re
@@ -11,6 +12,7 @@ import time
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -18,13 +20,16 @@ from kd.methods.objective import PRESETS
 from kd.training.pipeline import distill, train_teacher
 from tests.conftest import make_sentences, tiny_model, tiny_tokenizer
 from workbench.analysis.attribution.registry import EXPLAINERS, ExplainerChoice
-from workbench.analysis.heatmaps import Example, HeatmapSettings, explain
+from workbench.analysis.faithfulness_report import explainer_faithfulness
+from workbench.analysis.heatmaps import Example, HeatmapSettings, explain, split_examples
+from workbench.analysis.loyalty import loyalty_tables, split_outputs
 from workbench.app import jobs
 from workbench.app.catalog import discover_runs
 from workbench.app.common import CASE_EXAMPLE
 from workbench.app.heatmap_view import heatmap_html
 from workbench.core.config import (
     DataConfig,
+    FaithfulnessSettings,
     ObjectiveConfig,
     OptimConfig,
     StudentConfig,
@@ -32,11 +37,11 @@ from workbench.core.config import (
     TuneConfig,
     to_dict,
 )
-from workbench.core.data import load_task
+from workbench.core.data import load_task, sample_split
 from workbench.core.models import load_model
 from workbench.export import Heatmap, HeatmapRow, color_scale, score_to_rgb
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
 HOSTILE = r"<script>alert(1)</script> $\textbf{x}$ good"
 STUDENTS = ("student-kd", "student-pkd")
@@ -105,6 +110,13 @@ def _charts(at: AppTest) -> dict[str, dict]:
     for element in at.get("plotly_chart"):  # its id: $$ID-<hash>-<key>
         charts[element.proto.id.split("-", 2)[2]] = json.loads(element.proto.spec)
     return charts
+
+
+def decoded(values: list | dict) -> np.ndarray:
+    """A Plotly figure's array as JSON gives it: a list, or NumPy data in base64."""
+    if isinstance(values, dict):
+        return np.frombuffer(base64.b64decode(values["bdata"]), dtype=values["dtype"])
+    return np.asarray(values)
 
 
 def _ok(at: AppTest) -> AppTest:
@@ -319,6 +331,133 @@ def test_loyalty_rows_are_split_positions_on_a_sample(app, tiny_runs):
         assert split.texts[index] == text
     scatter = _charts(at)["loyalty.scatter"]["data"]
     assert {c[0] for trace in scatter[:2] for c in trace["customdata"]} == set(departures.index)
+
+
+def test_loyalty_page_scores_saliency_loyalty_with_the_chosen_explainer(app, tiny_runs):
+    at = _ok(app.run())
+    at.switch_page("workbench/app/loyalty.py")
+    _ok(at.run())
+    limit = next(field for field in at.number_input if field.key.startswith("loyalty.examples"))
+    limit.set_value(10)
+    by_grad = _ok(at.run()).dataframe[1].value
+    at.selectbox(key="loyalty.settings.explainer").set_value("gxi").run()
+    _ok(at)
+    assert r"by Gradient × Input \(×100\)" in at.caption[0].value  # Markdown-escaped
+    charts = _charts(at)
+    for key in ("loyalty.distributions", "loyalty.scatter"):
+        assert "SL by Gradient × Input" in charts[key]["layout"]["title"]["text"]
+    shown = at.dataframe[1].value
+    teacher = load_model(str(tiny_runs / "teacher"))
+    part = sample_split(load_task(teacher.data).splits["test"], 10, seed=0)
+    choice = ExplainerChoice("gxi")
+    outputs = {
+        name: split_outputs(load_model(str(tiny_runs / name)), part, explainer=choice)
+        for name in STUDENTS
+    }
+    summary, direct = loyalty_tables(
+        teacher.spec,
+        split_examples(part, teacher.spec),
+        split_outputs(teacher, part, explainer=choice),
+        outputs,
+    )
+    position = {uid: i for i, uid in enumerate(load_task(teacher.data).splits["test"].uids)}
+    direct.index = [position[uid] for uid in part.uids]
+    column = "student-kd SL"  # the departures of the student chosen
+    np.testing.assert_allclose(shown[column], direct.loc[shown.index, column], atol=1e-6)
+    assert not np.allclose(shown[column], by_grad.loc[shown.index, column])
+    for name in STUDENTS:  # the summary, rounded to 3 decimals
+        assert float(at.dataframe[0].value.loc[name, "SL×100"]) == pytest.approx(
+            summary.loc[name, "SL×100"], abs=1e-3
+        )
+
+
+def _expected_ranks(rows: list[dict], measure: str, higher: bool) -> list[int]:
+    """1 + how many rows' intervals lie wholly on the better side of each row's."""
+    low, high = f"{measure}_low", f"{measure}_high"
+    if higher:
+        return [1 + sum(o[low] > r[high] for o in rows) for r in rows]
+    return [1 + sum(o[high] < r[low] for o in rows) for r in rows]
+
+
+def test_explainer_ranking_from_a_report_file_with_ties(app, tiny_runs, tmp_path):
+    settings = FaithfulnessSettings(examples=8, resamples=500)
+    choices = [ExplainerChoice(n) for n in ("grad", "gxi", "ablation")]
+    report = explainer_faithfulness([tiny_runs / "teacher"], settings, choices)
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(report))
+    at = _ok(app.run())
+    at.switch_page("workbench/app/explainers.py")
+    _ok(at.run())
+    at.radio(key="explainers.source").set_value("a kdw faithfulness JSON file").run()
+    at.text_input(key="explainers.path").set_value(str(tmp_path / "missing.json"))
+    _ok(at.run())
+    assert "no such file" in at.error[0].value
+    at.text_input(key="explainers.path").set_value(str(path))
+    _ok(at.run())
+    table = at.dataframe[0].value.set_index("explainer")
+    rows = report["rows"]
+    for measure, higher in (("comprehensiveness", True), ("sufficiency", False)):
+        expected = _expected_ranks(rows, measure, higher)
+        ranks = dict(zip([r["explainer"] for r in rows], expected, strict=True))
+        for row in rows:
+            shown = table.loc[row["explainer"]]
+            assert shown[measure] == pytest.approx(row[measure])
+            assert shown[f"{measure} low"] == pytest.approx(row[f"{measure}_low"])
+            assert shown[f"{measure} rank"] == ranks[row["explainer"]]
+            tied = {  # overlapping intervals
+                o["explainer"]
+                for o in rows
+                if o is not row
+                and o[f"{measure}_low"] <= row[f"{measure}_high"]
+                and row[f"{measure}_low"] <= o[f"{measure}_high"]
+            }
+            assert set(filter(None, shown[f"{measure} ties"].split(", "))) == tied
+    assert list(table["comprehensiveness rank"]) == sorted(table["comprehensiveness rank"])
+    figure = _charts(at)["explainers.chart"]
+    bars = figure["data"][0]
+    assert bars["x"] == list(table.index)
+    assert decoded(bars["y"]) == pytest.approx(list(table["comprehensiveness"]))
+    assert bars["error_y"]["arrayminus"] == pytest.approx(
+        list(table["comprehensiveness"] - table["comprehensiveness low"])
+    )
+    assert "overlapping intervals tie" in figure["layout"]["title"]["text"]
+
+
+@pytest.mark.slow
+def test_explainer_ranking_computed_in_the_background(app, tiny_runs):
+    at = _ok(app.run())
+    at.switch_page("workbench/app/explainers.py")
+    _ok(at.run())
+    assert "No ranking computed for this run yet" in at.info[0].value
+    at.text_input(key="explainers.compute.explainers").set_value("grad,shap")
+    at.button(key="explainers.launch").click()
+    _ok(at.run())
+    assert "unknown explainer 'shap'" in at.error[0].value
+    at.text_input(key="explainers.compute.explainers").set_value("grad,occlusion")
+    at.number_input(key="explainers.compute.examples").set_value(4)
+    at.number_input(key="explainers.compute.resamples").set_value(100)
+    at.button(key="explainers.launch").click()
+    _ok(at.run())
+    job = next(j for j in jobs.read_jobs(tiny_runs) if j.kind == "faithfulness")
+    deadline = time.time() + 240
+    while job.alive and time.time() < deadline:
+        time.sleep(0.5)
+    _ok(at.run())
+    written = json.loads((job.folder / "report.json").read_text())
+    assert [r["explainer"] for r in written["rows"]] == ["grad", "occlusion"], job.log_tail()
+    table = at.dataframe[0].value.set_index("explainer")
+    for row in written["rows"]:
+        assert table.loc[row["explainer"], "comprehensiveness"] == pytest.approx(
+            row["comprehensiveness"]
+        )
+    direct = explainer_faithfulness(
+        [tiny_runs / "teacher"],
+        FaithfulnessSettings(explainers="grad", examples=4, resamples=100),
+        [ExplainerChoice("grad")],
+    )  # the job's values are the library's
+    assert written["rows"][0]["sufficiency"] == pytest.approx(
+        direct["rows"][0]["sufficiency"], abs=1e-4
+    )  # another process: float rounding differs
 
 
 def test_the_app_draws_no_static_images():

@@ -39,6 +39,7 @@ PAGES = {
     "geometry": "Layer geometry",
     "loyalty": "Loyalty",
     "divergence": "Where explanations diverge",
+    "explainers": "Which explainer to trust",
     "compression": "Compression",
     "train": "Train",
     "export": "Export",

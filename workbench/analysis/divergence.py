@@ -1,11 +1,11 @@
 """Where a student's explanations diverge from its teacher's, over a split (no Streamlit here).
 
-For a teacher and its students on a fixed stratified sample of a split, each model's outputs
-are computed once and cached in its run folder (``analysis_cache/``, keyed by the model's
-weights, the tokenised examples and the settings): logits, the attribution map of every class
-(IG or Grad, :class:`~workbench.core.config.DivergenceSettings`) and the AOPC comprehensiveness and
-sufficiency of the map of the model's own prediction
-(:func:`~workbench.analysis.faithfulness.aopc`). From them:
+For a teacher and its students on a fixed stratified sample of a split, each model's outputs are
+computed once and cached in its run folder (``analysis_cache/``, keyed by the model's weights, the
+tokenised examples, the settings and the explainer): logits, the attribution map of every class (IG
+or Grad, :class:`~workbench.core.config.DivergenceSettings`, or any registered explainer,
+docs/explainers.md) and the AOPC comprehensiveness and sufficiency of the map of the model's own
+prediction (:func:`~workbench.analysis.faithfulness.aopc`). From them:
 
 - :attr:`Divergence.occurrences`: a row per word occurrence (WordPiece continuations merged into
   their word, scores summed; special tokens left out), with every model's attribution of the
@@ -30,7 +30,12 @@ import torch
 from torch import Tensor
 
 from workbench.analysis.agreement import attribution_gap
-from workbench.analysis.attribution import AttributionConfig, compute_maps
+from workbench.analysis.attribution import (
+    AttributionConfig,
+    ExplainerChoice,
+    compute_maps,
+    resolve_explainer,
+)
 from workbench.analysis.faithfulness import aopc
 from workbench.core.cache import ExampleCache, cache_path, cached, key_digest
 from workbench.core.cache import Progress as CacheProgress
@@ -54,14 +59,16 @@ class Divergence:
     ``word``, ``class`` (gold), then ``teacher`` and each student's attribution), ``examples``
     (a row per example: ``text``, ``pair``, ``label``, ``uid``, then per model
     ``<model> prediction``, ``<model> comprehensiveness``, ``<model> sufficiency`` and per
-    student ``<student> gap``), the models' names, which models were computed rather than
-    read from their cache, and how many examples were truncated."""
+    student ``<student> gap``), the models' names, the settings, the explainer that made the
+    maps (with its settings), which models were computed rather than read from their cache, and
+    how many examples were truncated."""
 
     teacher: str
     students: list[str]
     occurrences: pd.DataFrame
     examples: pd.DataFrame
     settings: DivergenceSettings
+    explainer: ExplainerChoice
     computed: list[str]
     truncated: int = 0  # examples cut at the teacher's max_length
 
@@ -108,6 +115,7 @@ def _outputs(
     loaded: LoadedModel,
     dataset: EncodedSplit,
     settings: DivergenceSettings,
+    explainer: ExplainerChoice,
     progress: CacheProgress,
 ) -> tuple[ExampleCache, bool]:
     """A model's logits ``[N, C]``, maps (per token ``[n, C]``) and AOPC values ``[N]``, from
@@ -122,11 +130,12 @@ def _outputs(
         "model": fingerprint(model),
         "data": key_digest(data | {"labels": dataset.labels.tolist()}),
         **settings.key(),
+        **explainer.record(),
     }
 
     def compute(batch: dict[str, Tensor]) -> dict[str, Tensor]:
         logits = forward(model, batch).logits.float()
-        maps, _ = compute_maps(model, batch, config)  # [B, C, L]
+        maps, _ = compute_maps(model, batch, config, explainer=explainer)  # [B, C, L]
         own = maps[torch.arange(len(maps)), logits.argmax(-1)]
         inputs = (batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
         faithful = aopc(model, *inputs, scores=own, rules=settings.rules)
@@ -175,11 +184,14 @@ def divergence(
     split: Split,
     settings: DivergenceSettings | None = None,
     progress: Progress | None = None,
+    explainer: ExplainerChoice | None = None,
 ) -> Divergence:
     """The teacher's and the students' explanations compared over a fixed stratified sample of
-    ``settings.examples`` examples of ``split`` (seed 0); ``progress`` hears how far the
-    computation has come."""
-    settings = settings or DivergenceSettings()
+    ``settings.examples`` examples of ``split`` (seed 0), with the maps of ``explainer``
+    (default: the one ``settings.method`` names; ig or grad take the settings' map settings,
+    another explainer wants them at their defaults: :func:`resolve_explainer`); ``progress``
+    hears how far the computation has come."""
+    settings, explainer = resolve_explainer(settings or DivergenceSettings(), explainer)
     for loaded in (teacher, *students):
         if loaded.run is not None:
             Run.open(loaded.run.path)  # a folder that disappeared: a one-line error
@@ -200,13 +212,13 @@ def divergence(
                 text = f"{label}: attribution maps and AOPC, {done}/{size} examples"
                 progress((m + done / size) / len(models), text)
 
-        cache, fresh = _outputs(loaded, dataset, settings, report)
+        cache, fresh = _outputs(loaded, dataset, settings, explainer, report)
         caches.append(cache)
         if fresh:
             computed.append(name)
     if progress is not None:
         progress(1.0, "done")
-    return _compare(teacher, names, caches, part, dataset, settings, computed)
+    return _compare(teacher, names, caches, part, dataset, settings, explainer, computed)
 
 
 def _compare(
@@ -216,6 +228,7 @@ def _compare(
     part: Split,
     dataset: EncodedSplit,
     settings: DivergenceSettings,
+    explainer: ExplainerChoice,
     computed: list[str],
 ) -> Divergence:
     """The occurrence and example tables from every model's cached outputs."""
@@ -252,7 +265,7 @@ def _compare(
         examples[f"{name} sufficiency"] = cache.per_example["sufficiency"].numpy()
     for name, student_maps in zip(names[1:], maps[1:], strict=True):
         examples[f"{name} gap"] = attribution_gap(maps[0], student_maps, mask).numpy()
-    return Divergence(teacher.name, names[1:], occurrences, examples, settings, computed)
+    return Divergence(teacher.name, names[1:], occurrences, examples, settings, explainer, computed)
 
 
 def word_table(

@@ -1,7 +1,7 @@
 """What the app and the reproduction report compute over a whole split and inside one model
-(no Streamlit here): each model's predictions and Grad saliency per example, the loyalty of
-students to their teacher (label, probability and saliency loyalty, docs/methods.md §6, and the
-attribution gap), and hidden states."""
+(no Streamlit here): each model's predictions and saliency per example (Grad saliency, or any
+registered explainer), the loyalty of students to their teacher (label, probability and saliency
+loyalty, docs/methods.md §6, and the attribution gap), and hidden states."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from workbench.analysis.agreement import attribution_gap, pearson_per_example
-from workbench.analysis.attribution import attribution_maps, grad_saliency
+from workbench.analysis.attribution import ExplainerChoice, attribution_maps, explain_batch
 from workbench.analysis.heatmaps import Example
 from workbench.analysis.metrics import nan_mean, probability_loyalties, task_metrics
 from workbench.core.data import Split, TaskSpec, batches, encode, pad_id, prefixes
@@ -21,8 +21,9 @@ from workbench.core.models import LoadedModel, forward, max_tokens
 
 @dataclass
 class SplitOutputs:
-    """One model over a split: logits ``[N, C]``, the Grad saliency of each example's
-    predicted class ``[N, L]`` over its real tokens (``mask`` ``[N, L]``) and, on request,
+    """One model over a split: logits ``[N, C]``, the saliency (Grad saliency, or another
+    explainer's scores) of each example's predicted class ``[N, L]`` over its real tokens
+    (``mask`` ``[N, L]``) and, on request,
     AD-KD's normalised IG maps of every class ``[N, V, L]`` (m = 1, [PAD] baseline)."""
 
     logits: Tensor
@@ -32,10 +33,15 @@ class SplitOutputs:
 
 
 def split_outputs(
-    loaded: LoadedModel, split: Split, batch_size: int = 32, maps: bool = False
+    loaded: LoadedModel,
+    split: Split,
+    batch_size: int = 32,
+    maps: bool = False,
+    explainer: ExplainerChoice | str = "grad",
 ) -> SplitOutputs:
-    """Logits and Grad saliency (and with ``maps`` the IG maps) of every example, in batches
-    of similar length."""
+    """Logits and the saliency of ``explainer`` (default: Grad saliency; any registered
+    explainer, :func:`~workbench.analysis.attribution.explain_batch`) of each example's predicted
+    class (and with ``maps`` the IG maps) of every example, in batches of similar length."""
     dataset = encode(split, loaded.tokenizer, loaded.max_length, loaded.spec.regression)
     order = sorted(range(len(dataset)), key=lambda i: len(dataset.input_ids[i]))
     length = max(len(ids) for ids in dataset.input_ids)
@@ -48,8 +54,8 @@ def split_outputs(
             out = forward(loaded.model, batch).logits.float()
         width = batch["input_ids"].shape[1]
         inputs = (batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-        saliency[batch["index"], :width] = grad_saliency(
-            loaded.model, *inputs, target=out.argmax(-1)
+        saliency[batch["index"], :width] = explain_batch(
+            loaded.model, batch, explainer, target=out.argmax(-1)
         )
         mask[batch["index"], :width] = batch["attention_mask"]
         if logits is None:

@@ -19,6 +19,7 @@ import pandas as pd
 import streamlit as st
 import torch
 
+from workbench.analysis.attribution import resolve_explainer
 from workbench.analysis.attribution.registry import (
     ENGINE_EXPLAINERS,
     EXPLAINERS,
@@ -244,30 +245,46 @@ def split_frame(loaded: LoadedModel, split: str) -> pd.DataFrame:
     return pd.DataFrame([asdict(e) for e in examples])
 
 
-@st.cache_data(show_spinner="Scoring the split: predictions and Grad saliency…", max_entries=8)
+@st.cache_data(show_spinner="Scoring the split: predictions and saliency…", max_entries=8)
 def _split_loyalty(
     teacher: tuple[str, int, str],
     students: tuple[tuple[str, str, int, str], ...],
     split: str,
     limit: int,
+    explainer: str,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     model = load_cached(*teacher)
     part = sample_split(task_split(model, split), limit, seed=0, stratify=not model.spec.regression)
-    outputs = {name: split_outputs(load_cached(*key), part) for name, *key in students}
+    record = json.loads(explainer)
+    choice = ExplainerChoice(record["explainer"], record["explainer_settings"])
+    outputs = {
+        name: split_outputs(load_cached(*key), part, explainer=choice) for name, *key in students
+    }
     summary, frame = loyalty_tables(
-        model.spec, split_examples(part, model.spec), split_outputs(model, part), outputs
+        model.spec,
+        split_examples(part, model.spec),
+        split_outputs(model, part, explainer=choice),
+        outputs,
     )
     position = {uid: i for i, uid in enumerate(task_split(model, split).uids)}
     return summary, frame.set_axis([position[uid] for uid in part.uids])
 
 
 def split_loyalty(
-    teacher: RunEntry, students: Sequence[RunEntry], split: str, limit: int
+    teacher: RunEntry,
+    students: Sequence[RunEntry],
+    split: str,
+    limit: int,
+    explainer: ExplainerChoice | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Summary and per-example loyalty tables of the students on a fixed stratified sample of
-    ``limit`` examples of a split (computed once per choice); the per-example table is indexed
-    by the examples' positions in the split (the index of :func:`split_frame`)."""
-    return _split_loyalty(teacher.key(), tuple((s.name, *s.key()) for s in students), split, limit)
+    ``limit`` examples of a split, their saliency loyalty by ``explainer`` (default: Grad
+    saliency), computed once per choice; the per-example table is indexed by the examples'
+    positions in the split (the index of :func:`split_frame`)."""
+    choice = json.dumps((explainer or ExplainerChoice("grad")).record(), sort_keys=True)
+    return _split_loyalty(
+        teacher.key(), tuple((s.name, *s.key()) for s in students), split, limit, choice
+    )
 
 
 def frame_examples(frame: pd.DataFrame) -> list[Example]:
@@ -367,6 +384,11 @@ class Explaining:
     explainer: ExplainerChoice | None = None
     words: str | None = None
 
+    def choice(self) -> ExplainerChoice:
+        """The explainer that computes the maps, with its settings (:func:`resolve_explainer`:
+        ig or grad with the map settings when no other is chosen)."""
+        return resolve_explainer(self.settings, self.explainer)[1]
+
     def key(self) -> str:
         """The three as one JSON text (a cache key; :meth:`from_key` reads it back)."""
         choice = self.explainer.record() if self.explainer else None
@@ -381,10 +403,14 @@ class Explaining:
         return cls(from_dict(HeatmapSettings, settings), explainer, words)
 
 
-def heatmap_settings(key: str, class_names: Sequence[str]) -> Explaining:
+def heatmap_settings(
+    key: str, class_names: Sequence[str] | None = None, words: bool = True
+) -> Explaining:
     """An explainer of the registry (docs/explainers.md), its settings, the class explained and
     whether scores are per sub-token or per word; ig and grad take the map settings of
-    :class:`HeatmapSettings` (steps, baseline, K), any other explainer its own dataclass's."""
+    :class:`HeatmapSettings` (steps, baseline, K), any other explainer its own dataclass's.
+    Without ``class_names`` the page explains the predicted class and asks no class; without
+    ``words``, it scores sub-tokens and asks nothing of words."""
     left, right = st.columns(2)
     name = left.selectbox(
         "Explainer",
@@ -393,15 +419,17 @@ def heatmap_settings(key: str, class_names: Sequence[str]) -> Explaining:
         key=f"{key}.explainer",
         help=" · ".join(f"{n}: {e.description}" for n, e in EXPLAINERS.items()),
     )
-    words = right.selectbox(
-        "Scores per",
-        ["sub-token", *WORD_AGGREGATIONS],
-        format_func=lambda w: w if w == "sub-token" else f"word ({w} of its sub-tokens)",
-        key=f"{key}.words",
-        help="a word's score: the sum, the mean or the largest |score| of its sub-tokens",
-    )
-    words = None if words == "sub-token" else words
-    view = _view_widget(class_names)
+    per = "sub-token"
+    if words:
+        per = right.selectbox(
+            "Scores per",
+            ["sub-token", *WORD_AGGREGATIONS],
+            format_func=lambda w: w if w == "sub-token" else f"word ({w} of its sub-tokens)",
+            key=f"{key}.words",
+            help="a word's score: the sum, the mean or the largest |score| of its sub-tokens",
+        )
+    aggregation = None if per == "sub-token" else per
+    view = _view_widget(class_names) if class_names is not None else lambda *_: "pred"
     if name in ENGINE_EXPLAINERS:
         settings = config_widgets(
             HeatmapSettings,
@@ -409,9 +437,9 @@ def heatmap_settings(key: str, class_names: Sequence[str]) -> Explaining:
             overrides={"view": view, "method": lambda *_: name},
             columns=5,
         )
-        return Explaining(settings, None, words)
+        return Explaining(settings, None, aggregation)
     own = EXPLAINERS[name].settings
     choice = config_widgets(own, f"{key}.{name}", columns=4) if fields(own) else None
     view_help = HeatmapSettings.__dataclass_fields__["view"].metadata["help"]
     settings = HeatmapSettings(view=view("view", "pred", view_help, f"{key}.view"))
-    return Explaining(settings, ExplainerChoice(name, choice), words)
+    return Explaining(settings, ExplainerChoice(name, choice), aggregation)

@@ -1,25 +1,28 @@
-"""Where explanations diverge: over a split, per word the teacher's mean attribution against a
-student's (a scatter), the words the student over- and under-attributes most (overall or for one
-gold class), and per model the distributions of the per-example attribution gap and of AOPC
-faithfulness (:mod:`workbench.analysis.divergence`). A click on a point or a row opens its example
-in the Case study. Each model's outputs are cached in its run folder, and the comparison in the
-server, so a second visit is instant."""
+"""Where explanations diverge: over a split, with the explainer chosen (any registered one, with
+its settings), per word the teacher's mean attribution against a student's (a scatter), the words
+the student over- and under-attributes most (overall or for one gold class), and per model the
+distributions of the per-example attribution gap and of AOPC faithfulness
+(:mod:`workbench.analysis.divergence`). A click on a point or a row opens its example in the Case
+study. Each model's outputs are cached in its run folder, and the comparison in the server (per
+explainer and settings), so a second visit is instant."""
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from workbench.analysis.attribution import ExplainerChoice
 from workbench.analysis.divergence import TEACHER, Divergence, divergence, word_table
 from workbench.analysis.heatmaps import Example
 from workbench.app import common
 from workbench.app.catalog import RunEntry
 from workbench.app.forms import config_widgets
-from workbench.core.config import DivergenceSettings, config_key
+from workbench.core.config import DivergenceSettings, MapSettings, config_key
 
 KEY = "divergence"
 ALL_CLASSES = "all examples"
@@ -33,14 +36,19 @@ def _kept() -> OrderedDict:
 
 
 def _compare(
-    teacher: RunEntry, students: list[RunEntry], settings: DivergenceSettings
+    teacher: RunEntry,
+    students: list[RunEntry],
+    settings: DivergenceSettings,
+    explainer: ExplainerChoice | None,
 ) -> tuple[Divergence, str]:
     """The comparison, from the server's memory, or from the run folders' caches (computed
-    there first when missing, with a progress bar); and where it came from."""
+    there first when missing, with a progress bar), per runs, settings and explainer; and where
+    it came from."""
     table_only = replace(settings, min_count=1, top=1)  # what the tables alone change
     key = (
         tuple(e.key() for e in (teacher, *students)),
         config_key(table_only),
+        json.dumps(explainer.record(), sort_keys=True) if explainer else None,
     )
     kept = _kept()
     if key in kept:
@@ -51,7 +59,12 @@ def _compare(
     bar = st.progress(0.0, "Loading the cached maps…")
     try:
         result = divergence(
-            loaded[0], loaded[1:], split, settings, lambda f, text: bar.progress(f, text)
+            loaded[0],
+            loaded[1:],
+            split,
+            settings,
+            lambda f, text: bar.progress(f, text),
+            explainer,
         )
     finally:
         bar.empty()
@@ -68,8 +81,9 @@ def _example(result: Divergence, index: int) -> Example:
     return Example(row.text, row.pair if isinstance(row.pair, str) else None, row.label, row.uid)
 
 
-def _scatter(table: pd.DataFrame, student: str) -> go.Figure:
-    """A point per word: the teacher's mean attribution (x) against the student's (y)."""
+def _scatter(table: pd.DataFrame, student: str, explainer: str) -> go.Figure:
+    """A point per word: the teacher's mean attribution (x) against the student's (y), by the
+    explainer named in the title."""
     hover = (
         "<b>%{text}</b><br>teacher %{x:.4f}<br>" + student.replace("%", "%%") + " %{y:.4f}"
         "<br>difference %{customdata[1]:+.4f}<br>seen %{customdata[2]} times"
@@ -98,17 +112,19 @@ def _scatter(table: pd.DataFrame, student: str) -> go.Figure:
         type="line", x0=low, y0=low, x1=high, y1=high, line={"dash": "dot", "color": "grey"}
     )
     figure.update_layout(
+        title=f"Mean attribution per word: {explainer}",
         xaxis_title="teacher: mean attribution",
         yaxis_title=f"{student}: mean attribution",
         height=460,
-        margin={"t": 30},
+        margin={"t": 50},
     )
     return figure
 
 
 def _histograms(result: Divergence) -> go.Figure:
     """The per-example attribution gap of every student and the AOPC values of every model,
-    each model in one colour and one legend entry across the three panels."""
+    each model in one colour and one legend entry across the three panels; the explainer in
+    the title."""
     from plotly.colors import qualitative
     from plotly.subplots import make_subplots
 
@@ -138,7 +154,12 @@ def _histograms(result: Divergence) -> go.Figure:
                 column,
             )
             shown.add(model)
-    figure.update_layout(barmode="overlay", height=320, margin={"t": 40})
+    figure.update_layout(
+        title=f"Per example, {result.explainer.describe()} maps",
+        barmode="overlay",
+        height=360,
+        margin={"t": 80},
+    )
     return figure
 
 
@@ -193,6 +214,11 @@ def _examples_table(result: Divergence, student: str) -> int | None:
     return _picked(frame.sort_values(f"{student} gap", ascending=False), f"{KEY}.examples")
 
 
+def _given(value: object):
+    """A widget of :func:`config_widgets` that shows nothing and returns ``value``."""
+    return lambda *_: value
+
+
 def render() -> None:
     st.title("Where explanations diverge")
     picked = common.teacher_and_students(KEY)
@@ -200,13 +226,20 @@ def render() -> None:
         return
     teacher, students = picked
     with st.expander("Settings", expanded=False):
-        settings = config_widgets(DivergenceSettings, f"{KEY}.settings", columns=5)
-    result, source = _compare(teacher, students, settings)
+        explaining = common.heatmap_settings(f"{KEY}.settings", words=False)
+        chosen = {  # the map settings come from the explainer's widgets
+            f.name: _given(getattr(explaining.settings, f.name)) for f in fields(MapSettings)
+        }
+        settings = config_widgets(
+            DivergenceSettings, f"{KEY}.settings", columns=5, overrides=chosen
+        )
+    result, source = _compare(teacher, students, settings, explaining.explainer)
+    explainer = result.explainer.describe()
     st.caption(
         common.plain(
             f"{len(result.examples)} examples of the {settings.split} split (a fixed stratified "
             f"sample), {source}. Attribution of the {settings.explained} class per word "
-            f"(word pieces summed), {settings.method} maps; words seen at least "
+            f"(word pieces summed) by {explainer}; words seen at least "
             f"{settings.min_count} times."
         )
     )
@@ -222,7 +255,7 @@ def render() -> None:
         st.info(f"No word occurs {settings.min_count} times or more: lower min count.")
     else:
         event = st.plotly_chart(
-            _scatter(table, student),
+            _scatter(table, student, explainer),
             on_select="rerun",
             selection_mode=("points", "box", "lasso"),
             key=f"{KEY}.scatter",

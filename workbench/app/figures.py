@@ -151,9 +151,11 @@ def layer_mapping_figure(
     return fig
 
 
-def loyalty_histograms(frame: pd.DataFrame, students: Sequence[str]) -> go.Figure:
+def loyalty_histograms(
+    frame: pd.DataFrame, students: Sequence[str], explainer: str = "Grad saliency"
+) -> go.Figure:
     """Histograms of per-example PL and SL (columns ``<student> PL``/``SL`` of the loyalty
-    table), one colour per student, overlaid."""
+    table), one colour per student, overlaid; ``explainer`` (SL's) named in the title."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=["per-example PL", "per-example SL"])
     for index, student in enumerate(students):
         colour = SERIES_COLOURS[index % len(SERIES_COLOURS)]
@@ -174,7 +176,13 @@ def loyalty_histograms(frame: pd.DataFrame, students: Sequence[str]) -> go.Figur
                 row=1,
                 col=column,
             )
-    fig.update_layout(barmode="overlay", height=300, margin={"t": 40, "b": 10}, font=FONT)
+    fig.update_layout(
+        title=_escaped(f"Per example; SL by {explainer}"),
+        barmode="overlay",
+        height=340,
+        margin={"t": 80, "b": 10},
+        font=FONT,
+    )
     return fig
 
 
@@ -192,10 +200,13 @@ def example_hover(row: pd.Series, student: str) -> str:
     )
 
 
-def loyalty_scatter(frame: pd.DataFrame, students: Sequence[str]) -> go.Figure:
+def loyalty_scatter(
+    frame: pd.DataFrame, students: Sequence[str], explainer: str = "Grad saliency"
+) -> go.Figure:
     """Per student a panel of PL (x) against SL (y), one point per example of the loyalty
     table, coloured by whether the student is right; each point's ``customdata`` is its row's
-    index in ``frame`` (what a click or a box selection returns)."""
+    index in ``frame`` (what a click or a box selection returns); ``explainer`` (SL's) named
+    in the title."""
     fig = make_subplots(rows=1, cols=len(students), subplot_titles=[_escaped(s) for s in students])
     for column, student in enumerate(students, start=1):
         right = frame[f"{student} ✓"].astype(bool)
@@ -219,7 +230,12 @@ def loyalty_scatter(frame: pd.DataFrame, students: Sequence[str]) -> go.Figure:
             )
         fig.update_xaxes(title_text="probability loyalty PL", row=1, col=column)
         fig.update_yaxes(title_text="saliency loyalty SL", row=1, col=column)
-    fig.update_layout(height=360, margin={"t": 40, "b": 10}, font=FONT)
+    fig.update_layout(
+        title=_escaped(f"Probability against saliency loyalty; SL by {explainer}"),
+        height=400,
+        margin={"t": 80, "b": 10},
+        font=FONT,
+    )
     return fig
 
 

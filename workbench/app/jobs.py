@@ -1,5 +1,6 @@
-"""The app's background jobs: trainings and the demo build, each a separate process running
-:mod:`workbench.app.runner`, so the UI stays responsive and a page reload loses nothing.
+"""The app's background jobs: trainings, the demo build and faithfulness reports, each a
+separate process running :mod:`workbench.app.runner`, so the UI stays responsive and a page
+reload loses nothing.
 
 A job is recorded in ``<runs root>/.jobs/<name>.json`` (process id, target folder, log); its
 progress is read from the files it writes (``progress.jsonl``, and the run's ``metrics.jsonl``
@@ -27,6 +28,7 @@ from workbench.core.files import atomic_write_json, read_json_lines
 JOBS_DIR = ".jobs"
 RUNNER = "workbench.app.runner"
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+TRAININGS = ("teacher", "student", "tune")  # the kinds of job the Train page follows
 
 
 def process_alive(pid: int) -> bool:
@@ -58,7 +60,7 @@ class Job:
     """A background process of the app."""
 
     name: str
-    kind: str  # teacher | student | tune | demo
+    kind: str  # teacher | student | tune (TRAININGS) | demo | faithfulness
     target: str  # the run folder, or the demo's root
     pid: int
     started: float

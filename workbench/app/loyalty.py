@@ -1,7 +1,7 @@
 """Loyalty: on a split, each student's task metrics and its label, probability and saliency
-loyalty to the teacher (LL, PL, SL; docs/methods.md §6), as a table and as plots of the per-example
-values; select an example where a student departs from its teacher to open it in the Case
-study."""
+loyalty to the teacher (LL, PL, SL; docs/methods.md §6; SL by the explainer chosen, Grad saliency
+by default), as a table and as plots of the per-example values; select an example where a
+student departs from its teacher to open it in the Case study."""
 
 from __future__ import annotations
 
@@ -37,28 +37,33 @@ def render() -> None:
     with left:
         split = common.split_choice(KEY)
     limit, size = common.sample_size(right, KEY, teacher, split, SAMPLE)
-    summary, frame = common.split_loyalty(teacher, students, split, limit)
+    with st.expander("Saliency loyalty's explainer", expanded=False):
+        choice = common.heatmap_settings(f"{KEY}.settings", words=False).choice()
+    summary, frame = common.split_loyalty(teacher, students, split, limit, choice)
     names = [s.name for s in students]
     whole = "the whole split" if len(frame) == size else f"a sample of the split's {size}"
     st.subheader(f"Scores on {split} ({len(frame)} examples: {whole})")
     st.dataframe(summary.round(3).astype(object).where(summary.notna(), "—"))
+    explainer = choice.describe()
     st.caption(
-        "LL: share of examples where the student predicts the teacher's class; PL: mean "
-        "of 1 − √JSD(p_t ‖ p_s); SL: mean Pearson correlation of the two models' Grad "
-        "saliency (×100)."
+        common.plain(
+            "LL: share of examples where the student predicts the teacher's class; PL: mean "
+            "of 1 − √JSD(p_t ‖ p_s); SL: mean Pearson correlation of the two models' scores "
+            f"of their predicted class by {explainer} (×100)."
+        )
     )
     st.page_link(
         Path(__file__).resolve().parent / "compression.py",
         label="Compression: the size and speed these students buy, beside their loyalty",
         icon=":material/speed:",
     )
-    st.plotly_chart(loyalty_histograms(frame, names), key=f"{KEY}.distributions")
+    st.plotly_chart(loyalty_histograms(frame, names, explainer), key=f"{KEY}.distributions")
     st.caption(
         "Click a point to open its example in the Case study; select several (the box or lasso "
         "tool above the chart) to list them below."
     )
     event = st.plotly_chart(
-        loyalty_scatter(frame, names),
+        loyalty_scatter(frame, names, explainer),
         key=f"{KEY}.scatter",
         on_select="rerun",
         selection_mode=("points", "box", "lasso"),

@@ -16,6 +16,7 @@ PAGES = (  # file, title, URL path (the first is the default page)
     ("loyalty.py", "Loyalty", "loyalty"),
     ("compression.py", "Compression", "compression"),
     ("divergence.py", "Where explanations diverge", "divergence"),
+    ("explainers.py", "Which explainer to trust", "explainers"),
     ("train.py", "Train", "train"),
     ("exports.py", "Export", "export"),
 )

@@ -5,6 +5,7 @@ python -m workbench.app.runner teacher RUN_DIR CONFIGS_JSON   # data, teacher, o
 python -m workbench.app.runner student RUN_DIR CONFIGS_JSON   # data, student, objective, optim
 python -m workbench.app.runner tune OUT CONFIGS_JSON           # the student's sections + tune
 python -m workbench.app.runner demo RUNS_ROOT MODE             # the demos of KDW_DEMO=MODE
+python -m workbench.app.runner faithfulness FOLDER CONFIGS_JSON  # runs, settings, explainers
 ```
 
 ``CONFIGS_JSON`` has the layout of ``run.json``'s ``configs``, so a run resumes by being launched
@@ -16,9 +17,13 @@ as ``{"error": ...}``, since its output goes to the terminal. The demo build sto
 process that launched it (:func:`stop_with_parent`) and resumes on the app's next launch; a
 training outlives the app.
 
-The demo job builds the demos of its mode in order (:data:`DEMO_PLANS`): for ``default``, the
-quick demo first (a teacher and a student within minutes), then the full one, which the app
-shows in its place once it is ready (:func:`demo_ready`). ``$KDW_DEMO_SIZES`` (a JSON object of
+The faithfulness job (``kdw faithfulness`` for the app's explainer ranking) writes its report to
+``FOLDER/report.json`` after each explainer and, launched again, computes only the explainers
+that report lacks.
+
+The demo job builds the demos of its mode in order (:data:`DEMO_PLANS`): for ``default``, the quick
+demo first (a teacher and a student within minutes), then the full one, which the app shows in its
+place once it is ready (:func:`demo_ready`). ``$KDW_DEMO_SIZES`` (a JSON object of
 :class:`kd.training.demo.DemoSize` fields, e.g. ``{"train_examples": 64, "teacher_model":
 "tiny-bert"}``) overrides every demo's size: the first-run machinery tried on a tiny model.
 """
@@ -38,6 +43,7 @@ from typing import Any
 
 from workbench.core.config import (
     DataConfig,
+    FaithfulnessSettings,
     ObjectiveConfig,
     OptimConfig,
     StudentConfig,
@@ -47,10 +53,11 @@ from workbench.core.config import (
     from_dict,
 )
 from workbench.core.errors import WorkbenchError
-from workbench.core.files import append_json_line, read_json_lines
+from workbench.core.files import append_json_line, atomic_write_json, read_json_lines
 from workbench.core.runs import RUN_FILE, Run
 
 PROGRESS_FILE = "progress.jsonl"
+REPORT_FILE = "report.json"  # a faithfulness job's report, in its folder
 STOP_FILE = "STOP"
 READY = "demo: ready"
 DEMO_FOLDERS = {"quick": "demo-quick", "default": "demo"}  # size -> folder in the runs root
@@ -147,6 +154,24 @@ def _train(kind: str, run_dir: Path, configs: dict[str, Any]) -> None:
         distill(data, student, objective, optim, run_dir, [callback], tracking_config=tracking)
 
 
+def _faithfulness(folder: Path, configs: dict[str, Any]) -> None:
+    from workbench.analysis.attribution import ExplainerChoice
+    from workbench.analysis.faithfulness_report import explainer_faithfulness
+
+    path = folder / REPORT_FILE
+    settings = from_dict(FaithfulnessSettings, configs["settings"])
+    choices = [ExplainerChoice(n, configs["explainers"].get(n)) for n in settings.names()]
+    folder.mkdir(parents=True, exist_ok=True)
+    explainer_faithfulness(
+        configs["runs"],
+        settings,
+        choices,
+        notify=print,
+        previous=json.loads(path.read_text()) if path.exists() else None,
+        checkpoint=lambda report: atomic_write_json(path, report),
+    )
+
+
 def _demo(root: Path, mode: str) -> None:
     from kd.training.demo import APP_METHODS, SIZES, DemoSize, build_demo
 
@@ -187,6 +212,8 @@ def main(argv: list[str]) -> int:
     try:
         if kind == "demo":
             _demo(target, argv[2])
+        elif kind == "faithfulness":
+            _faithfulness(target, json.loads(argv[2]))
         else:
             _train(kind, target, json.loads(argv[2]))
     except KeyboardInterrupt:

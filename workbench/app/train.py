@@ -20,6 +20,7 @@ from workbench.app.catalog import RunEntry, discover_runs, discover_studies, run
 from workbench.app.figures import curves, trials_figure
 from workbench.app.forms import config_widgets
 from workbench.app.jobs import (
+    TRAININGS,
     Job,
     cache_progress,
     job_for,
@@ -221,7 +222,7 @@ def _runs_table(entries: list[RunEntry], root) -> pd.DataFrame:
     rows = [
         {"run": job.name, "kind": job.kind, "state": "preparing", "step": "preparing"}
         for job in read_jobs(root)
-        if job.kind != "demo" and job.alive and job.folder.resolve() not in listed
+        if job.kind in TRAININGS and job.alive and job.folder.resolve() not in listed
     ]
     for entry in entries:
         results = entry.results()
@@ -326,7 +327,7 @@ def render() -> None:
         ]
     _form(root, kind, teacher)
 
-    active = [job for job in read_jobs(root) if job.kind != "demo" and job.alive]
+    active = [job for job in read_jobs(root) if job.kind in TRAININGS and job.alive]
     if active:
         st.subheader("Running")
         for job in active:

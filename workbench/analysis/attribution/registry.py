@@ -202,6 +202,11 @@ class ExplainerChoice:
         """What an output records: ``{"explainer": name, "explainer_settings": {...}}``."""
         return {"explainer": self.name, "explainer_settings": to_dict(self.settings)}
 
+    def describe(self) -> str:
+        """Its title and settings, for a caption: ``"Occlusion (window 3, stride 1)"``."""
+        values = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in to_dict(self.settings).items())
+        return f"{self.explainer.title} ({values})" if values else self.explainer.title
+
 
 # --------------------------------------------------------------------------- registrations
 
