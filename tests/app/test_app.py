@@ -41,7 +41,7 @@ from workbench.core.data import load_task, sample_split
 from workbench.core.models import load_model
 from workbench.export import Heatmap, HeatmapRow, color_scale, score_to_rgb
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "app.py")
 HOSTILE = r"<script>alert(1)</script> $\textbf{x}$ good"
 STUDENTS = ("student-kd", "student-pkd")
