@@ -79,6 +79,7 @@ def exported(runs) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_export_is_checked_and_recorded(runs, exported):
     record = json.loads((exported / "export.json").read_text())
     assert set(record["graphs"]) == {"fp32", "int8"}

@@ -46,6 +46,7 @@ EXAMPLES = [Example("good movie but sad story", label="positive"), Example("awfu
 
 
 @pytest.mark.parametrize("method", ["ig", "grad"])
+@pytest.mark.slow
 def test_explain_gives_probabilities_and_a_map_per_class(loaded, method):
     settings = HeatmapSettings(method=method, steps=3)
     first, second = explain(loaded[0], EXAMPLES, settings)
@@ -138,6 +139,7 @@ def test_parse_indices():
             parse_indices(text, 10)
 
 
+@pytest.mark.slow
 def test_kdw_export_writes_every_format(runs, tmp_path, capsys):
     texts = tmp_path / "texts.jsonl"
     texts.write_text(json.dumps({"text": HOSTILE, "label": "neutral"}) + "\n")

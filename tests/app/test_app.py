@@ -124,6 +124,7 @@ def _ok(at: AppTest) -> AppTest:
     return at
 
 
+@pytest.mark.slow
 def test_broken_run_folders_are_listed_with_their_problem(tiny_runs):
     entries = {e.name: e for e in discover_runs(tiny_runs)}
     assert {"teacher", *STUDENTS, "corrupt", "partial"} <= set(entries)
@@ -529,6 +530,7 @@ def test_export_page_anonymous_checkbox_names_roles_and_no_run(app, tiny_runs):
     assert "student 1" in contents["heatmap-000.svg"].decode()
 
 
+@pytest.mark.slow
 def test_train_page_launches_a_training_and_lists_runs(app, tiny_runs):
     at = _ok(app.run())
     at.switch_page("workbench/app/train.py")
@@ -572,6 +574,7 @@ def test_train_page_launches_a_training_and_lists_runs(app, tiny_runs):
     assert table.set_index("run").loc["ui-teacher", "state"] == "finished"
 
 
+@pytest.mark.slow
 def test_a_training_stops_and_resumes(tiny_runs):
     info = json.loads((tiny_runs / "teacher" / "run.json").read_text())
     optim = {**info["configs"]["optim"], "epochs": 3.0, "threads": 1}
@@ -615,6 +618,7 @@ def test_train_page_student_form_comes_from_the_configs(app, tiny_runs):
     assert help_text == StudentConfig.__dataclass_fields__["init"].metadata["help"]
 
 
+@pytest.mark.slow
 def test_a_search_runs_in_the_background_and_shows_its_trials(app, tiny_runs):
     info = json.loads((tiny_runs / "teacher" / "run.json").read_text())
     configs = {

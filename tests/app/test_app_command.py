@@ -14,6 +14,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
 
 
@@ -23,6 +25,7 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_kdw_app_serves_the_workbench_from_any_folder(tmp_path: Path):
     port = _free_port()
     command = [sys.executable, "-m", "kd.cli", "app", "--runs", str(tmp_path / "runs")]
@@ -81,6 +84,7 @@ print(environment().get_template(TEMPLATE).filename)
 """
 
 
+@pytest.mark.slow
 def test_a_wheel_installed_outside_the_repository_has_the_command_and_the_app(tmp_path: Path):
     """The package built as a wheel (from a copy of its sources: the clone stays clean) and
     installed into a fresh virtual environment outside the repository, whose other packages

@@ -34,6 +34,7 @@ def report(tiny_runs) -> dict:
     return benchmark([str(tiny_runs / name) for name in MODELS], settings)
 
 
+@pytest.mark.slow
 def test_the_scatter_draws_the_reports_numbers(report, tiny_runs):
     entries = discover_runs(tiny_runs)
     methods = methods_of(report, entries)

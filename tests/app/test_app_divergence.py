@@ -43,6 +43,7 @@ def _page(root: Path, monkeypatch) -> AppTest:
     return at
 
 
+@pytest.mark.slow
 def test_the_page_shows_the_scatter_the_tables_and_the_histograms(tiny_runs, monkeypatch):
     at = _page(tiny_runs, monkeypatch)
     assert at.title[0].value == "Where explanations diverge"
@@ -73,6 +74,7 @@ def test_bad_runs_give_a_message_not_a_traceback(tiny_runs, tmp_path, monkeypatc
     assert at.error or at.info
 
 
+@pytest.mark.slow
 def test_the_chosen_explainer_makes_the_maps_the_tables_and_the_titles(
     tiny_runs, tmp_path, monkeypatch
 ):

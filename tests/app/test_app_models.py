@@ -53,6 +53,7 @@ def app(model_runs, monkeypatch) -> AppTest:
     return AppTest.from_file(APP, default_timeout=300)
 
 
+@pytest.mark.slow
 def test_a_model_folder_is_a_teacher_and_a_broken_one_is_one_line(app):
     at = _ok(app.run())
     teacher = at.selectbox(key="case.teacher")
@@ -73,6 +74,7 @@ def test_a_model_folder_is_a_teacher_and_a_broken_one_is_one_line(app):
     assert "teacher" in at.dataframe[0].value.columns
 
 
+@pytest.mark.slow
 def test_loyalty_geometry_and_divergence_compare_with_a_model_folder(app):
     at = _ok(app.run())
     for page, key in (

@@ -64,6 +64,7 @@ def _announcements(folder: Path) -> list[dict]:
     return [r for r in jobs.read_progress(folder) if set(r) == {"stage", "time"}]
 
 
+@pytest.mark.slow
 def test_the_quick_demo_is_built_first_its_kd_student_before_adkd(demo_root):
     quick, full = (demo_root / runner.DEMO_FOLDERS[size] for size in ("quick", "default"))
     for folder in (quick, full):
@@ -299,6 +300,7 @@ def test_the_train_page_follows_a_run_the_demo_build_trains(demo_root, building,
         status.write_text(finished)
 
 
+@pytest.mark.slow
 def test_the_demo_build_stops_with_the_app_that_launched_it(tmp_path, tiny_model_dir):
     """The app's process (here a stand-in that launches the build as the app does) is killed:
     the build stops within seconds, before its end, keeping what it trained."""

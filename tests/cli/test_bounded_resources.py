@@ -203,6 +203,7 @@ def test_dpi_above_the_cap_is_refused_in_one_line_before_anything_is_written(
     assert ExportSettings(dpi=MAX_DPI).dpi == MAX_DPI
 
 
+@pytest.mark.slow
 def test_a_png_of_too_many_pixels_is_refused_before_the_folder_is_made(tmp_path):
     rows = [HeatmapRow(f"model {i}", ["token"] * 300, [0.1] * 300) for i in range(40)]
     heatmap = Heatmap(rows)
@@ -299,6 +300,7 @@ def test_a_pipe_or_a_device_as_task_is_refused_unopened(tmp_path):
         load_local("/dev/zero", seed=0)
 
 
+@pytest.mark.slow
 def test_kdw_refuses_a_pipe_as_task_in_one_line_and_returns(tmp_path):
     fifo = tmp_path / "task.csv"
     os.mkfifo(fifo)

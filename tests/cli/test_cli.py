@@ -265,6 +265,7 @@ def test_student_with_another_vocabulary_is_refused_for_token_terms(
     assert "pass --task" in _error_line(capsys)
 
 
+@pytest.mark.slow
 def test_no_traceback_from_the_installed_entry_point(tmp_path):
     result = subprocess.run(
         [
@@ -337,6 +338,7 @@ def test_attribute_writes_reloadable_records(tmp_path, tiny_task_dir, tiny_model
     assert "top_k" in _error_line(capsys)
 
 
+@pytest.mark.slow
 def test_a_second_writer_of_a_run_is_refused(tmp_path, tiny_task_dir, tiny_model_dir):
     """Two real processes on one --run-dir: the second is refused, naming the first, which
     trains on undisturbed (it is paused while the second tries, so the timing is fixed)."""

@@ -371,6 +371,7 @@ def _text_chunks(path: Path) -> dict:
         return json.loads(image.text["Description"])
 
 
+@pytest.mark.slow
 def test_truncation_is_stated_in_every_format(work, tmp_path, capsys):
     from workbench.analysis.heatmaps import Example, HeatmapSettings, build_heatmaps, write_heatmaps
     from workbench.core.models import load_run

@@ -479,6 +479,7 @@ def test_the_catalog_lists_each_damaged_run_with_its_reason(damaged_root):
         assert entry.usable == (not name.startswith("runjson")), name  # the model is intact
 
 
+@pytest.mark.slow
 def test_every_page_draws_beside_damaged_runs(damaged_root, monkeypatch):
     from streamlit.testing.v1 import AppTest
 

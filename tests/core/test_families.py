@@ -45,6 +45,7 @@ def _batch(loaded, texts=("what a great flight", "bad & awful, never again!")):
 
 
 @pytest.mark.parametrize("model_type", FAMILY_TYPES)
+@pytest.mark.slow
 def test_the_adaptor_reads_every_family(model_type, family_dirs):
     """The embedding output is the model's own first hidden state (ELECTRA's after its
     projection), swapping it back in changes nothing, and a cut student keeps the embeddings
@@ -318,6 +319,7 @@ def test_train_teacher_keeps_a_classifiers_head_and_matches_its_classes(
     assert recorded["label_map"] == "negative=NEG,neutral=NEU,positive=POS"
 
 
+@pytest.mark.slow
 def test_a_student_of_another_family_with_the_same_tokenizer(
     family_dirs, task_dir, tmp_path, capsys
 ):

@@ -52,6 +52,7 @@ def _trained(out: Path) -> int:
     return last["searches"] + last["teachers"] + last["students"]
 
 
+@pytest.mark.slow
 def test_tiny_suite_report_and_resume(tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: Path):
     plan = TaskPlan(
         DataConfig(task=str(tiny_task_dir), max_length=16),
@@ -199,6 +200,7 @@ def _one_seed_plan(tiny_model_dir: Path, tiny_task_dir: Path) -> TaskPlan:
     )
 
 
+@pytest.mark.slow
 def test_each_method_trains_beside_its_control(
     tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: Path
 ):
@@ -296,6 +298,7 @@ def test_bad_students_files_are_one_line_errors(entries, message, tmp_path: Path
     assert not out.exists()  # refused before anything is written
 
 
+@pytest.mark.slow
 def test_a_given_classifier_teaches_the_suite_as_it_is(
     tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: Path
 ):
@@ -321,6 +324,7 @@ def test_a_given_classifier_teaches_the_suite_as_it_is(
         suite.with_teachers({"nope": str(folder)})
 
 
+@pytest.mark.slow
 def test_moved_run_folders_are_used(tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: Path):
     """Run folders written elsewhere (their record names the teacher's old path) are used when
     present: a finished student missing from results.json is scored again, not retrained."""
@@ -343,6 +347,7 @@ def test_moved_run_folders_are_used(tiny_model_dir: Path, tiny_task_dir: Path, t
     assert again["students"][0]["examples"] == first["students"][0]["examples"]
 
 
+@pytest.mark.slow
 def test_an_interrupted_call_keeps_what_finished(
     tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: Path, monkeypatch
 ):
@@ -470,6 +475,7 @@ def _running(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+@pytest.mark.slow
 def test_busy_worker_exits_when_the_suite_process_is_killed(tmp_path: Path):
     script = tmp_path / "suite.py"
     script.write_text(WORKER_SCRIPT)

@@ -96,6 +96,7 @@ def test_bad_space_is_a_one_line_error_and_writes_nothing(
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_study_resumes_and_best_configuration_trains(tiny_teacher, tmp_path, capsys):
     data, teacher = tiny_teacher
     out = tmp_path / "study"
@@ -218,6 +219,7 @@ def test_tune_api_validates_trials(tiny_teacher, tmp_path):
         )
 
 
+@pytest.mark.slow
 def test_a_grid_no_larger_than_the_budget_is_tried_whole_each_setting_once(
     tiny_teacher, tmp_path, capsys
 ):
@@ -234,6 +236,7 @@ def test_a_grid_no_larger_than_the_budget_is_tried_whole_each_setting_once(
     assert len(list((out / "trials").iterdir())) == 3
 
 
+@pytest.mark.slow
 def test_a_larger_space_gets_as_many_distinct_settings_as_trials(tiny_teacher, tmp_path):
     """6 settings, 4 trials: TPE may propose a setting again, which keeps its first outcome and
     does not count; the search ends with 4 distinct settings tried."""

@@ -90,6 +90,7 @@ def secrets(lab: Path) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_anonymous_export_writes_no_path_name_or_run_id(lab, tmp_path):
     paths = _export(lab, tmp_path / "anonymous", "--anonymous")
     assert {p.suffix for p in paths} == FORMATS and len(paths) == 2 * len(FORMATS)

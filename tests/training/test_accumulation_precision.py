@@ -54,6 +54,7 @@ def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
     return torch.load(run_dir / "checkpoint.pt", weights_only=True)["model"]
 
 
+@pytest.mark.slow
 def test_accumulated_micro_batches_make_the_step_of_the_batch(folders):
     """k micro-batches of B/k and one batch of B end with the same weights (40 = 3·12 + 4:
     the last batch splits unevenly), for a teacher (CE) and a GKD student, whose gradient term

@@ -150,6 +150,7 @@ def trained(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("name", ["teacher", *PRESETS])
+@pytest.mark.slow
 def test_two_processes_train_the_weights_of_one(trained, name):
     one, two = _final_weights(trained / f"{name}-1"), _final_weights(trained / f"{name}-2")
     start = tiny_model().state_dict()
@@ -214,6 +215,7 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 
 
+@pytest.mark.slow
 def test_killed_torchrun_job_resumes_to_the_same_weights(trained):
     """A real SIGKILL of the whole torchrun job (launcher and both workers) mid-run, then the
     same command; dropout on, so each process's RNG must come back from the checkpoint. The

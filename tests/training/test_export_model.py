@@ -45,6 +45,7 @@ def runs(tmp_path, tiny_task_dir, tiny_model_dir, monkeypatch) -> tuple[Path, Pa
     return teacher, student
 
 
+@pytest.mark.slow
 def test_saved_models_name_their_classes_and_carry_a_card(runs):
     teacher, student = runs
     for run in runs:
@@ -92,6 +93,7 @@ def test_the_card_quotes_names_and_labels_as_text(tmp_path):
     assert "````\nkdw '``` # x'\n````" in card
 
 
+@pytest.mark.slow
 def test_exported_folder_answers_like_the_projects_evaluation(runs, tmp_path, monkeypatch, capsys):
     _, student = runs
     out = tmp_path / "export"
@@ -122,6 +124,7 @@ def test_exported_folder_answers_like_the_projects_evaluation(runs, tmp_path, mo
     assert accuracy / len(split) == pytest.approx(results["test"]["accuracy"])
 
 
+@pytest.mark.slow
 def test_export_names_the_classes_of_a_run_saved_without_them(runs, tmp_path, monkeypatch):
     teacher, _ = runs
     config_path = teacher / "model" / "config.json"
@@ -141,6 +144,7 @@ def test_regression_keeps_its_single_output():
     assert model.config.num_labels == 1 and model.config.id2label == before
 
 
+@pytest.mark.slow
 def test_export_errors_are_one_line(runs, tmp_path, monkeypatch, capsys):
     teacher, _ = runs
     missing, out = str(tmp_path / "nowhere"), str(tmp_path / "o")
@@ -165,6 +169,7 @@ def test_help_says_the_push_needs_the_network(capsys):
     assert "needs the network and a Hub login" in help_text and "not exercised offline" in help_text
 
 
+@pytest.mark.slow
 def test_push_to_hub_pushes_model_tokenizer_then_the_runs_card(runs, tmp_path, monkeypatch):
     """Offline, the Hub calls are replaced: this checks which calls are made, not an upload."""
     teacher, _ = runs
@@ -193,6 +198,7 @@ def test_push_to_hub_pushes_model_tokenizer_then_the_runs_card(runs, tmp_path, m
     assert calls[2] == ("card", "me/tiny-teacher", "README.md", (out / "README.md").read_text())
 
 
+@pytest.mark.slow
 def test_a_failed_push_is_one_line(runs, tmp_path, monkeypatch, capsys):
     teacher, _ = runs
 

@@ -49,6 +49,7 @@ def _teacher_arguments(run_dir: Path, model_dir: Path, task_dir: Path) -> list[s
     ]
 
 
+@pytest.mark.slow
 def test_resume_after_kill_ends_with_the_same_weights(tiny_model_dir, tiny_task_dir, tmp_path):
     killed_dir, clean_dir = tmp_path / "killed", tmp_path / "clean"
     state = kill_at_step(
@@ -77,6 +78,7 @@ def test_resume_after_kill_ends_with_the_same_weights(tiny_model_dir, tiny_task_
     assert Run.open(killed_dir).status()["state"] == "finished"
 
 
+@pytest.mark.slow
 def test_teacher_learns_and_students_distil(tiny_model_dir, tiny_task_dir, tmp_path):
     data = DataConfig(task=str(tiny_task_dir), max_length=16)
     optim = OptimConfig(
@@ -116,6 +118,7 @@ def test_teacher_learns_and_students_distil(tiny_model_dir, tiny_task_dir, tmp_p
     assert again.results() == student_run.results()
 
 
+@pytest.mark.slow
 def test_the_learning_rate_warms_up_then_decays_linearly(tiny_model_dir, tiny_task_dir, tmp_path):
     """Step k (from 0) of T trains at k/W of the rate during the W = ⌊0.25·T⌋ warm-up steps,
     then at (T − k)/(T − W): the linear schedule of Hugging Face's Trainer."""

@@ -13,9 +13,12 @@ map); means skip them and report how many were left out.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
+import numpy as np
 import torch
+from scipy import stats
 from torch import Tensor
 from transformers import PreTrainedModel
 
@@ -30,7 +33,6 @@ __all__ = [
     "compare_models",
     "pearson_per_example",
     "rank_correlation",
-    "ranks",
     "saliency_loyalty",
 ]
 
@@ -43,36 +45,36 @@ def _check_shapes(a: Tensor, b: Tensor, mask: Tensor) -> None:
         )
 
 
-def pearson_per_example(a: Tensor, b: Tensor, attention_mask: Tensor) -> Tensor:
-    """Pearson correlation of ``a`` and ``b`` ``[B, L]`` (or ``[B, V, L]``) over the real tokens
-    of each row → ``[B]`` (or ``[B, V]``); NaN where undefined."""
+def _per_row(
+    a: Tensor, b: Tensor, attention_mask: Tensor, correlation: Callable[..., Any]
+) -> Tensor:
+    """``correlation`` (a ``scipy.stats`` test) of ``a`` and ``b`` ``[B, L]`` (or ``[B, V, L]``)
+    over the real tokens of each row → ``[B]`` (or ``[B, V]``); NaN where undefined (fewer than
+    two real tokens, or a constant side)."""
     _check_shapes(a, b, attention_mask)
-    mask = (attention_mask if a.dim() == 2 else attention_mask[:, None, :]).to(torch.float64)
-    a, b = a.detach().double(), b.detach().double()
-    count = mask.sum(-1, keepdim=True)
-    da = (a - (a * mask).sum(-1, keepdim=True) / count) * mask
-    db = (b - (b * mask).sum(-1, keepdim=True) / count) * mask
-    denominator = (da.pow(2).sum(-1) * db.pow(2).sum(-1)).sqrt()
-    correlation = (da * db).sum(-1) / denominator
-    return torch.where((denominator > 0) & (count[..., 0] > 1), correlation, torch.nan).float()
+    mask = attention_mask if a.dim() == 2 else attention_mask[:, None, :].expand_as(a)
+    rows_a = a.detach().double().flatten(0, -2).numpy()
+    rows_b = b.detach().double().flatten(0, -2).numpy()
+    kept = mask.bool().flatten(0, -2).numpy()
+    out = np.full(len(rows_a), np.nan)
+    for row, (x, y, real) in enumerate(zip(rows_a, rows_b, kept, strict=True)):
+        x, y = x[real], y[real]
+        if len(x) > 1 and np.ptp(x) > 0 and np.ptp(y) > 0:
+            out[row] = correlation(x, y).statistic
+    return torch.from_numpy(out).float().reshape(a.shape[:-1])
 
 
-def ranks(values: Tensor, attention_mask: Tensor) -> Tensor:
-    """Ranks ``[B, (V,) L]`` of each row's real tokens (1 = smallest, ties share their average
-    rank); padding gets 0."""
-    mask = attention_mask if values.dim() == 2 else attention_mask[:, None, :]
-    mask = mask.bool().expand_as(values)
-    v = values.detach().double()
-    others = mask[..., None, :]
-    smaller = ((v[..., None, :] < v[..., :, None]) & others).sum(-1)
-    equal = ((v[..., None, :] == v[..., :, None]) & others).sum(-1)
-    return torch.where(mask, smaller + (equal + 1) / 2, 0.0)
+def pearson_per_example(a: Tensor, b: Tensor, attention_mask: Tensor) -> Tensor:
+    """Pearson correlation (``scipy.stats.pearsonr``) of ``a`` and ``b`` ``[B, L]`` (or
+    ``[B, V, L]``) over the real tokens of each row → ``[B]`` (or ``[B, V]``); NaN where
+    undefined."""
+    return _per_row(a, b, attention_mask, stats.pearsonr)
 
 
 def rank_correlation(a: Tensor, b: Tensor, attention_mask: Tensor) -> Tensor:
-    """Spearman correlation of maps ``[B, (V,) L]`` over real tokens → ``[B(, V)]``."""
-    _check_shapes(a, b, attention_mask)
-    return pearson_per_example(ranks(a, attention_mask), ranks(b, attention_mask), attention_mask)
+    """Spearman correlation (``scipy.stats.spearmanr``, ties at their average rank) of maps
+    ``[B, (V,) L]`` over real tokens → ``[B(, V)]``; NaN where undefined."""
+    return _per_row(a, b, attention_mask, stats.spearmanr)
 
 
 def attribution_gap(maps_a: Tensor, maps_b: Tensor, attention_mask: Tensor) -> Tensor:
