@@ -7,8 +7,7 @@ The loss functions are imported when first asked for, so that importing the pack
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from workbench.core.lazy import lazy_names
 
 _LOSSES = {
     "attribution_loss": "kd.methods.adkd",
@@ -21,8 +20,4 @@ _LOSSES = {
 }
 __all__ = sorted(_LOSSES)
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _LOSSES:
-        raise AttributeError(f"module 'kd' has no attribute {name!r}")
-    return getattr(importlib.import_module(_LOSSES[name]), name)
+__getattr__ = lazy_names(__name__, _LOSSES)

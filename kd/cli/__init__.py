@@ -6,13 +6,8 @@ itself."""
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from workbench.core.lazy import lazy_names
 
 __all__ = ["build_parser", "config_defaults", "main", "reproduce_suite"]
 
-
-def __getattr__(name: str) -> Any:
-    if name not in __all__:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module("kd.cli.commands"), name)
+__getattr__ = lazy_names(__name__, dict.fromkeys(__all__, "kd.cli.commands"))

@@ -8,8 +8,7 @@ importing the package loads neither torch nor transformers."""
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from workbench.core.lazy import lazy_names
 
 _NAMES = {
     "distill": "kd.training.pipeline",
@@ -19,8 +18,4 @@ _NAMES = {
 }
 __all__ = sorted(_NAMES)
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _NAMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(_NAMES[name]), name)
+__getattr__ = lazy_names(__name__, _NAMES)

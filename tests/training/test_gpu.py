@@ -15,7 +15,7 @@ import torch
 from kd.cli import main
 from kd.methods.objective import Objective
 from kd.training.pipeline import prepare_gradient_student
-from tests.conftest import make_sentences, tiny_model, tiny_tokenizer
+from tests.conftest import tiny_model, write_tiny_workspace
 from workbench.analysis.attribution.chunking import batch_token_limit, bytes_per_token
 from workbench.analysis.benchmark import TIMER_CUDA, benchmark
 from workbench.core.config import BenchmarkSettings, ObjectiveConfig
@@ -82,19 +82,11 @@ def test_every_method_gives_the_cpus_loss_and_gradients_on_cuda(method):
 def teacher_run(tmp_path_factory) -> tuple[Path, list[str]]:
     """A tiny teacher trained on CUDA, and the options its students share."""
     root = tmp_path_factory.mktemp("gpu")
-    model_dir, task = root / "tiny-bert", root / "task"
-    tokenizer = tiny_tokenizer(model_dir)
-    tiny_model().bert.save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
-    task.mkdir()
-    frame = make_sentences(400)
-    frame.iloc[:300].to_csv(task / "train.csv", index=False)
-    frame.iloc[300:350].to_csv(task / "dev.csv", index=False)
-    frame.iloc[350:].to_csv(task / "test.csv", index=False)
-    common = f"--task {task} --max-length 16 --batch-size 8 --device cuda".split()
+    write_tiny_workspace(root)
+    common = f"--task {root / 'task'} --max-length 16 --batch-size 8 --device cuda".split()
     common += ["--learning-rate", "2e-3", "--checkpoint-every", "1000"]
     teacher = root / "teacher"
-    teach = f"train-teacher --run-dir {teacher} --model {model_dir} --epochs 3".split()
+    teach = f"train-teacher --run-dir {teacher} --model {root / 'tiny-bert'} --epochs 3".split()
     assert main([*teach, *common]) == 0
     return teacher, common
 

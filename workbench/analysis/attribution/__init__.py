@@ -20,8 +20,7 @@ agreement between two models in :mod:`workbench.analysis.agreement`.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from workbench.core.lazy import lazy_names
 
 _NAMES = {
     "baselines": ("baseline_output", "site_output"),
@@ -40,17 +39,9 @@ _NAMES = {
     "explainers": ("explain_batch",),
     "words": ("WORD_AGGREGATIONS", "word_groups", "to_words"),
 }
-_MODULES = {name: module for module, names in _NAMES.items() for name in names}
-_CONFIG = ("BASELINES", "VIEWS")
+_MODULES = {name: f"{__name__}.{module}" for module, names in _NAMES.items() for name in names} | {
+    name: "workbench.core.config" for name in ("BASELINES", "VIEWS")
+}
 
-__all__ = sorted([*_MODULES, *_CONFIG])
-
-
-def __getattr__(name: str) -> Any:
-    if name in _CONFIG:
-        return getattr(importlib.import_module("workbench.core.config"), name)
-    if name not in _MODULES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_MODULES[name]}"), name)
-    globals()[name] = value
-    return value
+__all__ = sorted(_MODULES)
+__getattr__ = lazy_names(__name__, _MODULES)
