@@ -41,6 +41,7 @@ def bert_base_models(root: Path, tokenizer: str, data: DataConfig) -> list[Path]
     )
     torch.manual_seed(0)
     teacher = AutoModelForSequenceClassification.from_config(config, attn_implementation=ATTENTION)
+    saved_tokenizer = load_tokenizer(tokenizer)
     folders = []
     for name, model in (
         ("bert-base-12", teacher),
@@ -48,7 +49,7 @@ def bert_base_models(root: Path, tokenizer: str, data: DataConfig) -> list[Path]
         ("student-3", student_from(teacher, 3)),
     ):
         model.save_pretrained(root / name)
-        load_tokenizer(tokenizer).save_pretrained(root / name)
+        saved_tokenizer.save_pretrained(root / name)
         folders.append(root / name)
     return folders
 

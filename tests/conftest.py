@@ -260,8 +260,8 @@ def kdw_here(arguments: list[str], cwd: Path) -> tuple[int, str]:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
             try:
                 status = main(arguments)
-            except SystemExit as exit:  # argparse's refusals
-                status = exit.code
+            except SystemExit as stop:  # argparse's refusals
+                status = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
     finally:
         os.chdir(here)
     return status, err.getvalue()

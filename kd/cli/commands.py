@@ -102,7 +102,6 @@ def _tune(args: argparse.Namespace) -> None:
 
 
 MAX_STUDENTS_BYTES = 1_000_000  # a --students file lists a few students' settings
-MAX_REPORT_BYTES = 50_000_000  # a kdw faithfulness report merged into: rows and intervals
 CONFIG_SECTIONS = {
     "data": DataConfig,
     "student": StudentConfig,
@@ -314,7 +313,11 @@ def _explainer_choice(args: argparse.Namespace):
 
 
 def _faithfulness(args: argparse.Namespace) -> None:
-    from workbench.analysis.faithfulness_report import explainer_faithfulness, format_faithfulness
+    from workbench.analysis.faithfulness_report import (
+        MAX_REPORT_BYTES,
+        explainer_faithfulness,
+        format_faithfulness,
+    )
     from workbench.core.files import check_output_file, json_text, write_output_file
 
     if args.merge and not args.json:

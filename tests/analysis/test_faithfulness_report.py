@@ -143,6 +143,18 @@ def test_merge_computes_only_the_missing_explainers_and_resumes_after_each(runs,
     assert "give teacher first" in capsys.readouterr().err
     assert main([*command, "--explainers", "gxi", "--merge"]) == 2
     assert "--merge needs --json FILE" in capsys.readouterr().err
+    other = tmp_path / "other.json"
+    damaged = {**merged, "models": []}
+    for text in ("[1, 2]", json.dumps({k: v for k, v in merged.items() if k != "intervals"})):
+        other.write_text(text)
+        assert main([*command, "--explainers", "gxi", "--json", str(other), "--merge"]) == 2
+        assert "not a kdw faithfulness report: it needs" in capsys.readouterr().err
+    other.write_text(json.dumps(damaged))
+    assert main([*command, "--explainers", "gxi", "--json", str(other), "--merge"]) == 2
+    assert "its models, rows or settings are damaged" in capsys.readouterr().err
+    other.write_text(json.dumps({**merged, "settings": {**merged["settings"], "resamples": 7}}))
+    assert main([*command, "--explainers", "gxi", "--json", str(other), "--merge"]) == 2
+    assert "has resamples 7" in capsys.readouterr().err
     assert main([*command, "--explainers", "gxi", "--json", str(out), "--recompute"]) == 2
     assert "give --merge" in capsys.readouterr().err
     assert json.loads(out.read_text()) == merged  # nothing written by a refused merge

@@ -16,6 +16,7 @@ from kd.cli import main
 from kd.methods.objective import Objective
 from kd.training.pipeline import prepare_gradient_student
 from tests.conftest import tiny_model, write_tiny_workspace
+from workbench.analysis.agreement import pearson_per_example, rank_correlation
 from workbench.analysis.attribution.chunking import batch_token_limit, bytes_per_token
 from workbench.analysis.benchmark import TIMER_CUDA, benchmark
 from workbench.core.config import BenchmarkSettings, ObjectiveConfig
@@ -130,3 +131,15 @@ def test_attribution_chunks_fill_half_the_free_gpu_memory():
     expected = free / 2 // bytes_per_token(model, 128, 3, True)
     assert batch_token_limit(model, 128, 3, True, None, None) == pytest.approx(expected, rel=0.05)
     assert batch_token_limit(model, 128, 3, True, None, 1024.0) == cpu  # a budget given is kept
+
+
+def test_map_correlations_take_maps_on_the_gpu_and_answer_there():
+    generator = torch.Generator().manual_seed(0)
+    a, b = torch.randn(2, 4, 3, 9, generator=generator)  # [B, V, L] maps of two models
+    mask = torch.ones(4, 9, dtype=torch.long)
+    mask[1, 5:] = 0
+    for correlation in (pearson_per_example, rank_correlation):
+        on_cpu = correlation(a, b, mask)
+        on_gpu = correlation(a.cuda(), b.cuda(), mask.cuda())
+        assert on_gpu.device.type == "cuda" and on_gpu.shape == (4, 3)
+        torch.testing.assert_close(on_gpu.cpu(), on_cpu, equal_nan=True)

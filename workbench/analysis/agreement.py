@@ -50,18 +50,18 @@ def _per_row(
 ) -> Tensor:
     """``correlation`` (a ``scipy.stats`` test) of ``a`` and ``b`` ``[B, L]`` (or ``[B, V, L]``)
     over the real tokens of each row → ``[B]`` (or ``[B, V]``); NaN where undefined (fewer than
-    two real tokens, or a constant side)."""
+    two real tokens, or a constant side), on ``a``'s device."""
     _check_shapes(a, b, attention_mask)
     mask = attention_mask if a.dim() == 2 else attention_mask[:, None, :].expand_as(a)
-    rows_a = a.detach().double().flatten(0, -2).numpy()
-    rows_b = b.detach().double().flatten(0, -2).numpy()
-    kept = mask.bool().flatten(0, -2).numpy()
+    rows_a = a.detach().double().cpu().flatten(0, -2).numpy()
+    rows_b = b.detach().double().cpu().flatten(0, -2).numpy()
+    kept = mask.bool().cpu().flatten(0, -2).numpy()
     out = np.full(len(rows_a), np.nan)
     for row, (x, y, real) in enumerate(zip(rows_a, rows_b, kept, strict=True)):
         x, y = x[real], y[real]
         if len(x) > 1 and np.ptp(x) > 0 and np.ptp(y) > 0:
             out[row] = correlation(x, y).statistic
-    return torch.from_numpy(out).float().reshape(a.shape[:-1])
+    return torch.from_numpy(out).float().reshape(a.shape[:-1]).to(a.device)
 
 
 def pearson_per_example(a: Tensor, b: Tensor, attention_mask: Tensor) -> Tensor:

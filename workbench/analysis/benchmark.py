@@ -92,14 +92,15 @@ def _weights_mb(folder: Path) -> float | None:
 def pytorch_candidates(
     loaded: LoadedModel, device: torch.device, precisions: Sequence[str]
 ) -> list[Candidate]:
-    """A PyTorch classifier on ``device``, once per precision (the first casts the loaded
-    weights, each later one a copy of them); its weights on disk are its folder's safetensors
-    (or ``.bin``) files, as saved."""
+    """A PyTorch classifier on ``device``, once per precision (each but the last a copy of the
+    loaded weights cast to it, the last the loaded weights cast in place); its weights on disk
+    are its folder's safetensors (or ``.bin``) files, as saved."""
     folder = loaded.run.model_dir if loaded.run else Path(resolve_model(loaded.source))
     disk_mb = _weights_mb(folder) if folder.is_dir() else None
     candidates = []
     for index, precision in enumerate(precisions):
-        weights = loaded.model if index == 0 else copy.deepcopy(loaded.model)
+        last = index == len(precisions) - 1
+        weights = loaded.model if last else copy.deepcopy(loaded.model)
         model = weights.to(device=device, dtype=DTYPES[precision]).eval()
         candidates.append(
             Candidate(

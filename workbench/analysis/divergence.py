@@ -134,6 +134,8 @@ def _outputs(
     }
 
     def compute(batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        """A padded batch (``[B, L]``) → logits ``[B, C]``, maps ``[B, L, C]`` and the AOPC
+        comprehensiveness and sufficiency of the predicted class's map ``[B]``."""
         logits = forward(model, batch).logits.float()
         maps, _ = compute_maps(model, batch, config, explainer=explainer)  # [B, C, L]
         own = maps[torch.arange(len(maps)), logits.argmax(-1)]

@@ -165,11 +165,16 @@ def _ranked(rows: list[dict], models: Sequence[str], explainers: Sequence[str]) 
     return out
 
 
+MAX_REPORT_BYTES = 50_000_000  # a report read back: its rows and intervals
+# what the rows of one report share: a merge keeps them all equal
+MERGED_SETTINGS = ("split", "examples", "rules", "removal", "resamples")
+
+
 def _check_mergeable(previous: dict, settings: FaithfulnessSettings, first: str) -> None:
-    """Refuse, in one line, to merge into a report computed on other examples or rules."""
-    if not {"rows", "settings", "models"} <= set(previous):
-        raise WorkbenchError("the file to merge into is not a kdw faithfulness report")
-    for name in ("split", "examples", "rules", "removal"):
+    """Refuse, in one line, to merge into a report computed on other examples, rules or
+    resamples."""
+    check_report(previous)
+    for name in MERGED_SETTINGS:
         if previous["settings"][name] != getattr(settings, name):
             raise WorkbenchError(
                 f"the file to merge into has {name} {previous['settings'][name]!r}, this run "
@@ -346,10 +351,24 @@ def format_faithfulness(report: dict) -> str:
 
 
 def check_report(report: object) -> dict:
-    """``report`` if it is a ``kdw faithfulness`` report (models, rows, settings), else a
-    one-line error."""
-    if not isinstance(report, dict) or not {"models", "rows", "settings"} <= set(report):
-        raise WorkbenchError("not a kdw faithfulness report: it has no models, rows and settings")
+    """``report`` if it is a ``kdw faithfulness`` report (named models, rows of a model and an
+    explainer, the settings and explainers it ran with), else a one-line error."""
+    keys = {"models", "rows", "settings", "explainers", "intervals", "load_average"}
+    if not isinstance(report, dict) or not keys <= set(report):
+        raise WorkbenchError(f"not a kdw faithfulness report: it needs {', '.join(sorted(keys))}")
+    models, rows, settings = report["models"], report["rows"], report["settings"]
+    if not (
+        isinstance(models, list)
+        and models
+        and all(isinstance(m, dict) and {"name", "source"} <= set(m) for m in models)
+        and isinstance(rows, list)
+        and all(isinstance(r, dict) and {"model", "explainer"} <= set(r) for r in rows)
+        and isinstance(settings, dict)
+        and set(MERGED_SETTINGS) | {"explainers"} <= set(settings)
+    ):
+        raise WorkbenchError(
+            "not a kdw faithfulness report: its models, rows or settings are damaged"
+        )
     return report
 
 
@@ -365,7 +384,7 @@ def _tied_ranks(means: np.ndarray, low: np.ndarray, high: np.ndarray, higher: bo
 def explainer_ranking(report: dict, model: str) -> pd.DataFrame:
     """``model``'s explainers in a ``kdw faithfulness`` report ranked by faithfulness: per AOPC
     measure (comprehensiveness ↑, sufficiency ↓) the mean, its 95 % interval (a row without
-    one, from a report written before intervals were recorded, counts as its mean alone), its
+    one counts as its mean alone), its
     rank with overlapping intervals tied (1 + the explainers wholly better) and the explainers
     it ties with; then seconds per example and the 1-minute load average it ran under (NaN
     where not recorded). Sorted by comprehensiveness rank, then sufficiency rank, then

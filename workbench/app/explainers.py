@@ -17,7 +17,12 @@ import streamlit as st
 from plotly.subplots import make_subplots
 
 from workbench.analysis.attribution.registry import EXPLAINERS, get_explainer
-from workbench.analysis.faithfulness_report import AOPC_MEASURES, check_report, explainer_ranking
+from workbench.analysis.faithfulness_report import (
+    AOPC_MEASURES,
+    MAX_REPORT_BYTES,
+    check_report,
+    explainer_ranking,
+)
 from workbench.app import common
 from workbench.app.catalog import RunEntry, runs_root
 from workbench.app.forms import config_widgets
@@ -32,7 +37,6 @@ from workbench.core.runs import Run
 KEY = "explainers"
 IN_APP, FROM_FILE = "computed in the app", "a kdw faithfulness JSON file"
 FOLDER = "faithfulness"  # under a run's analysis_cache/: one folder per job
-MAX_REPORT_BYTES = 50_000_000
 SAMPLE = FaithfulnessSettings(
     explainers=",".join(EXPLAINERS), examples=20, resamples=2000
 )  # a small sample, every explainer
@@ -147,10 +151,7 @@ def _show(report: dict) -> None:
     st.subheader(f"Explainers ranked by faithfulness to {model}")
     st.dataframe(ranking.style.format(precision=4, na_rep="—"), hide_index=True, key=f"{KEY}.table")
     if ranking[[f"{m} low" for m in AOPC_MEASURES]].isna().any(axis=None):
-        st.caption(
-            "A row without an interval (a report written before they were recorded) is "
-            "compared by its mean alone."
-        )
+        st.caption("A row without an interval is compared by its mean alone.")
     st.plotly_chart(
         ranking_figure(
             ranking, f"Faithfulness to {model}: {_describe(report)}; overlapping intervals tie"

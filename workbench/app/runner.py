@@ -53,7 +53,12 @@ from workbench.core.config import (
     from_dict,
 )
 from workbench.core.errors import WorkbenchError
-from workbench.core.files import append_json_line, atomic_write_json, read_json_lines
+from workbench.core.files import (
+    append_json_line,
+    atomic_write_json,
+    read_json_file,
+    read_json_lines,
+)
 from workbench.core.runs import RUN_FILE, Run
 
 PROGRESS_FILE = "progress.jsonl"
@@ -156,7 +161,11 @@ def _train(kind: str, run_dir: Path, configs: dict[str, Any]) -> None:
 
 def _faithfulness(folder: Path, configs: dict[str, Any]) -> None:
     from workbench.analysis.attribution import ExplainerChoice
-    from workbench.analysis.faithfulness_report import explainer_faithfulness
+    from workbench.analysis.faithfulness_report import (
+        MAX_REPORT_BYTES,
+        check_report,
+        explainer_faithfulness,
+    )
 
     path = folder / REPORT_FILE
     settings = from_dict(FaithfulnessSettings, configs["settings"])
@@ -167,7 +176,11 @@ def _faithfulness(folder: Path, configs: dict[str, Any]) -> None:
         settings,
         choices,
         notify=print,
-        previous=json.loads(path.read_text()) if path.exists() else None,
+        previous=(
+            check_report(read_json_file(path, MAX_REPORT_BYTES, "report"))
+            if path.exists()
+            else None
+        ),
         checkpoint=lambda report: atomic_write_json(path, report),
     )
 

@@ -637,7 +637,7 @@ def model_card(run: Run) -> str:
     command = manifest.get("command")
     if command:
         program = Path(command[0]).name
-        program = "kdw" if program in ("kdw", "cli.py") else program
+        program = "kdw" if program in ("kdw", "__main__.py") else program
         line = _one_line(shlex.join([program, *command[1:]]))
         fence = "`" * max(3, max((len(r) for r in re.findall(r"`+", line)), default=0) + 1)
         lines += ["", "## Command", "", fence, line, fence]
