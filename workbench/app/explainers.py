@@ -182,8 +182,11 @@ def render() -> None:
             if not entries:
                 st.info("No trained run yet: the first-run demo build or the Train page makes one.")
                 return
-            by_name = {e.name: e for e in entries}
-            report = _app_report(by_name[right.selectbox("Run", list(by_name), key=f"{KEY}.run")])
+            by_path = {str(e.path): e for e in entries}  # two runs may share a folder name
+            path = right.selectbox(
+                "Run", list(by_path), format_func=lambda p: by_path[p].label, key=f"{KEY}.run"
+            )
+            report = _app_report(by_path[path])
     except WorkbenchError as error:
         st.error(common.plain(error))
         return

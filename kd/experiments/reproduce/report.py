@@ -163,7 +163,7 @@ class Intervals:
                 right = [self._units(y, metric) for _, y in pairs]
                 pair = pair_predictions if metric == "accuracy" else pair_scores
                 groups = [g for g in pair(left, right, by_seed=True) if len(g[0])]
-                if sum(len(a) for a, _ in groups) >= 2:
+                if sum(len(examples) for examples, _ in groups) >= 2:
                     interval = two_level_bootstrap(groups)
                     needed = seeds_needed(groups, interval.difference)
             self._done[key], self._needed[key] = interval, needed
