@@ -22,7 +22,7 @@ from tests.conftest import make_sentences, tiny_model, tiny_tokenizer
 from workbench.analysis.attribution.registry import EXPLAINERS, ExplainerChoice
 from workbench.analysis.faithfulness_report import explainer_faithfulness
 from workbench.analysis.heatmaps import Example, HeatmapSettings, explain, split_examples
-from workbench.analysis.loyalty import loyalty_tables, split_outputs
+from workbench.analysis.loyalty import loyalty_tables, saliency_loyalties, split_outputs
 from workbench.app import jobs
 from workbench.app.catalog import discover_runs
 from workbench.app.common import CASE_EXAMPLE
@@ -332,6 +332,32 @@ def test_loyalty_rows_are_split_positions_on_a_sample(app, tiny_runs):
         assert split.texts[index] == text
     scatter = _charts(at)["loyalty.scatter"]["data"]
     assert {c[0] for trace in scatter[:2] for c in trace["customdata"]} == set(departures.index)
+
+
+def test_loyalty_page_scores_saliency_loyalty_per_word(app, tiny_runs):
+    at = _ok(app.run())
+    at.switch_page("workbench/app/loyalty.py")
+    _ok(at.run())
+    limit = next(field for field in at.number_input if field.key.startswith("loyalty.examples"))
+    limit.set_value(10)
+    _ok(at.run())
+    at.selectbox(key="loyalty.settings.words").set_value("max-abs").run()
+    _ok(at)
+    caption = at.caption[0].value.replace("\\", "")  # Markdown escapes
+    assert "by Grad saliency per word (max-abs of its sub-tokens)" in caption
+    shown = at.dataframe[1].value
+    teacher = load_model(str(tiny_runs / "teacher"))
+    part = sample_split(load_task(teacher.data).splits["test"], 10, seed=0)
+    student = load_model(str(tiny_runs / "student-kd"))
+    direct = saliency_loyalties(
+        split_outputs(teacher, part, words="max-abs"),
+        split_outputs(student, part, words="max-abs"),
+    )
+    position = {uid: i for i, uid in enumerate(load_task(teacher.data).splits["test"].uids)}
+    by_position = dict(zip([position[uid] for uid in part.uids], direct.tolist(), strict=True))
+    np.testing.assert_allclose(
+        shown["student-kd SL"], [by_position[i] for i in shown.index], atol=1e-6
+    )
 
 
 def test_loyalty_page_scores_saliency_loyalty_with_the_chosen_explainer(app, tiny_runs):

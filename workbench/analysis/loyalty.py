@@ -1,7 +1,13 @@
 """What the app and the reproduction report compute over a whole split and inside one model
 (no Streamlit here): each model's predictions and saliency per example (Grad saliency, or any
-registered explainer), the loyalty of students to their teacher (label, probability and saliency
-loyalty, docs/methods.md §6, and the attribution gap), and hidden states."""
+registered explainer; per sub-token or per word), the loyalty of students to their teacher
+(label, probability and saliency loyalty, docs/methods.md §6, and the attribution gap), and
+hidden states.
+
+Saliency loyalty compares two models' scores position by position, so it needs the two to read
+the same positions: sub-tokens of one tokenizer, or words, which students of another tokenizer
+share with their teacher where both split a text into the same words (a text they split
+otherwise has no saliency loyalty: NaN, counted as undefined)."""
 
 from __future__ import annotations
 
@@ -9,10 +15,17 @@ from dataclasses import dataclass
 
 import pandas as pd
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from workbench.analysis.agreement import attribution_gap, pearson_per_example
-from workbench.analysis.attribution import ExplainerChoice, attribution_maps, explain_batch
+from workbench.analysis.attribution import (
+    ExplainerChoice,
+    attribution_maps,
+    explain_batch,
+    to_words,
+    word_groups,
+)
 from workbench.analysis.heatmaps import Example
 from workbench.analysis.metrics import nan_mean, probability_loyalties, task_metrics
 from workbench.core.data import Split, TaskSpec, batches, encode, pad_id, prefixes
@@ -23,8 +36,8 @@ from workbench.core.models import LoadedModel, forward, max_tokens
 class SplitOutputs:
     """One model over a split: logits ``[N, C]``, the saliency (Grad saliency, or another
     explainer's scores) of each example's predicted class ``[N, L]`` over its real tokens
-    (``mask`` ``[N, L]``) and, on request,
-    AD-KD's normalised IG maps of every class ``[N, V, L]`` (m = 1, [PAD] baseline)."""
+    (``mask`` ``[N, L]``; per word, ``[N, W]`` over its words) and, on request, AD-KD's
+    normalised IG maps of every class ``[N, V, L]`` (m = 1, [PAD] baseline)."""
 
     logits: Tensor
     saliency: Tensor
@@ -38,10 +51,12 @@ def split_outputs(
     batch_size: int = 32,
     maps: bool = False,
     explainer: ExplainerChoice | str = "grad",
+    words: str | None = None,
 ) -> SplitOutputs:
     """Logits and the saliency of ``explainer`` (default: Grad saliency; any registered
     explainer, :func:`~workbench.analysis.attribution.explain_batch`) of each example's predicted
-    class (and with ``maps`` the IG maps) of every example, in batches of similar length."""
+    class (and with ``maps`` the IG maps) of every example, in batches of similar length; with
+    ``words`` (sum, mean, max-abs) the saliency per word (:func:`word_saliency`)."""
     dataset = encode(split, loaded.tokenizer, loaded.max_length, loaded.spec.regression)
     order = sorted(range(len(dataset)), key=lambda i: len(dataset.input_ids[i]))
     length = max(len(ids) for ids in dataset.input_ids)
@@ -67,16 +82,50 @@ def split_outputs(
                 all_maps = views.new_zeros((len(dataset), views.shape[1], length))
             all_maps[batch["index"], :, :width] = views
     assert logits is not None, "empty split"
+    if words is not None:
+        saliency, mask = word_saliency(loaded, split, saliency, words)
     return SplitOutputs(logits, saliency, mask, all_maps)
+
+
+def word_saliency(
+    loaded: LoadedModel, split: Split, saliency: Tensor, how: str
+) -> tuple[Tensor, Tensor]:
+    """Sub-token scores ``[N, L]`` of a split, as :func:`~workbench.core.data.encode` read its
+    texts, aggregated into words (``how``: sum, mean or max-abs; the fast tokenizer's
+    ``word_ids()``, special tokens a word each) → scores ``[N, W]`` and their mask ``[N, W]``
+    (``W``: the most words of a text)."""
+    tokenizer, length = loaded.tokenizer, loaded.max_length
+    args, _ = prefixes(tokenizer, split.texts, split.pairs, length)
+    encoding = tokenizer(*args, truncation=True, max_length=length, verbose=False)
+    rows = []
+    for i, ids in enumerate(encoding["input_ids"]):
+        _, groups = word_groups(encoding, i, [part[i] for part in args], len(ids))
+        rows.append(to_words(saliency[i, : len(ids)], groups, how))
+    scores = torch.zeros(len(rows), max(len(row) for row in rows))
+    mask = torch.zeros(scores.shape, dtype=torch.long)
+    for i, row in enumerate(rows):
+        scores[i, : len(row)], mask[i, : len(row)] = row, 1
+    return scores, mask
+
+
+def saliency_loyalties(teacher: SplitOutputs, student: SplitOutputs) -> Tensor:
+    """Per example ``[N]``: the Pearson correlation of the two models' saliency over the
+    positions (sub-tokens or words) both read; NaN where they read a different number of them
+    or where it is undefined."""
+    width = max(teacher.mask.shape[1], student.mask.shape[1])
+    a, b, mask_a, mask_b = (
+        F.pad(x, (0, width - x.shape[1]))
+        for x in (teacher.saliency, student.saliency, teacher.mask, student.mask)
+    )
+    same = (mask_a == mask_b).all(-1)
+    return torch.where(same, pearson_per_example(a, b, mask_a), torch.nan)
 
 
 def agreement_per_example(teacher: SplitOutputs, student: SplitOutputs) -> dict[str, Tensor]:
     """A student's explanations against its teacher's, per example ``[N]``: saliency loyalty
     (Pearson of Grad saliency; NaN where undefined) and, where both carry IG maps, the
     attribution gap (AD-KD Eq. 11; lower is closer)."""
-    scores = {
-        "saliency_loyalty": pearson_per_example(teacher.saliency, student.saliency, teacher.mask)
-    }
+    scores = {"saliency_loyalty": saliency_loyalties(teacher, student)}
     if teacher.maps is not None and student.maps is not None:
         scores["attribution_gap"] = attribution_gap(teacher.maps, student.maps, teacher.mask)
     return scores
@@ -108,7 +157,7 @@ def loyalty_tables(
     )
     summary = [{"model": "teacher", **task_metrics(spec, teacher.logits, gold)}]
     for name, outputs in students.items():
-        saliency = pearson_per_example(teacher.saliency, outputs.saliency, teacher.mask).numpy()
+        saliency = saliency_loyalties(teacher, outputs).numpy()
         frame[name] = labelled(outputs.logits)
         row = {"model": name, **task_metrics(spec, outputs.logits, gold)}
         if names:

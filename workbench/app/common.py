@@ -252,18 +252,20 @@ def _split_loyalty(
     split: str,
     limit: int,
     explainer: str,
+    words: str | None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     model = load_cached(*teacher)
     part = sample_split(task_split(model, split), limit, seed=0, stratify=not model.spec.regression)
     record = json.loads(explainer)
     choice = ExplainerChoice(record["explainer"], record["explainer_settings"])
     outputs = {
-        name: split_outputs(load_cached(*key), part, explainer=choice) for name, *key in students
+        name: split_outputs(load_cached(*key), part, explainer=choice, words=words)
+        for name, *key in students
     }
     summary, frame = loyalty_tables(
         model.spec,
         split_examples(part, model.spec),
-        split_outputs(model, part, explainer=choice),
+        split_outputs(model, part, explainer=choice, words=words),
         outputs,
     )
     position = {uid: i for i, uid in enumerate(task_split(model, split).uids)}
@@ -276,14 +278,16 @@ def split_loyalty(
     split: str,
     limit: int,
     explainer: ExplainerChoice | None = None,
+    words: str | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Summary and per-example loyalty tables of the students on a fixed stratified sample of
     ``limit`` examples of a split, their saliency loyalty by ``explainer`` (default: Grad
-    saliency), computed once per choice; the per-example table is indexed by the examples'
-    positions in the split (the index of :func:`split_frame`)."""
+    saliency) per sub-token or, with ``words``, per word, computed once per choice; the
+    per-example table is indexed by the examples' positions in the split (the index of
+    :func:`split_frame`)."""
     choice = json.dumps((explainer or ExplainerChoice("grad")).record(), sort_keys=True)
     return _split_loyalty(
-        teacher.key(), tuple((s.name, *s.key()) for s in students), split, limit, choice
+        teacher.key(), tuple((s.name, *s.key()) for s in students), split, limit, choice, words
     )
 
 
@@ -404,17 +408,19 @@ class Explaining:
 
 
 def heatmap_settings(
-    key: str, class_names: Sequence[str] | None = None, words: bool = True
+    key: str, class_names: Sequence[str] | None = None, words: bool = True, default: str = "ig"
 ) -> Explaining:
     """An explainer of the registry (docs/explainers.md), its settings, the class explained and
     whether scores are per sub-token or per word; ig and grad take the map settings of
     :class:`HeatmapSettings` (steps, baseline, K), any other explainer its own dataclass's.
     Without ``class_names`` the page explains the predicted class and asks no class; without
-    ``words``, it scores sub-tokens and asks nothing of words."""
+    ``words``, it scores sub-tokens and asks nothing of words. ``default``: the explainer shown
+    first."""
     left, right = st.columns(2)
     name = left.selectbox(
         "Explainer",
         list(EXPLAINERS),
+        index=list(EXPLAINERS).index(default),
         format_func=lambda n: f"{EXPLAINERS[n].title} ({n})",
         key=f"{key}.explainer",
         help=" · ".join(f"{n}: {e.description}" for n, e in EXPLAINERS.items()),

@@ -38,13 +38,15 @@ def render() -> None:
         split = common.split_choice(KEY)
     limit, size = common.sample_size(right, KEY, teacher, split, SAMPLE)
     with st.expander("Saliency loyalty's explainer", expanded=False):
-        choice = common.heatmap_settings(f"{KEY}.settings", words=False).choice()
-    summary, frame = common.split_loyalty(teacher, students, split, limit, choice)
+        explaining = common.heatmap_settings(f"{KEY}.settings", default="grad")
+    choice = explaining.choice()
+    summary, frame = common.split_loyalty(teacher, students, split, limit, choice, explaining.words)
     names = [s.name for s in students]
     whole = "the whole split" if len(frame) == size else f"a sample of the split's {size}"
     st.subheader(f"Scores on {split} ({len(frame)} examples: {whole})")
     st.dataframe(summary.round(3).astype(object).where(summary.notna(), "—"))
-    explainer = choice.describe()
+    per = f" per word ({explaining.words} of its sub-tokens)" if explaining.words else ""
+    explainer = choice.describe() + per
     st.caption(
         common.plain(
             "LL: share of examples where the student predicts the teacher's class; PL: mean "
