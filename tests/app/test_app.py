@@ -334,13 +334,18 @@ def test_loyalty_rows_are_split_positions_on_a_sample(app, tiny_runs):
     assert {c[0] for trace in scatter[:2] for c in trace["customdata"]} == set(departures.index)
 
 
-def test_loyalty_page_scores_saliency_loyalty_per_word(app, tiny_runs):
+def _loyalty_page_on_ten(app) -> AppTest:
+    """The Loyalty page scored on a sample of 10 test examples."""
     at = _ok(app.run())
     at.switch_page("workbench/app/loyalty.py")
     _ok(at.run())
     limit = next(field for field in at.number_input if field.key.startswith("loyalty.examples"))
     limit.set_value(10)
-    _ok(at.run())
+    return _ok(at.run())
+
+
+def test_loyalty_page_scores_saliency_loyalty_per_word(app, tiny_runs):
+    at = _loyalty_page_on_ten(app)
     at.selectbox(key="loyalty.settings.words").set_value("max-abs").run()
     _ok(at)
     caption = at.caption[0].value.replace("\\", "")  # Markdown escapes
@@ -361,12 +366,8 @@ def test_loyalty_page_scores_saliency_loyalty_per_word(app, tiny_runs):
 
 
 def test_loyalty_page_scores_saliency_loyalty_with_the_chosen_explainer(app, tiny_runs):
-    at = _ok(app.run())
-    at.switch_page("workbench/app/loyalty.py")
-    _ok(at.run())
-    limit = next(field for field in at.number_input if field.key.startswith("loyalty.examples"))
-    limit.set_value(10)
-    by_grad = _ok(at.run()).dataframe[1].value
+    at = _loyalty_page_on_ten(app)
+    by_grad = at.dataframe[1].value
     at.selectbox(key="loyalty.settings.explainer").set_value("gxi").run()
     _ok(at)
     assert r"by Gradient × Input \(×100\)" in at.caption[0].value  # Markdown-escaped
