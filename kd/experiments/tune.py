@@ -224,14 +224,13 @@ def apply(
     """The configs of a trial: the parameters' ``values`` set into the base configs."""
     weights = dict(base_weights)
     for name, value in values.items():
-        if name == "alpha":
-            weights["kd"], weights["ce"] = value, 1 - value
+        if name == "alpha":  # 1 − α to 12 digits: 1 − 0.9 is 0.1, not 0.09999999999999998
+            weights["kd"], weights["ce"] = value, float(f"{1 - value:.12g}")
         elif name == "beta":
             weights[PRESETS[preset].beta] = value
         elif name in WEIGHT_PARAMETERS:
             weights.update(dict.fromkeys(PARAMETERS[name].needs, value))
-    text = ",".join(f"{term}={weight:g}" for term, weight in weights.items())
-    objective = replace(objective, weights=text)
+    objective = replace(objective, weights=weights)
     if "tau" in values:
         objective = replace(objective, temperature=float(values["tau"]))
     if "top_k" in values:

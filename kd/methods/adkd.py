@@ -41,7 +41,7 @@ from kd.methods.objective import (
     term,
 )
 from workbench.analysis.attribution import attribution_maps
-from workbench.core.config import parse_views
+from workbench.core.config import spell_views
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import encoder_layers
 
@@ -155,7 +155,7 @@ def attribution_views(
         attribution_maps(
             model,
             *_model_inputs(batch),
-            views=parse_views(views),
+            views=views,
             labels=labels,
             steps=objective.config.attr_steps,
             baseline=objective.attr_baseline,
@@ -219,15 +219,12 @@ def _check_models(objective: Objective) -> None:
             attribution_layers(layers, c.attr_layer)
     except WorkbenchError as error:
         raise WorkbenchError(f"--attr-layer {c.attr_layer}: {error}") from None
-    try:
-        views = parse_views(c.attr_views) if c.attr_views not in (None, "sample") else None
-    except WorkbenchError as error:
-        raise WorkbenchError(f"--attr-views: {error}") from None
-    outside = [v for v in views if v >= objective.num_labels] if isinstance(views, list) else []
+    views = c.attr_views if isinstance(c.attr_views, tuple) else ()
+    outside = [v for v in views if v >= objective.num_labels]
     if outside:
         raise WorkbenchError(
-            f"--attr-views {c.attr_views}: {outside[0]} is not a class of this task (its classes "
-            f"are 0..{objective.num_labels - 1})"
+            f"--attr-views {spell_views(views)}: {outside[0]} is not a class of this task (its "
+            f"classes are 0..{objective.num_labels - 1})"
         )
     width = objective.teacher_width
     if width is not None and c.attr_top_k is not None and c.attr_top_k > width:
@@ -308,7 +305,7 @@ PRESETS["adkd"] = Preset(
         Ablation("w/o kd", "adkd-terms", weights={"kd": 0.0}),
         Ablation("view pred", "adkd-views", settings={"attr_views": "pred"}),
         Ablation("view gold", "adkd-views", settings={"attr_views": "gold"}),
-        Ablation("view class 0", "adkd-views", settings={"attr_views": "0"}),
+        Ablation("view class 0", "adkd-views", settings={"attr_views": (0,)}),
         Ablation("view sampled", "adkd-views", settings={"attr_views": "sample"}),
         Ablation("layer first", "adkd-layer", settings={"attr_layer": "first"}),
         Ablation("layer penultimate", "adkd-layer", settings={"attr_layer": "penultimate"}),

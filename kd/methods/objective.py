@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from workbench.core.config import HELP_LISTS, ObjectiveConfig, weight_pairs
+from workbench.core.config import HELP_LISTS, ObjectiveConfig, spell, spell_weights
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import ModelOutput, forward
 
@@ -240,10 +240,9 @@ def method(*terms: str, record: Callable[[Objective], dict[str, Any]]):
     return register
 
 
-def parse_weights(text: str) -> dict[str, float]:
-    """``"ce=0.1,kd=0.9"`` → ``{"ce": 0.1, "kd": 0.9}``: registered terms, each weight a finite
-    number ≥ 0 (:func:`workbench.core.config.weight_pairs`)."""
-    weights = weight_pairs(text)
+def check_terms(weights: dict[str, float]) -> dict[str, float]:
+    """``weights`` (``{"ce": 0.1, "kd": 0.9}``) when each names a registered term; else a
+    one-line error."""
     for name in weights:
         if name not in TERMS:
             raise WorkbenchError(f"unknown loss term {name!r}: known terms {sorted(TERMS)}")
@@ -258,7 +257,7 @@ def preset_weights(config: ObjectiveConfig) -> dict[str, float]:
             f"unknown method preset {config.preset!r}: use one of {sorted(PRESETS)}"
         )
     preset = PRESETS[config.preset]
-    weights = parse_weights(config.weights) or dict(
+    weights = check_terms(config.weights) or dict(
         preset.official if config.parity == "official" else preset.paper
     )
     weights = {name: w for name, w in weights.items() if w != 0}
@@ -280,7 +279,7 @@ def ablated(config: ObjectiveConfig, ablation: Ablation) -> ObjectiveConfig:
     if not ablation.weights:
         return config
     weights = preset_weights(config) | ablation.weights
-    return replace(config, weights=",".join(f"{n}={w:g}" for n, w in weights.items() if w != 0))
+    return replace(config, weights={n: w for n, w in weights.items() if w != 0})
 
 
 def _preset_list() -> str:
@@ -314,14 +313,11 @@ def _ablation_list() -> str:
 def describe_presets() -> str:
     """Every registered preset as its module declares it, then the terms (``kdw methods``)."""
 
-    def weights(table: dict[str, float]) -> str:
-        return ",".join(f"{name}={weight:g}" for name, weight in table.items())
-
     def variant(entry: Ablation | Sweep) -> str:
         if isinstance(entry, Sweep):
             return f"{entry.label} (a sweep of {entry.setting})"
-        changes = [f"{n}={w:g}" for n, w in entry.weights.items()]
-        changes += [f"{n}={v}" for n, v in entry.settings.items()]
+        changes = [spell_weights(entry.weights)] if entry.weights else []
+        changes += [f"{n}={spell(ObjectiveConfig, n, v)}" for n, v in entry.settings.items()]
         return f"{entry.name} ({', '.join(changes)})"
 
     def claim(entry: Claim) -> str:
@@ -335,7 +331,7 @@ def describe_presets() -> str:
             key + (f" — {p.name}" if p.name else "") + (f" ({p.reference})" if p.reference else "")
         )
         lines.append(
-            f"  weights: paper {weights(p.paper)}; official {weights(p.official)}; "
+            f"  weights: paper {spell_weights(p.paper)}; official {spell_weights(p.official)}; "
             f"τ {p.temperature:g}" + (f"; own terms {', '.join(p.own)}" if p.own else "")
         )
         if p.space:
@@ -373,12 +369,9 @@ def control(config: ObjectiveConfig) -> ObjectiveConfig:
     if not own & set(weights):
         return config
     regime = any(TERMS[name].frozen_embeddings for name in weights)
-    text = ",".join(
-        f"{name}={0.0 if name in own else weight!r}" for name, weight in weights.items()
-    )
     return replace(
         config,
-        weights=text,
+        weights={name: 0.0 if name in own else weight for name, weight in weights.items()},
         gradient_regime=config.gradient_regime
         if config.gradient_regime is not None
         else regime or None,

@@ -383,12 +383,15 @@ def test_captum_needs_two_steps():
 
 
 def test_config_validates_its_fields():
-    assert AttributionConfig(views="0, 2").parsed_views() == [0, 2]
+    assert AttributionConfig(views=[0, 2]).views == (0, 2)  # a list of class indices, as a tuple
     for bad in (
         {"method": "lime"},
         {"steps": 0},
         {"baseline": "noise"},
         {"views": "most"},
+        {"views": "0,2"},  # the command line's text, not the API's value
+        {"views": ()},
+        {"views": (-1,)},
         {"top_k": 0},
     ):
         with pytest.raises(WorkbenchError):

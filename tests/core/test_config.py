@@ -27,6 +27,10 @@ from workbench.core.config import (
     _field_type,
     from_arguments,
     from_dict,
+    spell_weights,
+    spelled,
+    to_dict,
+    weight_pairs,
 )
 from workbench.core.errors import WorkbenchError
 
@@ -154,6 +158,53 @@ def test_a_config_file_under_former_names_still_loads(tmp_path):
     assert config_defaults(str(path)) == {"preset": "kd", "kd_form": "soft-ce"}
 
 
+def test_weights_and_views_are_typed_and_written_as_text_on_the_command_line(capsys):
+    from kd.cli import build_parser
+
+    arguments = ["distill", "--teacher", "t", "--run-dir", "s", "--task", "tweets"]
+    parsed = build_parser().parse_args(
+        [*arguments, "--weights", "ce=0.1,kd=0.9", "--attr-views", "0,2"]
+    )
+    objective = from_arguments(ObjectiveConfig, parsed)
+    assert objective.weights == {"ce": 0.1, "kd": 0.9} and objective.attr_views == (0, 2)
+    assert to_dict(objective)["weights"] == {"ce": 0.1, "kd": 0.9}
+    assert from_dict(ObjectiveConfig, json.loads(json.dumps(to_dict(objective)))) == objective
+    assert spelled(objective)["weights"] == "ce=0.1,kd=0.9"  # what identities hash
+    assert spelled(objective)["attr_views"] == "0,2"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([*arguments, "--weights", "ce=x"])
+    assert capsys.readouterr().err == (
+        "kdw: error: argument --weights: weight of 'ce' must be a number, got 'x' "
+        "(see kdw distill --help)\n"
+    )
+
+
+def test_a_record_of_weights_and_views_as_text_still_opens():
+    """Records of versions that stored them as the command line's text (run.json, results.json,
+    kdw tune's best.json) read as the typed values."""
+    old = from_dict(ObjectiveConfig, {"weights": "ce=0.1,kd=0.9,attr=10", "attr_views": "1"})
+    assert old.weights == {"ce": 0.1, "kd": 0.9, "attr": 10.0} and old.attr_views == (1,)
+    assert from_dict(AttributionConfig, {"views": "pred"}).views == "pred"
+    committed = Path(__file__).parents[2] / "reports/diagnosis/tune/best.json"
+    weights = json.loads(committed.read_text())["objective"]["weights"]
+    assert isinstance(weights, str)
+    assert from_dict(ObjectiveConfig, {"weights": weights}).weights == weight_pairs(weights)
+    with pytest.raises(WorkbenchError, match=r"^--weights: weight of 'kd' must be a finite"):
+        from_dict(ObjectiveConfig, {"weights": "ce=1,kd=-1"})
+    with pytest.raises(WorkbenchError, match=r"^--attr-views: unknown views 'most'"):
+        from_dict(ObjectiveConfig, {"attr_views": "most"})
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(["ce", "kd", "attr", "grad"]),
+        st.floats(0, 1e12) | st.integers(0, 10**12),
+    )
+)
+def test_weights_read_back_from_their_text_exactly(weights: dict):
+    assert weight_pairs(spell_weights(weights)) == weights
+
+
 SEEDS = {"seed", "split_seed"}  # any integer is a seed
 
 
@@ -224,4 +275,5 @@ def test_an_optional_option_also_takes_none(x: float | None):
 
 @given(numbers)
 def test_term_weights_are_finite_and_not_negative(x: float):
-    assert _accepted(lambda: ObjectiveConfig(weights=f"ce=1,kd={x!r}")) is (_finite(x) and x >= 0)
+    assert _accepted(lambda: ObjectiveConfig(weights={"ce": 1, "kd": x})) is (_finite(x) and x >= 0)
+    assert _accepted(lambda: weight_pairs(f"ce=1,kd={x!r}")) is (_finite(x) and x >= 0)

@@ -355,8 +355,8 @@ CASES = [  # (id, damage of the test's folder, command, the file the error names
     ("--config binary", lambda t: _config(t, bytes(range(256))), CONFIGURED, "cfg.json"),
     ("--config a list", lambda t: _config(t, []), CONFIGURED, "cfg.json"),
     (
-        "--config weights an object",
-        lambda t: _config(t, {"objective": {"weights": {"ce": 0.5, "kd": 0.5}}}),
+        "--config weights a list",
+        lambda t: _config(t, {"objective": {"weights": [0.5, 0.5]}}),
         CONFIGURED,
         "cfg.json",
     ),

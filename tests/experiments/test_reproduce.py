@@ -31,9 +31,9 @@ from kd.experiments.reproduce import (
     run_suite,
     write_report,
 )
-from kd.experiments.reproduce.suite import ablations
+from kd.experiments.reproduce.suite import DEFAULT, Experiment, ablations, identity
 from kd.methods.objective import PRESETS, Ablation, Claim, ablated
-from workbench.core.config import DataConfig, ObjectiveConfig, TeacherConfig, weight_pairs
+from workbench.core.config import DataConfig, ObjectiveConfig, TeacherConfig
 from workbench.core.data import load_task
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import load_run
@@ -102,7 +102,7 @@ def test_tiny_suite_report_and_resume(tiny_model_dir: Path, tiny_task_dir: Path,
     assert tuning["adkd"]["objective"]["temperature"] == 2  # not searched: the preset's τ held
     main_adkd = next(r for r in results["students"] if r["name"] == "adkd" and r["group"] == "main")
     objective = json.loads((out / main_adkd["run"] / "run.json").read_text())["configs"]
-    assert f"attr={beta:g}" in objective["objective"]["weights"]
+    assert objective["objective"]["weights"]["attr"] == beta
     # the main table's students on 200 of the teacher's 300 examples, the ablations on 150
     teacher = json.loads((out / results["teachers"]["tiny"]["run"] / "run.json").read_text())
     assert teacher["configs"]["data"]["max_train_examples"] is None
@@ -245,7 +245,7 @@ def test_each_method_trains_beside_its_control(
     assert "the difference from vanilla KD belongs to" in section
 
 
-GKD_GRAD_2 = {"preset": "gkd", "weights": "ce=0.5,kd=0.5,grad=2"}
+GKD_GRAD_2 = {"preset": "gkd", "weights": {"ce": 0.5, "kd": 0.5, "grad": 2}}
 
 
 def test_students_of_a_file_join_the_suite_on_the_data_they_name():
@@ -389,7 +389,7 @@ def test_the_ablations_are_derived_from_their_presets_weights(monkeypatch):
 
     def weights() -> dict[str, dict[str, float]]:
         rows = ablations("tweets", plan, (1,))
-        return {e.name: weight_pairs(e.objective.weights) for e in rows if e.objective.weights}
+        return {e.name: e.objective.weights for e in rows if e.objective.weights}
 
     assert weights() == {
         "adkd w/o attr": {"ce": 0.1, "kd": 0.9},
@@ -401,12 +401,24 @@ def test_the_ablations_are_derived_from_their_presets_weights(monkeypatch):
     adkd = PRESETS["adkd"]
     without_ce = next(a for a in adkd.ablations if isinstance(a, Ablation) and a.name == "w/o ce")
     official = ablated(ObjectiveConfig(preset="adkd", parity="official"), without_ce)
-    assert weight_pairs(official.weights) == {"kd": 0.9, "attr": 10.0}  # that parity's weights
+    assert official.weights == {"kd": 0.9, "attr": 10.0}  # that parity's weights
     monkeypatch.setitem(PRESETS, "adkd", replace(adkd, paper={"ce": 0.2, "kd": 0.8, "attr": 7.0}))
     changed = weights()
     assert changed["adkd w/o ce"] == {"kd": 0.8, "attr": 7.0}
     assert changed["adkd w/o kd"] == {"ce": 0.2, "attr": 7.0}
     assert changed["adkd w/o attr"] == {"ce": 0.2, "kd": 0.8}
+
+
+def test_identities_hash_weights_as_text_so_recorded_rows_keep_their_keys():
+    """The key of AD-KD's BBC News row as the default suite recorded it when weights were
+    stored as text: the typed weights hash to it, so the suite does not train the row again."""
+    weights = {"ce": 0.1, "kd": 0.9, "attr": 10.0}
+    experiment = Experiment(
+        "bbc-news", "adkd", "main", ObjectiveConfig("adkd", weights, temperature=4.0), 1
+    )
+    plan = DEFAULT.plan_of(experiment)
+    key = identity(experiment, plan, DEFAULT.plans["bbc-news"])
+    assert key == "bbc-news/main/adkd/seed1@1c0a806235b14e47"
 
 
 def test_a_claim_of_an_unknown_relation_is_refused_when_registered():

@@ -57,8 +57,10 @@ def test_vanilla_kd_is_its_own_control_and_every_preset_declares_its_own_terms()
 
 def test_the_gradient_regime_is_a_setting_of_its_own():
     gkd = _resolve(ObjectiveConfig(preset="gkd"))
-    plain = _resolve(ObjectiveConfig(preset="gkd", weights="ce=0.5,kd=0.5"))
-    pinned = _resolve(ObjectiveConfig(preset="gkd", weights="ce=0.5,kd=0.5", gradient_regime=True))
+    plain = _resolve(ObjectiveConfig(preset="gkd", weights={"ce": 0.5, "kd": 0.5}))
+    pinned = _resolve(
+        ObjectiveConfig(preset="gkd", weights={"ce": 0.5, "kd": 0.5}, gradient_regime=True)
+    )
     off = _resolve(ObjectiveConfig(preset="gkd", gradient_regime=False))
     assert (gkd.gradient_kd, plain.gradient_kd, pinned.gradient_kd, off.gradient_kd) == (
         True,
@@ -67,4 +69,4 @@ def test_the_gradient_regime_is_a_setting_of_its_own():
         False,
     )
     assert pinned.record()["student_dropout"] is False and "student_dropout" not in plain.record()
-    assert control(ObjectiveConfig(preset="gkd")).weights == "ce=0.5,kd=0.5,grad=0.0"
+    assert control(ObjectiveConfig(preset="gkd")).weights == {"ce": 0.5, "kd": 0.5, "grad": 0.0}

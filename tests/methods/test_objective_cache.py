@@ -33,12 +33,13 @@ def test_presets_and_explicit_weights():
     assert official.weights["pkd"] == 500.0
     skip = Objective.resolve(ObjectiveConfig(preset="pkd-skip"), 6, 3)
     assert skip.patient_pairs == [(1, 2), (2, 4)] and skip.teacher_fields() == ["logits", "cls"]
-    custom = Objective.resolve(ObjectiveConfig(weights="ce=0.1,kd=0.9,pkd=0"), 4, 2)
+    custom = Objective.resolve(ObjectiveConfig(weights={"ce": 0.1, "kd": 0.9, "pkd": 0}), 4, 2)
     assert custom.weights == {"ce": 0.1, "kd": 0.9} and custom.teacher_fields() == ["logits"]
     for bad, message in [
-        ("ce=0.1,foo=1", "unknown loss term 'foo'"),
-        ("kd=x", "each weight a finite number ≥ 0"),
-        ("ce=0", "no term with a non-zero weight"),
+        ({"ce": 0.1, "foo": 1}, "unknown loss term 'foo'"),
+        ({"kd": "x"}, "a mapping of terms to finite numbers ≥ 0"),
+        ("kd=1", "a mapping of terms to finite numbers ≥ 0"),  # the text is the CLI's
+        ({"ce": 0}, "no term with a non-zero weight"),
     ]:
         with pytest.raises(WorkbenchError, match=message):
             Objective.resolve(ObjectiveConfig(weights=bad), 4, 2)

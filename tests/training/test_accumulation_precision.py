@@ -173,7 +173,7 @@ def test_each_term_splits_into_shards_by_its_unit(name, settings, tmp_path):
     teacher = tiny_model().requires_grad_(False)
     student = cut_student(teacher, [1, 3], False)
     disable_dropout(student)
-    config = ObjectiveConfig(preset="kd", weights=f"{name}=1", attr_reduction=settings or None)
+    config = ObjectiveConfig(preset="kd", weights={name: 1.0}, attr_reduction=settings or None)
     objective = Objective.resolve(config, 4, 2, 3)
     unit = unit_index(objective.term_units()[name])
 

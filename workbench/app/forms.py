@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import streamlit as st
 
 import kd.methods.objective  # noqa: F401  (registers the lists that help texts name)
-from workbench.core.config import _field_type, fill_help
+from workbench.core.config import _field_type, default_of, fill_help
 
 T = TypeVar("T")
 DEFAULT_CHOICE = "(default)"
@@ -36,6 +36,11 @@ def _widget(cls: type, f: dataclasses.Field, default: Any, key: str) -> Any:
     label, help_text = field_label(f.name), fill_help(f.metadata.get("help", ""))
     if f.metadata.get("choices"):
         return _choice(label, default, help_text, key, tuple(f.metadata["choices"]))
+    syntax = f.metadata.get("syntax")
+    if syntax:  # typed as the command line writes it; malformed text fails the config's check
+        shown = "" if default is None else syntax.spell(default)
+        text = st.text_input(label, value=shown, help=help_text, key=key).strip()
+        return None if optional and not text else syntax.parse(text)
     if kind is bool:
         return st.checkbox(label, value=bool(default), help=help_text, key=key)
     if kind is int:
@@ -81,7 +86,7 @@ def config_widgets(
     fields = dataclasses.fields(cls)
     slots = st.columns(columns)
     for i, f in enumerate(fields):
-        default = getattr(defaults, f.name) if defaults is not None else f.default
+        default = getattr(defaults, f.name) if defaults is not None else default_of(f)
         with slots[i % columns]:
             if overrides and f.name in overrides:
                 values[f.name] = overrides[f.name](

@@ -93,7 +93,7 @@ temperature_range = number_in(0, MAX_TEMPERATURE)
 def weight_pairs(text: str) -> dict[str, float]:
     """``"ce=0.1,kd=0.9"`` → ``{"ce": 0.1, "kd": 0.9}``; a weight that is not a finite number
     ≥ 0 (NaN, infinite, negative) is a one-line error. The names are not checked here:
-    :func:`kd.methods.objective.parse_weights` knows the terms."""
+    :func:`kd.methods.objective.check_terms` knows the terms."""
     weights = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         name, _, value = (piece.strip() for piece in part.partition("="))
@@ -106,12 +106,81 @@ def weight_pairs(text: str) -> dict[str, float]:
     return weights
 
 
-def _is_weights(text: Any) -> bool:
-    try:
-        weight_pairs(text)
-    except (WorkbenchError, AttributeError):
-        return False
-    return True
+def spell_number(value: float) -> str:
+    """A number as short as it reads back exactly: ``0.1``, ``10``, ``0.09999999999999998``."""
+    short = f"{value:g}"
+    return short if float(short) == value else repr(float(value))
+
+
+def spell_weights(weights: dict[str, float]) -> str:
+    """``{"ce": 0.1, "kd": 0.9}`` → ``"ce=0.1,kd=0.9"``, which :func:`weight_pairs` reads back
+    to the same numbers."""
+    return ",".join(f"{name}={spell_number(weight)}" for name, weight in weights.items())
+
+
+def _is_weights(value: Any) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(name, str) and _is_number(weight) and weight >= 0
+        for name, weight in value.items()
+    )
+
+
+@dataclass(frozen=True)
+class Syntax:
+    """How a setting of a structured type (a mapping, a tuple of class indices) is written as
+    text: on the command line, in the app's text boxes, and in records of versions that stored
+    the text. ``parse`` reads text (malformed text is a one-line error); ``spell`` writes a value
+    as the text ``parse`` reads back to it."""
+
+    parse: Callable[[str], Any]
+    spell: Callable[[Any], str]
+
+
+WEIGHTS = Syntax(weight_pairs, spell_weights)
+
+
+VIEWS = ("all", "pred", "gold")
+ADKD_VIEWS = (*VIEWS, "sample")  # AD-KD also draws one class per example and step
+Views = str | tuple[int, ...]  # a view's name, or class indices
+
+
+def parse_views(text: str, names: Sequence[str] = VIEWS) -> Views:
+    """Views as written (``"all"``, ``"pred"``, ``"gold"``, ``"2"``, ``"0,2"``) as
+    :func:`~workbench.analysis.attribution.attribution_maps` takes them: one of ``names``, or a
+    tuple of class indices."""
+    if text in names:
+        return text
+    parts = [part.strip() for part in str(text).split(",")]
+    if not all(part.isdigit() for part in parts):
+        raise WorkbenchError(
+            f"unknown views {text!r}: use {', '.join(names)} or class indices like 0,2"
+        )
+    return tuple(int(part) for part in parts)
+
+
+def spell_views(views: Views) -> str:
+    """``(0, 2)`` → ``"0,2"``; a name as it is."""
+    return views if isinstance(views, str) else ",".join(map(str, views))
+
+
+def views_option(default: Views | None, help: str, names: Sequence[str]) -> Any:
+    """A setting of views: one of ``names``, or class indices (``0,2`` on the command line)."""
+
+    def accepts(value: Any) -> bool:
+        if isinstance(value, str):
+            return value in names
+        return (
+            isinstance(value, list | tuple)
+            and bool(value)
+            and all(_is_integer(c) and c >= 0 for c in value)
+        )
+
+    return option(
+        default,
+        help,
+        domain=Domain(accepts, f"{', '.join(names)} or a list of class indices"),
+        syntax=Syntax(functools.partial(parse_views, names=names), spell_views),
+    )
 
 
 # Lists that help texts name as ``{presets}``, ``{terms}``, ``{temperatures}``, ``{ablations}``,
@@ -133,10 +202,19 @@ def fill_help(text: str) -> str:
 def option(default: Any, help: str, **extra: Any) -> Any:
     """A dataclass field with its help text and, optionally, its ``choices`` or ``domain``
     (a :class:`Domain`), for the CLI, the app and :func:`validate`, ``path`` for a file or
-    folder made absolute (:func:`resolve_paths`), or ``recorded_if_set=True`` for a setting
-    that records and identities (:func:`to_dict`) hold only when it differs from its default:
-    a setting added after runs were recorded, which those runs had at its default."""
-    return field(default=default, metadata={"help": help, **extra})
+    folder made absolute (:func:`resolve_paths`), ``syntax`` (a :class:`Syntax`) for a value
+    of a structured type written as text on the command line, or ``recorded_if_set=True`` for
+    a setting that records and identities (:func:`to_dict`) hold only when it differs from its
+    default: a setting added after runs were recorded, which those runs had at its default."""
+    metadata = {"help": help, **extra}
+    if isinstance(default, dict):  # each config gets its own copy
+        return field(default_factory=lambda: dict(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def default_of(f: dataclasses.Field) -> Any:
+    """The default value of the config field ``f``."""
+    return f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
 
 
 def option_name(name: str) -> str:
@@ -173,7 +251,7 @@ def _mistyped(cls: type, f: dataclasses.Field, value: Any) -> str | None:
     """The type field ``f`` of ``cls`` expects, when ``value`` (read from a file: JSON) is not
     of it; None when it is."""
     kind, optional = _field_type(cls, f)
-    if value is None and optional:
+    if (value is None and optional) or "syntax" in f.metadata:  # a syntax's domain checks it
         return None
     accepts, name = _TYPES.get(kind, (lambda v: True, ""))
     if accepts(value):
@@ -229,11 +307,14 @@ def resolve_paths(config: Any, bases: Sequence[Path] = ()) -> None:
 
 class Checked:
     """Base of the config dataclasses: every instance is validated when it is built, its paths
-    made absolute (:func:`resolve_paths`)."""
+    made absolute (:func:`resolve_paths`), a list of class indices made a tuple."""
 
     def __post_init__(self) -> None:
         validate(self)
         resolve_paths(self)
+        for f in dataclasses.fields(self):
+            if isinstance(getattr(self, f.name), list):
+                setattr(self, f.name, tuple(getattr(self, f.name)))
 
 
 def parse_label_map(text: str) -> dict[str, str]:
@@ -393,11 +474,12 @@ class ObjectiveConfig(Checked):
         "kd",
         "method preset ({presets})",
     )
-    weights: str = option(
-        "",
+    weights: dict[str, float] = option(
+        {},
         "explicit term weights replacing the preset's, e.g. ce=0.1,kd=0.9,attr=10,wr=1; terms: "
         "{terms}",
-        domain=Domain(_is_weights, "TERM=WEIGHT pairs, each weight a finite number ≥ 0"),
+        domain=Domain(_is_weights, "a mapping of terms to finite numbers ≥ 0"),
+        syntax=WEIGHTS,
     )
     parity: str = option(
         "paper",
@@ -436,13 +518,14 @@ class ObjectiveConfig(Checked):
         "AD-KD IG baseline: pad, pad-keep-special or zero (default: pad; official: zero)",
         choices=(None, "pad", "pad-keep-special", "zero"),
     )
-    attr_views: str | None = option(
+    attr_views: Views | None = views_option(
         None,
         "AD-KD views (default: all; official parity: gold for 2 classes): all "
-        "(multi-view), pred (teacher's prediction), gold, a class index, "
+        "(multi-view), pred (teacher's prediction), gold, class indices such as 0 or 0,2, "
         "or sample (one class per example and step, drawn uniformly, its squared distance "
         "weighted by the number of classes: an unbiased estimate of the multi-view squared "
         "loss at the cost of one view; beyond the paper)",
+        ADKD_VIEWS,
     )
     attr_reduction: str | None = option(
         None,
@@ -466,6 +549,10 @@ class ObjectiveConfig(Checked):
         "by a control of GKD, whose gradient terms are at weight 0",
         recorded_if_set=True,
     )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.weights = {name: float(weight) for name, weight in self.weights.items()}
 
 
 def parse_batch_sizes(text: str) -> tuple[int, ...]:
@@ -718,16 +805,28 @@ def _parse_optional(kind: Any) -> Any:
     return parse
 
 
+def _parse_text(syntax: Syntax) -> Callable[[str], Any]:
+    """``syntax.parse`` for ``argparse``: malformed text is a usage error that says why."""
+
+    def parse(text: str) -> Any:
+        try:
+            return syntax.parse(text)
+        except WorkbenchError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    return parse
+
+
 def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
     """Add one ``--option`` per field of the dataclass ``cls`` to ``parser``."""
     group = parser.add_argument_group(cls.__name__, (cls.__doc__ or "").strip().splitlines()[0])
     for f in dataclasses.fields(cls):
         kind, optional = _field_type(cls, f)
         name = option_name(f.name)
-        default = f.default
+        default, syntax = default_of(f), f.metadata.get("syntax")
         help_text = f.metadata.get("help", "")
         if "default" not in help_text:
-            help_text += f" (default: {default})"
+            help_text += f" (default: {syntax.spell(default) if syntax else default})"
         if kind is bool:
             group.add_argument(
                 name,
@@ -748,6 +847,7 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
             )
             continue
         choices = f.metadata.get("choices")
+        kind = _parse_text(syntax) if syntax else kind
         parsing = {
             "type": _parse_optional(kind) if optional else kind,
             "choices": [c for c in choices if c is not None] + ([None] if None in choices else [])
@@ -791,9 +891,23 @@ def to_dict(config: Any) -> dict[str, Any]:
     left out (:func:`from_dict` restores it), so that adding a setting changes no record."""
     values = dataclasses.asdict(config)
     for f in dataclasses.fields(config):
-        if f.metadata.get("recorded_if_set") and values[f.name] == f.default:
+        if f.metadata.get("recorded_if_set") and values[f.name] == default_of(f):
             del values[f.name]
     return values
+
+
+def spell(cls: type, name: str, value: Any) -> Any:
+    """The value of setting ``name`` of the config dataclass ``cls`` as its :class:`Syntax`
+    writes it (``{"ce": 0.1}`` → ``"ce=0.1"``); a value of another setting as it is."""
+    syntax = cls.__dataclass_fields__[name].metadata.get("syntax")
+    return syntax.spell(value) if syntax and value is not None else value
+
+
+def spelled(config: Any) -> dict[str, Any]:
+    """:func:`to_dict` with each setting of a :class:`Syntax` as its text: the form in which
+    fingerprints hash a config (a suite's identities), the same as when records held the
+    text."""
+    return {name: spell(type(config), name, value) for name, value in to_dict(config).items()}
 
 
 def config_key(config: Any) -> str:
@@ -820,6 +934,19 @@ def upgrade(values: dict[str, Any]) -> dict[str, Any]:
     return {RENAMED.get(name, name): value for name, value in values.items()}
 
 
+def _read(f: dataclasses.Field, value: Any) -> Any:
+    """A setting's value as a file holds it, in its type: JSON's list as a tuple, and the text
+    of a :class:`Syntax` (a record of a version that stored weights and views as text, or a
+    ``--config`` file written as the command line is) parsed."""
+    syntax = f.metadata.get("syntax")
+    if syntax and isinstance(value, str):
+        try:
+            return syntax.parse(value)
+        except WorkbenchError as error:
+            raise WorkbenchError(f"{option_name(f.name)}: {error}") from None
+    return tuple(value) if isinstance(value, list) else value
+
+
 def check_values(cls: type, values: Any) -> dict[str, Any]:
     """The settings ``values`` read from a file (a run's record, a ``--config`` file) for the
     config dataclass ``cls``, under their current names (:func:`upgrade`), checked without
@@ -835,6 +962,7 @@ def check_values(cls: type, values: Any) -> dict[str, Any]:
         raise WorkbenchError(
             f"unknown {cls.__name__} settings {sorted(unknown)}; known: {sorted(fields)}"
         )
+    values = {name: _read(fields[name], value) for name, value in values.items()}
     for name, value in values.items():
         expected = _mistyped(cls, fields[name], value) or _outside(cls, fields[name], value)
         if expected:
@@ -848,33 +976,10 @@ def from_dict(cls: type[T], values: dict[str, Any]) -> T:
     """Rebuild ``cls`` from :func:`to_dict`'s output, settings recorded under a former name
     read under the current one (:func:`upgrade`); unknown keys and values of another type
     are an error (:func:`check_values`)."""
-    values = check_values(cls, values)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    return cls(
-        **{  # JSON's list for a tuple
-            name: tuple(value) if _field_type(cls, fields[name])[0] is tuple else value
-            for name, value in values.items()
-        }
-    )
+    return cls(**check_values(cls, values))
 
 
 BASELINES = ("pad", "pad-keep-special", "zero")
-VIEWS = ("all", "pred", "gold")
-Views = str | int | list[int]
-
-
-def parse_views(text: str | int) -> Views:
-    """Views as written by a user (``"all"``, ``"pred"``, ``"gold"``, ``"2"``, ``"0,2"``) as
-    :func:`~workbench.analysis.attribution.attribution_maps` takes them (a name, or class
-    indices)."""
-    if text in VIEWS:
-        return text
-    parts = [part.strip() for part in str(text).split(",")]
-    if not all(part.isdigit() for part in parts):
-        raise WorkbenchError(
-            f"unknown views {text!r}: use {', '.join(VIEWS)} or class indices like 0,2"
-        )
-    return [int(part) for part in parts]
 
 
 def check_steps(steps: int) -> None:
@@ -995,9 +1100,10 @@ class AttributionConfig(MapSettings):
     """How tokens are attributed: the map's settings, the classes (views), the layer, and the
     batching of the texts."""
 
-    views: str = option(
+    views: Views = views_option(
         "all",
         "classes attributed: all, pred, gold (needs labels), or class indices such as 0,2",
+        VIEWS,
     )
     layer: int | None = option(
         None,
@@ -1015,14 +1121,6 @@ class AttributionConfig(MapSettings):
         "memory budget for one chunk of the step × example batch, in MiB (estimated)",
         domain=positive_number,
     )
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.parsed_views()
-
-    def parsed_views(self) -> Views:
-        """``views`` as :func:`~workbench.analysis.attribution.attribution_maps` takes it."""
-        return parse_views(self.views)
 
     def key(self) -> dict:
         """The settings that change the maps (the key of cached maps)."""

@@ -22,6 +22,7 @@ from workbench.core.config import (
     StudentConfig,
     TeacherConfig,
     from_dict,
+    spelled,
     to_dict,
 )
 from workbench.core.data import data_version
@@ -247,7 +248,7 @@ def identity(experiment: Experiment, plan: TaskPlan, teacher_plan: TaskPlan) -> 
         "teacher": teacher_settings(teacher_plan),
         "data": data_settings(plan.data),
         "student": {"num_layers": plan.student_layers, **experiment.student},
-        "objective": to_dict(experiment.objective),
+        "objective": spelled(experiment.objective),
         "optim": {
             "epochs": plan.student_epochs,
             "batch_size": plan.batch_size,

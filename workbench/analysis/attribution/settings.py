@@ -80,7 +80,7 @@ def compute_maps(
     ``token_type_ids``) under ``config``: normalised IG maps or signed Grad saliency, or the
     scores of another registered ``explainer`` (one call per view)."""
     config, explainer = resolve_explainer(config, explainer)
-    views = config.parsed_views()
+    views = config.views
     names = view_names(model, views)
     inputs = as_batch(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
     if explainer.name not in ENGINE_EXPLAINERS:
