@@ -54,7 +54,7 @@ from workbench.core.config import (
 )
 from workbench.core.errors import WorkbenchError, first_line
 from workbench.core.files import atomic_write_json, hold, read_json_file
-from workbench.core.runs import differences, same_value
+from workbench.core.runs import current_configs, differences, same_value
 
 STUDY_NAME = TuneConfig.study_name  # the study of ``<out>/study.db``, and --study-name's default
 MAX_CONFIG_BYTES = 1_000_000  # a best.json holds a few kilobytes of settings
@@ -465,7 +465,10 @@ def _check_record(study, attrs: dict, where: str, remedy: str) -> None:
     if "settings" not in stored:  # a study made before studies recorded their settings
         study.set_user_attr("settings", attrs["settings"])
         return
-    changed = differences(stored["settings"], attrs["settings"])
+    recorded = stored["settings"]
+    if isinstance(recorded, dict) and isinstance(recorded.get("configs"), dict):
+        recorded = recorded | {"configs": current_configs(recorded["configs"])}
+    changed = differences(recorded, attrs["settings"])
     if changed:
         raise WorkbenchError(
             f"{where} was made with other settings ({changed}): give every worker the study's "

@@ -6,6 +6,7 @@ missing explainers computed, resumable after each), and one-line errors."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -138,6 +139,11 @@ def test_merge_computes_only_the_missing_explainers_and_resumes_after_each(runs,
     ):
         assert main([*command, *bad, "--explainers", "gxi", "--json", str(out), "--merge"]) == 2
         assert message in capsys.readouterr().err.splitlines()[-1]
+    elsewhere = tmp_path / "elsewhere" / "student"  # another model under the student's name
+    shutil.copytree(student, elsewhere)
+    moved = [*command[:2], str(elsewhere), *command[2:], "--explainers", "gxi"]
+    assert main([*moved, "--json", str(out), "--merge"]) == 2
+    assert f"this run student from {elsewhere}" in capsys.readouterr().err
     swapped = [command[0], student, *command[2:], "--explainers", "gxi"]
     assert main([*swapped, "--json", str(out), "--merge"]) == 2
     assert "give teacher first" in capsys.readouterr().err

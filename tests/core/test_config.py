@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -193,6 +194,30 @@ def test_a_record_of_weights_and_views_as_text_still_opens():
         from_dict(ObjectiveConfig, {"weights": "ce=1,kd=-1"})
     with pytest.raises(WorkbenchError, match=r"^--attr-views: unknown views 'most'"):
         from_dict(ObjectiveConfig, {"attr_views": "most"})
+
+
+def test_a_run_recorded_with_weights_and_views_as_text_reopens(tmp_path):
+    """``kdw distill`` resumes a run folder of a version that recorded the text; another
+    setting is still refused."""
+    from workbench.core.runs import RUN_FILE, Run
+
+    objective = ObjectiveConfig("adkd", {"ce": 0.1, "kd": 0.9, "attr": 10.0}, attr_views=(0, 2))
+    info = {"kind": "student", "configs": {"objective": to_dict(objective)}}
+    with Run.writing(tmp_path / "run", info, {}):
+        pass
+    record = json.loads((tmp_path / "run" / RUN_FILE).read_text())
+    record["configs"]["objective"] |= {"weights": "ce=0.1,kd=0.9,attr=10", "attr_views": "0,2"}
+    (tmp_path / "run" / RUN_FILE).write_text(json.dumps(record))
+    with Run.writing(tmp_path / "run", info, {}):
+        pass
+    other = {"kind": "student", "configs": {"objective": to_dict(replace(objective, weights={}))}}
+    with (
+        pytest.raises(
+            WorkbenchError, match=r'--weights \{"ce": 0\.1, "kd": 0\.9, "attr": 10\.0\} → \{\}'
+        ),
+        Run.writing(tmp_path / "run", other, {}),
+    ):
+        pass
 
 
 @given(

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from kd.cli import main
-from kd.experiments.reproduce import Suite, reproduce, write_report
+from kd.experiments.reproduce import Suite, TaskPlan, reproduce, write_report
 from kd.experiments.reproduce.report import Intervals, control_rows
 from kd.experiments.reproduce.runner import compact
 from tests.conftest import ROOT
@@ -140,11 +140,9 @@ def test_a_record_without_controls_or_per_example_loyalty_has_no_control_rows():
 
 @pytest.mark.slow
 def test_students_are_timed_beside_the_teacher_kept_and_timed_again_on_resume(
-    tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: Path
+    one_seed_plan: TaskPlan, tmp_path: Path
 ):
-    from tests.experiments.test_reproduce import _one_seed_plan
-
-    plan = _one_seed_plan(tiny_model_dir, tiny_task_dir)
+    plan = one_seed_plan
     suite = Suite(
         plans={"tiny": plan},
         ablation_task="tiny",

@@ -184,30 +184,12 @@ def test_tiny_suite_report_and_resume(tiny_model_dir: Path, tiny_task_dir: Path,
         reproduce(tmp_path / "empty", report_only=True)
 
 
-def _one_seed_plan(tiny_model_dir: Path, tiny_task_dir: Path) -> TaskPlan:
-    """A one-seed plan on the tiny model and task, quick to train."""
-    return TaskPlan(
-        DataConfig(task=str(tiny_task_dir), max_length=16),
-        TeacherConfig(model=str(tiny_model_dir)),
-        teacher_epochs=1,
-        student_epochs=0.2,
-        student_layers=2,
-        seeds=(1,),
-        batch_size=16,
-        teacher_learning_rate=2e-3,
-        student_learning_rate=1e-3,
-        explained_examples=10,
-    )
-
-
 @pytest.mark.slow
-def test_each_method_trains_beside_its_control(
-    tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: Path
-):
+def test_each_method_trains_beside_its_control(one_seed_plan: TaskPlan, tmp_path: Path):
     """GKD's control: the same objective and student set-up (the teacher's embeddings, frozen;
     dropout off) with its gradient term at 0, on the same data and seed; its resolved record
     differs from GKD's in that weight alone, and the report credits the gain."""
-    plan = _one_seed_plan(tiny_model_dir, tiny_task_dir)
+    plan = one_seed_plan
     suite = Suite(
         plans={"tiny": plan},
         ablation_task="tiny",
@@ -299,15 +281,13 @@ def test_bad_students_files_are_one_line_errors(entries, message, tmp_path: Path
 
 
 @pytest.mark.slow
-def test_a_given_classifier_teaches_the_suite_as_it_is(
-    tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: Path
-):
+def test_a_given_classifier_teaches_the_suite_as_it_is(one_seed_plan: TaskPlan, tmp_path: Path):
     """``--teacher tiny=FOLDER``: no teacher is trained; the folder is the students' teacher,
     its test metrics recorded, and the report written."""
     from tests.tiny_families import save_family_model
 
     folder = save_family_model("bert", tmp_path / "given", ["Positive", "neutral", "negative"])
-    plan = _one_seed_plan(tiny_model_dir, tiny_task_dir)
+    plan = one_seed_plan
     suite = Suite(
         plans={"tiny": plan}, ablation_task="tiny", methods=("kd",), ablation_groups=()
     ).with_teachers({"tiny": str(folder)})
@@ -325,10 +305,10 @@ def test_a_given_classifier_teaches_the_suite_as_it_is(
 
 
 @pytest.mark.slow
-def test_moved_run_folders_are_used(tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: Path):
+def test_moved_run_folders_are_used(one_seed_plan: TaskPlan, tmp_path: Path):
     """Run folders written elsewhere (their record names the teacher's old path) are used when
     present: a finished student missing from results.json is scored again, not retrained."""
-    plan = _one_seed_plan(tiny_model_dir, tiny_task_dir)
+    plan = one_seed_plan
     suite = Suite(plans={"tiny": plan}, ablation_task="tiny", methods=("kd",), ablation_groups=())
     out = tmp_path / "a"
     reproduce(out, suite, announce=lambda _: None)
@@ -349,13 +329,13 @@ def test_moved_run_folders_are_used(tiny_model_dir: Path, tiny_task_dir: Path, t
 
 @pytest.mark.slow
 def test_an_interrupted_call_keeps_what_finished(
-    tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: Path, monkeypatch
+    one_seed_plan: TaskPlan, tmp_path: Path, monkeypatch
 ):
     """Ctrl-C during the second student: the record keeps the teacher, the first student and
     the call's wall clock; the next call trains only the second student."""
     import kd.experiments.reproduce.runner as runner
 
-    plan = _one_seed_plan(tiny_model_dir, tiny_task_dir)
+    plan = one_seed_plan
     suite = Suite(
         plans={"tiny": plan},
         ablation_task="tiny",
@@ -510,13 +490,11 @@ def _compared(record: dict) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_shards_merge_into_the_record_of_one_call(
-    tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: Path
-):
+def test_shards_merge_into_the_record_of_one_call(one_seed_plan: TaskPlan, tmp_path: Path):
     """``--shard 1/2`` and ``--shard 2/2`` (each its own folder, teacher and searches), then
     ``--merge``: the same rows, teacher and chosen weights as the whole suite in one call (CPU
     training is deterministic under the same seeds); run folders referenced, not copied."""
-    plan = _one_seed_plan(tiny_model_dir, tiny_task_dir)
+    plan = one_seed_plan
     suite = Suite(
         plans={"tiny": plan},
         ablation_task="tiny",

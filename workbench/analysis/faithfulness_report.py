@@ -188,6 +188,20 @@ def _check_mergeable(previous: dict, settings: FaithfulnessSettings, first: str)
         )
 
 
+def _check_sources(previous: dict, models: Sequence[LoadedModel]) -> None:
+    """Refuse, in one line, a model named as one of ``previous``'s that is another model (a
+    run folder of the same name elsewhere): rows are merged by name."""
+    sources = {m["name"]: m["source"] for m in previous["models"]}
+    for model in models:
+        given = Path(sources.get(model.name, model.source))
+        if given.resolve() != Path(model.source).resolve():
+            raise WorkbenchError(
+                f"the file to merge into has {model.name} from {sources[model.name]}, this run "
+                f"{model.name} from {model.source}: rename one run folder, or merge into "
+                "another file"
+            )
+
+
 def _pending(
     previous: dict | None,
     choices: Sequence[ExplainerChoice],
@@ -289,6 +303,8 @@ def explainer_faithfulness(
     names = [m.name for m in models]
     if len(set(names)) < len(names):
         raise WorkbenchError(f"two models are named alike ({names}): rename one run folder")
+    if previous is not None:
+        _check_sources(previous, models)
     pending = _pending(previous, choices, names, notify, recompute)
     data = load_task(first.data, notify=notify)
     if settings.split not in data.splits:

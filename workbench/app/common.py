@@ -29,7 +29,7 @@ from workbench.analysis.attribution.registry import (
 from workbench.analysis.heatmaps import Example, HeatmapSettings, read_examples, split_examples
 from workbench.analysis.loyalty import loyalty_tables, split_outputs
 from workbench.app.catalog import RunEntry, model_entry, runs_root, same_folder
-from workbench.app.forms import config_widgets
+from workbench.app.forms import config_widgets, fixed
 from workbench.app.jobs import shown_runs
 from workbench.core.config import (
     DataConfig,
@@ -435,12 +435,12 @@ def heatmap_settings(
             help="a word's score: the sum, the mean or the largest |score| of its sub-tokens",
         )
     aggregation = None if per == "sub-token" else per
-    view = _view_widget(class_names) if class_names is not None else lambda *_: "pred"
+    view = _view_widget(class_names) if class_names is not None else fixed("pred")
     if name in ENGINE_EXPLAINERS:
         settings = config_widgets(
             HeatmapSettings,
             key,
-            overrides={"view": view, "method": lambda *_: name},
+            overrides={"view": view, "method": fixed(name)},
             columns=5,
         )
         return Explaining(settings, None, aggregation)

@@ -21,7 +21,7 @@ from workbench.analysis.divergence import TEACHER, Divergence, divergence, word_
 from workbench.analysis.heatmaps import Example
 from workbench.app import common
 from workbench.app.catalog import RunEntry
-from workbench.app.forms import config_widgets
+from workbench.app.forms import config_widgets, fixed
 from workbench.core.config import DivergenceSettings, MapSettings, config_key
 
 KEY = "divergence"
@@ -214,11 +214,6 @@ def _examples_table(result: Divergence, student: str) -> int | None:
     return _picked(frame.sort_values(f"{student} gap", ascending=False), f"{KEY}.examples")
 
 
-def _given(value: object):
-    """A widget of :func:`config_widgets` that shows nothing and returns ``value``."""
-    return lambda *_: value
-
-
 def render() -> None:
     st.title("Where explanations diverge")
     picked = common.teacher_and_students(KEY)
@@ -228,7 +223,7 @@ def render() -> None:
     with st.expander("Settings", expanded=False):
         explaining = common.heatmap_settings(f"{KEY}.settings", words=False)
         chosen = {  # the map settings come from the explainer's widgets
-            f.name: _given(getattr(explaining.settings, f.name)) for f in fields(MapSettings)
+            f.name: fixed(getattr(explaining.settings, f.name)) for f in fields(MapSettings)
         }
         settings = config_widgets(
             DivergenceSettings, f"{KEY}.settings", columns=5, overrides=chosen

@@ -27,7 +27,7 @@ from workbench.app import common
 from workbench.app.catalog import RunEntry, runs_root
 from workbench.app.forms import config_widgets
 from workbench.app.jobs import job_for, launch
-from workbench.app.runner import REPORT_FILE
+from workbench.app.runner import FAITHFULNESS, REPORT_FILE
 from workbench.core.cache import key_digest
 from workbench.core.config import FaithfulnessSettings, to_dict
 from workbench.core.errors import WorkbenchError
@@ -36,7 +36,7 @@ from workbench.core.runs import Run
 
 KEY = "explainers"
 IN_APP, FROM_FILE = "computed in the app", "a kdw faithfulness JSON file"
-FOLDER = "faithfulness"  # under a run's analysis_cache/: one folder per job
+REPORTS = "faithfulness"  # under a run's analysis_cache/: one folder per job
 SAMPLE = FaithfulnessSettings(
     explainers=",".join(EXPLAINERS), examples=20, resamples=2000
 )  # a small sample, every explainer
@@ -45,7 +45,7 @@ LABELS = {"comprehensiveness": "comprehensiveness ↑", "sufficiency": "sufficie
 
 def reports_folder(entry: RunEntry) -> Path:
     """Where the app's faithfulness jobs for a run keep their reports."""
-    return Run(entry.path).analysis_dir / FOLDER
+    return Run(entry.path).analysis_dir / REPORTS
 
 
 def _describe(report: dict) -> str:
@@ -79,7 +79,7 @@ def _compute(entry: RunEntry) -> None:
         launch(
             runs_root(),
             f"faithfulness-{entry.name}-{folder.name}",
-            FOLDER,
+            FAITHFULNESS,
             folder,
             json.dumps(configs),
         )

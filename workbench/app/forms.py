@@ -20,6 +20,12 @@ DEFAULT_CHOICE = "(default)"
 Widget = Callable[[str, Any, str, str], Any]
 
 
+def fixed(value: Any) -> Widget:
+    """A widget of :func:`config_widgets` that shows nothing and returns ``value`` (a setting
+    another widget of the page already chose)."""
+    return lambda *_: value
+
+
 def field_label(name: str) -> str:
     return name.replace("_", " ")
 

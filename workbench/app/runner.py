@@ -62,6 +62,7 @@ from workbench.core.files import (
 from workbench.core.runs import RUN_FILE, Run
 
 PROGRESS_FILE = "progress.jsonl"
+FAITHFULNESS = "faithfulness"  # the job kind of an explainer ranking (kdw faithfulness)
 REPORT_FILE = "report.json"  # a faithfulness job's report, in its folder
 STOP_FILE = "STOP"
 READY = "demo: ready"
@@ -225,7 +226,7 @@ def main(argv: list[str]) -> int:
     try:
         if kind == "demo":
             _demo(target, argv[2])
-        elif kind == "faithfulness":
+        elif kind == FAITHFULNESS:
             _faithfulness(target, json.loads(argv[2]))
         else:
             _train(kind, target, json.loads(argv[2]))

@@ -935,16 +935,16 @@ def upgrade(values: dict[str, Any]) -> dict[str, Any]:
 
 
 def _read(f: dataclasses.Field, value: Any) -> Any:
-    """A setting's value as a file holds it, in its type: JSON's list as a tuple, and the text
-    of a :class:`Syntax` (a record of a version that stored weights and views as text, or a
-    ``--config`` file written as the command line is) parsed."""
+    """A setting's value as a file holds it, the text of a :class:`Syntax` (a record of a
+    version that stored weights and views as text, or a ``--config`` file written as the
+    command line is) parsed."""
     syntax = f.metadata.get("syntax")
     if syntax and isinstance(value, str):
         try:
             return syntax.parse(value)
         except WorkbenchError as error:
             raise WorkbenchError(f"{option_name(f.name)}: {error}") from None
-    return tuple(value) if isinstance(value, list) else value
+    return value
 
 
 def check_values(cls: type, values: Any) -> dict[str, Any]:

@@ -224,8 +224,7 @@ class Run:
         """Refuse to reopen a run with other settings, one whose data changed since, or one
         whose settings now resolve to another objective (``info[RESOLVED]``: a preset's
         defaults changed); a run written before runs kept that record is reopened."""
-        existing = self.info()
-        given = json.loads(json.dumps(info, default=str))
+        existing, given = (json.loads(json.dumps(i, default=str)) for i in (self.info(), info))
         shown = differences(
             {k: v for k, v in existing.items() if k != RESOLVED},
             {k: v for k, v in given.items() if k != RESOLVED},
@@ -509,6 +508,17 @@ _SHOWN = 4  # differences named by a refusal to reopen a run
 _ABSENT = "(absent)"
 
 
+def current_configs(configs: dict[str, Any]) -> dict[str, Any]:
+    """Config sections as a record of any version holds them, as this version records them:
+    settings under their current names and of their current types (the text of weights and
+    views parsed; :func:`~workbench.core.config.check_values`), as JSON gives them back."""
+    current = {
+        group: check_values(SECTIONS[group], values) if group in SECTIONS else values
+        for group, values in configs.items()
+    }
+    return json.loads(json.dumps(current, default=str))
+
+
 def same_value(then: Any, now: Any) -> bool:
     """Equal values, or a path recorded relative to the directory the run was started from
     (before runs recorded absolute paths) that resolves from here to the path given now."""
@@ -531,7 +541,8 @@ def _differences(then: Any, now: Any, where: tuple[str, ...] = ()) -> list[str]:
     """What differs between a run's recorded identity ``then`` and the one given ``now``, one
     ``option old → new`` each: config fields by their CLI option (``--learning-rate``), other
     keys by their dotted place (``task.label_names``)."""
-    if isinstance(then, dict) and isinstance(now, dict):
+    setting = where[:1] == ("configs",) and len(where) == 3  # one value, a mapping too
+    if isinstance(then, dict) and isinstance(now, dict) and not setting:
         return [
             line
             for key in sorted(set(then) | set(now))
@@ -539,7 +550,7 @@ def _differences(then: Any, now: Any, where: tuple[str, ...] = ()) -> list[str]:
         ]
     if same_value(then, now):
         return []
-    name = option_name(where[-1]) if where[0] == "configs" and len(where) == 3 else ".".join(where)
+    name = option_name(where[-1]) if setting else ".".join(where)
 
     def shown(value: Any) -> str:
         return value if value == _ABSENT else json.dumps(value, ensure_ascii=False)

@@ -41,7 +41,13 @@ from kd.experiments.reproduce.suite import (
     suite_key,
     teacher_settings,
 )
+from kd.experiments.tune import PARAMETERS, tune
+from kd.methods.objective import PRESETS, preset_weights
 from kd.training.pipeline import check_teacher, distill, train_teacher
+from workbench.analysis.benchmark import benchmark
+from workbench.analysis.evaluation import evaluate_logits, predict_logits
+from workbench.analysis.faithfulness import aopc
+from workbench.analysis.loyalty import agreement_per_example, split_outputs
 from workbench.core.config import (
     BenchmarkSettings,
     DataConfig,
@@ -52,8 +58,10 @@ from workbench.core.config import (
     config_key,
     from_dict,
 )
+from workbench.core.data import batches, encode, load_task, pad_id, prefixes
 from workbench.core.errors import WorkbenchError, first_line
 from workbench.core.files import atomic_write_json
+from workbench.core.models import load_for_task, load_model, load_run, load_tokenizer, resolve_model
 from workbench.core.runs import Run
 from workbench.core.shapes import ANY, BOOLEAN, INTEGER, NUMBER, STRING, Either, Mapping, problem
 
@@ -130,11 +138,6 @@ class ExampleScores:
         return scores
 
     def _compute(self, teacher: Run, student: Run, explained_examples: int | None) -> dict:
-        from workbench.analysis.faithfulness import aopc
-        from workbench.analysis.loyalty import agreement_per_example, split_outputs
-        from workbench.core.data import batches, encode, load_task, pad_id
-        from workbench.core.models import load_model, load_run
-
         loaded = load_run(student.path)
         key = (teacher.path.resolve(), config_key(loaded.data), explained_examples)
         if key not in self._teachers:  # the ablations may test on a smaller sample
@@ -183,10 +186,6 @@ def given_teacher(plan: TaskPlan) -> tuple[Path, dict]:
     """A task's teacher given as a classifier the workbench did not train
     (``plan.given_teacher``): its folder, and its test metrics on the plan's data (nothing is
     fine-tuned; its classes matched to the task's by name)."""
-    from workbench.analysis.evaluation import evaluate_logits, predict_logits
-    from workbench.core.data import encode, pad_id
-    from workbench.core.models import load_for_task, resolve_model
-
     check_teacher(plan.given_teacher, False, "give a finished teacher")
     loaded, task = load_for_task(plan.given_teacher, plan.data)
     test = task.splits["test"]
@@ -278,9 +277,6 @@ def tune_space(method: str, searched: Sequence[str], plan: TaskPlan) -> tuple[st
     """``kdw tune --space`` overrides that search ``searched`` over the preset's default space
     (:attr:`kd.methods.objective.Preset.space`) and hold its other dimensions at the preset's
     values."""
-    from kd.experiments.tune import PARAMETERS
-    from kd.methods.objective import PRESETS, preset_weights
-
     weights = preset_weights(ObjectiveConfig(preset=method))
     current = {
         "alpha": weights.get("kd"),
@@ -322,8 +318,6 @@ def tuning_settings(suite: Suite, method: str) -> dict:
 def choose_weights(out: Path, teacher: Path, suite: Suite, method: str, threads: int = 0) -> dict:
     """Search ``method``'s key weights on dev with ``kdw tune`` (the ablations' sample, seed 1):
     the chosen objective, the search space and every trial. Runs in a worker under ``--jobs``."""
-    from kd.experiments.tune import tune
-
     task = suite.ablation_task
     plan = suite.plans[task]
     space = tune_space(method, suite.tuned[method], plan)
@@ -362,9 +356,6 @@ def measure_truncation(plan: TaskPlan) -> dict:
     of all their tokens kept (teacher tokenizer, [CLS]/[SEP] counted). Texts are counted up to
     many times ``max_length`` (:func:`workbench.core.data.prefixes` with 16 × ``max_length``), so
     that a huge text cannot exhaust memory; the share kept of such a text is an upper bound."""
-    from workbench.core.data import load_task, prefixes
-    from workbench.core.models import load_tokenizer
-
     split = load_task(plan.data).splits["test"]
     tokenizer = load_tokenizer(plan.given_teacher or plan.teacher.model)
     limit = plan.data.max_length
@@ -427,8 +418,6 @@ def measure_speed(
     with :func:`workbench.analysis.benchmark.benchmark` on ``data``'s test split: parameters,
     weights on disk, median latency at batch size 1 and examples/s at 32, each with its ratio to the
     teacher's; with the benchmark's settings, the machine and its load when it started."""
-    from workbench.analysis.benchmark import benchmark
-
     load_before = os.getloadavg()[0]
     sources = [str(out / teacher["run"]), *(str(out / s["run"]) for s in students)]
     measured = benchmark(sources, settings, data)

@@ -1,0 +1,27 @@
+"""Fixtures of the experiments' tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kd.experiments.reproduce import TaskPlan
+from workbench.core.config import DataConfig, TeacherConfig
+
+
+@pytest.fixture
+def one_seed_plan(tiny_model_dir: Path, tiny_task_dir: Path) -> TaskPlan:
+    """A one-seed plan on the tiny model and task, quick to train."""
+    return TaskPlan(
+        DataConfig(task=str(tiny_task_dir), max_length=16),
+        TeacherConfig(model=str(tiny_model_dir)),
+        teacher_epochs=1,
+        student_epochs=0.2,
+        student_layers=2,
+        seeds=(1,),
+        batch_size=16,
+        teacher_learning_rate=2e-3,
+        student_learning_rate=1e-3,
+        explained_examples=10,
+    )
