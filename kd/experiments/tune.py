@@ -467,7 +467,10 @@ def _check_record(study, attrs: dict, where: str, remedy: str) -> None:
         return
     recorded = stored["settings"]
     if isinstance(recorded, dict) and isinstance(recorded.get("configs"), dict):
-        recorded = recorded | {"configs": current_configs(recorded["configs"])}
+        try:
+            recorded = recorded | {"configs": current_configs(recorded["configs"])}
+        except WorkbenchError as error:
+            raise WorkbenchError(f"{where} records damaged settings ({error}): {remedy}") from None
     changed = differences(recorded, attrs["settings"])
     if changed:
         raise WorkbenchError(

@@ -20,7 +20,14 @@ import optuna
 import pytest
 
 from kd.cli import main
-from kd.experiments.tune import STUDY_NAME, PruningCallback, trial_folder, tune
+from kd.experiments.tune import (
+    STUDY_NAME,
+    PruningCallback,
+    _check_record,
+    study_settings,
+    trial_folder,
+    tune,
+)
 from kd.training.pipeline import distill, train_teacher
 from tests.conftest import debian_package
 from workbench.core.config import (
@@ -460,3 +467,25 @@ def test_workers_share_postgresql_studies(tiny_teacher, tmp_path, capsys, postgr
         error = capsys.readouterr().err.strip()
         assert "study 'grid' in postgresql+psycopg2://" in error and message in error, error
         assert len(error.splitlines()) == 1 and not other.exists()
+
+
+def test_a_study_recorded_with_text_weights_is_joined_and_damaged_settings_refused():
+    objective = ObjectiveConfig(preset="kd", weights={"ce": 0.5, "kd": 0.5})
+    settings = study_settings(
+        DataConfig(), StudentConfig(teacher="t"), objective, OptimConfig(), "accuracy", True
+    )
+    attrs = {"preset": "kd", "task": "tweets", "space": ["alpha"], "settings": settings}
+    study = optuna.create_study()  # in memory: the attributes as a database gives them back
+    recorded = json.loads(json.dumps(settings))
+    recorded["configs"]["objective"]["weights"] = "ce=0.5,kd=0.5"  # as studies recorded them
+    for key, value in (attrs | {"settings": recorded}).items():
+        study.set_user_attr(key, value)
+    _check_record(study, attrs, "here", "start over")  # joined: the same settings
+    recorded["configs"]["objective"]["weights"] = "ce=x"
+    study.set_user_attr("settings", recorded)
+    with pytest.raises(WorkbenchError) as refused:
+        _check_record(study, attrs, "here", "start over")
+    assert str(refused.value) == (
+        "here records damaged settings (configs.objective: --weights: weight of 'ce' must be a "
+        "number, got 'x'): start over"
+    )

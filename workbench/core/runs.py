@@ -224,7 +224,7 @@ class Run:
         """Refuse to reopen a run with other settings, one whose data changed since, or one
         whose settings now resolve to another objective (``info[RESOLVED]``: a preset's
         defaults changed); a run written before runs kept that record is reopened."""
-        existing, given = (json.loads(json.dumps(i, default=str)) for i in (self.info(), info))
+        existing, given = self.info(), json.loads(json.dumps(info, default=str))
         shown = differences(
             {k: v for k, v in existing.items() if k != RESOLVED},
             {k: v for k, v in given.items() if k != RESOLVED},
@@ -318,18 +318,12 @@ class Run:
         shape (:data:`RUN_SHAPE`) and the settings of each config section (known settings,
         each of its type and inside its domain)."""
         info = self.read_json(RUN_FILE, RUN_REMEDY, RUN_SHAPE, "a run record")
-        configs = {}
-        for group, values in info["configs"].items():
-            try:
-                configs[group] = (
-                    check_values(SECTIONS[group], values) if group in SECTIONS else values
-                )
-            except WorkbenchError as error:
-                raise WorkbenchError(
-                    f"{self.path / RUN_FILE} is not a run record: configs.{group}: {error}: "
-                    f"{RUN_REMEDY}"
-                ) from None
-        return info | {"configs": configs}
+        try:
+            return info | {"configs": current_configs(info["configs"])}
+        except WorkbenchError as error:
+            raise WorkbenchError(
+                f"{self.path / RUN_FILE} is not a run record: {error}: {RUN_REMEDY}"
+            ) from None
 
     def config(self, cls: type[T], group: str) -> T:
         """The config ``group`` (``data``, ``student``…) of the run's record as ``cls``, its
@@ -512,10 +506,12 @@ def current_configs(configs: dict[str, Any]) -> dict[str, Any]:
     """Config sections as a record of any version holds them, as this version records them:
     settings under their current names and of their current types (the text of weights and
     views parsed; :func:`~workbench.core.config.check_values`), as JSON gives them back."""
-    current = {
-        group: check_values(SECTIONS[group], values) if group in SECTIONS else values
-        for group, values in configs.items()
-    }
+    current = {}
+    for group, values in configs.items():
+        try:
+            current[group] = check_values(SECTIONS[group], values) if group in SECTIONS else values
+        except WorkbenchError as error:
+            raise WorkbenchError(f"configs.{group}: {error}") from None
     return json.loads(json.dumps(current, default=str))
 
 
