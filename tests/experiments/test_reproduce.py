@@ -31,6 +31,7 @@ from kd.experiments.reproduce import (
     run_suite,
     write_report,
 )
+from kd.experiments.reproduce.runner import weights_digest
 from kd.experiments.reproduce.suite import DEFAULT, Experiment, ablations, identity
 from kd.methods.objective import PRESETS, Ablation, Claim, ablated
 from workbench.core.config import DataConfig, ObjectiveConfig, TeacherConfig
@@ -325,6 +326,49 @@ def test_moved_run_folders_are_used(one_seed_plan: TaskPlan, tmp_path: Path):
     assert checkpoint.stat().st_mtime == written  # reused, not retrained
     assert again["students"][0]["test"] == pytest.approx(first["students"][0]["test"], abs=1e-6)
     assert again["students"][0]["examples"] == first["students"][0]["examples"]
+
+
+@pytest.mark.slow
+def test_students_of_a_teacher_trained_again_to_other_weights_are_trained_again(
+    one_seed_plan: TaskPlan, tmp_path: Path
+):
+    """A call that trains the teacher again (its folder gone, a student left to train) keeps
+    the students recorded with the former teacher only when the new one has the same weights
+    (rows of earlier versions, which lack the teacher's digest: the same test metrics)."""
+    suite = Suite(
+        plans={"tiny": one_seed_plan},
+        ablation_task="tiny",
+        methods=("kd", "ckd"),
+        ablation_groups=(),
+        controls=False,
+    )
+    out = tmp_path / "suite"
+    reproduce(out, suite, announce=lambda _: None)
+    first = json.loads((out / "results.json").read_text())
+    teacher = first["teachers"]["tiny"]
+    assert [r["teacher"] for r in first["students"]] == [teacher["weights"]] * 2
+    assert teacher["weights"] == weights_digest(out / "runs/tiny/teacher/model")
+
+    def trained(teacher: dict, rows: list[dict]) -> list[str]:
+        """The students a call trains on a record of ``teacher`` and the kd student's
+        ``rows``, without the teacher's folder (ckd is left to train)."""
+        shutil.rmtree(out / "runs/tiny/teacher")
+        (out / "results.json").write_text(
+            json.dumps({**first, "teachers": {"tiny": teacher}, "students": rows[:1]})
+        )
+        said: list[str] = []
+        reproduce(out, suite, announce=said.append)
+        return re.findall(r"\] tiny: (\w+), seed 1", "\n".join(said))
+
+    kd_row = first["students"][:1]
+    assert trained(teacher, kd_row) == ["ckd"]  # trained again to the same weights: kept
+    other = [{**kd_row[0], "teacher": "0" * 16}]  # learnt from another teacher's weights
+    assert trained(teacher, other) == ["kd", "ckd"]
+    earlier = {k: v for k, v in teacher.items() if k != "weights"}  # records of earlier versions
+    legacy = [{k: v for k, v in r.items() if k != "teacher"} for r in kd_row]
+    assert trained(earlier, legacy) == ["ckd"]
+    worse = {**earlier, "test": {**earlier["test"], "accuracy": 0.0}}
+    assert trained(worse, legacy) == ["kd", "ckd"]
 
 
 @pytest.mark.slow

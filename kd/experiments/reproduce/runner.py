@@ -13,6 +13,7 @@ the report's paired intervals need no run folder.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -193,6 +194,18 @@ def given_teacher(plan: TaskPlan) -> tuple[Path, dict]:
     logits = predict_logits(loaded.model, dataset, 64, pad_id(loaded.tokenizer))
     folder = Path(resolve_model(plan.given_teacher)).resolve()
     return folder, evaluate_logits(task.spec, logits, dataset.labels)
+
+
+def weights_digest(folder: Path) -> str:
+    """A short hash of the weights a saved model folder holds (its ``*.safetensors`` files):
+    a teacher trained again with the same settings but other float rounding (another number of
+    threads) hashes otherwise."""
+    digest = hashlib.sha256()
+    for path in sorted(folder.glob("*.safetensors")):
+        with path.open("rb") as weights:
+            for block in iter(lambda f=weights: f.read(1 << 24), b""):
+                digest.update(block)
+    return digest.hexdigest()[:16]
 
 
 def task_teacher(out: Path, task: str, plan: TaskPlan) -> Run:
@@ -529,7 +542,7 @@ RESULTS_SHAPE = {  # the suite's record (:mod:`workbench.core.shapes`), checked 
     "tuned?": BOOLEAN,
     "suite_key?": STRING,
     "shard?": {"index": INTEGER, "count": INTEGER},
-    "teachers": Mapping({"key?": STRING, "run": STRING, "test": _METRICS}),
+    "teachers": Mapping({"key?": STRING, "run": STRING, "test": _METRICS, "weights?": STRING}),
     "tuning?": Mapping(
         {
             "key?": STRING,
@@ -552,6 +565,7 @@ RESULTS_SHAPE = {  # the suite's record (:mod:`workbench.core.shapes`), checked 
             "group": STRING,
             "seed": INTEGER,
             "run": STRING,
+            "teacher?": Either(STRING, None),
             "test": _METRICS,
             "examples?": {"test_set": STRING, "predictions": Either(STRING, [ANY])},
             "seconds?": NUMBER,
@@ -691,6 +705,7 @@ class SuiteCall:
         self.speed = dict(previous.get("speed", {}))  # students timed beside their teacher
         self.fixed = {**suite_fields(suite, previous, shard), "jobs": jobs}
         self.runs: dict[str, Path] = {}  # each task's teacher
+        self.retaught: set[str] = set()  # tasks whose teacher was trained again to other weights
         self.todo: list[Experiment] = []  # known once the weights are chosen
         self.keys: list[str] = []  # the todo's identities
         self.kept: list[dict] = []  # recorded ablations this call does not plan
@@ -743,13 +758,32 @@ class SuiteCall:
                 run = task_teacher(self.out, task, plan)
                 path, test, where = run.path, run.results()["test"], relative(run.path, self.out)
             self.runs[task] = path
-            self.teachers[task] = {
-                "key": fingerprint(teacher_settings(plan)),
-                "run": where,
-                "test": test,
-            }
+            record = {"key": fingerprint(teacher_settings(plan)), "run": where, "test": test}
+            if not plan.given_teacher:
+                record["weights"] = weights_digest(path / "model")
+            before = self.teachers.get(task)
+            if before and (before.get("weights", record.get("weights")), before["test"]) != (
+                record.get("weights"),
+                test,
+            ):
+                self.retaught.add(task)
+                self.announce(
+                    f"the teacher on {task} was trained again to other weights (test accuracy "
+                    f"{before['test']['accuracy'] * 100:.2f} → {test['accuracy'] * 100:.2f}): "
+                    "the students recorded with the former one are trained again"
+                )
+            self.teachers[task] = record
             self.save()
         return self.runs[task]
+
+    def taught_alike(self, row: dict) -> bool:
+        """Whether a recorded student learnt from its task's teacher as it is now: the weights
+        the row recorded (rows of earlier versions: unless the teacher was trained again to
+        other weights in this call)."""
+        task = row["task"]
+        if "teacher" in row and task in self.runs:
+            return row["teacher"] == self.teachers[task].get("weights")
+        return task not in self.retaught
 
     def tuned(self, index: int, record: dict) -> None:
         """A search finished: its method's chosen weights."""
@@ -775,6 +809,7 @@ class SuiteCall:
             "seed": experiment.seed,
             "sweep": experiment.sweep,
             "run": result.run,
+            "teacher": self.teachers[experiment.task].get("weights"),
             "test": result.test,
             "examples": {"test_set": test_set, **result.examples},
             "seconds": round(result.seconds),
@@ -799,16 +834,13 @@ class SuiteCall:
             if (key := identity(e, suite.plan_of(e), suite.plans[e.task])) in recorded
             and key not in keys
         ]
-        self.scored.update({i: recorded[keys[i]] for i in self.mine if keys[i] in recorded})
+        found = {i: recorded[keys[i]] for i in self.mine if keys[i] in recorded}
+        for task in dict.fromkeys(todo[i].task for i in self.mine if i not in found):
+            self.teacher_run(task)  # the teachers of what is left to train
+        self.scored.update({i: row for i, row in found.items() if self.taught_alike(row)})
         self.calls.update(
             {
-                i: (
-                    self.out,
-                    self.teacher_run(todo[i].task),
-                    suite.plan_of(todo[i]),
-                    todo[i],
-                    keys[i],
-                )
+                i: (self.out, self.runs[todo[i].task], suite.plan_of(todo[i]), todo[i], keys[i])
                 for i in self.mine
                 if i not in self.scored
             }
