@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kd.experiments.reproduce import TaskPlan
+from kd.experiments.reproduce import Suite, TaskPlan
 from workbench.core.config import DataConfig, TeacherConfig
 
 
@@ -24,4 +24,17 @@ def one_seed_plan(tiny_model_dir: Path, tiny_task_dir: Path) -> TaskPlan:
         teacher_learning_rate=2e-3,
         student_learning_rate=1e-3,
         explained_examples=10,
+    )
+
+
+@pytest.fixture
+def kd_and_ckd(one_seed_plan: TaskPlan) -> Suite:
+    """A suite of two methods on :func:`one_seed_plan`, without searches, controls or
+    ablations."""
+    return Suite(
+        plans={"tiny": one_seed_plan},
+        ablation_task="tiny",
+        methods=("kd", "ckd"),
+        ablation_groups=(),
+        controls=False,
     )

@@ -330,18 +330,12 @@ def test_moved_run_folders_are_used(one_seed_plan: TaskPlan, tmp_path: Path):
 
 @pytest.mark.slow
 def test_students_of_a_teacher_trained_again_to_other_weights_are_trained_again(
-    one_seed_plan: TaskPlan, tmp_path: Path
+    kd_and_ckd: Suite, tmp_path: Path
 ):
     """A call that trains the teacher again (its folder gone, a student left to train) keeps
     the students recorded with the former teacher only when the new one has the same weights
     (rows of earlier versions, which lack the teacher's digest: the same test metrics)."""
-    suite = Suite(
-        plans={"tiny": one_seed_plan},
-        ablation_task="tiny",
-        methods=("kd", "ckd"),
-        ablation_groups=(),
-        controls=False,
-    )
+    suite = kd_and_ckd
     out = tmp_path / "suite"
     reproduce(out, suite, announce=lambda _: None)
     first = json.loads((out / "results.json").read_text())
@@ -372,21 +366,12 @@ def test_students_of_a_teacher_trained_again_to_other_weights_are_trained_again(
 
 
 @pytest.mark.slow
-def test_an_interrupted_call_keeps_what_finished(
-    one_seed_plan: TaskPlan, tmp_path: Path, monkeypatch
-):
+def test_an_interrupted_call_keeps_what_finished(kd_and_ckd: Suite, tmp_path: Path, monkeypatch):
     """Ctrl-C during the second student: the record keeps the teacher, the first student and
     the call's wall clock; the next call trains only the second student."""
     import kd.experiments.reproduce.runner as runner
 
-    plan = one_seed_plan
-    suite = Suite(
-        plans={"tiny": plan},
-        ablation_task="tiny",
-        methods=("kd", "ckd"),
-        ablation_groups=(),
-        controls=False,
-    )
+    suite = kd_and_ckd
     train = runner.train_and_score
 
     def interrupted(*call):
