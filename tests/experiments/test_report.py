@@ -15,7 +15,7 @@ import pytest
 
 from kd.cli import main
 from kd.experiments.reproduce import Suite, TaskPlan, reproduce, write_report
-from kd.experiments.reproduce.report import Intervals, control_rows
+from kd.experiments.reproduce.report import Intervals, control_rows, searched_points
 from kd.experiments.reproduce.runner import compact
 from tests.conftest import ROOT
 from workbench.analysis.stats import pair_scores, two_level_bootstrap
@@ -203,3 +203,23 @@ def test_a_damaged_timing_in_the_record_is_a_one_line_error(tmp_path: Path):
         reproduce(tmp_path, report_only=True)
     assert "\n" not in str(error.value)
     assert not (tmp_path / "report.md").exists()
+
+
+def test_the_report_lists_each_searched_setting_once_with_its_outcome():
+    """A setting tried again after an interrupted trial shows the later outcome; a setting
+    the sampler repeated (its earlier outcome reused) is listed once."""
+    trials = [
+        {"tau": 1.0, "alpha": 0.5, "dev": None, "state": "fail"},
+        {"tau": 2.0, "alpha": 0.5, "dev": 0.69, "state": "complete"},
+        {"tau": 2.0, "alpha": 0.5, "dev": 0.69, "state": "complete"},
+        {"tau": 4.0, "alpha": 0.5, "dev": None, "state": "pruned"},
+        {"tau": 1.0, "alpha": 0.5, "dev": 0.70, "state": "complete"},
+        {"tau": 8.0, "alpha": 0.5, "dev": None, "state": "fail"},
+    ]
+    points = searched_points({"searched": ["tau"], "trials": trials})
+    assert [(p["settings"], p["dev"], p["failed"]) for p in points] == [
+        ({"tau": 1.0}, 0.70, False),
+        ({"tau": 2.0}, 0.69, False),
+        ({"tau": 4.0}, None, False),
+        ({"tau": 8.0}, None, True),
+    ]

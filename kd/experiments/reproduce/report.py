@@ -371,17 +371,25 @@ def tuning_data(results: dict) -> dict | None:
                 "chosen": {name: record["chosen"][name] for name in record["searched"]},
                 "metric": record["metric"],
                 "dev": record["dev"],
-                "trials": [
-                    {
-                        "settings": {n: t[n] for n in record["searched"] if n in t},
-                        "dev": t["dev"],
-                    }
-                    for t in record["trials"]
-                ],
+                "trials": searched_points(record),
             }
             for method, record in tuning.items()
         ],
     }
+
+
+def searched_points(record: dict) -> list[dict]:
+    """Each distinct setting a search tried, once, in the order first tried, with its
+    outcome: ``dev`` (None where pruned before its first score) and ``failed`` (a trial that
+    failed or was interrupted, unless the setting was tried again)."""
+    points: dict[tuple, dict] = {}
+    for trial in record["trials"]:
+        settings = {name: trial[name] for name in record["searched"] if name in trial}
+        key = tuple(sorted(settings.items()))
+        if key not in points or points[key]["failed"]:
+            failed = trial.get("state") == "fail"
+            points[key] = {"settings": settings, "dev": trial["dev"], "failed": failed}
+    return list(points.values())
 
 
 def main_data(results: dict, tasks: Sequence[str], intervals: Intervals) -> dict:
