@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import typing
 from collections.abc import Sequence
@@ -427,8 +428,6 @@ def _add_sources(parser: argparse.ArgumentParser, verb: str) -> None:
 
 
 def _app(args: argparse.Namespace) -> None:
-    import os
-
     if args.runs:
         os.environ["KDW_RUNS"] = str(Path(args.runs).resolve())
     options = [f"--server.port={args.port}"] if args.port else []

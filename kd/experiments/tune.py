@@ -29,10 +29,12 @@ Searchable parameters (:data:`PARAMETERS`) and the default space of each method 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import math
 import os
 import socket
+import sqlite3
 import sys
 import time
 import warnings
@@ -289,8 +291,6 @@ def plan_search(space: dict[str, Dimension], trials: int) -> tuple[int, bool]:
 
 def grid_points(space: dict[str, Dimension]) -> list[dict[str, float]]:
     """Every setting of a grid space, in a fixed order (the last parameter varies fastest)."""
-    import itertools
-
     points = grid(space) or {}
     return [
         dict(zip(points, values, strict=True)) for values in itertools.product(*points.values())
@@ -490,8 +490,6 @@ def check_study_file(path: Path) -> None:
     (random bytes, a truncated copy, another program's database), with a one-line error naming
     it, before Optuna opens it (which would add its tables to a foreign database). The file is
     read only."""
-    import sqlite3
-
     try:
         with open(path, "rb") as handle:
             header = handle.read(16)
