@@ -15,7 +15,7 @@ import pytest
 
 from kd.cli import main
 from kd.experiments.reproduce import Suite, TaskPlan, reproduce, write_report
-from kd.experiments.reproduce.report import Intervals, control_rows, searched_points
+from kd.experiments.reproduce.report import Intervals, control_rows, report, searched_points
 from kd.experiments.reproduce.runner import compact
 from tests.conftest import ROOT
 from workbench.analysis.stats import pair_scores, two_level_bootstrap
@@ -126,6 +126,28 @@ def test_control_verdicts_credit_loyalty_to_the_term_and_accuracy_to_the_regime(
     assert "| its term: the method is above its control; its regime shows no real" in table
     assert "| t | gkd | accuracy | +25.0 [+" in table
     assert "| its regime: the control is above vanilla KD; its term shows no real" in table
+
+
+def test_a_call_and_report_only_draw_the_same_report_whatever_the_order_of_tasks(
+    tmp_path: Path,
+):
+    """A call draws from the record it holds (tasks in the suite's order), ``--report-only``
+    from ``results.json`` (keys sorted): both give one report, tasks in one order."""
+    record = _controlled_record()
+    other = [{**row, "task": "a"} for row in record["students"]]
+    held = {
+        **record,
+        "teachers": {"t": record["teachers"]["t"], "a": record["teachers"]["t"]},
+        "students": record["students"] + other,
+    }
+    drawn, stored = tmp_path / "drawn", tmp_path / "stored"
+    drawn.mkdir(), stored.mkdir()
+    first = report(drawn, held).read_text()
+    (stored / "results.json").write_text(json.dumps(held, sort_keys=True))
+    assert reproduce(stored, report_only=True).read_text() == first
+    controls = first.split("## Controls")[1].split("## ")[0]
+    rows = [line for line in controls.splitlines() if line.startswith("| ")]
+    assert rows[2].startswith("| a | gkd |") and rows[-1].startswith("| t | gkd |")
 
 
 def test_a_record_without_controls_or_per_example_loyalty_has_no_control_rows():

@@ -14,6 +14,7 @@ split into the method's own term (method âˆ’ control) and its regime (control âˆ
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +33,7 @@ from workbench.analysis.stats import (
     two_level_bootstrap,
 )
 from workbench.core.errors import WorkbenchError
-from workbench.core.files import atomic_write_text
+from workbench.core.files import atomic_write_text, json_text
 from workbench.core.runs import Run
 
 Summary = tuple[float, float, int]  # mean, sample std (0 for one value), number of seeds
@@ -777,9 +778,12 @@ def write_report(
 
 
 def report(out: Path, results: dict) -> Path:
-    """The figures and ``report.md`` of ``results``."""
+    """The figures and ``report.md`` of ``results``, drawn from the record as it is stored
+    (keys sorted), so that a call and ``--report-only`` on its ``results.json`` draw the
+    same report, tasks in the same order."""
     if "students" not in results or "teachers" not in results:
         raise WorkbenchError(f"{out / 'results.json'} is not a suite's record")
+    results = json.loads(json_text(results))
     intervals = Intervals(results)
     figures = make_figures(out, results, intervals) | heatmap_gallery(out, results)
     return write_report(out, results, figures, intervals)
