@@ -305,7 +305,7 @@ def test_the_demo_build_stops_with_the_app_that_launched_it(tmp_path, tiny_model
     """The app's process (here a stand-in that launches the build as the app does) is killed:
     the build stops within seconds, before its end, keeping what it trained."""
     root = tmp_path / "runs"
-    sizes = json.loads(tiny_sizes(tiny_model_dir)) | {"train_examples": 512, "teacher_epochs": 500}
+    sizes = json.loads(tiny_sizes(tiny_model_dir)) | {"train_examples": 512, "teacher_epochs": 50}
     app = subprocess.Popen(
         [
             sys.executable,

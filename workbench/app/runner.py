@@ -34,6 +34,7 @@ import _thread
 import dataclasses
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -206,7 +207,10 @@ def _demo(root: Path, mode: str) -> None:
 def stop_with_parent(interval: float = 1.0) -> None:
     """Interrupt this process (as Ctrl-C does) once the process that started it is gone: the
     demo build ends with the app that launched it, however the app ended, keeping its last
-    checkpoint for the next launch."""
+    checkpoint for the next launch. Python's Ctrl-C handler is installed first: a process
+    started in the background (``nohup``, ``&`` in a script) inherits SIGINT ignored, and the
+    interrupt would then be dropped."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     parent = os.getppid()
 
     def watch() -> None:
