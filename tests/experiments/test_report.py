@@ -141,7 +141,8 @@ def test_a_call_and_report_only_draw_the_same_report_whatever_the_order_of_tasks
         "students": record["students"] + other,
     }
     drawn, stored = tmp_path / "drawn", tmp_path / "stored"
-    drawn.mkdir(), stored.mkdir()
+    drawn.mkdir()
+    stored.mkdir()
     first = report(drawn, held).read_text()
     (stored / "results.json").write_text(json.dumps(held, sort_keys=True))
     assert reproduce(stored, report_only=True).read_text() == first
