@@ -303,14 +303,16 @@ def test_the_train_page_follows_a_run_the_demo_build_trains(demo_root, building,
 @pytest.mark.slow
 def test_the_demo_build_stops_with_the_app_that_launched_it(tmp_path, tiny_model_dir):
     """The app's process (here a stand-in that launches the build as the app does) is killed:
-    the build stops within seconds, before its end, keeping what it trained."""
+    the build stops within seconds, before its end, keeping what it trained — also when the
+    app was started in the background, with SIGINT ignored (as ``nohup`` or ``&`` leave it)."""
     root = tmp_path / "runs"
     sizes = json.loads(tiny_sizes(tiny_model_dir)) | {"train_examples": 512, "teacher_epochs": 50}
     app = subprocess.Popen(
         [
             sys.executable,
             "-c",
-            "import sys, time; from pathlib import Path; from workbench.app import jobs; "
+            "import signal, sys, time; from pathlib import Path; from workbench.app import jobs; "
+            "signal.signal(signal.SIGINT, signal.SIG_IGN); "
             "root = Path(sys.argv[1]); jobs.launch(root, 'demo', 'demo', root, 'quick', True); "
             "time.sleep(600)",
             str(root),
