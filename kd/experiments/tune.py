@@ -626,7 +626,7 @@ def _state(trial) -> str:
     """A trial's state for the table: Optuna's, or why it ended (stopped on request; failed
     trials: its training diverged, its settings were another trial's, or the budget was full)."""
     for reason in ("stopped", "diverged", "duplicate", "surplus"):
-        if trial.user_attrs.get(reason):
+        if reason in trial.user_attrs:  # "duplicate" holds the twin's number, which may be 0
             return reason
     return trial.state.name.lower()
 

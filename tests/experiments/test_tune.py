@@ -26,6 +26,7 @@ from kd.experiments.tune import (
     _check_record,
     study_settings,
     trial_folder,
+    trials_table,
     tune,
 )
 from kd.training.pipeline import distill, train_teacher
@@ -419,7 +420,7 @@ def test_workers_share_postgresql_studies(tiny_teacher, tmp_path, capsys, postgr
     unexplained = [
         (t.number, t.params, t.user_attrs, t.system_attrs)
         for t in gave_way
-        if not (t.user_attrs.get("duplicate") or t.user_attrs.get("surplus"))
+        if not ({"duplicate", "surplus"} & t.user_attrs.keys())
     ]
     assert not unexplained, (unexplained, output)  # a failure that is not a worker giving way
 
@@ -489,3 +490,24 @@ def test_a_study_recorded_with_text_weights_is_joined_and_damaged_settings_refus
         "here records damaged settings (configs.objective: --weights: weight of 'ce' must be a "
         "number, got 'x'): start over"
     )
+
+
+def test_the_trials_table_names_why_a_trial_gave_way_even_to_trial_0():
+    """A worker's trial that meets trial 0 training the same settings records the twin's number,
+    0: the table still says "duplicate", not "fail"."""
+    study = optuna.create_study()
+    alpha = optuna.distributions.FloatDistribution(0.0, 1.0)
+    fail = optuna.trial.TrialState.FAIL
+    for attrs in ({"run": "trials/a"}, {"duplicate": 0}, {"surplus": True}, {}):
+        state = optuna.trial.TrialState.COMPLETE if "run" in attrs else fail
+        study.add_trial(
+            optuna.trial.create_trial(
+                state=state,
+                value=0.5 if state != fail else None,
+                params={"alpha": 0.2},
+                distributions={"alpha": alpha},
+                user_attrs=attrs,
+            )
+        )
+    states = [row["state"] for row in trials_table(study)]
+    assert states == ["complete", "duplicate", "surplus", "fail"]
