@@ -497,13 +497,12 @@ def test_the_trials_table_names_why_a_trial_gave_way_even_to_trial_0():
     0: the table still says "duplicate", not "fail"."""
     study = optuna.create_study()
     alpha = optuna.distributions.FloatDistribution(0.0, 1.0)
-    fail = optuna.trial.TrialState.FAIL
     for attrs in ({"run": "trials/a"}, {"duplicate": 0}, {"surplus": True}, {}):
-        state = optuna.trial.TrialState.COMPLETE if "run" in attrs else fail
+        trained = "run" in attrs
         study.add_trial(
             optuna.trial.create_trial(
-                state=state,
-                value=0.5 if state != fail else None,
+                state=optuna.trial.TrialState.COMPLETE if trained else optuna.trial.TrialState.FAIL,
+                value=0.5 if trained else None,
                 params={"alpha": 0.2},
                 distributions={"alpha": alpha},
                 user_attrs=attrs,
