@@ -34,7 +34,7 @@ from bench.common import setup, student_from, table, write_results
 from kd.methods.objective import Objective
 from kd.training.pipeline import prepare_gradient_student
 from workbench.core.config import ObjectiveConfig
-from workbench.core.models import ATTENTION, encoder_layers, load_classifier, resolve_device
+from workbench.core.models import ATTENTION, layer_count, load_classifier, resolve_device
 
 METHODS = ("kd", "pkd-skip", "ckd", "adkd", "gkd", "gkd-cls")
 LENGTHS = (32, 64, 128, 256, 512)
@@ -84,7 +84,7 @@ def measure(
     layers = STUDENT_LAYERS[teacher_name]
     student = student_from(teacher, layers).train()
     objective = Objective.resolve(
-        ObjectiveConfig(preset=method), len(encoder_layers(teacher)), layers, classes
+        ObjectiveConfig(preset=method), layer_count(teacher), layers, classes
     )
     if objective.gradient_kd:
         prepare_gradient_student(teacher, student)

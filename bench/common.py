@@ -17,7 +17,7 @@ from workbench.core.config import DataConfig
 from workbench.core.data import batches, encode, load_task, pad_id
 from workbench.core.models import (
     cut_student,
-    encoder_layers,
+    layer_count,
     load_classifier,
     load_run,
     load_tokenizer,
@@ -44,7 +44,7 @@ def teacher_and_tokenizer(num_labels: int = 3) -> tuple[PreTrainedModel, object,
 
 
 def student_from(teacher: PreTrainedModel, layers: int = 3) -> PreTrainedModel:
-    return cut_student(teacher, select_layers(len(encoder_layers(teacher)), layers, "skip"))
+    return cut_student(teacher, select_layers(layer_count(teacher), layers, "skip"))
 
 
 def tweet_batch(

@@ -1,7 +1,9 @@
-"""Tiny random sequence classifiers of every supported encoder family, saved as Hugging Face
-checkpoint folders with a tokenizer of the family's kind: WordPiece over the bundled MiniLM
-vocabulary (BERT, DistilBERT, ELECTRA), byte-level BPE (RoBERTa) or Unigram (XLM-R, DeBERTa-v3)
-trained on the bundled tweets with the ``tokenizers`` library."""
+"""Tiny random sequence classifiers of today's common architectures, encoders and decoders,
+saved as Hugging Face checkpoint folders with a tokenizer of the architecture's kind: WordPiece
+over the bundled MiniLM vocabulary (BERT, DistilBERT, ELECTRA, ModernBERT, MPNet), byte-level
+BPE (RoBERTa; GPT-2, Llama, Qwen2 and Mistral, which pad with their end-of-text token) or
+Unigram (XLM-R, CamemBERT, DeBERTa-v3, ALBERT) trained on the bundled tweets with the
+``tokenizers`` library."""
 
 from __future__ import annotations
 
@@ -21,12 +23,27 @@ from workbench.core.config import DataConfig
 from workbench.core.data import load_task
 from workbench.core.models import resolve_model
 
-FAMILY_TYPES = ("bert", "distilbert", "electra", "roberta", "xlm-roberta", "deberta-v2")
+ENCODER_TYPES = (
+    "bert",
+    "distilbert",
+    "electra",
+    "roberta",
+    "xlm-roberta",
+    "camembert",
+    "deberta-v2",
+    "modernbert",
+    "albert",
+    "mpnet",
+)
+DECODER_TYPES = ("gpt2", "llama", "qwen2", "mistral")
+FAMILY_TYPES = ENCODER_TYPES + DECODER_TYPES
+WORDPIECE_TYPES = ("bert", "distilbert", "electra", "modernbert", "mpnet")
 WIDTH, LAYERS = 32, 4
 
 # special tokens of the trained tokenizers, in id order (the config's pad id follows them)
 ROBERTA_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 DEBERTA_SPECIALS = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"]
+END_OF_TEXT = "<|endoftext|>"
 
 
 @functools.cache
@@ -57,19 +74,37 @@ def _wrap(tokenizer: Tokenizer, specials: list[str], first: str, last: str):
     )
 
 
-@functools.cache
-def _byte_level_bpe() -> PreTrainedTokenizerFast:
+def _trained_bpe(specials: list[str]) -> Tokenizer:
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
     trainer = trainers.BpeTrainer(
         vocab_size=600,
-        special_tokens=ROBERTA_SPECIALS,
+        special_tokens=specials,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tokenizer.train_from_iterator(_tweets(), trainer)
-
     tokenizer.decoder = decoders.ByteLevel()
-    return _wrap(tokenizer, ROBERTA_SPECIALS, "<s>", "</s>")
+    return tokenizer
+
+
+@functools.cache
+def _byte_level_bpe() -> PreTrainedTokenizerFast:
+    return _wrap(_trained_bpe(ROBERTA_SPECIALS), ROBERTA_SPECIALS, "<s>", "</s>")
+
+
+@functools.cache
+def decoder_tokenizer() -> PreTrainedTokenizerFast:
+    """A GPT-2-style byte-level BPE tokenizer: no special token around a text, its end-of-text
+    token also its padding (as decoder classifiers are usually set up)."""
+    tokenizer = _trained_bpe([END_OF_TEXT])
+    tokenizer.post_processor = processors.ByteLevel(trim_offsets=True)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        bos_token=END_OF_TEXT,
+        eos_token=END_OF_TEXT,
+        unk_token=END_OF_TEXT,
+        pad_token=END_OF_TEXT,
+    )
 
 
 @functools.cache
@@ -85,11 +120,13 @@ def _unigram(specials: tuple[str, ...], first: str, last: str) -> PreTrainedToke
 
 def family_tokenizer(model_type: str):
     """The tokenizer a tiny model of ``model_type`` reads with."""
-    if model_type in ("bert", "distilbert", "electra"):
+    if model_type in WORDPIECE_TYPES:
         return BertTokenizerFast(vocab_file=str(Path(resolve_model("minilm-l6")) / "vocab.txt"))
     if model_type == "roberta":
         return _byte_level_bpe()
-    if model_type == "xlm-roberta":
+    if model_type in DECODER_TYPES:
+        return decoder_tokenizer()
+    if model_type in ("xlm-roberta", "camembert"):
         return _unigram(tuple(ROBERTA_SPECIALS), "<s>", "</s>")
     return _unigram(tuple(DEBERTA_SPECIALS), "[CLS]", "[SEP]")
 
@@ -103,14 +140,28 @@ def family_config(model_type: str, tokenizer, labels: list[str], layers: int = L
         "label2id": {label: i for i, label in enumerate(labels)},
         "pad_token_id": tokenizer.pad_token_id,
     }
+    specials = {  # ids the architectures' defaults put outside a tiny vocabulary
+        f"{name}_token_id": tokenizer.convert_tokens_to_ids(getattr(tokenizer, f"{name}_token"))
+        for name in ("bos", "eos", "cls", "sep")
+        if getattr(tokenizer, f"{name}_token") is not None
+    }
     if model_type == "distilbert":
         return AutoConfig.for_model(
             model_type, dim=WIDTH, n_layers=layers, n_heads=2, hidden_dim=2 * WIDTH, **sizes
+        )
+    if model_type == "gpt2":
+        return AutoConfig.for_model(
+            model_type, n_embd=WIDTH, n_layer=layers, n_head=2, n_positions=128, **specials, **sizes
         )
     extra = {
         "electra": {"embedding_size": WIDTH // 2},  # with the projection to the hidden width
         "roberta": {"type_vocab_size": 1, "max_position_embeddings": 130},
         "xlm-roberta": {"type_vocab_size": 1, "max_position_embeddings": 130},
+        "camembert": {"type_vocab_size": 1, "max_position_embeddings": 130},
+        "albert": {"embedding_size": WIDTH // 2},  # with the projection to the hidden width
+        "mpnet": {"max_position_embeddings": 130},
+        "modernbert": specials,
+        **{key: {"num_key_value_heads": 1, **specials} for key in DECODER_TYPES[1:]},
         "deberta-v2": {  # v3's layout: relative positions, no token types, no absolute ones
             "type_vocab_size": 0,
             "relative_attention": True,

@@ -43,7 +43,7 @@ from kd.methods.objective import (
 from workbench.analysis.attribution import attribution_maps
 from workbench.core.config import spell_views
 from workbench.core.errors import WorkbenchError
-from workbench.core.models import encoder_layers
+from workbench.core.models import layer_count
 
 
 def attribution_loss(
@@ -150,7 +150,7 @@ def attribution_views(
         views, labels = ("all", labels) if classes is None else ("gold", classes)
     elif views == "pred" and classes is not None:
         views, labels = "gold", classes
-    sites = attribution_layers(len(encoder_layers(model)), objective.config.attr_layer)
+    sites = attribution_layers(layer_count(model), objective.config.attr_layer)
     results = [
         attribution_maps(
             model,

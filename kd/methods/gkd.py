@@ -34,6 +34,7 @@ from kd.methods.objective import (
 from kd.methods.pkd import mapped_pairs
 from workbench.analysis.attribution import input_gradients
 from workbench.core.models import embed, forward
+from workbench.core.parts import head_states
 
 
 def unit_normalize(x: Tensor, eps: float = 1e-12) -> Tensor:
@@ -109,8 +110,8 @@ def gradient_alignment_loss(
 def state_gradients(
     model: PreTrainedModel, batch: dict[str, Tensor], layers: list[int], create_graph: bool
 ) -> Tensor:
-    """GKD-CLS: ``∂(Σ_b p_max,b)/∂h[j]`` at [CLS] for hidden-state indices ``layers`` →
-    ``[B, len(layers), d]``."""
+    """GKD-CLS: ``∂(Σ_b p_max,b)/∂h[j]`` at [CLS] (what the head reads: a decoder's last real
+    token) for hidden-state indices ``layers`` → ``[B, len(layers), d]``."""
     with torch.enable_grad():
         embedded = embed(model, batch)
         if not embedded.requires_grad:  # a frozen model: start the graph at its embeddings
@@ -119,7 +120,7 @@ def state_gradients(
         states = [out.hidden_states[j] for j in layers]
         signal = out.logits.softmax(-1).max(-1).values.sum()
         grads = torch.autograd.grad(signal, states, create_graph=create_graph)
-    return torch.stack([g[:, 0] for g in grads], dim=1)
+    return torch.stack([head_states(model, g, batch) for g in grads], dim=1)
 
 
 @method(

@@ -28,6 +28,7 @@ from kd.methods.objective import (
     term,
 )
 from workbench.core.models import forward
+from workbench.core.parts import head_states
 
 
 def patient_loss(student_cls: Tensor, teacher_cls: Tensor, *, reduction: str = "paper") -> Tensor:
@@ -67,13 +68,17 @@ def _resolve(objective: Objective) -> dict:
 @teacher_field("cls", key=lambda o: {"patient_pairs": o.patient_pairs})
 def _teacher_cls(objective: Objective, teacher: PreTrainedModel, batch) -> Tensor:
     hidden = forward(teacher, batch, hidden_states=True).hidden_states
-    return torch.stack([hidden[t][:, 0] for _, t in objective.patient_pairs], dim=1)
+    return torch.stack(
+        [head_states(teacher, hidden[t], batch) for _, t in objective.patient_pairs], 1
+    )
 
 
 @term("pkd", teacher_fields=("cls",), hidden_states=True)
 def _pkd(objective: Objective, inputs: StepInputs) -> Tensor:
     hidden = inputs.student.hidden_states
-    student_cls = torch.stack([hidden[s][:, 0] for s, _ in objective.patient_pairs], dim=1)
+    student_cls = torch.stack(
+        [head_states(inputs.model, hidden[s], inputs.batch) for s, _ in objective.patient_pairs], 1
+    )
     return patient_loss(student_cls, inputs.teacher["cls"], reduction=objective.config.parity)
 
 

@@ -19,7 +19,7 @@ from workbench.core.config import (
 )
 from workbench.core.data import encode, pad_id
 from workbench.core.errors import WorkbenchError
-from workbench.core.models import encoder_layers, is_run, load_for_task, load_model
+from workbench.core.models import is_run, layer_count, load_for_task, load_model
 from workbench.core.runs import RESOLVED, Run
 
 
@@ -141,7 +141,7 @@ def evaluate_runs(
                 "kind": info["kind"],
                 "method": info.get("method", "–"),
                 "objective": objective_description(info) if loaded.run else None,
-                "layers": len(encoder_layers(loaded.model)),
+                "layers": layer_count(loaded.model),
                 "parameters_m": round(sum(p.numel() for p in loaded.model.parameters()) / 1e6, 1),
                 "split": split,
                 "examples": len(dataset),

@@ -39,12 +39,13 @@ from workbench.core.files import atomic_write_json, atomic_write_text
 from workbench.core.models import (
     LoadedModel,
     check_max_length,
+    check_pad,
     copy_embeddings,
     cut_student,
     disable_dropout,
-    encoder_layers,
     fingerprint,
     is_run,
+    layer_count,
     load_classifier,
     load_for_task,
     load_run,
@@ -254,8 +255,9 @@ def build_student(
     or random (the teacher's tokenizer), or another checkpoint (its own tokenizer, which may
     differ from the teacher's: :func:`check_tokens`)."""
     if config.init == "cut":
-        layers = select_layers(len(encoder_layers(teacher.model)), config.num_layers, config.layers)
-        return cut_student(teacher.model, layers, config.freeze_embeddings), teacher.tokenizer
+        layers = select_layers(layer_count(teacher.model), config.num_layers, config.layers)
+        student = cut_student(teacher.model, layers, config.freeze_embeddings, _note)
+        return student, teacher.tokenizer
     if config.init == "random":
         return (
             random_student(
@@ -267,7 +269,9 @@ def build_student(
         if not config.pretrained:
             raise WorkbenchError("--init pretrained needs --pretrained (hub id or directory)")
         tokenizer = load_tokenizer(config.pretrained)
-        return load_classifier(config.pretrained, teacher.spec, notify=_note), tokenizer
+        student = load_classifier(config.pretrained, teacher.spec, notify=_note)
+        check_pad(student, config.pretrained)
+        return student, tokenizer
     raise WorkbenchError(f"unknown student init {config.init!r}: use cut, pretrained or random")
 
 
@@ -443,8 +447,8 @@ def prepare_distillation(
     check_max_length(student, data_config.max_length, "the student")  # the teacher's: loaded
     objective = Objective.resolve(
         objective_config,
-        len(encoder_layers(teacher.model)),
-        len(encoder_layers(student)),
+        layer_count(teacher.model),
+        layer_count(student),
         data.spec.num_labels,
         teacher.model.config.hidden_size,
     )

@@ -5,7 +5,7 @@ released.
 The graph is written by ``torch.onnx.export``'s TorchScript exporter (``dynamo=False``): it
 traces the eager attention every model of the workbench is loaded with
 (:data:`~workbench.core.models. ATTENTION`), its dynamic axes (batch, length) hold for the families
-the tests export (BERT, RoBERTa and the others of :mod:`workbench.core.families`), and it needs
+the tests export (encoders and decoders of every architecture in the tests), and it needs
 nothing beyond torch and ``onnx``. The dynamo exporter would add ``onnxscript``, Hugging Face
 Optimum a further dependency tree, for the same graph.
 
@@ -46,9 +46,9 @@ from workbench.core.data import (
     sample_split,
 )
 from workbench.core.errors import WorkbenchError, first_line
-from workbench.core.families import family_of
 from workbench.core.files import atomic_write_json, atomic_write_text, existing_path
 from workbench.core.models import LoadedModel, load_tokenizer, set_label_names
+from workbench.core.parts import parts_of
 from workbench.core.runs import model_card, replace_directory
 
 GRAPHS = {"fp32": "model.onnx", "int8": "model.int8.onnx"}  # precision → file in the folder
@@ -73,7 +73,7 @@ class _Logits(nn.Module):
 def graph_inputs(model: PreTrainedModel) -> tuple[str, ...]:
     """The inputs of a model's graph, each ``[batch, length]`` int64: token ids, the attention
     mask, and token types for a family that reads them."""
-    types = ("token_type_ids",) if family_of(model).token_types else ()
+    types = ("token_type_ids",) if parts_of(model).token_types else ()
     return ("input_ids", "attention_mask", *types)
 
 

@@ -20,7 +20,7 @@ from workbench.app import common
 from workbench.app.figures import layer_mapping_figure, relation_heatmaps
 from workbench.core.config import ObjectiveConfig, from_dict
 from workbench.core.errors import WorkbenchError
-from workbench.core.models import LoadedModel, encoder_layers, select_layers
+from workbench.core.models import LoadedModel, layer_count, select_layers
 from workbench.core.runs import RESOLVED
 
 KEY = "geometry"
@@ -35,7 +35,7 @@ def layer_mapping(teacher: LoadedModel, student: LoadedModel) -> tuple[list[tupl
     """``(student layer, teacher layer)`` pairs, as ``hidden_states`` indices (0 = embeddings),
     that the student's method matches, and how they were chosen: from the run's resolved record
     (a run written before it: its configs resolved with today's presets)."""
-    n, m = len(encoder_layers(teacher.model)), len(encoder_layers(student.model))
+    n, m = layer_count(teacher.model), layer_count(student.model)
     info = student.run.info()
     configs = info["configs"]
     record = info.get(RESOLVED, {}).get("objective")

@@ -1,6 +1,6 @@
-"""The foundation: settings (config), errors, files, the cache, run folders, the hub, encoder
-families, models and their adaptor, shapes, and the data sets (data/). It imports nothing above
-it.
+"""The foundation: settings (config), errors, files, the cache, run folders, the hub, the parts
+of any classifier (parts), models and their adaptor, shapes, and the data sets (data/). It
+imports nothing above it.
 
 The configs of a training and :func:`load_model` are importable from here; they are imported when
 first asked for, so that importing the package loads neither torch nor transformers."""

@@ -33,15 +33,18 @@ from workbench.core.config import DataConfig, parse_label_map
 from workbench.core.data import TaskData, TaskSpec, load_task
 from workbench.core.data.splits import METRICS_CLASSIFICATION
 from workbench.core.errors import WorkbenchError, first_line
-from workbench.core.families import (
-    embedding_modules,
-    family_of,
-    head_output,
-    layer_prefix,
-)
-from workbench.core.families import encoder_layers as encoder_layers  # public here too
 from workbench.core.files import check_weights, local_path
 from workbench.core.hub import hub_reachable, hub_unreachable
+from workbench.core.parts import (
+    LAST,
+    embedding_modules,
+    embeddings_module,
+    head_output,
+    parts_of,
+    require,
+)
+from workbench.core.parts import encoder_layers as encoder_layers  # public here too
+from workbench.core.parts import layer_count as layer_count
 from workbench.core.runs import Run
 
 CACHE_ENV = "KDW_CACHE"
@@ -201,12 +204,6 @@ def model_device(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
-def embeddings_module(model: PreTrainedModel) -> nn.Module:
-    """The module whose output ``[B, L, d]`` is the sequence the encoder consumes (word +
-    position + type embeddings after LayerNorm for BERT; ELECTRA's projection where it has one)."""
-    return embedding_modules(model)[-1]
-
-
 def select_layers(teacher_layers: int, student_layers: int, strategy: str) -> list[int]:
     """0-based teacher layers a cut student keeps.
 
@@ -236,16 +233,35 @@ def select_layers(teacher_layers: int, student_layers: int, strategy: str) -> li
     return chosen
 
 
+def with_layers(config: PretrainedConfig, layers: Sequence[int]) -> PretrainedConfig:
+    """A copy of ``config`` for a model of the given layers of its own (in order): the layer
+    count under the architecture's name for it (DistilBERT's ``n_layers``, GPT-2's ``n_layer``,
+    through their attribute maps) and every per-layer list (``layer_types``: ModernBERT's and
+    Qwen2's local or global attention) taken at those layers, so that each layer keeps its
+    kind."""
+    config = copy.deepcopy(config)
+    count = config.num_hidden_layers
+    for name, value in config.to_dict().items():
+        if isinstance(value, list) and len(value) == count and name != "architectures":
+            setattr(config, name, [value[i % count] for i in layers])
+    config.num_hidden_layers = len(layers)
+    return config
+
+
 def cut_student(
-    teacher: PreTrainedModel, layers: list[int], freeze_embeddings: bool = False
+    teacher: PreTrainedModel,
+    layers: list[int],
+    freeze_embeddings: bool = False,
+    notify: Callable[[str], None] | None = None,
 ) -> PreTrainedModel:
-    """A student made of the teacher's embeddings, the given layers (in order), every other
-    module outside the layer list (DeBERTa's relative-position embeddings), its pooler and
-    classifier (as Patient KD and GKD initialise theirs)."""
-    config = copy.deepcopy(teacher.config)
-    config.num_hidden_layers = len(layers)  # DistilBERT's n_layers, through its attribute map
+    """A student made of the teacher's embedding stage, the given layers (in order), every other
+    module outside the layer list (DeBERTa's relative-position embeddings, a decoder's final
+    norm) and its head (as Patient KD and GKD initialise theirs). A weight of a chosen layer
+    that the student's layer at its new place has no parameter for is left out, and
+    ``notify`` hears of it."""
+    prefix = f"{require(teacher, 'layers', 'a student cut from the teacher (--init cut)')}."
+    config = with_layers(teacher.config, layers)
     student = AutoModelForSequenceClassification.from_config(config, attn_implementation=ATTENTION)
-    prefix = layer_prefix(teacher)
     state = {}
     for key, value in teacher.state_dict().items():
         if key.startswith(prefix):
@@ -254,8 +270,21 @@ def cut_student(
                 continue
             key = f"{prefix}{layers.index(int(index))}.{rest}"
         state[key] = value.clone()
-    student.load_state_dict(state, strict=True)
-    set_embeddings_trainable(student, not freeze_embeddings)
+    result = student.load_state_dict(state, strict=False)
+    if result.missing_keys or any(not k.startswith(prefix) for k in result.unexpected_keys):
+        raise WorkbenchError(
+            f"a student cut from {type(teacher).__name__} expects weights its teacher does not "
+            f"hold ({', '.join((result.missing_keys or result.unexpected_keys)[:3])}): use "
+            "--init pretrained or random"
+        )
+    if result.unexpected_keys and notify:  # ModernBERT's first layer has no attention norm
+        notify(
+            f"the student's first layer has no place for {', '.join(result.unexpected_keys)} "
+            f"of the teacher's layer {layers[0]} (in {teacher.config.model_type} the first "
+            "layer reads the normalised embeddings): left out"
+        )
+    if freeze_embeddings:
+        set_embeddings_trainable(student, False)
     return student
 
 
@@ -265,24 +294,33 @@ def random_student(
     hidden_size: int | None = None,
     num_heads: int | None = None,
 ) -> PreTrainedModel:
-    """A randomly initialised student with the teacher's vocabulary and possibly another width."""
-    config = copy.deepcopy(teacher_config)
-    config.num_hidden_layers = num_layers
+    """A randomly initialised student of the teacher's architecture and vocabulary, with
+    ``num_layers`` layers and possibly another width (its feed-forward 4× the width, and a
+    decoder's key-value heads and head width following its heads)."""
+    config = with_layers(teacher_config, range(num_layers))
+    heads = num_heads or config.num_attention_heads
     if hidden_size is not None:
-        heads = num_heads or config.num_attention_heads
         if hidden_size % heads:
             raise WorkbenchError(f"hidden size {hidden_size} is not divisible by {heads} heads")
+        width = config.hidden_size
+        for name, value in config.to_dict().items():  # DeBERTa's pooler_hidden_size, …
+            if name.endswith("hidden_size") and value == width:
+                setattr(config, name, hidden_size)
         config.hidden_size = hidden_size
         config.intermediate_size = 4 * hidden_size
-        config.num_attention_heads = heads
-    elif num_heads is not None:
-        config.num_attention_heads = num_heads
+    config.num_attention_heads = heads
+    if getattr(config, "head_dim", None) is not None:
+        config.head_dim = config.hidden_size // heads
+    if getattr(config, "num_key_value_heads", None) is not None and (
+        heads % config.num_key_value_heads or num_heads is not None
+    ):
+        config.num_key_value_heads = heads
     return AutoModelForSequenceClassification.from_config(config, attn_implementation=ATTENTION)
 
 
 def set_embeddings_trainable(model: PreTrainedModel, trainable: bool) -> None:
     """Freeze or unfreeze the embedding stage (ELECTRA's projection included)."""
-    for module in embedding_modules(model):
+    for module in embedding_modules(model, "freezing the embeddings"):
         module.requires_grad_(trainable)
 
 
@@ -302,16 +340,18 @@ def copy_embeddings(source: PreTrainedModel, target: PreTrainedModel) -> None:
     """Copy the embedding stage's weights (GKD initialises the student's from the teacher's);
     a student whose embedding stage holds other parameters or sizes (another family, another
     position table) is a one-line error."""
-    pairs = list(zip(embedding_modules(source), embedding_modules(target), strict=False))
+    need = "gradient KD (the teacher's embeddings copied into the student)"
+    theirs_all, ours_all = embedding_modules(source, need), embedding_modules(target, need)
+    pairs = list(zip(theirs_all, ours_all, strict=False))
     states = [(theirs.state_dict(), ours.state_dict()) for theirs, ours in pairs]
-    if len(embedding_modules(source)) != len(embedding_modules(target)) or any(
+    if len(theirs_all) != len(ours_all) or any(
         a.keys() != b.keys() or any(a[k].shape != b[k].shape for k in a) for a, b in states
     ):
         raise WorkbenchError(
-            f"gradient KD copies the teacher's embeddings into the student, and the student's "
-            f"({family_of(target).name}) differ from the teacher's ({family_of(source).name}) in "
-            "their parameters or sizes: use --init cut, or a student of the teacher's family "
-            "and sizes"
+            "gradient KD copies the teacher's embeddings into the student, and the student's "
+            f"({target.config.model_type}) differ from the teacher's "
+            f"({source.config.model_type}) in their parameters or sizes: use --init cut, or a "
+            "student of the teacher's architecture and sizes"
         )
     for (_, ours), (state, _) in zip(pairs, states, strict=True):
         ours.load_state_dict(state)
@@ -359,12 +399,28 @@ MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "position_ids")
 
 
 def model_inputs(model: PreTrainedModel, batch: Mapping[str, Tensor]) -> dict[str, Tensor]:
-    """The tensors of ``batch`` that ``model``'s forward pass takes: token types only for a
-    family that reads them (DistilBERT has no such argument)."""
+    """The tensors of ``batch`` that ``model``'s forward pass takes: token types only for an
+    architecture that reads them (DistilBERT and decoders have no such input). A decoder
+    classifier reads the last token that is not ``pad_token_id``: without one it cannot find
+    it in a batch of several texts, which is a one-line error."""
     inputs = {k: batch[k] for k in MODEL_INPUTS if k in batch}
-    if not family_of(model).token_types:
+    if not parts_of(model).token_types:
         inputs.pop("token_type_ids", None)
+    if len(batch["input_ids"]) > 1:
+        check_pad(model)
     return inputs
+
+
+def check_pad(model: PreTrainedModel, name: str | None = None) -> None:
+    """A decoder classifier without ``pad_token_id`` is a one-line error: its head reads each
+    text's last token that is not padding, which it cannot find in a padded batch."""
+    if parts_of(model).reads == LAST and model.config.pad_token_id is None:
+        raise WorkbenchError(
+            f"{name or type(model).__name__} is a decoder classifier without pad_token_id: its "
+            "head reads each text's last token that is not padding, so batches of several texts "
+            "need one; set pad_token_id in its config.json (e.g. its tokenizer's pad or end "
+            "token)"
+        )
 
 
 def _at_least_float32(x: Tensor) -> Tensor:
@@ -427,11 +483,11 @@ def embed(model: PreTrainedModel, batch: Mapping[str, Tensor]) -> Tensor:
 
 
 def max_tokens(model: PreTrainedModel) -> int:
-    """The longest sequence the model reads: its position table, less the positions a family
-    that counts from the padding index never uses (RoBERTa: ``pad_token_id + 1``)."""
+    """The longest sequence the model reads: its position table, less the positions an
+    architecture that counts from the padding index never uses (RoBERTa: ``pad_token_id + 1``)."""
     config = model.config
-    unused = config.pad_token_id + 1 if family_of(model).positions_from_ids else 0
-    return config.max_position_embeddings - unused
+    unused = config.pad_token_id + 1 if parts_of(model).positions_from_ids else 0
+    return getattr(config, "max_position_embeddings", 1 << 20) - unused
 
 
 def check_max_length(model: PreTrainedModel, max_length: int, who: str) -> None:
@@ -448,7 +504,7 @@ def input_positions(model: PreTrainedModel, batch: Mapping[str, Tensor]) -> Tens
     """The position ids ``[B, L]`` a family that derives them from the input ids gives the batch
     (RoBERTa, XLM-R: counted over real tokens from the padding index + 1), or None for the
     families whose positions do not depend on the ids."""
-    if not family_of(model).positions_from_ids:
+    if not parts_of(model).positions_from_ids:
         return None
     embeddings = embedding_modules(model)[0]
     return embeddings.create_position_ids_from_input_ids(batch["input_ids"], embeddings.padding_idx)
@@ -510,7 +566,7 @@ def reorder_classes(model: PreTrainedModel, order: Sequence[int]) -> None:
     the logits come in the task's class order."""
     if list(order) == list(range(len(order))):
         return
-    output = head_output(model)
+    output = head_output(model, "matching its classes to the task's")
     with torch.no_grad():
         index = torch.tensor(list(order), device=output.weight.device)
         output.weight.copy_(output.weight[index])
@@ -519,10 +575,9 @@ def reorder_classes(model: PreTrainedModel, order: Sequence[int]) -> None:
 
 
 def check_classifier(config: PretrainedConfig, name: str, head: bool = True) -> None:
-    """Refuse a model of an unsupported family, or one whose head is for another task type
-    (``BertForTokenClassification``); with ``head``, also one without a classification head
-    (a bare encoder, which cannot be a teacher before it is fine-tuned)."""
-    family_of(config)
+    """Refuse a model whose head is for another task type (``BertForTokenClassification``);
+    with ``head``, also one without a classification head (a bare encoder, which cannot be a
+    teacher before it is fine-tuned)."""
     architectures = config.architectures or []
     if any(a.endswith("ForSequenceClassification") for a in architectures):
         return
@@ -558,9 +613,16 @@ def load_config(name: str) -> PretrainedConfig:
 
 
 def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
-    """The tokenizer of a built-in model, a directory or a hub id."""
+    """The tokenizer of a built-in model, a directory or a hub id. One without a pad token
+    (GPT-2's, Llama's) pads with the model's ``pad_token_id``, so that a decoder classifier
+    finds each text's last real token by its own rule."""
     check_tokenizer_files(name)
-    return _from_pretrained(AutoTokenizer.from_pretrained, name, "the tokenizer of")
+    tokenizer = _from_pretrained(AutoTokenizer.from_pretrained, name, "the tokenizer of")
+    if tokenizer.pad_token_id is None:
+        pad = load_config(name).pad_token_id
+        if pad is not None and pad < len(tokenizer):
+            tokenizer.pad_token = tokenizer.convert_ids_to_tokens(int(pad))
+    return tokenizer
 
 
 @dataclass
@@ -699,4 +761,5 @@ def load_for_task(
     task = load_task(data, notify)
     loaded = load_model(source, task.spec, data, parse_label_map(label_map), notify)
     check_max_length(loaded.model, data.max_length, source)
+    check_pad(loaded.model, source)
     return loaded, task

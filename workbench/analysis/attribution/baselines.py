@@ -22,7 +22,9 @@ from workbench.core.models import (
 
 
 def site_module(model: PreTrainedModel, layer: int | None) -> nn.Module:
-    return embeddings_module(model) if layer is None else encoder_layers(model)[layer]
+    if layer is None:
+        return embeddings_module(model)
+    return encoder_layers(model, f"attributing at layer {layer}")[layer]
 
 
 def site_output(model: PreTrainedModel, batch: Batch, layer: int | None = None) -> Tensor:

@@ -12,8 +12,8 @@ from transformers import PreTrainedModel
 from workbench.core.config import VIEWS, Views
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import (
-    encoder_layers,
     forward,
+    layer_count,
 )
 
 Batch = Mapping[str, Tensor]
@@ -51,7 +51,7 @@ def check_top_k(top_k: int | None, hidden_size: int) -> None:
 
 
 def check_layer(model: PreTrainedModel, layer: int | None) -> None:
-    count = len(encoder_layers(model))
+    count = layer_count(model)
     if layer is not None and not 0 <= layer < count:
         raise WorkbenchError(
             f"layer={layer} is outside 0..{count - 1}; use None for the embedding output"

@@ -1,0 +1,268 @@
+"""Where any sequence classifier keeps the parts the workbench uses, found by what they are.
+
+For a ``*ForSequenceClassification`` of any architecture transformers loads, :func:`parts_of`
+finds, once per model, by one probe forward pass with hooks (in eval mode, without a graph, the
+random state left as it was):
+
+- the **site**: the module whose output is the tensor the first layer consumes (BERT's
+  ``embeddings``, ELECTRA's projection, GPT-2's embedding dropout, Llama's ``embed_tokens``) —
+  where AD-KD's IG and GKD's gradients are taken and the explainers attribute;
+- the **embedding stage**: the modules that ran before the first layer (frozen or copied by GKD);
+- the **layer list**: the ``nn.ModuleList`` under the backbone with ``num_hidden_layers``
+  entries of one class (what a cut student selects from);
+- the **head output**: the last ``nn.Linear`` outside the backbone with ``num_labels`` outputs;
+- **what the head reads**: the first token (encoders), the last token that is not
+  ``pad_token_id`` (decoder classifiers, whose head maps every position: Hugging Face's rule),
+  or the masked mean (ModernBERT with ``classifier_pooling="mean"``);
+- whether the forward pass takes **token types**, and whether **position ids** derive from the
+  input ids (RoBERTa-like embeddings count them from the padding index, so pads change them).
+
+A part that cannot be found is None, and only the methods that need it refuse, in one line
+naming the part (:func:`require`): logits alone serve response-based KD, evaluation, benchmarks
+and exports for every classifier. :data:`OVERRIDES` holds what the probe cannot see.
+"""
+
+from __future__ import annotations
+
+import inspect
+import weakref
+from dataclasses import dataclass, replace
+
+import torch
+from torch import Tensor, nn
+from transformers import PreTrainedModel
+
+from workbench.core.errors import WorkbenchError
+
+FIRST, LAST, MEAN = "first", "last", "mean"
+
+
+@dataclass(frozen=True)
+class Parts:
+    """A classifier's parts as module paths from the model (``bert.embeddings``), None where
+    none was found. ``stage``: the embedding stage's modules in the order they ran, ``site``
+    the one whose output ``[B, L, d]`` the first layer consumes; ``layers`` the layer list;
+    ``head`` the ``nn.Linear`` giving the logits ``[B, C]`` (one weight row per class);
+    ``reads``: the position(s) whose state the head reads (:data:`FIRST`, :data:`LAST`,
+    :data:`MEAN`); ``token_types``: whether the forward pass takes ``token_type_ids``;
+    ``positions_from_ids``: whether position ids are counted over non-padding tokens."""
+
+    kind: str
+    stage: tuple[str, ...] = ()
+    site: str | None = None
+    layers: str | None = None
+    head: str | None = None
+    reads: str = FIRST
+    token_types: bool = False
+    positions_from_ids: bool = False
+
+
+# What the probe cannot see: ALBERT applies one shared layer group N times (no list of N
+# distinct layers to cut), after a projection from its embedding width to the hidden width.
+OVERRIDES: dict[str, dict] = {
+    "albert": {
+        "layers": None,
+        "stage": ("albert.embeddings", "albert.encoder.embedding_hidden_mapping_in"),
+        "site": "albert.encoder.embedding_hidden_mapping_in",
+    },
+}
+
+_FOUND: weakref.WeakKeyDictionary[nn.Module, Parts] = weakref.WeakKeyDictionary()
+
+
+def _layer_list(model: PreTrainedModel) -> str | None:
+    count = getattr(model.config, "num_hidden_layers", None)
+    prefix = model.base_model_prefix
+    for name, module in model.named_modules():
+        if (
+            isinstance(module, nn.ModuleList)
+            and len(module) == count
+            and name.startswith(prefix)
+            and len({type(layer) for layer in module}) == 1
+        ):
+            return name
+    return None
+
+
+def _head(model: PreTrainedModel) -> str | None:
+    prefix = f"{model.base_model_prefix}."
+    found = [
+        name
+        for name, module in model.named_modules()
+        if isinstance(module, nn.Linear)
+        and module.out_features == model.config.num_labels
+        and not name.startswith(prefix)
+    ]
+    return found[-1] if found else None
+
+
+def _probe(model: PreTrainedModel, layers: str | None, head: str | None) -> dict:
+    """One forward pass on four tokens, hooked: the modules that finished before the first
+    layer started, which of them gave the tensor it consumed, and the head's output shape."""
+    finished: list[tuple[str, object]] = []
+    consumed: list[Tensor] = []
+    head_shape: list[torch.Size] = []
+    first = model.get_submodule(f"{layers}.0") if layers else None
+
+    def done(name: str):
+        def hook(_module, _inputs, output) -> None:
+            if not consumed:
+                finished.append((name, output[0] if isinstance(output, tuple) else output))
+
+        return hook
+
+    def entered(_module, args, kwargs) -> None:
+        if not consumed:
+            consumed.append(args[0] if args else kwargs.get("hidden_states"))
+
+    handles = [
+        module.register_forward_hook(done(name))
+        for name, module in model.named_modules()
+        if name and module is not first
+    ]
+    if first is not None:
+        handles.append(first.register_forward_pre_hook(entered, with_kwargs=True))
+    if head is not None:
+        handles.append(
+            model.get_submodule(head).register_forward_hook(
+                lambda _m, _i, out: head_shape.append(out.shape)
+            )
+        )
+    device = next(model.parameters()).device
+    ids = (torch.arange(1, 5, device=device)[None] % model.config.vocab_size).long()
+    training = model.training
+    try:
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            model.eval()
+            model(input_ids=ids, attention_mask=torch.ones_like(ids))
+    except Exception:  # an architecture whose forward needs more than ids: nothing is found
+        return {"stage": (), "site": None, "head_shape": None}
+    finally:
+        model.train(training)
+        for handle in handles:
+            handle.remove()
+    site, stage = None, []
+    if consumed:
+        for name, output in finished:
+            if isinstance(output, Tensor) and (
+                output is consumed[0]
+                or (output.shape == consumed[0].shape and torch.equal(output, consumed[0]))
+            ):
+                site = name
+        top = [name for name, _ in finished if layers is None or not layers.startswith(name)]
+        stage = [n for n in top if not any(n.startswith(f"{o}.") for o in top if o != n)]
+    return {
+        "stage": tuple(dict.fromkeys(stage)),
+        "site": site,
+        "head_shape": head_shape[-1:] or None,
+    }
+
+
+def parts_of(model: PreTrainedModel) -> Parts:
+    """The parts of ``model``, found once (then remembered for the model object)."""
+    found = _FOUND.get(model)
+    if found is not None:
+        return found
+    config = model.config
+    override = OVERRIDES.get(config.model_type, {})
+    layers = override.get("layers", _layer_list(model))
+    head = _head(model)
+    probe = _probe(model, layers, head)
+    shape = probe["head_shape"]
+    if shape is not None and len(shape[0]) == 3:  # the head maps every position: decoders
+        reads = LAST
+    elif getattr(config, "classifier_pooling", None) == MEAN:
+        reads = MEAN
+    else:
+        reads = FIRST
+    stage = probe["stage"]
+    first = model.get_submodule(stage[0]) if stage else None
+    parts = Parts(
+        kind=config.model_type,
+        stage=stage,
+        site=probe["site"],
+        layers=layers,
+        head=head,
+        reads=reads,
+        token_types="token_type_ids" in inspect.signature(model.forward).parameters
+        and (getattr(config, "type_vocab_size", 0) or 0) > 0,
+        positions_from_ids=hasattr(first, "create_position_ids_from_input_ids")
+        and getattr(first, "padding_idx", None) is not None,
+    )
+    parts = replace(parts, **{k: v for k, v in override.items() if k != "layers"})
+    _FOUND[model] = parts
+    return parts
+
+
+# the part each attribute names, for messages
+PART_NAMES = {
+    "site": "the tensor its first layer consumes (the embedding output)",
+    "layers": "a list of distinct layers",
+    "head": f"a head output layer (a linear map to the {'{classes}'} classes)",
+    "stage": "an embedding stage",
+}
+
+
+def require(model: PreTrainedModel, part: str, needed_by: str) -> str | tuple[str, ...]:
+    """The path(s) of ``part`` (an attribute of :class:`Parts`), or a one-line error naming
+    the part, the architecture and ``needed_by`` (what needs it)."""
+    value = getattr(parts_of(model), part)
+    if not value:
+        what = PART_NAMES[part].format(classes=model.config.num_labels)
+        raise WorkbenchError(
+            f"{type(model).__name__} ({model.config.model_type}): the workbench cannot find "
+            f"{what}, which {needed_by} needs"
+        )
+    return value
+
+
+def embedding_modules(model: PreTrainedModel, needed_by: str = "this method") -> list[nn.Module]:
+    """The embedding stage's modules of ``model``, in the order they run."""
+    return [model.get_submodule(path) for path in require(model, "stage", needed_by)]
+
+
+def embeddings_module(model: PreTrainedModel, needed_by: str = "attribution") -> nn.Module:
+    """The module whose output ``[B, L, d]`` is the sequence the first layer consumes."""
+    return model.get_submodule(require(model, "site", needed_by))
+
+
+def encoder_layers(model: PreTrainedModel, needed_by: str = "this method") -> nn.ModuleList:
+    """The model's layers, in order."""
+    return model.get_submodule(require(model, "layers", needed_by))
+
+
+def layer_count(model: PreTrainedModel) -> int:
+    """How many layers the model applies (``hidden_states`` has one more entry): its config's
+    ``num_hidden_layers``, under each architecture's name for it."""
+    return int(model.config.num_hidden_layers)
+
+
+def head_output(model: PreTrainedModel, needed_by: str = "this") -> nn.Linear:
+    """The classification head's output layer (one row of its weight per class)."""
+    return model.get_submodule(require(model, "head", needed_by))
+
+
+def head_positions(model: PreTrainedModel, batch: dict[str, Tensor]) -> Tensor | None:
+    """The position ``[B]`` whose state the head reads: 0 for encoders, and for decoder
+    classifiers the rightmost token that is not ``pad_token_id`` (Hugging Face's rule, left or
+    right padding alike); None for a head that pools (the mean over real tokens)."""
+    reads = parts_of(model).reads
+    ids = batch["input_ids"]
+    if reads == FIRST:
+        return torch.zeros(ids.shape[0], dtype=torch.long, device=ids.device)
+    if reads == MEAN:
+        return None
+    pad = model.config.pad_token_id
+    real = torch.ones_like(ids) if pad is None else (ids != pad).long()
+    return (torch.arange(ids.shape[1], device=ids.device) * real).argmax(-1)
+
+
+def head_states(model: PreTrainedModel, hidden: Tensor, batch: dict[str, Tensor]) -> Tensor:
+    """The states ``[B, d]`` of ``hidden`` ``[B, L, d]`` at what the head reads (Patient KD's
+    [CLS] states: the first token, a decoder's last real token, or a pooling head's masked
+    mean)."""
+    positions = head_positions(model, batch)
+    if positions is None:
+        mask = batch["attention_mask"].to(hidden.dtype)[..., None]
+        return (hidden * mask).sum(1) / mask.sum(1).clamp_min(1)
+    return hidden[torch.arange(hidden.shape[0], device=hidden.device), positions]
