@@ -88,6 +88,11 @@ def _trained_bpe(specials: list[str]) -> Tokenizer:
 
 
 @functools.cache
+def _wordpiece() -> BertTokenizerFast:
+    return BertTokenizerFast.from_pretrained(resolve_model("minilm-l6"))
+
+
+@functools.cache
 def _byte_level_bpe() -> PreTrainedTokenizerFast:
     return _wrap(_trained_bpe(ROBERTA_SPECIALS), ROBERTA_SPECIALS, "<s>", "</s>")
 
@@ -121,7 +126,7 @@ def _unigram(specials: tuple[str, ...], first: str, last: str) -> PreTrainedToke
 def family_tokenizer(model_type: str):
     """The tokenizer a tiny model of ``model_type`` reads with."""
     if model_type in WORDPIECE_TYPES:
-        return BertTokenizerFast(vocab_file=str(Path(resolve_model("minilm-l6")) / "vocab.txt"))
+        return _wordpiece()
     if model_type == "roberta":
         return _byte_level_bpe()
     if model_type in DECODER_TYPES:

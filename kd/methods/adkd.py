@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 from transformers import PreTrainedModel
 
@@ -42,6 +43,7 @@ from kd.methods.objective import (
 )
 from workbench.analysis.attribution import attribution_maps
 from workbench.core.config import spell_views
+from workbench.core.data.alignment import pad_words, pool_words, word_mask
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import layer_count
 
@@ -249,10 +251,20 @@ def _resolve(objective: Objective) -> dict:
     }
 
 
+def word_maps(maps: Tensor, word_ids: Tensor) -> Tensor:
+    """Token maps ``[B, L, K]`` (``K`` views) as word maps ``[B, W, K]``: summed over each
+    word's tokens (as the explainers' ``--words sum``) and L2-normalised per view over the
+    words again (Eq. 8 on words). Across tokenizers both models' maps are compared so."""
+    return F.normalize(pool_words(maps, word_ids, "sum"), dim=1)
+
+
 @teacher_field("maps", per_token=True, key=lambda o: {"maps": _map_settings(o)})
 def _teacher_maps(objective: Objective, teacher: PreTrainedModel, batch) -> Tensor:
     maps, _ = attribution_views(objective, teacher, batch, None, False, objective.config.attr_top_k)
-    return maps.transpose(1, 2)  # [B, L, S·V]: per token
+    maps = maps.transpose(1, 2)  # [B, L, S·V]: per token
+    if "word_ids" in batch:  # another tokenizer's student: per word, in the first W rows
+        return pad_words(word_maps(maps, batch["word_ids"]), maps.shape[1])
+    return maps
 
 
 @term(
@@ -260,6 +272,7 @@ def _teacher_maps(objective: Objective, teacher: PreTrainedModel, batch) -> Tens
     teacher_fields=("maps",),
     runs_student=True,
     unit=lambda o: TOKENS if o.attr_reduction == "official" else EXAMPLES,
+    on_words=True,
 )
 def _attr(objective: Objective, inputs: StepInputs) -> Tensor:
     teacher_maps = inputs.teacher["maps"].transpose(1, 2)
@@ -272,6 +285,11 @@ def _attr(objective: Objective, inputs: StepInputs) -> Tensor:
         objective, inputs.model, inputs.batch, classes, True, None
     )
     inputs.share(logits)
+    if "word_ids" in inputs.batch:  # another tokenizer's teacher: compared on shared words
+        ids = inputs.batch["word_ids"]
+        student_maps = word_maps(student_maps.transpose(1, 2), ids).transpose(1, 2)
+        teacher_maps = teacher_maps[..., : student_maps.shape[-1]]
+        mask = word_mask(ids)
     if objective.attr_views == "sample":
         reduction = "official" if objective.attr_reduction == "official" else "squared"
         return sampled_view_loss(

@@ -61,6 +61,7 @@ from workbench.analysis.geometry import (
     real_mask,
     windowed_angle_relation,
 )
+from workbench.core.data.alignment import pool_words, word_mask
 from workbench.core.models import forward
 
 Variant = Literal["paper", "official"]
@@ -255,35 +256,49 @@ def _resolve(objective: Objective) -> dict:
 @teacher_field("relation_states", per_token=True, cacheable=False)
 def _teacher_relation_states(objective: Objective, teacher: PreTrainedModel, batch) -> Tensor:
     hidden = forward(teacher, batch, hidden_states=True).hidden_states
-    return torch.stack([hidden[t] for _, t in objective.relation_pairs], dim=2)  # [B, L, K, d]
+    states = torch.stack([hidden[t] for _, t in objective.relation_pairs], dim=2)  # [B, L, K, d]
+    if "word_ids" in batch:  # another tokenizer's student: word states, the mean of its tokens
+        return pool_words(states, batch["word_ids"], "mean")
+    return states
 
 
-def _relation_states(objective: Objective, inputs: StepInputs) -> tuple[Tensor, Tensor]:
+def _relation_states(objective: Objective, inputs: StepInputs) -> tuple[Tensor, Tensor, Tensor]:
+    """Student and teacher states ``[B, K, L, d]`` of the mapped layers and their mask
+    ``[B, L]``; across tokenizers, of the shared words (``L`` = ``W``)."""
     hidden = inputs.student.hidden_states
     student = torch.stack([hidden[s] for s, _ in objective.relation_pairs], dim=1)
-    return student, inputs.teacher["relation_states"].transpose(1, 2)  # [B, K, L, d] each
+    mask = inputs.batch["attention_mask"]
+    if "word_ids" in inputs.batch:
+        ids = inputs.batch["word_ids"]
+        student = pool_words(student.transpose(1, 2), ids, "mean").transpose(1, 2)
+        mask = word_mask(ids)
+    return student, inputs.teacher["relation_states"].transpose(1, 2), mask
 
 
 # Pairs and windowed triples: two counts at once, so a batch split into parts (processes,
 # accumulation) is weighted by examples and gives nearly, not exactly, the whole batch's value.
-@term("wr", teacher_fields=("relation_states",), hidden_states=True, exact_split=False)
+@term(
+    "wr",
+    teacher_fields=("relation_states",),
+    hidden_states=True,
+    exact_split=False,
+    on_words=True,
+)
 def _wr(objective: Objective, inputs: StepInputs) -> Tensor:
-    student, teacher = _relation_states(objective, inputs)
+    student, teacher, mask = _relation_states(objective, inputs)
     return word_relation_loss(
         student,
         teacher,
-        inputs.batch["attention_mask"],
+        mask,
         window=objective.config.ckd_window,
         variant=objective.config.parity,
     )
 
 
-@term("ltr", teacher_fields=("relation_states",), hidden_states=True, unit=TOKENS)
+@term("ltr", teacher_fields=("relation_states",), hidden_states=True, unit=TOKENS, on_words=True)
 def _ltr(objective: Objective, inputs: StepInputs) -> Tensor:
-    student, teacher = _relation_states(objective, inputs)
-    return layer_relation_loss(
-        student, teacher, inputs.batch["attention_mask"], variant=objective.config.parity
-    )
+    student, teacher, mask = _relation_states(objective, inputs)
+    return layer_relation_loss(student, teacher, mask, variant=objective.config.parity)
 
 
 PRESETS["ckd"] = Preset(

@@ -71,7 +71,9 @@ class Term:
     objective giving it: data-parallel training and accumulation weight each part of a batch
     by its share of that unit (:mod:`kd.training.distributed`); ``exact_split=False`` for a term
     whose denominator is no such count (its parts' weighted sum is then close to, not equal to, the
-    whole batch's value)."""
+    whole batch's value). ``on_words``: a term reading per-token teacher fields that compares on
+    words when teacher and student read the text through different tokenizers (the batches then
+    carry ``word_ids``, :mod:`workbench.core.data.alignment`)."""
 
     compute: Callable[[Objective, StepInputs], Tensor]
     teacher_fields: tuple[str, ...] = ()
@@ -80,6 +82,7 @@ class Term:
     frozen_embeddings: bool = False  # its student keeps the teacher's embeddings, no dropout
     unit: str | Callable[[Objective], str] = EXAMPLES
     exact_split: bool = True
+    on_words: bool = False  # compares on the shared words when the tokenizers differ
 
 
 @dataclass(frozen=True)
@@ -197,6 +200,7 @@ def term(
     frozen_embeddings: bool = False,
     unit: str | Callable[[Objective], str] = EXAMPLES,
     exact_split: bool = True,
+    on_words: bool = False,
 ):
     """Register a loss term under ``name`` (the key of the weights); see :class:`Term`."""
 
@@ -209,6 +213,7 @@ def term(
             frozen_embeddings,
             unit,
             exact_split,
+            on_words,
         )
         return compute
 
@@ -487,6 +492,11 @@ class Objective:
             for name in self.weights
             if any(TEACHER_FIELDS[f].per_token for f in TERMS[name].teacher_fields)
         ]
+
+    def token_only_terms(self) -> list[str]:
+        """The per-token terms (:meth:`per_token_terms`) that cannot compare on words: they
+        need teacher and student to read the text through the same tokens."""
+        return [name for name in self.per_token_terms() if not TERMS[name].on_words]
 
     def teacher_settings(self, fields: list[str]) -> dict:
         """Every setting that changes the given teacher fields (part of the cache key)."""

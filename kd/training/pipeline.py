@@ -22,7 +22,7 @@ from kd.training.trainer import Callback, TrainingJob, notify, set_seed, train
 from workbench.analysis.deployment import export_onnx_folder
 from workbench.analysis.evaluation import evaluate_logits, predict_logits
 from workbench.analysis.metrics import loyalty_per_example
-from workbench.core.cache import ExampleCache, Progress, cached
+from workbench.core.cache import ExampleCache, Progress, cached, key_digest
 from workbench.core.config import (
     DataConfig,
     ObjectiveConfig,
@@ -33,7 +33,17 @@ from workbench.core.config import (
     parse_label_map,
     to_dict,
 )
-from workbench.core.data import EncodedSplit, TaskData, TaskSpec, encode, load_task, pad_id
+from workbench.core.data import (
+    EncodedSplit,
+    TaskData,
+    TaskSpec,
+    collate,
+    encode,
+    load_task,
+    pad_id,
+    share_words,
+    to_device,
+)
 from workbench.core.errors import WorkbenchError, first_line
 from workbench.core.files import atomic_write_json, atomic_write_text
 from workbench.core.models import (
@@ -280,22 +290,47 @@ def check_tokens(
     teacher_tokenizer: PreTrainedTokenizerBase,
     student_tokenizer: PreTrainedTokenizerBase,
 ) -> bool:
-    """Whether teacher and student read the text through the same tokens. A student of another
-    tokenizer is refused when the objective compares per-token quantities (attribution maps,
-    input gradients, token relations): their positions do not correspond. Response-based terms
-    and [CLS]-state terms compare whole examples and work, each model reading the text through
-    its own tokenizer."""
+    """Whether teacher and student read the text through the same tokens. With another
+    tokenizer, response-based and [CLS]-state terms compare whole examples, and the per-token
+    terms that can (attribution maps, token relations) compare on the words both tokenisations
+    share (:mod:`workbench.core.data.alignment`); a term that cannot (gradients w.r.t. each
+    token's input embedding, which have no counterpart in another vocabulary) is refused."""
     if teacher_tokenizer.get_vocab() == student_tokenizer.get_vocab():
         return True
-    per_token = objective.per_token_terms()
-    if per_token:
+    refused = objective.token_only_terms()
+    if refused:
         raise WorkbenchError(
             f"the student reads the text through another tokenizer ({len(student_tokenizer)} "
             f"tokens, the teacher's {len(teacher_tokenizer)}), and the terms "
-            f"{', '.join(per_token)} compare the two models token by token: choose a student "
-            "with the teacher's tokenizer, or response-based terms (ce, kd)"
+            f"{', '.join(refused)} compare gradients w.r.t. each token's input embedding, which "
+            "have no counterpart in another vocabulary: choose a student with the teacher's "
+            "tokenizer, or terms that compare words (attr, wr, ltr) or whole examples (ce, kd, "
+            "pkd)"
         )
     return False
+
+
+WORD_AGGREGATION = {
+    "attr": "each view's token maps summed over a word's tokens, L2-normalised over the words",
+    "wr, ltr": "each layer's token states averaged over a word's tokens",
+}
+
+
+def share_train_words(
+    data: TaskData,
+    teacher: tuple[EncodedSplit, PreTrainedTokenizerBase],
+    student: tuple[EncodedSplit, PreTrainedTokenizerBase],
+    max_length: int,
+) -> dict:
+    """Give the train split's two encodings the words they share (their ``word_ids``), say how
+    many words were left out of both sides, and return the record of it for the manifest."""
+    words, dropped = share_words(data.splits["train"], teacher, student, max_length)
+    _note(
+        f"teacher and student read the text through different tokenizers: the per-token terms "
+        f"compare on the {words} words both tokenisations share; {dropped} words that one side "
+        "lacks (characters it drops, text past its truncation) are left out of both"
+    )
+    return {"train": {"words": words, "left_out": dropped}, "aggregation": WORD_AGGREGATION}
 
 
 def _note(text: str) -> None:
@@ -377,12 +412,14 @@ def teacher_caches(
     folder: Path,
     batch_size: int,
     on_progress: Progress | None = None,
+    train_key: dict | None = None,
 ) -> dict[str, ExampleCache]:
     """What the frozen teacher says about every example, computed once per setting: the
     objective's fields on train, logits on dev and test (for loyalty). ``on_progress`` hears
-    of each computed batch (:meth:`ExampleCache.compute`). Under ``torchrun`` each process
-    computes a part of the examples, every process gathers the parts, and rank 0 saves the
-    file."""
+    of each computed batch (:meth:`ExampleCache.compute`); ``train_key`` adds to the train
+    cache's key (the student's vocabulary, whose words the teacher's fields are then on).
+    Under ``torchrun`` each process computes a part of the examples, every process gathers the
+    parts, and rank 0 saves the file."""
     world = distributed.world()
     base_key = {"teacher": fingerprint(teacher.model), "max_length": max_length}
     fingerprints = data.fingerprint()
@@ -396,6 +433,8 @@ def teacher_caches(
             return objective.teacher_batch(teacher.model, batch, fields)
 
         key = {**base_key, "split": split, "data": fingerprints[split], **settings}
+        if split == "train":
+            key |= train_key or {}
         caches[split] = cached(
             folder,
             f"teacher-{split}",
@@ -497,14 +536,22 @@ def distill(
     teacher_state = unfinished_teacher(student_config.teacher)
     if teacher_state is not None:  # what the student learnt from (--allow-unfinished)
         manifest["unfinished_teacher"] = teacher_state
+    encoded = _encode_all(data, tokenizer, data_config.max_length)
+    # the teacher reads, and its cache is keyed by, its own tokenisation
+    teacher_encoded = (
+        encoded if same_tokens else _encode_all(data, teacher.tokenizer, data_config.max_length)
+    )
+    on_words = not same_tokens and bool(objective.per_token_terms())
+    if on_words:
+        manifest["word_alignment"] = share_train_words(
+            data,
+            (teacher_encoded["train"], teacher.tokenizer),
+            (encoded["train"], tokenizer),
+            data_config.max_length,
+        )
     with distributed.run_folder(run_dir, record, manifest) as run:
         if run.status()["state"] == "finished":
             return run
-        encoded = _encode_all(data, tokenizer, data_config.max_length)
-        # the teacher reads, and its cache is keyed by, its own tokenisation
-        teacher_encoded = (
-            encoded if same_tokens else _encode_all(data, teacher.tokenizer, data_config.max_length)
-        )
         caches = teacher_caches(
             teacher,
             objective,
@@ -514,20 +561,28 @@ def distill(
             Path(cache_dir) if cache_dir else run.cache_dir,
             optim.eval_batch_size,
             lambda *progress: notify(callbacks, "on_cache", *progress),
+            {"words": key_digest(tokenizer.get_vocab())} if on_words else {},
         )
         train_cache = caches["train"]
         teacher_logits = {split: caches[split].per_example["logits"] for split in ("dev", "test")}
         live_fields = objective.live_fields()
 
         def loss(model: PreTrainedModel, batch: dict) -> dict:
-            length = batch["input_ids"].shape[1]
+            # per-word teacher fields fill the first W of the teacher's own token rows
+            length = None if on_words else batch["input_ids"].shape[1]
             values = {
                 name: train_cache.gather(name, batch["index"].cpu(), length).to(device)
                 for name in objective.cached_fields()
             }
             if live_fields:
+                rows = [teacher_encoded["train"][int(i)] for i in batch["index"]]
+                teacher_batch = (
+                    batch
+                    if same_tokens
+                    else to_device(collate(rows, pad_id(teacher.tokenizer)), device)
+                )
                 with torch.no_grad():
-                    values |= objective.teacher_batch(teacher.model, batch, live_fields)
+                    values |= objective.teacher_batch(teacher.model, teacher_batch, live_fields)
             return objective(model, batch, values)
 
         with _tracker(tracking_config, run, tracking_parent) as tracker:

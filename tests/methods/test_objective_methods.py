@@ -20,6 +20,7 @@ from workbench.core.config import ObjectiveConfig
 from workbench.core.data import EncodedSplit, batches
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import cut_student, embeddings_module, forward, random_student
+from workbench.core.parts import parts_of
 
 
 def _dataset(count: int = 12, seed: int = 0) -> EncodedSplit:
@@ -230,6 +231,7 @@ def test_objective_equals_the_straightforward_authors_form(preset):
 def test_gradient_terms_share_the_students_forward_pass(preset, forwards):
     teacher, student, objective, batch = _setup(preset)
     fields = objective.teacher_batch(teacher, batch)
+    parts_of(student)  # found once per model, by a probe forward pass of its own
     calls = []
     handle = student.classifier.register_forward_hook(lambda *_: calls.append(1))
     objective(student, batch, fields)

@@ -27,6 +27,7 @@ from workbench.core.data.encoding import (
     encode,
     pad_id,
     prefixes,
+    share_words,
     to_device,
 )
 from workbench.core.data.glue import GLUE_TASKS, load_glue
@@ -187,6 +188,7 @@ __all__ = [
     "pad_id",
     "prefixes",
     "sample_split",
+    "share_words",
     "task_names",
     "to_device",
 ]

@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedTokenizerBase
 
+from workbench.core.data.alignment import Span, align, token_spans
 from workbench.core.data.splits import Split
 from workbench.core.errors import WorkbenchError
 
@@ -21,16 +22,19 @@ class EncodedSplit(torch.utils.data.Dataset):
     token_type_ids: list[list[int]]
     labels: Tensor  # [N], long for classification, float for regression
     truncated: int  # how many examples were cut at max_length
+    word_ids: list[list[int]] | None = None  # per token, words shared with another tokenizer
 
     def __len__(self) -> int:
         return len(self.input_ids)
 
     def __getitem__(self, index: int) -> dict:
+        words = {} if self.word_ids is None else {"word_ids": self.word_ids[index]}
         return {
             "input_ids": self.input_ids[index],
             "token_type_ids": self.token_type_ids[index],
             "label": self.labels[index],
             "index": index,
+            **words,
         }
 
 
@@ -112,6 +116,46 @@ def count_tokens(
     return count, end < len(text)
 
 
+def token_spans_of(
+    split: Split, tokenizer: PreTrainedTokenizerBase, max_length: int
+) -> list[list[Span | None]]:
+    """Each example's token spans (:func:`~workbench.core.data.alignment.token_spans`) as
+    :func:`encode` tokenises it; a slow tokenizer (no offsets) is a one-line error."""
+    if not tokenizer.is_fast:
+        raise WorkbenchError(
+            f"{type(tokenizer).__name__} is a slow tokenizer: comparing two tokenisations on "
+            "words needs the character offsets of a fast one"
+        )
+    args, _ = prefixes(tokenizer, split.texts, split.pairs, max_length)
+    encoded = tokenizer(
+        *args, truncation=True, max_length=max_length, return_offsets_mapping=True, verbose=False
+    )
+    return [
+        token_spans(offsets, encoded.sequence_ids(i), [part[i] for part in args])
+        for i, offsets in enumerate(encoded["offset_mapping"])
+    ]
+
+
+def share_words(
+    split: Split,
+    teacher: tuple[EncodedSplit, PreTrainedTokenizerBase],
+    student: tuple[EncodedSplit, PreTrainedTokenizerBase],
+    max_length: int,
+) -> tuple[int, int]:
+    """Give the teacher's and the student's encodings of ``split`` the words they share
+    (:func:`~workbench.core.data.alignment.align`, in their ``word_ids``); the number of
+    shared words and of words left out."""
+    pairs = zip(
+        token_spans_of(split, teacher[1], max_length),
+        token_spans_of(split, student[1], max_length),
+        strict=True,
+    )
+    alignments = [align(a, b) for a, b in pairs]
+    teacher[0].word_ids = [a.teacher for a in alignments]
+    student[0].word_ids = [a.student for a in alignments]
+    return sum(a.words for a in alignments), sum(a.dropped for a in alignments)
+
+
 def encode(
     split: Split, tokenizer: PreTrainedTokenizerBase, max_length: int, regression: bool = False
 ) -> EncodedSplit:
@@ -154,7 +198,8 @@ def pad_id(tokenizer: PreTrainedTokenizerBase) -> int:
 def collate(examples: Sequence[dict], pad_token_id: int) -> dict[str, Tensor]:
     """Pad a list of examples to the longest one: ``input_ids``, ``token_type_ids``,
     ``attention_mask`` ``[B, L]``, ``labels`` ``[B]`` and ``index`` ``[B]`` (position in the
-    split, the key of teacher caches)."""
+    split, the key of teacher caches); ``word_ids`` ``[B, L]`` (padded with −1) when the
+    examples carry the words they share with another tokenisation."""
     length = max(len(e["input_ids"]) for e in examples)
     ids = torch.full((len(examples), length), pad_token_id, dtype=torch.long)
     types = torch.zeros((len(examples), length), dtype=torch.long)
@@ -164,12 +209,18 @@ def collate(examples: Sequence[dict], pad_token_id: int) -> dict[str, Tensor]:
         ids[row, :n] = torch.tensor(example["input_ids"])
         types[row, :n] = torch.tensor(example["token_type_ids"])
         mask[row, :n] = 1
+    words = {}
+    if "word_ids" in examples[0]:
+        words["word_ids"] = torch.full((len(examples), length), -1, dtype=torch.long)
+        for row, example in enumerate(examples):
+            words["word_ids"][row, : len(example["word_ids"])] = torch.tensor(example["word_ids"])
     return {
         "input_ids": ids,
         "token_type_ids": types,
         "attention_mask": mask,
         "labels": torch.stack([torch.as_tensor(e["label"]) for e in examples]),
         "index": torch.tensor([e["index"] for e in examples]),
+        **words,
     }
 
 

@@ -1,0 +1,123 @@
+"""Per-token methods across tokenizers, on words: the alignment of two tokenisations, and the
+word-level AD-KD term checked against a direct computation from the two models' per-token
+maps and words found independently (whitespace, texts without punctuation)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from kd.methods.objective import Objective
+from tests.tiny_families import save_family_model
+from workbench.analysis.attribution import attribution_maps
+from workbench.core.config import ObjectiveConfig
+from workbench.core.data import Split, collate, encode, share_words
+from workbench.core.data.alignment import align, pool_words, token_spans, word_mask
+from workbench.core.models import load_model
+
+LABELS = ["negative", "neutral", "positive"]
+TEXTS = ["the crew was great but the flight was late", "never again with this airline ok"]
+
+
+def _spans(starts_ends, text, sequence=0):
+    return token_spans(starts_ends, [sequence] * len(starts_ends), [text])
+
+
+def test_words_are_the_spans_no_token_of_either_side_crosses():
+    text = "so awful, really"
+    # one side: "so" "awful" "," "really"; the other: "so" "aw" "ful," "re" "ally" (+ a special)
+    one = _spans([(0, 2), (3, 8), (8, 9), (10, 16)], text)
+    other = [None, *_spans([(0, 2), (2, 5), (5, 9), (9, 12), (12, 16)], text)]  # " aw": trimmed
+    aligned = align(one, other)
+    assert aligned.teacher == [0, 1, 1, 2]
+    assert aligned.student == [-1, 0, 1, 1, 2, 2]
+    assert (aligned.words, aligned.dropped) == (3, 0)
+
+
+def test_a_word_one_side_lacks_or_cuts_is_left_out_of_both():
+    text = "fine ☃ day today"
+    one = _spans([(0, 4), (5, 6), (7, 10), (11, 16)], text)  # reads the snowman
+    other = _spans([(0, 4), (7, 10), (11, 13)], text)  # drops it, truncated inside "today"
+    aligned = align(one, other)
+    assert aligned.teacher == [0, -1, 1, -1] and aligned.student == [0, 1, -1]
+    assert (aligned.words, aligned.dropped) == (2, 2)
+
+
+def test_pooling_sums_or_averages_each_words_tokens_and_masks_the_rest():
+    ids = torch.tensor([[-1, 0, 0, 1, -1], [0, 1, 2, -1, -1]])
+    values = torch.arange(10.0).reshape(2, 5, 1)
+    assert pool_words(values, ids, "sum")[..., 0].tolist() == [[3.0, 3.0, 0.0], [5.0, 6.0, 7.0]]
+    assert pool_words(values, ids, "mean")[..., 0].tolist() == [[1.5, 3.0, 0.0], [5.0, 6.0, 7.0]]
+    assert word_mask(ids).tolist() == [[True, True, False], [True, True, True]]
+
+
+@pytest.fixture(scope="module")
+def two_tokenizers(tmp_path_factory) -> tuple:
+    root: Path = tmp_path_factory.mktemp("words")
+    teacher = load_model(str(save_family_model("roberta", root / "roberta", LABELS, seed=1)))
+    student = load_model(str(save_family_model("bert", root / "bert", LABELS, seed=2)))
+    return teacher, student
+
+
+def _independent_words(loaded, text: str) -> list[int]:
+    """Each token's whitespace word, from its offsets (−1 for special tokens)."""
+    starts = [m.start() for m in re.finditer(r"\S+", text)]
+    encoding = loaded.tokenizer(text, return_offsets_mapping=True)
+    ids = []
+    for start, end in encoding["offset_mapping"]:
+        while start < end and text[start] == " ":
+            start += 1
+        ids.append(-1 if end <= start else max(i for i, s in enumerate(starts) if s <= start))
+    return ids
+
+
+def test_word_level_attribution_term_equals_a_direct_computation(two_tokenizers):
+    teacher, student = two_tokenizers
+    split = Split(texts=list(TEXTS), labels=[0, 2], uids=["a", "b"])
+    sides = {"teacher": teacher, "student": student}
+    encoded = {name: encode(split, m.tokenizer, 32) for name, m in sides.items()}
+    share_words(
+        split, (encoded["teacher"], teacher.tokenizer), (encoded["student"], student.tokenizer), 32
+    )
+    for name, side in sides.items():
+        assert encoded[name].word_ids == [_independent_words(side, text) for text in TEXTS]
+    batches = {
+        name: collate([encoded[name][i] for i in range(2)], m.tokenizer.pad_token_id)
+        for name, m in sides.items()
+    }
+    objective = Objective.resolve(ObjectiveConfig(preset="adkd"), 4, 4, 3, 32)
+    fields = objective.teacher_batch(teacher.model, batches["teacher"])
+    value = objective(student.model, batches["student"], fields)["attr"]
+
+    def word_maps(name, top_k) -> list[torch.Tensor]:
+        loaded, batch = sides[name], batches[name]
+        maps = attribution_maps(
+            loaded.model,
+            batch["input_ids"],
+            batch["attention_mask"],
+            batch["token_type_ids"],
+            views="all",
+            labels=batch["labels"],
+            steps=objective.config.attr_steps,
+            baseline=objective.attr_baseline,
+            top_k=top_k,
+        )  # [B, C, L]
+        out = []
+        for row, text in enumerate(TEXTS):
+            ids = torch.tensor(_independent_words(loaded, text))
+            words = torch.stack(
+                [maps[row, :, : len(ids)][:, ids == w].sum(-1) for w in range(len(text.split()))],
+                -1,
+            )
+            out.append(words / words.norm(dim=-1, keepdim=True))  # [C, W]
+        return out
+
+    t_maps = word_maps("teacher", objective.config.attr_top_k)
+    s_maps = word_maps("student", None)
+    assert objective.attr_reduction == "official"  # Σ squared differences / real words
+    squared = sum(((s - t) ** 2).sum() for s, t in zip(s_maps, t_maps, strict=True))
+    expected = squared / sum(len(text.split()) for text in TEXTS)
+    torch.testing.assert_close(value, expected, rtol=1e-5, atol=1e-7)
