@@ -17,7 +17,7 @@ import workbench.analysis.deployment as deployment
 from kd.cli import main
 from tests.cli.test_cli import _error_line
 from tests.conftest import make_sentences, tiny_model, tiny_tokenizer
-from tests.tiny_families import save_family_model
+from tests.tiny_families import FAMILY_TYPES, save_family_model
 from workbench.analysis.benchmark import benchmark
 from workbench.analysis.evaluation import predict_logits
 from workbench.core.config import BenchmarkSettings, parse_precisions
@@ -97,7 +97,7 @@ def test_export_is_checked_and_recorded(runs, exported):
     assert not list(exported.parent.glob(".teacher-onnx*"))  # no staging folder left
 
 
-@pytest.mark.parametrize("family", ["bert", "roberta"])
+@pytest.mark.parametrize("family", FAMILY_TYPES)
 def test_graph_matches_pytorch_at_other_shapes_than_traced(family, tmp_path):
     folder = save_family_model(family, tmp_path / family, ["negative", "neutral", "positive"])
     loaded = load_model(str(folder))

@@ -277,6 +277,28 @@ def test_bad_teachers_are_one_line_and_write_nothing(
     ).save_pretrained(token_classifier)
     family_tokenizer("bert").save_pretrained(token_classifier)
     other_classes = save_family_model("bert", tmp_path / "two-classes", ["yes", "no"])
+    base_model = tmp_path / "base-model"
+    from transformers import AutoModel
+
+    AutoModel.from_config(
+        BertConfig(
+            vocab_size=40,
+            hidden_size=8,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=8,
+        )
+    ).save_pretrained(base_model)
+    family_tokenizer("bert").save_pretrained(base_model)
+    no_pad = save_family_model("gpt2", tmp_path / "no-pad", MODEL_LABELS)
+    config = json.loads((no_pad / "config.json").read_text())
+    (no_pad / "config.json").write_text(json.dumps({**config, "pad_token_id": None}))
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        path = no_pad / name
+        if path.exists():
+            path.write_text(
+                path.read_text().replace('"pad_token": "<|endoftext|>"', '"pad_token": null')
+            )
     cases = {
         str(no_tokenizer): "has no tokenizer",
         str(
@@ -287,6 +309,12 @@ def test_bad_teachers_are_one_line_and_write_nothing(
         "'positive']: name the correspondence with --label-map",
         "no-such-org/no-such-model": "cannot load the config of 'no-such-org/no-such-model': "
         "the hub is unreachable (HF_HUB_OFFLINE is set)",
+        str(base_model): "(BertModel) has no sequence-classification head: fine-tune it first",
+        str(no_pad): "is a decoder classifier without pad_token_id: its head reads each text's "
+        "last token that is not padding",
+        str(family_dirs["albert"]): "AlbertForSequenceClassification (albert): the workbench "
+        "cannot find a list of distinct layers, which a student cut from the teacher (--init "
+        "cut) needs",
     }
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     capsys.readouterr()
