@@ -8,6 +8,7 @@ import io
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -265,3 +266,35 @@ def kdw_here(arguments: list[str], cwd: Path) -> tuple[int, str]:
     finally:
         os.chdir(here)
     return status, err.getvalue()
+
+
+TEXTS_WITHOUT_PUNCTUATION = [
+    "the crew was great but the flight was late",
+    "never again with this airline ok",
+]
+
+
+@pytest.fixture(scope="session")
+def two_tokenizers(tmp_path_factory) -> tuple:
+    """A tiny RoBERTa classifier (byte-level BPE) and a tiny BERT one (MiniLM's WordPiece)."""
+    from tests.tiny_families import save_family_model
+    from workbench.core.models import load_model
+
+    root = tmp_path_factory.mktemp("two-tokenizers")
+    labels = ["negative", "neutral", "positive"]
+    teacher = load_model(str(save_family_model("roberta", root / "roberta", labels, seed=1)))
+    student = load_model(str(save_family_model("bert", root / "bert", labels, seed=2)))
+    return teacher, student
+
+
+def whitespace_words(loaded, text: str) -> list[int]:
+    """Each token's whitespace word in ``text``, from its offsets (−1 for special tokens): the
+    words two tokenisations share where the text has no punctuation."""
+    starts = [m.start() for m in re.finditer(r"\S+", text)]
+    encoding = loaded.tokenizer(text, return_offsets_mapping=True)
+    ids = []
+    for start, end in encoding["offset_mapping"]:
+        while start < end and text[start] == " ":
+            start += 1
+        ids.append(-1 if end <= start else max(i for i, s in enumerate(starts) if s <= start))
+    return ids

@@ -4,22 +4,15 @@ maps and words found independently (whitespace, texts without punctuation)."""
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
-import pytest
 import torch
 
 from kd.methods.objective import Objective
-from tests.tiny_families import save_family_model
+from tests.conftest import TEXTS_WITHOUT_PUNCTUATION as TEXTS
+from tests.conftest import whitespace_words
 from workbench.analysis.attribution import attribution_maps
 from workbench.core.config import ObjectiveConfig
 from workbench.core.data import Split, collate, encode, share_words
 from workbench.core.data.alignment import align, pool_words, token_spans, word_mask
-from workbench.core.models import load_model
-
-LABELS = ["negative", "neutral", "positive"]
-TEXTS = ["the crew was great but the flight was late", "never again with this airline ok"]
 
 
 def _spans(starts_ends, text, sequence=0):
@@ -54,26 +47,6 @@ def test_pooling_sums_or_averages_each_words_tokens_and_masks_the_rest():
     assert word_mask(ids).tolist() == [[True, True, False], [True, True, True]]
 
 
-@pytest.fixture(scope="module")
-def two_tokenizers(tmp_path_factory) -> tuple:
-    root: Path = tmp_path_factory.mktemp("words")
-    teacher = load_model(str(save_family_model("roberta", root / "roberta", LABELS, seed=1)))
-    student = load_model(str(save_family_model("bert", root / "bert", LABELS, seed=2)))
-    return teacher, student
-
-
-def _independent_words(loaded, text: str) -> list[int]:
-    """Each token's whitespace word, from its offsets (−1 for special tokens)."""
-    starts = [m.start() for m in re.finditer(r"\S+", text)]
-    encoding = loaded.tokenizer(text, return_offsets_mapping=True)
-    ids = []
-    for start, end in encoding["offset_mapping"]:
-        while start < end and text[start] == " ":
-            start += 1
-        ids.append(-1 if end <= start else max(i for i, s in enumerate(starts) if s <= start))
-    return ids
-
-
 def test_word_level_attribution_term_equals_a_direct_computation(two_tokenizers):
     teacher, student = two_tokenizers
     split = Split(texts=list(TEXTS), labels=[0, 2], uids=["a", "b"])
@@ -83,7 +56,7 @@ def test_word_level_attribution_term_equals_a_direct_computation(two_tokenizers)
         split, (encoded["teacher"], teacher.tokenizer), (encoded["student"], student.tokenizer), 32
     )
     for name, side in sides.items():
-        assert encoded[name].word_ids == [_independent_words(side, text) for text in TEXTS]
+        assert encoded[name].word_ids == [whitespace_words(side, text) for text in TEXTS]
     batches = {
         name: collate([encoded[name][i] for i in range(2)], m.tokenizer.pad_token_id)
         for name, m in sides.items()
@@ -107,7 +80,7 @@ def test_word_level_attribution_term_equals_a_direct_computation(two_tokenizers)
         )  # [B, C, L]
         out = []
         for row, text in enumerate(TEXTS):
-            ids = torch.tensor(_independent_words(loaded, text))
+            ids = torch.tensor(whitespace_words(loaded, text))
             words = torch.stack(
                 [maps[row, :, : len(ids)][:, ids == w].sum(-1) for w in range(len(text.split()))],
                 -1,

@@ -119,7 +119,9 @@ class Explanation:
     """How one model reads one example.
 
     ``maps[c]`` is the attribution of class ``c`` over ``tokens`` (IG: non-negative, unit L2;
-    Grad: signed); ``saliency`` the Grad saliency of the predicted class (saliency loyalty).
+    Grad: signed); ``saliency`` the Grad saliency of the predicted class (saliency loyalty);
+    ``spans`` the characters each position covers (a fast tokenizer's offsets), by which two
+    models of different tokenizers are compared on the words they share.
     Regression models have one class, ``"output"``, whose "probability" is the output value.
     """
 
@@ -137,6 +139,7 @@ class Explanation:
     longer: bool = False  # the text goes on past the full_length tokens counted (a huge text)
     model: str = ""  # the distillation preset (a run's) and the number of layers: model_detail
     task: str = ""  # the task applied to: a bundled or GLUE task's name, a path, a hub id
+    spans: list | None = None  # (sequence, start, end) of each position's characters, or None
 
     @property
     def truncated(self) -> bool:
@@ -205,7 +208,13 @@ def _encode(
     tokenizer, limit = loaded.tokenizer, max_tokens(loaded.model)
     args, _ = prefixes(tokenizer, texts, pairs, limit)
     batch = tokenizer(
-        *args, truncation=True, max_length=limit, padding=True, return_tensors="pt", verbose=False
+        *args,
+        truncation=True,
+        max_length=limit,
+        padding=True,
+        return_tensors="pt",
+        return_offsets_mapping=tokenizer.is_fast,
+        verbose=False,
     )
     lengths, longer = [], []
     for i, text in enumerate(texts):
@@ -259,12 +268,14 @@ def explain(
     import torch
 
     from workbench.analysis.attribution import compute_maps, grad_saliency, to_words, word_groups
-    from workbench.analysis.attribution.words import check_words
+    from workbench.analysis.attribution.words import check_words, group_spans
+    from workbench.core.data.alignment import token_spans
     from workbench.core.models import forward
 
     check_words(words)
     config = attribution_config(settings)
     batch, full_lengths, longer, args = _encode(loaded, examples)
+    offsets = batch.pop("offset_mapping", None)
     model, class_names = loaded.model, _class_names(loaded)
     with torch.no_grad():  # a few rows at a time: attention scores grow with rows × L²
         logits = torch.cat(
@@ -292,12 +303,21 @@ def explain(
         ids = batch["input_ids"][row, :length].tolist()
         tokens = loaded.tokenizer.convert_ids_to_tokens(ids)
         row_maps, row_saliency = maps[row, :, :length], saliency[row, :length]
+        texts = [a[row] for a in args]
+        spans = (
+            None
+            if offsets is None
+            else token_spans(
+                offsets[row, :length].tolist(), batch.sequence_ids(row)[:length], texts
+            )
+        )
         if words is not None:
-            tokens, groups = word_groups(batch, row, [a[row] for a in args], length)
+            tokens, groups = word_groups(batch, row, texts, length)
             row_maps, row_saliency = (
                 to_words(row_maps, groups, words),
                 to_words(row_saliency, groups, words),
             )
+            spans = None if spans is None else group_spans(spans, groups)
         out.append(
             Explanation(
                 name=name or loaded.name,
@@ -314,6 +334,7 @@ def explain(
                 longer=longer[row],
                 model=detail,
                 task=loaded.spec.name if loaded.data is None else loaded.data.task,
+                spans=spans,
             )
         )
     return out
@@ -356,17 +377,41 @@ def agreement(teacher: Explanation, student: Explanation, view: str = "pred") ->
     """Saliency loyalty (Pearson of the two models' Grad saliency of their predicted class) and
     the rank correlation of their maps for the class the view shows first (for ``pred``: the
     teacher's prediction)."""
+    from workbench.core.data.alignment import align
+
     notes = []
-    if teacher.tokens != student.tokens:
-        notes.append("the two models tokenise the text differently: no per-token comparison")
-        return Agreement(math.nan, math.nan, teacher.predicted == student.predicted, notes)
+    same = teacher.predicted == student.predicted
     shown = shown_classes(teacher, view)[0]
+    pairs = [(teacher.saliency, student.saliency), (teacher.maps[shown], student.maps[shown])]
+    if teacher.tokens != student.tokens:
+        if not (teacher.spans and student.spans):
+            notes.append("the two models tokenise the text differently: no per-token comparison")
+            return Agreement(math.nan, math.nan, same, notes)
+        aligned = align(teacher.spans, student.spans)
+        notes.append(
+            f"the two models tokenise the text differently: compared on the {aligned.words} "
+            "words both read (each word's scores summed)"
+            + (f"; {aligned.dropped} read by one model only left out" if aligned.dropped else "")
+        )
+        pairs = [
+            (_summed(a, aligned.teacher, aligned.words), _summed(b, aligned.student, aligned.words))
+            for a, b in pairs
+        ]
     return Agreement(
-        saliency_loyalty=correlation(teacher.saliency, student.saliency),
-        rank_correlation=correlation(teacher.maps[shown], student.maps[shown], rank=True),
-        same_prediction=teacher.predicted == student.predicted,
+        saliency_loyalty=correlation(*pairs[0]),
+        rank_correlation=correlation(*pairs[1], rank=True),
+        same_prediction=same,
         notes=notes,
     )
+
+
+def _summed(scores: Sequence[float], word_ids: Sequence[int], words: int) -> list[float]:
+    """Scores per position summed per word (``word_ids``: −1 for none) → ``words`` scores."""
+    out = [0.0] * words
+    for score, word in zip(scores, word_ids, strict=True):
+        if word >= 0:
+            out[word] += score
+    return out
 
 
 # --------------------------------------------------------------------------- heatmaps

@@ -4,10 +4,11 @@ registered explainer; per sub-token or per word), the loyalty of students to the
 (label, probability and saliency loyalty, docs/methods.md §6, and the attribution gap), and
 hidden states.
 
-Saliency loyalty compares two models' scores position by position, so it needs the two to read
-the same positions: sub-tokens of one tokenizer, or words, which students of another tokenizer
-share with their teacher where both split a text into the same words (a text they split
-otherwise has no saliency loyalty: NaN, counted as undefined)."""
+Saliency loyalty compares two models' scores position by position. Two models of one tokenizer
+read the same positions (sub-tokens, or its words); a student of another tokenizer is compared
+with its teacher on the words both tokenisations share (:mod:`workbench.core.data.alignment`:
+each side's scores summed per word; IG maps summed and normalised over the words again), from
+the characters each position covers."""
 
 from __future__ import annotations
 
@@ -26,9 +27,12 @@ from workbench.analysis.attribution import (
     to_words,
     word_groups,
 )
+from workbench.analysis.attribution.words import group_spans
 from workbench.analysis.heatmaps import Example
 from workbench.analysis.metrics import nan_mean, probability_loyalties, task_metrics
 from workbench.core.data import Split, TaskSpec, batches, encode, pad_id, prefixes
+from workbench.core.data.alignment import Span, align, pool_words, word_mask
+from workbench.core.data.encoding import token_spans_of
 from workbench.core.models import LoadedModel, forward, max_tokens
 
 
@@ -37,12 +41,15 @@ class SplitOutputs:
     """One model over a split: logits ``[N, C]``, the saliency (Grad saliency, or another
     explainer's scores) of each example's predicted class ``[N, L]`` over its real tokens
     (``mask`` ``[N, L]``; per word, ``[N, W]`` over its words) and, on request, AD-KD's
-    normalised IG maps of every class ``[N, V, L]`` (m = 1, [PAD] baseline)."""
+    normalised IG maps of every class ``[N, V, L]`` (m = 1, [PAD] baseline); ``spans``: per
+    example, the characters each position of ``saliency`` covers (None without a fast
+    tokenizer)."""
 
     logits: Tensor
     saliency: Tensor
     mask: Tensor
     maps: Tensor | None = None
+    spans: list[list[Span | None]] | None = None
 
 
 def split_outputs(
@@ -82,36 +89,63 @@ def split_outputs(
                 all_maps = views.new_zeros((len(dataset), views.shape[1], length))
             all_maps[batch["index"], :, :width] = views
     assert logits is not None, "empty split"
+    fast = loaded.tokenizer.is_fast
+    spans = token_spans_of(split, loaded.tokenizer, loaded.max_length) if fast else None
     if words is not None:
-        saliency, mask = word_saliency(loaded, split, saliency, words)
-    return SplitOutputs(logits, saliency, mask, all_maps)
+        saliency, mask, spans = word_saliency(loaded, split, saliency, words)
+    return SplitOutputs(logits, saliency, mask, all_maps, spans)
 
 
 def word_saliency(
     loaded: LoadedModel, split: Split, saliency: Tensor, how: str
-) -> tuple[Tensor, Tensor]:
+) -> tuple[Tensor, Tensor, list[list[Span | None]]]:
     """Sub-token scores ``[N, L]`` of a split, as :func:`~workbench.core.data.encode` read its
     texts, aggregated into words (``how``: sum, mean or max-abs; the fast tokenizer's
-    ``word_ids()``, special tokens a word each) → scores ``[N, W]`` and their mask ``[N, W]``
-    (``W``: the most words of a text)."""
+    ``word_ids()``, special tokens a word each) → scores ``[N, W]``, their mask ``[N, W]``
+    (``W``: the most words of a text) and each word's characters."""
     tokenizer, length = loaded.tokenizer, loaded.max_length
     args, _ = prefixes(tokenizer, split.texts, split.pairs, length)
     encoding = tokenizer(*args, truncation=True, max_length=length, verbose=False)
-    rows = []
+    token_spans = token_spans_of(split, tokenizer, length)
+    rows, spans = [], []
     for i, ids in enumerate(encoding["input_ids"]):
         _, groups = word_groups(encoding, i, [part[i] for part in args], len(ids))
         rows.append(to_words(saliency[i, : len(ids)], groups, how))
+        spans.append(group_spans(token_spans[i], groups))
     scores = torch.zeros(len(rows), max(len(row) for row in rows))
     mask = torch.zeros(scores.shape, dtype=torch.long)
     for i, row in enumerate(rows):
         scores[i, : len(row)], mask[i, : len(row)] = row, 1
-    return scores, mask
+    return scores, mask, spans
+
+
+def shared_words(teacher: SplitOutputs, student: SplitOutputs) -> tuple[Tensor, Tensor] | None:
+    """Per example, each side's word id ``[N, L]`` of each position (−1: none) on the words
+    both read, when the two read different positions (another tokenizer) and both know their
+    characters; None when they read the same positions."""
+    if teacher.spans is None or student.spans is None or teacher.spans == student.spans:
+        return None
+    ids = [torch.full(side.saliency.shape, -1, dtype=torch.long) for side in (teacher, student)]
+    for row, pair in enumerate(zip(teacher.spans, student.spans, strict=True)):
+        aligned = align(*pair)
+        for side, word_ids in zip(ids, (aligned.teacher, aligned.student), strict=True):
+            side[row, : len(word_ids)] = torch.tensor(word_ids, dtype=torch.long)
+    return ids[0], ids[1]
 
 
 def saliency_loyalties(teacher: SplitOutputs, student: SplitOutputs) -> Tensor:
     """Per example ``[N]``: the Pearson correlation of the two models' saliency over the
-    positions (sub-tokens or words) both read; NaN where they read a different number of them
-    or where it is undefined."""
+    positions (sub-tokens or words) both read — for a student of another tokenizer, over the
+    words both tokenisations share, each side's scores summed per word; NaN where the two read
+    positions that do not correspond or where it is undefined."""
+    shared = shared_words(teacher, student)
+    if shared is not None:
+        width = max(int(shared[0].max()) + 1, 1)
+        a, b = (
+            pool_words(side.saliency[..., None], ids, "sum", width)[..., 0]
+            for side, ids in zip((teacher, student), shared, strict=True)
+        )
+        return pearson_per_example(a, b, word_mask(shared[0], width).long())
     width = max(teacher.mask.shape[1], student.mask.shape[1])
     a, b, mask_a, mask_b = (
         F.pad(x, (0, width - x.shape[1]))
@@ -127,7 +161,17 @@ def agreement_per_example(teacher: SplitOutputs, student: SplitOutputs) -> dict[
     attribution gap (AD-KD Eq. 11; lower is closer)."""
     scores = {"saliency_loyalty": saliency_loyalties(teacher, student)}
     if teacher.maps is not None and student.maps is not None:
-        scores["attribution_gap"] = attribution_gap(teacher.maps, student.maps, teacher.mask)
+        shared = shared_words(teacher, student)
+        if shared is None:
+            scores["attribution_gap"] = attribution_gap(teacher.maps, student.maps, teacher.mask)
+        else:  # per word: each view summed over a word's tokens, normalised over the words
+            width = max(int(shared[0].max()) + 1, 1)
+            t, s = (
+                F.normalize(pool_words(side.maps.transpose(1, 2), ids, "sum", width), dim=1)
+                for side, ids in zip((teacher, student), shared, strict=True)
+            )
+            mask = word_mask(shared[0], width).long()
+            scores["attribution_gap"] = attribution_gap(t.transpose(1, 2), s.transpose(1, 2), mask)
     return scores
 
 

@@ -17,9 +17,10 @@ from torch import Tensor
 from transformers import BatchEncoding
 
 from workbench.analysis.attribution.registry import WORD_AGGREGATIONS
+from workbench.core.data.alignment import Span
 from workbench.core.errors import WorkbenchError
 
-__all__ = ["WORD_AGGREGATIONS", "check_words", "to_words", "word_groups"]
+__all__ = ["WORD_AGGREGATIONS", "check_words", "group_spans", "to_words", "word_groups"]
 
 
 def check_words(how: str | None) -> None:
@@ -74,3 +75,17 @@ def to_words(scores: Tensor, groups: Sequence[Sequence[int]], how: str) -> Tenso
         else:
             out.append(part.abs().amax(-1))
     return torch.stack(out, -1)
+
+
+def group_spans(spans: Sequence[Span | None], groups: Sequence[Sequence[int]]) -> list[Span | None]:
+    """The character span of each group of positions (a word): from its first token's start to
+    its last one's end, None for a group of special tokens."""
+    out: list[Span | None] = []
+    for positions in groups:
+        covered = [spans[i] for i in positions if spans[i] is not None]
+        out.append(
+            None
+            if not covered
+            else (covered[0][0], min(c[1] for c in covered), max(c[2] for c in covered))
+        )
+    return out
