@@ -178,6 +178,9 @@ def pick_models(
             ]
         ]
     else:
+        chosen_before = st.session_state.get(f"{key}.students")
+        if chosen_before and not set(chosen_before) & set(students):  # another teacher's
+            del st.session_state[f"{key}.students"]  # its own students, by default
         picked = right.multiselect(
             "Students",
             list(students),
