@@ -23,7 +23,6 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 from transformers import PreTrainedModel
 
@@ -43,7 +42,7 @@ from kd.methods.objective import (
 )
 from workbench.analysis.attribution import attribution_maps
 from workbench.core.config import spell_views
-from workbench.core.data.alignment import pad_words, pool_words, word_mask
+from workbench.core.data.alignment import pad_words, word_maps, word_mask
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import layer_count
 
@@ -249,13 +248,6 @@ def _resolve(objective: Objective) -> dict:
         "attr_reduction": c.attr_reduction
         or ("official" if official else PRESETS[c.preset].attr_reduction),
     }
-
-
-def word_maps(maps: Tensor, word_ids: Tensor) -> Tensor:
-    """Token maps ``[B, L, K]`` (``K`` views) as word maps ``[B, W, K]``: summed over each
-    word's tokens (as the explainers' ``--words sum``) and L2-normalised per view over the
-    words again (Eq. 8 on words). Across tokenizers both models' maps are compared so."""
-    return F.normalize(pool_words(maps, word_ids, "sum"), dim=1)
 
 
 @teacher_field("maps", per_token=True, key=lambda o: {"maps": _map_settings(o)})

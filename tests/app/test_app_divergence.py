@@ -65,8 +65,8 @@ def test_bad_runs_give_a_message_not_a_traceback(tiny_runs, tmp_path, monkeypatc
     vocab = list(AutoTokenizer.from_pretrained(model).get_vocab())
     reordered = [*vocab[:5], *reversed(vocab[5:])]
     BertTokenizerFast(vocab={t: i for i, t in enumerate(reordered)}).save_pretrained(model)
-    at = _page(root, monkeypatch)
-    assert any("tokenises the texts differently" in e.value for e in at.error)
+    at = _page(root, monkeypatch)  # a student of another tokenizer: compared on words
+    assert not at.exception and not at.error, [e.value for e in at.error]
     shutil.rmtree(root / STUDENTS[1])
     shutil.rmtree(root / STUDENTS[0])
     at.run()

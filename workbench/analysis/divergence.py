@@ -17,7 +17,11 @@ prediction (:func:`~workbench.analysis.faithfulness.aopc`). From them:
   each student's attribution gap to the teacher (AD-KD Eq. 11 over all classes' maps,
   :func:`~workbench.analysis.agreement.attribution_gap`).
 
-The models must share the teacher's tokenizer (the words are compared position by position).
+Students of the teacher's tokenizer are compared token by token; where one reads the text
+through another tokenizer, every model is compared on the words all their tokenisations share
+(:mod:`workbench.core.data.alignment`: a word's text is the characters it spans, each model's
+scores are summed over its tokens in it, and the gap is taken between word maps normalised
+over the words).
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ from workbench.core.cache import ExampleCache, cache_path, cached, key_digest
 from workbench.core.cache import Progress as CacheProgress
 from workbench.core.config import DivergenceSettings, MapSettings
 from workbench.core.data import EncodedSplit, Split, encode, pad_id, sample_split
+from workbench.core.data.alignment import Alignment, align, pool_words, word_maps
+from workbench.core.data.encoding import token_spans_of
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import LoadedModel, fingerprint, forward
 from workbench.core.runs import Run
@@ -98,17 +104,21 @@ def _check(teacher: LoadedModel, students: Sequence[LoadedModel], part: Split) -
             )
 
 
-def _encoded(teacher: LoadedModel, students: Sequence[LoadedModel], part: Split) -> EncodedSplit:
-    """The sample tokenised by the teacher, after checking every student tokenises it alike."""
-    dataset = encode(part, teacher.tokenizer, teacher.max_length)
-    for student in students:
-        theirs = encode(part, student.tokenizer, teacher.max_length)
-        if theirs.input_ids != dataset.input_ids:
-            raise WorkbenchError(
-                f"{student.name} tokenises the texts differently from the teacher "
-                f"{teacher.name}: words can only be compared under the same tokenizer"
-            )
-    return dataset
+def _encoded(
+    teacher: LoadedModel, students: Sequence[LoadedModel], part: Split
+) -> tuple[list[EncodedSplit], list[Alignment] | None]:
+    """The sample as each model tokenises it (at the teacher's length), and, where a student
+    reads other tokens than the teacher, the words all the tokenisations share (each model's
+    ``word_ids`` set); None when every model reads the teacher's tokens."""
+    models = [teacher, *students]
+    datasets = [encode(part, m.tokenizer, teacher.max_length) for m in models]
+    if all(d.input_ids == datasets[0].input_ids for d in datasets[1:]):
+        return datasets, None
+    spans = [token_spans_of(part, m.tokenizer, teacher.max_length) for m in models]
+    alignments = [align(*sides) for sides in zip(*spans, strict=True)]
+    for k, dataset in enumerate(datasets):
+        dataset.word_ids = [a.sides[k] for a in alignments]
+    return datasets, alignments
 
 
 def _outputs(
@@ -199,10 +209,10 @@ def divergence(
             Run.open(loaded.run.path)  # a folder that disappeared: a one-line error
     part = sample_split(split, settings.examples, seed=0, stratify=True)
     _check(teacher, students, part)
-    dataset = _encoded(teacher, students, part)
+    datasets, alignments = _encoded(teacher, students, part)
     models = [teacher, *students]
     names = [TEACHER, *(s.name for s in students)]
-    size = len(dataset)
+    size = len(part)
     caches, computed = [], []
     for m, (name, loaded) in enumerate(zip(names, models, strict=True)):
         label = loaded.name
@@ -214,60 +224,96 @@ def divergence(
                 text = f"{label}: attribution maps and AOPC, {done}/{size} examples"
                 progress((m + done / size) / len(models), text)
 
-        cache, fresh = _outputs(loaded, dataset, settings, explainer, report)
+        cache, fresh = _outputs(loaded, datasets[m], settings, explainer, report)
         caches.append(cache)
         if fresh:
             computed.append(name)
     if progress is not None:
         progress(1.0, "done")
-    return _compare(teacher, names, caches, part, dataset, settings, explainer, computed)
-
-
-def _compare(
-    teacher: LoadedModel,
-    names: list[str],
-    caches: list[ExampleCache],
-    part: Split,
-    dataset: EncodedSplit,
-    settings: DivergenceSettings,
-    explainer: ExplainerChoice,
-    computed: list[str],
-) -> Divergence:
-    """The occurrence and example tables from every model's cached outputs."""
-    classes = list(teacher.spec.label_names)
-    size, length = len(dataset), max(len(ids) for ids in dataset.input_ids)
-    index = torch.arange(size)
-    logits = [c.per_example["logits"] for c in caches]
-    explained = logits[0].argmax(-1) if settings.explained == TEACHER else dataset.labels
-    special_ids = set(teacher.tokenizer.all_special_ids)
-    rows = []
-    for i, ids in enumerate(dataset.input_ids):
-        tokens = teacher.tokenizer.convert_ids_to_tokens(ids)
-        scores = [c.example("maps", i)[:, int(explained[i])].tolist() for c in caches]
-        words, merged = _words(tokens, [t in special_ids for t in ids], scores)
-        gold = classes[int(dataset.labels[i])]
-        for w, word in enumerate(words):
-            rows.append([i, word, gold, *(values[w] for values in merged)])
-    occurrences = pd.DataFrame(rows, columns=["example", "word", "class", *names])
-    mask = torch.zeros(size, length, dtype=torch.long)
-    for i, ids in enumerate(dataset.input_ids):
-        mask[i, : len(ids)] = 1
-    maps = [c.gather("maps", index, length).transpose(1, 2) for c in caches]  # [N, C, L]
-    examples = pd.DataFrame(
-        {
-            "text": part.texts,
-            "pair": part.pairs or [None] * size,
-            "label": [classes[int(y)] for y in dataset.labels],
-            "uid": part.uids,
-        }
+    explained = (
+        caches[0].per_example["logits"].argmax(-1)
+        if settings.explained == TEACHER
+        else datasets[0].labels
     )
-    for name, cache, values in zip(names, caches, logits, strict=True):
-        examples[f"{name} prediction"] = [classes[int(c)] for c in values.argmax(-1)]
+    if alignments is None:
+        rows, maps, mask = _by_tokens(teacher, caches, datasets[0], explained)
+    else:
+        rows, maps, mask = _by_words(caches, part, datasets, alignments, explained)
+    classes = list(teacher.spec.label_names)
+    gold = [classes[int(y)] for y in datasets[0].labels]
+    occurrences = pd.DataFrame(
+        [[i, word, gold[i], *scores] for i, word, scores in rows],
+        columns=["example", "word", "class", *names],
+    )
+    examples = pd.DataFrame(
+        {"text": part.texts, "pair": part.pairs or [None] * size, "label": gold, "uid": part.uids}
+    )
+    for name, cache in zip(names, caches, strict=True):
+        predicted = cache.per_example["logits"].argmax(-1)
+        examples[f"{name} prediction"] = [classes[int(c)] for c in predicted]
         examples[f"{name} comprehensiveness"] = cache.per_example["comprehensiveness"].numpy()
         examples[f"{name} sufficiency"] = cache.per_example["sufficiency"].numpy()
     for name, student_maps in zip(names[1:], maps[1:], strict=True):
         examples[f"{name} gap"] = attribution_gap(maps[0], student_maps, mask).numpy()
     return Divergence(teacher.name, names[1:], occurrences, examples, settings, explainer, computed)
+
+
+Rows = list[tuple[int, str, list[float]]]  # (example, word, each model's attribution)
+
+
+def _by_tokens(
+    teacher: LoadedModel, caches: list[ExampleCache], dataset: EncodedSplit, explained: Tensor
+) -> tuple[Rows, list[Tensor], Tensor]:
+    """Every model reads the teacher's tokens: the word occurrences (word pieces merged,
+    special tokens left out) with each model's attribution of the explained class, each
+    model's maps ``[N, C, L]`` and their mask ``[N, L]``."""
+    size, length = len(dataset), max(len(ids) for ids in dataset.input_ids)
+    special_ids = set(teacher.tokenizer.all_special_ids)
+    rows: Rows = []
+    for i, ids in enumerate(dataset.input_ids):
+        tokens = teacher.tokenizer.convert_ids_to_tokens(ids)
+        scores = [c.example("maps", i)[:, int(explained[i])].tolist() for c in caches]
+        words, merged = _words(tokens, [t in special_ids for t in ids], scores)
+        rows += [(i, word, [values[w] for values in merged]) for w, word in enumerate(words)]
+    mask = torch.zeros(size, length, dtype=torch.long)
+    for i, ids in enumerate(dataset.input_ids):
+        mask[i, : len(ids)] = 1
+    index = torch.arange(size)
+    maps = [c.gather("maps", index, length).transpose(1, 2) for c in caches]  # [N, C, L]
+    return rows, maps, mask
+
+
+def _by_words(
+    caches: list[ExampleCache],
+    part: Split,
+    datasets: list[EncodedSplit],
+    alignments: list[Alignment],
+    explained: Tensor,
+) -> tuple[Rows, list[Tensor], Tensor]:
+    """Models of several tokenizers: the occurrences of the words all of them read (a word's
+    text is the characters it spans; each model's attribution of the explained class summed
+    over its tokens in it), each model's word maps ``[N, C, W]`` (summed, normalised over the
+    words) and their mask ``[N, W]``."""
+    size = len(part)
+    width = max(max(a.words for a in alignments), 1)
+    index = torch.arange(size)
+    scores, maps = [], []
+    for cache, dataset in zip(caches, datasets, strict=True):
+        length = max(len(ids) for ids in dataset.input_ids)
+        ids = torch.full((size, length), -1, dtype=torch.long)
+        for i, row in enumerate(dataset.word_ids):
+            ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+        token_maps = cache.gather("maps", index, length)  # [N, L, C]
+        scores.append(pool_words(token_maps, ids, "sum", width)[index, :, explained])  # [N, W]
+        maps.append(word_maps(token_maps, ids, width).transpose(1, 2))
+    texts = [part.texts, part.pairs or []]
+    rows: Rows = [
+        (i, texts[sequence][i][start:end], [float(model[i, w]) for model in scores])
+        for i, alignment in enumerate(alignments)
+        for w, (sequence, start, end) in enumerate(alignment.spans)
+    ]
+    mask = torch.stack([torch.arange(width) < a.words for a in alignments]).long()
+    return rows, maps, mask
 
 
 def word_table(

@@ -269,7 +269,7 @@ def explain(
 
     from workbench.analysis.attribution import compute_maps, grad_saliency, to_words, word_groups
     from workbench.analysis.attribution.words import check_words, group_spans
-    from workbench.core.data.alignment import token_spans
+    from workbench.core.data.alignment import token_spans, word_spans
     from workbench.core.models import forward
 
     check_words(words)
@@ -307,8 +307,11 @@ def explain(
         spans = (
             None
             if offsets is None
-            else token_spans(
-                offsets[row, :length].tolist(), batch.sequence_ids(row)[:length], texts
+            else word_spans(
+                token_spans(
+                    offsets[row, :length].tolist(), batch.sequence_ids(row)[:length], texts
+                ),
+                batch.word_ids(row)[:length],
             )
         )
         if words is not None:

@@ -31,7 +31,7 @@ from workbench.analysis.attribution.words import group_spans
 from workbench.analysis.heatmaps import Example
 from workbench.analysis.metrics import nan_mean, probability_loyalties, task_metrics
 from workbench.core.data import Split, TaskSpec, batches, encode, pad_id, prefixes
-from workbench.core.data.alignment import Span, align, pool_words, word_mask
+from workbench.core.data.alignment import Span, align, pool_words, word_maps, word_mask
 from workbench.core.data.encoding import token_spans_of
 from workbench.core.models import LoadedModel, forward, max_tokens
 
@@ -167,7 +167,7 @@ def agreement_per_example(teacher: SplitOutputs, student: SplitOutputs) -> dict[
         else:  # per word: each view summed over a word's tokens, normalised over the words
             width = max(int(shared[0].max()) + 1, 1)
             t, s = (
-                F.normalize(pool_words(side.maps.transpose(1, 2), ids, "sum", width), dim=1)
+                word_maps(side.maps.transpose(1, 2), ids, width)
                 for side, ids in zip((teacher, student), shared, strict=True)
             )
             mask = word_mask(shared[0], width).long()

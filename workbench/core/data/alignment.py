@@ -2,13 +2,14 @@
 a student of different tokenizers position by position.
 
 Each token of a fast tokenizer covers a span of characters of its text (its offsets, whitespace
-trimmed; special tokens cover none). A **word** is a maximal span that no token of either side
-crosses: the spans of both tokenisations, merged where they overlap. "awful," read as
-``awful`` ``,`` by one tokenizer and ``aw`` ``ful,`` by the other is one word; read as
-``awful`` ``,`` by both, it is two. A word without a token on one side (a character one
-tokenizer drops, text past one side's truncation, a word cut in two by it) is left out of both
-sides, and counted. Word ids are numbered 0..W−1 per text in reading order, −1 for tokens of no
-word (specials, the words left out).
+trimmed; special tokens cover none), widened to the span of its word (the tokenizer's
+``word_ids()``, the words the explainers' word maps draw). A **word** is a maximal span that
+no such span of either side crosses: the spans of both tokenisations, merged where they overlap.
+"awful," read as the words ``awful`` ``,`` by one tokenizer and as ``awful,`` by the other is one
+word; read as ``awful`` ``,`` by both, it is two, whatever pieces each cuts them into. A word
+without a token on one side (a character one tokenizer drops, text past one side's truncation, a
+word cut in two by it) is left out of both sides, and counted. Word ids are numbered 0..W−1 per
+text in reading order, −1 for tokens of no word (specials, the words left out).
 """
 
 from __future__ import annotations
@@ -46,21 +47,49 @@ def token_spans(
     return spans
 
 
+def word_spans(spans: Sequence[Span | None], words: Sequence[int | None]) -> list[Span | None]:
+    """Token spans widened to their word's (``words``: the tokenizer's word of each token,
+    ``word_ids()``): the pieces of one word then stand together in the alignment, as the
+    explainers' word maps draw them."""
+    whole: dict[tuple[int, int], list[int]] = {}
+    for span, word in zip(spans, words, strict=True):
+        if span is not None and word is not None:
+            low, high = whole.setdefault((span[0], word), [span[1], span[2]])
+            whole[span[0], word] = [min(low, span[1]), max(high, span[2])]
+    return [
+        None if span is None or word is None else (span[0], *whole[span[0], word])
+        for span, word in zip(spans, words, strict=True)
+    ]
+
+
 @dataclass(frozen=True)
 class Alignment:
-    """Word ids of one example's tokens on each side (``-1``: no word), its shared word count
-    and the words left out."""
+    """Word ids of one example's tokens on each side (``sides[k][i]``: the word of token ``i``
+    of side ``k``, ``-1`` for none), the shared words' spans, and how many words were left
+    out."""
 
-    teacher: list[int]
-    student: list[int]
-    words: int
+    sides: list[list[int]]
+    spans: list[Span]
     dropped: int
 
+    @property
+    def teacher(self) -> list[int]:
+        return self.sides[0]
 
-def align(teacher: Sequence[Span | None], student: Sequence[Span | None]) -> Alignment:
-    """The words of two tokenisations of one example (see the module's docstring)."""
+    @property
+    def student(self) -> list[int]:
+        return self.sides[1]
+
+    @property
+    def words(self) -> int:
+        return len(self.spans)
+
+
+def align(*sides: Sequence[Span | None]) -> Alignment:
+    """The words of several tokenisations of one example (see the module's docstring), kept
+    where every side has a token in them and reaches past them."""
     merged: list[list[int]] = []  # [sequence, start, end] of each word, in reading order
-    for sequence, start, end in sorted({s for s in (*teacher, *student) if s is not None}):
+    for sequence, start, end in sorted({s for side in sides for s in side if s is not None}):
         if merged and merged[-1][0] == sequence and start < merged[-1][2]:
             merged[-1][2] = max(merged[-1][2], end)
         else:
@@ -70,13 +99,13 @@ def align(teacher: Sequence[Span | None], student: Sequence[Span | None]) -> Ali
     def word_of(span: Span | None) -> int:
         return -1 if span is None else bisect.bisect_right(keys, span[:2]) - 1
 
-    sides = [[word_of(span) for span in side] for side in (teacher, student)]
+    words = [[word_of(span) for span in side] for side in sides]
     reach = [{} for _ in sides]  # per side and sequence: the end of its last token
-    for spans, ends in zip((teacher, student), reach, strict=True):
-        for span in spans:
+    for side, ends in zip(sides, reach, strict=True):
+        for span in side:
             if span is not None:
                 ends[span[0]] = max(ends.get(span[0], 0), span[2])
-    present = [set(side) for side in sides]
+    present = [set(side) for side in words]
     kept = [
         w
         for w, (sequence, _, end) in enumerate(merged)
@@ -84,8 +113,11 @@ def align(teacher: Sequence[Span | None], student: Sequence[Span | None]) -> Ali
         and all(end <= ends.get(sequence, 0) for ends in reach)
     ]
     number = {w: i for i, w in enumerate(kept)}
-    teacher_ids, student_ids = ([number.get(w, -1) for w in side] for side in sides)
-    return Alignment(teacher_ids, student_ids, len(kept), len(merged) - len(kept))
+    return Alignment(
+        [[number.get(w, -1) for w in side] for side in words],
+        [tuple(merged[w]) for w in kept],
+        len(merged) - len(kept),
+    )
 
 
 def pool_words(
@@ -115,6 +147,13 @@ def word_mask(word_ids: Tensor, length: int | None = None) -> Tensor:
     width = int(word_ids.max().clamp_min(-1)) + 1 if length is None else length
     count = word_ids.max(1).values + 1
     return torch.arange(width, device=word_ids.device)[None] < count[:, None]
+
+
+def word_maps(maps: Tensor, word_ids: Tensor, length: int | None = None) -> Tensor:
+    """Attribution maps per token ``[B, L, K]`` (``K`` views or classes) as word maps
+    ``[B, W, K]``: summed over each word's tokens and L2-normalised per view over the words
+    (AD-KD's Eq. 8 on words)."""
+    return F.normalize(pool_words(maps, word_ids, "sum", length), dim=1)
 
 
 def pad_words(values: Tensor, length: int) -> Tensor:

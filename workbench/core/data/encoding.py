@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedTokenizerBase
 
-from workbench.core.data.alignment import Span, align, token_spans
+from workbench.core.data.alignment import Span, align, token_spans, word_spans
 from workbench.core.data.splits import Split
 from workbench.core.errors import WorkbenchError
 
@@ -119,8 +119,9 @@ def count_tokens(
 def token_spans_of(
     split: Split, tokenizer: PreTrainedTokenizerBase, max_length: int
 ) -> list[list[Span | None]]:
-    """Each example's token spans (:func:`~workbench.core.data.alignment.token_spans`) as
-    :func:`encode` tokenises it; a slow tokenizer (no offsets) is a one-line error."""
+    """Each example's token spans, widened to their words
+    (:func:`~workbench.core.data.alignment.word_spans`), as :func:`encode` tokenises it; a slow
+    tokenizer (no offsets) is a one-line error."""
     if not tokenizer.is_fast:
         raise WorkbenchError(
             f"{type(tokenizer).__name__} is a slow tokenizer: comparing two tokenisations on "
@@ -131,7 +132,10 @@ def token_spans_of(
         *args, truncation=True, max_length=max_length, return_offsets_mapping=True, verbose=False
     )
     return [
-        token_spans(offsets, encoded.sequence_ids(i), [part[i] for part in args])
+        word_spans(
+            token_spans(offsets, encoded.sequence_ids(i), [part[i] for part in args]),
+            encoded.word_ids(i),
+        )
         for i, offsets in enumerate(encoded["offset_mapping"])
     ]
 
