@@ -43,6 +43,7 @@ from workbench.core.families import encoder_layers as encoder_layers  # public h
 from workbench.core.files import check_weights, local_path
 from workbench.core.hub import hub_reachable, hub_unreachable
 from workbench.core.runs import Run
+from workbench.core.verify import check_config_file, check_loaded, check_model_folder
 
 CACHE_ENV = "KDW_CACHE"
 ATTENTION = "eager"  # attention maps and double backward (AD-KD, GKD) need the eager kernel
@@ -94,11 +95,22 @@ def _from_pretrained(load, name: str, what: str, **options):
     """``load(source, **options)`` for the model ``name``; a hub id while the hub cannot be
     asked comes from the local cache only (no minute of retries), and a miss is one line."""
     source = resolve_model(name)
+    model_load = load == AutoModelForSequenceClassification.from_pretrained
     if Path(source).is_dir():
         check_weights(source, "replace it with a complete copy of the model (save_pretrained)")
+        check_config_file(source)
     cache_only = not Path(source).exists() and not hub_reachable()
     try:
-        return load(source, local_files_only=cache_only, **options)
+        if not model_load:
+            return load(source, local_files_only=cache_only, **options)
+        config = AutoConfig.from_pretrained(source, local_files_only=cache_only)
+        if Path(source).is_dir():
+            check_model_folder(source, config)
+        model, info = load(source, local_files_only=cache_only, output_loading_info=True, **options)
+        check_loaded(model, info, name, not has_head(config))
+        return model
+    except WorkbenchError:
+        raise
     except OSError as error:
         if cache_only:
             raise hub_unreachable(
@@ -606,10 +618,15 @@ def load_run(path: str | Path) -> LoadedModel:
         raise WorkbenchError(f"{run.path} has no trained model yet (status: {state})")
     run.check_model()
     try:
-        model = AutoModelForSequenceClassification.from_pretrained(
-            run.model_dir, attn_implementation=ATTENTION
+        config = AutoConfig.from_pretrained(run.model_dir)
+        check_model_folder(run.model_dir, config)
+        model, info = AutoModelForSequenceClassification.from_pretrained(
+            run.model_dir, attn_implementation=ATTENTION, output_loading_info=True
         )
+        check_loaded(model, info, str(run.model_dir), False)
         tokenizer = AutoTokenizer.from_pretrained(run.model_dir)
+    except WorkbenchError:
+        raise
     except Exception as error:  # a damaged file: transformers' errors have no common type
         raise WorkbenchError(
             f"{run.model_dir} cannot be loaded ({type(error).__name__}: {first_line(error)}): "
