@@ -50,6 +50,7 @@ from workbench.core.families import family_of
 from workbench.core.files import atomic_write_json, atomic_write_text, existing_path
 from workbench.core.models import LoadedModel, load_tokenizer, set_label_names
 from workbench.core.runs import model_card, replace_directory
+from workbench.core.verify import check_onnx_graph
 
 GRAPHS = {"fp32": "model.onnx", "int8": "model.int8.onnx"}  # precision → file in the folder
 RECORD = "export.json"
@@ -205,6 +206,8 @@ def load_onnx(
         if precision is None:
             raise WorkbenchError(f"{path} is not one of the graphs {RECORD} records")
         graphs = {precision: path}
+    for file in graphs.values():
+        check_onnx_graph(file)
     return [
         OnnxClassifier(
             open_session(file, threads),

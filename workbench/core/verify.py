@@ -427,3 +427,30 @@ def check_finite(model: Any, source: str) -> None:
             f"the weights of {source} are not finite: {listed(bad)} {verb} NaN or infinite "
             f"values: {REMEDY}"
         )
+
+
+def check_onnx_graph(path: str | Path) -> None:
+    """Refuse an ONNX graph with a floating initializer (a weight) that is NaN or infinite,
+    naming the first few: such a graph scores like chance rather than failing."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    path = Path(path)
+    try:
+        graph = onnx.load(str(path), load_external_data=False).graph
+    except Exception:  # a truncated or foreign file: ONNX Runtime's refusal names it
+        return
+    bad = []
+    for tensor in graph.initializer:
+        try:
+            values = numpy_helper.to_array(tensor)
+        except Exception:  # external data left out, an unknown type: ONNX Runtime says so
+            continue
+        if np.issubdtype(values.dtype, np.floating) and not np.isfinite(values).all():
+            bad.append(tensor.name)
+    if bad:
+        raise WorkbenchError(
+            f"{path}: the initializers {listed(bad)} hold NaN or infinite values: export the "
+            "graph again from a model with finite weights (kdw export-model --onnx)"
+        )
