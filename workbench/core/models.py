@@ -101,11 +101,14 @@ def _from_pretrained(load, name: str, what: str, **options):
         check_config_file(source)
     cache_only = not Path(source).exists() and not hub_reachable()
     try:
-        if not model_load:
+        config_load = load == AutoConfig.from_pretrained
+        if not (model_load or config_load):
             return load(source, local_files_only=cache_only, **options)
         config = AutoConfig.from_pretrained(source, local_files_only=cache_only)
-        if Path(source).is_dir():
+        if Path(source).is_dir():  # the config against the weights, before they are read
             check_model_folder(source, config)
+        if config_load:
+            return config
         model, info = load(source, local_files_only=cache_only, output_loading_info=True, **options)
         check_loaded(model, info, name, not has_head(config))
         return model
