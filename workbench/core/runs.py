@@ -93,6 +93,7 @@ RUN_SHAPE = {
             "attribution?": {"reduction": STRING},
         },
         "split_fingerprint?": Mapping(STRING),
+        "teacher?": {"source": STRING, "weights": STRING, "tokenizer": STRING},
     },
 }
 STATUS_SHAPE = {
@@ -244,6 +245,15 @@ class Run:
                 f"{self.path} was trained on other data: the {', '.join(splits)} split(s) "
                 "changed since (edited rows or labels); to train on the data as it is now, "
                 "choose another --run-dir"
+            )
+        then_teacher = existing.get(RESOLVED, {}).get("teacher")
+        now_teacher = given.get(RESOLVED, {}).get("teacher")
+        changed = teacher_change(then_teacher, now_teacher)
+        if changed:
+            raise WorkbenchError(
+                f"{self.path} was distilled from another teacher: {changed}; the student and "
+                "its teacher cache learnt from the former one: to distil from the teacher as it "
+                "is now, choose another --run-dir"
             )
         then = existing.get(RESOLVED, {}).get("objective")
         now = given.get(RESOLVED, {}).get("objective") or {}
@@ -496,6 +506,23 @@ class Run:
         return self.read_json(
             "results.json", RESULTS_REMEDY, RESULTS_SHAPE, "the metrics of a run's best model"
         )
+
+
+def teacher_change(then: dict[str, str] | None, now: dict[str, str] | None) -> str | None:
+    """What changed between the teacher a run pinned (``then``, its ``run.json``) and the
+    teacher as it is ``now`` (:func:`~workbench.core.verify.model_digest`), in words: ``the
+    weights of /t/model are 1f2e… now, 9a8b… when the run was made``; None when nothing did, or
+    when either side has no record (a run of an earlier version, a hub id)."""
+    if not then or not now:
+        return None
+    parts = [
+        f"its {part} {then[part]} → {now[part]}"
+        for part in ("weights", "tokenizer")
+        if then.get(part) != now.get(part)
+    ]
+    if not parts:
+        return None
+    return f"the teacher {then.get('source', '?')} changed since ({', '.join(parts)})"
 
 
 _SHOWN = 4  # differences named by a refusal to reopen a run

@@ -20,6 +20,8 @@ head for the task: the one deliberate exception, said in a note.
 from __future__ import annotations
 
 import copy
+import functools
+import hashlib
 import json
 import math
 import re
@@ -454,3 +456,42 @@ def check_onnx_graph(path: str | Path) -> None:
             f"{path}: the initializers {listed(bad)} hold NaN or infinite values: export the "
             "graph again from a model with finite weights (kdw export-model --onnx)"
         )
+
+
+# the files a tokenizer is saved in (a run pins those of its teacher)
+TOKENIZER_STATE = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+)
+
+
+def files_digest(paths: Iterable[Path]) -> str:
+    """A short hash of the bytes of ``paths``, in the order given, read in blocks."""
+    digest = hashlib.sha256()
+    for path in paths:
+        with path.open("rb") as stream:
+            for block in iter(functools.partial(stream.read, 1 << 24), b""):
+                digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+def weights_digest(folder: Path) -> str:
+    """A short hash of the weights a saved model folder holds (its ``*.safetensors`` files):
+    a teacher trained again with the same settings but other float rounding (another number of
+    threads) hashes otherwise."""
+    return files_digest(sorted(Path(folder).glob("*.safetensors")))
+
+
+def model_digest(folder: str | Path) -> dict[str, str]:
+    """What a run pins of a model folder it learns from: the digests of its weights
+    (:func:`weights_digest`) and of its tokenizer's files."""
+    folder = Path(folder)
+    tokenizer = [folder / name for name in TOKENIZER_STATE if (folder / name).is_file()]
+    return {"weights": weights_digest(folder), "tokenizer": files_digest(tokenizer)}

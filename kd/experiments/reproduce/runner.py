@@ -13,8 +13,6 @@ the report's paired intervals need no run folder.
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import json
 import math
 import os
@@ -66,6 +64,7 @@ from workbench.core.files import atomic_write_json
 from workbench.core.models import load_for_task, load_model, load_run, load_tokenizer, resolve_model
 from workbench.core.runs import Run
 from workbench.core.shapes import ANY, BOOLEAN, INTEGER, NUMBER, STRING, Either, Mapping, problem
+from workbench.core.verify import weights_digest
 
 FORMAT = 2  # results.json: rows with identities, relative paths and per-example values
 LOYALTY = ("label_loyalty", "probability_loyalty")  # per example in a student's predictions
@@ -195,18 +194,6 @@ def given_teacher(plan: TaskPlan) -> tuple[Path, dict]:
     logits = predict_logits(loaded.model, dataset, 64, pad_id(loaded.tokenizer))
     folder = Path(resolve_model(plan.given_teacher)).resolve()
     return folder, evaluate_logits(task.spec, logits, dataset.labels)
-
-
-def weights_digest(folder: Path) -> str:
-    """A short hash of the weights a saved model folder holds (its ``*.safetensors`` files):
-    a teacher trained again with the same settings but other float rounding (another number of
-    threads) hashes otherwise."""
-    digest = hashlib.sha256()
-    for path in sorted(folder.glob("*.safetensors")):
-        with path.open("rb") as weights:
-            for block in iter(functools.partial(weights.read, 1 << 24), b""):
-                digest.update(block)
-    return digest.hexdigest()[:16]
 
 
 def same_teacher(before: dict, now: dict) -> bool:
