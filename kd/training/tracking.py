@@ -35,7 +35,7 @@ from urllib.parse import urlparse
 
 from workbench.core.config import TrackingConfig
 from workbench.core.errors import WorkbenchError, first_line
-from workbench.core.files import atomic_write_json
+from workbench.core.files import RECORD_LIMIT, atomic_write_json, read_json_file
 from workbench.core.runs import Run
 
 TRACKING_FILE = "tracking.json"  # in a run (or study) folder: {"mlflow": {uri: run id}}
@@ -299,11 +299,12 @@ class MlflowTracker(Tracker):
             Path(self.uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         path = self.folder / TRACKING_FILE
         try:
-            recorded = json.loads(path.read_text()) if path.exists() else {}
-        except (OSError, ValueError) as error:
+            recorded = (
+                read_json_file(path, RECORD_LIMIT, "the tracking record") if path.exists() else {}
+            )
+        except WorkbenchError as error:
             raise WorkbenchError(
-                f"{path} cannot be read ({first_line(error)}): delete it to track the run in a "
-                "new MLflow run"
+                f"{error}: delete it to track the run in a new MLflow run"
             ) from None
         try:
             self.client = MlflowClient(tracking_uri=self.uri)

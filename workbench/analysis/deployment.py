@@ -17,7 +17,6 @@ that ``kdw benchmark`` scores the folder on that task.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -47,7 +46,13 @@ from workbench.core.data import (
 )
 from workbench.core.errors import WorkbenchError, first_line
 from workbench.core.families import family_of
-from workbench.core.files import atomic_write_json, atomic_write_text, existing_path
+from workbench.core.files import (
+    RECORD_LIMIT,
+    atomic_write_json,
+    atomic_write_text,
+    existing_path,
+    read_json_file,
+)
 from workbench.core.models import LoadedModel, load_tokenizer, set_label_names
 from workbench.core.runs import model_card, replace_directory
 from workbench.core.verify import check_onnx_graph
@@ -188,9 +193,9 @@ def load_onnx(
             f"{folder} has no {RECORD}: not a folder written by kdw export-model --onnx"
         )
     try:
-        record = json.loads((folder / RECORD).read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise WorkbenchError(f"{folder / RECORD} is not JSON ({error}): export again") from None
+        record = read_json_file(folder / RECORD, RECORD_LIMIT, "the export record")
+    except WorkbenchError as error:
+        raise WorkbenchError(f"{error}: export again") from None
     recorded = from_dict(DataConfig, record["data"])
     if data is not None and data.task != recorded.task:
         raise WorkbenchError(

@@ -141,6 +141,11 @@ def read_limited(path: str | Path, limit: int, what: str) -> bytes:
     return data
 
 
+# caps of what a reader reads (:func:`read_limited`), by the kind of file
+RECORD_LIMIT = 64_000_000  # a record the workbench wrote: run.json, status.json, results…
+LOG_LIMIT = 256_000_000  # a JSON Lines log: metrics.jsonl, a job's progress
+
+
 def read_json_file(path: str | Path, limit: int, what: str) -> Any:
     """The JSON value in the file ``path`` (at most ``limit`` bytes, :func:`read_limited`);
     a missing, unreadable, non-UTF-8 or non-JSON file is a one-line error naming ``what``."""
@@ -332,9 +337,6 @@ def read_json_lines(path: Path, numbered: bool = False) -> list[Any]:
     kill, even one cut inside a character; ``numbered``: ``(line number, value)`` pairs."""
     if not path.exists():
         return []
-    try:
-        text = path.read_bytes().decode("utf-8", errors="replace")
-    except OSError as error:  # a folder, a file without read permission
-        raise WorkbenchError(f"{path} cannot be read ({first_line(error)})") from None
+    text = read_limited(path, LOG_LIMIT, "the log").decode("utf-8", errors="replace")
     lines = parse_json_lines(text)
     return lines if numbered else [value for _, value in lines]

@@ -644,8 +644,8 @@ def load_run(path: str | Path) -> LoadedModel:
 
 
 def is_run(source: str | Path) -> bool:
-    """Whether ``source`` names a run folder (one with ``run.json``)."""
-    return (Path(source) / "run.json").is_file()
+    """Whether ``source`` names a run folder (one with ``run.json``, which its reader checks)."""
+    return (Path(source) / "run.json").exists()
 
 
 def load_model(

@@ -48,11 +48,13 @@ from workbench.core.config import (
 )
 from workbench.core.errors import WorkbenchError, first_line
 from workbench.core.files import (
+    RECORD_LIMIT,
     append_json_line,
     atomic_write_json,
     check_weights,
     hold,
     read_json_lines,
+    read_limited,
     remove_stale_temporaries,
     write_json_lines,
 )
@@ -309,10 +311,12 @@ class Run:
         ``shape`` (:mod:`workbench.core.shapes`; ``what`` the file should be, for the message), is
         a one-line error ending in ``remedy`` (for a corrupt file)."""
         path = self.path / name
+        if not path.exists():
+            raise WorkbenchError(f"{path} is missing: the run folder is incomplete")
         try:
-            value = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise WorkbenchError(f"{path} is missing: the run folder is incomplete") from None
+            value = json.loads(read_limited(path, RECORD_LIMIT, "run file"))
+        except WorkbenchError as error:  # a device, a pipe, a file past the limit
+            raise WorkbenchError(f"{error}: {remedy}") from None
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
             reason = error.msg if isinstance(error, json.JSONDecodeError) else "not UTF-8"
             raise WorkbenchError(f"{path} is corrupt ({reason}): {remedy}") from None

@@ -59,8 +59,8 @@ from workbench.core.config import (
     from_dict,
 )
 from workbench.core.data import batches, encode, load_task, pad_id, prefixes
-from workbench.core.errors import WorkbenchError, first_line
-from workbench.core.files import atomic_write_json
+from workbench.core.errors import WorkbenchError
+from workbench.core.files import RECORD_LIMIT, atomic_write_json, read_json_file, read_limited
 from workbench.core.models import load_for_task, load_model, load_run, load_tokenizer, resolve_model
 from workbench.core.runs import Run
 from workbench.core.shapes import ANY, BOOLEAN, INTEGER, NUMBER, STRING, Either, Mapping, problem
@@ -129,8 +129,8 @@ class ExampleScores:
         }
         if stored.exists():
             try:  # a damaged file is computed again: it is only a cache of the scores
-                scores = json.loads(stored.read_text())
-            except (OSError, ValueError):
+                scores = read_json_file(stored, RECORD_LIMIT, "stored scores")
+            except WorkbenchError:
                 scores = None
             if isinstance(scores, dict) and scores.pop("settings", None) == settings:
                 return scores
@@ -349,7 +349,7 @@ def choose_weights(out: Path, teacher: Path, suite: Suite, method: str, threads:
     )
     if result.best is None:
         raise WorkbenchError(f"kdw tune {method}: no trial finished (all pruned or stopped)")
-    best = json.loads(result.best.read_text())
+    best = read_json_file(result.best, RECORD_LIMIT, "the best configuration")
     return {
         "key": fingerprint(tuning_settings(suite, method)),
         "task": task,
@@ -611,12 +611,12 @@ def read_results(out: Path) -> dict:
     if not path.exists():
         return {}
     try:
-        results = json.loads(path.read_text(encoding="utf-8"))
+        results = json.loads(read_limited(path, RECORD_LIMIT, "the suite's results"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         reason = error.msg if isinstance(error, json.JSONDecodeError) else "not UTF-8"
         raise WorkbenchError(f"{path} is corrupt ({reason}): {RESULTS_REMEDY}") from None
-    except OSError as error:
-        raise WorkbenchError(f"{path} cannot be read ({first_line(error)})") from None
+    except WorkbenchError as error:  # a device, a pipe, a file past the limit
+        raise WorkbenchError(f"{error}: {RESULTS_REMEDY}") from None
     found = problem(results, RESULTS_SHAPE)
     if found:
         raise WorkbenchError(f"{path} is not the record of a suite: {found}: {RESULTS_REMEDY}")
