@@ -46,7 +46,7 @@ from workbench.core.config import (
     option_name,
     resolve_paths,
 )
-from workbench.core.errors import WorkbenchError, first_line
+from workbench.core.errors import WorkbenchError, first_line, mask_secrets
 from workbench.core.files import (
     RECORD_LIMIT,
     append_json_line,
@@ -281,7 +281,7 @@ class Run:
             "versions": _versions(),
             "git_commit": _git_commit(),
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "command": sys.argv,
+            "command": [mask_secrets(part) for part in sys.argv],
         }
         atomic_write_json(self.path / "manifest.json", manifest)
         atomic_write_json(self.path / RUN_FILE, info)
