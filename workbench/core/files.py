@@ -230,11 +230,14 @@ def write_output_file(path: str | Path, text: str, option: str) -> None:
     a device (``>(jq .)``, ``/dev/stdout``) is written to directly, a link's target is replaced
     atomically (the link stays), anything else atomically as itself."""
     path = check_output_file(path, option)
-    if path.exists() and not stat.S_ISREG(path.stat().st_mode):
-        with path.open("w", encoding="utf-8") as stream:
-            stream.write(text)
-        return
-    atomic_write_text(path.resolve() if path.is_symlink() else path, text)
+    try:
+        if path.exists() and not stat.S_ISREG(path.stat().st_mode):
+            with path.open("w", encoding="utf-8") as stream:
+                stream.write(text)
+            return
+        atomic_write_text(path.resolve() if path.is_symlink() else path, text)
+    except OSError as error:  # a full disk or device (/dev/full), a read-only folder
+        raise WorkbenchError(f"{option} {path}: cannot write it ({first_line(error)})") from None
 
 
 def remove_stale_temporaries(folder: Path) -> None:

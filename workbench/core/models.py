@@ -43,7 +43,7 @@ from workbench.core.families import encoder_layers as encoder_layers  # public h
 from workbench.core.files import check_weights, local_path
 from workbench.core.hub import hub_reachable, hub_unreachable
 from workbench.core.runs import Run
-from workbench.core.verify import check_config_file, check_loaded, check_model_folder
+from workbench.core.verify import check_config_file, check_loaded, check_model_folder, listed
 
 CACHE_ENV = "KDW_CACHE"
 ATTENTION = "eager"  # attention maps and double backward (AD-KD, GKD) need the eager kernel
@@ -470,6 +470,7 @@ def input_positions(model: PreTrainedModel, batch: Mapping[str, Tensor]) -> Tens
 
 
 GENERIC_LABEL = re.compile(r"LABEL_\d+")
+SHOWN = 8  # classes a refusal lists before "and N more"
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
@@ -500,10 +501,12 @@ def class_order(
         raise WorkbenchError(
             f"--label-map names {unknown}, which are not classes of the task {task_labels}"
         )
-    example = ",".join(f"{t}={m}" for t, m in zip(task_labels, model_labels, strict=False))
+    pairs = [f"{t}={m}" for t, m in zip(task_labels, model_labels, strict=False)]
+    example = ",".join(pairs[:SHOWN]) + (",…" if len(pairs) > SHOWN else "")
     mismatch = (
-        f"{source} has the classes {model_labels}, the task {task_labels}: "
-        f"name the correspondence with --label-map {example} (task class=model label)"
+        f"{source} has the classes [{listed(map(repr, model_labels), SHOWN)}], the task "
+        f"[{listed(map(repr, task_labels), SHOWN)}]: name the correspondence with --label-map "
+        f"{example} (task class=model label)"
     )
     if len(model_labels) != len(task_labels):
         raise WorkbenchError(mismatch)
