@@ -94,9 +94,14 @@ def _check_uri(uri: str) -> None:
             "folder: give sqlite:///PATH/mlflow.db or http://HOST:PORT"
         )
     elif parsed.scheme == "sqlite":
-        folder = Path(uri.removeprefix("sqlite:///")).parent
-        if not folder.is_dir():
-            raise WorkbenchError(f"--mlflow-uri {uri}: the folder {folder} does not exist")
+        database = Path(uri.removeprefix("sqlite:///"))
+        if not database.parent.is_dir():
+            raise WorkbenchError(f"--mlflow-uri {uri}: the folder {database.parent} does not exist")
+        if database.exists() and not database.is_file():
+            raise WorkbenchError(
+                f"--mlflow-uri {uri}: {database} is not a database file (a device, a folder): "
+                "name a file, sqlite:///PATH/mlflow.db"
+            )
 
 
 def store_uri(config: TrackingConfig, root: Path) -> str:

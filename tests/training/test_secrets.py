@@ -63,6 +63,10 @@ REFUSED = {
         ["--report-to", "mlflow", "--mlflow-uri", f"http://kd:{PASSWORD}@127.0.0.1:9"],
         "--mlflow-uri http://kd:***@127.0.0.1:9 cannot be reached",
     ),
+    "a device as MLflow's database": (
+        ["--report-to", "mlflow", "--mlflow-uri", "sqlite:////dev/zero"],
+        "--mlflow-uri sqlite:////dev/zero: /dev/zero is not a database file",
+    ),
     "an MLflow URI without --report-to mlflow": (
         ["--mlflow-uri", f"http://kd:{PASSWORD}@127.0.0.1:9"],
         "--mlflow-uri http://kd:***@127.0.0.1:9 is where MLflow runs go",
