@@ -1,7 +1,8 @@
 """A student run pins its teacher: ``run.json`` records the digests of the teacher's weights and
 tokenizer files; a rerun or a resume against a teacher that changed since is refused in one
 line naming both digests and the way out, before the teacher cache is touched; ``kdw
-evaluate`` says so beside the loyalty figures."""
+evaluate`` says so beside the loyalty figures, and the app labels the student "teacher
+changed"."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from safetensors.torch import load_file, save_file
 
 from kd.training.pipeline import distill
 from tests.conftest import kdw_here, write_tiny_runs
+from workbench.app.catalog import discover_runs
 from workbench.core.config import DataConfig, ObjectiveConfig, OptimConfig, StudentConfig
 from workbench.core.errors import WorkbenchError
 from workbench.core.runs import RESOLVED, Run
@@ -86,3 +88,8 @@ def test_a_student_pins_its_teacher_and_refuses_another(work):
     (row,) = json.loads((work / "rows.json").read_text())
     assert row["teacher_changed"] == note.split("student: ")[1].split(": its loyalty")[0]
     assert list(row).index("teacher_changed") == list(row).index("probability_loyalty") + 1
+
+    entries = {entry.name: entry for entry in discover_runs(work)}  # the app's list
+    assert entries["student"].label == "student (teacher changed)"
+    assert entries["student"].teacher_changed == row["teacher_changed"]
+    assert entries["teacher"].label == "teacher" and entries["teacher"].teacher_changed is None
