@@ -288,3 +288,30 @@ def test_the_catalog_lists_a_broken_folder_in_one_line_beside_the_others(work, t
         expected = _error(case, work).replace(str(work / "cases"), str(root))
         assert entries[case].problem == expected
         assert model_entry(str(root / case)).problem == expected
+
+
+@pytest.mark.slow
+def test_every_page_draws_beside_damaged_model_folders(work, tmp_path, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    root = tmp_path / "runs"
+    shutil.copytree(work / "good", root / "good")
+    for case in IDS:
+        shutil.copytree(work / "cases" / case, root / case)
+    monkeypatch.setenv("KDW_RUNS", str(root))
+    app = Path(__file__).resolve().parents[2] / "app.py"
+    at = AppTest.from_file(str(app), default_timeout=120).run()
+    assert not at.exception, [e.value for e in at.exception]
+    captions = " ".join(c.value for c in at.sidebar.caption).replace("\\", "")
+    for case in HEADER_CASES:
+        assert f"{case}: " in captions, case
+    for page in ("geometry", "loyalty", "divergence", "exports", "train"):
+        at.switch_page(f"workbench/app/{page}.py")
+        at.run()
+        assert not at.exception, (page, [e.value for e in at.exception])
+    for case in ("good", *IDS):  # the train page's details of each folder
+        at.selectbox(key="train.details").set_value(case).run()
+        assert not at.exception, (case, [e.value for e in at.exception])
+    at.selectbox(key="train.details").set_value("labels with a gap").run()
+    shown = [m.value.replace("\\", "") for m in at.error]
+    assert shown == [_error("labels with a gap", work).replace(str(work / "cases"), str(root))]
