@@ -200,8 +200,29 @@ def check_model_folder(folder: str | Path, config: Any) -> None:
     """Check the model folder ``folder`` whose parsed config is ``config`` against its
     safetensors headers and tokenizer files, before its model is allocated: the layers and the
     shape of every tensor the config describes, the parameters in all, and the vocabulary
-    (at least the tokenizer's ids)."""
+    (at least the tokenizer's ids). A folder that passed is not checked again until one of its
+    files changes (a model is loaded through its config, then its weights)."""
     folder = Path(folder)
+    stamp = _stamp(folder)
+    if stamp in _PASSED:
+        return
+    _check_model_folder(folder, config)
+    _PASSED.add(stamp)
+
+
+_PASSED: set[tuple] = set()  # folders that passed check_model_folder, as _stamp gives them
+
+
+def _stamp(folder: Path) -> tuple:
+    """``folder`` and the name, size and modification time of each file in it."""
+    files = sorted(p for p in folder.iterdir() if p.is_file())
+    return (
+        str(folder.resolve()),
+        *((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files),
+    )
+
+
+def _check_model_folder(folder: Path, config: Any) -> None:
     check_config_file(folder)
     headers = weights_headers(folder)
     if not headers:  # weights in another format: checked when loaded (check_loaded)
