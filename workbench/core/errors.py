@@ -1,6 +1,8 @@
 """The one error type users see: a one-line message that names the problem and the fix."""
 
 import re
+from collections.abc import Iterable
+from typing import Any
 
 # the password of a URL (``scheme://user:PASSWORD@host``): what follows the user's colon
 _CREDENTIALS = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/:@]*:)[^\s/@]*@")
@@ -11,6 +13,13 @@ def mask_secrets(text: str) -> str:
     """``text`` with the password of every URL in it replaced by ``***``
     (``postgresql://kd:***@db/optuna``), as every message, record and log shows it."""
     return _CREDENTIALS.sub(rf"\g<1>{MASK}@", text)
+
+
+def listed(items: Iterable[Any], shown: int = 3) -> str:
+    """``items`` on one line: the first ``shown``, then ``and N more``."""
+    items = [str(item) for item in items]
+    head = ", ".join(items[:shown])
+    return head + (f" and {len(items) - shown} more" if len(items) > shown else "")
 
 
 class WorkbenchError(Exception):

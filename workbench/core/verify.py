@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from workbench.core.errors import WorkbenchError
+from workbench.core.errors import WorkbenchError, listed
 from workbench.core.files import read_json_file, read_limited
 
 CONFIG_LIMIT = 1 << 20  # bytes of a model's config.json
@@ -46,13 +46,6 @@ _LAYER_INDEX = re.compile(r"^(.+?)\.(\d+)\.")
 
 def _count(items: Sequence[Any], noun: str) -> str:
     return f"{len(items)} {noun}{'' if len(items) == 1 else 's'}"
-
-
-def listed(items: Iterable[Any], shown: int = SHOWN) -> str:
-    """``items`` on one line: the first ``shown``, then ``and N more``."""
-    items = [str(item) for item in items]
-    head = ", ".join(items[:shown])
-    return head + (f" and {len(items) - shown} more" if len(items) > shown else "")
 
 
 # --------------------------------------------------------------------------- config.json

@@ -22,7 +22,7 @@ from workbench.core.data.splits import (
     split_frame,
     split_indices,
 )
-from workbench.core.errors import WorkbenchError, first_line
+from workbench.core.errors import WorkbenchError, first_line, listed
 from workbench.core.files import regular_file
 
 LOCAL_SUFFIXES = {
@@ -234,8 +234,8 @@ def _label_names(
         unknown = sorted(set(frame["label"]) - set(classes))
         if unknown:
             raise WorkbenchError(
-                f"{where[ours]}: unknown label(s) {unknown[:5]} not in the training labels "
-                f"{list(classes)}"
+                f"{where[ours]}: unknown label(s) [{listed(map(repr, unknown), 5)}] not in the "
+                f"training labels [{listed(map(repr, classes), 8)}]"
             )
     return classes
 
