@@ -7,6 +7,7 @@ changed"."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -93,3 +94,18 @@ def test_a_student_pins_its_teacher_and_refuses_another(work):
     assert entries["student"].label == "student (teacher changed)"
     assert entries["student"].teacher_changed == row["teacher_changed"]
     assert entries["teacher"].label == "teacher" and entries["teacher"].teacher_changed is None
+
+
+def test_a_suite_trains_anew_a_student_whose_teacher_changed(work, tmp_path):
+    """``kdw reproduce`` trains again the students of a teacher trained again to other weights:
+    their old folders, whose records would refuse the new teacher, are removed first."""
+    from kd.experiments.reproduce.runner import forget_other_teacher
+
+    student = tmp_path / "student"
+    shutil.copytree(work / "student", student)
+    record = json.loads((student / "run.json").read_text())
+    for weights, kept in ((weights_digest(work / "teacher" / "model"), True), ("0" * 16, False)):
+        record[RESOLVED]["teacher"]["weights"] = weights
+        (student / "run.json").write_text(json.dumps(record))
+        forget_other_teacher(student, work / "teacher")
+        assert student.exists() == kept

@@ -43,7 +43,7 @@ from kd.experiments.reproduce.suite import (
 )
 from kd.experiments.tune import PARAMETERS, tune
 from kd.methods.objective import PRESETS, preset_weights
-from kd.training.pipeline import check_teacher, distill, train_teacher
+from kd.training.pipeline import check_teacher, distill, teacher_pin, train_teacher
 from workbench.analysis.benchmark import benchmark
 from workbench.analysis.evaluation import evaluate_logits, predict_logits
 from workbench.analysis.faithfulness import aopc
@@ -62,7 +62,7 @@ from workbench.core.data import batches, encode, load_task, pad_id, prefixes
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import RECORD_LIMIT, atomic_write_json, read_json_file, read_limited
 from workbench.core.models import load_for_task, load_model, load_run, load_tokenizer, resolve_model
-from workbench.core.runs import Run
+from workbench.core.runs import RESOLVED, Run, teacher_change
 from workbench.core.shapes import ANY, BOOLEAN, INTEGER, NUMBER, STRING, Either, Mapping, problem
 from workbench.core.verify import weights_digest
 
@@ -248,6 +248,18 @@ def _moved(folder: Path, teacher: Path) -> Run | None:
     return None
 
 
+def forget_other_teacher(folder: Path, teacher: Path) -> None:
+    """Remove the suite's student folder ``folder`` if it learnt from another teacher than
+    ``teacher`` as it is now (trained again since, to other weights): the suite trains such a
+    student anew, and its run record (:func:`~kd.training.pipeline.teacher_pin`) would refuse
+    the new teacher."""
+    if not (folder / "run.json").exists():
+        return
+    pinned = Run(folder).info().get(RESOLVED, {}).get("teacher")
+    if teacher_change(pinned, teacher_pin(str(teacher)).get("teacher")):
+        shutil.rmtree(folder)
+
+
 def train_and_score(
     out: Path, teacher: Path, plan: TaskPlan, experiment: Experiment, key: str, threads: int = 0
 ) -> Scored:
@@ -255,6 +267,7 @@ def train_and_score(
     its identity. Runs in a worker process under ``--jobs``."""
     started = time.time()
     folder = student_folder(out, experiment, key)
+    forget_other_teacher(folder, teacher)
     run = _moved(folder, teacher) or distill(
         plan.data,
         StudentConfig(teacher=str(teacher), num_layers=plan.student_layers, **experiment.student),
