@@ -36,7 +36,6 @@ from workbench.core.files import read_json_file, read_limited
 CONFIG_LIMIT = 1 << 20  # bytes of a model's config.json
 TOKENIZER_LIMIT = 64 << 20  # bytes of a tokenizer's vocabulary file (tokenizer.json, vocab.*)
 HEADER_LIMIT = 100 << 20  # bytes of a safetensors header (the library's own limit)
-SHOWN = 3  # items a message lists before "and N more"
 REMEDY = "replace the folder with a complete copy of the model (save_pretrained)"
 LABELS_REMEDY = "correct id2label in config.json: ids 0..C-1, one distinct name each"
 # parameters a config may describe beyond what its weights hold (a fresh head, tied copies)
