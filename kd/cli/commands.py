@@ -39,7 +39,7 @@ from workbench.core.config import (
     option_name,
     to_dict,
 )
-from workbench.core.errors import WorkbenchError, one_line
+from workbench.core.errors import WorkbenchError, mask_secrets, one_line
 from workbench.core.files import read_json_file
 
 
@@ -502,7 +502,7 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str):
-        self.exit(2, f"kdw: error: {one_line(message)} (see {self.prog} --help)\n")
+        self.exit(2, f"kdw: error: {one_line(mask_secrets(message))} (see {self.prog} --help)\n")
 
 
 def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParser:

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from kd.methods.objective import PRESETS, preset_weights
 from kd.training.diagnostics import summarise
+from kd.training.pipeline import teacher_pin
 from workbench.analysis.evaluation import evaluate_logits, predict_logits
 from workbench.core.config import (
     DataConfig,
@@ -20,7 +21,7 @@ from workbench.core.config import (
 from workbench.core.data import encode, pad_id
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import is_run, layer_count, load_for_task, load_model
-from workbench.core.runs import RESOLVED, Run
+from workbench.core.runs import RESOLVED, Run, teacher_change
 
 
 def _say(text: str) -> None:
@@ -114,7 +115,7 @@ def evaluate_runs(
         dataset = encode(part, loaded.tokenizer, loaded.max_length, task.spec.regression)
         logits = predict_logits(loaded.model, dataset, 64, pad_id(loaded.tokenizer))
         info = loaded.run.info() if loaded.run else {"kind": "model", "method": loaded.origin}
-        reference = None
+        reference, changed = None, None
         if info["kind"] == "student":
             recorded = loaded.run.config(StudentConfig, "student")
             source, mapping = (
@@ -135,6 +136,15 @@ def evaluate_runs(
                     theirs.model, encoded, 64, pad_id(theirs.tokenizer)
                 )
             reference = teacher_logits[key]
+            if not teacher:
+                changed = teacher_change(
+                    info.get(RESOLVED, {}).get("teacher"), teacher_pin(source).get("teacher")
+                )
+                if changed:
+                    once(
+                        f"{loaded.name}: {changed}: its loyalty is measured against "
+                        "the teacher as it is now, not the one it learnt from"
+                    )
         rows.append(
             {
                 "run": loaded.name,
@@ -146,6 +156,7 @@ def evaluate_runs(
                 "split": split,
                 "examples": len(dataset),
                 **evaluate_logits(task.spec, logits, dataset.labels, reference),
+                **({"teacher_changed": changed} if changed else {}),
                 **(term_summary(loaded.run.metrics("train")) if terms and loaded.run else {}),
                 **({"unfinished": unfinished} if unfinished is not None else {}),
             }

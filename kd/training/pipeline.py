@@ -62,11 +62,13 @@ from workbench.core.models import (
     load_tokenizer,
     model_device,
     random_student,
+    resolve_model,
     select_layers,
     set_embeddings_trainable,
     set_label_names,
 )
 from workbench.core.runs import RESOLVED, RUN_FILE, Run, model_card, replace_directory
+from workbench.core.verify import model_digest
 
 EXECUTION_SETTINGS = ("threads", "device", "log_every", "accumulation_steps")
 
@@ -131,6 +133,17 @@ def _resolved(objective: Objective, data: TaskData) -> dict:
             "package_version": metadata.version("kd-workbench"),
         }
     }
+
+
+def teacher_pin(teacher: str) -> dict:
+    """``run.json``'s record of the teacher a student learns from: the digests of its weights
+    and tokenizer files (:func:`~workbench.core.verify.model_digest`), so that a rerun or resume
+    against a teacher that changed since is refused, and an evaluation says so; none for a hub
+    id (its revision is the hub's)."""
+    folder = Path(resolve_model(teacher))
+    if not folder.is_dir():
+        return {}
+    return {"teacher": {"source": str(folder.resolve()), **model_digest(folder)}}
 
 
 def _saver(run: Run, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, spec: TaskSpec):
@@ -532,6 +545,7 @@ def distill(
         },
     }
     record = info | _resolved(objective, data)
+    record[RESOLVED] |= teacher_pin(student_config.teacher)
     manifest = _manifest(data, data_config, optim)
     teacher_state = unfinished_teacher(student_config.teacher)
     if teacher_state is not None:  # what the student learnt from (--allow-unfinished)

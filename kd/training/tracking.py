@@ -26,16 +26,17 @@ import logging
 import time
 import urllib.error
 import urllib.request
+from base64 import b64encode
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 from workbench.core.config import TrackingConfig
-from workbench.core.errors import WorkbenchError, first_line
-from workbench.core.files import atomic_write_json
+from workbench.core.errors import WorkbenchError, first_line, mask_secrets
+from workbench.core.files import RECORD_LIMIT, atomic_write_json, read_json_file
 from workbench.core.runs import Run
 
 TRACKING_FILE = "tracking.json"  # in a run (or study) folder: {"mlflow": {uri: run id}}
@@ -70,8 +71,14 @@ def check(config: TrackingConfig) -> None:
 def _check_uri(uri: str) -> None:
     parsed = urlparse(uri)
     if parsed.scheme in ("http", "https"):
+        # credentials in the URI go in a header: urllib reads them as part of the host
+        plain = parsed._replace(netloc=parsed.netloc.rpartition("@")[2]).geturl()
+        request = urllib.request.Request(f"{plain.rstrip('/')}/health")
+        if parsed.username is not None:
+            user = f"{unquote(parsed.username)}:{unquote(parsed.password or '')}"
+            request.add_header("Authorization", f"Basic {b64encode(user.encode()).decode()}")
         try:
-            with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=REACH_TIMEOUT):
+            with urllib.request.urlopen(request, timeout=REACH_TIMEOUT):
                 pass
         except urllib.error.HTTPError:
             return  # it answered
@@ -87,9 +94,14 @@ def _check_uri(uri: str) -> None:
             "folder: give sqlite:///PATH/mlflow.db or http://HOST:PORT"
         )
     elif parsed.scheme == "sqlite":
-        folder = Path(uri.removeprefix("sqlite:///")).parent
-        if not folder.is_dir():
-            raise WorkbenchError(f"--mlflow-uri {uri}: the folder {folder} does not exist")
+        database = Path(uri.removeprefix("sqlite:///"))
+        if not database.parent.is_dir():
+            raise WorkbenchError(f"--mlflow-uri {uri}: the folder {database.parent} does not exist")
+        if database.exists() and not database.is_file():
+            raise WorkbenchError(
+                f"--mlflow-uri {uri}: {database} is not a database file (a device, a folder): "
+                "name a file, sqlite:///PATH/mlflow.db"
+            )
 
 
 def store_uri(config: TrackingConfig, root: Path) -> str:
@@ -299,22 +311,24 @@ class MlflowTracker(Tracker):
             Path(self.uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         path = self.folder / TRACKING_FILE
         try:
-            recorded = json.loads(path.read_text()) if path.exists() else {}
-        except (OSError, ValueError) as error:
+            recorded = (
+                read_json_file(path, RECORD_LIMIT, "the tracking record") if path.exists() else {}
+            )
+        except WorkbenchError as error:
             raise WorkbenchError(
-                f"{path} cannot be read ({first_line(error)}): delete it to track the run in a "
-                "new MLflow run"
+                f"{error}: delete it to track the run in a new MLflow run"
             ) from None
         try:
             self.client = MlflowClient(tracking_uri=self.uri)
-            if not self._reopen(recorded.get("mlflow", {}).get(self.uri)):
+            shown = mask_secrets(self.uri)  # the record's key: never the password
+            if not self._reopen(recorded.get("mlflow", {}).get(shown)):
                 tags = {MLFLOW_PARENT_RUN_ID: self.parent} if self.parent else {}
                 tags["kdw.folder"] = str(self.folder)
                 created = self.client.create_run(
                     self._experiment(), run_name=self.folder.name, tags=tags
                 )
                 self.run_id = created.info.run_id
-                mlflow = {**recorded.get("mlflow", {}), self.uri: self.run_id}
+                mlflow = {**recorded.get("mlflow", {}), shown: self.run_id}
                 atomic_write_json(path, {**recorded, "mlflow": mlflow})
             known = self.client.get_run(self.run_id).data.params
             params = [

@@ -244,6 +244,14 @@ def test_bad_input_is_one_line_and_writes_nothing(runs, exported, tmp_path, caps
     report = tmp_path / "bench.json"
     assert main(["benchmark", str(teacher), str(broken), "--json", str(report)]) == 2
     assert "model.onnx cannot be loaded by ONNX Runtime" in _error_line(capsys)
+    shutil.copy(exported / "model.onnx", broken / "model.onnx")
+    _scale_classifier(broken / "model.onnx", float("nan"))  # scores like chance, unchecked
+    assert main(["benchmark", str(teacher), str(broken), "--json", str(report)]) == 2
+    assert _error_line(capsys) == (
+        f"kdw: error: {broken / 'model.onnx'}: the initializers model.classifier.weight, "
+        "model.classifier.bias hold NaN or infinite values: export the graph again from a "
+        "model with finite weights (kdw export-model --onnx)"
+    )
     assert main(["benchmark", str(teacher), "--batch-sizes", "0,8", "--json", str(report)]) == 2
     assert "--batch-sizes: '0,8' is not allowed" in _error_line(capsys)
     assert main(["benchmark", str(teacher), str(exported), "--device", "cuda:0"]) == 2

@@ -103,6 +103,15 @@ def test_kdw_faithfulness_writes_json_and_refuses_bad_input_in_one_line(runs, tm
         assert main([*command, *bad, "--json", str(tmp_path / "no.json")]) == 2
         assert message in capsys.readouterr().err.splitlines()[-1]
     assert not (tmp_path / "no.json").exists()
+    edited = tmp_path / "edited.json"  # a hand-edited AOPC is refused, never merged and ranked
+    report["rows"][0]["comprehensiveness"] = 1e9
+    edited.write_text(json.dumps(report))
+    assert main([*command, "--explainers", "grad", "--json", str(edited), "--merge"]) == 2
+    assert capsys.readouterr().err == (
+        "kdw: error: not a kdw faithfulness report: row 1 (teacher, ablation): "
+        "comprehensiveness 1000000000.0 is outside [-1, 1]\n"
+    )
+    assert json.loads(edited.read_text()) == report
 
 
 @pytest.mark.slow

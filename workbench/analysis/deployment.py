@@ -17,7 +17,6 @@ that ``kdw benchmark`` scores the folder on that task.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -46,10 +45,17 @@ from workbench.core.data import (
     sample_split,
 )
 from workbench.core.errors import WorkbenchError, first_line
-from workbench.core.files import atomic_write_json, atomic_write_text, existing_path
+from workbench.core.files import (
+    RECORD_LIMIT,
+    atomic_write_json,
+    atomic_write_text,
+    existing_path,
+    read_json_file,
+)
 from workbench.core.models import LoadedModel, load_tokenizer, set_label_names
 from workbench.core.parts import parts_of
 from workbench.core.runs import model_card, replace_directory
+from workbench.core.verify import check_onnx_graph
 
 GRAPHS = {"fp32": "model.onnx", "int8": "model.int8.onnx"}  # precision → file in the folder
 RECORD = "export.json"
@@ -187,9 +193,9 @@ def load_onnx(
             f"{folder} has no {RECORD}: not a folder written by kdw export-model --onnx"
         )
     try:
-        record = json.loads((folder / RECORD).read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise WorkbenchError(f"{folder / RECORD} is not JSON ({error}): export again") from None
+        record = read_json_file(folder / RECORD, RECORD_LIMIT, "the export record")
+    except WorkbenchError as error:
+        raise WorkbenchError(f"{error}: export again") from None
     recorded = from_dict(DataConfig, record["data"])
     if data is not None and data.task != recorded.task:
         raise WorkbenchError(
@@ -205,6 +211,8 @@ def load_onnx(
         if precision is None:
             raise WorkbenchError(f"{path} is not one of the graphs {RECORD} records")
         graphs = {precision: path}
+    for file in graphs.values():
+        check_onnx_graph(file)
     return [
         OnnxClassifier(
             open_session(file, threads),

@@ -27,6 +27,7 @@ lacks are computed and merged into it, and the merged report is handed on after 
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -366,6 +367,19 @@ def format_faithfulness(report: dict) -> str:
     return "\n".join(lines)
 
 
+# what each number of a report's rows can be: AOPC means of probability drops, Kendall's τ,
+# counts and times
+VALUE_DOMAINS = {
+    **{
+        f"{measure}{end}": (-1.0, 1.0) for measure in AOPC_MEASURES for end in ("", "_low", "_high")
+    },
+    "loo_kendall_tau": (-1.0, 1.0),
+    "tau_undefined": (0, math.inf),
+    "seconds_per_example": (0.0, math.inf),
+    "threads": (1, math.inf),
+}
+
+
 def check_report(report: object) -> dict:
     """``report`` if it is a ``kdw faithfulness`` report (named models, rows of a model and an
     explainer, the settings and explainers it ran with), else a one-line error."""
@@ -385,6 +399,20 @@ def check_report(report: object) -> dict:
         raise WorkbenchError(
             "not a kdw faithfulness report: its models, rows or settings are damaged"
         )
+    for number, row in enumerate(rows, start=1):
+        for key, (low, high) in VALUE_DOMAINS.items():
+            value = row.get(key)
+            if value is None or (isinstance(value, float) and math.isnan(value)):
+                continue  # not measured (a τ undefined on every example)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not (low <= value <= high)
+            ):
+                raise WorkbenchError(
+                    f"not a kdw faithfulness report: row {number} ({row['model']}, "
+                    f"{row['explainer']}): {key} {value!r} is outside [{low:g}, {high:g}]"
+                )
     return report
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.core.errors import WorkbenchError
-from workbench.core.runs import RUN_FILE, Run
+from workbench.core.runs import RESOLVED, RUN_FILE, Run, teacher_change
 
 RUNS_ENV = "KDW_RUNS"
 
@@ -38,6 +38,7 @@ class RunEntry:
     problem: str | None = None
     task_of: Path | None = None
     notes: list[str] = field(default_factory=list)  # damaged records beside a usable model
+    teacher_changed: str | None = None  # a student's teacher changed since (what changed)
 
     @property
     def kind(self) -> str | None:
@@ -92,7 +93,8 @@ class RunEntry:
         origin = self.info.get("origin")
         if self.kind == "model" and origin:
             return f"{self.name} ({origin})"
-        return f"{self.name} (unfinished: {self.unfinished})" if self.unfinished else self.name
+        name = f"{self.name} (teacher changed)" if self.teacher_changed else self.name
+        return f"{name} (unfinished: {self.unfinished})" if self.unfinished else name
 
     def key(self) -> tuple[str, int, str]:
         """What loads this entry's model (:func:`workbench.app.common.load_cached`): its path,
@@ -135,6 +137,28 @@ def _checked_model(source: str, stamp: int) -> tuple[str | None, tuple[str, ...]
     return None, labels, "hub" if not Path(source).exists() else "model folder"
 
 
+def changed_teacher(info: dict[str, Any]) -> str | None:
+    """What changed in the teacher a student run pinned (its ``run.json``) since it was
+    distilled, in words; None when nothing did or nothing was pinned. The teacher's files are
+    hashed once per change of them."""
+    pinned = info.get(RESOLVED, {}).get("teacher")
+    if not pinned:
+        return None
+    folder = Path(pinned["source"])
+    files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
+    stamp = tuple((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in files)
+    return teacher_change(pinned, _digest(str(folder), stamp))
+
+
+@functools.lru_cache(maxsize=64)
+def _digest(folder: str, stamp: tuple) -> dict[str, str] | None:
+    """The digests of the model folder ``folder`` (``stamp``: its weights' names, times and
+    sizes, so that a changed folder is hashed again), None where it is gone."""
+    from workbench.core.verify import model_digest
+
+    return model_digest(folder) if Path(folder).is_dir() else None
+
+
 def _entry(root: Path, folder: Path) -> RunEntry:
     entry = RunEntry(folder, folder.relative_to(root).as_posix())
     try:
@@ -153,6 +177,10 @@ def _entry(root: Path, folder: Path) -> RunEntry:
             record()
         except WorkbenchError as error:
             entry.notes.append(str(error))
+    changed = changed_teacher(entry.info)
+    if changed:  # its loyalty would be measured against a teacher it did not learn from
+        entry.teacher_changed = changed
+        entry.notes.append(f"teacher changed: {changed}")
     if not (run.model_dir / "config.json").exists():
         entry.problem = f"no trained model yet (status: {entry.state})"
         return entry

@@ -23,7 +23,8 @@ from typing import Any
 
 from workbench.app.catalog import RunEntry, discover_runs
 from workbench.app.runner import DEMO_FOLDERS, PROGRESS_FILE, STOP_FILE, demo_ready
-from workbench.core.files import atomic_write_json, read_json_lines
+from workbench.core.errors import WorkbenchError
+from workbench.core.files import RECORD_LIMIT, atomic_write_json, read_json_file, read_json_lines
 
 JOBS_DIR = ".jobs"
 RUNNER = "workbench.app.runner"
@@ -129,8 +130,8 @@ def read_jobs(root: Path) -> list[Job]:
     jobs = []
     for path in sorted((Path(root) / JOBS_DIR).glob("*.json")):
         try:
-            jobs.append(Job(**json.loads(path.read_text())))
-        except (OSError, ValueError, TypeError):
+            jobs.append(Job(**read_json_file(path, RECORD_LIMIT, "job record")))
+        except (WorkbenchError, ValueError, TypeError):
             continue
     return sorted(jobs, key=lambda job: -job.started)
 

@@ -236,7 +236,9 @@ def _runs_table(entries: list[RunEntry], root) -> pd.DataFrame:
                 "run": entry.name,
                 "kind": entry.kind,
                 "method": entry.method,
-                "objective": objective_description(entry.info) if entry.info else "",
+                "objective": objective_description(entry.info)
+                if entry.kind in ("teacher", "student")
+                else "",  # a model folder was not trained here: no objective
                 "task": entry.task,
                 "state": "training" if job else entry.state if entry.info else "broken",
                 "step": step,
@@ -263,6 +265,12 @@ def _training(root, entry: RunEntry) -> Job | None:
 
 def _details(entry: RunEntry, root) -> None:
     """A run's configs, curves, results, log and a resume button."""
+    if entry.kind == "model":  # a model folder: not trained here, nothing to resume
+        if entry.problem:
+            st.error(common.plain(entry.problem))
+        else:
+            st.caption(f"{common.plain(entry.path)}: a model folder, not trained by the workbench")
+        return
     job = job_for(root, entry.path)
     if job is not None and job.alive and job.kind == "demo" and entry.state != "finished":
         st.caption(

@@ -1,8 +1,33 @@
 """The one error type users see: a one-line message that names the problem and the fix."""
 
+import re
+from collections.abc import Iterable
+from typing import Any
+
+# the password of a URL (``scheme://user:PASSWORD@host``): what follows the user's colon
+_CREDENTIALS = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/:@]*:)[^\s/@]*@")
+MASK = "***"
+
+
+def mask_secrets(text: str) -> str:
+    """``text`` with the password of every URL in it replaced by ``***``
+    (``postgresql://kd:***@db/optuna``), as every message, record and log shows it."""
+    return _CREDENTIALS.sub(rf"\g<1>{MASK}@", text)
+
+
+def listed(items: Iterable[Any], shown: int = 3) -> str:
+    """``items`` on one line: the first ``shown``, then ``and N more``."""
+    items = [str(item) for item in items]
+    head = ", ".join(items[:shown])
+    return head + (f" and {len(items) - shown} more" if len(items) > shown else "")
+
 
 class WorkbenchError(Exception):
-    """A problem with the user's input or files, reported as one line without a traceback."""
+    """A problem with the user's input or files, reported as one line without a traceback; the
+    password of a URL in the message is masked (:func:`mask_secrets`), wherever it is shown."""
+
+    def __init__(self, message: object = "", *args: object) -> None:
+        super().__init__(mask_secrets(str(message)), *args)
 
 
 def first_line(error: BaseException) -> str:

@@ -141,6 +141,11 @@ def read_limited(path: str | Path, limit: int, what: str) -> bytes:
     return data
 
 
+# caps of what a reader reads (:func:`read_limited`), by the kind of file
+RECORD_LIMIT = 64_000_000  # a record the workbench wrote: run.json, status.json, results…
+LOG_LIMIT = 256_000_000  # a JSON Lines log: metrics.jsonl, a job's progress
+
+
 def read_json_file(path: str | Path, limit: int, what: str) -> Any:
     """The JSON value in the file ``path`` (at most ``limit`` bytes, :func:`read_limited`);
     a missing, unreadable, non-UTF-8 or non-JSON file is a one-line error naming ``what``."""
@@ -225,11 +230,14 @@ def write_output_file(path: str | Path, text: str, option: str) -> None:
     a device (``>(jq .)``, ``/dev/stdout``) is written to directly, a link's target is replaced
     atomically (the link stays), anything else atomically as itself."""
     path = check_output_file(path, option)
-    if path.exists() and not stat.S_ISREG(path.stat().st_mode):
-        with path.open("w", encoding="utf-8") as stream:
-            stream.write(text)
-        return
-    atomic_write_text(path.resolve() if path.is_symlink() else path, text)
+    try:
+        if path.exists() and not stat.S_ISREG(path.stat().st_mode):
+            with path.open("w", encoding="utf-8") as stream:
+                stream.write(text)
+            return
+        atomic_write_text(path.resolve() if path.is_symlink() else path, text)
+    except OSError as error:  # a full disk or device (/dev/full), a read-only folder
+        raise WorkbenchError(f"{option} {path}: cannot write it ({first_line(error)})") from None
 
 
 def remove_stale_temporaries(folder: Path) -> None:
@@ -332,9 +340,6 @@ def read_json_lines(path: Path, numbered: bool = False) -> list[Any]:
     kill, even one cut inside a character; ``numbered``: ``(line number, value)`` pairs."""
     if not path.exists():
         return []
-    try:
-        text = path.read_bytes().decode("utf-8", errors="replace")
-    except OSError as error:  # a folder, a file without read permission
-        raise WorkbenchError(f"{path} cannot be read ({first_line(error)})") from None
+    text = read_limited(path, LOG_LIMIT, "the log").decode("utf-8", errors="replace")
     lines = parse_json_lines(text)
     return lines if numbered else [value for _, value in lines]

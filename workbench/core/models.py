@@ -46,6 +46,7 @@ from workbench.core.parts import (
 from workbench.core.parts import encoder_layers as encoder_layers  # public here too
 from workbench.core.parts import layer_count as layer_count
 from workbench.core.runs import Run
+from workbench.core.verify import check_config_file, check_loaded, check_model_folder, listed
 
 CACHE_ENV = "KDW_CACHE"
 ATTENTION = "eager"  # attention maps and double backward (AD-KD, GKD) need the eager kernel
@@ -97,11 +98,25 @@ def _from_pretrained(load, name: str, what: str, **options):
     """``load(source, **options)`` for the model ``name``; a hub id while the hub cannot be
     asked comes from the local cache only (no minute of retries), and a miss is one line."""
     source = resolve_model(name)
+    model_load = load == AutoModelForSequenceClassification.from_pretrained
     if Path(source).is_dir():
         check_weights(source, "replace it with a complete copy of the model (save_pretrained)")
+        check_config_file(source)
     cache_only = not Path(source).exists() and not hub_reachable()
     try:
-        return load(source, local_files_only=cache_only, **options)
+        config_load = load == AutoConfig.from_pretrained
+        if not (model_load or config_load):
+            return load(source, local_files_only=cache_only, **options)
+        config = AutoConfig.from_pretrained(source, local_files_only=cache_only)
+        if Path(source).is_dir():  # the config against the weights, before they are read
+            check_model_folder(source, config)
+        if config_load:
+            return config
+        model, info = load(source, local_files_only=cache_only, output_loading_info=True, **options)
+        check_loaded(model, info, name, not has_head(config))
+        return model
+    except WorkbenchError:
+        raise
     except OSError as error:
         if cache_only:
             raise hub_unreachable(
@@ -511,6 +526,7 @@ def input_positions(model: PreTrainedModel, batch: Mapping[str, Tensor]) -> Tens
 
 
 GENERIC_LABEL = re.compile(r"LABEL_\d+")
+SHOWN = 8  # classes a refusal lists before "and N more"
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
@@ -541,10 +557,12 @@ def class_order(
         raise WorkbenchError(
             f"--label-map names {unknown}, which are not classes of the task {task_labels}"
         )
-    example = ",".join(f"{t}={m}" for t, m in zip(task_labels, model_labels, strict=False))
+    pairs = [f"{t}={m}" for t, m in zip(task_labels, model_labels, strict=False)]
+    example = ",".join(pairs[:SHOWN]) + (",…" if len(pairs) > SHOWN else "")
     mismatch = (
-        f"{source} has the classes {model_labels}, the task {task_labels}: "
-        f"name the correspondence with --label-map {example} (task class=model label)"
+        f"{source} has the classes [{listed(map(repr, model_labels), SHOWN)}], the task "
+        f"[{listed(map(repr, task_labels), SHOWN)}]: name the correspondence with --label-map "
+        f"{example} (task class=model label)"
     )
     if len(model_labels) != len(task_labels):
         raise WorkbenchError(mismatch)
@@ -668,10 +686,15 @@ def load_run(path: str | Path) -> LoadedModel:
         raise WorkbenchError(f"{run.path} has no trained model yet (status: {state})")
     run.check_model()
     try:
-        model = AutoModelForSequenceClassification.from_pretrained(
-            run.model_dir, attn_implementation=ATTENTION
+        config = AutoConfig.from_pretrained(run.model_dir)
+        check_model_folder(run.model_dir, config)
+        model, info = AutoModelForSequenceClassification.from_pretrained(
+            run.model_dir, attn_implementation=ATTENTION, output_loading_info=True
         )
+        check_loaded(model, info, str(run.model_dir), False)
         tokenizer = AutoTokenizer.from_pretrained(run.model_dir)
+    except WorkbenchError:
+        raise
     except Exception as error:  # a damaged file: transformers' errors have no common type
         raise WorkbenchError(
             f"{run.model_dir} cannot be loaded ({type(error).__name__}: {first_line(error)}): "
@@ -686,8 +709,8 @@ def load_run(path: str | Path) -> LoadedModel:
 
 
 def is_run(source: str | Path) -> bool:
-    """Whether ``source`` names a run folder (one with ``run.json``)."""
-    return (Path(source) / "run.json").is_file()
+    """Whether ``source`` names a run folder (one with ``run.json``, which its reader checks)."""
+    return (Path(source) / "run.json").exists()
 
 
 def load_model(

@@ -46,13 +46,15 @@ from workbench.core.config import (
     option_name,
     resolve_paths,
 )
-from workbench.core.errors import WorkbenchError, first_line
+from workbench.core.errors import WorkbenchError, first_line, mask_secrets
 from workbench.core.files import (
+    RECORD_LIMIT,
     append_json_line,
     atomic_write_json,
     check_weights,
     hold,
     read_json_lines,
+    read_limited,
     remove_stale_temporaries,
     write_json_lines,
 )
@@ -93,6 +95,7 @@ RUN_SHAPE = {
             "attribution?": {"reduction": STRING},
         },
         "split_fingerprint?": Mapping(STRING),
+        "teacher?": {"source": STRING, "weights": STRING, "tokenizer": STRING},
     },
 }
 STATUS_SHAPE = {
@@ -205,6 +208,11 @@ class Run:
         rather than overwritten. So is a run that another process is writing: the one-line
         error names that process. Its lock (``.lock``) dies with it, so a killed run resumes."""
         run = cls(Path(path))
+        above = next((p for p in run.path.parents if p.exists() or p.is_symlink()), None)
+        if above is not None and not above.is_dir():
+            raise WorkbenchError(
+                f"{run.path}: {above} is a file, not a folder: choose another --run-dir"
+            )
         if run.path.is_file() or (
             not (run.path / RUN_FILE).exists()
             and run.path.exists()
@@ -245,6 +253,15 @@ class Run:
                 "changed since (edited rows or labels); to train on the data as it is now, "
                 "choose another --run-dir"
             )
+        then_teacher = existing.get(RESOLVED, {}).get("teacher")
+        now_teacher = given.get(RESOLVED, {}).get("teacher")
+        changed = teacher_change(then_teacher, now_teacher)
+        if changed:
+            raise WorkbenchError(
+                f"{self.path} was distilled from another teacher: {changed}; the student and "
+                "its teacher cache learnt from the former one: to distil from the teacher as it "
+                "is now, choose another --run-dir"
+            )
         then = existing.get(RESOLVED, {}).get("objective")
         now = given.get(RESOLVED, {}).get("objective") or {}
         if then is not None and then != now:
@@ -269,7 +286,7 @@ class Run:
             "versions": _versions(),
             "git_commit": _git_commit(),
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "command": sys.argv,
+            "command": [mask_secrets(part) for part in sys.argv],
         }
         atomic_write_json(self.path / "manifest.json", manifest)
         atomic_write_json(self.path / RUN_FILE, info)
@@ -299,10 +316,12 @@ class Run:
         ``shape`` (:mod:`workbench.core.shapes`; ``what`` the file should be, for the message), is
         a one-line error ending in ``remedy`` (for a corrupt file)."""
         path = self.path / name
+        if not path.exists():
+            raise WorkbenchError(f"{path} is missing: the run folder is incomplete")
         try:
-            value = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise WorkbenchError(f"{path} is missing: the run folder is incomplete") from None
+            value = json.loads(read_limited(path, RECORD_LIMIT, "run file"))
+        except WorkbenchError as error:  # a device, a pipe, a file past the limit
+            raise WorkbenchError(f"{error}: {remedy}") from None
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
             reason = error.msg if isinstance(error, json.JSONDecodeError) else "not UTF-8"
             raise WorkbenchError(f"{path} is corrupt ({reason}): {remedy}") from None
@@ -496,6 +515,23 @@ class Run:
         return self.read_json(
             "results.json", RESULTS_REMEDY, RESULTS_SHAPE, "the metrics of a run's best model"
         )
+
+
+def teacher_change(then: dict[str, str] | None, now: dict[str, str] | None) -> str | None:
+    """What changed between the teacher a run pinned (``then``, its ``run.json``) and the
+    teacher as it is ``now`` (:func:`~workbench.core.verify.model_digest`), in words: ``the
+    weights of /t/model are 1f2e… now, 9a8b… when the run was made``; None when nothing did, or
+    when either side has no record (a run of an earlier version, a hub id)."""
+    if not then or not now:
+        return None
+    parts = [
+        f"its {part} {then[part]} → {now[part]}"
+        for part in ("weights", "tokenizer")
+        if then.get(part) != now.get(part)
+    ]
+    if not parts:
+        return None
+    return f"the teacher {then.get('source', '?')} changed since ({', '.join(parts)})"
 
 
 _SHOWN = 4  # differences named by a refusal to reopen a run

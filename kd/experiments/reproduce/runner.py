@@ -13,8 +13,6 @@ the report's paired intervals need no run folder.
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import json
 import math
 import os
@@ -45,7 +43,7 @@ from kd.experiments.reproduce.suite import (
 )
 from kd.experiments.tune import PARAMETERS, tune
 from kd.methods.objective import PRESETS, preset_weights
-from kd.training.pipeline import check_teacher, distill, train_teacher
+from kd.training.pipeline import check_teacher, distill, teacher_pin, train_teacher
 from workbench.analysis.benchmark import benchmark
 from workbench.analysis.evaluation import evaluate_logits, predict_logits
 from workbench.analysis.faithfulness import aopc
@@ -61,11 +59,12 @@ from workbench.core.config import (
     from_dict,
 )
 from workbench.core.data import batches, encode, load_task, pad_id, prefixes
-from workbench.core.errors import WorkbenchError, first_line
-from workbench.core.files import atomic_write_json
+from workbench.core.errors import WorkbenchError
+from workbench.core.files import RECORD_LIMIT, atomic_write_json, read_json_file, read_limited
 from workbench.core.models import load_for_task, load_model, load_run, load_tokenizer, resolve_model
-from workbench.core.runs import Run
+from workbench.core.runs import RESOLVED, Run, teacher_change
 from workbench.core.shapes import ANY, BOOLEAN, INTEGER, NUMBER, STRING, Either, Mapping, problem
+from workbench.core.verify import weights_digest
 
 FORMAT = 2  # results.json: rows with identities, relative paths and per-example values
 LOYALTY = ("label_loyalty", "probability_loyalty")  # per example in a student's predictions
@@ -130,8 +129,8 @@ class ExampleScores:
         }
         if stored.exists():
             try:  # a damaged file is computed again: it is only a cache of the scores
-                scores = json.loads(stored.read_text())
-            except (OSError, ValueError):
+                scores = read_json_file(stored, RECORD_LIMIT, "stored scores")
+            except WorkbenchError:
                 scores = None
             if isinstance(scores, dict) and scores.pop("settings", None) == settings:
                 return scores
@@ -197,18 +196,6 @@ def given_teacher(plan: TaskPlan) -> tuple[Path, dict]:
     return folder, evaluate_logits(task.spec, logits, dataset.labels)
 
 
-def weights_digest(folder: Path) -> str:
-    """A short hash of the weights a saved model folder holds (its ``*.safetensors`` files):
-    a teacher trained again with the same settings but other float rounding (another number of
-    threads) hashes otherwise."""
-    digest = hashlib.sha256()
-    for path in sorted(folder.glob("*.safetensors")):
-        with path.open("rb") as weights:
-            for block in iter(functools.partial(weights.read, 1 << 24), b""):
-                digest.update(block)
-    return digest.hexdigest()[:16]
-
-
 def same_teacher(before: dict, now: dict) -> bool:
     """Whether two records of a task's teacher hold the same weights (a record of an earlier
     version, without their digest: the same test metrics)."""
@@ -261,6 +248,18 @@ def _moved(folder: Path, teacher: Path) -> Run | None:
     return None
 
 
+def forget_other_teacher(folder: Path, teacher: Path) -> None:
+    """Remove the suite's student folder ``folder`` if it learnt from another teacher than
+    ``teacher`` as it is now (trained again since, to other weights): the suite trains such a
+    student anew, and its run record (:func:`~kd.training.pipeline.teacher_pin`) would refuse
+    the new teacher."""
+    if not (folder / "run.json").exists():
+        return
+    pinned = Run(folder).info().get(RESOLVED, {}).get("teacher")
+    if teacher_change(pinned, teacher_pin(str(teacher)).get("teacher")):
+        shutil.rmtree(folder)
+
+
 def train_and_score(
     out: Path, teacher: Path, plan: TaskPlan, experiment: Experiment, key: str, threads: int = 0
 ) -> Scored:
@@ -268,6 +267,7 @@ def train_and_score(
     its identity. Runs in a worker process under ``--jobs``."""
     started = time.time()
     folder = student_folder(out, experiment, key)
+    forget_other_teacher(folder, teacher)
     run = _moved(folder, teacher) or distill(
         plan.data,
         StudentConfig(teacher=str(teacher), num_layers=plan.student_layers, **experiment.student),
@@ -362,7 +362,7 @@ def choose_weights(out: Path, teacher: Path, suite: Suite, method: str, threads:
     )
     if result.best is None:
         raise WorkbenchError(f"kdw tune {method}: no trial finished (all pruned or stopped)")
-    best = json.loads(result.best.read_text())
+    best = read_json_file(result.best, RECORD_LIMIT, "the best configuration")
     return {
         "key": fingerprint(tuning_settings(suite, method)),
         "task": task,
@@ -624,12 +624,12 @@ def read_results(out: Path) -> dict:
     if not path.exists():
         return {}
     try:
-        results = json.loads(path.read_text(encoding="utf-8"))
+        results = json.loads(read_limited(path, RECORD_LIMIT, "the suite's results"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         reason = error.msg if isinstance(error, json.JSONDecodeError) else "not UTF-8"
         raise WorkbenchError(f"{path} is corrupt ({reason}): {RESULTS_REMEDY}") from None
-    except OSError as error:
-        raise WorkbenchError(f"{path} cannot be read ({first_line(error)})") from None
+    except WorkbenchError as error:  # a device, a pipe, a file past the limit
+        raise WorkbenchError(f"{error}: {RESULTS_REMEDY}") from None
     found = problem(results, RESULTS_SHAPE)
     if found:
         raise WorkbenchError(f"{path} is not the record of a suite: {found}: {RESULTS_REMEDY}")

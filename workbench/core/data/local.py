@@ -22,7 +22,7 @@ from workbench.core.data.splits import (
     split_frame,
     split_indices,
 )
-from workbench.core.errors import WorkbenchError, first_line
+from workbench.core.errors import WorkbenchError, first_line, listed
 from workbench.core.files import regular_file
 
 LOCAL_SUFFIXES = {
@@ -48,12 +48,28 @@ def _read_table(path: Path) -> pd.DataFrame:
             return pd.read_json(path, lines=True, encoding=encoding)
         if kind == "tsv":  # as the GLUE files are read: a quote character is text, never a
             # field delimiter, so a stray quote cannot merge rows
+            _check_header(path, encoding, "\t", csv.QUOTE_NONE)
             return pd.read_csv(
                 path, sep="\t", keep_default_na=False, encoding=encoding, quoting=csv.QUOTE_NONE
             )
+        _check_header(path, encoding, ",", csv.QUOTE_MINIMAL)
         return pd.read_csv(path, keep_default_na=False, encoding=encoding)
     except (ValueError, OSError, pd.errors.ParserError) as error:
         raise WorkbenchError(f"{path}: cannot read it as {kind}: {first_line(error)}") from None
+
+
+def _check_header(path: Path, encoding: str, delimiter: str, quoting: int) -> None:
+    """Refuse a header that names a column twice (``text,text,label``): pandas would read the
+    first and rename the second ``text.1``, and the task would train on one of them silently."""
+    with path.open(encoding=encoding, newline="") as stream:
+        header = next(csv.reader(stream, delimiter=delimiter, quoting=quoting), [])
+    seen: set[str] = set()
+    twice = [name for name in header if name in seen or seen.add(name)]
+    if twice:
+        raise WorkbenchError(
+            f"{path}: the header names the column(s) {sorted(set(twice))} more than once: give "
+            "each column its own name"
+        )
 
 
 def _text_encoding(path: Path) -> str:
@@ -135,6 +151,17 @@ def check_table(frame: pd.DataFrame, where: str, numbering: tuple[str, int]) -> 
     for column in ("text", "text_pair"):
         if column not in frame:
             continue
+        structured = np.flatnonzero(
+            frame[column].map(lambda v: isinstance(v, dict | list | tuple | set | np.ndarray))
+        )
+        if len(structured):
+            first = frame[column].iloc[structured[0]]
+            shown = repr(first.tolist() if isinstance(first, np.ndarray) else first)
+            raise WorkbenchError(
+                f"{where}: {column} is not a text but a {type(first).__name__} in "
+                f"{len(structured)} row(s) ({_lines(structured, numbering)}: "
+                f"{shown[:40]}{'…' if len(shown) > 40 else ''}); give each text as a string"
+            )
         frame[column] = frame[column].fillna("").map(clean_text)
         empty = np.flatnonzero(frame[column].to_numpy() == "")
         if len(empty):
@@ -207,8 +234,8 @@ def _label_names(
         unknown = sorted(set(frame["label"]) - set(classes))
         if unknown:
             raise WorkbenchError(
-                f"{where[ours]}: unknown label(s) {unknown[:5]} not in the training labels "
-                f"{list(classes)}"
+                f"{where[ours]}: unknown label(s) [{listed(map(repr, unknown), 5)}] not in the "
+                f"training labels [{listed(map(repr, classes), 8)}]"
             )
     return classes
 

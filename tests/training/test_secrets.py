@@ -1,0 +1,118 @@
+"""A password in a URL (``--mlflow-uri``, ``--storage``) never leaves: it is masked in every
+message, and no file a run writes — ``run.json``, the manifest, the model card, the tracking
+record, the tracker's parameters — holds it."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+from tests.conftest import kdw_here, write_tiny_workspace
+
+PASSWORD = "PLANTED-s3cret"
+FAST = ["--max-length", "16", "--epochs", "0.1", "--batch-size", "16", "--threads", "1"]
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    work = tmp_path_factory.mktemp("secrets")
+    write_tiny_workspace(work)
+    return work
+
+
+class _Health(BaseHTTPRequestHandler):
+    """An MLflow server's health check, behind basic authentication."""
+
+    seen: ClassVar[list[str | None]] = []
+
+    def do_GET(self) -> None:
+        self.seen.append(self.headers.get("Authorization"))
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"OK")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def server() -> Iterator[int]:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Health)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield httpd.server_port
+    httpd.shutdown()
+
+
+def _files_holding(folder: Path, secret: str) -> list[str]:
+    return [
+        str(path)
+        for path in folder.rglob("*")
+        if path.is_file() and secret.encode() in path.read_bytes()
+    ]
+
+
+REFUSED = {
+    "an unreachable MLflow server": (
+        ["--report-to", "mlflow", "--mlflow-uri", f"http://kd:{PASSWORD}@127.0.0.1:9"],
+        "--mlflow-uri http://kd:***@127.0.0.1:9 cannot be reached",
+    ),
+    "a device as MLflow's database": (
+        ["--report-to", "mlflow", "--mlflow-uri", "sqlite:////dev/zero"],
+        "--mlflow-uri sqlite:////dev/zero: /dev/zero is not a database file",
+    ),
+    "an MLflow URI without --report-to mlflow": (
+        ["--mlflow-uri", f"http://kd:{PASSWORD}@127.0.0.1:9"],
+        "--mlflow-uri http://kd:***@127.0.0.1:9 is where MLflow runs go",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED, ids=list(REFUSED))
+def test_a_refused_uri_is_named_without_its_password(work, tmp_path, case):
+    options, said = REFUSED[case]
+    command = ["train-teacher", "--model", str(work / "tiny-bert"), "--task", str(work / "task")]
+    status, err = kdw_here([*command, "--run-dir", str(tmp_path / "run"), *options], tmp_path)
+    assert status == 2 and err.startswith("kdw: error: ") and len(err.splitlines()) == 1
+    assert said in err and PASSWORD not in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_storage_of_a_search_is_named_without_its_password(work, tmp_path):
+    storage = f"postgresql://kd:{PASSWORD}@127.0.0.1:9/optuna"
+    command = ["tune", "--teacher", str(work / "tiny-bert"), "--task", str(work / "task")]
+    status, err = kdw_here([*command, "--out", str(tmp_path / "s"), "--storage", storage], tmp_path)
+    assert status == 2 and "postgresql://kd:***@127.0.0.1:9/optuna" in err
+    assert PASSWORD not in err
+
+
+def test_no_file_a_tracked_run_writes_holds_the_password(work, tmp_path, server, monkeypatch):
+    """A run tracked in an MLflow server behind a password (its store here a local database
+    the client is pointed to: the workbench only sees the URI) writes the URI masked."""
+    import mlflow
+
+    uri = f"http://kd:{PASSWORD}@127.0.0.1:{server}"
+    store = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    (tmp_path / "store").mkdir()
+    real = mlflow.MlflowClient
+    monkeypatch.setattr(mlflow, "MlflowClient", lambda tracking_uri: real(tracking_uri=store))
+    run = tmp_path / "runs" / "teacher"
+    command = [
+        *("train-teacher", "--model", str(work / "tiny-bert"), "--task", str(work / "task")),
+        *("--run-dir", str(run), *FAST, "--report-to", "mlflow", "--mlflow-uri", uri),
+    ]
+    monkeypatch.setattr(sys, "argv", ["kdw", *command])  # what the manifest records
+    status, err = kdw_here(command, tmp_path)
+    assert status == 0, err
+    assert (run / "results.json").exists() and (run / "tracking.json").exists()
+    assert _Health.seen and _Health.seen[-1].startswith("Basic ")  # the password sent, as a header
+    assert PASSWORD not in err
+    assert _files_holding(run, PASSWORD) == []
+    assert _files_holding(tmp_path / "store", PASSWORD) == []  # the tracker's parameters
+    assert "http://kd:***@127.0.0.1" in (run / "manifest.json").read_text()

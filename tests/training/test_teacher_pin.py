@@ -1,0 +1,111 @@
+"""A student run pins its teacher: ``run.json`` records the digests of the teacher's weights and
+tokenizer files; a rerun or a resume against a teacher that changed since is refused in one
+line naming both digests and the way out, before the teacher cache is touched; ``kdw
+evaluate`` says so beside the loyalty figures, and the app labels the student "teacher
+changed"."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file, save_file
+
+from kd.training.pipeline import distill
+from tests.conftest import kdw_here, write_tiny_runs
+from workbench.app.catalog import discover_runs
+from workbench.core.config import DataConfig, ObjectiveConfig, OptimConfig, StudentConfig
+from workbench.core.errors import WorkbenchError
+from workbench.core.runs import RESOLVED, Run
+from workbench.core.verify import files_digest, weights_digest
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    work = tmp_path_factory.mktemp("pinned")
+    write_tiny_runs(work)
+    return work
+
+
+def _again(work: Path) -> None:
+    """The call that made ``work/student`` (:func:`tests.conftest.write_tiny_runs`)."""
+    data = DataConfig(task=str(work / "task"), max_length=16)
+    fast = OptimConfig(epochs=0.1, batch_size=16, threads=1)
+    student = StudentConfig(teacher=str(work / "teacher"), num_layers=2)
+    distill(data, student, ObjectiveConfig(preset="kd"), fast, work / "student")
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_a_student_pins_its_teacher_and_refuses_another(work):
+    model = work / "teacher" / "model"
+    pinned = Run.open(work / "student").info()[RESOLVED]["teacher"]
+    assert pinned == {
+        "source": str(model.resolve()),
+        "weights": weights_digest(model),
+        "tokenizer": files_digest(
+            [model / name for name in ("tokenizer.json", "tokenizer_config.json")]
+        ),
+    }
+    _again(work)  # the same teacher: the finished run is reopened as it is
+
+    path = model / "model.safetensors"
+    state = load_file(path)
+    state["classifier.bias"] += 1.0  # the teacher trained again: other (finite) weights
+    save_file(state, path, metadata={"format": "pt"})
+    now = weights_digest(model)
+    student = work / "student"
+    before = _snapshot(student)
+    (student / "status.json").write_text('{"state": "running", "step": 1, "total": 1}')
+    refusal = (
+        f"{student} was distilled from another teacher: the teacher {model.resolve()} changed "
+        f"since (its weights {pinned['weights']} → {now}); the student and its teacher cache "
+        "learnt from the former one: to distil from the teacher as it is now, choose another "
+        "--run-dir"
+    )
+    with pytest.raises(WorkbenchError) as raised:  # a resume: the run was training
+        _again(work)
+    assert str(raised.value) == refusal
+    (student / "status.json").write_bytes(before["status.json"])
+    with pytest.raises(WorkbenchError) as raised:  # a rerun of the finished run
+        _again(work)
+    assert str(raised.value) == refusal
+    after = _snapshot(student)
+    after.pop(".lock", None), before.pop(".lock", None)
+    assert after == before  # the teacher cache, results and model untouched
+
+    status, err = kdw_here(["evaluate", str(student), "--json", str(work / "rows.json")], work)
+    assert status == 0, err
+    note = (
+        f"kdw: note: student: the teacher {model.resolve()} changed since (its weights "
+        f"{pinned['weights']} → {now}): its loyalty is measured against the teacher as it is "
+        "now, not the one it learnt from"
+    )
+    assert note in err.splitlines()
+    (row,) = json.loads((work / "rows.json").read_text())
+    assert row["teacher_changed"] == note.split("student: ")[1].split(": its loyalty")[0]
+    assert list(row).index("teacher_changed") == list(row).index("probability_loyalty") + 1
+
+    entries = {entry.name: entry for entry in discover_runs(work)}  # the app's list
+    assert entries["student"].label == "student (teacher changed)"
+    assert entries["student"].teacher_changed == row["teacher_changed"]
+    assert entries["teacher"].label == "teacher" and entries["teacher"].teacher_changed is None
+
+
+def test_a_suite_trains_anew_a_student_whose_teacher_changed(work, tmp_path):
+    """``kdw reproduce`` trains again the students of a teacher trained again to other weights:
+    their old folders, whose records would refuse the new teacher, are removed first."""
+    from kd.experiments.reproduce.runner import forget_other_teacher
+
+    student = tmp_path / "student"
+    shutil.copytree(work / "student", student)
+    record = json.loads((student / "run.json").read_text())
+    for weights, kept in ((weights_digest(work / "teacher" / "model"), True), ("0" * 16, False)):
+        record[RESOLVED]["teacher"]["weights"] = weights
+        (student / "run.json").write_text(json.dumps(record))
+        forget_other_teacher(student, work / "teacher")
+        assert student.exists() == kept

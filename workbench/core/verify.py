@@ -1,0 +1,510 @@
+"""A model folder is checked before its model is used: its config agrees with its weights and
+with its tokenizer, every weight the architecture expects is in the files and every tensor in
+the files is used, and every floating weight is finite.
+
+The checks compare a folder with what transformers itself expects for the architecture the
+config names (the model built on the ``meta`` device, which allocates nothing), never with a
+table of families, so they hold for any ``…ForSequenceClassification``. They run in two steps:
+
+- :func:`check_config_file` reads ``config.json`` (bounded) and checks its labels;
+  :func:`check_model_folder` compares the config with the safetensors headers and the
+  tokenizer's ids, before the model is allocated: a config of 100 000 layers over 4-layer
+  weights is refused from the header, in milliseconds.
+- :func:`check_loaded` checks what transformers reports of the load (missing, unexpected and
+  mismatched keys: never silent random values) and that every floating tensor is finite.
+
+A checkpoint without a classification head (an encoder, a masked-LM checkpoint) gets a fresh
+head for the task: the one deliberate exception, said in a note.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import hashlib
+import json
+import math
+import re
+import struct
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from workbench.core.errors import WorkbenchError, listed
+from workbench.core.files import read_json_file, read_limited
+
+CONFIG_LIMIT = 1 << 20  # bytes of a model's config.json
+TOKENIZER_LIMIT = 64 << 20  # bytes of a tokenizer's vocabulary file (tokenizer.json, vocab.*)
+HEADER_LIMIT = 100 << 20  # bytes of a safetensors header (the library's own limit)
+REMEDY = "replace the folder with a complete copy of the model (save_pretrained)"
+LABELS_REMEDY = "correct id2label in config.json: ids 0..C-1, one distinct name each"
+# parameters a config may describe beyond what its weights hold (a fresh head, tied copies)
+SPARE_PARAMETERS = 1 << 24
+_LAYER_INDEX = re.compile(r"^(.+?)\.(\d+)\.")
+
+
+def _count(items: Sequence[Any], noun: str) -> str:
+    return f"{len(items)} {noun}{'' if len(items) == 1 else 's'}"
+
+
+# --------------------------------------------------------------------------- config.json
+
+
+def check_config_file(folder: str | Path) -> dict[str, Any]:
+    """The JSON object of ``folder/config.json`` (read bounded: a regular file of at most
+    :data:`CONFIG_LIMIT` bytes), its labels checked: ``id2label`` maps the ids 0..C−1, without
+    gaps, to distinct names, and ``num_labels``, where given, is C."""
+    path = Path(folder) / "config.json"
+    raw = read_json_file(path, CONFIG_LIMIT, "the model config")
+    if not isinstance(raw, dict):
+        raise WorkbenchError(f"{path} is not a model config (a JSON object): {REMEDY}")
+    labels = raw.get("id2label")
+    if labels is None:
+        return raw
+    if not isinstance(labels, dict) or not labels:
+        raise WorkbenchError(f"{path}: id2label is not a map of ids to names: {LABELS_REMEDY}")
+    try:
+        ids = sorted(int(key) for key in labels)
+    except (TypeError, ValueError):
+        bad = [key for key in labels if not str(key).lstrip("-").isdigit()]
+        raise WorkbenchError(
+            f"{path}: id2label has keys that are not ids ({listed(map(repr, bad))}): "
+            f"{LABELS_REMEDY}"
+        ) from None
+    count = len(labels)
+    if ids != list(range(count)):
+        raise WorkbenchError(
+            f"{path}: id2label has the ids {listed(ids)}, not 0..{count - 1} (one per class, "
+            f"without gaps): {LABELS_REMEDY}"
+        )
+    names = [str(labels[key]) for key in sorted(labels, key=int)]
+    seen: dict[str, int] = {}
+    repeated = []
+    for index, name in enumerate(names):
+        if name.casefold() in seen:
+            repeated.append(f"{seen[name.casefold()]} and {index} ({name!r})")
+        seen.setdefault(name.casefold(), index)
+    if repeated:
+        raise WorkbenchError(
+            f"{path}: id2label gives two classes one name: {listed(repeated)}: {LABELS_REMEDY}"
+        )
+    given = raw.get("num_labels")
+    if given is not None and given != count:
+        raise WorkbenchError(
+            f"{path}: num_labels is {given!r}, but id2label names {count} classes: "
+            f"{LABELS_REMEDY}, num_labels {count}"
+        )
+    return raw
+
+
+# --------------------------------------------------------------------------- weights headers
+
+
+def safetensors_header(path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
+    """``{key: (shape, dtype)}`` of the safetensors file ``path``, read from its header alone
+    (no tensor is read)."""
+    with path.open("rb") as stream:
+        prefix = stream.read(8)
+        if len(prefix) < 8:
+            raise WorkbenchError(f"{path} is damaged (no safetensors header): {REMEDY}")
+        (size,) = struct.unpack("<Q", prefix)
+        if size > HEADER_LIMIT:
+            raise WorkbenchError(
+                f"{path} is damaged (a header of {size:,} bytes; the limit is "
+                f"{HEADER_LIMIT:,}): {REMEDY}"
+            )
+        try:
+            header = json.loads(stream.read(size))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise WorkbenchError(f"{path} is damaged (its header is not JSON): {REMEDY}") from None
+    return {
+        key: (tuple(int(n) for n in value["shape"]), str(value["dtype"]))
+        for key, value in header.items()
+        if key != "__metadata__" and isinstance(value, dict)
+    }
+
+
+def weights_headers(folder: Path) -> dict[str, tuple[tuple[int, ...], str, str]]:
+    """``{key: (shape, dtype, file name)}`` over every ``*.safetensors`` file of ``folder``."""
+    keys: dict[str, tuple[tuple[int, ...], str, str]] = {}
+    for path in sorted(folder.glob("*.safetensors")):
+        for key, (shape, dtype) in safetensors_header(path).items():
+            keys[key] = (shape, dtype, path.name)
+    return keys
+
+
+def layer_blocks(keys: Iterable[str]) -> tuple[str, int]:
+    """The prefix under which ``keys`` hold the most numbered blocks (``bert.encoder.layer``,
+    ``transformer.h``), and how many: the layers a set of weights holds."""
+    blocks: dict[str, set[int]] = {}
+    for key in keys:
+        match = _LAYER_INDEX.match(key)
+        if match:
+            blocks.setdefault(match[1], set()).add(int(match[2]))
+    if not blocks:
+        return "", 0
+    prefix = max(blocks, key=lambda p: (len(blocks[p]), p))
+    return prefix, len(blocks[prefix])
+
+
+def _numel(shape: Sequence[int]) -> int:
+    return math.prod(shape) if shape else 1
+
+
+def _meta_model(config: Any):
+    """The sequence classifier ``config`` describes, built on the meta device: its parameters
+    have shapes and no storage."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    with torch.device("meta"):
+        return AutoModelForSequenceClassification.from_config(config)
+
+
+def _expected(model: Any) -> dict[str, tuple[int, ...]]:
+    return {key: tuple(value.shape) for key, value in model.state_dict().items()}
+
+
+def _as_model_key(key: str, expected: Mapping[str, Any], prefix: str) -> str | None:
+    """The model's name of the weights' ``key``: the same, or under the base model's prefix
+    (a checkpoint of the bare encoder)."""
+    if key in expected:
+        return key
+    if prefix and f"{prefix}.{key}" in expected:
+        return f"{prefix}.{key}"
+    return None
+
+
+def _fields_of(config: Any, size: int, head: bool = False) -> str:
+    """The config's settings whose value is ``size`` (which a wrong dimension comes from); for
+    a tensor of the classification head (``head``), its classes."""
+    if head and size == getattr(config, "num_labels", None):
+        return f" (config.json: num_labels {size}, the entries of id2label)"
+    names = [
+        name
+        for name, value in config.to_dict().items()
+        if isinstance(value, int) and not isinstance(value, bool) and value == size
+    ]
+    return f" (config.json: {listed(f'{name} {size}' for name in names)})" if names else ""
+
+
+def check_model_folder(folder: str | Path, config: Any) -> None:
+    """Check the model folder ``folder`` whose parsed config is ``config`` against its
+    safetensors headers and tokenizer files, before its model is allocated: the layers and the
+    shape of every tensor the config describes, the parameters in all, and the vocabulary
+    (at least the tokenizer's ids). A folder that passed is not checked again until one of its
+    files changes (a model is loaded through its config, then its weights)."""
+    folder = Path(folder)
+    stamp = _stamp(folder)
+    if stamp in _PASSED:
+        return
+    _check_model_folder(folder, config)
+    _PASSED.add(stamp)
+
+
+_PASSED: set[tuple] = set()  # folders that passed check_model_folder, as _stamp gives them
+
+
+def _stamp(folder: Path) -> tuple:
+    """``folder`` and the name, size and modification time of each file in it."""
+    files = sorted(p for p in folder.iterdir() if p.is_file())
+    return (
+        str(folder.resolve()),
+        *((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files),
+    )
+
+
+def _check_model_folder(folder: Path, config: Any) -> None:
+    check_config_file(folder)
+    headers = weights_headers(folder)
+    if not headers:  # weights in another format: checked when loaded (check_loaded)
+        return
+    weights = ", ".join(sorted({file for *_, file in headers.values()}))
+    where = f"{folder / 'config.json'}"
+    _check_layers(config, headers, where, weights, folder)
+    try:
+        model = _meta_model(config)
+    except Exception:  # an architecture transformers cannot build: said by the load itself
+        return
+    expected = _expected(model)
+    prefix = getattr(model, "base_model_prefix", "")
+    for key, (shape, _dtype, file) in headers.items():
+        name = _as_model_key(key, expected, prefix)
+        if name is not None and expected[name] != shape:
+            axis = next(
+                (i for i, (a, b) in enumerate(zip(shape, expected[name], strict=False)) if a != b),
+                0,
+            )
+            wanted = expected[name][axis] if axis < len(expected[name]) else 0
+            raise WorkbenchError(
+                f"{where} does not describe the weights of {folder / file}: {key} is "
+                f"{list(shape)} there, the config makes it {list(expected[name])}"
+                f"{_fields_of(config, wanted, not name.startswith(f'{prefix}.'))}: {REMEDY}"
+            )
+    held = sum(_numel(shape) for shape, *_ in headers.values())
+    described = sum(_numel(shape) for shape in expected.values())
+    if described > 2 * held + SPARE_PARAMETERS:
+        raise WorkbenchError(
+            f"{where} describes a model of {described:,} parameters, but {weights} hold "
+            f"{held:,}: the config is not that of these weights; {REMEDY}"
+        )
+    _check_vocabulary(model, folder, config)
+
+
+def _check_layers(
+    config: Any, headers: Mapping[str, Any], where: str, weights: str, folder: Path
+) -> None:
+    """Refuse a config whose layer count differs from the layers in the weights, found from
+    the headers and, when the config asks for more, a model of one layer more than the weights
+    hold: a config of 100 000 layers is never built."""
+    layers = getattr(config, "num_hidden_layers", None)
+    prefix, held = layer_blocks(headers)
+    if not isinstance(layers, int) or not held or layers == held:
+        return
+    probe = config
+    if layers > held:
+        probe = copy.deepcopy(config)
+        try:
+            probe.num_hidden_layers = held + 1
+            model = _meta_model(probe)
+        except Exception:
+            return
+        # shared layers (ALBERT) build no module per layer: a deeper config is no mismatch
+        if layer_blocks(_strip(_expected(model), model))[1] <= held:
+            return
+    else:
+        try:
+            model = _meta_model(config)
+        except Exception:
+            return
+        if layer_blocks(_strip(_expected(model), model))[1] >= held:
+            return
+    raise WorkbenchError(
+        f"{where}: num_hidden_layers is {layers}, but {weights} in {folder} holds {held} layers "
+        f"({prefix}.0 to {prefix}.{held - 1}): the config and the weights are of different "
+        f"models; {REMEDY}"
+    )
+
+
+def _strip(expected: Mapping[str, Any], model: Any) -> list[str]:
+    """The model's keys as a bare-encoder checkpoint names them (no base-model prefix)."""
+    prefix = getattr(model, "base_model_prefix", "")
+    return [key.removeprefix(f"{prefix}.") for key in expected]
+
+
+def tokenizer_ids(folder: Path) -> tuple[int, str] | None:
+    """The number of ids the tokenizer saved in ``folder`` gives (its largest id + 1) and the
+    file that says so, read from its vocabulary files (``tokenizer.json``, ``vocab.txt``,
+    ``vocab.json``, ``added_tokens.json``), None where there are none it can be read from."""
+    largest, source = -1, None
+
+    def seen(ids: Iterable[Any], name: str) -> None:
+        nonlocal largest, source
+        numbers = [i for i in ids if isinstance(i, int) and not isinstance(i, bool)]
+        if numbers and max(numbers) > largest:
+            largest, source = max(numbers), name
+
+    tokenizer = folder / "tokenizer.json"
+    if tokenizer.is_file():
+        value = read_json_file(tokenizer, TOKENIZER_LIMIT, "the tokenizer file")
+        if isinstance(value, dict):
+            vocab = (value.get("model") or {}).get("vocab")
+            if isinstance(vocab, dict):
+                seen(vocab.values(), tokenizer.name)
+            elif isinstance(vocab, list):
+                seen([len(vocab) - 1], tokenizer.name)
+            added = value.get("added_tokens") or []
+            seen([t.get("id") for t in added if isinstance(t, dict)], tokenizer.name)
+    else:
+        for name in ("vocab.txt",):
+            path = folder / name
+            if path.is_file():
+                lines = read_limited(path, TOKENIZER_LIMIT, "the vocabulary").split(b"\n")
+                seen([len(lines) - 1 - (lines[-1] == b"")], name)
+        path = folder / "vocab.json"
+        if path.is_file():
+            vocab = read_json_file(path, TOKENIZER_LIMIT, "the vocabulary")
+            if isinstance(vocab, dict):
+                seen(vocab.values(), path.name)
+    added = folder / "added_tokens.json"
+    if added.is_file():
+        value = read_json_file(added, TOKENIZER_LIMIT, "the tokenizer's added tokens")
+        if isinstance(value, dict):
+            seen(value.values(), added.name)
+    return None if source is None else (largest + 1, source)
+
+
+def _check_vocabulary(model: Any, folder: Path, config: Any) -> None:
+    """Refuse a tokenizer whose ids reach past the model's embedding table: the first text with
+    such a token would index out of it in the middle of a training."""
+    try:
+        rows = model.get_input_embeddings().weight.shape[0]
+    except (AttributeError, NotImplementedError, TypeError):
+        return
+    found = tokenizer_ids(folder)
+    if found is None or found[0] <= rows:
+        return
+    ids, source = found
+    raise WorkbenchError(
+        f"{folder / source} gives token ids up to {ids - 1}, but the model's embedding table "
+        f"has {rows} rows{_fields_of(config, rows)}: its tokenizer is not the model's; "
+        f"{REMEDY}"
+    )
+
+
+# --------------------------------------------------------------------------- after the load
+
+
+def check_loaded(
+    model: Any,
+    info: Mapping[str, Any],
+    source: str,
+    new_head: bool,
+    notify: Callable[[str], None] | None = None,
+) -> None:
+    """Refuse a model that transformers loaded with keys missing, unexpected or of another
+    shape (``info``: ``output_loading_info``), or with a weight that is not finite. For a
+    checkpoint without a classification head (``new_head``), the head's keys are the fresh
+    head and the weights of another task's head (a masked-LM head) are left out: said to
+    ``notify``."""
+    prefix = getattr(model, "base_model_prefix", "")
+    base = getattr(model, "base_model", model)
+    parts = {name for name, _ in base.named_children()} if base is not model else set()
+
+    def in_base(key: str) -> bool:
+        """Whether ``key`` (the model's name, or a bare-encoder checkpoint's) is the encoder's."""
+        first = key.split(".")[0]
+        return bool(prefix) and (first == prefix or first in parts)
+
+    def pooler(key: str) -> bool:
+        return "pooler" in key.split(".")
+
+    missing = sorted(info.get("missing_keys") or ())
+    unexpected = sorted(info.get("unexpected_keys") or ())
+    mismatched = sorted(
+        str(k[0] if isinstance(k, tuple) else k) for k in info.get("mismatched_keys") or ()
+    )
+    fresh, left = [], []
+    if new_head:  # the task's head, and a pooler a pretraining objective did not train
+        fresh = [key for key in missing if not in_base(key) or pooler(key)]
+        missing = [key for key in missing if key not in fresh]
+        left = [key for key in unexpected if not in_base(key)]
+        unexpected = [key for key in unexpected if key not in left]
+    problems = []
+    if missing:
+        problems.append(
+            f"{_count(missing, 'weight')} the architecture expects missing ({listed(missing)}), "
+            "which would start from random values"
+        )
+    if unexpected:
+        problems.append(
+            f"{_count(unexpected, 'tensor')} the architecture has no place for "
+            f"({listed(unexpected)})"
+        )
+    if mismatched:
+        problems.append(f"{_count(mismatched, 'weight')} of another shape ({listed(mismatched)})")
+    if problems:
+        hint = ""
+        if missing and unexpected and not any(in_base(key) for key in unexpected):
+            model_type = getattr(model.config, "model_type", "?")
+            named = sorted({key.split(".")[0] for key in unexpected})
+            hint = (
+                f" (config.json says model_type {model_type!r}, the weights are named "
+                f"{listed(f'{name}.…' for name in named)}: another architecture's)"
+            )
+        raise WorkbenchError(
+            f"the weights of {source} do not fit its config{hint}: {'; '.join(problems)}: {REMEDY}"
+        )
+    if new_head and notify is not None and (fresh or left):
+        dropped = f"; the weights of its former head are left out ({listed(left)})" if left else ""
+        notify(
+            f"{source} has no classification head: a new one ({listed(fresh)}) starts from random "
+            f"values and is trained for the task{dropped}"
+        )
+    check_finite(model, source)
+
+
+def check_finite(model: Any, source: str) -> None:
+    """Refuse a model with a floating weight that is NaN or infinite (a NaN model scores like
+    chance and a NaN teacher teaches nothing)."""
+    import torch
+
+    bad = [
+        key
+        for key, value in model.state_dict().items()
+        if value.is_floating_point()
+        and value.device.type != "meta"
+        and not bool(torch.isfinite(value).all())
+    ]
+    if bad:
+        verb = "holds" if len(bad) == 1 else "hold"
+        raise WorkbenchError(
+            f"the weights of {source} are not finite: {listed(bad)} {verb} NaN or infinite "
+            f"values: {REMEDY}"
+        )
+
+
+def check_onnx_graph(path: str | Path) -> None:
+    """Refuse an ONNX graph with a floating initializer (a weight) that is NaN or infinite,
+    naming the first few: such a graph scores like chance rather than failing."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    path = Path(path)
+    try:
+        graph = onnx.load(str(path), load_external_data=False).graph
+    except Exception:  # a truncated or foreign file: ONNX Runtime's refusal names it
+        return
+    bad = []
+    for tensor in graph.initializer:
+        try:
+            values = numpy_helper.to_array(tensor)
+        except Exception:  # external data left out, an unknown type: ONNX Runtime says so
+            continue
+        if np.issubdtype(values.dtype, np.floating) and not np.isfinite(values).all():
+            bad.append(tensor.name)
+    if bad:
+        raise WorkbenchError(
+            f"{path}: the initializers {listed(bad)} hold NaN or infinite values: export the "
+            "graph again from a model with finite weights (kdw export-model --onnx)"
+        )
+
+
+# the files a tokenizer is saved in (a run pins those of its teacher)
+TOKENIZER_STATE = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+)
+
+
+def files_digest(paths: Iterable[Path]) -> str:
+    """A short hash of the bytes of ``paths``, in the order given, read in blocks."""
+    digest = hashlib.sha256()
+    for path in paths:
+        with path.open("rb") as stream:
+            for block in iter(functools.partial(stream.read, 1 << 24), b""):
+                digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+def weights_digest(folder: Path) -> str:
+    """A short hash of the weights a saved model folder holds (its ``*.safetensors`` files):
+    a teacher trained again with the same settings but other float rounding (another number of
+    threads) hashes otherwise."""
+    return files_digest(sorted(Path(folder).glob("*.safetensors")))
+
+
+def model_digest(folder: str | Path) -> dict[str, str]:
+    """What a run pins of a model folder it learns from: the digests of its weights
+    (:func:`weights_digest`) and of its tokenizer's files."""
+    folder = Path(folder)
+    tokenizer = [folder / name for name in TOKENIZER_STATE if (folder / name).is_file()]
+    return {"weights": weights_digest(folder), "tokenizer": files_digest(tokenizer)}
