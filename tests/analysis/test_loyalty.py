@@ -45,9 +45,14 @@ def test_word_saliency_of_a_split_as_computed_by_hand(how, expected):
     saliency = torch.zeros(2, 9)
     saliency[0] = torch.tensor([1.0, 2, 3, -4, 5, 6, 7, 8, 9])
     saliency[1, :4] = torch.tensor([1.0, -2, 3, 4])
-    scores, mask = word_saliency(loaded, split, saliency, how)
+    scores, mask, spans = word_saliency(loaded, split, saliency, how)
     assert scores.tolist() == expected
     assert mask.tolist() == [[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]]
+    # each word's characters (for comparisons across tokenizers); special tokens have none
+    assert spans == [
+        [None, (0, 0, 7), (0, 8, 11), (0, 12, 24), (0, 25, 30), None],
+        [None, (0, 0, 4), (0, 5, 10), None],
+    ]
 
 
 def test_a_split_scored_per_word_reads_each_whole_word_as_one(runs):
