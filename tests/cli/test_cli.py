@@ -215,7 +215,7 @@ def test_existing_run_with_other_settings_is_kept(tmp_path, tiny_task_dir, tiny_
     assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before
 
 
-def test_student_with_another_vocabulary_is_refused_for_token_terms(
+def test_student_with_another_vocabulary_is_refused_for_input_gradient_terms(
     tmp_path, tiny_task_dir, tiny_model_dir, capsys
 ):
     teacher = tmp_path / "teacher"
@@ -241,12 +241,14 @@ def test_student_with_another_vocabulary_is_refused_for_token_terms(
                 "--pretrained",
                 str(other),
                 "--preset",
-                "adkd",
+                "gkd",
             ]
         )
         == 2
     )
-    assert "the terms attr compare the two models token by token" in _error_line(capsys)
+    assert "the terms grad compare gradients w.r.t. each token's input embedding" in _error_line(
+        capsys
+    )
     assert not (tmp_path / "student").exists()
     assert (
         main(
