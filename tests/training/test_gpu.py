@@ -15,12 +15,21 @@ import torch
 from kd.cli import main
 from kd.methods.objective import Objective
 from kd.training.pipeline import prepare_gradient_student
-from tests.conftest import tiny_model, write_tiny_workspace
+from tests.conftest import TEXTS_WITHOUT_PUNCTUATION, tiny_model, write_tiny_workspace
+from tests.tiny_families import save_family_model
 from workbench.analysis.agreement import pearson_per_example, rank_correlation
 from workbench.analysis.attribution.chunking import batch_token_limit, bytes_per_token
 from workbench.analysis.benchmark import TIMER_CUDA, benchmark
 from workbench.core.config import BenchmarkSettings, ObjectiveConfig
-from workbench.core.data import EncodedSplit, batches
+from workbench.core.data import (
+    EncodedSplit,
+    Split,
+    batches,
+    collate,
+    encode,
+    share_words,
+    to_device,
+)
 from workbench.core.models import cut_student
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -143,3 +152,50 @@ def test_map_correlations_take_maps_on_the_gpu_and_answer_there():
         on_gpu = correlation(a.cuda(), b.cuda(), mask.cuda())
         assert on_gpu.device.type == "cuda" and on_gpu.shape == (4, 3)
         torch.testing.assert_close(on_gpu.cpu(), on_cpu, equal_nan=True)
+
+
+def _word_batches(two_tokenizers) -> dict[str, dict[str, torch.Tensor]]:
+    """Two texts as a BPE teacher and a WordPiece student read them, with their shared words."""
+    teacher, student = two_tokenizers
+    split = Split(texts=list(TEXTS_WITHOUT_PUNCTUATION), labels=[0, 2], uids=["a", "b"])
+    encoded = [encode(split, m.tokenizer, 32) for m in two_tokenizers]
+    share_words(split, (encoded[0], teacher.tokenizer), (encoded[1], student.tokenizer), 32)
+    return {
+        side: collate([dataset[i] for i in range(2)], model.tokenizer.pad_token_id)
+        for side, dataset, model in zip(
+            ("teacher", "student"), encoded, two_tokenizers, strict=True
+        )
+    }
+
+
+@pytest.mark.parametrize("method", ["adkd", "ckd"])
+def test_methods_on_words_give_the_cpus_loss_on_cuda(method, two_tokenizers):
+    """A teacher and a student of different tokenizers compared on their shared words: the
+    word pooling, masks and the teacher's word-level fields give the CPU's loss on CUDA."""
+    teacher, student = (m.model.eval() for m in two_tokenizers)
+    objective = Objective.resolve(ObjectiveConfig(preset=method), 4, 4, num_labels=3)
+    batches = _word_batches(two_tokenizers)
+    losses = []
+    for device in ("cpu", "cuda"):
+        on = {side: to_device(batch, device) for side, batch in batches.items()}
+        fields = objective.teacher_batch(teacher.to(device), on["teacher"])
+        losses.append(float(objective(student.to(device), on["student"], fields)["loss"]))
+    assert losses[1] == pytest.approx(losses[0], rel=1e-4)
+
+
+def test_a_decoder_classifier_teaches_another_tokenizer_on_cuda(tmp_path):
+    """A Qwen2 classifier (byte-level BPE) distils a BERT student (WordPiece) with AD-KD and
+    CKD on CUDA, on the words both tokenisations share."""
+    write_tiny_workspace(tmp_path)
+    labels = ["negative", "neutral", "positive"]
+    teacher = save_family_model("qwen2", tmp_path / "qwen2", labels)
+    student = save_family_model("bert", tmp_path / "bert", labels)
+    for preset in ("adkd", "ckd"):
+        run = tmp_path / preset
+        command = ["distill", "--run-dir", str(run), "--teacher", str(teacher)]
+        command += ["--task", str(tmp_path / "task"), "--init", "pretrained"]
+        command += ["--pretrained", str(student), "--preset", preset, "--device", "cuda"]
+        assert main([*command, "--max-length", "16", "--batch-size", "8", "--epochs", "1"]) == 0
+        words = json.loads((run / "manifest.json").read_text())["word_alignment"]["train"]
+        assert words["words"] > 0
+        assert math.isfinite(json.loads((run / "results.json").read_text())["test"]["accuracy"])
