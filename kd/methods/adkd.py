@@ -264,7 +264,7 @@ def _teacher_maps(objective: Objective, teacher: PreTrainedModel, batch) -> Tens
     teacher_fields=("maps",),
     runs_student=True,
     unit=lambda o: TOKENS if o.attr_reduction == "official" else EXAMPLES,
-    on_words=True,
+    on_words="each view's token maps summed over the word's tokens, L2-normalised over the words",
 )
 def _attr(objective: Objective, inputs: StepInputs) -> Tensor:
     teacher_maps = inputs.teacher["maps"].transpose(1, 2)

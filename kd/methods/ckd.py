@@ -253,6 +253,9 @@ def _resolve(objective: Objective) -> dict:
     return {"relation_pairs": uniform_layers(objective.teacher_layers, objective.student_layers)}
 
 
+WORD_STATES = "each mapped layer's token states averaged over the word's tokens"
+
+
 @teacher_field("relation_states", per_token=True, cacheable=False)
 def _teacher_relation_states(objective: Objective, teacher: PreTrainedModel, batch) -> Tensor:
     hidden = forward(teacher, batch, hidden_states=True).hidden_states
@@ -282,7 +285,7 @@ def _relation_states(objective: Objective, inputs: StepInputs) -> tuple[Tensor, 
     teacher_fields=("relation_states",),
     hidden_states=True,
     exact_split=False,
-    on_words=True,
+    on_words=WORD_STATES,
 )
 def _wr(objective: Objective, inputs: StepInputs) -> Tensor:
     student, teacher, mask = _relation_states(objective, inputs)
@@ -295,7 +298,13 @@ def _wr(objective: Objective, inputs: StepInputs) -> Tensor:
     )
 
 
-@term("ltr", teacher_fields=("relation_states",), hidden_states=True, unit=TOKENS, on_words=True)
+@term(
+    "ltr",
+    teacher_fields=("relation_states",),
+    hidden_states=True,
+    unit=TOKENS,
+    on_words=WORD_STATES,
+)
 def _ltr(objective: Objective, inputs: StepInputs) -> Tensor:
     student, teacher, mask = _relation_states(objective, inputs)
     return layer_relation_loss(student, teacher, mask, variant=objective.config.parity)

@@ -71,9 +71,10 @@ class Term:
     objective giving it: data-parallel training and accumulation weight each part of a batch
     by its share of that unit (:mod:`kd.training.distributed`); ``exact_split=False`` for a term
     whose denominator is no such count (its parts' weighted sum is then close to, not equal to, the
-    whole batch's value). ``on_words``: a term reading per-token teacher fields that compares on
-    words when teacher and student read the text through different tokenizers (the batches then
-    carry ``word_ids``, :mod:`workbench.core.data.alignment`)."""
+    whole batch's value). ``on_words``: for a term reading per-token teacher fields, how it
+    compares on words when teacher and student read the text through different tokenizers (the
+    batches then carry ``word_ids``, :mod:`workbench.core.data.alignment`), recorded in the run;
+    empty for a term that cannot."""
 
     compute: Callable[[Objective, StepInputs], Tensor]
     teacher_fields: tuple[str, ...] = ()
@@ -82,7 +83,7 @@ class Term:
     frozen_embeddings: bool = False  # its student keeps the teacher's embeddings, no dropout
     unit: str | Callable[[Objective], str] = EXAMPLES
     exact_split: bool = True
-    on_words: bool = False  # compares on the shared words when the tokenizers differ
+    on_words: str = ""  # how it compares on shared words across tokenizers ("": it cannot)
 
 
 @dataclass(frozen=True)
@@ -200,7 +201,7 @@ def term(
     frozen_embeddings: bool = False,
     unit: str | Callable[[Objective], str] = EXAMPLES,
     exact_split: bool = True,
-    on_words: bool = False,
+    on_words: str = "",
 ):
     """Register a loss term under ``name`` (the key of the weights); see :class:`Term`."""
 
@@ -497,6 +498,10 @@ class Objective:
         """The per-token terms (:meth:`per_token_terms`) that cannot compare on words: they
         need teacher and student to read the text through the same tokens."""
         return [name for name in self.per_token_terms() if not TERMS[name].on_words]
+
+    def word_aggregation(self) -> dict[str, str]:
+        """How each per-token term compares on words across tokenizers (the run records it)."""
+        return {name: TERMS[name].on_words for name in self.per_token_terms()}
 
     def teacher_settings(self, fields: list[str]) -> dict:
         """Every setting that changes the given teacher fields (part of the cache key)."""

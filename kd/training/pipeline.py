@@ -323,27 +323,26 @@ def check_tokens(
     return False
 
 
-WORD_AGGREGATION = {
-    "attr": "each view's token maps summed over a word's tokens, L2-normalised over the words",
-    "wr, ltr": "each layer's token states averaged over a word's tokens",
-}
-
-
 def share_train_words(
     data: TaskData,
+    objective: Objective,
     teacher: tuple[EncodedSplit, PreTrainedTokenizerBase],
     student: tuple[EncodedSplit, PreTrainedTokenizerBase],
     max_length: int,
 ) -> dict:
     """Give the train split's two encodings the words they share (their ``word_ids``), say how
-    many words were left out of both sides, and return the record of it for the manifest."""
+    many words were left out of both sides, and return the record of it for the manifest (with
+    how each per-token term compares on words)."""
     words, dropped = share_words(data.splits["train"], teacher, student, max_length)
     _note(
         f"teacher and student read the text through different tokenizers: the per-token terms "
         f"compare on the {words} words both tokenisations share; {dropped} words that one side "
         "lacks (characters it drops, text past its truncation) are left out of both"
     )
-    return {"train": {"words": words, "left_out": dropped}, "aggregation": WORD_AGGREGATION}
+    return {
+        "train": {"words": words, "left_out": dropped},
+        "aggregation": objective.word_aggregation(),
+    }
 
 
 def _note(text: str) -> None:
@@ -559,6 +558,7 @@ def distill(
     if on_words:
         manifest["word_alignment"] = share_train_words(
             data,
+            objective,
             (teacher_encoded["train"], teacher.tokenizer),
             (encoded["train"], tokenizer),
             data_config.max_length,

@@ -268,7 +268,7 @@ def test_bad_teachers_are_one_line_and_write_nothing(
 
     BertForTokenClassification(
         BertConfig(
-            vocab_size=40,
+            vocab_size=len(family_tokenizer("bert")),
             hidden_size=8,
             num_hidden_layers=1,
             num_attention_heads=2,
@@ -282,7 +282,7 @@ def test_bad_teachers_are_one_line_and_write_nothing(
 
     AutoModel.from_config(
         BertConfig(
-            vocab_size=40,
+            vocab_size=len(family_tokenizer("bert")),
             hidden_size=8,
             num_hidden_layers=1,
             num_attention_heads=2,
@@ -393,5 +393,5 @@ def test_a_student_of_another_family_with_the_same_tokenizer(
         )
     capsys.readouterr()
     assert main(["distill", "--run-dir", str(tmp_path / "gkd"), *base, "--preset", "gkd"]) == 2
-    assert "the student's (DistilBERT) differ from the teacher's (BERT)" in _error(capsys)
+    assert "the student's (distilbert) differ from the teacher's (bert)" in _error(capsys)
     assert not (tmp_path / "gkd").exists()

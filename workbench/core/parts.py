@@ -149,7 +149,7 @@ def _probe(model: PreTrainedModel, layers: str | None, head: str | None) -> dict
                 or (output.shape == consumed[0].shape and torch.equal(output, consumed[0]))
             ):
                 site = name
-        top = [name for name, _ in finished if layers is None or not layers.startswith(name)]
+        top = [n for n, _ in finished if layers is None or not layers.startswith(f"{n}.")]
         stage = [n for n in top if not any(n.startswith(f"{o}.") for o in top if o != n)]
     return {
         "stage": tuple(dict.fromkeys(stage)),
@@ -198,7 +198,7 @@ def parts_of(model: PreTrainedModel) -> Parts:
 PART_NAMES = {
     "site": "the tensor its first layer consumes (the embedding output)",
     "layers": "a list of distinct layers",
-    "head": f"a head output layer (a linear map to the {'{classes}'} classes)",
+    "head": "a head output layer (a linear map to the {classes} classes)",
     "stage": "an embedding stage",
 }
 
@@ -237,7 +237,7 @@ def layer_count(model: PreTrainedModel) -> int:
     return int(model.config.num_hidden_layers)
 
 
-def head_output(model: PreTrainedModel, needed_by: str = "this") -> nn.Linear:
+def head_output(model: PreTrainedModel, needed_by: str) -> nn.Linear:
     """The classification head's output layer (one row of its weight per class)."""
     return model.get_submodule(require(model, "head", needed_by))
 
