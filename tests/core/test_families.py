@@ -263,36 +263,23 @@ def test_bad_teachers_are_one_line_and_write_nothing(
     shutil.copytree(family_dirs["bert"], no_tokenizer)
     for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
         (no_tokenizer / name).unlink(missing_ok=True)
-    token_classifier = tmp_path / "token-classifier"
-    from transformers import BertForTokenClassification
+    from transformers import BertForTokenClassification, BertModel
 
-    BertForTokenClassification(
-        BertConfig(
-            vocab_size=len(family_tokenizer("bert")),
-            hidden_size=8,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            intermediate_size=8,
-        )
-    ).save_pretrained(token_classifier)
-    family_tokenizer("bert").save_pretrained(token_classifier)
+    config = BertConfig(
+        vocab_size=len(family_tokenizer("bert")),
+        hidden_size=8,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=8,
+    )
+    token_classifier, base_model = tmp_path / "token-classifier", tmp_path / "base-model"
+    for build, folder in ((BertForTokenClassification, token_classifier), (BertModel, base_model)):
+        build(config).save_pretrained(folder)
+        family_tokenizer("bert").save_pretrained(folder)
     other_classes = save_family_model("bert", tmp_path / "two-classes", ["yes", "no"])
-    base_model = tmp_path / "base-model"
-    from transformers import AutoModel
-
-    AutoModel.from_config(
-        BertConfig(
-            vocab_size=len(family_tokenizer("bert")),
-            hidden_size=8,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            intermediate_size=8,
-        )
-    ).save_pretrained(base_model)
-    family_tokenizer("bert").save_pretrained(base_model)
     no_pad = save_family_model("gpt2", tmp_path / "no-pad", MODEL_LABELS)
-    config = json.loads((no_pad / "config.json").read_text())
-    (no_pad / "config.json").write_text(json.dumps({**config, "pad_token_id": None}))
+    saved = json.loads((no_pad / "config.json").read_text())
+    (no_pad / "config.json").write_text(json.dumps({**saved, "pad_token_id": None}))
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         path = no_pad / name
         if path.exists():
