@@ -410,11 +410,12 @@ def agreement(teacher: Explanation, student: Explanation, view: str = "pred") ->
 
 def _summed(scores: Sequence[float], word_ids: Sequence[int], words: int) -> list[float]:
     """Scores per position summed per word (``word_ids``: −1 for none) → ``words`` scores."""
-    out = [0.0] * words
-    for score, word in zip(scores, word_ids, strict=True):
-        if word >= 0:
-            out[word] += score
-    return out
+    import torch
+
+    from workbench.core.data.alignment import pool_words
+
+    values = torch.tensor([scores], dtype=torch.float64)[..., None]
+    return pool_words(values, torch.tensor([word_ids]), "sum", words)[0, :, 0].tolist()
 
 
 # --------------------------------------------------------------------------- heatmaps
