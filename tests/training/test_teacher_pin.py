@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file, save_file
+from streamlit.testing.v1 import AppTest
 
 from kd.training.pipeline import distill
+from tests.app.test_app import APP
 from tests.conftest import kdw_here, write_tiny_runs
 from workbench.app.catalog import discover_runs
 from workbench.core.config import DataConfig, ObjectiveConfig, OptimConfig, StudentConfig
@@ -41,7 +43,7 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
 
 
-def test_a_student_pins_its_teacher_and_refuses_another(work):
+def test_a_student_pins_its_teacher_and_refuses_another(work, monkeypatch):
     model = work / "teacher" / "model"
     pinned = Run.open(work / "student").info()[RESOLVED]["teacher"]
     assert pinned == {
@@ -94,6 +96,14 @@ def test_a_student_pins_its_teacher_and_refuses_another(work):
     assert entries["student"].label == "student (teacher changed)"
     assert entries["student"].teacher_changed == row["teacher_changed"]
     assert entries["teacher"].label == "teacher" and entries["teacher"].teacher_changed is None
+
+    monkeypatch.setenv("KDW_RUNS", str(work))  # the app lists it, but does not compare it
+    monkeypatch.setenv("KDW_DEMO", "off")
+    at = AppTest.from_file(APP, default_timeout=300).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.selectbox(key="case.teacher").value == "teacher"
+    assert "student" not in at.multiselect(key="case.students").options
+    assert any(c.value.startswith("Not compared: student (teacher changed") for c in at.caption)
 
 
 def test_a_suite_trains_anew_a_student_whose_teacher_changed(work, tmp_path):

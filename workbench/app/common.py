@@ -161,6 +161,12 @@ def pick_models(
             else e.task == teacher.task
         )
     }
+    changed = [name for name, e in students.items() if e.teacher_changed]
+    if changed:  # their loyalty would be measured against a teacher they did not learn from
+        right.caption(
+            f"Not compared: {', '.join(changed)} (teacher changed since distilled; see the sidebar)"
+        )
+        students = {name: e for name, e in students.items() if not e.teacher_changed}
     own = [name for name, e in students.items() if same_folder(e.teacher, teacher.path)]
     if single_student:
         if not students:
