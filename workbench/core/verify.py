@@ -22,20 +22,17 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
-import json
 import math
 import re
-import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from workbench.core.errors import WorkbenchError, listed
+from workbench.core.errors import WorkbenchError, first_line, listed
 from workbench.core.files import read_json_file, read_limited
 
 CONFIG_LIMIT = 1 << 20  # bytes of a model's config.json
 TOKENIZER_LIMIT = 64 << 20  # bytes of a tokenizer's vocabulary file (tokenizer.json, vocab.*)
-HEADER_LIMIT = 100 << 20  # bytes of a safetensors header (the library's own limit)
 REMEDY = "replace the folder with a complete copy of the model (save_pretrained)"
 LABELS_REMEDY = "correct id2label in config.json: ids 0..C-1, one distinct name each"
 # parameters a config may describe beyond what its weights hold (a fresh head, tied copies)
@@ -100,36 +97,27 @@ def check_config_file(folder: str | Path) -> dict[str, Any]:
 # --------------------------------------------------------------------------- weights headers
 
 
-def safetensors_header(path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
-    """``{key: (shape, dtype)}`` of the safetensors file ``path``, read from its header alone
-    (no tensor is read)."""
-    with path.open("rb") as stream:
-        prefix = stream.read(8)
-        if len(prefix) < 8:
-            raise WorkbenchError(f"{path} is damaged (no safetensors header): {REMEDY}")
-        (size,) = struct.unpack("<Q", prefix)
-        if size > HEADER_LIMIT:
-            raise WorkbenchError(
-                f"{path} is damaged (a header of {size:,} bytes; the limit is "
-                f"{HEADER_LIMIT:,}): {REMEDY}"
-            )
-        try:
-            header = json.loads(stream.read(size))
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise WorkbenchError(f"{path} is damaged (its header is not JSON): {REMEDY}") from None
-    return {
-        key: (tuple(int(n) for n in value["shape"]), str(value["dtype"]))
-        for key, value in header.items()
-        if key != "__metadata__" and isinstance(value, dict)
-    }
+def safetensors_header(path: Path) -> dict[str, tuple[int, ...]]:
+    """``{key: shape}`` of the safetensors file ``path``, read from its header alone
+    (the library maps the file and reads no tensor; a damaged file is one line)."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as weights:
+            return {
+                key: tuple(weights.get_slice(key).get_shape())
+                for key in weights.keys()  # noqa: SIM118 (a safe_open handle, not a dict)
+            }
+    except (SafetensorError, OSError) as error:
+        raise WorkbenchError(f"{path} is damaged ({first_line(error)}): {REMEDY}") from None
 
 
-def weights_headers(folder: Path) -> dict[str, tuple[tuple[int, ...], str, str]]:
-    """``{key: (shape, dtype, file name)}`` over every ``*.safetensors`` file of ``folder``."""
-    keys: dict[str, tuple[tuple[int, ...], str, str]] = {}
+def weights_headers(folder: Path) -> dict[str, tuple[tuple[int, ...], str]]:
+    """``{key: (shape, file name)}`` over every ``*.safetensors`` file of ``folder``."""
+    keys: dict[str, tuple[tuple[int, ...], str]] = {}
     for path in sorted(folder.glob("*.safetensors")):
-        for key, (shape, dtype) in safetensors_header(path).items():
-            keys[key] = (shape, dtype, path.name)
+        for key, shape in safetensors_header(path).items():
+            keys[key] = (shape, path.name)
     return keys
 
 
@@ -228,7 +216,7 @@ def _check_model_folder(folder: Path, config: Any) -> None:
         return
     expected = _expected(model)
     prefix = getattr(model, "base_model_prefix", "")
-    for key, (shape, _dtype, file) in headers.items():
+    for key, (shape, file) in headers.items():
         name = _as_model_key(key, expected, prefix)
         if name is not None and expected[name] != shape:
             axis = next(
@@ -261,7 +249,6 @@ def _check_layers(
     prefix, held = layer_blocks(headers)
     if not isinstance(layers, int) or not held or layers == held:
         return
-    probe = config
     if layers > held:
         probe = copy.deepcopy(config)
         try:
