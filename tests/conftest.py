@@ -287,6 +287,23 @@ def two_tokenizers(tmp_path_factory) -> tuple:
     return teacher, student
 
 
+def word_batches(teacher, student, texts: list[str], max_length: int = 32) -> tuple[dict, dict]:
+    """``texts`` encoded by a teacher and a student of different tokenizers (loaded models)
+    with the words they share, and as one padded batch each: ``(encoded, batches)``, keyed
+    ``"teacher"`` and ``"student"``."""
+    from workbench.core.data import Split, collate, encode, share_words
+
+    split = Split(texts=texts, labels=[len(t) % 3 for t in texts], uids=list(texts))
+    sides = {"teacher": teacher, "student": student}
+    encoded = {name: encode(split, m.tokenizer, max_length) for name, m in sides.items()}
+    share_words(split, *((encoded[name], m.tokenizer) for name, m in sides.items()), max_length)
+    batches = {
+        name: collate([encoded[name][i] for i in range(len(texts))], m.tokenizer.pad_token_id)
+        for name, m in sides.items()
+    }
+    return encoded, batches
+
+
 def whitespace_words(loaded, text: str) -> list[int]:
     """Each token's whitespace word in ``text``, from its offsets (−1 for special tokens): the
     words two tokenisations share where the text has no punctuation."""

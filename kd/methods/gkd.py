@@ -11,6 +11,14 @@ For every position the student's and the teacher's gradients are unit-normalised
 The same function serves GKD-CLS: the layer-wise gradients w.r.t. the [CLS] hidden states as
 ``[B, M, d]`` with ``attention_mask=None`` (every position counts). Theorem 1's setup: the student
 keeps the teacher's embeddings, frozen, and runs without dropout (``frozen_embeddings``).
+
+Across tokenizers (beyond the paper): a token's gradient has no counterpart in another vocabulary
+or width, so each model's gradient saliency ``‖g_i‖`` is summed over the tokens of each word both
+tokenisations share and L2-normalised over the words, ``ŝ``, and the term compares those:
+
+    L_grad = Σ_{b,w} m_bw (ŝ_s,bw − ŝ_t,bw)² / Σ_{b,w} m_bw
+
+The student then keeps its own embeddings, trained (it cannot hold the teacher's), without dropout.
 """
 
 from __future__ import annotations
@@ -33,6 +41,8 @@ from kd.methods.objective import (
 )
 from kd.methods.pkd import mapped_pairs
 from workbench.analysis.attribution import input_gradients
+from workbench.core.data.alignment import pad_words, word_maps, word_mask
+from workbench.core.errors import WorkbenchError
 from workbench.core.models import embed, forward
 from workbench.core.parts import head_states
 
@@ -107,6 +117,34 @@ def gradient_alignment_loss(
     return per_position.sum() / mask.sum().clamp_min(1)
 
 
+def saliency_alignment_loss(student: Tensor, teacher: Tensor, mask: Tensor) -> Tensor:
+    """GKD across tokenizers: mean squared difference of normalised per-word saliencies.
+
+    Args:
+        student: ``[B, W]`` the student's word saliencies, L2-normalised over each example's
+            words (differentiable).
+        teacher: ``[B, W]``, the same for the teacher; used detached.
+        mask: ``[B, W]`` which word slots hold a shared word.
+
+    Returns:
+        Scalar ``Σ m (ŝ_s − ŝ_t)² / Σ m``; 0 when there is no word.
+    """
+    if student.shape != teacher.shape or student.shape != mask.shape:
+        raise ValueError(
+            f"shape mismatch: student {tuple(student.shape)}, teacher {tuple(teacher.shape)}, "
+            f"mask {tuple(mask.shape)}"
+        )
+    squared = torch.where(mask.bool(), (student - teacher.detach()).pow(2), 0.0)
+    return squared.sum() / mask.sum().clamp_min(1)
+
+
+def saliency_words(gradients: Tensor, word_ids: Tensor, length: int | None = None) -> Tensor:
+    """``[B, L, d]`` input gradients → ``[B, W]``: each token's gradient norm summed over its
+    word's tokens, L2-normalised over the words (``word_ids`` ``[B, L]``, −1: no word)."""
+    norms = torch.linalg.vector_norm(gradients, dim=-1)[..., None]  # [B, L, 1]
+    return word_maps(norms, word_ids, length)[..., 0]
+
+
 def state_gradients(
     model: PreTrainedModel, batch: dict[str, Tensor], layers: list[int], create_graph: bool
 ) -> Tensor:
@@ -129,13 +167,33 @@ def state_gradients(
     record=lambda o: {"patient_pairs": o.patient_pairs} if "cls_grad" in o.weights else {},
 )
 def _resolve(objective: Objective) -> dict:
-    """GKD-CLS reads PKD's layer pairs."""
+    """GKD-CLS reads PKD's layer pairs. Gradients of one token (same tokenizer) or of the
+    states the head reads (GKD-CLS) compare in one space: equal widths."""
+    widths = objective.teacher_width, objective.student_width
+    if None not in widths and widths[0] != widths[1]:
+        if "cls_grad" in objective.weights:
+            raise WorkbenchError(
+                "GKD-CLS compares gradients w.r.t. the states the two heads read, so the "
+                f"student needs the teacher's hidden size {widths[0]}, not {widths[1]}: use "
+                "--init cut or a student of the same hidden size"
+            )
+        if "grad" in objective.weights and not objective.words:
+            raise WorkbenchError(
+                "gradient KD compares gradients w.r.t. the input embeddings, so the student "
+                f"needs the teacher's embedding width {widths[0]}, not {widths[1]}: use --init "
+                "cut or a student of the same hidden size"
+            )
     return {"patient_pairs": mapped_pairs(objective)} if "cls_grad" in objective.weights else {}
 
 
 @teacher_field("input_grads", per_token=True)
 def _teacher_input_grads(_objective: Objective, teacher: PreTrainedModel, batch) -> Tensor:
-    return input_gradients(teacher, batch)
+    gradients = input_gradients(teacher, batch)
+    if "word_ids" in batch:  # another tokenizer's student: per word, in the first W rows
+        return pad_words(
+            saliency_words(gradients, batch["word_ids"])[..., None], batch["word_ids"].shape[1]
+        )
+    return gradients
 
 
 @teacher_field("cls_grads", key=lambda o: {"patient_pairs": o.patient_pairs})
@@ -149,12 +207,19 @@ def _teacher_cls_grads(objective: Objective, teacher: PreTrainedModel, batch) ->
     runs_student=True,
     frozen_embeddings=True,
     unit=TOKENS,
+    on_words="each token's gradient norm summed over the word's tokens, L2-normalised over the "
+    "words (beyond the paper)",
 )
 def _grad(_objective: Objective, inputs: StepInputs) -> Tensor:
     student, logits = input_gradients(
         inputs.model, inputs.batch, create_graph=True, return_logits=True
     )
     inputs.share(logits)
+    if "word_ids" in inputs.batch:  # another tokenizer's teacher: compared on shared words
+        ids = inputs.batch["word_ids"]
+        saliency = saliency_words(student, ids)  # [B, W]
+        teacher = inputs.teacher["input_grads"][:, : saliency.shape[1], 0]
+        return saliency_alignment_loss(saliency, teacher, word_mask(ids))
     return gradient_alignment_loss(
         student, inputs.teacher["input_grads"], inputs.batch["attention_mask"]
     )

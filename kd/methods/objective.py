@@ -103,11 +103,14 @@ class TeacherField:
 class Method:
     """A method's own settings: when any of ``terms`` has a weight, ``resolve(objective)``
     gives the settings its terms read (plain values, readable as attributes of the
-    :class:`Objective`) and ``record(objective)`` what ``run.json`` keeps of them."""
+    :class:`Objective`) and ``record(objective)`` what ``run.json`` keeps of them;
+    ``modules(objective)``, the trainable modules its terms own (PKD's projection between
+    widths), trained with the student and left out of the model it saves."""
 
     terms: frozenset[str]
     resolve: Callable[[Objective], dict[str, Any]]
     record: Callable[[Objective], dict[str, Any]]
+    modules: Callable[[Objective], dict[str, torch.nn.Module]] | None = None
 
 
 @dataclass(frozen=True)
@@ -236,11 +239,15 @@ def teacher_field(
     return register
 
 
-def method(*terms: str, record: Callable[[Objective], dict[str, Any]]):
+def method(
+    *terms: str,
+    record: Callable[[Objective], dict[str, Any]],
+    modules: Callable[[Objective], dict[str, torch.nn.Module]] | None = None,
+):
     """Register the decorated ``resolve(objective) -> settings`` for the given terms."""
 
     def register(resolve: Callable[[Objective], dict[str, Any]]):
-        METHODS.append(Method(frozenset(terms), resolve, record))
+        METHODS.append(Method(frozenset(terms), resolve, record, modules))
         return resolve
 
     return register
@@ -352,7 +359,13 @@ def describe_presets() -> str:
         if p.claims:
             lines.append("  claims: " + "; ".join(claim(c) for c in p.claims))
     lines.append(f"terms: {', '.join(TERMS)}")
+    lines.append(f"across tokenizers, on the words both share: {_word_forms()}")
     return "\n".join(lines)
+
+
+def _word_forms() -> str:
+    """How each per-token term compares on words across tokenizers (its ``on_words``)."""
+    return "; ".join(f"{name}: {t.on_words}" for name, t in TERMS.items() if t.on_words)
 
 
 # the lists that help texts name ({presets}, {terms}, …), read when a help text is shown
@@ -361,6 +374,7 @@ HELP_LISTS.update(
     terms=lambda: ", ".join(TERMS),
     temperatures=_temperatures,
     ablations=_ablation_list,
+    words=_word_forms,
 )
 
 
@@ -386,9 +400,11 @@ def control(config: ObjectiveConfig) -> ObjectiveConfig:
 
 @dataclass
 class Objective:
-    """A resolved objective: the weights, the logit-KD settings every method shares, and the
+    """A resolved objective: the weights, the logit-KD settings every method shares, the
     settings of the methods in use (``settings``, also readable as attributes:
-    ``objective.patient_pairs``)."""
+    ``objective.patient_pairs``) and the trainable modules their terms own (``modules``).
+    ``words``: teacher and student read the text through different tokenizers, and the
+    per-token terms compare on the words they share."""
 
     config: ObjectiveConfig
     weights: dict[str, float]
@@ -396,9 +412,12 @@ class Objective:
     student_layers: int
     num_labels: int = 2
     teacher_width: int | None = None
+    student_width: int | None = None
+    words: bool = False
     temperature: float = 4.0
     kd_form: str = "kl"
     settings: dict[str, Any] = field(default_factory=dict)
+    modules: torch.nn.ModuleDict = field(default_factory=torch.nn.ModuleDict)
 
     @classmethod
     def resolve(
@@ -408,11 +427,17 @@ class Objective:
         student_layers: int,
         num_labels: int = 2,
         teacher_width: int | None = None,
+        *,
+        student_width: int | None = None,
+        words: bool = False,
     ) -> Objective:
         """The objective ``config`` asks for between a teacher and a student of these layer
-        counts, for ``num_labels`` classes and a teacher of hidden size ``teacher_width`` (when
-        known). Every method checks here what it needs of the two models (layers to pair,
-        classes to attribute, dimensions to keep), so that a command fails before it writes."""
+        counts, for ``num_labels`` classes, a teacher and a student of hidden sizes
+        ``teacher_width`` and ``student_width`` (when known; the student's defaults to the
+        teacher's) that read the text through the same tokens unless ``words``. Every method
+        checks here what it needs of the two models (layers to pair, classes to attribute,
+        dimensions to keep), so that a command fails before it writes, and builds the modules
+        its terms train (from the global random state, after the student's initialisation)."""
         weights = preset_weights(config)
         preset = PRESETS[config.preset]
         official = config.parity == "official"
@@ -423,11 +448,16 @@ class Objective:
             student_layers=student_layers,
             num_labels=num_labels,
             teacher_width=teacher_width,
+            student_width=student_width or teacher_width,
+            words=words,
             temperature=config.temperature or preset.temperature,
             kd_form=config.kd_form or (preset.official_kd_form if official else "kl"),
         )
         for entry in objective.methods():
             objective.settings.update(entry.resolve(objective))
+        for entry in objective.methods():
+            if entry.modules is not None:
+                objective.modules.update(entry.modules(objective))
         return objective
 
     def __getattr__(self, name: str) -> Any:
@@ -449,8 +479,9 @@ class Objective:
             "kd_form": self.kd_form,
             "parity": self.config.parity,
         }
-        if self.gradient_kd:  # GKD's student set-up, and whether it keeps dropout
+        if self.gradient_kd:  # GKD's student set-up: its embeddings, and whether it keeps dropout
             record["student_dropout"] = self.config.dropout
+            record["student_embeddings"] = "own" if self.words else "teacher's, frozen"
         for entry in self.methods():
             record.update(entry.record(self))
         return json.loads(json.dumps(record))  # tuples as lists, as run.json reads back

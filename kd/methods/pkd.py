@@ -5,6 +5,11 @@ the teacher's, layer by layer, besides vanilla KD's two terms.
     L = (1 − α) CE + α KD + β L_PT                                     (Eq. 4)
 
 with ``I`` PKD-Skip (every ``N/M``-th teacher layer) or PKD-Last (the last ``M − 1``).
+
+A student narrower or wider than its teacher compares ``h_s[j] W`` instead of ``h_s[j]``: one
+linear map ``W`` from the student's width to the teacher's, without bias, shared by the mapped
+layers and trained with the student (as TinyBERT's ``W_h``); the run records its widths and the
+saved student leaves it out.
 """
 
 from __future__ import annotations
@@ -60,9 +65,26 @@ def mapped_pairs(objective: Objective) -> list[tuple[int, int]]:
     return patient_layers(objective.teacher_layers, objective.student_layers, mapping)
 
 
-@method("pkd", record=lambda o: {"patient_pairs": o.patient_pairs})
+def _projection(objective: Objective) -> dict[str, torch.nn.Module]:
+    """Where the widths differ, ``W``: ``[.., d_s] → [.., d_t]``."""
+    if objective.pkd_projection is None:
+        return {}
+    widths = objective.pkd_projection
+    return {"pkd": torch.nn.Linear(widths["student"], widths["teacher"], bias=False)}
+
+
+@method(
+    "pkd",
+    record=lambda o: (
+        {"patient_pairs": o.patient_pairs}
+        | ({"pkd_projection": o.pkd_projection} if o.pkd_projection else {})
+    ),
+    modules=_projection,
+)
 def _resolve(objective: Objective) -> dict:
-    return {"patient_pairs": mapped_pairs(objective)}
+    widths = {"student": objective.student_width, "teacher": objective.teacher_width}
+    differ = None not in widths.values() and widths["student"] != widths["teacher"]
+    return {"patient_pairs": mapped_pairs(objective), "pkd_projection": widths if differ else None}
 
 
 @teacher_field("cls", key=lambda o: {"patient_pairs": o.patient_pairs})
@@ -79,6 +101,8 @@ def _pkd(objective: Objective, inputs: StepInputs) -> Tensor:
     student_cls = torch.stack(
         [head_states(inputs.model, hidden[s], inputs.batch) for s, _ in objective.patient_pairs], 1
     )
+    if "pkd" in objective.modules:  # another width: [B, M, d_s] → [B, M, d_t]
+        student_cls = objective.modules["pkd"](student_cls)
     return patient_loss(student_cls, inputs.teacher["cls"], reduction=objective.config.parity)
 
 

@@ -50,9 +50,14 @@ WAIT = timedelta(hours=24)
 
 def unit_counts(batch: dict[str, Tensor]) -> Tensor:
     """``[2]`` float64: the examples and real tokens of a (micro-)batch (``attention_mask``
-    ``[B, L]``)."""
+    ``[B, L]``); across tokenizers (``word_ids`` ``[B, L]``) the shared words instead, over
+    which the per-token terms then compare."""
     mask = batch["attention_mask"]
-    return torch.tensor([mask.shape[0], float(mask.sum())], dtype=torch.float64)
+    if "word_ids" in batch:
+        units = float((batch["word_ids"].max(1).values + 1).sum())
+    else:
+        units = float(mask.sum())
+    return torch.tensor([mask.shape[0], units], dtype=torch.float64)
 
 
 def unit_index(unit: str) -> int:

@@ -302,25 +302,20 @@ def check_tokens(
     objective: Objective,
     teacher_tokenizer: PreTrainedTokenizerBase,
     student_tokenizer: PreTrainedTokenizerBase,
-) -> bool:
-    """Whether teacher and student read the text through the same tokens. With another
-    tokenizer, response-based and [CLS]-state terms compare whole examples, and the per-token
-    terms that can (attribution maps, token relations) compare on the words both tokenisations
-    share (:mod:`workbench.core.data.alignment`); a term that cannot (gradients w.r.t. each
-    token's input embedding, which have no counterpart in another vocabulary) is refused."""
-    if teacher_tokenizer.get_vocab() == student_tokenizer.get_vocab():
-        return True
-    refused = objective.token_only_terms()
+) -> None:
+    """With another tokenizer (``objective.words``), response-based and [CLS]-state terms
+    compare whole examples, and the per-token terms compare on the words both tokenisations
+    share (:mod:`workbench.core.data.alignment`); a registered term that declares no way to
+    compare on words is refused."""
+    refused = objective.token_only_terms() if objective.words else []
     if refused:
         raise WorkbenchError(
             f"the student reads the text through another tokenizer ({len(student_tokenizer)} "
             f"tokens, the teacher's {len(teacher_tokenizer)}), and the terms "
-            f"{', '.join(refused)} compare gradients w.r.t. each token's input embedding, which "
-            "have no counterpart in another vocabulary: choose a student with the teacher's "
-            "tokenizer, or terms that compare words (attr, wr, ltr) or whole examples (ce, kd, "
-            "pkd)"
+            f"{', '.join(refused)} compare tokens with no way to compare words declared "
+            "(on_words): choose a student with the teacher's tokenizer, or terms that compare "
+            "words or whole examples"
         )
-    return False
 
 
 def share_train_words(
@@ -398,19 +393,17 @@ def load_teacher(config: StudentConfig, data_config: DataConfig) -> tuple[Loaded
 
 
 def prepare_gradient_student(
-    teacher: PreTrainedModel, student: PreTrainedModel, dropout: bool = False
+    teacher: PreTrainedModel,
+    student: PreTrainedModel,
+    dropout: bool = False,
+    same_tokens: bool = True,
 ) -> None:
-    """GKD's student set-up: the teacher's embeddings, frozen, and no dropout (``dropout=True``
-    keeps it, for the paper's "w/ Dropout" ablation)."""
-    widths = teacher.config.hidden_size, student.config.hidden_size
-    if widths[0] != widths[1]:
-        raise WorkbenchError(
-            f"gradient KD compares gradients w.r.t. the input embeddings, so the student needs "
-            f"the teacher's embedding width {widths[0]}, not {widths[1]}: use --init cut or a "
-            "student of the same hidden size"
-        )
-    copy_embeddings(teacher, student)
-    set_embeddings_trainable(student, False)
+    """GKD's student set-up: the teacher's embeddings, frozen (a student of another tokenizer
+    keeps and trains its own), and no dropout (``dropout=True`` keeps it, for the paper's
+    "w/ Dropout" ablation)."""
+    if same_tokens:
+        copy_embeddings(teacher, student)
+        set_embeddings_trainable(student, False)
     if not dropout:
         disable_dropout(student)
 
@@ -496,16 +489,19 @@ def prepare_distillation(
     set_seed(seed)
     student, tokenizer = build_student(teacher, student_config)
     check_max_length(student, data_config.max_length, "the student")  # the teacher's: loaded
+    same_tokens = teacher.tokenizer.get_vocab() == tokenizer.get_vocab()
     objective = Objective.resolve(
         objective_config,
         layer_count(teacher.model),
         layer_count(student),
         data.spec.num_labels,
         teacher.model.config.hidden_size,
+        student_width=student.config.hidden_size,
+        words=not same_tokens,
     )
-    same_tokens = check_tokens(objective, teacher.tokenizer, tokenizer)
+    check_tokens(objective, teacher.tokenizer, tokenizer)
     if objective.gradient_kd:
-        prepare_gradient_student(teacher.model, student, objective_config.dropout)
+        prepare_gradient_student(teacher.model, student, objective_config.dropout, same_tokens)
     return Distillation(teacher, data, student, tokenizer, objective, same_tokens)
 
 
@@ -609,6 +605,7 @@ def distill(
                 optim=optim,
                 loss=loss,
                 weights=objective.weights,
+                modules=objective.modules,
                 units=objective.term_units(),
                 save_model=_saver(run, student, tokenizer, data.spec),
                 pad_token_id=pad_id(tokenizer),

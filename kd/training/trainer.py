@@ -64,6 +64,9 @@ class TrainingJob:
     loss: LossFunction
     save_model: Callable[[Path], None]
     weights: dict[str, float]  # of the terms ``loss`` returns
+    # trainable modules of the objective (PKD's projection between widths): trained with the
+    # model, kept in the checkpoint, left out of the saved model
+    modules: torch.nn.Module = field(default_factory=torch.nn.ModuleDict)
     units: dict[str, str] = field(default_factory=dict)  # term → "examples"/"tokens" (default:
     # examples): what its value is a mean over, to weight micro-batches and shards exactly
     pad_token_id: int = 0
@@ -85,12 +88,14 @@ def epoch_order(size: int, seed: int, epoch: int) -> list[int]:
     return torch.randperm(size, generator=generator).tolist()
 
 
-def _optimizer(model: PreTrainedModel, optim: OptimConfig) -> torch.optim.Optimizer:
+def _optimizer(
+    named: list[tuple[str, torch.nn.Parameter]], optim: OptimConfig
+) -> torch.optim.Optimizer:
+    """AdamW over the trained parameters ``named``; biases and norms without weight decay."""
     decay, no_decay = [], []
-    for name, parameter in model.named_parameters():
-        if parameter.requires_grad:
-            plain = name.endswith("bias") or "LayerNorm" in name or "layernorm" in name
-            (no_decay if plain else decay).append(parameter)
+    for name, parameter in named:
+        plain = name.endswith("bias") or "LayerNorm" in name or "layernorm" in name
+        (no_decay if plain else decay).append(parameter)
     return torch.optim.AdamW(
         [
             {"params": decay, "weight_decay": optim.weight_decay},
@@ -213,15 +218,16 @@ def _weights_misfit(saved: dict[str, Tensor], model: PreTrainedModel) -> str | N
     return "; ".join(parts) or None
 
 
-def _resume(run: Run, saved: dict, model: PreTrainedModel, states: tuple, world) -> None:
-    """Restore the model, the optimizer, scheduler and scaler (``states``) and this process's
-    RNG from a checkpoint read by :meth:`Run.load_checkpoint`; one written by another run (other
-    weights) or of another version is a one-line error naming the file."""
+def _resume(run: Run, saved: dict, job: TrainingJob, states: tuple, world) -> None:
+    """Restore the model and the objective's modules, the optimizer, scheduler and scaler
+    (``states``) and this process's RNG from a checkpoint read by :meth:`Run.load_checkpoint`;
+    one written by another run (other weights) or of another version is a one-line error naming
+    the file."""
     remedy = (
         "delete it to train this run again from step 0 (the same command), or choose another "
         "--run-dir"
     )
-    misfit = _weights_misfit(saved["model"], model)
+    misfit = _weights_misfit(saved["model"], job.model)
     if misfit:
         raise WorkbenchError(
             f"{run.checkpoint} does not hold this run's model ({misfit}): it comes from "
@@ -230,7 +236,8 @@ def _resume(run: Run, saved: dict, model: PreTrainedModel, states: tuple, world)
     optimizer, scheduler, scaler = states
     try:
         _restore_rank_rng(saved["rng"], world)
-        model.load_state_dict(saved["model"])
+        job.model.load_state_dict(saved["model"])
+        job.modules.load_state_dict(saved["objective"])
         optimizer.load_state_dict(saved["optimizer"])
         scheduler.load_state_dict(saved["scheduler"])
         scaler.load_state_dict(saved.get("scaler", {}))
@@ -304,21 +311,27 @@ def train(job: TrainingJob) -> dict[str, float]:
     device = torch.device(job.device)
     steps_per_epoch = math.ceil(len(job.train_set) / optim.batch_size)
     total = max(1, round(optim.epochs * steps_per_epoch))
-    optimizer = _optimizer(model, optim)
+    named = [
+        (n, p)
+        for n, p in [*model.named_parameters(), *job.modules.named_parameters(prefix="objective")]
+        if p.requires_grad
+    ]
+    optimizer = _optimizer(named, optim)
     # Hugging Face's schedule (as its Trainer's): step k (from 0) at k/W of the rate during the
     # W = ⌊ratio·total⌋ warm-up steps — so the first step at 0 — then a linear decay to 0
     scheduler = get_linear_schedule_with_warmup(optimizer, int(total * optim.warmup_ratio), total)
     scaler = torch.amp.GradScaler(device.type, enabled=optim.precision == "fp16")
-    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     parameters = [p for _, p in named]
     state = {"step": 0, "best": None, "best_step": None}
     model.to(device)
+    job.modules.to(device)
     distributed.broadcast_parameters(model)
+    distributed.broadcast_parameters(job.modules)
     if world.size > 1:  # each process its own dropout stream
         set_seed(optim.seed + 1_000_003 * world.rank)
     if run.checkpoint.exists():
         saved = run.load_checkpoint(device)
-        _resume(run, saved, model, (optimizer, scheduler, scaler), world)
+        _resume(run, saved, job, (optimizer, scheduler, scaler), world)
         state = saved["state"]
     checkpoint_step = state["step"]  # of the last checkpoint (0: none)
     if world.main:
@@ -339,6 +352,7 @@ def train(job: TrainingJob) -> dict[str, float]:
             torch.save(
                 {
                     "model": model.state_dict(),
+                    "objective": job.modules.state_dict(),
                     "optimizer": optimizer.state_dict(),
                     "scheduler": scheduler.state_dict(),
                     "scaler": scaler.state_dict(),

@@ -16,9 +16,11 @@ from kd.experiments.reproduce.runner import compact
 from kd.experiments.reproduce.suite import TaskPlan, ablations
 from kd.experiments.tune import apply, search_space
 from kd.methods.objective import Objective
+from kd.training.pipeline import check_tokens
 from tests.conftest import tiny_model, tiny_tokenizer
 from workbench.core.config import DataConfig, ObjectiveConfig, OptimConfig
 from workbench.core.data import batches, encode, load_task
+from workbench.core.errors import WorkbenchError
 from workbench.core.models import cut_student, forward
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "hidden_mse.py"
@@ -142,3 +144,17 @@ def test_registering_the_example_gives_it_a_tune_space_an_ablation_and_a_verdict
         "- **Hidden MSE ≥ vanilla KD (accuracy)?** Hidden MSE − vanilla KD on t +30.0 points"
     )
     assert verdict.endswith(": yes, significantly higher.")
+
+
+def test_a_token_term_that_declares_no_word_form_is_refused_across_tokenizers(
+    example, two_tokenizers
+):
+    """The example's hidden-state MSE compares token by token and declares no way to compare
+    words (``on_words``): a student of another tokenizer is refused in one line naming it."""
+    teacher, student = two_tokenizers
+    config = ObjectiveConfig(preset="hidden-mse")
+    check_tokens(Objective.resolve(config, 4, 2, 3), teacher.tokenizer, teacher.tokenizer)
+    across = Objective.resolve(config, 4, 2, 3, words=True)
+    with pytest.raises(WorkbenchError, match="the terms hidden compare tokens") as error:
+        check_tokens(across, teacher.tokenizer, student.tokenizer)
+    assert "\n" not in str(error.value)

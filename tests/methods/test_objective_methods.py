@@ -206,9 +206,30 @@ def test_gradient_student_setup():
     kept = random_student(teacher.config, num_layers=2)
     prepare_gradient_student(teacher, kept, dropout=True)
     assert any(m.p > 0 for m in kept.modules() if isinstance(m, torch.nn.Dropout))
-    narrow = random_student(teacher.config, num_layers=2, hidden_size=8)
+    own = random_student(teacher.config, num_layers=2)  # another tokenizer's: its own, trained
+    before = [p.detach().clone() for p in embeddings_module(own).parameters()]
+    prepare_gradient_student(teacher, own, same_tokens=False)
+    for p_before, p_own in zip(before, embeddings_module(own).parameters(), strict=True):
+        assert torch.equal(p_before, p_own) and p_own.requires_grad
+    assert all(m.p == 0 for m in own.modules() if isinstance(m, torch.nn.Dropout))
+
+
+def test_gradient_terms_need_the_teachers_width_where_they_compare_one_space():
+    """Gradients w.r.t. one token's embedding (same tokenizer) or w.r.t. the states the heads
+    read (GKD-CLS) live in the two models' spaces: a student of another width is refused when
+    the objective resolves; across tokenizers GKD compares per-word saliencies, of any width."""
+    narrow = {"student_width": 8}
     with pytest.raises(WorkbenchError, match="embedding width 16, not 8"):
-        prepare_gradient_student(teacher, narrow)
+        Objective.resolve(ObjectiveConfig(preset="gkd"), 4, 2, 3, 16, **narrow)
+    for words in (False, True):
+        with pytest.raises(WorkbenchError, match=r"GKD-CLS .* hidden size 16, not 8"):
+            Objective.resolve(ObjectiveConfig(preset="gkd-cls"), 4, 2, 3, 16, **narrow, words=words)
+    across = Objective.resolve(ObjectiveConfig(preset="gkd"), 4, 2, 3, 16, **narrow, words=True)
+    assert across.record()["student_embeddings"] == "own"
+    assert (
+        Objective.resolve(ObjectiveConfig(preset="gkd"), 4, 2, 3, 16).record()["student_embeddings"]
+        == "teacher's, frozen"
+    )
 
 
 @pytest.mark.parametrize("preset", ["adkd", "gkd"])
@@ -237,3 +258,32 @@ def test_gradient_terms_share_the_students_forward_pass(preset, forwards):
     objective(student, batch, fields)
     handle.remove()
     assert len(calls) == forwards  # gkd-cls: input gradients, [CLS]-state gradients, PKD states
+
+
+def test_a_student_of_another_width_compares_its_states_through_a_trained_projection():
+    """PKD between widths: one bias-free map from the student's width to the teacher's, shared
+    by the mapped layers, recorded and trained by the term; at equal widths there is none."""
+    teacher = tiny_model(layers=4).requires_grad_(False)
+    student = random_student(teacher.config, num_layers=2, hidden_size=8, num_heads=2).eval()
+    config = ObjectiveConfig(preset="pkd-skip")
+    objective = Objective.resolve(config, 4, 2, 3, 16, student_width=8)
+    projection = objective.modules["pkd"]
+    assert projection.weight.shape == (16, 8) and projection.bias is None
+    assert objective.record()["pkd_projection"] == {"student": 8, "teacher": 16}
+    batch = next(batches(_dataset(), list(range(6)), 6, 0))
+    values = objective(student, batch, objective.teacher_batch(teacher, batch))
+
+    student_states = forward(student, batch, hidden_states=True).hidden_states
+    teacher_states = forward(teacher, batch, hidden_states=True).hidden_states
+    expected = 0.0
+    for s, t in objective.patient_pairs:  # the paper's form: Σ over layers and dims, batch mean
+        mapped = student_states[s][:, 0] @ projection.weight.T  # [B, 16]
+        unit_s = mapped / mapped.norm(dim=-1, keepdim=True)
+        unit_t = teacher_states[t][:, 0] / teacher_states[t][:, 0].norm(dim=-1, keepdim=True)
+        expected = expected + (unit_s - unit_t).pow(2).sum(-1).mean()
+    torch.testing.assert_close(values["pkd"], expected)
+    values["loss"].backward()
+    assert projection.weight.grad.abs().sum() > 0
+
+    same = Objective.resolve(config, 4, 2, 3, 16, student_width=16)
+    assert not len(same.modules) and "pkd_projection" not in same.record()

@@ -1,6 +1,7 @@
 """Per-token methods across tokenizers, on words: the alignment of two tokenisations, and the
-word-level AD-KD term checked against a direct computation from the two models' per-token
-maps and words found independently (whitespace, texts without punctuation)."""
+word-level AD-KD and GKD terms checked against direct computations from the two models'
+per-token maps and gradients and words found independently (whitespace, texts without
+punctuation)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ import torch
 
 from kd.methods.objective import Objective
 from tests.conftest import TEXTS_WITHOUT_PUNCTUATION as TEXTS
-from tests.conftest import whitespace_words
+from tests.conftest import whitespace_words, word_batches
 from workbench.analysis.attribution import attribution_maps
 from workbench.core.config import ObjectiveConfig
-from workbench.core.data import Split, collate, encode, share_words
 from workbench.core.data.alignment import align, pool_words, token_spans, word_mask
+from workbench.core.models import embeddings_module
 
 
 def _spans(starts_ends, text, sequence=0):
@@ -49,18 +50,10 @@ def test_pooling_sums_or_averages_each_words_tokens_and_masks_the_rest():
 
 def test_word_level_attribution_term_equals_a_direct_computation(two_tokenizers):
     teacher, student = two_tokenizers
-    split = Split(texts=list(TEXTS), labels=[0, 2], uids=["a", "b"])
     sides = {"teacher": teacher, "student": student}
-    encoded = {name: encode(split, m.tokenizer, 32) for name, m in sides.items()}
-    share_words(
-        split, (encoded["teacher"], teacher.tokenizer), (encoded["student"], student.tokenizer), 32
-    )
+    encoded, batches = word_batches(teacher, student, list(TEXTS))
     for name, side in sides.items():
         assert encoded[name].word_ids == [whitespace_words(side, text) for text in TEXTS]
-    batches = {
-        name: collate([encoded[name][i] for i in range(2)], m.tokenizer.pad_token_id)
-        for name, m in sides.items()
-    }
     objective = Objective.resolve(ObjectiveConfig(preset="adkd"), 4, 4, 3, 32)
     fields = objective.teacher_batch(teacher.model, batches["teacher"])
     value = objective(student.model, batches["student"], fields)["attr"]
@@ -92,5 +85,51 @@ def test_word_level_attribution_term_equals_a_direct_computation(two_tokenizers)
     s_maps = word_maps("student", None)
     assert objective.attr_reduction == "official"  # Σ squared differences / real words
     squared = sum(((s - t) ** 2).sum() for s, t in zip(s_maps, t_maps, strict=True))
+    expected = squared / sum(len(text.split()) for text in TEXTS)
+    torch.testing.assert_close(value, expected, rtol=1e-5, atol=1e-7)
+
+
+def _embedding_gradients(loaded, batch) -> torch.Tensor:
+    """``∂(Σ_b p_max,b)/∂e`` ``[B, L, d]`` at the embedding output, taken with a plain hook
+    and autograd (independent of the workbench's gradient code)."""
+    kept = []
+
+    def keep(_module, _inputs, output):
+        kept.append(output if torch.is_tensor(output) else output[0])
+
+    handle = embeddings_module(loaded.model).register_forward_hook(keep)
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
+    with torch.enable_grad():
+        try:
+            logits = loaded.model(**inputs).logits
+        finally:
+            handle.remove()
+        (gradients,) = torch.autograd.grad(logits.softmax(-1).max(-1).values.sum(), kept[0])
+    return gradients
+
+
+def test_word_level_gradient_term_equals_a_direct_computation(two_tokenizers):
+    """GKD across tokenizers: each model's token gradient norms summed per shared word and
+    normalised over the words; the term is their squared difference over the real words."""
+    teacher, student = two_tokenizers
+    sides = {"teacher": teacher, "student": student}
+    _, batches = word_batches(teacher, student, list(TEXTS))
+    objective = Objective.resolve(ObjectiveConfig(preset="gkd"), 4, 4, 3, 32, words=True)
+    fields = objective.teacher_batch(teacher.model, batches["teacher"])
+    value = objective(student.model, batches["student"], fields)["grad"]
+
+    def saliency(name) -> list[torch.Tensor]:
+        norms = _embedding_gradients(sides[name], batches[name]).norm(dim=-1)  # [B, L]
+        out = []
+        for row, text in enumerate(TEXTS):
+            ids = torch.tensor(whitespace_words(sides[name], text))
+            words = torch.stack(
+                [norms[row, : len(ids)][ids == w].sum() for w in range(len(text.split()))]
+            )
+            out.append(words / words.norm())
+        return out
+
+    pairs = zip(saliency("student"), saliency("teacher"), strict=True)
+    squared = sum(((s - t) ** 2).sum() for s, t in pairs)
     expected = squared / sum(len(text.split()) for text in TEXTS)
     torch.testing.assert_close(value, expected, rtol=1e-5, atol=1e-7)

@@ -13,7 +13,13 @@ from kd.methods.adkd import attribution_views
 from kd.methods.objective import TERMS, Objective
 from kd.training.distributed import unit_counts, unit_index
 from kd.training.pipeline import distill, train_teacher
-from tests.conftest import assert_same_weights, make_sentences, tiny_model, tiny_tokenizer
+from tests.conftest import (
+    assert_same_weights,
+    make_sentences,
+    tiny_model,
+    tiny_tokenizer,
+    word_batches,
+)
 from workbench.core.config import (
     DataConfig,
     ObjectiveConfig,
@@ -193,3 +199,27 @@ def test_each_term_splits_into_shards_by_its_unit(name, settings, tmp_path):
         assert combined != pytest.approx(whole, rel=1e-4)
     else:
         assert combined == pytest.approx(whole, rel=1e-5, abs=1e-9)
+
+
+@pytest.mark.parametrize("name", ["attr", "ltr", "grad"])
+def test_word_terms_split_into_shards_by_the_shared_words(name, two_tokenizers):
+    """Across tokenizers the per-token terms average over the words both tokenisations share:
+    a batch's value is its parts' values weighted by their shares of those words."""
+    teacher, student = two_tokenizers
+    texts = sorted(make_sentences(12, seed=4).text, key=len)
+    config = ObjectiveConfig(preset="kd", weights={name: 1.0}, attr_reduction="official")
+    objective = Objective.resolve(config, 4, 4, 3, words=True)
+    unit = unit_index(objective.term_units()[name])
+    assert objective.term_units()[name] == "tokens"
+
+    def value_and_count(part: list[str]) -> tuple[float, float]:
+        _, batch = word_batches(teacher, student, part)
+        fields = objective.teacher_batch(teacher.model, batch["teacher"])
+        value = objective(student.model, batch["student"], fields)[name]
+        return float(value.detach()), float(unit_counts(batch["student"])[unit])
+
+    whole, _ = value_and_count(texts)
+    parts = [value_and_count(texts[:5]), value_and_count(texts[5:])]
+    total = sum(count for _, count in parts)
+    combined = sum(value * count / total for value, count in parts)
+    assert combined == pytest.approx(whole, rel=1e-5, abs=1e-9)

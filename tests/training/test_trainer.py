@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 from kd.training.pipeline import distill, train_teacher
-from tests.conftest import kdw_here, kill_at_step
+from tests.conftest import kdw_here, kill_at_step, tiny_model, tiny_tokenizer
 from workbench.core.config import (
     DataConfig,
     ObjectiveConfig,
@@ -116,6 +116,60 @@ def test_teacher_learns_and_students_distil(tiny_model_dir, tiny_task_dir, tmp_p
         tmp_path / "student-pkd-skip",
     )
     assert again.results() == student_run.results()
+
+
+class StopAfter:
+    """The app's stop button, pressed once ``steps`` steps have run."""
+
+    def __init__(self, steps: int) -> None:
+        self.steps, self.seen = steps, 0
+
+    def on_step(self, step: int, _total: int, _losses: dict) -> None:
+        self.seen = step
+
+    def should_stop(self) -> bool:
+        return self.seen >= self.steps
+
+
+def test_a_narrower_student_learns_patient_kd_through_a_projection_that_resumes(
+    tiny_task_dir, tmp_path
+):
+    """PKD from a 16-wide teacher into an 8-wide student: the projection between the widths
+    trains with the student, resumes from the checkpoint with it (a stopped and resumed run ends
+    as an uninterrupted one), is recorded, and stays out of the saved student."""
+    teacher = tmp_path / "teacher"
+    model = tiny_model()
+    model.config.id2label = dict(enumerate(["negative", "neutral", "positive"]))
+    model.config.label2id = {name: i for i, name in model.config.id2label.items()}
+    model.save_pretrained(teacher)
+    tiny_tokenizer(teacher)
+    settings = (
+        DataConfig(task=str(tiny_task_dir), max_length=16),
+        StudentConfig(
+            teacher=str(teacher), init="random", num_layers=2, hidden_size=8, num_heads=2
+        ),
+        ObjectiveConfig(preset="pkd-skip"),
+        OptimConfig(epochs=1, batch_size=16, learning_rate=1e-3, threads=1),
+    )
+    stopped = distill(*settings, tmp_path / "stopped", callbacks=[StopAfter(5)])
+    assert stopped.status()["state"] == "stopped"
+    early = torch.load(stopped.checkpoint, weights_only=True)["objective"]["pkd.weight"]
+    assert early.shape == (16, 8)
+    for name in ("stopped", "clean"):
+        distill(*settings, tmp_path / name)
+    final = [
+        torch.load(tmp_path / n / "checkpoint.pt", weights_only=True) for n in ("stopped", "clean")
+    ]
+    assert final[0]["state"] == final[1]["state"]
+    for part in ("model", "objective"):
+        for name, value in final[1][part].items():
+            assert torch.equal(final[0][part][name], value), name
+    assert not torch.equal(early, final[1]["objective"]["pkd.weight"])  # trained
+    record = Run.open(tmp_path / "clean").info()["resolved"]["objective"]
+    assert record["pkd_projection"] == {"student": 8, "teacher": 16}
+    saved = load_file(str(tmp_path / "clean" / "model" / "model.safetensors"))
+    assert not [key for key in saved if "pkd" in key]
+    assert load_run(tmp_path / "clean").model.config.hidden_size == 8
 
 
 @pytest.mark.slow

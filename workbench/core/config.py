@@ -184,11 +184,12 @@ def views_option(default: Views | None, help: str, names: Sequence[str]) -> Any:
 
 
 # Lists that help texts name as ``{presets}``, ``{terms}``, ``{temperatures}``, ``{ablations}``,
+# ``{words}`` (how the per-token terms compare across tokenizers),
 # never written out by hand: kd.methods.objective registers them from its registry, and
 # :func:`fill_help` fills them in when a help text is shown. Where the registry is not loaded (``kdw
 # --help`` loads no method, hence no torch), the text points to ``kdw methods``, which lists them.
 HELP_LISTS: dict[str, Callable[[], str]] = {}
-LISTED = ("presets", "terms", "temperatures", "ablations")
+LISTED = ("presets", "terms", "temperatures", "ablations", "words")
 
 
 def fill_help(text: str) -> str:
@@ -456,7 +457,10 @@ class StudentConfig(Checked):
     )
     freeze_embeddings: bool = option(False, "freeze the student's embeddings")
     pretrained: str | None = option(
-        None, "checkpoint for --init pretrained (hub id or directory)", path=_model_names
+        None,
+        "checkpoint for --init pretrained (hub id or directory); one of another tokenizer "
+        "than the teacher's learns the per-token terms on the words both share ({words})",
+        path=_model_names,
     )
     hidden_size: int | None = option(
         None, "hidden size for --init random (default: teacher's)", domain=positive
