@@ -1,9 +1,10 @@
-"""AD-KD on words across tokenizers, on real weights: the bundled MiniLM teacher fine-tuned on
-the tweets teaches a student that reads the text through a byte-level BPE tokenizer trained on
-the tweets' train split (a 3-layer model of MiniLM's width, initialised at random per seed).
-Three students per seed — vanilla KD, AD-KD (its attribution term compared on the words both
-tokenisations share) and AD-KD's control (the same α, τ and student with the attribution term
-at 0) — and the paired two-level bootstrap intervals of their test accuracy differences.
+"""AD-KD and GKD on words across tokenizers, on real weights: the bundled MiniLM teacher
+fine-tuned on the tweets teaches a student that reads the text through a byte-level BPE
+tokenizer trained on the tweets' train split (a 3-layer model of MiniLM's width, initialised at
+random per seed). Five students per seed — vanilla KD, AD-KD (its attribution term compared on
+the words both tokenisations share), GKD (per-word gradient saliency) and each method's control
+(the same α, τ and student set-up with the method's own term at 0) — and the paired two-level
+bootstrap intervals of their test accuracy differences.
 
     python -m bench.cross_tokenizer                     # 3 seeds into runs/cross-tokenizer
     python -m bench.cross_tokenizer --seeds 1 --train-examples 600   # a quick look
@@ -41,7 +42,13 @@ ARMS = {
     "kd": ObjectiveConfig(preset="kd"),
     "adkd": ObjectiveConfig(preset="adkd"),
     "adkd-control": control(ObjectiveConfig(preset="adkd")),
+    "gkd": ObjectiveConfig(preset="gkd"),
+    "gkd-control": control(ObjectiveConfig(preset="gkd")),
 }
+# each method against vanilla KD and against its control: the latter credits its own term
+COMPARED = [
+    (method, other) for method in ("adkd", "gkd") for other in ("kd", f"{method}-control")
+] + [(f"{method}-control", "kd") for method in ("adkd", "gkd")]
 
 
 def bpe_tokenizer(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFast:
@@ -135,7 +142,7 @@ def main() -> None:
             accuracy[arm].append(_read(run.path / "results.json")["test"]["accuracy"])
     teacher_accuracy = _read(teacher.path / "results.json")["test"]["accuracy"]
     differences = {}
-    for a, b in (("adkd", "kd"), ("adkd-control", "kd"), ("adkd", "adkd-control")):
+    for a, b in COMPARED:
         interval = two_level_bootstrap(pair_predictions(predictions[a], predictions[b], True))
         differences[f"{a} − {b}"] = {
             "points": 100 * interval.difference,

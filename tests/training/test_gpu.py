@@ -15,7 +15,12 @@ import torch
 from kd.cli import main
 from kd.methods.objective import Objective
 from kd.training.pipeline import prepare_gradient_student
-from tests.conftest import TEXTS_WITHOUT_PUNCTUATION, tiny_model, write_tiny_workspace
+from tests.conftest import (
+    TEXTS_WITHOUT_PUNCTUATION,
+    tiny_model,
+    word_batches,
+    write_tiny_workspace,
+)
 from tests.tiny_families import save_family_model
 from workbench.analysis.agreement import pearson_per_example, rank_correlation
 from workbench.analysis.attribution.chunking import batch_token_limit, bytes_per_token
@@ -23,11 +28,7 @@ from workbench.analysis.benchmark import TIMER_CUDA, benchmark
 from workbench.core.config import BenchmarkSettings, ObjectiveConfig
 from workbench.core.data import (
     EncodedSplit,
-    Split,
     batches,
-    collate,
-    encode,
-    share_words,
     to_device,
 )
 from workbench.core.models import cut_student
@@ -114,6 +115,20 @@ def test_students_train_on_cuda_in_every_precision(teacher_run, method, precisio
     assert math.isfinite(test["probability_loyalty"]) and 0.0 <= test["accuracy"] <= 1.0
 
 
+def test_a_narrower_student_learns_patient_kd_through_its_projection_on_cuda(teacher_run):
+    teacher, common = teacher_run
+    run = teacher.parent / "pkd-narrow"
+    distil = f"distill --run-dir {run} --teacher {teacher} --preset pkd-skip --epochs 1".split()
+    narrow = ["--init", "random", "--num-layers", "2", "--hidden-size", "8", "--num-heads", "2"]
+    assert main([*distil, *narrow, "--precision", "bf16", *common]) == 0
+    record = json.loads((run / "run.json").read_text())["resolved"]["objective"]
+    assert record["pkd_projection"] == {"student": 8, "teacher": 16}
+    saved = torch.load(run / "checkpoint.pt", weights_only=True)["objective"]["pkd.weight"]
+    assert (saved.shape == (16, 8) and saved.device.type == "cpu") or saved.is_cuda
+    test = json.loads((run / "results.json").read_text())["test"]
+    assert math.isfinite(test["probability_loyalty"])
+
+
 def test_benchmark_times_fp32_and_bf16_between_cuda_events(teacher_run):
     teacher, _ = teacher_run
     settings = BenchmarkSettings(examples=40, batch_sizes="1,8", warmup=1, repeats=2)
@@ -154,27 +169,13 @@ def test_map_correlations_take_maps_on_the_gpu_and_answer_there():
         torch.testing.assert_close(on_gpu.cpu(), on_cpu, equal_nan=True)
 
 
-def _word_batches(two_tokenizers) -> dict[str, dict[str, torch.Tensor]]:
-    """Two texts as a BPE teacher and a WordPiece student read them, with their shared words."""
-    teacher, student = two_tokenizers
-    split = Split(texts=list(TEXTS_WITHOUT_PUNCTUATION), labels=[0, 2], uids=["a", "b"])
-    encoded = [encode(split, m.tokenizer, 32) for m in two_tokenizers]
-    share_words(split, (encoded[0], teacher.tokenizer), (encoded[1], student.tokenizer), 32)
-    return {
-        side: collate([dataset[i] for i in range(2)], model.tokenizer.pad_token_id)
-        for side, dataset, model in zip(
-            ("teacher", "student"), encoded, two_tokenizers, strict=True
-        )
-    }
-
-
-@pytest.mark.parametrize("method", ["adkd", "ckd"])
+@pytest.mark.parametrize("method", ["adkd", "ckd", "gkd"])
 def test_methods_on_words_give_the_cpus_loss_on_cuda(method, two_tokenizers):
     """A teacher and a student of different tokenizers compared on their shared words: the
     word pooling, masks and the teacher's word-level fields give the CPU's loss on CUDA."""
     teacher, student = (m.model.eval() for m in two_tokenizers)
-    objective = Objective.resolve(ObjectiveConfig(preset=method), 4, 4, num_labels=3)
-    batches = _word_batches(two_tokenizers)
+    objective = Objective.resolve(ObjectiveConfig(preset=method), 4, 4, num_labels=3, words=True)
+    _, batches = word_batches(*two_tokenizers, list(TEXTS_WITHOUT_PUNCTUATION))
     losses = []
     for device in ("cpu", "cuda"):
         on = {side: to_device(batch, device) for side, batch in batches.items()}
@@ -184,13 +185,13 @@ def test_methods_on_words_give_the_cpus_loss_on_cuda(method, two_tokenizers):
 
 
 def test_a_decoder_classifier_teaches_another_tokenizer_on_cuda(tmp_path):
-    """A Qwen2 classifier (byte-level BPE) distils a BERT student (WordPiece) with AD-KD and
-    CKD on CUDA, on the words both tokenisations share."""
+    """A Qwen2 classifier (byte-level BPE) distils a BERT student (WordPiece) with AD-KD, CKD
+    and GKD on CUDA, on the words both tokenisations share."""
     write_tiny_workspace(tmp_path)
     labels = ["negative", "neutral", "positive"]
     teacher = save_family_model("qwen2", tmp_path / "qwen2", labels)
     student = save_family_model("bert", tmp_path / "bert", labels)
-    for preset in ("adkd", "ckd"):
+    for preset in ("adkd", "ckd", "gkd"):
         run = tmp_path / preset
         command = ["distill", "--run-dir", str(run), "--teacher", str(teacher)]
         command += ["--task", str(tmp_path / "task"), "--init", "pretrained"]
