@@ -144,13 +144,18 @@ def _print_results(path: Path) -> None:
     print(f"run folder: {path}")
 
 
-def _task_data(args: argparse.Namespace, own: Sequence[str] = ()) -> DataConfig | None:
-    """The data options of a command that scores run folders on their own tasks unless
-    ``--task`` names one: without ``--task``, a data option given is refused rather than
-    ignored (each run reads its task with its own settings), but those named in ``own``, which
-    the command applies to each run's own task."""
+def _task_data(
+    args: argparse.Namespace, sources: Sequence[str], own: Sequence[str] = ()
+) -> DataConfig | None:
+    """The data options of a command that scores ``sources`` (run folders, models) on their own
+    tasks unless ``--task`` names one: without ``--task``, a data option given is refused rather
+    than ignored (each run reads its task with its own settings), but those named in ``own``,
+    which the command applies to each run's own task. A task that a run among ``sources``
+    recorded is read with that run's columns unless they are given (:func:`recorded_columns`)."""
+    from workbench.core.runs import recorded_columns
+
     if args.task is not None:
-        return from_arguments(DataConfig, args)
+        return recorded_columns(from_arguments(DataConfig, args), sources, _note)
     given = [
         option_name(f.name)
         for f in fields(DataConfig)
@@ -164,13 +169,17 @@ def _task_data(args: argparse.Namespace, own: Sequence[str] = ()) -> DataConfig 
     return None
 
 
+def _note(text: str) -> None:
+    print(f"kdw: note: {text}", file=sys.stderr)
+
+
 def _evaluate(args: argparse.Namespace) -> None:
     from kd.training.evaluate import evaluate_runs, format_table
     from workbench.core.files import check_output_file, write_output_file
 
     if args.json:  # before the minutes of scoring
         check_output_file(args.json, "--json")
-    data = _task_data(args, own=("dedupe",))
+    data = _task_data(args, args.runs, own=("dedupe",))
     rows = evaluate_runs(
         args.runs,
         args.split,
@@ -178,7 +187,7 @@ def _evaluate(args: argparse.Namespace) -> None:
         terms=args.terms,
         data=data,
         label_map=args.label_map,
-        notify=lambda note: print(f"kdw: note: {note}", file=sys.stderr),
+        notify=_note,
         dedupe=args.dedupe,
     )
     print(format_table(rows))
@@ -192,7 +201,7 @@ def _benchmark(args: argparse.Namespace) -> None:
 
     if args.json:  # before the minutes of timing
         check_output_file(args.json, "--json")
-    data = _task_data(args)
+    data = _task_data(args, args.models)
     report = benchmark(args.models, from_arguments(BenchmarkSettings, args), data)
     print(format_benchmark(report))
     if args.json:
@@ -879,14 +888,32 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
     return parser
 
 
+def check_local_task(args: argparse.Namespace) -> None:
+    """Read and check a local data file or folder that ``--task`` names (columns, encoding,
+    texts, labels, split sizes) before torch and transformers load, so that its problems are
+    one line within a second or two; the command reads it again, and says its notes then."""
+    task = getattr(args, "task", None)
+    if task is None or not all(hasattr(args, f.name) for f in fields(DataConfig)):
+        return
+    from workbench.core.data import BUNDLED, GLUE_TASKS, load_task
+    from workbench.core.files import local_path
+    from workbench.core.runs import recorded_columns
+
+    if task not in BUNDLED and task not in GLUE_TASKS and local_path(task, hub_ids=True):
+        sources = getattr(args, "runs", None) or getattr(args, "models", None) or []
+        data = recorded_columns(from_arguments(DataConfig, args), sources)
+        load_task(data, notify=lambda _note: None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from workbench.core.models import quiet_library_output
-
-    quiet_library_output()
     try:
         if getattr(args, "config", None):  # the file's settings become the defaults
             args = build_parser(config_defaults(args.config)).parse_args(argv)
+        check_local_task(args)
+        from workbench.core.models import quiet_library_output
+
+        quiet_library_output()
         args.handler(args)
     except WorkbenchError as error:
         print(f"kdw: error: {one_line(str(error))}", file=sys.stderr)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -300,3 +301,37 @@ def test_labels_differing_only_by_case_are_a_one_line_error(tmp_path, capsys):
         f"kdw: error: {path}: labels 'Positive' and 'positive' differ only by case; make them "
         "one label"
     )
+
+
+def test_commands_on_a_run_read_its_task_with_the_columns_it_recorded(work, tmp_path, capsys):
+    """A teacher trained on a file whose columns are ``review`` and ``rating``: ``kdw evaluate``
+    of the run and of its saved model on that file needs no column options (the run's record is
+    the default, and says so); columns given override the record, and that is said too."""
+    reviews = tmp_path / "reviews"
+    reviews.mkdir()
+    for split in ("train", "dev", "test"):
+        frame = pd.read_csv(work / "task" / f"{split}.csv")
+        frame = frame.rename(columns={"text": "review", "label": "rating"})
+        frame["title"] = frame["review"].str.split().str[:3].str.join(" ")
+        frame.to_csv(reviews / f"{split}.csv", index=False)
+    data = DataConfig(task=str(reviews), text_column="review", label_column="rating")
+    teacher = train_teacher(
+        replace(data, max_length=16),
+        TeacherConfig(model=str(work / "tiny-bert")),
+        FAST,
+        tmp_path / "teacher",
+    )
+    capsys.readouterr()
+    table = tmp_path / "rows.json"
+    command = ["evaluate", str(teacher.path / "model"), str(teacher.path), "--task", str(reviews)]
+    assert main([*command, "--max-length", "16", "--json", str(table)]) == 0
+    err = capsys.readouterr().err
+    said = f"{reviews} is read with the columns {teacher.path} recorded: --text-column review "
+    assert said + "--label-column rating" in err
+    rows = json.loads(table.read_text())
+    assert rows[0]["accuracy"] == pytest.approx(rows[1]["accuracy"])
+    assert rows[1]["accuracy"] == pytest.approx(teacher.results()["test"]["accuracy"])
+
+    assert main([*command, "--max-length", "16", "--text-column", "title"]) == 0
+    err = capsys.readouterr().err
+    assert f"--text-column title override the columns {teacher.path} recorded" in err

@@ -94,9 +94,12 @@ def resolve_model(name: str) -> str:
     return str(path)
 
 
-def _from_pretrained(load, name: str, what: str, **options):
+def _from_pretrained(
+    load, name: str, what: str, notify: Callable[[str], None] | None = None, **options
+):
     """``load(source, **options)`` for the model ``name``; a hub id while the hub cannot be
-    asked comes from the local cache only (no minute of retries), and a miss is one line."""
+    asked comes from the local cache only (no minute of retries), and a miss is one line. A
+    model's load is checked (:func:`check_loaded`), a fresh head said to ``notify``."""
     source = resolve_model(name)
     model_load = load == AutoModelForSequenceClassification.from_pretrained
     if Path(source).is_dir():
@@ -113,7 +116,7 @@ def _from_pretrained(load, name: str, what: str, **options):
         if config_load:
             return config
         model, info = load(source, local_files_only=cache_only, output_loading_info=True, **options)
-        check_loaded(model, info, name, not has_head(config))
+        check_loaded(model, info, name, not has_head(config), notify)
         return model
     except WorkbenchError:
         raise
@@ -166,6 +169,7 @@ def load_classifier(
             load,
             name,
             "model",
+            notify,
             num_labels=spec.num_labels,
             problem_type="regression" if spec.regression else "single_label_classification",
             attn_implementation=ATTENTION,

@@ -28,9 +28,9 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any, TypeVar
@@ -515,6 +515,43 @@ class Run:
         return self.read_json(
             "results.json", RESULTS_REMEDY, RESULTS_SHAPE, "the metrics of a run's best model"
         )
+
+
+COLUMNS = {"text_column": "--text-column", "text_pair_column": "--text-pair-column"}
+COLUMNS |= {"label_column": "--label-column"}
+
+
+def _same_task(one: str, other: str) -> bool:
+    return one == other or Path(one).resolve() == Path(other).resolve()
+
+
+def recorded_columns(
+    data: DataConfig, sources: Sequence[str], notify: Callable[[str], None] | None = None
+) -> DataConfig:
+    """The columns to read ``data``'s task with when scoring ``sources``: those the first run
+    among them recorded for that task, where ``data`` leaves them at their defaults (a run's
+    record is the default for commands on it, and for the models scored beside it); a column
+    given explicitly overrides the record. Both are said to ``notify``."""
+    defaults = DataConfig()
+    given = {f: getattr(data, f) for f in COLUMNS if getattr(data, f) != getattr(defaults, f)}
+    say = notify or (lambda _text: None)
+    for source in sources:
+        if not (Path(source) / RUN_FILE).exists():
+            continue
+        recorded = Run.open(source).config(DataConfig, "data")
+        if not _same_task(recorded.task, data.task):
+            continue
+        columns = {f: getattr(recorded, f) for f in COLUMNS}
+        taken = {f: v for f, v in columns.items() if f not in given and v != getattr(data, f)}
+        overridden = {f: v for f, v in given.items() if v != columns[f]}
+        if taken:
+            shown = " ".join(f"{COLUMNS[f]} {v}" for f, v in taken.items() if v is not None)
+            say(f"{data.task} is read with the columns {source} recorded: {shown}")
+        if overridden:
+            shown = ", ".join(f"{COLUMNS[f]} {v}" for f, v in overridden.items())
+            say(f"{shown} override the columns {source} recorded for {data.task}")
+        return replace(data, **taken)
+    return data
 
 
 def teacher_change(then: dict[str, str] | None, now: dict[str, str] | None) -> str | None:

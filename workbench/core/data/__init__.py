@@ -19,17 +19,6 @@ from collections.abc import Callable
 
 from workbench.core.config import DataConfig, option_name
 from workbench.core.data.bundled import TWEETS_VERSION, load_bbc_news, load_tweets
-from workbench.core.data.encoding import (
-    EncodedSplit,
-    batches,
-    collate,
-    count_tokens,
-    encode,
-    pad_id,
-    prefixes,
-    share_words,
-    to_device,
-)
 from workbench.core.data.glue import GLUE_TASKS, load_glue
 from workbench.core.data.hub_sets import is_hub_id, is_saved_dataset, load_hub, load_saved
 from workbench.core.data.local import Columns, load_local
@@ -46,6 +35,22 @@ from workbench.core.data.splits import (
 )
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import local_path
+from workbench.core.lazy import lazy_names
+
+# tokenisation and padding need torch and transformers: imported when first asked for, so that a
+# data file is read and checked before they load (a bad column is found in a second)
+ENCODING = (
+    "EncodedSplit",
+    "batches",
+    "collate",
+    "count_tokens",
+    "encode",
+    "pad_id",
+    "prefixes",
+    "share_words",
+    "to_device",
+)
+__getattr__ = lazy_names(__name__, dict.fromkeys(ENCODING, "workbench.core.data.encoding"))
 
 BUNDLED = {"tweets": load_tweets, "bbc-news": load_bbc_news}
 VERSIONS = {"tweets": TWEETS_VERSION}  # bundled sets whose cleaning changed since version 1
