@@ -1,0 +1,198 @@
+"""One table of damaged model folders, shared by the tests of each door a model folder enters
+through — the Python API (``tests/core/test_damaged_models.py``), the commands
+(``tests/cli/test_damaged_models_cli.py``) and the app (``tests/app/test_damaged_models_app.py``):
+each case is refused in the same one line everywhere. Every folder is a tiny random classifier
+saved by transformers, then damaged."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from tests.conftest import tiny_model, tiny_tokenizer, write_tiny_workspace
+from workbench.core.verify import REMEDY
+
+LABELS = {"0": "negative", "1": "neutral", "2": "positive"}  # the tiny task's classes
+LABELS_REMEDY = "correct id2label in config.json: ids 0..C-1, one distinct name each"
+
+
+def _config(change: Callable[[dict], None]) -> Callable[[Path], None]:
+    def damage(folder: Path) -> None:
+        path = folder / "config.json"
+        config = json.loads(path.read_text())
+        change(config)
+        path.write_text(json.dumps(config))
+
+    return damage
+
+
+def _weights(change: Callable[[dict], dict | None]) -> Callable[[Path], None]:
+    def damage(folder: Path) -> None:
+        path = folder / "model.safetensors"
+        state = load_file(path)
+        state = change(state) or state
+        save_file(state, path, metadata={"format": "pt"})
+
+    return damage
+
+
+def _without(part: str) -> Callable[[Path], None]:
+    return _weights(lambda state: {k: v for k, v in state.items() if part not in k})
+
+
+def _set(key: str, value: float) -> Callable[[Path], None]:
+    def change(state: dict) -> None:
+        state[key].view(-1)[0] = value
+
+    return _weights(change)
+
+
+def _small_vocabulary(folder: Path) -> None:
+    """Config and weights agree on 20 rows of embeddings; the tokenizer gives 40 ids."""
+    torch.manual_seed(0)
+    model = tiny_model()
+    model.config.vocab_size = 20
+    model.resize_token_embeddings(20)
+    model.config.id2label = {int(k): v for k, v in LABELS.items()}
+    model.config.label2id = {v: int(k) for k, v in LABELS.items()}
+    model.save_pretrained(folder)
+
+
+LAYER = "bert.encoder.layer"
+# (id, damage, the error after "kdw: error: ", {d}: the folder)
+CASES = [
+    (
+        "a layer missing",
+        _without("layer.3."),
+        f"{{d}}/config.json: num_hidden_layers is 4, but model.safetensors in {{d}} holds 3 "
+        f"layers ({LAYER}.0 to {LAYER}.2): the config and the weights are of different models; "
+        f"{REMEDY}",
+    ),
+    (
+        "a weight missing",
+        _without("layer.3.output.dense.weight"),
+        f"the weights of {{d}} do not fit its config: 1 weight the architecture expects missing "
+        f"({LAYER}.3.output.dense.weight), which would start from random values: {REMEDY}",
+    ),
+    (
+        "an unused tensor",
+        _weights(lambda state: {**state, "bert.extra.weight": torch.zeros(2)}),
+        f"the weights of {{d}} do not fit its config: 1 tensor the architecture has no place for "
+        f"(bert.extra.weight): {REMEDY}",
+    ),
+    (
+        "another model type",
+        _config(
+            lambda c: c.update(
+                model_type="roberta", architectures=["RobertaForSequenceClassification"]
+            )
+        ),
+        "the weights of {d} do not fit its config (config.json says model_type 'roberta', the "
+        "weights are named bert.…, classifier.…: another architecture's): 73 weights the "
+        "architecture expects missing (classifier.dense.bias, classifier.dense.weight, "
+        "classifier.out_proj.bias and 70 more), which would start from random values; 73 "
+        "tensors the architecture has no place for (bert.embeddings.LayerNorm.bias, "
+        "bert.embeddings.LayerNorm.weight, bert.embeddings.position_embeddings.weight and 70 "
+        f"more): {REMEDY}",
+    ),
+    (
+        "a wider config",
+        _config(lambda c: c.update(hidden_size=64)),
+        "{d}/config.json does not describe the weights of {d}/model.safetensors: "
+        "bert.embeddings.LayerNorm.bias is [16] there, the config makes it [64] (config.json: "
+        f"hidden_size 64): {REMEDY}",
+    ),
+    (
+        "100000 layers",
+        _config(lambda c: c.update(num_hidden_layers=100000)),
+        f"{{d}}/config.json: num_hidden_layers is 100000, but model.safetensors in {{d}} holds 4 "
+        f"layers ({LAYER}.0 to {LAYER}.3): the config and the weights are of different models; "
+        f"{REMEDY}",
+    ),
+    (
+        "a smaller vocabulary",
+        _config(lambda c: c.update(vocab_size=20)),
+        "{d}/config.json does not describe the weights of {d}/model.safetensors: "
+        "bert.embeddings.word_embeddings.weight is [40, 16] there, the config makes it [20, 16] "
+        f"(config.json: vocab_size 20): {REMEDY}",
+    ),
+    (
+        "a tokenizer larger than the embeddings",
+        _small_vocabulary,
+        "{d}/tokenizer.json gives token ids up to 39, but the model's embedding table has 20 "
+        f"rows (config.json: vocab_size 20): its tokenizer is not the model's; {REMEDY}",
+    ),
+    (
+        "labels with a gap",
+        _config(lambda c: c.update(id2label={"0": "a", "5": "b", "2": "c"})),
+        "{d}/config.json: id2label has the ids 0, 2, 5, not 0..2 (one per class, without "
+        f"gaps): {LABELS_REMEDY}",
+    ),
+    (
+        "two labels of one name",
+        _config(lambda c: c.update(id2label={"0": "neutral", "1": "Neutral", "2": "c"})),
+        f"{{d}}/config.json: id2label gives two classes one name: 0 and 1 ('Neutral'): "
+        f"{LABELS_REMEDY}",
+    ),
+    (
+        "num_labels against id2label",
+        _config(lambda c: c.update(num_labels=5)),
+        f"{{d}}/config.json: num_labels is 5, but id2label names 3 classes: {LABELS_REMEDY}, "
+        "num_labels 3",
+    ),
+    (
+        "a 2-label config over a 3-row head",
+        _config(lambda c: c.update(id2label={"0": "a", "1": "b"}, label2id={"a": 0, "b": 1})),
+        "{d}/config.json does not describe the weights of {d}/model.safetensors: "
+        "classifier.bias is [3] there, the config makes it [2] (config.json: num_labels 2, the "
+        f"entries of id2label): {REMEDY}",
+    ),
+    (
+        "a NaN weight",
+        _set(f"{LAYER}.1.output.dense.weight", float("nan")),
+        f"the weights of {{d}} are not finite: {LAYER}.1.output.dense.weight holds NaN or "
+        f"infinite values: {REMEDY}",
+    ),
+    (
+        "infinite weights",
+        _weights(lambda state: {k: v.fill_(float("inf")) for k, v in state.items()}),
+        "the weights of {d} are not finite: bert.embeddings.word_embeddings.weight, "
+        "bert.embeddings.position_embeddings.weight, bert.embeddings.token_type_embeddings.weight "
+        f"and 70 more hold NaN or infinite values: {REMEDY}",
+    ),
+]
+IDS = [case[0] for case in CASES]
+# found from config.json and the safetensors headers, before any weight is read
+HEADER_CASES = [
+    case
+    for case in IDS
+    if case not in ("a weight missing", "an unused tensor", "another model type", "a NaN weight")
+    and case != "infinite weights"
+]
+
+
+def build(work: Path) -> Path:
+    """In ``work``: the tiny task, a good classifier folder of its classes, and one damaged copy
+    of it per case (``work/cases/<id>``)."""
+    write_tiny_workspace(work)
+    good = work / "good"
+    tiny_tokenizer(good)
+    model = tiny_model()
+    model.config.id2label = {int(k): v for k, v in LABELS.items()}
+    model.config.label2id = {v: int(k) for k, v in LABELS.items()}
+    model.save_pretrained(good)
+    for name, damage, _ in CASES:
+        shutil.copytree(good, work / "cases" / name)
+        damage(work / "cases" / name)
+    return work
+
+
+def error(case: str, work: Path) -> str:
+    """The one line that refuses ``case`` (its folder under ``work/cases``)."""
+    message = next(message for name, _, message in CASES if name == case)
+    return message.format(d=work / "cases" / case)
