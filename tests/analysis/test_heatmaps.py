@@ -25,7 +25,7 @@ from workbench.analysis.heatmaps import (
     write_heatmaps,
 )
 from workbench.core.errors import WorkbenchError
-from workbench.core.models import load_run
+from workbench.core.models import load_model, load_run
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -97,6 +97,13 @@ def test_metadata_records_models_runs_settings_and_text(loaded, runs, tmp_path):
     assert meta["models"] == "teacher, student-kd, student-pkd"
     assert meta["settings.baseline"] == "zero" and meta["settings.top_k"] == "4"
     assert meta["text"] == HOSTILE and meta["example_id"] == "ex-1"
+    assert meta["task"] == loaded[0].data.task
+    # the teacher's saved model given alone has no task: the field names none, not the model
+    plain = load_model(str(runs / "teacher" / "model"))
+    alone = explain(plain, [Example(HOSTILE)], settings)
+    assert "task" not in to_heatmap(alone, Example(HOSTILE), settings).metadata
+    both = [*alone, explanations[1]]
+    assert to_heatmap(both, Example(HOSTILE), settings).metadata["task"] == loaded[1].data.task
     paths = write_heatmaps([heatmap], tmp_path, ExportSettings(formats="svg,html,tex,png", dpi=72))
     assert sorted(p.suffix for p in paths) == [".html", ".png", ".svg", ".tex"]
     svg = ET.parse(tmp_path / "heatmap-000.svg").getroot()

@@ -310,3 +310,21 @@ def test_the_data_version_enters_the_fingerprint_only_where_there_is_one():
     assert v2.fingerprint() == {
         "train": hashlib.sha256(b"version\tv2\nu1\t0\nu2\t1").hexdigest()[:16]
     }
+
+
+@pytest.mark.parametrize("limit", [31, 32, 33, 5])
+def test_an_exact_sample_has_exactly_its_size_in_the_splits_order(limit):
+    """Three classes of 100, 100 and 101: their rounded shares of 32 make 33 (or 31 of 31…);
+    ``exact`` gives the size asked for, still deterministic and in order."""
+    split = Split(
+        texts=[f"text {i}" for i in range(301)],
+        labels=[0] * 100 + [1] * 100 + [2] * 101,
+        uids=[str(i) for i in range(301)],
+    )
+    sample = sample_split(split, limit, seed=0, exact=True)
+    assert len(sample) == limit
+    positions = [int(u) for u in sample.uids]
+    assert positions == sorted(positions) and len(set(positions)) == limit
+    assert sample_split(split, limit, seed=0, exact=True).uids == sample.uids
+    counts = torch.bincount(torch.tensor(sample.labels), minlength=3).tolist()
+    assert max(counts) - min(counts) <= 2

@@ -244,7 +244,7 @@ def benchmark(
     if settings.split not in task.splits:
         raise WorkbenchError(f"split {settings.split!r} not in {sorted(task.splits)}")
     seed = (data or DataConfig()).split_seed
-    part = sample_split(task.splits[settings.split], settings.examples or None, seed)
+    part = sample_split(task.splits[settings.split], settings.examples or None, seed, exact=True)
     regression = task.spec.regression
 
     def tokenise(candidate: Candidate) -> EncodedSplit:

@@ -138,7 +138,8 @@ class Explanation:
     full_length: int = 0  # tokens of the whole text; more than len(tokens) when truncated
     longer: bool = False  # the text goes on past the full_length tokens counted (a huge text)
     model: str = ""  # the distillation preset (a run's) and the number of layers: model_detail
-    task: str = ""  # the task applied to: a bundled or GLUE task's name, a path, a hub id
+    task: str = ""  # the task applied to: a bundled or GLUE task's name, a path, a hub id;
+    # "" for a model given without a task (its own classes)
     spans: list | None = None  # (sequence, start, end) of each position's characters, or None
 
     @property
@@ -336,7 +337,7 @@ def explain(
                 full_length=full_lengths[row],
                 longer=longer[row],
                 model=detail,
-                task=loaded.spec.name if loaded.data is None else loaded.data.task,
+                task="" if loaded.data is None else loaded.data.task,
                 spans=spans,
             )
         )
@@ -447,16 +448,19 @@ def heatmap_metadata(
     """What each exported file records: models, run ids, the example and the settings
     (``explained``: the explainer, its settings and the word aggregation, as
     :func:`explained_settings` gives them), each model's preset and layers
-    (:func:`model_detail`) and the first model's task. ``anonymous`` leaves out the run ids and
+    (:func:`model_detail`) and the first task a model was applied to (none for models given
+    without one, explained on their own classes). ``anonymous`` leaves out the run ids and
     the example's id (a file name or a local task's id), names the task by
     :func:`public_task` and records ``anonymous: yes``; the models
     are named as the explanations name them (:func:`role_names` for an anonymous export)."""
     cut = [e for e in explanations if e.truncated]
     runs = {} if anonymous else {"run_ids": json.dumps([e.run_id for e in explanations])}
+    task = next((e.task for e in explanations if e.task), None)  # a model given alone has none
+    named = {} if task is None else {"task": public_task(task) if anonymous else task}
     meta = {
         "models": ", ".join(e.name for e in explanations),
         "model_details": "; ".join(f"{e.name}: {e.model}" for e in explanations),
-        "task": public_task(explanations[0].task) if anonymous else explanations[0].task,
+        **named,
         **runs,
         "anonymous": "yes" if anonymous else "no",
         "text": example.text,

@@ -208,13 +208,23 @@ def split_frame(
     return {name: whole.subset(part) for name, part in zip(SPLITS, parts, strict=True)}
 
 
-def sample_split(split: Split, limit: int | None, seed: int, stratify: bool = True) -> Split:
+def sample_split(
+    split: Split, limit: int | None, seed: int, stratify: bool = True, exact: bool = False
+) -> Split:
     """A fixed sample of about ``limit`` examples (stratified by label: each class keeps its
-    share, rounded), in the split's order; the split itself when it has no more. The bundled
-    data sets come ordered by class, so a prefix of a split is not a sample of it."""
+    share, rounded), in the split's order; the split itself when it has no more. With
+    ``exact``, exactly ``limit``: the classes' rounding is made up by a seeded choice of the
+    examples left out or kept. The bundled data sets come ordered by class, so a prefix of a
+    split is not a sample of it."""
     if limit is None or limit >= len(split):
         return split
-    keep, _ = split_indices(
+    keep, rest = split_indices(
         split.labels, (limit / len(split), 1 - limit / len(split)), seed, stratify
     )
+    if exact and len(keep) != limit:
+        rng = np.random.default_rng(seed)
+        if len(keep) > limit:
+            keep = np.sort(rng.choice(keep, limit, replace=False))
+        else:
+            keep = np.sort(np.concatenate([keep, rng.choice(rest, limit - len(keep), False)]))
     return split.subset(keep)
