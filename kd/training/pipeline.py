@@ -227,8 +227,9 @@ def train_teacher(
     tokenizer = load_tokenizer(teacher_config.model)  # a bad name fails before the data load
     data = load_task(data_config, _note)
     set_seed(optim.seed)
+    notes: list[str] = []  # of the model as loaded: said once its training starts from step 0
     model = load_classifier(
-        teacher_config.model, data.spec, parse_label_map(teacher_config.label_map), _note
+        teacher_config.model, data.spec, parse_label_map(teacher_config.label_map), notes.append
     )
     check_max_length(model, data_config.max_length, "the model")
     info = {
@@ -246,6 +247,9 @@ def train_teacher(
     with distributed.run_folder(run_dir, record, _manifest(data, data_config, optim)) as run:
         if run.status()["state"] == "finished":
             return run
+        if not run.checkpoint.exists():  # resumed, its head and classes are the checkpoint's
+            for note in notes:
+                _note(note)
         encoded = _encode_all(data, tokenizer, data_config.max_length)
         with _tracker(tracking_config, run) as tracker:
             job = TrainingJob(

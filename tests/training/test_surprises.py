@@ -135,7 +135,8 @@ def test_a_run_records_the_repeats_and_dedupe_only_where_set(work, tmp_path, cap
     common = ["train-teacher", "--model", str(work / "tiny-bert"), "--task", str(work / "overlap")]
     options = ["--max-length", "16", "--epochs", "0.1", "--threads", "1"]
     assert main([*common, "--run-dir", str(run_dir), *options]) == 0
-    (note,) = _notes(capsys.readouterr().err)
+    note, head = _notes(capsys.readouterr().err)  # the data's, then the model's
+    assert "has no classification head: a new one" in head
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["split_overlap"] == {"train/dev": 5, "train/test": 3, "dev/test": 0}
     assert note.removeprefix("note: ") in manifest["data_notes"]
