@@ -55,7 +55,7 @@ from workbench.core.config import (
     to_dict,
 )
 from workbench.core.errors import WorkbenchError, first_line
-from workbench.core.files import atomic_write_json, hold, read_json_file
+from workbench.core.files import atomic_write_json, check_parents, hold, read_json_file
 from workbench.core.runs import current_configs, differences, same_value
 
 STUDY_NAME = TuneConfig.study_name  # the study of ``<out>/study.db``, and --study-name's default
@@ -742,6 +742,7 @@ def tune(
     space = search_space(objective.preset, config.space, base_weights)
     if out.exists() and not out.is_dir():
         raise WorkbenchError(f"--out {out} is a file: give a folder")
+    check_parents(out, "--out")
     place = study_place(out, config.storage)
     # every check of the settings against the models (an unfinished teacher run included),
     # before anything is written; the task's data comes with them

@@ -128,13 +128,21 @@ def test_json_to_a_full_device_is_one_line(work, tmp_path):
     )
 
 
-def test_a_run_folder_under_a_file_is_one_line(work, tmp_path):
+def test_a_run_or_study_folder_under_a_file_is_one_line(work, tmp_path):
     run = work / "data" / "file.csv" / "sub"
     command = ["train-teacher", "--model", str(work / "tiny-bert"), "--task", str(work / "task")]
     status, err = kdw_here([*command, "--run-dir", str(run), *FAST], tmp_path)
     assert (status, err) == (
         2,
         f"kdw: error: {run}: {run.parent} is a file, not a folder: choose another --run-dir\n",
+    )
+    assert (work / "data" / "file.csv").read_text() == "text,label\n"
+    out = work / "data" / "file.csv" / "study"  # a study's folder likewise
+    tune = ["tune", "--teacher", str(work / "classifier"), "--task", str(work / "task")]
+    status, err = kdw_here([*tune, "--trials", "1", "--out", str(out), *FAST], tmp_path)
+    assert (status, err) == (
+        2,
+        f"kdw: error: {out}: {out.parent} is a file, not a folder: choose another --out\n",
     )
     assert (work / "data" / "file.csv").read_text() == "text,label\n"
 

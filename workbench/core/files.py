@@ -68,6 +68,14 @@ def existing_path(name: str) -> Path:
     return path
 
 
+def check_parents(path: Path, option: str) -> None:
+    """Refuse a folder to create under a file (``run.json/sub``): the first existing folder
+    above ``path`` must be a folder, said in one line naming ``option``."""
+    above = next((p for p in path.parents if p.exists() or p.is_symlink()), None)
+    if above is not None and not above.is_dir():
+        raise WorkbenchError(f"{path}: {above} is a file, not a folder: choose another {option}")
+
+
 def local_path(name: str, *, hub_ids: bool = False) -> Path | None:
     """The file or folder ``name`` names, or None for a name that is not one (a task or model
     name); a name that looks like a path (:func:`looks_like_path`) must exist, so that a typo

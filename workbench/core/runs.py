@@ -51,6 +51,7 @@ from workbench.core.files import (
     RECORD_LIMIT,
     append_json_line,
     atomic_write_json,
+    check_parents,
     check_weights,
     hold,
     read_json_lines,
@@ -208,11 +209,7 @@ class Run:
         rather than overwritten. So is a run that another process is writing: the one-line
         error names that process. Its lock (``.lock``) dies with it, so a killed run resumes."""
         run = cls(Path(path))
-        above = next((p for p in run.path.parents if p.exists() or p.is_symlink()), None)
-        if above is not None and not above.is_dir():
-            raise WorkbenchError(
-                f"{run.path}: {above} is a file, not a folder: choose another --run-dir"
-            )
+        check_parents(run.path, "--run-dir")
         if run.path.is_file() or (
             not (run.path / RUN_FILE).exists()
             and run.path.exists()
