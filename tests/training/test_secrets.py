@@ -116,3 +116,24 @@ def test_no_file_a_tracked_run_writes_holds_the_password(work, tmp_path, server,
     assert _files_holding(run, PASSWORD) == []
     assert _files_holding(tmp_path / "store", PASSWORD) == []  # the tracker's parameters
     assert "http://kd:***@127.0.0.1" in (run / "manifest.json").read_text()
+
+
+def test_a_hub_endpoint_that_does_not_answer_is_named_without_its_password(
+    work, tmp_path, monkeypatch
+):
+    """``HF_ENDPOINT`` with credentials, and no hub answering there: the refusal of a hub id
+    that is not in the local cache names the endpoint, its password masked."""
+    from huggingface_hub import constants
+
+    from workbench.core import hub
+
+    monkeypatch.setattr(constants, "ENDPOINT", f"http://kd:{PASSWORD}@127.0.0.1:9")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty cache
+    hub._endpoint_answers.cache_clear()
+    try:
+        command = ["evaluate", "someone/no-such-model", "--task", str(work / "task")]
+        status, err = kdw_here(command, tmp_path)
+    finally:
+        hub._endpoint_answers.cache_clear()
+    assert status == 2 and "the hub is unreachable (http://kd:***@127.0.0.1:9 does" in err
+    assert PASSWORD not in err
