@@ -54,6 +54,10 @@ def test_every_page_draws_beside_damaged_model_folders(work, tmp_path, monkeypat
         at.switch_page(f"workbench/app/{page}.py")
         at.run()
         assert not at.exception, (page, [e.value for e in at.exception])
+    shown = {c.value.replace("\\", "") for c in at.main.caption}  # the runs table's problems
+    for case in HEADER_CASES:  # whole, under the table that cuts them
+        expected = error(case, work).replace(str(work / "cases"), str(root))
+        assert f"{case}: {expected}" in shown, case
     for case in ("good", *IDS):  # the train page's details of each folder
         at.selectbox(key="train.details").set_value(case).run()
         assert not at.exception, (case, [e.value for e in at.exception])

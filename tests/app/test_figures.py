@@ -144,6 +144,11 @@ def test_curves_and_trials():
     ce, kd = fig.data
     assert list(ce.x) == [10, 20, 30] and list(ce.y) == [1.5, 1.0, 0.5]
     assert list(kd.x) == [10, 30] and kd.hovertext[1] == "step 30: kd 0.1"
+    assert ce.yaxis == "y" and "yaxis2" not in fig.layout.to_plotly_json()
+    frame["grad_norm"] = [40.0, 20.0, 10.0]  # tens against losses below 2: its own axis
+    fig = curves(frame, "step", "loss", ("grad_norm",), "gradient norm")
+    assert [trace.yaxis for trace in fig.data] == ["y", "y", "y2"]
+    assert fig.layout.yaxis2.title.text == "gradient norm" and fig.layout.yaxis2.side == "right"
 
     trials = pd.DataFrame(
         {

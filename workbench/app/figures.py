@@ -239,12 +239,17 @@ def loyalty_scatter(
     return fig
 
 
-def curves(frame: pd.DataFrame, x: str, y: str) -> go.Figure:
+def curves(
+    frame: pd.DataFrame, x: str, y: str, second: tuple[str, ...] = (), second_y: str = ""
+) -> go.Figure:
     """One line per column of ``frame`` against its index (named ``x``), e.g. each loss term
-    per step; hover gives the step, the series and its exact value."""
+    per step; hover gives the step, the series and its exact value. The columns ``second``
+    (a gradient norm beside losses) are drawn dashed on their own axis, ``second_y``, at the
+    right."""
     fig = go.Figure()
     for column in frame.columns:
         series = frame[column].dropna()
+        own = column in second
         fig.add_trace(
             go.Scatter(
                 x=series.index.tolist(),
@@ -256,7 +261,13 @@ def curves(frame: pd.DataFrame, x: str, y: str) -> go.Figure:
                     for step, value in series.items()
                 ],
                 hoverinfo="text",
+                yaxis="y2" if own else "y",
+                line={"dash": "dot"} if own else {},
             )
+        )
+    if any(column in second for column in frame.columns):
+        fig.update_layout(
+            yaxis2={"title": second_y, "overlaying": "y", "side": "right", "showgrid": False}
         )
     fig.update_layout(
         xaxis_title=x,

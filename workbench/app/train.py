@@ -128,7 +128,10 @@ def _curves(folder, metrics: list[dict], key: str) -> None:
         losses = pd.DataFrame(steps).set_index("step")
         columns = [c for c in losses.columns if c not in ("total", "time", "stage")]
         left.caption("training losses")
-        left.plotly_chart(curves(losses[columns], "step", "loss"), key=f"{key}.losses")
+        left.plotly_chart(
+            curves(losses[columns], "step", "loss", ("grad_norm",), "gradient norm"),
+            key=f"{key}.losses",
+        )
     dev = [r for r in metrics if r.get("split") == "dev"]
     if dev:
         frame = pd.DataFrame(dev).set_index("step")
@@ -351,7 +354,11 @@ def render() -> None:
     if table.empty:
         st.info(common.plain(f"No runs under {root} yet."))
         return
-    st.dataframe(table, hide_index=True)
+    problem = st.column_config.TextColumn("problem", width="large")
+    st.dataframe(table, hide_index=True, column_config={"problem": problem})
+    for run, text in zip(table["run"], table["problem"], strict=True):
+        if text:  # whole: a table cell cuts a long line
+            st.caption(common.plain(f"{run}: {text}"))
     if not entries:
         return
     names = [e.name for e in entries]
