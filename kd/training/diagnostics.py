@@ -15,6 +15,7 @@ backward pass is unchanged, so logging diagnostics never changes the trained wei
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 
 import torch
@@ -56,13 +57,19 @@ def term_gradients(
     return flat
 
 
-def gradient_summary(flat: Mapping[str, Tensor], weighted: Mapping[str, float]) -> dict[str, float]:
-    """Diagnostics from the terms' gradients ``flat`` (``{k: [P]}``) and weighted values
-    ``weighted`` (``{k: w_k L_k}``): ``{"value/k", "grad_norm/k", "grad_share/k",
-    "grad_norm/total"}``; shares are 0 when the whole gradient is 0."""
+def gradient_summary(
+    flat: Mapping[str, Tensor], weighted: Mapping[str, float], total: Tensor | None = None
+) -> dict[str, float]:
+    """Diagnostics from the gradients ``flat`` (``{k: [P]}``) of some or all terms, the weighted
+    values ``weighted`` (``{k: w_k L_k}``) of all, and the whole gradient ``total`` ``[P]``
+    (default: the sum of ``flat``, which must then hold every term): ``{"value/k",
+    "grad_norm/k", "grad_share/k", "grad_norm/total"}``; shares are 0 when the whole gradient is
+    0, and left out when it is not finite (an fp16 step that overflowed)."""
     out = {f"value/{name}": float(value) for name, value in weighted.items()}
-    total = torch.stack(list(flat.values())).sum(0)
+    total = torch.stack(list(flat.values())).sum(0) if total is None else total
     total_sq = float(total @ total)
+    if not math.isfinite(total_sq):
+        return out
     for name, g in flat.items():
         out[f"grad_norm/{name}"] = float(g.norm())
         out[f"grad_share/{name}"] = float(g @ total) / total_sq if total_sq > 0 else 0.0

@@ -269,14 +269,15 @@ def _accumulate_gradients(
     batches: list[dict],
     parameters: list[torch.nn.Parameter],
     scaler: torch.amp.GradScaler,
-    log: bool,
+    measured: Sequence[str],
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Forward and backward this process's micro-batches of one step, leaving in ``.grad`` its
     part of the global batch's gradient: each term ``k`` of a micro-batch weighted by the
     micro-batch's share of the global batch's units of ``k`` (:mod:`kd.training.distributed`).
 
-    Returns the terms' values ``[K]`` (float64, this process's part of the batch's) and, when
-    ``log``, each term's weighted gradient ``[P]`` (this process's part; empty otherwise)."""
+    Returns the terms' values ``[K]`` (float64, this process's part of the batch's) and the
+    weighted gradient ``[P]`` of each term named in ``measured`` (this process's part: one
+    extra backward pass per term)."""
     device = torch.device(job.device)
     units = [distributed.unit_index(job.units.get(n, EXAMPLES)) for n in job.weights]
     counts = [distributed.unit_counts(batch) for batch in batches]
@@ -284,8 +285,8 @@ def _accumulate_gradients(
         torch.stack(counts).sum(0) if counts else torch.zeros(2, dtype=torch.float64)
     )
     values = torch.zeros(len(job.weights), dtype=torch.float64)
-    size = sum(p.numel() for p in parameters) if log else 0
-    term_grads = {n: torch.zeros(size, dtype=torch.float64, device=device) for n in job.weights}
+    size = sum(p.numel() for p in parameters)
+    term_grads = {n: torch.zeros(size, dtype=torch.float64, device=device) for n in measured}
     for batch, count in zip(batches, counts, strict=True):
         with _autocast(device, job.optim.precision):
             losses = job.loss(job.model, batch)
@@ -293,11 +294,23 @@ def _accumulate_gradients(
             parts = {n: losses[n] * share for n, share in zip(job.weights, shares, strict=True)}
             loss = torch.stack([job.weights[n] * part for n, part in parts.items()]).sum()
         values += torch.stack([part.detach().double().cpu() for part in parts.values()])
-        if log:
-            for name, grad in term_gradients(parts, job.weights, parameters).items():
-                term_grads[name] += grad
+        weights = {name: job.weights[name] for name in measured}
+        for name, grad in term_gradients(parts, weights, parameters).items():
+            term_grads[name] += grad
         scaler.scale(loss).backward()
     return values, term_grads
+
+
+def logged_terms(names: list[str], step: int, total: int, every: int) -> list[str]:
+    """The terms whose gradient shares step ``step`` of ``total`` measures, each at the cost of
+    one backward pass: every term at the first and the last step, one term in turn at every
+    ``every``-th step between (so that the diagnostics cost about one backward pass in
+    ``every`` steps, whatever the number of terms), none otherwise or with ``every`` 0."""
+    if not every:
+        return []
+    if step in (1, total):
+        return names
+    return [names[(step // every) % len(names)]] if step % every == 0 else []
 
 
 def train(job: TrainingJob) -> dict[str, float]:
@@ -398,9 +411,9 @@ def train(job: TrainingJob) -> dict[str, float]:
             order = epoch_order(len(job.train_set), optim.seed, epoch)
         chunk = order[position * optim.batch_size : (position + 1) * optim.batch_size]
         step = state["step"] + 1
-        log = bool(optim.log_every) and (step == 1 or step % optim.log_every == 0 or step == total)
+        measured = logged_terms(list(job.weights), step, total, optim.log_every)
         values, term_grads = _accumulate_gradients(
-            job, _micro_batches(job, chunk, world), parameters, scaler, log
+            job, _micro_batches(job, chunk, world), parameters, scaler, measured
         )
         distributed.all_reduce_gradients(parameters)
         distributed.all_reduce(values)
@@ -409,8 +422,15 @@ def train(job: TrainingJob) -> dict[str, float]:
         problems = _non_finite_values(terms, sum(summary.values()))
         if problems:
             raise diverged(step, problems)
-        if log:
+        scaler.unscale_(optimizer)
+        if measured:
             flat = {name: distributed.all_reduce(g) for name, g in term_grads.items()}
+            whole = torch.cat(
+                [
+                    (p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
+                    for p in parameters
+                ]
+            ).double()
             if world.main:
                 record(
                     {
@@ -418,11 +438,10 @@ def train(job: TrainingJob) -> dict[str, float]:
                         "epoch": step / steps_per_epoch,
                         "split": "train",
                         "lr": scheduler.get_last_lr()[0],
-                        **gradient_summary(flat, summary),
+                        **gradient_summary(flat, summary, whole),
                     }
                 )
         values_out = {**terms, "loss": sum(summary.values())}
-        scaler.unscale_(optimizer)
         if optim.max_grad_norm > 0:
             norm = torch.nn.utils.clip_grad_norm_(parameters, optim.max_grad_norm)
         else:

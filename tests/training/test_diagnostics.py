@@ -3,12 +3,14 @@ changes no weight; per-class recall in every evaluation."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from kd.methods.objective import Objective
 from kd.training.diagnostics import summarise, term_diagnostics
 from kd.training.evaluate import evaluate_runs
 from kd.training.pipeline import distill, train_teacher
+from kd.training.trainer import logged_terms
 from tests.conftest import tiny_model
 from tests.methods.test_objective_methods import _dataset
 from workbench.analysis.metrics import task_metrics
@@ -86,6 +88,13 @@ def test_logging_diagnostics_changes_no_weight(tiny_model_dir, tiny_task_dir, tm
     records = logged.metrics("train")
     assert [r["step"] for r in records] == [1, 2, 4, 6, 7]  # first, every 2nd, last
     assert {"value/attr", "grad_share/kd", "grad_norm/total"} <= set(records[0])
+    measured = [sorted(k.split("/")[1] for k in r if k.startswith("grad_share/")) for r in records]
+    assert measured == [["attr", "ce", "kd"], ["kd"], ["attr"], ["ce"], ["attr", "ce", "kd"]]
+    for record in (records[0], records[-1]):  # every term against the whole gradient
+        assert sum(v for k, v in record.items() if k.startswith("grad_share/")) == pytest.approx(
+            1, abs=1e-5
+        )
+    assert all(len([k for k in r if k.startswith("value/")]) == 3 for r in records)
     summary = summarise(logged.metrics())
     assert summary["start"]["step"] == 1 and summary["end"]["step"] == 7
     assert "recall/positive" in logged.results()["test"]
@@ -95,3 +104,11 @@ def test_logging_diagnostics_changes_no_weight(tiny_model_dir, tiny_task_dir, tm
     a = torch.load(quiet.checkpoint, weights_only=True)["model"]
     b = torch.load(logged.checkpoint, weights_only=True)["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_one_term_in_turn_is_measured_between_the_first_and_last_step():
+    names = ["ce", "kd", "attr"]
+    assert logged_terms(names, 1, 100, 20) == names == logged_terms(names, 100, 100, 20)
+    turns = [logged_terms(names, step, 100, 20) for step in (20, 40, 60, 80)]
+    assert turns == [["kd"], ["attr"], ["ce"], ["kd"]]
+    assert logged_terms(names, 21, 100, 20) == [] and logged_terms(names, 1, 100, 0) == []

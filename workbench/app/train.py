@@ -147,7 +147,13 @@ def _curves(folder, metrics: list[dict], key: str) -> None:
         left, right = st.columns(2)
         for column, prefix, caption, axis in (
             (left, "value/", "each term's weighted value (what dominates the loss)", "value"),
-            (right, "grad_share/", "each term's share of the gradient (sums to 1)", "share"),
+            (
+                right,
+                "grad_share/",
+                "each term's share of the gradient: all at the first and last logged step (they "
+                "sum to 1), one term in turn between",
+                "share",
+            ),
         ):
             shown = frame[[c for c in frame.columns if c.startswith(prefix)]]
             column.caption(caption)

@@ -689,8 +689,9 @@ class OptimConfig(Checked):
     log_every: int = option(
         20,
         "every N steps (and at the first and last), log each loss term's weighted value and "
-        "its share of the gradient norm to metrics.jsonl (0: never; costs one extra backward "
-        "pass per term at those steps, and changes no weight)",
+        "its share of the gradient to metrics.jsonl: every term's share at the first and last "
+        "step, one term's in turn between (0: never; costs one extra backward pass per share, "
+        "and changes no weight)",
         domain=non_negative_int,
     )
     seed: int = option(42, "seed of initialisation, data order and dropout", domain=seed_range)
