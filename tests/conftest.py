@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from filelock import FileLock
 from transformers import AutoModelForSequenceClassification, BertConfig, BertTokenizerFast
 
 from kd.cli import main
@@ -31,6 +33,24 @@ from kd.cli import main
 # that nothing started by a test (a Streamlit script thread still running after its test, a
 # child process) sees the variable unset; tests that need another value set it with monkeypatch.
 os.environ["KDW_DEMO"] = "off"
+
+# The test command runs two pytest-xdist workers on the machine's two cores: one torch thread
+# each (and for the processes they start), rather than two threads per worker contending for
+# the same cores (which makes a tiny model's step several times slower).
+WORKER = "PYTEST_XDIST_WORKER" in os.environ
+if WORKER:
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread_per_worker() -> Iterator[None]:
+    """A test that sets torch's thread count (a run's ``threads``, a suite's teacher trained on
+    every core) leaves the worker on one thread again."""
+    yield
+    if WORKER and torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
+
 
 WORDS = [
     "good",
@@ -72,6 +92,25 @@ WORDS = [
 POSITIVE, NEGATIVE = set(WORDS[:6]), set(WORDS[6:12])
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The test command's two workers share the tests out one by one (``--dist loadgroup``),
+    except those of a module that use a fixture of the module's or the session's (tiny runs
+    trained, a server started): they form one group, run by one worker, which builds the
+    fixture once."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None or item.get_closest_marker("xdist_group"):
+            continue
+        shared = any(
+            definition.scope != "function" and definition.baseid  # pytest's own: baseid ""
+            for definitions in info.name2fixturedefs.values()
+            for definition in definitions
+        )
+        if shared:
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
 def debian_package(*packages: str, recommends: bool = True) -> None:
     """Install Debian's ``packages`` with apt-get (as the CI machine's root can), or skip the test
     that needs them where that is impossible; ``recommends=False`` leaves out the packages they
@@ -83,11 +122,14 @@ def debian_package(*packages: str, recommends: bool = True) -> None:
     if not recommends:
         install.insert(2, "--no-install-recommends")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    if subprocess.run(install, capture_output=True, env=env, check=False).returncode == 0:
-        return
-    subprocess.run(["apt-get", "update", "-q"], capture_output=True, env=env, check=False)
-    if subprocess.run(install, capture_output=True, env=env, check=False).returncode != 0:
-        pytest.skip(f"apt-get install {named} failed")
+    # one apt-get at a time on this machine (dpkg refuses a second one): the other test
+    # worker, or another test run, waits here for the first to finish
+    with FileLock(Path(tempfile.gettempdir()) / "kdw-tests-apt-get.lock"):
+        if subprocess.run(install, capture_output=True, env=env, check=False).returncode == 0:
+            return
+        subprocess.run(["apt-get", "update", "-q"], capture_output=True, env=env, check=False)
+        if subprocess.run(install, capture_output=True, env=env, check=False).returncode != 0:
+            pytest.skip(f"apt-get install {named} failed")
 
 
 @contextmanager

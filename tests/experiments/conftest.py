@@ -30,11 +30,12 @@ def one_seed_plan(tiny_model_dir: Path, tiny_task_dir: Path) -> TaskPlan:
 @pytest.fixture
 def kd_and_ckd(one_seed_plan: TaskPlan) -> Suite:
     """A suite of two methods on :func:`one_seed_plan`, without searches, controls or
-    ablations."""
+    ablations, timing its students on 8 test texts (test_report.py tests the timing)."""
     return Suite(
         plans={"tiny": one_seed_plan},
         ablation_task="tiny",
         methods=("kd", "ckd"),
         ablation_groups=(),
         controls=False,
+        speed_examples=8,
     )

@@ -39,12 +39,27 @@ from workbench.core.data import load_task
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import load_run
 
+# the test texts a suite times its students on (200 by default): 8 here, where the timing is
+# only carried along; test_report.py tests the timing itself
+TIMED = 8
+
 
 def _timing_free(report: str) -> str:
     """The report without its timings: the wall clock of the calls that wrote it, and the
     students' speed (timed by the call that trained a task's first seed whole)."""
     report = re.sub(r"Wall clock: .*\n\n(\|.*\n)+", "", report)
     return re.sub(r"\n## What a student buys.*?(?=\n## |\Z)", "", report, flags=re.S)
+
+
+def _kd_alone(plan: TaskPlan) -> Suite:
+    """A suite of one student: vanilla KD on ``plan``, without ablations."""
+    return Suite(
+        plans={"tiny": plan},
+        ablation_task="tiny",
+        methods=("kd",),
+        ablation_groups=(),
+        speed_examples=TIMED,
+    )
 
 
 def _trained(out: Path) -> int:
@@ -81,6 +96,7 @@ def test_tiny_suite_report_and_resume(tiny_model_dir: Path, tiny_task_dir: Path,
         ablation_data=replace(plan.data, max_train_examples=150, max_eval_examples=30),
         tuned={"adkd": ("beta",), "kd": ("tau",)},
         tune_trials=2,
+        speed_examples=TIMED,
     )
     assert len(experiments(suite)) == 2 * 5 + 3 + 2  # 3 references, K=4 and K=8
     everything = experiments(Suite(plans={"tiny": plan}, ablation_task="tiny", controls=False))
@@ -197,6 +213,7 @@ def test_each_method_trains_beside_its_control(one_seed_plan: TaskPlan, tmp_path
         methods=("kd", "gkd"),
         ablation_groups=(),
         ablation_data=replace(plan.data, max_train_examples=20),
+        speed_examples=TIMED,
     ).with_students(  # a student of the user's, on the main table's data (not the ablations')
         [{"name": "gkd grad 2", "task": "tiny", "group": "mine", "objective": GKD_GRAD_2}]
     )
@@ -289,9 +306,7 @@ def test_a_given_classifier_teaches_the_suite_as_it_is(one_seed_plan: TaskPlan, 
 
     folder = save_family_model("bert", tmp_path / "given", ["Positive", "neutral", "negative"])
     plan = one_seed_plan
-    suite = Suite(
-        plans={"tiny": plan}, ablation_task="tiny", methods=("kd",), ablation_groups=()
-    ).with_teachers({"tiny": str(folder)})
+    suite = _kd_alone(plan).with_teachers({"tiny": str(folder)})
     out = tmp_path / "suite"
     report = reproduce(out, suite, announce=lambda _: None).read_text()
     results = json.loads((out / "results.json").read_text())
@@ -310,7 +325,7 @@ def test_moved_run_folders_are_used(one_seed_plan: TaskPlan, tmp_path: Path):
     """Run folders written elsewhere (their record names the teacher's old path) are used when
     present: a finished student missing from results.json is scored again, not retrained."""
     plan = one_seed_plan
-    suite = Suite(plans={"tiny": plan}, ablation_task="tiny", methods=("kd",), ablation_groups=())
+    suite = _kd_alone(plan)
     out = tmp_path / "a"
     reproduce(out, suite, announce=lambda _: None)
     first = json.loads((out / "results.json").read_text())
@@ -531,6 +546,7 @@ def test_shards_merge_into_the_record_of_one_call(one_seed_plan: TaskPlan, tmp_p
         ablation_groups=(),
         tuned={"kd": ("tau",)},
         tune_trials=2,
+        speed_examples=TIMED,
     )
     single = tmp_path / "single"
     report = reproduce(single, suite, announce=lambda _: None).read_text()
