@@ -896,10 +896,10 @@ def check_local_task(args: argparse.Namespace) -> None:
     if task is None or not all(hasattr(args, f.name) for f in fields(DataConfig)):
         return
     from workbench.core.data import BUNDLED, GLUE_TASKS, load_task
-    from workbench.core.files import local_path
     from workbench.core.runs import recorded_columns
 
-    if task not in BUNDLED and task not in GLUE_TASKS and local_path(task, hub_ids=True):
+    # a path that does not exist is the command's to refuse, in its own order of checks
+    if task not in BUNDLED and task not in GLUE_TASKS and Path(task).exists():
         sources = getattr(args, "runs", None) or getattr(args, "models", None) or []
         data = recorded_columns(from_arguments(DataConfig, args), sources)
         load_task(data, notify=lambda _note: None)

@@ -479,9 +479,10 @@ class Objective:
             "kd_form": self.kd_form,
             "parity": self.config.parity,
         }
-        if self.gradient_kd:  # GKD's student set-up: its embeddings, and whether it keeps dropout
+        if self.gradient_kd:  # GKD's student set-up, and whether it keeps dropout
             record["student_dropout"] = self.config.dropout
-            record["student_embeddings"] = "own" if self.words else "teacher's, frozen"
+            if self.words:  # another tokenizer's student keeps its own embeddings, trained
+                record["student_embeddings"] = "own"
         for entry in self.methods():
             record.update(entry.record(self))
         return json.loads(json.dumps(record))  # tuples as lists, as run.json reads back

@@ -226,10 +226,8 @@ def test_gradient_terms_need_the_teachers_width_where_they_compare_one_space():
             Objective.resolve(ObjectiveConfig(preset="gkd-cls"), 4, 2, 3, 16, **narrow, words=words)
     across = Objective.resolve(ObjectiveConfig(preset="gkd"), 4, 2, 3, 16, **narrow, words=True)
     assert across.record()["student_embeddings"] == "own"
-    assert (
-        Objective.resolve(ObjectiveConfig(preset="gkd"), 4, 2, 3, 16).record()["student_embeddings"]
-        == "teacher's, frozen"
-    )
+    same = Objective.resolve(ObjectiveConfig(preset="gkd"), 4, 2, 3, 16).record()
+    assert "student_embeddings" not in same  # the teacher's, frozen: as a run always recorded
 
 
 @pytest.mark.parametrize("preset", ["adkd", "gkd"])
