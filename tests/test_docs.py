@@ -53,6 +53,7 @@ def subcommands() -> dict[str, argparse.ArgumentParser]:
     return dict(action.choices)
 
 
+# slow: mkdocs builds the whole site in a process of its own
 @pytest.mark.slow
 def test_site_builds_strictly_with_every_option_in_the_reference(tmp_path):
     site = tmp_path / "site"

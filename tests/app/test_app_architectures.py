@@ -21,6 +21,7 @@ TEACHERS = {"modernbert": "modernbert-classifier", "qwen2": "qwen2-classifier"}
 SMALL = ["--max-length", "16", "--epochs", "1", "--batch-size", "16", "--eval-batch-size", "32"]
 
 
+# slow (once a module): the bundled MiniLM is the student of each teacher
 @pytest.fixture(scope="module")
 def architecture_runs(tmp_path_factory) -> Path:
     work = tmp_path_factory.mktemp("architectures")

@@ -84,6 +84,7 @@ print(environment().get_template(TEMPLATE).filename)
 """
 
 
+# slow: a wheel built and installed into a new virtual environment, then started
 @pytest.mark.slow
 def test_a_wheel_installed_outside_the_repository_has_the_command_and_the_app(tmp_path: Path):
     """The package built as a wheel (from a copy of its sources: the clone stays clean) and

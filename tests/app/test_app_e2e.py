@@ -192,6 +192,7 @@ def test_a_long_text_wraps_to_the_page_and_its_rows_wrap_alike(app_url, page):
     assert last["x"] + last["width"] <= right
 
 
+# slow: a real browser waits for each of the 8 pages' script runs
 def test_every_page_renders(app_url, page, tmp_path):
     for url_path, title in PAGES.items():
         page.goto(f"{app_url}/{url_path}" if url_path != "case-study" else app_url)

@@ -316,6 +316,7 @@ def test_attribute_writes_reloadable_records(tmp_path, tiny_task_dir, tiny_model
     assert "top_k" in _error_line(capsys)
 
 
+# slow: two real kdw processes, each importing torch, one training
 @pytest.mark.slow
 def test_a_second_writer_of_a_run_is_refused(tmp_path, tiny_task_dir, tiny_model_dir):
     """Two real processes on one --run-dir: the second is refused, naming the first, which

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from kd.cli import build_parser
 from tests.conftest import kdw_here, write_tiny_runs
 
+# slow: each drawn example runs a kdw command; 100 of them are the tests' strength
 FUZZ = settings(  # KDW_FUZZ_EXAMPLES=1000 for a longer search than the test command's
     max_examples=int(os.environ.get("KDW_FUZZ_EXAMPLES", "100")),
     deadline=None,

@@ -37,6 +37,7 @@ def _verdicts(report: str) -> dict[str, list[str]]:
     return {line.split("?**")[0]: NUMBER.findall(line.split("?**")[1]) for line in lines}
 
 
+# slow: the committed record's intervals and figures are redrawn whole (it is the fixture)
 @pytest.mark.slow
 def test_report_only_redraws_the_committed_record_with_its_numbers(tmp_path: Path):
     shutil.copy(RECORD / "results.json", tmp_path / "results.json")
@@ -161,6 +162,7 @@ def test_a_record_without_controls_or_per_example_loyalty_has_no_control_rows():
     assert control_rows(results, ["t"], Intervals(results)) == []
 
 
+# slow: a suite trained and its students timed (the timing is what it tests)
 @pytest.mark.slow
 def test_students_are_timed_beside_the_teacher_kept_and_timed_again_on_resume(
     one_seed_plan: TaskPlan, tmp_path: Path

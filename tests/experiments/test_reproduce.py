@@ -68,6 +68,7 @@ def _trained(out: Path) -> int:
     return last["searches"] + last["teachers"] + last["students"]
 
 
+# slow: 15 students and 2 searches trained (the suite's every kind of row), in 2 processes
 @pytest.mark.slow
 def test_tiny_suite_report_and_resume(tiny_model_dir: Path, tiny_task_dir: Path, tmp_path: Path):
     plan = TaskPlan(
@@ -343,6 +344,7 @@ def test_moved_run_folders_are_used(one_seed_plan: TaskPlan, tmp_path: Path):
     assert again["students"][0]["examples"] == first["students"][0]["examples"]
 
 
+# slow: the teacher trained again in each of the four calls (what it tests)
 @pytest.mark.slow
 def test_students_of_a_teacher_trained_again_to_other_weights_are_trained_again(
     kd_and_ckd: Suite, tmp_path: Path
@@ -510,6 +512,7 @@ def _running(pid: int) -> bool:
     return state != "Z"
 
 
+# slow: two real Python processes (the suite and its spawned worker) import the package
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 @pytest.mark.slow
 def test_busy_worker_exits_when_the_suite_process_is_killed(tmp_path: Path):
@@ -533,6 +536,7 @@ def _compared(record: dict) -> list[dict]:
     return [{k: v for k, v in r.items() if k not in ("run", "seconds")} for r in record["students"]]
 
 
+# slow: the same suite trained three times, whole and as two shards (what it compares)
 @pytest.mark.slow
 def test_shards_merge_into_the_record_of_one_call(one_seed_plan: TaskPlan, tmp_path: Path):
     """``--shard 1/2`` and ``--shard 2/2`` (each its own folder, teacher and searches), then

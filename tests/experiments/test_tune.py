@@ -385,6 +385,7 @@ def _run_workers(*arguments: list[str]) -> str:
     return "\n".join(outputs)
 
 
+# slow: four kdw tune processes and a PostgreSQL server, each started for real
 @pytest.mark.slow
 def test_workers_share_postgresql_studies(tiny_teacher, tmp_path, capsys, postgres):
     """Four ``kdw tune`` processes at once, two studies in one PostgreSQL server.

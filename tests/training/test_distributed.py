@@ -215,6 +215,7 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 
 
+# slow: torchrun started twice, each time a launcher and two workers importing torch
 @pytest.mark.slow
 def test_killed_torchrun_job_resumes_to_the_same_weights(trained):
     """A real SIGKILL of the whole torchrun job (launcher and both workers) mid-run, then the

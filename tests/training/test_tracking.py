@@ -222,6 +222,7 @@ def test_a_resumed_run_continues_its_tracked_run_without_duplicates(tracked_teac
     assert_same_curves(tensorboard_curves(folder), expected, rel=1e-6)
 
 
+# slow: two kdw processes importing torch and MLflow, one killed mid-run
 @pytest.mark.slow
 def test_a_killed_distillation_resumes_its_tracked_run(tracked_teacher):
     work, store = tracked_teacher["work"], tracked_teacher["store"]

@@ -49,6 +49,7 @@ def _teacher_arguments(run_dir: Path, model_dir: Path, task_dir: Path) -> list[s
     ]
 
 
+# slow: a kdw process killed mid-run, then the run resumed and a clean one trained
 @pytest.mark.slow
 def test_resume_after_kill_ends_with_the_same_weights(tiny_model_dir, tiny_task_dir, tmp_path):
     killed_dir, clean_dir = tmp_path / "killed", tmp_path / "clean"
