@@ -23,6 +23,7 @@ from bench.common import (
     student_from,
     table,
     teacher_and_tokenizer,
+    training_loss,
     tweet_batch,
     write_results,
 )
@@ -66,17 +67,7 @@ def main() -> None:
         student = copy.deepcopy(base)
         if objective.gradient_kd:
             prepare_gradient_student(teacher, student)
-        cached = objective.teacher_batch(teacher, batch, objective.cached_fields())
-        cached = {k: v.detach() for k, v in cached.items()}
-        live = objective.live_fields()
-
-        def loss_fn(objective=objective, student=student, cached=cached, live=live):
-            fields = dict(cached)
-            if live:
-                with torch.no_grad():
-                    fields |= objective.teacher_batch(teacher, batch, live)
-            return objective(student, batch, fields)
-
+        loss_fn = training_loss(objective, teacher, student, batch)
         objectives[preset], students[preset] = objective, student
         steps[f"{preset} (cached teacher)"] = make_step(student, loss_fn)
 

@@ -63,6 +63,24 @@ def tweet_batch(
     return batch
 
 
+def training_loss(objective, teacher: PreTrainedModel, student: PreTrainedModel, batch: dict):
+    """The objective's terms on ``batch`` as a training step computes them: the teacher's
+    cacheable fields computed once before (as the teacher cache serves them), its other fields
+    (CKD's hidden states) recomputed without a graph at each call."""
+    cached = objective.teacher_batch(teacher, batch, objective.cached_fields())
+    cached = {name: value.detach() for name, value in cached.items()}
+    live = objective.live_fields()
+
+    def loss() -> dict:
+        fields = dict(cached)
+        if live:
+            with torch.no_grad():
+                fields |= objective.teacher_batch(teacher, batch, live)
+        return objective(student, batch, fields)
+
+    return loss
+
+
 def interleaved_medians(
     steps: dict[str, Callable[[], object]], repeats: int, warmup: int = 1
 ) -> dict[str, float]:

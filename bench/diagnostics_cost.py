@@ -25,6 +25,7 @@ from bench.common import (
     student_from,
     table,
     teacher_and_tokenizer,
+    training_loss,
     tweet_batch,
     write_results,
 )
@@ -77,16 +78,7 @@ def main() -> None:
     for preset in PRESETS:
         objective = Objective.resolve(ObjectiveConfig(preset=preset), 6, 3, 3)
         student = copy.deepcopy(base)
-        cached = objective.teacher_batch(teacher, batch, objective.cached_fields())
-        live = objective.live_fields()
-
-        def loss_fn(objective=objective, student=student, cached=cached, live=live):
-            fields = dict(cached)
-            if live:
-                with torch.no_grad():
-                    fields |= objective.teacher_batch(teacher, batch, live)
-            return objective(student, batch, fields)
-
+        loss_fn = training_loss(objective, teacher, student, batch)
         weights = objective.weights
         variants = {"plain": {}, "all": weights}
         variants |= {f"one {name}": {name: weight} for name, weight in weights.items()}

@@ -514,8 +514,7 @@ class Run:
         )
 
 
-COLUMNS = {"text_column": "--text-column", "text_pair_column": "--text-pair-column"}
-COLUMNS |= {"label_column": "--label-column"}
+COLUMNS = ("text_column", "text_pair_column", "label_column")  # of a local or hub data set
 
 
 def _same_task(one: str, other: str) -> bool:
@@ -542,10 +541,10 @@ def recorded_columns(
         taken = {f: v for f, v in columns.items() if f not in given and v != getattr(data, f)}
         overridden = {f: v for f, v in given.items() if v != columns[f]}
         if taken:
-            shown = " ".join(f"{COLUMNS[f]} {v}" for f, v in taken.items() if v is not None)
+            shown = " ".join(f"{option_name(f)} {v}" for f, v in taken.items() if v is not None)
             say(f"{data.task} is read with the columns {source} recorded: {shown}")
         if overridden:
-            shown = ", ".join(f"{COLUMNS[f]} {v}" for f, v in overridden.items())
+            shown = ", ".join(f"{option_name(f)} {v}" for f, v in overridden.items())
             say(f"{shown} override the columns {source} recorded for {data.task}")
         return replace(data, **taken)
     return data
