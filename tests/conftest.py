@@ -310,6 +310,30 @@ def kdw_here(arguments: list[str], cwd: Path) -> tuple[int, str]:
     return status, err.getvalue()
 
 
+def kdw_fresh(commands: list[list[str]]) -> list[tuple[int, str, list[str]]]:
+    """Each of ``commands`` run by ``kdw`` in one fresh interpreter, one after the other: its
+    exit status, its stderr and which of torch and transformers were imported by then."""
+    script = (
+        "import contextlib, io, json, sys\n"
+        "from kd.cli import main\n"
+        "out = []\n"
+        "for command in json.loads(sys.argv[1]):\n"
+        "    err = io.StringIO()\n"
+        "    with contextlib.redirect_stderr(err):\n"
+        "        status = main(command)\n"
+        "    loaded = [m for m in ('torch', 'transformers') if m in sys.modules]\n"
+        "    out.append([status, err.getvalue(), loaded])\n"
+        "print(json.dumps(out))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(commands)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return [tuple(result) for result in json.loads(done.stdout)]
+
+
 TEXTS_WITHOUT_PUNCTUATION = [
     "the crew was great but the flight was late",
     "never again with this airline ok",

@@ -63,6 +63,12 @@ def _small_vocabulary(folder: Path) -> None:
     model.save_pretrained(folder)
 
 
+def _cut(folder: Path) -> None:
+    """The weights file cut short within its header, as an interrupted copy leaves it."""
+    path = folder / "model.safetensors"
+    path.write_bytes(path.read_bytes()[:20])
+
+
 LAYER = "bert.encoder.layer"
 # (id, damage, the error after "kdw: error: ", {d}: the folder)
 CASES = [
@@ -128,6 +134,12 @@ CASES = [
         f"rows (config.json: vocab_size 20): its tokenizer is not the model's; {REMEDY}",
     ),
     (
+        "a cut weights file",
+        _cut,
+        "{d}/model.safetensors is damaged (Error while deserializing header: invalid header "
+        f"length): {REMEDY}",
+    ),
+    (
         "labels with a gap",
         _config(lambda c: c.update(id2label={"0": "a", "5": "b", "2": "c"})),
         "{d}/config.json: id2label has the ids 0, 2, 5, not 0..2 (one per class, without "
@@ -173,6 +185,14 @@ HEADER_CASES = [
     for case in IDS
     if case not in ("a weight missing", "an unused tensor", "another model type", "a NaN weight")
     and case != "infinite weights"
+]
+# found from config.json and the safetensors headers alone, without building a model: refused
+# before torch and transformers are imported
+FILE_CASES = [
+    "a cut weights file",
+    "labels with a gap",
+    "two labels of one name",
+    "num_labels against id2label",
 ]
 
 

@@ -905,12 +905,35 @@ def check_local_task(args: argparse.Namespace) -> None:
         load_task(data, notify=lambda _note: None)
 
 
+def check_local_models(args: argparse.Namespace) -> None:
+    """Check the ``config.json`` (bounded read, labels) and the safetensors headers of each
+    local model folder a command names — a classifier's folder or a run's model — before torch
+    and transformers load; the load checks the rest (the config against the weights, finite
+    values) when the command builds the model."""
+    from workbench.core.files import check_weights
+    from workbench.core.verify import REMEDY, check_config_file
+
+    named = []
+    for option in ("teacher", "model", "run", "runs", "models"):
+        value = getattr(args, option, None)
+        named += value if isinstance(value, list) else [value]
+    for name in filter(None, named):
+        path = Path(name)
+        if not path.is_dir() and "=" in name:  # reproduce's --teacher TASK=FOLDER
+            path = Path(name.partition("=")[2])
+        folder = path / "model" if (path / "run.json").is_file() else path
+        if (folder / "config.json").is_file():
+            check_weights(folder, REMEDY)
+            check_config_file(folder)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if getattr(args, "config", None):  # the file's settings become the defaults
             args = build_parser(config_defaults(args.config)).parse_args(argv)
         check_local_task(args)
+        check_local_models(args)
         from workbench.core.models import quiet_library_output
 
         quiet_library_output()

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import kdw_here
-from tests.damaged_models import IDS, build, error
+from tests.conftest import kdw_fresh, kdw_here
+from tests.damaged_models import FILE_CASES, IDS, build, error
 
 
 @pytest.fixture(scope="module")
@@ -45,3 +45,16 @@ def test_every_command_refuses_it_in_one_line(work, tmp_path, monkeypatch, case,
     assert (status, err) == (2, f"kdw: error: {error(case, work)}\n")
     assert list(out.iterdir()) == []  # no run folder, no teacher cache
     assert not (tmp_path / "cache").exists()  # no analysis cache
+
+
+def test_a_damaged_file_is_refused_before_torch_loads(work, tmp_path):
+    """The cases found from the folder's files alone, through every door, in a fresh
+    interpreter: the line is said before torch or transformers is imported."""
+    cases = [(case, door) for case in FILE_CASES for door in DOORS]
+    commands = [
+        [a.format(d=work / "cases" / case, w=work, o=tmp_path) for a in DOORS[door]]
+        for case, door in cases
+    ]
+    for (case, door), result in zip(cases, kdw_fresh(commands), strict=True):
+        assert result == (2, f"kdw: error: {error(case, work)}\n", []), (case, door)
+    assert list(tmp_path.iterdir()) == []

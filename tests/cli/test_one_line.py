@@ -5,14 +5,13 @@ line, exit status 2, and nothing written: a column named twice, texts that are n
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from tests.conftest import (
+    kdw_fresh,
     kdw_here,
     make_sentences,
     tiny_model,
@@ -89,27 +88,9 @@ def test_a_bad_data_file_is_refused_before_torch_loads(work, tmp_path):
             (["distill", "--teacher", str(work / "classifier"), *task], said),
             (["tune", "--teacher", str(work / "classifier"), *task, "--trials", "1"], said),
         ]
-    script = (
-        "import contextlib, io, json, sys\n"
-        "from kd.cli import main\n"
-        "out = []\n"
-        "for command in json.loads(sys.argv[1]):\n"
-        "    err = io.StringIO()\n"
-        "    with contextlib.redirect_stderr(err):\n"
-        "        status = main(command)\n"
-        "    loaded = [m for m in ('torch', 'transformers') if m in sys.modules]\n"
-        "    out.append([status, err.getvalue(), loaded])\n"
-        "print(json.dumps(out))\n"
-    )
     arguments = [[*c, "--run-dir", str(tmp_path / "run")] for c, _ in commands]
     arguments = [a if a[0] != "tune" else [*a[:-2], "--out", a[-1]] for a in arguments]
-    done = subprocess.run(
-        [sys.executable, "-c", script, json.dumps(arguments)],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    results = json.loads(done.stdout)
+    results = kdw_fresh(arguments)
     for (command, said), (status, err, loaded) in zip(commands, results, strict=True):
         assert (status, err) == (2, f"kdw: error: {said.format(d=work / 'data')}\n"), command
         assert loaded == [], command

@@ -4,14 +4,19 @@ weights' header at once, and a checkpoint without a head gets a new one and says
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import shutil
 import time
 from pathlib import Path
 
 import pytest
+from safetensors.torch import load_file, save_file
 
 from tests.damaged_models import IDS, build, error
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import load_classifier, load_model
+from workbench.core.verify import REMEDY
 
 
 @pytest.fixture(scope="module")
@@ -57,4 +62,59 @@ def _bare_load(folder: Path):
 
     return AutoModelForSequenceClassification.from_pretrained(
         folder, num_labels=3, output_loading_info=True
+    )
+
+
+@pytest.fixture(scope="module")
+def sentencepiece_albert(tmp_path_factory) -> Path:
+    """A tiny ALBERT classifier of 40 embedding rows whose tokenizer is a SentencePiece model
+    alone (``spiece.model``, 30 pieces), written with the protobuf schema transformers ships."""
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+    from transformers.convert_slow_tokenizer import import_protobuf
+
+    folder = tmp_path_factory.mktemp("albert")
+    config = AutoConfig.for_model(
+        "albert", vocab_size=40, hidden_size=16, embedding_size=8, num_hidden_layers=2,
+        num_attention_heads=2, intermediate_size=32, num_labels=3,
+    )  # fmt: skip
+    AutoModelForSequenceClassification.from_config(config).save_pretrained(folder)
+    model = import_protobuf().ModelProto()
+    specials = ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"]
+    for index, piece in enumerate([*specials, *(f"\u2581w{i}" for i in range(25))]):
+        added = model.pieces.add(piece=piece, score=-float(index))
+        added.type = 2 if piece == "<unk>" else 3 if index < len(specials) else 1
+    model.trainer_spec.unk_id = 1
+    (folder / "spiece.model").write_bytes(model.SerializeToString())
+    return folder
+
+
+def test_a_sentencepiece_tokenizer_larger_than_the_embeddings_is_refused(
+    sentencepiece_albert, tmp_path
+):
+    small = tmp_path / "small"
+    shutil.copytree(sentencepiece_albert, small)
+    config = json.loads((small / "config.json").read_text())
+    (small / "config.json").write_text(json.dumps({**config, "vocab_size": 20}))
+    state = load_file(small / "model.safetensors")
+    key = "albert.embeddings.word_embeddings.weight"
+    save_file({**state, key: state[key][:20]}, small / "model.safetensors")
+    with pytest.raises(WorkbenchError) as raised:
+        load_model(str(small))
+    assert str(raised.value) == (
+        f"{small}/spiece.model gives token ids up to 29, but the model's embedding table has "
+        f"20 rows (config.json: vocab_size 20): its tokenizer is not the model's; {REMEDY}"
+    )
+
+
+def test_a_sentencepiece_tokenizer_loads_or_names_the_package_it_needs(sentencepiece_albert):
+    if importlib.util.find_spec("sentencepiece"):
+        assert len(load_model(str(sentencepiece_albert)).tokenizer) == 30
+        return
+    with pytest.raises(WorkbenchError) as raised:
+        load_model(str(sentencepiece_albert))
+    assert str(raised.value) == (
+        f"{sentencepiece_albert} keeps its tokenizer as a SentencePiece model only "
+        "(spiece.model), which needs the sentencepiece package: pip install sentencepiece, or "
+        "save the tokenizer with tokenizer.save_pretrained where it loads (that adds "
+        "tokenizer.json)"
     )

@@ -46,7 +46,14 @@ from workbench.core.parts import (
 from workbench.core.parts import encoder_layers as encoder_layers  # public here too
 from workbench.core.parts import layer_count as layer_count
 from workbench.core.runs import Run
-from workbench.core.verify import check_config_file, check_loaded, check_model_folder, listed
+from workbench.core.verify import (
+    REMEDY,
+    SENTENCEPIECE_FILES,
+    check_config_file,
+    check_loaded,
+    check_model_folder,
+    listed,
+)
 
 CACHE_ENV = "KDW_CACHE"
 ATTENTION = "eager"  # attention maps and double backward (AD-KD, GKD) need the eager kernel
@@ -103,7 +110,7 @@ def _from_pretrained(
     source = resolve_model(name)
     model_load = load == AutoModelForSequenceClassification.from_pretrained
     if Path(source).is_dir():
-        check_weights(source, "replace it with a complete copy of the model (save_pretrained)")
+        check_weights(source, REMEDY)
         check_config_file(source)
     cache_only = not Path(source).exists() and not hub_reachable()
     try:
@@ -620,12 +627,23 @@ def check_classifier(config: PretrainedConfig, name: str, head: bool = True) -> 
 
 
 def check_tokenizer_files(name: str) -> None:
-    """A local model folder must carry its tokenizer: one line if it does not."""
+    """A local model folder must carry a tokenizer that loads here: one line if it does not
+    (none saved, or a SentencePiece model alone without the package that reads it)."""
     source = Path(resolve_model(name))
-    if source.is_dir() and not any((source / f).exists() for f in TOKENIZER_FILES):
+    if not source.is_dir():
+        return
+    if not any((source / f).exists() for f in TOKENIZER_FILES):
         raise WorkbenchError(
             f"{name} has no tokenizer (none of {', '.join(TOKENIZER_FILES[:4])}…): save it "
             "into the folder with tokenizer.save_pretrained"
+        )
+    kept = [f for f in SENTENCEPIECE_FILES if (source / f).is_file()]
+    readable = (source / "tokenizer.json").exists() or importlib.util.find_spec("sentencepiece")
+    if kept and not readable:
+        raise WorkbenchError(
+            f"{name} keeps its tokenizer as a SentencePiece model only ({kept[0]}), which needs "
+            "the sentencepiece package: pip install sentencepiece, or save the tokenizer with "
+            "tokenizer.save_pretrained where it loads (that adds tokenizer.json)"
         )
 
 

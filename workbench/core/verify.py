@@ -103,7 +103,7 @@ def safetensors_header(path: Path) -> dict[str, tuple[int, ...]]:
     from safetensors import SafetensorError, safe_open
 
     try:
-        with safe_open(str(path), framework="pt") as weights:
+        with safe_open(str(path), framework="numpy") as weights:  # numpy: torch not imported
             return {
                 key: tuple(weights.get_slice(key).get_shape())
                 for key in weights.keys()  # noqa: SIM118 (a safe_open handle, not a dict)
@@ -281,8 +281,9 @@ def _strip(expected: Mapping[str, Any], model: Any) -> list[str]:
 
 def tokenizer_ids(folder: Path) -> tuple[int, str] | None:
     """The number of ids the tokenizer saved in ``folder`` gives (its largest id + 1) and the
-    file that says so, read from its vocabulary files (``tokenizer.json``, ``vocab.txt``,
-    ``vocab.json``, ``added_tokens.json``), None where there are none it can be read from."""
+    file that says so, read from its vocabulary files (``tokenizer.json``; without it
+    ``vocab.txt``, ``vocab.json`` and SentencePiece models; ``added_tokens.json``), None where
+    there are none it can be read from."""
     largest, source = -1, None
 
     def seen(ids: Iterable[Any], name: str) -> None:
@@ -313,12 +314,33 @@ def tokenizer_ids(folder: Path) -> tuple[int, str] | None:
             vocab = read_json_file(path, TOKENIZER_LIMIT, "the vocabulary")
             if isinstance(vocab, dict):
                 seen(vocab.values(), path.name)
+        for name in SENTENCEPIECE_FILES:
+            if (folder / name).is_file():
+                seen([sentencepiece_pieces(folder / name) - 1], name)
     added = folder / "added_tokens.json"
     if added.is_file():
         value = read_json_file(added, TOKENIZER_LIMIT, "the tokenizer's added tokens")
         if isinstance(value, dict):
             seen(value.values(), added.name)
     return None if source is None else (largest + 1, source)
+
+
+# the files a SentencePiece tokenizer keeps its model in (ALBERT, T5; CamemBERT, XLM-R; Llama)
+SENTENCEPIECE_FILES = ("spiece.model", "sentencepiece.bpe.model", "tokenizer.model")
+
+
+def sentencepiece_pieces(path: Path) -> int:
+    """The number of pieces of the SentencePiece model ``path`` (read bounded, parsed with the
+    protobuf schema transformers ships); a file that is no such model is one line."""
+    from google.protobuf.message import DecodeError
+    from transformers.convert_slow_tokenizer import import_protobuf
+
+    model = import_protobuf().ModelProto()
+    try:
+        model.ParseFromString(read_limited(path, TOKENIZER_LIMIT, "the SentencePiece model"))
+    except DecodeError as error:
+        raise WorkbenchError(f"{path} is damaged ({first_line(error)}): {REMEDY}") from None
+    return len(model.pieces)
 
 
 def _check_vocabulary(model: Any, folder: Path, config: Any) -> None:
@@ -467,8 +489,7 @@ TOKENIZER_STATE = (
     "vocab.txt",
     "vocab.json",
     "merges.txt",
-    "spiece.model",
-    "sentencepiece.bpe.model",
+    *SENTENCEPIECE_FILES,
 )
 
 
