@@ -911,6 +911,7 @@ def check_local_models(args: argparse.Namespace) -> None:
     and transformers load; the load checks the rest (the config against the weights, finite
     values) when the command builds the model."""
     from workbench.core.files import check_weights
+    from workbench.core.runs import RUN_FILE, Run
     from workbench.core.verify import REMEDY, check_config_file
 
     named = []
@@ -918,13 +919,16 @@ def check_local_models(args: argparse.Namespace) -> None:
         value = getattr(args, option, None)
         named += value if isinstance(value, list) else [value]
     for name in filter(None, named):
-        path = Path(name)
-        if not path.is_dir() and "=" in name:  # reproduce's --teacher TASK=FOLDER
-            path = Path(name.partition("=")[2])
-        folder = path / "model" if (path / "run.json").is_file() else path
-        if (folder / "config.json").is_file():
-            check_weights(folder, REMEDY)
-            check_config_file(folder)
+        if not Path(name).expanduser().is_dir() and "=" in name:  # reproduce's TASK=FOLDER
+            name = name.partition("=")[2]
+        path = Path(name).expanduser().absolute()  # named as the command's own checks name it
+        if (path / RUN_FILE).is_file():  # a run: its best model, with the run's remedy
+            Run(path).check_model()
+            path = Run(path).model_dir
+        elif (path / "config.json").is_file():
+            check_weights(path, REMEDY)
+        if (path / "config.json").is_file():
+            check_config_file(path)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from captum.attr import LayerIntegratedGradients
 from scipy.stats import pearsonr, spearmanr
 from transformers import AutoModelForSequenceClassification, BertConfig, BertTokenizerFast
 
@@ -27,11 +28,14 @@ from workbench.analysis.attribution import (
     captum_grad_saliency,
     captum_integrated_gradients,
     grad_saliency,
+    ig_completeness,
     input_gradients,
     integrated_gradients,
     load_attributions,
     save_attributions,
 )
+from workbench.analysis.attribution.baselines import baseline_ids
+from workbench.analysis.attribution.targets import as_batch
 from workbench.analysis.faithfulness import aopc
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import (
@@ -123,6 +127,46 @@ def test_ig_equals_captum(baseline, layer, steps):
     assert ours.shape == (3, 7, 16) and not ours.requires_grad
     assert_close_relative(ours, theirs)
     assert ours.abs().max() > 0
+
+
+@pytest.mark.parametrize("baseline", ["pad", "pad-keep-special"])
+def test_ig_completeness_is_captums_convergence_delta(baseline):
+    """Σ IG − (F(E) − F(E')) is Captum's convergence delta, F(E) − F(E') the probabilities of
+    the text and of its baseline ids through the model, and more steps close the gap."""
+    model, batch = tiny(), make_batch([7, 5, 3], pair_at=3)
+    target = torch.tensor([0, 1, 2])
+    ids = baseline_ids(model, as_batch(*inputs(batch)), baseline)
+    mask, types = batch["attention_mask"], batch["token_type_ids"]
+
+    def scores(input_ids, attention_mask, token_type_ids):
+        logits = model(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+        ).logits
+        return logits.softmax(-1)
+
+    with torch.no_grad():
+        chosen = target[:, None]
+        change = scores(*inputs(batch)).gather(1, chosen) - scores(ids, mask, types).gather(
+            1, chosen
+        )
+    gaps = []
+    for steps in (2, 50):
+        attributed, ours = ig_completeness(
+            model, *inputs(batch), target=target, steps=steps, baseline=baseline
+        )
+        _, delta = LayerIntegratedGradients(scores, embeddings_module(model)).attribute(
+            batch["input_ids"],
+            baselines=ids,
+            additional_forward_args=(mask, types),
+            target=target,
+            n_steps=steps,
+            method="riemann_right",
+            return_convergence_delta=True,
+        )
+        assert_close_relative(ours, change[:, 0])
+        assert_close_relative(attributed - ours, delta, 1e-4)
+        gaps.append((attributed - ours).abs().max())
+    assert gaps[1] < gaps[0]
 
 
 def test_one_step_ig_is_difference_times_gradient():

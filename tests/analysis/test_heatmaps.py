@@ -12,6 +12,7 @@ import pytest
 
 from kd.cli import main
 from tests.app.test_app import HOSTILE, STUDENTS, build_tiny_runs
+from workbench.analysis.attribution import ig_completeness
 from workbench.analysis.heatmaps import (
     Example,
     ExportSettings,
@@ -57,8 +58,14 @@ def test_explain_gives_probabilities_and_a_map_per_class(loaded, method):
     assert len(first.saliency) == len(first.tokens)
     if method == "ig":
         assert all(math.isclose(sum(v * v for v in m), 1, rel_tol=1e-4) for m in first.maps)
+        alone = loaded[0].tokenizer(EXAMPLES[0].text, return_tensors="pt")
+        expected = ig_completeness(loaded[0].model, **alone, target=first.predicted, steps=3)
+        assert first.completeness == pytest.approx([float(v[0]) for v in expected], abs=1e-5)
+        attributed, change = first.completeness
+        assert first.completeness_gap == pytest.approx(abs(attributed - change) / abs(change))
     else:
         assert first.maps[first.predicted] == pytest.approx(first.saliency, abs=1e-6)
+        assert first.completeness is None and first.completeness_gap is None
 
 
 def test_views_choose_the_rows(loaded):

@@ -158,6 +158,9 @@ def test_case_study_shows_every_model_on_one_scale(app):
     html = _html(at)
     assert html.count('class="kdw-row"') == 3
     assert "SL " in html and "ρ " in html
+    assert at.number_input(key="case.settings.steps").value == 50  # IG for people: 50 steps
+    assert html.count("gap ") == 3  # each model's completeness gap beside its row
+    assert any("IG's completeness gap" in c.value for c in at.caption)
     probabilities = at.dataframe[0].value
     assert list(probabilities.index) == ["teacher", *STUDENTS]
 

@@ -248,7 +248,11 @@ CASES = [  # (arguments, start of the message after "kdw: error: ", path that mu
         "{w}/broken-teacher/model/model.safetensors is damaged (",
         "new",
     ),
-    (["evaluate", "broken-teacher"], "broken-teacher/model/model.safetensors is damaged (", None),
+    (
+        ["evaluate", "broken-teacher"],
+        "{w}/broken-teacher/model/model.safetensors is damaged (",
+        None,
+    ),
     (["evaluate", "teacher", "--json", "task"], "--json task is a folder", None),
     (["attribute", "teacher", "--out", "a-file", "--text", "good"], "--out a-file is a file", None),
     (

@@ -141,11 +141,21 @@ class Explanation:
     task: str = ""  # the task applied to: a bundled or GLUE task's name, a path, a hub id;
     # "" for a model given without a task (its own classes)
     spans: list | None = None  # (sequence, start, end) of each position's characters, or None
+    # IG's completeness for the predicted class (ig maps only): (Σ attributions, F(x) − F(x'))
+    completeness: tuple[float, float] | None = None
 
     @property
     def truncated(self) -> bool:
         """Whether the model read only the first ``len(tokens)`` of the text's tokens."""
         return self.longer or self.full_length > len(self.tokens)
+
+    @property
+    def completeness_gap(self) -> float | None:
+        """``|Σ IG − (F(x) − F(x'))| / |F(x) − F(x')|`` (None without IG or without a change)."""
+        if self.completeness is None or self.completeness[1] == 0:
+            return None
+        attributed, change = self.completeness
+        return abs(attributed - change) / abs(change)
 
     @property
     def length_text(self) -> str:
@@ -265,10 +275,18 @@ def explain(
     in one batch by :func:`workbench.analysis.attribution.compute_maps` (IG's steps and the classes
     share the engine's batched passes; another registered ``explainer`` one call per class),
     and the Grad saliency of each predicted class; with ``words`` (sum, mean, max-abs) the maps
-    and saliency of each word (:mod:`workbench.analysis.attribution.words`)."""
+    and saliency of each word (:mod:`workbench.analysis.attribution.words`). IG maps come with
+    their completeness for the predicted class (``ig_completeness``)."""
     import torch
 
-    from workbench.analysis.attribution import compute_maps, grad_saliency, to_words, word_groups
+    from workbench.analysis.attribution import (
+        compute_maps,
+        grad_saliency,
+        ig_completeness,
+        resolve_explainer,
+        to_words,
+        word_groups,
+    )
     from workbench.analysis.attribution.words import check_words, group_spans
     from workbench.core.data.alignment import token_spans, word_spans
     from workbench.core.models import forward
@@ -298,6 +316,16 @@ def explain(
         target=predicted,
     )
     maps, _ = compute_maps(model, batch, config, explainer=explainer)
+    completeness = None
+    if resolve_explainer(config, explainer)[1].name == "ig":
+        inputs = (batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
+        options = {"steps": config.steps, "baseline": config.baseline, "layer": config.layer}
+        completeness = torch.stack(
+            ig_completeness(
+                model, *inputs, target=predicted, memory_mib=config.memory_mib, **options
+            ),
+            -1,
+        )
     detail, out = model_detail(loaded), []
     for row, example in enumerate(examples):
         length = int(batch["attention_mask"][row].sum())
@@ -339,6 +367,7 @@ def explain(
                 model=detail,
                 task="" if loaded.data is None else loaded.data.task,
                 spans=spans,
+                completeness=None if completeness is None else tuple(completeness[row].tolist()),
             )
         )
     return out

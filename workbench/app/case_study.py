@@ -39,6 +39,7 @@ FILTERS = (
     "low saliency loyalty",
 )
 SPLIT_LIMIT = 500
+COMPLETENESS_LIMIT = 0.05  # an IG completeness gap above it is said under the map
 
 
 def case_study(
@@ -127,18 +128,35 @@ def _probabilities(explanations: list[Explanation]) -> pd.DataFrame:
     ).set_index("model")
 
 
-def _agreement_notes(
-    explanations: list[Explanation], agreements: list[Agreement]
-) -> dict[str, str]:
-    """``SL … · ρ …`` under each student's rows (label prefixes match every class row)."""
+def _row_notes(explanations: list[Explanation], agreements: list[Agreement]) -> dict[str, str]:
+    """Beside each model's rows (label prefixes match every class row): IG's completeness gap,
+    and ``SL … · ρ …`` for a student."""
 
     def number(value: float) -> str:
         return "n/a" if math.isnan(value) else f"{value:.2f}"
 
-    return {
-        e.name: f"SL {number(a.saliency_loyalty)} · ρ {number(a.rank_correlation)}"
-        for e, a in zip(explanations[1:], agreements, strict=True)
-    }
+    notes = {e.name: [] for e in explanations}
+    for e in explanations:
+        if e.completeness_gap is not None:
+            notes[e.name].append(f"gap {e.completeness_gap:.1%}")
+    for e, a in zip(explanations[1:], agreements, strict=True):
+        notes[e.name].append(f"SL {number(a.saliency_loyalty)} · ρ {number(a.rank_correlation)}")
+    return {name: " · ".join(parts) for name, parts in notes.items()}
+
+
+def _completeness_warnings(explanations: list[Explanation], steps: int) -> list[str]:
+    """One line per model whose IG attributions miss the change they explain by over 5 %."""
+    lines = []
+    for e in explanations:
+        gap = e.completeness_gap
+        if gap is not None and gap > COMPLETENESS_LIMIT:
+            attributed, change = e.completeness
+            lines.append(
+                f"{e.name}: the IG attributions add up to {attributed:.3f}, but the predicted "
+                f"class's score changes by {change:.3f} from the baseline to the text (a gap of "
+                f"{gap:.0%} at {steps} steps): raise the steps for a map that accounts for it."
+            )
+    return lines
 
 
 def render() -> None:
@@ -181,17 +199,26 @@ def render() -> None:
     st.dataframe(_probabilities(explanations).style.format(precision=3))
     if example.label is not None:
         st.text(f"gold label: {example.label}")
-    notes = _agreement_notes(explanations, agreements)
+    notes = _row_notes(explanations, agreements)
     show_heatmap(
         heatmap,
         {row.label: notes.get(row.label.split(" · ")[0], "") for row in heatmap.rows},
         per_row,
     )
+    gap = (
+        "gap: IG's completeness gap, |Σ attributions − (F(x) − F(x′))| / |F(x) − F(x′)| for "
+        "the predicted class's probability F from the baseline x′ to the text x (the Riemann "
+        "sum's error; more steps close it); "
+        if any(e.completeness is not None for e in explanations)
+        else ""
+    )
     st.caption(
-        "SL: saliency loyalty, Pearson correlation of the Grad saliency of the teacher "
+        f"{gap}SL: saliency loyalty, Pearson correlation of the Grad saliency of the teacher "
         "and the student (each for its predicted class); ρ: Spearman correlation of "
         "the shown attribution maps (the teacher's predicted class for the view pred)."
     )
+    for line in _completeness_warnings(explanations, explaining.settings.steps):
+        st.warning(common.plain(line))
     for explanation in explanations:
         if explanation.truncated:
             st.warning(

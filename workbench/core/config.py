@@ -1011,7 +1011,11 @@ class MapSettings(Checked):
         choices=METHODS,
     )
     steps: int = option(
-        1, "IG interpolation steps m (right Riemann sum); 1 = (E − E')⊙∇F(E)", domain=ig_steps
+        50,
+        "IG interpolation steps m (right Riemann sum; 1 = (E − E')⊙∇F(E), AD-KD's training "
+        "signal); 50, Captum's default, keeps the completeness gap under 5 percent on the demo's "
+        "teacher (docs/results.md)",
+        domain=ig_steps,
     )
     baseline: str = option(
         "pad",

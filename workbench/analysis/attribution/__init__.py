@@ -2,7 +2,8 @@
 
 - :func:`integrated_gradients`, :func:`attribution_map`, :func:`attribution_maps` — IG w.r.t. the
   embedding output (or an encoder layer's output), batched over steps and views, memory-bounded,
-  differentiable with ``create_graph=True`` (the AD-KD student term);
+  differentiable with ``create_graph=True`` (the AD-KD student term); :func:`ig_completeness`
+  — how far IG's attributions add up to the change of the score they explain;
 - :func:`grad_saliency` (gradient × input) and :func:`input_gradients` (GKD's signal);
 - :func:`captum_integrated_gradients`, :func:`captum_grad_saliency` — the same through Captum, for
   analysis (and as the tests' reference);
@@ -29,6 +30,7 @@ _NAMES = {
         "attribution_map",
         "attribution_maps",
         "grad_saliency",
+        "ig_completeness",
         "input_gradients",
         "integrated_gradients",
     ),

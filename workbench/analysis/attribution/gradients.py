@@ -53,6 +53,7 @@ __all__ = [
     "attribution_map",
     "attribution_maps",
     "grad_saliency",
+    "ig_completeness",
     "input_gradients",
     "integrated_gradients",
 ]
@@ -244,6 +245,50 @@ def integrated_gradients(
         memory_mib=memory_mib,
     )
     return ig[0]
+
+
+def ig_completeness(
+    model: PreTrainedModel,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    token_type_ids: Tensor | None = None,
+    *,
+    target: Target,
+    steps: int = 1,
+    baseline: str = "pad",
+    layer: int | None = None,
+    special_ids: Collection[int] | None = None,
+    memory_mib: float | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Integrated Gradients' completeness, as its axiom states it: the attributions summed over
+    tokens and dimensions ``Σ_{i,d} IG_{i,d}`` ``[B]``, and the change of the explained score
+    they account for, ``F(E) − F(E')`` ``[B]`` (class ``target``'s probability, or a regression
+    output, at the input and at the baseline). The two differ by the Riemann sum's error,
+    which shrinks as ``steps`` grows (the completeness gap is their difference relative to
+    ``F(E) − F(E')``; Captum's ``return_convergence_delta`` is the difference itself).
+    Arguments as :func:`integrated_gradients`."""
+    batch = as_batch(input_ids, attention_mask, token_type_ids)
+    targets = resolve_target(model, batch, target)[:, None]
+    ig, end_logits = _integrated_gradients(
+        model,
+        batch,
+        targets,
+        steps=steps,
+        baseline=baseline,
+        create_graph=False,
+        layer=layer,
+        special_ids=special_ids,
+        memory_mib=memory_mib,
+    )
+    with torch.no_grad():
+        end = site_output(model, batch, layer)
+        start = baseline_output(model, batch, baseline, layer, special_ids, end)
+        inputs = {k: v for k, v in batch.items() if k in MODEL_INPUTS}
+        with output_replaced(site_module(model, layer), start):
+            start_logits = forward(model, inputs).logits
+    score, rows = class_probabilities(model, targets), torch.arange(len(targets))
+    change = score(end_logits.detach(), rows) - score(start_logits, rows)
+    return ig[0].sum((1, 2)).detach(), change[:, 0]
 
 
 def attribution_map(ig: Tensor, attention_mask: Tensor, top_k: int | None = None) -> Tensor:
