@@ -1,5 +1,9 @@
-"""kd-workbench's app for `streamlit run app.py` in a clone (installed: `kdw app`)."""
+"""kd-workbench's app for `streamlit run app.py` in a clone (installed: `kdw app`): the pages of
+workbench/app/main.py, with the demo build started at launch."""
 
-from workbench.app.main import main
+import streamlit as st
 
-main()
+from workbench.app.first_run import at_launch
+from workbench.app.main import ENTRY
+
+app = st.App(ENTRY, lifespan=at_launch)

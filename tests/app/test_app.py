@@ -27,6 +27,7 @@ from workbench.app import jobs
 from workbench.app.catalog import discover_runs
 from workbench.app.common import CASE_EXAMPLE
 from workbench.app.heatmap_view import heatmap_html
+from workbench.app.main import ENTRY
 from workbench.core.config import (
     DataConfig,
     FaithfulnessSettings,
@@ -42,7 +43,7 @@ from workbench.core.models import load_model
 from workbench.export import Heatmap, HeatmapRow, color_scale, score_to_rgb
 
 ROOT = Path(__file__).resolve().parents[2]
-APP = str(ROOT / "app.py")
+APP = str(ENTRY)
 HOSTILE = r"<script>alert(1)</script> $\textbf{x}$ good"
 STUDENTS = ("student-kd", "student-pkd")
 
@@ -267,7 +268,7 @@ def test_case_study_filters_examples_of_a_split(app):
 
 def test_geometry_page(app):
     at = _ok(app.run())
-    at.switch_page("workbench/app/geometry.py")
+    at.switch_page("geometry.py")
     _ok(at.run())
     pairs = at.selectbox(key="geometry.pair")
     assert "S1 ← T2" in pairs.options  # PKD-Skip 4 → 2 layers
@@ -299,7 +300,7 @@ def test_geometry_page(app):
 
 def test_loyalty_page(app):
     at = _ok(app.run())
-    at.switch_page("workbench/app/loyalty.py")
+    at.switch_page("loyalty.py")
     _ok(at.run())
     limit = next(field for field in at.number_input if field.key.startswith("loyalty.examples"))
     assert (limit.value, limit.max) == (50, 50)  # the 50-example test split, not 500
@@ -322,7 +323,7 @@ def test_loyalty_rows_are_split_positions_on_a_sample(app, tiny_runs):
     """On a sample of a split, a row's index is the example's position in the split (what the
     Case study is handed)."""
     at = _ok(app.run())
-    at.switch_page("workbench/app/loyalty.py")
+    at.switch_page("loyalty.py")
     _ok(at.run())
     limit = next(field for field in at.number_input if field.key.startswith("loyalty.examples"))
     limit.set_value(10)
@@ -340,7 +341,7 @@ def test_loyalty_rows_are_split_positions_on_a_sample(app, tiny_runs):
 def _loyalty_page_on_ten(app) -> AppTest:
     """The Loyalty page scored on a sample of 10 test examples."""
     at = _ok(app.run())
-    at.switch_page("workbench/app/loyalty.py")
+    at.switch_page("loyalty.py")
     _ok(at.run())
     limit = next(field for field in at.number_input if field.key.startswith("loyalty.examples"))
     limit.set_value(10)
@@ -417,7 +418,7 @@ def test_explainer_ranking_from_a_report_file_with_ties(app, tiny_runs, tmp_path
     path = tmp_path / "report.json"
     path.write_text(json.dumps(report))
     at = _ok(app.run())
-    at.switch_page("workbench/app/explainers.py")
+    at.switch_page("explainers.py")
     _ok(at.run())
     at.radio(key="explainers.source").set_value("a kdw faithfulness JSON file").run()
     at.text_input(key="explainers.path").set_value(str(tmp_path / "missing.json"))
@@ -457,7 +458,7 @@ def test_explainer_ranking_from_a_report_file_with_ties(app, tiny_runs, tmp_path
 @pytest.mark.slow
 def test_explainer_ranking_computed_in_the_background(app, tiny_runs):
     at = _ok(app.run())
-    at.switch_page("workbench/app/explainers.py")
+    at.switch_page("explainers.py")
     _ok(at.run())
     assert "No ranking computed for this run yet" in at.info[0].value
     at.text_input(key="explainers.compute.explainers").set_value("grad,shap")
@@ -506,7 +507,7 @@ def test_a_run_folder_that_disappears_is_a_message(page, tiny_runs, tmp_path, mo
     monkeypatch.setenv("KDW_RUNS", str(runs))
     monkeypatch.setenv("KDW_DEMO", "off")
     at = _ok(AppTest.from_file(APP, default_timeout=120).run())
-    at.switch_page(f"workbench/app/{page}.py")
+    at.switch_page(f"{page}.py")
     _ok(at.run())
     if page == "train":
         at.selectbox(key="train.details").set_value("student-kd")
@@ -520,7 +521,7 @@ def test_a_run_folder_that_disappears_is_a_message(page, tiny_runs, tmp_path, mo
 
 def test_export_page_writes_every_format_with_metadata(app):
     at = _ok(app.run())
-    at.switch_page("workbench/app/exports.py")
+    at.switch_page("exports.py")
     _ok(at.run())
     at.multiselect(key="export.models").set_value(["teacher", "student-kd"])
     at.text_area(key="export.text").set_value(f"good movie\n{HOSTILE}")
@@ -543,7 +544,7 @@ def test_export_page_writes_every_format_with_metadata(app):
 
 def test_export_page_anonymous_checkbox_names_roles_and_no_run(app, tiny_runs):
     at = _ok(app.run())
-    at.switch_page("workbench/app/exports.py")
+    at.switch_page("exports.py")
     _ok(at.run())
     at.multiselect(key="export.models").set_value(["teacher", "student-kd"])
     at.text_area(key="export.text").set_value("good movie")
@@ -563,7 +564,7 @@ def test_export_page_anonymous_checkbox_names_roles_and_no_run(app, tiny_runs):
 @pytest.mark.slow
 def test_train_page_launches_a_training_and_lists_runs(app, tiny_runs):
     at = _ok(app.run())
-    at.switch_page("workbench/app/train.py")
+    at.switch_page("train.py")
     _ok(at.run())
     table = at.dataframe[0].value
     problems = dict(zip(table["run"], table["problem"], strict=True))
@@ -632,7 +633,7 @@ def test_a_training_stops_and_resumes(tiny_runs):
 
 def test_train_page_student_form_comes_from_the_configs(app, tiny_runs):
     at = _ok(app.run())
-    at.switch_page("workbench/app/train.py")
+    at.switch_page("train.py")
     _ok(at.run())
     at.radio(key="train.kind").set_value("student")
     _ok(at.run())
@@ -665,7 +666,7 @@ def test_a_search_runs_in_the_background_and_shows_its_trials(app, tiny_runs):
         time.sleep(1)
     assert (out / "best.json").exists(), job.log_tail()
     at = _ok(app.run())
-    at.switch_page("workbench/app/train.py")
+    at.switch_page("train.py")
     _ok(at.run())
     trials = next(frame.value for frame in at.dataframe if "trial" in frame.value.columns)
     assert len(trials) == 2 and set(trials["state"]) == {"complete"}
@@ -680,7 +681,7 @@ def test_a_search_runs_in_the_background_and_shows_its_trials(app, tiny_runs):
 
 def test_train_page_draws_a_runs_objective_diagnostics(app):
     at = _ok(app.run())
-    at.switch_page("workbench/app/train.py")
+    at.switch_page("train.py")
     _ok(at.run())
     at.selectbox(key="train.details").set_value("student-kd")
     _ok(at.run())
@@ -725,7 +726,7 @@ def test_loyalty_on_a_split_of_one_example(tmp_path, monkeypatch):
     monkeypatch.setenv("KDW_RUNS", str(root))
     monkeypatch.setenv("KDW_DEMO", "off")
     at = _ok(AppTest.from_file(APP, default_timeout=120).run())
-    at.switch_page("workbench/app/loyalty.py")
+    at.switch_page("loyalty.py")
     at = _ok(at.run())
     assert len(at.dataframe[1].value) == 1
     scatter = _charts(at)["loyalty.scatter"]["data"]

@@ -60,7 +60,7 @@ def test_a_minilm_student_of_another_architecture_opens_in_the_app(
     _ok(at.run())
     assert at.multiselect(key="case.students").value == [f"adkd-from-{kind}"]
     assert _html(at).count('class="kdw-row"') == 2  # the teacher folder and its student
-    at.switch_page("workbench/app/loyalty.py")
+    at.switch_page("loyalty.py")
     _ok(at.run())
     at.selectbox(key="loyalty.teacher").set_value(TEACHERS[kind])
     _ok(at.run())

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -16,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.app.test_first_run import tiny_sizes
+from tests.conftest import ROOT, served
+from workbench.app import jobs, runner
 
 
 def _free_port() -> int:
@@ -25,31 +26,45 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+LAUNCHES = {  # how a user starts the app: installed, from any folder; in a clone
+    "kdw app": [sys.executable, "-m", "kd.cli", "app", "--runs", "{runs}", "--port", "{port}"],
+    "streamlit run app.py": [
+        sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port", "{port}",
+    ],
+}  # fmt: skip
+
+
+# slow: a real server started, and a tiny demo build beside it
 @pytest.mark.slow
-def test_kdw_app_serves_the_workbench_from_any_folder(tmp_path: Path):
-    port = _free_port()
-    command = [sys.executable, "-m", "kd.cli", "app", "--runs", str(tmp_path / "runs")]
-    command += ["--port", str(port), "--", "--server.address", "127.0.0.1"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "KDW_DEMO": "off"}
-    server = subprocess.Popen(
-        command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
-    try:
-        deadline, answer = time.time() + 120, None
-        while time.time() < deadline and server.poll() is None and answer is None:
-            try:
-                with urllib.request.urlopen(
-                    f"http://127.0.0.1:{port}/_stcore/health", timeout=2
-                ) as r:
-                    answer = r.read()
-            except OSError:
-                time.sleep(0.5)
-        assert answer == b"ok", server.stdout.read().decode() if server.poll() is not None else ""
+@pytest.mark.parametrize("launch", LAUNCHES)
+def test_the_server_starts_the_demo_build_before_any_page_is_opened(
+    tmp_path: Path, tiny_model_dir: Path, launch: str
+):
+    """Started as a user starts it (``kdw app`` from any folder, ``streamlit run app.py`` in
+    the clone), the server answers, and the demo build has begun and says so on the terminal
+    although no browser opened a page (the health check and the page's HTML run no script)."""
+    port, runs = _free_port(), tmp_path / "runs"
+    command = [a.format(runs=runs, port=port) for a in LAUNCHES[launch]]
+    command += [*(["--"] if launch == "kdw app" else []), "--server.address", "127.0.0.1"]
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "KDW_RUNS": str(runs),
+        "KDW_DEMO": "quick",
+        runner.SIZES_ENV: tiny_sizes(tiny_model_dir),
+    }
+    log = tmp_path / "server.log"
+    with served(
+        command, f"http://127.0.0.1:{port}/_stcore/health", launch, log, env=env, cwd=tmp_path
+    ):
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as page:
             assert page.status == 200 and b"<html" in page.read().lower()
-    finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(timeout=30)
+        quick = runs / runner.DEMO_FOLDERS["quick"]
+        deadline = time.time() + 60
+        while not jobs.read_progress(quick) and time.time() < deadline:
+            time.sleep(0.2)
+        assert jobs.read_progress(quick), log.read_text()
+    assert f"kd-workbench: no runs under {runs}: building the demo" in log.read_text()
 
 
 def test_the_servers_settings_are_the_clones():

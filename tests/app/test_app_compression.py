@@ -17,7 +17,7 @@ from workbench.app.catalog import discover_runs
 from workbench.app.compression import compression_table, methods_of
 from workbench.app.figures import compression_scatter
 
-PAGE = "workbench/app/compression.py"
+PAGE = "compression.py"
 MODELS = ("teacher", *STUDENTS)
 
 
@@ -70,7 +70,7 @@ def test_the_page_measures_when_asked_and_shows_a_clicked_run(tiny_runs, monkeyp
     monkeypatch.setenv("KDW_RUNS", str(tiny_runs))
     monkeypatch.setenv("KDW_DEMO", "off")
     at = AppTest.from_file(APP, default_timeout=300).run()
-    at.switch_page("workbench/app/loyalty.py").run()
+    at.switch_page("loyalty.py").run()
     assert not at.exception, [e.value for e in at.exception]
     links = [e.proto.page for e in at.get("page_link")]
     assert any(link.endswith("compression") for link in links), links  # reached from Loyalty

@@ -21,7 +21,7 @@ from workbench.core.config import DivergenceSettings
 from workbench.core.data import load_task
 from workbench.core.models import load_model
 
-PAGE = "workbench/app/divergence.py"
+PAGE = "divergence.py"
 
 
 @pytest.fixture(scope="module")

@@ -82,7 +82,7 @@ def test_loyalty_geometry_and_divergence_compare_with_a_model_folder(app):
         ("geometry", "geometry"),
         ("divergence", "divergence"),
     ):
-        at.switch_page(f"workbench/app/{page}.py")
+        at.switch_page(f"{page}.py")
         _ok(at.run())
         at.selectbox(key=f"{key}.teacher").set_value(TEACHER)
         _ok(at.run())

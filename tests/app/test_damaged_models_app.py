@@ -11,6 +11,7 @@ import pytest
 
 from tests.damaged_models import HEADER_CASES, IDS, build, error
 from workbench.app.catalog import discover_runs, model_entry
+from workbench.app.main import ENTRY
 
 
 @pytest.fixture(scope="module")
@@ -44,14 +45,13 @@ def test_every_page_draws_beside_damaged_model_folders(work, tmp_path, monkeypat
     for case in IDS:
         shutil.copytree(work / "cases" / case, root / case)
     monkeypatch.setenv("KDW_RUNS", str(root))
-    app = Path(__file__).resolve().parents[2] / "app.py"
-    at = AppTest.from_file(str(app), default_timeout=120).run()
+    at = AppTest.from_file(str(ENTRY), default_timeout=120).run()
     assert not at.exception, [e.value for e in at.exception]
     captions = " ".join(c.value for c in at.sidebar.caption).replace("\\", "")
     for case in HEADER_CASES:
         assert f"{case}: " in captions, case
     for page in ("geometry", "loyalty", "divergence", "exports", "train"):
-        at.switch_page(f"workbench/app/{page}.py")
+        at.switch_page(f"{page}.py")
         at.run()
         assert not at.exception, (page, [e.value for e in at.exception])
     shown = {c.value.replace("\\", "") for c in at.main.caption}  # the runs table's problems

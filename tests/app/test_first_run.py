@@ -21,6 +21,7 @@ from streamlit.testing.v1 import AppTest
 from tests.conftest import tiny_model, tiny_tokenizer
 from workbench.app import first_run, jobs, runner
 from workbench.app.catalog import discover_runs
+from workbench.app.main import ENTRY
 from workbench.core.cache import ExampleCache
 from workbench.core.config import DataConfig
 from workbench.core.data import encode, load_task
@@ -28,7 +29,7 @@ from workbench.core.errors import WorkbenchError
 from workbench.core.files import atomic_write_json
 
 ROOT = Path(__file__).resolve().parents[2]
-APP = str(ROOT / "app.py")
+APP = str(ENTRY)
 TRAIN_EXAMPLES = 32
 STAGES = ("demo: teacher", "demo: 3-layer student, kd", "demo: 3-layer student, adkd")
 
@@ -283,7 +284,7 @@ def test_the_train_page_follows_a_run_the_demo_build_trains(demo_root, building,
     monkeypatch.setenv(first_run.DEMO_ENV, "default")
     try:
         at = AppTest.from_file(APP, default_timeout=120).run()
-        at.switch_page("workbench/app/train.py")
+        at.switch_page("train.py")
         at.run()
         assert not at.exception, [e.value for e in at.exception]
         runs = at.dataframe[-1].value.set_index("run")

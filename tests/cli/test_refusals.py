@@ -18,6 +18,7 @@ from kd.training.pipeline import distill, train_teacher
 from tests.conftest import kdw_here, write_tiny_workspace
 from workbench.analysis.heatmaps import ExportSettings
 from workbench.app.catalog import discover_runs
+from workbench.app.main import ENTRY
 from workbench.core.config import DataConfig, OptimConfig, StudentConfig, TeacherConfig
 from workbench.core.errors import WorkbenchError
 from workbench.core.runs import Run
@@ -177,7 +178,7 @@ def test_a_page_shows_a_damaged_run_as_a_message(work, tmp_path, monkeypatch):
     damaged = _copy(work, "teacher", tmp_path)
     _truncate(damaged / "model" / "model.safetensors")
     monkeypatch.setenv("KDW_RUNS", str(tmp_path))
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+    at = AppTest.from_file(str(ENTRY), default_timeout=120).run()
     assert not at.exception
     captions = " ".join(c.value for c in at.sidebar.caption)
     assert "0 ready, 1 not" in captions and "is damaged" in captions
@@ -485,8 +486,8 @@ def test_the_export_page_states_truncation(work, tmp_path, monkeypatch):
 
     _copy(work, "teacher", tmp_path)
     monkeypatch.setenv("KDW_RUNS", str(tmp_path))
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
-    at.switch_page("workbench/app/exports.py")
+    at = AppTest.from_file(str(ENTRY), default_timeout=120).run()
+    at.switch_page("exports.py")
     at.run()
     at.text_area(key="export.text").set_value(f"good movie\n{LONG}")
     at.run()

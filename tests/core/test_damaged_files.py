@@ -18,6 +18,7 @@ import torch
 from kd.cli import main
 from tests.conftest import write_tiny_runs
 from workbench.app.catalog import discover_runs
+from workbench.app.main import ENTRY
 from workbench.core.runs import Run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -484,14 +485,14 @@ def test_every_page_draws_beside_damaged_runs(damaged_root, monkeypatch):
     from streamlit.testing.v1 import AppTest
 
     monkeypatch.setenv("KDW_RUNS", str(damaged_root))
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+    at = AppTest.from_file(str(ENTRY), default_timeout=120).run()
     assert not at.exception, [e.value for e in at.exception]
     captions = " ".join(c.value for c in at.sidebar.caption)
     assert "8 ready, 4 not" in captions.replace("\\", "")
     for name in APP_CASES:
         assert f"{name}: " in captions.replace("\\", ""), name
     for page in ("geometry", "loyalty", "divergence", "exports", "train"):
-        at.switch_page(f"workbench/app/{page}.py")
+        at.switch_page(f"{page}.py")
         at.run()
         assert not at.exception, (page, [e.value for e in at.exception])
     table = at.dataframe[0].value  # the train page's runs, every one listed

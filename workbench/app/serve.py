@@ -10,8 +10,8 @@ from workbench.app import SERVER_OPTIONS
 
 
 def command(options: list[str]) -> list[str]:
-    """The ``streamlit run`` command line of the entry script beside this module."""
-    script = Path(__file__).resolve().with_name("main.py")
+    """The ``streamlit run`` command line of the server beside this module."""
+    script = Path(__file__).resolve().with_name("server.py")
     defaults = [f"--{key}={str(value).lower()}" for key, value in SERVER_OPTIONS.items()]
     return [sys.executable, "-m", "streamlit", "run", str(script), *defaults, *options]
 
