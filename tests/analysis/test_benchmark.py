@@ -4,6 +4,8 @@ RoBERTa at other batch sizes and lengths than traced, and one-line errors for ba
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import shutil
 from pathlib import Path
@@ -189,6 +191,30 @@ def test_benchmark_prints_the_table_and_writes_every_field(runs, exported, tmp_p
     assert onnx_row["accuracy"] == first["accuracy"]
     assert onnx_row["disk_mb"] == (exported / "model.onnx").stat().st_size / 1e6
     assert onnx_row["parameters"] == pytest.approx(first["parameters"], rel=0.01)
+
+
+def test_a_run_and_its_export_read_the_texts_at_their_own_length(runs, exported, tmp_path):
+    """With the task and another --max-length named on the command, the teacher run and its
+    ONNX export both read its 16 tokens (the export read 64 before, and answered other texts),
+    the plain model the command's 64, and the header says who reads how many."""
+    teacher = runs[0]
+    out = tmp_path / "bench.json"
+    options = ["--threads", "1", "--warmup", "0", "--repeats", "1", "--examples", "30"]
+    options += ["--batch-sizes", "1", "--task", str(teacher.parent / "task"), "--max-length", "64"]
+    plain = tmp_path / "plain"
+    assert main(["export-model", str(teacher), "--out", str(plain)]) == 0
+    sources = [str(plain), str(teacher), str(exported / "model.onnx")]
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert main(["benchmark", *sources, *options, "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [row["max_length"] for row in rows] == [64, 16, 16]
+    for key in ("accuracy", "label_loyalty"):  # the same model in two engines, the same answers
+        assert rows[1][key] == rows[2][key], key
+    assert (
+        "tokens read per text: plain 64, teacher 16, teacher-onnx (onnx fp32) 16 (a run or an "
+        "export reads at its own length)" in printed.getvalue()
+    )
 
 
 def _scale_classifier(path: Path, factor: float) -> None:

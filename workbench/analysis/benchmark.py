@@ -232,8 +232,9 @@ def benchmark(
     ``tokenize_ms_per_text`` (median over rounds), ``latency_ms_median`` and
     ``latency_ms_p95`` (batch size 1, over every text of every timed round),
     ``throughput_bN`` (examples/s at batch size N > 1: the texts over the median round's
-    seconds), each number with its ``…_ratio`` to the first model's, then the task metrics and
-    ``label_loyalty``/``probability_loyalty`` to the first model (1.0 for itself)."""
+    seconds), each number with its ``…_ratio`` to the first model's, ``max_length`` (the tokens
+    it reads per text), then the task metrics and ``label_loyalty``/``probability_loyalty`` to
+    the first model (1.0 for itself)."""
     sizes = parse_batch_sizes(settings.batch_sizes)
     device = resolve_device(settings.device)
     precisions = parse_precisions(settings.precisions, device.type)
@@ -314,6 +315,8 @@ def benchmark(
             row[f"throughput_b{b}"] = len(part) / seconds
         rows.append(row)
     measured = [key for key in rows[0] if key not in ("name", "engine", "source")]
+    for row, candidate in zip(rows, candidates, strict=True):
+        row["max_length"] = candidate.max_length
     for row in rows:
         for key in measured:
             row[f"{key}_ratio"] = _ratio(row[key], rows[0][key])
@@ -351,6 +354,20 @@ def _cell(value: float | None, ratio: float | None = None, form: str = "{:.3g}")
     return text if ratio is None else f"{text} ({ratio:.2f}×)"
 
 
+def _lengths_note(rows: Sequence[dict]) -> str:
+    """A line saying so when the models read the texts at different lengths (a run or an export
+    at its own, a plain model at ``--max-length``): a text longer than one model's length is
+    cut for that model alone, which can change its answer."""
+    lengths = {row["name"]: row["max_length"] for row in rows}
+    if len(set(lengths.values())) == 1:
+        return ""
+    said = ", ".join(f"{name} {length}" for name, length in lengths.items())
+    return (
+        f"tokens read per text: {said} (a run or an export reads at its own length): a text "
+        "longer than a model's length is cut for that model alone, which can change its answer\n"
+    )
+
+
 def format_benchmark(report: dict) -> str:
     """:func:`benchmark`'s report as a header (settings, reference, memory method) and a
     markdown table, each measured value followed by its ratio to the first model, then the
@@ -384,7 +401,7 @@ def format_benchmark(report: dict) -> str:
         f"{settings['repeats']} timed rounds (round-robin over models), {settings['threads']} "
         f"threads, {settings['device']}, timed by {settings['timer']}\n"
         f"reference (ratios, loyalty): the first model, {report['reference']}\n"
-        f"peak memory: {report['memory_method']}\n"
+        f"peak memory: {report['memory_method']}\n{_lengths_note(rows)}"
     )
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(cell(row) for cell in columns.values()) + " |" for row in rows]

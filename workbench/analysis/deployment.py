@@ -23,7 +23,7 @@ import shutil
 import tempfile
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -185,7 +185,8 @@ def load_onnx(
 ) -> list[OnnxClassifier]:
     """The graphs of an export folder (float32, then int8 where there is one), or the one graph
     file ``source`` of such a folder, on the folder's recorded task (``data``, when given, must
-    name it: its settings then sample the task)."""
+    name it: its settings then sample the task). A graph reads its texts at the length its run
+    was trained and exported with, as the run itself does, whatever ``data`` says."""
     path = existing_path(str(source))
     folder = path.parent if path.is_file() else path
     if not (folder / RECORD).is_file():
@@ -218,7 +219,7 @@ def load_onnx(
             open_session(file, threads),
             tokenizer,
             spec,
-            data or recorded,
+            recorded if data is None else replace(data, max_length=recorded.max_length),
             f"{folder.name} (onnx {precision})",
             file,
             precision,
