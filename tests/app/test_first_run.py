@@ -276,7 +276,8 @@ def test_a_student_that_finishes_joins_the_pages_choice(demo_root, tmp_path, mon
 
 def test_the_train_page_follows_a_run_the_demo_build_trains(demo_root, building, monkeypatch):
     """A demo run in training shows the build's live progress and no Resume button (the app's
-    own job trains it), whatever its ``status.json`` last recorded."""
+    own job trains it), whatever its ``status.json`` last recorded; the case study's chooser
+    says the same."""
     status = demo_root / "demo" / "student-adkd" / "status.json"
     finished = status.read_text()
     status.write_text('{"state": "running", "step": 0, "total": 47}')
@@ -297,6 +298,12 @@ def test_the_train_page_follows_a_run_the_demo_build_trains(demo_root, building,
         assert not at.exception, [e.value for e in at.exception]
         assert not [b for b in at.button if b.key == "train.resume"]
         assert any("demo build trains this run" in c.value for c in at.caption)
+        # the pages' choosers say what the progress bar says, not the last checkpoint's step
+        entry = next(e for e in discover_runs(demo_root) if e.name == "demo/student-adkd")
+        assert entry.label == "demo/student-adkd (unfinished: running at step 0/47)"
+        assert jobs.live_label(entry, demo_root) == (
+            f"demo/student-adkd (unfinished: running, {cache})"
+        )
     finally:
         status.write_text(finished)
 

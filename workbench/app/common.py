@@ -30,7 +30,7 @@ from workbench.analysis.heatmaps import Example, HeatmapSettings, read_examples,
 from workbench.analysis.loyalty import loyalty_tables, split_outputs
 from workbench.app.catalog import RunEntry, model_entry, runs_root, same_folder
 from workbench.app.forms import config_widgets, fixed
-from workbench.app.jobs import shown_runs
+from workbench.app.jobs import live_label, shown_runs
 from workbench.core.config import (
     DataConfig,
     StudentConfig,
@@ -137,6 +137,7 @@ def pick_models(
     the same task (default: those distilled from it; a model folder's own students only, whose
     task it is then applied to)."""
     teachers = {e.name: e for e in entries if e.kind in ("teacher", "model") and e.usable}
+    root = runs_root()
     if not teachers:
         st.info(
             "No trained teacher yet: the first-run demo build or the Train page makes one, or "
@@ -147,7 +148,10 @@ def pick_models(
     # would be cut in half of it)
     left, right = st.columns(2) if single_student else (st.container(), st.container())
     name = left.selectbox(
-        "Teacher", list(teachers), format_func=lambda n: teachers[n].label, key=f"{key}.teacher"
+        "Teacher",
+        list(teachers),
+        format_func=lambda n: live_label(teachers[n], root),
+        key=f"{key}.teacher",
     )
     teacher = teachers[name]
     students = {
@@ -178,7 +182,7 @@ def pick_models(
                 right.selectbox(
                     "Student",
                     names,
-                    format_func=lambda n: students[n].label,
+                    format_func=lambda n: live_label(students[n], root),
                     key=f"{key}.student",
                 )
             ]
@@ -191,7 +195,7 @@ def pick_models(
             "Students",
             list(students),
             default=own,
-            format_func=lambda n: students[n].label,
+            format_func=lambda n: live_label(students[n], root),
             key=f"{key}.students",
         )
         chosen = [students[name] for name in picked]

@@ -165,6 +165,16 @@ def live_progress(job: Job, folder: Path) -> str:
     return cache[1] if cache else "preparing"
 
 
+def live_label(entry: RunEntry, root: Path) -> str:
+    """``entry``'s label; a run in training says where its job stands now, from the progress
+    file the progress bars read, not where its last checkpoint left it (``status.json``)."""
+    job = job_for(root, entry.path) if entry.state == "running" else None
+    if job is None or not job.alive:
+        return entry.label
+    live = live_progress(job, entry.path)
+    return f"{entry.name} (unfinished: running, {'step ' if live[:1].isdigit() else ''}{live})"
+
+
 def request_stop(job: Job) -> None:
     """Ask a training to stop at its next step (it keeps a checkpoint and can resume); a job
     that has not created its run folder yet is terminated."""

@@ -228,8 +228,13 @@ def _studies(root) -> None:
 def _runs_table(entries: list[RunEntry], root) -> pd.DataFrame:
     """A row per run folder, and one per training launched whose folder is not written yet."""
     listed = {entry.path.resolve() for entry in entries}
-    rows = [
-        {"run": job.name, "kind": job.kind, "state": "preparing", "step": "preparing"}
+    rows = [  # where each stands as its live panel says (the progress file)
+        {
+            "run": job.name,
+            "kind": job.kind,
+            "state": "training",
+            "step": live_progress(job, job.folder),
+        }
         for job in read_jobs(root)
         if job.kind in TRAININGS and job.alive and job.folder.resolve() not in listed
     ]
