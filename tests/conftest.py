@@ -27,6 +27,7 @@ from filelock import FileLock
 from transformers import AutoModelForSequenceClassification, BertConfig, BertTokenizerFast
 
 from kd.cli import main
+from workbench.app.common import ADDED_FILE
 
 # No test starts the app's real demo build: on an empty runs root the app launches it in a
 # background process that outlives the test run. Set for the whole session, not per test, so
@@ -41,6 +42,17 @@ WORKER = "PYTEST_XDIST_WORKER" in os.environ
 if WORKER:
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
+
+
+# the workbench's user cache (analyses of models it did not train, the app's added folders) in a
+# folder of the test session, never the user's; what a test added in the app is gone after it
+os.environ["KDW_CACHE"] = tempfile.mkdtemp(prefix="kdw-cache-")
+
+
+@pytest.fixture(autouse=True)
+def _nothing_added_in_the_app() -> Iterator[None]:
+    yield
+    (Path(os.environ["KDW_CACHE"]) / ADDED_FILE).unlink(missing_ok=True)
 
 
 @pytest.fixture(autouse=True)

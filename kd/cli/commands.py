@@ -438,7 +438,7 @@ def _add_sources(parser: argparse.ArgumentParser, verb: str) -> None:
 
 def _app(args: argparse.Namespace) -> None:
     if args.runs:
-        os.environ["KDW_RUNS"] = str(Path(args.runs).resolve())
+        os.environ["KDW_RUNS"] = os.pathsep.join(str(Path(r).resolve()) for r in args.runs)
     options = [f"--server.port={args.port}"] if args.port else []
     extra = args.streamlit[1:] if args.streamlit[:1] == ["--"] else args.streamlit
     # the front end's module is run, not imported: the CLI stays below the app's layer
@@ -665,7 +665,14 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
         "streamlit run app.py in a clone). Options after -- go to streamlit run, e.g. "
         "kdw app -- --server.address 127.0.0.1.",
     )
-    app.add_argument("--runs", default=None, help="the runs root (default: $KDW_RUNS, or runs/)")
+    app.add_argument(
+        "--runs",
+        nargs="+",
+        default=None,
+        metavar="DIR",
+        help="the runs roots: each folder's runs are listed, the first is where the app trains "
+        "(default: $KDW_RUNS, folders separated by ':', or runs/)",
+    )
     app.add_argument("--port", type=positive_int, default=None, help="the server's port")
     app.add_argument("--headless", action="store_true", help="do not open a browser (on a server)")
     app.add_argument("streamlit", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)

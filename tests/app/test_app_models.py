@@ -4,6 +4,7 @@ page, and a broken model folder listed with its problem in one line."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -108,3 +109,44 @@ def test_a_model_added_by_its_path_is_listed(app, model_runs, tmp_path, monkeypa
     assert teacher.value == str(model_runs / TEACHER)
     assert teacher.options == [f"{model_runs / TEACHER} (model folder)"]
     assert _html(at).count('class="kdw-row"') == 1
+
+
+def test_a_run_folder_added_from_outside_brings_its_teacher_and_stays(
+    model_runs, tmp_path, monkeypatch
+):
+    """A student's run folder kept outside the runs root, added in the sidebar: its teacher (a
+    model folder elsewhere, from the student's record) comes with it and they are compared; the
+    addition survives a new session (a reload); a folder with nothing usable is one line."""
+    root = tmp_path / "runs"
+    root.mkdir()
+    monkeypatch.setenv("KDW_RUNS", str(root))
+    at = _ok(AppTest.from_file(APP, default_timeout=300).run())
+    at.sidebar.text_input(key="models.source").set_value(str(model_runs / STUDENTS[0]))
+    _ok(at.run())
+    assert f"{model_runs / STUDENTS[0]}: 2 listed ({STUDENTS[0]}, {model_runs / TEACHER})" in [
+        c.value.replace("\\", "") for c in at.sidebar.caption
+    ]
+    again = _ok(AppTest.from_file(APP, default_timeout=300).run())  # a reload: a new session
+    assert again.selectbox(key="case.teacher").options == [f"{model_runs / TEACHER} (model folder)"]
+    assert again.multiselect(key="case.students").value == [STUDENTS[0]]
+    assert _html(again).count('class="kdw-row"') == 2  # the teacher and its student compared
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    again.sidebar.text_input(key="models.source").set_value(str(empty))
+    _ok(again.run())
+    captions = " ".join(c.value.replace("\\", "") for c in again.sidebar.caption)
+    assert f"{empty}: {empty} holds no run folder (run.json) and no model folder" in captions
+
+
+def test_several_runs_roots_are_listed_together(model_runs, tmp_path, monkeypatch):
+    """``$KDW_RUNS`` with two folders (``kdw app --runs A B``): the runs of both are listed,
+    the second's under its folder's name, and the sidebar counts them once."""
+    first = tmp_path / "runs"
+    first.mkdir()
+    monkeypatch.setenv("KDW_RUNS", os.pathsep.join([str(first), str(model_runs)]))
+    at = _ok(AppTest.from_file(APP, default_timeout=300).run())
+    assert at.selectbox(key="case.teacher").options == [
+        f"{model_runs.name}/{TEACHER} (model folder)"
+    ]
+    summary = at.sidebar.caption[0].value.replace("\\", "")
+    assert summary.startswith(f"Runs in {first}, {model_runs} and added: 3 ready, 1 not")

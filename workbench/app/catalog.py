@@ -16,9 +16,15 @@ from workbench.core.runs import RESOLVED, RUN_FILE, Run, teacher_change
 RUNS_ENV = "KDW_RUNS"
 
 
+def runs_roots() -> list[Path]:
+    """Where runs live: the folders ``$KDW_RUNS`` names (several separated by ``os.pathsep``,
+    as ``kdw app --runs A B`` sets it), default ``runs/`` in the working directory."""
+    return [Path(p) for p in os.environ.get(RUNS_ENV, "").split(os.pathsep) if p] or [Path("runs")]
+
+
 def runs_root() -> Path:
-    """Where runs live: ``$KDW_RUNS``, default ``runs/`` in the working directory."""
-    return Path(os.environ.get(RUNS_ENV, "runs"))
+    """Where the app writes runs (the demo build, the Train page): the first runs root."""
+    return runs_roots()[0]
 
 
 # --------------------------------------------------------------------------- run folders
@@ -237,6 +243,48 @@ def discover_runs(root: Path) -> list[RunEntry]:
                 else _entry(root, p)
                 for p in inner
             )
+    return entries
+
+
+def named_under(entries: list[RunEntry], folder: Path) -> list[RunEntry]:
+    """``entries`` of a runs root other than the first, named under its folder's name
+    (``other/student``) so that they stand apart from the first root's."""
+    for entry in entries:
+        entry.name = f"{folder.name}/{entry.name}"
+    return entries
+
+
+def added_entries(source: str) -> list[RunEntry]:
+    """What a folder or hub id added in the app gives: a run folder its run, a folder of runs
+    its runs and model folders (:func:`discover_runs`, named under the folder's name), a
+    classifier folder or hub id its model; then the teacher of each student among them that
+    is not, from the student's record, wherever that teacher lives. A folder that is none of
+    these is one entry with its problem."""
+    path = Path(source).expanduser()
+    if (path / RUN_FILE).is_file():
+        entries = [_entry(path.parent, path)]
+    elif path.is_dir() and not is_model_folder(path):
+        entries = named_under(discover_runs(path), path)
+        if not entries:
+            entry = RunEntry(path, source)
+            entry.problem = (
+                f"{source} holds no run folder (run.json) and no model folder (config.json), "
+                "nor any one level down: add a run folder, a folder of runs or a model folder"
+            )
+            return [entry]
+    else:
+        return [model_entry(source, source)]
+    listed = {e.path.resolve() for e in entries}
+    for entry in list(entries):
+        teacher = Path(entry.teacher) if entry.kind == "student" and entry.teacher else None
+        if teacher is None or not teacher.is_dir() or teacher.resolve() in listed:
+            continue
+        listed.add(teacher.resolve())
+        entries.append(
+            _entry(teacher.parent, teacher)
+            if (teacher / RUN_FILE).is_file()
+            else model_entry(str(teacher), str(teacher))
+        )
     return entries
 
 

@@ -28,7 +28,15 @@ from workbench.analysis.attribution.registry import (
 )
 from workbench.analysis.heatmaps import Example, HeatmapSettings, read_examples, split_examples
 from workbench.analysis.loyalty import loyalty_tables, split_outputs
-from workbench.app.catalog import RunEntry, model_entry, runs_root, same_folder
+from workbench.app.catalog import (
+    RunEntry,
+    added_entries,
+    discover_runs,
+    named_under,
+    runs_root,
+    runs_roots,
+    same_folder,
+)
 from workbench.app.forms import config_widgets, fixed
 from workbench.app.jobs import live_label, shown_runs
 from workbench.core.config import (
@@ -41,11 +49,13 @@ from workbench.core.config import (
 )
 from workbench.core.data import Split, TaskData, load_task, sample_split
 from workbench.core.errors import WorkbenchError
+from workbench.core.files import RECORD_LIMIT, atomic_write_json, read_json_file, user_cache
 from workbench.core.models import LoadedModel, load_model, load_run, quiet_library_output
 
 THREADS_ENV = "KDW_APP_THREADS"
 CASE_EXAMPLE = "case_study.handover"  # session key: an example sent to the Case study page
-ADDED_MODELS = "models.added"  # session key: model folders and hub ids the user added
+ADDED_FILE = "app-added.json"  # under the user's cache: the folders and hub ids added
+ADDED_NOTE = "models.added_note"  # session key: what the last folder added gave
 DEFAULT_TEXT = "the movie was not good, but the music was really great"
 _MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|$<>~:])")
 
@@ -67,40 +77,72 @@ def run_page(render: Callable[[], None]) -> None:
 
 
 def runs() -> list[RunEntry]:
-    """The run and model folders under the runs root (broken ones with their problem; of the
-    demos, the one shown: :func:`~workbench.app.jobs.shown_runs`), and the models added in the
-    sidebar."""
-    added = [model_entry(source, source) for source in st.session_state.get(ADDED_MODELS, [])]
-    return shown_runs(runs_root()) + added
+    """The run and model folders under the runs roots (broken ones with their problem; of the
+    demos in the first root, the one shown: :func:`~workbench.app.jobs.shown_runs`), and what
+    was added in the sidebar (:func:`~workbench.app.catalog.added_entries`), each folder once."""
+    first, *others = runs_roots()
+    entries = shown_runs(first)
+    for root in others:
+        entries += named_under(discover_runs(root), root)
+    for source in added_sources():
+        entries += added_entries(source)
+    listed: set[Path] = set()
+    unique = []
+    for entry in entries:
+        folder = entry.path.resolve() if entry.path.exists() else entry.path
+        if folder not in listed:
+            listed.add(folder)
+            unique.append(entry)
+    return unique
+
+
+def added_sources() -> list[str]:
+    """The folders and hub ids added in the sidebar, kept across page reloads and launches in
+    :data:`ADDED_FILE` under the user's cache (never in the user's own folders)."""
+    path = user_cache() / ADDED_FILE
+    try:
+        value = read_json_file(path, RECORD_LIMIT, "the app's added folders")
+    except WorkbenchError:  # none added yet, or a damaged file: start again
+        return []
+    return [s for s in value if isinstance(s, str)] if isinstance(value, list) else []
 
 
 def _add_model() -> None:
     source = st.session_state.get("models.source", "").strip()
-    added = st.session_state.setdefault(ADDED_MODELS, [])
+    added = added_sources()
     if source and source not in added:
-        added.append(source)
+        atomic_write_json(user_cache() / ADDED_FILE, [*added, source])
+        found = added_entries(source)
+        usable = [e.name for e in found if e.usable]
+        st.session_state[ADDED_NOTE] = (
+            f"{source}: {len(usable)} listed ({', '.join(usable)})" if usable else ""
+        )
     st.session_state["models.source"] = ""
 
 
 def runs_sidebar() -> None:
     """The runs root in the sidebar, a field to add a classifier the workbench did not train
     (a Hugging Face folder or hub id), and one clear line per folder that cannot be used."""
-    root = runs_root()
+    roots = runs_roots()
     entries = runs()
     usable = sum(e.usable for e in entries)
     unfinished = sum(e.usable and e.unfinished is not None for e in entries)
-    summary = f"Runs in {root.resolve()}: {usable} ready, {len(entries) - usable} not"
+    where = ", ".join(str(root.resolve()) for root in roots)
+    summary = f"Runs in {where} and added: {usable} ready, {len(entries) - usable} not"
     if unfinished:
         summary += f" ({unfinished} of the ready ones unfinished: their best dev model so far)"
     st.sidebar.caption(plain(summary))
     st.sidebar.text_input(
-        "Add a model (folder or hub id)",
+        "Add a model or runs (folder or hub id)",
         key="models.source",
         on_change=_add_model,
-        help="a Hugging Face sequence classifier: a folder saved with save_pretrained (config, "
-        "weights, tokenizer) or a hub id; it is listed among the teachers. A folder placed "
-        "under the runs root is listed by itself.",
+        help="a Hugging Face sequence classifier (a folder saved with save_pretrained: config, "
+        "weights, tokenizer; or a hub id), a run folder, or a folder of runs kept outside the "
+        "runs root. A student's teacher comes with it, wherever it lives. Kept across reloads "
+        "and launches (in the user's cache); a folder under the runs root is listed by itself.",
     )
+    if st.session_state.get(ADDED_NOTE):
+        st.sidebar.caption(plain(st.session_state[ADDED_NOTE]))
     for entry in entries:
         for problem in filter(None, [entry.problem, *entry.notes]):
             st.sidebar.caption(":material/warning: " + plain(f"{entry.name}: {problem}"))

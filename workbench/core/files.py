@@ -351,3 +351,12 @@ def read_json_lines(path: Path, numbered: bool = False) -> list[Any]:
     text = read_limited(path, LOG_LIMIT, "the log").decode("utf-8", errors="replace")
     lines = parse_json_lines(text)
     return lines if numbered else [value for _, value in lines]
+
+
+CACHE_ENV = "KDW_CACHE"
+
+
+def user_cache() -> Path:
+    """The user's cache folder of the workbench: ``$KDW_CACHE``, default
+    ``~/.cache/kd-workbench`` (analyses of models it did not train, the app's added folders)."""
+    return Path(os.environ.get(CACHE_ENV, Path.home() / ".cache" / "kd-workbench"))

@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import importlib.util
-import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
@@ -33,7 +32,7 @@ from workbench.core.config import DataConfig, parse_label_map
 from workbench.core.data import TaskData, TaskSpec, load_task
 from workbench.core.data.splits import METRICS_CLASSIFICATION
 from workbench.core.errors import WorkbenchError, first_line
-from workbench.core.files import check_weights, local_path
+from workbench.core.files import check_weights, local_path, user_cache
 from workbench.core.hub import hub_reachable, hub_unreachable
 from workbench.core.parts import (
     LAST,
@@ -55,7 +54,6 @@ from workbench.core.verify import (
     listed,
 )
 
-CACHE_ENV = "KDW_CACHE"
 ATTENTION = "eager"  # attention maps and double backward (AD-KD, GKD) need the eager kernel
 
 
@@ -696,8 +694,7 @@ class LoadedModel:
         model's weights and the settings."""
         if self.run is not None:
             return self.run.analysis_dir
-        root = Path(os.environ.get(CACHE_ENV, Path.home() / ".cache" / "kd-workbench"))
-        return root / "analysis" / hashlib.sha256(self.source.encode()).hexdigest()[:16]
+        return user_cache() / "analysis" / hashlib.sha256(self.source.encode()).hexdigest()[:16]
 
 
 def load_run(path: str | Path) -> LoadedModel:
