@@ -12,13 +12,16 @@ import os
 import shutil
 import socket
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.app.test_app import HOSTILE, STUDENTS, build_tiny_runs
-from tests.conftest import debian_package, served
+from tests.app.test_first_run import tiny_sizes
+from tests.conftest import debian_package, served, tiny_model, tiny_tokenizer
+from workbench.app.runner import SIZES_ENV
 
 pytestmark = pytest.mark.e2e
 
@@ -329,3 +332,61 @@ def test_the_compression_page_measures_and_opens_a_clicked_run(app_url, page):
     assert heading.split(" (")[0] in ("teacher", *STUDENTS), label
     page.mouse.click(x, y)
     page.get_by_role("heading", name=heading).first.wait_for(timeout=60_000)
+
+
+# slow: a server on an empty runs root builds a tiny demo while a real browser tours the pages
+def test_a_newcomers_first_launch(chromium, page, runs_root, tmp_path_factory):
+    """What a new user does: launch on an empty runs root (the demo build starts with the
+    server), open every page while the demo builds and again once its first student is shown
+    (a heading on each, no exception), then add a folder of runs kept elsewhere and see its
+    teacher and students compared; the terminal shows no traceback."""
+    work = tmp_path_factory.mktemp("newcomer")
+    tiny_tokenizer(work / "tiny-bert")
+    tiny_model().bert.save_pretrained(work / "tiny-bert")
+    env = {
+        **os.environ,
+        "KDW_RUNS": str(work / "runs"),
+        "KDW_DEMO": "quick",
+        SIZES_ENV: tiny_sizes(work / "tiny-bert"),
+        "PYTHONPATH": str(ROOT),
+    }
+    port = _free_port()
+    command = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port)]
+    url = f"http://127.0.0.1:{port}"
+    command += ["--server.address", "127.0.0.1"]
+    with served(command, f"{url}/_stcore/health", "the app", work / "log", cwd=ROOT, env=env):
+        page.goto(url)
+        page.get_by_text("building the quick demo", exact=False).first.wait_for(timeout=60_000)
+        for moment in ("while the demo builds", "once its first student is shown"):
+            for url_path, title in PAGES.items():
+                page.goto(f"{url}/{url_path}" if url_path != "case-study" else url)
+                page.get_by_role("heading", name=title).first.wait_for(timeout=120_000)
+                _settle(page)
+                assert page.locator("[data-testid='stException']").count() == 0, (moment, title)
+            if moment == "while the demo builds":
+                page.goto(url)
+                page.wait_for_function(  # the teacher's row and the KD student's
+                    "() => document.querySelectorAll('.kdw-row').length >= 2", timeout=180_000
+                )
+        page.goto(url)
+        _settle(page)
+        field = page.get_by_label("Add a model or runs (folder or hub id)", exact=True)
+        field.fill(str(runs_root))
+        field.press("Enter")
+        page.get_by_text(f"{runs_root}: ", exact=False).first.wait_for(timeout=60_000)
+        _settle(page)
+        page.get_by_label("Teacher").click()
+        page.get_by_role("option", name=f"{runs_root.name}/teacher").click()
+        page.wait_for_function(
+            f"() => document.querySelectorAll('.kdw-row').length === {1 + len(STUDENTS)}",
+            timeout=120_000,
+        )
+        _settle(page)
+        rows = page.locator(".kdw-row").all_inner_texts()
+        assert [row.split("\n")[0] for row in rows][1:] == [
+            f"{runs_root.name}/{s}" for s in STUDENTS
+        ], rows
+        page.close()  # the tab closed while the server runs
+        time.sleep(2)
+    log = (work / "log").read_text()
+    assert "Traceback" not in log, log  # pages left and tabs closed say nothing on the terminal

@@ -254,7 +254,10 @@ def teacher_and_students(key: str) -> tuple[RunEntry, list[RunEntry]] | None:
         return None
     teacher, students = picked
     if not students:
-        st.info("Choose at least one student.")
+        st.info(
+            "No student chosen: choose one above, or wait for one (the demo build and the "
+            "Train page make them)."
+        )
         return None
     if load_models([teacher, *students]) is None:
         return None

@@ -44,7 +44,7 @@ def render() -> None:
     names = [s.name for s in students]
     whole = "the whole split" if len(frame) == size else f"a sample of the split's {size}"
     st.subheader(f"Scores on {split} ({len(frame)} examples: {whole})")
-    st.dataframe(summary.round(3).astype(object).where(summary.notna(), "—"))
+    st.dataframe(summary.style.format(precision=3, na_rep="—"))  # numbers stay numbers
     per = f" per word ({explaining.words} of its sub-tokens)" if explaining.words else ""
     explainer = choice.describe() + per
     st.caption(
