@@ -3,7 +3,6 @@ workbench/app/main.py, with the demo build started at launch."""
 
 import streamlit as st
 
-from workbench.app.first_run import at_launch
-from workbench.app.main import ENTRY
+from workbench.app.launch import ENTRY, at_launch
 
 app = st.App(ENTRY, lifespan=at_launch)

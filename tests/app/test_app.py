@@ -27,7 +27,7 @@ from workbench.app import jobs
 from workbench.app.catalog import discover_runs
 from workbench.app.common import CASE_EXAMPLE
 from workbench.app.heatmap_view import heatmap_html
-from workbench.app.main import ENTRY
+from workbench.app.launch import ENTRY
 from workbench.core.config import (
     DataConfig,
     FaithfulnessSettings,

@@ -11,7 +11,7 @@ import pytest
 
 from tests.damaged_models import HEADER_CASES, IDS, build, error
 from workbench.app.catalog import discover_runs, model_entry
-from workbench.app.main import ENTRY
+from workbench.app.launch import ENTRY
 
 
 @pytest.fixture(scope="module")

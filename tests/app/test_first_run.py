@@ -21,7 +21,7 @@ from streamlit.testing.v1 import AppTest
 from tests.conftest import tiny_model, tiny_tokenizer
 from workbench.app import first_run, jobs, runner
 from workbench.app.catalog import discover_runs
-from workbench.app.main import ENTRY
+from workbench.app.launch import ENTRY
 from workbench.core.cache import ExampleCache
 from workbench.core.config import DataConfig
 from workbench.core.data import encode, load_task

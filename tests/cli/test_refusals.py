@@ -18,7 +18,7 @@ from kd.training.pipeline import distill, train_teacher
 from tests.conftest import kdw_here, write_tiny_workspace
 from workbench.analysis.heatmaps import ExportSettings
 from workbench.app.catalog import discover_runs
-from workbench.app.main import ENTRY
+from workbench.app.launch import ENTRY
 from workbench.core.config import DataConfig, OptimConfig, StudentConfig, TeacherConfig
 from workbench.core.errors import WorkbenchError
 from workbench.core.runs import Run

@@ -18,7 +18,7 @@ import torch
 from kd.cli import main
 from tests.conftest import write_tiny_runs
 from workbench.app.catalog import discover_runs
-from workbench.app.main import ENTRY
+from workbench.app.launch import ENTRY
 from workbench.core.runs import Run
 
 ROOT = Path(__file__).resolve().parents[2]

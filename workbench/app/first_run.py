@@ -1,7 +1,7 @@
 """First run: where the runs root holds no runs yet, build the embedded demo — a MiniLM-L6
 teacher fine-tuned on the bundled tweets and 3-layer students distilled with vanilla KD, then
 AD-KD (:func:`kd.training.demo.build_demo`) — in a background process that starts with the
-server (:func:`at_launch`, the lifespan of the app's ``st.App``), with progress in the terminal
+server (:func:`workbench.app.launch.at_launch`), with progress in the terminal
 and on every page. The runs stay in the runs root and are reused on later launches; a build
 interrupted by closing the app resumes on the next launch.
 
@@ -15,10 +15,8 @@ bring your own runs). Every page says which demo it shows.
 from __future__ import annotations
 
 import os
-import sys
 import threading
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,7 +36,7 @@ from workbench.app.jobs import (
     shown_runs,
 )
 from workbench.app.runner import DEMO_FOLDERS, DEMO_PLANS, READY, pending_demos
-from workbench.core.errors import WorkbenchError, one_line
+from workbench.core.errors import WorkbenchError
 from workbench.core.runs import Run
 
 DEMO_ENV = "KDW_DEMO"
@@ -189,17 +187,6 @@ def start_demo() -> DemoState | None:
     sessions); an invalid ``$KDW_DEMO`` is said on the terminal and on every page."""
     with _STARTING:
         return ensure_demo(runs_root(), demo_mode())
-
-
-@asynccontextmanager
-async def at_launch(_app: Any) -> AsyncIterator[None]:
-    """The server's lifespan (``st.App``): the demo build starts when the server does, not when
-    a browser first opens a page; pages opened later show it and follow its progress."""
-    try:
-        start_demo()
-    except WorkbenchError as error:
-        print(f"kd-workbench: {one_line(str(error))}", file=sys.stderr, flush=True)
-    yield
 
 
 def first_run_panel() -> None:

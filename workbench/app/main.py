@@ -1,7 +1,8 @@
 """The workbench's entry script: the page set-up, the sidebar and the navigation, which every
 session runs. The server that runs it is an ``st.App`` (:mod:`workbench.app.server` for
 ``kdw app``, the repository's ``app.py`` for ``streamlit run app.py``), which starts the demo
-build at launch. The pages are found beside this file, wherever it is installed."""
+build at launch (:mod:`workbench.app.launch`). The pages are found beside this file, wherever
+it is installed."""
 
 from pathlib import Path
 
@@ -11,7 +12,6 @@ from workbench.app.common import runs_sidebar
 from workbench.app.first_run import first_run_panel
 
 HERE = Path(__file__).resolve().parent
-ENTRY = HERE / "main.py"  # this script: what the st.App of each server runs per session
 PAGES = (  # file, title, URL path (the first is the default page)
     ("case_study.py", "Case study", None),
     ("geometry.py", "Layer geometry", "geometry"),

@@ -4,7 +4,6 @@ The repository's ``app.py`` is the same for ``streamlit run app.py``."""
 
 import streamlit as st
 
-from workbench.app.first_run import at_launch
-from workbench.app.main import ENTRY
+from workbench.app.launch import ENTRY, at_launch
 
 app = st.App(ENTRY, lifespan=at_launch)
