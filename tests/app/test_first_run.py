@@ -19,7 +19,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from tests.conftest import tiny_model, tiny_tokenizer
-from workbench.app import first_run, jobs, runner
+from workbench.app import first_run, jobs, launch, runner
 from workbench.app.catalog import discover_runs
 from workbench.app.launch import ENTRY
 from workbench.core.cache import ExampleCache
@@ -130,13 +130,13 @@ def test_the_build_fraction_counts_runs_and_steps(demo_root):
 
 def test_demo_modes(monkeypatch, tmp_path, demo_root):
     for mode in ("off", "quick", "default"):
-        monkeypatch.setenv(first_run.DEMO_ENV, mode)
-        assert first_run.demo_mode() == mode
-    monkeypatch.delenv(first_run.DEMO_ENV)
-    assert first_run.demo_mode() == "default"
-    monkeypatch.setenv(first_run.DEMO_ENV, "full")
+        monkeypatch.setenv(launch.DEMO_ENV, mode)
+        assert launch.demo_mode() == mode
+    monkeypatch.delenv(launch.DEMO_ENV)
+    assert launch.demo_mode() == "default"
+    monkeypatch.setenv(launch.DEMO_ENV, "full")
     with pytest.raises(WorkbenchError, match="use default, quick or off"):
-        first_run.demo_mode()
+        launch.demo_mode()
 
     calls = []
 
@@ -145,28 +145,28 @@ def test_demo_modes(monkeypatch, tmp_path, demo_root):
         return jobs.Job("demo", "demo", str(root), pid=2**22 + 1, started=time.time())
 
     empty = tmp_path / "runs"
-    assert first_run.ensure_demo(empty, "off", fake_build) is None
-    assert first_run.ensure_demo(empty, "quick", fake_build).folder == empty / "demo-quick"
-    assert first_run.ensure_demo(empty, "default", fake_build).folder == empty / "demo-quick"
+    assert launch.ensure_demo(empty, "off", fake_build) is None
+    assert launch.ensure_demo(empty, "quick", fake_build).folder == empty / "demo-quick"
+    assert launch.ensure_demo(empty, "default", fake_build).folder == empty / "demo-quick"
     assert calls == [(empty, "quick"), (empty, "default")]
     # the quick demo is ready: KDW_DEMO=quick has nothing to do, default goes on to the full one
     shutil.copytree(demo_root / "demo-quick", empty / "demo-quick")
-    assert first_run.ensure_demo(empty, "quick", fake_build) is None
-    assert first_run.ensure_demo(empty, "default", fake_build).folder == empty / "demo"
+    assert launch.ensure_demo(empty, "quick", fake_build) is None
+    assert launch.ensure_demo(empty, "default", fake_build).folder == empty / "demo"
     # a failed build reports its error instead of retrying; the user's own runs stop the build
     (empty / "demo").mkdir()
     (empty / "demo" / "progress.jsonl").write_text(json.dumps({"error": "out of disk"}) + "\n")
-    assert first_run.ensure_demo(empty, "default", fake_build).error == "out of disk"
+    assert launch.ensure_demo(empty, "default", fake_build).error == "out of disk"
     shutil.copytree(demo_root / "demo" / "teacher", empty / "mine")
-    assert first_run.ensure_demo(empty, "default", fake_build) is None
+    assert launch.ensure_demo(empty, "default", fake_build) is None
     assert len(calls) == 3
     # a full demo made by `kdw demo` (finished runs, no progress file) needs no quick one
     made = tmp_path / "made"
     shutil.copytree(demo_root / "demo", made / "demo")
     (made / "demo" / runner.PROGRESS_FILE).unlink()
     assert runner.demo_ready(made / "demo")
-    assert first_run.ensure_demo(made, "default", fake_build) is None
-    assert first_run.ensure_demo(made, "quick", fake_build) is not None  # asked for explicitly
+    assert launch.ensure_demo(made, "default", fake_build) is None
+    assert launch.ensure_demo(made, "quick", fake_build) is not None  # asked for explicitly
     (made / "demo" / "student-kd" / "status.json").write_text('{"state": "running"}')
     assert not runner.demo_ready(made / "demo")
 
@@ -206,7 +206,7 @@ def _text(at: AppTest) -> str:
 def test_the_full_demo_replaces_the_quick_one_on_the_pages(demo_root, building, monkeypatch):
     root, rest = demo_root, building
     monkeypatch.setenv("KDW_RUNS", str(root))
-    monkeypatch.setenv(first_run.DEMO_ENV, "default")
+    monkeypatch.setenv(launch.DEMO_ENV, "default")
     at = AppTest.from_file(APP, default_timeout=120).run()
     assert not at.exception, [e.value for e in at.exception]
     assert at.selectbox(key="case.teacher").options == ["demo-quick/teacher"]
@@ -238,7 +238,7 @@ def test_a_bad_size_override_fails_the_build_with_its_message(tmp_path, monkeypa
     assert runner.main(["demo", str(tmp_path), "default"]) == 2
     error = jobs.read_progress(tmp_path / "demo-quick")[-1]["error"]
     assert "unknown DemoSize settings ['epochs']" in error
-    assert first_run.ensure_demo(tmp_path, "default", None).error == error
+    assert launch.ensure_demo(tmp_path, "default", None).error == error
     monkeypatch.setenv(runner.SIZES_ENV, "[64]")
     assert runner.main(["demo", str(tmp_path), "default"]) == 2
     assert "must be a JSON object" in jobs.read_progress(tmp_path / "demo-quick")[-1]["error"]
@@ -282,7 +282,7 @@ def test_the_train_page_follows_a_run_the_demo_build_trains(demo_root, building,
     finished = status.read_text()
     status.write_text('{"state": "running", "step": 0, "total": 47}')
     monkeypatch.setenv("KDW_RUNS", str(demo_root))
-    monkeypatch.setenv(first_run.DEMO_ENV, "default")
+    monkeypatch.setenv(launch.DEMO_ENV, "default")
     try:
         at = AppTest.from_file(APP, default_timeout=120).run()
         at.switch_page("train.py")

@@ -14,88 +14,30 @@ bring your own runs). Every page says which demo it shows.
 
 from __future__ import annotations
 
-import os
-import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import streamlit as st
 
 from kd.training.demo import APP_METHODS
-from workbench.app.catalog import discover_runs, runs_root
+from workbench.app.catalog import runs_root
 from workbench.app.common import plain
-from workbench.app.jobs import (
-    Job,
-    cache_progress,
-    job_for,
-    launch,
-    read_progress,
-    shown_demo,
-    shown_runs,
+from workbench.app.jobs import cache_progress, read_progress, shown_demo, shown_runs
+from workbench.app.launch import (
+    DEMO_NAMES,
+    DemoState,
+    demo_mode,
+    launch_build,
+    start_demo,
 )
-from workbench.app.runner import DEMO_FOLDERS, DEMO_PLANS, READY, pending_demos
+from workbench.app.runner import READY
 from workbench.core.errors import WorkbenchError
 from workbench.core.runs import Run
 
-DEMO_ENV = "KDW_DEMO"
-DEMO_NAMES = {DEMO_FOLDERS["quick"]: "quick demo", DEMO_FOLDERS["default"]: "full demo"}
 RUNS_PER_DEMO = 1 + len(APP_METHODS)  # the teacher, then one student per method
 SHOWN_KEY = "first_run.shown"  # session key: the demo runs the session's pages last showed
 PICKERS = (".teacher", ".students", ".student")  # the keys of common.pick_models's widgets
-_STARTING = threading.Lock()  # sessions are threads of one server: one of them launches
-
-
-def demo_mode() -> str:
-    """``default``, ``quick`` or ``off``, from ``$KDW_DEMO``."""
-    mode = os.environ.get(DEMO_ENV, "default").strip().lower()
-    if mode not in (*DEMO_PLANS, "off"):
-        raise WorkbenchError(f"{DEMO_ENV}={mode!r}: use default, quick or off")
-    return mode
-
-
-@dataclass
-class DemoState:
-    """A demo build under way (``folder``: the demo it is building) or failed with a message."""
-
-    folder: Path
-    job: Job | None = None
-    error: str | None = None
-
-
-def _launch_build(root: Path, mode: str) -> Job:
-    print(
-        f"kd-workbench: no runs under {root}: building the demo "
-        f"({' then '.join(DEMO_NAMES[DEMO_FOLDERS[s]] for s in DEMO_PLANS[mode])}: MiniLM-L6 "
-        "teacher on tweets, KD and AD-KD students); progress follows. It stops with the app "
-        "and resumes on its next launch",
-        flush=True,
-    )
-    return launch(root, "demo", "demo", root, mode, to_terminal=True)
-
-
-def ensure_demo(
-    root: Path, mode: str, launch_build: Callable[[Path, str], Job] = _launch_build
-) -> DemoState | None:
-    """Start the demo build when the root has no runs but demo ones, a demo of ``mode`` is
-    still to build and no build is running; ``None`` when there is nothing to do. A failed
-    build is not retried automatically: its error is returned."""
-    if mode == "off":
-        return None
-    demos = [root / folder for folder in DEMO_FOLDERS.values()]
-    if any(not any(e.path.is_relative_to(d) for d in demos) for e in discover_runs(root)):
-        return None  # the user's own runs
-    pending = pending_demos(root, mode)
-    if not pending:
-        return None
-    job = job_for(root, root)
-    if job is not None and job.alive:
-        return DemoState(pending[0], job)
-    records = read_progress(pending[0])
-    if records and "error" in records[-1]:
-        return DemoState(pending[0], job, records[-1]["error"])
-    return DemoState(pending[0], launch_build(root, mode))
 
 
 def build_fraction(records: Sequence[dict[str, Any]], runs: int = RUNS_PER_DEMO) -> float:
@@ -182,13 +124,6 @@ def _progress(state: DemoState, root: Path, shown: tuple[str, ...]) -> None:
         st.rerun(scope="app")  # a run is ready, or a demo swapped in: the pages show it
 
 
-def start_demo() -> DemoState | None:
-    """Start the demo build where one is due (:func:`ensure_demo` on the runs root, once for all
-    sessions); an invalid ``$KDW_DEMO`` is said on the terminal and on every page."""
-    with _STARTING:
-        return ensure_demo(runs_root(), demo_mode())
-
-
 def first_run_panel() -> None:
     """Build the demo on first launch, say which demo the pages show, and show the build's
     progress above the page."""
@@ -207,7 +142,7 @@ def first_run_panel() -> None:
     if state.error:
         st.error(plain(f"The demo build failed: {state.error}"))
         if st.button("Retry the demo build"):
-            _launch_build(root, demo_mode())
+            launch_build(root, demo_mode())
             st.rerun()
         return
     _progress(state, root, _usable(root))
