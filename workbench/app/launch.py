@@ -1,8 +1,8 @@
 """What the app's server does as it starts, kept light so that it answers at once (no torch, no
-transformers): the entry script every session runs (:data:`ENTRY`), the first-run demo build's
-start (:func:`ensure_demo`, :func:`start_demo`), and :func:`at_launch`, the lifespan of the
-``st.App`` of ``app.py`` and :mod:`workbench.app.server`, which starts the build beside the
-server, not when a browser first opens a page (the pages follow it:
+transformers): the entry script each browser session runs (:data:`ENTRY`), the start of the
+first-run demo build (:func:`ensure_demo`, :func:`start_demo`), and :func:`at_launch`, the
+lifespan of the ``st.App`` of ``app.py`` and :mod:`workbench.app.server`, which starts the build
+beside the server, not when a browser first opens a page (the pages follow it:
 :mod:`workbench.app.first_run`)."""
 
 import os

@@ -1,5 +1,5 @@
-"""The workbench's entry script: the page set-up, the sidebar and the navigation, which every
-session runs. The server that runs it is an ``st.App`` (:mod:`workbench.app.server` for
+"""The workbench's entry script: the page set-up, the sidebar and the navigation, which each
+browser session runs. The server that runs it is an ``st.App`` (:mod:`workbench.app.server` for
 ``kdw app``, the repository's ``app.py`` for ``streamlit run app.py``), which starts the demo
 build at launch (:mod:`workbench.app.launch`). The pages are found beside this file, wherever
 it is installed."""
