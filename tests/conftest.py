@@ -104,23 +104,36 @@ WORDS = [
 POSITIVE, NEGATIVE = set(WORDS[:6]), set(WORDS[6:12])
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_itemcollected(item: pytest.Item) -> None:
     """The test command's two workers share the tests out one by one (``--dist loadgroup``),
     except those of a module that use a fixture of the module's or the session's (tiny runs
     trained, a server started): they form one group, run by one worker, which builds the
-    fixture once."""
-    for item in items:
-        info = getattr(item, "_fixtureinfo", None)
-        if info is None or item.get_closest_marker("xdist_group"):
-            continue
-        shared = any(
-            definition.scope != "function" and definition.baseid  # pytest's own: baseid ""
-            for definitions in info.name2fixturedefs.values()
-            for definition in definitions
-        )
-        if shared:
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+    fixture once. Marked as each test is collected, before any hook reorders or renames the
+    tests (pytest-xdist reads the groups in its own ``pytest_collection_modifyitems``)."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None or item.get_closest_marker("xdist_group"):
+        return
+    shared = any(
+        definition.scope != "function" and definition.baseid  # pytest's own: baseid ""
+        for definitions in info.name2fixturedefs.values()
+        for definition in definitions
+    )
+    if shared:
+        item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-xdist has named each test of a group for it
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Refuse to run when the groups are lost (a pytest that pytest-xdist cannot rename a
+    test's id in): every module's shared set-up would be built once per worker, silently."""
+    if getattr(config.option, "loadgroup", False):  # a worker of --dist loadgroup
+        grouped = [i.nodeid for i in items if i.get_closest_marker("xdist_group")]
+        lost = [nodeid for nodeid in grouped if "@" not in nodeid]
+        if lost:
+            raise pytest.UsageError(
+                f"pytest-xdist did not group {lost[0]} (and {len(lost) - 1} more): use the "
+                "pytest the dev extra pins"
+            )
 
 
 def debian_package(*packages: str, recommends: bool = True) -> None:
