@@ -56,6 +56,16 @@ def _nothing_added_in_the_app() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
+def _main_module_kept() -> Iterator[None]:
+    """A Streamlit script a test runs (``AppTest``) is left as ``__main__``, which the workers of
+    a process pool that a later test spawns would run again: each test leaves ``__main__`` as
+    it found it."""
+    main = sys.modules["__main__"]
+    yield
+    sys.modules["__main__"] = main
+
+
+@pytest.fixture(autouse=True)
 def _one_torch_thread_per_worker() -> Iterator[None]:
     """A test that sets torch's thread count (a run's ``threads``, a suite's teacher trained on
     every core) leaves the worker on one thread again."""
