@@ -171,7 +171,7 @@ def debian_package(*packages: str, recommends: bool = True) -> None:
 def served(command: list[str], ready: str, what: str, log: Path, **options) -> Iterator[None]:
     """Run the server ``command`` (output to ``log``) until the URL ``ready`` answers (within
     90 s; a server that exits first, or never answers, fails the test with its log), then
-    stop it."""
+    stop it. A failure while it serves carries the end of its log."""
     with open(log, "w") as output:
         server = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, **options)
     try:
@@ -186,7 +186,11 @@ def served(command: list[str], ready: str, what: str, log: Path, **options) -> I
             if server.poll() is not None or time.time() > deadline:
                 pytest.fail(f"{what} did not start:\n{log.read_text()}")
             time.sleep(0.5)
-        yield
+        try:
+            yield
+        except BaseException as failure:  # what the server said goes with the test's failure
+            failure.add_note(f"{what}'s output:\n{log.read_text()[-6000:]}")
+            raise
     finally:
         server.terminate()
         server.wait(timeout=30)
