@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import fields, replace
 from pathlib import Path
 
+import kd.methods  # noqa: F401  (registers the methods' settings: the objective's options)
 from workbench.analysis.attribution.registry import EXPLAINERS, WORD_AGGREGATIONS, get_explainer
 from workbench.analysis.heatmaps import ExportSettings, HeatmapSettings
 from workbench.core.config import (

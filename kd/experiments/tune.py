@@ -236,7 +236,7 @@ def apply(
     if "tau" in values:
         objective = replace(objective, temperature=float(values["tau"]))
     if "top_k" in values:
-        objective = replace(objective, attr_top_k=int(values["top_k"]))
+        objective = objective.with_settings(attr_top_k=int(values["top_k"]))
     if "lr" in values:
         optim = replace(optim, learning_rate=float(values["lr"]))
     return objective, optim

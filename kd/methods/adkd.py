@@ -20,11 +20,8 @@ top-K embedding dimensions); this module only chooses the views and the sites an
 
 from __future__ import annotations
 
-from typing import Literal
-
-import torch
-from torch import Tensor
-from transformers import PreTrainedModel
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 from kd.methods.objective import (
     EXAMPLES,
@@ -40,11 +37,72 @@ from kd.methods.objective import (
     teacher_field,
     term,
 )
-from workbench.analysis.attribution import attribution_maps
-from workbench.core.config import spell_views
-from workbench.core.data.alignment import pad_words, word_maps, word_mask
+from workbench.core.config import (
+    VIEWS,
+    Checked,
+    Views,
+    ig_steps,
+    option,
+    positive,
+    register_settings,
+    spell_views,
+    views_option,
+)
 from workbench.core.errors import WorkbenchError
-from workbench.core.models import layer_count
+from workbench.core.lazy import lazy_module
+
+if TYPE_CHECKING:
+    from torch import Tensor
+    from transformers import PreTrainedModel
+
+torch = lazy_module("torch")
+attribution = lazy_module("workbench.analysis.attribution")
+alignment = lazy_module("workbench.core.data.alignment")
+models = lazy_module("workbench.core.models")
+
+
+ADKD_VIEWS = (*VIEWS, "sample")  # AD-KD also draws one class per example and step
+
+
+@dataclass
+class ADKDSettings(Checked):
+    """AD-KD: the teacher's and the student's attribution maps, and their distance."""
+
+    attr_steps: int = option(1, "AD-KD integrated-gradients steps m", domain=ig_steps)
+    attr_top_k: int | None = option(
+        None,
+        "AD-KD teacher map: keep the K largest |IG| dimensions per token (default: all)",
+        domain=positive,
+    )
+    attr_baseline: str | None = option(
+        None,
+        "AD-KD IG baseline: pad, pad-keep-special or zero (default: pad; official: zero)",
+        choices=(None, "pad", "pad-keep-special", "zero"),
+    )
+    attr_views: Views | None = views_option(
+        None,
+        "AD-KD views (default: all; official parity: gold for 2 classes): all "
+        "(multi-view), pred (teacher's prediction), gold, class indices such as 0 or 0,2, "
+        "or sample (one class per example and step, drawn uniformly, its squared distance "
+        "weighted by the number of classes: an unbiased estimate of the multi-view squared "
+        "loss at the cost of one view; beyond the paper)",
+        ADKD_VIEWS,
+    )
+    attr_reduction: str | None = option(
+        None,
+        "AD-KD attribution distance: paper (Eq. 9, ‖Ã_t − Ã_s‖₂ per example), squared "
+        "(its square), official (the authors' MSE(sum)/#real tokens, which the papers' β "
+        "values belong to); default: the preset's (adkd: official)",
+        choices=(None, "paper", "squared", "official"),
+    )
+    attr_layer: str = option(
+        "input",
+        "AD-KD attribution layer: input, first, penultimate, or uniform:M (M mapped "
+        "layers from the input)",
+    )
+
+
+register_settings("adkd", ADKDSettings)
 
 
 def attribution_loss(
@@ -151,14 +209,15 @@ def attribution_views(
         views, labels = ("all", labels) if classes is None else ("gold", classes)
     elif views == "pred" and classes is not None:
         views, labels = "gold", classes
-    sites = attribution_layers(layer_count(model), objective.config.attr_layer)
+    settings = objective.config.of(ADKDSettings)
+    sites = attribution_layers(models.layer_count(model), settings.attr_layer)
     results = [
-        attribution_maps(
+        attribution.attribution_maps(
             model,
             *_model_inputs(batch),
             views=views,
             labels=labels,
-            steps=objective.config.attr_steps,
+            steps=settings.attr_steps,
             baseline=objective.attr_baseline,
             top_k=top_k,
             create_graph=create_graph,
@@ -197,7 +256,7 @@ def sampled_view_loss(
 
 def _map_settings(objective: Objective) -> dict:
     """The settings that change the maps (the teacher cache's key)."""
-    c = objective.config
+    c = objective.config.of(ADKDSettings)
     return {
         "steps": c.attr_steps,
         "top_k": c.attr_top_k,
@@ -214,7 +273,7 @@ def _record(objective: Objective) -> dict:
 def _check_models(objective: Objective) -> None:
     """What the options ask of the two models, checked before anything runs: sites both have,
     classes the task has, dimensions the teacher's embeddings have."""
-    c = objective.config
+    c = objective.config.of(ADKDSettings)
     try:
         for layers in (objective.teacher_layers, objective.student_layers):
             attribution_layers(layers, c.attr_layer)
@@ -239,23 +298,24 @@ def _check_models(objective: Objective) -> None:
 def _resolve(objective: Objective) -> dict:
     """Official parity: zero baselines, the authors' distance and, with two classes, the gold
     view (their code's); explicit options win."""
-    c, official = objective.config, objective.config.parity == "official"
+    c, official = objective.config.of(ADKDSettings), objective.config.parity == "official"
     binary = objective.num_labels == 2
     _check_models(objective)
     return {
         "attr_baseline": c.attr_baseline or ("zero" if official else "pad"),
         "attr_views": c.attr_views or ("gold" if official and binary else "all"),
         "attr_reduction": c.attr_reduction
-        or ("official" if official else PRESETS[c.preset].attr_reduction),
+        or ("official" if official else PRESETS[objective.config.preset].attr_reduction),
     }
 
 
 @teacher_field("maps", per_token=True, key=lambda o: {"maps": _map_settings(o)})
 def _teacher_maps(objective: Objective, teacher: PreTrainedModel, batch) -> Tensor:
-    maps, _ = attribution_views(objective, teacher, batch, None, False, objective.config.attr_top_k)
+    top_k = objective.config.of(ADKDSettings).attr_top_k
+    maps, _ = attribution_views(objective, teacher, batch, None, False, top_k)
     maps = maps.transpose(1, 2)  # [B, L, S·V]: per token
     if "word_ids" in batch:  # another tokenizer's student: per word, in the first W rows
-        return pad_words(word_maps(maps, batch["word_ids"]), maps.shape[1])
+        return alignment.pad_words(alignment.word_maps(maps, batch["word_ids"]), maps.shape[1])
     return maps
 
 
@@ -279,9 +339,9 @@ def _attr(objective: Objective, inputs: StepInputs) -> Tensor:
     inputs.share(logits)
     if "word_ids" in inputs.batch:  # another tokenizer's teacher: compared on shared words
         ids = inputs.batch["word_ids"]
-        student_maps = word_maps(student_maps.transpose(1, 2), ids).transpose(1, 2)
+        student_maps = alignment.word_maps(student_maps.transpose(1, 2), ids).transpose(1, 2)
         teacher_maps = teacher_maps[..., : student_maps.shape[-1]]
-        mask = word_mask(ids)
+        mask = alignment.word_mask(ids)
     if objective.attr_views == "sample":
         reduction = "official" if objective.attr_reduction == "official" else "squared"
         return sampled_view_loss(

@@ -6,7 +6,8 @@ they need (``@teacher_field``: what the frozen teacher says about a batch), its 
 (weight tables, and everything else about the method: its display name and paper, its
 ``kdw tune`` space, its ablations and the claims the reproduction report checks) and, when its
 terms read settings of their own, a *method* (``@method``: the settings it resolves from the
-config, and what of them ``run.json`` records). Cacheable teacher
+config, and what of them ``run.json`` records) and, when it sets the student up before training,
+a *student set-up* (:func:`student_setup`). Cacheable teacher
 fields are computed once per example and served from the run's cache; the others (the teacher's
 hidden states for CKD, too large to keep for every token) are recomputed without a graph each
 step. Explicit weights (``ce=0.1,kd=0.9,attr=10``) replace a preset's, so any terms combine.
@@ -20,15 +21,20 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
-
-import torch
-from torch import Tensor
-from transformers import PreTrainedModel
+from typing import TYPE_CHECKING, Any
 
 from workbench.core.config import HELP_LISTS, ObjectiveConfig, spell, spell_weights
 from workbench.core.errors import WorkbenchError
-from workbench.core.models import ModelOutput, forward
+from workbench.core.lazy import lazy_module
+
+if TYPE_CHECKING:
+    from torch import Tensor
+    from transformers import PreTrainedModel
+
+    from workbench.core.models import ModelOutput
+
+torch = lazy_module("torch")
+models = lazy_module("workbench.core.models")
 
 
 @dataclass
@@ -50,9 +56,11 @@ class StepInputs:
     def student(self) -> ModelOutput:
         if self._student is None:
             if self.shared_logits is not None and not self.hidden_states:
-                self._student = ModelOutput(self.shared_logits, self.batch["attention_mask"])
+                self._student = models.ModelOutput(self.shared_logits, self.batch["attention_mask"])
             else:
-                self._student = forward(self.model, self.batch, hidden_states=self.hidden_states)
+                self._student = models.forward(
+                    self.model, self.batch, hidden_states=self.hidden_states
+                )
         return self._student
 
     def share(self, logits: Tensor) -> None:
@@ -80,7 +88,6 @@ class Term:
     teacher_fields: tuple[str, ...] = ()
     hidden_states: bool = False
     runs_student: bool = False  # runs its own student forward (and shares its logits)
-    frozen_embeddings: bool = False  # its student keeps the teacher's embeddings, no dropout
     unit: str | Callable[[Objective], str] = EXAMPLES
     exact_split: bool = True
     on_words: str = ""  # how it compares on shared words across tokenizers ("": it cannot)
@@ -114,13 +121,29 @@ class Method:
 
 
 @dataclass(frozen=True)
+class StudentSetup:
+    """How a method sets the student up before training (GKD: the teacher's embeddings, frozen,
+    and no dropout), a part of its regime that outlives its terms' weights: ``active(objective)``
+    whether the objective asks for it; ``prepare(objective, teacher, student)`` sets the student
+    up; ``record(objective)`` what ``run.json`` keeps of it when active; ``pin(config, weights)``
+    the config (its resolved ``weights`` given) with the set-up fixed as it is, so that its
+    control, whose terms are at weight 0, keeps it."""
+
+    active: Callable[[Objective], bool]
+    prepare: Callable[[Objective, PreTrainedModel, PreTrainedModel], None]
+    record: Callable[[Objective], dict[str, Any]]
+    pin: Callable[[ObjectiveConfig, dict[str, float]], ObjectiveConfig]
+
+
+@dataclass(frozen=True)
 class Ablation:
     """A variant of a preset that the reproduction suite trains beside it (``kdw reproduce
     --ablations``), named ``"<preset> <name>"`` in the group ``group``. It is an operation on
     the preset, never a copy of its weights: ``weights`` sets these terms' weights in the
     preset's (``{"ce": 0}``: the preset without CE; a weight of 0 drops the term) and
-    ``settings`` replaces fields of its :class:`~workbench.core.config.ObjectiveConfig`
-    (``{"attr_views": "pred"}``)."""
+    ``settings`` replaces settings of its :class:`~workbench.core.config.ObjectiveConfig`, shared
+    or a method's (``{"attr_views": "pred"}``: :meth:`~workbench.core.config.ObjectiveConfig.
+    with_settings`)."""
 
     name: str
     group: str
@@ -193,6 +216,7 @@ class Preset:
 TERMS: dict[str, Term] = {}
 TEACHER_FIELDS: dict[str, TeacherField] = {}
 METHODS: list[Method] = []
+STUDENT_SETUPS: list[StudentSetup] = []
 PRESETS: dict[str, Preset] = {}
 
 
@@ -201,7 +225,6 @@ def term(
     teacher_fields: tuple[str, ...] = (),
     hidden_states: bool = False,
     runs_student: bool = False,
-    frozen_embeddings: bool = False,
     unit: str | Callable[[Objective], str] = EXAMPLES,
     exact_split: bool = True,
     on_words: str = "",
@@ -214,7 +237,6 @@ def term(
             teacher_fields,
             hidden_states,
             runs_student,
-            frozen_embeddings,
             unit,
             exact_split,
             on_words,
@@ -253,6 +275,12 @@ def method(
     return register
 
 
+def student_setup(setup: StudentSetup) -> StudentSetup:
+    """Register a method's set-up of the student; see :class:`StudentSetup`."""
+    STUDENT_SETUPS.append(setup)
+    return setup
+
+
 def check_terms(weights: dict[str, float]) -> dict[str, float]:
     """``weights`` (``{"ce": 0.1, "kd": 0.9}``) when each names a registered term; else a
     one-line error."""
@@ -288,7 +316,7 @@ def ablated(config: ObjectiveConfig, ablation: Ablation) -> ObjectiveConfig:
     """``config`` (a preset's) changed as ``ablation`` says: its settings replaced, and the
     weights it resolves to (:func:`preset_weights`) with the ablation's weights set in them,
     zero weights dropped, written out explicitly."""
-    config = replace(config, **ablation.settings)
+    config = config.with_settings(**ablation.settings)
     if not ablation.weights:
         return config
     weights = preset_weights(config) | ablation.weights
@@ -380,21 +408,18 @@ HELP_LISTS.update(
 
 def control(config: ObjectiveConfig) -> ObjectiveConfig:
     """The control of a method's objective: the same config — the other terms' weights, τ,
-    the KD form, the student set-up (GKD's frozen embeddings and dropout-off pinned with
-    ``gradient_regime``) — with the method's own terms (:attr:`Preset.own`) at weight 0. The
-    difference between the method and its control is what its own terms add; vanilla KD has no
-    own term, and its control is itself."""
+    the KD form, the student set-up (each :class:`StudentSetup` pinned as it is) — with the
+    method's own terms (:attr:`Preset.own`) at weight 0. The difference between the method and
+    its control is what its own terms add; vanilla KD has no own term, and its control is
+    itself."""
     own = set(PRESETS[config.preset].own) if config.preset in PRESETS else set()
     weights = preset_weights(config)
     if not own & set(weights):
         return config
-    regime = any(TERMS[name].frozen_embeddings for name in weights)
+    for setup in STUDENT_SETUPS:
+        config = setup.pin(config, weights)
     return replace(
-        config,
-        weights={name: 0.0 if name in own else weight for name, weight in weights.items()},
-        gradient_regime=config.gradient_regime
-        if config.gradient_regime is not None
-        else regime or None,
+        config, weights={name: 0.0 if name in own else weight for name, weight in weights.items()}
     )
 
 
@@ -417,7 +442,7 @@ class Objective:
     temperature: float = 4.0
     kd_form: str = "kl"
     settings: dict[str, Any] = field(default_factory=dict)
-    modules: torch.nn.ModuleDict = field(default_factory=torch.nn.ModuleDict)
+    modules: torch.nn.ModuleDict = field(default_factory=lambda: torch.nn.ModuleDict())
 
     @classmethod
     def resolve(
@@ -479,22 +504,20 @@ class Objective:
             "kd_form": self.kd_form,
             "parity": self.config.parity,
         }
-        if self.gradient_kd:  # GKD's student set-up, and whether it keeps dropout
-            record["student_dropout"] = self.config.dropout
-            if self.words:  # another tokenizer's student keeps its own embeddings, trained
-                record["student_embeddings"] = "own"
+        for setup in self.student_setups():
+            record.update(setup.record(self))
         for entry in self.methods():
             record.update(entry.record(self))
         return json.loads(json.dumps(record))  # tuples as lists, as run.json reads back
 
-    @property
-    def gradient_kd(self) -> bool:
-        """Whether the student is set up as GKD's (the teacher's embeddings, frozen, and no
-        dropout: Theorem 1 of the GKD paper): as ``config.gradient_regime`` says, by default
-        when a gradient term is weighted."""
-        if self.config.gradient_regime is not None:
-            return self.config.gradient_regime
-        return any(TERMS[name].frozen_embeddings for name in self.weights)
+    def student_setups(self) -> list[StudentSetup]:
+        """The registered set-ups of the student this objective asks for."""
+        return [setup for setup in STUDENT_SETUPS if setup.active(self)]
+
+    def prepare_student(self, teacher: PreTrainedModel, student: PreTrainedModel) -> None:
+        """Set the student up as the methods in use ask, before training (:class:`StudentSetup`)."""
+        for setup in self.student_setups():
+            setup.prepare(self, teacher, student)
 
     def term_units(self) -> dict[str, str]:
         """What each weighted term's value is a mean over: ``"examples"`` or ``"tokens"``."""

@@ -9,12 +9,17 @@ the papers' ``kl``; the AD-KD / CKD code's ``soft-ce``; the GKD / PKD code's ``k
 
 from __future__ import annotations
 
-import torch.nn.functional as F
-from torch import Tensor
-from transformers import PreTrainedModel
+from typing import TYPE_CHECKING
 
 from kd.methods.objective import PRESETS, Objective, Preset, StepInputs, teacher_field, term
-from workbench.core.models import forward
+from workbench.core.lazy import lazy_module
+
+if TYPE_CHECKING:
+    from torch import Tensor
+    from transformers import PreTrainedModel
+
+F = lazy_module("torch.nn.functional")
+models = lazy_module("workbench.core.models")
 
 KD_FORMS = ("kl", "soft-ce", "kl-mean")
 
@@ -59,7 +64,7 @@ def logit_kd_loss(
 
 @teacher_field("logits")
 def _teacher_logits(_objective: Objective, teacher: PreTrainedModel, batch) -> Tensor:
-    return forward(teacher, batch).logits
+    return models.forward(teacher, batch).logits
 
 
 @term("ce")

@@ -314,7 +314,7 @@ def ablations(task: str, plan: TaskPlan, seeds: Sequence[int]) -> list[Experimen
                     (
                         f"{method} {entry.label}={value}",
                         entry.group,
-                        replace(base, **{entry.setting: value}),
+                        base.with_settings(**{entry.setting: value}),
                         float(value),
                     )
                     for value in getattr(plan, entry.values)
