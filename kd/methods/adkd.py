@@ -30,10 +30,12 @@ from kd.methods.objective import (
     Ablation,
     Claim,
     Objective,
+    Parameter,
     Preset,
     StepInputs,
     Sweep,
     method,
+    parameter,
     teacher_field,
     term,
 )
@@ -350,6 +352,18 @@ def _attr(objective: Objective, inputs: StepInputs) -> Tensor:
     return attribution_loss(student_maps, teacher_maps, mask, reduction=objective.attr_reduction)
 
 
+parameter(
+    "top_k",
+    Parameter(
+        "AD-KD: K largest |IG| dimensions of the teacher's map",
+        1,
+        integer=True,
+        needs=("attr",),
+        apply=lambda config, value: config.with_settings(attr_top_k=int(value)),
+        read=lambda config: config.of(ADKDSettings).attr_top_k,
+    ),
+)
+
 # β = 1, the grid's lowest value: at β = 10 the attribution term held 68–93 % of the gradient on
 # the bundled tweets and the minority class fell to 30 % recall (docs/results.md, "Choosing the
 # AD-KD and GKD-CLS presets").
@@ -368,8 +382,16 @@ PRESETS["adkd"] = Preset(
     tuned=("beta", "tau"),
     # the sweeps first: an interrupted suite then still has its figures
     ablations=(
-        Sweep("K", "adkd-k", "attr_top_k", "top_k_sweep"),
-        Sweep("m", "adkd-m", "attr_steps", "steps_sweep"),
+        Sweep(  # of MiniLM's 384 dimensions
+            "K",
+            "adkd-k",
+            "attr_top_k",
+            "top_k_sweep",
+            (48, 96, 192),
+            "top-K dimensions of the teacher map",
+            unset="all dimensions",
+        ),
+        Sweep("m", "adkd-m", "attr_steps", "steps_sweep", (2, 4, 8), "IG steps m"),
         Ablation("w/o attr", "adkd-terms", weights={"attr": 0.0}),
         Ablation("w/o ce", "adkd-terms", weights={"ce": 0.0}),
         Ablation("w/o kd", "adkd-terms", weights={"kd": 0.0}),

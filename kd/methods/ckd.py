@@ -48,8 +48,10 @@ from kd.methods.objective import (
     Preset,
     StepInputs,
     method,
+    parameter,
     teacher_field,
     term,
+    weight_parameter,
 )
 from workbench.core.config import Checked, option, positive, register_settings
 from workbench.core.lazy import lazy_module
@@ -326,6 +328,9 @@ def _ltr(objective: Objective, inputs: StepInputs) -> Tensor:
     student, teacher, mask = _relation_states(objective, inputs)
     return layer_relation_loss(student, teacher, mask, variant=objective.config.parity)
 
+
+parameter("wr", weight_parameter("CKD: λ of word relation", "wr"))
+parameter("ltr", weight_parameter("CKD: λ of layer-transforming relation", "ltr"))
 
 PRESETS["ckd"] = Preset(
     {"ce": 0.5, "kd": 0.5, "wr": 1.0, "ltr": 1.0},

@@ -37,9 +37,11 @@ from kd.methods.objective import (
     StepInputs,
     StudentSetup,
     method,
+    parameter,
     student_setup,
     teacher_field,
     term,
+    weight_parameter,
 )
 from kd.methods.pkd import mapped_pairs
 from workbench.core.config import Checked, ObjectiveConfig, option, register_settings
@@ -311,6 +313,10 @@ def _pin(config: ObjectiveConfig, weights: dict[str, float]) -> ObjectiveConfig:
 
 
 student_setup(StudentSetup(gradient_kd, _prepare, _record_setup, _pin))
+
+parameter(
+    "gamma", weight_parameter("GKD-CLS: weight γ of the [CLS]-state gradient term", "cls_grad")
+)
 
 PRESETS["gkd"] = Preset(
     {"ce": 0.5, "kd": 0.5, "grad": 1.0},

@@ -19,6 +19,7 @@ whoever imports the objective finds them registered.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -153,14 +154,50 @@ class Ablation:
 
 @dataclass(frozen=True)
 class Sweep:
-    """A sweep of one :class:`~workbench.core.config.ObjectiveConfig` field of a preset, over the
-    values a suite's task plan holds in its field ``values`` (``top_k_sweep``): one student per
-    value, named ``"<preset> <label>=<value>"``, in the group ``group``."""
+    """A sweep of one :class:`~workbench.core.config.ObjectiveConfig` setting of a preset over
+    ``values`` (a suite's task plan may hold others under ``key``:
+    :attr:`kd.experiments.reproduce.suite.TaskPlan.sweeps`): one student per value, named
+    ``"<preset> <label>=<value>"``, in the group ``group``. The report draws test accuracy
+    against the values, on an axis named ``axis``, with the full method as a point at the
+    preset's own value of the setting, or, where the preset leaves it unset, as a line named
+    ``unset``."""
 
     label: str
     group: str
     setting: str
-    values: str
+    key: str
+    values: tuple[int, ...]
+    axis: str
+    unset: str = ""
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """A parameter ``kdw tune`` searches: its domain (finite, ``low < value`` — ``low ≤ value``
+    when ``closed`` — and ``value ≤ high``; an integer when ``integer``), the terms the objective
+    must have for it to apply (``needs``; β: the preset's own, :attr:`Preset.beta`), how a
+    trial's value is set into the objective's config (``apply``; None: not the objective's, the
+    learning rate) and its value in a preset's config (``read``; None where it leaves it unset),
+    which a search holds where it does not search it."""
+
+    help: str
+    low: float
+    high: float = math.inf
+    closed: bool = True
+    integer: bool = False
+    needs: tuple[str, ...] = ()
+    apply: Callable[[ObjectiveConfig, float], ObjectiveConfig] | None = None
+    read: Callable[[ObjectiveConfig], float | None] = lambda _config: None
+
+    def problem(self, value: float) -> str | None:
+        """Why ``value`` is outside the domain, or None."""
+        above = value >= self.low if self.closed else value > self.low
+        if not math.isfinite(value) or not (above and value <= self.high):
+            left, right = "[" if self.closed else "(", ")" if self.high == math.inf else "]"
+            return f"must lie in {left}{self.low:g}, {self.high:g}{right}"
+        if self.integer and value != int(value):
+            return "must be an integer"
+        return None
 
 
 @dataclass(frozen=True)
@@ -217,6 +254,7 @@ TERMS: dict[str, Term] = {}
 TEACHER_FIELDS: dict[str, TeacherField] = {}
 METHODS: list[Method] = []
 STUDENT_SETUPS: list[StudentSetup] = []
+PARAMETERS: dict[str, Parameter] = {}
 PRESETS: dict[str, Preset] = {}
 
 
@@ -279,6 +317,25 @@ def student_setup(setup: StudentSetup) -> StudentSetup:
     """Register a method's set-up of the student; see :class:`StudentSetup`."""
     STUDENT_SETUPS.append(setup)
     return setup
+
+
+def parameter(name: str, entry: Parameter) -> Parameter:
+    """Register a parameter ``kdw tune`` searches under ``name`` (``--space NAME=...``)."""
+    PARAMETERS[name] = entry
+    return entry
+
+
+def weight_parameter(help: str, *terms: str) -> Parameter:
+    """A parameter that is the weight of ``terms`` (each set to its value)."""
+    return Parameter(
+        help,
+        0.0,
+        needs=terms,
+        apply=lambda config, value: replace(
+            config, weights=config.weights | dict.fromkeys(terms, value)
+        ),
+        read=lambda config: preset_weights(config).get(terms[0]),
+    )
 
 
 def check_terms(weights: dict[str, float]) -> dict[str, float]:
@@ -403,6 +460,19 @@ HELP_LISTS.update(
     temperatures=_temperatures,
     ablations=_ablation_list,
     words=_word_forms,
+    parameters=lambda: ", ".join(PARAMETERS),
+)
+
+parameter(
+    "beta",
+    Parameter(
+        "weight β of the method's own term (the one its preset names: AD-KD's attr, GKD's grad)",
+        0.0,
+        apply=lambda config, value: replace(
+            config, weights=config.weights | {PRESETS[config.preset].beta: value}
+        ),
+        read=lambda config: preset_weights(config).get(PRESETS[config.preset].beta or ""),
+    ),
 )
 
 

@@ -9,9 +9,21 @@ the papers' ``kl``; the AD-KD / CKD code's ``soft-ce``; the GKD / PKD code's ``k
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from kd.methods.objective import PRESETS, Objective, Preset, StepInputs, teacher_field, term
+from kd.methods.objective import (
+    PRESETS,
+    Objective,
+    Parameter,
+    Preset,
+    StepInputs,
+    parameter,
+    preset_weights,
+    teacher_field,
+    term,
+)
+from workbench.core.config import MAX_TEMPERATURE
 from workbench.core.lazy import lazy_module
 
 if TYPE_CHECKING:
@@ -81,6 +93,33 @@ def _kd(objective: Objective, inputs: StepInputs) -> Tensor:
         form=objective.kd_form,
     )
 
+
+parameter(
+    "alpha",
+    Parameter(
+        "weight α of the KD term; CE gets 1 − α",
+        0.0,
+        1.0,
+        needs=("kd",),
+        # 1 − α to 12 digits: 1 − 0.9 is 0.1, not 0.09999999999999998
+        apply=lambda config, value: replace(
+            config, weights=config.weights | {"kd": value, "ce": float(f"{1 - value:.12g}")}
+        ),
+        read=lambda config: preset_weights(config).get("kd"),
+    ),
+)
+parameter(
+    "tau",
+    Parameter(
+        "KD temperature τ",
+        0.0,
+        MAX_TEMPERATURE,
+        closed=False,
+        needs=("kd",),
+        apply=lambda config, value: replace(config, temperature=float(value)),
+        read=lambda config: config.temperature or PRESETS[config.preset].temperature,
+    ),
+)
 
 PRESETS["finetune"] = Preset({"ce": 1.0}, {"ce": 1.0}, name="the student trained alone")
 PRESETS["kd"] = Preset(

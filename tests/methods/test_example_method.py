@@ -94,7 +94,6 @@ def test_registering_the_example_gives_it_a_tune_space_an_ablation_and_a_verdict
     }
     objective, _ = apply(
         {"beta": 10.0, "alpha": 0.9},
-        "hidden-mse",
         weights,
         ObjectiveConfig(preset="hidden-mse"),
         OptimConfig(),

@@ -183,12 +183,13 @@ def views_option(default: Views | None, help: str, names: Sequence[str]) -> Any:
 
 
 # Lists that help texts name as ``{presets}``, ``{terms}``, ``{temperatures}``, ``{ablations}``,
-# ``{words}`` (how the per-token terms compare across tokenizers),
+# ``{words}`` (how the per-token terms compare across tokenizers), ``{parameters}`` (what kdw tune
+# searches),
 # never written out by hand: kd.methods.objective registers them from its registry, and
 # :func:`fill_help` fills them in when a help text is shown. Where the registry is not loaded (the
 # foundation alone), the text points to ``kdw methods``, which lists them.
 HELP_LISTS: dict[str, Callable[[], str]] = {}
-LISTED = ("presets", "terms", "temperatures", "ablations", "words")
+LISTED = ("presets", "terms", "temperatures", "ablations", "words", "parameters")
 
 
 def fill_help(text: str) -> str:
@@ -717,8 +718,8 @@ class TuneConfig(Checked):
     space: tuple[str, ...] = option(
         (),
         "override one parameter's search space: NAME=v1,v2,... (choices) or NAME=LOW:HIGH "
-        "(uniform; LOW:HIGH:log for a log scale); repeat for several. Parameters: alpha, beta, "
-        "gamma, tau, wr, ltr, lr, top_k (those the method has)",
+        "(uniform; LOW:HIGH:log for a log scale); repeat for several. Parameters: {parameters}, "
+        "lr (those the method has)",
     )
     metric: str | None = option(None, "dev metric to maximise (default: the task's main one)")
     prune: bool = option(True, "stop trials whose dev curve falls below the running median")
