@@ -306,8 +306,7 @@ def _resolve(objective: Objective) -> dict:
     return {
         "attr_baseline": c.attr_baseline or ("zero" if official else "pad"),
         "attr_views": c.attr_views or ("gold" if official and binary else "all"),
-        "attr_reduction": c.attr_reduction
-        or ("official" if official else PRESETS[objective.config.preset].attr_reduction),
+        "attr_reduction": c.attr_reduction or ("official" if official else "paper"),
     }
 
 
@@ -372,7 +371,7 @@ PRESETS["adkd"] = Preset(
     {"ce": 0.1, "kd": 0.9, "attr": 10.0},
     temperature=2.0,
     official_kd_form="soft-ce",
-    attr_reduction="official",
+    defaults={"attr_reduction": "official"},
     own=("attr",),
     name="AD-KD",
     reference="Wu et al. 2023",
@@ -403,4 +402,5 @@ PRESETS["adkd"] = Preset(
         Ablation("layer penultimate", "adkd-layer", settings={"attr_layer": "penultimate"}),
     ),
     claims=(Claim("accuracy", ">"), Claim("attribution_gap", "lowest")),
+    gallery=True,
 )

@@ -330,6 +330,7 @@ PRESETS["gkd"] = Preset(
     tuned=("beta",),
     ablations=(Ablation("w/ dropout", "gkd-dropout", settings={"dropout": True}),),
     claims=(Claim("saliency_loyalty", "≫"),),
+    gallery=True,
 )
 # GKD-CLS: the [CLS]-state gradients at weight 0.1. At 1 they held 50–74 % of the gradient
 # (their gradient is twice the input gradients'), CE 4–11 %, and a student trained for 26

@@ -223,23 +223,27 @@ RELATIONS = (">", "≫", "≥", "<", "lowest")
 
 @dataclass(frozen=True)
 class Preset:
-    """A method's weights per parity, its temperature, its official KD form, the attribution
-    distance its weights belong to, and its own terms (``own``): those its control student
-    goes without (:func:`control`); the rest of its objective — the other terms' weights, τ,
-    the KD form, the student set-up — is its training regime, which the control keeps.
+    """A method's weights per parity, its temperature, its official KD form, the settings of its
+    methods it fixes whatever the config says (``settings``: PKD-last's layer mapping) and those
+    it chooses where the config leaves them unset (``defaults``: the attribution distance AD-KD's
+    weights belong to), and its own terms (``own``): those its control student goes without
+    (:func:`control`); the rest of its objective — the other terms' weights, τ, the KD form, the
+    student set-up — is its training regime, which the control keeps.
 
     Beside the objective, everything else the workbench says or does about the method:
     its display name (``name``, e.g. ``"AD-KD"``) and paper (``reference``, short);
     ``kdw tune``'s default search space (``space``: parameter → ``--space`` spec, the papers'
     grids), the term β weighs (``beta``) and the parameters the reproduction suite chooses on
-    dev (``tuned``); its ablations (:class:`Ablation`, :class:`Sweep`) and the claims the
-    reproduction report checks (:class:`Claim`)."""
+    dev (``tuned``); its ablations (:class:`Ablation`, :class:`Sweep`), the claims the
+    reproduction report checks (:class:`Claim`) and whether the report's heatmap gallery shows
+    its students (``gallery``)."""
 
     paper: dict[str, float]
     official: dict[str, float]
     temperature: float = 4.0
     official_kd_form: str = "kl-mean"
-    attr_reduction: str = "paper"
+    settings: dict[str, Any] = field(default_factory=dict)
+    defaults: dict[str, Any] = field(default_factory=dict)
     own: tuple[str, ...] = ()
     name: str = ""
     reference: str = ""
@@ -248,6 +252,7 @@ class Preset:
     tuned: tuple[str, ...] = ()
     ablations: tuple[Ablation | Sweep, ...] = ()
     claims: tuple[Claim, ...] = ()
+    gallery: bool = False  # the report's heatmap gallery shows its students
 
 
 TERMS: dict[str, Term] = {}
@@ -536,6 +541,8 @@ class Objective:
         weights = preset_weights(config)
         preset = PRESETS[config.preset]
         official = config.parity == "official"
+        unset = {name: value for name, value in preset.defaults.items() if config.get(name) is None}
+        config = config.with_settings(**unset, **preset.settings)
         objective = cls(
             config=config,
             weights=weights,

@@ -79,10 +79,7 @@ def patient_loss(student_cls: Tensor, teacher_cls: Tensor, *, reduction: str = "
 def mapped_pairs(objective: Objective) -> list[tuple[int, int]]:
     """The ``(student j, teacher I(j))`` hidden-state pairs of the preset's mapping (PKD-Skip,
     PKD-Last) or of ``--pkd-mapping`` for explicit weights. GKD-CLS uses them too."""
-    config = objective.config
-    mapping = {"pkd-skip": "skip", "pkd-last": "last"}.get(
-        config.preset, config.of(PKDSettings).pkd_mapping
-    )
+    mapping = objective.config.of(PKDSettings).pkd_mapping
     return patient_layers(objective.teacher_layers, objective.student_layers, mapping)
 
 
@@ -143,5 +140,8 @@ PRESETS["pkd-skip"] = Preset(
     beta="pkd",
     tuned=("beta",),
     claims=(Claim("accuracy", "≥"),),
+    settings={"pkd_mapping": "skip"},
 )
-PRESETS["pkd-last"] = replace(PRESETS["pkd-skip"], name="PKD-last")
+PRESETS["pkd-last"] = replace(
+    PRESETS["pkd-skip"], name="PKD-last", settings={"pkd_mapping": "last"}
+)

@@ -129,4 +129,5 @@ PRESETS["kd"] = Preset(
     reference="Hinton et al. 2015",
     space={"alpha": "0.1,0.5,0.9", "tau": "1,2,4,8"},
     tuned=("tau",),  # so that every method meets a reference tuned alike
+    gallery=True,
 )

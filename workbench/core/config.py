@@ -529,6 +529,11 @@ class ObjectiveConfig(Checked):
         """The settings of the method whose settings dataclass is ``cls``."""
         return next(settings for settings in self.methods.values() if type(settings) is cls)
 
+    def get(self, name: str) -> Any:
+        """The value of the setting ``name``, whether every method shares it or one declares it."""
+        owner = next((s for s in self.methods.values() if name in fields_of(s)), self)
+        return getattr(owner, name)
+
     def with_settings(self, **values: Any) -> ObjectiveConfig:
         """This config with settings replaced, each by its name, whether every method shares it
         (``weights``) or one method declares it (``attr_views``)."""

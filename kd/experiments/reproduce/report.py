@@ -704,7 +704,8 @@ def heatmap_gallery(out: Path, results: dict) -> dict[str, str]:
             if r["task"] == task
             and r["group"] == "main"
             and r["seed"] == 1
-            and r["name"] in ("kd", "adkd", "gkd")
+            and r["name"] in PRESETS
+            and PRESETS[r["name"]].gallery
         ]
         folder = out / "figures" / "gallery" / task
         paths = [out / run for run in runs]
