@@ -30,12 +30,12 @@ from kd.methods.objective import (
     Ablation,
     Claim,
     Objective,
-    Parameter,
     Preset,
     StepInputs,
     Sweep,
     method,
     parameter,
+    setting_parameter,
     teacher_field,
     term,
 )
@@ -353,13 +353,12 @@ def _attr(objective: Objective, inputs: StepInputs) -> Tensor:
 
 parameter(
     "top_k",
-    Parameter(
+    setting_parameter(
         "AD-KD: K largest |IG| dimensions of the teacher's map",
-        1,
-        integer=True,
-        needs=("attr",),
-        apply=lambda config, value: config.with_settings(attr_top_k=int(value)),
-        read=lambda config: config.of(ADKDSettings).attr_top_k,
+        ADKDSettings,
+        "attr_top_k",
+        "attr",
+        low=1,
     ),
 )
 

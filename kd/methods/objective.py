@@ -343,6 +343,19 @@ def weight_parameter(help: str, *terms: str) -> Parameter:
     )
 
 
+def setting_parameter(help: str, settings: type, name: str, *needs: str, low: int = 0) -> Parameter:
+    """A parameter that is the integer setting ``name`` of a method's settings dataclass
+    ``settings``, from ``low``; it applies where the objective has the terms ``needs``."""
+    return Parameter(
+        help,
+        low,
+        integer=True,
+        needs=needs,
+        apply=lambda config, value: config.with_settings(**{name: int(value)}),
+        read=lambda config: getattr(config.of(settings), name),
+    )
+
+
 def check_terms(weights: dict[str, float]) -> dict[str, float]:
     """``weights`` (``{"ce": 0.1, "kd": 0.9}``) when each names a registered term; else a
     one-line error."""
