@@ -896,11 +896,12 @@ def check_local_task(args: argparse.Namespace) -> None:
     task = getattr(args, "task", None)
     if task is None or not all(hasattr(args, f.name) for f in fields(DataConfig)):
         return
-    from workbench.core.data import BUNDLED, GLUE_TASKS, load_task
+    from workbench.core.data import load_task
+    from workbench.core.names import BUNDLED_TASKS, GLUE_TASKS
     from workbench.core.runs import recorded_columns
 
     # a path that does not exist is the command's to refuse, in its own order of checks
-    if task not in BUNDLED and task not in GLUE_TASKS and Path(task).exists():
+    if task not in BUNDLED_TASKS and task not in GLUE_TASKS and Path(task).exists():
         sources = getattr(args, "runs", None) or getattr(args, "models", None) or []
         data = recorded_columns(from_arguments(DataConfig, args), sources)
         load_task(data, notify=lambda _note: None)

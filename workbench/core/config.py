@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from workbench.core.errors import WorkbenchError
+from workbench.core.names import BUILTIN_MODELS, TASK_NAMES
 
 T = TypeVar("T")
 
@@ -276,21 +277,9 @@ def validate(config: Any) -> None:
             )
 
 
-def _task_names() -> list[str]:
-    from workbench.core.data import task_names  # imported when called: data builds on this module
-
-    return task_names()
-
-
-def _model_names() -> list[str]:
-    from workbench.core.models import BUILTIN_MODELS  # imported when called, as above
-
-    return list(BUILTIN_MODELS)
-
-
 def resolve_paths(config: Any, bases: Sequence[Path] = ()) -> None:
-    """Make the path fields of ``config`` absolute: a field declared with ``path`` (a function
-    giving the registered names that win over a path, such as task names) whose value names an
+    """Make the path fields of ``config`` absolute: a field declared with ``path`` (the names
+    that win over a path, such as task names) whose value names an
     existing file or folder, and none of those names, gets the absolute path, so that a run's
     record (its teacher run, its data) opens from any working directory. A relative path that
     does not exist from here is looked up under each of ``bases`` in turn (a run recorded
@@ -302,7 +291,7 @@ def resolve_paths(config: Any, bases: Sequence[Path] = ()) -> None:
         path = Path(value).expanduser()
         places = [path] if path.is_absolute() else [path, *(base / path for base in bases)]
         found = next((place for place in places if place.exists()), None)
-        if found is not None and value not in names():
+        if found is not None and value not in names:
             setattr(config, f.name, str(found.resolve()))
 
 
@@ -363,7 +352,7 @@ class DataConfig(Checked):
         "task name: tweets, bbc-news (bundled offline), a GLUE task (cola, sst2, mrpc, qqp, stsb, "
         "mnli, qnli, rte), a local file/directory (CSV, TSV, JSONL, parquet, or a data set saved "
         "by datasets' save_to_disk), or a hub data set (owner/name or name)",
-        path=_task_names,
+        path=TASK_NAMES,
     )
     task_config: str | None = option(
         None,
@@ -407,7 +396,7 @@ class DataConfig(Checked):
         "local GLUE data: the hub's parquet files (<dir>/<task>/<split>-*.parquet) or the "
         "original distribution's TSV files (<dir>/SST-2/train.tsv, dev.tsv); "
         "default: download nyu-mll/glue from the hub",
-        path=tuple,
+        path=(),
     )
 
 
@@ -420,7 +409,7 @@ class TeacherConfig(Checked):
         "built-in offline model (minilm-l6), a hub id such as bert-base-uncased, or a local "
         "directory with config.json and weights; a sequence classifier keeps its head, its "
         "classes matched to the task's by name",
-        path=_model_names,
+        path=BUILTIN_MODELS,
     )
     label_map: str = label_map_option("--model")
 
@@ -433,7 +422,7 @@ class StudentConfig(Checked):
         "",
         "the fine-tuned teacher: a run folder (from train-teacher), a Hugging Face sequence "
         "classifier's folder (config, weights, tokenizer), a built-in name or a hub id",
-        path=_model_names,
+        path=BUILTIN_MODELS,
     )
     label_map: str = label_map_option("teacher")
     allow_unfinished: bool = option(
@@ -460,7 +449,7 @@ class StudentConfig(Checked):
         None,
         "checkpoint for --init pretrained (hub id or directory); one of another tokenizer "
         "than the teacher's learns the per-token terms on the words both share ({words})",
-        path=_model_names,
+        path=BUILTIN_MODELS,
     )
     hidden_size: int | None = option(
         None, "hidden size for --init random (default: teacher's)", domain=positive
