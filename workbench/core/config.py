@@ -552,10 +552,11 @@ def register_settings(method: str, cls: type[T]) -> type[T]:
     :class:`ObjectiveConfig` holds one (built from its defaults unless given), and the CLI, the
     app, ``--config`` files and run records show its fields as the objective's own settings, under
     their names, which no other setting of the objective may take."""
-    taken = [*_flat_fields(ObjectiveConfig)]
-    clash = sorted(set(taken) & set(fields_of(cls)))
-    if method in METHOD_SETTINGS or clash:
-        raise ValueError(f"method {method!r}: its settings {clash or ''} are registered already")
+    if method in METHOD_SETTINGS:
+        raise ValueError(f"method {method!r} has its settings registered already")
+    clash = sorted(set(_flat_fields(ObjectiveConfig)) & set(fields_of(cls)))
+    if clash:
+        raise ValueError(f"method {method!r}: settings {clash} are the objective's already")
     METHOD_SETTINGS[method] = cls
     return cls
 
