@@ -143,8 +143,7 @@ class Ablation:
     the preset, never a copy of its weights: ``weights`` sets these terms' weights in the
     preset's (``{"ce": 0}``: the preset without CE; a weight of 0 drops the term) and
     ``settings`` replaces settings of its :class:`~workbench.core.config.ObjectiveConfig`, shared
-    or a method's (``{"attr_views": "pred"}``: :meth:`~workbench.core.config.ObjectiveConfig.
-    with_settings`)."""
+    or a method's (``{"attr_views": "pred"}``, set with ``ObjectiveConfig.with_settings``)."""
 
     name: str
     group: str

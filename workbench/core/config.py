@@ -279,8 +279,8 @@ def validate(config: Any) -> None:
 
 def resolve_paths(config: Any, bases: Sequence[Path] = ()) -> None:
     """Make the path fields of ``config`` absolute: a field declared with ``path`` (the names
-    that win over a path, such as task names) whose value names an
-    existing file or folder, and none of those names, gets the absolute path, so that a run's
+    that win over a path, such as task names) whose value names an existing file or folder, and
+    none of those names, gets the absolute path, so that a run's
     record (its teacher run, its data) opens from any working directory. A relative path that
     does not exist from here is looked up under each of ``bases`` in turn (a run recorded
     before its paths were absolute: under the folders that hold it)."""
@@ -516,7 +516,10 @@ class ObjectiveConfig(Checked):
 
     def of(self, cls: type[T]) -> T:
         """The settings of the method whose settings dataclass is ``cls``."""
-        return next(settings for settings in self.methods.values() if type(settings) is cls)
+        for settings in self.methods.values():
+            if type(settings) is cls:
+                return settings
+        raise WorkbenchError(f"{cls.__name__} are no registered method's settings")
 
     def get(self, name: str) -> Any:
         """The value of the setting ``name``, whether every method shares it or one declares it."""
