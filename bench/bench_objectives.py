@@ -29,7 +29,6 @@ from bench.common import (
 )
 from bench.reference import authors_step_loss
 from kd.methods.objective import Objective
-from kd.training.pipeline import prepare_gradient_student
 from workbench.core.config import ObjectiveConfig
 
 PRESETS = ("kd", "pkd-skip", "ckd", "adkd", "gkd", "gkd-cls")
@@ -61,12 +60,13 @@ def main() -> None:
     base = student_from(teacher).train()
     steps, objectives, students = {}, {}, {}
     variants = {preset: ObjectiveConfig(preset=preset) for preset in PRESETS}
-    variants["adkd, one sampled view"] = ObjectiveConfig(preset="adkd", attr_views="sample")
+    variants["adkd, one sampled view"] = ObjectiveConfig(preset="adkd").with_settings(
+        attr_views="sample"
+    )
     for preset, config in variants.items():
         objective = Objective.resolve(config, 6, 3, 3)
         student = copy.deepcopy(base)
-        if objective.gradient_kd:
-            prepare_gradient_student(teacher, student)
+        objective.prepare_student(teacher, student)
         loss_fn = training_loss(objective, teacher, student, batch)
         objectives[preset], students[preset] = objective, student
         steps[f"{preset} (cached teacher)"] = make_step(student, loss_fn)

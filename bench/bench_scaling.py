@@ -32,7 +32,6 @@ from transformers import AutoModelForSequenceClassification, BertConfig, PreTrai
 
 from bench.common import setup, student_from, table, write_results
 from kd.methods.objective import Objective
-from kd.training.pipeline import prepare_gradient_student
 from workbench.core.config import ObjectiveConfig
 from workbench.core.models import ATTENTION, layer_count, load_classifier, resolve_device
 
@@ -86,8 +85,7 @@ def measure(
     objective = Objective.resolve(
         ObjectiveConfig(preset=method), layer_count(teacher), layers, classes
     )
-    if objective.gradient_kd:
-        prepare_gradient_student(teacher, student)
+    objective.prepare_student(teacher, student)
     teacher, student = teacher.to(device), student.to(device)
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(1000, 30000, (batch_size, length), generator=generator)

@@ -1,21 +1,22 @@
 """A worked example of adding a method: hidden-state MSE between mapped layers (the hidden-state
 loss of FitNets / TinyBERT, without their projection), in one file.
 
-    L_hid = (1/K) Σ_k MSE(H_s[k], H_t[I(k)])    over real tokens, K mapped layers
+    L_hid = (1/K) Σ_k MSE(H_s[k], H_t[I(k)])    over real tokens, K mapped layers from the F-th
     L = CE + KD + β L_hid
 
-Importing the module registers everything; then ``ObjectiveConfig(weights="ce=0.5,kd=0.5,
-hidden=1")`` trains with it (``preset="hidden-mse"`` too), :func:`kd.experiments.tune.search_space`
-gives its space, :func:`kd.experiments.reproduce.suite.ablations` its ablation and the report checks
-its claim. To ship it with the package (so that ``kdw`` offers it), move it to ``kd/methods/`` and
-import it in ``kd/methods/__init__.py``. See ``docs/adding-a-method.md``.
+Importing the module registers everything: its option ``--hidden-from`` (F) in ``kdw``'s parser,
+the app's forms, ``--config`` files and run records; ``kdw distill --preset hidden-mse`` (or
+``--weights ce=0.5,kd=0.5,hidden=1``) trains with it; ``kdw tune`` searches its preset's space and,
+with ``--space hidden_from=0,1``, its option; ``kdw reproduce --ablations`` trains its ablation and
+its sweep of F, draws the sweep and checks its claim. To ship it with the package (so that ``kdw``
+offers it from the start), move it to ``kd/methods/`` and import it in ``kd/methods/__init__.py``.
+See ``docs/adding-a-method.md``.
 """
 
 from __future__ import annotations
 
-import torch
-from torch import Tensor
-from transformers import PreTrainedModel
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kd.methods.layer_map import uniform_layers
 from kd.methods.objective import (
@@ -26,14 +27,43 @@ from kd.methods.objective import (
     Objective,
     Preset,
     StepInputs,
+    Sweep,
     method,
+    parameter,
+    setting_parameter,
     teacher_field,
     term,
 )
-from workbench.core.models import forward
+from workbench.core.config import Checked, non_negative_int, option, register_settings
+from workbench.core.errors import WorkbenchError
+from workbench.core.lazy import lazy_module
+
+if TYPE_CHECKING:
+    from torch import Tensor
+    from transformers import PreTrainedModel
+
+# torch and the modules built on it, imported when a term first runs: importing the method (as
+# kdw's parser does, for its options) stays fast
+torch = lazy_module("torch")
+models = lazy_module("workbench.core.models")
 
 
-# 1. The loss: a pure function of tensors, shapes in its docstring.
+# 1. Its settings: one dataclass, each field an option (help, domain) of kdw, the app and records.
+@dataclass
+class HiddenSettings(Checked):
+    """Hidden MSE: which mapped hidden states are compared."""
+
+    hidden_from: int = option(
+        0,
+        "Hidden MSE: the first mapped hidden state compared (0: the embeddings' output)",
+        domain=non_negative_int,
+    )
+
+
+register_settings("hidden-mse", HiddenSettings)
+
+
+# 2. The loss: a pure function of tensors, shapes in its docstring.
 def hidden_mse_loss(student: Tensor, teacher: Tensor, attention_mask: Tensor) -> Tensor:
     """Mean squared error over the real tokens of ``K`` mapped layers.
 
@@ -55,20 +85,26 @@ def hidden_mse_loss(student: Tensor, teacher: Tensor, attention_mask: Tensor) ->
     return squared.sum() / mask.sum().clamp_min(1)
 
 
-# 2. The settings its terms read, resolved once per run and recorded in run.json.
+# 3. What its terms read, resolved once per run from its settings and recorded in run.json.
 @method("hidden", record=lambda o: {"hidden_pairs": o.hidden_pairs})
 def _resolve(objective: Objective) -> dict:
-    return {"hidden_pairs": uniform_layers(objective.teacher_layers, objective.student_layers)}
+    pairs = uniform_layers(objective.teacher_layers, objective.student_layers)
+    first = objective.config.of(HiddenSettings).hidden_from
+    if first >= len(pairs):
+        raise WorkbenchError(
+            f"--hidden-from {first}: this student maps hidden states 0..{len(pairs) - 1}"
+        )
+    return {"hidden_pairs": pairs[first:]}
 
 
-# 3. What the frozen teacher contributes (cached per example unless cacheable=False).
+# 4. What the frozen teacher contributes (cached per example unless cacheable=False).
 @teacher_field("hidden_states", per_token=True, key=lambda o: {"hidden_pairs": o.hidden_pairs})
 def _teacher_hidden(objective: Objective, teacher: PreTrainedModel, batch) -> Tensor:
-    hidden = forward(teacher, batch, hidden_states=True).hidden_states
+    hidden = models.forward(teacher, batch, hidden_states=True).hidden_states
     return torch.stack([hidden[t] for _, t in objective.hidden_pairs], dim=2)  # [B, L, K, d]
 
 
-# 4. The term: reads the step's student output and the teacher field.
+# 5. The term: reads the step's student output and the teacher field.
 @term("hidden", teacher_fields=("hidden_states",), hidden_states=True, unit=TOKENS)
 def _hidden(objective: Objective, inputs: StepInputs) -> Tensor:
     hidden = inputs.student.hidden_states
@@ -77,10 +113,22 @@ def _hidden(objective: Objective, inputs: StepInputs) -> Tensor:
     return hidden_mse_loss(student, teacher, inputs.batch["attention_mask"])
 
 
-# 5. A preset: plain weight tables per parity, and everything else about the method: its name
+# 6. A parameter kdw tune can search (--space hidden_from=0,1): its domain, and how it is set.
+parameter(
+    "hidden_from",
+    setting_parameter(
+        "Hidden MSE: the first mapped hidden state compared",
+        HiddenSettings,
+        "hidden_from",
+        "hidden",
+    ),
+)
+
+
+# 7. A preset: plain weight tables per parity, and everything else about the method: its name
 # and paper, its own term (the control goes without it), kdw tune's default space and the term
-# β weighs, an ablation (an operation on the preset's weights) and the claim the reproduction
-# report checks.
+# β weighs, a sweep of its option and an ablation (operations on the preset) and the claim the
+# reproduction report checks.
 PRESETS["hidden-mse"] = Preset(
     {"ce": 0.5, "kd": 0.5, "hidden": 1.0},
     {"ce": 0.5, "kd": 0.5, "hidden": 1.0},
@@ -89,6 +137,9 @@ PRESETS["hidden-mse"] = Preset(
     reference="Romero et al. 2015",
     space={"beta": "0.1,1,10", "alpha": "0.1,0.5,0.9"},
     beta="hidden",
-    ablations=(Ablation("w/o ce", "hidden-terms", weights={"ce": 0.0}),),
+    ablations=(
+        Sweep("F", "hidden-from", "hidden_from", "hidden_from_sweep", (1, 2), "first state F"),
+        Ablation("w/o ce", "hidden-terms", weights={"ce": 0.0}),
+    ),
     claims=(Claim("accuracy", "≥"),),
 )

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import fields, replace
 from pathlib import Path
 
+import kd.methods  # noqa: F401  (registers the methods' settings: the objective's options)
 from workbench.analysis.attribution.registry import EXPLAINERS, WORD_AGGREGATIONS, get_explainer
 from workbench.analysis.heatmaps import ExportSettings, HeatmapSettings
 from workbench.core.config import (
@@ -902,11 +903,12 @@ def check_local_task(args: argparse.Namespace) -> None:
     task = getattr(args, "task", None)
     if task is None or not all(hasattr(args, f.name) for f in fields(DataConfig)):
         return
-    from workbench.core.data import BUNDLED, GLUE_TASKS, load_task
+    from workbench.core.data import load_task
+    from workbench.core.names import BUNDLED_TASKS, GLUE_TASKS
     from workbench.core.runs import recorded_columns
 
     # a path that does not exist is the command's to refuse, in its own order of checks
-    if task not in BUNDLED and task not in GLUE_TASKS and Path(task).exists():
+    if task not in BUNDLED_TASKS and task not in GLUE_TASKS and Path(task).exists():
         sources = getattr(args, "runs", None) or getattr(args, "models", None) or []
         data = recorded_columns(from_arguments(DataConfig, args), sources)
         load_task(data, notify=lambda _note: None)

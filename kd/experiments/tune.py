@@ -20,7 +20,8 @@ A trial whose worker falls silent (killed, its machine gone) is retried by anoth
 :data:`GRACE_SECONDS` (Optuna's heartbeats). Workers must give the same settings, save those of
 their machine (:data:`WORKER_SETTINGS`); the study records them and refuses a worker that differs.
 
-Searchable parameters (:data:`PARAMETERS`) and the default space of each method (its preset's
+Searchable parameters (:func:`searchable`: those the methods register, and the learning rate)
+and the default space of each method (its preset's
 ``space`` in :data:`kd.methods.objective.PRESETS`, from the papers' grids; β weighs the preset's
 ``beta`` term); ``--space NAME=v1,v2`` (choices) or
 ``--space NAME=LOW:HIGH`` (a range, ``:log`` for a log scale) overrides one.
@@ -42,10 +43,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from kd.methods.objective import PRESETS, Preset
+from kd.methods.objective import PARAMETERS, PRESETS, Parameter, Preset
 from kd.training.trainer import Callback, TrainingDiverged
 from workbench.core.config import (
-    MAX_TEMPERATURE,
     DataConfig,
     ObjectiveConfig,
     OptimConfig,
@@ -79,46 +79,14 @@ WORKER_SETTINGS = ("threads", "device", "log_every", "checkpoint_every", "eval_b
 WORKER = f"{socket.gethostname()}:{os.getpid()}"  # recorded with each trial this process runs
 
 
-@dataclass(frozen=True)
-class Parameter:
-    """A searchable setting: its domain, and the terms a method needs for it to apply."""
-
-    help: str
-    low: float  # the domain: finite, low < value (low ≤ value when ``closed``), value ≤ high
-    high: float = math.inf
-    closed: bool = True
-    integer: bool = False
-    needs: tuple[str, ...] = ()  # terms the objective must have (beta: the method's own)
-
-    def problem(self, value: float) -> str | None:
-        """Why ``value`` is outside the domain, or None."""
-        above = value >= self.low if self.closed else value > self.low
-        if not math.isfinite(value) or not (above and value <= self.high):
-            left, right = "[" if self.closed else "(", ")" if self.high == math.inf else "]"
-            return f"must lie in {left}{self.low:g}, {self.high:g}{right}"
-        if self.integer and value != int(value):
-            return "must be an integer"
-        return None
+LEARNING_RATE = Parameter("peak learning rate", 0.0, closed=False)  # the optimiser's, not the
+# objective's: the one searchable parameter no method registers
 
 
-PARAMETERS: dict[str, Parameter] = {
-    "alpha": Parameter("weight α of the KD term; CE gets 1 − α", 0.0, 1.0, needs=("kd",)),
-    "beta": Parameter(
-        "weight β of the method's own term (the one its preset names: AD-KD's attr, GKD's grad)",
-        0.0,
-    ),
-    "gamma": Parameter(
-        "GKD-CLS: weight γ of the [CLS]-state gradient term", 0.0, needs=("cls_grad",)
-    ),
-    "tau": Parameter("KD temperature τ", 0.0, MAX_TEMPERATURE, closed=False, needs=("kd",)),
-    "wr": Parameter("CKD: λ of word relation", 0.0, needs=("wr",)),
-    "ltr": Parameter("CKD: λ of layer-transforming relation", 0.0, needs=("ltr",)),
-    "lr": Parameter("peak learning rate", 0.0, closed=False),
-    "top_k": Parameter(
-        "AD-KD: K largest |IG| dimensions of the teacher's map", 1, integer=True, needs=("attr",)
-    ),
-}
-WEIGHT_PARAMETERS = ("gamma", "wr", "ltr")  # set the weight of every term they need
+def searchable() -> dict[str, Parameter]:
+    """Every parameter ``kdw tune`` searches: the methods' (:data:`kd.methods.objective.
+    PARAMETERS`) and the learning rate (``lr``)."""
+    return {**PARAMETERS, "lr": LEARNING_RATE}
 
 
 @dataclass(frozen=True)
@@ -134,7 +102,7 @@ class Dimension:
     def suggest(self, trial) -> float:
         if self.choices:
             return trial.suggest_categorical(self.name, list(self.choices))
-        if PARAMETERS[self.name].integer:
+        if searchable()[self.name].integer:
             return trial.suggest_int(self.name, int(self.low), int(self.high), log=self.log)
         return trial.suggest_float(self.name, self.low, self.high, log=self.log)
 
@@ -155,7 +123,7 @@ def parse_dimension(name: str, text: str) -> Dimension:
     """``"1,10,50"`` (choices) or ``"1:4"`` / ``"1e-5:1e-3:log"`` (a range) → a checked
     :class:`Dimension`; a one-line error for an empty or inverted range or a value outside the
     parameter's domain."""
-    parameter = PARAMETERS[name]
+    parameter = searchable()[name]
     text = text.strip()
     if not text:
         raise WorkbenchError(f"--space {name}: no values given (use {name}=v1,v2 or LOW:HIGH)")
@@ -197,7 +165,7 @@ def search_space(
     registered = PRESETS.get(preset, Preset({}, {}))
     available = sorted(
         name
-        for name, p in PARAMETERS.items()
+        for name, p in searchable().items()
         if set((registered.beta,) if name == "beta" else p.needs) <= set(base_weights)
     )
     specs = {k: v for k, v in registered.space.items() if k in available}
@@ -218,27 +186,18 @@ def search_space(
 
 def apply(
     values: dict[str, float],
-    preset: str,
     base_weights: dict[str, float],
     objective: ObjectiveConfig,
     optim: OptimConfig,
 ) -> tuple[ObjectiveConfig, OptimConfig]:
     """The configs of a trial: the parameters' ``values`` set into the base configs."""
-    weights = dict(base_weights)
+    objective = replace(objective, weights=dict(base_weights))
     for name, value in values.items():
-        if name == "alpha":  # 1 − α to 12 digits: 1 − 0.9 is 0.1, not 0.09999999999999998
-            weights["kd"], weights["ce"] = value, float(f"{1 - value:.12g}")
-        elif name == "beta":
-            weights[PRESETS[preset].beta] = value
-        elif name in WEIGHT_PARAMETERS:
-            weights.update(dict.fromkeys(PARAMETERS[name].needs, value))
-    objective = replace(objective, weights=weights)
-    if "tau" in values:
-        objective = replace(objective, temperature=float(values["tau"]))
-    if "top_k" in values:
-        objective = replace(objective, attr_top_k=int(values["top_k"]))
-    if "lr" in values:
-        optim = replace(optim, learning_rate=float(values["lr"]))
+        apply = searchable()[name].apply
+        if apply is None:  # the learning rate
+            optim = replace(optim, learning_rate=float(value))
+        else:
+            objective = apply(objective, value)
     return objective, optim
 
 
@@ -819,9 +778,7 @@ def tune(
             folder = out / "trials" / trial_folder(values)
             trial.set_user_attr("run", str(folder.resolve()))
             trial.set_user_attr("worker", WORKER)
-            trial_objective, trial_optim = apply(
-                values, objective.preset, base_weights, objective, optim
-            )
+            trial_objective, trial_optim = apply(values, base_weights, objective, optim)
             callback = PruningCallback(trial, metric, config.prune)
             try:
                 run = distill(
@@ -852,9 +809,7 @@ def tune(
         result = TuneResult(rows=trials_table(study))
         best = best_trial(study)
         if best is not None:
-            best_objective, best_optim = apply(
-                best.params, objective.preset, base_weights, objective, optim
-            )
+            best_objective, best_optim = apply(best.params, base_weights, objective, optim)
             result.best = out / "best.json"
             atomic_write_json(
                 result.best,

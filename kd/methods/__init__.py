@@ -1,7 +1,12 @@
-"""The distillation methods, one module each, reading top to bottom like its paper: the loss
-functions (pure functions of tensors), the settings the method resolves, the teacher fields,
-the terms, and the presets (with all the workbench says or does about the method: its
-name, paper, tune space, ablations and the claims the reproduction report checks).
+"""The distillation methods, one module each, reading top to bottom like its paper: its settings
+(a dataclass registered with :class:`~workbench.core.config.ObjectiveConfig`, whose fields are the
+objective's options on the command line, in the app, in ``--config`` files and in run records), the
+loss functions (pure functions of tensors), the settings the method resolves, the teacher fields,
+the terms, its set-up of the student, and the presets (with all the workbench says or does about
+the method: its name, paper, tune space, ablations and the claims the reproduction report checks).
+A method module binds torch and the modules built on it lazily
+(:func:`~workbench.core.lazy.lazy_module`): importing the methods registers their settings, and
+``kdw``'s parser its options, without loading torch.
 
 - :mod:`~kd.methods.vanilla` — CE and logit KD (Hinton et al. 2015); presets ``finetune``, ``kd``;
 - :mod:`~kd.methods.pkd` — Patient KD (Sun et al. 2019); ``pkd-skip``, ``pkd-last``;

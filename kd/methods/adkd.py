@@ -20,11 +20,8 @@ top-K embedding dimensions); this module only chooses the views and the sites an
 
 from __future__ import annotations
 
-from typing import Literal
-
-import torch
-from torch import Tensor
-from transformers import PreTrainedModel
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 from kd.methods.objective import (
     EXAMPLES,
@@ -37,14 +34,77 @@ from kd.methods.objective import (
     StepInputs,
     Sweep,
     method,
+    parameter,
+    setting_parameter,
     teacher_field,
     term,
 )
-from workbench.analysis.attribution import attribution_maps
-from workbench.core.config import spell_views
-from workbench.core.data.alignment import pad_words, word_maps, word_mask
+from workbench.core.config import (
+    VIEWS,
+    Checked,
+    Views,
+    ig_steps,
+    option,
+    positive,
+    register_settings,
+    spell_views,
+    views_option,
+)
 from workbench.core.errors import WorkbenchError
-from workbench.core.models import layer_count
+from workbench.core.lazy import lazy_module
+
+if TYPE_CHECKING:
+    from torch import Tensor
+    from transformers import PreTrainedModel
+
+torch = lazy_module("torch")
+attribution = lazy_module("workbench.analysis.attribution")
+alignment = lazy_module("workbench.core.data.alignment")
+models = lazy_module("workbench.core.models")
+
+
+ADKD_VIEWS = (*VIEWS, "sample")  # AD-KD also draws one class per example and step
+
+
+@dataclass
+class ADKDSettings(Checked):
+    """AD-KD: the teacher's and the student's attribution maps, and their distance."""
+
+    attr_steps: int = option(1, "AD-KD integrated-gradients steps m", domain=ig_steps)
+    attr_top_k: int | None = option(
+        None,
+        "AD-KD teacher map: keep the K largest |IG| dimensions per token (default: all)",
+        domain=positive,
+    )
+    attr_baseline: str | None = option(
+        None,
+        "AD-KD IG baseline: pad, pad-keep-special or zero (default: pad; official: zero)",
+        choices=(None, "pad", "pad-keep-special", "zero"),
+    )
+    attr_views: Views | None = views_option(
+        None,
+        "AD-KD views (default: all; official parity: gold for 2 classes): all "
+        "(multi-view), pred (teacher's prediction), gold, class indices such as 0 or 0,2, "
+        "or sample (one class per example and step, drawn uniformly, its squared distance "
+        "weighted by the number of classes: an unbiased estimate of the multi-view squared "
+        "loss at the cost of one view; beyond the paper)",
+        ADKD_VIEWS,
+    )
+    attr_reduction: str | None = option(
+        None,
+        "AD-KD attribution distance: paper (Eq. 9, ‖Ã_t − Ã_s‖₂ per example), squared "
+        "(its square), official (the authors' MSE(sum)/#real tokens, which the papers' β "
+        "values belong to); default: the preset's (adkd: official)",
+        choices=(None, "paper", "squared", "official"),
+    )
+    attr_layer: str = option(
+        "input",
+        "AD-KD attribution layer: input, first, penultimate, or uniform:M (M mapped "
+        "layers from the input)",
+    )
+
+
+register_settings("adkd", ADKDSettings)
 
 
 def attribution_loss(
@@ -151,14 +211,15 @@ def attribution_views(
         views, labels = ("all", labels) if classes is None else ("gold", classes)
     elif views == "pred" and classes is not None:
         views, labels = "gold", classes
-    sites = attribution_layers(layer_count(model), objective.config.attr_layer)
+    settings = objective.config.of(ADKDSettings)
+    sites = attribution_layers(models.layer_count(model), settings.attr_layer)
     results = [
-        attribution_maps(
+        attribution.attribution_maps(
             model,
             *_model_inputs(batch),
             views=views,
             labels=labels,
-            steps=objective.config.attr_steps,
+            steps=settings.attr_steps,
             baseline=objective.attr_baseline,
             top_k=top_k,
             create_graph=create_graph,
@@ -197,7 +258,7 @@ def sampled_view_loss(
 
 def _map_settings(objective: Objective) -> dict:
     """The settings that change the maps (the teacher cache's key)."""
-    c = objective.config
+    c = objective.config.of(ADKDSettings)
     return {
         "steps": c.attr_steps,
         "top_k": c.attr_top_k,
@@ -214,7 +275,7 @@ def _record(objective: Objective) -> dict:
 def _check_models(objective: Objective) -> None:
     """What the options ask of the two models, checked before anything runs: sites both have,
     classes the task has, dimensions the teacher's embeddings have."""
-    c = objective.config
+    c = objective.config.of(ADKDSettings)
     try:
         for layers in (objective.teacher_layers, objective.student_layers):
             attribution_layers(layers, c.attr_layer)
@@ -239,23 +300,23 @@ def _check_models(objective: Objective) -> None:
 def _resolve(objective: Objective) -> dict:
     """Official parity: zero baselines, the authors' distance and, with two classes, the gold
     view (their code's); explicit options win."""
-    c, official = objective.config, objective.config.parity == "official"
+    c, official = objective.config.of(ADKDSettings), objective.config.parity == "official"
     binary = objective.num_labels == 2
     _check_models(objective)
     return {
         "attr_baseline": c.attr_baseline or ("zero" if official else "pad"),
         "attr_views": c.attr_views or ("gold" if official and binary else "all"),
-        "attr_reduction": c.attr_reduction
-        or ("official" if official else PRESETS[c.preset].attr_reduction),
+        "attr_reduction": c.attr_reduction or ("official" if official else "paper"),
     }
 
 
 @teacher_field("maps", per_token=True, key=lambda o: {"maps": _map_settings(o)})
 def _teacher_maps(objective: Objective, teacher: PreTrainedModel, batch) -> Tensor:
-    maps, _ = attribution_views(objective, teacher, batch, None, False, objective.config.attr_top_k)
+    top_k = objective.config.of(ADKDSettings).attr_top_k
+    maps, _ = attribution_views(objective, teacher, batch, None, False, top_k)
     maps = maps.transpose(1, 2)  # [B, L, S·V]: per token
     if "word_ids" in batch:  # another tokenizer's student: per word, in the first W rows
-        return pad_words(word_maps(maps, batch["word_ids"]), maps.shape[1])
+        return alignment.pad_words(alignment.word_maps(maps, batch["word_ids"]), maps.shape[1])
     return maps
 
 
@@ -279,9 +340,9 @@ def _attr(objective: Objective, inputs: StepInputs) -> Tensor:
     inputs.share(logits)
     if "word_ids" in inputs.batch:  # another tokenizer's teacher: compared on shared words
         ids = inputs.batch["word_ids"]
-        student_maps = word_maps(student_maps.transpose(1, 2), ids).transpose(1, 2)
+        student_maps = alignment.word_maps(student_maps.transpose(1, 2), ids).transpose(1, 2)
         teacher_maps = teacher_maps[..., : student_maps.shape[-1]]
-        mask = word_mask(ids)
+        mask = alignment.word_mask(ids)
     if objective.attr_views == "sample":
         reduction = "official" if objective.attr_reduction == "official" else "squared"
         return sampled_view_loss(
@@ -289,6 +350,17 @@ def _attr(objective: Objective, inputs: StepInputs) -> Tensor:
         )
     return attribution_loss(student_maps, teacher_maps, mask, reduction=objective.attr_reduction)
 
+
+parameter(
+    "top_k",
+    setting_parameter(
+        "AD-KD: K largest |IG| dimensions of the teacher's map",
+        ADKDSettings,
+        "attr_top_k",
+        "attr",
+        low=1,
+    ),
+)
 
 # β = 1, the grid's lowest value: at β = 10 the attribution term held 68–93 % of the gradient on
 # the bundled tweets and the minority class fell to 30 % recall (docs/results.md, "Choosing the
@@ -298,7 +370,7 @@ PRESETS["adkd"] = Preset(
     {"ce": 0.1, "kd": 0.9, "attr": 10.0},
     temperature=2.0,
     official_kd_form="soft-ce",
-    attr_reduction="official",
+    defaults={"attr_reduction": "official"},
     own=("attr",),
     name="AD-KD",
     reference="Wu et al. 2023",
@@ -308,8 +380,16 @@ PRESETS["adkd"] = Preset(
     tuned=("beta", "tau"),
     # the sweeps first: an interrupted suite then still has its figures
     ablations=(
-        Sweep("K", "adkd-k", "attr_top_k", "top_k_sweep"),
-        Sweep("m", "adkd-m", "attr_steps", "steps_sweep"),
+        Sweep(  # of MiniLM's 384 dimensions
+            "K",
+            "adkd-k",
+            "attr_top_k",
+            "top_k_sweep",
+            (48, 96, 192),
+            "top-K dimensions of the teacher map",
+            unset="all dimensions",
+        ),
+        Sweep("m", "adkd-m", "attr_steps", "steps_sweep", (2, 4, 8), "IG steps m"),
         Ablation("w/o attr", "adkd-terms", weights={"attr": 0.0}),
         Ablation("w/o ce", "adkd-terms", weights={"ce": 0.0}),
         Ablation("w/o kd", "adkd-terms", weights={"kd": 0.0}),
@@ -321,4 +401,5 @@ PRESETS["adkd"] = Preset(
         Ablation("layer penultimate", "adkd-layer", settings={"attr_layer": "penultimate"}),
     ),
     claims=(Claim("accuracy", ">"), Claim("attribution_gap", "lowest")),
+    gallery=True,
 )

@@ -35,11 +35,8 @@ one batched matmul of difference vectors, ``O(N·S·W·d)`` memory, never ``[N, 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
-
-import torch
-from torch import Tensor
-from transformers import PreTrainedModel
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 from kd.methods.layer_map import uniform_layers
 from kd.methods.objective import (
@@ -51,20 +48,39 @@ from kd.methods.objective import (
     Preset,
     StepInputs,
     method,
+    parameter,
     teacher_field,
     term,
+    weight_parameter,
 )
-from workbench.analysis.geometry import (
-    DEFAULT_WINDOW,
-    PairKind,
-    pairwise_distance_relation,
-    real_mask,
-    windowed_angle_relation,
-)
-from workbench.core.data.alignment import pool_words, word_mask
-from workbench.core.models import forward
+from workbench.core.config import Checked, option, positive, register_settings
+from workbench.core.lazy import lazy_module
+
+if TYPE_CHECKING:
+    from torch import Tensor
+    from transformers import PreTrainedModel
+
+    from workbench.analysis.geometry import PairKind
+
+torch = lazy_module("torch")
+geometry = lazy_module("workbench.analysis.geometry")
+alignment = lazy_module("workbench.core.data.alignment")
+models = lazy_module("workbench.core.models")
 
 Variant = Literal["paper", "official"]
+
+
+@dataclass
+class CKDSettings(Checked):
+    """Contextual KD: the angle window of the word relations."""
+
+    ckd_window: int = option(
+        10, "CKD angle window half-width δ (tokens each side)", domain=positive
+    )
+
+
+register_settings("ckd", CKDSettings)
+
 
 _EXCLUDED_LOGIT = -1e4
 """Finite logit for excluded entries: ``exp`` underflows to exactly 0, no ``−inf`` anywhere."""
@@ -84,8 +100,8 @@ def _official_pair_kl(student: Tensor, teacher: Tensor, mask: Tensor) -> Tensor:
     so rows without a valid entry contribute 0 and nothing is NaN. Logits are ``−(1 − cos)``,
     which has the same softmax as ``cos``.
     """
-    student_dist, valid = pairwise_distance_relation(student, mask, "cosine")
-    teacher_dist, _ = pairwise_distance_relation(teacher, mask, "cosine")
+    student_dist, valid = geometry.pairwise_distance_relation(student, mask, "cosine")
+    teacher_dist, _ = geometry.pairwise_distance_relation(teacher, mask, "cosine")
     log_q = torch.log_softmax((-student_dist).masked_fill(~valid, _EXCLUDED_LOGIT), dim=-1)
     log_p = torch.log_softmax((-teacher_dist).masked_fill(~valid, _EXCLUDED_LOGIT), dim=-1)
     kl = torch.where(valid, log_p.exp() * (log_p - log_q), 0.0)
@@ -124,13 +140,13 @@ def _relation_loss(
         if variant == "official":
             pair = _official_pair_kl(student, teacher, mask)
         else:
-            student_rel, valid = pairwise_distance_relation(student, mask, pair_kind)
-            teacher_rel, _ = pairwise_distance_relation(teacher, mask, pair_kind)
+            student_rel, valid = geometry.pairwise_distance_relation(student, mask, pair_kind)
+            teacher_rel, _ = geometry.pairwise_distance_relation(teacher, mask, pair_kind)
             pair = _masked_mse(student_rel, teacher_rel, valid)
         loss = loss + pair_weight * pair
     if triple_weight:
-        student_angles, valid = windowed_angle_relation(student, mask, window)
-        teacher_angles, _ = windowed_angle_relation(teacher, mask, window)
+        student_angles, valid = geometry.windowed_angle_relation(student, mask, window)
+        teacher_angles, _ = geometry.windowed_angle_relation(teacher, mask, window)
         loss = loss + triple_weight * _masked_mse(student_angles, teacher_angles, valid)
     return loss
 
@@ -142,7 +158,7 @@ def _stack_layers(
     single ``[B, L, d]`` tensor becomes ``K = 1``. Raises ValueError unless ``B, K, L`` agree."""
     stacked = []
     for x in (student, teacher):
-        x = x if isinstance(x, Tensor) else torch.stack(tuple(x), dim=1)
+        x = x if isinstance(x, torch.Tensor) else torch.stack(tuple(x), dim=1)
         if x.dim() == 3:
             x = x.unsqueeze(1)
         if x.dim() != 4:
@@ -161,7 +177,7 @@ def word_relation_loss(
     teacher_hidden: Tensor | Sequence[Tensor],
     attention_mask: Tensor | None,
     *,
-    window: int = DEFAULT_WINDOW,
+    window: int = CKDSettings.ckd_window,
     pair_kind: PairKind = "cosine",
     pair_weight: float = 1.0,
     triple_weight: float = 1.0,
@@ -189,7 +205,7 @@ def word_relation_loss(
     _check_options(pair_kind, variant)
     student, teacher = _stack_layers(student_hidden, teacher_hidden)
     batch, layers, length, _ = student.shape
-    mask = real_mask(attention_mask, batch, length, student.device)
+    mask = geometry.real_mask(attention_mask, batch, length, student.device)
     return _relation_loss(
         student.flatten(0, 1),
         teacher.flatten(0, 1),
@@ -231,7 +247,7 @@ def layer_relation_loss(
     _check_options(pair_kind, variant)
     student, teacher = _stack_layers(student_layers, teacher_layers)
     batch, layers, length, _ = student.shape
-    mask = real_mask(attention_mask, batch, length, student.device)
+    mask = geometry.real_mask(attention_mask, batch, length, student.device)
     return _relation_loss(
         student.transpose(1, 2).flatten(0, 1),
         teacher.transpose(1, 2).flatten(0, 1),
@@ -247,7 +263,10 @@ def layer_relation_loss(
 @method(
     "wr",
     "ltr",
-    record=lambda o: {"relation_pairs": o.relation_pairs, "ckd_window": o.config.ckd_window},
+    record=lambda o: {
+        "relation_pairs": o.relation_pairs,
+        "ckd_window": o.config.of(CKDSettings).ckd_window,
+    },
 )
 def _resolve(objective: Objective) -> dict:
     return {"relation_pairs": uniform_layers(objective.teacher_layers, objective.student_layers)}
@@ -258,10 +277,10 @@ WORD_STATES = "each mapped layer's token states averaged over the word's tokens"
 
 @teacher_field("relation_states", per_token=True, cacheable=False)
 def _teacher_relation_states(objective: Objective, teacher: PreTrainedModel, batch) -> Tensor:
-    hidden = forward(teacher, batch, hidden_states=True).hidden_states
+    hidden = models.forward(teacher, batch, hidden_states=True).hidden_states
     states = torch.stack([hidden[t] for _, t in objective.relation_pairs], dim=2)  # [B, L, K, d]
     if "word_ids" in batch:  # another tokenizer's student: word states, the mean of its tokens
-        return pool_words(states, batch["word_ids"], "mean")
+        return alignment.pool_words(states, batch["word_ids"], "mean")
     return states
 
 
@@ -273,8 +292,8 @@ def _relation_states(objective: Objective, inputs: StepInputs) -> tuple[Tensor, 
     mask = inputs.batch["attention_mask"]
     if "word_ids" in inputs.batch:
         ids = inputs.batch["word_ids"]
-        student = pool_words(student.transpose(1, 2), ids, "mean").transpose(1, 2)
-        mask = word_mask(ids)
+        student = alignment.pool_words(student.transpose(1, 2), ids, "mean").transpose(1, 2)
+        mask = alignment.word_mask(ids)
     return student, inputs.teacher["relation_states"].transpose(1, 2), mask
 
 
@@ -293,7 +312,7 @@ def _wr(objective: Objective, inputs: StepInputs) -> Tensor:
         student,
         teacher,
         mask,
-        window=objective.config.ckd_window,
+        window=objective.config.of(CKDSettings).ckd_window,
         variant=objective.config.parity,
     )
 
@@ -309,6 +328,9 @@ def _ltr(objective: Objective, inputs: StepInputs) -> Tensor:
     student, teacher, mask = _relation_states(objective, inputs)
     return layer_relation_loss(student, teacher, mask, variant=objective.config.parity)
 
+
+parameter("wr", weight_parameter("CKD: λ of word relation", "wr"))
+parameter("ltr", weight_parameter("CKD: λ of layer-transforming relation", "ltr"))
 
 PRESETS["ckd"] = Preset(
     {"ce": 0.5, "kd": 0.5, "wr": 1.0, "ltr": 1.0},

@@ -10,7 +10,8 @@ For every position the student's and the teacher's gradients are unit-normalised
 
 The same function serves GKD-CLS: the layer-wise gradients w.r.t. the [CLS] hidden states as
 ``[B, M, d]`` with ``attention_mask=None`` (every position counts). Theorem 1's setup: the student
-keeps the teacher's embeddings, frozen, and runs without dropout (``frozen_embeddings``).
+keeps the teacher's embeddings, frozen, and runs without dropout (the method's student set-up,
+:func:`prepare_gradient_student`).
 
 Across tokenizers (beyond the paper): a token's gradient has no counterpart in another vocabulary
 or width, so each model's gradient saliency ``‖g_i‖`` is summed over the tokens of each word both
@@ -23,9 +24,8 @@ The student then keeps its own embeddings, trained (it cannot hold the teacher's
 
 from __future__ import annotations
 
-import torch
-from torch import Tensor
-from transformers import PreTrainedModel
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kd.methods.objective import (
     PRESETS,
@@ -35,16 +35,47 @@ from kd.methods.objective import (
     Objective,
     Preset,
     StepInputs,
+    StudentSetup,
     method,
+    parameter,
+    student_setup,
     teacher_field,
     term,
+    weight_parameter,
 )
 from kd.methods.pkd import mapped_pairs
-from workbench.analysis.attribution import input_gradients
-from workbench.core.data.alignment import pad_words, word_maps, word_mask
+from workbench.core.config import Checked, ObjectiveConfig, option, register_settings
 from workbench.core.errors import WorkbenchError
-from workbench.core.models import embed, forward
-from workbench.core.parts import head_states
+from workbench.core.lazy import lazy_module
+
+if TYPE_CHECKING:
+    from torch import Tensor
+    from transformers import PreTrainedModel
+
+torch = lazy_module("torch")
+attribution = lazy_module("workbench.analysis.attribution")
+alignment = lazy_module("workbench.core.data.alignment")
+models = lazy_module("workbench.core.models")
+parts = lazy_module("workbench.core.parts")
+
+
+@dataclass
+class GKDSettings(Checked):
+    """GKD: the student set-up of Theorem 1 (the teacher's embeddings, frozen; no dropout)."""
+
+    dropout: bool = option(
+        False, "keep the student's dropout on under gradient KD (GKD's 'w/ Dropout' ablation)"
+    )
+    gradient_regime: bool | None = option(
+        None,
+        "GKD's student set-up: the teacher's embeddings, frozen, and dropout off (unless "
+        "--dropout); default: on when a gradient term (grad, cls_grad) is weighted. Pinned on "
+        "by a control of GKD, whose gradient terms are at weight 0",
+        recorded_if_set=True,
+    )
+
+
+register_settings("gkd", GKDSettings)
 
 
 def unit_normalize(x: Tensor, eps: float = 1e-12) -> Tensor:
@@ -142,7 +173,7 @@ def saliency_words(gradients: Tensor, word_ids: Tensor, length: int | None = Non
     """``[B, L, d]`` input gradients → ``[B, W]``: each token's gradient norm summed over its
     word's tokens, L2-normalised over the words (``word_ids`` ``[B, L]``, −1: no word)."""
     norms = torch.linalg.vector_norm(gradients, dim=-1)[..., None]  # [B, L, 1]
-    return word_maps(norms, word_ids, length)[..., 0]
+    return alignment.word_maps(norms, word_ids, length)[..., 0]
 
 
 def state_gradients(
@@ -151,14 +182,14 @@ def state_gradients(
     """GKD-CLS: ``∂(Σ_b p_max,b)/∂h[j]`` at [CLS] (what the head reads: a decoder's last real
     token) for hidden-state indices ``layers`` → ``[B, len(layers), d]``."""
     with torch.enable_grad():
-        embedded = embed(model, batch)
+        embedded = models.embed(model, batch)
         if not embedded.requires_grad:  # a frozen model: start the graph at its embeddings
             embedded = embedded.detach().requires_grad_()
-        out = forward(model, batch, hidden_states=True, embedding_output=embedded)
+        out = models.forward(model, batch, hidden_states=True, embedding_output=embedded)
         states = [out.hidden_states[j] for j in layers]
         signal = out.logits.softmax(-1).max(-1).values.sum()
         grads = torch.autograd.grad(signal, states, create_graph=create_graph)
-    return torch.stack([head_states(model, g, batch) for g in grads], dim=1)
+    return torch.stack([parts.head_states(model, g, batch) for g in grads], dim=1)
 
 
 @method(
@@ -188,9 +219,9 @@ def _resolve(objective: Objective) -> dict:
 
 @teacher_field("input_grads", per_token=True)
 def _teacher_input_grads(_objective: Objective, teacher: PreTrainedModel, batch) -> Tensor:
-    gradients = input_gradients(teacher, batch)
+    gradients = attribution.input_gradients(teacher, batch)
     if "word_ids" in batch:  # another tokenizer's student: per word, in the first W rows
-        return pad_words(
+        return alignment.pad_words(
             saliency_words(gradients, batch["word_ids"])[..., None], batch["word_ids"].shape[1]
         )
     return gradients
@@ -205,13 +236,12 @@ def _teacher_cls_grads(objective: Objective, teacher: PreTrainedModel, batch) ->
     "grad",
     teacher_fields=("input_grads",),
     runs_student=True,
-    frozen_embeddings=True,
     unit=TOKENS,
     on_words="each token's gradient norm summed over the word's tokens, L2-normalised over the "
     "words (beyond the paper)",
 )
 def _grad(_objective: Objective, inputs: StepInputs) -> Tensor:
-    student, logits = input_gradients(
+    student, logits = attribution.input_gradients(
         inputs.model, inputs.batch, create_graph=True, return_logits=True
     )
     inputs.share(logits)
@@ -219,19 +249,74 @@ def _grad(_objective: Objective, inputs: StepInputs) -> Tensor:
         ids = inputs.batch["word_ids"]
         saliency = saliency_words(student, ids)  # [B, W]
         teacher = inputs.teacher["input_grads"][:, : saliency.shape[1], 0]
-        return saliency_alignment_loss(saliency, teacher, word_mask(ids))
+        return saliency_alignment_loss(saliency, teacher, alignment.word_mask(ids))
     return gradient_alignment_loss(
         student, inputs.teacher["input_grads"], inputs.batch["attention_mask"]
     )
 
 
-@term("cls_grad", teacher_fields=("cls_grads",), frozen_embeddings=True)
+@term("cls_grad", teacher_fields=("cls_grads",))
 def _cls_grad(objective: Objective, inputs: StepInputs) -> Tensor:
     student = state_gradients(
         inputs.model, inputs.batch, [s for s, _ in objective.patient_pairs], True
     )
     return gradient_alignment_loss(student, inputs.teacher["cls_grads"])
 
+
+GRADIENT_TERMS = ("grad", "cls_grad")
+
+
+def _regime(config: ObjectiveConfig, weights: dict[str, float]) -> bool:
+    pinned = config.of(GKDSettings).gradient_regime
+    return pinned if pinned is not None else any(name in weights for name in GRADIENT_TERMS)
+
+
+def gradient_kd(objective: Objective) -> bool:
+    """Whether the student is set up as GKD's (the teacher's embeddings, frozen, and no
+    dropout: Theorem 1 of the GKD paper): as ``gradient_regime`` says, by default when a
+    gradient term is weighted."""
+    return _regime(objective.config, objective.weights)
+
+
+def prepare_gradient_student(
+    teacher: PreTrainedModel,
+    student: PreTrainedModel,
+    dropout: bool = False,
+    same_tokens: bool = True,
+) -> None:
+    """GKD's student set-up: the teacher's embeddings, frozen (a student of another tokenizer
+    keeps and trains its own), and no dropout (``dropout=True`` keeps it, for the paper's
+    "w/ Dropout" ablation)."""
+    if same_tokens:
+        models.copy_embeddings(teacher, student)
+        models.set_embeddings_trainable(student, False)
+    if not dropout:
+        models.disable_dropout(student)
+
+
+def _prepare(objective: Objective, teacher: PreTrainedModel, student: PreTrainedModel) -> None:
+    dropout = objective.config.of(GKDSettings).dropout
+    prepare_gradient_student(teacher, student, dropout, same_tokens=not objective.words)
+
+
+def _record_setup(objective: Objective) -> dict:
+    """Whether the student keeps dropout; another tokenizer's keeps its own embeddings, trained."""
+    own = {"student_embeddings": "own"} if objective.words else {}
+    return {"student_dropout": objective.config.of(GKDSettings).dropout} | own
+
+
+def _pin(config: ObjectiveConfig, weights: dict[str, float]) -> ObjectiveConfig:
+    """The set-up written out (``gradient_regime``), on where a gradient term is weighted."""
+    if config.of(GKDSettings).gradient_regime is not None:
+        return config
+    return config.with_settings(gradient_regime=_regime(config, weights) or None)
+
+
+student_setup(StudentSetup(gradient_kd, _prepare, _record_setup, _pin))
+
+parameter(
+    "gamma", weight_parameter("GKD-CLS: weight γ of the [CLS]-state gradient term", "cls_grad")
+)
 
 PRESETS["gkd"] = Preset(
     {"ce": 0.5, "kd": 0.5, "grad": 1.0},
@@ -245,6 +330,7 @@ PRESETS["gkd"] = Preset(
     tuned=("beta",),
     ablations=(Ablation("w/ dropout", "gkd-dropout", settings={"dropout": True}),),
     claims=(Claim("saliency_loyalty", "≫"),),
+    gallery=True,
 )
 # GKD-CLS: the [CLS]-state gradients at weight 0.1. At 1 they held 50–74 % of the gradient
 # (their gradient is twice the input gradients'), CE 4–11 %, and a student trained for 26

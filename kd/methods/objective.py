@@ -6,7 +6,8 @@ they need (``@teacher_field``: what the frozen teacher says about a batch), its 
 (weight tables, and everything else about the method: its display name and paper, its
 ``kdw tune`` space, its ablations and the claims the reproduction report checks) and, when its
 terms read settings of their own, a *method* (``@method``: the settings it resolves from the
-config, and what of them ``run.json`` records). Cacheable teacher
+config, and what of them ``run.json`` records) and, when it sets the student up before training,
+a *student set-up* (:func:`student_setup`). Cacheable teacher
 fields are computed once per example and served from the run's cache; the others (the teacher's
 hidden states for CKD, too large to keep for every token) are recomputed without a graph each
 step. Explicit weights (``ce=0.1,kd=0.9,attr=10``) replace a preset's, so any terms combine.
@@ -18,17 +19,23 @@ whoever imports the objective finds them registered.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
-
-import torch
-from torch import Tensor
-from transformers import PreTrainedModel
+from typing import TYPE_CHECKING, Any
 
 from workbench.core.config import HELP_LISTS, ObjectiveConfig, spell, spell_weights
 from workbench.core.errors import WorkbenchError
-from workbench.core.models import ModelOutput, forward
+from workbench.core.lazy import lazy_module
+
+if TYPE_CHECKING:
+    from torch import Tensor
+    from transformers import PreTrainedModel
+
+    from workbench.core.models import ModelOutput
+
+torch = lazy_module("torch")
+models = lazy_module("workbench.core.models")
 
 
 @dataclass
@@ -50,9 +57,11 @@ class StepInputs:
     def student(self) -> ModelOutput:
         if self._student is None:
             if self.shared_logits is not None and not self.hidden_states:
-                self._student = ModelOutput(self.shared_logits, self.batch["attention_mask"])
+                self._student = models.ModelOutput(self.shared_logits, self.batch["attention_mask"])
             else:
-                self._student = forward(self.model, self.batch, hidden_states=self.hidden_states)
+                self._student = models.forward(
+                    self.model, self.batch, hidden_states=self.hidden_states
+                )
         return self._student
 
     def share(self, logits: Tensor) -> None:
@@ -80,7 +89,6 @@ class Term:
     teacher_fields: tuple[str, ...] = ()
     hidden_states: bool = False
     runs_student: bool = False  # runs its own student forward (and shares its logits)
-    frozen_embeddings: bool = False  # its student keeps the teacher's embeddings, no dropout
     unit: str | Callable[[Objective], str] = EXAMPLES
     exact_split: bool = True
     on_words: str = ""  # how it compares on shared words across tokenizers ("": it cannot)
@@ -114,13 +122,28 @@ class Method:
 
 
 @dataclass(frozen=True)
+class StudentSetup:
+    """How a method sets the student up before training (GKD: the teacher's embeddings, frozen,
+    and no dropout), a part of its regime that outlives its terms' weights: ``active(objective)``
+    whether the objective asks for it; ``prepare(objective, teacher, student)`` sets the student
+    up; ``record(objective)`` what ``run.json`` keeps of it when active; ``pin(config, weights)``
+    the config (its resolved ``weights`` given) with the set-up fixed as it is, so that its
+    control, whose terms are at weight 0, keeps it."""
+
+    active: Callable[[Objective], bool]
+    prepare: Callable[[Objective, PreTrainedModel, PreTrainedModel], None]
+    record: Callable[[Objective], dict[str, Any]]
+    pin: Callable[[ObjectiveConfig, dict[str, float]], ObjectiveConfig]
+
+
+@dataclass(frozen=True)
 class Ablation:
     """A variant of a preset that the reproduction suite trains beside it (``kdw reproduce
     --ablations``), named ``"<preset> <name>"`` in the group ``group``. It is an operation on
     the preset, never a copy of its weights: ``weights`` sets these terms' weights in the
     preset's (``{"ce": 0}``: the preset without CE; a weight of 0 drops the term) and
-    ``settings`` replaces fields of its :class:`~workbench.core.config.ObjectiveConfig`
-    (``{"attr_views": "pred"}``)."""
+    ``settings`` replaces settings of its :class:`~workbench.core.config.ObjectiveConfig`, shared
+    or a method's (``{"attr_views": "pred"}``, set with ``ObjectiveConfig.with_settings``)."""
 
     name: str
     group: str
@@ -130,14 +153,50 @@ class Ablation:
 
 @dataclass(frozen=True)
 class Sweep:
-    """A sweep of one :class:`~workbench.core.config.ObjectiveConfig` field of a preset, over the
-    values a suite's task plan holds in its field ``values`` (``top_k_sweep``): one student per
-    value, named ``"<preset> <label>=<value>"``, in the group ``group``."""
+    """A sweep of one :class:`~workbench.core.config.ObjectiveConfig` setting of a preset over
+    ``values`` (a suite's task plan may hold others under ``key``:
+    :attr:`kd.experiments.reproduce.suite.TaskPlan.sweeps`): one student per value, named
+    ``"<preset> <label>=<value>"``, in the group ``group``. The report draws test accuracy
+    against the values, on an axis named ``axis``, with the full method as a point at the
+    preset's own value of the setting, or, where the preset leaves it unset, as a line named
+    ``unset``."""
 
     label: str
     group: str
     setting: str
-    values: str
+    key: str
+    values: tuple[int, ...]
+    axis: str
+    unset: str = ""
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """A parameter ``kdw tune`` searches: its domain (finite, ``low < value`` — ``low ≤ value``
+    when ``closed`` — and ``value ≤ high``; an integer when ``integer``), the terms the objective
+    must have for it to apply (``needs``; β: the preset's own, :attr:`Preset.beta`), how a
+    trial's value is set into the objective's config (``apply``; None: not the objective's, the
+    learning rate) and its value in a preset's config (``read``; None where it leaves it unset),
+    which a search holds where it does not search it."""
+
+    help: str
+    low: float
+    high: float = math.inf
+    closed: bool = True
+    integer: bool = False
+    needs: tuple[str, ...] = ()
+    apply: Callable[[ObjectiveConfig, float], ObjectiveConfig] | None = None
+    read: Callable[[ObjectiveConfig], float | None] = lambda _config: None
+
+    def problem(self, value: float) -> str | None:
+        """Why ``value`` is outside the domain, or None."""
+        above = value >= self.low if self.closed else value > self.low
+        if not math.isfinite(value) or not (above and value <= self.high):
+            left, right = "[" if self.closed else "(", ")" if self.high == math.inf else "]"
+            return f"must lie in {left}{self.low:g}, {self.high:g}{right}"
+        if self.integer and value != int(value):
+            return "must be an integer"
+        return None
 
 
 @dataclass(frozen=True)
@@ -163,23 +222,27 @@ RELATIONS = (">", "≫", "≥", "<", "lowest")
 
 @dataclass(frozen=True)
 class Preset:
-    """A method's weights per parity, its temperature, its official KD form, the attribution
-    distance its weights belong to, and its own terms (``own``): those its control student
-    goes without (:func:`control`); the rest of its objective — the other terms' weights, τ,
-    the KD form, the student set-up — is its training regime, which the control keeps.
+    """A method's weights per parity, its temperature, its official KD form, the settings of its
+    methods it fixes whatever the config says (``settings``: PKD-last's layer mapping) and those
+    it chooses where the config leaves them unset (``defaults``: the attribution distance AD-KD's
+    weights belong to), and its own terms (``own``): those its control student goes without
+    (:func:`control`); the rest of its objective — the other terms' weights, τ, the KD form, the
+    student set-up — is its training regime, which the control keeps.
 
     Beside the objective, everything else the workbench says or does about the method:
     its display name (``name``, e.g. ``"AD-KD"``) and paper (``reference``, short);
     ``kdw tune``'s default search space (``space``: parameter → ``--space`` spec, the papers'
     grids), the term β weighs (``beta``) and the parameters the reproduction suite chooses on
-    dev (``tuned``); its ablations (:class:`Ablation`, :class:`Sweep`) and the claims the
-    reproduction report checks (:class:`Claim`)."""
+    dev (``tuned``); its ablations (:class:`Ablation`, :class:`Sweep`), the claims the
+    reproduction report checks (:class:`Claim`) and whether the report's heatmap gallery shows
+    its students (``gallery``)."""
 
     paper: dict[str, float]
     official: dict[str, float]
     temperature: float = 4.0
     official_kd_form: str = "kl-mean"
-    attr_reduction: str = "paper"
+    settings: dict[str, Any] = field(default_factory=dict)
+    defaults: dict[str, Any] = field(default_factory=dict)
     own: tuple[str, ...] = ()
     name: str = ""
     reference: str = ""
@@ -188,11 +251,14 @@ class Preset:
     tuned: tuple[str, ...] = ()
     ablations: tuple[Ablation | Sweep, ...] = ()
     claims: tuple[Claim, ...] = ()
+    gallery: bool = False  # the report's heatmap gallery shows its students
 
 
 TERMS: dict[str, Term] = {}
 TEACHER_FIELDS: dict[str, TeacherField] = {}
 METHODS: list[Method] = []
+STUDENT_SETUPS: list[StudentSetup] = []
+PARAMETERS: dict[str, Parameter] = {}
 PRESETS: dict[str, Preset] = {}
 
 
@@ -201,7 +267,6 @@ def term(
     teacher_fields: tuple[str, ...] = (),
     hidden_states: bool = False,
     runs_student: bool = False,
-    frozen_embeddings: bool = False,
     unit: str | Callable[[Objective], str] = EXAMPLES,
     exact_split: bool = True,
     on_words: str = "",
@@ -214,7 +279,6 @@ def term(
             teacher_fields,
             hidden_states,
             runs_student,
-            frozen_embeddings,
             unit,
             exact_split,
             on_words,
@@ -253,6 +317,44 @@ def method(
     return register
 
 
+def student_setup(setup: StudentSetup) -> StudentSetup:
+    """Register a method's set-up of the student; see :class:`StudentSetup`."""
+    STUDENT_SETUPS.append(setup)
+    return setup
+
+
+def parameter(name: str, entry: Parameter) -> Parameter:
+    """Register a parameter ``kdw tune`` searches under ``name`` (``--space NAME=...``)."""
+    PARAMETERS[name] = entry
+    return entry
+
+
+def weight_parameter(help: str, *terms: str) -> Parameter:
+    """A parameter that is the weight of ``terms`` (each set to its value)."""
+    return Parameter(
+        help,
+        0.0,
+        needs=terms,
+        apply=lambda config, value: replace(
+            config, weights=config.weights | dict.fromkeys(terms, value)
+        ),
+        read=lambda config: preset_weights(config).get(terms[0]),
+    )
+
+
+def setting_parameter(help: str, settings: type, name: str, *needs: str, low: int = 0) -> Parameter:
+    """A parameter that is the integer setting ``name`` of a method's settings dataclass
+    ``settings``, from ``low``; it applies where the objective has the terms ``needs``."""
+    return Parameter(
+        help,
+        low,
+        integer=True,
+        needs=needs,
+        apply=lambda config, value: config.with_settings(**{name: int(value)}),
+        read=lambda config: getattr(config.of(settings), name),
+    )
+
+
 def check_terms(weights: dict[str, float]) -> dict[str, float]:
     """``weights`` (``{"ce": 0.1, "kd": 0.9}``) when each names a registered term; else a
     one-line error."""
@@ -288,7 +390,7 @@ def ablated(config: ObjectiveConfig, ablation: Ablation) -> ObjectiveConfig:
     """``config`` (a preset's) changed as ``ablation`` says: its settings replaced, and the
     weights it resolves to (:func:`preset_weights`) with the ablation's weights set in them,
     zero weights dropped, written out explicitly."""
-    config = replace(config, **ablation.settings)
+    config = config.with_settings(**ablation.settings)
     if not ablation.weights:
         return config
     weights = preset_weights(config) | ablation.weights
@@ -375,26 +477,36 @@ HELP_LISTS.update(
     temperatures=_temperatures,
     ablations=_ablation_list,
     words=_word_forms,
+    parameters=lambda: ", ".join(PARAMETERS),
+)
+
+parameter(
+    "beta",
+    Parameter(
+        "weight β of the method's own term (the one its preset names: AD-KD's attr, GKD's grad)",
+        0.0,
+        apply=lambda config, value: replace(
+            config, weights=config.weights | {PRESETS[config.preset].beta: value}
+        ),
+        read=lambda config: preset_weights(config).get(PRESETS[config.preset].beta or ""),
+    ),
 )
 
 
 def control(config: ObjectiveConfig) -> ObjectiveConfig:
     """The control of a method's objective: the same config — the other terms' weights, τ,
-    the KD form, the student set-up (GKD's frozen embeddings and dropout-off pinned with
-    ``gradient_regime``) — with the method's own terms (:attr:`Preset.own`) at weight 0. The
-    difference between the method and its control is what its own terms add; vanilla KD has no
-    own term, and its control is itself."""
+    the KD form, the student set-up (each :class:`StudentSetup` pinned as it is) — with the
+    method's own terms (:attr:`Preset.own`) at weight 0. The difference between the method and
+    its control is what its own terms add; vanilla KD has no own term, and its control is
+    itself."""
     own = set(PRESETS[config.preset].own) if config.preset in PRESETS else set()
     weights = preset_weights(config)
     if not own & set(weights):
         return config
-    regime = any(TERMS[name].frozen_embeddings for name in weights)
+    for setup in STUDENT_SETUPS:
+        config = setup.pin(config, weights)
     return replace(
-        config,
-        weights={name: 0.0 if name in own else weight for name, weight in weights.items()},
-        gradient_regime=config.gradient_regime
-        if config.gradient_regime is not None
-        else regime or None,
+        config, weights={name: 0.0 if name in own else weight for name, weight in weights.items()}
     )
 
 
@@ -417,7 +529,7 @@ class Objective:
     temperature: float = 4.0
     kd_form: str = "kl"
     settings: dict[str, Any] = field(default_factory=dict)
-    modules: torch.nn.ModuleDict = field(default_factory=torch.nn.ModuleDict)
+    modules: torch.nn.ModuleDict = field(default_factory=lambda: torch.nn.ModuleDict())
 
     @classmethod
     def resolve(
@@ -441,6 +553,8 @@ class Objective:
         weights = preset_weights(config)
         preset = PRESETS[config.preset]
         official = config.parity == "official"
+        unset = {name: value for name, value in preset.defaults.items() if config.get(name) is None}
+        config = config.with_settings(**unset, **preset.settings)
         objective = cls(
             config=config,
             weights=weights,
@@ -479,22 +593,20 @@ class Objective:
             "kd_form": self.kd_form,
             "parity": self.config.parity,
         }
-        if self.gradient_kd:  # GKD's student set-up, and whether it keeps dropout
-            record["student_dropout"] = self.config.dropout
-            if self.words:  # another tokenizer's student keeps its own embeddings, trained
-                record["student_embeddings"] = "own"
+        for setup in self.student_setups():
+            record.update(setup.record(self))
         for entry in self.methods():
             record.update(entry.record(self))
         return json.loads(json.dumps(record))  # tuples as lists, as run.json reads back
 
-    @property
-    def gradient_kd(self) -> bool:
-        """Whether the student is set up as GKD's (the teacher's embeddings, frozen, and no
-        dropout: Theorem 1 of the GKD paper): as ``config.gradient_regime`` says, by default
-        when a gradient term is weighted."""
-        if self.config.gradient_regime is not None:
-            return self.config.gradient_regime
-        return any(TERMS[name].frozen_embeddings for name in self.weights)
+    def student_setups(self) -> list[StudentSetup]:
+        """The registered set-ups of the student this objective asks for."""
+        return [setup for setup in STUDENT_SETUPS if setup.active(self)]
+
+    def prepare_student(self, teacher: PreTrainedModel, student: PreTrainedModel) -> None:
+        """Set the student up as the methods in use ask, before training (:class:`StudentSetup`)."""
+        for setup in self.student_setups():
+            setup.prepare(self, teacher, student)
 
     def term_units(self) -> dict[str, str]:
         """What each weighted term's value is a mean over: ``"examples"`` or ``"tokens"``."""

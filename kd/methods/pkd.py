@@ -14,12 +14,8 @@ saved student leaves it out.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-import torch
-import torch.nn.functional as F
-from torch import Tensor
-from transformers import PreTrainedModel
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from kd.methods.layer_map import patient_layers
 from kd.methods.objective import (
@@ -32,8 +28,31 @@ from kd.methods.objective import (
     teacher_field,
     term,
 )
-from workbench.core.models import forward
-from workbench.core.parts import head_states
+from workbench.core.config import Checked, option, register_settings
+from workbench.core.lazy import lazy_module
+
+if TYPE_CHECKING:
+    from torch import Tensor
+    from transformers import PreTrainedModel
+
+torch = lazy_module("torch")
+F = lazy_module("torch.nn.functional")
+models = lazy_module("workbench.core.models")
+parts = lazy_module("workbench.core.parts")
+
+
+@dataclass
+class PKDSettings(Checked):
+    """Patient KD: which teacher layers the student's layers learn."""
+
+    pkd_mapping: str = option(
+        "skip",
+        "Patient KD layer mapping for custom weights (presets pkd-skip/pkd-last set it)",
+        choices=("skip", "last"),
+    )
+
+
+register_settings("pkd", PKDSettings)
 
 
 def patient_loss(student_cls: Tensor, teacher_cls: Tensor, *, reduction: str = "paper") -> Tensor:
@@ -60,8 +79,7 @@ def patient_loss(student_cls: Tensor, teacher_cls: Tensor, *, reduction: str = "
 def mapped_pairs(objective: Objective) -> list[tuple[int, int]]:
     """The ``(student j, teacher I(j))`` hidden-state pairs of the preset's mapping (PKD-Skip,
     PKD-Last) or of ``--pkd-mapping`` for explicit weights. GKD-CLS uses them too."""
-    config = objective.config
-    mapping = {"pkd-skip": "skip", "pkd-last": "last"}.get(config.preset, config.pkd_mapping)
+    mapping = objective.config.of(PKDSettings).pkd_mapping
     return patient_layers(objective.teacher_layers, objective.student_layers, mapping)
 
 
@@ -89,9 +107,9 @@ def _resolve(objective: Objective) -> dict:
 
 @teacher_field("cls", key=lambda o: {"patient_pairs": o.patient_pairs})
 def _teacher_cls(objective: Objective, teacher: PreTrainedModel, batch) -> Tensor:
-    hidden = forward(teacher, batch, hidden_states=True).hidden_states
+    hidden = models.forward(teacher, batch, hidden_states=True).hidden_states
     return torch.stack(
-        [head_states(teacher, hidden[t], batch) for _, t in objective.patient_pairs], 1
+        [parts.head_states(teacher, hidden[t], batch) for _, t in objective.patient_pairs], 1
     )
 
 
@@ -99,7 +117,11 @@ def _teacher_cls(objective: Objective, teacher: PreTrainedModel, batch) -> Tenso
 def _pkd(objective: Objective, inputs: StepInputs) -> Tensor:
     hidden = inputs.student.hidden_states
     student_cls = torch.stack(
-        [head_states(inputs.model, hidden[s], inputs.batch) for s, _ in objective.patient_pairs], 1
+        [
+            parts.head_states(inputs.model, hidden[s], inputs.batch)
+            for s, _ in objective.patient_pairs
+        ],
+        1,
     )
     if "pkd" in objective.modules:  # another width: [B, M, d_s] → [B, M, d_t]
         student_cls = objective.modules["pkd"](student_cls)
@@ -118,5 +140,8 @@ PRESETS["pkd-skip"] = Preset(
     beta="pkd",
     tuned=("beta",),
     claims=(Claim("accuracy", "≥"),),
+    settings={"pkd_mapping": "skip"},
 )
-PRESETS["pkd-last"] = replace(PRESETS["pkd-skip"], name="PKD-last")
+PRESETS["pkd-last"] = replace(
+    PRESETS["pkd-skip"], name="PKD-last", settings={"pkd_mapping": "last"}
+)

@@ -9,12 +9,29 @@ the papers' ``kl``; the AD-KD / CKD code's ``soft-ce``; the GKD / PKD code's ``k
 
 from __future__ import annotations
 
-import torch.nn.functional as F
-from torch import Tensor
-from transformers import PreTrainedModel
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from kd.methods.objective import PRESETS, Objective, Preset, StepInputs, teacher_field, term
-from workbench.core.models import forward
+from kd.methods.objective import (
+    PRESETS,
+    Objective,
+    Parameter,
+    Preset,
+    StepInputs,
+    parameter,
+    preset_weights,
+    teacher_field,
+    term,
+)
+from workbench.core.config import MAX_TEMPERATURE
+from workbench.core.lazy import lazy_module
+
+if TYPE_CHECKING:
+    from torch import Tensor
+    from transformers import PreTrainedModel
+
+F = lazy_module("torch.nn.functional")
+models = lazy_module("workbench.core.models")
 
 KD_FORMS = ("kl", "soft-ce", "kl-mean")
 
@@ -59,7 +76,7 @@ def logit_kd_loss(
 
 @teacher_field("logits")
 def _teacher_logits(_objective: Objective, teacher: PreTrainedModel, batch) -> Tensor:
-    return forward(teacher, batch).logits
+    return models.forward(teacher, batch).logits
 
 
 @term("ce")
@@ -77,6 +94,33 @@ def _kd(objective: Objective, inputs: StepInputs) -> Tensor:
     )
 
 
+parameter(
+    "alpha",
+    Parameter(
+        "weight α of the KD term; CE gets 1 − α",
+        0.0,
+        1.0,
+        needs=("kd",),
+        # 1 − α to 12 digits: 1 − 0.9 is 0.1, not 0.09999999999999998
+        apply=lambda config, value: replace(
+            config, weights=config.weights | {"kd": value, "ce": float(f"{1 - value:.12g}")}
+        ),
+        read=lambda config: preset_weights(config).get("kd"),
+    ),
+)
+parameter(
+    "tau",
+    Parameter(
+        "KD temperature τ",
+        0.0,
+        MAX_TEMPERATURE,
+        closed=False,
+        needs=("kd",),
+        apply=lambda config, value: replace(config, temperature=float(value)),
+        read=lambda config: config.temperature or PRESETS[config.preset].temperature,
+    ),
+)
+
 PRESETS["finetune"] = Preset({"ce": 1.0}, {"ce": 1.0}, name="the student trained alone")
 PRESETS["kd"] = Preset(
     {"ce": 0.5, "kd": 0.5},
@@ -85,4 +129,5 @@ PRESETS["kd"] = Preset(
     reference="Hinton et al. 2015",
     space={"alpha": "0.1,0.5,0.9", "tau": "1,2,4,8"},
     tuned=("tau",),  # so that every method meets a reference tuned alike
+    gallery=True,
 )

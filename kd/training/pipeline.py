@@ -50,9 +50,7 @@ from workbench.core.models import (
     LoadedModel,
     check_max_length,
     check_pad,
-    copy_embeddings,
     cut_student,
-    disable_dropout,
     fingerprint,
     is_run,
     layer_count,
@@ -64,7 +62,6 @@ from workbench.core.models import (
     random_student,
     resolve_model,
     select_layers,
-    set_embeddings_trainable,
     set_label_names,
 )
 from workbench.core.runs import RESOLVED, RUN_FILE, Run, model_card, replace_directory
@@ -396,22 +393,6 @@ def load_teacher(config: StudentConfig, data_config: DataConfig) -> tuple[Loaded
     return load_for_task(config.teacher, data_config, config.label_map, _note)
 
 
-def prepare_gradient_student(
-    teacher: PreTrainedModel,
-    student: PreTrainedModel,
-    dropout: bool = False,
-    same_tokens: bool = True,
-) -> None:
-    """GKD's student set-up: the teacher's embeddings, frozen (a student of another tokenizer
-    keeps and trains its own), and no dropout (``dropout=True`` keeps it, for the paper's
-    "w/ Dropout" ablation)."""
-    if same_tokens:
-        copy_embeddings(teacher, student)
-        set_embeddings_trainable(student, False)
-    if not dropout:
-        disable_dropout(student)
-
-
 def teacher_caches(
     teacher: LoadedModel,
     objective: Objective,
@@ -504,8 +485,7 @@ def prepare_distillation(
         words=not same_tokens,
     )
     check_tokens(objective, teacher.tokenizer, tokenizer)
-    if objective.gradient_kd:
-        prepare_gradient_student(teacher.model, student, objective_config.dropout, same_tokens)
+    objective.prepare_student(teacher.model, student)
     return Distillation(teacher, data, student, tokenizer, objective, same_tokens)
 
 

@@ -34,7 +34,9 @@ from workbench.core.runs import Run
 
 HERE = Path(__file__).resolve().parent
 SEEDS = (1, 2, 3)
-ADKD_EQ9 = ObjectiveConfig(preset="adkd", weights="ce=0.1,kd=0.9,attr=10", attr_reduction="paper")
+ADKD_EQ9 = ObjectiveConfig(preset="adkd", weights="ce=0.1,kd=0.9,attr=10").with_settings(
+    attr_reduction="paper"
+)
 GKD_CLS_UNIT = ObjectiveConfig(preset="gkd-cls", weights="ce=0.5,kd=0.5,pkd=1,grad=1,cls_grad=1")
 
 
@@ -71,7 +73,7 @@ def suite() -> Suite:
             ]
     extra += [
         Experiment(
-            "tweets", "adkd sampled view", "diagnosis", replace(adkd, attr_views="sample"), 1
+            "tweets", "adkd sampled view", "diagnosis", adkd.with_settings(attr_views="sample"), 1
         )
     ]
     extra += [

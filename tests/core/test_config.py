@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kd.cli import main
+from kd.methods.adkd import ADKDSettings
 from workbench.analysis.heatmaps import ExportSettings, HeatmapSettings
 from workbench.core.config import (
     MAX_DPI,
@@ -167,7 +168,9 @@ def test_weights_and_views_are_typed_and_written_as_text_on_the_command_line(cap
         [*arguments, "--weights", "ce=0.1,kd=0.9", "--attr-views", "0,2"]
     )
     objective = from_arguments(ObjectiveConfig, parsed)
-    assert objective.weights == {"ce": 0.1, "kd": 0.9} and objective.attr_views == (0, 2)
+    assert objective.weights == {"ce": 0.1, "kd": 0.9} and objective.of(
+        ADKDSettings
+    ).attr_views == (0, 2)
     assert to_dict(objective)["weights"] == {"ce": 0.1, "kd": 0.9}
     assert from_dict(ObjectiveConfig, json.loads(json.dumps(to_dict(objective)))) == objective
     assert spelled(objective)["weights"] == "ce=0.1,kd=0.9"  # what identities hash
@@ -184,7 +187,9 @@ def test_a_record_of_weights_and_views_as_text_still_opens():
     """Records of versions that stored them as the command line's text (run.json, results.json,
     kdw tune's best.json) read as the typed values."""
     old = from_dict(ObjectiveConfig, {"weights": "ce=0.1,kd=0.9,attr=10", "attr_views": "1"})
-    assert old.weights == {"ce": 0.1, "kd": 0.9, "attr": 10.0} and old.attr_views == (1,)
+    assert old.weights == {"ce": 0.1, "kd": 0.9, "attr": 10.0} and old.of(
+        ADKDSettings
+    ).attr_views == (1,)
     assert from_dict(AttributionConfig, {"views": "pred"}).views == "pred"
     committed = Path(__file__).parents[2] / "reports/diagnosis/tune/best.json"
     weights = json.loads(committed.read_text())["objective"]["weights"]
@@ -201,7 +206,9 @@ def test_a_run_recorded_with_weights_and_views_as_text_reopens(tmp_path):
     setting is still refused."""
     from workbench.core.runs import RUN_FILE, Run
 
-    objective = ObjectiveConfig("adkd", {"ce": 0.1, "kd": 0.9, "attr": 10.0}, attr_views=(0, 2))
+    objective = ObjectiveConfig("adkd", {"ce": 0.1, "kd": 0.9, "attr": 10.0}).with_settings(
+        attr_views=(0, 2)
+    )
     info = {"kind": "student", "configs": {"objective": to_dict(objective)}}
     with Run.writing(tmp_path / "run", info, {}):
         pass
@@ -277,8 +284,8 @@ def test_integer_domains(n: int):
     assert _accepted(lambda: OptimConfig(batch_size=n)) is (n >= 1)
     assert _accepted(lambda: OptimConfig(eval_every=n)) is (n >= 0)
     assert _accepted(lambda: DataConfig(max_length=n)) is (n >= 4)
-    assert _accepted(lambda: ObjectiveConfig(attr_top_k=n)) is (n >= 1)
-    assert _accepted(lambda: ObjectiveConfig(attr_steps=n)) is (1 <= n <= 1000)
+    assert _accepted(lambda: ObjectiveConfig().with_settings(attr_top_k=n)) is (n >= 1)
+    assert _accepted(lambda: ObjectiveConfig().with_settings(attr_steps=n)) is (1 <= n <= 1000)
     assert _accepted(lambda: OptimConfig(threads=n)) is (0 <= n <= 1024)
     assert _accepted(lambda: OptimConfig(seed=n)) is (0 <= n < 2**32)
 

@@ -58,7 +58,10 @@ def test_runs_record_their_resolved_objective(tiny_model_dir, tiny_task_dir, tmp
 
     # a preset whose defaults changed under a finished run: refused, naming what changed
     changed = Preset(
-        {"ce": 0.1, "kd": 0.9, "attr": 5.0}, {}, temperature=2.0, attr_reduction="official"
+        {"ce": 0.1, "kd": 0.9, "attr": 5.0},
+        {},
+        temperature=2.0,
+        defaults={"attr_reduction": "official"},
     )
     monkeypatch.setitem(kd.methods.objective.PRESETS, "adkd", changed)
     with pytest.raises(WorkbenchError, match=r"no longer resolve to \(changed: weights"):

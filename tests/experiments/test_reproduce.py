@@ -82,8 +82,7 @@ def test_tiny_suite_report_and_resume(tiny_model_dir: Path, tiny_task_dir: Path,
         batch_size=16,
         teacher_learning_rate=2e-3,
         student_learning_rate=1e-3,
-        top_k_sweep=(4, 8),
-        steps_sweep=(2,),
+        sweeps={"top_k_sweep": (4, 8), "steps_sweep": (2,)},
         explained_examples=20,
     )
     suite = Suite(
@@ -411,7 +410,7 @@ def test_an_interrupted_call_keeps_what_finished(kd_and_ckd: Suite, tmp_path: Pa
 
 
 def test_the_ablations_are_derived_from_their_presets_weights(monkeypatch):
-    plan = TaskPlan(DataConfig(task="tweets"), top_k_sweep=(8,), steps_sweep=(2,))
+    plan = TaskPlan(DataConfig(task="tweets"), sweeps={"top_k_sweep": (8,), "steps_sweep": (2,)})
 
     def weights() -> dict[str, dict[str, float]]:
         rows = ablations("tweets", plan, (1,))

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from kd.methods.gkd import gradient_kd
 from kd.methods.objective import METHODS, PRESETS, Objective, control
 from workbench.core.config import ObjectiveConfig, to_dict
 
@@ -34,7 +35,7 @@ def test_a_controls_record_differs_from_its_methods_in_the_own_weights_alone(pre
     full, controlled = _resolve(method), _resolve(ours)
     assert set(full.weights) - set(controlled.weights) == OWN[preset]
     assert {k: w for k, w in full.weights.items() if k not in OWN[preset]} == controlled.weights
-    assert controlled.gradient_kd == full.gradient_kd  # GKD's set-up stays without its term
+    assert gradient_kd(controlled) == gradient_kd(full)  # GKD's set-up stays without its term
     then, now = full.record(), controlled.record()
     own_settings = {  # the settings only the own terms' methods record
         key
@@ -59,10 +60,12 @@ def test_the_gradient_regime_is_a_setting_of_its_own():
     gkd = _resolve(ObjectiveConfig(preset="gkd"))
     plain = _resolve(ObjectiveConfig(preset="gkd", weights={"ce": 0.5, "kd": 0.5}))
     pinned = _resolve(
-        ObjectiveConfig(preset="gkd", weights={"ce": 0.5, "kd": 0.5}, gradient_regime=True)
+        ObjectiveConfig(preset="gkd", weights={"ce": 0.5, "kd": 0.5}).with_settings(
+            gradient_regime=True
+        )
     )
-    off = _resolve(ObjectiveConfig(preset="gkd", gradient_regime=False))
-    assert (gkd.gradient_kd, plain.gradient_kd, pinned.gradient_kd, off.gradient_kd) == (
+    off = _resolve(ObjectiveConfig(preset="gkd").with_settings(gradient_regime=False))
+    assert (gradient_kd(gkd), gradient_kd(plain), gradient_kd(pinned), gradient_kd(off)) == (
         True,
         False,
         True,

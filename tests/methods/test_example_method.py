@@ -1,9 +1,12 @@
-"""The worked example of docs/adding-a-method.md: one file registers a method, which then
-resolves, records itself and trains a step like the built-in ones, and has a tune space, an
-ablation in the reproduction suite and a verdict in its report."""
+"""The worked example of docs/adding-a-method.md: one file registers a method with an option, a
+tune parameter and a sweep, which then resolves, records itself and trains a step like the
+built-in ones, trains through ``kdw distill``, is searched by ``kdw tune``, joins a reproduction
+suite (its sweep and ablation, ``kdw reproduce --students``) and has a verdict in its report —
+with no other file changed: the example is registered from its own module alone."""
 
 from __future__ import annotations
 
+import json
 import runpy
 from pathlib import Path
 
@@ -11,14 +14,17 @@ import pytest
 import torch
 
 import kd.methods.objective as registry
+from kd.cli import build_parser, main
+from kd.cli.commands import reproduce_suite
 from kd.experiments.reproduce.report import write_report
 from kd.experiments.reproduce.runner import compact
-from kd.experiments.reproduce.suite import TaskPlan, ablations
+from kd.experiments.reproduce.suite import TaskPlan, ablations, experiments
 from kd.experiments.tune import apply, search_space
 from kd.methods.objective import Objective
 from kd.training.pipeline import check_tokens
-from tests.conftest import tiny_model, tiny_tokenizer
-from workbench.core.config import DataConfig, ObjectiveConfig, OptimConfig
+from tests.conftest import tiny_model, tiny_tokenizer, write_tiny_runs
+from workbench.core import config
+from workbench.core.config import DataConfig, ObjectiveConfig, OptimConfig, to_dict
 from workbench.core.data import batches, encode, load_task
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import cut_student, forward
@@ -29,8 +35,14 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "hidden_mse.py"
 @pytest.fixture
 def example():
     """The example module's names, registered for this test only: the registry's tables (which
-    the tuner, the suite and the report read) are restored in place afterwards."""
-    tables = [registry.TERMS, registry.TEACHER_FIELDS, registry.PRESETS]
+    the parser, the tuner, the suite and the report read) are restored in place afterwards."""
+    tables = [
+        registry.TERMS,
+        registry.TEACHER_FIELDS,
+        registry.PRESETS,
+        registry.PARAMETERS,
+        config.METHOD_SETTINGS,
+    ]
     saved = [dict(table) for table in tables]
     methods = list(registry.METHODS)
     yield runpy.run_path(str(EXAMPLE))
@@ -53,6 +65,9 @@ def test_example_method_registers_resolves_and_trains_a_step(example, tiny_task_
     assert objective.record()["hidden_pairs"] == [[0, 0], [1, 2], [2, 4]]
     assert objective.teacher_fields() == ["logits", "hidden_states"]
     assert objective.teacher_settings(["hidden_states"])["hidden_pairs"] == [(0, 0), (1, 2), (2, 4)]
+    later = ObjectiveConfig(preset="hidden-mse").with_settings(hidden_from=1)
+    assert to_dict(later)["hidden_from"] == 1
+    assert Objective.resolve(later, 4, 2, num_labels=3).hidden_pairs == [(1, 2), (2, 4)]
 
     with torch.no_grad():
         teacher_values = objective.teacher_batch(teacher, batch)
@@ -79,6 +94,17 @@ def test_example_method_registers_resolves_and_trains_a_step(example, tiny_task_
     assert after < values["loss"]
 
 
+def test_example_option_is_a_kdw_option_with_its_domain(example, capsys):
+    arguments = ["distill", "--teacher", "t", "--run-dir", "s", "--preset", "hidden-mse"]
+    parsed = build_parser().parse_args([*arguments, "--hidden-from", "2"])
+    assert parsed.hidden_from == 2
+    with pytest.raises(WorkbenchError, match=r"^--hidden-from: -1 is not allowed"):
+        ObjectiveConfig(preset="hidden-mse").with_settings(hidden_from=-1)
+    beyond = ObjectiveConfig(preset="hidden-mse").with_settings(hidden_from=3)
+    with pytest.raises(WorkbenchError, match=r"^--hidden-from 3: this student maps hidden states"):
+        Objective.resolve(beyond, 4, 2, num_labels=3)
+
+
 def test_example_loss_refuses_other_widths(example):
     hidden_mse_loss = example["hidden_mse_loss"]
     with pytest.raises(ValueError, match="equal hidden sizes"):
@@ -94,20 +120,34 @@ def test_registering_the_example_gives_it_a_tune_space_an_ablation_and_a_verdict
     }
     objective, _ = apply(
         {"beta": 10.0, "alpha": 0.9},
-        "hidden-mse",
         weights,
         ObjectiveConfig(preset="hidden-mse"),
         OptimConfig(),
     )
     assert objective.weights == {"ce": 0.1, "kd": 0.9, "hidden": 10}  # 1 − 0.9 is 0.1, exactly
+    searched = search_space("hidden-mse", ("hidden_from=0,1",), weights)
+    assert searched["hidden_from"].choices == (0, 1)
+    objective, _ = apply(
+        {"hidden_from": 1}, weights, ObjectiveConfig(preset="hidden-mse"), OptimConfig()
+    )
+    assert to_dict(objective)["hidden_from"] == 1
 
     rows = ablations("t", TaskPlan(DataConfig(task="t")), (1, 2))
     ours = [e for e in rows if e.name.startswith("hidden-mse")]
     assert [(e.name, e.group, e.seed) for e in ours] == [
+        ("hidden-mse F=1", "hidden-from", 1),
+        ("hidden-mse F=1", "hidden-from", 2),
+        ("hidden-mse F=2", "hidden-from", 1),
+        ("hidden-mse F=2", "hidden-from", 2),
         ("hidden-mse w/o ce", "hidden-terms", 1),
         ("hidden-mse w/o ce", "hidden-terms", 2),
     ]
-    resolved = Objective.resolve(ours[0].objective, 4, 2)
+    assert [to_dict(e.objective)["hidden_from"] for e in ours[:4:2]] == [1, 2]
+    swept = TaskPlan(DataConfig(task="t"), sweeps={"hidden_from_sweep": (2,)})
+    assert [e.name for e in ablations("t", swept, (1,)) if e.group == "hidden-from"] == [
+        "hidden-mse F=2"
+    ]
+    resolved = Objective.resolve(ours[4].objective, 4, 2)
     assert resolved.weights == {"kd": 0.5, "hidden": 1.0}  # the preset's, CE dropped
 
     # a hand-made record: over 2 seeds of 50 test examples, vanilla KD right on 25 of each,
@@ -158,3 +198,33 @@ def test_a_token_term_that_declares_no_word_form_is_refused_across_tokenizers(
     with pytest.raises(WorkbenchError, match="the terms hidden compare tokens") as error:
         check_tokens(across, teacher.tokenizer, student.tokenizer)
     assert "\n" not in str(error.value)
+
+
+@pytest.mark.slow
+def test_example_trains_with_kdw_distill_is_tuned_and_joins_a_suite(example, tmp_path):
+    """``kdw distill``, ``kdw tune`` and ``kdw reproduce --students`` take the example's preset and
+    option as they take a built-in method's."""
+    write_tiny_runs(tmp_path)
+    common = ["--teacher", str(tmp_path / "teacher"), "--task", str(tmp_path / "task")]
+    fast = ["--max-length", "16", "--epochs", "0.1", "--batch-size", "16", "--num-layers", "2"]
+    run = tmp_path / "hidden"
+    options = ["--preset", "hidden-mse", "--hidden-from", "1"]
+    assert main(["distill", "--run-dir", str(run), *common, *fast, *options]) == 0
+    record = json.loads((run / "run.json").read_text())
+    assert record["configs"]["objective"]["hidden_from"] == 1
+    assert record["resolved"]["objective"]["hidden_pairs"] == [[1, 2], [2, 4]]
+
+    out = tmp_path / "tuned"
+    space = ["--space", "hidden_from=0,1", "--space", "beta=1", "--space", "alpha=0.5"]
+    tune = ["tune", "--out", str(out), *common, *fast, "--preset", "hidden-mse", *space]
+    assert main([*tune, "--trials", "2", "--no-prune"]) == 0
+    best = json.loads((out / "best.json").read_text())
+    assert best["objective"]["hidden_from"] in (0, 1)
+
+    students = tmp_path / "students.json"
+    entry = {"name": "hidden F=1", "task": "tweets", "objective": {"preset": "hidden-mse"}}
+    entry["objective"]["hidden_from"] = 1
+    students.write_text(json.dumps([entry]))
+    suite = reproduce_suite(build_parser().parse_args(["reproduce", "--students", str(students)]))
+    joined = [e for e in experiments(suite) if e.name == "hidden F=1"]
+    assert joined and all(to_dict(e.objective)["hidden_from"] == 1 for e in joined)

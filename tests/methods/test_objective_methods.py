@@ -10,9 +10,8 @@ import torch
 
 from kd.methods.adkd import attribution_loss, sampled_view_loss
 from kd.methods.ckd import layer_relation_loss, word_relation_loss
-from kd.methods.gkd import gradient_alignment_loss, state_gradients
+from kd.methods.gkd import gradient_alignment_loss, prepare_gradient_student, state_gradients
 from kd.methods.objective import Objective
-from kd.training.pipeline import prepare_gradient_student
 from tests.conftest import tiny_model
 from workbench.analysis.attribution.gradients import attribution_maps, input_gradients
 from workbench.core.cache import ExampleCache
@@ -37,7 +36,9 @@ def _dataset(count: int = 12, seed: int = 0) -> EncodedSplit:
 def _setup(preset: str, **options):
     teacher = tiny_model(layers=4).requires_grad_(False)
     student = cut_student(teacher, [1, 3]).eval()
-    objective = Objective.resolve(ObjectiveConfig(preset=preset, **options), 4, 2, num_labels=3)
+    objective = Objective.resolve(
+        ObjectiveConfig(preset=preset).with_settings(**options), 4, 2, num_labels=3
+    )
     batch = next(batches(_dataset(), list(range(6)), 6, 0))
     return teacher, student, objective, batch
 
@@ -139,7 +140,7 @@ def test_two_classes_attribute_one_view_official_uses_gold_and_zero_baseline():
     paper = Objective.resolve(ObjectiveConfig(preset="adkd"), 4, 2, 3)
     assert paper.attr_views == "all" and paper.attr_baseline == "pad"
     # an explicit choice is honoured, never silently replaced by the official default
-    chosen = ObjectiveConfig(preset="adkd", parity="official", attr_views="all")
+    chosen = ObjectiveConfig(preset="adkd", parity="official").with_settings(attr_views="all")
     assert Objective.resolve(chosen, 4, 2, 2).attr_views == "all"
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from kd.methods.adkd import ADKDSettings
 from kd.methods.objective import Objective
 from tests.conftest import TEXTS_WITHOUT_PUNCTUATION as TEXTS
 from tests.conftest import whitespace_words, word_batches
@@ -67,7 +68,7 @@ def test_word_level_attribution_term_equals_a_direct_computation(two_tokenizers)
             batch["token_type_ids"],
             views="all",
             labels=batch["labels"],
-            steps=objective.config.attr_steps,
+            steps=objective.config.of(ADKDSettings).attr_steps,
             baseline=objective.attr_baseline,
             top_k=top_k,
         )  # [B, C, L]
@@ -81,7 +82,7 @@ def test_word_level_attribution_term_equals_a_direct_computation(two_tokenizers)
             out.append(words / words.norm(dim=-1, keepdim=True))  # [C, W]
         return out
 
-    t_maps = word_maps("teacher", objective.config.attr_top_k)
+    t_maps = word_maps("teacher", objective.config.of(ADKDSettings).attr_top_k)
     s_maps = word_maps("student", None)
     assert objective.attr_reduction == "official"  # Σ squared differences / real words
     squared = sum(((s - t) ** 2).sum() for s, t in zip(s_maps, t_maps, strict=True))

@@ -183,7 +183,9 @@ def test_each_term_splits_into_shards_by_its_unit(name, settings, tmp_path):
     teacher = tiny_model().requires_grad_(False)
     student = cut_student(teacher, [1, 3], False)
     disable_dropout(student)
-    config = ObjectiveConfig(preset="kd", weights={name: 1.0}, attr_reduction=settings or None)
+    config = ObjectiveConfig(preset="kd", weights={name: 1.0}).with_settings(
+        attr_reduction=settings or None
+    )
     objective = Objective.resolve(config, 4, 2, 3)
     unit = unit_index(objective.term_units()[name])
 
@@ -211,7 +213,9 @@ def test_word_terms_split_into_shards_by_the_shared_words(name, two_tokenizers):
     a batch's value is its parts' values weighted by their shares of those words."""
     teacher, student = two_tokenizers
     texts = sorted(make_sentences(12, seed=4).text, key=len)
-    config = ObjectiveConfig(preset="kd", weights={name: 1.0}, attr_reduction="official")
+    config = ObjectiveConfig(preset="kd", weights={name: 1.0}).with_settings(
+        attr_reduction="official"
+    )
     objective = Objective.resolve(config, 4, 4, 3, words=True)
     unit = unit_index(objective.term_units()[name])
     assert objective.term_units()[name] == "tokens"

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from kd.cli import main
+from kd.methods.gkd import gradient_kd, prepare_gradient_student
 from kd.methods.objective import Objective
-from kd.training.pipeline import prepare_gradient_student
 from tests.conftest import (
     TEXTS_WITHOUT_PUNCTUATION,
     tiny_model,
@@ -58,7 +58,7 @@ def _loss_and_gradients(
     teacher = tiny_model(layers=4).requires_grad_(False).eval().to(dtype)
     student = cut_student(teacher, [1, 3]).to(dtype).eval()
     objective = Objective.resolve(ObjectiveConfig(preset=method), 4, 2, num_labels=3)
-    if objective.gradient_kd:
+    if gradient_kd(objective):
         prepare_gradient_student(teacher, student)
         student.eval()
     teacher, student = teacher.to(device), student.to(device)

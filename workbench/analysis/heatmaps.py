@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from workbench.core.config import MAX_DPI, Checked, MapSettings, colormap, dpi_range, option
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import parse_json_lines, read_limited
+from workbench.core.names import TASK_NAMES
 
 if TYPE_CHECKING:
     from workbench.analysis.attribution import AttributionConfig, ExplainerChoice
@@ -249,9 +250,7 @@ def model_detail(loaded: LoadedModel) -> str:
 def public_task(task: str) -> str:
     """The task as an anonymous export names it: a bundled or GLUE task by its name, any other
     (a local path, a hub data set under someone's account) as ``task``."""
-    from workbench.core.data import task_names
-
-    return task if task in task_names() else "task"
+    return task if task in TASK_NAMES else "task"
 
 
 def attribution_config(settings: HeatmapSettings) -> AttributionConfig:

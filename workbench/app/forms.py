@@ -87,9 +87,11 @@ def config_widgets(
     columns: int = 2,
 ) -> T:
     """An instance of the dataclass ``cls`` read from one widget per field (keys
-    ``<key>.<field>``); ``overrides`` replaces the generated widget of some fields."""
-    values = {}
-    fields = dataclasses.fields(cls)
+    ``<key>.<field>``); ``overrides`` replaces the generated widget of some fields. A settings
+    map (the objective's methods' settings) is read as one instance of each registered settings
+    dataclass, its fields keyed as the config's own."""
+    values: dict[str, Any] = {}
+    fields = [f for f in dataclasses.fields(cls) if "settings" not in f.metadata]
     slots = st.columns(columns)
     for i, f in enumerate(fields):
         default = getattr(defaults, f.name) if defaults is not None else default_of(f)
@@ -103,4 +105,16 @@ def config_widgets(
                 )
             else:
                 values[f.name] = _widget(cls, f, default, f"{key}.{f.name}")
+    for f in dataclasses.fields(cls):
+        if "settings" in f.metadata:
+            values[f.name] = {
+                name: config_widgets(
+                    settings,
+                    key,
+                    getattr(defaults, f.name)[name] if defaults is not None else None,
+                    overrides,
+                    columns,
+                )
+                for name, settings in f.metadata["settings"].items()
+            }
     return cls(**values)

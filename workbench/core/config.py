@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from workbench.core.errors import WorkbenchError
+from workbench.core.names import BUILTIN_MODELS, TASK_NAMES
 
 T = TypeVar("T")
 
@@ -140,7 +141,6 @@ WEIGHTS = Syntax(weight_pairs, spell_weights)
 
 
 VIEWS = ("all", "pred", "gold")
-ADKD_VIEWS = (*VIEWS, "sample")  # AD-KD also draws one class per example and step
 Views = str | tuple[int, ...]  # a view's name, or class indices
 
 
@@ -184,12 +184,13 @@ def views_option(default: Views | None, help: str, names: Sequence[str]) -> Any:
 
 
 # Lists that help texts name as ``{presets}``, ``{terms}``, ``{temperatures}``, ``{ablations}``,
-# ``{words}`` (how the per-token terms compare across tokenizers),
+# ``{words}`` (how the per-token terms compare across tokenizers), ``{parameters}`` (what kdw tune
+# searches),
 # never written out by hand: kd.methods.objective registers them from its registry, and
-# :func:`fill_help` fills them in when a help text is shown. Where the registry is not loaded (``kdw
-# --help`` loads no method, hence no torch), the text points to ``kdw methods``, which lists them.
+# :func:`fill_help` fills them in when a help text is shown. Where the registry is not loaded (the
+# foundation alone), the text points to ``kdw methods``, which lists them.
 HELP_LISTS: dict[str, Callable[[], str]] = {}
-LISTED = ("presets", "terms", "temperatures", "ablations", "words")
+LISTED = ("presets", "terms", "temperatures", "ablations", "words", "parameters")
 
 
 def fill_help(text: str) -> str:
@@ -276,22 +277,10 @@ def validate(config: Any) -> None:
             )
 
 
-def _task_names() -> list[str]:
-    from workbench.core.data import task_names  # imported when called: data builds on this module
-
-    return task_names()
-
-
-def _model_names() -> list[str]:
-    from workbench.core.models import BUILTIN_MODELS  # imported when called, as above
-
-    return list(BUILTIN_MODELS)
-
-
 def resolve_paths(config: Any, bases: Sequence[Path] = ()) -> None:
-    """Make the path fields of ``config`` absolute: a field declared with ``path`` (a function
-    giving the registered names that win over a path, such as task names) whose value names an
-    existing file or folder, and none of those names, gets the absolute path, so that a run's
+    """Make the path fields of ``config`` absolute: a field declared with ``path`` (the names
+    that win over a path, such as task names) whose value names an existing file or folder, and
+    none of those names, gets the absolute path, so that a run's
     record (its teacher run, its data) opens from any working directory. A relative path that
     does not exist from here is looked up under each of ``bases`` in turn (a run recorded
     before its paths were absolute: under the folders that hold it)."""
@@ -302,7 +291,7 @@ def resolve_paths(config: Any, bases: Sequence[Path] = ()) -> None:
         path = Path(value).expanduser()
         places = [path] if path.is_absolute() else [path, *(base / path for base in bases)]
         found = next((place for place in places if place.exists()), None)
-        if found is not None and value not in names():
+        if found is not None and value not in names:
             setattr(config, f.name, str(found.resolve()))
 
 
@@ -363,7 +352,7 @@ class DataConfig(Checked):
         "task name: tweets, bbc-news (bundled offline), a GLUE task (cola, sst2, mrpc, qqp, stsb, "
         "mnli, qnli, rte), a local file/directory (CSV, TSV, JSONL, parquet, or a data set saved "
         "by datasets' save_to_disk), or a hub data set (owner/name or name)",
-        path=_task_names,
+        path=TASK_NAMES,
     )
     task_config: str | None = option(
         None,
@@ -407,7 +396,7 @@ class DataConfig(Checked):
         "local GLUE data: the hub's parquet files (<dir>/<task>/<split>-*.parquet) or the "
         "original distribution's TSV files (<dir>/SST-2/train.tsv, dev.tsv); "
         "default: download nyu-mll/glue from the hub",
-        path=tuple,
+        path=(),
     )
 
 
@@ -420,7 +409,7 @@ class TeacherConfig(Checked):
         "built-in offline model (minilm-l6), a hub id such as bert-base-uncased, or a local "
         "directory with config.json and weights; a sequence classifier keeps its head, its "
         "classes matched to the task's by name",
-        path=_model_names,
+        path=BUILTIN_MODELS,
     )
     label_map: str = label_map_option("--model")
 
@@ -433,7 +422,7 @@ class StudentConfig(Checked):
         "",
         "the fine-tuned teacher: a run folder (from train-teacher), a Hugging Face sequence "
         "classifier's folder (config, weights, tokenizer), a built-in name or a hub id",
-        path=_model_names,
+        path=BUILTIN_MODELS,
     )
     label_map: str = label_map_option("teacher")
     allow_unfinished: bool = option(
@@ -460,7 +449,7 @@ class StudentConfig(Checked):
         None,
         "checkpoint for --init pretrained (hub id or directory); one of another tokenizer "
         "than the teacher's learns the per-token terms on the words both share ({words})",
-        path=_model_names,
+        path=BUILTIN_MODELS,
     )
     hidden_size: int | None = option(
         None, "hidden size for --init random (default: teacher's)", domain=positive
@@ -470,9 +459,16 @@ class StudentConfig(Checked):
     )
 
 
+# each distillation method's settings dataclass, by method name, registered when kd.methods is
+# imported (:func:`register_settings`)
+METHOD_SETTINGS: dict[str, type] = {}
+
+
 @dataclass
 class ObjectiveConfig(Checked):
-    """The distillation objective: a preset or explicit weights over loss terms."""
+    """The distillation objective: a preset or explicit weights over loss terms, and the settings
+    of each registered method (``methods``: method name → its settings dataclass, read typed
+    with :meth:`of`)."""
 
     preset: str = option(
         "kd",
@@ -503,60 +499,69 @@ class ObjectiveConfig(Checked):
         "(GKD/PKD code: KLDivLoss mean × τ²); default from --parity",
         choices=(None, "kl", "soft-ce", "kl-mean"),
     )
-    pkd_mapping: str = option(
-        "skip",
-        "Patient KD layer mapping for custom weights (presets pkd-skip/pkd-last set it)",
-        choices=("skip", "last"),
-    )
-    ckd_window: int = option(
-        10, "CKD angle window half-width δ (tokens each side)", domain=positive
-    )
-    attr_steps: int = option(1, "AD-KD integrated-gradients steps m", domain=ig_steps)
-    attr_top_k: int | None = option(
-        None,
-        "AD-KD teacher map: keep the K largest |IG| dimensions per token (default: all)",
-        domain=positive,
-    )
-    attr_baseline: str | None = option(
-        None,
-        "AD-KD IG baseline: pad, pad-keep-special or zero (default: pad; official: zero)",
-        choices=(None, "pad", "pad-keep-special", "zero"),
-    )
-    attr_views: Views | None = views_option(
-        None,
-        "AD-KD views (default: all; official parity: gold for 2 classes): all "
-        "(multi-view), pred (teacher's prediction), gold, class indices such as 0 or 0,2, "
-        "or sample (one class per example and step, drawn uniformly, its squared distance "
-        "weighted by the number of classes: an unbiased estimate of the multi-view squared "
-        "loss at the cost of one view; beyond the paper)",
-        ADKD_VIEWS,
-    )
-    attr_reduction: str | None = option(
-        None,
-        "AD-KD attribution distance: paper (Eq. 9, ‖Ã_t − Ã_s‖₂ per example), squared "
-        "(its square), official (the authors' MSE(sum)/#real tokens, which the papers' β "
-        "values belong to); default: the preset's (adkd: official)",
-        choices=(None, "paper", "squared", "official"),
-    )
-    attr_layer: str = option(
-        "input",
-        "AD-KD attribution layer: input, first, penultimate, or uniform:M (M mapped "
-        "layers from the input)",
-    )
-    dropout: bool = option(
-        False, "keep the student's dropout on under gradient KD (GKD's 'w/ Dropout' ablation)"
-    )
-    gradient_regime: bool | None = option(
-        None,
-        "GKD's student set-up: the teacher's embeddings, frozen, and dropout off (unless "
-        "--dropout); default: on when a gradient term (grad, cls_grad) is weighted. Pinned on "
-        "by a control of GKD, whose gradient terms are at weight 0",
-        recorded_if_set=True,
+    methods: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={"help": "the registered methods' settings", "settings": METHOD_SETTINGS},
     )
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self.weights = {name: float(weight) for name, weight in self.weights.items()}
+        unknown = sorted(set(self.methods) - set(METHOD_SETTINGS))
+        if unknown:
+            raise WorkbenchError(f"no registered method {unknown[0]!r} has settings")
+        self.methods = {
+            name: _settings(cls, self.methods.get(name)) for name, cls in METHOD_SETTINGS.items()
+        }
+
+    def of(self, cls: type[T]) -> T:
+        """The settings of the method whose settings dataclass is ``cls``."""
+        for settings in self.methods.values():
+            if type(settings) is cls:
+                return settings
+        raise WorkbenchError(f"{cls.__name__} are no registered method's settings")
+
+    def get(self, name: str) -> Any:
+        """The value of the setting ``name``, whether every method shares it or one declares it."""
+        owner = next((s for s in self.methods.values() if name in fields_of(s)), self)
+        return getattr(owner, name)
+
+    def with_settings(self, **values: Any) -> ObjectiveConfig:
+        """This config with settings replaced, each by its name, whether every method shares it
+        (``weights``) or one method declares it (``attr_views``)."""
+        methods = dict(self.methods)
+        for name, settings in methods.items():
+            own = {key: values.pop(key) for key in list(values) if key in fields_of(settings)}
+            if own:
+                methods[name] = dataclasses.replace(settings, **own)
+        return dataclasses.replace(self, methods=methods, **values)
+
+
+def _settings(cls: type[T], values: T | dict[str, Any] | None) -> T:
+    """A method's settings given as its dataclass, as keyword values, or not at all (its
+    defaults)."""
+    if values is None:
+        return cls()
+    return cls(**values) if isinstance(values, dict) else values
+
+
+def fields_of(config: Any) -> dict[str, dataclasses.Field]:
+    """The fields of a config dataclass (or instance) by name."""
+    return {f.name: f for f in dataclasses.fields(config)}
+
+
+def register_settings(method: str, cls: type[T]) -> type[T]:
+    """Register ``cls``, the settings dataclass of the distillation method ``method``: every
+    :class:`ObjectiveConfig` holds one (built from its defaults unless given), and the CLI, the
+    app, ``--config`` files and run records show its fields as the objective's own settings, under
+    their names, which no other setting of the objective may take."""
+    if method in METHOD_SETTINGS:
+        raise ValueError(f"method {method!r} has its settings registered already")
+    clash = sorted(set(_flat_fields(ObjectiveConfig)) & set(fields_of(cls)))
+    if clash:
+        raise ValueError(f"method {method!r}: settings {clash} are the objective's already")
+    METHOD_SETTINGS[method] = cls
+    return cls
 
 
 def parse_batch_sizes(text: str) -> tuple[int, ...]:
@@ -711,8 +716,8 @@ class TuneConfig(Checked):
     space: tuple[str, ...] = option(
         (),
         "override one parameter's search space: NAME=v1,v2,... (choices) or NAME=LOW:HIGH "
-        "(uniform; LOW:HIGH:log for a log scale); repeat for several. Parameters: alpha, beta, "
-        "gamma, tau, wr, ltr, lr, top_k (those the method has)",
+        "(uniform; LOW:HIGH:log for a log scale); repeat for several. Parameters: {parameters}, "
+        "lr (those the method has)",
     )
     metric: str | None = option(None, "dev metric to maximise (default: the task's main one)")
     prune: bool = option(True, "stop trials whose dev curve falls below the running median")
@@ -823,9 +828,14 @@ def _parse_text(syntax: Syntax) -> Callable[[str], Any]:
 
 
 def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
-    """Add one ``--option`` per field of the dataclass ``cls`` to ``parser``."""
+    """Add one ``--option`` per field of the dataclass ``cls`` to ``parser``; a settings map's
+    (:data:`METHOD_SETTINGS`), one group of options per registered settings dataclass."""
     group = parser.add_argument_group(cls.__name__, (cls.__doc__ or "").strip().splitlines()[0])
     for f in dataclasses.fields(cls):
+        if "settings" in f.metadata:
+            for settings in f.metadata["settings"].values():
+                add_arguments(parser, settings)
+            continue
         kind, optional = _field_type(cls, f)
         name = option_name(f.name)
         default, syntax = default_of(f), f.metadata.get("syntax")
@@ -884,6 +894,12 @@ def from_arguments(cls: type[T], namespace: argparse.Namespace) -> T:
     """Build ``cls`` from the options :func:`add_arguments` added."""
     values = {}
     for f in dataclasses.fields(cls):
+        if "settings" in f.metadata:
+            values[f.name] = {
+                name: from_arguments(settings, namespace)
+                for name, settings in f.metadata["settings"].items()
+            }
+            continue
         value = getattr(namespace, f.name)
         if _field_type(cls, f)[0] is tuple:
             value = f.default if value is None else tuple(value)
@@ -892,19 +908,37 @@ def from_arguments(cls: type[T], namespace: argparse.Namespace) -> T:
 
 
 def to_dict(config: Any) -> dict[str, Any]:
-    """A JSON-ready dict of a config dataclass; a ``recorded_if_set`` field at its default is
-    left out (:func:`from_dict` restores it), so that adding a setting changes no record."""
+    """A JSON-ready dict of a config dataclass, a settings map's settings among its own (flat,
+    by name); a ``recorded_if_set`` field at its default is left out (:func:`from_dict` restores
+    it), so that adding a setting changes no record."""
     values = dataclasses.asdict(config)
     for f in dataclasses.fields(config):
-        if f.metadata.get("recorded_if_set") and values[f.name] == default_of(f):
+        if "settings" in f.metadata:
+            del values[f.name]
+            for settings in getattr(config, f.name).values():
+                values.update(to_dict(settings))
+        elif f.metadata.get("recorded_if_set") and values[f.name] == default_of(f):
             del values[f.name]
     return values
+
+
+def _flat_fields(cls: type) -> dict[str, tuple[type, dataclasses.Field]]:
+    """Each setting of the config dataclass ``cls`` by name, with the dataclass that declares
+    it: its own fields and, for a settings map, each registered settings dataclass's."""
+    flat: dict[str, tuple[type, dataclasses.Field]] = {}
+    for f in dataclasses.fields(cls):
+        if "settings" in f.metadata:
+            for settings in f.metadata["settings"].values():
+                flat.update(_flat_fields(settings))
+        else:
+            flat[f.name] = (cls, f)
+    return flat
 
 
 def spell(cls: type, name: str, value: Any) -> Any:
     """The value of setting ``name`` of the config dataclass ``cls`` as its :class:`Syntax`
     writes it (``{"ce": 0.1}`` → ``"ce=0.1"``); a value of another setting as it is."""
-    syntax = cls.__dataclass_fields__[name].metadata.get("syntax")
+    syntax = _flat_fields(cls)[name][1].metadata.get("syntax")
     return syntax.spell(value) if syntax and value is not None else value
 
 
@@ -961,15 +995,16 @@ def check_values(cls: type, values: Any) -> dict[str, Any]:
     if not isinstance(values, dict):
         raise WorkbenchError(f"the {cls.__name__} settings are not an object")
     values = upgrade(values)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    fields = _flat_fields(cls)
     unknown = set(values) - set(fields)
     if unknown:
         raise WorkbenchError(
             f"unknown {cls.__name__} settings {sorted(unknown)}; known: {sorted(fields)}"
         )
-    values = {name: _read(fields[name], value) for name, value in values.items()}
+    values = {name: _read(fields[name][1], value) for name, value in values.items()}
     for name, value in values.items():
-        expected = _mistyped(cls, fields[name], value) or _outside(cls, fields[name], value)
+        owner, f = fields[name]
+        expected = _mistyped(owner, f, value) or _outside(owner, f, value)
         if expected:
             raise WorkbenchError(
                 f"{option_name(name)}: {value!r} is not allowed (expected {expected})"
@@ -980,8 +1015,16 @@ def check_values(cls: type, values: Any) -> dict[str, Any]:
 def from_dict(cls: type[T], values: dict[str, Any]) -> T:
     """Rebuild ``cls`` from :func:`to_dict`'s output, settings recorded under a former name
     read under the current one (:func:`upgrade`); unknown keys and values of another type
-    are an error (:func:`check_values`)."""
-    return cls(**check_values(cls, values))
+    are an error (:func:`check_values`); a settings map's settings are given to their
+    dataclasses."""
+    values = check_values(cls, values)
+    for f in dataclasses.fields(cls):
+        if "settings" in f.metadata:
+            values[f.name] = {
+                name: {key: values.pop(key) for key in fields_of(settings) if key in values}
+                for name, settings in f.metadata["settings"].items()
+            }
+    return cls(**values)
 
 
 BASELINES = ("pad", "pad-keep-special", "zero")

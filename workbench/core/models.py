@@ -34,6 +34,7 @@ from workbench.core.data.splits import METRICS_CLASSIFICATION
 from workbench.core.errors import WorkbenchError, first_line
 from workbench.core.files import check_weights, local_path, user_cache
 from workbench.core.hub import hub_reachable, hub_unreachable
+from workbench.core.names import BUILTIN_MODELS
 from workbench.core.parts import (
     LAST,
     embedding_modules,
@@ -81,14 +82,14 @@ def _minilm_l6_path() -> Path:
     )
 
 
-BUILTIN_MODELS = {"minilm-l6": _minilm_l6_path}
+MODEL_PATHS = dict(zip(BUILTIN_MODELS, (_minilm_l6_path,), strict=True))  # each one's folder
 
 
 def resolve_model(name: str) -> str:
     """A built-in name, a local directory (a run folder's ``model/`` too) or a hub id, as a path
     or id that ``from_pretrained`` accepts; a path that does not exist is an error at once."""
-    if name in BUILTIN_MODELS:
-        return str(BUILTIN_MODELS[name]())
+    if name in MODEL_PATHS:
+        return str(MODEL_PATHS[name]())
     path = local_path(name, hub_ids=True)
     if path is None:
         return name

@@ -23,7 +23,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from kd.experiments.reproduce.runner import expand
 from kd.experiments.reproduce.suite import CONTROL, ablated_methods, limit
-from kd.methods.objective import PRESETS, Claim, display_name
+from kd.methods.objective import PRESETS, Claim, Sweep, display_name
 from workbench.analysis.metrics import mean_and_std
 from workbench.analysis.stats import (
     Interval,
@@ -32,6 +32,7 @@ from workbench.analysis.stats import (
     seeds_needed,
     two_level_bootstrap,
 )
+from workbench.core.config import ObjectiveConfig, to_dict
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import atomic_write_text, json_text
 from workbench.core.runs import Run
@@ -581,7 +582,7 @@ def delta_figure(folder: Path, results: dict, intervals: Intervals) -> str | Non
 
 def make_figures(out: Path, results: dict, intervals: Intervals) -> dict[str, str]:
     """The Δs against vanilla KD with their intervals (SVG), per-method accuracy bars for each
-    task and the K and m sweeps (PNG) under ``<out>/figures``; returns ``{title: path}``
+    task and the sweeps the presets declare (PNG) under ``<out>/figures``; returns ``{title: path}``
     relative to ``out``."""
     from matplotlib.figure import Figure
 
@@ -623,50 +624,60 @@ def make_figures(out: Path, results: dict, intervals: Intervals) -> dict[str, st
         axis.legend(loc="lower right")
     figure.savefig(folder / "methods.png", dpi=150)
     figures["Test accuracy per method (error bars: std over seeds)"] = "figures/methods.png"
-    for group, label in (
-        ("adkd-k", "top-K dimensions of the teacher map"),
-        ("adkd-m", "IG steps m"),
-    ):
-        sweep = [r for r in records if r["group"] == group]
-        if not sweep:
-            (folder / f"{group}.png").unlink(missing_ok=True)  # an earlier record's
-            continue
-        seeds = {r["seed"] for r in sweep}
-        default = [
-            r["test"]["accuracy"]
-            for r in full_method_records(records)
-            if r["name"] == "adkd" and r["seed"] in seeds
-        ]
-        values: dict[float, list[float]] = {}
-        for record in sweep:
-            values.setdefault(record["sweep"], []).append(record["test"]["accuracy"])
-        if group == "adkd-m" and default:  # the full method's AD-KD is m = 1
-            values[1.0] = default
-        points = sorted((x, *mean_and_std(ys)) for x, ys in values.items())
-        figure = Figure(figsize=(4, 3), layout="constrained")
-        axis = figure.add_subplot()
-        axis.errorbar(
-            [p[0] for p in points],
-            [p[1] * 100 for p in points],
-            yerr=[p[2] * 100 for p in points],
-            marker="o",
-            capsize=3,
-            color="#5e3c99",
-        )
-        if group == "adkd-k" and default:
-            axis.axhline(
-                mean_and_std(default)[0] * 100,
-                color="#5e3c99",
-                linestyle=":",
-                label="all dimensions (full method)",
-            )
-            axis.legend(loc="lower right")
-        axis.set_xlabel(label)
-        axis.set_ylabel("test accuracy (%)")
-        axis.set_title(f"AD-KD: {label}")
-        figure.savefig(folder / f"{group}.png", dpi=150)
-        figures[f"AD-KD sweep: {label}"] = f"figures/{group}.png"
+    for method, preset in PRESETS.items():
+        for sweep in (a for a in preset.ablations if isinstance(a, Sweep)):
+            figures.update(sweep_figure(folder, records, method, sweep))
     return figures
+
+
+def sweep_figure(folder: Path, records: list[dict], method: str, sweep: Sweep) -> dict[str, str]:
+    """The figure of ``sweep`` of the preset ``method``: test accuracy (mean ± std over seeds)
+    against the swept values, the full method at the preset's own value, or as a line where the
+    preset leaves the setting unset; none (an earlier record's removed) without its students."""
+    from matplotlib.figure import Figure
+
+    rows = [r for r in records if r["group"] == sweep.group]
+    path = folder / f"{sweep.group}.png"
+    if not rows:
+        path.unlink(missing_ok=True)  # an earlier record's
+        return {}
+    seeds = {r["seed"] for r in rows}
+    default = [
+        r["test"]["accuracy"]
+        for r in full_method_records(records)
+        if r["name"] == method and r["seed"] in seeds
+    ]
+    values: dict[float, list[float]] = {}
+    for record in rows:
+        values.setdefault(record["sweep"], []).append(record["test"]["accuracy"])
+    own = to_dict(ObjectiveConfig(preset=method))[sweep.setting]
+    if own is not None and default:
+        values[float(own)] = default
+    points = sorted((x, *mean_and_std(ys)) for x, ys in values.items())
+    figure = Figure(figsize=(4, 3), layout="constrained")
+    axis = figure.add_subplot()
+    axis.errorbar(
+        [p[0] for p in points],
+        [p[1] * 100 for p in points],
+        yerr=[p[2] * 100 for p in points],
+        marker="o",
+        capsize=3,
+        color="#5e3c99",
+    )
+    if own is None and default:
+        axis.axhline(
+            mean_and_std(default)[0] * 100,
+            color="#5e3c99",
+            linestyle=":",
+            label=f"{sweep.unset} (full method)",
+        )
+        axis.legend(loc="lower right")
+    axis.set_xlabel(sweep.axis)
+    axis.set_ylabel("test accuracy (%)")
+    name = display_name(method)
+    axis.set_title(f"{name}: {sweep.axis}")
+    figure.savefig(path, dpi=150)
+    return {f"{name} sweep: {sweep.axis}": f"figures/{sweep.group}.png"}
 
 
 def gallery_indices(labels: Sequence[int]) -> str:
@@ -693,7 +704,8 @@ def heatmap_gallery(out: Path, results: dict) -> dict[str, str]:
             if r["task"] == task
             and r["group"] == "main"
             and r["seed"] == 1
-            and r["name"] in ("kd", "adkd", "gkd")
+            and r["name"] in PRESETS
+            and PRESETS[r["name"]].gallery
         ]
         folder = out / "figures" / "gallery" / task
         paths = [out / run for run in runs]

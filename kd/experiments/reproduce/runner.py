@@ -41,8 +41,8 @@ from kd.experiments.reproduce.suite import (
     suite_key,
     teacher_settings,
 )
-from kd.experiments.tune import PARAMETERS, tune
-from kd.methods.objective import PRESETS, preset_weights
+from kd.experiments.tune import tune
+from kd.methods.objective import PARAMETERS, PRESETS
 from kd.training.pipeline import check_teacher, distill, teacher_pin, train_teacher
 from workbench.analysis.benchmark import benchmark
 from workbench.analysis.evaluation import evaluate_logits, predict_logits
@@ -302,16 +302,9 @@ def tune_space(method: str, searched: Sequence[str], plan: TaskPlan) -> tuple[st
     """``kdw tune --space`` overrides that search ``searched`` over the preset's default space
     (:attr:`kd.methods.objective.Preset.space`) and hold its other dimensions at the preset's
     values."""
-    weights = preset_weights(ObjectiveConfig(preset=method))
-    current = {
-        "alpha": weights.get("kd"),
-        "beta": weights.get(PRESETS[method].beta or ""),
-        "gamma": weights.get("cls_grad"),
-        "wr": weights.get("wr"),
-        "ltr": weights.get("ltr"),
-        "tau": PRESETS[method].temperature,
-        "lr": plan.student_learning_rate,
-    }
+    preset = ObjectiveConfig(preset=method)
+    current = {name: p.read(preset) for name, p in PARAMETERS.items()}
+    current["lr"] = plan.student_learning_rate
     space = PRESETS[method].space
     for name in searched:
         if name not in space:
@@ -319,7 +312,7 @@ def tune_space(method: str, searched: Sequence[str], plan: TaskPlan) -> tuple[st
     held = [
         f"{name}={current[name]:g}"
         for name in space
-        if name not in searched and name in PARAMETERS and current.get(name) is not None
+        if name not in searched and current.get(name) is not None
     ]
     return tuple(f"{name}={space[name]}" for name in searched) + tuple(held)
 

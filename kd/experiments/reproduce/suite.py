@@ -38,6 +38,11 @@ TUNED_PARAMETERS: dict[str, tuple[str, ...]] = {
 }
 
 
+def registered_sweeps() -> list[Sweep]:
+    """The sweeps the registered presets declare."""
+    return [a for preset in PRESETS.values() for a in preset.ablations if isinstance(a, Sweep)]
+
+
 def ablated_methods() -> list[str]:
     """The registered presets that declare ablations (their full methods are the ablations'
     reference)."""
@@ -59,11 +64,15 @@ class TaskPlan:
     batch_size: int = 32
     teacher_learning_rate: float = 5e-5
     student_learning_rate: float = 1e-4
-    top_k_sweep: tuple[int, ...] = (48, 96, 192)  # of MiniLM's 384 dimensions
-    steps_sweep: tuple[int, ...] = (2, 4, 8)  # m = 1 is the main table's AD-KD
+    sweeps: dict[str, tuple[int, ...]] = field(default_factory=dict)  # a sweep's key → its
+    # values on this task, where they are not the sweep's own (kd.methods.objective.Sweep)
     explained_examples: int | None = 500  # SL, gap and AOPC on the first N test examples
     given_teacher: str = ""  # a classifier folder to use as the task's teacher, as it is
     # (``kdw reproduce --teacher TASK=FOLDER``): ``teacher`` and its training lengths unused
+
+    def sweep_values(self, sweep: Sweep) -> tuple[int, ...]:
+        """The values ``sweep`` takes on this task."""
+        return tuple(self.sweeps.get(sweep.key, sweep.values))
 
 
 @dataclass(frozen=True)
@@ -266,8 +275,15 @@ def identity(experiment: Experiment, plan: TaskPlan, teacher_plan: TaskPlan) -> 
 
 def suite_key(suite: Suite) -> str:
     """A fingerprint of every setting of the suite: records of the same suite (its shards) have
-    the same key, records of any other suite (``--fixed``, ``--seeds``, …) another."""
-    return fingerprint(asdict(suite))
+    the same key, records of any other suite (``--fixed``, ``--seeds``, …) another. A task
+    plan's sweeps are keyed as its own settings, each registered sweep's values under its key."""
+    settings = asdict(suite)
+    for task, plan in suite.plans.items():
+        del settings["plans"][task]["sweeps"]
+        settings["plans"][task].update(
+            {sweep.key: plan.sweep_values(sweep) for sweep in registered_sweeps()}
+        )
+    return fingerprint(settings)
 
 
 @dataclass(frozen=True)
@@ -314,10 +330,10 @@ def ablations(task: str, plan: TaskPlan, seeds: Sequence[int]) -> list[Experimen
                     (
                         f"{method} {entry.label}={value}",
                         entry.group,
-                        replace(base, **{entry.setting: value}),
+                        base.with_settings(**{entry.setting: value}),
                         float(value),
                     )
-                    for value in getattr(plan, entry.values)
+                    for value in plan.sweep_values(entry)
                 ]
             else:
                 variants.append((f"{method} {entry.name}", entry.group, ablated(base, entry), None))
@@ -398,8 +414,7 @@ DEFAULT = Suite(
             teacher_epochs=3,
             student_epochs=1,
             seeds=(1, 2, 3),
-            top_k_sweep=(96, 192),
-            steps_sweep=(2, 4),
+            sweeps={"top_k_sweep": (96, 192), "steps_sweep": (2, 4)},
         ),
         "bbc-news": TaskPlan(
             DataConfig(task="bbc-news", max_length=128),

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from workbench.core.config import DataConfig, option_name
 from workbench.core.data.bundled import TWEETS_VERSION, load_bbc_news, load_tweets
-from workbench.core.data.glue import GLUE_TASKS, load_glue
+from workbench.core.data.glue import load_glue
 from workbench.core.data.hub_sets import is_hub_id, is_saved_dataset, load_hub, load_saved
 from workbench.core.data.local import Columns, load_local
 from workbench.core.data.splits import (
@@ -36,6 +36,7 @@ from workbench.core.data.splits import (
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import local_path
 from workbench.core.lazy import lazy_names
+from workbench.core.names import BUNDLED_TASKS, GLUE_TASKS, TASK_NAMES
 
 # tokenisation and padding need torch and transformers: imported when first asked for, so that a
 # data file is read and checked before they load (a bad column is found in a second)
@@ -52,7 +53,7 @@ ENCODING = (
 )
 __getattr__ = lazy_names(__name__, dict.fromkeys(ENCODING, "workbench.core.data.encoding"))
 
-BUNDLED = {"tweets": load_tweets, "bbc-news": load_bbc_news}
+BUNDLED = dict(zip(BUNDLED_TASKS, (load_tweets, load_bbc_news), strict=True))
 VERSIONS = {"tweets": TWEETS_VERSION}  # bundled sets whose cleaning changed since version 1
 
 
@@ -60,10 +61,6 @@ def data_version(task: str) -> str | None:
     """The data version of a bundled task whose cleaning changed (None for the others), known
     without loading it: what a record keyed by settings alone must include."""
     return VERSIONS.get(task)
-
-
-def task_names() -> list[str]:
-    return [*BUNDLED, *GLUE_TASKS]
 
 
 def _columns(config: DataConfig) -> Columns:
@@ -135,7 +132,7 @@ def load_task(config: DataConfig, notify: Callable[[str], None] | None = None) -
         data = load_hub(name, config.task_config, config.split_seed, _columns(config))
     else:
         raise WorkbenchError(
-            f"unknown task {name!r}: use one of {', '.join(task_names())}, a path to a "
+            f"unknown task {name!r}: use one of {', '.join(TASK_NAMES)}, a path to a "
             "local CSV/TSV/JSONL/parquet file or directory, or a hub data set (owner/name)"
         )
     stratify = not data.spec.regression
@@ -194,6 +191,5 @@ __all__ = [
     "prefixes",
     "sample_split",
     "share_words",
-    "task_names",
     "to_device",
 ]

@@ -19,33 +19,8 @@ from workbench.core.data.splits import (
 from workbench.core.errors import WorkbenchError, first_line
 from workbench.core.files import existing_path, regular_file
 from workbench.core.hub import hub_offline, hub_reachable, hub_unreachable
+from workbench.core.names import GLUE_TASKS, GlueTask
 
-
-@dataclass(frozen=True)
-class GlueTask:
-    text_columns: tuple[str, str | None]
-    label_names: tuple[str, ...]
-    metrics: tuple[str, ...]
-    extra_eval: tuple[tuple[str, str], ...] = ()
-
-
-GLUE_TASKS: dict[str, GlueTask] = {
-    "cola": GlueTask(("sentence", None), ("unacceptable", "acceptable"), ("mcc", "accuracy")),
-    "sst2": GlueTask(("sentence", None), ("negative", "positive"), ("accuracy",)),
-    "mrpc": GlueTask(
-        ("sentence1", "sentence2"), ("not_equivalent", "equivalent"), ("f1", "accuracy")
-    ),
-    "qqp": GlueTask(("question1", "question2"), ("not_duplicate", "duplicate"), ("accuracy", "f1")),
-    "stsb": GlueTask(("sentence1", "sentence2"), (), ("spearman", "pearson")),
-    "mnli": GlueTask(
-        ("premise", "hypothesis"),
-        ("entailment", "neutral", "contradiction"),
-        ("accuracy",),
-        extra_eval=(("test-mismatched", "validation_mismatched"),),
-    ),
-    "qnli": GlueTask(("question", "sentence"), ("entailment", "not_entailment"), ("accuracy",)),
-    "rte": GlueTask(("sentence1", "sentence2"), ("entailment", "not_entailment"), ("accuracy",)),
-}
 GLUE_REPO = "nyu-mll/glue"
 GLUE_OFFLINE_FIX = (
     "pass --glue-dir with a local copy (the hub's parquet files or GLUE's TSV "

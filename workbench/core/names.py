@@ -1,0 +1,40 @@
+"""The tasks and models the workbench knows by name: the bundled data sets, the GLUE tasks (with
+what their files hold: the text columns, the label names, the metrics) and the built-in models.
+It imports nothing of the workbench: the configs read these names (a name wins over a file of the
+same name, :func:`workbench.core.config.resolve_paths`) below the loaders that give them data
+and weights (:mod:`workbench.core.data`, :mod:`workbench.core.models`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+BUNDLED_TASKS = ("tweets", "bbc-news")  # shipped with the package, offline
+BUILTIN_MODELS = ("minilm-l6",)  # installed from a registry package
+
+
+@dataclass(frozen=True)
+class GlueTask:
+    text_columns: tuple[str, str | None]
+    label_names: tuple[str, ...]
+    metrics: tuple[str, ...]
+    extra_eval: tuple[tuple[str, str], ...] = ()
+
+
+GLUE_TASKS: dict[str, GlueTask] = {
+    "cola": GlueTask(("sentence", None), ("unacceptable", "acceptable"), ("mcc", "accuracy")),
+    "sst2": GlueTask(("sentence", None), ("negative", "positive"), ("accuracy",)),
+    "mrpc": GlueTask(
+        ("sentence1", "sentence2"), ("not_equivalent", "equivalent"), ("f1", "accuracy")
+    ),
+    "qqp": GlueTask(("question1", "question2"), ("not_duplicate", "duplicate"), ("accuracy", "f1")),
+    "stsb": GlueTask(("sentence1", "sentence2"), (), ("spearman", "pearson")),
+    "mnli": GlueTask(
+        ("premise", "hypothesis"),
+        ("entailment", "neutral", "contradiction"),
+        ("accuracy",),
+        extra_eval=(("test-mismatched", "validation_mismatched"),),
+    ),
+    "qnli": GlueTask(("question", "sentence"), ("entailment", "not_entailment"), ("accuracy",)),
+    "rte": GlueTask(("sentence1", "sentence2"), ("entailment", "not_entailment"), ("accuracy",)),
+}
+TASK_NAMES = (*BUNDLED_TASKS, *GLUE_TASKS)  # every task known by name
