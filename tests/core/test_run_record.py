@@ -5,6 +5,8 @@ folder from before the record still opens, described with today's presets and sa
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -53,6 +55,20 @@ def test_runs_record_their_resolved_objective(tiny_model_dir, tiny_task_dir, tmp
         "layer": "input",
     }
     assert student("pkd-skip").info()["resolved"]["objective"]["patient_pairs"] == [[1, 2]]
+
+    # a process that imports no method (the Python API, the app's jobs) reads a student's
+    # record: the installed methods register as it is read, and its settings come back typed
+    read = (
+        "from workbench.core.config import ObjectiveConfig\n"
+        "from workbench.core.models import load_run\n"
+        f"loaded = load_run({str(tmp_path / 'adkd')!r})\n"
+        "settings = loaded.run.config(ObjectiveConfig, 'objective').methods['adkd']\n"
+        "print(type(settings).__module__, settings.attr_steps)"
+    )
+    printed = subprocess.run(
+        [sys.executable, "-c", read], capture_output=True, text=True, check=False
+    )
+    assert printed.stdout.split() == ["kd.methods.adkd", "1"], printed.stderr
     info = student("adkd").info()  # the same call reopens the finished run
     assert objective_description(info) == "attr 1 · ce 0.1 · kd 0.9 (official distance), τ 2"
 

@@ -19,8 +19,9 @@ import numbers
 import sys
 import types
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass, field
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -459,9 +460,47 @@ class StudentConfig(Checked):
     )
 
 
-# each distillation method's settings dataclass, by method name, registered when kd.methods is
-# imported (:func:`register_settings`)
-METHOD_SETTINGS: dict[str, type] = {}
+METHODS_GROUP = "kd_workbench.methods"  # the entry points of the packages that hold methods
+
+
+class MethodSettings(MutableMapping[str, type]):
+    """Each distillation method's settings dataclass, by method name, in the order the methods
+    registered (:func:`register_settings`, as a method's module is imported). The first read
+    imports the modules that installed packages name as entry points of
+    :data:`METHODS_GROUP` (the built-in methods, ``kd.methods``; a package of one's own methods
+    the same way), so that a process which reads a run record without importing the methods
+    (the Python API, the app's background jobs) knows the settings it holds."""
+
+    def __init__(self) -> None:
+        self._classes: dict[str, type] = {}
+        self._loaded = False
+
+    def _load(self) -> None:
+        if not self._loaded:
+            self._loaded = True  # first: the modules loaded here register, and read, the map
+            for point in entry_points(group=METHODS_GROUP):
+                point.load()
+
+    def __getitem__(self, method: str) -> type:
+        self._load()
+        return self._classes[method]
+
+    def __iter__(self) -> Iterator[str]:
+        self._load()
+        return iter(self._classes)
+
+    def __len__(self) -> int:
+        self._load()
+        return len(self._classes)
+
+    def __setitem__(self, method: str, cls: type) -> None:
+        self._classes[method] = cls
+
+    def __delitem__(self, method: str) -> None:
+        del self._classes[method]
+
+
+METHOD_SETTINGS = MethodSettings()
 
 
 @dataclass
