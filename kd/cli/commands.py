@@ -27,6 +27,7 @@ from workbench.core.config import (
     FaithfulnessSettings,
     MapSettings,
     ObjectiveConfig,
+    OnnxSettings,
     OptimConfig,
     StudentConfig,
     TeacherConfig,
@@ -399,9 +400,7 @@ def _export_model(args: argparse.Namespace) -> None:
             args.out,
             args.push_to_hub,
             onnx=args.onnx,
-            quantize=args.quantize,
-            examples=args.examples,
-            min_agreement=args.min_agreement,
+            settings=from_arguments(OnnxSettings, args),
         )
     )
     if args.push_to_hub:
@@ -870,28 +869,7 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
         "the model card; released only after its logits are checked against the PyTorch model "
         "on the run's test split",
     )
-    export_model.add_argument(
-        "--quantize",
-        default=None,
-        metavar="int8",
-        help="with --onnx, also write model.int8.onnx: weights quantised to int8 by ONNX "
-        "Runtime's dynamic quantisation, checked like the float32 graph",
-    )
-    export_model.add_argument(
-        "--examples",
-        type=int,
-        default=0,
-        help="check the ONNX graphs on a stratified sample of about this many test examples "
-        "(default: 0, all of them)",
-    )
-    export_model.add_argument(
-        "--min-agreement",
-        type=float,
-        default=0.99,
-        help="the share of test examples on which each ONNX graph must predict the PyTorch "
-        "model's class; below it the export is an error and its files are kept in OUT.rejected "
-        "(default: 0.99)",
-    )
+    add_arguments(export_model, OnnxSettings)
     export_model.set_defaults(handler=_export_model)
     return parser
 

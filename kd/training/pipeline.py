@@ -26,10 +26,12 @@ from workbench.core.cache import ExampleCache, Progress, cached, key_digest
 from workbench.core.config import (
     DataConfig,
     ObjectiveConfig,
+    OnnxSettings,
     OptimConfig,
     StudentConfig,
     TeacherConfig,
     TrackingConfig,
+    option_name,
     parse_label_map,
     to_dict,
 )
@@ -617,34 +619,31 @@ def export_model(
     out: str | Path,
     push_to_hub: str | None = None,
     onnx: bool = False,
-    quantize: str | None = None,
-    examples: int = 0,
-    min_agreement: float = 0.99,
+    settings: OnnxSettings | None = None,
 ) -> Path:
     """Write a run's best model into ``out`` (a new or empty folder) as a self-contained Hugging
     Face checkpoint: config with the task's label names, weights, tokenizer and model card. With
     ``push_to_hub`` (a Hub repository id), also upload it through ``push_to_hub`` of
     ``transformers``: it needs the network and a Hub login.
 
-    With ``onnx``, write an ONNX export instead
+    With ``onnx``, write an ONNX export instead, built and checked as ``settings`` say
     (:func:`~workbench.analysis.deployment.export_onnx_folder`: float32, and int8 with
-    ``quantize="int8"``), released only once each graph agrees with the PyTorch model on
-    ``examples`` test texts (0: all) at ``min_agreement`` or more."""
+    ``settings.quantize``), released only once each graph agrees with the PyTorch model on
+    the run's test texts."""
     out = Path(out)
+    settings = settings or OnnxSettings()
     if out.is_file() or (out.is_dir() and any(out.iterdir())):
         kind = "a file" if out.is_file() else "a folder that is not empty"
         raise WorkbenchError(f"{out} is {kind}: choose a new or empty folder for --out")
-    if quantize and not onnx:
-        raise WorkbenchError("--quantize quantises the ONNX graph: add --onnx")
+    default = to_dict(OnnxSettings())
+    changed = [name for name, value in to_dict(settings).items() if value != default[name]]
+    if changed and not onnx:
+        raise WorkbenchError(f"{option_name(changed[0])} sets the ONNX export: add --onnx")
     if onnx and push_to_hub:
         raise WorkbenchError("--push-to-hub uploads the checkpoint export: leave out --onnx")
-    if examples < 0:
-        raise WorkbenchError(f"--examples {examples}: expected 0 (all) or more")
-    if not 0 <= min_agreement <= 1:
-        raise WorkbenchError(f"--min-agreement {min_agreement}: expected a number in [0, 1]")
     loaded = load_run(run_dir)
     if onnx:
-        export_onnx_folder(loaded, out, quantize, examples, min_agreement)
+        export_onnx_folder(loaded, out, settings)
         return out
     replace_directory(out, _saver(loaded.run, loaded.model, loaded.tokenizer, loaded.spec))
     if push_to_hub:

@@ -99,6 +99,47 @@ def test_export_is_checked_and_recorded(runs, exported):
     assert not list(exported.parent.glob(".teacher-onnx*"))  # no staging folder left
 
 
+def test_fused_calibrated_int8_export_keeps_the_answers(runs, tmp_path):
+    """The fused graph agrees with PyTorch as closely as the plain one; static int8, calibrated
+    on dev texts with per-channel weights, the embedding tables and the first layer left in
+    float32, reaches the default --min-agreement; the record and the card say how the graphs
+    were built."""
+    out = tmp_path / "fused"
+    options = ["--onnx", "--fuse", "--quantize", "int8", "--int8", "static"]
+    options += ["--calibration-examples", "32", "--keep-float", "Gather"]
+    options += ["--keep-float", "layer.0/"]
+    assert main(["export-model", str(runs[0]), "--out", str(out), *options]) == 0
+    record = json.loads((out / "export.json").read_text())
+    assert {"Attention", "SkipLayerNormalization"} <= set(record["fusions"])
+    calibration = record["quantization"].pop("calibration")
+    assert record["quantization"] == {
+        "weights": "int8",
+        "activations": "static",
+        "per_channel": True,
+        "kept_float": ["Gather", "layer.0/"],
+    }
+    assert calibration["split"] == "dev" and 30 <= calibration["examples"] <= 34  # stratified
+    fp32, int8 = record["graphs"]["fp32"], record["graphs"]["int8"]
+    assert fp32["max_abs_logit_difference"] < 1e-4 and int8["label_agreement"] >= 0.99
+    graph = onnx.load(str(out / "model.int8.onnx")).graph
+    types = {node.op_type for node in graph.node}
+    assert {"QuantizeLinear", "DequantizeLinear", "Attention"} <= types  # QDQ around MatMuls
+    dequantized = {node.output[0] for node in graph.node if node.op_type == "DequantizeLinear"}
+    matmuls = {node.name: node for node in graph.node if node.op_type == "MatMul"}
+    first = [node for name, node in matmuls.items() if "layer.0/" in name]
+    assert first and not any(set(node.input) & dequantized for node in first)  # float32
+    assert len(first) < len(matmuls) and all(
+        set(node.input) & dequantized for name, node in matmuls.items() if "layer.0/" not in name
+    )
+    floats = {t.name: t.data_type for t in graph.initializer}
+    word_embeddings = next(name for name in floats if "word_embeddings" in name)
+    assert floats[word_embeddings] == onnx.TensorProto.FLOAT  # left in float32
+    card = (out / "README.md").read_text()
+    assert "Fused offline by ONNX Runtime's transformer optimizer: " in card
+    kept = "left in float32: Gather, layer.0/."
+    assert f"calibrated on {calibration['examples']} dev texts; {kept}" in card
+
+
 @pytest.mark.parametrize("family", FAMILY_TYPES)
 def test_graph_matches_pytorch_at_other_shapes_than_traced(family, tmp_path):
     folder = save_family_model(family, tmp_path / family, ["negative", "neutral", "positive"])
@@ -122,6 +163,15 @@ def test_graph_matches_pytorch_at_other_shapes_than_traced(family, tmp_path):
         "fp32",
     )
     for batch_size in (1, 3):  # one text, and three padded to the longest
+        logits = deployment.onnx_logits(classifier, dataset, batch_size)
+        torch.testing.assert_close(logits, reference, rtol=0, atol=1e-4)
+    if deployment.fusion_type(loaded.model) is None:
+        return
+    # the graph fused offline by ONNX Runtime's optimizer computes the same logits
+    fusions = deployment.fuse_graph(loaded.model, tmp_path / "model.onnx", tmp_path / "fused.onnx")
+    assert fusions, family  # it found something to fuse
+    classifier.session = deployment.open_session(tmp_path / "fused.onnx", 1)
+    for batch_size in (1, 3):
         logits = deployment.onnx_logits(classifier, dataset, batch_size)
         torch.testing.assert_close(logits, reference, rtol=0, atol=1e-4)
 
@@ -256,12 +306,18 @@ def test_bad_input_is_one_line_and_writes_nothing(runs, exported, tmp_path, caps
     shutil.rmtree(bare / "model")
     assert main(["export-model", str(bare), "--out", str(out), "--onnx"]) == 2
     assert "has no trained model yet" in _error_line(capsys)
+    with pytest.raises(SystemExit, match="2"):
+        main(["export-model", str(teacher), "--out", str(out), "--onnx", "--quantize", "int4"])
+    assert "argument --quantize: invalid choice: 'int4'" in capsys.readouterr().err
+    for option in (["--quantize", "int8"], ["--fuse"], ["--examples", "10"]):
+        assert main(["export-model", str(teacher), "--out", str(out), *option]) == 2
+        assert f"{option[0]} sets the ONNX export: add --onnx" in _error_line(capsys)
+    int8 = ["--onnx", "--quantize", "int8", "--keep-float", "Conv"]
+    assert main(["export-model", str(teacher), "--out", str(out), *int8]) == 2
     assert (
-        main(["export-model", str(teacher), "--out", str(out), "--onnx", "--quantize", "int4"]) == 2
+        "--keep-float Conv: no node of the graph is of that type or has it in its name (its "
+        "types: " in _error_line(capsys)
     )
-    assert "--quantize int4: not supported (expected int8)" in _error_line(capsys)
-    assert main(["export-model", str(teacher), "--out", str(out), "--quantize", "int8"]) == 2
-    assert "add --onnx" in _error_line(capsys)
     assert not out.exists()
 
     broken = tmp_path / "broken-onnx"

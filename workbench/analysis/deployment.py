@@ -33,7 +33,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from workbench.analysis.evaluation import logits_in_order, predict_logits
 from workbench.analysis.metrics import label_loyalty
-from workbench.core.config import DataConfig, from_dict, to_dict
+from workbench.core.config import DataConfig, OnnxSettings, from_dict, to_dict
 from workbench.core.data import (
     EncodedSplit,
     Split,
@@ -60,7 +60,14 @@ from workbench.core.verify import check_onnx_graph
 GRAPHS = {"fp32": "model.onnx", "int8": "model.int8.onnx"}  # precision → file in the folder
 RECORD = "export.json"
 OPSET = 17
-QUANTIZATIONS = ("int8",)
+# model types whose graphs ONNX Runtime's transformer optimizer fuses, as the type it fuses them as
+FUSION_TYPES = {
+    **dict.fromkeys(
+        ("bert", "roberta", "xlm-roberta", "camembert", "distilbert", "electra", "albert", "mpnet"),
+        "bert",
+    ),
+    "gpt2": "gpt2",
+}
 REJECTED_SUFFIX = ".rejected"
 
 
@@ -111,15 +118,103 @@ def export_onnx(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path
         ) from None
 
 
-def quantize_int8(source: Path, target: Path) -> None:
-    """Write ``source``'s graph with its weights quantised to int8 (ONNX Runtime's dynamic
-    quantisation: activations are quantised on the fly, per batch)."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
+def fusion_type(model: PreTrainedModel) -> str | None:
+    """The model type ONNX Runtime's transformer optimizer fuses a family's graph as, or
+    ``None`` for a family it has no fusions for."""
+    return FUSION_TYPES.get(model.config.model_type)
 
-    logging.disable(logging.WARNING)  # its advice to pre-process the graph, on the root logger
+
+def fuse_graph(model: PreTrainedModel, source: Path, target: Path) -> dict[str, int]:
+    """Write ``source``'s graph optimised offline by ONNX Runtime's transformer optimizer
+    (attention, skip-LayerNorm, bias-GELU and embedding-LayerNorm fusions, as the family's
+    graph allows) to ``target``; return how many nodes of each fused type it holds."""
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    logging.disable(logging.WARNING)  # the optimizer's notes on patterns it did not find
     try:
-        quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8)
+        optimized = optimize_model(
+            str(source),
+            model_type=fusion_type(model),
+            num_heads=model.config.num_attention_heads,
+            hidden_size=model.config.hidden_size,
+        )
+        optimized.save_model_to_file(str(target))
     finally:
+        logging.disable(logging.NOTSET)
+    return {op: n for op, n in optimized.get_fused_operator_statistics().items() if n}
+
+
+def quantize_int8(
+    source: Path,
+    target: Path,
+    settings: OnnxSettings,
+    calibration: list[dict[str, np.ndarray]] | None = None,
+) -> None:
+    """Write ``source``'s graph with int8 weights (per output channel with
+    ``settings.per_channel``) to ``target``, the nodes ``settings.keep_float`` names (by type or
+    a part of their name) left in float32. Dynamic: activations are quantised as the graph
+    runs, batch by batch; static: the matrix products' activation ranges are calibrated on
+    ``calibration`` (feeds ``[B, L]`` of :func:`graph_inputs`) and fixed in the graph."""
+    import onnx
+    import onnxruntime
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_dynamic,
+        quantize_static,
+    )
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    graph = onnx.load(str(source), load_external_data=False).graph
+
+    def kept(node: onnx.NodeProto, keys: tuple[str, ...] = settings.keep_float) -> bool:
+        return any(key == node.op_type or key in node.name for key in keys)
+
+    absent = [key for key in settings.keep_float if not any(kept(n, (key,)) for n in graph.node)]
+    if absent:
+        types = sorted({node.op_type for node in graph.node})
+        raise WorkbenchError(
+            f"--keep-float {absent[0]}: no node of the graph is of that type or has it in its "
+            f"name (its types: {', '.join(types)})"
+        )
+    options = {
+        "weight_type": QuantType.QInt8,
+        "per_channel": settings.per_channel,
+        "nodes_to_exclude": [node.name for node in graph.node if kept(node)],
+    }
+    logging.disable(logging.WARNING)  # notes on the root logger
+    onnxruntime.set_default_logger_severity(3)  # the calibration session's notes: errors only
+    typed = target.with_name(f"typed-{source.name}")
+    try:
+        # the types and shapes of every tensor, those of a fused graph's contrib operators
+        # (symbolic inference) included: the quantiser reads them, and calibrates only the
+        # activations it can type
+        contrib = any(node.domain == "com.microsoft" for node in graph.node)
+        quant_pre_process(
+            str(source), str(typed), skip_optimization=True, skip_symbolic_shape=not contrib
+        )
+        if settings.int8 == "dynamic":
+            quantize_dynamic(str(typed), str(target), **options)
+        else:
+
+            class Calibration(CalibrationDataReader):
+                feeds = iter(calibration or [])
+
+                def get_next(self) -> dict[str, np.ndarray] | None:
+                    return next(self.feeds, None)
+
+            quantize_static(
+                str(typed),
+                str(target),
+                Calibration(),
+                quant_format=QuantFormat.QDQ,
+                activation_type=QuantType.QUInt8,
+                op_types_to_quantize=["MatMul"],  # the pooler's and classifier's Gemm stay float
+                **options,
+            )
+    finally:
+        typed.unlink(missing_ok=True)
         logging.disable(logging.NOTSET)
 
 
@@ -242,6 +337,33 @@ def parity(reference: Tensor, logits: Tensor) -> dict[str, float]:
     }
 
 
+def _graphs_note(record: dict) -> str:
+    """How the graphs were built: the fusions, and the int8 quantisation."""
+    fusions = record["fusions"]
+    text = (
+        "Fused offline by ONNX Runtime's transformer optimizer: "
+        + ", ".join(f"{count} {op}" for op, count in fusions.items())
+        + "."
+        if fusions is not None
+        else "Not fused offline (ONNX Runtime optimises the graph as it loads it)."
+    )
+    int8 = record["quantization"]
+    if int8 is not None:
+        scales = "per output channel" if int8["per_channel"] else "per weight"
+        calibration = int8["calibration"]
+        text += (
+            f" Int8 weights, scaled {scales}; activations quantised "
+            + (
+                f"with ranges calibrated on {calibration['examples']} {calibration['split']} texts"
+                if calibration
+                else "per batch as the graph runs"
+            )
+            + (f"; left in float32: {', '.join(int8['kept_float'])}" if int8["kept_float"] else "")
+            + "."
+        )
+    return text
+
+
 def _card_section(record: dict) -> str:
     lines = [
         "",
@@ -253,6 +375,8 @@ def _card_section(record: dict) -> str:
         + ", output `logits`. Each graph was run by ONNX Runtime on "
         f"{record['examples']} examples of the {record['split']} split and compared with the "
         f"PyTorch model (released at a label agreement of at least {record['min_agreement']}):",
+        "",
+        _graphs_note(record),
         "",
         "| graph | file | max abs logit difference | label agreement |",
         "|---|---|---|---|",
@@ -266,36 +390,48 @@ def _card_section(record: dict) -> str:
 
 
 def export_onnx_folder(
-    loaded: LoadedModel,
-    out: Path,
-    quantize: str | None = None,
-    examples: int = 0,
-    min_agreement: float = 0.99,
-    split: str = "test",
+    loaded: LoadedModel, out: Path, settings: OnnxSettings, split: str = "test"
 ) -> dict:
-    """Export a run's model (:func:`export_onnx`, and :func:`quantize_int8` with
-    ``quantize="int8"``) into ``out`` and return the export's record.
+    """Export a run's model (:func:`export_onnx`, fused by :func:`fuse_graph` with
+    ``settings.fuse``, and :func:`quantize_int8` with ``settings.quantize``) into ``out`` and
+    return the export's record.
 
-    Every graph is checked on a stratified sample of about ``examples`` texts of the run's
-    ``split`` (0: all of them)
-    against the PyTorch model (:func:`parity`) before the folder is released: it is built in a
-    temporary folder beside ``out`` and renamed to ``out`` only when every graph's label
-    agreement reaches ``min_agreement``; otherwise it is renamed to ``out.rejected`` (replacing
-    an earlier rejected export) and the error says so, in one line."""
-    if quantize not in (None, *QUANTIZATIONS):
-        raise WorkbenchError(
-            f"--quantize {quantize}: not supported (expected {', '.join(QUANTIZATIONS)})"
-        )
+    Every graph is checked on a stratified random sample of about ``settings.examples`` texts
+    of the run's ``split`` (0: all of them) against the PyTorch model (:func:`parity`) before
+    the folder is released: it is built in a temporary folder beside ``out`` and renamed to
+    ``out`` only when every graph's label agreement reaches ``settings.min_agreement``;
+    otherwise it is renamed to ``out.rejected`` (replacing an earlier rejected export) and the
+    error says so, in one line."""
     if loaded.spec.regression:
         raise WorkbenchError(
             "the ONNX export is checked by label agreement: regression runs are not supported"
         )
+    if settings.fuse and fusion_type(loaded.model) is None:
+        raise WorkbenchError(
+            f"--fuse: ONNX Runtime's transformer optimizer has no fusions for "
+            f"{loaded.model.config.model_type} models; export without --fuse (ONNX Runtime "
+            "still optimises the graph as it loads it)"
+        )
     task = load_task(loaded.data)
-    if split not in task.splits:
-        raise WorkbenchError(f"split {split!r} not in {sorted(task.splits)}")
-    part = sample_split(task.splits[split], examples or None, loaded.data.split_seed)
+    static = settings.quantize and settings.int8 == "static"
+    for needed in (split, *(["dev"] if static else [])):
+        if needed not in task.splits:
+            raise WorkbenchError(f"split {needed!r} not in {sorted(task.splits)}")
+    part = sample_split(task.splits[split], settings.examples or None, loaded.data.split_seed)
     dataset = encode(part, loaded.tokenizer, loaded.max_length)
     reference = predict_logits(loaded.model, dataset, 64, pad_id(loaded.tokenizer))
+    calibration, calibrated = None, None
+    if static:
+        texts = sample_split(
+            task.splits["dev"], settings.calibration_examples, loaded.data.split_seed
+        )
+        dev = encode(texts, loaded.tokenizer, loaded.max_length)
+        names = graph_inputs(loaded.model)
+        calibration = [
+            {name: batch[name].numpy() for name in names}
+            for batch in batches(dev, list(range(len(dev))), 16, pad_id(loaded.tokenizer))
+        ]
+        calibrated = {"split": "dev", "examples": len(dev)}
     set_label_names(loaded.model, loaded.spec)
     record = {
         "format": "onnx",
@@ -305,7 +441,9 @@ def export_onnx_folder(
         "run": str(Path(loaded.source).resolve()),
         "split": split,
         "examples": len(dataset),
-        "min_agreement": min_agreement,
+        "min_agreement": settings.min_agreement,
+        "fusions": None,
+        "quantization": None,
         "task": {
             "name": loaded.spec.name,
             "label_names": list(loaded.spec.label_names),
@@ -320,10 +458,24 @@ def export_onnx_folder(
     try:
         loaded.model.config.save_pretrained(staging)
         loaded.tokenizer.save_pretrained(staging)
-        export_onnx(loaded.model, loaded.tokenizer, staging / GRAPHS["fp32"])
-        if quantize:
-            quantize_int8(staging / GRAPHS["fp32"], staging / GRAPHS[quantize])
-        for precision in ("fp32", *([quantize] if quantize else [])):
+        fp32 = staging / GRAPHS["fp32"]
+        if settings.fuse:
+            unfused = staging / "unfused.onnx"
+            export_onnx(loaded.model, loaded.tokenizer, unfused)
+            record["fusions"] = fuse_graph(loaded.model, unfused, fp32)
+            unfused.unlink()
+        else:
+            export_onnx(loaded.model, loaded.tokenizer, fp32)
+        if settings.quantize:
+            quantize_int8(fp32, staging / GRAPHS["int8"], settings, calibration)
+            record["quantization"] = {
+                "weights": "int8",
+                "activations": settings.int8,
+                "per_channel": settings.per_channel,
+                "kept_float": list(settings.keep_float),
+                "calibration": calibrated,
+            }
+        for precision in ("fp32", *([settings.quantize] if settings.quantize else [])):
             file = staging / GRAPHS[precision]
             session = open_session(file, torch.get_num_threads())
             classifier = OnnxClassifier(
@@ -343,7 +495,7 @@ def export_onnx_folder(
     failed = {
         precision: graph["label_agreement"]
         for precision, graph in record["graphs"].items()
-        if graph["label_agreement"] < min_agreement
+        if graph["label_agreement"] < settings.min_agreement
     }
     target = out.with_name(out.name + REJECTED_SUFFIX) if failed else out
     replace_directory(target, lambda path: os.replace(staging, path))
@@ -351,6 +503,7 @@ def export_onnx_folder(
         found = ", ".join(f"{p} {value:.4f}" for p, value in failed.items())
         raise WorkbenchError(
             f"the ONNX export disagrees with the PyTorch model (label agreement {found} < "
-            f"{min_agreement} on {len(dataset)} {split} examples): kept for inspection in {target}"
+            f"{settings.min_agreement} on {len(dataset)} {split} examples): kept for inspection "
+            f"in {target}"
         )
     return record

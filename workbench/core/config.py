@@ -681,6 +681,58 @@ class BenchmarkSettings(Checked):
     )
 
 
+INT8_MODES = ("dynamic", "static")
+
+
+@dataclass
+class OnnxSettings(Checked):
+    """How an ONNX export is built and checked: graph fusions, int8 quantisation and the test
+    texts its graphs must agree on with the PyTorch model."""
+
+    fuse: bool = option(
+        False,
+        "optimise the graph offline with ONNX Runtime's transformer fusions (attention, "
+        "skip-LayerNorm, bias-GELU, embedding-LayerNorm) for the families its optimiser knows; "
+        "ONNX Runtime's own session-time optimisations apply either way (docs/deployment.md "
+        "says which is faster where)",
+    )
+    quantize: str | None = option(
+        None,
+        "also write model.int8.onnx with int8 weights, checked like the float32 graph",
+        choices=(None, "int8"),
+    )
+    int8: str = option(
+        "dynamic",
+        "dynamic: activations quantised per batch as the graph runs; static: their ranges "
+        "calibrated once on --calibration-examples dev texts",
+        choices=INT8_MODES,
+    )
+    per_channel: bool = option(
+        True, "one int8 scale per output channel of a weight rather than one per weight"
+    )
+    calibration_examples: int = option(
+        256, "dev texts a static int8 graph is calibrated on", domain=positive
+    )
+    keep_float: tuple[str, ...] = option(
+        (),
+        "nodes left in float32 by the int8 graph (repeatable): a node type, such as Gather "
+        "(the embedding tables), or a part of node names, such as layer.0/ (the first layer, "
+        "often the one int8 disturbs most)",
+    )
+    examples: int = option(
+        0,
+        "check the ONNX graphs on a stratified random sample of about this many test texts "
+        "(0: all of them)",
+        domain=non_negative_int,
+    )
+    min_agreement: float = option(
+        0.99,
+        "the share of test texts on which each ONNX graph must predict the PyTorch model's "
+        "class; below it the export is an error and its files are kept in OUT.rejected",
+        domain=unit_interval,
+    )
+
+
 @dataclass
 class OptimConfig(Checked):
     """Optimisation, evaluation and checkpointing."""
