@@ -312,6 +312,10 @@ def test_bad_input_is_one_line_and_writes_nothing(runs, exported, tmp_path, caps
     for option in (["--quantize", "int8"], ["--fuse"], ["--examples", "10"]):
         assert main(["export-model", str(teacher), "--out", str(out), *option]) == 2
         assert f"{option[0]} sets the ONNX export: add --onnx" in _error_line(capsys)
+    for option in (["--int8", "static"], ["--no-per-channel"], ["--keep-float", "Gather"]):
+        assert main(["export-model", str(teacher), "--out", str(out), "--onnx", *option]) == 2
+        named = option[0].replace("--no-", "--")  # a switch is named by its setting
+        assert f"{named} sets the int8 graph: add --quantize int8" in _error_line(capsys)
     int8 = ["--onnx", "--quantize", "int8", "--keep-float", "Conv"]
     assert main(["export-model", str(teacher), "--out", str(out), *int8]) == 2
     assert (

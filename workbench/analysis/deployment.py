@@ -1,6 +1,7 @@
 """Deployable exports of a run's classifier: an ONNX graph that ONNX Runtime runs, optionally
-with dynamically quantised int8 weights, each checked against the PyTorch model before it is
-released.
+fused by its transformer optimizer, and optionally a graph with int8 weights (dynamic or
+calibrated static quantisation), each checked against the PyTorch model before it is released
+(:class:`~workbench.core.config.OnnxSettings`).
 
 The graph is written by ``torch.onnx.export``'s TorchScript exporter (``dynamo=False``): it
 traces the eager attention every model of the workbench is loaded with
@@ -33,7 +34,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from workbench.analysis.evaluation import logits_in_order, predict_logits
 from workbench.analysis.metrics import label_loyalty
-from workbench.core.config import DataConfig, OnnxSettings, from_dict, to_dict
+from workbench.core.config import DataConfig, OnnxSettings, from_dict, option_name, to_dict
 from workbench.core.data import (
     EncodedSplit,
     Split,
@@ -69,6 +70,7 @@ FUSION_TYPES = {
     "gpt2": "gpt2",
 }
 REJECTED_SUFFIX = ".rejected"
+INT8_SETTINGS = ("int8", "per_channel", "calibration_examples", "keep_float")  # --quantize's
 
 
 class _Logits(nn.Module):
@@ -215,6 +217,7 @@ def quantize_int8(
             )
     finally:
         typed.unlink(missing_ok=True)
+        onnxruntime.set_default_logger_severity(2)  # ONNX Runtime's default: warnings
         logging.disable(logging.NOTSET)
 
 
@@ -406,6 +409,10 @@ def export_onnx_folder(
         raise WorkbenchError(
             "the ONNX export is checked by label agreement: regression runs are not supported"
         )
+    default = OnnxSettings()
+    unused = [n for n in INT8_SETTINGS if getattr(settings, n) != getattr(default, n)]
+    if unused and settings.quantize is None:
+        raise WorkbenchError(f"{option_name(unused[0])} sets the int8 graph: add --quantize int8")
     if settings.fuse and fusion_type(loaded.model) is None:
         raise WorkbenchError(
             f"--fuse: ONNX Runtime's transformer optimizer has no fusions for "
@@ -413,7 +420,7 @@ def export_onnx_folder(
             "still optimises the graph as it loads it)"
         )
     task = load_task(loaded.data)
-    static = settings.quantize and settings.int8 == "static"
+    static = settings.quantize is not None and settings.int8 == "static"
     for needed in (split, *(["dev"] if static else [])):
         if needed not in task.splits:
             raise WorkbenchError(f"split {needed!r} not in {sorted(task.splits)}")
