@@ -430,7 +430,9 @@ def _check_record(study, attrs: dict, where: str, remedy: str) -> None:
             raise WorkbenchError(
                 f"{where} is a study of {key} {stored.get(key)!r}, not {attrs[key]!r}: {remedy}"
             )
-    recorded = stored.get("settings")
+    if "settings" not in stored:
+        raise WorkbenchError(f"{where} records no settings: {remedy}")
+    recorded = stored["settings"]
     if isinstance(recorded, dict) and isinstance(recorded.get("configs"), dict):
         try:
             recorded = recorded | {"configs": current_configs(recorded["configs"])}
