@@ -207,7 +207,9 @@ def option(default: Any, help: str, **extra: Any) -> Any:
     folder made absolute (:func:`resolve_paths`), ``syntax`` (a :class:`Syntax`) for a value
     of a structured type written as text on the command line, or ``recorded_if_set=True`` for
     a setting that records and identities (:func:`to_dict`) hold only when it differs from its
-    default: a setting added after runs were recorded, which those runs had at its default."""
+    default. Not compatibility: it is what keeps a reproduction suite row's identity (a hash of
+    its settings) when a setting is added at a default that leaves the row's training as it
+    is."""
     metadata = {"help": help, **extra}
     if isinstance(default, dict):  # each config gets its own copy
         return field(default_factory=lambda: dict(default), metadata=metadata)
@@ -928,7 +930,7 @@ def from_arguments(cls: type[T], namespace: argparse.Namespace) -> T:
 def to_dict(config: Any) -> dict[str, Any]:
     """A JSON-ready dict of a config dataclass, a settings map's settings among its own (flat,
     by name); a ``recorded_if_set`` field at its default is left out (:func:`from_dict` restores
-    it), so that adding a setting changes no record."""
+    it), so that adding a setting changes no suite row's identity."""
     values = dataclasses.asdict(config)
     for f in dataclasses.fields(config):
         if "settings" in f.metadata:
@@ -962,8 +964,7 @@ def spell(cls: type, name: str, value: Any) -> Any:
 
 def spelled(config: Any) -> dict[str, Any]:
     """:func:`to_dict` with each setting of a :class:`Syntax` as its text: the form in which
-    fingerprints hash a config (a suite's identities), the same as when records held the
-    text."""
+    fingerprints hash a config (a suite's identities)."""
     return {name: spell(type(config), name, value) for name, value in to_dict(config).items()}
 
 
