@@ -1017,7 +1017,7 @@ def from_dict(cls: type[T], values: dict[str, Any]) -> T:
     """Rebuild ``cls`` from :func:`to_dict`'s output; unknown keys and values of another type
     are an error (:func:`check_values`); a settings map's settings are given to their
     dataclasses."""
-    values = check_values(cls, values)
+    values = dict(check_values(cls, values))  # a copy: the caller's record stays as it is
     for f in dataclasses.fields(cls):
         if "settings" in f.metadata:
             values[f.name] = {
