@@ -125,8 +125,8 @@ def config_defaults(path: str) -> dict:
         values = sections.get(name, {})
         if not isinstance(values, dict):
             raise WorkbenchError(f"--config {path}: section {name!r} is not an object")
-        try:  # settings under former names upgraded; unknown ones, bad types or values: errors
-            values = check_values(cls, values)
+        try:  # unknown settings, bad types or values: errors
+            values = check_values(cls, values, text=True)
             from_dict(cls, {**to_dict(cls()), **values})
         except WorkbenchError as error:
             raise WorkbenchError(f"--config {path}: section {name!r}: {error}") from None

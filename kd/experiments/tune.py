@@ -55,7 +55,15 @@ from workbench.core.config import (
     to_dict,
 )
 from workbench.core.errors import WorkbenchError, first_line
-from workbench.core.files import atomic_write_json, check_parents, hold, read_json_file
+from workbench.core.files import (
+    FORMAT_KEY,
+    atomic_write_json,
+    check_format,
+    check_parents,
+    hold,
+    read_json_file,
+    with_format,
+)
 from workbench.core.runs import current_configs, differences, same_value
 
 STUDY_NAME = TuneConfig.study_name  # the study of ``<out>/study.db``, and --study-name's default
@@ -389,7 +397,7 @@ def _study(place: StudyPlace, name: str, attrs: dict, sampler, pruner, points: l
     space with the same settings."""
     import optuna
 
-    storage = _storage(place)
+    attrs, storage = with_format(attrs), _storage(place)
     try:
         study = optuna.create_study(
             study_name=name, storage=storage, sampler=sampler, pruner=pruner, direction="maximize"
@@ -416,14 +424,14 @@ def _check_record(study, attrs: dict, where: str, remedy: str) -> None:
         time.sleep(0.5)
     else:
         raise WorkbenchError(f"{where} is not a kdw tune study: {remedy}")
+    check_format(stored, where, remedy)
     for key in ("preset", "task", "space"):
         if not same_value(stored.get(key), attrs[key]):  # a task path recorded relative too
             raise WorkbenchError(
                 f"{where} is a study of {key} {stored.get(key)!r}, not {attrs[key]!r}: {remedy}"
             )
-    if "settings" not in stored:  # a study made before studies recorded their settings
-        study.set_user_attr("settings", attrs["settings"])
-        return
+    if "settings" not in stored:
+        raise WorkbenchError(f"{where} records no settings: {remedy}")
     recorded = stored["settings"]
     if isinstance(recorded, dict) and isinstance(recorded.get("configs"), dict):
         try:
@@ -813,23 +821,25 @@ def tune(
             result.best = out / "best.json"
             atomic_write_json(
                 result.best,
-                {
-                    "data": to_dict(data),
-                    "student": to_dict(student),
-                    "objective": to_dict(best_objective),
-                    "optim": to_dict(best_optim),
-                    "tuned": {
-                        "trial": best.number,
-                        "dev": best.value,
-                        "metric": metric,
-                        "params": best.params,
-                        "space": {n: d.describe() for n, d in space.items()},
-                        "study": config.study_name,
-                        "storage": place.shown if place.shared else None,
-                        "run": best.user_attrs.get("run"),
-                        "worker": best.user_attrs.get("worker"),
-                    },
-                },
+                with_format(
+                    {
+                        "data": to_dict(data),
+                        "student": to_dict(student),
+                        "objective": to_dict(best_objective),
+                        "optim": to_dict(best_optim),
+                        "tuned": {
+                            "trial": best.number,
+                            "dev": best.value,
+                            "metric": metric,
+                            "params": best.params,
+                            "space": {n: d.describe() for n, d in space.items()},
+                            "study": config.study_name,
+                            "storage": place.shown if place.shared else None,
+                            "run": best.user_attrs.get("run"),
+                            "worker": best.user_attrs.get("worker"),
+                        },
+                    }
+                ),
             )
     return result
 
@@ -840,4 +850,6 @@ def load_config_file(path: str | Path) -> dict:
     values = read_json_file(path, MAX_CONFIG_BYTES, "--config")
     if not isinstance(values, dict):
         raise WorkbenchError(f"--config {path}: expected a JSON object of config sections")
+    if FORMAT_KEY in values:  # a best.json kdw tune wrote; a file written by hand has none
+        check_format(values, f"--config {path}", "tune again")
     return values

@@ -20,6 +20,7 @@ from workbench.analysis.faithfulness import aopc
 from workbench.core.config import DataConfig, DivergenceSettings
 from workbench.core.data import Split, TaskSpec
 from workbench.core.errors import WorkbenchError
+from workbench.core.files import with_format
 from workbench.core.models import LoadedModel, forward
 from workbench.core.runs import Run
 
@@ -31,7 +32,7 @@ SPEC = TaskSpec("tiny", ("negative", "positive"), ("accuracy",), False)
 def _run(folder: Path, seed: int, vocab: list[str] = VOCAB, layers: int = 2) -> LoadedModel:
     """A run folder holding a tiny random 2-class model and its tokenizer, loaded."""
     folder.mkdir(parents=True)
-    (folder / "run.json").write_text(json.dumps({"kind": "teacher", "configs": {}}))
+    (folder / "run.json").write_text(json.dumps(with_format({"kind": "teacher", "configs": {}})))
     tokenizer = BertTokenizerFast(vocab={token: i for i, token in enumerate(vocab)})
     torch.manual_seed(seed)
     config = tiny_config(num_labels=2, layers=layers)

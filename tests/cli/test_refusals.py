@@ -215,22 +215,6 @@ def test_paths_are_recorded_absolute_so_runs_open_from_anywhere(work, tmp_path, 
     assert DataConfig(task="tweets").task == "tweets"  # a registered name stays a name
 
 
-def test_a_run_recorded_with_relative_paths_reopens_from_its_folder(work, tmp_path, capsys):
-    """Runs written before paths were recorded absolute: the same command, from the same
-    folder, resumes instead of being refused for a changed path."""
-    teacher = _copy(work, "teacher", tmp_path)
-    record = json.loads((teacher / "run.json").read_text())
-    record["configs"]["data"]["task"] = "task"
-    record["configs"]["teacher"]["model"] = "tiny-bert"
-    (teacher / "run.json").write_text(json.dumps(record))
-    shutil.copytree(work / "task", tmp_path / "task")
-    shutil.copytree(work / "tiny-bert", tmp_path / "tiny-bert")
-    command = ["train-teacher", "--run-dir", "teacher", "--task", "task", "--model"]
-    command += ["tiny-bert", "--max-length", "16", "--epochs", "0.1", "--batch-size", "16"]
-    status, stderr = kdw_here([*command, "--threads", "1"], tmp_path)
-    assert status == 0, stderr
-
-
 # --------------------------------------------------------------------------- the table
 
 
@@ -495,24 +479,3 @@ def test_the_export_page_states_truncation(work, tmp_path, monkeypatch):
     warnings = [w.value.replace("\\", "") for w in at.warning]  # Markdown escapes undone
     assert len(warnings) == 1
     assert warnings[0].startswith("heatmap-001: the text was truncated: teacher read the first 128")
-
-
-def test_an_older_run_with_relative_paths_opens_from_another_folder(work, tmp_path, monkeypatch):
-    """A student recorded (before paths were absolute) with ``--teacher runs/teacher`` and
-    ``--task task`` from the project folder: kdw evaluate from elsewhere finds both under the
-    folders that hold the run."""
-    project = tmp_path / "project"
-    shutil.copytree(work / "task", project / "task")
-    _copy(work, "teacher", project / "runs")
-    student = _copy(work, "student", project / "runs")
-    record = json.loads((student / "run.json").read_text())
-    record["configs"]["student"]["teacher"] = "runs/teacher"
-    record["configs"]["data"]["task"] = "task"
-    (student / "run.json").write_text(json.dumps(record))
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    monkeypatch.chdir(elsewhere)
-    out = elsewhere / "rows.json"
-    assert main(["evaluate", str(student), "--split", "dev", "--json", str(out)]) == 0
-    (row,) = json.loads(out.read_text())
-    assert row["examples"] == 30 and 0 <= row["label_loyalty"] <= 1

@@ -127,39 +127,6 @@ def test_the_api_and_saved_settings_are_checked_too():
     assert ExportSettings(cmap="viridis").cmap == "viridis"
 
 
-def test_a_renamed_option_keeps_its_former_name(capsys):
-    """--kd-loss became --kd-form: the former spelling still works on the command line, with a
-    note, and a record written under the former name reads under the new one."""
-    from kd.cli import build_parser
-
-    arguments = ["distill", "--teacher", "t", "--run-dir", "s", "--task", "tweets"]
-    parsed = build_parser().parse_args([*arguments, "--kd-loss", "soft-ce"])
-    assert capsys.readouterr().err == "kdw distill: note: --kd-loss is deprecated: use --kd-form\n"
-    assert from_arguments(ObjectiveConfig, parsed).kd_form == "soft-ce"
-    assert build_parser().parse_args([*arguments, "--kd-form", "kl-mean"]).kd_form == "kl-mean"
-    with pytest.raises(SystemExit):
-        build_parser().parse_args(["distill", "--help"])
-    shown = capsys.readouterr().out
-    assert "--kd-form" in shown and "--kd-loss" not in shown  # the former name is not offered
-    assert from_dict(ObjectiveConfig, {"kd_loss": "soft-ce"}).kd_form == "soft-ce"
-    with pytest.raises(WorkbenchError, match=r"^settings 'kd_loss' and 'kd_form' are one setting"):
-        from_dict(ObjectiveConfig, {"kd_loss": "kl", "kd_form": "kl"})
-    with pytest.raises(WorkbenchError, match=r"^--kd-form: 'l2' is not allowed"):
-        from_dict(ObjectiveConfig, {"kd_loss": "l2"})
-
-
-def test_a_config_file_under_former_names_still_loads(tmp_path):
-    """best.json files written by kdw tune before the rename (two are committed under reports/)."""
-    from kd.cli import config_defaults
-
-    committed = Path(__file__).parents[2] / "reports/diagnosis/tune/best.json"
-    assert "kd_loss" in json.loads(committed.read_text())["objective"]
-    assert "kd_form" in config_defaults(str(committed))
-    path = tmp_path / "best.json"
-    path.write_text(json.dumps({"objective": {"preset": "kd", "kd_loss": "soft-ce"}}))
-    assert config_defaults(str(path)) == {"preset": "kd", "kd_form": "soft-ce"}
-
-
 def test_weights_and_views_are_typed_and_written_as_text_on_the_command_line(capsys):
     from kd.cli import build_parser
 
@@ -172,7 +139,9 @@ def test_weights_and_views_are_typed_and_written_as_text_on_the_command_line(cap
         ADKDSettings
     ).attr_views == (0, 2)
     assert to_dict(objective)["weights"] == {"ce": 0.1, "kd": 0.9}
-    assert from_dict(ObjectiveConfig, json.loads(json.dumps(to_dict(objective)))) == objective
+    record = json.loads(json.dumps(to_dict(objective)))
+    assert from_dict(ObjectiveConfig, record) == objective
+    assert record == json.loads(json.dumps(to_dict(objective)))  # left as it was: a suite saves it
     assert spelled(objective)["weights"] == "ce=0.1,kd=0.9"  # what identities hash
     assert spelled(objective)["attr_views"] == "0,2"
     with pytest.raises(SystemExit):
@@ -183,28 +152,32 @@ def test_weights_and_views_are_typed_and_written_as_text_on_the_command_line(cap
     )
 
 
-def test_a_record_of_weights_and_views_as_text_still_opens():
-    """Records of versions that stored them as the command line's text (run.json, results.json,
-    kdw tune's best.json) read as the typed values."""
-    old = from_dict(ObjectiveConfig, {"weights": "ce=0.1,kd=0.9,attr=10", "attr_views": "1"})
-    assert old.weights == {"ce": 0.1, "kd": 0.9, "attr": 10.0} and old.of(
-        ADKDSettings
-    ).attr_views == (1,)
+def test_a_config_file_may_write_weights_and_views_as_text(tmp_path):
+    """A ``--config`` file may write them as the command line does; a record holds the typed
+    values and refuses the text."""
+    from kd.cli import config_defaults
+
+    path = tmp_path / "best.json"
+    path.write_text(
+        json.dumps({"objective": {"weights": "ce=0.1,kd=0.9,attr=10", "attr_views": "1"}})
+    )
+    defaults = config_defaults(str(path))
+    assert defaults["weights"] == {"ce": 0.1, "kd": 0.9, "attr": 10.0}
+    assert defaults["attr_views"] == (1,)
     assert from_dict(AttributionConfig, {"views": "pred"}).views == "pred"
-    committed = Path(__file__).parents[2] / "reports/diagnosis/tune/best.json"
-    weights = json.loads(committed.read_text())["objective"]["weights"]
-    assert isinstance(weights, str)
-    assert from_dict(ObjectiveConfig, {"weights": weights}).weights == weight_pairs(weights)
-    with pytest.raises(WorkbenchError, match=r"^--weights: weight of 'kd' must be a finite"):
-        from_dict(ObjectiveConfig, {"weights": "ce=1,kd=-1"})
-    with pytest.raises(WorkbenchError, match=r"^--attr-views: unknown views 'most'"):
-        from_dict(ObjectiveConfig, {"attr_views": "most"})
+    path.write_text(json.dumps({"objective": {"weights": "ce=1,kd=-1"}}))
+    with pytest.raises(WorkbenchError, match=r"--weights: weight of 'kd' must be a finite"):
+        config_defaults(str(path))
+    path.write_text(json.dumps({"objective": {"attr_views": "most"}}))
+    with pytest.raises(WorkbenchError, match=r"--attr-views: unknown views 'most'"):
+        config_defaults(str(path))
+    with pytest.raises(WorkbenchError, match=r"^--weights: 'ce=1' is not allowed"):
+        from_dict(ObjectiveConfig, {"weights": "ce=1"})
 
 
-def test_a_run_recorded_with_weights_and_views_as_text_reopens(tmp_path):
-    """``kdw distill`` resumes a run folder of a version that recorded the text; another
-    setting is still refused."""
-    from workbench.core.runs import RUN_FILE, Run
+def test_a_run_reopens_with_its_settings_only(tmp_path):
+    """``kdw distill`` resumes a run folder of the same settings; another setting is refused."""
+    from workbench.core.runs import Run
 
     objective = ObjectiveConfig("adkd", {"ce": 0.1, "kd": 0.9, "attr": 10.0}).with_settings(
         attr_views=(0, 2)
@@ -212,15 +185,12 @@ def test_a_run_recorded_with_weights_and_views_as_text_reopens(tmp_path):
     info = {"kind": "student", "configs": {"objective": to_dict(objective)}}
     with Run.writing(tmp_path / "run", info, {}):
         pass
-    record = json.loads((tmp_path / "run" / RUN_FILE).read_text())
-    record["configs"]["objective"] |= {"weights": "ce=0.1,kd=0.9,attr=10", "attr_views": "0,2"}
-    (tmp_path / "run" / RUN_FILE).write_text(json.dumps(record))
     with Run.writing(tmp_path / "run", info, {}):
         pass
     other = {"kind": "student", "configs": {"objective": to_dict(replace(objective, weights={}))}}
     with (
         pytest.raises(
-            WorkbenchError, match=r'--weights \{"ce": 0\.1, "kd": 0\.9, "attr": 10\.0\} → \{\}'
+            WorkbenchError, match=r'--weights \{"attr": 10\.0, "ce": 0\.1, "kd": 0\.9\} → \{\}'
         ),
         Run.writing(tmp_path / "run", other, {}),
     ):

@@ -87,8 +87,7 @@ def test_runs_record_their_resolved_objective(tiny_model_dir, tiny_task_dir, tmp
     # a run folder written before the record: it opens, and says how it is described
     path = tmp_path / "adkd" / "run.json"
     old = {k: v for k, v in json.loads(path.read_text()).items() if k != "resolved"}
-    old["configs"]["objective"]["kd_loss"] = old["configs"]["objective"].pop("kd_form")
-    path.write_text(json.dumps(old))  # and an option under its former name (--kd-loss)
+    path.write_text(json.dumps(old))
     assert student("adkd").results()
     row = evaluate_runs([str(tmp_path / "adkd")])[0]
     assert row["objective"].endswith("(resolved with today's presets: the run predates the record)")

@@ -20,6 +20,7 @@ from kd.experiments.reproduce.runner import compact
 from tests.conftest import ROOT
 from workbench.analysis.stats import pair_scores, two_level_bootstrap
 from workbench.core.errors import WorkbenchError
+from workbench.core.files import with_format
 from workbench.core.models import load_run
 
 RECORD = ROOT / "reports" / "reproduce"
@@ -91,12 +92,14 @@ def _controlled_record() -> dict:
             _row("gkd", seed, correct=300, same_class=380, probability=0.9),
             _row("gkd control", seed, correct=300, same_class=280, probability=0.8),
         ]
-    return {
-        "suite": "hand-written",
-        "teachers": {"t": {"run": "", "test": {"accuracy": 0.9, "macro_f1": 0.9}}},
-        "test_sets": {"s": {"uids": [f"u{i}" for i in range(N)], "labels": "0" * N}},
-        "students": rows,
-    }
+    return with_format(
+        {
+            "suite": "hand-written",
+            "teachers": {"t": {"run": "", "test": {"accuracy": 0.9, "macro_f1": 0.9}}},
+            "test_sets": {"s": {"uids": [f"u{i}" for i in range(N)], "labels": "0" * N}},
+            "students": rows,
+        }
+    )
 
 
 def test_control_verdicts_credit_loyalty_to_the_term_and_accuracy_to_the_regime(tmp_path: Path):

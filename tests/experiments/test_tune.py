@@ -40,6 +40,7 @@ from workbench.core.config import (
     TuneConfig,
 )
 from workbench.core.errors import WorkbenchError
+from workbench.core.files import FORMAT_KEY, RECORD_FORMAT, with_format
 from workbench.core.runs import Run
 
 
@@ -471,7 +472,7 @@ def test_workers_share_postgresql_studies(tiny_teacher, tmp_path, capsys, postgr
         assert len(error.splitlines()) == 1 and not other.exists()
 
 
-def test_a_study_recorded_with_text_weights_is_joined_and_damaged_settings_refused():
+def test_a_study_is_joined_in_its_format_with_its_settings_and_damaged_settings_refused():
     objective = ObjectiveConfig(preset="kd", weights={"ce": 0.5, "kd": 0.5})
     settings = study_settings(
         DataConfig(), StudentConfig(teacher="t"), objective, OptimConfig(), "accuracy", True
@@ -479,18 +480,20 @@ def test_a_study_recorded_with_text_weights_is_joined_and_damaged_settings_refus
     attrs = {"preset": "kd", "task": "tweets", "space": ["alpha"], "settings": settings}
     study = optuna.create_study()  # in memory: the attributes as a database gives them back
     recorded = json.loads(json.dumps(settings))
-    recorded["configs"]["objective"]["weights"] = "ce=0.5,kd=0.5"  # as studies recorded them
-    for key, value in (attrs | {"settings": recorded}).items():
+    for key, value in with_format(attrs | {"settings": recorded}).items():
         study.set_user_attr(key, value)
     _check_record(study, attrs, "here", "start over")  # joined: the same settings
-    recorded["configs"]["objective"]["weights"] = "ce=x"
+    recorded["configs"]["objective"]["weights"] = {"ce": -1}
     study.set_user_attr("settings", recorded)
     with pytest.raises(WorkbenchError) as refused:
         _check_record(study, attrs, "here", "start over")
-    assert str(refused.value) == (
-        "here records damaged settings (configs.objective: --weights: weight of 'ce' must be a "
-        "number, got 'x'): start over"
+    assert str(refused.value).startswith(
+        "here records damaged settings (configs.objective: --weights: {'ce': -1} is not allowed"
     )
+    assert str(refused.value).endswith("): start over")
+    study.set_user_attr(FORMAT_KEY, RECORD_FORMAT + 1)
+    with pytest.raises(WorkbenchError, match=r"^here has record format 2, this release reads"):
+        _check_record(study, attrs, "here", "start over")
 
 
 def test_the_trials_table_names_why_a_trial_gave_way_even_to_trial_0():

@@ -20,6 +20,7 @@ from tests.cli.test_cli import _error_line
 from tests.conftest import tiny_model
 from workbench.analysis.evaluation import predict_logits
 from workbench.core.data import TaskSpec, encode, load_task
+from workbench.core.files import with_format
 from workbench.core.models import load_run, set_label_names
 
 NAMES = ("negative", "neutral", "positive")
@@ -81,7 +82,7 @@ def test_the_card_quotes_names_and_labels_as_text(tmp_path):
         "task": {"name": "t", "label_names": ["a`b", "x\n## injected"], "metrics": []},
         "configs": {"teacher": {"model": "m"}},
     }
-    (folder / "run.json").write_text(json.dumps(info))
+    (folder / "run.json").write_text(json.dumps(with_format(info)))
     manifest = {"versions": {}, "data_notes": ["<img src=x>"], "command": ["kdw", "```\n# x"]}
     (folder / "manifest.json").write_text(json.dumps(manifest))
     card = model_card(Run(folder))

@@ -129,7 +129,7 @@ def test_dedupe_drops_exactly_the_repeated_dev_and_test_rows(work, capsys):
 
 
 def test_a_run_records_the_repeats_and_dedupe_only_where_set(work, tmp_path, capsys):
-    assert "dedupe" not in to_dict(DataConfig())  # runs recorded before it keep their identity
+    assert "dedupe" not in to_dict(DataConfig())  # at its default: a suite row keeps its identity
     assert "allow_unfinished" not in to_dict(StudentConfig())
     run_dir = tmp_path / "teacher"
     common = ["train-teacher", "--model", str(work / "tiny-bert"), "--task", str(work / "overlap")]

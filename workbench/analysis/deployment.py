@@ -50,8 +50,10 @@ from workbench.core.files import (
     RECORD_LIMIT,
     atomic_write_json,
     atomic_write_text,
+    check_format,
     existing_path,
     read_json_file,
+    with_format,
 )
 from workbench.core.models import LoadedModel, load_tokenizer, set_label_names
 from workbench.core.parts import parts_of
@@ -295,6 +297,7 @@ def load_onnx(
         record = read_json_file(folder / RECORD, RECORD_LIMIT, "the export record")
     except WorkbenchError as error:
         raise WorkbenchError(f"{error}: export again") from None
+    check_format(record, folder / RECORD, "export again")
     recorded = from_dict(DataConfig, record["data"])
     if data is not None and data.task != recorded.task:
         raise WorkbenchError(
@@ -494,7 +497,7 @@ def export_onnx_folder(
                 "size_mb": file.stat().st_size / 1e6,
                 **measured,
             }
-        atomic_write_json(staging / RECORD, record)
+        atomic_write_json(staging / RECORD, with_format(record))
         atomic_write_text(staging / "README.md", model_card(loaded.run) + _card_section(record))
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

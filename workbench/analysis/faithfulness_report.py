@@ -47,6 +47,7 @@ from workbench.analysis.stats import mean_interval, paired_bootstrap
 from workbench.core.config import FaithfulnessSettings, to_dict
 from workbench.core.data import batches, encode, load_task, pad_id, sample_split
 from workbench.core.errors import WorkbenchError
+from workbench.core.files import FORMAT_KEY, RECORD_FORMAT, check_format
 from workbench.core.models import LoadedModel, load_model
 
 __all__ = [
@@ -256,6 +257,7 @@ def _report(
         i for i in old["intervals"] if (i["model"], i["explainer"], i["measure"]) not in replaced
     ]
     return {
+        FORMAT_KEY: RECORD_FORMAT,
         "models": [{"name": name, "source": sources[name]} for name in listed],
         "examples": examples,
         "settings": to_dict(settings) | {"explainers": ",".join(explainers)},
@@ -386,6 +388,7 @@ def check_report(report: object) -> dict:
     keys = {"models", "rows", "settings", "explainers", "intervals", "load_average"}
     if not isinstance(report, dict) or not keys <= set(report):
         raise WorkbenchError(f"not a kdw faithfulness report: it needs {', '.join(sorted(keys))}")
+    check_format(report, "the kdw faithfulness report", "run kdw faithfulness again")
     models, rows, settings = report["models"], report["rows"], report["settings"]
     if not (
         isinstance(models, list)

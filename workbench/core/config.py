@@ -16,7 +16,6 @@ import functools
 import json
 import math
 import numbers
-import sys
 import types
 import typing
 from collections.abc import Callable, Iterator, MutableMapping, Sequence
@@ -208,7 +207,9 @@ def option(default: Any, help: str, **extra: Any) -> Any:
     folder made absolute (:func:`resolve_paths`), ``syntax`` (a :class:`Syntax`) for a value
     of a structured type written as text on the command line, or ``recorded_if_set=True`` for
     a setting that records and identities (:func:`to_dict`) hold only when it differs from its
-    default: a setting added after runs were recorded, which those runs had at its default."""
+    default. Not compatibility: it is what keeps a reproduction suite row's identity (a hash of
+    its settings) when a setting is added at a default that leaves the row's training as it
+    is."""
     metadata = {"help": help, **extra}
     if isinstance(default, dict):  # each config gets its own copy
         return field(default_factory=lambda: dict(default), metadata=metadata)
@@ -278,22 +279,18 @@ def validate(config: Any) -> None:
             )
 
 
-def resolve_paths(config: Any, bases: Sequence[Path] = ()) -> None:
+def resolve_paths(config: Any) -> None:
     """Make the path fields of ``config`` absolute: a field declared with ``path`` (the names
     that win over a path, such as task names) whose value names an existing file or folder, and
-    none of those names, gets the absolute path, so that a run's
-    record (its teacher run, its data) opens from any working directory. A relative path that
-    does not exist from here is looked up under each of ``bases`` in turn (a run recorded
-    before its paths were absolute: under the folders that hold it)."""
+    none of those names, gets the absolute path, so that a run's record (its teacher run, its
+    data) opens from any working directory."""
     for f in dataclasses.fields(config):
         names, value = f.metadata.get("path"), getattr(config, f.name)
         if names is None or not isinstance(value, str) or not value:
             continue
         path = Path(value).expanduser()
-        places = [path] if path.is_absolute() else [path, *(base / path for base in bases)]
-        found = next((place for place in places if place.exists()), None)
-        if found is not None and value not in names:
-            setattr(config, f.name, str(found.resolve()))
+        if path.exists() and value not in names:
+            setattr(config, f.name, str(path.resolve()))
 
 
 class Checked:
@@ -963,22 +960,6 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
             "metavar": f.name.upper(),
         }
         group.add_argument(name, default=default, help=help_text, **parsing)
-        for old in (old for old, new in RENAMED.items() if new == f.name):
-            group.add_argument(
-                option_name(old), action=_Deprecated, help=argparse.SUPPRESS, **parsing
-            )
-
-
-class _Deprecated(argparse.Action):
-    """An option under its former name (:data:`RENAMED`): stored under the new one, with a note
-    on standard error."""
-
-    def __call__(self, parser, namespace, values, option_string=None) -> None:
-        print(
-            f"{parser.prog}: note: {option_string} is deprecated: use {option_name(self.dest)}",
-            file=sys.stderr,
-        )
-        setattr(namespace, self.dest, values)
 
 
 def from_arguments(cls: type[T], namespace: argparse.Namespace) -> T:
@@ -1001,7 +982,7 @@ def from_arguments(cls: type[T], namespace: argparse.Namespace) -> T:
 def to_dict(config: Any) -> dict[str, Any]:
     """A JSON-ready dict of a config dataclass, a settings map's settings among its own (flat,
     by name); a ``recorded_if_set`` field at its default is left out (:func:`from_dict` restores
-    it), so that adding a setting changes no record."""
+    it), so that adding a setting changes no suite row's identity."""
     values = dataclasses.asdict(config)
     for f in dataclasses.fields(config):
         if "settings" in f.metadata:
@@ -1035,8 +1016,7 @@ def spell(cls: type, name: str, value: Any) -> Any:
 
 def spelled(config: Any) -> dict[str, Any]:
     """:func:`to_dict` with each setting of a :class:`Syntax` as its text: the form in which
-    fingerprints hash a config (a suite's identities), the same as when records held the
-    text."""
+    fingerprints hash a config (a suite's identities)."""
     return {name: spell(type(config), name, value) for name, value in to_dict(config).items()}
 
 
@@ -1046,28 +1026,9 @@ def config_key(config: Any) -> str:
     return json.dumps(to_dict(config), sort_keys=True)
 
 
-# settings renamed since records were first written, former name → name: a record (run.json, a
-# --config file, a suite's results.json) read today has them under their new names
-# (:func:`upgrade`), and the CLI still takes the former spelling, with a note
-RENAMED = {"kd_loss": "kd_form", "teacher_run": "teacher"}
-
-
-def upgrade(values: dict[str, Any]) -> dict[str, Any]:
-    """A config section as recorded, with its settings under their current names
-    (:data:`RENAMED`); a section holding a setting under both names is an error."""
-    both = [old for old in RENAMED if old in values and RENAMED[old] in values]
-    if both:
-        raise WorkbenchError(
-            f"settings {both[0]!r} and {RENAMED[both[0]]!r} are one setting: keep "
-            f"{RENAMED[both[0]]!r}"
-        )
-    return {RENAMED.get(name, name): value for name, value in values.items()}
-
-
 def _read(f: dataclasses.Field, value: Any) -> Any:
-    """A setting's value as a file holds it, the text of a :class:`Syntax` (a record of a
-    version that stored weights and views as text, or a ``--config`` file written as the
-    command line is) parsed."""
+    """A setting's value as a ``--config`` file may write it: the text of a :class:`Syntax`, as
+    on the command line, parsed."""
     syntax = f.metadata.get("syntax")
     if syntax and isinstance(value, str):
         try:
@@ -1077,22 +1038,23 @@ def _read(f: dataclasses.Field, value: Any) -> Any:
     return value
 
 
-def check_values(cls: type, values: Any) -> dict[str, Any]:
+def check_values(cls: type, values: Any, *, text: bool = False) -> dict[str, Any]:
     """The settings ``values`` read from a file (a run's record, a ``--config`` file) for the
-    config dataclass ``cls``, under their current names (:func:`upgrade`), checked without
-    building the config: an object, of known settings, each of its field's type (JSON's: a
-    list for a tuple, an integer for a float) and inside its choices and domain; the first
-    problem is a one-line error naming the option."""
+    config dataclass ``cls`` (with ``text``, as a ``--config`` file may hold them: a
+    :class:`Syntax`'s values as their text), checked without building the config: an object,
+    of known settings, each of its field's type (JSON's: a list for a tuple, an integer for a
+    float) and inside its choices and domain; the first problem is a one-line error naming the
+    option."""
     if not isinstance(values, dict):
         raise WorkbenchError(f"the {cls.__name__} settings are not an object")
-    values = upgrade(values)
     fields = _flat_fields(cls)
     unknown = set(values) - set(fields)
     if unknown:
         raise WorkbenchError(
             f"unknown {cls.__name__} settings {sorted(unknown)}; known: {sorted(fields)}"
         )
-    values = {name: _read(fields[name][1], value) for name, value in values.items()}
+    if text:
+        values = {name: _read(fields[name][1], value) for name, value in values.items()}
     for name, value in values.items():
         owner, f = fields[name]
         expected = _mistyped(owner, f, value) or _outside(owner, f, value)
@@ -1104,11 +1066,10 @@ def check_values(cls: type, values: Any) -> dict[str, Any]:
 
 
 def from_dict(cls: type[T], values: dict[str, Any]) -> T:
-    """Rebuild ``cls`` from :func:`to_dict`'s output, settings recorded under a former name
-    read under the current one (:func:`upgrade`); unknown keys and values of another type
+    """Rebuild ``cls`` from :func:`to_dict`'s output; unknown keys and values of another type
     are an error (:func:`check_values`); a settings map's settings are given to their
     dataclasses."""
-    values = check_values(cls, values)
+    values = dict(check_values(cls, values))  # a copy: the caller's record stays as it is
     for f in dataclasses.fields(cls):
         if "settings" in f.metadata:
             values[f.name] = {

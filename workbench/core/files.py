@@ -154,6 +154,29 @@ RECORD_LIMIT = 64_000_000  # a record the workbench wrote: run.json, status.json
 LOG_LIMIT = 256_000_000  # a JSON Lines log: metrics.jsonl, a job's progress
 
 
+# the format of every record the workbench writes (run.json, a suite's results.json, a tune
+# study's best.json and settings, a faithfulness report, export.json), under FORMAT_KEY; this
+# release reads records of this format only (:func:`check_format`)
+RECORD_FORMAT = 1
+FORMAT_KEY = "record_format"
+
+
+def with_format(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` with the format number (:data:`RECORD_FORMAT`) it is written in."""
+    return {FORMAT_KEY: RECORD_FORMAT, **record}
+
+
+def check_format(record: Any, where: str | Path, remedy: str) -> None:
+    """Refuse a record (read from ``where``) of another format than :data:`RECORD_FORMAT`, or
+    without one, in one line naming the versions and ending in ``remedy``."""
+    found = record.get(FORMAT_KEY) if isinstance(record, dict) else None
+    if found != RECORD_FORMAT or isinstance(found, bool):
+        written = "no record format" if found is None else f"record format {found!r}"
+        raise WorkbenchError(
+            f"{where} has {written}, this release reads format {RECORD_FORMAT}: {remedy}"
+        )
+
+
 def read_json_file(path: str | Path, limit: int, what: str) -> Any:
     """The JSON value in the file ``path`` (at most ``limit`` bytes, :func:`read_limited`);
     a missing, unreadable, non-UTF-8 or non-JSON file is a one-line error naming ``what``."""

@@ -48,15 +48,18 @@ from workbench.core.config import (
 )
 from workbench.core.errors import WorkbenchError, first_line, mask_secrets
 from workbench.core.files import (
+    FORMAT_KEY,
     RECORD_LIMIT,
     append_json_line,
     atomic_write_json,
+    check_format,
     check_parents,
     check_weights,
     hold,
     read_json_lines,
     read_limited,
     remove_stale_temporaries,
+    with_format,
     write_json_lines,
 )
 from workbench.core.shapes import (
@@ -85,6 +88,7 @@ SECTIONS = {  # run.json's config sections, as their dataclasses
 }
 # the shapes of the run's records (:mod:`workbench.core.shapes`), checked whenever one is read
 RUN_SHAPE = {
+    FORMAT_KEY: INTEGER,
     "kind": Choice("teacher", "student"),
     "configs": Mapping({}),
     "method?": STRING,
@@ -116,6 +120,7 @@ CHECKPOINT_SHAPE = {  # what checkpoint.pt holds: plain tensors in containers
     "state": {"step": INTEGER, "best": Either(NUMBER, None), "best_step": Either(INTEGER, None)},
 }
 RUN_REMEDY = "restore the file, or delete the run folder to train anew"
+FORMAT_REMEDY = "train the run again in a new --run-dir"
 STATUS_REMEDY = (
     "it only records the training's progress, the model and checkpoint are not affected: run "
     "the command that made the run again to rewrite it"
@@ -208,7 +213,7 @@ class Run:
         training resumes); one with other settings, or a folder that is not a run, is refused
         rather than overwritten. So is a run that another process is writing: the one-line
         error names that process. Its lock (``.lock``) dies with it, so a killed run resumes."""
-        run = cls(Path(path))
+        run, info = cls(Path(path)), with_format(info)
         check_parents(run.path, "--run-dir")
         if run.path.is_file() or (
             not (run.path / RUN_FILE).exists()
@@ -333,7 +338,13 @@ class Run:
         """The run's record, its configs' settings under their current names, checked: its
         shape (:data:`RUN_SHAPE`) and the settings of each config section (known settings,
         each of its type and inside its domain)."""
-        info = self.read_json(RUN_FILE, RUN_REMEDY, RUN_SHAPE, "a run record")
+        info = self.read_json(RUN_FILE, RUN_REMEDY)
+        check_format(info, self.path / RUN_FILE, FORMAT_REMEDY)
+        found = problem(info, RUN_SHAPE)
+        if found:
+            raise WorkbenchError(
+                f"{self.path / RUN_FILE} is not a run record: {found}: {RUN_REMEDY}"
+            )
         try:
             return info | {"configs": current_configs(info["configs"])}
         except WorkbenchError as error:
@@ -343,8 +354,7 @@ class Run:
 
     def config(self, cls: type[T], group: str) -> T:
         """The config ``group`` (``data``, ``student``…) of the run's record as ``cls``, its
-        paths absolute; a relative path recorded by an older run, from the folder its command
-        ran in, is found under the folders that hold the run."""
+        paths absolute."""
         configs = self.info()["configs"]
         if group not in configs:
             raise WorkbenchError(
@@ -358,7 +368,7 @@ class Run:
                 f"{self.path / RUN_FILE} is not a run record: configs.{group}: {error}: "
                 f"{RUN_REMEDY}"
             ) from None
-        resolve_paths(config, self.path.resolve().parents)
+        resolve_paths(config)
         return config
 
     def task(self) -> dict[str, Any]:

@@ -60,13 +60,20 @@ from workbench.core.config import (
 )
 from workbench.core.data import batches, encode, load_task, pad_id, prefixes
 from workbench.core.errors import WorkbenchError
-from workbench.core.files import RECORD_LIMIT, atomic_write_json, read_json_file, read_limited
+from workbench.core.files import (
+    FORMAT_KEY,
+    RECORD_FORMAT,
+    RECORD_LIMIT,
+    atomic_write_json,
+    check_format,
+    read_json_file,
+    read_limited,
+)
 from workbench.core.models import load_for_task, load_model, load_run, load_tokenizer, resolve_model
 from workbench.core.runs import RESOLVED, Run, teacher_change
 from workbench.core.shapes import ANY, BOOLEAN, INTEGER, NUMBER, STRING, Either, Mapping, problem
 from workbench.core.verify import weights_digest
 
-FORMAT = 2  # results.json: rows with identities, relative paths and per-example values
 LOYALTY = ("label_loyalty", "probability_loyalty")  # per example in a student's predictions
 
 
@@ -356,6 +363,7 @@ def choose_weights(out: Path, teacher: Path, suite: Suite, method: str, threads:
     if result.best is None:
         raise WorkbenchError(f"kdw tune {method}: no trial finished (all pruned or stopped)")
     best = read_json_file(result.best, RECORD_LIMIT, "the best configuration")
+    check_format(best, result.best, "tune again in a new folder")
     return {
         "key": fingerprint(tuning_settings(suite, method)),
         "task": task,
@@ -514,7 +522,7 @@ def _parallel(
 _METRICS = Mapping(Either(NUMBER, None))
 _COUNT = Either(INTEGER, None)
 RESULTS_SHAPE = {  # the suite's record (:mod:`workbench.core.shapes`), checked when it is read
-    "format?": INTEGER,
+    FORMAT_KEY: INTEGER,
     "suite": STRING,
     "cuts?": Either(STRING, None),
     "ablation_data?": Either(STRING, None),
@@ -623,6 +631,7 @@ def read_results(out: Path) -> dict:
         raise WorkbenchError(f"{path} is corrupt ({reason}): {RESULTS_REMEDY}") from None
     except WorkbenchError as error:  # a device, a pipe, a file past the limit
         raise WorkbenchError(f"{error}: {RESULTS_REMEDY}") from None
+    check_format(results, path, "run the suite again in a new --out")
     found = problem(results, RESULTS_SHAPE)
     if found:
         raise WorkbenchError(f"{path} is not the record of a suite: {found}: {RESULTS_REMEDY}")
@@ -649,7 +658,7 @@ def suite_fields(suite: Suite, previous: dict, shard: Shard | None) -> dict:
     ``kdw reproduce --merge`` checks."""
     part = {} if shard is None else {"shard": {"index": shard.index, "count": shard.count}}
     return {
-        "format": FORMAT,
+        FORMAT_KEY: RECORD_FORMAT,
         "suite": suite.description,
         "cuts": suite.cuts,
         "ablation_data": None
