@@ -605,6 +605,7 @@ def test_train_page_launches_a_training_and_lists_runs(app, tiny_runs):
     assert table.set_index("run").loc["ui-teacher", "state"] == "finished"
 
 
+# slow: the app launches a real training process, stops it and resumes it to the end
 @pytest.mark.slow
 def test_a_training_stops_and_resumes(tiny_runs):
     info = json.loads((tiny_runs / "teacher" / "run.json").read_text())

@@ -47,6 +47,7 @@ def architecture_runs(tmp_path_factory) -> Path:
     return root
 
 
+# slow: a teacher and a student of each architecture trained once (the module's fixture)
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", TEACHERS)
 def test_a_minilm_student_of_another_architecture_opens_in_the_app(

@@ -141,6 +141,7 @@ def _settle(page) -> None:
     page.wait_for_timeout(500)
 
 
+# slow: a real browser on the module's server explains a text with every model it shows
 def test_a_case_study_in_the_browser(app_url, page, tmp_path):
     dialogs = []
     page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))

@@ -201,6 +201,7 @@ def test_tiny_suite_report_and_resume(tiny_model_dir: Path, tiny_task_dir: Path,
         reproduce(tmp_path / "empty", report_only=True)
 
 
+# slow: a suite call trains KD, GKD, their controls and a student of the user's
 @pytest.mark.slow
 def test_each_method_trains_beside_its_control(one_seed_plan: TaskPlan, tmp_path: Path):
     """GKD's control: the same objective and student set-up (the teacher's embeddings, frozen;

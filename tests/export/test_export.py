@@ -304,6 +304,7 @@ LATEX_HOSTILE = [
 ]
 
 
+# slow: installs Debian's LaTeX and poppler where they are missing, then runs pdflatex
 def test_latex_document_compiles_and_reads_back_in_order(
     tmp_path: Path, pdflatex: str, poppler: None
 ) -> None:

@@ -149,6 +149,7 @@ def trained(tmp_path_factory) -> Path:
     return folder
 
 
+# slow: the module's fixture trains every job on one process and on two spawned ones
 @pytest.mark.parametrize("name", ["teacher", *PRESETS])
 @pytest.mark.slow
 def test_two_processes_train_the_weights_of_one(trained, name):
