@@ -76,14 +76,17 @@ def optimum_graphs(cli: Path, model_dir: Path, root: Path) -> dict[str, Path]:
 
 
 def graph_call(path: Path, threads: int) -> Callable[[dict], torch.Tensor]:
-    session = open_session(path, threads)
-    names = [i.name for i in session.get_inputs()]
+    """The graph ``path`` run by ONNX Runtime: a padded batch (``[B, L]``) → logits ``[B, C]``."""
+    runtime = open_session(path, threads)
+    names = [i.name for i in runtime.get_inputs()]
     return lambda batch: torch.from_numpy(
-        np.asarray(session.run(None, {n: batch[n].numpy() for n in names})[0])
+        np.asarray(runtime.run(None, {n: batch[n].numpy() for n in names})[0])
     )
 
 
 def model_call(model) -> Callable[[dict], torch.Tensor]:
+    """The PyTorch ``model``: a padded batch (``[B, L]``) → logits ``[B, C]``."""
+
     def call(batch: dict) -> torch.Tensor:
         with torch.inference_mode():
             return model(**batch).logits

@@ -188,7 +188,7 @@ def quantize_int8(
         "nodes_to_exclude": [node.name for node in graph.node if kept(node)],
     }
     logging.disable(logging.WARNING)  # notes on the root logger
-    onnxruntime.set_default_logger_severity(3)  # the calibration session's notes: errors only
+    onnxruntime.set_default_logger_severity(3)  # calibration's log: errors only
     typed = target.with_name(f"typed-{source.name}")
     try:
         # the types and shapes of every tensor, those of a fused graph's contrib operators
