@@ -335,8 +335,8 @@ class Run:
         return value
 
     def info(self) -> dict[str, Any]:
-        """The run's record, its configs' settings under their current names, checked: its
-        shape (:data:`RUN_SHAPE`) and the settings of each config section (known settings,
+        """The run's record, checked: its format (:func:`~workbench.core.files.check_format`),
+        its shape (:data:`RUN_SHAPE`) and the settings of each config section (known settings,
         each of its type and inside its domain)."""
         info = self.read_json(RUN_FILE, RUN_REMEDY)
         check_format(info, self.path / RUN_FILE, FORMAT_REMEDY)
@@ -582,9 +582,8 @@ _ABSENT = "(absent)"
 
 
 def current_configs(configs: dict[str, Any]) -> dict[str, Any]:
-    """Config sections as a record of any version holds them, as this version records them:
-    settings under their current names and of their current types (the text of weights and
-    views parsed; :func:`~workbench.core.config.check_values`), as JSON gives them back."""
+    """Config sections as a record holds them, each section's settings checked
+    (:func:`~workbench.core.config.check_values`), as JSON gives them back."""
     current = {}
     for group, values in configs.items():
         try:
