@@ -33,6 +33,7 @@ from workbench.core.config import (
     TrackingConfig,
     option_name,
     parse_label_map,
+    set_settings,
     to_dict,
 )
 from workbench.core.data import (
@@ -635,8 +636,7 @@ def export_model(
     if out.is_file() or (out.is_dir() and any(out.iterdir())):
         kind = "a file" if out.is_file() else "a folder that is not empty"
         raise WorkbenchError(f"{out} is {kind}: choose a new or empty folder for --out")
-    default = to_dict(OnnxSettings())
-    changed = [name for name, value in to_dict(settings).items() if value != default[name]]
+    changed = set_settings(settings)
     if changed and not onnx:
         raise WorkbenchError(f"{option_name(changed[0])} sets the ONNX export: add --onnx")
     if onnx and push_to_hub:

@@ -34,7 +34,14 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from workbench.analysis.evaluation import logits_in_order, predict_logits
 from workbench.analysis.metrics import label_loyalty
-from workbench.core.config import DataConfig, OnnxSettings, from_dict, option_name, to_dict
+from workbench.core.config import (
+    DataConfig,
+    OnnxSettings,
+    from_dict,
+    option_name,
+    set_settings,
+    to_dict,
+)
 from workbench.core.data import (
     EncodedSplit,
     Split,
@@ -412,8 +419,7 @@ def export_onnx_folder(
         raise WorkbenchError(
             "the ONNX export is checked by label agreement: regression runs are not supported"
         )
-    default = OnnxSettings()
-    unused = [n for n in INT8_SETTINGS if getattr(settings, n) != getattr(default, n)]
+    unused = [name for name in set_settings(settings) if name in INT8_SETTINGS]
     if unused and settings.quantize is None:
         raise WorkbenchError(f"{option_name(unused[0])} sets the int8 graph: add --quantize int8")
     if settings.fuse and fusion_type(loaded.model) is None:

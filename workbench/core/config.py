@@ -221,6 +221,12 @@ def default_of(f: dataclasses.Field) -> Any:
     return f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
 
 
+def set_settings(config: Any) -> list[str]:
+    """The names of the settings of ``config`` (a config dataclass) that differ from their
+    defaults, in field order."""
+    return [f.name for f in dataclasses.fields(config) if getattr(config, f.name) != default_of(f)]
+
+
 def option_name(name: str) -> str:
     """A field's name as the CLI spells it: ``--batch-size``."""
     return "--" + name.replace("_", "-")
