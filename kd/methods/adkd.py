@@ -310,7 +310,7 @@ def _resolve(objective: Objective) -> dict:
     }
 
 
-@teacher_field("maps", per_token=True, key=lambda o: {"maps": _map_settings(o)})
+@teacher_field("maps", per_token=True, key=lambda o: {"maps": _map_settings(o)}, gradients=True)
 def _teacher_maps(objective: Objective, teacher: PreTrainedModel, batch) -> Tensor:
     top_k = objective.config.of(ADKDSettings).attr_top_k
     maps, _ = attribution_views(objective, teacher, batch, None, False, top_k)

@@ -217,7 +217,7 @@ def _resolve(objective: Objective) -> dict:
     return {"patient_pairs": mapped_pairs(objective)} if "cls_grad" in objective.weights else {}
 
 
-@teacher_field("input_grads", per_token=True)
+@teacher_field("input_grads", per_token=True, gradients=True)
 def _teacher_input_grads(_objective: Objective, teacher: PreTrainedModel, batch) -> Tensor:
     gradients = attribution.input_gradients(teacher, batch)
     if "word_ids" in batch:  # another tokenizer's student: per word, in the first W rows
@@ -227,7 +227,7 @@ def _teacher_input_grads(_objective: Objective, teacher: PreTrainedModel, batch)
     return gradients
 
 
-@teacher_field("cls_grads", key=lambda o: {"patient_pairs": o.patient_pairs})
+@teacher_field("cls_grads", key=lambda o: {"patient_pairs": o.patient_pairs}, gradients=True)
 def _teacher_cls_grads(objective: Objective, teacher: PreTrainedModel, batch) -> Tensor:
     return state_gradients(teacher, batch, [t for _, t in objective.patient_pairs], False)
 

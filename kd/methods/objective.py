@@ -99,12 +99,14 @@ class TeacherField:
     """A value the frozen teacher computes per example: ``compute(objective, teacher, batch)``
     gives ``[B, ...]`` (``[B, L, ...]`` when ``per_token``). ``cacheable=False`` fields are
     recomputed each step instead of being stored for every example. ``key(objective)``: the
-    settings that change the values (part of the teacher cache's key)."""
+    settings that change the values (part of the teacher cache's key). ``gradients``: the
+    value takes gradients through the teacher (it cannot be computed in inference mode)."""
 
     compute: Callable[[Objective, PreTrainedModel, dict[str, Tensor]], Tensor]
     per_token: bool = False
     cacheable: bool = True
     key: Callable[[Objective], dict] | None = None
+    gradients: bool = False
 
 
 @dataclass(frozen=True)
@@ -293,11 +295,12 @@ def teacher_field(
     per_token: bool = False,
     cacheable: bool = True,
     key: Callable[[Objective], dict] | None = None,
+    gradients: bool = False,
 ):
     """Register a teacher field under ``name``."""
 
     def register(compute: Callable[[Objective, PreTrainedModel, dict[str, Tensor]], Tensor]):
-        TEACHER_FIELDS[name] = TeacherField(compute, per_token, cacheable, key)
+        TEACHER_FIELDS[name] = TeacherField(compute, per_token, cacheable, key, gradients)
         return compute
 
     return register
@@ -646,6 +649,10 @@ class Objective:
     def word_aggregation(self) -> dict[str, str]:
         """How each per-token term compares on words across tokenizers (the run records it)."""
         return {name: TERMS[name].on_words for name in self.per_token_terms()}
+
+    def teacher_gradients(self, fields: list[str]) -> bool:
+        """Whether any of the given teacher fields takes gradients through the teacher."""
+        return any(TEACHER_FIELDS[name].gradients for name in fields)
 
     def teacher_settings(self, fields: list[str]) -> dict:
         """Every setting that changes the given teacher fields (part of the cache key)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
@@ -202,12 +203,13 @@ def _finish(
     atomic_write_json(run.path / "predictions.json", predictions)
     atomic_write_json(run.path / "results.json", results)
     atomic_write_text(run.model_dir / "README.md", model_card(run))
-    step = run.status().get("step")
-    tracker.log_results(results, step or 0)
+    status = run.status()
+    tracker.log_results(results, status.get("step") or 0)
     tracker.log_artifacts(
         [run.path / RUN_FILE, run.path / "results.json", run.model_dir / "README.md"]
     )
-    run.set_status("finished", step=step, total=run.status().get("total"))
+    kept = {key: status[key] for key in ("step", "total", "seconds") if key in status}
+    run.set_status("finished", **kept)
     return results
 
 
@@ -438,6 +440,8 @@ def teacher_caches(
             batch_size=batch_size,
             pad_token_id=pad_id(teacher.tokenizer),
             description=f"teacher cache ({split})",
+            inference=not objective.teacher_gradients(fields),
+            on_note=_note,
             device=model_device(teacher.model),
             on_progress=on_progress,
             part=(world.rank, world.size),
@@ -547,8 +551,10 @@ def distill(
             data_config.max_length,
         )
     with distributed.run_folder(run_dir, record, manifest) as run:
-        if run.status()["state"] == "finished":
+        status = run.status()
+        if status["state"] == "finished":
             return run
+        started = time.perf_counter()
         caches = teacher_caches(
             teacher,
             objective,
@@ -560,6 +566,9 @@ def distill(
             lambda *progress: notify(callbacks, "on_cache", *progress),
             {"words": key_digest(tokenizer.get_vocab())} if on_words else {},
         )
+        # summed over the processes that resumed the run (a resumed one reads the files)
+        cache_seconds = status.get("seconds", {}).get("teacher_cache", 0.0)
+        cache_seconds += time.perf_counter() - started
         train_cache = caches["train"]
         teacher_logits = {split: caches[split].per_example["logits"] for split in ("dev", "test")}
         live_fields = objective.live_fields()
@@ -600,6 +609,7 @@ def distill(
                 callbacks=callbacks,
                 tracker=tracker,
                 device=device,
+                timings={"teacher_cache": cache_seconds},
             )
             if train(job) and distributed.world().main:
                 _finish(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,6 +75,9 @@ class TrainingJob:
     device: torch.device | str = "cpu"
     callbacks: Sequence[Callback] = field(default_factory=tuple)
     tracker: Tracker = field(default_factory=Tracker)  # told every metrics.jsonl record
+    # seconds of the run's set-up before training (the teacher cache), recorded in status.json
+    # beside the training's own
+    timings: dict[str, float] = field(default_factory=dict)
 
 
 def set_seed(seed: int) -> None:
@@ -336,6 +340,8 @@ def train(job: TrainingJob) -> dict[str, float]:
     scaler = torch.amp.GradScaler(device.type, enabled=optim.precision == "fp16")
     parameters = [p for _, p in named]
     state = {"step": 0, "best": None, "best_step": None}
+    # of training (evaluations on dev included), summed over the processes that resumed the run
+    seconds = 0.0
     model.to(device)
     job.modules.to(device)
     distributed.broadcast_parameters(model)
@@ -345,8 +351,30 @@ def train(job: TrainingJob) -> dict[str, float]:
     if run.checkpoint.exists():
         saved = run.load_checkpoint(device)
         _resume(run, saved, job, (optimizer, scheduler, scaler), world)
-        state = saved["state"]
+        state, seconds = saved["state"], saved["seconds"]
     checkpoint_step = state["step"]  # of the last checkpoint (0: none)
+    clock = time.perf_counter()
+
+    def tick() -> None:
+        """Add the seconds since the last tick to ``seconds``."""
+        nonlocal clock, seconds
+        now = time.perf_counter()
+        seconds += now - clock
+        clock = now
+
+    def set_status(name: str, step: int, **details) -> None:
+        """status.json (rank 0 only): ``name`` at ``step``, with the seconds spent so far."""
+        tick()
+        if world.main:
+            spent = {**job.timings, "training": seconds}
+            run.set_status(
+                name,
+                step=step,
+                total=total,
+                seconds={key: round(value, 1) for key, value in spent.items()},
+                **details,
+            )
+
     if world.main:
         run.truncate_metrics(state["step"])  # without a checkpoint (deleted), from step 0
         job.tracker.start(state["step"])
@@ -359,6 +387,7 @@ def train(job: TrainingJob) -> dict[str, float]:
         nonlocal checkpoint_step
         rng = distributed.gather_objects(_rng_state())
         checkpoint_step = state["step"]
+        tick()  # the checkpoint holds the seconds trained
         if not world.main:
             return
         with atomic_path(run.checkpoint) as temporary:
@@ -371,14 +400,14 @@ def train(job: TrainingJob) -> dict[str, float]:
                     "scaler": scaler.state_dict(),
                     "rng": rng,
                     "state": state,
+                    "seconds": seconds,
                 },
                 temporary,
             )
-        run.set_status("running", step=state["step"], total=total)
+        set_status("running", state["step"])
 
     metric = main_metric(job.spec)
-    if world.main:
-        run.set_status("running", step=state["step"], total=total)
+    set_status("running", state["step"])
     progress = tqdm(
         total=total,
         initial=state["step"],
@@ -390,8 +419,7 @@ def train(job: TrainingJob) -> dict[str, float]:
     def diverged(step: int, problems: list[str]) -> TrainingDiverged:
         """Mark the run diverged at ``step`` (nothing of that step is saved) and say so."""
         progress.close()
-        if world.main:
-            run.set_status("diverged", step=step, total=total, reason="; ".join(problems))
+        set_status("diverged", step, reason="; ".join(problems))
         kept = (
             f"the checkpoint of step {checkpoint_step} is kept"
             if checkpoint_step
@@ -494,8 +522,7 @@ def train(job: TrainingJob) -> dict[str, float]:
             save_checkpoint()
         if stop:
             progress.close()
-            if world.main:
-                run.set_status("stopped", step=step, total=total)
+            set_status("stopped", step)
             return {}
     progress.close()
     distributed.barrier()  # rank 0 has written the best model

@@ -125,3 +125,46 @@ def test_per_token_fields_are_stored_unpadded(encoded_train):
     gathered = cache.gather("last", batch["index"], batch["input_ids"].shape[1])
     torch.testing.assert_close(gathered, live, atol=1e-5, rtol=1e-5)
     assert cache.example("last", 3).shape == (len(encoded_train.input_ids[3]), 16)
+
+
+def test_an_inference_mode_cache_trains_and_halves_batches_that_run_out_of_memory(encoded_train):
+    """Built in inference mode, the cache holds the values computed under ``no_grad`` as plain
+    tensors that a loss can backpropagate through; a batch that runs out of memory (raised here
+    above 3 examples: no machine runs out on a tiny model) is halved and the rest runs at the
+    size that fitted, with the same values and one note; out of memory at one example is raised."""
+    teacher = tiny_model()
+    sizes, notes, modes = [], [], set()
+
+    def hidden(batch):
+        modes.add(torch.is_inference_mode_enabled())
+        return {"last": forward(teacher, batch, hidden_states=True).hidden_states[-1]}
+
+    def small_memory(batch):
+        sizes.append(len(batch["input_ids"]))
+        if len(batch["input_ids"]) > 3:
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return hidden(batch)
+
+    plain = ExampleCache.compute(encoded_train, hidden, per_token=["last"], batch_size=8)
+    assert modes == {False}
+    modes.clear()
+    fast = ExampleCache.compute(
+        encoded_train, small_memory, ["last"], 8, inference=True, on_note=notes.append
+    )
+    assert modes == {True}
+    assert sizes[:3] == [8, 4, 2] and set(sizes[2:-1]) == {2}  # the last batch may be smaller
+    assert notes == [
+        "teacher cache: out of memory, batches of 4 from here",
+        "teacher cache: out of memory, batches of 2 from here",
+    ]
+    torch.testing.assert_close(fast.per_token["last"], plain.per_token["last"])
+    assert not fast.per_token["last"].is_inference()
+    weight = torch.ones(16, requires_grad=True)
+    (fast.gather("last", torch.tensor([0, 1])) * weight).sum().backward()
+    assert weight.grad is not None
+
+    def no_memory(batch):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    with pytest.raises(torch.OutOfMemoryError):
+        ExampleCache.compute(encoded_train, no_memory, batch_size=2, inference=True)

@@ -64,8 +64,11 @@ def test_saved_models_name_their_classes_and_carry_a_card(runs):
     assert f"label_loyalty {results['test']['label_loyalty']:.4f}" in card
     assert f"- test: accuracy {results['test']['accuracy']:.4f}" in card
     assert f"kdw distill --run-dir {student} --teacher {teacher}" in card
+    spent = json.loads((student / "status.json").read_text())["seconds"]
+    assert f"- time: teacher cache {spent['teacher_cache']:g} s, training " in card
     teacher_card = (teacher / "model" / "README.md").read_text()
     assert "A teacher fine-tuned from" in teacher_card
+    assert "- time: training " in teacher_card and "teacher cache" not in teacher_card
     assert "knowledge-distillation" not in teacher_card
 
 

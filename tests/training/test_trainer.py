@@ -18,6 +18,7 @@ from workbench.core.config import (
     StudentConfig,
     TeacherConfig,
 )
+from workbench.core.files import atomic_write_json
 from workbench.core.models import load_run
 from workbench.core.runs import Run
 
@@ -153,15 +154,26 @@ def test_a_narrower_student_learns_patient_kd_through_a_projection_that_resumes(
         OptimConfig(epochs=1, batch_size=16, learning_rate=1e-3, threads=1),
     )
     stopped = distill(*settings, tmp_path / "stopped", callbacks=[StopAfter(5)])
-    assert stopped.status()["state"] == "stopped"
-    early = torch.load(stopped.checkpoint, weights_only=True)["objective"]["pkd.weight"]
+    status = stopped.status()
+    assert status["state"] == "stopped" and status["seconds"].keys() == {
+        "teacher_cache",
+        "training",
+    }
+    saved = torch.load(stopped.checkpoint, weights_only=True)
+    early = saved["objective"]["pkd.weight"]
     assert early.shape == (16, 8)
+    # the resumed run adds its seconds to those recorded: made large here to tell them apart
+    torch.save(saved | {"seconds": 1000.0}, stopped.checkpoint)
+    atomic_write_json(stopped.path / "status.json", status | {"seconds": {"teacher_cache": 500.0}})
     for name in ("stopped", "clean"):
         distill(*settings, tmp_path / name)
     final = [
         torch.load(tmp_path / n / "checkpoint.pt", weights_only=True) for n in ("stopped", "clean")
     ]
     assert final[0]["state"] == final[1]["state"]
+    spent = [Run(tmp_path / name).status()["seconds"] for name in ("stopped", "clean")]
+    assert spent[0]["training"] > 1000 and spent[0]["teacher_cache"] >= 500  # files read: ~0 s
+    assert 0 < spent[1]["training"] < 1000 and 0 < spent[1]["teacher_cache"] < 500
     for part in ("model", "objective"):
         for name, value in final[1][part].items():
             assert torch.equal(final[0][part][name], value), name

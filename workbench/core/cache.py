@@ -20,7 +20,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from workbench.core.data import EncodedSplit, batches, to_device
+from workbench.core.data import EncodedSplit, collate, to_device
 from workbench.core.errors import WorkbenchError, first_line
 from workbench.core.files import atomic_path
 
@@ -83,11 +83,19 @@ class ExampleCache:
         on_progress: Progress | None = None,
         part: tuple[int, int] = (0, 1),
         gather: Callable[[Rows], list[Rows]] | None = None,
+        inference: bool = False,
+        on_note: Callable[[str], None] | None = None,
     ) -> ExampleCache:
         """Run ``compute_batch`` over ``dataset`` in order (batches sorted by length to pad
         little) on ``device`` and collect its fields (stored on the CPU); fields named in
         ``per_token`` are ``[B, L, ...]`` and kept for real tokens only. Progress goes to a tqdm
         bar and, after every batch, to ``on_progress(description, done, total)`` (this part's).
+
+        Batches run under ``no_grad`` (a ``compute_batch`` that takes gradients through the
+        model enables what it needs itself), or in inference mode with ``inference`` (for a
+        ``compute_batch`` that takes none). A batch that runs out of memory is halved, down to
+        one example, and the smaller size kept for the rest (``on_note`` hears of it): the
+        cache is built at the largest of those sizes that fits; its values do not depend on it.
 
         ``part=(i, n)``: compute only the ``i``-th of ``n`` parts of the examples (every
         ``n``-th of the length order, so that the parts cost alike); ``gather`` then returns
@@ -97,16 +105,28 @@ class ExampleCache:
         order = order[part[0] :: part[1]]
         collected: Rows = {}
         bar = tqdm(total=len(order), desc=description, unit="ex", leave=False)
-        for batch in batches(dataset, order, batch_size, pad_token_id):
-            with torch.no_grad():  # gradient-based fields enable what they need themselves
-                values = compute_batch(to_device(batch, device))
+        mode = torch.inference_mode if inference else torch.no_grad
+        while bar.n < len(order):
+            chunk = order[bar.n : bar.n + batch_size]
+            batch = collate([dataset[i] for i in chunk], pad_token_id)
+            try:
+                with mode():
+                    values = compute_batch(to_device(batch, device))
+            except torch.OutOfMemoryError:
+                if batch_size == 1:
+                    raise
+                batch_size //= 2
+                if on_note is not None:
+                    on_note(f"{description}: out of memory, batches of {batch_size} from here")
+                continue
             lengths = batch["attention_mask"].sum(1).tolist()
             for name, tensor in values.items():
                 tensor = tensor.detach().cpu()
-                for row, (i, n) in enumerate(zip(batch["index"].tolist(), lengths, strict=True)):
+                for row, (i, n) in enumerate(zip(chunk, lengths, strict=True)):
                     value = tensor[row, :n] if name in token_fields else tensor[row]
+                    # a clone outside inference mode: a plain tensor, usable in a loss
                     collected.setdefault(name, []).append((i, value.clone()))
-            bar.update(len(lengths))
+            bar.update(len(chunk))
             if on_progress is not None:
                 on_progress(description, bar.n, len(order))
         bar.close()

@@ -5,6 +5,7 @@
   run.json          kind (teacher | student), configs (the dataclasses as JSON), task spec
   manifest.json     package versions, seed, git commit, data source and split fingerprint
   status.json       created | running | stopped | diverged | finished, with the step reached
+                    and the seconds spent (training; a student's teacher cache)
   metrics.jsonl     one line per evaluation
   checkpoint.pt     the last resumable state: weights, optimizer, scheduler, RNG, step (plain
                     tensors and numbers: it loads without running code)
@@ -108,6 +109,7 @@ STATUS_SHAPE = {
     "step?": Either(INTEGER, None),
     "total?": Either(INTEGER, None),
     "reason?": STRING,
+    "seconds?": Mapping(NUMBER),  # spent on the run: "training", and a student's "teacher_cache"
 }
 METRICS_SHAPE = {"step": INTEGER, "split?": STRING, "epoch?": NUMBER}
 RESULTS_SHAPE = Mapping(Mapping(Either(NUMBER, None)))
@@ -118,6 +120,7 @@ CHECKPOINT_SHAPE = {  # what checkpoint.pt holds: plain tensors in containers
     "scaler?": Mapping(ANY),
     "rng": [{"torch": ANY, "python": ANY, "numpy": ANY}],
     "state": {"step": INTEGER, "best": Either(NUMBER, None), "best_step": Either(INTEGER, None)},
+    "seconds": NUMBER,  # of training up to the checkpoint
 }
 RUN_REMEDY = "restore the file, or delete the run folder to train anew"
 FORMAT_REMEDY = "train the run again in a new --run-dir"
@@ -381,7 +384,8 @@ class Run:
         return info["task"]
 
     def status(self) -> dict[str, Any]:
-        """The training's progress (``state``, ``step``, ``total``). A corrupt file loses only
+        """The training's progress (``state``, ``step``, ``total``, and ``seconds`` spent on
+        ``training`` and, for a student, on its ``teacher_cache``). A corrupt file loses only
         that record: its error says so and that rerunning the run's command rewrites it."""
         return self.read_json(STATUS_FILE, STATUS_REMEDY, STATUS_SHAPE, "a run's status")
 
@@ -663,8 +667,9 @@ def _bullets(values: dict[str, Any]) -> list[str]:
 def model_card(run: Run) -> str:
     """The model card (``README.md`` with Hub metadata) of a run's best model, generated from the
     run's files only: what was trained and how (``run.json``), on which data split
-    (``manifest.json``), its dev/test metrics and loyalty once ``results.json`` exists, and the
-    command line that started the training when one was recorded."""
+    (``manifest.json``), its dev/test metrics and loyalty once ``results.json`` exists, the
+    command line that started the training when one was recorded, and the seconds it took
+    (``status.json``)."""
     info, manifest, results = run.info(), run.read_json("manifest.json"), run.results()
     configs, task = info["configs"], info["task"]
     student = info["kind"] == "student"
@@ -735,4 +740,11 @@ def model_card(run: Run) -> str:
         f"- git commit: `{manifest.get('git_commit')}`",
         f"- seed: {manifest.get('seed')}",
     ]
+    try:
+        spent = run.status().get("seconds", {})
+    except WorkbenchError:  # a damaged status: the card goes without the times
+        spent = {}
+    if spent:
+        times = ", ".join(f"{name.replace('_', ' ')} {value:g} s" for name, value in spent.items())
+        lines.append(f"- time: {times}")
     return "\n".join(lines) + "\n"
