@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
 import torch
+from tqdm.auto import tqdm
 
 from kd.methods.objective import Objective
 from kd.methods.pkd import patient_loss
 from kd.methods.vanilla import logit_kd_loss, task_loss
 from tests.conftest import tiny_model, tiny_tokenizer
+from workbench.core import cache as cache_module
 from workbench.core.cache import ExampleCache, cached
 from workbench.core.config import DataConfig, ObjectiveConfig
 from workbench.core.data import batches, encode, load_task
@@ -127,11 +130,15 @@ def test_per_token_fields_are_stored_unpadded(encoded_train):
     assert cache.example("last", 3).shape == (len(encoded_train.input_ids[3]), 16)
 
 
-def test_an_inference_mode_cache_trains_and_halves_batches_that_run_out_of_memory(encoded_train):
+def test_an_inference_mode_cache_trains_and_halves_batches_that_run_out_of_memory(
+    encoded_train, monkeypatch
+):
     """Built in inference mode, the cache holds the values computed under ``no_grad`` as plain
     tensors that a loss can backpropagate through; a batch that runs out of memory (raised here
     above 3 examples: no machine runs out on a tiny model) is halved and the rest runs at the
-    size that fitted, with the same values and one note; out of memory at one example is raised."""
+    size that fitted, with the same values and one note; out of memory at one example is raised.
+    The progress bar disabled (as in a suite's worker processes, ``TQDM_DISABLE``), the second
+    cache is built all the same."""
     teacher = tiny_model()
     sizes, notes, modes = [], [], set()
 
@@ -148,6 +155,7 @@ def test_an_inference_mode_cache_trains_and_halves_batches_that_run_out_of_memor
     plain = ExampleCache.compute(encoded_train, hidden, per_token=["last"], batch_size=8)
     assert modes == {False}
     modes.clear()
+    monkeypatch.setattr(cache_module, "tqdm", functools.partial(tqdm, disable=True))
     fast = ExampleCache.compute(
         encoded_train, small_memory, ["last"], 8, inference=True, on_note=notes.append
     )

@@ -106,8 +106,9 @@ class ExampleCache:
         collected: Rows = {}
         bar = tqdm(total=len(order), desc=description, unit="ex", leave=False)
         mode = torch.inference_mode if inference else torch.no_grad
-        while bar.n < len(order):
-            chunk = order[bar.n : bar.n + batch_size]
+        done = 0  # examples computed (a disabled bar counts none)
+        while done < len(order):
+            chunk = order[done : done + batch_size]
             batch = collate([dataset[i] for i in chunk], pad_token_id)
             try:
                 with mode():
@@ -126,9 +127,10 @@ class ExampleCache:
                     value = tensor[row, :n] if name in token_fields else tensor[row]
                     # a clone outside inference mode: a plain tensor, usable in a loss
                     collected.setdefault(name, []).append((i, value.clone()))
+            done += len(chunk)
             bar.update(len(chunk))
             if on_progress is not None:
-                on_progress(description, bar.n, len(order))
+                on_progress(description, done, len(order))
         bar.close()
         parts = gather(collected) if gather else [collected]
         lengths = torch.tensor([len(ids) for ids in dataset.input_ids])
