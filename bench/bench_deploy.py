@@ -22,6 +22,7 @@ import tempfile
 from pathlib import Path
 
 from bench.common import setup, write_results
+from kd.methods.students import random_student
 from kd.training.pipeline import distill, export_model, train_teacher
 from workbench.analysis.benchmark import benchmark, format_benchmark
 from workbench.core.config import (
@@ -33,7 +34,7 @@ from workbench.core.config import (
     StudentConfig,
     TeacherConfig,
 )
-from workbench.core.models import load_config, load_tokenizer, random_student
+from workbench.core.models import load_config, load_tokenizer
 
 DEMO = Path("runs/demo")
 

@@ -13,16 +13,16 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel
 
+from kd.methods.layer_map import select_layers
+from kd.methods.students import cut_student
 from workbench.core.config import DataConfig
 from workbench.core.data import batches, encode, load_task, pad_id
 from workbench.core.models import (
-    cut_student,
     layer_count,
     load_classifier,
     load_run,
     load_tokenizer,
     quiet_library_output,
-    select_layers,
 )
 
 RESULTS = Path(__file__).parent / "results"

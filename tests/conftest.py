@@ -225,6 +225,14 @@ def tiny_model(num_labels: int = 3, layers: int = 4, hidden: int = 16, seed: int
     ).eval()
 
 
+def id_batch(rows: list[list[int]], pad: int = 0) -> dict[str, torch.Tensor]:
+    """A batch of token id ``rows``, padded with ``pad`` to the longest: ``[B, L]`` each."""
+    length = max(map(len, rows))
+    ids = torch.tensor([r + [pad] * (length - len(r)) for r in rows])
+    mask = torch.tensor([[1] * len(r) + [0] * (length - len(r)) for r in rows])
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+
+
 @pytest.fixture
 def tiny_model_dir(tmp_path: Path) -> Path:
     """A 4-layer, 16-wide random BERT encoder + tokenizer, saved like a pretrained hub

@@ -56,6 +56,7 @@ torch = lazy_module("torch")
 attribution = lazy_module("workbench.analysis.attribution")
 alignment = lazy_module("workbench.core.data.alignment")
 models = lazy_module("workbench.core.models")
+students = lazy_module("kd.methods.students")
 parts = lazy_module("workbench.core.parts")
 
 
@@ -288,10 +289,10 @@ def prepare_gradient_student(
     keeps and trains its own), and no dropout (``dropout=True`` keeps it, for the paper's
     "w/ Dropout" ablation)."""
     if same_tokens:
-        models.copy_embeddings(teacher, student)
-        models.set_embeddings_trainable(student, False)
+        students.copy_embeddings(teacher, student)
+        students.set_embeddings_trainable(student, False)
     if not dropout:
-        models.disable_dropout(student)
+        students.disable_dropout(student)
 
 
 def _prepare(objective: Objective, teacher: PreTrainedModel, student: PreTrainedModel) -> None:

@@ -1,7 +1,7 @@
 """Vanilla knowledge distillation (Hinton et al. 2015; docs/methods.md §1): the task loss and the
 teacher's softened outputs. Every other method adds terms to these two.
 
-    L = α · CE(z_s, y) + (1 − α) · τ² · KL(σ(z_t/τ) ‖ σ(z_s/τ))
+    L = (1 − α) · CE(z_s, y) + α · τ² · KL(σ(z_t/τ) ‖ σ(z_s/τ))
 
 τ and the KD form are shared by all methods (resolved in :class:`kd.methods.objective.Objective`):
 the papers' ``kl``; the AD-KD / CKD code's ``soft-ce``; the GKD / PKD code's ``kl-mean``.

@@ -16,7 +16,9 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from kd.methods.layer_map import select_layers
 from kd.methods.objective import Objective
+from kd.methods.students import cut_student, random_student
 from kd.training import distributed, tracking
 from kd.training.tracking import Tracker
 from kd.training.trainer import Callback, TrainingJob, notify, set_seed, train
@@ -54,7 +56,6 @@ from workbench.core.models import (
     LoadedModel,
     check_max_length,
     check_pad,
-    cut_student,
     fingerprint,
     is_run,
     layer_count,
@@ -63,9 +64,7 @@ from workbench.core.models import (
     load_run,
     load_tokenizer,
     model_device,
-    random_student,
     resolve_model,
-    select_layers,
     set_label_names,
 )
 from workbench.core.runs import RESOLVED, RUN_FILE, Run, model_card, replace_directory

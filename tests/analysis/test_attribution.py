@@ -13,6 +13,7 @@ from captum.attr import LayerIntegratedGradients
 from scipy.stats import pearsonr, spearmanr
 from transformers import AutoModelForSequenceClassification, BertConfig, BertTokenizerFast
 
+from kd.methods.students import set_embeddings_trainable
 from workbench.analysis.agreement import (
     attribution_gap,
     compare_models,
@@ -38,13 +39,7 @@ from workbench.analysis.attribution.baselines import baseline_ids
 from workbench.analysis.attribution.targets import as_batch
 from workbench.analysis.faithfulness import aopc
 from workbench.core.errors import WorkbenchError
-from workbench.core.models import (
-    embed,
-    embeddings_module,
-    forward,
-    output_replaced,
-    set_embeddings_trainable,
-)
+from workbench.core.models import embed, embeddings_module, forward, output_replaced
 
 PAD, UNK, CLS, SEP = 0, 1, 2, 3
 WORDS = [f"w{i}" for i in range(95)]

@@ -14,19 +14,19 @@ import torch
 from transformers import AutoModelForSequenceClassification, BertConfig
 
 from kd.cli import main
+from kd.methods.layer_map import select_layers
+from kd.methods.students import cut_student
 from tests.conftest import assert_same_weights, kill_at_step
 from tests.tiny_families import DECODER_TYPES, FAMILY_TYPES, family_tokenizer, save_family_model
 from workbench.core.data import TaskSpec
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import (
     class_order,
-    cut_student,
     embed,
     encoder_layers,
     forward,
     input_positions,
     load_model,
-    select_layers,
 )
 from workbench.core.parts import head_positions, parts_of
 

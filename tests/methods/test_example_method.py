@@ -21,13 +21,14 @@ from kd.experiments.reproduce.runner import compact
 from kd.experiments.reproduce.suite import TaskPlan, ablations, experiments
 from kd.experiments.tune import apply, search_space
 from kd.methods.objective import Objective
+from kd.methods.students import cut_student
 from kd.training.pipeline import check_tokens
 from tests.conftest import tiny_model, tiny_tokenizer, write_tiny_runs
 from workbench.core import config
 from workbench.core.config import DataConfig, ObjectiveConfig, OptimConfig, to_dict
 from workbench.core.data import batches, encode, load_task
 from workbench.core.errors import WorkbenchError
-from workbench.core.models import cut_student, forward
+from workbench.core.models import forward
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "hidden_mse.py"
 

@@ -11,6 +11,7 @@ import torch
 
 from kd.methods.adkd import attribution_views
 from kd.methods.objective import TERMS, Objective
+from kd.methods.students import cut_student, disable_dropout
 from kd.training.distributed import unit_counts, unit_index
 from kd.training.pipeline import distill, train_teacher
 from tests.conftest import (
@@ -28,7 +29,6 @@ from workbench.core.config import (
     TeacherConfig,
 )
 from workbench.core.errors import WorkbenchError
-from workbench.core.models import cut_student, disable_dropout
 
 BF16_EPS = 2**-8  # bfloat16 keeps 8 significant bits: one unit of its last place, relatively
 

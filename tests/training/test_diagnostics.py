@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from kd.methods.objective import Objective
+from kd.methods.students import cut_student
 from kd.training.diagnostics import summarise, term_diagnostics
 from kd.training.evaluate import evaluate_runs
 from kd.training.pipeline import distill, train_teacher
@@ -22,7 +23,6 @@ from workbench.core.config import (
     TeacherConfig,
 )
 from workbench.core.data import TaskSpec, batches
-from workbench.core.models import cut_student
 
 
 def test_term_diagnostics_match_separate_backward_passes():

@@ -15,6 +15,7 @@ import torch
 from kd.cli import main
 from kd.methods.gkd import gradient_kd, prepare_gradient_student
 from kd.methods.objective import Objective
+from kd.methods.students import cut_student
 from tests.conftest import (
     TEXTS_WITHOUT_PUNCTUATION,
     tiny_model,
@@ -31,7 +32,6 @@ from workbench.core.data import (
     batches,
     to_device,
 )
-from workbench.core.models import cut_student
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

@@ -9,6 +9,7 @@ import zlib
 
 import streamlit as st
 
+from kd.methods.layer_map import select_layers
 from kd.methods.objective import Objective
 from workbench.analysis.geometry import (
     dense_angles,
@@ -20,7 +21,7 @@ from workbench.app import common
 from workbench.app.figures import layer_mapping_figure, relation_heatmaps
 from workbench.core.config import ObjectiveConfig, from_dict
 from workbench.core.errors import WorkbenchError
-from workbench.core.models import LoadedModel, layer_count, select_layers
+from workbench.core.models import LoadedModel, layer_count
 from workbench.core.runs import RESOLVED
 
 KEY = "geometry"
