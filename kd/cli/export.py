@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
-from kd.cli.common import add_explainer, add_sources, explainer_choice, text_sources
+from kd.cli.common import add_explainer, add_sources, explainer_choice, note, text_sources
 from workbench.analysis.heatmaps import ExportSettings, HeatmapSettings
 from workbench.core.config import add_arguments, from_arguments
 
@@ -40,7 +39,7 @@ def run(args: argparse.Namespace) -> None:
         args.out,
         from_arguments(HeatmapSettings, args),
         from_arguments(ExportSettings, args),
-        notify=lambda note: print(f"kdw: note: {note}", file=sys.stderr),
+        notify=note,
         explainer=explainer_choice(args),
         words=args.words,
         **text_sources(args),

@@ -4,9 +4,8 @@ per example), as a table and a report that later calls extend."""
 from __future__ import annotations
 
 import argparse
-import sys
 
-from kd.cli.common import MODELS_HELP, add_explainer_settings, explainer_choices
+from kd.cli.common import MODELS_HELP, add_explainer_settings, explainer_choices, note
 from workbench.core.config import FaithfulnessSettings, add_arguments, from_arguments
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import read_json_file
@@ -77,7 +76,7 @@ def run(args: argparse.Namespace) -> None:
         args.runs,
         settings,
         choices,
-        notify=lambda note: print(f"kdw: note: {note}", file=sys.stderr),
+        notify=note,
         previous=previous,
         checkpoint=write if args.merge else lambda report: None,
         recompute=args.recompute,
