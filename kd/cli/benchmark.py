@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from kd.cli.common import MODELS_HELP, task_data
-from workbench.core.config import BenchmarkSettings, DataConfig, add_arguments, from_arguments
+from kd.cli.common import MODELS_HELP, add_task_options, task_data
+from workbench.core.config import BenchmarkSettings, add_arguments, from_arguments
 
 
 def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -26,11 +26,11 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser.add_argument("models", nargs="+", help=MODELS_HELP + ", or ONNX export folders")
     parser.add_argument("--json", default=None, help="also write the report to this JSON file")
     add_arguments(parser, BenchmarkSettings)
-    add_arguments(parser, DataConfig)
-    task = next(action for action in parser._actions if action.dest == "task")
-    task.help = "the task of classifiers the workbench did not train (default: the first "
-    task.help += "model's own)"
-    parser.set_defaults(handler=run, task=None)
+    add_task_options(
+        parser,
+        "the task of classifiers the workbench did not train (default: the first model's own)",
+    )
+    parser.set_defaults(handler=run)
     return parser
 
 

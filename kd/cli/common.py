@@ -21,6 +21,7 @@ from workbench.core.config import (
     ObjectiveConfig,
     OptimConfig,
     StudentConfig,
+    add_arguments,
     check_values,
     fill_help,
     from_arguments,
@@ -153,6 +154,15 @@ def print_results(path: Path) -> None:
     if results:
         print(json.dumps(results, indent=2))
     print(f"run folder: {path}")
+
+
+def add_task_options(parser: argparse.ArgumentParser, task_help: str) -> None:
+    """The data options of a command that scores runs on their own tasks (:func:`task_data`),
+    its ``--task`` with the help ``task_help`` and no task unless given."""
+    add_arguments(parser, DataConfig)
+    task = next(action for action in parser._actions if action.dest == "task")
+    task.help = task_help
+    parser.set_defaults(task=None)
 
 
 def task_data(

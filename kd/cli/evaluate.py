@@ -6,8 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from kd.cli.common import MODELS_HELP, note, task_data
-from workbench.core.config import DataConfig, add_arguments
+from kd.cli.common import MODELS_HELP, add_task_options, note, task_data
 
 
 def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -42,11 +41,12 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "the gradient and weighted value at the first and last logged step "
         "(see --log-every)",
     )
-    add_arguments(parser, DataConfig)
-    task = next(action for action in parser._actions if action.dest == "task")
-    task.help = "the task a classifier the workbench did not train is scored on (a run folder "
-    task.help += "is scored on its own)"
-    parser.set_defaults(handler=run, task=None)
+    add_task_options(
+        parser,
+        "the task a classifier the workbench did not train is scored on (a run folder is scored "
+        "on its own)",
+    )
+    parser.set_defaults(handler=run)
     return parser
 
 
