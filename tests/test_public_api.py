@@ -44,8 +44,8 @@ PUBLIC = {
     "kd.cli": {
         "main": "kd.cli.commands",
         "build_parser": "kd.cli.commands",
-        "config_defaults": "kd.cli.commands",
-        "reproduce_suite": "kd.cli.commands",
+        "config_defaults": "kd.cli.common",
+        "reproduce_suite": "kd.cli.reproduce",
     },
 }
 LAZY_PACKAGES = ["workbench", "workbench.core", "workbench.analysis", "kd", "kd.training", "kd.cli"]

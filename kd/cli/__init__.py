@@ -1,5 +1,14 @@
-"""The command line, ``kdw`` (``kd.cli:main``, or ``python -m kd.cli``): its parser and
-commands are in :mod:`kd.cli.commands`.
+"""The command line, ``kdw`` (``kd.cli:main``, or ``python -m kd.cli``): fine-tune teachers, distil
+students, evaluate runs, run the demo.
+
+Every option comes from the config dataclasses of :mod:`workbench.core.config`, so the CLI, the
+Python API (:mod:`kd.training.pipeline`) and the app read the same settings. Problems with the input
+end in one line on stderr and exit status 2; an interrupted training keeps its last checkpoint and
+resumes when the same command is run again.
+
+Each subcommand is a module of its own that declares its options and runs them (``kdw
+train-teacher`` is :mod:`kd.cli.train_teacher`); :mod:`kd.cli.common` holds what several of them
+share, and :mod:`kd.cli.commands` assembles the parser and runs ``main``.
 
 The names are imported when first asked for, so that importing the package loads nothing but
 itself."""
@@ -10,4 +19,12 @@ from workbench.core.lazy import lazy_names
 
 __all__ = ["build_parser", "config_defaults", "main", "reproduce_suite"]
 
-__getattr__ = lazy_names(__name__, dict.fromkeys(__all__, "kd.cli.commands"))
+__getattr__ = lazy_names(
+    __name__,
+    {
+        "build_parser": "kd.cli.commands",
+        "config_defaults": "kd.cli.common",
+        "main": "kd.cli.commands",
+        "reproduce_suite": "kd.cli.reproduce",
+    },
+)

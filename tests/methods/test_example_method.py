@@ -15,7 +15,7 @@ import torch
 
 import kd.methods.objective as registry
 from kd.cli import build_parser, main
-from kd.cli.commands import reproduce_suite
+from kd.cli.reproduce import reproduce_suite
 from kd.experiments.reproduce.report import write_report
 from kd.experiments.reproduce.runner import compact
 from kd.experiments.reproduce.suite import TaskPlan, ablations, experiments

@@ -1,0 +1,40 @@
+"""``kdw attribute``: token attributions of runs, saved as reloadable JSONL files."""
+
+from __future__ import annotations
+
+import argparse
+
+from kd.cli.common import add_explainer, add_sources, explainer_choice, text_sources
+from workbench.core.config import AttributionConfig, add_arguments, from_arguments
+
+
+def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """``kdw attribute``'s parser, added to ``commands``."""
+    parser = commands.add_parser(
+        "attribute",
+        help="token attributions of runs, saved reloadable (JSONL)",
+        description="Attribute texts (typed, from a CSV/JSONL file, or examples of a split) "
+        "under each run and write <out>/<run>.jsonl: tokens, maps per view, prediction, "
+        "probabilities and settings per text "
+        "(workbench.analysis.attribution.load_attributions reads it). "
+        "Texts over --max-length tokens are truncated and flagged.",
+    )
+    add_sources(parser, "attribute")
+    add_arguments(parser, AttributionConfig)
+    add_explainer(parser)
+    parser.set_defaults(handler=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> None:
+    from workbench.analysis.heatmaps import attribute_runs
+
+    paths = attribute_runs(
+        args.runs,
+        args.out,
+        from_arguments(AttributionConfig, args),
+        explainer=explainer_choice(args),
+        words=args.words,
+        **text_sources(args),
+    )
+    print("\n".join(str(path) for path in paths))

@@ -1,0 +1,316 @@
+"""What several ``kdw`` subcommands share: the parser class and its help formatter, the option
+types and help texts, the ``--config`` file's defaults, the checks of local tasks and models
+that run before torch loads, the data options of commands that score runs on their own tasks,
+the texts a command explains, and the explainer options."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import typing
+from collections.abc import Sequence
+from dataclasses import fields
+from pathlib import Path
+
+import kd.methods  # noqa: F401  (registers the methods' settings: the objective's options)
+from workbench.analysis.attribution.registry import EXPLAINERS, WORD_AGGREGATIONS, get_explainer
+from workbench.core.config import (
+    DataConfig,
+    MapSettings,
+    ObjectiveConfig,
+    OptimConfig,
+    StudentConfig,
+    add_arguments,
+    check_values,
+    fill_help,
+    from_arguments,
+    from_dict,
+    option_name,
+    to_dict,
+)
+from workbench.core.errors import WorkbenchError, mask_secrets, one_line
+
+
+class RegistryHelp(argparse.HelpFormatter):
+    """Help whose texts name the registry's lists (``{presets}``, ``{terms}``, …): filled in by
+    :func:`workbench.core.config.fill_help` (building the parser loads no method, so they point to
+    ``kdw methods``)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        return fill_help(super()._get_help_string(action) or "")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, whose refusals are one line like every other ``kdw`` error: the
+    problem and where the usage is, without the usage block; its help fills in the registry's
+    lists (:class:`RegistryHelp`)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", RegistryHelp)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):
+        self.exit(2, f"kdw: error: {one_line(mask_secrets(message))} (see {self.prog} --help)\n")
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer of at least 1, got {text!r}")
+    return value
+
+
+MODELS_HELP = (
+    "run folders, or sequence classifiers the workbench did not train (a Hugging Face "
+    "checkpoint folder, a built-in name or a hub id)"
+)
+
+
+CONFIG_SECTIONS = {
+    "data": DataConfig,
+    "student": StudentConfig,
+    "objective": ObjectiveConfig,
+    "optim": OptimConfig,
+}
+
+
+def config_defaults(path: str) -> dict:
+    """The option defaults a ``--config`` file (``kdw tune``'s ``best.json``) sets: its
+    ``data``, ``student``, ``objective`` and ``optim`` sections, each checked against its
+    dataclass (an unknown setting is an error)."""
+    from kd.experiments.tune import load_config_file
+
+    sections = load_config_file(path)
+    defaults = {}
+    for name, cls in CONFIG_SECTIONS.items():
+        values = sections.get(name, {})
+        if not isinstance(values, dict):
+            raise WorkbenchError(f"--config {path}: section {name!r} is not an object")
+        try:  # unknown settings, bad types or values: errors
+            values = check_values(cls, values, text=True)
+            from_dict(cls, {**to_dict(cls()), **values})
+        except WorkbenchError as error:
+            raise WorkbenchError(f"--config {path}: section {name!r}: {error}") from None
+        defaults |= values
+    return defaults
+
+
+def check_local_task(args: argparse.Namespace) -> None:
+    """Read and check a local data file or folder that ``--task`` names (columns, encoding,
+    texts, labels, split sizes) before torch and transformers load, so that its problems are
+    one line within a second or two; the command reads it again, and says its notes then."""
+    task = getattr(args, "task", None)
+    if task is None or not all(hasattr(args, f.name) for f in fields(DataConfig)):
+        return
+    from workbench.core.data import load_task
+    from workbench.core.names import BUNDLED_TASKS, GLUE_TASKS
+    from workbench.core.runs import recorded_columns
+
+    # a path that does not exist is the command's to refuse, in its own order of checks
+    if task not in BUNDLED_TASKS and task not in GLUE_TASKS and Path(task).exists():
+        sources = getattr(args, "runs", None) or getattr(args, "models", None) or []
+        data = recorded_columns(from_arguments(DataConfig, args), sources)
+        load_task(data, notify=lambda note: None)
+
+
+def check_local_models(args: argparse.Namespace) -> None:
+    """Check the ``config.json`` (bounded read, labels) and the safetensors headers of each
+    local model folder a command names — a classifier's folder or a run's model — before torch
+    and transformers load; the load checks the rest (the config against the weights, finite
+    values) when the command builds the model."""
+    from workbench.core.files import check_weights
+    from workbench.core.runs import RUN_FILE, Run
+    from workbench.core.verify import REMEDY, check_config_file
+
+    named = []
+    for option in ("teacher", "model", "run", "runs", "models"):
+        value = getattr(args, option, None)
+        named += value if isinstance(value, list) else [value]
+    for name in filter(None, named):
+        if not Path(name).expanduser().is_dir() and "=" in name:  # reproduce's TASK=FOLDER
+            name = name.partition("=")[2]
+        path = Path(name).expanduser().absolute()  # named as the command's own checks name it
+        if (path / RUN_FILE).is_file():  # a run: its best model, with the run's remedy
+            Run(path).check_model()
+            path = Run(path).model_dir
+        elif (path / "config.json").is_file():
+            check_weights(path, REMEDY)
+        if (path / "config.json").is_file():
+            check_config_file(path)
+
+
+def print_results(path: Path) -> None:
+    from kd.training.distributed import world
+    from workbench.core.runs import Run
+
+    if not world().main:  # under torchrun the first process reports for all
+        return
+    results = Run.open(path).results()
+    if results:
+        print(json.dumps(results, indent=2))
+    print(f"run folder: {path}")
+
+
+def add_task_options(parser: argparse.ArgumentParser, task_help: str) -> None:
+    """The data options of a command that scores runs on their own tasks (:func:`task_data`),
+    its ``--task`` with the help ``task_help`` and no task unless given."""
+    add_arguments(parser, DataConfig)
+    task = next(action for action in parser._actions if action.dest == "task")
+    task.help = task_help
+    parser.set_defaults(task=None)
+
+
+def task_data(
+    args: argparse.Namespace, sources: Sequence[str], own: Sequence[str] = ()
+) -> DataConfig | None:
+    """The data options of a command that scores ``sources`` (run folders, models) on their own
+    tasks unless ``--task`` names one: without ``--task``, a data option given is refused rather
+    than ignored (each run reads its task with its own settings), but those named in ``own``,
+    which the command applies to each run's own task. A task that a run among ``sources``
+    recorded is read with that run's columns unless they are given (:func:`recorded_columns`)."""
+    from workbench.core.runs import recorded_columns
+
+    if args.task is not None:
+        return recorded_columns(from_arguments(DataConfig, args), sources, note)
+    given = [
+        option_name(f.name)
+        for f in fields(DataConfig)
+        if f.name not in ("task", *own) and getattr(args, f.name) != f.default
+    ]
+    if given:
+        raise WorkbenchError(
+            f"{', '.join(given)} set without --task: each run is scored on its own task with its "
+            "own settings; name the task with --task to score them on it with these"
+        )
+    return None
+
+
+def note(text: str) -> None:
+    """Tell the user ``text`` on stderr, as ``kdw: note: TEXT``."""
+    print(f"kdw: note: {text}", file=sys.stderr)
+
+
+def add_sources(parser: argparse.ArgumentParser, verb: str) -> None:
+    """The runs and the texts a command works on."""
+    parser.add_argument("runs", nargs="+", help=MODELS_HELP)
+    parser.add_argument("--out", required=True, help="folder to write the files to")
+    parser.add_argument(
+        "--text", action="append", help=f"a text to {verb} (repeat the option for several)"
+    )
+    parser.add_argument("--pair", default=None, help="second text of every --text (pair tasks)")
+    parser.add_argument(
+        "--texts-file",
+        default=None,
+        help="CSV or JSONL file with a text column (optional text_pair, label)",
+    )
+    parser.add_argument(
+        "--split",
+        default=None,
+        help=f"{verb} examples of this split (train, dev, test) of the task",
+    )
+    parser.add_argument(
+        "--examples", default="0", help="indices of the --split examples, e.g. 0,3,7-9 (default: 0)"
+    )
+
+
+def text_sources(args: argparse.Namespace) -> dict:
+    """The texts :func:`add_sources`' options name, as keyword arguments of the functions that
+    explain them."""
+    return {
+        "texts": args.text or (),
+        "pair": args.pair,
+        "texts_file": args.texts_file,
+        "split": args.split,
+        "indices": args.examples,
+    }
+
+
+def add_explainer_settings(group, taken: set[str]) -> None:
+    """An option for each registered explainer's setting not already among ``taken`` (default:
+    each explainer's own)."""
+    settings: dict[str, list] = {}
+    for explainer in EXPLAINERS.values():
+        for f in fields(explainer.settings):
+            if f.name not in taken:
+                settings.setdefault(f.name, []).append((explainer, f))
+    for name, owners in settings.items():
+        hint = typing.get_type_hints(owners[0][0].settings)[name]
+        kind = next(t for t in typing.get_args(hint) or (hint,) if t is not type(None))
+        defaults = ", ".join(f"{e.name} {f.default}" for e, f in owners)
+        group.add_argument(
+            option_name(name),
+            dest=name,
+            type=kind,
+            default=None,
+            metavar=name.upper(),
+            help=f"{owners[0][1].metadata['help']} (default: {defaults})",
+        )
+
+
+def add_explainer(parser: argparse.ArgumentParser) -> None:
+    """``--explainer`` (its choices and help from the registry), each explainer's settings
+    not already among the parser's options, and ``--words``."""
+    group = parser.add_argument_group(
+        "explainer", "which registered explainer scores the tokens (docs/explainers.md)"
+    )
+    group.add_argument(
+        "--explainer",
+        default=None,
+        choices=list(EXPLAINERS),
+        metavar="NAME",
+        help="; ".join(f"{e.name}: {e.description}" for e in EXPLAINERS.values())
+        + " (default: ig, or grad with --method grad)",
+    )
+    add_explainer_settings(group, {action.dest for action in parser._actions})
+    group.add_argument(
+        "--words",
+        default=None,
+        choices=WORD_AGGREGATIONS,
+        help="score words instead of sub-tokens (the fast tokenizer's words): the sum, mean or "
+        "largest magnitude (max-abs) of their pieces; [CLS]/[SEP] stay words of their own "
+        "(default: sub-tokens)",
+    )
+
+
+def explainer_choices(
+    args: argparse.Namespace, names: Sequence[str], shared: set[str] = frozenset()
+):
+    """The explainers ``names`` with the settings the options give each (the rest: their
+    defaults); an option given that none of them takes is refused rather than ignored
+    (``shared``: options checked elsewhere)."""
+    from workbench.analysis.attribution import ExplainerChoice
+
+    chosen = [get_explainer(name) for name in names]
+    own = {f.name for e in chosen for f in fields(e.settings)}
+    for explainer in EXPLAINERS.values():
+        for f in fields(explainer.settings):
+            if f.name not in own | shared and getattr(args, f.name, None) is not None:
+                raise WorkbenchError(
+                    f"{option_name(f.name)} is a setting of {explainer.name}, not of "
+                    f"{', '.join(names)}"
+                )
+    return [
+        ExplainerChoice(
+            e.name,
+            {
+                f.name: getattr(args, f.name)
+                for f in fields(e.settings)
+                if getattr(args, f.name) is not None
+            },
+        )
+        for e in chosen
+    ]
+
+
+def explainer_choice(args: argparse.Namespace):
+    """The explainer ``--explainer`` names (ig with ``--method ig``, the default), with its
+    settings; None for ``--method grad`` without ``--explainer``."""
+    name = args.explainer or ("ig" if args.method == "ig" else None)
+    if name is None:
+        return None
+    return explainer_choices(args, [name], {f.name for f in fields(MapSettings)})[0]

@@ -1,0 +1,56 @@
+"""``kdw distill``: distil a student from a teacher with a method preset or explicit term weights;
+the settings of a ``--config`` file become the defaults of its options."""
+
+from __future__ import annotations
+
+import argparse
+
+from kd.cli.common import CONFIG_SECTIONS, print_results
+from workbench.core.config import (
+    DataConfig,
+    ObjectiveConfig,
+    OptimConfig,
+    StudentConfig,
+    TrackingConfig,
+    add_arguments,
+    from_arguments,
+)
+
+
+def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """``kdw distill``'s parser, added to ``commands``."""
+    parser = commands.add_parser(
+        "distill",
+        help="distil a student from a teacher",
+        description="Distil a student from a fine-tuned teacher (a run folder, or a sequence "
+        "classifier the workbench did not train: a Hugging Face folder or hub id, used as it "
+        "is) with a method preset or explicit term weights. The teacher's outputs are computed "
+        "once and cached in the run folder. Rerunning the same command resumes an interrupted "
+        "run.",
+    )
+    parser.add_argument("--run-dir", required=True, help="run folder to write (or resume)")
+    parser.add_argument(
+        "--config",
+        default=None,
+        help="JSON file of settings (data, student, objective, optim "
+        "sections), such as kdw tune's best.json; options given on the command "
+        "line override it",
+    )
+    for cls in (*CONFIG_SECTIONS.values(), TrackingConfig):
+        add_arguments(parser, cls)
+    parser.set_defaults(handler=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> None:
+    from kd.training.pipeline import distill
+
+    run = distill(
+        from_arguments(DataConfig, args),
+        from_arguments(StudentConfig, args),
+        from_arguments(ObjectiveConfig, args),
+        from_arguments(OptimConfig, args),
+        args.run_dir,
+        tracking_config=from_arguments(TrackingConfig, args),
+    )
+    print_results(run.path)

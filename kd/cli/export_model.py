@@ -1,0 +1,60 @@
+"""``kdw export-model``: a run's best model as a Hugging Face checkpoint folder (or an ONNX graph),
+optionally pushed to the Hub."""
+
+from __future__ import annotations
+
+import argparse
+
+from workbench.core.config import OnnxSettings, add_arguments, from_arguments
+
+
+def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """``kdw export-model``'s parser, added to ``commands``."""
+    parser = commands.add_parser(
+        "export-model",
+        help="a run's best model as a Hugging Face checkpoint folder",
+        description="Write the best model of a run into --out as a self-contained Hugging Face "
+        "checkpoint: config.json naming the task's classes, the weights, the tokenizer and a "
+        "model card (README.md) generated from the run's files. The folder loads with "
+        "transformers.pipeline('text-classification', model=OUT).",
+    )
+    parser.add_argument("run", help="run folder")
+    parser.add_argument(
+        "--out", required=True, help="folder to write the checkpoint to (new or empty)"
+    )
+    parser.add_argument(
+        "--push-to-hub",
+        metavar="REPO",
+        default=None,
+        help="also upload the checkpoint to this Hub repository "
+        "(namespace/name) through transformers' push_to_hub; needs the "
+        "network and a Hub login (hf auth login); not exercised offline: "
+        "the project's tests check only the calls it makes",
+    )
+    parser.add_argument(
+        "--onnx",
+        action="store_true",
+        help="write an ONNX graph of the classifier instead (torch.onnx, dynamic batch and "
+        "length axes, run by ONNX Runtime), with the tokenizer, config.json, export.json and "
+        "the model card; released only after its logits are checked against the PyTorch model "
+        "on the run's test split",
+    )
+    add_arguments(parser, OnnxSettings)
+    parser.set_defaults(handler=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> None:
+    from kd.training.pipeline import export_model
+
+    print(
+        export_model(
+            args.run,
+            args.out,
+            args.push_to_hub,
+            onnx=args.onnx,
+            settings=from_arguments(OnnxSettings, args),
+        )
+    )
+    if args.push_to_hub:
+        print(f"pushed to the Hub repository {args.push_to_hub}")

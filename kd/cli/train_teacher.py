@@ -1,0 +1,44 @@
+"""``kdw train-teacher``: fine-tune a teacher classifier into a run folder, resumed when the same
+command is run again."""
+
+from __future__ import annotations
+
+import argparse
+
+from kd.cli.common import print_results
+from workbench.core.config import (
+    DataConfig,
+    OptimConfig,
+    TeacherConfig,
+    TrackingConfig,
+    add_arguments,
+    from_arguments,
+)
+
+
+def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """``kdw train-teacher``'s parser, added to ``commands``."""
+    parser = commands.add_parser(
+        "train-teacher",
+        help="fine-tune a teacher classifier",
+        description="Fine-tune a teacher (cross-entropy; MSE for regression) into a run folder. "
+        "Rerunning the same command resumes an interrupted run.",
+    )
+    parser.add_argument("--run-dir", required=True, help="run folder to write (or resume)")
+    for cls in (DataConfig, TeacherConfig, OptimConfig, TrackingConfig):
+        add_arguments(parser, cls)
+    parser.set_defaults(handler=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> None:
+    from kd.training.pipeline import train_teacher
+
+    run = train_teacher(
+        from_arguments(DataConfig, args),
+        from_arguments(TeacherConfig, args),
+        from_arguments(OptimConfig, args),
+        args.run_dir,
+        tracking_config=from_arguments(TrackingConfig, args),
+    )
+    print_results(run.path)
