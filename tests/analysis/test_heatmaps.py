@@ -13,15 +13,13 @@ import pytest
 from kd.cli import main
 from tests.app.test_app import HOSTILE, STUDENTS, build_tiny_runs
 from workbench.analysis.attribution import ig_completeness
+from workbench.analysis.examples import Example, parse_indices, read_examples
 from workbench.analysis.heatmaps import (
-    Example,
     ExportSettings,
     HeatmapSettings,
     agreement,
     build_heatmaps,
     explain,
-    parse_indices,
-    read_examples,
     to_heatmap,
     write_heatmaps,
 )

@@ -15,9 +15,9 @@ from dataclasses import asdict
 import pandas as pd
 import streamlit as st
 
+from workbench.analysis.examples import Example
 from workbench.analysis.heatmaps import (
     Agreement,
-    Example,
     Explanation,
     agreement,
     explain,
