@@ -19,7 +19,8 @@ from pathlib import Path
 
 import kd.methods  # noqa: F401  (registers the methods' settings: the objective's options)
 from workbench.analysis.attribution.registry import EXPLAINERS, WORD_AGGREGATIONS, get_explainer
-from workbench.analysis.heatmaps import ExportSettings, HeatmapSettings
+from workbench.analysis.explanations import HeatmapSettings
+from workbench.analysis.heatmaps import ExportSettings
 from workbench.core.config import (
     AttributionConfig,
     BenchmarkSettings,

@@ -14,12 +14,11 @@ from kd.cli import main
 from tests.app.test_app import HOSTILE, STUDENTS, build_tiny_runs
 from workbench.analysis.attribution import ig_completeness
 from workbench.analysis.examples import Example, parse_indices, read_examples
+from workbench.analysis.explanations import HeatmapSettings, explain
 from workbench.analysis.heatmaps import (
     ExportSettings,
-    HeatmapSettings,
     agreement,
     build_heatmaps,
-    explain,
     to_heatmap,
     write_heatmaps,
 )

@@ -363,7 +363,8 @@ def _text_chunks(path: Path) -> dict:
 @pytest.mark.slow
 def test_truncation_is_stated_in_every_format(work, tmp_path, capsys):
     from workbench.analysis.examples import Example
-    from workbench.analysis.heatmaps import HeatmapSettings, build_heatmaps, write_heatmaps
+    from workbench.analysis.explanations import HeatmapSettings
+    from workbench.analysis.heatmaps import build_heatmaps, write_heatmaps
     from workbench.core.models import load_run
 
     loaded = load_run(work / "teacher")

@@ -16,14 +16,8 @@ import pandas as pd
 import streamlit as st
 
 from workbench.analysis.examples import Example
-from workbench.analysis.heatmaps import (
-    Agreement,
-    Explanation,
-    agreement,
-    explain,
-    explained_settings,
-    to_heatmap,
-)
+from workbench.analysis.explanations import Explanation, explain
+from workbench.analysis.heatmaps import Agreement, agreement, explained_settings, to_heatmap
 from workbench.app import common
 from workbench.app.catalog import RunEntry
 from workbench.app.heatmap_view import show_heatmap

@@ -27,7 +27,7 @@ from workbench.analysis.attribution.registry import (
     ExplainerChoice,
 )
 from workbench.analysis.examples import Example, read_examples, split_examples
-from workbench.analysis.heatmaps import HeatmapSettings
+from workbench.analysis.explanations import HeatmapSettings
 from workbench.analysis.loyalty import loyalty_tables, split_outputs
 from workbench.app.catalog import (
     RunEntry,
