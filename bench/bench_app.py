@@ -15,8 +15,9 @@ from pathlib import Path
 
 from bench.common import setup, write_results
 from workbench.analysis.examples import Example
+from workbench.analysis.explanation_agreement import agreement
 from workbench.analysis.explanations import HeatmapSettings, explain
-from workbench.analysis.heatmaps import agreement, to_heatmap
+from workbench.analysis.heatmaps import to_heatmap
 from workbench.app.heatmap_view import heatmap_html
 from workbench.core.models import load_run
 

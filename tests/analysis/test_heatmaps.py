@@ -14,14 +14,9 @@ from kd.cli import main
 from tests.app.test_app import HOSTILE, STUDENTS, build_tiny_runs
 from workbench.analysis.attribution import ig_completeness
 from workbench.analysis.examples import Example, parse_indices, read_examples
+from workbench.analysis.explanation_agreement import agreement
 from workbench.analysis.explanations import HeatmapSettings, explain
-from workbench.analysis.heatmaps import (
-    ExportSettings,
-    agreement,
-    build_heatmaps,
-    to_heatmap,
-    write_heatmaps,
-)
+from workbench.analysis.heatmaps import ExportSettings, build_heatmaps, to_heatmap, write_heatmaps
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import load_model, load_run
 
