@@ -20,7 +20,7 @@ from pathlib import Path
 import kd.methods  # noqa: F401  (registers the methods' settings: the objective's options)
 from workbench.analysis.attribution.registry import EXPLAINERS, WORD_AGGREGATIONS, get_explainer
 from workbench.analysis.explanations import HeatmapSettings
-from workbench.analysis.heatmaps import ExportSettings
+from workbench.analysis.heatmap_export import ExportSettings
 from workbench.core.config import (
     AttributionConfig,
     BenchmarkSettings,
@@ -363,7 +363,7 @@ def _faithfulness(args: argparse.Namespace) -> None:
 
 
 def _export(args: argparse.Namespace) -> None:
-    from workbench.analysis.heatmaps import export_runs
+    from workbench.analysis.heatmap_export import export_runs
 
     paths = export_runs(
         args.runs,
@@ -379,7 +379,7 @@ def _export(args: argparse.Namespace) -> None:
 
 
 def _attribute(args: argparse.Namespace) -> None:
-    from workbench.analysis.heatmaps import attribute_runs
+    from workbench.analysis.heatmap_export import attribute_runs
 
     paths = attribute_runs(
         args.runs,

@@ -1,5 +1,6 @@
-"""Heatmaps of runs (``workbench.analysis.heatmaps``) and ``kdw export``: explanations, rows per
-view, agreement, metadata, escaping, uploaded files."""
+"""Heatmaps of runs and ``kdw export`` (``workbench.analysis.explanations``,
+``explanation_agreement``, ``heatmap_export`` and ``examples``): explanations, rows per view,
+agreement, metadata, escaping, uploaded files."""
 
 from __future__ import annotations
 
@@ -16,7 +17,12 @@ from workbench.analysis.attribution import ig_completeness
 from workbench.analysis.examples import Example, parse_indices, read_examples
 from workbench.analysis.explanation_agreement import agreement
 from workbench.analysis.explanations import HeatmapSettings, explain
-from workbench.analysis.heatmaps import ExportSettings, build_heatmaps, to_heatmap, write_heatmaps
+from workbench.analysis.heatmap_export import (
+    ExportSettings,
+    build_heatmaps,
+    to_heatmap,
+    write_heatmaps,
+)
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import load_model, load_run
 

@@ -28,7 +28,7 @@ from tests.conftest import (
     write_tiny_workspace,
 )
 from workbench.analysis.examples import MAX_UPLOAD_BYTES, MAX_UPLOAD_EXAMPLES, parse_indices
-from workbench.analysis.heatmaps import ExportSettings, write_heatmaps
+from workbench.analysis.heatmap_export import ExportSettings, write_heatmaps
 from workbench.core.config import MAX_DPI, DataConfig, OptimConfig, TeacherConfig
 from workbench.core.data import Split, count_tokens, encode, load_local
 from workbench.core.data import encoding as encoding_module

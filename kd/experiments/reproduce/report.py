@@ -693,7 +693,7 @@ def heatmap_gallery(out: Path, results: dict) -> dict[str, str]:
     heatmaps (and PDF for papers) under ``<out>/figures/gallery``. Drawn from the run folders
     where they are all present; otherwise the gallery files already there are listed."""
     from workbench.analysis.explanations import HeatmapSettings
-    from workbench.analysis.heatmaps import ExportSettings, export_runs
+    from workbench.analysis.heatmap_export import ExportSettings, export_runs
     from workbench.core.config import DataConfig, from_dict
     from workbench.core.data import load_task
 

@@ -1,17 +1,18 @@
-"""Token attribution heatmaps of trained runs: what the app's Case study and Export pages show and
-what ``kdw export`` writes.
+"""Token attribution heatmaps of trained runs as files: what the app's Export page and
+``kdw export`` write, and the attributions that ``kdw attribute`` saves.
 
-:func:`explain` reads one example (or many, in one batch) through a run's model: probabilities,
-the attribution map of every class (Integrated Gradients through the batched engine of
-:mod:`workbench.analysis.attribution`, or Grad saliency) and the Grad saliency of the predicted
-class (for saliency loyalty). :func:`to_heatmap` turns the explanations of several models into one
-:class:`~workbench.export.Heatmap` on a shared scale, with the settings, model names and run ids in
-its metadata; :func:`write_heatmaps` writes it in any format of :mod:`workbench.export`.
+:func:`to_heatmap` turns the explanations of several models
+(:func:`~workbench.analysis.explanations.explain`) into one :class:`~workbench.export.Heatmap` on
+a shared scale, with the settings, model names and run ids in its metadata (an anonymous export
+names the models by role and records no run id); :func:`write_heatmaps` writes it in any format
+of :mod:`workbench.export`. :func:`export_runs` and :func:`attribute_runs` do the work of
+``kdw export`` and ``kdw attribute`` on the examples that
+:func:`~workbench.analysis.examples.gather_examples` collects.
 
-The settings are dataclasses with help texts (:class:`HeatmapSettings`, :class:`ExportSettings`),
-so the CLI options and the app's widgets come from one description. torch, transformers and
-matplotlib are imported inside the functions that compute, so that building ``kdw``'s parser
-(which reads these dataclasses) stays fast.
+The settings are a dataclass with help texts (:class:`ExportSettings`), so the CLI options and
+the app's widgets come from one description. torch, transformers and matplotlib are imported
+inside the functions that compute, so that building ``kdw``'s parser (which reads this
+dataclass) stays fast.
 """
 
 from __future__ import annotations
@@ -125,11 +126,11 @@ def heatmap_metadata(
     """What each exported file records: models, run ids, the example and the settings
     (``explained``: the explainer, its settings and the word aggregation, as
     :func:`explained_settings` gives them), each model's preset and layers
-    (:func:`model_detail`) and the first task a model was applied to (none for models given
-    without one, explained on their own classes). ``anonymous`` leaves out the run ids and
-    the example's id (a file name or a local task's id), names the task by
-    :func:`public_task` and records ``anonymous: yes``; the models
-    are named as the explanations name them (:func:`role_names` for an anonymous export)."""
+    (:func:`~workbench.analysis.explanations.model_detail`) and the first task a model was
+    applied to (none for models given without one, explained on their own classes).
+    ``anonymous`` leaves out the run ids and the example's id (a file name or a local task's
+    id), names the task by :func:`public_task` and records ``anonymous: yes``; the models are
+    named as the explanations name them (:func:`role_names` for an anonymous export)."""
     cut = [e for e in explanations if e.truncated]
     runs = {} if anonymous else {"run_ids": json.dumps([e.run_id for e in explanations])}
     task = next((e.task for e in explanations if e.task), None)  # a model given alone has none
