@@ -14,7 +14,10 @@ import time
 from pathlib import Path
 
 from bench.common import setup, write_results
-from workbench.analysis.heatmaps import Example, HeatmapSettings, agreement, explain, to_heatmap
+from workbench.analysis.examples import Example
+from workbench.analysis.explanation_agreement import agreement
+from workbench.analysis.explanations import HeatmapSettings, explain
+from workbench.analysis.heatmap_export import to_heatmap
 from workbench.app.heatmap_view import heatmap_html
 from workbench.core.models import load_run
 

@@ -27,7 +27,7 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> None:
-    from workbench.analysis.heatmaps import attribute_runs
+    from workbench.analysis.heatmap_export import attribute_runs
 
     paths = attribute_runs(
         args.runs,

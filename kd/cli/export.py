@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from kd.cli.common import add_explainer, add_sources, explainer_choice, note, text_sources
-from workbench.analysis.heatmaps import ExportSettings, HeatmapSettings
+from workbench.analysis.explanations import HeatmapSettings
+from workbench.analysis.heatmap_export import ExportSettings
 from workbench.core.config import add_arguments, from_arguments
 
 
@@ -32,7 +33,7 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> None:
-    from workbench.analysis.heatmaps import export_runs
+    from workbench.analysis.heatmap_export import export_runs
 
     paths = export_runs(
         args.runs,

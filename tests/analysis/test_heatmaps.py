@@ -1,5 +1,6 @@
-"""Heatmaps of runs (``workbench.analysis.heatmaps``) and ``kdw export``: explanations, rows per
-view, agreement, metadata, escaping, uploaded files."""
+"""Heatmaps of runs and ``kdw export`` (``workbench.analysis.explanations``,
+``explanation_agreement``, ``heatmap_export`` and ``examples``): explanations, rows per view,
+agreement, metadata, escaping, uploaded files."""
 
 from __future__ import annotations
 
@@ -13,15 +14,12 @@ import pytest
 from kd.cli import main
 from tests.app.test_app import HOSTILE, STUDENTS, build_tiny_runs
 from workbench.analysis.attribution import ig_completeness
-from workbench.analysis.heatmaps import (
-    Example,
+from workbench.analysis.examples import Example, parse_indices, read_examples
+from workbench.analysis.explanation_agreement import agreement
+from workbench.analysis.explanations import HeatmapSettings, explain
+from workbench.analysis.heatmap_export import (
     ExportSettings,
-    HeatmapSettings,
-    agreement,
     build_heatmaps,
-    explain,
-    parse_indices,
-    read_examples,
     to_heatmap,
     write_heatmaps,
 )

@@ -9,7 +9,9 @@ import torch
 
 from tests.conftest import TEXTS_WITHOUT_PUNCTUATION as TEXTS
 from tests.conftest import whitespace_words
-from workbench.analysis.heatmaps import Example, HeatmapSettings, agreement, explain
+from workbench.analysis.examples import Example
+from workbench.analysis.explanation_agreement import agreement
+from workbench.analysis.explanations import HeatmapSettings, explain
 from workbench.analysis.loyalty import agreement_per_example, split_outputs
 from workbench.core.data import Split
 

@@ -20,8 +20,9 @@ from kd.methods.objective import PRESETS
 from kd.training.pipeline import distill, train_teacher
 from tests.conftest import make_sentences, tiny_model, tiny_tokenizer
 from workbench.analysis.attribution.registry import EXPLAINERS, ExplainerChoice
+from workbench.analysis.examples import Example, split_examples
+from workbench.analysis.explanations import HeatmapSettings, explain
 from workbench.analysis.faithfulness_report import explainer_faithfulness
-from workbench.analysis.heatmaps import Example, HeatmapSettings, explain, split_examples
 from workbench.analysis.loyalty import loyalty_tables, saliency_loyalties, split_outputs
 from workbench.app import jobs
 from workbench.app.catalog import discover_runs

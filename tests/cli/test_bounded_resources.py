@@ -27,13 +27,8 @@ from tests.conftest import (
     tiny_tokenizer,
     write_tiny_workspace,
 )
-from workbench.analysis.heatmaps import (
-    MAX_UPLOAD_BYTES,
-    MAX_UPLOAD_EXAMPLES,
-    ExportSettings,
-    parse_indices,
-    write_heatmaps,
-)
+from workbench.analysis.examples import MAX_UPLOAD_BYTES, MAX_UPLOAD_EXAMPLES, parse_indices
+from workbench.analysis.heatmap_export import ExportSettings, write_heatmaps
 from workbench.core.config import MAX_DPI, DataConfig, OptimConfig, TeacherConfig
 from workbench.core.data import Split, count_tokens, encode, load_local
 from workbench.core.data import encoding as encoding_module

@@ -16,7 +16,7 @@ import tomllib
 from kd.cli import main
 from kd.training.pipeline import distill, train_teacher
 from tests.conftest import kdw_here, write_tiny_workspace
-from workbench.analysis.heatmaps import ExportSettings
+from workbench.analysis.heatmap_export import ExportSettings
 from workbench.app.catalog import discover_runs
 from workbench.app.launch import ENTRY
 from workbench.core.config import DataConfig, OptimConfig, StudentConfig, TeacherConfig
@@ -362,7 +362,9 @@ def _text_chunks(path: Path) -> dict:
 
 @pytest.mark.slow
 def test_truncation_is_stated_in_every_format(work, tmp_path, capsys):
-    from workbench.analysis.heatmaps import Example, HeatmapSettings, build_heatmaps, write_heatmaps
+    from workbench.analysis.examples import Example
+    from workbench.analysis.explanations import HeatmapSettings
+    from workbench.analysis.heatmap_export import build_heatmaps, write_heatmaps
     from workbench.core.models import load_run
 
     loaded = load_run(work / "teacher")
@@ -406,7 +408,7 @@ def test_truncation_is_stated_in_every_format(work, tmp_path, capsys):
 
 
 def test_an_export_replaces_the_earlier_set_whole(tmp_path):
-    from workbench.analysis.heatmaps import write_heatmaps
+    from workbench.analysis.heatmap_export import write_heatmaps
     from workbench.export import Heatmap, HeatmapRow
 
     def heatmap(word: str) -> Heatmap:

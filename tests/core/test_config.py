@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from kd.cli import main
 from kd.methods.adkd import ADKDSettings
-from workbench.analysis.heatmaps import ExportSettings, HeatmapSettings
+from workbench.analysis.explanations import HeatmapSettings
+from workbench.analysis.heatmap_export import ExportSettings
 from workbench.core.config import (
     MAX_DPI,
     AttributionConfig,

@@ -20,7 +20,7 @@ from PIL import Image
 
 from kd.cli import main
 from tests.conftest import write_tiny_runs
-from workbench.analysis.heatmaps import public_task
+from workbench.analysis.heatmap_export import public_task
 from workbench.core.names import TASK_NAMES
 
 SVG = "{http://www.w3.org/2000/svg}"

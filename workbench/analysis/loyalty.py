@@ -28,7 +28,7 @@ from workbench.analysis.attribution import (
     word_groups,
 )
 from workbench.analysis.attribution.words import group_spans
-from workbench.analysis.heatmaps import Example
+from workbench.analysis.examples import Example
 from workbench.analysis.metrics import nan_mean, probability_loyalties, task_metrics
 from workbench.core.data import Split, TaskSpec, batches, encode, pad_id, prefixes
 from workbench.core.data.alignment import Span, align, pool_words, word_maps, word_mask

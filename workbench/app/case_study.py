@@ -15,15 +15,10 @@ from dataclasses import asdict
 import pandas as pd
 import streamlit as st
 
-from workbench.analysis.heatmaps import (
-    Agreement,
-    Example,
-    Explanation,
-    agreement,
-    explain,
-    explained_settings,
-    to_heatmap,
-)
+from workbench.analysis.examples import Example
+from workbench.analysis.explanation_agreement import Agreement, agreement
+from workbench.analysis.explanations import Explanation, explain
+from workbench.analysis.heatmap_export import explained_settings, to_heatmap
 from workbench.app import common
 from workbench.app.catalog import RunEntry
 from workbench.app.heatmap_view import show_heatmap

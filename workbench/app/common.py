@@ -26,7 +26,8 @@ from workbench.analysis.attribution.registry import (
     WORD_AGGREGATIONS,
     ExplainerChoice,
 )
-from workbench.analysis.heatmaps import Example, HeatmapSettings, read_examples, split_examples
+from workbench.analysis.examples import Example, read_examples, split_examples
+from workbench.analysis.explanations import HeatmapSettings
 from workbench.analysis.loyalty import loyalty_tables, split_outputs
 from workbench.app.catalog import (
     RunEntry,

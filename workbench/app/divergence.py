@@ -18,7 +18,7 @@ import streamlit as st
 
 from workbench.analysis.attribution import ExplainerChoice
 from workbench.analysis.divergence import TEACHER, Divergence, divergence, word_table
-from workbench.analysis.heatmaps import Example
+from workbench.analysis.examples import Example
 from workbench.app import common
 from workbench.app.catalog import RunEntry
 from workbench.app.forms import config_widgets, fixed

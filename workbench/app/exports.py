@@ -1,7 +1,7 @@
 """Export: token heatmaps of one or many examples under one or many models, as SVG, PDF, PNG (at
-a chosen DPI), LaTeX and standalone HTML, through :mod:`workbench.analysis.heatmaps` — the same code
-as ``kdw export``. Every file embeds the settings, model names and run ids; the default colour
-maps are colour-blind safe and every file has a legend."""
+a chosen DPI), LaTeX and standalone HTML, through :mod:`workbench.analysis.heatmap_export` — the
+same code as ``kdw export``. Every file embeds the settings, model names and run ids; the default
+colour maps are colour-blind safe and every file has a legend."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 import streamlit as st
 import streamlit.components.v1 as components
 
-from workbench.analysis.heatmaps import (
+from workbench.analysis.heatmap_export import (
     FORMAT_CHOICES,
     ExportSettings,
     build_heatmaps,

@@ -692,7 +692,8 @@ def heatmap_gallery(out: Path, results: dict) -> dict[str, str]:
     """One test example of each class across each task's teacher and its seed-1 students: PNG
     heatmaps (and PDF for papers) under ``<out>/figures/gallery``. Drawn from the run folders
     where they are all present; otherwise the gallery files already there are listed."""
-    from workbench.analysis.heatmaps import ExportSettings, HeatmapSettings, export_runs
+    from workbench.analysis.explanations import HeatmapSettings
+    from workbench.analysis.heatmap_export import ExportSettings, export_runs
     from workbench.core.config import DataConfig, from_dict
     from workbench.core.data import load_task
 

@@ -1,0 +1,279 @@
+"""Explanations of examples by trained runs: what the app's Case study page shows and what the
+heatmaps of ``kdw export`` draw.
+
+:func:`explain` reads one example (or many, in one batch) through a run's model: probabilities,
+the attribution map of every class (Integrated Gradients through the batched engine of
+:mod:`workbench.analysis.attribution`, or Grad saliency) and the Grad saliency of the predicted
+class (for saliency loyalty), one :class:`Explanation` per example.
+
+The settings are a dataclass with help texts (:class:`HeatmapSettings`), so the CLI options and
+the app's widgets come from one description. torch and transformers are imported inside the
+functions that compute, so that building ``kdw``'s parser (which reads this dataclass) stays
+fast.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
+
+from workbench.core.config import MapSettings, option
+from workbench.core.errors import WorkbenchError
+
+if TYPE_CHECKING:
+    from workbench.analysis.attribution import AttributionConfig, ExplainerChoice
+    from workbench.analysis.examples import Example
+    from workbench.core.models import LoadedModel
+
+FORWARD_ROWS = 16  # examples per forward pass of explain
+
+
+@dataclass
+class HeatmapSettings(MapSettings):
+    """How token attributions are computed and which class they explain."""
+
+    view: str = option(
+        "pred",
+        "class explained: pred (each model's prediction), gold (the example's label), all "
+        "(one row per class), or a class name or index",
+    )
+
+
+@dataclass
+class Explanation:
+    """How one model reads one example.
+
+    ``maps[c]`` is the attribution of class ``c`` over ``tokens`` (IG: non-negative, unit L2;
+    Grad: signed); ``saliency`` the Grad saliency of the predicted class (saliency loyalty);
+    ``spans`` the characters each position covers (a fast tokenizer's offsets), by which two
+    models of different tokenizers are compared on the words they share.
+    Regression models have one class, ``"output"``, whose "probability" is the output value.
+    """
+
+    name: str
+    run_id: str
+    tokens: list[str]
+    class_names: list[str]
+    probabilities: list[float]
+    predicted: int
+    maps: list[list[float]]
+    saliency: list[float]
+    gold: int | None = None
+    regression: bool = False
+    full_length: int = 0  # tokens of the whole text; more than len(tokens) when truncated
+    longer: bool = False  # the text goes on past the full_length tokens counted (a huge text)
+    model: str = ""  # the distillation preset (a run's) and the number of layers: model_detail
+    task: str = ""  # the task applied to: a bundled or GLUE task's name, a path, a hub id;
+    # "" for a model given without a task (its own classes)
+    spans: list | None = None  # (sequence, start, end) of each position's characters, or None
+    # IG's completeness for the predicted class (ig maps only): (Σ attributions, F(x) − F(x'))
+    completeness: tuple[float, float] | None = None
+
+    @property
+    def truncated(self) -> bool:
+        """Whether the model read only the first ``len(tokens)`` of the text's tokens."""
+        return self.longer or self.full_length > len(self.tokens)
+
+    @property
+    def completeness_gap(self) -> float | None:
+        """``|Σ IG − (F(x) − F(x'))| / |F(x) − F(x')|`` (None without IG or without a change)."""
+        if self.completeness is None or self.completeness[1] == 0:
+            return None
+        attributed, change = self.completeness
+        return abs(attributed - change) / abs(change)
+
+    @property
+    def length_text(self) -> str:
+        """The text's length in tokens, ``"more than N"`` where only its first N were counted."""
+        return f"more than {self.full_length}" if self.longer else str(self.full_length)
+
+    def prediction_text(self) -> str:
+        """``"positive 0.91"``: the predicted class and its probability (or the output)."""
+        if self.regression:
+            return f"output {self.probabilities[0]:.3f}"
+        return f"{self.class_names[self.predicted]} {self.probabilities[self.predicted]:.2f}"
+
+
+def gold_index(label: str | int | None, class_names: Sequence[str]) -> int | None:
+    """The class index of a gold label given as a name or an index (None when absent)."""
+    if label is None or (isinstance(label, float) and math.isnan(label)) or label == "":
+        return None
+    text = str(label).strip()
+    if text in class_names:
+        return list(class_names).index(text)
+    if text.lstrip("-").isdigit() and 0 <= int(text) < len(class_names):
+        return int(text)
+    raise WorkbenchError(f"label {text!r} is not one of the classes {list(class_names)}")
+
+
+def _class_names(loaded: LoadedModel) -> list[str]:
+    names = list(loaded.spec.label_names)
+    return names or ["output"]
+
+
+def _encode(
+    loaded: LoadedModel, examples: Sequence[Example]
+) -> tuple[dict, list[int], list[bool], tuple]:
+    """The batch of ``examples`` (each ``[B, L]``; the tokenizer's encoding, which knows its
+    words), cut to the model's maximum length, the number of tokens of each example and whether
+    it goes on past them, and the texts (and pairs) as tokenised: a text is read only as far as
+    :func:`workbench.core.data.prefixes` takes it, and counted up to a megabyte
+    (:func:`workbench.core.data.count_tokens`), so that no text exhausts memory."""
+    if not examples:
+        raise WorkbenchError("no examples to explain")
+    if loaded.spec.pair and any(e.pair is None for e in examples):
+        raise WorkbenchError(f"{loaded.name} is a pair task: give a second text too")
+    texts = [e.text for e in examples]
+    pairs = [e.pair or "" for e in examples] if loaded.spec.pair else None
+    from workbench.core.data import count_tokens, prefixes
+    from workbench.core.models import max_tokens
+
+    tokenizer, limit = loaded.tokenizer, max_tokens(loaded.model)
+    args, _ = prefixes(tokenizer, texts, pairs, limit)
+    batch = tokenizer(
+        *args,
+        truncation=True,
+        max_length=limit,
+        padding=True,
+        return_tensors="pt",
+        return_offsets_mapping=tokenizer.is_fast,
+        verbose=False,
+    )
+    lengths, longer = [], []
+    for i, text in enumerate(texts):
+        counts = [count_tokens(tokenizer, t) for t in (text, *([pairs[i]] if pairs else []))]
+        special = tokenizer.num_special_tokens_to_add(pair=pairs is not None)
+        lengths.append(special + sum(n for n, _ in counts))
+        longer.append(any(more for _, more in counts))
+    return batch, lengths, longer, args
+
+
+def model_detail(loaded: LoadedModel) -> str:
+    """``"kd, 2 layers"``: a run's distillation preset (none for a teacher or a model the
+    workbench did not train) and the model's number of layers, which name no folder or run."""
+    preset = None
+    if loaded.run is not None:
+        preset = loaded.run.info()["configs"].get("objective", {}).get("preset")
+    layers = f"{loaded.model.config.num_hidden_layers} layers"
+    return layers if preset is None else f"{preset}, {layers}"
+
+
+def attribution_config(settings: HeatmapSettings) -> AttributionConfig:
+    """The shared attribution settings of :mod:`workbench.analysis.attribution` for every class's
+    map (checked there: steps, baseline, K)."""
+    from workbench.analysis.attribution import AttributionConfig
+
+    shared = {f.name: getattr(settings, f.name) for f in fields(MapSettings)}
+    return AttributionConfig(**shared, views="all")
+
+
+def explain(
+    loaded: LoadedModel,
+    examples: Sequence[Example],
+    settings: HeatmapSettings,
+    name: str | None = None,
+    explainer: ExplainerChoice | None = None,
+    words: str | None = None,
+) -> list[Explanation]:
+    """Probabilities and per-class attribution maps of ``examples`` under one model, computed
+    in one batch by :func:`workbench.analysis.attribution.compute_maps` (IG's steps and the classes
+    share the engine's batched passes; another registered ``explainer`` one call per class),
+    and the Grad saliency of each predicted class; with ``words`` (sum, mean, max-abs) the maps
+    and saliency of each word (:mod:`workbench.analysis.attribution.words`). IG maps come with
+    their completeness for the predicted class (``ig_completeness``)."""
+    import torch
+
+    from workbench.analysis.attribution import (
+        compute_maps,
+        grad_saliency,
+        ig_completeness,
+        resolve_explainer,
+        to_words,
+        word_groups,
+    )
+    from workbench.analysis.attribution.words import check_words, group_spans
+    from workbench.core.data.alignment import token_spans, word_spans
+    from workbench.core.models import forward
+
+    check_words(words)
+    config = attribution_config(settings)
+    batch, full_lengths, longer, args = _encode(loaded, examples)
+    offsets = batch.pop("offset_mapping", None)
+    model, class_names = loaded.model, _class_names(loaded)
+    with torch.no_grad():  # a few rows at a time: attention scores grow with rows × L²
+        logits = torch.cat(
+            [
+                forward(
+                    model, {k: v[start : start + FORWARD_ROWS] for k, v in batch.items()}
+                ).logits.float()
+                for start in range(0, len(examples), FORWARD_ROWS)
+            ]
+        )
+    regression = loaded.spec.regression
+    probabilities = logits if regression else logits.softmax(-1)
+    predicted = logits.argmax(-1)
+    saliency = grad_saliency(
+        model,
+        batch["input_ids"],
+        batch["attention_mask"],
+        batch.get("token_type_ids"),
+        target=predicted,
+    )
+    maps, _ = compute_maps(model, batch, config, explainer=explainer)
+    completeness = None
+    if resolve_explainer(config, explainer)[1].name == "ig":
+        inputs = (batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
+        options = {"steps": config.steps, "baseline": config.baseline, "layer": config.layer}
+        completeness = torch.stack(
+            ig_completeness(
+                model, *inputs, target=predicted, memory_mib=config.memory_mib, **options
+            ),
+            -1,
+        )
+    detail, out = model_detail(loaded), []
+    for row, example in enumerate(examples):
+        length = int(batch["attention_mask"][row].sum())
+        ids = batch["input_ids"][row, :length].tolist()
+        tokens = loaded.tokenizer.convert_ids_to_tokens(ids)
+        row_maps, row_saliency = maps[row, :, :length], saliency[row, :length]
+        texts = [a[row] for a in args]
+        spans = (
+            None
+            if offsets is None
+            else word_spans(
+                token_spans(
+                    offsets[row, :length].tolist(), batch.sequence_ids(row)[:length], texts
+                ),
+                batch.word_ids(row)[:length],
+            )
+        )
+        if words is not None:
+            tokens, groups = word_groups(batch, row, texts, length)
+            row_maps, row_saliency = (
+                to_words(row_maps, groups, words),
+                to_words(row_saliency, groups, words),
+            )
+            spans = None if spans is None else group_spans(spans, groups)
+        out.append(
+            Explanation(
+                name=name or loaded.name,
+                run_id=loaded.source,
+                tokens=tokens,
+                class_names=class_names,
+                probabilities=probabilities[row].tolist(),
+                predicted=int(predicted[row]),
+                maps=row_maps.tolist(),
+                saliency=row_saliency.tolist(),
+                gold=None if regression else gold_index(example.label, class_names),
+                regression=regression,
+                full_length=full_lengths[row],
+                longer=longer[row],
+                model=detail,
+                task="" if loaded.data is None else loaded.data.task,
+                spans=spans,
+                completeness=None if completeness is None else tuple(completeness[row].tolist()),
+            )
+        )
+    return out
