@@ -45,7 +45,7 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> None:
     from kd.training.pipeline import distill
 
-    run = distill(
+    trained = distill(
         from_arguments(DataConfig, args),
         from_arguments(StudentConfig, args),
         from_arguments(ObjectiveConfig, args),
@@ -53,4 +53,4 @@ def run(args: argparse.Namespace) -> None:
         args.run_dir,
         tracking_config=from_arguments(TrackingConfig, args),
     )
-    print_results(run.path)
+    print_results(trained.path)

@@ -34,11 +34,11 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> None:
     from kd.training.pipeline import train_teacher
 
-    run = train_teacher(
+    trained = train_teacher(
         from_arguments(DataConfig, args),
         from_arguments(TeacherConfig, args),
         from_arguments(OptimConfig, args),
         args.run_dir,
         tracking_config=from_arguments(TrackingConfig, args),
     )
-    print_results(run.path)
+    print_results(trained.path)
