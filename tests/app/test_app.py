@@ -456,6 +456,7 @@ def test_explainer_ranking_from_a_report_file_with_ties(app, tiny_runs, tmp_path
     assert "overlapping intervals tie" in figure["layout"]["title"]["text"]
 
 
+# slow: a spawned job process ranks two explainers, then the library ranks grad here to compare
 @pytest.mark.slow
 def test_explainer_ranking_computed_in_the_background(app, tiny_runs):
     at = _ok(app.run())
@@ -562,6 +563,7 @@ def test_export_page_anonymous_checkbox_names_roles_and_no_run(app, tiny_runs):
     assert "student 1" in contents["heatmap-000.svg"].decode()
 
 
+# slow: the app launches a real kdw training process and the test waits for it to finish
 @pytest.mark.slow
 def test_train_page_launches_a_training_and_lists_runs(app, tiny_runs):
     at = _ok(app.run())
@@ -651,6 +653,7 @@ def test_train_page_student_form_comes_from_the_configs(app, tiny_runs):
     assert help_text == StudentConfig.__dataclass_fields__["init"].metadata["help"]
 
 
+# slow: a real kdw tune process trains two students of the tiny teacher
 @pytest.mark.slow
 def test_a_search_runs_in_the_background_and_shows_its_trials(app, tiny_runs):
     info = json.loads((tiny_runs / "teacher" / "run.json").read_text())

@@ -241,6 +241,7 @@ def test_a_relation_matrix_cell_shows_its_pair_and_value(app_url, page):
     assert shown == pytest.approx(trace["z"][row][column], rel=1e-5)
 
 
+# slow: a real browser waits for the loyalty page to score every model, then the case study
 def test_a_click_on_the_loyalty_scatter_opens_the_case_study(app_url, page):
     page.goto(f"{app_url}/loyalty")
     _settle(page)
@@ -288,6 +289,7 @@ def test_the_students_chooser_shows_every_name_whole(app_url, page, runs_root):
         shutil.rmtree(extra)
 
 
+# slow: a real browser waits for every model's maps and AOPC on the split, then the case study
 def test_the_divergence_view_shows_its_charts_tables_and_hover(app_url, page):
     page.goto(f"{app_url}/divergence")
     page.get_by_role("heading", name="Where explanations diverge").first.wait_for(timeout=120_000)
@@ -308,6 +310,7 @@ def test_the_divergence_view_shows_its_charts_tables_and_hover(app_url, page):
     assert word in page.get_by_label("Text", exact=True).input_value().split(), word
 
 
+# slow: a real browser has the server time three models on 8 texts, then opens a clicked run
 def test_the_compression_page_measures_and_opens_a_clicked_run(app_url, page):
     page.goto(f"{app_url}/compression")
     page.get_by_role("heading", name="Compression").first.wait_for(timeout=120_000)

@@ -308,6 +308,7 @@ def test_the_train_page_follows_a_run_the_demo_build_trains(demo_root, building,
         status.write_text(finished)
 
 
+# slow: a stand-in app spawns the demo build, which imports torch and trains till the app dies
 @pytest.mark.slow
 def test_the_demo_build_stops_with_the_app_that_launched_it(tmp_path, tiny_model_dir):
     """The app's process (here a stand-in that launches the build as the app does) is killed:

@@ -244,6 +244,7 @@ def test_a_teacher_run_of_another_task_is_refused_with_the_task_to_pass(
     assert "pass --task" in _error_line(capsys)
 
 
+# slow: a real kdw process imports the datasets library and asks the hub whether it answers
 @pytest.mark.slow
 def test_no_traceback_from_the_installed_entry_point(tmp_path):
     result = subprocess.run(

@@ -200,6 +200,7 @@ def test_distil_evaluate_and_export_a_classifier_of_each_family(
     )
 
 
+# slow: a kdw process killed mid-run, then the run resumed and a clean one distilled
 @pytest.mark.slow
 def test_a_killed_distillation_from_a_model_folder_resumes_to_the_same_student(
     family_dirs, task_dir, tmp_path
@@ -220,6 +221,7 @@ def test_a_killed_distillation_from_a_model_folder_resumes_to_the_same_student(
     )
 
 
+# slow: five distillations, each an epoch of the 240 train texts (over 1000 words to align)
 @pytest.mark.slow
 @pytest.mark.parametrize("teacher_type", ["roberta", "qwen2"])
 def test_a_student_of_another_tokenizer_learns_on_words(

@@ -24,6 +24,7 @@ from workbench.core.config import (
 from workbench.core.errors import WorkbenchError
 
 
+# slow: a teacher and two students trained, and a fresh Python process imports the package
 def test_runs_record_their_resolved_objective(tiny_model_dir, tiny_task_dir, tmp_path, monkeypatch):
     data = DataConfig(task=str(tiny_task_dir), max_length=16, max_train_examples=48)
     optim = OptimConfig(epochs=1, batch_size=8, threads=1, log_every=0)

@@ -321,6 +321,7 @@ def test_a_given_classifier_teaches_the_suite_as_it_is(one_seed_plan: TaskPlan, 
         suite.with_teachers({"nope": str(folder)})
 
 
+# slow: two suite calls: a teacher and a KD student trained and scored, then scored again
 @pytest.mark.slow
 def test_moved_run_folders_are_used(one_seed_plan: TaskPlan, tmp_path: Path):
     """Run folders written elsewhere (their record names the teacher's old path) are used when
@@ -382,6 +383,7 @@ def test_students_of_a_teacher_trained_again_to_other_weights_are_trained_again(
     assert trained(worse, legacy) == ["kd", "ckd"]
 
 
+# slow: a teacher and two students trained and scored over two suite calls
 @pytest.mark.slow
 def test_an_interrupted_call_keeps_what_finished(kd_and_ckd: Suite, tmp_path: Path, monkeypatch):
     """Ctrl-C during the second student: the record keeps the teacher, the first student and

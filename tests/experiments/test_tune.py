@@ -245,6 +245,7 @@ def test_a_grid_no_larger_than_the_budget_is_tried_whole_each_setting_once(
     assert len(list((out / "trials").iterdir())) == 3
 
 
+# slow: four AD-KD students trained, one per distinct setting the TPE search draws
 @pytest.mark.slow
 def test_a_larger_space_gets_as_many_distinct_settings_as_trials(tiny_teacher, tmp_path):
     """6 settings, 4 trials: TPE may propose a setting again, which keeps its first outcome and

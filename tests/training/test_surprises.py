@@ -248,6 +248,7 @@ def test_evaluate_says_a_run_is_unfinished_and_marks_its_row(work, tmp_path, cap
     assert entry.label == f"{teacher.name} (unfinished: stopped at step 1/8)"  # the app's lists
 
 
+# slow: a kdw process importing torch trains, evaluating every step, until killed at step 2
 @pytest.mark.slow
 def test_a_killed_teacher_is_said_killed_and_refused(work, tmp_path, capsys):
     """A training killed mid-way: its status still says running, no process holds it; its

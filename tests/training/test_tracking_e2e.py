@@ -25,6 +25,7 @@ pytest.importorskip("tensorboard", reason="needs the tracking extra")
 SHOWN = ("dev/accuracy", "dev/macro_f1", "train/value/ce", "train/grad_norm/ce")
 
 
+# slow: a teacher trained 8 epochs (so its dev curve rises), then TensorBoard started on it
 @pytest.fixture(scope="module")
 def tensorboard_url(tmp_path_factory) -> Iterator[str]:
     """TensorBoard on a free loopback port over a runs root holding one tiny teacher trained
