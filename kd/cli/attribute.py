@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from kd.cli.common import add_explainer, add_sources, explainer_choice, text_sources
-from workbench.core.config import AttributionConfig, add_arguments, from_arguments
+from workbench.core.config import AttributionSettings, add_arguments, from_arguments
 
 
 def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -20,7 +20,7 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "Texts over --max-length tokens are truncated and flagged.",
     )
     add_sources(parser, "attribute")
-    add_arguments(parser, AttributionConfig)
+    add_arguments(parser, AttributionSettings)
     add_explainer(parser)
     parser.set_defaults(handler=run)
     return parser
@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> None:
     paths = attribute_runs(
         args.runs,
         args.out,
-        from_arguments(AttributionConfig, args),
+        from_arguments(AttributionSettings, args),
         explainer=explainer_choice(args),
         words=args.words,
         **text_sources(args),

@@ -22,7 +22,7 @@ from workbench.analysis.agreement import (
     saliency_loyalty,
 )
 from workbench.analysis.attribution import (
-    AttributionConfig,
+    AttributionSettings,
     attribute_texts,
     attribution_map,
     attribution_maps,
@@ -422,7 +422,7 @@ def test_captum_needs_two_steps():
 
 
 def test_config_validates_its_fields():
-    assert AttributionConfig(views=[0, 2]).views == (0, 2)  # a list of class indices, as a tuple
+    assert AttributionSettings(views=[0, 2]).views == (0, 2)  # a list of class indices, as a tuple
     for bad in (
         {"method": "lime"},
         {"steps": 0},
@@ -434,7 +434,7 @@ def test_config_validates_its_fields():
         {"top_k": 0},
     ):
         with pytest.raises(WorkbenchError):
-            AttributionConfig(**bad)
+            AttributionSettings(**bad)
 
 
 # --------------------------------------------------------------- texts and records
@@ -449,7 +449,7 @@ def tokenizer() -> BertTokenizerFast:
 def test_attribute_texts_save_and_load(tokenizer, tmp_path: Path):
     model = tiny()
     texts = ["w1 w2 w3", "w4 " * 40, "w9 w8"]
-    settings = AttributionConfig(steps=2, max_length=16, batch_size=2)
+    settings = AttributionSettings(steps=2, max_length=16, batch_size=2)
     records = attribute_texts(model, tokenizer, texts, settings=settings, labels=[0, 1, 2])
     assert [r.truncated for r in records] == [False, True, False]
     assert records[1].warnings and len(records[1].tokens) == 16
@@ -462,7 +462,11 @@ def test_attribute_texts_save_and_load(tokenizer, tmp_path: Path):
     path = save_attributions(records, tmp_path / "out" / "maps.jsonl")
     assert load_attributions(path) == records
     pairs = attribute_texts(
-        model, tokenizer, ["w1 w2"], ["w3"], settings=AttributionConfig(method="grad", views="pred")
+        model,
+        tokenizer,
+        ["w1 w2"],
+        ["w3"],
+        settings=AttributionSettings(method="grad", views="pred"),
     )
     assert pairs[0].tokens == ["[CLS]", "w1", "w2", "[SEP]", "w3", "[SEP]"]
     assert pairs[0].views == ["pred"] and pairs[0].settings["method"] == "grad"
@@ -473,7 +477,7 @@ def test_attribute_texts_rejects_bad_input(tokenizer, tmp_path: Path):
     with pytest.raises(WorkbenchError, match="empty"):
         attribute_texts(model, tokenizer, ["w1", "  "])
     with pytest.raises(WorkbenchError, match="labels"):
-        attribute_texts(model, tokenizer, ["w1"], settings=AttributionConfig(views="gold"))
+        attribute_texts(model, tokenizer, ["w1"], settings=AttributionSettings(views="gold"))
     (tmp_path / "bad.jsonl").write_text('{"text": 1}\n')
     with pytest.raises(WorkbenchError, match="line 1"):
         load_attributions(tmp_path / "bad.jsonl")

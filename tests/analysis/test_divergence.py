@@ -14,7 +14,7 @@ from transformers import AutoModelForSequenceClassification, BertTokenizerFast
 
 from tests.conftest import WORDS, tiny_config
 from workbench.analysis.agreement import attribution_gap
-from workbench.analysis.attribution import AttributionConfig, compute_maps
+from workbench.analysis.attribution import AttributionSettings, compute_maps
 from workbench.analysis.divergence import divergence, word_table
 from workbench.analysis.faithfulness import aopc
 from workbench.core.config import DataConfig, DivergenceSettings
@@ -61,7 +61,7 @@ def runs(tmp_path) -> tuple[LoadedModel, LoadedModel, LoadedModel]:
 def _direct(loaded: LoadedModel, text: str) -> tuple[list[str], torch.Tensor, dict]:
     """One text alone: its tokens, its maps of every class ``[C, L]`` and its batch."""
     batch = dict(loaded.tokenizer([text], return_tensors="pt"))
-    maps, _ = compute_maps(loaded.model, batch, AttributionConfig(views="all"))
+    maps, _ = compute_maps(loaded.model, batch, AttributionSettings(views="all"))
     tokens = loaded.tokenizer.convert_ids_to_tokens(batch["input_ids"][0].tolist())
     return tokens, maps[0], batch
 

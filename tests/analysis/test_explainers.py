@@ -27,7 +27,7 @@ from transformers import BertConfig, BertTokenizerFast, DistilBertConfig
 from tests.conftest import tiny_model
 from workbench.analysis.attribution import (
     EXPLAINERS,
-    AttributionConfig,
+    AttributionSettings,
     ExplainerChoice,
     attribute_texts,
     explain_batch,
@@ -306,7 +306,7 @@ def test_bad_input_is_a_one_line_error():
         ExplainerChoice("lime", {"window": 2})
     with pytest.raises(WorkbenchError, match="--steps sets the ig and grad maps"):
         attribute_texts(
-            model, _tokenizer(), ["good"], settings=AttributionConfig(steps=3), explainer="lime"
+            model, _tokenizer(), ["good"], settings=AttributionSettings(steps=3), explainer="lime"
         )
 
 
@@ -360,7 +360,7 @@ def test_words_aggregate_their_pieces_as_computed_by_hand():
 
 def test_attribute_texts_per_word_sums_the_sub_token_record():
     model, tokenizer = tiny_model(num_labels=3), _tokenizer()
-    settings = AttributionConfig(views="pred")
+    settings = AttributionSettings(views="pred")
     text = "playing the unbelievable movie"
     tokens = attribute_texts(model, tokenizer, [text], settings=settings, explainer="ablation")[0]
     words = attribute_texts(

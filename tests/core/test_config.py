@@ -19,7 +19,7 @@ from workbench.analysis.explanations import HeatmapSettings
 from workbench.analysis.heatmap_export import ExportSettings
 from workbench.core.config import (
     MAX_DPI,
-    AttributionConfig,
+    AttributionSettings,
     Checked,
     DataConfig,
     ObjectiveConfig,
@@ -165,7 +165,7 @@ def test_a_config_file_may_write_weights_and_views_as_text(tmp_path):
     defaults = config_defaults(str(path))
     assert defaults["weights"] == {"ce": 0.1, "kd": 0.9, "attr": 10.0}
     assert defaults["attr_views"] == (1,)
-    assert from_dict(AttributionConfig, {"views": "pred"}).views == "pred"
+    assert from_dict(AttributionSettings, {"views": "pred"}).views == "pred"
     path.write_text(json.dumps({"objective": {"weights": "ce=1,kd=-1"}}))
     with pytest.raises(WorkbenchError, match=r"--weights: weight of 'kd' must be a finite"):
         config_defaults(str(path))
@@ -219,7 +219,7 @@ def test_every_numeric_option_declares_its_domain():
         ObjectiveConfig,
         OptimConfig,
         TuneConfig,
-        AttributionConfig,
+        AttributionSettings,
         HeatmapSettings,
         ExportSettings,
     )

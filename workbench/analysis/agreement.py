@@ -23,7 +23,7 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from workbench.analysis.attribution.gradients import grad_saliency
-from workbench.analysis.attribution.settings import AttributionConfig, compute_maps
+from workbench.analysis.attribution.settings import AttributionSettings, compute_maps
 from workbench.analysis.attribution.targets import Target
 from workbench.analysis.metrics import nan_mean
 from workbench.core.errors import WorkbenchError
@@ -104,12 +104,12 @@ def compare_models(
     model_a: PreTrainedModel,
     model_b: PreTrainedModel,
     batch: Mapping[str, Tensor],
-    config: AttributionConfig | None = None,
+    config: AttributionSettings | None = None,
     labels: Tensor | None = None,
 ) -> dict[str, float]:
     """Saliency loyalty (×100), attribution gap and mean Spearman of the maps of two models on
     one batch; ``config`` sets the maps (default: IG, 1 step, pad baseline, all views)."""
-    config = config or AttributionConfig()
+    config = config or AttributionSettings()
     mask = batch["attention_mask"]
     loyalty, loyalty_undefined = nan_mean(saliency_loyalty(model_a, model_b, batch))
     maps_a, _ = compute_maps(model_a, batch, config, labels)

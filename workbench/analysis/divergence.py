@@ -35,7 +35,7 @@ from torch import Tensor
 
 from workbench.analysis.agreement import attribution_gap
 from workbench.analysis.attribution import (
-    AttributionConfig,
+    AttributionSettings,
     ExplainerChoice,
     compute_maps,
     resolve_explainer,
@@ -131,7 +131,7 @@ def _outputs(
     """A model's logits ``[N, C]``, maps (per token ``[n, C]``) and AOPC values ``[N]``, from
     its ``analysis_cache/`` or computed there; and whether they were computed now."""
     model = loaded.model
-    config = AttributionConfig(
+    config = AttributionSettings(
         **{f.name: getattr(settings, f.name) for f in fields(MapSettings)}, views="all"
     )
     data = {"ids": dataset.input_ids, "types": dataset.token_type_ids}

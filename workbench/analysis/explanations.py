@@ -23,7 +23,7 @@ from workbench.core.config import MapSettings, option
 from workbench.core.errors import WorkbenchError
 
 if TYPE_CHECKING:
-    from workbench.analysis.attribution import AttributionConfig, ExplainerChoice
+    from workbench.analysis.attribution import AttributionSettings, ExplainerChoice
     from workbench.analysis.examples import Example
     from workbench.core.models import LoadedModel
 
@@ -160,13 +160,13 @@ def model_detail(loaded: LoadedModel) -> str:
     return layers if preset is None else f"{preset}, {layers}"
 
 
-def attribution_config(settings: HeatmapSettings) -> AttributionConfig:
+def attribution_settings(settings: HeatmapSettings) -> AttributionSettings:
     """The shared attribution settings of :mod:`workbench.analysis.attribution` for every class's
     map (checked there: steps, baseline, K)."""
-    from workbench.analysis.attribution import AttributionConfig
+    from workbench.analysis.attribution import AttributionSettings
 
     shared = {f.name: getattr(settings, f.name) for f in fields(MapSettings)}
-    return AttributionConfig(**shared, views="all")
+    return AttributionSettings(**shared, views="all")
 
 
 def explain(
@@ -198,7 +198,7 @@ def explain(
     from workbench.core.models import forward
 
     check_words(words)
-    config = attribution_config(settings)
+    config = attribution_settings(settings)
     batch, full_lengths, longer, args = _encode(loaded, examples)
     offsets = batch.pop("offset_mapping", None)
     model, class_names = loaded.model, _class_names(loaded)

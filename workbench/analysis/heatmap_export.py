@@ -40,7 +40,7 @@ from workbench.core.errors import WorkbenchError
 from workbench.core.names import TASK_NAMES
 
 if TYPE_CHECKING:
-    from workbench.analysis.attribution import AttributionConfig, ExplainerChoice
+    from workbench.analysis.attribution import AttributionSettings, ExplainerChoice
     from workbench.core.models import LoadedModel
     from workbench.export import ExportOptions, Heatmap
 
@@ -359,7 +359,7 @@ def export_runs(
 def attribute_runs(
     runs: Sequence[str | Path],
     out: str | Path,
-    config: AttributionConfig,
+    config: AttributionSettings,
     explainer: ExplainerChoice | None = None,
     words: str | None = None,
     **sources,

@@ -1206,7 +1206,7 @@ class DivergenceSettings(MapSettings):
 
 
 @dataclass
-class AttributionConfig(MapSettings):
+class AttributionSettings(MapSettings):
     """How tokens are attributed: the map's settings, the classes (views), the layer, and the
     batching of the texts."""
 

@@ -10,7 +10,7 @@
 - the explainer registry (:data:`EXPLAINERS`, :func:`register`, :class:`ExplainerChoice`) and
   :func:`explain_batch`: IG, Grad, Gradient × Input, DeepLift, GradientShap, Occlusion, LIME,
   KernelSHAP and Feature Ablation, one score per token;
-- :class:`AttributionConfig`, :func:`attribute_texts`, :func:`save_attributions`,
+- :class:`AttributionSettings`, :func:`attribute_texts`, :func:`save_attributions`,
   :func:`load_attributions` — attribute a list of texts (per token or per word) and keep the
   result.
 
@@ -35,7 +35,7 @@ _NAMES = {
         "integrated_gradients",
     ),
     "records": ("AttributionRecord", "attribute_texts", "load_attributions", "save_attributions"),
-    "settings": ("METHODS", "AttributionConfig", "compute_maps", "resolve_explainer"),
+    "settings": ("METHODS", "AttributionSettings", "compute_maps", "resolve_explainer"),
     "targets": ("view_names",),
     "registry": ("EXPLAINERS", "Explainer", "ExplainerChoice", "get_explainer", "register"),
     "explainers": ("explain_batch",),

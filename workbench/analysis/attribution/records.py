@@ -14,7 +14,7 @@ from transformers import BatchEncoding, PreTrainedModel, PreTrainedTokenizerBase
 
 from workbench.analysis.attribution.registry import ExplainerChoice
 from workbench.analysis.attribution.settings import (
-    AttributionConfig,
+    AttributionSettings,
     compute_maps,
     recorded_settings,
     resolve_explainer,
@@ -79,7 +79,7 @@ def attribute_texts(
     texts: Sequence[str],
     pairs: Sequence[str] | None = None,
     *,
-    settings: AttributionConfig | None = None,
+    settings: AttributionSettings | None = None,
     labels: Sequence[int] | None = None,
     explainer: ExplainerChoice | str | None = None,
     words: str | None = None,
@@ -89,14 +89,14 @@ def attribute_texts(
     ``settings.method`` names), per sub-token or, with ``words`` (sum, mean or max-abs), per
     word (:mod:`workbench.analysis.attribution.words`). What the app calls: e.g.
     ``attribute_texts(model, tokenizer, ["a text"], explainer="lime",
-    settings=AttributionConfig(views="pred"), words="sum")[0]`` has ``tokens`` (the words) and
+    settings=AttributionSettings(views="pred"), words="sum")[0]`` has ``tokens`` (the words) and
     ``maps[0]`` (their scores).
 
     Texts longer than ``settings.max_length`` tokens are truncated: the record says so in
     ``truncated`` and ``warnings`` (and a warning is logged). Empty texts, ``labels`` of another
     length and ``views="gold"`` without labels are errors.
     """
-    settings = settings or AttributionConfig()
+    settings = settings or AttributionSettings()
     if isinstance(explainer, str):
         explainer = ExplainerChoice(explainer)
     settings, explainer = resolve_explainer(settings, explainer)

@@ -150,7 +150,7 @@ class Explainer:
 
 
 EXPLAINERS: dict[str, Explainer] = {}
-ENGINE_EXPLAINERS = ("ig", "grad")  # the engine's own maps: AttributionConfig.method's values
+ENGINE_EXPLAINERS = ("ig", "grad")  # the engine's own maps: AttributionSettings.method's values
 
 
 def register(explainer: Explainer) -> Explainer:

@@ -14,10 +14,16 @@ from workbench.analysis.attribution.explainers import explain_batch
 from workbench.analysis.attribution.gradients import _grad_saliency, attribution_maps
 from workbench.analysis.attribution.registry import ENGINE_EXPLAINERS, ExplainerChoice
 from workbench.analysis.attribution.targets import as_batch, resolve_views, view_names
-from workbench.core.config import METHODS, AttributionConfig, MapSettings, option_name, to_dict
+from workbench.core.config import METHODS, AttributionSettings, MapSettings, option_name, to_dict
 from workbench.core.errors import WorkbenchError
 
-__all__ = ["METHODS", "AttributionConfig", "compute_maps", "recorded_settings", "resolve_explainer"]
+__all__ = [
+    "METHODS",
+    "AttributionSettings",
+    "compute_maps",
+    "recorded_settings",
+    "resolve_explainer",
+]
 
 MAP_DEFAULTS = {f.name: f.default for f in dataclasses.fields(MapSettings)}
 
@@ -57,7 +63,7 @@ def resolve_explainer(
 
 
 def recorded_settings(
-    config: AttributionConfig, explainer: ExplainerChoice, words: str | None
+    config: AttributionSettings, explainer: ExplainerChoice, words: str | None
 ) -> dict:
     """What an output records: the resolved config (without the ig/grad map settings for
     another explainer), the explainer and its settings, and the word aggregation (``"tokens"``:
@@ -71,7 +77,7 @@ def recorded_settings(
 def compute_maps(
     model: PreTrainedModel,
     batch: Mapping[str, Tensor],
-    config: AttributionConfig,
+    config: AttributionSettings,
     labels: Tensor | None = None,
     special_ids: Collection[int] | None = None,
     explainer: ExplainerChoice | None = None,
