@@ -84,9 +84,13 @@ def main() -> None:
 
     wall = {name: cost["wall_s"] for name, cost in costs.items()}
     train, evaluation = size.train_examples, 2 * size.eval_examples
+    taught = size.data(teacher=True).max_train_examples
     steps = {
-        role: math.ceil(train * epochs / optim.batch_size)
-        for role, epochs in (("teacher", size.teacher_epochs), ("student", size.student_epochs))
+        role: math.ceil(examples * epochs / optim.batch_size)
+        for role, examples, epochs in (
+            ("teacher", taught, size.teacher_epochs),
+            ("student", train, size.student_epochs),
+        )
     }
 
     def passes(examples: float, name: str) -> float:

@@ -31,6 +31,7 @@ from workbench.core.files import atomic_write_json
 ROOT = Path(__file__).resolve().parents[2]
 APP = str(ENTRY)
 TRAIN_EXAMPLES = 32
+TEACHER_EXAMPLES = 48  # the teacher reads more tweets than its students, as the quick demo's
 STAGES = ("demo: teacher", "demo: 3-layer student, kd", "demo: 3-layer student, adkd")
 
 
@@ -39,6 +40,7 @@ def tiny_sizes(model_dir: Path) -> str:
     return json.dumps(
         {
             "train_examples": TRAIN_EXAMPLES,
+            "teacher_train_examples": TEACHER_EXAMPLES,
             "eval_examples": 16,
             "max_length": 16,
             "teacher_epochs": 1.0,
@@ -78,6 +80,11 @@ def test_the_quick_demo_is_built_first_its_kd_student_before_adkd(demo_root):
             "student-adkd",
         }
     assert _announcements(quick)[-1]["time"] <= _announcements(full)[0]["time"]
+    for name, examples in (("teacher", TEACHER_EXAMPLES), ("student-kd", TRAIN_EXAMPLES)):
+        asked = DataConfig(task="tweets", max_train_examples=examples, max_eval_examples=16)
+        sampled = len(load_task(asked).splits["train"])  # about the number asked (stratified)
+        manifest = json.loads((quick / name / "manifest.json").read_text())
+        assert manifest["split_sizes"]["train"] == sampled, name
     assert runner.pending_demos(demo_root, "default") == []
 
 
