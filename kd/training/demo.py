@@ -50,10 +50,10 @@ class DemoSize:
 
 
 SIZES = {
-    # the quick teacher reads twice the tweets of its one-epoch students, at twice the rate: at
+    # the quick teacher reads more tweets than its one-epoch students, at twice their rate: at
     # 1,500 tweets and 5e-5 it called most positive tweets negative (docs/results.md)
     "quick": DemoSize(
-        1500, 300, 32, 1.0, 1.0, teacher_learning_rate=1e-4, teacher_train_examples=2400
+        1500, 300, 32, 1.0, 1.0, teacher_learning_rate=2e-4, teacher_train_examples=2400
     ),
     "default": DemoSize(6000, 1500, 64, 2.0, 2.0),
 }
