@@ -100,7 +100,7 @@ def _assert_clean(status: int, stderr: str, cwd: Path, before: dict[str, bytes],
 
 @pytest.mark.parametrize("command", ["train-teacher", "distill", "export", "attribute"])
 @pytest.mark.slow
-# slow: each drawn option value runs a kdw process of its own in an empty folder
+# slow: each drawn option value runs a kdw command (in this process) in an empty folder
 def test_any_option_value_succeeds_or_is_refused_in_one_line_before_writing(work, command):
     options = _options(command)
     base = _commands(work)[command]
@@ -175,7 +175,7 @@ def _made_by(work: Path, run: str) -> list[str]:
     ],
 )
 @pytest.mark.slow
-# slow: every mangled file is read by a kdw process of its own, as a user's command reads it
+# slow: every mangled file is read by a kdw command (in this process), as a user's reads it
 def test_a_mangled_run_file_is_read_or_refused_in_one_line(work, run, reader):
     """Each file of a finished run, mangled one way, then read: by ``kdw evaluate``, as the
     teacher of a new student, or by rerunning the command that made the run (which may also
