@@ -64,7 +64,7 @@ from workbench.core.files import (
     read_json_file,
     with_format,
 )
-from workbench.core.runs import current_configs, differences, same_value
+from workbench.core.runs import current_configs, differences
 
 STUDY_NAME = TuneConfig.study_name  # the study of ``<out>/study.db``, and --study-name's default
 MAX_CONFIG_BYTES = 1_000_000  # a best.json holds a few kilobytes of settings
@@ -426,7 +426,7 @@ def _check_record(study, attrs: dict, where: str, remedy: str) -> None:
         raise WorkbenchError(f"{where} is not a kdw tune study: {remedy}")
     check_format(stored, where, remedy)
     for key in ("preset", "task", "space"):
-        if not same_value(stored.get(key), attrs[key]):  # a task path recorded relative too
+        if stored.get(key) != attrs[key]:
             raise WorkbenchError(
                 f"{where} is a study of {key} {stored.get(key)!r}, not {attrs[key]!r}: {remedy}"
             )

@@ -597,17 +597,6 @@ def current_configs(configs: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(current, default=str))
 
 
-def same_value(then: Any, now: Any) -> bool:
-    """Equal values, or a path recorded relative to the directory the run was started from
-    (before runs recorded absolute paths) that resolves from here to the path given now."""
-    if then == now:
-        return True
-    if isinstance(then, str) and isinstance(now, str) and Path(now).is_absolute():
-        old = Path(then).expanduser()
-        return not old.is_absolute() and old.exists() and old.resolve() == Path(now)
-    return False
-
-
 def differences(then: Any, now: Any) -> str:
     """What differs between recorded settings ``then`` and those given ``now``, on one line
     (the first few ``option old → new``, ``;``-separated); empty when nothing does."""
@@ -626,7 +615,7 @@ def _differences(then: Any, now: Any, where: tuple[str, ...] = ()) -> list[str]:
             for key in sorted(set(then) | set(now))
             for line in _differences(then.get(key, _ABSENT), now.get(key, _ABSENT), (*where, key))
         ]
-    if same_value(then, now):
+    if then == now:
         return []
     name = option_name(where[-1]) if setting else ".".join(where)
 
