@@ -18,6 +18,7 @@ that ``kdw benchmark`` scores the folder on that task.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -165,7 +166,8 @@ def quantize_int8(
     ``settings.per_channel``) to ``target``, the nodes ``settings.keep_float`` names (by type or
     a part of their name) left in float32. Dynamic: activations are quantised as the graph
     runs, batch by batch; static: the matrix products' activation ranges are calibrated on
-    ``calibration`` (feeds ``[B, L]`` of :func:`graph_inputs`) and fixed in the graph."""
+    ``calibration`` (feeds ``[B, L]`` of :func:`graph_inputs`) and fixed in the graph. A fused
+    graph whose operators ONNX Runtime cannot type (ALBERT's) is a one-line error."""
     import onnx
     import onnxruntime
     from onnxruntime.quantization import (
@@ -202,9 +204,23 @@ def quantize_int8(
         # (symbolic inference) included: the quantiser reads them, and calibrates only the
         # activations it can type
         contrib = any(node.domain == "com.microsoft" for node in graph.node)
-        quant_pre_process(
-            str(source), str(typed), skip_optimization=True, skip_symbolic_shape=not contrib
-        )
+        # where symbolic inference fails, ONNX Runtime saves its partial graph in the working
+        # directory: a scratch folder's, not the user's
+        with tempfile.TemporaryDirectory() as scratch, contextlib.chdir(scratch):
+            try:
+                quant_pre_process(
+                    str(source.absolute()),
+                    str(typed.absolute()),
+                    skip_optimization=True,
+                    skip_symbolic_shape=not contrib,
+                )
+            except Exception as error:  # ONNX Runtime's errors have no common base
+                if not contrib:
+                    raise
+                raise WorkbenchError(
+                    f"ONNX Runtime cannot infer the shapes of this fused graph's operators "
+                    f"({first_line(error)}), which int8 quantisation needs: export without --fuse"
+                ) from None
         if settings.int8 == "dynamic":
             quantize_dynamic(str(typed), str(target), **options)
         else:
