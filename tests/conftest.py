@@ -132,18 +132,35 @@ def pytest_itemcollected(item: pytest.Item) -> None:
         item.add_marker(pytest.mark.xdist_group(item.module.__name__))
 
 
+COST = {"e2e": 20, "slow": 10}  # a test's weight in the order of the work (1: unmarked)
+
+
 @pytest.hookimpl(trylast=True)  # after pytest-xdist has named each test of a group for it
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Refuse to run when the groups are lost (a pytest that pytest-xdist cannot rename a
-    test's id in): every module's shared set-up would be built once per worker, silently."""
-    if getattr(config.option, "loadgroup", False):  # a worker of --dist loadgroup
-        grouped = [i.nodeid for i in items if i.get_closest_marker("xdist_group")]
-        lost = [nodeid for nodeid in grouped if "@" not in nodeid]
-        if lost:
-            raise pytest.UsageError(
-                f"pytest-xdist did not group {lost[0]} (and {len(lost) - 1} more): use the "
-                "pytest the dev extra pins"
-            )
+    test's id in): every module's shared set-up would be built once per worker, silently.
+    Then order the work units (a group, or a test of none) heaviest first, by their tests'
+    markers (:data:`COST`): the workers take units in this order (``--no-loadscope-reorder``),
+    so the long ones start early and the run ends on short tests on both workers."""
+    if not getattr(config.option, "loadgroup", False):  # not a worker of --dist loadgroup
+        return
+    grouped = [i.nodeid for i in items if i.get_closest_marker("xdist_group")]
+    lost = [nodeid for nodeid in grouped if "@" not in nodeid]
+    if lost:
+        raise pytest.UsageError(
+            f"pytest-xdist did not group {lost[0]} (and {len(lost) - 1} more): use the "
+            "pytest the dev extra pins"
+        )
+    weight: dict[str, int] = {}
+    for item in items:
+        marks = [COST[m.name] for m in item.iter_markers() if m.name in COST]
+        weight[_unit(item)] = weight.get(_unit(item), 0) + max(marks, default=1)
+    items.sort(key=lambda item: -weight[_unit(item)])
+
+
+def _unit(item: pytest.Item) -> str:
+    """What a worker takes at once: the test's group (named after its ``@``), or the test."""
+    return item.nodeid.rpartition("@")[2]
 
 
 def debian_package(*packages: str, recommends: bool = True) -> None:
