@@ -42,6 +42,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from kd.methods.objective import PARAMETERS, PRESETS, Parameter, Preset
 from kd.training.trainer import Callback, TrainingDiverged
@@ -64,6 +65,7 @@ from workbench.core.files import (
     read_json_file,
     with_format,
 )
+from workbench.core.records import Record, RecordProblem, checked
 from workbench.core.runs import current_configs, differences
 
 STUDY_NAME = TuneConfig.study_name  # the study of ``<out>/study.db``, and --study-name's default
@@ -414,6 +416,24 @@ def _study(place: StudyPlace, name: str, attrs: dict, sampler, pruner, points: l
     return study
 
 
+class StudySettings(Record):
+    """What every worker of a study shares (:func:`study_settings`)."""
+
+    configs: dict[str, dict[str, Any]]
+    metric: str
+    prune: bool
+
+
+class StudyRecord(Record):
+    """A study's record (its Optuna user attributes): the preset, task and space it searches,
+    and the settings every worker shares."""
+
+    preset: str
+    task: str
+    space: dict[str, str]
+    settings: StudySettings
+
+
 def _check_record(study, attrs: dict, where: str, remedy: str) -> None:
     """Refuse to join a study of another preset, task, space or settings (one line naming the
     first few differences); a study whose maker is still recording it is waited for."""
@@ -425,20 +445,19 @@ def _check_record(study, attrs: dict, where: str, remedy: str) -> None:
     else:
         raise WorkbenchError(f"{where} is not a kdw tune study: {remedy}")
     check_format(stored, where, remedy)
+    given = checked(attrs, StudyRecord)
+    try:
+        record = checked(stored, StudyRecord)
+        record.settings.configs = current_configs(record.settings.configs)
+    except (RecordProblem, WorkbenchError) as error:
+        raise WorkbenchError(f"{where} records damaged settings ({error}): {remedy}") from None
     for key in ("preset", "task", "space"):
-        if stored.get(key) != attrs[key]:
+        if getattr(record, key) != getattr(given, key):
             raise WorkbenchError(
-                f"{where} is a study of {key} {stored.get(key)!r}, not {attrs[key]!r}: {remedy}"
+                f"{where} is a study of {key} {getattr(record, key)!r}, not "
+                f"{getattr(given, key)!r}: {remedy}"
             )
-    if "settings" not in stored:
-        raise WorkbenchError(f"{where} records no settings: {remedy}")
-    recorded = stored["settings"]
-    if isinstance(recorded, dict) and isinstance(recorded.get("configs"), dict):
-        try:
-            recorded = recorded | {"configs": current_configs(recorded["configs"])}
-        except WorkbenchError as error:
-            raise WorkbenchError(f"{where} records damaged settings ({error}): {remedy}") from None
-    changed = differences(recorded, attrs["settings"])
+    changed = differences(record.settings.model_dump(), given.settings.model_dump())
     if changed:
         raise WorkbenchError(
             f"{where} was made with other settings ({changed}): give every worker the study's "
@@ -805,7 +824,7 @@ def tune(
                 raise
             if callback.pruned:
                 raise optuna.TrialPruned()
-            if run.status()["state"] == "stopped":  # asked to stop: retried on resume
+            if run.status().state == "stopped":  # asked to stop: retried on resume
                 trial.set_user_attr("stopped", True)
                 stopped.append(trial.number)
                 study.stop()

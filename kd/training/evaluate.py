@@ -21,7 +21,7 @@ from workbench.core.config import (
 from workbench.core.data import encode, pad_id
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import is_run, layer_count, load_for_task, load_model
-from workbench.core.runs import RESOLVED, Run, teacher_change
+from workbench.core.runs import ResolvedObjective, Run, RunRecord, teacher_change
 
 
 def _say(text: str) -> None:
@@ -47,25 +47,24 @@ def term_summary(records: Sequence[dict]) -> dict[str, str]:
     return row
 
 
-def objective_description(info: dict) -> str:
+def objective_description(info: RunRecord) -> str:
     """A run's objective as trained, from ``run.json``'s resolved record, e.g.
     ``"attr 1 · ce 0.1 · kd 0.9 (official distance), τ 2"``. A run written before runs kept
     that record is resolved with today's presets, and the text says so."""
-    record = info.get(RESOLVED, {}).get("objective")
+    record = info.resolved.objective
     note = ""
     if record is None:
-        configs = info["configs"]
-        config = from_dict(ObjectiveConfig, configs.get("objective", {"preset": "finetune"}))
-        record = {
-            "weights": preset_weights(config),
-            "temperature": config.temperature or PRESETS[config.preset].temperature,
-        }
+        config = from_dict(ObjectiveConfig, info.configs.get("objective", {"preset": "finetune"}))
+        record = ResolvedObjective(
+            weights=preset_weights(config),
+            temperature=config.temperature or PRESETS[config.preset].temperature,
+        )
         note = " (resolved with today's presets: the run predates the record)"
-    text = " · ".join(f"{name} {weight:g}" for name, weight in record["weights"].items())
-    if "attribution" in record:
-        text += f" ({record['attribution']['reduction']} distance)"
-    if "kd" in record["weights"]:
-        text += f", τ {record['temperature']:g}"
+    text = " · ".join(f"{name} {weight:g}" for name, weight in record.weights.items())
+    if record.attribution:
+        text += f" ({record.attribution.reduction} distance)"
+    if "kd" in record.weights:
+        text += f", τ {record.temperature:g}"
     return text + note
 
 
@@ -114,9 +113,9 @@ def evaluate_runs(
         part = task.splits[split]
         dataset = encode(part, loaded.tokenizer, loaded.max_length, task.spec.regression)
         logits = predict_logits(loaded.model, dataset, 64, pad_id(loaded.tokenizer))
-        info = loaded.run.info() if loaded.run else {"kind": "model", "method": loaded.origin}
+        info = loaded.run.info() if loaded.run else None
         reference, changed = None, None
-        if info["kind"] == "student":
+        if info is not None and info.kind == "student":
             recorded = loaded.run.config(StudentConfig, "student")
             source, mapping = (
                 (teacher, label_map) if teacher else (recorded.teacher, recorded.label_map)
@@ -137,9 +136,7 @@ def evaluate_runs(
                 )
             reference = teacher_logits[key]
             if not teacher:
-                changed = teacher_change(
-                    info.get(RESOLVED, {}).get("teacher"), teacher_pin(source).get("teacher")
-                )
+                changed = teacher_change(info.resolved.teacher, teacher_pin(source))
                 if changed:
                     once(
                         f"{loaded.name}: {changed}: its loyalty is measured against "
@@ -148,9 +145,9 @@ def evaluate_runs(
         rows.append(
             {
                 "run": loaded.name,
-                "kind": info["kind"],
-                "method": info.get("method", "–"),
-                "objective": objective_description(info) if loaded.run else None,
+                "kind": info.kind if info else "model",
+                "method": (info.method or "–") if info else loaded.origin,
+                "objective": objective_description(info) if info else None,
                 "layers": layer_count(loaded.model),
                 "parameters_m": round(sum(p.numel() for p in loaded.model.parameters()) / 1e6, 1),
                 "split": split,

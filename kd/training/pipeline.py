@@ -67,7 +67,14 @@ from workbench.core.models import (
     resolve_model,
     set_label_names,
 )
-from workbench.core.runs import RESOLVED, RUN_FILE, Run, model_card, replace_directory
+from workbench.core.runs import (
+    RESOLVED,
+    RUN_FILE,
+    ResolvedTeacher,
+    Run,
+    model_card,
+    replace_directory,
+)
 from workbench.core.verify import model_digest
 
 EXECUTION_SETTINGS = ("threads", "device", "log_every", "accumulation_steps")
@@ -135,15 +142,15 @@ def _resolved(objective: Objective, data: TaskData) -> dict:
     }
 
 
-def teacher_pin(teacher: str) -> dict:
+def teacher_pin(teacher: str) -> ResolvedTeacher | None:
     """``run.json``'s record of the teacher a student learns from: the digests of its weights
     and tokenizer files (:func:`~workbench.core.verify.model_digest`), so that a rerun or resume
     against a teacher that changed since is refused, and an evaluation says so; none for a hub
     id (its revision is the hub's)."""
     folder = Path(resolve_model(teacher))
     if not folder.is_dir():
-        return {}
-    return {"teacher": {"source": str(folder.resolve()), **model_digest(folder)}}
+        return None
+    return ResolvedTeacher(source=str(folder.resolve()), **model_digest(folder))
 
 
 def _saver(run: Run, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, spec: TaskSpec):
@@ -203,11 +210,11 @@ def _finish(
     atomic_write_json(run.path / "results.json", results)
     atomic_write_text(run.model_dir / "README.md", model_card(run))
     status = run.status()
-    tracker.log_results(results, status.get("step") or 0)
+    tracker.log_results(results, status.step or 0)
     tracker.log_artifacts(
         [run.path / RUN_FILE, run.path / "results.json", run.model_dir / "README.md"]
     )
-    kept = {key: status[key] for key in ("step", "total", "seconds") if key in status}
+    kept = status.model_dump(include={"step", "total", "seconds"}, exclude_unset=True)
     run.set_status("finished", **kept)
     return results
 
@@ -246,7 +253,7 @@ def train_teacher(
     objective = Objective.resolve(ObjectiveConfig(preset="finetune"), 0, 0)
     record = info | _resolved(objective, data)
     with distributed.run_folder(run_dir, record, _manifest(data, data_config, optim)) as run:
-        if run.status()["state"] == "finished":
+        if run.status().state == "finished":
             return run
         if not run.checkpoint.exists():  # resumed, its head and classes are the checkpoint's
             for note in notes:
@@ -530,7 +537,9 @@ def distill(
         },
     }
     record = info | _resolved(objective, data)
-    record[RESOLVED] |= teacher_pin(student_config.teacher)
+    pinned = teacher_pin(student_config.teacher)
+    if pinned is not None:
+        record[RESOLVED]["teacher"] = pinned.model_dump()
     manifest = _manifest(data, data_config, optim)
     teacher_state = unfinished_teacher(student_config.teacher)
     if teacher_state is not None:  # what the student learnt from (--allow-unfinished)
@@ -551,7 +560,7 @@ def distill(
         )
     with distributed.run_folder(run_dir, record, manifest) as run:
         status = run.status()
-        if status["state"] == "finished":
+        if status.state == "finished":
             return run
         started = time.perf_counter()
         caches = teacher_caches(
@@ -566,7 +575,7 @@ def distill(
             {"words": key_digest(tokenizer.get_vocab())} if on_words else {},
         )
         # summed over the processes that resumed the run (a resumed one reads the files)
-        cache_seconds = status.get("seconds", {}).get("teacher_cache", 0.0)
+        cache_seconds = status.seconds.get("teacher_cache", 0.0)
         cache_seconds += time.perf_counter() - started
         train_cache = caches["train"]
         teacher_logits = {split: caches[split].per_example["logits"] for split in ("dev", "test")}

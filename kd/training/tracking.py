@@ -217,7 +217,7 @@ class TensorBoardTracker(Tracker):
         if fresh:
             values = {
                 k: v if isinstance(v, str | bool) else float(v)
-                for k, v in settings(self.run.info()).items()
+                for k, v in settings(self.run.info().model_dump(exclude_unset=True)).items()
             }
             for summary in hparams(values, {}):
                 self.writer.file_writer.add_summary(summary)
@@ -384,7 +384,8 @@ def tracked(config: TrackingConfig, run: Run, parent: str | None = None) -> Iter
         trackers.append(TensorBoardTracker(run))
     if "mlflow" in config.report_to:
         uri = store_uri(config, run.path.parent)
-        trackers.append(MlflowTracker(run.path, settings(run.info()), uri, parent, run))
+        record = run.info().model_dump(exclude_unset=True)
+        trackers.append(MlflowTracker(run.path, settings(record), uri, parent, run))
     tracker = Trackers(trackers)
     try:
         yield tracker
@@ -394,7 +395,7 @@ def tracked(config: TrackingConfig, run: Run, parent: str | None = None) -> Iter
     except BaseException:
         tracker.finish("failed")
         raise
-    tracker.finish(run.status()["state"])
+    tracker.finish(run.status().state)
 
 
 @contextmanager

@@ -139,7 +139,7 @@ def test_a_damaged_checkpoint_names_the_file_and_deleting_it_restarts(work, tmp_
     assert main(command) == 0
     steps = [(r["split"], r["step"]) for r in Run(teacher).metrics()]
     assert len(steps) == len(set(steps))  # the old lines went with the checkpoint
-    assert Run(teacher).status()["state"] == "finished"
+    assert Run(teacher).status().state == "finished"
 
 
 def test_a_corrupt_status_never_advises_deleting_an_intact_run(work, tmp_path, capsys):
@@ -157,7 +157,7 @@ def test_a_corrupt_status_never_advises_deleting_an_intact_run(work, tmp_path, c
     rerun = ["train-teacher", "--run-dir", str(teacher), "--task", info["data"]["task"]]
     rerun += ["--model", info["teacher"]["model"], "--max-length", "16", "--epochs", "0.1"]
     assert main([*rerun, "--batch-size", "16", "--threads", "1"]) == 0
-    assert Run(teacher).status()["state"] == "finished"
+    assert Run(teacher).status().state == "finished"
 
 
 def test_the_catalog_lists_a_run_with_damaged_weights_as_broken(work, tmp_path):

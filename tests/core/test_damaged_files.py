@@ -429,7 +429,7 @@ def test_a_status_of_the_wrong_shape_is_rewritten_when_the_run_resumes(work, cop
     """Like a corrupt one: it only records progress, so the training resumes and rewrites it."""
     (copies / "teacher" / "status.json").write_text("[1, 2]")
     assert main([part.format(t=copies, w=work) for part in TEACH]) == 0
-    assert Run(copies / "teacher").status()["state"] == "finished"
+    assert Run(copies / "teacher").status().state == "finished"
 
 
 # --------------------------------------------------------------------------- the app

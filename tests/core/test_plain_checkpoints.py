@@ -147,7 +147,7 @@ def test_cli_resume_of_a_teacher_refuses_a_planted_checkpoint(work, tmp_path, ca
     err = capsys.readouterr().err
     assert err.startswith("kdw: error: ")
     assert_refused(err, checkpoint, marker)
-    assert Run(teacher).status()["state"] == "running"  # nothing trained or rewritten
+    assert Run(teacher).status().state == "running"  # nothing trained or rewritten
 
 
 @pytest.mark.parametrize("how", PLANTS)
@@ -168,8 +168,8 @@ def test_the_apps_resume_refuses_a_planted_checkpoint(work, tmp_path, capsys):
         folder = _copy(work, name, tmp_path)
         marker = tmp_path / f"MARKER-{name}"
         checkpoint = plant(folder, "extra entry", marker)
-        configs = json.dumps(Run(folder).info()["configs"])
-        kind = Run(folder).info()["kind"]
+        configs = json.dumps(Run(folder).info().configs)
+        kind = Run(folder).info().kind
         assert app_runner.main([kind, str(folder), configs]) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: ")
@@ -189,7 +189,7 @@ def test_a_retried_tune_trial_refuses_a_planted_checkpoint(work, tmp_path):
     search = TuneConfig(trials=1, space=("alpha=0.5",), prune=False)
     tune(*settings, search, out, callbacks=[StopAtOnce()])  # the trial stops: retried later
     (trial,) = (out / "trials").iterdir()
-    assert Run(trial).status()["state"] == "stopped"
+    assert Run(trial).status().state == "stopped"
     marker = tmp_path / "MARKER"
     checkpoint = plant(trial, "extra entry", marker)
     with pytest.raises(WorkbenchError) as error:

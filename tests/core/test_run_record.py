@@ -31,7 +31,7 @@ def test_runs_record_their_resolved_objective(tiny_model_dir, tiny_task_dir, tmp
     teacher = train_teacher(
         data, TeacherConfig(model=str(tiny_model_dir)), optim, tmp_path / "teacher"
     )
-    assert teacher.info()["resolved"]["objective"]["weights"] == {"ce": 1.0}
+    assert teacher.info().resolved.objective.weights == {"ce": 1.0}
 
     def student(preset: str):
         return distill(
@@ -42,12 +42,12 @@ def test_runs_record_their_resolved_objective(tiny_model_dir, tiny_task_dir, tmp
             tmp_path / preset,
         )
 
-    record = student("adkd").info()["resolved"]
-    assert record["package_version"]
-    objective = record["objective"]
-    assert objective["weights"] == {"ce": 0.1, "kd": 0.9, "attr": 1.0}
-    assert objective["temperature"] == 2.0 and objective["kd_form"] == "kl"
-    assert objective["attribution"] == {
+    record = student("adkd").info().resolved
+    assert record.package_version
+    objective = record.objective
+    assert objective.weights == {"ce": 0.1, "kd": 0.9, "attr": 1.0}
+    assert objective.temperature == 2.0 and objective.kd_form == "kl"
+    assert objective.attribution.model_dump() == {
         "reduction": "official",
         "views": "all",
         "baseline": "pad",
@@ -55,7 +55,7 @@ def test_runs_record_their_resolved_objective(tiny_model_dir, tiny_task_dir, tmp
         "top_k": None,
         "layer": "input",
     }
-    assert student("pkd-skip").info()["resolved"]["objective"]["patient_pairs"] == [[1, 2]]
+    assert student("pkd-skip").info().resolved.objective.patient_pairs == [[1, 2]]
 
     # a process that imports no method (the Python API, the app's jobs) reads a student's
     # record: the installed methods register as it is read, and its settings come back typed

@@ -171,7 +171,7 @@ def test_study_resumes_and_best_configuration_trains(tiny_teacher, tmp_path, cap
         )
         == 0
     )
-    trained = Run.open(tmp_path / "best").info()["configs"]
+    trained = Run.open(tmp_path / "best").info().configs
     assert trained["objective"] == best["objective"]
     assert trained["optim"]["learning_rate"] == best["optim"]["learning_rate"]
 
@@ -212,7 +212,7 @@ def test_pruned_trial_stops_early(tiny_teacher, tmp_path):
     )
     assert callback.pruned
     status = run.status()
-    assert status["state"] == "stopped" and status["step"] == 2 < status["total"] == 14
+    assert status.state == "stopped" and status.step == 2 < status.total == 14
 
 
 def test_tune_api_validates_trials(tiny_teacher, tmp_path):
@@ -478,7 +478,7 @@ def test_a_study_is_joined_in_its_format_with_its_settings_and_damaged_settings_
     settings = study_settings(
         DataConfig(), StudentConfig(teacher="t"), objective, OptimConfig(), "accuracy", True
     )
-    attrs = {"preset": "kd", "task": "tweets", "space": ["alpha"], "settings": settings}
+    attrs = {"preset": "kd", "task": "tweets", "space": {"alpha": "0:1"}, "settings": settings}
     study = optuna.create_study()  # in memory: the attributes as a database gives them back
     recorded = json.loads(json.dumps(settings))
     for key, value in with_format(attrs | {"settings": recorded}).items():

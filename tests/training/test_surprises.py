@@ -140,13 +140,13 @@ def test_a_run_records_the_repeats_and_dedupe_only_where_set(work, tmp_path, cap
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["split_overlap"] == {"train/dev": 5, "train/test": 3, "dev/test": 0}
     assert note.removeprefix("note: ") in manifest["data_notes"]
-    assert "dedupe" not in Run(run_dir).info()["configs"]["data"]
+    assert "dedupe" not in Run(run_dir).info().configs["data"]
     deduped = tmp_path / "deduped"
     assert main([*common, "--run-dir", str(deduped), *options, "--dedupe"]) == 0
     manifest = json.loads((deduped / "manifest.json").read_text())
     assert manifest["deduped"] == {"dev": 5, "test": 3}
     assert manifest["split_sizes"]["dev"] == len(pd.read_csv(work / "overlap" / "dev.csv")) - 5
-    assert Run(deduped).info()["configs"]["data"]["dedupe"] is True
+    assert Run(deduped).info().configs["data"]["dedupe"] is True
     rows = tmp_path / "rows.json"  # a run scored on its own task, deduplicated
     test_rows = len(pd.read_csv(work / "overlap" / "test.csv"))
     for extra, examples in (((), test_rows), (("--dedupe",), test_rows - 3)):
@@ -211,7 +211,7 @@ def test_an_unfinished_teacher_is_refused_unless_allowed(work, tmp_path, capsys)
     ), note
     manifest = json.loads((allowed / "manifest.json").read_text())
     assert manifest["unfinished_teacher"] == {"state": "stopped at step 1/8", "model": best}
-    assert Run(allowed).info()["configs"]["student"]["allow_unfinished"] is True
+    assert Run(allowed).info().configs["student"]["allow_unfinished"] is True
     assert main(_distill(work, work / "teacher", tmp_path / "finished")) == 0  # as before
     assert not [line for line in _kdw_lines(capsys) if "has not finished" in line]
 
@@ -260,7 +260,7 @@ def test_a_killed_teacher_is_said_killed_and_refused(work, tmp_path, capsys):
     state = kill_at_step([*command, "--checkpoint-every", "1"], killed, 2)
     assert state["state"] == "running" and (killed / "model" / "config.json").exists()
     expected = (
-        f"running at step {Run(killed).status()['step']}/{state['total']} (no process is "
+        f"running at step {Run(killed).status().step}/{state['total']} (no process is "
         "training it: interrupted or killed)"
     )
     assert Run(killed).unfinished() == expected

@@ -45,8 +45,8 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 
 def test_a_student_pins_its_teacher_and_refuses_another(work, monkeypatch):
     model = work / "teacher" / "model"
-    pinned = Run.open(work / "student").info()[RESOLVED]["teacher"]
-    assert pinned == {
+    pinned = Run.open(work / "student").info().resolved.teacher
+    assert pinned.model_dump() == {
         "source": str(model.resolve()),
         "weights": weights_digest(model),
         "tokenizer": files_digest(
@@ -65,7 +65,7 @@ def test_a_student_pins_its_teacher_and_refuses_another(work, monkeypatch):
     (student / "status.json").write_text('{"state": "running", "step": 1, "total": 1}')
     refusal = (
         f"{student} was distilled from another teacher: the teacher {model.resolve()} changed "
-        f"since (its weights {pinned['weights']} → {now}); the student and its teacher cache "
+        f"since (its weights {pinned.weights} → {now}); the student and its teacher cache "
         "learnt from the former one: to distil from the teacher as it is now, choose another "
         "--run-dir"
     )
@@ -84,7 +84,7 @@ def test_a_student_pins_its_teacher_and_refuses_another(work, monkeypatch):
     assert status == 0, err
     note = (
         f"kdw: note: student: the teacher {model.resolve()} changed since (its weights "
-        f"{pinned['weights']} → {now}): its loyalty is measured against the teacher as it is "
+        f"{pinned.weights} → {now}): its loyalty is measured against the teacher as it is "
         "now, not the one it learnt from"
     )
     assert note in err.splitlines()

@@ -77,7 +77,7 @@ def test_resume_after_kill_ends_with_the_same_weights(tiny_model_dir, tiny_task_
     assert all(torch.equal(best_killed[k], v) for k, v in best_clean.items())
     steps = [r["step"] for r in Run.open(killed_dir).metrics("dev")]
     assert steps == sorted(set(steps)), "evaluations logged twice after the resume"
-    assert Run.open(killed_dir).status()["state"] == "finished"
+    assert Run.open(killed_dir).status().state == "finished"
 
 
 # slow: a teacher trained 8 epochs (a dev record each, test accuracy over 0.6), then 2 students
@@ -156,7 +156,7 @@ def test_a_narrower_student_learns_patient_kd_through_a_projection_that_resumes(
     )
     stopped = distill(*settings, tmp_path / "stopped", callbacks=[StopAfter(5)])
     status = stopped.status()
-    assert status["state"] == "stopped" and status["seconds"].keys() == {
+    assert status.state == "stopped" and status.seconds.keys() == {
         "teacher_cache",
         "training",
     }
@@ -165,22 +165,23 @@ def test_a_narrower_student_learns_patient_kd_through_a_projection_that_resumes(
     assert early.shape == (16, 8)
     # the resumed run adds its seconds to those recorded: made large here to tell them apart
     torch.save(saved | {"seconds": 1000.0}, stopped.checkpoint)
-    atomic_write_json(stopped.path / "status.json", status | {"seconds": {"teacher_cache": 500.0}})
+    spent = {"seconds": {"teacher_cache": 500.0}}
+    atomic_write_json(stopped.path / "status.json", status.model_dump() | spent)
     for name in ("stopped", "clean"):
         distill(*settings, tmp_path / name)
     final = [
         torch.load(tmp_path / n / "checkpoint.pt", weights_only=True) for n in ("stopped", "clean")
     ]
     assert final[0]["state"] == final[1]["state"]
-    spent = [Run(tmp_path / name).status()["seconds"] for name in ("stopped", "clean")]
+    spent = [Run(tmp_path / name).status().seconds for name in ("stopped", "clean")]
     assert spent[0]["training"] > 1000 and spent[0]["teacher_cache"] >= 500  # files read: ~0 s
     assert 0 < spent[1]["training"] < 1000 and 0 < spent[1]["teacher_cache"] < 500
     for part in ("model", "objective"):
         for name, value in final[1][part].items():
             assert torch.equal(final[0][part][name], value), name
     assert not torch.equal(early, final[1]["objective"]["pkd.weight"])  # trained
-    record = Run.open(tmp_path / "clean").info()["resolved"]["objective"]
-    assert record["pkd_projection"] == {"student": 8, "teacher": 16}
+    record = Run.open(tmp_path / "clean").info().resolved.objective
+    assert record.pkd_projection == {"student": 8, "teacher": 16}
     saved = load_file(str(tmp_path / "clean" / "model" / "model.safetensors"))
     assert not [key for key in saved if "pkd" in key]
     assert load_run(tmp_path / "clean").model.config.hidden_size == 8

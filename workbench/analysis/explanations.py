@@ -155,7 +155,7 @@ def model_detail(loaded: LoadedModel) -> str:
     workbench did not train) and the model's number of layers, which name no folder or run."""
     preset = None
     if loaded.run is not None:
-        preset = loaded.run.info()["configs"].get("objective", {}).get("preset")
+        preset = loaded.run.info().configs.get("objective", {}).get("preset")
     layers = f"{loaded.model.config.num_hidden_layers} layers"
     return layers if preset is None else f"{preset}, {layers}"
 

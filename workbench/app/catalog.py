@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from workbench.core.errors import WorkbenchError
-from workbench.core.runs import RESOLVED, RUN_FILE, Run, teacher_change
+from workbench.core.runs import (
+    RUN_FILE,
+    ResolvedTeacher,
+    Run,
+    RunRecord,
+    RunStatus,
+    teacher_change,
+)
 
 RUNS_ENV = "KDW_RUNS"
 
@@ -39,8 +46,9 @@ class RunEntry:
 
     path: Path
     name: str
-    info: dict[str, Any] = field(default_factory=dict)
-    status: dict[str, Any] = field(default_factory=dict)
+    info: RunRecord | None = None  # a run's record (None: a model folder, a broken run)
+    status: RunStatus = field(default_factory=lambda: RunStatus(state="unknown"))
+    origin: str = ""  # a model folder's: "model folder" or "hub"
     problem: str | None = None
     task_of: Path | None = None
     notes: list[str] = field(default_factory=list)  # damaged records beside a usable model
@@ -48,19 +56,19 @@ class RunEntry:
 
     @property
     def kind(self) -> str | None:
-        return self.info.get("kind")
+        return "model" if self.origin else self.info.kind if self.info else None
 
     @property
     def method(self) -> str:
-        return self.info.get("method", "")
+        return self.info.method if self.info else ""
 
     @property
     def task(self) -> str:
-        return self.info.get("task", {}).get("name", "")
+        return self.info.task.name if self.info and self.info.task else ""
 
     @property
     def state(self) -> str:
-        return self.status.get("state", "unknown")
+        return self.status.state
 
     @property
     def usable(self) -> bool:
@@ -68,7 +76,7 @@ class RunEntry:
 
     @property
     def teacher(self) -> str:
-        return self.info.get("configs", {}).get("student", {}).get("teacher", "")
+        return self.info.configs.get("student", {}).get("teacher", "") if self.info else ""
 
     def results(self) -> dict[str, Any]:
         """Final dev/test metrics, ``{}`` while there are none (or they cannot be read)."""
@@ -88,17 +96,15 @@ class RunEntry:
         for a finished run and a model folder."""
         if self.kind not in ("teacher", "student") or self.state == "finished":
             return None
-        step = self.status.get("step")
-        total = self.status.get("total") or "?"
+        step, total = self.status.step, self.status.total or "?"
         return self.state + (f" at step {step}/{total}" if step is not None else "")
 
     @property
     def label(self) -> str:
         """The entry's name, with where a model the workbench did not train came from, or how
         far an unfinished run got (its model is the best dev model so far)."""
-        origin = self.info.get("origin")
-        if self.kind == "model" and origin:
-            return f"{self.name} ({origin})"
+        if self.origin:
+            return f"{self.name} ({self.origin})"
         name = f"{self.name} (teacher changed)" if self.teacher_changed else self.name
         return f"{name} (unfinished: {self.unfinished})" if self.unfinished else name
 
@@ -118,51 +124,49 @@ def model_entry(source: str, name: str | None = None) -> RunEntry:
         if folder.is_dir()
         else 0
     )
-    problem, labels, origin = _checked_model(source, stamp)
-    entry = RunEntry(Path(source), name or Path(source).name, {"kind": "model", "task": {}})
-    entry.problem = problem
-    if problem is None:
-        entry.info |= {"task": {"name": "", "label_names": list(labels)}, "origin": origin}
-    return entry
+    origin = "model folder" if folder.exists() else "hub"
+    return RunEntry(
+        folder, name or folder.name, origin=origin, problem=_checked_model(source, stamp)
+    )
 
 
 @functools.lru_cache(maxsize=64)
-def _checked_model(source: str, stamp: int) -> tuple[str | None, tuple[str, ...], str]:
-    """The problem, class names and origin of a model (``stamp``: the latest modification time
+def _checked_model(source: str, stamp: int) -> str | None:
+    """The problem of a model, None if it has none (``stamp``: the latest modification time
     in its folder, so that a changed folder is checked again): the pages re-list it at every
     rerun."""
     from workbench.core.models import check_classifier, check_tokenizer_files, load_config
 
     try:
-        config = load_config(source)
-        check_classifier(config, source)
+        check_classifier(load_config(source), source)
         check_tokenizer_files(source)
     except WorkbenchError as error:
-        return str(error), (), ""
-    labels = tuple(str(config.id2label[i]) for i in range(config.num_labels))
-    return None, labels, "hub" if not Path(source).exists() else "model folder"
+        return str(error)
+    return None
 
 
-def changed_teacher(info: dict[str, Any]) -> str | None:
+def changed_teacher(info: RunRecord) -> str | None:
     """What changed in the teacher a student run pinned (its ``run.json``) since it was
     distilled, in words; None when nothing did or nothing was pinned. The teacher's files are
     hashed once per change of them."""
-    pinned = info.get(RESOLVED, {}).get("teacher")
-    if not pinned:
+    pinned = info.resolved.teacher
+    if pinned is None:
         return None
-    folder = Path(pinned["source"])
+    folder = Path(pinned.source)
     files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
     stamp = tuple((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in files)
     return teacher_change(pinned, _digest(str(folder), stamp))
 
 
 @functools.lru_cache(maxsize=64)
-def _digest(folder: str, stamp: tuple) -> dict[str, str] | None:
+def _digest(folder: str, stamp: tuple) -> ResolvedTeacher | None:
     """The digests of the model folder ``folder`` (``stamp``: its weights' names, times and
     sizes, so that a changed folder is hashed again), None where it is gone."""
     from workbench.core.verify import model_digest
 
-    return model_digest(folder) if Path(folder).is_dir() else None
+    if not Path(folder).is_dir():
+        return None
+    return ResolvedTeacher(source=folder, **model_digest(folder))
 
 
 def _entry(root: Path, folder: Path) -> RunEntry:
@@ -176,7 +180,7 @@ def _entry(root: Path, folder: Path) -> RunEntry:
     try:
         entry.status = run.status()
     except WorkbenchError as error:  # it only records progress: a model beside it is usable
-        entry.status = {"state": "unknown (status.json unreadable)"}
+        entry.status = RunStatus(state="unknown (status.json unreadable)")
         entry.notes.append(str(error))
     for record in (run.results, run.metrics):  # records of the training, shown beside it
         try:

@@ -47,7 +47,7 @@ def methods_of(report: dict, entries: Sequence[RunEntry]) -> dict[str, str]:
     for row in report["rows"]:
         for entry in entries:
             if _same(row["source"], entry.path):
-                methods[row["source"]] = entry.method or entry.info.get("origin", "model")
+                methods[row["source"]] = entry.method or entry.origin or "model"
     return methods
 
 
@@ -109,16 +109,16 @@ def _details(entry: RunEntry | None, row: dict) -> None:
     config = model.config
     facts = {
         "kind": entry.kind or "–",
-        "method": entry.method or entry.info.get("origin", "–"),
+        "method": entry.method or entry.origin or "–",
         "layers": getattr(config, "num_hidden_layers", "–"),
         "hidden size": getattr(config, "hidden_size", "–"),
         "parameters": f"{row['parameters']:,}",
     }
     st.dataframe(pd.DataFrame([facts]), hide_index=True)
     st.caption(common.plain(entry.path))
-    if entry.info.get("configs"):
+    if entry.info is not None:
         with st.expander("its configs and results"):
-            st.json(entry.info["configs"], expanded=1)
+            st.json(entry.info.configs, expanded=1)
             if entry.results():
                 st.json(entry.results(), expanded=1)
 

@@ -22,7 +22,8 @@ from workbench.app.figures import layer_mapping_figure, relation_heatmaps
 from workbench.core.config import ObjectiveConfig, from_dict
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import LoadedModel, layer_count
-from workbench.core.runs import RESOLVED
+from workbench.core.records import checked
+from workbench.core.runs import ResolvedObjective
 
 KEY = "geometry"
 PAIR_KINDS = {
@@ -38,20 +39,22 @@ def layer_mapping(teacher: LoadedModel, student: LoadedModel) -> tuple[list[tupl
     (a run written before it: its configs resolved with today's presets)."""
     n, m = layer_count(teacher.model), layer_count(student.model)
     info = student.run.info()
-    configs = info["configs"]
-    record = info.get(RESOLVED, {}).get("objective")
+    configs = info.configs
+    record = info.resolved.objective
     if record is None:
         config = from_dict(ObjectiveConfig, configs["objective"])
-        record = Objective.resolve(config, n, m, teacher.spec.num_labels).record()
-    if record.get("relation_pairs"):
+        resolved = Objective.resolve(config, n, m, teacher.spec.num_labels).record()
+        record = checked(resolved, ResolvedObjective)
+    # the layer pairs of the methods that match layers, in their records
+    if getattr(record, "relation_pairs", None):
         return (
-            [tuple(p) for p in record["relation_pairs"]],
+            [tuple(p) for p in record.relation_pairs],
             "uniform mapping of the relation terms (CKD)",
         )
-    if record.get("patient_pairs"):
+    if getattr(record, "patient_pairs", None):
         return (
-            [tuple(p) for p in record["patient_pairs"]],
-            f"Patient KD mapping ({info['method']})",
+            [tuple(p) for p in record.patient_pairs],
+            f"Patient KD mapping ({info.method})",
         )
     student_config = configs["student"]
     if student_config.get("init") == "cut":

@@ -120,7 +120,7 @@ def demo_ready(folder: Path) -> bool:
     if records:
         return records[-1].get("stage") == READY
     runs = [p for p in folder.glob("*") if (p / RUN_FILE).exists()]
-    return bool(runs) and all(Run(p).status().get("state") == "finished" for p in runs)
+    return bool(runs) and all(Run(p).status().state == "finished" for p in runs)
 
 
 def pending_demos(root: Path, mode: str) -> list[Path]:

@@ -80,7 +80,7 @@ def _select(options: list[str]):
 def _form(root, kind: str, teacher: RunEntry | None) -> None:
     """The configuration form; on submit, the training starts in the background."""
     data_defaults = (
-        from_dict(DataConfig, teacher.info["configs"]["data"]) if teacher is not None else None
+        from_dict(DataConfig, teacher.info.configs["data"]) if teacher is not None else None
     )
     overrides = {"preset": _select(sorted(PRESETS))}
     if teacher is not None:
@@ -240,8 +240,9 @@ def _runs_table(entries: list[RunEntry], root) -> pd.DataFrame:
     ]
     for entry in entries:
         results = entry.results()
-        main = (entry.info.get("task", {}).get("metrics") or ["metric"])[0]
-        step = f"{entry.status.get('step') or 0}/{entry.status.get('total') or '?'}"
+        task = entry.info.task if entry.info else None
+        main = ((task.metrics if task else []) or ["metric"])[0]
+        step = f"{entry.status.step or 0}/{entry.status.total or '?'}"
         job = _training(root, entry)
         if job is not None:
             step = live_progress(job, entry.path)
@@ -254,7 +255,7 @@ def _runs_table(entries: list[RunEntry], root) -> pd.DataFrame:
                 if entry.kind in ("teacher", "student")
                 else "",  # a model folder was not trained here: no objective
                 "task": entry.task,
-                "state": "training" if job else entry.state if entry.info else "broken",
+                "state": "training" if job else entry.state if entry.kind else "broken",
                 "step": step,
                 "dev": f"{main} {results['dev'][main]:.3f}"
                 if main in results.get("dev", {})
@@ -299,7 +300,7 @@ def _details(entry: RunEntry, root) -> None:
                 "not, or the two would overwrite each other."
             )
         if st.button(f"Resume {common.plain(entry.name)}", key=f"{KEY}.resume"):
-            launch_training(root, entry.path, entry.kind, entry.info["configs"])
+            launch_training(root, entry.path, entry.kind, entry.info.configs)
             st.rerun()
     if not entry.info:
         st.error(common.plain(entry.problem))
@@ -307,7 +308,7 @@ def _details(entry: RunEntry, root) -> None:
     st.caption(common.plain(entry.path))
     configs, curves = st.columns([1, 2])
     with configs:
-        st.json(entry.info["configs"], expanded=1)
+        st.json(entry.info.configs, expanded=1)
         if entry.results():
             st.json(entry.results(), expanded=1)
         for note in entry.notes:

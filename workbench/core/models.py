@@ -547,7 +547,7 @@ def load_run(path: str | Path) -> LoadedModel:
     """The best model of a run, in eval mode, with eager attention."""
     run = Run.open(path)
     if not (run.model_dir / "config.json").exists():
-        state = run.status()["state"]
+        state = run.status().state
         raise WorkbenchError(f"{run.path} has no trained model yet (status: {state})")
     run.check_model()
     try:
@@ -566,9 +566,7 @@ def load_run(path: str | Path) -> LoadedModel:
             "a file of the model is damaged; train the run again"
         ) from None
     task = run.task()
-    spec = TaskSpec(
-        task["name"], tuple(task["label_names"]), tuple(task["metrics"]), task.get("pair", False)
-    )
+    spec = TaskSpec(task.name, tuple(task.label_names), tuple(task.metrics), task.pair)
     data = run.config(DataConfig, "data")
     return LoadedModel(model.eval(), tokenizer, spec, data, run.name, str(run.path), "run", run)
 

@@ -34,7 +34,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
+
+from pydantic import Field
 
 from workbench.core.config import (
     DataConfig,
@@ -49,7 +51,6 @@ from workbench.core.config import (
 )
 from workbench.core.errors import WorkbenchError, first_line, mask_secrets
 from workbench.core.files import (
-    FORMAT_KEY,
     RECORD_LIMIT,
     append_json_line,
     atomic_write_json,
@@ -63,17 +64,7 @@ from workbench.core.files import (
     with_format,
     write_json_lines,
 )
-from workbench.core.shapes import (
-    ANY,
-    BOOLEAN,
-    INTEGER,
-    NUMBER,
-    STRING,
-    Choice,
-    Either,
-    Mapping,
-    problem,
-)
+from workbench.core.records import Record, RecordProblem, checked
 
 RUN_FILE = "run.json"
 STATUS_FILE = "status.json"
@@ -87,41 +78,131 @@ SECTIONS = {  # run.json's config sections, as their dataclasses
     "objective": ObjectiveConfig,
     "optim": OptimConfig,
 }
-# the shapes of the run's records (:mod:`workbench.core.shapes`), checked whenever one is read
-RUN_SHAPE = {
-    FORMAT_KEY: INTEGER,
-    "kind": Choice("teacher", "student"),
-    "configs": Mapping({}),
-    "method?": STRING,
-    "task?": {"name": STRING, "label_names": [STRING], "metrics": [STRING], "pair?": BOOLEAN},
-    RESOLVED + "?": {
-        "objective?": {
-            "weights": Mapping(NUMBER),
-            "temperature?": Either(NUMBER, None),
-            "attribution?": {"reduction": STRING},
-        },
-        "split_fingerprint?": Mapping(STRING),
-        "teacher?": {"source": STRING, "weights": STRING, "tokenizer": STRING},
-    },
-}
-STATUS_SHAPE = {
-    "state": STRING,
-    "step?": Either(INTEGER, None),
-    "total?": Either(INTEGER, None),
-    "reason?": STRING,
-    "seconds?": Mapping(NUMBER),  # spent on the run: "training", and a student's "teacher_cache"
-}
-METRICS_SHAPE = {"step": INTEGER, "split?": STRING, "epoch?": NUMBER}
-RESULTS_SHAPE = Mapping(Mapping(Either(NUMBER, None)))
-CHECKPOINT_SHAPE = {  # what checkpoint.pt holds: plain tensors in containers
-    "model": Mapping(ANY),
-    "optimizer": {"state": Mapping(ANY), "param_groups": [Mapping(ANY)]},
-    "scheduler": Mapping(ANY),
-    "scaler?": Mapping(ANY),
-    "rng": [{"torch": ANY, "python": ANY, "numpy": ANY}],
-    "state": {"step": INTEGER, "best": Either(NUMBER, None), "best_step": Either(INTEGER, None)},
-    "seconds": NUMBER,  # of training up to the checkpoint
-}
+
+
+# the run's records (:mod:`workbench.core.records`), checked whenever one is read
+class TaskRecord(Record):
+    """The task a run was trained on: its label names (by class id) and metrics (the first
+    one chooses the best model)."""
+
+    name: str
+    label_names: list[str]
+    metrics: list[str]
+    pair: bool = False
+
+
+class ResolvedAttribution(Record):
+    """How the methods that compare attribution maps computed and compared them: the
+    reduction of a map to a distance, and (other keys) the explainer's settings."""
+
+    reduction: str
+
+
+class ResolvedObjective(Record):
+    """What a run's objective resolved to: its terms' weights, τ, the attribution settings of
+    the methods that compare maps, and (other keys) the settings of each method in use."""
+
+    weights: dict[str, float]
+    temperature: float | None = None
+    attribution: ResolvedAttribution | None = None
+
+
+class ResolvedTeacher(Record):
+    """The teacher a student was distilled from, pinned: its folder and the digests of its
+    weights and tokenizer."""
+
+    source: str
+    weights: str
+    tokenizer: str
+
+
+class Resolved(Record):
+    """What a run's configs resolved to when it was trained (:data:`RESOLVED`)."""
+
+    objective: ResolvedObjective | None = None
+    split_fingerprint: dict[str, str] | None = None
+    teacher: ResolvedTeacher | None = None
+
+
+class RunRecord(Record):
+    """``run.json``: the run's kind, its configs (the dataclasses as JSON, by section), its
+    method and task, and what its settings resolved to."""
+
+    kind: Literal["teacher", "student"]
+    configs: dict[str, dict[str, Any]]
+    method: str = ""
+    task: TaskRecord | None = None
+    resolved: Resolved = Field(default_factory=Resolved)
+
+
+class RunStatus(Record):
+    """``status.json``: the training's state, the step reached of the total, why it stopped,
+    and the seconds spent on ``training`` and (a student's) ``teacher_cache``."""
+
+    state: str
+    step: int | None = None
+    total: int | None = None
+    reason: str = ""
+    seconds: dict[str, float] = Field(default_factory=dict)
+
+
+class Manifest(Record):
+    """``manifest.json``: how the run was made (seed, data source and notes, each split's size
+    and fingerprint, the package versions, the git commit, the command line)."""
+
+    seed: int | None = None
+    data_source: str | None = None
+    data_notes: list[str] = Field(default_factory=list)
+    split_sizes: dict[str, int] = Field(default_factory=dict)
+    split_fingerprint: dict[str, str] = Field(default_factory=dict)
+    versions: dict[str, str | None] = Field(default_factory=dict)
+    git_commit: str | None = None
+    command: list[str] = Field(default_factory=list)
+
+
+class MetricsLine(Record):
+    """A line of ``metrics.jsonl``: the step, the split it evaluates (none: training
+    diagnostics), the epoch, and the metrics (other keys)."""
+
+    step: int
+    split: str = ""
+    epoch: float | None = None
+
+
+class OptimizerState(Record):
+    state: dict[Any, Any]  # by parameter number
+    param_groups: list[dict[str, Any]]
+
+
+class RandomState(Record):
+    torch: Any
+    python: Any
+    numpy: Any
+
+
+class TrainingState(Record):
+    step: int
+    best: float | None
+    best_step: int | None
+
+
+class Checkpoint(Record):
+    """``checkpoint.pt``: plain tensors in containers (the model's, the optimizer's, the
+    scheduler's and the scaler's state, each process's random state), the step reached and
+    the best score, and the seconds of training up to it."""
+
+    model: dict[str, Any]
+    optimizer: OptimizerState
+    scheduler: dict[str, Any]
+    scaler: dict[str, Any] | None = None
+    rng: list[RandomState]
+    state: TrainingState
+    seconds: float
+
+
+Results = dict[str, dict[str, float | None]]  # results.json: the best model's metrics by split
+
+
 RUN_REMEDY = "restore the file, or delete the run folder to train anew"
 FORMAT_REMEDY = "train the run again in a new --run-dir"
 STATUS_REMEDY = (
@@ -237,18 +318,19 @@ class Run:
         """Refuse to reopen a run with other settings, one whose data changed since, or one
         whose settings now resolve to another objective (``info[RESOLVED]``: a preset's
         defaults changed); a run written before runs kept that record is reopened."""
-        existing, given = self.info(), json.loads(json.dumps(info, default=str))
+        existing = self.info()
+        given = checked(json.loads(json.dumps(info, default=str)), RunRecord)
         shown = differences(
-            {k: v for k, v in existing.items() if k != RESOLVED},
-            {k: v for k, v in given.items() if k != RESOLVED},
+            existing.model_dump(exclude_unset=True, exclude={RESOLVED}),
+            given.model_dump(exclude_unset=True, exclude={RESOLVED}),
         )
         if shown:
             raise WorkbenchError(
                 f"{self.path} already holds a run with other settings ({shown}): "
                 "choose another --run-dir, or delete that folder"
             )
-        then_data = existing.get(RESOLVED, {}).get("split_fingerprint")
-        now_data = given.get(RESOLVED, {}).get("split_fingerprint") or {}
+        then_data = existing.resolved.split_fingerprint
+        now_data = given.resolved.split_fingerprint or {}
         if then_data is not None and then_data != now_data:
             splits = sorted(
                 k for k in set(then_data) | set(now_data) if then_data.get(k) != now_data.get(k)
@@ -258,19 +340,21 @@ class Run:
                 "changed since (edited rows or labels); to train on the data as it is now, "
                 "choose another --run-dir"
             )
-        then_teacher = existing.get(RESOLVED, {}).get("teacher")
-        now_teacher = given.get(RESOLVED, {}).get("teacher")
-        changed = teacher_change(then_teacher, now_teacher)
+        changed = teacher_change(existing.resolved.teacher, given.resolved.teacher)
         if changed:
             raise WorkbenchError(
                 f"{self.path} was distilled from another teacher: {changed}; the student and "
                 "its teacher cache learnt from the former one: to distil from the teacher as it "
                 "is now, choose another --run-dir"
             )
-        then = existing.get(RESOLVED, {}).get("objective")
-        now = given.get(RESOLVED, {}).get("objective") or {}
+        then, now = existing.resolved.objective, given.resolved.objective
         if then is not None and then != now:
-            keys = sorted(k for k in set(then) | set(now) if then.get(k) != now.get(k))
+            then_values, now_values = then.model_dump(), now.model_dump() if now else {}
+            keys = sorted(
+                k
+                for k in set(then_values) | set(now_values)
+                if then_values.get(k) != now_values.get(k)
+            )
             raise WorkbenchError(
                 f"{self.path} was trained with an objective that the same options no longer "
                 f"resolve to (changed: {', '.join(keys)}; a preset's defaults changed): "
@@ -315,11 +399,11 @@ class Run:
         )
 
     def read_json(
-        self, name: str, remedy: str = "delete the run", shape: Any = ANY, what: str = ""
+        self, name: str, remedy: str = "delete the run", model: Any = Any, what: str = ""
     ) -> Any:
-        """The JSON file ``name`` of the run; a missing or corrupt one, or one that is not of
-        ``shape`` (:mod:`workbench.core.shapes`; ``what`` the file should be, for the message), is
-        a one-line error ending in ``remedy`` (for a corrupt file)."""
+        """The JSON file ``name`` of the run, read as ``model`` (:mod:`workbench.core.records`);
+        a missing or corrupt one, or one that is not of that model (``what`` the file should
+        be, for the message), is a one-line error ending in ``remedy`` (for a corrupt file)."""
         path = self.path / name
         if not path.exists():
             raise WorkbenchError(f"{path} is missing: the run folder is incomplete")
@@ -332,33 +416,32 @@ class Run:
             raise WorkbenchError(f"{path} is corrupt ({reason}): {remedy}") from None
         except OSError as error:  # a folder, a file without read permission
             raise WorkbenchError(f"{path} cannot be read ({first_line(error)})") from None
-        found = problem(value, shape)
-        if found:
-            raise WorkbenchError(f"{path} is not {what or 'what the run wrote'}: {found}: {remedy}")
-        return value
+        try:
+            return checked(value, model)
+        except RecordProblem as problem:
+            raise WorkbenchError(
+                f"{path} is not {what or 'what the run wrote'}: {problem}: {remedy}"
+            ) from None
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> RunRecord:
         """The run's record, checked: its format (:func:`~workbench.core.files.check_format`),
-        its shape (:data:`RUN_SHAPE`) and the settings of each config section (known settings,
+        its model (:class:`RunRecord`) and the settings of each config section (known settings,
         each of its type and inside its domain)."""
         info = self.read_json(RUN_FILE, RUN_REMEDY)
         check_format(info, self.path / RUN_FILE, FORMAT_REMEDY)
-        found = problem(info, RUN_SHAPE)
-        if found:
-            raise WorkbenchError(
-                f"{self.path / RUN_FILE} is not a run record: {found}: {RUN_REMEDY}"
-            )
         try:
-            return info | {"configs": current_configs(info["configs"])}
-        except WorkbenchError as error:
+            record = checked(info, RunRecord)
+            record.configs = current_configs(record.configs)
+        except (RecordProblem, WorkbenchError) as problem:
             raise WorkbenchError(
-                f"{self.path / RUN_FILE} is not a run record: {error}: {RUN_REMEDY}"
+                f"{self.path / RUN_FILE} is not a run record: {problem}: {RUN_REMEDY}"
             ) from None
+        return record
 
     def config(self, cls: type[T], group: str) -> T:
         """The config ``group`` (``data``, ``student``…) of the run's record as ``cls``, its
         paths absolute."""
-        configs = self.info()["configs"]
+        configs = self.info().configs
         if group not in configs:
             raise WorkbenchError(
                 f'{self.path / RUN_FILE} is not a run record: "configs.{group}" is missing: '
@@ -374,20 +457,24 @@ class Run:
         resolve_paths(config)
         return config
 
-    def task(self) -> dict[str, Any]:
+    def task(self) -> TaskRecord:
         """The run's task record (name, label names, metrics, pair), which a trained run has."""
-        info = self.info()
-        if "task" not in info:
+        task = self.info().task
+        if task is None:
             raise WorkbenchError(
                 f'{self.path / RUN_FILE} is not a run record: "task" is missing: {RUN_REMEDY}'
             )
-        return info["task"]
+        return task
 
-    def status(self) -> dict[str, Any]:
+    def manifest(self) -> Manifest:
+        """How the run was made (:class:`Manifest`)."""
+        return self.read_json("manifest.json", RUN_REMEDY, Manifest, "a run's manifest")
+
+    def status(self) -> RunStatus:
         """The training's progress (``state``, ``step``, ``total``, and ``seconds`` spent on
         ``training`` and, for a student, on its ``teacher_cache``). A corrupt file loses only
         that record: its error says so and that rerunning the run's command rewrites it."""
-        return self.read_json(STATUS_FILE, STATUS_REMEDY, STATUS_SHAPE, "a run's status")
+        return self.read_json(STATUS_FILE, STATUS_REMEDY, RunStatus, "a run's status")
 
     def writer(self) -> int | None:
         """The id of the process that holds the run's lock (``.lock``) and is alive, None when
@@ -413,12 +500,12 @@ class Run:
             status = self.status()
         except WorkbenchError:
             return "state unknown (status.json unreadable)"
-        state = status.get("state", "unknown")
+        state = status.state
         if state == "finished":
             return None
-        text = str(state)
-        if status.get("step") is not None:
-            text += f" at step {status['step']}/{status.get('total') or '?'}"
+        text = state
+        if status.step is not None:
+            text += f" at step {status.step}/{status.total or '?'}"
         if state in ("created", "running", "unknown"):
             pid = self.writer()
             text += (
@@ -433,9 +520,9 @@ class Run:
         improvement of the task's main metric: the first of the best records), None without
         one."""
         try:
-            metric = self.info()["task"]["metrics"][0]
+            metric = self.task().metrics[0]
             records = self.metrics("dev")
-        except (WorkbenchError, KeyError, IndexError, TypeError):
+        except (WorkbenchError, IndexError):
             return None
         best = None
         for record in records:
@@ -489,9 +576,11 @@ class Run:
             if not (isinstance(saved, dict) and {"model", "state"} <= set(saved)):
                 reason = "not a kd-workbench checkpoint"
             else:
-                reason = problem(saved, CHECKPOINT_SHAPE)
-                if reason is None:
+                try:
+                    checked(saved, Checkpoint)
                     return saved
+                except RecordProblem as problem:
+                    reason = str(problem)
         raise WorkbenchError(f"{self.checkpoint} is damaged ({reason}): {remedy}")
 
     def append_metrics(self, record: dict[str, Any]) -> None:
@@ -503,12 +592,13 @@ class Run:
         path = self.path / "metrics.jsonl"
         records = read_json_lines(path, numbered=True)
         for number, record in records:
-            found = problem(record, METRICS_SHAPE, whole="the line")
-            if found:
+            try:
+                checked(record, MetricsLine, whole="the line")
+            except RecordProblem as problem:
                 raise WorkbenchError(
-                    f"{path}, line {number}: not a record of the training: {found}: "
+                    f"{path}, line {number}: not a record of the training: {problem}: "
                     f"{METRICS_REMEDY}"
-                )
+                ) from None
         return [r for _, r in records if split is None or r.get("split") == split]
 
     def truncate_metrics(self, after_step: int) -> None:
@@ -518,13 +608,13 @@ class Run:
         kept = [r for r in self.metrics() if r.get("step", 0) <= after_step]
         write_json_lines(self.path / "metrics.jsonl", kept)
 
-    def results(self) -> dict[str, Any] | None:
+    def results(self) -> Results | None:
         """The best model's metrics per split (``{"dev": {"accuracy": …}, "test": …}``), None
         while there are none."""
         if not (self.path / "results.json").exists():
             return None
         return self.read_json(
-            "results.json", RESULTS_REMEDY, RESULTS_SHAPE, "the metrics of a run's best model"
+            "results.json", RESULTS_REMEDY, Results, "the metrics of a run's best model"
         )
 
 
@@ -564,7 +654,7 @@ def recorded_columns(
     return data
 
 
-def teacher_change(then: dict[str, str] | None, now: dict[str, str] | None) -> str | None:
+def teacher_change(then: ResolvedTeacher | None, now: ResolvedTeacher | None) -> str | None:
     """What changed between the teacher a run pinned (``then``, its ``run.json``) and the
     teacher as it is ``now`` (:func:`~workbench.core.verify.model_digest`), in words: ``the
     weights of /t/model are 1f2e… now, 9a8b… when the run was made``; None when nothing did, or
@@ -572,13 +662,13 @@ def teacher_change(then: dict[str, str] | None, now: dict[str, str] | None) -> s
     if not then or not now:
         return None
     parts = [
-        f"its {part} {then[part]} → {now[part]}"
+        f"its {part} {getattr(then, part)} → {getattr(now, part)}"
         for part in ("weights", "tokenizer")
-        if then.get(part) != now.get(part)
+        if getattr(then, part) != getattr(now, part)
     ]
     if not parts:
         return None
-    return f"the teacher {then.get('source', '?')} changed since ({', '.join(parts)})"
+    return f"the teacher {then.source} changed since ({', '.join(parts)})"
 
 
 _SHOWN = 4  # differences named by a refusal to reopen a run
@@ -659,9 +749,9 @@ def model_card(run: Run) -> str:
     (``manifest.json``), its dev/test metrics and loyalty once ``results.json`` exists, the
     command line that started the training when one was recorded, and the seconds it took
     (``status.json``)."""
-    info, manifest, results = run.info(), run.read_json("manifest.json"), run.results()
-    configs, task = info["configs"], info["task"]
-    student = info["kind"] == "student"
+    info, manifest, results = run.info(), run.manifest(), run.results()
+    configs, task = info.configs, run.task()
+    student = info.kind == "student"
     lines = [
         "---",
         "library_name: transformers",
@@ -676,19 +766,19 @@ def model_card(run: Run) -> str:
     ]
     if student:
         lines.append(
-            f"A student distilled with the method {_code(info['method'])} from the teacher "
-            f"{_code(configs['student']['teacher'])}, on the task {_code(task['name'])}."
+            f"A student distilled with the method {_code(info.method)} from the teacher "
+            f"{_code(configs['student']['teacher'])}, on the task {_code(task.name)}."
         )
     else:
         lines.append(
             f"A teacher fine-tuned from {_code(configs['teacher']['model'])} with the "
-            f"objective {_code(info['method'])} on the task {_code(task['name'])}."
+            f"objective {_code(info.method)} on the task {_code(task.name)}."
         )
     read = "`run.json`, `manifest.json`" + (" and `results.json`" if results else "")
     lines.append(f"Written by kd-workbench from the run's {read}.")
     lines += ["", "## Labels", ""]
-    if task["label_names"]:
-        lines += [f"- {index}: {_code(name)}" for index, name in enumerate(task["label_names"])]
+    if task.label_names:
+        lines += [f"- {index}: {_code(name)}" for index, name in enumerate(task.label_names)]
     else:
         lines.append("Regression: one output, the predicted score.")
     lines += ["", "## Training settings", ""]
@@ -697,40 +787,39 @@ def model_card(run: Run) -> str:
     lines += [
         "## Data",
         "",
-        f"- source: {_code(manifest.get('data_source'))}",
-        *(f"- {_plain(note)}" for note in manifest.get("data_notes", [])),
+        f"- source: {_code(manifest.data_source)}",
+        *(f"- {_plain(note)}" for note in manifest.data_notes),
         "",
         "| split | examples | fingerprint |",
         "|---|---|---|",
     ]
-    sizes = manifest.get("split_sizes", {})
     lines += [
-        f"| {split} | {sizes.get(split)} | `{fingerprint}` |"
-        for split, fingerprint in manifest.get("split_fingerprint", {}).items()
+        f"| {split} | {manifest.split_sizes.get(split)} | `{fingerprint}` |"
+        for split, fingerprint in manifest.split_fingerprint.items()
     ]
     if results:
         lines += ["", "## Results", ""]
         for split, metrics in results.items():
             values = ", ".join(f"{name} {value:.4f}" for name, value in metrics.items())
             lines.append(f"- {split}: {values}")
-    command = manifest.get("command")
+    command = manifest.command
     if command:
         program = Path(command[0]).name
         program = "kdw" if program in ("kdw", "__main__.py") else program
         line = _one_line(shlex.join([program, *command[1:]]))
         fence = "`" * max(3, max((len(r) for r in re.findall(r"`+", line)), default=0) + 1)
         lines += ["", "## Command", "", fence, line, fence]
-    versions = ", ".join(f"{name} {version}" for name, version in manifest["versions"].items())
+    versions = ", ".join(f"{name} {version}" for name, version in manifest.versions.items())
     lines += [
         "",
         "## Environment",
         "",
         f"- packages: {versions}",
-        f"- git commit: `{manifest.get('git_commit')}`",
-        f"- seed: {manifest.get('seed')}",
+        f"- git commit: `{manifest.git_commit}`",
+        f"- seed: {manifest.seed}",
     ]
     try:
-        spent = run.status().get("seconds", {})
+        spent = run.status().seconds
     except WorkbenchError:  # a damaged status: the card goes without the times
         spent = {}
     if spent:

@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from workbench.core.records import kind_of
+
 
 @dataclass(frozen=True)
 class Simple:
@@ -72,23 +74,6 @@ class Choice:
 
     def __init__(self, *values: str) -> None:
         object.__setattr__(self, "values", values)
-
-
-def kind_of(value: Any) -> str:
-    """What a JSON value is, in a message's words."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
 
 
 def _expected(shape: Any) -> str:

@@ -711,7 +711,7 @@ def heatmap_gallery(out: Path, results: dict) -> dict[str, str]:
         folder = out / "figures" / "gallery" / task
         paths = [out / run for run in runs]
         if all((path / "run.json").exists() for path in paths):
-            data = from_dict(DataConfig, Run.open(paths[0]).info()["configs"]["data"])
+            data = from_dict(DataConfig, Run.open(paths[0]).info().configs["data"])
             written = export_runs(
                 [str(p) for p in paths],
                 folder,

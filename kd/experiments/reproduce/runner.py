@@ -70,7 +70,7 @@ from workbench.core.files import (
     read_limited,
 )
 from workbench.core.models import load_for_task, load_model, load_run, load_tokenizer, resolve_model
-from workbench.core.runs import RESOLVED, Run, teacher_change
+from workbench.core.runs import Run, teacher_change
 from workbench.core.shapes import ANY, BOOLEAN, INTEGER, NUMBER, STRING, Either, Mapping, problem
 from workbench.core.verify import weights_digest
 
@@ -246,10 +246,10 @@ def _moved(folder: Path, teacher: Path) -> Run | None:
     if not (folder / "run.json").exists():
         return None
     run = Run(folder)
-    recorded = run.info()["configs"].get("student", {}).get("teacher", "")
+    recorded = run.info().configs.get("student", {}).get("teacher", "")
     if Path(recorded).resolve() == teacher.resolve():  # the same folder, however spelt
         return None
-    if run.status().get("state") == "finished":
+    if run.status().state == "finished":
         return run
     shutil.rmtree(folder)
     return None
@@ -262,8 +262,7 @@ def forget_other_teacher(folder: Path, teacher: Path) -> None:
     the new teacher."""
     if not (folder / "run.json").exists():
         return
-    pinned = Run(folder).info().get(RESOLVED, {}).get("teacher")
-    if teacher_change(pinned, teacher_pin(str(teacher)).get("teacher")):
+    if teacher_change(Run(folder).info().resolved.teacher, teacher_pin(str(teacher))):
         shutil.rmtree(folder)
 
 

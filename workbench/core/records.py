@@ -1,0 +1,102 @@
+"""The JSON records the workbench writes, declared once as typed models (pydantic), checked when
+a file is read back: a file damaged or edited by hand is refused with one phrase saying where it
+differs (``"configs" is a list, expected an object``), never met later as a ``KeyError`` or
+``TypeError``; a record that passes is read by attribute.
+
+A :class:`Record` is strict (an integer is not a string of digits, a boolean is not a number;
+an integer is a number) and open: keys its model does not name are kept, not refused.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+
+T = TypeVar("T")
+
+
+class Record(BaseModel):
+    """A JSON object of a known shape, read by attribute."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+
+
+class RecordProblem(ValueError):
+    """Where a value departs from its model, as one phrase (:func:`checked`)."""
+
+
+EXPECTED = {  # what a pydantic error's type expected, in a message's words
+    "int_type": "an integer",
+    "float_type": "a number",
+    "string_type": "a string",
+    "bool_type": "true or false",
+    "dict_type": "an object",
+    "model_type": "an object",
+    "list_type": "a list",
+    "none_required": "null",
+}
+
+
+def kind_of(value: Any) -> str:
+    """What a JSON value is, in a message's words."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def _place(loc: tuple, value: Any) -> str:
+    """The place in ``value`` that an error's ``loc`` names (``"a.b"``, ``"rows[3]"``): the
+    steps into ``value`` only, so that the tags pydantic gives the members of a union are
+    left out, and a missing key (not in ``value``) ends the place."""
+    place = ""
+    for step in loc:
+        if isinstance(value, list) and isinstance(step, int) and 0 <= step < len(value):
+            place, value = f"{place}[{step}]", value[step]
+        elif isinstance(value, dict) and isinstance(step, str):
+            place = f"{place}.{step}" if place else step
+            if step not in value:
+                break
+            value = value[step]
+    return place
+
+
+def _phrase(error: ValidationError, value: Any, whole: str) -> str:
+    first, *others = error.errors()
+    place = _place(first["loc"], value)
+    where = f'"{place}"' if place else whole
+    if first["type"] == "missing":
+        return f"{where} is missing"
+    if first["type"] == "literal_error":
+        return f"{where} is {first['input']!r}, expected {first['ctx']['expected']}"
+    expected = [EXPECTED.get(first["type"], first["msg"].removeprefix("Input should be "))]
+    for other in others:  # a union's members, each refusing the value at the same place
+        if _place(other["loc"], value) == place and other["type"] in EXPECTED:
+            expected.append(EXPECTED[other["type"]])
+    return f"{where} is {kind_of(first['input'])}, expected {' or '.join(dict.fromkeys(expected))}"
+
+
+@cache
+def _adapter(model: Any) -> TypeAdapter:
+    return TypeAdapter(model)
+
+
+def checked(value: Any, model: type[T] | Any, whole: str = "the file") -> T:
+    """``value`` read as ``model`` (a :class:`Record`, or a type such as ``dict[str, float]``);
+    a value of another shape is a :class:`RecordProblem` saying where (``whole``: the value
+    itself)."""
+    try:
+        return _adapter(model).validate_python(value, strict=True)
+    except ValidationError as error:
+        raise RecordProblem(_phrase(error, value, whole)) from None
