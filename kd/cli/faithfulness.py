@@ -51,6 +51,7 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> None:
     from workbench.analysis.faithfulness_report import (
         MAX_REPORT_BYTES,
+        check_report,
         explainer_faithfulness,
         format_faithfulness,
     )
@@ -81,5 +82,5 @@ def run(args: argparse.Namespace) -> None:
         checkpoint=write if args.merge else lambda report: None,
         recompute=args.recompute,
     )
-    print(format_faithfulness(report))
+    print(format_faithfulness(check_report(report)))
     write(report)

@@ -217,7 +217,7 @@ class TensorBoardTracker(Tracker):
         if fresh:
             values = {
                 k: v if isinstance(v, str | bool) else float(v)
-                for k, v in settings(self.run.info().model_dump(exclude_unset=True)).items()
+                for k, v in settings(self.run.info().plain()).items()
             }
             for summary in hparams(values, {}):
                 self.writer.file_writer.add_summary(summary)
@@ -384,7 +384,7 @@ def tracked(config: TrackingConfig, run: Run, parent: str | None = None) -> Iter
         trackers.append(TensorBoardTracker(run))
     if "mlflow" in config.report_to:
         uri = store_uri(config, run.path.parent)
-        record = run.info().model_dump(exclude_unset=True)
+        record = run.info().plain()
         trackers.append(MlflowTracker(run.path, settings(record), uri, parent, run))
     tracker = Trackers(trackers)
     try:

@@ -33,10 +33,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
+from pydantic import Field
 from tqdm.auto import tqdm
 
 from workbench.analysis.attribution import ExplainerChoice, explain_batch
@@ -49,6 +51,7 @@ from workbench.core.data import batches, encode, load_task, pad_id, sample_split
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import FORMAT_KEY, RECORD_FORMAT, check_format
 from workbench.core.models import LoadedModel, load_model
+from workbench.core.records import Record, RecordProblem, checked
 
 __all__ = [
     "AOPC_MEASURES",
@@ -172,17 +175,18 @@ MAX_REPORT_BYTES = 50_000_000  # a report read back: its rows and intervals
 MERGED_SETTINGS = ("split", "examples", "rules", "removal", "resamples")
 
 
-def _check_mergeable(previous: dict, settings: FaithfulnessSettings, first: str) -> None:
+def _check_mergeable(
+    previous: FaithfulnessReport, settings: FaithfulnessSettings, first: str
+) -> None:
     """Refuse, in one line, to merge into a report computed on other examples, rules or
     resamples."""
-    check_report(previous)
     for name in MERGED_SETTINGS:
-        if previous["settings"][name] != getattr(settings, name):
+        if getattr(previous.settings, name) != getattr(settings, name):
             raise WorkbenchError(
-                f"the file to merge into has {name} {previous['settings'][name]!r}, this run "
-                f"{getattr(settings, name)!r}: give the same to merge"
+                f"the file to merge into has {name} {getattr(previous.settings, name)!r}, this "
+                f"run {getattr(settings, name)!r}: give the same to merge"
             )
-    reference = previous["models"][0]["name"]
+    reference = previous.models[0].name
     if reference != first:
         raise WorkbenchError(
             f"the file to merge into compares with {reference}, this run with {first}: give "
@@ -190,10 +194,10 @@ def _check_mergeable(previous: dict, settings: FaithfulnessSettings, first: str)
         )
 
 
-def _check_sources(previous: dict, models: Sequence[LoadedModel]) -> None:
+def _check_sources(previous: FaithfulnessReport, models: Sequence[LoadedModel]) -> None:
     """Refuse, in one line, a model named as one of ``previous``'s that is another model (a
     run folder of the same name elsewhere): rows are merged by name."""
-    sources = {m["name"]: m["source"] for m in previous["models"]}
+    sources = {m.name: m.source for m in previous.models}
     for model in models:
         given = Path(sources.get(model.name, model.source))
         if given.resolve() != Path(model.source).resolve():
@@ -205,7 +209,7 @@ def _check_sources(previous: dict, models: Sequence[LoadedModel]) -> None:
 
 
 def _pending(
-    previous: dict | None,
+    previous: FaithfulnessReport | None,
     choices: Sequence[ExplainerChoice],
     names: Sequence[str],
     notify: Callable[[str], None],
@@ -217,8 +221,8 @@ def _pending(
         return list(choices)
     pending = []
     for choice in choices:
-        done = {r["model"] for r in previous["rows"] if r["explainer"] == choice.name}
-        kept = previous["explainers"].get(choice.name)
+        done = {r.model for r in previous.rows if r.explainer == choice.name}
+        kept = previous.explainers.get(choice.name)
         if done and kept != to_dict(choice.settings):
             raise WorkbenchError(
                 f"the file to merge into has {choice.name} with the settings {kept}: give the "
@@ -238,23 +242,26 @@ def _report(
     choices: Sequence[ExplainerChoice],
     rows: list[dict],
     intervals: list[dict],
-    previous: dict | None,
+    previous: FaithfulnessReport | None,
 ) -> dict:
     """The report of what is done so far, merged into ``previous``: its rows, intervals and
     explainers replaced where this run gives them."""
     done = {(r["model"], r["explainer"]) for r in rows}
     replaced = {(i["model"], i["explainer"], i["measure"]) for i in intervals}
-    old = previous or {"models": [], "rows": [], "intervals": [], "explainers": {}}
-    listed = list(dict.fromkeys([*(m["name"] for m in old["models"]), *(m.name for m in models)]))
+    old_models, old_rows, old_intervals = (
+        (previous.models, previous.rows, previous.intervals) if previous else ([], [], [])
+    )
+    listed = list(dict.fromkeys([*(m.name for m in old_models), *(m.name for m in models)]))
     # a model already in the file keeps the source it names there
-    sources = {m.name: m.source for m in models} | {m["name"]: m["source"] for m in old["models"]}
+    sources = {m.name: m.source for m in models} | {m.name: m.source for m in old_models}
     given = {c.name: to_dict(c.settings) for c in choices}
-    earlier = previous["settings"]["explainers"].split(",") if previous else []
-    order = dict.fromkeys([*earlier, *old["explainers"], *given])  # the file's order first
-    explainers = {name: (old["explainers"] | given)[name] for name in order}
-    kept_rows = [r for r in old["rows"] if (r["model"], r["explainer"]) not in done]
+    earlier = previous.explainers if previous else {}
+    named = previous.settings.explainers.split(",") if previous else []
+    order = dict.fromkeys([*named, *earlier, *given])  # the file's order first
+    explainers = {name: (earlier | given)[name] for name in order}
+    kept_rows = [r.plain() for r in old_rows if (r.model, r.explainer) not in done]
     kept_intervals = [
-        i for i in old["intervals"] if (i["model"], i["explainer"], i["measure"]) not in replaced
+        i.plain() for i in old_intervals if (i.model, i.explainer, i.measure) not in replaced
     ]
     return {
         FORMAT_KEY: RECORD_FORMAT,
@@ -262,11 +269,11 @@ def _report(
         "examples": examples,
         "settings": to_dict(settings) | {"explainers": ",".join(explainers)},
         "explainers": explainers,
-        "load_average": previous["load_average"] if previous else list(os.getloadavg()),
+        "load_average": previous.load_average if previous else list(os.getloadavg()),
         "cpu_count": os.cpu_count(),
         "rows": _ranked(
-            [dict(r) for r in kept_rows + rows], listed, list(explainers)
-        ),  # copies: ranks change
+            kept_rows + [dict(r) for r in rows], listed, list(explainers)
+        ),  # ranked anew
         "intervals": kept_intervals + intervals,
     }
 
@@ -286,10 +293,11 @@ def explainer_faithfulness(
     it ran under, and the ranks), ``intervals`` (model − first, per explainer and measure), the
     settings, the explainers' settings and the machine's load average.
 
-    ``previous``: a report to merge into (same split, examples, rules and removal; the same
-    first model): the explainers it already has for every model given are not computed again,
-    and the others' rows and intervals are added to it, or replace its own; with ``recompute``
-    every explainer given is computed and replaces its rows. ``checkpoint`` is given the report
+    ``previous``: a report to merge into, as read from its file (checked,
+    :func:`check_report`; the same split, examples, rules and removal, the same first model):
+    the explainers it already has for every model given are not computed again, and the
+    others' rows and intervals are added to it, or replace its own; with ``recompute`` every
+    explainer given is computed and replaces its rows. ``checkpoint`` is given the report
     after each explainer, so that a run writing it can resume."""
     if not choices:
         raise WorkbenchError("--explainers names no explainer")
@@ -300,15 +308,16 @@ def explainer_faithfulness(
         )
     if first.spec.regression:
         raise WorkbenchError("faithfulness needs a classification task (AOPC, class probabilities)")
-    if previous is not None:
-        _check_mergeable(previous, settings, first.name)
+    merged_into = check_report(previous) if previous is not None else None
+    if merged_into is not None:
+        _check_mergeable(merged_into, settings, first.name)
     models = [first, *(load_model(str(r), first.spec, notify=notify) for r in runs[1:])]
     names = [m.name for m in models]
     if len(set(names)) < len(names):
         raise WorkbenchError(f"two models are named alike ({names}): rename one run folder")
-    if previous is not None:
-        _check_sources(previous, models)
-    pending = _pending(previous, choices, names, notify, recompute)
+    if merged_into is not None:
+        _check_sources(merged_into, models)
+    pending = _pending(merged_into, choices, names, notify, recompute)
     data = load_task(first.data, notify=notify)
     if settings.split not in data.splits:
         raise WorkbenchError(f"no split {settings.split!r}: the task has {sorted(data.splits)}")
@@ -317,7 +326,7 @@ def explainer_faithfulness(
     intervals: list[dict] = []
     done: list[ExplainerChoice] = []
     if not pending:
-        return _report(models, len(part), settings, done, rows, intervals, previous)
+        return _report(models, len(part), settings, done, rows, intervals, merged_into)
     prepared = {m.name: _prepared(m, part, settings) for m in models}
     total = len(part) * len(models) * len(pending)
     with tqdm(total=total, desc="explaining", unit="example×explainer") as bar:
@@ -341,31 +350,30 @@ def explainer_faithfulness(
                         | asdict(interval)
                     )
             done.append(choice)
-            checkpoint(_report(models, len(part), settings, done, rows, intervals, previous))
-    return _report(models, len(part), settings, done, rows, intervals, previous)
+            checkpoint(_report(models, len(part), settings, done, rows, intervals, merged_into))
+    return _report(models, len(part), settings, done, rows, intervals, merged_into)
 
 
-def format_faithfulness(report: dict) -> str:
+def format_faithfulness(report: FaithfulnessReport) -> str:
     """The report as two plain-text tables: the rows, then the intervals."""
     lines = [
         f"{'model':<16} {'explainer':<11} {'compr.↑':>8} {'suff.↓':>8} {'LOO τ↑':>8} "
         f"{'s/example':>10} {'rank':>5}"
     ]
-    for row in report["rows"]:
+    for row in report.rows:
         lines.append(
-            f"{row['model']:<16} {row['explainer']:<11} {row['comprehensiveness']:>8.4f} "
-            f"{row['sufficiency']:>8.4f} {row['loo_kendall_tau']:>8.4f} "
-            f"{row['seconds_per_example']:>10.4f} {row['rank']:>5}"
+            f"{row.model:<16} {row.explainer:<11} {row.comprehensiveness:>8.4f} "
+            f"{row.sufficiency:>8.4f} {row.loo_kendall_tau:>8.4f} "
+            f"{row.seconds_per_example:>10.4f} {row.rank:>5}"
         )
-    if report["intervals"]:
+    if report.intervals:
         lines += ["", "model − reference (paired bootstrap, BCa 95 %)"]
-        for item in report["intervals"]:
+        for item in report.intervals:
             lines.append(
-                f"{item['model']:<16} {item['explainer']:<11} {item['measure']:<18} "
-                f"{item['difference']:+.4f} [{item['low']:+.4f}, {item['high']:+.4f}] "
-                f"n = {item['pairs']}"
+                f"{item.model:<16} {item.explainer:<11} {item.measure:<18} "
+                f"{item.difference:+.4f} [{item.low:+.4f}, {item.high:+.4f}] n = {item.pairs}"
             )
-    lines.append(f"{report['examples']} examples; load average {report['load_average']}")
+    lines.append(f"{report.examples} examples; load average {report.load_average}")
     return "\n".join(lines)
 
 
@@ -382,41 +390,92 @@ VALUE_DOMAINS = {
 }
 
 
-def check_report(report: object) -> dict:
-    """``report`` if it is a ``kdw faithfulness`` report (named models, rows of a model and an
-    explainer, the settings and explainers it ran with), else a one-line error."""
-    keys = {"models", "rows", "settings", "explainers", "intervals", "load_average"}
-    if not isinstance(report, dict) or not keys <= set(report):
-        raise WorkbenchError(f"not a kdw faithfulness report: it needs {', '.join(sorted(keys))}")
+class ReportModel(Record):
+    name: str
+    source: str  # a run folder, a model folder or a hub id
+
+
+class ReportRow(Record):
+    """A row of a report: a model and an explainer, its means (NaN: undefined on every
+    example), the AOPC means' intervals, seconds per example, what it ran under, its ranks."""
+
+    model: str
+    explainer: str
+    comprehensiveness: float
+    sufficiency: float
+    loo_kendall_tau: float
+    seconds_per_example: float
+    rank: int
+    comprehensiveness_low: float = math.nan
+    comprehensiveness_high: float = math.nan
+    sufficiency_low: float = math.nan
+    sufficiency_high: float = math.nan
+    tau_undefined: int = 0
+    load_average: list[float] = Field(default_factory=lambda: [math.nan])
+    threads: int | None = None
+
+
+class ReportInterval(Record):
+    """Model − reference on one explainer and measure, over the examples paired."""
+
+    model: str
+    reference: str
+    explainer: str
+    measure: str
+    difference: float
+    low: float
+    high: float
+    pairs: int
+
+
+class ReportSettings(Record):
+    """What the rows of a report share (a merge keeps them equal), and its explainers."""
+
+    explainers: str
+    split: str
+    examples: int
+    rules: str
+    removal: str
+    resamples: int
+
+
+class FaithfulnessReport(Record):
+    """A ``kdw faithfulness`` report, as :func:`explainer_faithfulness` writes it."""
+
+    models: list[ReportModel] = Field(min_length=1)
+    rows: list[ReportRow]
+    settings: ReportSettings
+    explainers: dict[str, dict[str, Any]]
+    intervals: list[ReportInterval]
+    load_average: list[float]
+    examples: int
+
+
+REQUIRED = ("models", "rows", "settings", "explainers", "intervals", "load_average")
+
+
+def check_report(report: object) -> FaithfulnessReport:
+    """``report`` (as read from its file) if it is a ``kdw faithfulness`` report (named models,
+    rows of a model and an explainer, the settings and explainers it ran with, each number of
+    a row inside its domain), else a one-line error."""
+    if not isinstance(report, dict) or not set(REQUIRED) <= set(report):
+        raise WorkbenchError(f"not a kdw faithfulness report: it needs {', '.join(REQUIRED)}")
     check_format(report, "the kdw faithfulness report", "run kdw faithfulness again")
-    models, rows, settings = report["models"], report["rows"], report["settings"]
-    if not (
-        isinstance(models, list)
-        and models
-        and all(isinstance(m, dict) and {"name", "source"} <= set(m) for m in models)
-        and isinstance(rows, list)
-        and all(isinstance(r, dict) and {"model", "explainer"} <= set(r) for r in rows)
-        and isinstance(settings, dict)
-        and set(MERGED_SETTINGS) | {"explainers"} <= set(settings)
-    ):
+    try:
+        checked_report = checked(report, FaithfulnessReport, "the report")
+    except RecordProblem as problem:
         raise WorkbenchError(
-            "not a kdw faithfulness report: its models, rows or settings are damaged"
-        )
-    for number, row in enumerate(rows, start=1):
+            f"not a kdw faithfulness report: its models, rows or settings are damaged ({problem})"
+        ) from None
+    for number, row in enumerate(checked_report.rows, start=1):
         for key, (low, high) in VALUE_DOMAINS.items():
-            value = row.get(key)
-            if value is None or (isinstance(value, float) and math.isnan(value)):
-                continue  # not measured (a τ undefined on every example)
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not (low <= value <= high)
-            ):
+            value = getattr(row, key)
+            if value is not None and not math.isnan(value) and not low <= value <= high:
                 raise WorkbenchError(
-                    f"not a kdw faithfulness report: row {number} ({row['model']}, "
-                    f"{row['explainer']}): {key} {value!r} is outside [{low:g}, {high:g}]"
+                    f"not a kdw faithfulness report: row {number} ({row.model}, "
+                    f"{row.explainer}): {key} {value!r} is outside [{low:g}, {high:g}]"
                 )
-    return report
+    return checked_report
 
 
 def _tied_ranks(means: np.ndarray, low: np.ndarray, high: np.ndarray, higher: bool) -> list:
@@ -428,7 +487,7 @@ def _tied_ranks(means: np.ndarray, low: np.ndarray, high: np.ndarray, higher: bo
     return [(1 + int(better[i].sum()), list(np.flatnonzero(overlap[i]))) for i in range(len(means))]
 
 
-def explainer_ranking(report: dict, model: str) -> pd.DataFrame:
+def explainer_ranking(report: FaithfulnessReport, model: str) -> pd.DataFrame:
     """``model``'s explainers in a ``kdw faithfulness`` report ranked by faithfulness: per AOPC
     measure (comprehensiveness ↑, sufficiency ↓) the mean, its 95 % interval (a row without
     one counts as its mean alone), its
@@ -436,11 +495,11 @@ def explainer_ranking(report: dict, model: str) -> pd.DataFrame:
     it ties with; then seconds per example and the 1-minute load average it ran under (NaN
     where not recorded). Sorted by comprehensiveness rank, then sufficiency rank, then
     comprehensiveness."""
-    rows = [r for r in check_report(report)["rows"] if r["model"] == model]
+    rows = [r for r in report.rows if r.model == model]
     if not rows:
-        names = [m["name"] for m in report["models"]]
+        names = [m.name for m in report.models]
         raise WorkbenchError(f"the report has no model {model!r}: it has {names}")
-    names = [r["explainer"] for r in rows]
+    names = [r.explainer for r in rows]
     frame = pd.DataFrame(
         {
             "explainer": names,
@@ -448,9 +507,9 @@ def explainer_ranking(report: dict, model: str) -> pd.DataFrame:
         }
     )
     for measure in AOPC_MEASURES:
-        means = np.array([r[measure] for r in rows], dtype=float)
-        low = np.array([r.get(f"{measure}_low", np.nan) for r in rows], dtype=float)
-        high = np.array([r.get(f"{measure}_high", np.nan) for r in rows], dtype=float)
+        means = np.array([getattr(r, measure) for r in rows], dtype=float)
+        low = np.array([getattr(r, f"{measure}_low") for r in rows], dtype=float)
+        high = np.array([getattr(r, f"{measure}_high") for r in rows], dtype=float)
         ranked = _tied_ranks(
             means,
             np.where(np.isnan(low), means, low),
@@ -462,8 +521,8 @@ def explainer_ranking(report: dict, model: str) -> pd.DataFrame:
         frame[f"{measure} high"] = high
         frame[f"{measure} rank"] = [rank for rank, _ in ranked]
         frame[f"{measure} ties"] = [", ".join(names[j] for j in tied) for _, tied in ranked]
-    frame["seconds per example"] = [r["seconds_per_example"] for r in rows]
-    frame["load average"] = [r.get("load_average", [np.nan])[0] for r in rows]
+    frame["seconds per example"] = [r.seconds_per_example for r in rows]
+    frame["load average"] = [r.load_average[0] for r in rows]
     order = frame.assign(minus=-frame["comprehensiveness"]).sort_values(
         ["comprehensiveness rank", "sufficiency rank", "minus"], kind="stable"
     )

@@ -20,6 +20,7 @@ from workbench.analysis.attribution.registry import EXPLAINERS, get_explainer
 from workbench.analysis.faithfulness_report import (
     AOPC_MEASURES,
     MAX_REPORT_BYTES,
+    FaithfulnessReport,
     check_report,
     explainer_ranking,
 )
@@ -48,11 +49,11 @@ def reports_folder(entry: RunEntry) -> Path:
     return Run(entry.path).analysis_dir / REPORTS
 
 
-def _describe(report: dict) -> str:
-    settings = report["settings"]
+def _describe(report: FaithfulnessReport) -> str:
+    settings = report.settings
     return (
-        f"{report['examples']} {settings['split']} examples, {settings['explainers']}, "
-        f"{settings['rules']} rules, removal {settings['removal']}"
+        f"{report.examples} {settings.split} examples, {settings.explainers}, "
+        f"{settings.rules} rules, removal {settings.removal}"
     )
 
 
@@ -88,7 +89,7 @@ def _compute(entry: RunEntry) -> None:
         st.warning(common.plain(f"The last computation stopped: {job.log_tail(1)}"))
 
 
-def _app_report(entry: RunEntry) -> dict | None:
+def _app_report(entry: RunEntry) -> FaithfulnessReport | None:
     """A report the app computed for the run, chosen among them (None before there is one)."""
     with st.expander("Compute a ranking on a sample", expanded=False):
         _compute(entry)
@@ -106,7 +107,7 @@ def _app_report(entry: RunEntry) -> dict | None:
     return reports[chosen]
 
 
-def _file_report() -> dict | None:
+def _file_report() -> FaithfulnessReport | None:
     path = st.text_input(
         "Report file", key=f"{KEY}.path", help="the --json file of kdw faithfulness"
     ).strip()
@@ -144,8 +145,8 @@ def ranking_figure(ranking: pd.DataFrame, title: str) -> go.Figure:
     return figure
 
 
-def _show(report: dict) -> None:
-    models = [m["name"] for m in report["models"]]
+def _show(report: FaithfulnessReport) -> None:
+    models = [m.name for m in report.models]
     model = st.selectbox("Model", models, key=f"{KEY}.model")
     ranking = explainer_ranking(report, model)
     st.subheader(f"Explainers ranked by faithfulness to {model}")

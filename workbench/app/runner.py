@@ -165,7 +165,6 @@ def _faithfulness(folder: Path, configs: dict[str, Any]) -> None:
     from workbench.analysis.attribution import ExplainerChoice
     from workbench.analysis.faithfulness_report import (
         MAX_REPORT_BYTES,
-        check_report,
         explainer_faithfulness,
     )
 
@@ -178,11 +177,7 @@ def _faithfulness(folder: Path, configs: dict[str, Any]) -> None:
         settings,
         choices,
         notify=print,
-        previous=(
-            check_report(read_json_file(path, MAX_REPORT_BYTES, "report"))
-            if path.exists()
-            else None
-        ),
+        previous=read_json_file(path, MAX_REPORT_BYTES, "report") if path.exists() else None,
         checkpoint=lambda report: atomic_write_json(path, report),
     )
 

@@ -22,6 +22,11 @@ class Record(BaseModel):
 
     model_config = ConfigDict(strict=True, extra="allow")
 
+    def plain(self) -> dict[str, Any]:
+        """The record as plain JSON-ready data, with the keys it was read or made with (none
+        of the defaults it filled in)."""
+        return self.model_dump(exclude_unset=True)
+
 
 class RecordProblem(ValueError):
     """Where a value departs from its model, as one phrase (:func:`checked`)."""
@@ -80,7 +85,9 @@ def _phrase(error: ValidationError, value: Any, whole: str) -> str:
         return f"{where} is missing"
     if first["type"] == "literal_error":
         return f"{where} is {first['input']!r}, expected {first['ctx']['expected']}"
-    expected = [EXPECTED.get(first["type"], first["msg"].removeprefix("Input should be "))]
+    if first["type"] not in EXPECTED:  # a constraint: a list too short, a number too large
+        return f"{where}: {first['msg'][:1].lower()}{first['msg'][1:]}"
+    expected = [EXPECTED[first["type"]]]
     for other in others:  # a union's members, each refusing the value at the same place
         if _place(other["loc"], value) == place and other["type"] in EXPECTED:
             expected.append(EXPECTED[other["type"]])
