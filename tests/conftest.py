@@ -19,6 +19,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -211,6 +212,19 @@ def served(command: list[str], ready: str, what: str, log: Path, **options) -> I
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def write_run_record(folder: Path, **fields: Any) -> None:
+    """A run.json written by hand: a teacher's least record (no configs, a fine-tuning
+    objective, no split fingerprints), ``fields`` added or replaced."""
+    from workbench.core.files import with_format
+
+    record = {
+        "kind": "teacher",
+        "configs": {},
+        "resolved": {"objective": {"weights": {"ce": 1.0}}, "split_fingerprint": {}},
+    }
+    (folder / "run.json").write_text(json.dumps(with_format(record | fields)))
 
 
 def tiny_config(num_labels: int = 3, layers: int = 4, hidden: int = 16) -> BertConfig:

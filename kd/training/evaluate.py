@@ -6,22 +6,19 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from kd.methods.objective import PRESETS, preset_weights
 from kd.training.diagnostics import summarise
 from kd.training.pipeline import teacher_pin
 from workbench.analysis.evaluation import evaluate_logits, predict_logits
 from workbench.core.config import (
     DataConfig,
-    ObjectiveConfig,
     StudentConfig,
     config_key,
-    from_dict,
     parse_label_map,
 )
 from workbench.core.data import encode, pad_id
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import is_run, layer_count, load_for_task, load_model
-from workbench.core.runs import ResolvedObjective, Run, RunRecord, teacher_change
+from workbench.core.runs import Run, RunRecord, teacher_change
 
 
 def _say(text: str) -> None:
@@ -49,23 +46,14 @@ def term_summary(records: Sequence[dict]) -> dict[str, str]:
 
 def objective_description(info: RunRecord) -> str:
     """A run's objective as trained, from ``run.json``'s resolved record, e.g.
-    ``"attr 1 · ce 0.1 · kd 0.9 (official distance), τ 2"``. A run written before runs kept
-    that record is resolved with today's presets, and the text says so."""
+    ``"attr 1 · ce 0.1 · kd 0.9 (official distance), τ 2"``."""
     record = info.resolved.objective
-    note = ""
-    if record is None:
-        config = from_dict(ObjectiveConfig, info.configs.get("objective", {"preset": "finetune"}))
-        record = ResolvedObjective(
-            weights=preset_weights(config),
-            temperature=config.temperature or PRESETS[config.preset].temperature,
-        )
-        note = " (resolved with today's presets: the run predates the record)"
     text = " · ".join(f"{name} {weight:g}" for name, weight in record.weights.items())
     if record.attribution:
         text += f" ({record.attribution.reduction} distance)"
     if "kd" in record.weights:
         text += f", τ {record.temperature:g}"
-    return text + note
+    return text
 
 
 def evaluate_runs(

@@ -4,7 +4,6 @@ hit on a second call; the bad inputs."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import pytest
 import torch
 from transformers import AutoModelForSequenceClassification, BertTokenizerFast
 
-from tests.conftest import WORDS, tiny_config
+from tests.conftest import WORDS, tiny_config, write_run_record
 from workbench.analysis.agreement import attribution_gap
 from workbench.analysis.attribution import AttributionSettings, compute_maps
 from workbench.analysis.divergence import divergence, word_table
@@ -20,7 +19,6 @@ from workbench.analysis.faithfulness import aopc
 from workbench.core.config import DataConfig, DivergenceSettings
 from workbench.core.data import Split, TaskSpec
 from workbench.core.errors import WorkbenchError
-from workbench.core.files import with_format
 from workbench.core.models import LoadedModel, forward
 from workbench.core.runs import Run
 
@@ -32,7 +30,7 @@ SPEC = TaskSpec("tiny", ("negative", "positive"), ("accuracy",), False)
 def _run(folder: Path, seed: int, vocab: list[str] = VOCAB, layers: int = 2) -> LoadedModel:
     """A run folder holding a tiny random 2-class model and its tokenizer, loaded."""
     folder.mkdir(parents=True)
-    (folder / "run.json").write_text(json.dumps(with_format({"kind": "teacher", "configs": {}})))
+    write_run_record(folder)
     tokenizer = BertTokenizerFast(vocab={token: i for i, token in enumerate(vocab)})
     torch.manual_seed(seed)
     config = tiny_config(num_labels=2, layers=layers)

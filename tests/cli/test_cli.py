@@ -15,7 +15,7 @@ import pytest
 
 from kd.cli import build_parser, main, reproduce_suite
 from kd.experiments.reproduce import DEFAULT, FULL, experiments, identity
-from workbench.core.files import with_format
+from tests.conftest import write_run_record
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -200,7 +200,7 @@ def test_corrupt_and_partial_runs(tmp_path, capsys):
     assert "corrupt" in _error_line(capsys)
     partial = tmp_path / "partial"
     partial.mkdir()
-    (partial / "run.json").write_text(json.dumps(with_format({"kind": "teacher", "configs": {}})))
+    write_run_record(partial)
     (partial / "status.json").write_text(json.dumps({"state": "running"}))
     assert main(["evaluate", str(partial)]) == 2
     assert "no trained model yet (status: running)" in _error_line(capsys)

@@ -1,6 +1,6 @@
 """Runs record what their configs resolved to: a new run's run.json holds the resolved
 objective; a preset that changed under a finished run is refused, not silently reused; a run
-folder from before the record still opens, described with today's presets and saying so."""
+record without it is refused in one line."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 import kd.methods.objective
 from kd.methods.objective import Preset
-from kd.training.evaluate import evaluate_runs, objective_description
+from kd.training.evaluate import objective_description
 from kd.training.pipeline import distill, train_teacher
 from workbench.core.config import (
     DataConfig,
@@ -85,13 +85,12 @@ def test_runs_record_their_resolved_objective(tiny_model_dir, tiny_task_dir, tmp
         student("adkd")
     monkeypatch.undo()
 
-    # a run folder written before the record: it opens, and says how it is described
+    # a record without what its configs resolved to: refused in one line
     path = tmp_path / "adkd" / "run.json"
-    old = {k: v for k, v in json.loads(path.read_text()).items() if k != "resolved"}
-    path.write_text(json.dumps(old))
-    assert student("adkd").results()
-    row = evaluate_runs([str(tmp_path / "adkd")])[0]
-    assert row["objective"].endswith("(resolved with today's presets: the run predates the record)")
+    record = {k: v for k, v in json.loads(path.read_text()).items() if k != "resolved"}
+    path.write_text(json.dumps(record))
+    with pytest.raises(WorkbenchError, match=r'run\.json is not a run record: "resolved" is'):
+        student("adkd")
 
 
 def test_a_run_whose_data_changed_is_refused(tiny_model_dir, tiny_task_dir, tmp_path, capsys):

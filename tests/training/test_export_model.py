@@ -17,10 +17,9 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase, pipeline
 
 from kd.cli import build_parser, main
 from tests.cli.test_cli import _error_line
-from tests.conftest import tiny_model
+from tests.conftest import tiny_model, write_run_record
 from workbench.analysis.evaluation import predict_logits
 from workbench.core.data import TaskSpec, encode, load_task
-from workbench.core.files import with_format
 from workbench.core.models import load_run, set_label_names
 
 NAMES = ("negative", "neutral", "positive")
@@ -79,13 +78,12 @@ def test_the_card_quotes_names_and_labels_as_text(tmp_path):
 
     folder = tmp_path / "<b>evil"
     folder.mkdir()
-    info = {
-        "kind": "teacher",
-        "method": "finetune",
-        "task": {"name": "t", "label_names": ["a`b", "x\n## injected"], "metrics": []},
-        "configs": {"teacher": {"model": "m"}},
-    }
-    (folder / "run.json").write_text(json.dumps(with_format(info)))
+    write_run_record(
+        folder,
+        method="finetune",
+        task={"name": "t", "label_names": ["a`b", "x\n## injected"], "metrics": []},
+        configs={"teacher": {"model": "m"}},
+    )
     manifest = {"versions": {}, "data_notes": ["<img src=x>"], "command": ["kdw", "```\n# x"]}
     (folder / "manifest.json").write_text(json.dumps(manifest))
     card = model_card(Run(folder))

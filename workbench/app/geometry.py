@@ -10,7 +10,6 @@ import zlib
 import streamlit as st
 
 from kd.methods.layer_map import select_layers
-from kd.methods.objective import Objective
 from workbench.analysis.geometry import (
     dense_angles,
     pairwise_distance_relation,
@@ -19,11 +18,8 @@ from workbench.analysis.geometry import (
 from workbench.analysis.loyalty import hidden_states
 from workbench.app import common
 from workbench.app.figures import layer_mapping_figure, relation_heatmaps
-from workbench.core.config import ObjectiveConfig, from_dict
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import LoadedModel, layer_count
-from workbench.core.records import checked
-from workbench.core.runs import ResolvedObjective
 
 KEY = "geometry"
 PAIR_KINDS = {
@@ -35,16 +31,11 @@ PAIR_KINDS = {
 
 def layer_mapping(teacher: LoadedModel, student: LoadedModel) -> tuple[list[tuple[int, int]], str]:
     """``(student layer, teacher layer)`` pairs, as ``hidden_states`` indices (0 = embeddings),
-    that the student's method matches, and how they were chosen: from the run's resolved record
-    (a run written before it: its configs resolved with today's presets)."""
+    that the student's method matches, and how they were chosen: from the run's resolved
+    record."""
     n, m = layer_count(teacher.model), layer_count(student.model)
     info = student.run.info()
-    configs = info.configs
-    record = info.resolved.objective
-    if record is None:
-        config = from_dict(ObjectiveConfig, configs["objective"])
-        resolved = Objective.resolve(config, n, m, teacher.spec.num_labels).record()
-        record = checked(resolved, ResolvedObjective)
+    configs, record = info.configs, info.resolved.objective
     # the layer pairs of the methods that match layers, in their records
     if getattr(record, "relation_pairs", None):
         return (

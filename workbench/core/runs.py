@@ -117,10 +117,12 @@ class ResolvedTeacher(Record):
 
 
 class Resolved(Record):
-    """What a run's configs resolved to when it was trained (:data:`RESOLVED`)."""
+    """What a run's configs resolved to when it was trained (:data:`RESOLVED`): its
+    objective, the fingerprint of each data split, and a student's teacher (none for a hub
+    id)."""
 
-    objective: ResolvedObjective | None = None
-    split_fingerprint: dict[str, str] | None = None
+    objective: ResolvedObjective
+    split_fingerprint: dict[str, str]
     teacher: ResolvedTeacher | None = None
 
 
@@ -132,7 +134,7 @@ class RunRecord(Record):
     configs: dict[str, dict[str, Any]]
     method: str = ""
     task: TaskRecord | None = None
-    resolved: Resolved = Field(default_factory=Resolved)
+    resolved: Resolved
 
 
 class RunStatus(Record):
@@ -317,7 +319,7 @@ class Run:
     def _check_settings(self, info: dict[str, Any]) -> None:
         """Refuse to reopen a run with other settings, one whose data changed since, or one
         whose settings now resolve to another objective (``info[RESOLVED]``: a preset's
-        defaults changed); a run written before runs kept that record is reopened."""
+        defaults changed)."""
         existing = self.info()
         given = checked(json.loads(json.dumps(info, default=str)), RunRecord)
         shown = differences(
@@ -330,8 +332,8 @@ class Run:
                 "choose another --run-dir, or delete that folder"
             )
         then_data = existing.resolved.split_fingerprint
-        now_data = given.resolved.split_fingerprint or {}
-        if then_data is not None and then_data != now_data:
+        now_data = given.resolved.split_fingerprint
+        if then_data != now_data:
             splits = sorted(
                 k for k in set(then_data) | set(now_data) if then_data.get(k) != now_data.get(k)
             )
@@ -348,8 +350,8 @@ class Run:
                 "is now, choose another --run-dir"
             )
         then, now = existing.resolved.objective, given.resolved.objective
-        if then is not None and then != now:
-            then_values, now_values = then.model_dump(), now.model_dump() if now else {}
+        if then != now:
+            then_values, now_values = then.model_dump(), now.model_dump()
             keys = sorted(
                 k
                 for k in set(then_values) | set(now_values)
