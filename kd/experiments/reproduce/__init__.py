@@ -72,7 +72,7 @@ def reproduce(
     ``results.json`` alone; ``shard``: only that part of the suite."""
     if report_only:
         results = read_results(out)
-        if not results:
+        if results is None:
             raise WorkbenchError(f"{out / 'results.json'} does not exist: run the suite first")
     else:
         results = run_suite(out, suite, announce, jobs, shard)
