@@ -15,8 +15,9 @@ import pytest
 
 from kd.cli import main
 from kd.experiments.reproduce import Suite, TaskPlan, reproduce, write_report
+from kd.experiments.reproduce.record import SuiteRecord, Trial
 from kd.experiments.reproduce.report import Intervals, control_rows, report, searched_points
-from kd.experiments.reproduce.runner import SuiteRecord, Trial, compact
+from kd.experiments.reproduce.runner import compact
 from tests.conftest import ROOT
 from workbench.analysis.stats import pair_scores, two_level_bootstrap
 from workbench.core.errors import WorkbenchError

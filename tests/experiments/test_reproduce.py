@@ -31,7 +31,8 @@ from kd.experiments.reproduce import (
     run_suite,
     write_report,
 )
-from kd.experiments.reproduce.runner import SuiteRecord, weights_digest
+from kd.experiments.reproduce.record import SuiteRecord
+from kd.experiments.reproduce.runner import weights_digest
 from kd.experiments.reproduce.suite import DEFAULT, Experiment, ablations, identity
 from kd.methods.objective import PRESETS, Ablation, Claim, ablated
 from workbench.core.config import DataConfig, ObjectiveConfig, TeacherConfig

@@ -22,8 +22,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kd.experiments.reproduce.merge import merge_results
+from kd.experiments.reproduce.record import read_results
 from kd.experiments.reproduce.report import gallery_indices, report, write_report
-from kd.experiments.reproduce.runner import ExampleScores, exit_with_parent, read_results, run_suite
+from kd.experiments.reproduce.runner import ExampleScores, exit_with_parent, run_suite
 from kd.experiments.reproduce.suite import (
     DEFAULT,
     FULL,

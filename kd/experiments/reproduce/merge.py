@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from kd.experiments.reproduce.runner import SuiteRecord, read_results, relative, suite_fields
+from kd.experiments.reproduce.record import SuiteRecord, read_results
+from kd.experiments.reproduce.runner import relative, suite_fields
 from kd.experiments.reproduce.suite import Suite, experiments, identity, suite_key
 from workbench.core.config import ObjectiveConfig, from_dict
 from workbench.core.errors import WorkbenchError

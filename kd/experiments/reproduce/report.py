@@ -21,7 +21,8 @@ from pathlib import Path
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
-from kd.experiments.reproduce.runner import StudentRow, SuiteRecord, Trial, expand
+from kd.experiments.reproduce.record import StudentRow, SuiteRecord, Trial
+from kd.experiments.reproduce.runner import expand
 from kd.experiments.reproduce.suite import CONTROL, ablated_methods, limit
 from kd.methods.objective import PRESETS, Claim, Sweep, display_name
 from workbench.analysis.metrics import mean_and_std
