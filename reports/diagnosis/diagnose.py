@@ -210,7 +210,7 @@ def main() -> None:
     if args.report_only:
         results = json.loads((HERE / "results.json").read_text())
     else:
-        results = run_suite(HERE, suite(), jobs=args.jobs)
+        results = run_suite(HERE, suite(), jobs=args.jobs).dumped()
     print(write_report(results))
 
 

@@ -20,7 +20,8 @@ import tempfile
 from pathlib import Path
 
 from kd.experiments.reproduce import DEFAULT, experiments, identity
-from kd.experiments.reproduce.runner import read_results, task_teacher, train_and_score
+from kd.experiments.reproduce.record import read_results
+from kd.experiments.reproduce.runner import task_teacher, train_and_score
 from workbench.core.config import ObjectiveConfig, from_dict
 from workbench.core.files import atomic_write_json
 from workbench.core.runs import Run
@@ -53,18 +54,18 @@ def main() -> None:
     args = parser.parse_args()
 
     results = read_results(args.suite)
-    chosen = {m: from_dict(ObjectiveConfig, r["objective"]) for m, r in results["tuning"].items()}
-    rows = {r["key"]: r for r in results["students"]}
-    threads = max(1, (os.cpu_count() or 1) // results["jobs"])
+    chosen = {m: from_dict(ObjectiveConfig, r.objective) for m, r in results.tuning.items()}
+    rows = {r.key: r for r in results.students}
+    threads = max(1, (os.cpu_count() or 1) // results.jobs)
     checks = []
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch)
         plan = DEFAULT.plans[args.task]
-        teacher = args.suite / results["teachers"][args.task]["run"]
+        teacher = args.suite / results.teachers[args.task].run
         if not (teacher / "run.json").exists():
             teacher = task_teacher(out, args.task, plan).path
             again = Run(teacher).results()["test"]
-            recorded = results["teachers"][args.task]["test"]
+            recorded = results.teachers[args.task].test
             checks.append(
                 {"student": "teacher", "largest_difference": largest_difference(recorded, again)}
             )
@@ -80,7 +81,7 @@ def main() -> None:
             if key not in rows:
                 raise SystemExit(f"{key}: no such row in {args.suite / 'results.json'}")
             scored = train_and_score(out, teacher, student_plan, experiment, key, threads)
-            difference = largest_difference(rows[key]["test"], scored.test)
+            difference = largest_difference(rows[key].test, scored.test)
             checks.append({"student": key, "largest_difference": difference})
             print(f"{key}: largest difference {difference:.3g} over {len(scored.test)} metrics")
     atomic_write_json(

@@ -55,7 +55,7 @@ def test_a_run_record_of_another_format_or_none_is_refused(tmp_path: Path, found
 
 @pytest.mark.parametrize("found", [OTHER, None])
 def test_a_suite_record_of_another_format_or_none_is_refused(tmp_path: Path, found):
-    from kd.experiments.reproduce.runner import read_results
+    from kd.experiments.reproduce.record import read_results
 
     record = {"suite": "hand-written", "teachers": {}, "students": []}
     if found is not None:

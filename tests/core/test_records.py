@@ -21,6 +21,7 @@ class Suite(Record):
     rows: list[Row] = Field(default_factory=list)
     labels: str | list[str] = ""
     metrics: dict[str, dict[str, float | None]] = Field(default_factory=dict)
+    seconds: int | float = 0
 
 
 S = {"kind": "student"}
@@ -41,6 +42,7 @@ S = {"kind": "student"}
         ({**S, "labels": 3}, '"labels" is a number, expected a string or a list'),
         ({**S, "metrics": {"test": {"acc": []}}},
          '"metrics.test.acc" is a list, expected a number'),
+        ({**S, "seconds": "1"}, '"seconds" is a string, expected a number'),
     ],
 )  # fmt: skip
 def test_a_departure_is_one_phrase_naming_its_place(value, phrase):

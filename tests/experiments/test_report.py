@@ -15,6 +15,7 @@ import pytest
 
 from kd.cli import main
 from kd.experiments.reproduce import Suite, TaskPlan, reproduce, write_report
+from kd.experiments.reproduce.record import SuiteRecord, Trial
 from kd.experiments.reproduce.report import Intervals, control_rows, report, searched_points
 from kd.experiments.reproduce.runner import compact
 from tests.conftest import ROOT
@@ -22,6 +23,7 @@ from workbench.analysis.stats import pair_scores, two_level_bootstrap
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import with_format
 from workbench.core.models import load_run
+from workbench.core.records import checked
 
 RECORD = ROOT / "reports" / "reproduce"
 NUMBER = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?")
@@ -104,8 +106,9 @@ def _controlled_record() -> dict:
 
 def test_control_verdicts_credit_loyalty_to_the_term_and_accuracy_to_the_regime(tmp_path: Path):
     results = _controlled_record()
-    intervals = Intervals(results)
-    rows = {row["measure"].label: row for row in control_rows(results, ["t"], intervals)}
+    record = checked(results, SuiteRecord)
+    intervals = Intervals(record)
+    rows = {row["measure"].label: row for row in control_rows(record, ["t"], intervals)}
     assert set(rows) == {"accuracy", "label loyalty", "probability loyalty"}
     assert rows["label loyalty"]["credit"] == {"total": "higher", "regime": None, "term": "higher"}
     assert rows["probability loyalty"]["credit"] == rows["label loyalty"]["credit"]
@@ -124,7 +127,7 @@ def test_control_verdicts_credit_loyalty_to_the_term_and_accuracy_to_the_regime(
     assert direct.difference == pytest.approx(0.25)
     assert rows["accuracy"]["term"].difference == 0 == rows["label loyalty"]["regime"].difference
 
-    section = write_report(tmp_path, results, {}).read_text().split("## Controls")[1]
+    section = write_report(tmp_path, record, {}).read_text().split("## Controls")[1]
     table = section.split("## ")[0]
     assert "| t | gkd | label loyalty | +25.0 [+" in table
     assert "| its term: the method is above its control; its regime shows no real" in table
@@ -147,7 +150,7 @@ def test_a_call_and_report_only_draw_the_same_report_whatever_the_order_of_tasks
     drawn, stored = tmp_path / "drawn", tmp_path / "stored"
     drawn.mkdir()
     stored.mkdir()
-    first = report(drawn, held).read_text()
+    first = report(drawn, checked(held, SuiteRecord)).read_text()
     (stored / "results.json").write_text(json.dumps(held, sort_keys=True))
     assert reproduce(stored, report_only=True).read_text() == first
     controls = first.split("## Controls")[1].split("## ")[0]
@@ -159,10 +162,12 @@ def test_a_record_without_controls_or_per_example_loyalty_has_no_control_rows():
     results = _controlled_record()
     for row in results["students"]:
         del row["examples"]["label_loyalty"], row["examples"]["probability_loyalty"]
-    rows = control_rows(results, ["t"], Intervals(results))
+    record = checked(results, SuiteRecord)
+    rows = control_rows(record, ["t"], Intervals(record))
     assert [row["measure"].label for row in rows] == ["accuracy"]
     results["students"] = [r for r in results["students"] if r["name"] != "gkd control"]
-    assert control_rows(results, ["t"], Intervals(results)) == []
+    record = checked(results, SuiteRecord)
+    assert control_rows(record, ["t"], Intervals(record)) == []
 
 
 # slow: a suite trained and its students timed (the timing is what it tests)
@@ -244,7 +249,7 @@ def test_the_report_lists_each_searched_setting_once_with_its_outcome():
         {"tau": 1.0, "alpha": 0.5, "dev": 0.70, "state": "complete"},
         {"tau": 8.0, "alpha": 0.5, "dev": None, "state": "fail"},
     ]
-    points = searched_points({"searched": ["tau"], "trials": trials})
+    points = searched_points(["tau"], checked(trials, list[Trial]))
     assert [(p["settings"], p["dev"], p["failed"]) for p in points] == [
         ({"tau": 1.0}, 0.70, False),
         ({"tau": 2.0}, 0.69, False),

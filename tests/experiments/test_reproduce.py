@@ -31,13 +31,16 @@ from kd.experiments.reproduce import (
     run_suite,
     write_report,
 )
+from kd.experiments.reproduce.record import SuiteRecord
 from kd.experiments.reproduce.runner import weights_digest
 from kd.experiments.reproduce.suite import DEFAULT, Experiment, ablations, identity
 from kd.methods.objective import PRESETS, Ablation, Claim, ablated
 from workbench.core.config import DataConfig, ObjectiveConfig, TeacherConfig
 from workbench.core.data import load_task
 from workbench.core.errors import WorkbenchError
+from workbench.core.files import with_format
 from workbench.core.models import load_run
+from workbench.core.records import checked
 
 # the test texts a suite times its students on (200 by default): 8 here, where the timing is
 # only carried along; test_report.py tests the timing itself
@@ -476,17 +479,21 @@ def test_report_cells_one_seed_and_two(tmp_path: Path):
         "teachers": {"t": {"run": "", "test": {"accuracy": 0.8, "macro_f1": 0.8}}},
         "students": records,
     }
-    report = write_report(tmp_path, results, {}).read_text()
+
+    def write(record: dict) -> Path:
+        return write_report(tmp_path, checked(with_format(record), SuiteRecord), {})
+
+    report = write(results).read_text()
     assert "| kd | 60.0 ± 14.1 | 60.0 ± 14.1 | – |" in report  # two seeds: mean ± sample std
     assert "| ckd | 60.0 | 60.0 | 10.0 |" in report  # one seed: no ±; Δ kd at seed 1
     assert "## Verdicts" in report and "not measured (no per-example values recorded)" in report
     assert "no longer in the record" not in report
     call = {"started": "", "seconds": 60, "searches": 0, "teachers": 1, "jobs": 1, "load_before": 0}
     calls = [{**call, "students": 4}, {**call, "students": 1}]  # 2 under settings since changed
-    rerun = write_report(tmp_path, {**results, "calls": calls}, {}).read_text()
+    rerun = write({**results, "calls": calls}).read_text()
     assert "Wall clock: 2 min in 2 calls" in rerun
     assert "2 of the students these calls trained are no longer in the record" in rerun
-    fixed = write_report(tmp_path, {**results, "tuning": {}, "tuned": False}, {}).read_text()
+    fixed = write({**results, "tuning": {}, "tuned": False}).read_text()
     assert "`--fixed`: every method ran its preset's defaults." in fixed
 
 

@@ -91,6 +91,8 @@ def _phrase(error: ValidationError, value: Any, whole: str) -> str:
     for other in others:  # a union's members, each refusing the value at the same place
         if _place(other["loc"], value) == place and other["type"] in EXPECTED:
             expected.append(EXPECTED[other["type"]])
+    if "a number" in expected:  # an integer is a number (``int | float``: either, kept as written)
+        expected = [e for e in expected if e != "an integer"]
     return f"{where} is {kind_of(first['input'])}, expected {' or '.join(dict.fromkeys(expected))}"
 
 

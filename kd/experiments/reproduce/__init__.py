@@ -22,8 +22,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kd.experiments.reproduce.merge import merge_results
+from kd.experiments.reproduce.record import read_results
 from kd.experiments.reproduce.report import gallery_indices, report, write_report
-from kd.experiments.reproduce.runner import ExampleScores, exit_with_parent, read_results, run_suite
+from kd.experiments.reproduce.runner import ExampleScores, exit_with_parent, run_suite
 from kd.experiments.reproduce.suite import (
     DEFAULT,
     FULL,
@@ -72,7 +73,7 @@ def reproduce(
     ``results.json`` alone; ``shard``: only that part of the suite."""
     if report_only:
         results = read_results(out)
-        if not results:
+        if results is None:
             raise WorkbenchError(f"{out / 'results.json'} does not exist: run the suite first")
     else:
         results = run_suite(out, suite, announce, jobs, shard)

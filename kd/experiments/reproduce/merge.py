@@ -13,11 +13,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from kd.experiments.reproduce.runner import read_results, relative, suite_fields
+from kd.experiments.reproduce.record import SuiteRecord, read_results
+from kd.experiments.reproduce.runner import relative, suite_fields
 from kd.experiments.reproduce.suite import Suite, experiments, identity, suite_key
 from workbench.core.config import ObjectiveConfig, from_dict
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import atomic_write_json
+from workbench.core.records import Record
 
 _SHOWN_MISSING = 10  # missing students named one by one; the rest counted
 
@@ -30,30 +32,29 @@ def _rebased(run: str, folder: Path, out: Path) -> str:
 
 class _Joined:
     """Records of one kind (teachers, searches, test sets, students) joined by key: the first
-    kept, a later one that differs in what ``compared`` picks a conflict."""
+    kept, a later one that differs in other fields than ``ignored`` a conflict."""
 
-    def __init__(self, kind: str, compared: Callable[[dict], object]) -> None:
-        self.kind, self.compared = kind, compared
-        self.records: dict[str, dict] = {}
+    def __init__(self, kind: str, *ignored: str) -> None:
+        self.kind, self.ignored = kind, set(ignored)
+        self.records: dict[str, Record] = {}
         self.sources: dict[str, Path] = {}
 
-    def add(self, key: str, record: dict, folder: Path) -> None:
+    def _compared(self, record: Record) -> dict:
+        return record.model_dump(exclude_unset=True, exclude=self.ignored)
+
+    def add(self, key: str, record: Record, folder: Path) -> None:
         if key not in self.records:
             self.records[key], self.sources[key] = record, folder
-        elif self.compared(self.records[key]) != self.compared(record):
+        elif self._compared(self.records[key]) != self._compared(record):
             raise WorkbenchError(
                 f"conflict: {self.kind} {key} differs between {self.sources[key]} and {folder}, "
                 "nothing merged (shards train alike with the same options, software and hardware)"
             )
 
 
-def _without(*fields: str) -> Callable[[dict], dict]:
-    return lambda record: {k: v for k, v in record.items() if k not in fields}
-
-
 def merge_results(
     out: Path, folders: Sequence[Path], suite: Suite, announce: Callable[[str], None] = print
-) -> dict:
+) -> SuiteRecord:
     """Join the records in ``folders`` (shards of ``suite``) into ``<out>/results.json``; the
     experiments no shard recorded are announced. Everything is checked before anything is
     written: a folder without a record, a record of another suite, a conflict are one-line
@@ -66,40 +67,41 @@ def merge_results(
     records = {}
     for folder in folders:
         record = read_results(folder)
-        if not record:
+        if record is None:
             raise WorkbenchError(f"{folder / 'results.json'} does not exist: nothing to merge")
-        if record.get("suite_key") != key:
+        if record.suite_key != key:
             raise WorkbenchError(
                 f"{folder / 'results.json'} is the record of another suite (suite key "
-                f"{record.get('suite_key', 'none')}, these options' is {key}): merge the shards "
+                f"{record.suite_key or 'none'}, these options' is {key}): merge the shards "
                 "of one suite with the options they ran with"
             )
         records[folder] = record
 
-    teachers = _Joined("the teacher of", _without("run"))
-    tuning = _Joined("the weights chosen on dev for", _without("trials"))
-    test_sets = _Joined("the test set", _without())
-    students = _Joined("the student", _without("run", "seconds"))
-    truncation: dict[str, dict] = {}
-    speed: dict[str, dict] = {}  # a task's students timed by a shard that trained them all
-    calls: list[dict] = []
+    teachers = _Joined("the teacher of", "run")
+    tuning = _Joined("the weights chosen on dev for", "trials")
+    test_sets = _Joined("the test set")
+    students = _Joined("the student", "run", "seconds")
+    truncation: dict = {}
+    speed: dict = {}  # a task's students timed by a shard that trained them all
+    calls: list = []
     for folder, record in records.items():
-        for task, teacher in record["teachers"].items():
-            teachers.add(task, {**teacher, "run": _rebased(teacher["run"], folder, out)}, folder)
-        for method, search in record.get("tuning", {}).items():
+        for task, teacher in record.teachers.items():
+            rebased = teacher.model_copy(update={"run": _rebased(teacher.run, folder, out)})
+            teachers.add(task, rebased, folder)
+        for method, search in record.tuning.items():
             tuning.add(method, search, folder)
-        for test_set, values in record.get("test_sets", {}).items():
+        for test_set, values in record.test_sets.items():
             test_sets.add(test_set, values, folder)
-        for row in record["students"]:
-            rebased = {**row, "run": _rebased(row["run"], folder, out)}
-            students.add(row.get("key", row["run"]), rebased, folder)
-        for task, measured in record.get("truncation", {}).items():
+        for row in record.students:
+            rebased = row.model_copy(update={"run": _rebased(row.run, folder, out)})
+            students.add(row.key or row.run, rebased, folder)
+        for task, measured in record.truncation.items():
             truncation.setdefault(task, measured)
-        for task, measured in record.get("speed", {}).items():
+        for task, measured in record.speed.items():
             speed.setdefault(task, measured)
-        calls += record.get("calls", [])
+        calls += record.calls
 
-    chosen = {m: from_dict(ObjectiveConfig, r["objective"]) for m, r in tuning.records.items()}
+    chosen = {m: from_dict(ObjectiveConfig, r.objective) for m, r in tuning.records.items()}
     planned = [
         (identity(e, suite.plan_of(e), suite.plans[e.task]), e) for e in experiments(suite, chosen)
     ]
@@ -114,17 +116,17 @@ def merge_results(
             + ", ".join(named)
             + (f" and {more} more" if more else "")
         )
-    merged = {
-        **suite_fields(suite, {"truncation": truncation}, None),
-        "teachers": {t: teachers.records[t] for t in suite.plans if t in teachers.records},
-        "tuning": {m: tuning.records[m] for m in suite.tuned if m in tuning.records},
-        "planned_students": len(planned),
-        "test_sets": test_sets.records,
-        "speed": {task: speed[task] for task in suite.plans if task in speed},
-        "students": rows,
-        "calls": calls,  # every shard's calls: their sum is the suite's machine time
-    }
+    merged = SuiteRecord(
+        **suite_fields(suite, truncation, None),
+        teachers={t: teachers.records[t] for t in suite.plans if t in teachers.records},
+        tuning={m: tuning.records[m] for m in suite.tuned if m in tuning.records},
+        planned_students=len(planned),
+        test_sets=test_sets.records,
+        speed={task: speed[task] for task in suite.plans if task in speed},
+        students=rows,
+        calls=calls,  # every shard's calls: their sum is the suite's machine time
+    )
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / "results.json", merged)
+    atomic_write_json(out / "results.json", merged.dumped())
     announce(f"merged {len(rows)} students from {len(records)} folders into {out / 'results.json'}")
     return merged

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
+from kd.experiments.reproduce.record import StudentRow, SuiteRecord, Trial
 from kd.experiments.reproduce.runner import expand
 from kd.experiments.reproduce.suite import CONTROL, ablated_methods, limit
 from kd.methods.objective import PRESETS, Claim, Sweep, display_name
@@ -33,8 +34,8 @@ from workbench.analysis.stats import (
     two_level_bootstrap,
 )
 from workbench.core.config import ObjectiveConfig, to_dict
-from workbench.core.errors import WorkbenchError
 from workbench.core.files import atomic_write_text, json_text
+from workbench.core.records import checked
 from workbench.core.runs import Run
 
 Summary = tuple[float, float, int]  # mean, sample std (0 for one value), number of seeds
@@ -94,22 +95,22 @@ def summarise(values: list[float]) -> Summary:
     return (*mean_and_std(values), len(values))
 
 
-def aggregate(records: list[dict], metric: str) -> dict[tuple[str, str], Summary]:
+def aggregate(records: list[StudentRow], metric: str) -> dict[tuple[str, str], Summary]:
     """Mean and std over seeds of ``metric`` per (task, name)."""
     groups: dict[tuple[str, str], list[float]] = {}
     for record in records:
-        value = record["test"].get(metric)
+        value = record.test.get(metric)
         if value is not None:
-            groups.setdefault((record["task"], record["name"]), []).append(value)
+            groups.setdefault((record.task, record.name), []).append(value)
     return {key: summarise(values) for key, values in groups.items()}
 
 
 def paired_difference(
-    records: list[dict], metric: str, reference: str
+    records: list[StudentRow], metric: str, reference: str
 ) -> dict[tuple[str, str], Summary]:
     """Mean and std over seeds of ``metric(method, seed) − metric(reference, seed)`` per
     (task, method), over the seeds both have (results without per-example values)."""
-    by_seed = {(r["task"], r["name"], r["seed"]): r["test"][metric] for r in records}
+    by_seed = {(r.task, r.name, r.seed): r.test[metric] for r in records}
     groups: dict[tuple[str, str], list[float]] = {}
     for (task, name, seed), value in by_seed.items():
         base = by_seed.get((task, reference, seed))
@@ -123,27 +124,27 @@ class Intervals:
     the seeds both have and their test examples, from the per-example values in
     ``results.json`` (computed once each); :meth:`seeds_needed` for each."""
 
-    def __init__(self, results: dict) -> None:
-        self.test_sets = results.get("test_sets", {})
+    def __init__(self, results: SuiteRecord) -> None:
+        self.test_sets = results.test_sets
         self.rows = {
-            (r["task"], r["name"], r["seed"]): r
-            for r in results["students"]
-            if r["group"] == "main" and "examples" in r
+            (r.task, r.name, r.seed): r
+            for r in results.students
+            if r.group == "main" and r.examples is not None
         }
         self._done: dict[tuple, Interval | None] = {}
         self._needed: dict[tuple, int | None] = {}
 
-    def _units(self, row: dict, metric: str) -> dict:
-        examples = row["examples"]
-        test_set = self.test_sets[examples["test_set"]]
+    def _units(self, row: StudentRow, metric: str) -> dict:
+        examples = row.examples
+        test_set = self.test_sets[examples.test_set]
         if metric == "accuracy":
             return {
-                "uids": test_set["uids"],
-                "labels": expand(test_set["labels"]),
-                "predictions": expand(examples["predictions"]),
+                "uids": test_set.uids,
+                "labels": expand(test_set.labels),
+                "predictions": expand(examples.predictions),
             }
-        scores = expand(examples[metric])  # the first examples of the split, or all
-        return {"uids": test_set["uids"][: len(scores)], "scores": scores}
+        scores = expand(examples.model_extra[metric])  # the first examples of the split, or all
+        return {"uids": test_set.uids[: len(scores)], "scores": scores}
 
     def __call__(self, task: str, a: str, b: str, metric: str = "accuracy") -> Interval | None:
         key = (task, a, b, metric)
@@ -157,7 +158,7 @@ class Intervals:
                 (self.rows[task, a, seed], self.rows[task, b, seed])
                 for seed in seeds
                 if metric == "accuracy"
-                or all(metric in self.rows[task, m, seed]["examples"] for m in (a, b))
+                or all(metric in self.rows[task, m, seed].examples.model_extra for m in (a, b))
             ]
             interval = needed = None
             if pairs:
@@ -197,12 +198,12 @@ def direction(interval: Interval) -> str | None:
     return None
 
 
-def control_rows(results: dict, tasks: Sequence[str], intervals: Intervals) -> list[dict]:
+def control_rows(results: SuiteRecord, tasks: Sequence[str], intervals: Intervals) -> list[dict]:
     """Per task, method that has a control and measure with per-example values: the method
     and its control against vanilla KD and against each other (``total`` = method − KD,
     ``regime`` = control − KD, ``term`` = method − control), and the direction of each where
     its interval excludes 0 (``credit``: which part the difference belongs to)."""
-    names = {r["name"] for r in results["students"] if r["group"] == "main"}
+    names = {r.name for r in results.students if r.group == "main"}
     methods = [m for m in PRESETS if m + CONTROL in names]
     rows = []
     for task in tasks:
@@ -296,56 +297,53 @@ def claim_record(
     return {**record, "kind": "against", "than": display_name(entry.than)}
 
 
-def verdicts(results: dict, tasks: Sequence[str], intervals: Intervals) -> list[dict]:
+def verdicts(results: SuiteRecord, tasks: Sequence[str], intervals: Intervals) -> list[dict]:
     """A record per registered claim (:attr:`kd.methods.objective.Preset.claims`) whose methods were
     trained: the claims against one method first, then those against every other student."""
-    names = {r["name"] for r in results["students"] if r["group"] == "main"}
+    names = {r.name for r in results.students if r.group == "main"}
     claims = [(m, c) for m, preset in PRESETS.items() for c in preset.claims]
     ordered = sorted(claims, key=lambda item: item[1].relation == "lowest")
     records = [claim_record(m, c, names, tasks, intervals) for m, c in ordered]
     return [record for record in records if record is not None]
 
 
-def setup_data(results: dict) -> dict | None:
+def setup_data(results: SuiteRecord) -> dict | None:
     """The sizes used per task, the truncation of each test split, and the suite's cuts."""
-    setup = results.get("setup", {})
-    if not setup:
+    if not results.setup:
         return None
     return {
         "rows": [
             {
                 "task": task,
-                "teacher": plan["teacher"],
-                "teacher_train": limit(plan["max_train_examples"]),
-                "student_train": limit(
-                    plan.get("student_train_examples") or plan["max_train_examples"]
-                ),
-                "test": limit(plan["max_eval_examples"]),
-                "tokens": plan["max_length"],
-                "teacher_epochs": plan["teacher_epochs"],
-                "student_layers": plan["student_layers"],
-                "student_epochs": plan["student_epochs"],
-                "seeds": plan["seeds"],
+                "teacher": plan.teacher,
+                "teacher_train": limit(plan.max_train_examples),
+                "student_train": limit(plan.student_train_examples or plan.max_train_examples),
+                "test": limit(plan.max_eval_examples),
+                "tokens": plan.max_length,
+                "teacher_epochs": plan.teacher_epochs,
+                "student_layers": plan.student_layers,
+                "student_epochs": plan.student_epochs,
+                "seeds": plan.seeds,
             }
-            for task, plan in setup.items()
+            for task, plan in results.setup.items()
         ],
         "truncation": [
-            {"task": task, **cut} for task, cut in results.get("truncation", {}).items() if cut
+            {"task": task, **cut.model_dump()} for task, cut in results.truncation.items() if cut
         ],
-        "cuts": results.get("cuts"),
+        "cuts": results.cuts,
     }
 
 
-def calls_data(results: dict) -> dict | None:
+def calls_data(results: SuiteRecord) -> dict | None:
     """Every call's wall clock, their sum, and how many of the students they trained are no
     longer in the record."""
-    calls = results.get("calls", [])
+    calls = results.calls
     if not calls:
         return None
     return {
         "rows": calls,
-        "seconds": sum(c["seconds"] for c in calls),
-        "dropped": max(0, sum(c["students"] for c in calls) - len(results.get("students", []))),
+        "seconds": sum(c.seconds for c in calls),
+        "dropped": max(0, sum(c.students for c in calls) - len(results.students)),
     }
 
 
@@ -355,50 +353,51 @@ def duration(seconds: float) -> str:
     return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
 
 
-def tuning_data(results: dict) -> dict | None:
+def tuning_data(results: SuiteRecord) -> dict | None:
     """The weights chosen on dev before the main table, with each search's trials (``fixed``:
     the presets' defaults were run)."""
-    tuning = results.get("tuning")
-    if tuning is None:
+    given, tuning = results.model_fields_set, results.tuning
+    if "tuning" not in given:
         return None
-    if not results.get("tuned", bool(tuning)):
+    if not (results.tuned if "tuned" in given else tuning):
         return {"fixed": True, "rows": []}
     return {
         "fixed": False,
         "rows": [
             {
                 "method": method,
-                "searched": record["searched"],
-                "space": {name: record["space"][name] for name in record["searched"]},
-                "chosen": {name: record["chosen"][name] for name in record["searched"]},
-                "metric": record["metric"],
-                "dev": record["dev"],
-                "trials": searched_points(record),
+                "searched": record.searched,
+                "space": {name: record.space[name] for name in record.searched},
+                "chosen": {name: record.chosen[name] for name in record.searched},
+                "metric": record.metric,
+                "dev": record.dev,
+                "trials": searched_points(record.searched, record.trials),
             }
             for method, record in tuning.items()
         ],
     }
 
 
-def searched_points(record: dict) -> list[dict]:
-    """Each distinct setting a search tried, once, in the order first tried, with its
-    outcome: ``dev`` (None where pruned before its first score) and ``failed`` (a trial that
-    failed or was interrupted, unless the setting was tried again)."""
+def searched_points(searched: list[str], trials: list[Trial]) -> list[dict]:
+    """Each distinct setting of ``searched`` a search tried, once, in the order first tried,
+    with its outcome: ``dev`` (None where pruned before its first score) and ``failed`` (a
+    trial that failed or was interrupted, unless the setting was tried again)."""
     points: dict[tuple, dict] = {}
-    for trial in record["trials"]:
-        settings = {name: trial[name] for name in record["searched"] if name in trial}
+    for trial in trials:
+        columns = trial.model_extra  # the trial's state and settings, by name
+        settings = {name: columns[name] for name in searched if name in columns}
         key = tuple(sorted(settings.items()))
         if key not in points or points[key]["failed"]:
-            failed = trial.get("state") == "fail"
-            points[key] = {"settings": settings, "dev": trial["dev"], "failed": failed}
+            failed = columns.get("state") == "fail"
+            points[key] = {"settings": settings, "dev": trial.dev, "failed": failed}
     return list(points.values())
 
 
-def main_data(results: dict, tasks: Sequence[str], intervals: Intervals) -> dict:
+def main_data(results: SuiteRecord, tasks: Sequence[str], intervals: Intervals) -> dict:
     """The main table: the teacher's and each method's accuracy and macro-F1 per task, and each
     method's Δ against vanilla KD (an :class:`Interval`, or without per-example values the
     mean ± std over seeds of the per-seed Δ; None for vanilla KD itself)."""
-    main = [r for r in results["students"] if r["group"] == "main"]
+    main = [r for r in results.students if r.group == "main"]
     accuracy, macro = aggregate(main, "accuracy"), aggregate(main, "macro_f1")
     fallback = paired_difference(main, "accuracy", REFERENCE)
 
@@ -408,7 +407,7 @@ def main_data(results: dict, tasks: Sequence[str], intervals: Intervals) -> dict
         return intervals(task, method, REFERENCE) or fallback.get((task, method))
 
     return {
-        "teacher": [results["teachers"][t]["test"] for t in tasks],
+        "teacher": [results.teachers[t].test for t in tasks],
         "rows": [
             {
                 "method": method,
@@ -422,19 +421,19 @@ def main_data(results: dict, tasks: Sequence[str], intervals: Intervals) -> dict
                 ],
             }
             for method in PRESETS
-            if any(r["name"] == method for r in main)
+            if any(r.name == method for r in main)
         ],
     }
 
 
-def loyalty_data(results: dict, tasks: Sequence[str]) -> dict | None:
+def loyalty_data(results: SuiteRecord, tasks: Sequence[str]) -> dict | None:
     """The loyalty and faithfulness table: a column per task and measure recorded, a row per
     method (mean ± std over seeds), and how many test examples the explanations cover."""
-    main = [r for r in results["students"] if r["group"] == "main"]
+    main = [r for r in results.students if r.group == "main"]
     shown = {
         label: metric
         for label, metric in LOYALTY_COLUMNS.items()
-        if any(metric in r["test"] for r in main)
+        if any(metric in r.test for r in main)
     }
     if not shown:
         return None
@@ -446,9 +445,7 @@ def loyalty_data(results: dict, tasks: Sequence[str]) -> dict | None:
     ]
     explained = None
     if "aopc_comprehensiveness" in shown.values():
-        sizes = sorted(
-            {p.get("explained_examples") or 0 for p in results.get("setup", {}).values()}
-        )
+        sizes = sorted({p.explained_examples or 0 for p in results.setup.values()})
         explained = "all" if sizes == [0] else " / ".join(f"{s:,}" if s else "all" for s in sizes)
     return {
         "columns": columns,
@@ -464,70 +461,67 @@ def loyalty_data(results: dict, tasks: Sequence[str]) -> dict | None:
     }
 
 
-def full_method_records(records: list[dict]) -> list[dict]:
+def full_method_records(records: list[StudentRow]) -> list[StudentRow]:
     """The full methods the ablations are compared with: those retrained on the ablations' own
     sample when the suite has one, else the main table's runs of the ablations' task and seeds."""
-    ablation = [r for r in records if r["group"] not in ("main", "reference")]
-    references = [r for r in records if r["group"] == "reference"]
+    ablation = [r for r in records if r.group not in ("main", "reference")]
+    references = [r for r in records if r.group == "reference"]
     if references or not ablation:
         return references
-    task, seeds = ablation[0]["task"], {r["seed"] for r in ablation}
+    task, seeds = ablation[0].task, {r.seed for r in ablation}
     return [
         r
         for r in records
-        if r["group"] == "main"
-        and r["task"] == task
-        and r["seed"] in seeds
-        and r["name"] in ablated_methods()
+        if r.group == "main" and r.task == task and r.seed in seeds and r.name in ablated_methods()
     ]
 
 
-def speed_data(results: dict) -> list[dict]:
+def speed_data(results: SuiteRecord) -> list[dict]:
     """Per task timed, its students' size and speed beside the teacher's (the record's
     ``speed``: :func:`kd.experiments.reproduce.runner.measure_speed`), each row with the test
     accuracy of the model timed."""
     accuracy = {
-        (r["task"], r["name"], r["seed"]): r["test"].get("accuracy")
-        for r in results["students"]
-        if r["group"] == "main"
+        (r.task, r.name, r.seed): r.test.get("accuracy")
+        for r in results.students
+        if r.group == "main"
     }
     return [
         {
-            **measured,
+            **measured.model_dump(),
             "task": task,
             "rows": [
                 {
-                    **row,
-                    "accuracy": results["teachers"][task]["test"].get("accuracy")
+                    **row.model_dump(),
+                    "accuracy": results.teachers[task].test.get("accuracy")
                     if index == 0
-                    else accuracy.get((task, row["name"], measured.get("seed"))),
+                    else accuracy.get((task, row.name, measured.seed)),
                 }
-                for index, row in enumerate(measured["rows"])
+                for index, row in enumerate(measured.rows)
             ],
         }
-        for task, measured in results.get("speed", {}).items()
-        if task in results["teachers"]
+        for task, measured in results.speed.items()
+        if task in results.teachers
     ]
 
 
-def ablation_data(results: dict) -> dict | None:
+def ablation_data(results: SuiteRecord) -> dict | None:
     """The ablations' table: each variant against its full method on the same data."""
-    records = results["students"]
-    ablation = [r for r in records if r["group"] not in ("main", "reference")]
+    records = results.students
+    ablation = [r for r in records if r.group not in ("main", "reference")]
     if not ablation:
         return None
     rows = [("full method", r) for r in full_method_records(records)] + [
-        (r["group"], r) for r in ablation
+        (r.group, r) for r in ablation
     ]
     shown = [record for _, record in rows]
     acc, macro = aggregate(shown, "accuracy"), aggregate(shown, "macro_f1")
     seen: dict[tuple[str, str], str] = {}  # (task, variant) → its group, in order
     for group, record in rows:
-        seen.setdefault((record["task"], record["name"]), group)
+        seen.setdefault((record.task, record.name), group)
     return {
-        "task": ablation[0]["task"],
-        "seeds": sorted({r["seed"] for r in ablation}),
-        "data": results.get("ablation_data"),
+        "task": ablation[0].task,
+        "seeds": sorted({r.seed for r in ablation}),
+        "data": results.ablation_data,
         "rows": [
             {
                 "group": group,
@@ -540,12 +534,12 @@ def ablation_data(results: dict) -> dict | None:
     }
 
 
-def delta_figure(folder: Path, results: dict, intervals: Intervals) -> str | None:
+def delta_figure(folder: Path, results: SuiteRecord, intervals: Intervals) -> str | None:
     """Each method's Δ accuracy against vanilla KD with its 95 % paired interval, a panel per
     task: ``<folder>/deltas.svg`` (vector); None when no interval was measured."""
     from matplotlib.figure import Figure
 
-    tasks = list(results["teachers"])
+    tasks = list(results.teachers)
     methods = [m for m in PRESETS if m != "kd"]
     panels = {
         task: [(m, intervals(task, m, "kd")) for m in methods if intervals(task, m, "kd")]
@@ -580,7 +574,7 @@ def delta_figure(folder: Path, results: dict, intervals: Intervals) -> str | Non
     return "figures/deltas.svg"
 
 
-def make_figures(out: Path, results: dict, intervals: Intervals) -> dict[str, str]:
+def make_figures(out: Path, results: SuiteRecord, intervals: Intervals) -> dict[str, str]:
     """The Δs against vanilla KD with their intervals (SVG), per-method accuracy bars for each
     task and the sweeps the presets declare (PNG) under ``<out>/figures``; returns ``{title: path}``
     relative to ``out``."""
@@ -588,7 +582,7 @@ def make_figures(out: Path, results: dict, intervals: Intervals) -> dict[str, st
 
     folder = out / "figures"
     folder.mkdir(parents=True, exist_ok=True)
-    records = results["students"]
+    records = results.students
     figures = {}
     deltas = delta_figure(folder, results, intervals)
     if deltas:
@@ -596,8 +590,8 @@ def make_figures(out: Path, results: dict, intervals: Intervals) -> dict[str, st
             "Δ test accuracy against vanilla KD, 95 % two-level bootstrap intervals over seeds "
             "and test examples (purple: excludes 0)"
         ] = deltas
-    main = aggregate([r for r in records if r["group"] == "main"], "accuracy")
-    tasks = list(results["teachers"])
+    main = aggregate([r for r in records if r.group == "main"], "accuracy")
+    tasks = list(results.teachers)
     methods = [m for m in PRESETS if any((t, m) in main for t in tasks)]
     figure = Figure(figsize=(4.2 * len(tasks), 3.2), layout="constrained")
     for index, task in enumerate(tasks):
@@ -611,7 +605,7 @@ def make_figures(out: Path, results: dict, intervals: Intervals) -> dict[str, st
             capsize=3,
         )
         axis.axhline(
-            results["teachers"][task]["test"]["accuracy"] * 100,
+            results.teachers[task].test["accuracy"] * 100,
             color="#e66101",
             linestyle="--",
             label="teacher",
@@ -630,26 +624,28 @@ def make_figures(out: Path, results: dict, intervals: Intervals) -> dict[str, st
     return figures
 
 
-def sweep_figure(folder: Path, records: list[dict], method: str, sweep: Sweep) -> dict[str, str]:
+def sweep_figure(
+    folder: Path, records: list[StudentRow], method: str, sweep: Sweep
+) -> dict[str, str]:
     """The figure of ``sweep`` of the preset ``method``: test accuracy (mean ± std over seeds)
     against the swept values, the full method at the preset's own value, or as a line where the
     preset leaves the setting unset; none (an earlier record's removed) without its students."""
     from matplotlib.figure import Figure
 
-    rows = [r for r in records if r["group"] == sweep.group]
+    rows = [r for r in records if r.group == sweep.group]
     path = folder / f"{sweep.group}.png"
     if not rows:
         path.unlink(missing_ok=True)  # an earlier record's
         return {}
-    seeds = {r["seed"] for r in rows}
+    seeds = {r.seed for r in rows}
     default = [
-        r["test"]["accuracy"]
+        r.test["accuracy"]
         for r in full_method_records(records)
-        if r["name"] == method and r["seed"] in seeds
+        if r.name == method and r.seed in seeds
     ]
     values: dict[float, list[float]] = {}
     for record in rows:
-        values.setdefault(record["sweep"], []).append(record["test"]["accuracy"])
+        values.setdefault(record.sweep, []).append(record.test["accuracy"])
     own = to_dict(ObjectiveConfig(preset=method))[sweep.setting]
     if own is not None and default:
         values[float(own)] = default
@@ -688,7 +684,7 @@ def gallery_indices(labels: Sequence[int]) -> str:
     return ",".join(str(first[label]) for label in sorted(first))
 
 
-def heatmap_gallery(out: Path, results: dict) -> dict[str, str]:
+def heatmap_gallery(out: Path, results: SuiteRecord) -> dict[str, str]:
     """One test example of each class across each task's teacher and its seed-1 students: PNG
     heatmaps (and PDF for papers) under ``<out>/figures/gallery``. Drawn from the run folders
     where they are all present; otherwise the gallery files already there are listed."""
@@ -698,15 +694,15 @@ def heatmap_gallery(out: Path, results: dict) -> dict[str, str]:
     from workbench.core.data import load_task
 
     figures = {}
-    for task, teacher in results["teachers"].items():
-        runs = [teacher["run"]] + [
-            r["run"]
-            for r in results["students"]
-            if r["task"] == task
-            and r["group"] == "main"
-            and r["seed"] == 1
-            and r["name"] in PRESETS
-            and PRESETS[r["name"]].gallery
+    for task, teacher in results.teachers.items():
+        runs = [teacher.run] + [
+            r.run
+            for r in results.students
+            if r.task == task
+            and r.group == "main"
+            and r.seed == 1
+            and r.name in PRESETS
+            and PRESETS[r.name].gallery
         ]
         folder = out / "figures" / "gallery" / task
         paths = [out / run for run in runs]
@@ -727,14 +723,14 @@ def heatmap_gallery(out: Path, results: dict) -> dict[str, str]:
     return figures
 
 
-def report_data(results: dict, figures: dict[str, str], intervals: Intervals) -> dict:
+def report_data(results: SuiteRecord, figures: dict[str, str], intervals: Intervals) -> dict:
     """What ``report.md`` shows, as plain data for its template: the record's tables as rows
     of values (summaries over seeds, :class:`Interval` s), the verdicts as records."""
-    students = results["students"]
-    tasks = list(results["teachers"])
-    planned = results.get("planned_students") or len(students)
+    students = results.students
+    tasks = list(results.teachers)
+    planned = results.planned_students or len(students)
     return {
-        "suite": results["suite"],
+        "suite": results.suite,
         "tasks": tasks,
         "setup": setup_data(results),
         "calls": calls_data(results),
@@ -780,7 +776,7 @@ def render(data: dict) -> str:
 
 
 def write_report(
-    out: Path, results: dict, figures: dict[str, str], intervals: Intervals | None = None
+    out: Path, results: SuiteRecord, figures: dict[str, str], intervals: Intervals | None = None
 ) -> Path:
     """``<out>/report.md``: verdicts, controls, tables of the main results, loyalty and
     ablations, and figures."""
@@ -790,13 +786,11 @@ def write_report(
     return path
 
 
-def report(out: Path, results: dict) -> Path:
+def report(out: Path, results: SuiteRecord) -> Path:
     """The figures and ``report.md`` of ``results``, drawn from the record as it is stored
     (keys sorted), so that a call and ``--report-only`` on its ``results.json`` draw the
     same report, tasks in the same order."""
-    if "students" not in results or "teachers" not in results:
-        raise WorkbenchError(f"{out / 'results.json'} is not a suite's record")
-    results = json.loads(json_text(results))
+    results = checked(json.loads(json_text(results.dumped())), SuiteRecord)
     intervals = Intervals(results)
     figures = make_figures(out, results, intervals) | heatmap_gallery(out, results)
     return write_report(out, results, figures, intervals)

@@ -13,7 +13,6 @@ the report's paired intervals need no run folder.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
@@ -26,6 +25,17 @@ from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
 
+from kd.experiments.reproduce.record import (
+    Examples,
+    Sample,
+    Search,
+    Speed,
+    StudentRow,
+    SuiteRecord,
+    TeacherRecord,
+    Truncation,
+    read_results,
+)
 from kd.experiments.reproduce.suite import (
     CONTROL,
     Experiment,
@@ -67,11 +77,9 @@ from workbench.core.files import (
     atomic_write_json,
     check_format,
     read_json_file,
-    read_limited,
 )
 from workbench.core.models import load_for_task, load_model, load_run, load_tokenizer, resolve_model
 from workbench.core.runs import Run, teacher_change
-from workbench.core.shapes import ANY, BOOLEAN, INTEGER, NUMBER, STRING, Either, Mapping, problem
 from workbench.core.verify import weights_digest
 
 LOYALTY = ("label_loyalty", "probability_loyalty")  # per example in a student's predictions
@@ -203,12 +211,12 @@ def given_teacher(plan: TaskPlan) -> tuple[Path, dict]:
     return folder, evaluate_logits(task.spec, logits, dataset.labels)
 
 
-def same_teacher(before: dict, now: dict) -> bool:
+def same_teacher(before: TeacherRecord, now: TeacherRecord) -> bool:
     """Whether two records of a task's teacher hold the same weights (a record of an earlier
     version, without their digest: the same test metrics)."""
-    if "weights" in before and "weights" in now:
-        return before["weights"] == now["weights"]
-    return before["test"] == now["test"]
+    if before.weights and now.weights:
+        return before.weights == now.weights
+    return before.test == now.test
 
 
 def task_teacher(out: Path, task: str, plan: TaskPlan) -> Run:
@@ -339,7 +347,7 @@ def tuning_settings(suite: Suite, method: str) -> dict:
     }
 
 
-def choose_weights(out: Path, teacher: Path, suite: Suite, method: str, threads: int = 0) -> dict:
+def choose_weights(out: Path, teacher: Path, suite: Suite, method: str, threads: int = 0) -> Search:
     """Search ``method``'s key weights on dev with ``kdw tune`` (the ablations' sample, seed 1):
     the chosen objective, the search space and every trial. Runs in a worker under ``--jobs``."""
     task = suite.ablation_task
@@ -363,17 +371,17 @@ def choose_weights(out: Path, teacher: Path, suite: Suite, method: str, threads:
         raise WorkbenchError(f"kdw tune {method}: no trial finished (all pruned or stopped)")
     best = read_json_file(result.best, RECORD_LIMIT, "the best configuration")
     check_format(best, result.best, "tune again in a new folder")
-    return {
-        "key": fingerprint(tuning_settings(suite, method)),
-        "task": task,
-        "searched": list(suite.tuned[method]),
-        "space": best["tuned"]["space"],
-        "metric": best["tuned"]["metric"],
-        "chosen": best["tuned"]["params"],
-        "dev": best["tuned"]["dev"],
-        "objective": best["objective"],
-        "trials": result.rows,
-    }
+    return Search(
+        key=fingerprint(tuning_settings(suite, method)),
+        task=task,
+        searched=list(suite.tuned[method]),
+        space=best["tuned"]["space"],
+        metric=best["tuned"]["metric"],
+        chosen=best["tuned"]["params"],
+        dev=best["tuned"]["dev"],
+        objective=best["objective"],
+        trials=result.rows,
+    )
 
 
 def measure_truncation(plan: TaskPlan) -> dict:
@@ -408,13 +416,15 @@ def speed_settings(suite: Suite, jobs: int) -> BenchmarkSettings:
     )
 
 
-def speed_key(teacher: dict, students: Sequence[dict], settings: BenchmarkSettings) -> str:
+def speed_key(
+    teacher: TeacherRecord, students: Sequence[StudentRow], settings: BenchmarkSettings
+) -> str:
     """What a task's speed record measured: its teacher, students and texts (not the threads,
     which follow ``--jobs``)."""
     return fingerprint(
         {
-            "teacher": teacher.get("key", teacher["run"]),
-            "students": [s.get("key", s["run"]) for s in students],
+            "teacher": teacher.key or teacher.run,
+            "students": [s.key or s.run for s in students],
             "examples": settings.examples,
             "batch_sizes": settings.batch_sizes,
         }
@@ -435,24 +445,24 @@ def speed_students(suite: Suite, task: str, planned: Sequence[Experiment]) -> li
 def measure_speed(
     out: Path,
     data: DataConfig,
-    teacher: dict,
-    students: Sequence[dict],
+    teacher: TeacherRecord,
+    students: Sequence[StudentRow],
     settings: BenchmarkSettings,
-) -> dict:
+) -> Speed:
     """Size and speed of a task's ``students`` (rows of the record) beside their ``teacher``
     with :func:`workbench.analysis.benchmark.benchmark` on ``data``'s test split: parameters,
     weights on disk, median latency at batch size 1 and examples/s at 32, each with its ratio to the
     teacher's; with the benchmark's settings, the machine and its load when it started."""
     load_before = os.getloadavg()[0]
-    sources = [str(out / teacher["run"]), *(str(out / s["run"]) for s in students)]
+    sources = [str(out / teacher.run), *(str(out / s.run) for s in students)]
     measured = benchmark(sources, settings, data)
-    names = ["teacher", *(s["name"] for s in students)]
-    return {
-        "key": speed_key(teacher, students, settings),
-        "settings": measured["settings"],
-        "machine": measured["machine"],
-        "load_before": round(load_before, 1),
-        "rows": [
+    names = ["teacher", *(s.name for s in students)]
+    return Speed(
+        key=speed_key(teacher, students, settings),
+        settings=measured["settings"],
+        machine=measured["machine"],
+        load_before=round(load_before, 1),
+        rows=[
             {
                 "name": name,
                 **{k: row.get(k) for k in SPEED},
@@ -460,7 +470,7 @@ def measure_speed(
             }
             for name, row in zip(names, measured["rows"], strict=True)
         ],
-    }
+    )
 
 
 def exit_with_parent(parent: int, interval: float = 1.0) -> None:
@@ -518,125 +528,6 @@ def _parallel(
             raise
 
 
-_METRICS = Mapping(Either(NUMBER, None))
-_COUNT = Either(INTEGER, None)
-RESULTS_SHAPE = {  # the suite's record (:mod:`workbench.core.shapes`), checked when it is read
-    FORMAT_KEY: INTEGER,
-    "suite": STRING,
-    "cuts?": Either(STRING, None),
-    "ablation_data?": Either(STRING, None),
-    "setup?": Mapping(
-        {
-            "teacher": STRING,
-            "max_train_examples": _COUNT,
-            "student_train_examples?": _COUNT,
-            "max_eval_examples": _COUNT,
-            "max_length": INTEGER,
-            "teacher_epochs": NUMBER,
-            "student_layers": INTEGER,
-            "student_epochs": NUMBER,
-            "seeds": [INTEGER],
-            "explained_examples?": _COUNT,
-        }
-    ),
-    "truncation?": Mapping(
-        Either(
-            None,
-            {
-                "max_length": INTEGER,
-                "examples": INTEGER,
-                "truncated_examples": INTEGER,
-                "kept_tokens": NUMBER,
-                "median_tokens": NUMBER,
-            },
-        )
-    ),
-    "tuned?": BOOLEAN,
-    "suite_key?": STRING,
-    "shard?": {"index": INTEGER, "count": INTEGER},
-    "teachers": Mapping({"key?": STRING, "run": STRING, "test": _METRICS, "weights?": STRING}),
-    "tuning?": Mapping(
-        {
-            "key?": STRING,
-            "searched": [STRING],
-            "space": Mapping(STRING),
-            "metric": STRING,
-            "chosen": Mapping(NUMBER),
-            "dev": NUMBER,
-            "objective": Mapping(ANY),
-            "trials": [{"dev": Either(NUMBER, None)}],
-        }
-    ),
-    "planned_students?": _COUNT,
-    "test_sets?": Mapping({"uids": [ANY], "labels": Either(STRING, [ANY])}),
-    "students": [
-        {
-            "key?": STRING,
-            "task": STRING,
-            "name": STRING,
-            "group": STRING,
-            "seed": INTEGER,
-            "run": STRING,
-            "teacher?": Either(STRING, None),
-            "test": _METRICS,
-            "examples?": {"test_set": STRING, "predictions": Either(STRING, [ANY])},
-            "seconds?": NUMBER,
-        }
-    ],
-    "speed?": Mapping(
-        {
-            "key": STRING,
-            "settings": {
-                "examples": INTEGER,
-                "batch_sizes": [INTEGER],
-                "warmup": INTEGER,
-                "repeats": INTEGER,
-                "threads": INTEGER,
-            },
-            "machine": {"cpu": STRING, "torch": STRING},
-            "load_before": NUMBER,
-            "seed?": INTEGER,
-            "rows": [{"name": STRING, **{f"{k}?": Either(NUMBER, None) for k in SPEED}}],
-        }
-    ),
-    "calls?": [
-        {
-            "started": STRING,
-            "seconds": NUMBER,
-            "searches": INTEGER,
-            "teachers": INTEGER,
-            "students": INTEGER,
-            "jobs": INTEGER,
-            "load_before": NUMBER,
-        }
-    ],
-}
-RESULTS_REMEDY = (
-    "restore it (the run folders beside it are kept), or delete it to train the suite's "
-    "missing rows again (finished run folders are reused)"
-)
-
-
-def read_results(out: Path) -> dict:
-    """``<out>/results.json``, checked (:data:`RESULTS_SHAPE`), or an empty record; a file
-    that is not JSON or not of the record's shape is a one-line error naming it."""
-    path = out / "results.json"
-    if not path.exists():
-        return {}
-    try:
-        results = json.loads(read_limited(path, RECORD_LIMIT, "the suite's results"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        reason = error.msg if isinstance(error, json.JSONDecodeError) else "not UTF-8"
-        raise WorkbenchError(f"{path} is corrupt ({reason}): {RESULTS_REMEDY}") from None
-    except WorkbenchError as error:  # a device, a pipe, a file past the limit
-        raise WorkbenchError(f"{error}: {RESULTS_REMEDY}") from None
-    check_format(results, path, "run the suite again in a new --out")
-    found = problem(results, RESULTS_SHAPE)
-    if found:
-        raise WorkbenchError(f"{path} is not the record of a suite: {found}: {RESULTS_REMEDY}")
-    return results
-
-
 def shard_positions(suite: Suite, shard: Shard | None) -> list[int]:
     """The positions in :func:`experiments`' list that ``shard`` trains (all: None); a shard
     left without a student is a one-line error."""
@@ -650,9 +541,11 @@ def shard_positions(suite: Suite, shard: Shard | None) -> list[int]:
     return shard.positions(total)
 
 
-def suite_fields(suite: Suite, previous: dict, shard: Shard | None) -> dict:
+def suite_fields(
+    suite: Suite, truncation: dict[str, Truncation | None], shard: Shard | None
+) -> dict:
     """The fields of a record that the suite (and the part of it trained) settles: its
-    description and cuts, each task's setup and truncation (measured once: ``previous``'s
+    description and cuts, each task's setup and truncation (measured once: ``truncation``'s
     where it has it), and what ties the record to its suite (``suite_key``, ``shard``), which
     ``kdw reproduce --merge`` checks."""
     part = {} if shard is None else {"shard": {"index": shard.index, "count": shard.count}}
@@ -669,7 +562,7 @@ def suite_fields(suite: Suite, previous: dict, shard: Shard | None) -> dict:
         ),
         "setup": {task: plan_summary(plan) for task, plan in suite.plans.items()},
         "truncation": {
-            task: previous.get("truncation", {}).get(task) or measure_truncation(plan)
+            task: truncation.get(task) or measure_truncation(plan)
             for task, plan in suite.plans.items()
         },
         "tuned": bool(suite.tuned),
@@ -695,52 +588,53 @@ class SuiteCall:
         self.mine = shard_positions(suite, shard)
         self.started = time.time()
         self.load_before = os.getloadavg()[0]  # what else ran beside this call
-        self.previous = previous = read_results(out)
-        self.recorded = {r["key"]: r for r in previous.get("students", []) if "key" in r}
-        self.teachers: dict[str, dict] = {
+        self.previous = previous = read_results(out) or SuiteRecord(
+            record_format=RECORD_FORMAT, suite=suite.description, teachers={}, students=[]
+        )  # none yet
+        self.recorded = {r.key: r for r in previous.students if r.key}
+        self.teachers = {
             task: record
-            for task, record in previous.get("teachers", {}).items()
+            for task, record in previous.teachers.items()
             if task in suite.plans
-            and record.get("key") == fingerprint(teacher_settings(suite.plans[task]))
+            and record.key == fingerprint(teacher_settings(suite.plans[task]))
         }
         self.tuning = {
             method: record
-            for method, record in previous.get("tuning", {}).items()
-            if method in suite.tuned
-            and record.get("key") == fingerprint(tuning_settings(suite, method))
+            for method, record in previous.tuning.items()
+            if method in suite.tuned and record.key == fingerprint(tuning_settings(suite, method))
         }
         planned = experiments(suite)
         needed = {
             planned[i].name.removesuffix(CONTROL) for i in self.mine if planned[i].group == "main"
         }
         self.methods = [m for m in suite.tuned if m in needed]
-        self.test_sets = dict(previous.get("test_sets", {}))
-        self.speed = dict(previous.get("speed", {}))  # students timed beside their teacher
-        self.fixed = {**suite_fields(suite, previous, shard), "jobs": jobs}
+        self.test_sets = dict(previous.test_sets)
+        self.speed = dict(previous.speed)  # students timed beside their teacher
+        self.fixed = {**suite_fields(suite, previous.truncation, shard), "jobs": jobs}
         self.runs: dict[str, Path] = {}  # each task's teacher
         self.retaught: set[str] = set()  # tasks whose teacher was trained again to other weights
         self.todo: list[Experiment] = []  # known once the weights are chosen
         self.keys: list[str] = []  # the todo's identities
-        self.kept: list[dict] = []  # recorded ablations this call does not plan
-        self.scored: dict[int, dict] = {}
+        self.kept: list[StudentRow] = []  # recorded ablations this call does not plan
+        self.scored: dict[int, StudentRow] = {}
         self.calls: dict[int, tuple] = {}
         self.searches: dict[int, tuple] = {}
 
-    def record(self) -> dict:
+    def record(self) -> SuiteRecord:
         """``results.json`` as it stands, with this call's wall clock so far."""
         suite, previous, todo = self.suite, self.previous, self.todo
-        return {
+        return SuiteRecord(
             **self.fixed,
-            "teachers": {t: self.teachers[t] for t in suite.plans if t in self.teachers},
-            "tuning": {m: self.tuning[m] for m in self.methods if m in self.tuning},
-            "planned_students": len(self.mine) if todo else previous.get("planned_students"),
-            "test_sets": self.test_sets,
-            "speed": {task: self.speed[task] for task in suite.plans if task in self.speed},
-            "students": [self.scored[i] for i in range(len(todo)) if i in self.scored] + self.kept
+            teachers={t: self.teachers[t] for t in suite.plans if t in self.teachers},
+            tuning={m: self.tuning[m] for m in self.methods if m in self.tuning},
+            planned_students=len(self.mine) if todo else previous.planned_students,
+            test_sets=self.test_sets,
+            speed={task: self.speed[task] for task in suite.plans if task in self.speed},
+            students=[self.scored[i] for i in range(len(todo)) if i in self.scored] + self.kept
             if todo
-            else previous.get("students", []),
-            "calls": [  # every call's wall clock: their sum is the suite's from an empty folder
-                *previous.get("calls", []),
+            else previous.students,
+            calls=[  # every call's wall clock: their sum is the suite's from an empty folder
+                *previous.calls,
                 {
                     "started": time.strftime("%Y-%m-%d %H:%M", time.gmtime(self.started)),
                     "seconds": round(time.time() - self.started),
@@ -751,12 +645,12 @@ class SuiteCall:
                     "load_before": round(self.load_before, 1),
                 },
             ],
-        }
+        )
 
-    def save(self) -> dict:
+    def save(self) -> SuiteRecord:
         """Write :meth:`record` to ``results.json`` (``--report-only`` works mid-suite)."""
         record = self.record()
-        atomic_write_json(self.out / "results.json", record)
+        atomic_write_json(self.out / "results.json", record.dumped())
         return record
 
     def teacher_run(self, task: str) -> Path:
@@ -771,34 +665,33 @@ class SuiteCall:
                 run = task_teacher(self.out, task, plan)
                 path, test, where = run.path, run.results()["test"], relative(run.path, self.out)
             self.runs[task] = path
-            record = {"key": fingerprint(teacher_settings(plan)), "run": where, "test": test}
+            record = TeacherRecord(key=fingerprint(teacher_settings(plan)), run=where, test=test)
             if not plan.given_teacher:
-                record["weights"] = weights_digest(path / "model")
+                record.weights = weights_digest(path / "model")
             before = self.teachers.get(task)
             if before and not same_teacher(before, record):
                 self.retaught.add(task)
                 self.announce(
                     f"the teacher on {task} was trained again to other weights (test accuracy "
-                    f"{before['test']['accuracy'] * 100:.2f} → {test['accuracy'] * 100:.2f}): "
+                    f"{before.test['accuracy'] * 100:.2f} → {test['accuracy'] * 100:.2f}): "
                     "the students recorded with the former one are trained again"
                 )
             self.teachers[task] = record
             self.save()
         return self.runs[task]
 
-    def taught_alike(self, row: dict) -> bool:
+    def taught_alike(self, row: StudentRow) -> bool:
         """Whether a recorded student learnt from its task's teacher as it is now: the weights
         the row recorded (rows of earlier versions: unless the teacher was trained again to
         other weights in this call)."""
-        task = row["task"]
-        if "teacher" in row and task in self.runs:
-            return row["teacher"] == self.teachers[task].get("weights")
-        return task not in self.retaught
+        if "teacher" in row.model_fields_set and row.task in self.runs:
+            return row.teacher == (self.teachers[row.task].weights or None)
+        return row.task not in self.retaught
 
-    def tuned(self, index: int, record: dict) -> None:
+    def tuned(self, index: int, record: Search) -> None:
         """A search finished: its method's chosen weights."""
         self.tuning[self.methods[index]] = record
-        self.announce(f"weights chosen on dev for {self.methods[index]}: {record['chosen']}")
+        self.announce(f"weights chosen on dev for {self.methods[index]}: {record.chosen}")
         self.save()
 
     def finished(self, index: int, result: Scored) -> None:
@@ -807,23 +700,22 @@ class SuiteCall:
         test_set = test_set_key(self.suite.plan_of(experiment).data)
         if test_set not in self.test_sets:
             predicted = Run(self.out / result.run).read_json("predictions.json")["test"]
-            self.test_sets[test_set] = {
-                "uids": predicted["uids"],
-                "labels": compact(predicted["labels"]),
-            }
-        self.scored[index] = {
-            "key": self.keys[index],
-            "task": experiment.task,
-            "name": experiment.name,
-            "group": experiment.group,
-            "seed": experiment.seed,
-            "sweep": experiment.sweep,
-            "run": result.run,
-            "teacher": self.teachers[experiment.task].get("weights"),
-            "test": result.test,
-            "examples": {"test_set": test_set, **result.examples},
-            "seconds": round(result.seconds),
-        }
+            self.test_sets[test_set] = Sample(
+                uids=predicted["uids"], labels=compact(predicted["labels"])
+            )
+        self.scored[index] = StudentRow(
+            key=self.keys[index],
+            task=experiment.task,
+            name=experiment.name,
+            group=experiment.group,
+            seed=experiment.seed,
+            sweep=experiment.sweep,
+            run=result.run,
+            teacher=self.teachers[experiment.task].weights or None,
+            test=result.test,
+            examples=Examples(test_set=test_set, **result.examples),
+            seconds=round(result.seconds),
+        )
         self.announce(
             f"[{len(self.scored)}/{len(self.mine)}] {experiment.task}: {experiment.name}, seed "
             f"{experiment.seed}: test accuracy {result.test['accuracy'] * 100:.1f} "
@@ -835,7 +727,7 @@ class SuiteCall:
         """The students under the chosen weights: those recorded kept, the rest to train
         (with their teachers)."""
         suite, recorded = self.suite, self.recorded
-        chosen = {m: from_dict(ObjectiveConfig, r["objective"]) for m, r in self.tuning.items()}
+        chosen = {m: from_dict(ObjectiveConfig, r.objective) for m, r in self.tuning.items()}
         self.todo = todo = experiments(suite, chosen)
         self.keys = keys = [identity(e, suite.plan_of(e), suite.plans[e.task]) for e in todo]
         self.kept = [  # a call without --ablations loses none that a call with it recorded
@@ -871,9 +763,10 @@ class SuiteCall:
             if not wanted or task not in self.teachers or any(i not in self.scored for i in wanted):
                 continue
             teacher, students = self.teachers[task], [self.scored[i] for i in wanted]
-            if self.speed.get(task, {}).get("key") == speed_key(teacher, students, settings):
+            timed = self.speed.get(task)
+            if timed and timed.key == speed_key(teacher, students, settings):
                 continue
-            folders = [self.out / teacher["run"], *(self.out / s["run"] for s in students)]
+            folders = [self.out / teacher.run, *(self.out / s.run for s in students)]
             absent = next((folder for folder in folders if not folder.is_dir()), None)
             if absent is not None:
                 self.announce(f"{task}: students not timed, {absent} is not here")
@@ -882,11 +775,11 @@ class SuiteCall:
                 f"{task}: timing the seed-{plan.seeds[0]} students beside the teacher on "
                 f"{suite.speed_examples} test texts"
             )
-            measured = measure_speed(self.out, plan.data, teacher, students, settings)
-            self.speed[task] = {**measured, "seed": plan.seeds[0]}
+            self.speed[task] = measure_speed(self.out, plan.data, teacher, students, settings)
+            self.speed[task].seed = plan.seeds[0]
             self.save()
 
-    def run(self) -> dict:
+    def run(self) -> SuiteRecord:
         """Search, train, score and time what the record lacks; the final record."""
         try:
             self.searches.update(
@@ -916,7 +809,7 @@ def run_suite(
     announce: Callable[[str], None] = print,
     jobs: int = 1,
     shard: Shard | None = None,
-) -> dict:
+) -> SuiteRecord:
     """Train what the record in ``<out>/results.json`` lacks: the weights chosen on dev, then
     every student (teachers only for tasks with something left to train), scoring each on the test
     split; rows already recorded under the same identity are kept as they are. With ``jobs`` > 1
