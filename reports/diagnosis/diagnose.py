@@ -210,7 +210,7 @@ def main() -> None:
     if args.report_only:
         results = json.loads((HERE / "results.json").read_text())
     else:
-        results = run_suite(HERE, suite(), jobs=args.jobs).dumped()
+        results = run_suite(HERE, suite(), jobs=args.jobs).plain()
     print(write_report(results))
 
 

@@ -127,6 +127,6 @@ def merge_results(
         calls=calls,  # every shard's calls: their sum is the suite's machine time
     )
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / "results.json", merged.dumped())
+    atomic_write_json(out / "results.json", merged.plain())
     announce(f"merged {len(rows)} students from {len(records)} folders into {out / 'results.json'}")
     return merged

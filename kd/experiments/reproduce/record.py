@@ -178,10 +178,6 @@ class SuiteRecord(Record):
     speed: dict[str, Speed] = Field(default_factory=dict)
     calls: list[Call] = Field(default_factory=list)
 
-    def dumped(self) -> dict:
-        """The record as ``results.json`` holds it: the keys it was given, no others."""
-        return self.model_dump(exclude_unset=True)
-
 
 RESULTS_REMEDY = (
     "restore it (the run folders beside it are kept), or delete it to train the suite's "

@@ -790,7 +790,7 @@ def report(out: Path, results: SuiteRecord) -> Path:
     """The figures and ``report.md`` of ``results``, drawn from the record as it is stored
     (keys sorted), so that a call and ``--report-only`` on its ``results.json`` draw the
     same report, tasks in the same order."""
-    results = checked(json.loads(json_text(results.dumped())), SuiteRecord)
+    results = checked(json.loads(json_text(results.plain())), SuiteRecord)
     intervals = Intervals(results)
     figures = make_figures(out, results, intervals) | heatmap_gallery(out, results)
     return write_report(out, results, figures, intervals)

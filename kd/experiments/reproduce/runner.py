@@ -650,7 +650,7 @@ class SuiteCall:
     def save(self) -> SuiteRecord:
         """Write :meth:`record` to ``results.json`` (``--report-only`` works mid-suite)."""
         record = self.record()
-        atomic_write_json(self.out / "results.json", record.dumped())
+        atomic_write_json(self.out / "results.json", record.plain())
         return record
 
     def teacher_run(self, task: str) -> Path:
