@@ -214,16 +214,16 @@ def served(command: list[str], ready: str, what: str, log: Path, **options) -> I
         server.wait(timeout=30)
 
 
+# what a run's least record resolved to: a fine-tuning objective, no split fingerprints
+LEAST_RESOLVED = {"resolved": {"objective": {"weights": {"ce": 1.0}}, "split_fingerprint": {}}}
+
+
 def write_run_record(folder: Path, **fields: Any) -> None:
-    """A run.json written by hand: a teacher's least record (no configs, a fine-tuning
-    objective, no split fingerprints), ``fields`` added or replaced."""
+    """A run.json written by hand: a teacher's least record (no configs,
+    :data:`LEAST_RESOLVED`), ``fields`` added or replaced."""
     from workbench.core.files import with_format
 
-    record = {
-        "kind": "teacher",
-        "configs": {},
-        "resolved": {"objective": {"weights": {"ce": 1.0}}, "split_fingerprint": {}},
-    }
+    record = {"kind": "teacher", "configs": {}, **LEAST_RESOLVED}
     (folder / "run.json").write_text(json.dumps(with_format(record | fields)))
 
 

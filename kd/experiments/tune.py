@@ -863,6 +863,46 @@ def tune(
     return result
 
 
+class TunedChoice(Record):
+    """``best.json``'s ``tuned``: the trial chosen, its dev score on the metric, its
+    parameters, the space searched, the study and where it lives (none: its folder), and the
+    trial's run folder and worker."""
+
+    trial: int
+    dev: float
+    metric: str
+    params: dict[str, int | float]
+    space: dict[str, str]
+    study: str
+    storage: str | None
+    run: str | None
+    worker: str | None
+
+
+class BestConfiguration(Record):
+    """``best.json``: the config sections of the best trial (``kdw distill --config`` trains
+    them) and how it was chosen."""
+
+    data: dict[str, Any]
+    student: dict[str, Any]
+    objective: dict[str, Any]
+    optim: dict[str, Any]
+    tuned: TunedChoice
+
+
+def read_best(path: Path) -> BestConfiguration:
+    """The ``best.json`` a search wrote, checked; another file is a one-line error."""
+    best = read_json_file(path, MAX_CONFIG_BYTES, "the best configuration")
+    remedy = "tune again in a new folder"
+    check_format(best, path, remedy)
+    try:
+        return checked(best, BestConfiguration)
+    except RecordProblem as problem:
+        raise WorkbenchError(
+            f"{path} is not the best configuration of a search: {problem}: {remedy}"
+        ) from None
+
+
 def load_config_file(path: str | Path) -> dict:
     """The sections of a configuration file (``best.json``): ``{"data": {...}, ...}``."""
     path = Path(path)

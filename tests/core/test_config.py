@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from kd.cli import main
 from kd.methods.adkd import ADKDSettings
+from tests.conftest import LEAST_RESOLVED
 from workbench.analysis.explanations import HeatmapSettings
 from workbench.analysis.heatmap_export import ExportSettings
 from workbench.core.config import (
@@ -183,12 +184,12 @@ def test_a_run_reopens_with_its_settings_only(tmp_path):
     objective = ObjectiveConfig("adkd", {"ce": 0.1, "kd": 0.9, "attr": 10.0}).with_settings(
         attr_views=(0, 2)
     )
-    info = {"kind": "student", "configs": {"objective": to_dict(objective)}}
+    info = {"kind": "student", "configs": {"objective": to_dict(objective)}, **LEAST_RESOLVED}
     with Run.writing(tmp_path / "run", info, {}):
         pass
     with Run.writing(tmp_path / "run", info, {}):
         pass
-    other = {"kind": "student", "configs": {"objective": to_dict(replace(objective, weights={}))}}
+    other = info | {"configs": {"objective": to_dict(replace(objective, weights={}))}}
     with (
         pytest.raises(
             WorkbenchError, match=r'--weights \{"attr": 10\.0, "ce": 0\.1, "kd": 0\.9\} → \{\}'

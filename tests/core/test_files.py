@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import LEAST_RESOLVED
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import (
     append_json_line,
@@ -164,7 +165,7 @@ def test_an_output_file_may_be_a_pipe_a_device_or_a_link(tmp_path):
 def test_a_reopened_run_folder_loses_what_killed_writes_left(tmp_path):
     from workbench.core.runs import Run
 
-    info = {"kind": "teacher", "configs": {}}
+    info = {"kind": "teacher", "configs": {}, **LEAST_RESOLVED}
     with Run.writing(tmp_path / "run", info, {}):
         pass
     stale = tmp_path / "run" / ".checkpoint.pt.x1y2.tmp"

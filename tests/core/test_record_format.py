@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import LEAST_RESOLVED
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import FORMAT_KEY, RECORD_FORMAT, check_format, with_format
 from workbench.core.runs import RUN_FILE, Run
@@ -33,7 +34,7 @@ def test_a_record_is_written_with_the_format_and_read_only_in_it():
 
 @pytest.mark.parametrize("found", [OTHER, None])
 def test_a_run_record_of_another_format_or_none_is_refused(tmp_path: Path, found):
-    info = {"kind": "teacher", "configs": {}}
+    info = {"kind": "teacher", "configs": {}, **LEAST_RESOLVED}
     with Run.writing(tmp_path / "run", info, {}):
         pass
     path = tmp_path / "run" / RUN_FILE

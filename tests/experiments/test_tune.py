@@ -24,6 +24,7 @@ from kd.experiments.tune import (
     STUDY_NAME,
     PruningCallback,
     _check_record,
+    read_best,
     study_settings,
     trial_folder,
     trials_table,
@@ -154,8 +155,12 @@ def test_study_resumes_and_best_configuration_trains(tiny_teacher, tmp_path, cap
     assert main(args) == 0
     assert sorted(p.stat().st_mtime_ns for p in (out / "trials").glob("*/status.json")) == before
 
-    best = json.loads((out / "best.json").read_text())
-    assert best["tuned"]["dev"] == max(t.value for t in study.trials if t.value is not None)
+    best = read_best(out / "best.json")
+    assert best.tuned.dev == max(t.value for t in study.trials if t.value is not None)
+    damaged = tmp_path / "damaged.json"
+    damaged.write_text(json.dumps(best.plain() | {"tuned": {**best.tuned.plain(), "trial": "1"}}))
+    with pytest.raises(WorkbenchError, match=r'search: "tuned\.trial" is a string, expected an'):
+        read_best(damaged)
     capsys.readouterr()
     assert (
         main(
@@ -172,8 +177,8 @@ def test_study_resumes_and_best_configuration_trains(tiny_teacher, tmp_path, cap
         == 0
     )
     trained = Run.open(tmp_path / "best").info().configs
-    assert trained["objective"] == best["objective"]
-    assert trained["optim"]["learning_rate"] == best["optim"]["learning_rate"]
+    assert trained["objective"] == best.objective
+    assert trained["optim"]["learning_rate"] == best.optim["learning_rate"]
 
 
 def test_study_of_another_preset_is_refused_untouched(tiny_teacher, tmp_path, capsys):
@@ -450,9 +455,9 @@ def test_workers_share_postgresql_studies(tiny_teacher, tmp_path, capsys, postgr
     for root in roots:
         best = json.loads((root / "best.json").read_text())
         assert best["objective"] == expected["objective"]
-        assert best["tuned"]["params"] == expected["tuned"]["params"]
-        assert best["tuned"]["dev"] == expected["tuned"]["dev"]
-        assert best["tuned"]["storage"] == postgres and best["tuned"]["study"] == "grid"
+        assert best.tuned["params"] == expected["tuned"]["params"]
+        assert best.tuned["dev"] == expected["tuned"]["dev"]
+        assert best.tuned["storage"] == postgres and best.tuned["study"] == "grid"
 
     # a later call on the finished study trains nothing and writes the same summary
     before = sorted(p.stat().st_mtime_ns for p in roots[0].glob("trials/*/status.json"))

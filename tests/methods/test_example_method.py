@@ -16,6 +16,7 @@ import torch
 import kd.methods.objective as registry
 from kd.cli import build_parser, main
 from kd.cli.reproduce import reproduce_suite
+from kd.experiments.reproduce.record import SuiteRecord
 from kd.experiments.reproduce.report import write_report
 from kd.experiments.reproduce.runner import compact
 from kd.experiments.reproduce.suite import TaskPlan, ablations, experiments
@@ -28,7 +29,9 @@ from workbench.core import config
 from workbench.core.config import DataConfig, ObjectiveConfig, OptimConfig, to_dict
 from workbench.core.data import batches, encode, load_task
 from workbench.core.errors import WorkbenchError
+from workbench.core.files import with_format
 from workbench.core.models import forward
+from workbench.core.records import checked
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "hidden_mse.py"
 
@@ -178,7 +181,8 @@ def test_registering_the_example_gives_it_a_tune_space_an_ablation_and_a_verdict
         "test_sets": {"t": {"uids": [f"u{i}" for i in range(50)], "labels": compact(labels)}},
         "students": students,
     }
-    report = write_report(tmp_path, results, {}).read_text()
+    record = checked(with_format(results), SuiteRecord)
+    report = write_report(tmp_path, record, {}).read_text()
     assert "| hidden-mse | 80.0 ± 0.0 | 80.0 ± 0.0 | +30.0 [" in report
     verdict = next(line for line in report.splitlines() if "Hidden MSE ≥ vanilla KD" in line)
     assert verdict.startswith(

@@ -336,7 +336,7 @@ def _is_label_map(text: Any) -> bool:
 
 def label_map_option(model: str) -> Any:
     """The ``--label-map`` setting of a config that loads ``model`` (a field recorded only
-    when set: runs made before it had none)."""
+    when set)."""
     return option(
         "",
         f"how the task's classes are named by the {model} where the names differ: "

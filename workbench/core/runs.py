@@ -205,6 +205,15 @@ class Checkpoint(Record):
 Results = dict[str, dict[str, float | None]]  # results.json: the best model's metrics by split
 
 
+class SplitPredictions(Record):
+    """A split in ``predictions.json``: each example's id, gold label and prediction (class
+    ids, or a regression's scores), and (other keys) a student's loyalty per example."""
+
+    uids: list[Any]
+    labels: list[int | float]
+    predictions: list[int | float]
+
+
 RUN_REMEDY = "restore the file, or delete the run folder to train anew"
 FORMAT_REMEDY = "train the run again in a new --run-dir"
 STATUS_REMEDY = (
@@ -300,6 +309,7 @@ class Run:
         rather than overwritten. So is a run that another process is writing: the one-line
         error names that process. Its lock (``.lock``) dies with it, so a killed run resumes."""
         run, info = cls(Path(path)), with_format(info)
+        given = checked(json.loads(json.dumps(info, default=str)), RunRecord)  # before writing
         check_parents(run.path, "--run-dir")
         if run.path.is_file() or (
             not (run.path / RUN_FILE).exists()
@@ -310,18 +320,17 @@ class Run:
         with hold(run.path / LOCK_FILE, f"run folder {run.path}"):
             remove_stale_temporaries(run.path)  # left by a killed writer
             if (run.path / RUN_FILE).exists():
-                run._check_settings(info)
+                run._check_settings(given)
                 run._mend_status()
             else:
                 run._start(info, manifest)
             yield run
 
-    def _check_settings(self, info: dict[str, Any]) -> None:
-        """Refuse to reopen a run with other settings, one whose data changed since, or one
-        whose settings now resolve to another objective (``info[RESOLVED]``: a preset's
-        defaults changed)."""
+    def _check_settings(self, given: RunRecord) -> None:
+        """Refuse to reopen a run with other settings than ``given``, one whose data changed
+        since, or one whose settings now resolve to another objective (``resolved``: a
+        preset's defaults changed)."""
         existing = self.info()
-        given = checked(json.loads(json.dumps(info, default=str)), RunRecord)
         shown = differences(
             existing.model_dump(exclude_unset=True, exclude={RESOLVED}),
             given.model_dump(exclude_unset=True, exclude={RESOLVED}),
@@ -478,6 +487,12 @@ class Run:
         that record: its error says so and that rerunning the run's command rewrites it."""
         return self.read_json(STATUS_FILE, STATUS_REMEDY, RunStatus, "a run's status")
 
+    def predictions(self) -> dict[str, SplitPredictions]:
+        """The best model's predictions by split (:class:`SplitPredictions`)."""
+        return self.read_json(
+            "predictions.json", RESULTS_REMEDY, dict[str, SplitPredictions], "a run's predictions"
+        )
+
     def writer(self) -> int | None:
         """The id of the process that holds the run's lock (``.lock``) and is alive, None when
         no live process does (the lock dies with its process; its id stays in the file)."""
@@ -549,7 +564,7 @@ class Run:
         """The resumable state ``checkpoint.pt`` holds (tensors on ``device``), read as plain
         tensors, numbers and containers only (``torch.load(weights_only=True)``): nothing in a
         run folder from someone else runs code. A file that would need to run code to load (a
-        planted pickle, or a checkpoint of an older version holding numpy arrays) and a damaged
+        planted pickle, or a checkpoint holding numpy arrays) and a damaged
         one (truncated, overwritten) are one-line errors naming the file and the remedy."""
         import pickle
         import warnings
@@ -660,7 +675,7 @@ def teacher_change(then: ResolvedTeacher | None, now: ResolvedTeacher | None) ->
     """What changed between the teacher a run pinned (``then``, its ``run.json``) and the
     teacher as it is ``now`` (:func:`~workbench.core.verify.model_digest`), in words: ``the
     weights of /t/model are 1f2e… now, 9a8b… when the run was made``; None when nothing did, or
-    when either side has no record (a run of an earlier version, a hub id)."""
+    when either side has no record (a hub id)."""
     if not then or not now:
         return None
     parts = [

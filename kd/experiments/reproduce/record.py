@@ -95,8 +95,8 @@ class Examples(Record):
 
 class StudentRow(Record):
     """A finished student: its identity (``key``), experiment, run folder, its teacher's
-    weights (null: a given classifier; absent: rows of earlier versions), test metrics,
-    per-example values and seconds."""
+    weights (null: a given classifier; absent: not recorded), test metrics, per-example values
+    and seconds."""
 
     key: str = ""
     task: str

@@ -51,7 +51,7 @@ from kd.experiments.reproduce.suite import (
     suite_key,
     teacher_settings,
 )
-from kd.experiments.tune import tune
+from kd.experiments.tune import read_best, tune
 from kd.methods.objective import PARAMETERS, PRESETS
 from kd.training.pipeline import check_teacher, distill, teacher_pin, train_teacher
 from workbench.analysis.benchmark import benchmark
@@ -75,7 +75,6 @@ from workbench.core.files import (
     RECORD_FORMAT,
     RECORD_LIMIT,
     atomic_write_json,
-    check_format,
     read_json_file,
 )
 from workbench.core.models import load_for_task, load_model, load_run, load_tokenizer, resolve_model
@@ -300,12 +299,13 @@ def train_and_score(
         cache_dir=out / "runs" / experiment.task / "teacher_cache",  # shared: keyed by settings
     )
     scores = SCORES(Run(teacher), run, plan.explained_examples)
-    predicted = run.read_json("predictions.json")["test"]
-    if predicted["uids"] != scores["uids"]:
+    predicted = run.predictions()["test"]
+    if predicted.uids != scores["uids"]:
         raise WorkbenchError(f"{run.path}: predictions and scores cover different examples")
+    loyalty = predicted.model_extra
     examples = {
-        "predictions": compact(predicted["predictions"]),
-        **{name: compact(predicted[name]) for name in LOYALTY if name in predicted},
+        "predictions": compact(predicted.predictions),
+        **{name: compact(loyalty[name]) for name in LOYALTY if name in loyalty},
         **scores["examples"],
     }
     test = {**run.results()["test"], **scores["means"]}
@@ -369,17 +369,16 @@ def choose_weights(out: Path, teacher: Path, suite: Suite, method: str, threads:
     )
     if result.best is None:
         raise WorkbenchError(f"kdw tune {method}: no trial finished (all pruned or stopped)")
-    best = read_json_file(result.best, RECORD_LIMIT, "the best configuration")
-    check_format(best, result.best, "tune again in a new folder")
+    best = read_best(result.best)
     return Search(
         key=fingerprint(tuning_settings(suite, method)),
         task=task,
         searched=list(suite.tuned[method]),
-        space=best["tuned"]["space"],
-        metric=best["tuned"]["metric"],
-        chosen=best["tuned"]["params"],
-        dev=best["tuned"]["dev"],
-        objective=best["objective"],
+        space=best.tuned.space,
+        metric=best.tuned.metric,
+        chosen=best.tuned.params,
+        dev=best.tuned.dev,
+        objective=best.objective,
         trials=result.rows,
     )
 
@@ -682,7 +681,7 @@ class SuiteCall:
 
     def taught_alike(self, row: StudentRow) -> bool:
         """Whether a recorded student learnt from its task's teacher as it is now: the weights
-        the row recorded (rows of earlier versions: unless the teacher was trained again to
+        the row recorded (a row that recorded none: unless the teacher was trained again to
         other weights in this call)."""
         if "teacher" in row.model_fields_set and row.task in self.runs:
             return row.teacher == (self.teachers[row.task].weights or None)
@@ -699,10 +698,8 @@ class SuiteCall:
         experiment = self.todo[index]
         test_set = test_set_key(self.suite.plan_of(experiment).data)
         if test_set not in self.test_sets:
-            predicted = Run(self.out / result.run).read_json("predictions.json")["test"]
-            self.test_sets[test_set] = Sample(
-                uids=predicted["uids"], labels=compact(predicted["labels"])
-            )
+            predicted = Run(self.out / result.run).predictions()["test"]
+            self.test_sets[test_set] = Sample(uids=predicted.uids, labels=compact(predicted.labels))
         self.scored[index] = StudentRow(
             key=self.keys[index],
             task=experiment.task,
