@@ -23,7 +23,7 @@ from kd.methods.objective import (
     teacher_field,
     term,
 )
-from workbench.core.config import MAX_TEMPERATURE
+from workbench.core.config import MAX_TEMPERATURE, MIN_TEMPERATURE
 from workbench.core.lazy import lazy_module
 
 if TYPE_CHECKING:
@@ -112,9 +112,8 @@ parameter(
     "tau",
     Parameter(
         "KD temperature τ",
-        0.0,
+        MIN_TEMPERATURE,
         MAX_TEMPERATURE,
-        closed=False,
         needs=("kd",),
         apply=lambda config, value: replace(config, temperature=float(value)),
         read=lambda config: config.temperature or PRESETS[config.preset].temperature,

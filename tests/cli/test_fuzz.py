@@ -2,8 +2,11 @@
 hostile value for any option of the commands that write, and a mangled copy of any file of a
 run. Each command either succeeds or ends in one line on stderr (``kdw: error: ...``), exit
 status 2, no traceback, and nothing new on disk and nothing changed. The examples are drawn
-deterministically (``derandomize``), so that a failure in CI reproduces here;
-``KDW_FUZZ_EXAMPLES`` sets how many per test (100 in the test command)."""
+deterministically (``derandomize``), so that a failure in CI reproduces here. An example of the
+options' test gives every option of a command a value (the first example the simplest, "", the
+others drawn); an example of the files' test mangles one file one way. ``KDW_FUZZ_EXAMPLES``
+multiplies how many each test draws (1 in the test command: 2 sweeps of the options, 60 files
+mangled)."""
 
 from __future__ import annotations
 
@@ -20,14 +23,20 @@ from hypothesis import strategies as st
 from kd.cli import build_parser
 from tests.conftest import kdw_here, write_tiny_runs
 
-# slow: each drawn example runs a kdw command; 100 of them are the tests' strength
-FUZZ = settings(  # KDW_FUZZ_EXAMPLES=1000 for a longer search than the test command's
-    max_examples=int(os.environ.get("KDW_FUZZ_EXAMPLES", "100")),
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+# slow: each kdw command an example runs takes 0.1–0.4 s; the test command runs about 550
+SCALE = int(os.environ.get("KDW_FUZZ_EXAMPLES", "1"))  # 10 for a longer search
+
+
+def fuzz(examples: int):
+    """Hypothesis' settings for a test of ``examples`` examples (times :data:`SCALE`)."""
+    return settings(
+        max_examples=examples * SCALE,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
+
 
 # values that break a number, a path, a name or a list: each option meets all of them
 HOSTILE = [
@@ -100,18 +109,20 @@ def _assert_clean(status: int, stderr: str, cwd: Path, before: dict[str, bytes],
 
 @pytest.mark.parametrize("command", ["train-teacher", "distill", "export", "attribute"])
 @pytest.mark.slow
-# slow: each drawn option value runs a kdw command (in this process) in an empty folder
+# slow: each option's value runs a kdw command (in this process) in an empty folder
 def test_any_option_value_succeeds_or_is_refused_in_one_line_before_writing(work, command):
     options = _options(command)
     base = _commands(work)[command]
 
-    @FUZZ
-    @given(option=st.sampled_from(options), value=VALUES)
-    def case(option: str, value: str) -> None:
-        with tempfile.TemporaryDirectory() as folder:
-            cwd = Path(folder)
-            status, stderr = kdw_here([*base, f"{option}={value}"], cwd)
-            _assert_clean(status, stderr, cwd, {}, (option, value))
+    @fuzz(2)
+    @given(data=st.data())
+    def case(data) -> None:
+        for option in options:  # every option, each a value of its own
+            value = data.draw(VALUES, label=option)
+            with tempfile.TemporaryDirectory() as folder:
+                cwd = Path(folder)
+                status, stderr = kdw_here([*base, f"{option}={value}"], cwd)
+                _assert_clean(status, stderr, cwd, {}, (option, value))
 
     case()
 
@@ -183,7 +194,7 @@ def test_a_mangled_run_file_is_read_or_refused_in_one_line(work, run, reader):
     files = _run_files(work / run)
     commands = _commands(work)
 
-    @FUZZ
+    @fuzz(60)
     @given(
         name=st.sampled_from(files),
         how=st.sampled_from(MANGLES),

@@ -273,7 +273,7 @@ def test_number_domains(x: float):
 
 @given(st.none() | numbers)
 def test_an_optional_option_also_takes_none(x: float | None):
-    expected = x is None or (_finite(x) and 0 < x <= 1000)
+    expected = x is None or (_finite(x) and 0.01 <= x <= 1000)
     assert _accepted(lambda: ObjectiveConfig(temperature=x)) is expected
 
 

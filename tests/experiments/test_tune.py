@@ -88,7 +88,7 @@ def _tune_args(data, teacher, out, *extra):
         ("tau=4:1", "empty or inverted range"),
         ("tau=2:2", "empty or inverted range"),
         ("beta=-1,10", "-1 must lie in [0, inf)"),
-        ("tau=0,1", "0 must lie in (0, 1000]"),
+        ("tau=0,1", "0 must lie in [0.01, 1000]"),
         ("alpha=0.5,1.5", "1.5 must lie in [0, 1]"),
         ("top_k=2.5", "must be an integer"),
         ("lr=0:1e-3:log", "a log range needs LOW > 0"),
@@ -455,9 +455,9 @@ def test_workers_share_postgresql_studies(tiny_teacher, tmp_path, capsys, postgr
     for root in roots:
         best = json.loads((root / "best.json").read_text())
         assert best["objective"] == expected["objective"]
-        assert best.tuned["params"] == expected["tuned"]["params"]
-        assert best.tuned["dev"] == expected["tuned"]["dev"]
-        assert best.tuned["storage"] == postgres and best.tuned["study"] == "grid"
+        assert best["tuned"]["params"] == expected["tuned"]["params"]
+        assert best["tuned"]["dev"] == expected["tuned"]["dev"]
+        assert best["tuned"]["storage"] == postgres and best["tuned"]["study"] == "grid"
 
     # a later call on the finished study trains nothing and writes the same summary
     before = sorted(p.stat().st_mtime_ns for p in roots[0].glob("trials/*/status.json"))

@@ -159,8 +159,8 @@ def _outside(option: str, shown: str, expected: str) -> str:
         ("--weights", "kd=nan", _weight("nan")),
         ("--weights", "kd=inf", _weight("inf")),
         ("--weights", "ce=1,kd=-1", _weight("-1")),
-        ("--temperature", "1e30", _outside("--temperature", "1e+30", "a number in (0, 1000]")),
-        ("--temperature", "nan", _outside("--temperature", "nan", "a number in (0, 1000]")),
+        ("--temperature", "1e30", _outside("--temperature", "1e+30", "a number in [0.01, 1000]")),
+        ("--temperature", "nan", _outside("--temperature", "nan", "a number in [0.01, 1000]")),
     ],
 )
 def test_weights_and_temperatures_outside_their_domain_are_refused_before_any_write(
@@ -183,7 +183,7 @@ def test_the_temperature_bound_and_finite_values_hold_in_the_config_and_the_sear
         ObjectiveConfig(temperature=1000.5)
     with pytest.raises(WorkbenchError, match=r"--weights: \{'attr': -0\.5\} is not allowed"):
         ObjectiveConfig(weights={"attr": -0.5})
-    with pytest.raises(WorkbenchError, match=r"--space tau: 2000 must lie in \(0, 1000\]"):
+    with pytest.raises(WorkbenchError, match=r"--space tau: 2000 must lie in \[0\.01, 1000\]"):
         parse_dimension("tau", "1,2000")
     with pytest.raises(WorkbenchError, match=r"--space beta: inf must lie in \[0, inf\)"):
         parse_dimension("beta", "1,inf")

@@ -87,8 +87,12 @@ unit_interval = Domain(lambda v: _is_number(v) and 0 <= v <= 1, "a number in [0,
 colormap = Domain(_is_colormap, "a matplotlib colormap name, such as viridis or PuOr_r")
 MAX_DPI = 1200  # the largest --dpi (its help says why)
 dpi_range = number_in(0, MAX_DPI)
-MAX_TEMPERATURE = 1000.0  # the largest --temperature (its help says why)
-temperature_range = number_in(0, MAX_TEMPERATURE)
+MIN_TEMPERATURE, MAX_TEMPERATURE = 0.01, 1000.0  # --temperature's range (its help says why)
+temperature_range = Domain(
+    lambda v: _is_number(v) and MIN_TEMPERATURE <= v <= MAX_TEMPERATURE,
+    f"a number in [{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:g}]",
+    maximum=MAX_TEMPERATURE,
+)
 
 
 def weight_pairs(text: str) -> dict[str, float]:
@@ -530,9 +534,10 @@ class ObjectiveConfig(Checked):
     )
     temperature: float | None = option(
         None,
-        "softmax temperature τ of the KD term (default: the preset's τ; {temperatures}), at "
-        f"most {MAX_TEMPERATURE:g}: the term is scaled by τ², and far above, the logits over τ "
-        "fall to float32 rounding (τ² overflows it from 2e19); the papers use 1 to 20",
+        "softmax temperature τ of the KD term (default: the preset's τ; {temperatures}), from "
+        f"{MIN_TEMPERATURE:g} (far below, the logits over τ overflow float32 and the term is "
+        f"NaN) to {MAX_TEMPERATURE:g} (the term is scaled by τ², and far above, the logits over "
+        "τ fall to float32 rounding; τ² overflows it from 2e19); the papers use 1 to 20",
         domain=temperature_range,
     )
     kd_form: str | None = option(
