@@ -211,8 +211,8 @@ def given_teacher(plan: TaskPlan) -> tuple[Path, dict]:
 
 
 def same_teacher(before: TeacherRecord, now: TeacherRecord) -> bool:
-    """Whether two records of a task's teacher hold the same weights (a record of an earlier
-    version, without their digest: the same test metrics)."""
+    """Whether two records of a task's teacher hold the same weights (a given classifier's,
+    without their digest: the same test metrics)."""
     if before.weights and now.weights:
         return before.weights == now.weights
     return before.test == now.test
