@@ -352,3 +352,16 @@ def test_the_demo_build_stops_with_the_app_that_launched_it(tmp_path, tiny_model
     assert not build.alive, "the build outlived the app"
     assert not runner.demo_ready(quick)
     assert json.loads((quick / "teacher" / "status.json").read_text())["state"] != "finished"
+
+
+def test_a_job_is_alive_from_its_start_until_it_ends():
+    """A child of this process is alive while it runs, whatever its command line shows (a job
+    just launched shows this process's until it starts the runner), and dead once it ends."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    assert jobs.RUNNER.encode() not in Path(f"/proc/{child.pid}/cmdline").read_bytes()
+    assert jobs.process_alive(child.pid)
+    child.kill()
+    deadline = time.time() + 10
+    while jobs.process_alive(child.pid) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not jobs.process_alive(child.pid)

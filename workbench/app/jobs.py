@@ -33,10 +33,12 @@ TRAININGS = ("teacher", "student", "tune")  # the kinds of job the Train page fo
 
 
 def process_alive(pid: int) -> bool:
-    """Whether ``pid`` is a running (not zombie) runner process; reaps our finished children."""
+    """Whether ``pid`` is a running (not zombie) runner process; reaps our finished children.
+    A child of ours that runs is alive whatever its command line shows (just started, it may
+    not show the runner's yet); another process's ``pid`` may have been reused since, so its
+    command line must name the runner."""
     try:
-        if os.waitpid(pid, os.WNOHANG)[0] == pid:
-            return False
+        return os.waitpid(pid, os.WNOHANG)[0] != pid
     except ChildProcessError:
         pass  # not our child: another server started it
     try:
