@@ -271,9 +271,8 @@ def _report(
         "explainers": explainers,
         "load_average": previous.load_average if previous else list(os.getloadavg()),
         "cpu_count": os.cpu_count(),
-        "rows": _ranked(
-            kept_rows + [dict(r) for r in rows], listed, list(explainers)
-        ),  # ranked anew
+        # copies of this run's rows: ranking them again would change a report handed on
+        "rows": _ranked(kept_rows + [dict(r) for r in rows], listed, list(explainers)),
         "intervals": kept_intervals + intervals,
     }
 
