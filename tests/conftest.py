@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -164,25 +165,73 @@ def _unit(item: pytest.Item) -> str:
     return item.nodeid.rpartition("@")[2]
 
 
-def debian_package(*packages: str, recommends: bool = True) -> None:
-    """Install Debian's ``packages`` with apt-get (as the CI machine's root can), or skip the test
-    that needs them where that is impossible; ``recommends=False`` leaves out the packages they
-    merely recommend (a smaller install)."""
-    named = " ".join(packages)
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        pytest.skip(f"Debian's {named} is missing and apt-get cannot install it here (not root)")
+# The Debian packages the tests need, by the fixture that needs them: the packages, and whether
+# those they recommend come too (False: a smaller install). Installed with apt-get where missing
+# and possible (as the CI machine's root can), in the background from the start of the run
+# (:func:`pytest_collection_finish`), else the fixture's test is skipped.
+DEBIAN = {
+    "chromium": (("chromium",), True),
+    "postgres": (("postgresql",), True),
+    "pdflatex": (("texlive-latex-base", "lmodern"), False),
+    "poppler": (("poppler-utils",), False),
+}
+APT_LOCK = Path(tempfile.gettempdir()) / "kdw-tests-apt-get.lock"
+_installing: list[threading.Thread] = []
+
+
+def _apt_get(fixture: str) -> bool:
+    """Install the packages of ``fixture`` (:data:`DEBIAN`) unless dpkg has them all, one
+    apt-get at a time on this machine (dpkg refuses a second one: the other test worker, or
+    another test run, waits for the first to finish); whether they are installed."""
+    packages, recommends = DEBIAN[fixture]
     install = ["apt-get", "install", "-y", "-q", *packages]
     if not recommends:
         install.insert(2, "--no-install-recommends")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    # one apt-get at a time on this machine (dpkg refuses a second one): the other test
-    # worker, or another test run, waits here for the first to finish
-    with FileLock(Path(tempfile.gettempdir()) / "kdw-tests-apt-get.lock"):
+    with FileLock(APT_LOCK):
+        status = ["dpkg-query", "-W", "-f", "${db:Status-Abbrev}\n", *packages]
+        listed = subprocess.run(status, capture_output=True, text=True, check=False).stdout
+        if listed.split() == ["ii"] * len(packages):
+            return True
         if subprocess.run(install, capture_output=True, env=env, check=False).returncode == 0:
-            return
+            return True
         subprocess.run(["apt-get", "update", "-q"], capture_output=True, env=env, check=False)
-        if subprocess.run(install, capture_output=True, env=env, check=False).returncode != 0:
-            pytest.skip(f"apt-get install {named} failed")
+        return subprocess.run(install, capture_output=True, env=env, check=False).returncode == 0
+
+
+def _can_install() -> bool:
+    return os.geteuid() == 0 and shutil.which("apt-get") is not None
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """One process of the run (the first worker) installs the Debian packages that its selected
+    tests need, in a background thread, in the order the tests come: the tests run meanwhile
+    (apt-get and the test run share the cores, rather than a test waiting on apt-get), and a
+    test that needs a package still installing waits for it in :func:`debian_package`."""
+    if os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0" or not _can_install():
+        return
+    needed = [name for item in session.items for name in item.fixturenames if name in DEBIAN]
+    if needed:
+        fixtures = list(dict.fromkeys(needed))
+        thread = threading.Thread(target=lambda: [_apt_get(f) for f in fixtures], daemon=True)
+        thread.start()
+        _installing.append(thread)
+
+
+def pytest_sessionfinish() -> None:
+    """A run that ends first waits for the background apt-get: dpkg is never cut off mid-install."""
+    for thread in _installing:
+        thread.join()
+
+
+def debian_package(fixture: str) -> None:
+    """Install the Debian packages of ``fixture`` (:data:`DEBIAN`), or skip its test where that
+    is impossible."""
+    named = " ".join(DEBIAN[fixture][0])
+    if not _can_install():
+        pytest.skip(f"Debian's {named} is missing and apt-get cannot install it here (not root)")
+    if not _apt_get(fixture):
+        pytest.skip(f"apt-get install {named} failed")
 
 
 @contextmanager

@@ -297,7 +297,7 @@ def postgres() -> Iterator[str]:
     root); its SQLAlchemy URL."""
     binaries = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
     if not binaries:
-        debian_package("postgresql")
+        debian_package("postgres")
         binaries = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
     if not binaries:
         pytest.skip("Debian's postgresql has no pg_ctl here")

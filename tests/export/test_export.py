@@ -254,7 +254,7 @@ def pdflatex() -> str:
     """pdflatex with Latin Modern's Type 1 fonts (their glyphs map back to text), installed with
     apt when missing and possible: the smallest TeX that compiles the export."""
     if not (shutil.which("pdflatex") and _kpsewhich("lmodern.sty")):
-        debian_package("texlive-latex-base", "lmodern", recommends=False)
+        debian_package("pdflatex")
     return shutil.which("pdflatex")
 
 
@@ -269,7 +269,7 @@ def _kpsewhich(name: str) -> bool:
 def poppler() -> None:
     """poppler-utils' pdftoppm and pdftotext, installed with apt when missing and possible."""
     if not (shutil.which("pdftoppm") and shutil.which("pdftotext")):
-        debian_package("poppler-utils", recommends=False)
+        debian_package("poppler")
 
 
 def _pdf_text(pdf: Path) -> str:
