@@ -29,7 +29,7 @@ from filelock import FileLock
 from transformers import AutoModelForSequenceClassification, BertConfig, BertTokenizerFast
 
 from kd.cli import main
-from workbench.app.common import ADDED_FILE
+from workbench.app.catalog import ADDED_FILE
 
 # No test starts the app's real demo build: on an empty runs root the app launches it in a
 # background process that outlives the test run. Set for the whole session, not per test, so

@@ -355,7 +355,7 @@ def test_students_of_a_teacher_trained_again_to_other_weights_are_trained_again(
 ):
     """A call that trains the teacher again (its folder gone, a student left to train) keeps
     the students recorded with the former teacher only when the new one has the same weights
-    (rows of earlier versions, which lack the teacher's digest: the same test metrics)."""
+    (a record without the teacher's digest, as a given classifier's: the same test metrics)."""
     suite = kd_and_ckd
     out = tmp_path / "suite"
     reproduce(out, suite, announce=lambda _: None)
@@ -379,11 +379,11 @@ def test_students_of_a_teacher_trained_again_to_other_weights_are_trained_again(
     assert trained(teacher, kd_row) == ["ckd"]  # trained again to the same weights: kept
     other = [{**kd_row[0], "teacher": "0" * 16}]  # learnt from another teacher's weights
     assert trained(teacher, other) == ["kd", "ckd"]
-    earlier = {k: v for k, v in teacher.items() if k != "weights"}  # records of earlier versions
-    legacy = [{k: v for k, v in r.items() if k != "teacher"} for r in kd_row]
-    assert trained(earlier, legacy) == ["ckd"]
-    worse = {**earlier, "test": {**earlier["test"], "accuracy": 0.0}}
-    assert trained(worse, legacy) == ["kd", "ckd"]
+    undigested = {k: v for k, v in teacher.items() if k != "weights"}  # compared by metrics
+    rows = [{k: v for k, v in r.items() if k != "teacher"} for r in kd_row]
+    assert trained(undigested, rows) == ["ckd"]
+    worse = {**undigested, "test": {**undigested["test"], "accuracy": 0.0}}
+    assert trained(worse, rows) == ["kd", "ckd"]
 
 
 # slow: a teacher and two students trained and scored over two suite calls

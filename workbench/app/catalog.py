@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.core.errors import WorkbenchError
+from workbench.core.files import RECORD_LIMIT, read_json_file, user_cache
 from workbench.core.runs import (
     RUN_FILE,
     ResolvedTeacher,
@@ -21,6 +22,7 @@ from workbench.core.runs import (
 )
 
 RUNS_ENV = "KDW_RUNS"
+ADDED_FILE = "app-added.json"  # under the user's cache: the folders and hub ids added
 
 
 def runs_roots() -> list[Path]:
@@ -256,6 +258,17 @@ def named_under(entries: list[RunEntry], folder: Path) -> list[RunEntry]:
     for entry in entries:
         entry.name = f"{folder.name}/{entry.name}"
     return entries
+
+
+def added_sources() -> list[str]:
+    """The folders and hub ids added in the sidebar, kept across page reloads and launches in
+    :data:`ADDED_FILE` under the user's cache (never in the user's own folders)."""
+    path = user_cache() / ADDED_FILE
+    try:
+        value = read_json_file(path, RECORD_LIMIT, "the app's added folders")
+    except WorkbenchError:  # none added yet, or a damaged file: start again
+        return []
+    return [s for s in value if isinstance(s, str)] if isinstance(value, list) else []
 
 
 def added_entries(source: str) -> list[RunEntry]:

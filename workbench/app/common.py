@@ -30,8 +30,10 @@ from workbench.analysis.examples import Example, read_examples, split_examples
 from workbench.analysis.explanations import HeatmapSettings
 from workbench.analysis.loyalty import loyalty_tables, split_outputs
 from workbench.app.catalog import (
+    ADDED_FILE,
     RunEntry,
     added_entries,
+    added_sources,
     discover_runs,
     named_under,
     runs_root,
@@ -50,12 +52,11 @@ from workbench.core.config import (
 )
 from workbench.core.data import Split, TaskData, load_task, sample_split
 from workbench.core.errors import WorkbenchError
-from workbench.core.files import RECORD_LIMIT, atomic_write_json, read_json_file, user_cache
+from workbench.core.files import atomic_write_json, user_cache
 from workbench.core.models import LoadedModel, load_model, load_run, quiet_library_output
 
 THREADS_ENV = "KDW_APP_THREADS"
 CASE_EXAMPLE = "case_study.handover"  # session key: an example sent to the Case study page
-ADDED_FILE = "app-added.json"  # under the user's cache: the folders and hub ids added
 ADDED_NOTE = "models.added_note"  # session key: what the last folder added gave
 DEFAULT_TEXT = "the movie was not good, but the music was really great"
 _MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|$<>~:])")
@@ -95,17 +96,6 @@ def runs() -> list[RunEntry]:
             listed.add(folder)
             unique.append(entry)
     return unique
-
-
-def added_sources() -> list[str]:
-    """The folders and hub ids added in the sidebar, kept across page reloads and launches in
-    :data:`ADDED_FILE` under the user's cache (never in the user's own folders)."""
-    path = user_cache() / ADDED_FILE
-    try:
-        value = read_json_file(path, RECORD_LIMIT, "the app's added folders")
-    except WorkbenchError:  # none added yet, or a damaged file: start again
-        return []
-    return [s for s in value if isinstance(s, str)] if isinstance(value, list) else []
 
 
 def _add_model() -> None:
