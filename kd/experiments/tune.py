@@ -538,9 +538,14 @@ def _key(values: dict) -> tuple:
 
 
 def _setting(trial) -> tuple:
-    """A trial's settings as a key: those it tried or was queued with, or (a trial that has not
-    chosen yet) its number."""
-    values = trial.params or trial.system_attrs.get("fixed_params")
+    """A trial's settings as a key: those it was queued with, or those it tried once it has
+    chosen them all (it has finished, or its run started), else its number. A trial writes its
+    parameters one at a time, so another worker may read it with some of them: those few are
+    not a setting (a queued trial read so would leave its setting looking untried, and
+    queued again)."""
+    values = trial.system_attrs.get("fixed_params")
+    if values is None and (trial.state.is_finished() or "run" in trial.user_attrs):
+        values = trial.params
     return _key(values) if values else (("trial", trial.number),)
 
 
@@ -554,16 +559,12 @@ def _counted(trial) -> bool:
     ) and not trial.user_attrs.get("stopped")
 
 
-def _earlier_outcome(study, number: int, values: dict):
-    """Another trial with the same settings that completed, was pruned or diverged, if any: its
-    run folder is this trial's, so its outcome stands (a pruned run is not trained on, a
-    diverged one would diverge again)."""
+def _earlier_outcome(trials: Sequence, number: int, values: dict):
+    """Of ``trials``, another trial with the same settings that completed, was pruned or
+    diverged, if any: its run folder is this trial's, so its outcome stands (a pruned run is
+    not trained on, a diverged one would diverge again)."""
     return next(
-        (
-            t
-            for t in study.get_trials(deepcopy=False)
-            if t.number != number and t.params == values and _counted(t)
-        ),
+        (t for t in trials if t.number != number and t.params == values and _counted(t)),
         None,
     )
 
@@ -592,17 +593,19 @@ def _surplus(study, number: int, target: int) -> bool:
     return len(_planned(t for t in trials if t.number < number)) >= target
 
 
-def _running_twin(study, number: int, values: dict):
-    """Another running trial with the same settings, if any. Each trial records its settings
-    before it looks, so of two trials given the same settings at once the later to look sees
-    the other: at most one of them runs."""
+def _running_twin(trials: Sequence, number: int, values: dict):
+    """Of ``trials``, another running trial with the same settings, if any. Each trial records
+    its settings before it looks, so of two trials given the same settings at once the later
+    to look sees the other: at most one of them runs. ``trials`` is the read that
+    :func:`_earlier_outcome` looked in: a twin that finished between two reads would be in
+    neither (not yet done in the first, no longer running in the second)."""
     from optuna.trial import TrialState
 
     return next(
         (
             t
-            for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-            if t.number != number and t.params == values
+            for t in trials
+            if t.number != number and t.params == values and t.state == TrialState.RUNNING
         ),
         None,
     )
@@ -790,7 +793,8 @@ def tune(
                 trial.set_user_attr("surplus", True)
                 raise GiveWay("the trials before it fill the budget")
             values = {name: dimension.suggest(trial) for name, dimension in space.items()}
-            earlier = _earlier_outcome(study, trial.number, values)
+            others = study.get_trials(deepcopy=False)  # one read for both looks
+            earlier = _earlier_outcome(others, trial.number, values)
             if earlier is not None:  # settings already tried (proposed again, or queued twice)
                 if earlier.user_attrs.get("diverged"):
                     trial.set_user_attr("diverged", earlier.user_attrs["diverged"])
@@ -798,7 +802,7 @@ def tune(
                 if earlier.state == optuna.trial.TrialState.PRUNED:
                     raise optuna.TrialPruned()
                 return earlier.value
-            twin = _running_twin(study, trial.number, values)
+            twin = _running_twin(others, trial.number, values)
             if twin is not None:  # a failed trial, not counted: the setting stays twin's
                 trial.set_user_attr("duplicate", twin.number)
                 raise GiveWay(f"trial {twin.number} tries these settings")

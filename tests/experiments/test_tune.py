@@ -24,6 +24,7 @@ from kd.experiments.tune import (
     STUDY_NAME,
     PruningCallback,
     _check_record,
+    _planned,
     read_best,
     study_settings,
     trial_folder,
@@ -500,6 +501,30 @@ def test_a_study_is_joined_in_its_format_with_its_settings_and_damaged_settings_
     study.set_user_attr(FORMAT_KEY, RECORD_FORMAT + 1)
     with pytest.raises(WorkbenchError, match=r"^here has record format 2, this release reads"):
         _check_record(study, attrs, "here", "start over")
+
+
+def test_a_trial_read_while_it_writes_its_settings_keeps_them_planned():
+    """A worker reads the others' trials while they write their parameters one at a time: a
+    queued trial's setting stays planned (a worker that took it for untried queued it again,
+    and the grid had a setting tried twice), and a trial that has chosen only some of its
+    parameters plans a setting of its own, not the few it wrote."""
+    study = optuna.create_study()
+    study.enqueue_trial({"alpha": 0.8, "tau": 2.0})
+    queued, free = study.ask(), study.ask()
+    for trial in (queued, free):
+        trial.suggest_float("alpha", 0.0, 1.0)  # the first of its two parameters written
+    assert queued.params == {"alpha": 0.8}
+    assert _planned(study.get_trials(deepcopy=False)) == {
+        (("alpha", 0.8), ("tau", 2.0)),
+        (("trial", free.number),),
+    }
+    for trial in (queued, free):
+        trial.suggest_float("tau", 1.0, 4.0)
+    study.tell(free, 0.5)
+    assert _planned(study.get_trials(deepcopy=False)) == {
+        (("alpha", 0.8), ("tau", 2.0)),
+        tuple(sorted(free.params.items())),
+    }
 
 
 def test_the_trials_table_names_why_a_trial_gave_way_even_to_trial_0():
