@@ -17,7 +17,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -189,14 +189,18 @@ def _apt_get(fixture: str) -> bool:
         install.insert(2, "--no-install-recommends")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     with FileLock(APT_LOCK):
-        status = ["dpkg-query", "-W", "-f", "${db:Status-Abbrev}\n", *packages]
-        listed = subprocess.run(status, capture_output=True, text=True, check=False).stdout
-        if listed.split() == ["ii"] * len(packages):
+        if _dpkg_status(packages) == ["ii"] * len(packages):
             return True
         if subprocess.run(install, capture_output=True, env=env, check=False).returncode == 0:
             return True
         subprocess.run(["apt-get", "update", "-q"], capture_output=True, env=env, check=False)
         return subprocess.run(install, capture_output=True, env=env, check=False).returncode == 0
+
+
+def _dpkg_status(packages: tuple[str, ...]) -> list[str]:
+    """dpkg's two-letter status of each of ``packages`` it knows (``ii``: installed)."""
+    status = ["dpkg-query", "-W", "-f", "${db:Status-Abbrev}\n", *packages]
+    return subprocess.run(status, capture_output=True, text=True, check=False).stdout.split()
 
 
 def _can_install() -> bool:
@@ -224,10 +228,16 @@ def pytest_sessionfinish() -> None:
         thread.join()
 
 
-def debian_package(fixture: str) -> None:
-    """Install the Debian packages of ``fixture`` (:data:`DEBIAN`), or skip its test where that
-    is impossible."""
-    named = " ".join(DEBIAN[fixture][0])
+def debian_package(fixture: str, present: Callable[[], bool]) -> None:
+    """Make the Debian packages of ``fixture`` (:data:`DEBIAN`) ready: there if ``present()``
+    and dpkg is not installing one of them (a package's files appear before dpkg has configured
+    it, as pdflatex before its formats: the run's apt-get may be under way), else installed
+    once any apt-get under way has ended, or the test skipped where that is impossible."""
+    packages = DEBIAN[fixture][0]
+    installing = any(status[0] == "i" != status[1] for status in _dpkg_status(packages))
+    if present() and not installing:
+        return
+    named = " ".join(packages)
     if not _can_install():
         pytest.skip(f"Debian's {named} is missing and apt-get cannot install it here (not root)")
     if not _apt_get(fixture):

@@ -54,8 +54,7 @@ PAGES = {
 def chromium() -> Path:
     """Debian's Chromium, installed with apt when missing and possible."""
     pytest.importorskip("playwright.sync_api", reason="needs the dev extra (playwright)")
-    if not CHROMIUM.exists():
-        debian_package("chromium")
+    debian_package("chromium", CHROMIUM.exists)
     return CHROMIUM
 
 

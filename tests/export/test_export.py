@@ -253,8 +253,7 @@ def test_latex_fragment_escapes_tokens_and_comments_metadata() -> None:
 def pdflatex() -> str:
     """pdflatex with Latin Modern's Type 1 fonts (their glyphs map back to text), installed with
     apt when missing and possible: the smallest TeX that compiles the export."""
-    if not (shutil.which("pdflatex") and _kpsewhich("lmodern.sty")):
-        debian_package("pdflatex")
+    debian_package("pdflatex", lambda: bool(shutil.which("pdflatex") and _kpsewhich("lmodern.sty")))
     return shutil.which("pdflatex")
 
 
@@ -268,8 +267,7 @@ def _kpsewhich(name: str) -> bool:
 @pytest.fixture(scope="module")
 def poppler() -> None:
     """poppler-utils' pdftoppm and pdftotext, installed with apt when missing and possible."""
-    if not (shutil.which("pdftoppm") and shutil.which("pdftotext")):
-        debian_package("poppler")
+    debian_package("poppler", lambda: bool(shutil.which("pdftoppm") and shutil.which("pdftotext")))
 
 
 def _pdf_text(pdf: Path) -> str:
