@@ -198,7 +198,10 @@ def _apt_get(fixture: str) -> bool:
 
 
 def _dpkg_status(packages: tuple[str, ...]) -> list[str]:
-    """dpkg's two-letter status of each of ``packages`` it knows (``ii``: installed)."""
+    """dpkg's two-letter status of each of ``packages`` it knows (``ii``: installed); none on a
+    machine without dpkg."""
+    if shutil.which("dpkg-query") is None:
+        return []
     status = ["dpkg-query", "-W", "-f", "${db:Status-Abbrev}\n", *packages]
     return subprocess.run(status, capture_output=True, text=True, check=False).stdout.split()
 
