@@ -217,7 +217,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     test that needs a package still installing waits for it in :func:`debian_package`."""
     if os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0" or not _can_install():
         return
-    needed = [name for item in session.items for name in item.fixturenames if name in DEBIAN]
+    selected = session.items
+    needed = [name for item in selected for name in item.fixturenames if name in DEBIAN]
     if needed:
         fixtures = list(dict.fromkeys(needed))
         thread = threading.Thread(target=lambda: [_apt_get(f) for f in fixtures], daemon=True)
