@@ -564,8 +564,8 @@ class Run:
         """The resumable state ``checkpoint.pt`` holds (tensors on ``device``), read as plain
         tensors, numbers and containers only (``torch.load(weights_only=True)``): nothing in a
         run folder from someone else runs code. A file that would need to run code to load (a
-        planted pickle, or a checkpoint holding numpy arrays) and a damaged
-        one (truncated, overwritten) are one-line errors naming the file and the remedy."""
+        planted pickle, or a checkpoint holding numpy arrays) and a damaged one (truncated,
+        overwritten) are one-line errors naming the file and the remedy."""
         import pickle
         import warnings
 
