@@ -20,7 +20,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pandas as pd
 import pytest
@@ -165,15 +165,42 @@ def _unit(item: pytest.Item) -> str:
     return item.nodeid.rpartition("@")[2]
 
 
-# The Debian packages the tests need, by the fixture that needs them: the packages, and whether
-# those they recommend come too (False: a smaller install). Installed with apt-get where missing
-# and possible (as the CI machine's root can), in the background from the start of the run
-# (:func:`pytest_collection_finish`), else the fixture's test is skipped.
+class DebianNeed(NamedTuple):
+    """Debian packages a fixture needs: whether those they recommend come too (False: a smaller
+    install), and how the fixture finds what it uses (installed by other means, it is used as
+    it is)."""
+
+    packages: tuple[str, ...]
+    recommends: bool
+    present: Callable[[], bool]
+
+
+def _kpsewhich(name: str) -> bool:
+    if shutil.which("kpsewhich") is None:
+        return False
+    found = subprocess.run(["kpsewhich", name], capture_output=True, text=True, check=False)
+    return bool(found.stdout.strip())
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+# The Debian packages the tests need, by the fixture that needs them: installed with apt-get
+# where missing and possible (as the CI machine's root can), in the background from the start of
+# the run (:func:`pytest_collection_finish`), else the fixture's test is skipped.
 DEBIAN = {
-    "chromium": (("chromium",), True),
-    "postgres": (("postgresql",), True),
-    "pdflatex": (("texlive-latex-base", "lmodern"), False),
-    "poppler": (("poppler-utils",), False),
+    "chromium": DebianNeed(("chromium",), True, CHROMIUM.exists),
+    "postgres": DebianNeed(
+        ("postgresql",), True, lambda: any(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
+    ),
+    "pdflatex": DebianNeed(
+        ("texlive-latex-base", "lmodern"),
+        False,
+        lambda: bool(shutil.which("pdflatex") and _kpsewhich("lmodern.sty")),
+    ),
+    "poppler": DebianNeed(
+        ("poppler-utils",),
+        False,
+        lambda: bool(shutil.which("pdftoppm") and shutil.which("pdftotext")),
+    ),
 }
 APT_LOCK = Path(tempfile.gettempdir()) / "kdw-tests-apt-get.lock"
 _installing: list[threading.Thread] = []
@@ -183,7 +210,7 @@ def _apt_get(fixture: str) -> bool:
     """Install the packages of ``fixture`` (:data:`DEBIAN`) unless dpkg has them all, one
     apt-get at a time on this machine (dpkg refuses a second one: the other test worker, or
     another test run, waits for the first to finish); whether they are installed."""
-    packages, recommends = DEBIAN[fixture]
+    packages, recommends, _ = DEBIAN[fixture]
     install = ["apt-get", "install", "-y", "-q", *packages]
     if not recommends:
         install.insert(2, "--no-install-recommends")
@@ -212,15 +239,16 @@ def _can_install() -> bool:
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """One process of the run (the first worker) installs the Debian packages that its selected
-    tests need, in a background thread, in the order the tests come: the tests run meanwhile
-    (apt-get and the test run share the cores, rather than a test waiting on apt-get), and a
-    test that needs a package still installing waits for it in :func:`debian_package`."""
+    tests need and that are missing, in a background thread, in the order the tests come: the
+    tests run meanwhile (apt-get and the test run share the cores, rather than a test waiting
+    on apt-get), and a test that needs a package still installing waits for it in
+    :func:`debian_package`."""
     if os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0" or not _can_install():
         return
     selected = session.items
     needed = [name for item in selected for name in item.fixturenames if name in DEBIAN]
     if needed:
-        fixtures = list(dict.fromkeys(needed))
+        fixtures = [name for name in dict.fromkeys(needed) if not DEBIAN[name].present()]
         thread = threading.Thread(target=lambda: [_apt_get(f) for f in fixtures], daemon=True)
         thread.start()
         _installing.append(thread)
@@ -232,12 +260,13 @@ def pytest_sessionfinish() -> None:
         thread.join()
 
 
-def debian_package(fixture: str, present: Callable[[], bool]) -> None:
-    """Make the Debian packages of ``fixture`` (:data:`DEBIAN`) ready: there if ``present()``
-    and dpkg is not installing one of them (a package's files appear before dpkg has configured
-    it, as pdflatex before its formats: the run's apt-get may be under way), else installed
-    once any apt-get under way has ended, or the test skipped where that is impossible."""
-    packages = DEBIAN[fixture][0]
+def debian_package(fixture: str) -> None:
+    """Make the Debian packages of ``fixture`` (:data:`DEBIAN`) ready: there if they are
+    present and dpkg is not installing one of them (a package's files appear before dpkg has
+    configured it, as pdflatex before its formats: the run's apt-get may be under way), else
+    installed once any apt-get under way has ended, or the test skipped where that is
+    impossible."""
+    packages, _, present = DEBIAN[fixture]
     installing = any(status[0] == "i" != status[1] for status in _dpkg_status(packages))
     if present() and not installing:
         return

@@ -21,13 +21,12 @@ import pytest
 
 from tests.app.test_app import HOSTILE, STUDENTS, build_tiny_runs
 from tests.app.test_first_run import tiny_sizes
-from tests.conftest import debian_package, served, tiny_model, tiny_tokenizer
+from tests.conftest import CHROMIUM, debian_package, served, tiny_model, tiny_tokenizer
 from workbench.app.runner import SIZES_ENV
 
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -54,7 +53,7 @@ PAGES = {
 def chromium() -> Path:
     """Debian's Chromium, installed with apt when missing and possible."""
     pytest.importorskip("playwright.sync_api", reason="needs the dev extra (playwright)")
-    debian_package("chromium", CHROMIUM.exists)
+    debian_package("chromium")
     return CHROMIUM
 
 

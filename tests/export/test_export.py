@@ -253,21 +253,14 @@ def test_latex_fragment_escapes_tokens_and_comments_metadata() -> None:
 def pdflatex() -> str:
     """pdflatex with Latin Modern's Type 1 fonts (their glyphs map back to text), installed with
     apt when missing and possible: the smallest TeX that compiles the export."""
-    debian_package("pdflatex", lambda: bool(shutil.which("pdflatex") and _kpsewhich("lmodern.sty")))
+    debian_package("pdflatex")
     return shutil.which("pdflatex")
-
-
-def _kpsewhich(name: str) -> bool:
-    if shutil.which("kpsewhich") is None:
-        return False
-    found = subprocess.run(["kpsewhich", name], capture_output=True, text=True, check=False)
-    return bool(found.stdout.strip())
 
 
 @pytest.fixture(scope="module")
 def poppler() -> None:
     """poppler-utils' pdftoppm and pdftotext, installed with apt when missing and possible."""
-    debian_package("poppler", lambda: bool(shutil.which("pdftoppm") and shutil.which("pdftotext")))
+    debian_package("poppler")
 
 
 def _pdf_text(pdf: Path) -> str:
