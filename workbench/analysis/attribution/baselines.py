@@ -12,13 +12,7 @@ from transformers import PreTrainedModel
 from workbench.analysis.attribution.targets import Batch
 from workbench.core.config import check_baseline
 from workbench.core.errors import WorkbenchError
-from workbench.core.models import (
-    embed,
-    embeddings_module,
-    encoder_layers,
-    forward,
-    input_positions,
-)
+from workbench.core.models import embed, embeddings_module, encoder_layers, forward, input_positions
 
 
 def site_module(model: PreTrainedModel, layer: int | None) -> nn.Module:

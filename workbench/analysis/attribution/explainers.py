@@ -122,12 +122,8 @@ class Probabilities(nn.Module):
         self.model, self.from_embeddings = model, from_embeddings
 
     def forward(self, *args: Tensor | None) -> Tensor:
-        if self.from_embeddings:
-            value, ids, mask, types = args
-            logits = forward(self.model, as_batch(ids, mask, types), embedding_output=value).logits
-        else:
-            ids, mask, types = args
-            logits = forward(self.model, as_batch(ids, mask, types)).logits
+        value, *inputs = args if self.from_embeddings else (None, *args)
+        logits = forward(self.model, as_batch(*inputs), embedding_output=value).logits
         return logits if is_regression(self.model) else logits.softmax(-1)
 
 
@@ -174,8 +170,6 @@ def _by_length(batch: Batch) -> Iterator[tuple[Tensor, int]]:
 def ig(model, batch, targets, settings: IGSettings, special) -> Tensor:
     """The workbench's IG map ``[B, L]``: ‖TopK(|IG|)‖₂ per token, unit norm."""
     check_top_k(settings.top_k, model.config.hidden_size)
-    ids = batch["input_ids"]
-    special_ids = set(ids[special].tolist()) or None
     ig, _ = _integrated_gradients(
         model,
         batch,
@@ -183,7 +177,7 @@ def ig(model, batch, targets, settings: IGSettings, special) -> Tensor:
         steps=settings.steps,
         baseline=settings.baseline,
         create_graph=False,
-        special_ids=special_ids,
+        special_ids=set(batch["input_ids"][special].tolist()) or None,
     )
     return attribution_map(ig[0], batch["attention_mask"], settings.top_k)
 

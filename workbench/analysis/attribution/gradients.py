@@ -43,11 +43,7 @@ from workbench.analysis.attribution.targets import (
     resolve_views,
 )
 from workbench.core.config import Views, check_baseline, check_steps
-from workbench.core.models import (
-    MODEL_INPUTS,
-    forward,
-    output_replaced,
-)
+from workbench.core.models import MODEL_INPUTS, forward, output_replaced
 
 __all__ = [
     "attribution_map",

@@ -1,4 +1,4 @@
-"""The explainer registry: every way the workbench scores tokens, one :func:`register` call each
+"""The explainer registry: every way the workbench scores tokens, each added by :func:`register`
 (docs/explainers.md). This module imports no torch, so that ``kdw``'s parser takes its
 ``--explainer`` choices, help and options from here and stays fast; the functions, in
 :mod:`workbench.analysis.attribution.explainers`, are imported when an explainer first runs.
@@ -44,6 +44,7 @@ __all__ = [
 MAX_WINDOW = 64  # the longest occlusion window and stride
 # how sub-token scores become a word's (workbench.analysis.attribution.words); None: sub-tokens
 WORD_AGGREGATIONS = ("sum", "mean", "max-abs")
+SAMPLES_HELP = "samples per text (GradientShap: random points; LIME, KernelSHAP: masked copies)"
 
 
 # --------------------------------------------------------------------------- settings
@@ -85,11 +86,7 @@ class GradientShapSettings(Checked):
     baseline: str = option(
         "pad", "baseline: pad, pad-keep-special or zero (embedding output)", choices=BASELINES
     )
-    n_samples: int = option(
-        20,
-        "samples per text (GradientShap: random points; LIME, KernelSHAP: masked copies)",
-        domain=positive,
-    )
+    n_samples: int = option(20, SAMPLES_HELP, domain=positive)
     stdevs: float = option(
         0.1,
         "standard deviation of the Gaussian noise added to the input embeddings",
@@ -110,11 +107,7 @@ class OcclusionSettings(Checked):
 class SamplingSettings(Checked):
     """LIME / KernelSHAP: how many masked copies of each text, and their seed."""
 
-    n_samples: int = option(
-        200,
-        "samples per text (GradientShap: random points; LIME, KernelSHAP: masked copies)",
-        domain=positive,
-    )
+    n_samples: int = option(200, SAMPLES_HELP, domain=positive)
     seed: int = option(0, "seed of the random draws (torch)", domain=seed_range)
 
 
@@ -211,93 +204,70 @@ class ExplainerChoice:
 # --------------------------------------------------------------------------- registrations
 
 FUNCTIONS = "workbench.analysis.attribution.explainers"
-register(
-    Explainer(
+for name, title, description, settings, *gradients in (
+    (
         "ig",
         "Integrated Gradients",
         "Integrated Gradients on the embedding output, the workbench's own map: "
         "‖TopK(|IG|)‖₂ per token, unit norm (non-negative)",
         IGSettings,
-        f"{FUNCTIONS}:ig",
-    )
-)
-register(
-    Explainer(
+    ),
+    (
         "grad",
         "Grad saliency",
         "Grad saliency: Σ_d E ⊙ ∂p/∂E on the embedding output (signed)",
         NoSettings,
-        f"{FUNCTIONS}:grad",
-    )
-)
-register(
-    Explainer(
+    ),
+    (
         "gxi",
         "Gradient × Input",
         "Gradient × Input on the word embeddings (before positions and LayerNorm), Σ_d (signed)",
         NoSettings,
-        f"{FUNCTIONS}:gxi",
-    )
-)
-register(
-    Explainer(
+    ),
+    (
         "deeplift",
         "DeepLift",
         "Captum's LayerDeepLift on the embedding output against a [PAD] reference, Σ_d "
         "(signed; GELU, LayerNorm and attention's softmax get plain gradients, not DeepLift's "
         "rules)",
         DeepLiftSettings,
-        f"{FUNCTIONS}:deeplift",
-    )
-)
-register(
-    Explainer(
+    ),
+    (
         "gradshap",
         "GradientShap",
         "GradientShap on the embedding output: random points between a [PAD] baseline and the "
         "noised input, Σ_d (signed)",
         GradientShapSettings,
-        f"{FUNCTIONS}:gradshap",
-    )
-)
-register(
-    Explainer(
+    ),
+    (
         "occlusion",
         "Occlusion",
         "sliding windows of tokens replaced by [PAD]: the drop of the class probability, "
         "averaged over the windows covering a token (signed)",
         OcclusionSettings,
-        f"{FUNCTIONS}:occlusion",
-        gradients=False,
-    )
-)
-register(
-    Explainer(
+        False,
+    ),
+    (
         "lime",
         "LIME",
         "LIME: a ridge model of the class probability over random token masks (removed: [PAD])",
         SamplingSettings,
-        f"{FUNCTIONS}:lime",
-        gradients=False,
-    )
-)
-register(
-    Explainer(
+        False,
+    ),
+    (
         "kernelshap",
         "KernelSHAP",
         "KernelSHAP: Shapley values estimated over random token masks (removed: [PAD])",
         SamplingSettings,
-        f"{FUNCTIONS}:kernelshap",
-        gradients=False,
-    )
-)
-register(
-    Explainer(
+        False,
+    ),
+    (
         "ablation",
         "Feature Ablation",
         "each token alone replaced by [PAD]: the drop of the class probability (signed)",
         NoSettings,
-        f"{FUNCTIONS}:ablation",
-        gradients=False,
-    )
-)
+        False,
+    ),
+):  # the perturbation explainers (False) run the model forward only
+    register(Explainer(name, title, description, settings, f"{FUNCTIONS}:{name}", *gradients))
+del name, title, description, settings, gradients

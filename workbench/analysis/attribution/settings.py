@@ -102,18 +102,8 @@ def compute_maps(
             model, inputs, targets, layer=config.layer, memory_mib=config.memory_mib
         )
         return saliency.transpose(0, 1), names
+    options = {k: getattr(config, k) for k in ("steps", "baseline", "top_k", "layer", "memory_mib")}
     maps = attribution_maps(
-        model,
-        batch["input_ids"],
-        batch["attention_mask"],
-        batch.get("token_type_ids"),
-        views=views,
-        labels=labels,
-        steps=config.steps,
-        baseline=config.baseline,
-        top_k=config.top_k,
-        layer=config.layer,
-        special_ids=special_ids,
-        memory_mib=config.memory_mib,
+        model, *inputs.values(), views=views, labels=labels, special_ids=special_ids, **options
     )
     return maps, names

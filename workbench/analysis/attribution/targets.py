@@ -11,10 +11,7 @@ from transformers import PreTrainedModel
 
 from workbench.core.config import VIEWS, Views
 from workbench.core.errors import WorkbenchError
-from workbench.core.models import (
-    forward,
-    layer_count,
-)
+from workbench.core.models import forward, layer_count
 
 Batch = Mapping[str, Tensor]
 Target = int | str | Tensor

@@ -65,27 +65,16 @@ def to_words(scores: Tensor, groups: Sequence[Sequence[int]], how: str) -> Tenso
     """Scores ``[..., L]`` aggregated over each word's positions → ``[..., W]``: ``sum``,
     ``mean`` or ``max-abs`` (the largest magnitude)."""
     check_words(how)
-    out = []
-    for positions in groups:
-        part = scores[..., list(positions)]
-        if how == "sum":
-            out.append(part.sum(-1))
-        elif how == "mean":
-            out.append(part.mean(-1))
-        else:
-            out.append(part.abs().amax(-1))
-    return torch.stack(out, -1)
+    parts = [scores[..., list(positions)] for positions in groups]
+    if how == "sum":
+        return torch.stack([part.sum(-1) for part in parts], -1)
+    if how == "mean":
+        return torch.stack([part.mean(-1) for part in parts], -1)
+    return torch.stack([part.abs().amax(-1) for part in parts], -1)
 
 
 def group_spans(spans: Sequence[Span | None], groups: Sequence[Sequence[int]]) -> list[Span | None]:
     """The character span of each group of positions (a word): from its first token's start to
     its last one's end, None for a group of special tokens."""
-    out: list[Span | None] = []
-    for positions in groups:
-        covered = [spans[i] for i in positions if spans[i] is not None]
-        out.append(
-            None
-            if not covered
-            else (covered[0][0], min(c[1] for c in covered), max(c[2] for c in covered))
-        )
-    return out
+    covered = ([spans[i] for i in positions if spans[i] is not None] for positions in groups)
+    return [(c[0][0], min(s[1] for s in c), max(s[2] for s in c)) if c else None for c in covered]
