@@ -53,8 +53,7 @@ def _per_row(
     two real tokens, or a constant side), on ``a``'s device."""
     _check_shapes(a, b, attention_mask)
     mask = attention_mask if a.dim() == 2 else attention_mask[:, None, :].expand_as(a)
-    rows_a = a.detach().double().cpu().flatten(0, -2).numpy()
-    rows_b = b.detach().double().cpu().flatten(0, -2).numpy()
+    rows_a, rows_b = (x.detach().double().cpu().flatten(0, -2).numpy() for x in (a, b))
     kept = mask.bool().cpu().flatten(0, -2).numpy()
     out = np.full(len(rows_a), np.nan)
     for row, (x, y, real) in enumerate(zip(rows_a, rows_b, kept, strict=True)):
@@ -95,8 +94,7 @@ def saliency_loyalty(
     """Per-example Pearson correlation ``[B]`` of the Grad saliency of two models (each its own
     prediction with ``target="pred"``) over real tokens; average with NaNs skipped."""
     inputs = (batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
-    a = grad_saliency(model_a, *inputs, target=target)
-    b = grad_saliency(model_b, *inputs, target=target)
+    a, b = (grad_saliency(model, *inputs, target=target) for model in (model_a, model_b))
     return pearson_per_example(a, b, batch["attention_mask"])
 
 

@@ -217,9 +217,7 @@ def time_step(step: Callable[[], object], device: torch.device) -> float:
 
 
 def _ratio(value: float | None, reference: float | None) -> float | None:
-    if value is None or not reference:
-        return None
-    return value / reference
+    return value / reference if value is not None and reference else None
 
 
 def benchmark(
@@ -315,12 +313,9 @@ def benchmark(
             row[f"throughput_b{b}"] = len(part) / seconds
         rows.append(row)
     measured = [key for key in rows[0] if key not in ("name", "engine", "source")]
-    for row, candidate in zip(rows, candidates, strict=True):
+    for row, candidate, these in zip(rows, candidates, logits, strict=True):
         row["max_length"] = candidate.max_length
-    for row in rows:
-        for key in measured:
-            row[f"{key}_ratio"] = _ratio(row[key], rows[0][key])
-    for row, these in zip(rows, logits, strict=True):
+        row |= {f"{key}_ratio": _ratio(row[key], rows[0][key]) for key in measured}
         row |= evaluate_logits(task.spec, these, encoded[0].labels, logits[0])
     return {
         "reference": candidates[0].name,

@@ -491,13 +491,11 @@ def export_onnx_folder(
         loaded.model.config.save_pretrained(staging)
         loaded.tokenizer.save_pretrained(staging)
         fp32 = staging / GRAPHS["fp32"]
+        exported = staging / "unfused.onnx" if settings.fuse else fp32
+        export_onnx(loaded.model, loaded.tokenizer, exported)
         if settings.fuse:
-            unfused = staging / "unfused.onnx"
-            export_onnx(loaded.model, loaded.tokenizer, unfused)
-            record["fusions"] = fuse_graph(loaded.model, unfused, fp32)
-            unfused.unlink()
-        else:
-            export_onnx(loaded.model, loaded.tokenizer, fp32)
+            record["fusions"] = fuse_graph(loaded.model, exported, fp32)
+            exported.unlink()
         if settings.quantize:
             quantize_int8(fp32, staging / GRAPHS["int8"], settings, calibration)
             record["quantization"] = {

@@ -182,12 +182,8 @@ def _words(
     """The words of one example (special tokens left out, word pieces merged) and each model's
     summed scores over them."""
     kept = [i for i, s in enumerate(special) if not s]
-    words: list[str] = []
-    merged = []
-    for model_scores in scores:
-        words, values = merge_wordpieces([tokens[i] for i in kept], [model_scores[i] for i in kept])
-        merged.append(values)
-    return words, merged
+    merged = [merge_wordpieces([tokens[i] for i in kept], [s[i] for i in kept]) for s in scores]
+    return merged[0][0], [values for _, values in merged]
 
 
 def divergence(
@@ -230,11 +226,8 @@ def divergence(
             computed.append(name)
     if progress is not None:
         progress(1.0, "done")
-    explained = (
-        caches[0].per_example["logits"].argmax(-1)
-        if settings.explained == TEACHER
-        else datasets[0].labels
-    )
+    teacher_logits = caches[0].per_example["logits"]
+    explained = teacher_logits.argmax(-1) if settings.explained == TEACHER else datasets[0].labels
     if alignments is None:
         rows, maps, mask = _by_tokens(teacher, caches, datasets[0], explained)
     else:
@@ -275,9 +268,8 @@ def _by_tokens(
         scores = [c.example("maps", i)[:, int(explained[i])].tolist() for c in caches]
         words, merged = _words(tokens, [t in special_ids for t in ids], scores)
         rows += [(i, word, [values[w] for values in merged]) for w, word in enumerate(words)]
-    mask = torch.zeros(size, length, dtype=torch.long)
-    for i, ids in enumerate(dataset.input_ids):
-        mask[i, : len(ids)] = 1
+    lengths = torch.tensor([len(ids) for ids in dataset.input_ids])
+    mask = (torch.arange(length) < lengths[:, None]).long()
     index = torch.arange(size)
     maps = [c.gather("maps", index, length).transpose(1, 2) for c in caches]  # [N, C, L]
     return rows, maps, mask
@@ -332,9 +324,8 @@ def word_table(
     groups = frame.groupby(keys, sort=False)
     table = groups[[TEACHER, student, "difference"]].mean()
     table.insert(0, "count", groups.size())
-    table["example"] = frame.loc[
-        groups["difference"].agg(lambda d: d.abs().idxmax()), "example"
-    ].values
+    widest = groups["difference"].agg(lambda d: d.abs().idxmax())  # where the two differ most
+    table["example"] = frame.loc[widest, "example"].values
     minimum = result.settings.min_count if min_count is None else min_count
     table = table[table["count"] >= minimum]
     return table.sort_values("difference", ascending=False, kind="stable").reset_index()

@@ -141,8 +141,7 @@ def _check_upload(data: bytes, filename: str, max_bytes: int) -> str:
 def _records(text: str, filename: str) -> list[dict]:
     if filename.lower().endswith(".csv"):
         try:
-            reader = csv.DictReader(io.StringIO(text))
-            return [dict(row) for row in reader]
+            return [dict(row) for row in csv.DictReader(io.StringIO(text))]
         except csv.Error as error:
             raise WorkbenchError(f"{filename}: not a valid CSV file ({error})") from None
     records = parse_json_lines(text, filename)

@@ -87,12 +87,7 @@ def agreement(teacher: Explanation, student: Explanation, view: str = "pred") ->
             (_summed(a, aligned.teacher, aligned.words), _summed(b, aligned.student, aligned.words))
             for a, b in pairs
         ]
-    return Agreement(
-        saliency_loyalty=correlation(*pairs[0]),
-        rank_correlation=correlation(*pairs[1], rank=True),
-        same_prediction=same,
-        notes=notes,
-    )
+    return Agreement(correlation(*pairs[0]), correlation(*pairs[1], rank=True), same, notes)
 
 
 def _summed(scores: Sequence[float], word_ids: Sequence[int], words: int) -> list[float]:

@@ -109,8 +109,7 @@ def gold_index(label: str | int | None, class_names: Sequence[str]) -> int | Non
 
 
 def _class_names(loaded: LoadedModel) -> list[str]:
-    names = list(loaded.spec.label_names)
-    return names or ["output"]
+    return list(loaded.spec.label_names) or ["output"]
 
 
 def _encode(
@@ -214,24 +213,13 @@ def explain(
     regression = loaded.spec.regression
     probabilities = logits if regression else logits.softmax(-1)
     predicted = logits.argmax(-1)
-    saliency = grad_saliency(
-        model,
-        batch["input_ids"],
-        batch["attention_mask"],
-        batch.get("token_type_ids"),
-        target=predicted,
-    )
+    inputs = (batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
+    saliency = grad_saliency(model, *inputs, target=predicted)
     maps, _ = compute_maps(model, batch, config, explainer=explainer)
     completeness = None
     if resolve_explainer(config, explainer)[1].name == "ig":
-        inputs = (batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
-        options = {"steps": config.steps, "baseline": config.baseline, "layer": config.layer}
-        completeness = torch.stack(
-            ig_completeness(
-                model, *inputs, target=predicted, memory_mib=config.memory_mib, **options
-            ),
-            -1,
-        )
+        options = {k: getattr(config, k) for k in ("steps", "baseline", "layer", "memory_mib")}
+        completeness = torch.stack(ig_completeness(model, *inputs, target=predicted, **options), -1)
     detail, out = model_detail(loaded), []
     for row, example in enumerate(examples):
         length = int(batch["attention_mask"][row].sum())
@@ -239,22 +227,14 @@ def explain(
         tokens = loaded.tokenizer.convert_ids_to_tokens(ids)
         row_maps, row_saliency = maps[row, :, :length], saliency[row, :length]
         texts = [a[row] for a in args]
-        spans = (
-            None
-            if offsets is None
-            else word_spans(
-                token_spans(
-                    offsets[row, :length].tolist(), batch.sequence_ids(row)[:length], texts
-                ),
-                batch.word_ids(row)[:length],
-            )
-        )
+        spans = None
+        if offsets is not None:
+            sequences = batch.sequence_ids(row)[:length]
+            positions = token_spans(offsets[row, :length].tolist(), sequences, texts)
+            spans = word_spans(positions, batch.word_ids(row)[:length])
         if words is not None:
             tokens, groups = word_groups(batch, row, texts, length)
-            row_maps, row_saliency = (
-                to_words(row_maps, groups, words),
-                to_words(row_saliency, groups, words),
-            )
+            row_maps, row_saliency = (to_words(x, groups, words) for x in (row_maps, row_saliency))
             spans = None if spans is None else group_spans(spans, groups)
         out.append(
             Explanation(

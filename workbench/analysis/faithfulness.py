@@ -125,9 +125,7 @@ def _rationales(
 
 
 def _variants(
-    input_ids: Tensor,
-    attention_mask: Tensor,
-    token_type_ids: Tensor,
+    batch: dict[str, Tensor],
     scores: Tensor,
     special: Tensor,
     fractions: Sequence[float],
@@ -138,9 +136,9 @@ def _variants(
     """For every example ``b`` and fraction ``q`` that the rules keep, the two perturbed
     examples (top removed, only top kept), in that order, and the ``(b, q)`` of each pair."""
     out, where = [], []
-    for b in range(len(input_ids)):
-        n = int(attention_mask[b].sum())
-        ids, types = input_ids[b, :n].tolist(), token_type_ids[b, :n].tolist()
+    for b in range(len(scores)):
+        n = int(batch["attention_mask"][b].sum())
+        ids, types = batch["input_ids"][b, :n].tolist(), batch["token_type_ids"][b, :n].tolist()
         candidates = [i for i in range(n) if not special[b, i]]
         rationales = _rationales(scores[b, :n].tolist(), candidates, fractions, rules)
         for q, top in enumerate(rationales):
@@ -272,18 +270,7 @@ def aopc(
     batch, targets, original, special, pad_id = _originals(
         model, input_ids, attention_mask, token_type_ids, target, special_ids
     )
-    types = batch["token_type_ids"]
-    variants, where = _variants(
-        input_ids,
-        attention_mask,
-        types,
-        scores.detach(),
-        special,
-        fractions,
-        rules,
-        removal,
-        pad_id,
-    )
+    variants, where = _variants(batch, scores.detach(), special, fractions, rules, removal, pad_id)
     rows = torch.tensor([b for b, _ in where], dtype=torch.long)
     perturbed = _probabilities(
         model, variants, targets[rows].repeat_interleave(2), batch_size, pad_id

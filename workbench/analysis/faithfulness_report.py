@@ -76,16 +76,13 @@ def _prepared(loaded: LoadedModel, part, settings: FaithfulnessSettings) -> list
     """A model's sample in batches, each with its leave-one-out drops ``[B, L]`` (computed
     once, whatever the explainers)."""
     dataset = encode(part, loaded.tokenizer, loaded.max_length)
-    special = _special_ids(loaded)
+    options = {"removal": settings.removal, "special_ids": _special_ids(loaded), "batch_size": 64}
     out = []
     for batch in batches(
         dataset, range(len(dataset)), settings.batch_size, pad_id(loaded.tokenizer)
     ):
         inputs = (batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-        drops = leave_one_out(
-            loaded.model, *inputs, removal=settings.removal, special_ids=special, batch_size=64
-        )
-        out.append((batch, drops))
+        out.append((batch, leave_one_out(loaded.model, *inputs, **options)))
     return out
 
 

@@ -254,10 +254,7 @@ def _names(heatmaps: Sequence[Heatmap], stem: str) -> list[str]:
 
 
 def write_heatmaps(
-    heatmaps: Sequence[Heatmap],
-    folder: str | Path,
-    settings: ExportSettings,
-    stem: str = "heatmap",
+    heatmaps: Sequence[Heatmap], folder: str | Path, settings: ExportSettings, stem: str = "heatmap"
 ) -> list[Path]:
     """Write every heatmap in every chosen format as ``<stem>-<n>.<format>``. The set replaces
     a previous export's in ``folder`` whole: its ``<stem>-<n>.<format>`` files are removed once
@@ -274,12 +271,7 @@ def write_heatmaps(
     staging = Path(tempfile.mkdtemp(prefix=f".{stem}.", dir=folder))
     try:
         written = [
-            export(
-                heatmap,
-                staging / f"{name}.{fmt}",
-                dpi=settings.dpi,
-                options=settings.options(),
-            )
+            export(heatmap, staging / f"{name}.{fmt}", dpi=settings.dpi, options=settings.options())
             for name, heatmap in zip(_names(heatmaps, stem), heatmaps, strict=True)
             for fmt in formats
         ]
@@ -343,13 +335,9 @@ def export_runs(
     if any(names != classes[0] for names in classes):  # run folders, matched as load_model does
         raise WorkbenchError("the runs predict different classes: export runs of one task")
     examples = gather_examples(first, "export", **sources)
+    anonymous = export_settings.anonymous
     heatmaps = build_heatmaps(
-        loaded,
-        examples,
-        settings,
-        explainer=explainer,
-        words=words,
-        anonymous=export_settings.anonymous,
+        loaded, examples, settings, explainer=explainer, words=words, anonymous=anonymous
     )
     for note in export_notes(heatmaps, export_settings):
         notify(note)

@@ -31,11 +31,7 @@ def task_metrics(spec: TaskSpec, logits: Tensor, labels: Tensor) -> dict[str, fl
     scorers = {
         "accuracy": lambda: accuracy_score(gold, predictions),
         "macro_f1": lambda: f1_score(
-            gold,
-            predictions,
-            average="macro",
-            labels=list(range(spec.num_labels)),
-            zero_division=0,
+            gold, predictions, average="macro", labels=list(range(spec.num_labels)), zero_division=0
         ),
         "f1": lambda: f1_score(gold, predictions, zero_division=0),
         "mcc": lambda: matthews_corrcoef(gold, predictions),
