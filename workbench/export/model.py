@@ -164,8 +164,7 @@ def _prepare(heatmap: Heatmap, options: ExportOptions | None) -> _Prepared:
         "export.drop_tokens": ", ".join(options.drop_tokens) or "(none)",
         "export.merge_wordpieces": str(options.merge_wordpieces).lower(),
     }
-    for key, value in generated.items():
-        metadata.setdefault(key, value)
+    metadata |= {key: value for key, value in generated.items() if key not in metadata}
     return _Prepared(_clean_text(heatmap.title), rows, scale, metadata)
 
 

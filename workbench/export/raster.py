@@ -215,11 +215,7 @@ def check_png_size(heatmap: Heatmap, dpi: float, options: ExportOptions | None =
 
 
 def _render(
-    heatmap: Heatmap,
-    path: Path,
-    fmt: str,
-    dpi: float,
-    options: ExportOptions | None,
+    heatmap: Heatmap, path: Path, fmt: str, dpi: float, options: ExportOptions | None
 ) -> Path:
     prepared = _prepare(heatmap, options)
     scene = _build_scene(prepared, options)

@@ -33,12 +33,7 @@ def _svg_number(value: float) -> str:
 
 
 def _svg_box(item: _Token | _Gradient) -> dict[str, str]:
-    return {
-        "x": _svg_number(item.x),
-        "y": _svg_number(item.y),
-        "width": _svg_number(item.width),
-        "height": _svg_number(item.height),
-    }
+    return {k: _svg_number(getattr(item, k)) for k in ("x", "y", "width", "height")}
 
 
 def _svg_text(parent: ET.Element, item: _Text) -> None:
@@ -65,13 +60,7 @@ def _svg_item(root: ET.Element, item: _Item) -> None:
             )
             ET.SubElement(group, "title").text = f"{item.text}: {item.score:.4g}"
             ET.SubElement(
-                group,
-                "rect",
-                {
-                    "class": "token",
-                    **_svg_box(item),
-                    "fill": hex_color(item.rgb),
-                },
+                group, "rect", {"class": "token", **_svg_box(item), "fill": hex_color(item.rgb)}
             )
             _svg_text(group, item.label())
         case _Gradient():
@@ -87,18 +76,8 @@ def _svg_item(root: ET.Element, item: _Item) -> None:
                 },
             )
         case _Line():
-            ET.SubElement(
-                root,
-                "line",
-                {
-                    "x1": _svg_number(item.x1),
-                    "y1": _svg_number(item.y1),
-                    "x2": _svg_number(item.x2),
-                    "y2": _svg_number(item.y2),
-                    "stroke": hex_color(_RULE),
-                    "stroke-width": "0.6",
-                },
-            )
+            ends = {k: _svg_number(getattr(item, k)) for k in ("x1", "y1", "x2", "y2")}
+            ET.SubElement(root, "line", {**ends, "stroke": hex_color(_RULE), "stroke-width": "0.6"})
 
 
 def to_svg(heatmap: Heatmap, options: ExportOptions | None = None) -> str:
