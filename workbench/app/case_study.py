@@ -76,8 +76,7 @@ def _filtered(frame: pd.DataFrame, students: list[str], choice: str) -> pd.DataF
 
 def _split_example(teacher: RunEntry, students: list[RunEntry]) -> Example | None:
     left, right = st.columns(2)
-    with left:
-        split = common.split_choice(KEY)
+    split = common.split_choice(KEY, left)
     choice = right.selectbox("Show", FILTERS if students else FILTERS[:1], key=f"{KEY}.filter")
     examples = common.split_frame(common.load(teacher), split)
     if choice == FILTERS[0]:
@@ -195,11 +194,8 @@ def render() -> None:
     if example.label is not None:
         st.text(f"gold label: {example.label}")
     notes = _row_notes(explanations, agreements)
-    show_heatmap(
-        heatmap,
-        {row.label: notes.get(row.label.split(" · ")[0], "") for row in heatmap.rows},
-        per_row,
-    )
+    beside = {row.label: notes.get(row.label.split(" · ")[0], "") for row in heatmap.rows}
+    show_heatmap(heatmap, beside, per_row)
     gap = (
         "gap: IG's completeness gap, |Σ attributions − (F(x) − F(x′))| / |F(x) − F(x′)| for "
         "the predicted class's probability F from the baseline x′ to the text x (the Riemann "

@@ -12,14 +12,7 @@ from typing import Any
 
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import RECORD_LIMIT, read_json_file, user_cache
-from workbench.core.runs import (
-    RUN_FILE,
-    ResolvedTeacher,
-    Run,
-    RunRecord,
-    RunStatus,
-    teacher_change,
-)
+from workbench.core.runs import RUN_FILE, ResolvedTeacher, Run, RunRecord, RunStatus, teacher_change
 
 RUNS_ENV = "KDW_RUNS"
 ADDED_FILE = "app-added.json"  # under the user's cache: the folders and hub ids added
@@ -166,9 +159,7 @@ def _digest(folder: str, stamp: tuple) -> ResolvedTeacher | None:
     sizes, so that a changed folder is hashed again), None where it is gone."""
     from workbench.core.verify import model_digest
 
-    if not Path(folder).is_dir():
-        return None
-    return ResolvedTeacher(source=folder, **model_digest(folder))
+    return ResolvedTeacher(source=folder, **model_digest(folder)) if Path(folder).is_dir() else None
 
 
 def _entry(root: Path, folder: Path) -> RunEntry:
@@ -283,12 +274,11 @@ def added_entries(source: str) -> list[RunEntry]:
     elif path.is_dir() and not is_model_folder(path):
         entries = named_under(discover_runs(path), path)
         if not entries:
-            entry = RunEntry(path, source)
-            entry.problem = (
+            problem = (
                 f"{source} holds no run folder (run.json) and no model folder (config.json), "
                 "nor any one level down: add a run folder, a folder of runs or a model folder"
             )
-            return [entry]
+            return [RunEntry(path, source, problem=problem)]
     else:
         return [model_entry(source, source)]
     listed = {e.path.resolve() for e in entries}

@@ -88,14 +88,10 @@ def runs() -> list[RunEntry]:
         entries += named_under(discover_runs(root), root)
     for source in added_sources():
         entries += added_entries(source)
-    listed: set[Path] = set()
-    unique = []
+    unique: dict[Path, RunEntry] = {}
     for entry in entries:
-        folder = entry.path.resolve() if entry.path.exists() else entry.path
-        if folder not in listed:
-            listed.add(folder)
-            unique.append(entry)
-    return unique
+        unique.setdefault(entry.path.resolve() if entry.path.exists() else entry.path, entry)
+    return list(unique.values())
 
 
 def _add_model() -> None:
@@ -187,16 +183,13 @@ def pick_models(
         key=f"{key}.teacher",
     )
     teacher = teachers[name]
+    by_folder = teacher.kind == "model"  # a model folder's own students; a run's: its task's
     students = {
         e.name: e
         for e in entries
         if e.kind == "student"
         and e.usable
-        and (
-            same_folder(e.teacher, teacher.path)
-            if teacher.kind == "model"
-            else e.task == teacher.task
-        )
+        and (same_folder(e.teacher, teacher.path) if by_folder else e.task == teacher.task)
     }
     changed = [name for name, e in students.items() if e.teacher_changed]
     if changed:  # their loyalty would be measured against a teacher they did not learn from
@@ -250,9 +243,7 @@ def teacher_and_students(key: str) -> tuple[RunEntry, list[RunEntry]] | None:
             "Train page make them)."
         )
         return None
-    if load_models([teacher, *students]) is None:
-        return None
-    return teacher, students
+    return None if load_models([teacher, *students]) is None else (teacher, students)
 
 
 def load_models(entries: Sequence[RunEntry]) -> list[LoadedModel] | None:
@@ -413,8 +404,8 @@ def sample_size(
     return int(chosen), size
 
 
-def split_choice(key: str) -> str:
-    return st.selectbox("Split", ["test", "dev", "train"], key=f"{key}.split")
+def split_choice(key: str, column=st) -> str:
+    return column.selectbox("Split", ["test", "dev", "train"], key=f"{key}.split")
 
 
 # --------------------------------------------------------------------------- settings
@@ -487,10 +478,7 @@ def heatmap_settings(
     view = _view_widget(class_names) if class_names is not None else fixed("pred")
     if name in ENGINE_EXPLAINERS:
         settings = config_widgets(
-            HeatmapSettings,
-            key,
-            overrides={"view": view, "method": fixed(name)},
-            columns=5,
+            HeatmapSettings, key, overrides={"view": view, "method": fixed(name)}, columns=5
         )
         return Explaining(settings, None, aggregation)
     own = EXPLAINERS[name].settings

@@ -105,8 +105,7 @@ def _details(entry: RunEntry | None, row: dict) -> None:
     if entry is None:
         st.text(row["source"])
         return
-    model = common.load(entry).model
-    config = model.config
+    config = common.load(entry).model.config
     facts = {
         "kind": entry.kind or "–",
         "method": entry.method or entry.origin or "–",
@@ -135,17 +134,12 @@ def render() -> None:
     teacher, students = picked
     defaults = BenchmarkSettings()
     left, right = st.columns(2)
-    with left:
-        split = common.split_choice(KEY)
-    examples, _ = common.sample_size(
-        right,
-        KEY,
-        teacher,
-        split,
-        SAMPLE,
+    split = common.split_choice(KEY, left)
+    help_text = (
         f"texts timed and scored; batch sizes {defaults.batch_sizes}, {defaults.warmup} "
-        f"warm-up and {defaults.repeats} timed rounds",
+        f"warm-up and {defaults.repeats} timed rounds"
     )
+    examples, _ = common.sample_size(right, KEY, teacher, split, SAMPLE, help_text)
     settings = BenchmarkSettings(split=split, examples=examples)
     entries = [teacher, *students]
     data = common.load(teacher).data if teacher.kind == "model" else None

@@ -18,7 +18,6 @@ import streamlit as st
 
 from workbench.analysis.attribution import ExplainerChoice
 from workbench.analysis.divergence import TEACHER, Divergence, divergence, word_table
-from workbench.analysis.examples import Example
 from workbench.app import common
 from workbench.app.catalog import RunEntry
 from workbench.app.forms import config_widgets, fixed
@@ -59,12 +58,7 @@ def _compare(
     bar = st.progress(0.0, "Loading the cached maps…")
     try:
         result = divergence(
-            loaded[0],
-            loaded[1:],
-            split,
-            settings,
-            lambda f, text: bar.progress(f, text),
-            explainer,
+            loaded[0], loaded[1:], split, settings, lambda f, text: bar.progress(f, text), explainer
         )
     finally:
         bar.empty()
@@ -74,11 +68,6 @@ def _compare(
     if result.computed:
         return result, f"computed now for {', '.join(result.computed)}"
     return result, "read from the run folders' caches"
-
-
-def _example(result: Divergence, index: int) -> Example:
-    row = result.examples.iloc[index]
-    return Example(row.text, row.pair if isinstance(row.pair, str) else None, row.label, row.uid)
 
 
 def _scatter(table: pd.DataFrame, student: str, explainer: str) -> go.Figure:
@@ -284,7 +273,8 @@ def render() -> None:
     clicks.append(_examples_table(result, student))
     clicked = next((c for c in clicks if c is not None), None)
     if clicked is not None:
-        common.open_in_case_study(_example(result, clicked), teacher, [s.name for s in students])
+        example = common.frame_examples(result.examples.iloc[[clicked]])[0]
+        common.open_in_case_study(example, teacher, [s.name for s in students])
 
 
 if __name__ == "__main__":

@@ -38,9 +38,8 @@ from workbench.core.runs import Run
 KEY = "explainers"
 IN_APP, FROM_FILE = "computed in the app", "a kdw faithfulness JSON file"
 REPORTS = "faithfulness"  # under a run's analysis_cache/: one folder per job
-SAMPLE = FaithfulnessSettings(
-    explainers=",".join(EXPLAINERS), examples=20, resamples=2000
-)  # a small sample, every explainer
+# a small sample, every explainer
+SAMPLE = FaithfulnessSettings(explainers=",".join(EXPLAINERS), examples=20, resamples=2000)
 LABELS = {"comprehensiveness": "comprehensiveness ↑", "sufficiency": "sufficiency ↓"}
 
 
@@ -61,11 +60,8 @@ def _compute(entry: RunEntry) -> None:
     """Settings for a report on a small sample and a button that starts it in the background;
     a job running for the run shows its last output."""
     settings = config_widgets(FaithfulnessSettings, f"{KEY}.compute", SAMPLE, columns=4)
-    configs = {
-        "runs": [str(entry.path)],
-        "settings": to_dict(settings),
-        "explainers": {},  # each explainer with its default settings
-    }
+    # each explainer with its default settings
+    configs = {"runs": [str(entry.path)], "settings": to_dict(settings), "explainers": {}}
     folder = reports_folder(entry) / key_digest({"run": entry.key(), **configs})
     job = job_for(runs_root(), folder)
     if job is not None and job.alive:
@@ -77,13 +73,8 @@ def _compute(entry: RunEntry) -> None:
         for name in settings.names():  # an unknown explainer: a one-line error, no job
             get_explainer(name)
         folder.mkdir(parents=True, exist_ok=True)
-        launch(
-            runs_root(),
-            f"faithfulness-{entry.name}-{folder.name}",
-            FAITHFULNESS,
-            folder,
-            json.dumps(configs),
-        )
+        name = f"faithfulness-{entry.name}-{folder.name}"
+        launch(runs_root(), name, FAITHFULNESS, folder, json.dumps(configs))
         st.rerun()
     if job is not None and not (folder / REPORT_FILE).exists():
         st.warning(common.plain(f"The last computation stopped: {job.log_tail(1)}"))
@@ -153,12 +144,8 @@ def _show(report: FaithfulnessReport) -> None:
     st.dataframe(ranking.style.format(precision=4, na_rep="—"), hide_index=True, key=f"{KEY}.table")
     if ranking[[f"{m} low" for m in AOPC_MEASURES]].isna().any(axis=None):
         st.caption("A row without an interval is compared by its mean alone.")
-    st.plotly_chart(
-        ranking_figure(
-            ranking, f"Faithfulness to {model}: {_describe(report)}; overlapping intervals tie"
-        ),
-        key=f"{KEY}.chart",
-    )
+    title = f"Faithfulness to {model}: {_describe(report)}; overlapping intervals tie"
+    st.plotly_chart(ranking_figure(ranking, title), key=f"{KEY}.chart")
     st.caption(
         common.plain(
             "AOPC over the top 10-50 % of tokens: comprehensiveness, the drop of the predicted "

@@ -24,13 +24,7 @@ from kd.training.demo import APP_METHODS
 from workbench.app.catalog import runs_root
 from workbench.app.common import plain
 from workbench.app.jobs import cache_progress, read_progress, shown_demo, shown_runs
-from workbench.app.launch import (
-    DEMO_NAMES,
-    DemoState,
-    demo_mode,
-    launch_build,
-    start_demo,
-)
+from workbench.app.launch import DEMO_NAMES, DemoState, demo_mode, launch_build, start_demo
 from workbench.app.runner import READY
 from workbench.core.errors import WorkbenchError
 from workbench.core.runs import Run

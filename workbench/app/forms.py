@@ -95,14 +95,11 @@ def config_widgets(
     slots = st.columns(columns)
     for i, f in enumerate(fields):
         default = getattr(defaults, f.name) if defaults is not None else default_of(f)
+        widget = (overrides or {}).get(f.name)
         with slots[i % columns]:
-            if overrides and f.name in overrides:
-                values[f.name] = overrides[f.name](
-                    field_label(f.name),
-                    default,
-                    fill_help(f.metadata.get("help", "")),
-                    f"{key}.{f.name}",
-                )
+            if widget is not None:
+                help_text = fill_help(f.metadata.get("help", ""))
+                values[f.name] = widget(field_label(f.name), default, help_text, f"{key}.{f.name}")
             else:
                 values[f.name] = _widget(cls, f, default, f"{key}.{f.name}")
     for f in dataclasses.fields(cls):

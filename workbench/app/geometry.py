@@ -43,10 +43,7 @@ def layer_mapping(teacher: LoadedModel, student: LoadedModel) -> tuple[list[tupl
             "uniform mapping of the relation terms (CKD)",
         )
     if getattr(record, "patient_pairs", None):
-        return (
-            [tuple(p) for p in record.patient_pairs],
-            f"Patient KD mapping ({info.method})",
-        )
+        return ([tuple(p) for p in record.patient_pairs], f"Patient KD mapping ({info.method})")
     student_config = configs["student"]
     if student_config.get("init") == "cut":
         kept = select_layers(n, m, student_config.get("layers", "skip"))
@@ -110,18 +107,15 @@ def render() -> None:
         "teacher": f"teacher layer {teacher_layer}",
         "student": f"student layer {student_layer}",
     }
-    distances = {
-        name: pairwise_distance_relation(h[None], kind=PAIR_KINDS[kind])[0][0]
-        for name, h in states.items()
-    }
+    pair = PAIR_KINDS[kind]
+    distances = {n: pairwise_distance_relation(h[None], kind=pair)[0][0] for n, h in states.items()}
     angles = {}
     for name, h in states.items():
         banded, valid = windowed_angle_relation(h[None])
         angles[name] = dense_angles(banded[0], valid[0], token)
     across = {"teacher": teacher_states[:, token], "student": student_states[:, token]}
     layer_relation = {
-        name: pairwise_distance_relation(h[None], kind=PAIR_KINDS[kind])[0][0]
-        for name, h in across.items()
+        n: pairwise_distance_relation(h[None], kind=pair)[0][0] for n, h in across.items()
     }
 
     st.subheader("Word relation: pairwise distances")

@@ -101,12 +101,8 @@ def launch(
     path = job_file(root, name)
     path.parent.mkdir(parents=True, exist_ok=True)
     log = None if to_terminal else path.with_suffix(".log")
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(
-            filter(None, [str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")])
-        ),
-    }
+    paths = filter(None, [str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     command = [sys.executable, "-m", RUNNER, kind, str(target), argument]
     with open(log, "w") if log else nullcontext() as output:
         process = subprocess.Popen(
@@ -140,12 +136,9 @@ def read_jobs(root: Path) -> list[Job]:
 
 def covers(job: Job, folder: Path) -> bool:
     """Whether ``job`` works on ``folder``: its target, or a run of a demo the build makes."""
-    folder = Path(folder).resolve()
-    target = job.folder.resolve()
-    if job.kind == "demo":
-        demos = [target / name for name in DEMO_FOLDERS.values()]
-        return folder == target or any(folder.is_relative_to(demo) for demo in demos)
-    return folder == target
+    folder, target = Path(folder).resolve(), job.folder.resolve()
+    demos = [target / name for name in DEMO_FOLDERS.values()] if job.kind == "demo" else []
+    return folder == target or any(folder.is_relative_to(demo) for demo in demos)
 
 
 def job_for(root: Path, target: Path) -> Job | None:

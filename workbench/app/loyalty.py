@@ -34,8 +34,7 @@ def render() -> None:
         st.info("Loyalty (LL, PL, SL) is defined here for classification tasks.")
         return
     left, right = st.columns(2)
-    with left:
-        split = common.split_choice(KEY)
+    split = common.split_choice(KEY, left)
     limit, size = common.sample_size(right, KEY, teacher, split, SAMPLE)
     with st.expander("Saliency loyalty's explainer", expanded=False):
         explaining = common.heatmap_settings(f"{KEY}.settings", default="grad")

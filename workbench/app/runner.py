@@ -88,13 +88,7 @@ class ProgressFile:
     def on_step(self, step: int, total: int, losses: dict[str, float]) -> None:
         append_json_line(
             self.folder / PROGRESS_FILE,
-            {
-                "step": step,
-                "total": total,
-                "stage": self.stage,
-                "time": time.time(),
-                **losses,
-            },
+            {"step": step, "total": total, "stage": self.stage, "time": time.time(), **losses},
         )
 
     def on_cache(self, description: str, done: int, total: int) -> None:
@@ -163,10 +157,7 @@ def _train(kind: str, run_dir: Path, configs: dict[str, Any]) -> None:
 
 def _faithfulness(folder: Path, configs: dict[str, Any]) -> None:
     from workbench.analysis.attribution import ExplainerChoice
-    from workbench.analysis.faithfulness_report import (
-        MAX_REPORT_BYTES,
-        explainer_faithfulness,
-    )
+    from workbench.analysis.faithfulness_report import MAX_REPORT_BYTES, explainer_faithfulness
 
     path = folder / REPORT_FILE
     settings = from_dict(FaithfulnessSettings, configs["settings"])

@@ -79,9 +79,7 @@ def _select(options: list[str]):
 
 def _form(root, kind: str, teacher: RunEntry | None) -> None:
     """The configuration form; on submit, the training starts in the background."""
-    data_defaults = (
-        from_dict(DataConfig, teacher.info.configs["data"]) if teacher is not None else None
-    )
+    data_defaults = from_dict(DataConfig, teacher.info.configs["data"]) if teacher else None
     overrides = {"preset": _select(sorted(PRESETS))}
     if teacher is not None:
         overrides["teacher"] = _select([str(teacher.path)])
@@ -206,11 +204,8 @@ def _studies(root) -> None:
         rows = study_trials(folder)
     except Exception as error:  # a study being created, or a damaged file
         known = isinstance(error, WorkbenchError)
-        st.caption(
-            common.plain(
-                error if known else f"cannot read {folder / 'study.db'}: {first_line(error)}"
-            )
-        )
+        text = error if known else f"cannot read {folder / 'study.db'}: {first_line(error)}"
+        st.caption(common.plain(text))
         return
     if rows:
         trials = pd.DataFrame(rows)
