@@ -203,16 +203,13 @@ def pick_models(
             right.info("No student of this task yet.")
             return teacher, []
         names = own + [n for n in students if n not in own]
-        chosen = [
-            students[
-                right.selectbox(
-                    "Student",
-                    names,
-                    format_func=lambda n: live_label(students[n], root),
-                    key=f"{key}.student",
-                )
-            ]
-        ]
+        picked = right.selectbox(
+            "Student",
+            names,
+            format_func=lambda n: live_label(students[n], root),
+            key=f"{key}.student",
+        )
+        chosen = [students[picked]]
     else:
         chosen_before = st.session_state.get(f"{key}.students")
         if chosen_before and not set(chosen_before) & set(students):  # another teacher's

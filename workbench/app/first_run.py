@@ -71,12 +71,10 @@ def teacher_accuracy(demo: Path) -> str:
 def shown_line(root: Path, building: Path | None = None) -> str | None:
     """What every page says about the demo it shows (and the one being built)."""
     shown = shown_demo(root)
+    if building is None and shown is None:
+        return None
     if building is None:
-        return (
-            None
-            if shown is None
-            else f"Showing the {DEMO_NAMES[shown.name]} ({shown}).{teacher_accuracy(shown)}"
-        )
+        return f"Showing the {DEMO_NAMES[shown.name]} ({shown}).{teacher_accuracy(shown)}"
     percent = f"{build_fraction(read_progress(building)):.0%}"
     name = DEMO_NAMES[building.name]
     if shown is None:
