@@ -114,11 +114,8 @@ def model_entry(source: str, name: str | None = None) -> RunEntry:
     with its problem (not a sequence classifier, no tokenizer, an unsupported family) in one
     line; its weights are read only when a page loads it, its folder once per change of it."""
     folder = Path(source)
-    stamp = (
-        max((p.stat().st_mtime_ns for p in (folder, *folder.glob("*"))), default=0)
-        if folder.is_dir()
-        else 0
-    )
+    files = (folder, *folder.glob("*")) if folder.is_dir() else ()
+    stamp = max((p.stat().st_mtime_ns for p in files), default=0)
     origin = "model folder" if folder.exists() else "hub"
     return RunEntry(
         folder, name or folder.name, origin=origin, problem=_checked_model(source, stamp)
