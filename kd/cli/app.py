@@ -33,7 +33,6 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "--headless", action="store_true", help="do not open a browser (on a server)"
     )
     parser.add_argument("streamlit", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-    parser.set_defaults(handler=run)
     return parser
 
 

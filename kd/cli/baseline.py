@@ -19,7 +19,6 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     add_arguments(parser, DataConfig)
     parser.add_argument("--split", default="test", help="split to score (default: test)")
-    parser.set_defaults(handler=run)
     return parser
 
 

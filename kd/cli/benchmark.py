@@ -30,7 +30,6 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
         parser,
         "the task of classifiers the workbench did not train (default: the first model's own)",
     )
-    parser.set_defaults(handler=run)
     return parser
 
 

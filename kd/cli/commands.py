@@ -52,8 +52,9 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
         description="Distil BERT-style classifiers and see why each model decides.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    added = {module: module.add(commands) for module in SUBCOMMANDS}
-    added[distill].set_defaults(**(distill_defaults or {}))
+    for module in SUBCOMMANDS:  # each runs its own module's run(args)
+        module.add(commands).set_defaults(handler=module.run)
+    commands.choices["distill"].set_defaults(**(distill_defaults or {}))
     return parser
 
 

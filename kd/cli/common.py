@@ -219,14 +219,16 @@ def add_sources(parser: argparse.ArgumentParser, verb: str) -> None:
 
 
 def text_sources(args: argparse.Namespace) -> dict:
-    """The texts :func:`add_sources`' options name, as keyword arguments of the functions that
-    explain them."""
+    """The texts :func:`add_sources`' options name, and the explainer and ``--words`` of
+    :func:`add_explainer`, as keyword arguments of the functions that explain them."""
     return {
         "texts": args.text or (),
         "pair": args.pair,
         "texts_file": args.texts_file,
         "split": args.split,
         "indices": args.examples,
+        "explainer": explainer_choice(args),
+        "words": args.words,
     }
 
 
@@ -297,11 +299,7 @@ def explainer_choices(
     return [
         ExplainerChoice(
             e.name,
-            {
-                f.name: getattr(args, f.name)
-                for f in fields(e.settings)
-                if getattr(args, f.name) is not None
-            },
+            {f.name: v for f in fields(e.settings) if (v := getattr(args, f.name)) is not None},
         )
         for e in chosen
     ]

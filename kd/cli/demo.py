@@ -16,7 +16,6 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     parser.add_argument("--root", default="runs/demo", help="folder for the demo's runs")
     parser.add_argument("--quick", action="store_true", help="a much smaller demo (minutes)")
-    parser.set_defaults(handler=run)
     return parser
 
 

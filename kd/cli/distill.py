@@ -6,15 +6,7 @@ from __future__ import annotations
 import argparse
 
 from kd.cli.common import CONFIG_SECTIONS, print_results
-from workbench.core.config import (
-    DataConfig,
-    ObjectiveConfig,
-    OptimConfig,
-    StudentConfig,
-    TrackingConfig,
-    add_arguments,
-    from_arguments,
-)
+from workbench.core.config import TrackingConfig, add_arguments, from_arguments
 
 
 def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -38,7 +30,6 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     for cls in (*CONFIG_SECTIONS.values(), TrackingConfig):
         add_arguments(parser, cls)
-    parser.set_defaults(handler=run)
     return parser
 
 
@@ -46,10 +37,7 @@ def run(args: argparse.Namespace) -> None:
     from kd.training.pipeline import distill
 
     trained = distill(
-        from_arguments(DataConfig, args),
-        from_arguments(StudentConfig, args),
-        from_arguments(ObjectiveConfig, args),
-        from_arguments(OptimConfig, args),
+        *(from_arguments(cls, args) for cls in CONFIG_SECTIONS.values()),
         args.run_dir,
         tracking_config=from_arguments(TrackingConfig, args),
     )

@@ -46,7 +46,6 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "the task a classifier the workbench did not train is scored on (a run folder is scored "
         "on its own)",
     )
-    parser.set_defaults(handler=run)
     return parser
 
 
@@ -56,13 +55,12 @@ def run(args: argparse.Namespace) -> None:
 
     if args.json:  # before the minutes of scoring
         check_output_file(args.json, "--json")
-    data = task_data(args, args.runs, own=("dedupe",))
     rows = evaluate_runs(
         args.runs,
         args.split,
         args.teacher,
         terms=args.terms,
-        data=data,
+        data=task_data(args, args.runs, own=("dedupe",)),
         label_map=args.label_map,
         notify=note,
         dedupe=args.dedupe,

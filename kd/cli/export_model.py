@@ -40,21 +40,13 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "on the run's test split",
     )
     add_arguments(parser, OnnxSettings)
-    parser.set_defaults(handler=run)
     return parser
 
 
 def run(args: argparse.Namespace) -> None:
     from kd.training.pipeline import export_model
 
-    print(
-        export_model(
-            args.run,
-            args.out,
-            args.push_to_hub,
-            onnx=args.onnx,
-            settings=from_arguments(OnnxSettings, args),
-        )
-    )
+    settings = from_arguments(OnnxSettings, args)
+    print(export_model(args.run, args.out, args.push_to_hub, onnx=args.onnx, settings=settings))
     if args.push_to_hub:
         print(f"pushed to the Hub repository {args.push_to_hub}")

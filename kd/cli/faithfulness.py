@@ -44,7 +44,6 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
         parser.add_argument_group("explainer settings", "for the explainers that take them"),
         set(),
     )
-    parser.set_defaults(handler=run)
     return parser
 
 

@@ -15,7 +15,6 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "and the term β weighs, the ablations kdw reproduce --ablations trains and the claims "
         "its report checks; then the loss terms --weights accepts.",
     )
-    parser.set_defaults(handler=run)
     return parser
 
 

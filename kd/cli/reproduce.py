@@ -111,7 +111,6 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "same suite options) into --out's results.json and report; their run folders are "
         "referenced, not copied",
     )
-    parser.set_defaults(handler=run)
     return parser
 
 
