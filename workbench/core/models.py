@@ -451,9 +451,9 @@ def check_classifier(config: PretrainedConfig, name: str, head: bool = True) -> 
     """Refuse a model whose head is for another task type (``BertForTokenClassification``);
     with ``head``, also one without a classification head (a bare encoder, which cannot be a
     teacher before it is fine-tuned)."""
-    architectures = config.architectures or []
-    if any(a.endswith("ForSequenceClassification") for a in architectures):
+    if has_head(config):
         return
+    architectures = config.architectures or []
     other = next(
         (a for a in architectures if re.search(r"For(?!Masked|Pre|Sequence)[A-Z]\w+$", a)), None
     )

@@ -245,6 +245,11 @@ def replace_directory(target: Path, write: Any) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+def _changed(then: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """The keys whose values differ between ``then`` and ``now`` (or that one lacks), sorted."""
+    return sorted(k for k in then.keys() | now.keys() if then.get(k) != now.get(k))
+
+
 def _git_commit() -> str | None:
     try:
         out = subprocess.run(
@@ -340,12 +345,8 @@ class Run:
                 f"{self.path} already holds a run with other settings ({shown}): "
                 "choose another --run-dir, or delete that folder"
             )
-        then_data = existing.resolved.split_fingerprint
-        now_data = given.resolved.split_fingerprint
-        if then_data != now_data:
-            splits = sorted(
-                k for k in set(then_data) | set(now_data) if then_data.get(k) != now_data.get(k)
-            )
+        splits = _changed(existing.resolved.split_fingerprint, given.resolved.split_fingerprint)
+        if splits:
             raise WorkbenchError(
                 f"{self.path} was trained on other data: the {', '.join(splits)} split(s) "
                 "changed since (edited rows or labels); to train on the data as it is now, "
@@ -360,12 +361,7 @@ class Run:
             )
         then, now = existing.resolved.objective, given.resolved.objective
         if then != now:
-            then_values, now_values = then.model_dump(), now.model_dump()
-            keys = sorted(
-                k
-                for k in set(then_values) | set(now_values)
-                if then_values.get(k) != now_values.get(k)
-            )
+            keys = _changed(then.model_dump(), now.model_dump())
             raise WorkbenchError(
                 f"{self.path} was trained with an objective that the same options no longer "
                 f"resolve to (changed: {', '.join(keys)}; a preset's defaults changed): "

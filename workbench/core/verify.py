@@ -249,23 +249,16 @@ def _check_layers(
     prefix, held = layer_blocks(headers)
     if not isinstance(layers, int) or not held or layers == held:
         return
-    if layers > held:
-        probe = copy.deepcopy(config)
-        try:
-            probe.num_hidden_layers = held + 1
-            model = _meta_model(probe)
-        except Exception:
-            return
-        # shared layers (ALBERT) build no module per layer: a deeper config is no mismatch
-        if layer_blocks(_strip(_expected(model), model))[1] <= held:
-            return
-    else:
-        try:
-            model = _meta_model(config)
-        except Exception:
-            return
-        if layer_blocks(_strip(_expected(model), model))[1] >= held:
-            return
+    probe = copy.deepcopy(config)
+    try:
+        probe.num_hidden_layers = min(layers, held + 1)
+        model = _meta_model(probe)
+    except Exception:
+        return
+    built = layer_blocks(_strip(_expected(model), model))[1]
+    # shared layers (ALBERT) build no module per layer: a deeper config is no mismatch
+    if (built <= held) if layers > held else (built >= held):
+        return
     raise WorkbenchError(
         f"{where}: num_hidden_layers is {layers}, but {weights} in {folder} holds {held} layers "
         f"({prefix}.0 to {prefix}.{held - 1}): the config and the weights are of different "
@@ -304,11 +297,10 @@ def tokenizer_ids(folder: Path) -> tuple[int, str] | None:
             added = value.get("added_tokens") or []
             seen([t.get("id") for t in added if isinstance(t, dict)], tokenizer.name)
     else:
-        for name in ("vocab.txt",):
-            path = folder / name
-            if path.is_file():
-                lines = read_limited(path, TOKENIZER_LIMIT, "the vocabulary").split(b"\n")
-                seen([len(lines) - 1 - (lines[-1] == b"")], name)
+        path = folder / "vocab.txt"
+        if path.is_file():
+            lines = read_limited(path, TOKENIZER_LIMIT, "the vocabulary").split(b"\n")
+            seen([len(lines) - 1 - (lines[-1] == b"")], path.name)
         path = folder / "vocab.json"
         if path.is_file():
             vocab = read_json_file(path, TOKENIZER_LIMIT, "the vocabulary")
