@@ -186,9 +186,7 @@ def load_glue(name: str, seed: int, glue_dir: str | None = None) -> TaskData:
     """
     task = GLUE_TASKS[name]
     validation = "validation_matched" if name == "mnli" else "validation"
-    wanted = {"train": "train", "test": validation} | dict(
-        (ours, theirs) for ours, theirs in task.extra_eval
-    )
+    wanted = {"train": "train", "test": validation} | dict(task.extra_eval)
     notes = []
     if glue_dir is not None:
         glue_dir = str(existing_path(glue_dir))

@@ -78,18 +78,11 @@ class TaskData:
         there is one: records the exact split in every run (an edited text or label, or a new
         version of the cleaning, changes it)."""
         head = [f"version\t{self.version}"] if self.version else []
-        return {
-            name: hashlib.sha256(
-                "\n".join(
-                    head
-                    + [
-                        f"{uid}\t{label}"
-                        for uid, label in zip(split.uids, split.labels, strict=True)
-                    ]
-                ).encode()
-            ).hexdigest()[:16]
-            for name, split in self.splits.items()
-        }
+        digests = {}
+        for name, split in self.splits.items():
+            rows = (f"{uid}\t{label}" for uid, label in zip(split.uids, split.labels, strict=True))
+            digests[name] = hashlib.sha256("\n".join([*head, *rows]).encode()).hexdigest()[:16]
+        return digests
 
 
 def example_uid(text: str, pair: str | None = None) -> str:
