@@ -8,7 +8,7 @@ from kd.cli.common import add_explainer, add_sources, text_sources
 from workbench.core.config import AttributionSettings, add_arguments, from_arguments
 
 
-def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add(commands: argparse._SubParsersAction) -> None:
     """``kdw attribute``'s parser, added to ``commands``."""
     parser = commands.add_parser(
         "attribute",
@@ -22,7 +22,6 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     add_sources(parser, "attribute")
     add_arguments(parser, AttributionSettings)
     add_explainer(parser)
-    return parser
 
 
 def run(args: argparse.Namespace) -> None:

@@ -202,15 +202,13 @@ def add_sources(parser: argparse.ArgumentParser, verb: str) -> None:
     parser.add_argument(
         "--text", action="append", help=f"a text to {verb} (repeat the option for several)"
     )
-    parser.add_argument("--pair", default=None, help="second text of every --text (pair tasks)")
+    parser.add_argument("--pair", help="second text of every --text (pair tasks)")
     parser.add_argument(
         "--texts-file",
-        default=None,
         help="CSV or JSONL file with a text column (optional text_pair, label)",
     )
     parser.add_argument(
         "--split",
-        default=None,
         help=f"{verb} examples of this split (train, dev, test) of the task",
     )
     parser.add_argument(
@@ -248,7 +246,6 @@ def add_explainer_settings(group, taken: set[str]) -> None:
             option_name(name),
             dest=name,
             type=kind,
-            default=None,
             metavar=name.upper(),
             help=f"{owners[0][1].metadata['help']} (default: {defaults})",
         )
@@ -262,7 +259,6 @@ def add_explainer(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--explainer",
-        default=None,
         choices=list(EXPLAINERS),
         metavar="NAME",
         help="; ".join(f"{e.name}: {e.description}" for e in EXPLAINERS.values())
@@ -271,7 +267,6 @@ def add_explainer(parser: argparse.ArgumentParser) -> None:
     add_explainer_settings(group, {action.dest for action in parser._actions})
     group.add_argument(
         "--words",
-        default=None,
         choices=WORD_AGGREGATIONS,
         help="score words instead of sub-tokens (the fast tokenizer's words): the sum, mean or "
         "largest magnitude (max-abs) of their pieces; [CLS]/[SEP] stay words of their own "

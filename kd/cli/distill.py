@@ -9,7 +9,7 @@ from kd.cli.common import CONFIG_SECTIONS, print_results
 from workbench.core.config import TrackingConfig, add_arguments, from_arguments
 
 
-def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add(commands: argparse._SubParsersAction) -> None:
     """``kdw distill``'s parser, added to ``commands``."""
     parser = commands.add_parser(
         "distill",
@@ -23,14 +23,11 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser.add_argument("--run-dir", required=True, help="run folder to write (or resume)")
     parser.add_argument(
         "--config",
-        default=None,
-        help="JSON file of settings (data, student, objective, optim "
-        "sections), such as kdw tune's best.json; options given on the command "
-        "line override it",
+        help="JSON file of settings (data, student, objective, optim sections), such as kdw tune's "
+        "best.json; options given on the command line override it",
     )
     for cls in (*CONFIG_SECTIONS.values(), TrackingConfig):
         add_arguments(parser, cls)
-    return parser
 
 
 def run(args: argparse.Namespace) -> None:

@@ -10,7 +10,7 @@ from workbench.analysis.heatmap_export import ExportSettings
 from workbench.core.config import add_arguments, from_arguments
 
 
-def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add(commands: argparse._SubParsersAction) -> None:
     """``kdw export``'s parser, added to ``commands``."""
     parser = commands.add_parser(
         "export",
@@ -28,7 +28,6 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     for cls in (HeatmapSettings, ExportSettings):
         add_arguments(parser, cls)
     add_explainer(parser)
-    return parser
 
 
 def run(args: argparse.Namespace) -> None:

@@ -16,7 +16,7 @@ from workbench.core.config import (
 )
 
 
-def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add(commands: argparse._SubParsersAction) -> None:
     """``kdw train-teacher``'s parser, added to ``commands``."""
     parser = commands.add_parser(
         "train-teacher",
@@ -27,7 +27,6 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser.add_argument("--run-dir", required=True, help="run folder to write (or resume)")
     for cls in (DataConfig, TeacherConfig, OptimConfig, TrackingConfig):
         add_arguments(parser, cls)
-    return parser
 
 
 def run(args: argparse.Namespace) -> None:

@@ -9,7 +9,7 @@ from kd.cli.common import CONFIG_SECTIONS
 from workbench.core.config import TrackingConfig, TuneConfig, add_arguments, from_arguments
 
 
-def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add(commands: argparse._SubParsersAction) -> None:
     """``kdw tune``'s parser, added to ``commands``."""
     parser = commands.add_parser(
         "tune",
@@ -27,7 +27,6 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     for cls in (*CONFIG_SECTIONS.values(), TuneConfig, TrackingConfig):
         add_arguments(parser, cls)
-    return parser
 
 
 def run(args: argparse.Namespace) -> None:
