@@ -39,6 +39,4 @@ def run(args: argparse.Namespace) -> None:
         os.environ["KDW_RUNS"] = os.pathsep.join(str(Path(r).resolve()) for r in args.runs)
     options = [f"--server.port={args.port}"] if args.port else []
     extra = args.streamlit[1:] if args.streamlit[:1] == ["--"] else args.streamlit
-    # the front end's module is run, not imported: the CLI stays below the app's layer
-    command = [sys.executable, "-m", "workbench.app.serve", *options, *extra]
-    os.execv(sys.executable, command)
+    os.execv(sys.executable, [sys.executable, "-m", "workbench.app.serve", *options, *extra])

@@ -1,7 +1,6 @@
-"""What several ``kdw`` subcommands share: the parser class and its help formatter, the option
-types and help texts, the ``--config`` file's defaults, the checks of local tasks and models
-that run before torch loads, the data options of commands that score runs on their own tasks,
-the texts a command explains, and the explainer options."""
+"""What several ``kdw`` subcommands share: the parser, option types and help texts, the
+``--config`` file's defaults, the checks that run before torch loads, the data options of
+commands that score runs on their own tasks, and the texts and explainer of an explanation."""
 
 from __future__ import annotations
 
@@ -33,18 +32,16 @@ from workbench.core.errors import WorkbenchError, mask_secrets, one_line
 
 
 class RegistryHelp(argparse.HelpFormatter):
-    """Help whose texts name the registry's lists (``{presets}``, ``{terms}``, …): filled in by
-    :func:`workbench.core.config.fill_help` (building the parser loads no method, so they point to
-    ``kdw methods``)."""
+    """Help whose texts' registry lists (``{presets}``, ``{terms}``, …) are filled in by
+    :func:`workbench.core.config.fill_help`."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         return fill_help(super()._get_help_string(action) or "")
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse's parser, whose refusals are one line like every other ``kdw`` error: the
-    problem and where the usage is, without the usage block; its help fills in the registry's
-    lists (:class:`RegistryHelp`)."""
+    """argparse's parser, whose refusals are one line like every other ``kdw`` error (no usage
+    block), and whose help is a :class:`RegistryHelp`."""
 
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("formatter_class", RegistryHelp)
@@ -81,8 +78,7 @@ CONFIG_SECTIONS = {
 
 def config_defaults(path: str) -> dict:
     """The option defaults a ``--config`` file (``kdw tune``'s ``best.json``) sets: its
-    ``data``, ``student``, ``objective`` and ``optim`` sections, each checked against its
-    dataclass (an unknown setting is an error)."""
+    :data:`CONFIG_SECTIONS`, each checked against its dataclass (an unknown setting is an error)."""
     from kd.experiments.tune import load_config_file
 
     sections = load_config_file(path)
@@ -108,11 +104,11 @@ def check_local_task(args: argparse.Namespace) -> None:
     if task is None or not all(hasattr(args, f.name) for f in fields(DataConfig)):
         return
     from workbench.core.data import load_task
-    from workbench.core.names import BUNDLED_TASKS, GLUE_TASKS
+    from workbench.core.names import TASK_NAMES
     from workbench.core.runs import recorded_columns
 
     # a path that does not exist is the command's to refuse, in its own order of checks
-    if task not in BUNDLED_TASKS and task not in GLUE_TASKS and Path(task).exists():
+    if task not in TASK_NAMES and Path(task).exists():
         sources = getattr(args, "runs", None) or getattr(args, "models", None) or []
         data = recorded_columns(from_arguments(DataConfig, args), sources)
         load_task(data, notify=lambda note: None)
@@ -120,9 +116,8 @@ def check_local_task(args: argparse.Namespace) -> None:
 
 def check_local_models(args: argparse.Namespace) -> None:
     """Check the ``config.json`` (bounded read, labels) and the safetensors headers of each
-    local model folder a command names — a classifier's folder or a run's model — before torch
-    and transformers load; the load checks the rest (the config against the weights, finite
-    values) when the command builds the model."""
+    local model folder a command names (a classifier's folder or a run's model) before torch and
+    transformers load; the load checks the rest."""
     from workbench.core.files import check_weights
     from workbench.core.runs import RUN_FILE, Run
     from workbench.core.verify import REMEDY, check_config_file
@@ -204,12 +199,10 @@ def add_sources(parser: argparse.ArgumentParser, verb: str) -> None:
     )
     parser.add_argument("--pair", help="second text of every --text (pair tasks)")
     parser.add_argument(
-        "--texts-file",
-        help="CSV or JSONL file with a text column (optional text_pair, label)",
+        "--texts-file", help="CSV or JSONL file with a text column (optional text_pair, label)"
     )
     parser.add_argument(
-        "--split",
-        help=f"{verb} examples of this split (train, dev, test) of the task",
+        "--split", help=f"{verb} examples of this split (train, dev, test) of the task"
     )
     parser.add_argument(
         "--examples", default="0", help="indices of the --split examples, e.g. 0,3,7-9 (default: 0)"

@@ -70,11 +70,10 @@ def run(args: argparse.Namespace) -> None:
             write_output_file(args.json, json_text(report), "--json")
 
     settings = from_arguments(FaithfulnessSettings, args)
-    choices = explainer_choices(args, settings.names())
     report = explainer_faithfulness(
         args.runs,
         settings,
-        choices,
+        explainer_choices(args, settings.names()),
         notify=note,
         previous=previous,
         checkpoint=write if args.merge else lambda report: None,
