@@ -97,9 +97,8 @@ def config_defaults(path: str) -> dict:
 
 
 def check_local_task(args: argparse.Namespace) -> None:
-    """Read and check a local data file or folder that ``--task`` names (columns, encoding,
-    texts, labels, split sizes) before torch and transformers load, so that its problems are
-    one line within a second or two; the command reads it again, and says its notes then."""
+    """Read and check a local data file or folder that ``--task`` names before torch and
+    transformers load, so that its problems are one line within a second or two."""
     task = getattr(args, "task", None)
     if task is None or not all(hasattr(args, f.name) for f in fields(DataConfig)):
         return
@@ -164,10 +163,9 @@ def task_data(
     args: argparse.Namespace, sources: Sequence[str], own: Sequence[str] = ()
 ) -> DataConfig | None:
     """The data options of a command that scores ``sources`` (run folders, models) on their own
-    tasks unless ``--task`` names one: without ``--task``, a data option given is refused rather
-    than ignored (each run reads its task with its own settings), but those named in ``own``,
-    which the command applies to each run's own task. A task that a run among ``sources``
-    recorded is read with that run's columns unless they are given (:func:`recorded_columns`)."""
+    tasks unless ``--task`` names one: without ``--task``, a data option given but those in
+    ``own`` is refused rather than ignored. A task that a run among ``sources`` recorded is read
+    with that run's columns unless they are given (:func:`recorded_columns`)."""
     from workbench.core.runs import recorded_columns
 
     if args.task is not None:
@@ -270,9 +268,8 @@ def add_explainer(parser: argparse.ArgumentParser) -> None:
 def explainer_choices(
     args: argparse.Namespace, names: Sequence[str], shared: set[str] = frozenset()
 ):
-    """The explainers ``names`` with the settings the options give each (the rest: their
-    defaults); an option given that none of them takes is refused rather than ignored
-    (``shared``: options checked elsewhere)."""
+    """The explainers ``names`` with the settings the options give each; an option given that
+    none of them takes (nor ``shared``, checked elsewhere) is refused rather than ignored."""
     from workbench.analysis.attribution import ExplainerChoice
 
     chosen = [get_explainer(name) for name in names]
@@ -296,7 +293,6 @@ def explainer_choices(
 def explainer_choice(args: argparse.Namespace):
     """The explainer ``--explainer`` names (ig with ``--method ig``, the default), with its
     settings; None for ``--method grad`` without ``--explainer``."""
-    name = args.explainer or ("ig" if args.method == "ig" else None)
-    if name is None:
-        return None
-    return explainer_choices(args, [name], {f.name for f in fields(MapSettings)})[0]
+    if name := args.explainer or ("ig" if args.method == "ig" else None):
+        return explainer_choices(args, [name], {f.name for f in fields(MapSettings)})[0]
+    return None
