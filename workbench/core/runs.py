@@ -440,27 +440,25 @@ class Run:
             record = checked(info, RunRecord)
             record.configs = current_configs(record.configs)
         except (RecordProblem, WorkbenchError) as problem:
-            raise WorkbenchError(
-                f"{self.path / RUN_FILE} is not a run record: {problem}: {RUN_REMEDY}"
-            ) from None
+            raise self._not_a_record(problem) from None
         return record
+
+    def _not_a_record(self, problem: Any) -> WorkbenchError:
+        """The error of a ``run.json`` that is not a run record: ``problem``, and the remedy."""
+        return WorkbenchError(
+            f"{self.path / RUN_FILE} is not a run record: {problem}: {RUN_REMEDY}"
+        )
 
     def config(self, cls: type[T], group: str) -> T:
         """The config ``group`` (``data``, ``student``…) of the run's record as ``cls``, its
         paths absolute."""
         configs = self.info().configs
         if group not in configs:
-            raise WorkbenchError(
-                f'{self.path / RUN_FILE} is not a run record: "configs.{group}" is missing: '
-                f"{RUN_REMEDY}"
-            )
+            raise self._not_a_record(f'"configs.{group}" is missing')
         try:
             config = from_dict(cls, configs[group])
         except WorkbenchError as error:  # a section a run of another kind would not hold
-            raise WorkbenchError(
-                f"{self.path / RUN_FILE} is not a run record: configs.{group}: {error}: "
-                f"{RUN_REMEDY}"
-            ) from None
+            raise self._not_a_record(f"configs.{group}: {error}") from None
         resolve_paths(config)
         return config
 
@@ -468,9 +466,7 @@ class Run:
         """The run's task record (name, label names, metrics, pair), which a trained run has."""
         task = self.info().task
         if task is None:
-            raise WorkbenchError(
-                f'{self.path / RUN_FILE} is not a run record: "task" is missing: {RUN_REMEDY}'
-            )
+            raise self._not_a_record('"task" is missing')
         return task
 
     def manifest(self) -> Manifest:

@@ -78,9 +78,9 @@ def check_config_file(folder: str | Path) -> dict[str, Any]:
     seen: dict[str, int] = {}
     repeated = []
     for index, name in enumerate(names):
-        if name.casefold() in seen:
-            repeated.append(f"{seen[name.casefold()]} and {index} ({name!r})")
-        seen.setdefault(name.casefold(), index)
+        first = seen.setdefault(name.casefold(), index)
+        if first != index:
+            repeated.append(f"{first} and {index} ({name!r})")
     if repeated:
         raise WorkbenchError(
             f"{path}: id2label gives two classes one name: {listed(repeated)}: {LABELS_REMEDY}"
@@ -285,6 +285,12 @@ def tokenizer_ids(folder: Path) -> tuple[int, str] | None:
         if numbers and max(numbers) > largest:
             largest, source = max(numbers), name
 
+    def json_ids(name: str, what: str) -> None:  # the ids of a JSON object's values
+        if (folder / name).is_file():
+            value = read_json_file(folder / name, TOKENIZER_LIMIT, what)
+            if isinstance(value, dict):
+                seen(value.values(), name)
+
     tokenizer = folder / "tokenizer.json"
     if tokenizer.is_file():
         value = read_json_file(tokenizer, TOKENIZER_LIMIT, "the tokenizer file")
@@ -301,19 +307,11 @@ def tokenizer_ids(folder: Path) -> tuple[int, str] | None:
         if path.is_file():
             lines = read_limited(path, TOKENIZER_LIMIT, "the vocabulary").split(b"\n")
             seen([len(lines) - 1 - (lines[-1] == b"")], path.name)
-        path = folder / "vocab.json"
-        if path.is_file():
-            vocab = read_json_file(path, TOKENIZER_LIMIT, "the vocabulary")
-            if isinstance(vocab, dict):
-                seen(vocab.values(), path.name)
+        json_ids("vocab.json", "the vocabulary")
         for name in SENTENCEPIECE_FILES:
             if (folder / name).is_file():
                 seen([sentencepiece_pieces(folder / name) - 1], name)
-    added = folder / "added_tokens.json"
-    if added.is_file():
-        value = read_json_file(added, TOKENIZER_LIMIT, "the tokenizer's added tokens")
-        if isinstance(value, dict):
-            seen(value.values(), added.name)
+    json_ids("added_tokens.json", "the tokenizer's added tokens")
     return None if source is None else (largest + 1, source)
 
 

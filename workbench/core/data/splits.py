@@ -185,8 +185,7 @@ def deduplicate(frame: pd.DataFrame, columns: list[str]) -> tuple[pd.DataFrame, 
     """Drop repeated texts; texts seen with conflicting labels are dropped altogether."""
     labels_per_text = frame.groupby(columns)["label"].nunique()
     conflicting = labels_per_text[labels_per_text > 1].index
-    keyed = frame.set_index(columns)
-    keep = ~keyed.index.isin(conflicting)
+    keep = ~frame.set_index(columns).index.isin(conflicting)
     kept = frame[keep]
     deduplicated = kept.drop_duplicates(subset=columns, keep="first")
     return deduplicated, len(kept) - len(deduplicated), int((~keep).sum())
