@@ -405,9 +405,7 @@ class Run:
             self.model_dir, "the run's best model is lost: train the run again in a new --run-dir"
         )
 
-    def read_json(
-        self, name: str, remedy: str = "delete the run", model: Any = Any, what: str = ""
-    ) -> Any:
+    def read_json(self, name: str, remedy: str, model: Any = Any, what: str = "") -> Any:
         """The JSON file ``name`` of the run, read as ``model`` (:mod:`workbench.core.records`);
         a missing or corrupt one, or one that is not of that model (``what`` the file should
         be, for the message), is a one-line error ending in ``remedy`` (for a corrupt file)."""
@@ -533,11 +531,8 @@ class Run:
             records = self.metrics("dev")
         except (WorkbenchError, IndexError):
             return None
-        best = None
-        for record in records:
-            value = record.get(metric)
-            if isinstance(value, int | float) and (best is None or value > best[metric]):
-                best = record
+        scored = [record for record in records if isinstance(record.get(metric), int | float)]
+        best = max(scored, key=lambda record: record[metric], default=None)  # the first of them
         return None if best is None else {"step": best.get("step"), metric: best[metric]}
 
     def snapshot(self) -> str:
