@@ -37,8 +37,7 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
     """The ``kdw`` parser; ``distill_defaults`` replace the defaults of ``kdw distill``'s
     options (from ``--config``)."""
     parser = Parser(
-        prog="kdw",
-        description="Distil BERT-style classifiers and see why each model decides.",
+        prog="kdw", description="Distil BERT-style classifiers and see why each model decides."
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in SUBCOMMANDS:

@@ -41,8 +41,7 @@ def add(commands: argparse._SubParsersAction) -> None:
     )
     add_arguments(parser, FaithfulnessSettings)
     add_explainer_settings(
-        parser.add_argument_group("explainer settings", "for the explainers that take them"),
-        set(),
+        parser.add_argument_group("explainer settings", "for the explainers that take them"), set()
     )
 
 

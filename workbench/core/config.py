@@ -190,10 +190,9 @@ def views_option(default: Views | None, help: str, names: Sequence[str]) -> Any:
 
 # Lists that help texts name as ``{presets}``, ``{terms}``, ``{temperatures}``, ``{ablations}``,
 # ``{words}`` (how the per-token terms compare across tokenizers), ``{parameters}`` (what kdw tune
-# searches),
-# never written out by hand: kd.methods.objective registers them from its registry, and
-# :func:`fill_help` fills them in when a help text is shown. Where the registry is not loaded (the
-# foundation alone), the text points to ``kdw methods``, which lists them.
+# searches), never written out by hand: kd.methods.objective registers them from its registry,
+# and :func:`fill_help` fills them in when a help text is shown. Where the registry is not loaded
+# (the foundation alone), the text points to ``kdw methods``, which lists them.
 HELP_LISTS: dict[str, Callable[[], str]] = {}
 LISTED = ("presets", "terms", "temperatures", "ablations", "words", "parameters")
 
@@ -212,9 +211,7 @@ def option(default: Any, help: str, **extra: Any) -> Any:
     folder made absolute (:func:`resolve_paths`), ``syntax`` (a :class:`Syntax`) for a value
     of a structured type written as text on the command line, or ``recorded_if_set=True`` for
     a setting that records and identities (:func:`to_dict`) hold only when it differs from its
-    default. Not compatibility: it is what keeps a reproduction suite row's identity (a hash of
-    its settings) when a setting is added at a default that leaves the row's training as it
-    is."""
+    default."""
     metadata = {"help": help, **extra}
     if isinstance(default, dict):  # each config gets its own copy
         return field(default_factory=lambda: dict(default), metadata=metadata)
@@ -520,10 +517,7 @@ class ObjectiveConfig(Checked):
     of each registered method (``methods``: method name → its settings dataclass, read typed
     with :meth:`of`)."""
 
-    preset: str = option(
-        "kd",
-        "method preset ({presets})",
-    )
+    preset: str = option("kd", "method preset ({presets})")
     weights: dict[str, float] = option(
         {},
         "explicit term weights replacing the preset's, e.g. ce=0.1,kd=0.9,attr=10,wr=1; terms: "

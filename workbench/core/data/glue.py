@@ -9,13 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from workbench.core.data.splits import (
-    TaskData,
-    TaskSpec,
-    clean_text,
-    from_frame,
-    split_indices,
-)
+from workbench.core.data.splits import TaskData, TaskSpec, clean_text, from_frame, split_indices
 from workbench.core.errors import WorkbenchError, first_line
 from workbench.core.files import existing_path, regular_file
 from workbench.core.hub import hub_offline, hub_reachable, hub_unreachable
