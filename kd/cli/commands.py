@@ -34,8 +34,7 @@ SUBCOMMANDS = [
 
 
 def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParser:
-    """The ``kdw`` parser; ``distill_defaults`` replace the defaults of ``kdw distill``'s
-    options (from ``--config``)."""
+    """The ``kdw`` parser, ``distill_defaults`` (``--config``'s) replacing distill's defaults."""
     parser = Parser(
         prog="kdw", description="Distil BERT-style classifiers and see why each model decides."
     )

@@ -222,8 +222,7 @@ def text_sources(args: argparse.Namespace) -> dict:
 
 
 def add_explainer_settings(group, taken: set[str]) -> None:
-    """An option for each registered explainer's setting not already among ``taken`` (default:
-    each explainer's own)."""
+    """An option for each registered explainer's setting not among ``taken`` (default: its own)."""
     settings: dict[str, list] = {}
     for explainer in EXPLAINERS.values():
         for f in fields(explainer.settings):
@@ -243,8 +242,7 @@ def add_explainer_settings(group, taken: set[str]) -> None:
 
 
 def add_explainer(parser: argparse.ArgumentParser) -> None:
-    """``--explainer`` (its choices and help from the registry), each explainer's settings
-    not already among the parser's options, and ``--words``."""
+    """``--explainer`` (from the registry), the explainer settings the parser lacks, ``--words``."""
     group = parser.add_argument_group(
         "explainer", "which registered explainer scores the tokens (docs/explainers.md)"
     )
