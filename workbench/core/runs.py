@@ -472,9 +472,8 @@ class Run:
         return self.read_json("manifest.json", RUN_REMEDY, Manifest, "a run's manifest")
 
     def status(self) -> RunStatus:
-        """The training's progress (``state``, ``step``, ``total``, and ``seconds`` spent on
-        ``training`` and, for a student, on its ``teacher_cache``). A corrupt file loses only
-        that record: its error says so and that rerunning the run's command rewrites it."""
+        """The training's progress (:class:`RunStatus`). A corrupt file loses only that record:
+        its error says so and that rerunning the run's command rewrites it."""
         return self.read_json(STATUS_FILE, STATUS_REMEDY, RunStatus, "a run's status")
 
     def predictions(self) -> dict[str, SplitPredictions]:
