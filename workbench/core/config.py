@@ -242,9 +242,7 @@ def _outside(cls: type, f: dataclasses.Field, value: Any) -> str | None:
     choices, domain = f.metadata.get("choices"), f.metadata.get("domain")
     if choices and value not in choices:
         return "one of " + ", ".join("none" if c is None else str(c) for c in choices)
-    if domain and not domain.accepts(value):
-        return domain.expected
-    return None
+    return domain.expected if domain and not domain.accepts(value) else None
 
 
 _TYPES = {  # a field's type: the test of a value read from a file, and its name in messages

@@ -669,9 +669,7 @@ def teacher_change(then: ResolvedTeacher | None, now: ResolvedTeacher | None) ->
         for part in ("weights", "tokenizer")
         if getattr(then, part) != getattr(now, part)
     ]
-    if not parts:
-        return None
-    return f"the teacher {then.source} changed since ({', '.join(parts)})"
+    return f"the teacher {then.source} changed since ({', '.join(parts)})" if parts else None
 
 
 _SHOWN = 4  # differences named by a refusal to reopen a run
