@@ -135,10 +135,6 @@ def layer_blocks(keys: Iterable[str]) -> tuple[str, int]:
     return prefix, len(blocks[prefix])
 
 
-def _numel(shape: Sequence[int]) -> int:
-    return math.prod(shape) if shape else 1
-
-
 def _meta_model(config: Any):
     """The sequence classifier ``config`` describes, built on the meta device: its parameters
     have shapes and no storage."""
@@ -229,8 +225,8 @@ def _check_model_folder(folder: Path, config: Any) -> None:
                 f"{list(shape)} there, the config makes it {list(expected[name])}"
                 f"{_fields_of(config, wanted, not name.startswith(f'{prefix}.'))}: {REMEDY}"
             )
-    held = sum(_numel(shape) for shape, *_ in headers.values())
-    described = sum(_numel(shape) for shape in expected.values())
+    held = sum(math.prod(shape) for shape, *_ in headers.values())  # a scalar's () counts 1
+    described = sum(math.prod(shape) for shape in expected.values())
     if described > 2 * held + SPARE_PARAMETERS:
         raise WorkbenchError(
             f"{where} describes a model of {described:,} parameters, but {weights} hold "
@@ -255,7 +251,8 @@ def _check_layers(
         model = _meta_model(probe)
     except Exception:
         return
-    built = layer_blocks(_strip(_expected(model), model))[1]
+    base = getattr(model, "base_model_prefix", "")  # the keys as a bare encoder's checkpoint
+    built = layer_blocks(key.removeprefix(f"{base}.") for key in model.state_dict())[1]
     # shared layers (ALBERT) build no module per layer: a deeper config is no mismatch
     if (built <= held) if layers > held else (built >= held):
         return
@@ -264,12 +261,6 @@ def _check_layers(
         f"({prefix}.0 to {prefix}.{held - 1}): the config and the weights are of different "
         f"models; {REMEDY}"
     )
-
-
-def _strip(expected: Mapping[str, Any], model: Any) -> list[str]:
-    """The model's keys as a bare-encoder checkpoint names them (no base-model prefix)."""
-    prefix = getattr(model, "base_model_prefix", "")
-    return [key.removeprefix(f"{prefix}.") for key in expected]
 
 
 def tokenizer_ids(folder: Path) -> tuple[int, str] | None:
