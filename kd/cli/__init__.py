@@ -17,11 +17,14 @@ from __future__ import annotations
 
 from workbench.core.lazy import lazy_names
 
-_NAMES = {
-    "build_parser": "kd.cli.commands",
-    "config_defaults": "kd.cli.common",
-    "main": "kd.cli.commands",
-    "reproduce_suite": "kd.cli.reproduce",
-}
-__all__ = sorted(_NAMES)
-__getattr__ = lazy_names(__name__, _NAMES)
+__all__ = ["build_parser", "config_defaults", "main", "reproduce_suite"]
+
+__getattr__ = lazy_names(
+    __name__,
+    {
+        "build_parser": "kd.cli.commands",
+        "config_defaults": "kd.cli.common",
+        "main": "kd.cli.commands",
+        "reproduce_suite": "kd.cli.reproduce",
+    },
+)

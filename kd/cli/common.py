@@ -9,6 +9,7 @@ import json
 import sys
 import typing
 from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import fields
 from pathlib import Path
 
@@ -53,13 +54,10 @@ class Parser(argparse.ArgumentParser):
 
 def positive_int(text: str) -> int:
     """An argparse type: an integer of at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer of at least 1, got {text!r}")
-    return value
+    with suppress(ValueError):
+        if (value := int(text)) >= 1:
+            return value
+    raise argparse.ArgumentTypeError(f"expected an integer of at least 1, got {text!r}")
 
 
 MODELS_HELP = (
@@ -144,8 +142,7 @@ def print_results(path: Path) -> None:
 
     if not world().main:  # under torchrun the first process reports for all
         return
-    results = Run.open(path).results()
-    if results:
+    if results := Run.open(path).results():
         print(json.dumps(results, indent=2))
     print(f"run folder: {path}")
 
@@ -154,8 +151,7 @@ def add_task_options(parser: argparse.ArgumentParser, task_help: str) -> None:
     """The data options of a command that scores runs on their own tasks (:func:`task_data`),
     its ``--task`` with the help ``task_help`` and no task unless given."""
     add_arguments(parser, DataConfig)
-    task = next(action for action in parser._actions if action.dest == "task")
-    task.help = task_help
+    next(action for action in parser._actions if action.dest == "task").help = task_help
     parser.set_defaults(task=None)
 
 
