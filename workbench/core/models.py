@@ -12,7 +12,7 @@ import hashlib
 import importlib.util
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -338,9 +338,8 @@ def embed(model: PreTrainedModel, batch: Mapping[str, Tensor]) -> Tensor:
 
     handle = embeddings_module(model).register_forward_hook(hook)
     try:
-        model(**model_inputs(model, batch))
-    except _Captured:
-        pass
+        with suppress(_Captured):
+            model(**model_inputs(model, batch))
     finally:
         handle.remove()
     return captured[0]

@@ -30,7 +30,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
@@ -490,11 +490,10 @@ class Run:
         except (OSError, ValueError):
             return None
         try:
-            os.kill(pid, 0)
+            with suppress(PermissionError):  # alive, another user's
+                os.kill(pid, 0)
         except ProcessLookupError:
             return None
-        except PermissionError:  # alive, another user's
-            return pid
         return pid
 
     def unfinished(self) -> str | None:
