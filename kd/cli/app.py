@@ -11,7 +11,7 @@ from pathlib import Path
 from kd.cli.common import positive_int
 
 
-def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add(commands: argparse._SubParsersAction) -> None:
     """``kdw app``'s parser, added to ``commands``."""
     parser = commands.add_parser(
         "app",
@@ -23,18 +23,15 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser.add_argument(
         "--runs",
         nargs="+",
-        default=None,
         metavar="DIR",
         help="the runs roots: each folder's runs are listed, the first is where the app trains "
         "(default: $KDW_RUNS, folders separated by ':', or runs/)",
     )
-    parser.add_argument("--port", type=positive_int, default=None, help="the server's port")
+    parser.add_argument("--port", type=positive_int, help="the server's port")
     parser.add_argument(
         "--headless", action="store_true", help="do not open a browser (on a server)"
     )
     parser.add_argument("streamlit", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-    parser.set_defaults(handler=run)
-    return parser
 
 
 def run(args: argparse.Namespace) -> None:
@@ -42,6 +39,4 @@ def run(args: argparse.Namespace) -> None:
         os.environ["KDW_RUNS"] = os.pathsep.join(str(Path(r).resolve()) for r in args.runs)
     options = [f"--server.port={args.port}"] if args.port else []
     extra = args.streamlit[1:] if args.streamlit[:1] == ["--"] else args.streamlit
-    # the front end's module is run, not imported: the CLI stays below the app's layer
-    command = [sys.executable, "-m", "workbench.app.serve", *options, *extra]
-    os.execv(sys.executable, command)
+    os.execv(sys.executable, [sys.executable, "-m", "workbench.app.serve", *options, *extra])

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from kd.cli.common import add_explainer, add_sources, explainer_choice, text_sources
+from kd.cli.common import add_explainer, add_sources, text_sources
 from workbench.core.config import AttributionSettings, add_arguments, from_arguments
 
 
-def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add(commands: argparse._SubParsersAction) -> None:
     """``kdw attribute``'s parser, added to ``commands``."""
     parser = commands.add_parser(
         "attribute",
@@ -22,19 +22,11 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     add_sources(parser, "attribute")
     add_arguments(parser, AttributionSettings)
     add_explainer(parser)
-    parser.set_defaults(handler=run)
-    return parser
 
 
 def run(args: argparse.Namespace) -> None:
     from workbench.analysis.heatmap_export import attribute_runs
 
-    paths = attribute_runs(
-        args.runs,
-        args.out,
-        from_arguments(AttributionSettings, args),
-        explainer=explainer_choice(args),
-        words=args.words,
-        **text_sources(args),
-    )
+    settings = from_arguments(AttributionSettings, args)
+    paths = attribute_runs(args.runs, args.out, settings, **text_sources(args))
     print("\n".join(str(path) for path in paths))

@@ -9,7 +9,7 @@ import json
 from workbench.core.config import DataConfig, add_arguments, from_arguments
 
 
-def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add(commands: argparse._SubParsersAction) -> None:
     """``kdw baseline``'s parser, added to ``commands``."""
     parser = commands.add_parser(
         "baseline",
@@ -19,8 +19,6 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     add_arguments(parser, DataConfig)
     parser.add_argument("--split", default="test", help="split to score (default: test)")
-    parser.set_defaults(handler=run)
-    return parser
 
 
 def run(args: argparse.Namespace) -> None:

@@ -9,7 +9,7 @@ from kd.cli.common import MODELS_HELP, add_task_options, task_data
 from workbench.core.config import BenchmarkSettings, add_arguments, from_arguments
 
 
-def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add(commands: argparse._SubParsersAction) -> None:
     """``kdw benchmark``'s parser, added to ``commands``."""
     parser = commands.add_parser(
         "benchmark",
@@ -24,14 +24,12 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "every graph of the folder, run by ONNX Runtime) sit in one table.",
     )
     parser.add_argument("models", nargs="+", help=MODELS_HELP + ", or ONNX export folders")
-    parser.add_argument("--json", default=None, help="also write the report to this JSON file")
+    parser.add_argument("--json", help="also write the report to this JSON file")
     add_arguments(parser, BenchmarkSettings)
     add_task_options(
         parser,
         "the task of classifiers the workbench did not train (default: the first model's own)",
     )
-    parser.set_defaults(handler=run)
-    return parser
 
 
 def run(args: argparse.Namespace) -> None:

@@ -4,56 +4,46 @@ them, and :func:`main`, which parses the command line and runs the subcommand.""
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 
-from kd.cli import (
-    app,
-    attribute,
-    baseline,
-    benchmark,
-    demo,
-    distill,
-    evaluate,
-    export,
-    export_model,
-    faithfulness,
-    methods,
-    reproduce,
-    train_teacher,
-    tune,
-)
 from kd.cli.common import Parser, check_local_models, check_local_task, config_defaults
 from workbench.core.errors import WorkbenchError, one_line
 
-SUBCOMMANDS = (
-    train_teacher,
-    distill,
-    tune,
-    evaluate,
-    benchmark,
-    baseline,
-    demo,
-    methods,
-    app,
-    reproduce,
-    export,
-    attribute,
-    faithfulness,
-    export_model,
-)
+# each subcommand's module (kdw train-teacher: kd.cli.train_teacher), in --help's order
+SUBCOMMANDS = [
+    importlib.import_module(f"kd.cli.{name}")
+    for name in (
+        "train_teacher",
+        "distill",
+        "tune",
+        "evaluate",
+        "benchmark",
+        "baseline",
+        "demo",
+        "methods",
+        "app",
+        "reproduce",
+        "export",
+        "attribute",
+        "faithfulness",
+        "export_model",
+    )
+]
 
 
 def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParser:
-    """The ``kdw`` parser; ``distill_defaults`` replace the defaults of ``kdw distill``'s
-    options (from ``--config``)."""
+    """The ``kdw`` parser, ``distill_defaults`` (``--config``'s) replacing distill's defaults."""
     parser = Parser(
-        prog="kdw",
-        description="Distil BERT-style classifiers and see why each model decides.",
+        prog="kdw", description="Distil BERT-style classifiers and see why each model decides."
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    added = {module: module.add(commands) for module in SUBCOMMANDS}
-    added[distill].set_defaults(**(distill_defaults or {}))
+    for module in SUBCOMMANDS:
+        module.add(commands)
+    for module, command in zip(SUBCOMMANDS, commands.choices.values(), strict=True):
+        command.set_defaults(handler=module.run)  # each runs its own module's run(args)
+    commands.choices["distill"].set_defaults(**(distill_defaults or {}))
     return parser
 
 

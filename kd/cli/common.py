@@ -1,7 +1,6 @@
-"""What several ``kdw`` subcommands share: the parser class and its help formatter, the option
-types and help texts, the ``--config`` file's defaults, the checks of local tasks and models
-that run before torch loads, the data options of commands that score runs on their own tasks,
-the texts a command explains, and the explainer options."""
+"""What several ``kdw`` subcommands share: the parser, option types and help texts, the
+``--config`` file's defaults, the checks that run before torch loads, the data options of
+commands that score runs on their own tasks, and the texts and explainer of an explanation."""
 
 from __future__ import annotations
 
@@ -10,6 +9,7 @@ import json
 import sys
 import typing
 from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import fields
 from pathlib import Path
 
@@ -33,18 +33,16 @@ from workbench.core.errors import WorkbenchError, mask_secrets, one_line
 
 
 class RegistryHelp(argparse.HelpFormatter):
-    """Help whose texts name the registry's lists (``{presets}``, ``{terms}``, …): filled in by
-    :func:`workbench.core.config.fill_help` (building the parser loads no method, so they point to
-    ``kdw methods``)."""
+    """Help whose texts' registry lists (``{presets}``, ``{terms}``, …) are filled in by
+    :func:`workbench.core.config.fill_help`."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         return fill_help(super()._get_help_string(action) or "")
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse's parser, whose refusals are one line like every other ``kdw`` error: the
-    problem and where the usage is, without the usage block; its help fills in the registry's
-    lists (:class:`RegistryHelp`)."""
+    """argparse's parser, whose refusals are one line like every other ``kdw`` error (no usage
+    block), and whose help is a :class:`RegistryHelp`."""
 
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("formatter_class", RegistryHelp)
@@ -56,13 +54,10 @@ class Parser(argparse.ArgumentParser):
 
 def positive_int(text: str) -> int:
     """An argparse type: an integer of at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer of at least 1, got {text!r}")
-    return value
+    with suppress(ValueError):
+        if (value := int(text)) >= 1:
+            return value
+    raise argparse.ArgumentTypeError(f"expected an integer of at least 1, got {text!r}")
 
 
 MODELS_HELP = (
@@ -81,8 +76,7 @@ CONFIG_SECTIONS = {
 
 def config_defaults(path: str) -> dict:
     """The option defaults a ``--config`` file (``kdw tune``'s ``best.json``) sets: its
-    ``data``, ``student``, ``objective`` and ``optim`` sections, each checked against its
-    dataclass (an unknown setting is an error)."""
+    :data:`CONFIG_SECTIONS`, each checked against its dataclass (an unknown setting is an error)."""
     from kd.experiments.tune import load_config_file
 
     sections = load_config_file(path)
@@ -101,18 +95,17 @@ def config_defaults(path: str) -> dict:
 
 
 def check_local_task(args: argparse.Namespace) -> None:
-    """Read and check a local data file or folder that ``--task`` names (columns, encoding,
-    texts, labels, split sizes) before torch and transformers load, so that its problems are
-    one line within a second or two; the command reads it again, and says its notes then."""
+    """Read and check a local data file or folder that ``--task`` names before torch and
+    transformers load, so that its problems are one line within a second or two."""
     task = getattr(args, "task", None)
     if task is None or not all(hasattr(args, f.name) for f in fields(DataConfig)):
         return
     from workbench.core.data import load_task
-    from workbench.core.names import BUNDLED_TASKS, GLUE_TASKS
+    from workbench.core.names import TASK_NAMES
     from workbench.core.runs import recorded_columns
 
     # a path that does not exist is the command's to refuse, in its own order of checks
-    if task not in BUNDLED_TASKS and task not in GLUE_TASKS and Path(task).exists():
+    if task not in TASK_NAMES and Path(task).exists():
         sources = getattr(args, "runs", None) or getattr(args, "models", None) or []
         data = recorded_columns(from_arguments(DataConfig, args), sources)
         load_task(data, notify=lambda note: None)
@@ -120,9 +113,8 @@ def check_local_task(args: argparse.Namespace) -> None:
 
 def check_local_models(args: argparse.Namespace) -> None:
     """Check the ``config.json`` (bounded read, labels) and the safetensors headers of each
-    local model folder a command names — a classifier's folder or a run's model — before torch
-    and transformers load; the load checks the rest (the config against the weights, finite
-    values) when the command builds the model."""
+    local model folder a command names (a classifier's folder or a run's model) before torch and
+    transformers load; the load checks the rest."""
     from workbench.core.files import check_weights
     from workbench.core.runs import RUN_FILE, Run
     from workbench.core.verify import REMEDY, check_config_file
@@ -150,8 +142,7 @@ def print_results(path: Path) -> None:
 
     if not world().main:  # under torchrun the first process reports for all
         return
-    results = Run.open(path).results()
-    if results:
+    if results := Run.open(path).results():
         print(json.dumps(results, indent=2))
     print(f"run folder: {path}")
 
@@ -160,8 +151,7 @@ def add_task_options(parser: argparse.ArgumentParser, task_help: str) -> None:
     """The data options of a command that scores runs on their own tasks (:func:`task_data`),
     its ``--task`` with the help ``task_help`` and no task unless given."""
     add_arguments(parser, DataConfig)
-    task = next(action for action in parser._actions if action.dest == "task")
-    task.help = task_help
+    next(action for action in parser._actions if action.dest == "task").help = task_help
     parser.set_defaults(task=None)
 
 
@@ -169,10 +159,9 @@ def task_data(
     args: argparse.Namespace, sources: Sequence[str], own: Sequence[str] = ()
 ) -> DataConfig | None:
     """The data options of a command that scores ``sources`` (run folders, models) on their own
-    tasks unless ``--task`` names one: without ``--task``, a data option given is refused rather
-    than ignored (each run reads its task with its own settings), but those named in ``own``,
-    which the command applies to each run's own task. A task that a run among ``sources``
-    recorded is read with that run's columns unless they are given (:func:`recorded_columns`)."""
+    tasks unless ``--task`` names one: without ``--task``, a data option given but those in
+    ``own`` is refused rather than ignored. A task that a run among ``sources`` recorded is read
+    with that run's columns unless they are given (:func:`recorded_columns`)."""
     from workbench.core.runs import recorded_columns
 
     if args.task is not None:
@@ -202,16 +191,12 @@ def add_sources(parser: argparse.ArgumentParser, verb: str) -> None:
     parser.add_argument(
         "--text", action="append", help=f"a text to {verb} (repeat the option for several)"
     )
-    parser.add_argument("--pair", default=None, help="second text of every --text (pair tasks)")
+    parser.add_argument("--pair", help="second text of every --text (pair tasks)")
     parser.add_argument(
-        "--texts-file",
-        default=None,
-        help="CSV or JSONL file with a text column (optional text_pair, label)",
+        "--texts-file", help="CSV or JSONL file with a text column (optional text_pair, label)"
     )
     parser.add_argument(
-        "--split",
-        default=None,
-        help=f"{verb} examples of this split (train, dev, test) of the task",
+        "--split", help=f"{verb} examples of this split (train, dev, test) of the task"
     )
     parser.add_argument(
         "--examples", default="0", help="indices of the --split examples, e.g. 0,3,7-9 (default: 0)"
@@ -219,20 +204,21 @@ def add_sources(parser: argparse.ArgumentParser, verb: str) -> None:
 
 
 def text_sources(args: argparse.Namespace) -> dict:
-    """The texts :func:`add_sources`' options name, as keyword arguments of the functions that
-    explain them."""
+    """The texts :func:`add_sources`' options name, and the explainer and ``--words`` of
+    :func:`add_explainer`, as keyword arguments of the functions that explain them."""
     return {
         "texts": args.text or (),
         "pair": args.pair,
         "texts_file": args.texts_file,
         "split": args.split,
         "indices": args.examples,
+        "explainer": explainer_choice(args),
+        "words": args.words,
     }
 
 
 def add_explainer_settings(group, taken: set[str]) -> None:
-    """An option for each registered explainer's setting not already among ``taken`` (default:
-    each explainer's own)."""
+    """An option for each registered explainer's setting not among ``taken`` (default: its own)."""
     settings: dict[str, list] = {}
     for explainer in EXPLAINERS.values():
         for f in fields(explainer.settings):
@@ -246,21 +232,18 @@ def add_explainer_settings(group, taken: set[str]) -> None:
             option_name(name),
             dest=name,
             type=kind,
-            default=None,
             metavar=name.upper(),
             help=f"{owners[0][1].metadata['help']} (default: {defaults})",
         )
 
 
 def add_explainer(parser: argparse.ArgumentParser) -> None:
-    """``--explainer`` (its choices and help from the registry), each explainer's settings
-    not already among the parser's options, and ``--words``."""
+    """``--explainer`` (from the registry), the explainer settings the parser lacks, ``--words``."""
     group = parser.add_argument_group(
         "explainer", "which registered explainer scores the tokens (docs/explainers.md)"
     )
     group.add_argument(
         "--explainer",
-        default=None,
         choices=list(EXPLAINERS),
         metavar="NAME",
         help="; ".join(f"{e.name}: {e.description}" for e in EXPLAINERS.values())
@@ -269,7 +252,6 @@ def add_explainer(parser: argparse.ArgumentParser) -> None:
     add_explainer_settings(group, {action.dest for action in parser._actions})
     group.add_argument(
         "--words",
-        default=None,
         choices=WORD_AGGREGATIONS,
         help="score words instead of sub-tokens (the fast tokenizer's words): the sum, mean or "
         "largest magnitude (max-abs) of their pieces; [CLS]/[SEP] stay words of their own "
@@ -280,9 +262,8 @@ def add_explainer(parser: argparse.ArgumentParser) -> None:
 def explainer_choices(
     args: argparse.Namespace, names: Sequence[str], shared: set[str] = frozenset()
 ):
-    """The explainers ``names`` with the settings the options give each (the rest: their
-    defaults); an option given that none of them takes is refused rather than ignored
-    (``shared``: options checked elsewhere)."""
+    """The explainers ``names`` with the settings the options give each; an option given that
+    none of them takes (nor ``shared``, checked elsewhere) is refused rather than ignored."""
     from workbench.analysis.attribution import ExplainerChoice
 
     chosen = [get_explainer(name) for name in names]
@@ -297,11 +278,7 @@ def explainer_choices(
     return [
         ExplainerChoice(
             e.name,
-            {
-                f.name: getattr(args, f.name)
-                for f in fields(e.settings)
-                if getattr(args, f.name) is not None
-            },
+            {f.name: v for f in fields(e.settings) if (v := getattr(args, f.name)) is not None},
         )
         for e in chosen
     ]
@@ -310,7 +287,6 @@ def explainer_choices(
 def explainer_choice(args: argparse.Namespace):
     """The explainer ``--explainer`` names (ig with ``--method ig``, the default), with its
     settings; None for ``--method grad`` without ``--explainer``."""
-    name = args.explainer or ("ig" if args.method == "ig" else None)
-    if name is None:
-        return None
-    return explainer_choices(args, [name], {f.name for f in fields(MapSettings)})[0]
+    if name := args.explainer or ("ig" if args.method == "ig" else None):
+        return explainer_choices(args, [name], {f.name for f in fields(MapSettings)})[0]
+    return None

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 
-def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add(commands: argparse._SubParsersAction) -> None:
     """``kdw demo``'s parser, added to ``commands``."""
     parser = commands.add_parser(
         "demo",
@@ -16,8 +16,6 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     parser.add_argument("--root", default="runs/demo", help="folder for the demo's runs")
     parser.add_argument("--quick", action="store_true", help="a much smaller demo (minutes)")
-    parser.set_defaults(handler=run)
-    return parser
 
 
 def run(args: argparse.Namespace) -> None:

@@ -6,18 +6,10 @@ from __future__ import annotations
 import argparse
 
 from kd.cli.common import CONFIG_SECTIONS, print_results
-from workbench.core.config import (
-    DataConfig,
-    ObjectiveConfig,
-    OptimConfig,
-    StudentConfig,
-    TrackingConfig,
-    add_arguments,
-    from_arguments,
-)
+from workbench.core.config import TrackingConfig, add_arguments, from_arguments
 
 
-def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add(commands: argparse._SubParsersAction) -> None:
     """``kdw distill``'s parser, added to ``commands``."""
     parser = commands.add_parser(
         "distill",
@@ -31,25 +23,18 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser.add_argument("--run-dir", required=True, help="run folder to write (or resume)")
     parser.add_argument(
         "--config",
-        default=None,
-        help="JSON file of settings (data, student, objective, optim "
-        "sections), such as kdw tune's best.json; options given on the command "
-        "line override it",
+        help="JSON file of settings (data, student, objective, optim sections), such as kdw tune's "
+        "best.json; options given on the command line override it",
     )
     for cls in (*CONFIG_SECTIONS.values(), TrackingConfig):
         add_arguments(parser, cls)
-    parser.set_defaults(handler=run)
-    return parser
 
 
 def run(args: argparse.Namespace) -> None:
     from kd.training.pipeline import distill
 
     trained = distill(
-        from_arguments(DataConfig, args),
-        from_arguments(StudentConfig, args),
-        from_arguments(ObjectiveConfig, args),
-        from_arguments(OptimConfig, args),
+        *(from_arguments(cls, args) for cls in CONFIG_SECTIONS.values()),
         args.run_dir,
         tracking_config=from_arguments(TrackingConfig, args),
     )

@@ -9,7 +9,7 @@ import json
 from kd.cli.common import MODELS_HELP, add_task_options, note, task_data
 
 
-def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add(commands: argparse._SubParsersAction) -> None:
     """``kdw evaluate``'s parser, added to ``commands``."""
     parser = commands.add_parser(
         "evaluate",
@@ -23,7 +23,6 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser.add_argument("--split", default="test", help="split to score (default: test)")
     parser.add_argument(
         "--teacher",
-        default=None,
         help="teacher for loyalty: a run folder or a classifier (default: each student's own "
         "teacher)",
     )
@@ -33,21 +32,18 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
         help="for a classifier the workbench did not train: TASK_CLASS=MODEL_LABEL pairs "
         "where the names differ, e.g. positive=POS,negative=NEG",
     )
-    parser.add_argument("--json", default=None, help="also write the rows to this JSON file")
+    parser.add_argument("--json", help="also write the rows to this JSON file")
     parser.add_argument(
         "--terms",
         action="store_true",
-        help="add what dominates each run's objective: every term's share of "
-        "the gradient and weighted value at the first and last logged step "
-        "(see --log-every)",
+        help="add what dominates each run's objective: every term's share of the gradient and "
+        "weighted value at the first and last logged step (see --log-every)",
     )
     add_task_options(
         parser,
         "the task a classifier the workbench did not train is scored on (a run folder is scored "
         "on its own)",
     )
-    parser.set_defaults(handler=run)
-    return parser
 
 
 def run(args: argparse.Namespace) -> None:
@@ -56,13 +52,12 @@ def run(args: argparse.Namespace) -> None:
 
     if args.json:  # before the minutes of scoring
         check_output_file(args.json, "--json")
-    data = task_data(args, args.runs, own=("dedupe",))
     rows = evaluate_runs(
         args.runs,
         args.split,
         args.teacher,
         terms=args.terms,
-        data=data,
+        data=task_data(args, args.runs, own=("dedupe",)),
         label_map=args.label_map,
         notify=note,
         dedupe=args.dedupe,

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from kd.cli.common import add_explainer, add_sources, explainer_choice, note, text_sources
+from kd.cli.common import add_explainer, add_sources, note, text_sources
 from workbench.analysis.explanations import HeatmapSettings
 from workbench.analysis.heatmap_export import ExportSettings
 from workbench.core.config import add_arguments, from_arguments
 
 
-def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add(commands: argparse._SubParsersAction) -> None:
     """``kdw export``'s parser, added to ``commands``."""
     parser = commands.add_parser(
         "export",
@@ -28,8 +28,6 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     for cls in (HeatmapSettings, ExportSettings):
         add_arguments(parser, cls)
     add_explainer(parser)
-    parser.set_defaults(handler=run)
-    return parser
 
 
 def run(args: argparse.Namespace) -> None:
@@ -41,8 +39,6 @@ def run(args: argparse.Namespace) -> None:
         from_arguments(HeatmapSettings, args),
         from_arguments(ExportSettings, args),
         notify=note,
-        explainer=explainer_choice(args),
-        words=args.words,
         **text_sources(args),
     )
     print("\n".join(str(path) for path in paths))

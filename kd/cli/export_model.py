@@ -8,7 +8,7 @@ import argparse
 from workbench.core.config import OnnxSettings, add_arguments, from_arguments
 
 
-def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add(commands: argparse._SubParsersAction) -> None:
     """``kdw export-model``'s parser, added to ``commands``."""
     parser = commands.add_parser(
         "export-model",
@@ -25,11 +25,9 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser.add_argument(
         "--push-to-hub",
         metavar="REPO",
-        default=None,
-        help="also upload the checkpoint to this Hub repository "
-        "(namespace/name) through transformers' push_to_hub; needs the "
-        "network and a Hub login (hf auth login); not exercised offline: "
-        "the project's tests check only the calls it makes",
+        help="also upload the checkpoint to this Hub repository (namespace/name) through "
+        "transformers' push_to_hub; needs the network and a Hub login (hf auth login); not "
+        "exercised offline: the project's tests check only the calls it makes",
     )
     parser.add_argument(
         "--onnx",
@@ -40,21 +38,12 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "on the run's test split",
     )
     add_arguments(parser, OnnxSettings)
-    parser.set_defaults(handler=run)
-    return parser
 
 
 def run(args: argparse.Namespace) -> None:
     from kd.training.pipeline import export_model
 
-    print(
-        export_model(
-            args.run,
-            args.out,
-            args.push_to_hub,
-            onnx=args.onnx,
-            settings=from_arguments(OnnxSettings, args),
-        )
-    )
+    settings = from_arguments(OnnxSettings, args)
+    print(export_model(args.run, args.out, args.push_to_hub, onnx=args.onnx, settings=settings))
     if args.push_to_hub:
         print(f"pushed to the Hub repository {args.push_to_hub}")

@@ -11,7 +11,7 @@ from workbench.core.errors import WorkbenchError
 from workbench.core.files import read_json_file
 
 
-def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add(commands: argparse._SubParsersAction) -> None:
     """``kdw faithfulness``'s parser, added to ``commands``."""
     parser = commands.add_parser(
         "faithfulness",
@@ -25,7 +25,7 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "first model must be a run folder: its task gives the examples.",
     )
     parser.add_argument("runs", nargs="+", help=MODELS_HELP)
-    parser.add_argument("--json", default=None, help="also write the report to this file")
+    parser.add_argument("--json", help="also write the report to this file")
     parser.add_argument(
         "--merge",
         action="store_true",
@@ -41,11 +41,8 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     add_arguments(parser, FaithfulnessSettings)
     add_explainer_settings(
-        parser.add_argument_group("explainer settings", "for the explainers that take them"),
-        set(),
+        parser.add_argument_group("explainer settings", "for the explainers that take them"), set()
     )
-    parser.set_defaults(handler=run)
-    return parser
 
 
 def run(args: argparse.Namespace) -> None:
@@ -72,11 +69,10 @@ def run(args: argparse.Namespace) -> None:
             write_output_file(args.json, json_text(report), "--json")
 
     settings = from_arguments(FaithfulnessSettings, args)
-    choices = explainer_choices(args, settings.names())
     report = explainer_faithfulness(
         args.runs,
         settings,
-        choices,
+        explainer_choices(args, settings.names()),
         notify=note,
         previous=previous,
         checkpoint=write if args.merge else lambda report: None,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 
 
-def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add(commands: argparse._SubParsersAction) -> None:
     """``kdw methods``'s parser, added to ``commands``."""
-    parser = commands.add_parser(
+    commands.add_parser(
         "methods",
         help="list the registered methods: presets, terms, tune spaces, ablations, claims",
         description="Every registered preset as its method's module declares it: its name and "
@@ -15,8 +15,6 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "and the term β weighs, the ablations kdw reproduce --ablations trains and the claims "
         "its report checks; then the loss terms --weights accepts.",
     )
-    parser.set_defaults(handler=run)
-    return parser
 
 
 def run(_args: argparse.Namespace) -> None:

@@ -14,18 +14,17 @@ from workbench.core.files import read_json_file
 MAX_STUDENTS_BYTES = 1_000_000  # a --students file lists a few students' settings
 
 
-def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add(commands: argparse._SubParsersAction) -> None:
     """``kdw reproduce``'s parser, added to ``commands``."""
     parser = commands.add_parser(
         "reproduce",
         help="rerun the papers' experiments and write a report",
-        description="Choose each method's key weights on dev (kdw tune), train the suite of "
-        "the papers' experiments (main table over seeds, loyalty, each method beside its "
-        "control; ablations with --ablations), time each task's first-seed students beside "
-        "the teacher (size, latency, throughput on the CPU) and write report.md, results.json "
-        "and figures. results.json is the record: a later call "
-        "(after an interruption, or on a fresh clone without the run folders) trains only what "
-        "it lacks.",
+        description="Choose each method's key weights on dev (kdw tune), train the suite of the "
+        "papers' experiments (main table over seeds, loyalty, each method beside its control; "
+        "ablations with --ablations), time each task's first-seed students beside the teacher "
+        "(size, latency, throughput on the CPU) and write report.md, results.json and figures. "
+        "results.json is the record: a later call (after an interruption, or on a fresh clone "
+        "without the run folders) trains only what it lacks.",
     )
     parser.add_argument(
         "--out", default="reports/reproduce", help="folder for the runs, the report and its figures"
@@ -74,7 +73,6 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser.add_argument(
         "--seeds",
         type=positive_int,
-        default=None,
         help="train the main table over seeds 1..N (default: the suite's, 3); rows of seeds "
         "already recorded are kept, so raising it trains only the new seeds",
     )
@@ -82,22 +80,19 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "--jobs",
         type=positive_int,
         default=1,
-        help="students trained at once, each in its own process with the CPU "
-        "threads shared out (2 on a 2-core machine trains the suite faster "
-        "than 1 with 2 threads)",
+        help="students trained at once, each in its own process with the CPU threads shared out (2 "
+        "on a 2-core machine trains the suite faster than 1 with 2 threads)",
     )
     parser.add_argument(
         "--report-only",
         action="store_true",
-        help="train nothing: write the figures and report.md from results.json "
-        "alone (the run folders, where present, only redraw the heatmap gallery; "
-        "it is updated after every student, so this works while a suite is "
-        "still running)",
+        help="train nothing: write the figures and report.md from results.json alone (the run "
+        "folders, where present, only redraw the heatmap gallery; it is updated after every "
+        "student, so this works while a suite is still running)",
     )
     parser.add_argument(
         "--shard",
         metavar="I/N",
-        default=None,
         help="train only the I-th of N disjoint parts of the suite's students (every N-th, from "
         "the I-th on; each part trains the teachers and searches its students need, seeded "
         "alike), e.g. one array task each: --shard $SLURM_ARRAY_TASK_ID/N with its own --out",
@@ -106,13 +101,10 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "--merge",
         nargs="+",
         metavar="DIR",
-        default=None,
         help="train nothing: join the records of the shards in these folders (run with the "
         "same suite options) into --out's results.json and report; their run folders are "
         "referenced, not copied",
     )
-    parser.set_defaults(handler=run)
-    return parser
 
 
 def reproduce_suite(args: argparse.Namespace):

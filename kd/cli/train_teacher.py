@@ -16,7 +16,7 @@ from workbench.core.config import (
 )
 
 
-def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add(commands: argparse._SubParsersAction) -> None:
     """``kdw train-teacher``'s parser, added to ``commands``."""
     parser = commands.add_parser(
         "train-teacher",
@@ -27,17 +27,13 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser.add_argument("--run-dir", required=True, help="run folder to write (or resume)")
     for cls in (DataConfig, TeacherConfig, OptimConfig, TrackingConfig):
         add_arguments(parser, cls)
-    parser.set_defaults(handler=run)
-    return parser
 
 
 def run(args: argparse.Namespace) -> None:
     from kd.training.pipeline import train_teacher
 
     trained = train_teacher(
-        from_arguments(DataConfig, args),
-        from_arguments(TeacherConfig, args),
-        from_arguments(OptimConfig, args),
+        *(from_arguments(cls, args) for cls in (DataConfig, TeacherConfig, OptimConfig)),
         args.run_dir,
         tracking_config=from_arguments(TrackingConfig, args),
     )

@@ -6,19 +6,10 @@ from __future__ import annotations
 import argparse
 
 from kd.cli.common import CONFIG_SECTIONS
-from workbench.core.config import (
-    DataConfig,
-    ObjectiveConfig,
-    OptimConfig,
-    StudentConfig,
-    TrackingConfig,
-    TuneConfig,
-    add_arguments,
-    from_arguments,
-)
+from workbench.core.config import TrackingConfig, TuneConfig, add_arguments, from_arguments
 
 
-def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add(commands: argparse._SubParsersAction) -> None:
     """``kdw tune``'s parser, added to ``commands``."""
     parser = commands.add_parser(
         "tune",
@@ -36,8 +27,6 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     for cls in (*CONFIG_SECTIONS.values(), TuneConfig, TrackingConfig):
         add_arguments(parser, cls)
-    parser.set_defaults(handler=run)
-    return parser
 
 
 def run(args: argparse.Namespace) -> None:
@@ -45,11 +34,7 @@ def run(args: argparse.Namespace) -> None:
     from kd.training.evaluate import format_table
 
     result = tune(
-        from_arguments(DataConfig, args),
-        from_arguments(StudentConfig, args),
-        from_arguments(ObjectiveConfig, args),
-        from_arguments(OptimConfig, args),
-        from_arguments(TuneConfig, args),
+        *(from_arguments(cls, args) for cls in (*CONFIG_SECTIONS.values(), TuneConfig)),
         args.out,
         tracking_config=from_arguments(TrackingConfig, args),
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -34,6 +35,7 @@ def key_digest(key: Mapping) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+@dataclass(eq=False)
 class ExampleCache:
     """Fields of every example of one split, keyed by what produced them.
 
@@ -41,12 +43,9 @@ class ExampleCache:
     ``offsets[name]`` ``[N + 1]`` so example ``i`` owns rows ``offsets[i]:offsets[i + 1]``.
     """
 
-    def __init__(
-        self, per_example: dict[str, Tensor], per_token: dict[str, Tensor], offsets: Tensor
-    ) -> None:
-        self.per_example = per_example
-        self.per_token = per_token
-        self.offsets = offsets
+    per_example: dict[str, Tensor]
+    per_token: dict[str, Tensor]
+    offsets: Tensor
 
     def __len__(self) -> int:
         return len(self.offsets) - 1

@@ -19,6 +19,7 @@ import numbers
 import types
 import typing
 from collections.abc import Callable, Iterator, MutableMapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -189,10 +190,9 @@ def views_option(default: Views | None, help: str, names: Sequence[str]) -> Any:
 
 # Lists that help texts name as ``{presets}``, ``{terms}``, ``{temperatures}``, ``{ablations}``,
 # ``{words}`` (how the per-token terms compare across tokenizers), ``{parameters}`` (what kdw tune
-# searches),
-# never written out by hand: kd.methods.objective registers them from its registry, and
-# :func:`fill_help` fills them in when a help text is shown. Where the registry is not loaded (the
-# foundation alone), the text points to ``kdw methods``, which lists them.
+# searches), never written out by hand: kd.methods.objective registers them from its registry,
+# and :func:`fill_help` fills them in when a help text is shown. Where the registry is not loaded
+# (the foundation alone), the text points to ``kdw methods``, which lists them.
 HELP_LISTS: dict[str, Callable[[], str]] = {}
 LISTED = ("presets", "terms", "temperatures", "ablations", "words", "parameters")
 
@@ -211,9 +211,7 @@ def option(default: Any, help: str, **extra: Any) -> Any:
     folder made absolute (:func:`resolve_paths`), ``syntax`` (a :class:`Syntax`) for a value
     of a structured type written as text on the command line, or ``recorded_if_set=True`` for
     a setting that records and identities (:func:`to_dict`) hold only when it differs from its
-    default. Not compatibility: it is what keeps a reproduction suite row's identity (a hash of
-    its settings) when a setting is added at a default that leaves the row's training as it
-    is."""
+    default."""
     metadata = {"help": help, **extra}
     if isinstance(default, dict):  # each config gets its own copy
         return field(default_factory=lambda: dict(default), metadata=metadata)
@@ -244,9 +242,7 @@ def _outside(cls: type, f: dataclasses.Field, value: Any) -> str | None:
     choices, domain = f.metadata.get("choices"), f.metadata.get("domain")
     if choices and value not in choices:
         return "one of " + ", ".join("none" if c is None else str(c) for c in choices)
-    if domain and not domain.accepts(value):
-        return domain.expected
-    return None
+    return domain.expected if domain and not domain.accepts(value) else None
 
 
 _TYPES = {  # a field's type: the test of a value read from a file, and its name in messages
@@ -330,12 +326,15 @@ def parse_label_map(text: str) -> dict[str, str]:
     return mapping
 
 
-def _is_label_map(text: Any) -> bool:
-    try:
-        parse_label_map(text)
-    except (WorkbenchError, AttributeError):
+def _parses(parse: Callable[[str], Any]) -> Callable[[Any], bool]:
+    """A :class:`Domain`'s test: the value is a string that ``parse`` reads without an error."""
+
+    def accepts(value: Any) -> bool:
+        with suppress(WorkbenchError):
+            return isinstance(value, str) and parse(value) is not None
         return False
-    return True
+
+    return accepts
 
 
 def label_map_option(model: str) -> Any:
@@ -346,7 +345,7 @@ def label_map_option(model: str) -> Any:
         f"how the task's classes are named by the {model} where the names differ: "
         "TASK_CLASS=MODEL_LABEL pairs, e.g. positive=POS,negative=NEG (default: matched by "
         "name, case-insensitively; generic LABEL_n names by position)",
-        domain=Domain(_is_label_map, "TASK_CLASS=MODEL_LABEL pairs, e.g. positive=POS"),
+        domain=Domain(_parses(parse_label_map), "TASK_CLASS=MODEL_LABEL pairs, e.g. positive=POS"),
         recorded_if_set=True,
     )
 
@@ -516,10 +515,7 @@ class ObjectiveConfig(Checked):
     of each registered method (``methods``: method name → its settings dataclass, read typed
     with :meth:`of`)."""
 
-    preset: str = option(
-        "kd",
-        "method preset ({presets})",
-    )
+    preset: str = option("kd", "method preset ({presets})")
     weights: dict[str, float] = option(
         {},
         "explicit term weights replacing the preset's, e.g. ce=0.1,kd=0.9,attr=10,wr=1; terms: "
@@ -624,13 +620,6 @@ def parse_batch_sizes(text: str) -> tuple[int, ...]:
     return sizes
 
 
-def _is_batch_sizes(text: object) -> bool:
-    try:
-        return isinstance(text, str) and bool(parse_batch_sizes(text))
-    except WorkbenchError:
-        return False
-
-
 PRECISIONS = ("fp32", "bf16", "fp16")
 
 
@@ -645,13 +634,6 @@ def parse_precisions(text: str, device_type: str) -> tuple[str, ...]:
             f"--precisions {text!r}: expected auto or comma-separated {', '.join(PRECISIONS)}"
         )
     return tuple(p for p in PRECISIONS if p in named)
-
-
-def _is_precisions(text: object) -> bool:
-    try:
-        return isinstance(text, str) and bool(parse_precisions(text, "cpu"))
-    except WorkbenchError:
-        return False
 
 
 @dataclass
@@ -669,7 +651,7 @@ class BenchmarkSettings(Checked):
         "1,32",
         "comma-separated batch sizes: latency per text is timed at 1, throughput "
         "(examples/s) at every larger one",
-        domain=Domain(_is_batch_sizes, "comma-separated integers ≥ 1, such as 1,32"),
+        domain=Domain(_parses(parse_batch_sizes), "comma-separated integers ≥ 1, such as 1,32"),
     )
     warmup: int = option(1, "untimed rounds over every model first", domain=non_negative_int)
     repeats: int = option(
@@ -685,7 +667,10 @@ class BenchmarkSettings(Checked):
         "auto",
         "comma-separated weight precisions each PyTorch model is timed in, of fp32, bf16, fp16 "
         "(auto: fp32 on the CPU, fp32 and bf16 on CUDA); ONNX graphs keep their own",
-        domain=Domain(_is_precisions, "auto or comma-separated fp32, bf16, fp16"),
+        domain=Domain(
+            _parses(functools.partial(parse_precisions, device_type="cpu")),
+            "auto or comma-separated fp32, bf16, fp16",
+        ),
     )
 
 
@@ -941,36 +926,18 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
         help_text = f.metadata.get("help", "")
         if "default" not in help_text:
             help_text += f" (default: {syntax.spell(default) if syntax else default})"
+        options = {"default": default, "help": help_text, "dest": f.name}
         if kind is bool:
-            group.add_argument(
-                name,
-                action=argparse.BooleanOptionalAction,
-                default=default,
-                help=help_text,
-                dest=f.name,
-            )
+            group.add_argument(name, action=argparse.BooleanOptionalAction, **options)
             continue
+        options["metavar"] = f.name.upper()
         if kind is tuple:
-            group.add_argument(
-                name,
-                action="append",
-                default=None,
-                help=help_text,
-                dest=f.name,
-                metavar=f.name.upper(),
-            )
+            group.add_argument(name, action="append", **options | {"default": None})
             continue
-        choices = f.metadata.get("choices")
+        choices = f.metadata.get("choices")  # None, where offered, last
+        options["choices"] = sorted(choices, key=lambda c: c is None) if choices else None
         kind = _parse_text(syntax) if syntax else kind
-        parsing = {
-            "type": _parse_optional(kind) if optional else kind,
-            "choices": [c for c in choices if c is not None] + ([None] if None in choices else [])
-            if choices
-            else None,
-            "dest": f.name,
-            "metavar": f.name.upper(),
-        }
-        group.add_argument(name, default=default, help=help_text, **parsing)
+        group.add_argument(name, type=_parse_optional(kind) if optional else kind, **options)
 
 
 def from_arguments(cls: type[T], namespace: argparse.Namespace) -> T:
@@ -1205,8 +1172,8 @@ class DivergenceSettings(MapSettings):
 
     def key(self) -> dict:
         """The settings that change a model's cached outputs (maps, logits, AOPC)."""
-        return {name: getattr(self, name) for name in ("method", "steps", "baseline", "top_k")} | {
-            "rules": self.rules
+        return {
+            name: getattr(self, name) for name in ("method", "steps", "baseline", "top_k", "rules")
         }
 
 

@@ -12,7 +12,7 @@ import hashlib
 import importlib.util
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,13 +34,7 @@ from workbench.core.errors import WorkbenchError, first_line
 from workbench.core.files import check_weights, local_path, user_cache
 from workbench.core.hub import hub_reachable, hub_unreachable
 from workbench.core.names import BUILTIN_MODELS
-from workbench.core.parts import (
-    LAST,
-    embedding_modules,
-    embeddings_module,
-    head_output,
-    parts_of,
-)
+from workbench.core.parts import LAST, embedding_modules, embeddings_module, head_output, parts_of
 from workbench.core.parts import encoder_layers as encoder_layers  # public here too
 from workbench.core.parts import layer_count as layer_count
 from workbench.core.runs import Run
@@ -344,9 +338,8 @@ def embed(model: PreTrainedModel, batch: Mapping[str, Tensor]) -> Tensor:
 
     handle = embeddings_module(model).register_forward_hook(hook)
     try:
-        model(**model_inputs(model, batch))
-    except _Captured:
-        pass
+        with suppress(_Captured):
+            model(**model_inputs(model, batch))
     finally:
         handle.remove()
     return captured[0]
@@ -451,9 +444,9 @@ def check_classifier(config: PretrainedConfig, name: str, head: bool = True) -> 
     """Refuse a model whose head is for another task type (``BertForTokenClassification``);
     with ``head``, also one without a classification head (a bare encoder, which cannot be a
     teacher before it is fine-tuned)."""
-    architectures = config.architectures or []
-    if any(a.endswith("ForSequenceClassification") for a in architectures):
+    if has_head(config):
         return
+    architectures = config.architectures or []
     other = next(
         (a for a in architectures if re.search(r"For(?!Masked|Pre|Sequence)[A-Z]\w+$", a)), None
     )
@@ -587,11 +580,9 @@ def load_model(
     Hugging Face checkpoint folder (config, weights, tokenizer), a built-in name or a hub id,
     in eval mode with eager attention.
 
-    For the latter, ``spec`` is the task it is applied to: its ``id2label`` is matched to the
-    task's classes (:func:`class_order`, ``label_map`` naming the correspondence) and its head
-    reordered to the task's class order; without ``spec``, the task is the model's own label
-    set. ``notify`` hears of a match made by position.
-    """
+    For the latter, ``spec`` is the task it is applied to (its classes matched and its head
+    reordered as :func:`load_classifier` does; ``notify`` hears of a match made by position);
+    without ``spec``, the task is the model's own label set."""
     if is_run(source):
         return load_run(source)
     config = load_config(source)

@@ -44,21 +44,19 @@ EXPECTED = {  # what a pydantic error's type expected, in a message's words
 }
 
 
+_KINDS = (  # what a JSON value is, in a message's words (a bool before the numbers it is one of)
+    (type(None), "null"),
+    (bool, "a boolean"),
+    (int | float, "a number"),
+    (str, "a string"),
+    (list, "a list"),
+    (dict, "an object"),
+)
+
+
 def kind_of(value: Any) -> str:
     """What a JSON value is, in a message's words."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
+    return next((name for kind, name in _KINDS if isinstance(value, kind)), type(value).__name__)
 
 
 def _place(loc: tuple, value: Any) -> str:

@@ -30,7 +30,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
@@ -245,6 +245,11 @@ def replace_directory(target: Path, write: Any) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+def _changed(then: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """The keys whose values differ between ``then`` and ``now`` (or that one lacks), sorted."""
+    return sorted(k for k in then.keys() | now.keys() if then.get(k) != now.get(k))
+
+
 def _git_commit() -> str | None:
     try:
         out = subprocess.run(
@@ -340,12 +345,8 @@ class Run:
                 f"{self.path} already holds a run with other settings ({shown}): "
                 "choose another --run-dir, or delete that folder"
             )
-        then_data = existing.resolved.split_fingerprint
-        now_data = given.resolved.split_fingerprint
-        if then_data != now_data:
-            splits = sorted(
-                k for k in set(then_data) | set(now_data) if then_data.get(k) != now_data.get(k)
-            )
+        splits = _changed(existing.resolved.split_fingerprint, given.resolved.split_fingerprint)
+        if splits:
             raise WorkbenchError(
                 f"{self.path} was trained on other data: the {', '.join(splits)} split(s) "
                 "changed since (edited rows or labels); to train on the data as it is now, "
@@ -360,12 +361,7 @@ class Run:
             )
         then, now = existing.resolved.objective, given.resolved.objective
         if then != now:
-            then_values, now_values = then.model_dump(), now.model_dump()
-            keys = sorted(
-                k
-                for k in set(then_values) | set(now_values)
-                if then_values.get(k) != now_values.get(k)
-            )
+            keys = _changed(then.model_dump(), now.model_dump())
             raise WorkbenchError(
                 f"{self.path} was trained with an objective that the same options no longer "
                 f"resolve to (changed: {', '.join(keys)}; a preset's defaults changed): "
@@ -409,9 +405,7 @@ class Run:
             self.model_dir, "the run's best model is lost: train the run again in a new --run-dir"
         )
 
-    def read_json(
-        self, name: str, remedy: str = "delete the run", model: Any = Any, what: str = ""
-    ) -> Any:
+    def read_json(self, name: str, remedy: str, model: Any = Any, what: str = "") -> Any:
         """The JSON file ``name`` of the run, read as ``model`` (:mod:`workbench.core.records`);
         a missing or corrupt one, or one that is not of that model (``what`` the file should
         be, for the message), is a one-line error ending in ``remedy`` (for a corrupt file)."""
@@ -444,27 +438,25 @@ class Run:
             record = checked(info, RunRecord)
             record.configs = current_configs(record.configs)
         except (RecordProblem, WorkbenchError) as problem:
-            raise WorkbenchError(
-                f"{self.path / RUN_FILE} is not a run record: {problem}: {RUN_REMEDY}"
-            ) from None
+            raise self._not_a_record(problem) from None
         return record
+
+    def _not_a_record(self, problem: Any) -> WorkbenchError:
+        """The error of a ``run.json`` that is not a run record: ``problem``, and the remedy."""
+        return WorkbenchError(
+            f"{self.path / RUN_FILE} is not a run record: {problem}: {RUN_REMEDY}"
+        )
 
     def config(self, cls: type[T], group: str) -> T:
         """The config ``group`` (``data``, ``student``…) of the run's record as ``cls``, its
         paths absolute."""
         configs = self.info().configs
         if group not in configs:
-            raise WorkbenchError(
-                f'{self.path / RUN_FILE} is not a run record: "configs.{group}" is missing: '
-                f"{RUN_REMEDY}"
-            )
+            raise self._not_a_record(f'"configs.{group}" is missing')
         try:
             config = from_dict(cls, configs[group])
         except WorkbenchError as error:  # a section a run of another kind would not hold
-            raise WorkbenchError(
-                f"{self.path / RUN_FILE} is not a run record: configs.{group}: {error}: "
-                f"{RUN_REMEDY}"
-            ) from None
+            raise self._not_a_record(f"configs.{group}: {error}") from None
         resolve_paths(config)
         return config
 
@@ -472,9 +464,7 @@ class Run:
         """The run's task record (name, label names, metrics, pair), which a trained run has."""
         task = self.info().task
         if task is None:
-            raise WorkbenchError(
-                f'{self.path / RUN_FILE} is not a run record: "task" is missing: {RUN_REMEDY}'
-            )
+            raise self._not_a_record('"task" is missing')
         return task
 
     def manifest(self) -> Manifest:
@@ -482,9 +472,8 @@ class Run:
         return self.read_json("manifest.json", RUN_REMEDY, Manifest, "a run's manifest")
 
     def status(self) -> RunStatus:
-        """The training's progress (``state``, ``step``, ``total``, and ``seconds`` spent on
-        ``training`` and, for a student, on its ``teacher_cache``). A corrupt file loses only
-        that record: its error says so and that rerunning the run's command rewrites it."""
+        """The training's progress (:class:`RunStatus`). A corrupt file loses only that record:
+        its error says so and that rerunning the run's command rewrites it."""
         return self.read_json(STATUS_FILE, STATUS_REMEDY, RunStatus, "a run's status")
 
     def predictions(self) -> dict[str, SplitPredictions]:
@@ -501,11 +490,10 @@ class Run:
         except (OSError, ValueError):
             return None
         try:
-            os.kill(pid, 0)
+            with suppress(PermissionError):  # alive, another user's
+                os.kill(pid, 0)
         except ProcessLookupError:
             return None
-        except PermissionError:  # alive, another user's
-            return pid
         return pid
 
     def unfinished(self) -> str | None:
@@ -541,11 +529,8 @@ class Run:
             records = self.metrics("dev")
         except (WorkbenchError, IndexError):
             return None
-        best = None
-        for record in records:
-            value = record.get(metric)
-            if isinstance(value, int | float) and (best is None or value > best[metric]):
-                best = record
+        scored = [record for record in records if isinstance(record.get(metric), int | float)]
+        best = max(scored, key=lambda record: record[metric], default=None)  # the first of them
         return None if best is None else {"step": best.get("step"), metric: best[metric]}
 
     def snapshot(self) -> str:
@@ -683,9 +668,7 @@ def teacher_change(then: ResolvedTeacher | None, now: ResolvedTeacher | None) ->
         for part in ("weights", "tokenizer")
         if getattr(then, part) != getattr(now, part)
     ]
-    if not parts:
-        return None
-    return f"the teacher {then.source} changed since ({', '.join(parts)})"
+    return f"the teacher {then.source} changed since ({', '.join(parts)})" if parts else None
 
 
 _SHOWN = 4  # differences named by a refusal to reopen a run

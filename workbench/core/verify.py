@@ -78,9 +78,9 @@ def check_config_file(folder: str | Path) -> dict[str, Any]:
     seen: dict[str, int] = {}
     repeated = []
     for index, name in enumerate(names):
-        if name.casefold() in seen:
-            repeated.append(f"{seen[name.casefold()]} and {index} ({name!r})")
-        seen.setdefault(name.casefold(), index)
+        first = seen.setdefault(name.casefold(), index)
+        if first != index:
+            repeated.append(f"{first} and {index} ({name!r})")
     if repeated:
         raise WorkbenchError(
             f"{path}: id2label gives two classes one name: {listed(repeated)}: {LABELS_REMEDY}"
@@ -133,10 +133,6 @@ def layer_blocks(keys: Iterable[str]) -> tuple[str, int]:
         return "", 0
     prefix = max(blocks, key=lambda p: (len(blocks[p]), p))
     return prefix, len(blocks[prefix])
-
-
-def _numel(shape: Sequence[int]) -> int:
-    return math.prod(shape) if shape else 1
 
 
 def _meta_model(config: Any):
@@ -229,8 +225,8 @@ def _check_model_folder(folder: Path, config: Any) -> None:
                 f"{list(shape)} there, the config makes it {list(expected[name])}"
                 f"{_fields_of(config, wanted, not name.startswith(f'{prefix}.'))}: {REMEDY}"
             )
-    held = sum(_numel(shape) for shape, *_ in headers.values())
-    described = sum(_numel(shape) for shape in expected.values())
+    held = sum(math.prod(shape) for shape, *_ in headers.values())  # a scalar's () counts 1
+    described = sum(math.prod(shape) for shape in expected.values())
     if described > 2 * held + SPARE_PARAMETERS:
         raise WorkbenchError(
             f"{where} describes a model of {described:,} parameters, but {weights} hold "
@@ -249,34 +245,22 @@ def _check_layers(
     prefix, held = layer_blocks(headers)
     if not isinstance(layers, int) or not held or layers == held:
         return
-    if layers > held:
-        probe = copy.deepcopy(config)
-        try:
-            probe.num_hidden_layers = held + 1
-            model = _meta_model(probe)
-        except Exception:
-            return
-        # shared layers (ALBERT) build no module per layer: a deeper config is no mismatch
-        if layer_blocks(_strip(_expected(model), model))[1] <= held:
-            return
-    else:
-        try:
-            model = _meta_model(config)
-        except Exception:
-            return
-        if layer_blocks(_strip(_expected(model), model))[1] >= held:
-            return
+    probe = copy.deepcopy(config)
+    try:
+        probe.num_hidden_layers = min(layers, held + 1)
+        model = _meta_model(probe)
+    except Exception:
+        return
+    base = getattr(model, "base_model_prefix", "")  # the keys as a bare encoder's checkpoint
+    built = layer_blocks(key.removeprefix(f"{base}.") for key in model.state_dict())[1]
+    # shared layers (ALBERT) build no module per layer: a deeper config is no mismatch
+    if (built <= held) if layers > held else (built >= held):
+        return
     raise WorkbenchError(
         f"{where}: num_hidden_layers is {layers}, but {weights} in {folder} holds {held} layers "
         f"({prefix}.0 to {prefix}.{held - 1}): the config and the weights are of different "
         f"models; {REMEDY}"
     )
-
-
-def _strip(expected: Mapping[str, Any], model: Any) -> list[str]:
-    """The model's keys as a bare-encoder checkpoint names them (no base-model prefix)."""
-    prefix = getattr(model, "base_model_prefix", "")
-    return [key.removeprefix(f"{prefix}.") for key in expected]
 
 
 def tokenizer_ids(folder: Path) -> tuple[int, str] | None:
@@ -292,6 +276,12 @@ def tokenizer_ids(folder: Path) -> tuple[int, str] | None:
         if numbers and max(numbers) > largest:
             largest, source = max(numbers), name
 
+    def json_ids(name: str, what: str) -> None:  # the ids of a JSON object's values
+        if (folder / name).is_file():
+            value = read_json_file(folder / name, TOKENIZER_LIMIT, what)
+            if isinstance(value, dict):
+                seen(value.values(), name)
+
     tokenizer = folder / "tokenizer.json"
     if tokenizer.is_file():
         value = read_json_file(tokenizer, TOKENIZER_LIMIT, "the tokenizer file")
@@ -304,24 +294,15 @@ def tokenizer_ids(folder: Path) -> tuple[int, str] | None:
             added = value.get("added_tokens") or []
             seen([t.get("id") for t in added if isinstance(t, dict)], tokenizer.name)
     else:
-        for name in ("vocab.txt",):
-            path = folder / name
-            if path.is_file():
-                lines = read_limited(path, TOKENIZER_LIMIT, "the vocabulary").split(b"\n")
-                seen([len(lines) - 1 - (lines[-1] == b"")], name)
-        path = folder / "vocab.json"
+        path = folder / "vocab.txt"
         if path.is_file():
-            vocab = read_json_file(path, TOKENIZER_LIMIT, "the vocabulary")
-            if isinstance(vocab, dict):
-                seen(vocab.values(), path.name)
+            lines = read_limited(path, TOKENIZER_LIMIT, "the vocabulary").split(b"\n")
+            seen([len(lines) - 1 - (lines[-1] == b"")], path.name)
+        json_ids("vocab.json", "the vocabulary")
         for name in SENTENCEPIECE_FILES:
             if (folder / name).is_file():
                 seen([sentencepiece_pieces(folder / name) - 1], name)
-    added = folder / "added_tokens.json"
-    if added.is_file():
-        value = read_json_file(added, TOKENIZER_LIMIT, "the tokenizer's added tokens")
-        if isinstance(value, dict):
-            seen(value.values(), added.name)
+    json_ids("added_tokens.json", "the tokenizer's added tokens")
     return None if source is None else (largest + 1, source)
 
 

@@ -173,23 +173,15 @@ def load_task(config: DataConfig, notify: Callable[[str], None] | None = None) -
 
 
 __all__ = [
-    "EncodedSplit",
+    *ENCODING,
     "Split",
     "TaskData",
     "TaskSpec",
-    "batches",
-    "collate",
-    "count_tokens",
     "data_version",
-    "encode",
     "load_glue",
     "load_hub",
     "load_local",
     "load_task",
     "overlap_note",
-    "pad_id",
-    "prefixes",
     "sample_split",
-    "share_words",
-    "to_device",
 ]

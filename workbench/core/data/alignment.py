@@ -26,9 +26,7 @@ Span = tuple[int, int, int]  # (sequence: 0 the text, 1 its pair), start, end
 
 
 def token_spans(
-    offsets: Sequence[tuple[int, int]],
-    sequences: Sequence[int | None],
-    texts: Sequence[str],
+    offsets: Sequence[tuple[int, int]], sequences: Sequence[int | None], texts: Sequence[str]
 ) -> list[Span | None]:
     """Each token's span ``(sequence, start, end)`` with whitespace trimmed, or None for a
     token that covers no character but whitespace (special tokens). ``texts``: the example's

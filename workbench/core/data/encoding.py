@@ -204,24 +204,20 @@ def collate(examples: Sequence[dict], pad_token_id: int) -> dict[str, Tensor]:
     ``attention_mask`` ``[B, L]``, ``labels`` ``[B]`` and ``index`` ``[B]`` (position in the
     split, the key of teacher caches); ``word_ids`` ``[B, L]`` (padded with −1) when the
     examples carry the words they share with another tokenisation."""
-    length = max(len(e["input_ids"]) for e in examples)
-    ids = torch.full((len(examples), length), pad_token_id, dtype=torch.long)
-    types = torch.zeros((len(examples), length), dtype=torch.long)
-    mask = torch.zeros((len(examples), length), dtype=torch.long)
-    for row, example in enumerate(examples):
-        n = len(example["input_ids"])
-        ids[row, :n] = torch.tensor(example["input_ids"])
-        types[row, :n] = torch.tensor(example["token_type_ids"])
-        mask[row, :n] = 1
-    words = {}
-    if "word_ids" in examples[0]:
-        words["word_ids"] = torch.full((len(examples), length), -1, dtype=torch.long)
+    lengths = torch.tensor([len(e["input_ids"]) for e in examples])
+    length = int(lengths.max())
+
+    def padded(key: str, fill: int) -> Tensor:
+        out = torch.full((len(examples), length), fill, dtype=torch.long)
         for row, example in enumerate(examples):
-            words["word_ids"][row, : len(example["word_ids"])] = torch.tensor(example["word_ids"])
+            out[row, : len(example[key])] = torch.tensor(example[key])
+        return out
+
+    words = {"word_ids": padded("word_ids", -1)} if "word_ids" in examples[0] else {}
     return {
-        "input_ids": ids,
-        "token_type_ids": types,
-        "attention_mask": mask,
+        "input_ids": padded("input_ids", pad_token_id),
+        "token_type_ids": padded("token_type_ids", 0),
+        "attention_mask": (torch.arange(length) < lengths[:, None]).long(),
         "labels": torch.stack([torch.as_tensor(e["label"]) for e in examples]),
         "index": torch.tensor([e["index"] for e in examples]),
         **words,

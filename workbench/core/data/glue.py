@@ -9,13 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from workbench.core.data.splits import (
-    TaskData,
-    TaskSpec,
-    clean_text,
-    from_frame,
-    split_indices,
-)
+from workbench.core.data.splits import TaskData, TaskSpec, clean_text, from_frame, split_indices
 from workbench.core.errors import WorkbenchError, first_line
 from workbench.core.files import existing_path, regular_file
 from workbench.core.hub import hub_offline, hub_reachable, hub_unreachable
@@ -186,9 +180,7 @@ def load_glue(name: str, seed: int, glue_dir: str | None = None) -> TaskData:
     """
     task = GLUE_TASKS[name]
     validation = "validation_matched" if name == "mnli" else "validation"
-    wanted = {"train": "train", "test": validation} | dict(
-        (ours, theirs) for ours, theirs in task.extra_eval
-    )
+    wanted = {"train": "train", "test": validation} | dict(task.extra_eval)
     notes = []
     if glue_dir is not None:
         glue_dir = str(existing_path(glue_dir))

@@ -295,19 +295,10 @@ def load_local(path: str, seed: int, columns: Columns = DEFAULT_COLUMNS) -> Task
     texts in the ``columns`` named (:func:`task_from_frames` makes the task)."""
     root = Path(path)
     if root.is_dir():
-        found = {}
-        for ours, stems in (
-            ("train", ("train",)),
-            ("dev", ("dev", "validation")),
-            ("test", ("test",)),
-        ):
-            files = [
-                p
-                for p in sorted(root.iterdir())
-                if p.stem in stems and p.suffix.lower() in LOCAL_SUFFIXES
-            ]
-            if files:
-                found[ours] = files[0]
+        files = [p for p in sorted(root.iterdir()) if p.suffix.lower() in LOCAL_SUFFIXES]
+        stems = {"train": ("train",), "dev": ("dev", "validation"), "test": ("test",)}
+        found = {ours: [p for p in files if p.stem in names] for ours, names in stems.items()}
+        found = {ours: paths[0] for ours, paths in found.items() if paths}
         if "train" not in found:
             raise WorkbenchError(f"{root}: no train.csv/.tsv/.jsonl/.parquet file in it")
     else:

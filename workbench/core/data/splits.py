@@ -78,18 +78,11 @@ class TaskData:
         there is one: records the exact split in every run (an edited text or label, or a new
         version of the cleaning, changes it)."""
         head = [f"version\t{self.version}"] if self.version else []
-        return {
-            name: hashlib.sha256(
-                "\n".join(
-                    head
-                    + [
-                        f"{uid}\t{label}"
-                        for uid, label in zip(split.uids, split.labels, strict=True)
-                    ]
-                ).encode()
-            ).hexdigest()[:16]
-            for name, split in self.splits.items()
-        }
+        digests = {}
+        for name, split in self.splits.items():
+            rows = (f"{uid}\t{label}" for uid, label in zip(split.uids, split.labels, strict=True))
+            digests[name] = hashlib.sha256("\n".join([*head, *rows]).encode()).hexdigest()[:16]
+        return digests
 
 
 def example_uid(text: str, pair: str | None = None) -> str:
@@ -192,8 +185,7 @@ def deduplicate(frame: pd.DataFrame, columns: list[str]) -> tuple[pd.DataFrame, 
     """Drop repeated texts; texts seen with conflicting labels are dropped altogether."""
     labels_per_text = frame.groupby(columns)["label"].nunique()
     conflicting = labels_per_text[labels_per_text > 1].index
-    keyed = frame.set_index(columns)
-    keep = ~keyed.index.isin(conflicting)
+    keep = ~frame.set_index(columns).index.isin(conflicting)
     kept = frame[keep]
     deduplicated = kept.drop_duplicates(subset=columns, keep="first")
     return deduplicated, len(kept) - len(deduplicated), int((~keep).sum())
