@@ -142,6 +142,12 @@ def all_reduce(tensor: Tensor, op: Any = None) -> Tensor:
     return tensor
 
 
+def flat_gradient(parameter: nn.Parameter) -> Tensor:
+    """``parameter``'s gradient flattened, zeros where it has none."""
+    grad = parameter.grad
+    return (grad if grad is not None else torch.zeros_like(parameter)).reshape(-1)
+
+
 def all_reduce_gradients(parameters: Sequence[nn.Parameter]) -> None:
     """Sum the gradients of ``parameters`` over the processes, in one flat all-reduce. A
     parameter no process gave a gradient keeps ``grad=None`` (AdamW then skips it, as it does
@@ -150,10 +156,7 @@ def all_reduce_gradients(parameters: Sequence[nn.Parameter]) -> None:
         return
     reference = parameters[0]
     flat = torch.cat(
-        [
-            (p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).to(reference.dtype)
-            for p in parameters
-        ]
+        [flat_gradient(p).to(reference.dtype) for p in parameters]
         + [torch.tensor([float(p.grad is not None) for p in parameters], device=reference.device)]
     )
     dist.all_reduce(flat)
