@@ -173,31 +173,24 @@ class Tracker:
         killed). Nothing happens when it was not started."""
 
 
+def _each(name: str):
+    """A :class:`Trackers` method that calls ``name`` on each of its trackers."""
+
+    def call(self: Trackers, *args: Any) -> None:
+        for tracker in self.trackers:
+            getattr(tracker, name)(*args)
+
+    return call
+
+
 class Trackers(Tracker):
     """Several trackers told the same."""
 
     def __init__(self, trackers: Sequence[Tracker]) -> None:
         self.trackers = list(trackers)
 
-    def start(self, step: int) -> None:
-        for tracker in self.trackers:
-            tracker.start(step)
-
-    def log(self, record: dict[str, Any]) -> None:
-        for tracker in self.trackers:
-            tracker.log(record)
-
-    def log_results(self, results: dict[str, dict[str, float | None]], step: int) -> None:
-        for tracker in self.trackers:
-            tracker.log_results(results, step)
-
-    def log_artifacts(self, paths: Sequence[Path]) -> None:
-        for tracker in self.trackers:
-            tracker.log_artifacts(paths)
-
-    def finish(self, state: str) -> None:
-        for tracker in self.trackers:
-            tracker.finish(state)
+    start, log, log_results = _each("start"), _each("log"), _each("log_results")
+    log_artifacts, finish = _each("log_artifacts"), _each("finish")
 
 
 class TensorBoardTracker(Tracker):
@@ -387,15 +380,22 @@ def tracked(config: TrackingConfig, run: Run, parent: str | None = None) -> Iter
         record = run.info().plain()
         trackers.append(MlflowTracker(run.path, settings(record), uri, parent, run))
     tracker = Trackers(trackers)
-    try:
+    with _closing(tracker):
         yield tracker
+    tracker.finish(run.status().state)
+
+
+@contextmanager
+def _closing(tracker: Tracker) -> Iterator[None]:
+    """Close ``tracker`` as failed on an error, killed on an interrupt, and raise it again."""
+    try:
+        yield
     except KeyboardInterrupt:
         tracker.finish("killed")
         raise
     except BaseException:
         tracker.finish("failed")
         raise
-    tracker.finish(run.status().state)
 
 
 @contextmanager
@@ -409,13 +409,7 @@ def tracked_study(
         return
     parent = MlflowTracker(folder, settings(params), store_uri(config, folder))
     parent.start()
-    try:
+    with _closing(parent):
         yield parent.run_id
-    except KeyboardInterrupt:
-        parent.finish("killed")
-        raise
-    except BaseException:
-        parent.finish("failed")
-        raise
     parent.log_artifacts([folder / "best.json"])
     parent.finish("finished")
