@@ -175,12 +175,6 @@ def main_metric(spec: TaskSpec) -> str:
     return spec.metrics[0]
 
 
-def _autocast(device: torch.device, precision: str):
-    """Autocast for the forward passes and losses of a step (``precision`` bf16 or fp16)."""
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
-    return torch.autocast(device.type, dtype=dtype, enabled=dtype is not None)
-
-
 def _weights_misfit(saved: dict[str, Tensor], model: PreTrainedModel) -> str | None:
     """How a checkpoint's weights ``saved`` differ from ``model``'s (names and shapes), or
     None when they fit."""
@@ -278,8 +272,9 @@ def _accumulate_gradients(
     values = torch.zeros(len(job.weights), dtype=torch.float64)
     size = sum(p.numel() for p in parameters)
     term_grads = {n: torch.zeros(size, dtype=torch.float64, device=device) for n in measured}
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(job.optim.precision)  # autocast
     for batch, count in zip(batches, counts, strict=True):
-        with _autocast(device, job.optim.precision):
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
             losses = job.loss(job.model, batch)
             shares = (count / totals)[units].tolist()
             parts = {n: losses[n] * share for n, share in zip(job.weights, shares, strict=True)}
