@@ -1,15 +1,11 @@
-"""Experiment tracking: a training followed in TensorBoard or MLflow beside its run folder.
+"""Experiment tracking: a training followed in TensorBoard or MLflow beside its run folder
+(docs/tracking.md says what is tracked, under which names, and where).
 
-``--report-to tensorboard,mlflow`` (:class:`~workbench.core.config.TrackingConfig`) sends what the
-trainer logs to ``metrics.jsonl`` to the trackers, every record's scalars under
-``SPLIT/NAME`` (:func:`scalars`: ``train/value/kd``, ``train/grad_share/kd``, ``dev/accuracy``,
-``dev/lr``) at the record's step; the run's settings as ``run.json`` records them as parameters
-(:func:`settings`); the best model's dev and test metrics under ``results/SPLIT/NAME`` at the
-last step; and, in MLflow, ``run.json``, ``results.json`` and the model card as artifacts.
-
-TensorBoard writes event files into ``RUN/tensorboard/``. MLflow writes to ``--mlflow-uri``, by
-default a local store: ``mlruns/mlflow.db`` and ``mlruns/artifacts/`` in the folder that holds
-the run folder (:func:`store_uri`); the run's id is kept in ``RUN/tracking.json``.
+``--report-to tensorboard,mlflow`` (:class:`~workbench.core.config.TrackingConfig`) sends each
+``metrics.jsonl`` record's scalars (:func:`scalars`), the run's settings as ``run.json`` records
+them (:func:`settings`), the best model's metrics and, to MLflow, the files that describe the run.
+TensorBoard writes into ``RUN/tensorboard/``; MLflow to ``--mlflow-uri`` or a local store beside
+the run folder (:func:`store_uri`), the run's id kept in ``RUN/tracking.json``.
 
 A killed training resumes from its checkpoint, and its tracked run with it: the MLflow run is
 reopened, and points it already holds (those the killed process logged after the checkpoint,
@@ -176,9 +172,9 @@ class Tracker:
 def _each(name: str):
     """A :class:`Trackers` method that calls ``name`` on each of its trackers."""
 
-    def call(self: Trackers, *args: Any) -> None:
+    def call(self: Trackers, *args: Any, **kwargs: Any) -> None:
         for tracker in self.trackers:
-            getattr(tracker, name)(*args)
+            getattr(tracker, name)(*args, **kwargs)
 
     return call
 
@@ -189,8 +185,11 @@ class Trackers(Tracker):
     def __init__(self, trackers: Sequence[Tracker]) -> None:
         self.trackers = list(trackers)
 
-    start, log, log_results = _each("start"), _each("log"), _each("log_results")
-    log_artifacts, finish = _each("log_artifacts"), _each("finish")
+    start = _each("start")
+    log = _each("log")
+    log_results = _each("log_results")
+    log_artifacts = _each("log_artifacts")
+    finish = _each("finish")
 
 
 class TensorBoardTracker(Tracker):
@@ -235,13 +234,6 @@ class TensorBoardTracker(Tracker):
         if self.writer is not None:
             self.writer.close()
             self.writer = None
-
-
-def _quiet_mlflow() -> None:
-    """MLflow's and its database migrations' notes, which would interleave with the progress
-    bar, only from warnings up."""
-    for name in ("mlflow", "alembic"):
-        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 class MlflowTracker(Tracker):
@@ -299,7 +291,8 @@ class MlflowTracker(Tracker):
         from mlflow.exceptions import MlflowException
         from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
-        _quiet_mlflow()
+        for name in ("mlflow", "alembic"):  # their notes would interleave with the progress bar
+            logging.getLogger(name).setLevel(logging.WARNING)
         if self.uri.startswith("sqlite:///"):
             Path(self.uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         path = self.folder / TRACKING_FILE
