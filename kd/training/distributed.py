@@ -13,14 +13,8 @@ optimiser step. The backward is plain autograd on each rank, so the
 ``autograd.grad(create_graph=True)`` of AD-KD and GKD inside the step needs nothing from DDP's
 reducer. Gradient accumulation is the same decomposition over micro-batches within a rank.
 
-What is shared and how: the parameters are broadcast from rank 0 at the start; the teacher
-cache is computed in parts, one per process, gathered by every process and saved by rank 0;
-evaluation, checkpoints and every run file are written by rank 0 alone; each rank's RNG state
-is gathered into the checkpoint, so a killed job resumes to the same weights.
-
-Hugging Face Accelerate was not used: its ``backward`` goes through DDP (or its own gradient
-synchronisation hooks), and the exactness argument above needs the per-term weighting by
-global unit counts, which the trainer does anyway.
+Rank 0 alone evaluates and writes the run's files; what else is shared, and why not Hugging Face
+Accelerate: docs/distributed.md.
 """
 
 from __future__ import annotations
