@@ -225,17 +225,14 @@ class Preset:
     """A method's weights per parity, its temperature, its official KD form, the settings of its
     methods it fixes whatever the config says (``settings``: PKD-last's layer mapping) and those
     it chooses where the config leaves them unset (``defaults``: the attribution distance AD-KD's
-    weights belong to), and its own terms (``own``): those its control student goes without
-    (:func:`control`); the rest of its objective — the other terms' weights, τ, the KD form, the
-    student set-up — is its training regime, which the control keeps.
+    weights belong to), and its own terms (``own``), which its control student goes without
+    (:func:`control`) while keeping the rest of the objective, its training regime.
 
-    Beside the objective, everything else the workbench says or does about the method:
-    its display name (``name``, e.g. ``"AD-KD"``) and paper (``reference``, short);
-    ``kdw tune``'s default search space (``space``: parameter → ``--space`` spec, the papers'
-    grids), the term β weighs (``beta``) and the parameters the reproduction suite chooses on
-    dev (``tuned``); its ablations (:class:`Ablation`, :class:`Sweep`), the claims the
-    reproduction report checks (:class:`Claim`) and whether the report's heatmap gallery shows
-    its students (``gallery``)."""
+    Beside the objective, all else the workbench says or does about the method: its display
+    ``name`` (``"AD-KD"``) and short paper ``reference``; ``kdw tune``'s default ``space``
+    (parameter → ``--space`` spec, the papers' grids), the term β weighs (``beta``) and the
+    parameters the reproduction suite chooses on dev (``tuned``); its ``ablations``
+    (:class:`Ablation`, :class:`Sweep`) and the ``claims`` its report checks (:class:`Claim`)."""
 
     paper: dict[str, float]
     official: dict[str, float]
@@ -524,12 +521,11 @@ class Objective:
         words: bool = False,
     ) -> Objective:
         """The objective ``config`` asks for between a teacher and a student of these layer
-        counts, for ``num_labels`` classes, a teacher and a student of hidden sizes
-        ``teacher_width`` and ``student_width`` (when known; the student's defaults to the
-        teacher's) that read the text through the same tokens unless ``words``. Every method
-        checks here what it needs of the two models (layers to pair, classes to attribute,
-        dimensions to keep), so that a command fails before it writes, and builds the modules
-        its terms train (from the global random state, after the student's initialisation)."""
+        counts and hidden sizes (when known; the student's defaults to the teacher's), for
+        ``num_labels`` classes, read through different tokenizers when ``words``. Every method
+        checks here what it needs of the two models, so that a command fails before it writes,
+        and builds the modules its terms train (from the global random state, after the
+        student's initialisation)."""
         weights = preset_weights(config)
         preset = PRESETS[config.preset]
         official = config.parity == "official"
@@ -608,8 +604,7 @@ class Objective:
         return [n for n in self.teacher_fields() if TEACHER_FIELDS[n].per_token]
 
     def per_token_terms(self) -> list[str]:
-        """The weighted terms that compare teacher and student token by token (they read a
-        per-token teacher field): they need both to read the text through the same tokens."""
+        """The weighted terms that read a per-token teacher field (compare token by token)."""
         return [
             name
             for name in self.weights
@@ -617,8 +612,7 @@ class Objective:
         ]
 
     def token_only_terms(self) -> list[str]:
-        """The per-token terms (:meth:`per_token_terms`) that cannot compare on words: they
-        need teacher and student to read the text through the same tokens."""
+        """The per-token terms that cannot compare on words (they need the same tokens)."""
         return [name for name in self.per_token_terms() if not TERMS[name].on_words]
 
     def word_aggregation(self) -> dict[str, str]:
