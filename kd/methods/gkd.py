@@ -148,11 +148,11 @@ def saliency_alignment_loss(student: Tensor, teacher: Tensor, mask: Tensor) -> T
     return squared.sum() / mask.sum().clamp_min(1)
 
 
-def saliency_words(gradients: Tensor, word_ids: Tensor, length: int | None = None) -> Tensor:
+def saliency_words(gradients: Tensor, word_ids: Tensor) -> Tensor:
     """``[B, L, d]`` input gradients → ``[B, W]``: each token's gradient norm summed over its
     word's tokens, L2-normalised over the words (``word_ids`` ``[B, L]``, −1: no word)."""
     norms = torch.linalg.vector_norm(gradients, dim=-1)[..., None]  # [B, L, 1]
-    return alignment.word_maps(norms, word_ids, length)[..., 0]
+    return alignment.word_maps(norms, word_ids)[..., 0]
 
 
 def state_gradients(
