@@ -60,6 +60,7 @@ if TYPE_CHECKING:
 torch = lazy_module("torch")
 attribution = lazy_module("workbench.analysis.attribution")
 alignment = lazy_module("workbench.core.data.alignment")
+geometry = lazy_module("workbench.analysis.geometry")
 models = lazy_module("workbench.core.models")
 
 
@@ -141,17 +142,10 @@ def attribution_loss(
         )
     if reduction not in ("paper", "squared", "official"):
         raise ValueError(f"reduction must be 'paper', 'squared' or 'official', got {reduction!r}")
+    if attention_mask is None and reduction == "official":
+        raise ValueError("reduction='official' needs attention_mask to count real tokens")
     batch, _, length = student_maps.shape
-    if attention_mask is None:
-        if reduction == "official":
-            raise ValueError("reduction='official' needs attention_mask to count real tokens")
-        mask = torch.ones(batch, length, dtype=torch.bool, device=student_maps.device)
-    elif attention_mask.shape != (batch, length):
-        raise ValueError(
-            f"attention_mask must be {(batch, length)}, got {tuple(attention_mask.shape)}"
-        )
-    else:
-        mask = attention_mask.bool()
+    mask = geometry.real_mask(attention_mask, batch, length, student_maps.device)
     diff = torch.where(mask[:, None, :], student_maps - teacher_maps.detach(), 0.0)
     if reduction == "paper":
         # vector_norm's backward is 0 (not NaN) where the difference is exactly zero.
@@ -188,10 +182,6 @@ def attribution_layers(num_layers: int, which: str) -> list[int | None]:
     )
 
 
-def _model_inputs(batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor | None]:
-    return batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids")
-
-
 def attribution_views(
     objective: Objective,
     model: PreTrainedModel,
@@ -216,7 +206,9 @@ def attribution_views(
     results = [
         attribution.attribution_maps(
             model,
-            *_model_inputs(batch),
+            batch["input_ids"],
+            batch["attention_mask"],
+            batch.get("token_type_ids"),
             views=views,
             labels=labels,
             steps=settings.attr_steps,

@@ -308,13 +308,8 @@ def _relation_states(objective: Objective, inputs: StepInputs) -> tuple[Tensor, 
 )
 def _wr(objective: Objective, inputs: StepInputs) -> Tensor:
     student, teacher, mask = _relation_states(objective, inputs)
-    return word_relation_loss(
-        student,
-        teacher,
-        mask,
-        window=objective.config.of(CKDSettings).ckd_window,
-        variant=objective.config.parity,
-    )
+    window, parity = objective.config.of(CKDSettings).ckd_window, objective.config.parity
+    return word_relation_loss(student, teacher, mask, window=window, variant=parity)
 
 
 @term(

@@ -55,6 +55,7 @@ if TYPE_CHECKING:
 torch = lazy_module("torch")
 attribution = lazy_module("workbench.analysis.attribution")
 alignment = lazy_module("workbench.core.data.alignment")
+geometry = lazy_module("workbench.analysis.geometry")
 models = lazy_module("workbench.core.models")
 students = lazy_module("kd.methods.students")
 parts = lazy_module("workbench.core.parts")
@@ -80,16 +81,8 @@ register_settings("gkd", GKDSettings)
 
 
 def unit_normalize(x: Tensor, eps: float = 1e-12) -> Tensor:
-    """Divide each vector along the last dimension by its L2 norm; vectors shorter than ``eps``
-    become exactly zero, with a zero (never NaN or huge) gradient.
-
-    Args:
-        x: ``[..., d]``.
-        eps: norms ``<= eps`` count as zero.
-
-    Returns:
-        ``[..., d]``, unit vectors or zeros.
-    """
+    """``x`` ``[..., d]`` divided by its L2 norm along the last dimension; vectors of norm
+    ``<= eps`` become exactly zero, with a zero (never NaN or huge) gradient."""
     norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
     # clamp_min keeps the unselected branch finite, so its backward is 0, not 0·inf.
     inverse = torch.where(norm > eps, norm.clamp_min(eps).reciprocal(), 0.0)
@@ -135,32 +128,17 @@ def gradient_alignment_loss(
             f"shape mismatch: student {tuple(student_grads.shape)}, "
             f"teacher {tuple(teacher_grads.shape)}"
         )
-    if attention_mask is None:
-        mask = torch.ones(student_grads.shape[:2], dtype=torch.bool, device=student_grads.device)
-    elif attention_mask.shape != student_grads.shape[:2]:
-        raise ValueError(
-            f"attention_mask must be {tuple(student_grads.shape[:2])}, "
-            f"got {tuple(attention_mask.shape)}"
-        )
-    else:
-        mask = attention_mask.bool()
+    mask = geometry.real_mask(attention_mask, *student_grads.shape[:2], student_grads.device)
     diff = unit_normalize(student_grads, eps) - unit_normalize(teacher_grads.detach(), eps)
     per_position = torch.where(mask, diff.pow(2).sum(-1), 0.0)
     return per_position.sum() / mask.sum().clamp_min(1)
 
 
 def saliency_alignment_loss(student: Tensor, teacher: Tensor, mask: Tensor) -> Tensor:
-    """GKD across tokenizers: mean squared difference of normalised per-word saliencies.
-
-    Args:
-        student: ``[B, W]`` the student's word saliencies, L2-normalised over each example's
-            words (differentiable).
-        teacher: ``[B, W]``, the same for the teacher; used detached.
-        mask: ``[B, W]`` which word slots hold a shared word.
-
-    Returns:
-        Scalar ``Σ m (ŝ_s − ŝ_t)² / Σ m``; 0 when there is no word.
-    """
+    """GKD across tokenizers: ``Σ m (ŝ_s − ŝ_t)² / Σ m`` (0 without a word) between the
+    student's word saliencies ``student`` ``[B, W]`` (L2-normalised over each example's words,
+    differentiable) and the teacher's (``[B, W]``, used detached); ``mask`` ``[B, W]``: the
+    word slots that hold a shared word. Raises ValueError on a shape mismatch."""
     if student.shape != teacher.shape or student.shape != mask.shape:
         raise ValueError(
             f"shape mismatch: student {tuple(student.shape)}, teacher {tuple(teacher.shape)}, "
@@ -170,11 +148,11 @@ def saliency_alignment_loss(student: Tensor, teacher: Tensor, mask: Tensor) -> T
     return squared.sum() / mask.sum().clamp_min(1)
 
 
-def saliency_words(gradients: Tensor, word_ids: Tensor, length: int | None = None) -> Tensor:
+def saliency_words(gradients: Tensor, word_ids: Tensor) -> Tensor:
     """``[B, L, d]`` input gradients → ``[B, W]``: each token's gradient norm summed over its
     word's tokens, L2-normalised over the words (``word_ids`` ``[B, L]``, −1: no word)."""
     norms = torch.linalg.vector_norm(gradients, dim=-1)[..., None]  # [B, L, 1]
-    return alignment.word_maps(norms, word_ids, length)[..., 0]
+    return alignment.word_maps(norms, word_ids)[..., 0]
 
 
 def state_gradients(

@@ -3,14 +3,12 @@
 Each method lives in one module of :mod:`kd.methods` and registers its parts here: its *terms*
 (``@term``: how a pure loss function of tensors reads a training step), the *teacher fields*
 they need (``@teacher_field``: what the frozen teacher says about a batch), its *presets*
-(weight tables, and everything else about the method: its display name and paper, its
-``kdw tune`` space, its ablations and the claims the reproduction report checks) and, when its
-terms read settings of their own, a *method* (``@method``: the settings it resolves from the
-config, and what of them ``run.json`` records) and, when it sets the student up before training,
-a *student set-up* (:func:`student_setup`). Cacheable teacher
-fields are computed once per example and served from the run's cache; the others (the teacher's
-hidden states for CKD, too large to keep for every token) are recomputed without a graph each
-step. Explicit weights (``ce=0.1,kd=0.9,attr=10``) replace a preset's, so any terms combine.
+(weight tables, and everything else about the method: :class:`Preset`) and, where it has them,
+a *method* (``@method``: the settings its terms read) and a *student set-up*
+(:func:`student_setup`). Cacheable teacher fields are computed once per example and served from
+the run's cache; the others (CKD's hidden states, too large to keep for every token) are
+recomputed without a graph each step. Explicit weights (``ce=0.1,kd=0.9,attr=10``) replace a
+preset's, so any terms combine.
 
 Importing this module imports its package first, whose ``__init__`` imports the built-in methods:
 whoever imports the objective finds them registered.
@@ -227,17 +225,14 @@ class Preset:
     """A method's weights per parity, its temperature, its official KD form, the settings of its
     methods it fixes whatever the config says (``settings``: PKD-last's layer mapping) and those
     it chooses where the config leaves them unset (``defaults``: the attribution distance AD-KD's
-    weights belong to), and its own terms (``own``): those its control student goes without
-    (:func:`control`); the rest of its objective — the other terms' weights, τ, the KD form, the
-    student set-up — is its training regime, which the control keeps.
+    weights belong to), and its own terms (``own``), which its control student goes without
+    (:func:`control`) while keeping the rest of the objective, its training regime.
 
-    Beside the objective, everything else the workbench says or does about the method:
-    its display name (``name``, e.g. ``"AD-KD"``) and paper (``reference``, short);
-    ``kdw tune``'s default search space (``space``: parameter → ``--space`` spec, the papers'
-    grids), the term β weighs (``beta``) and the parameters the reproduction suite chooses on
-    dev (``tuned``); its ablations (:class:`Ablation`, :class:`Sweep`), the claims the
-    reproduction report checks (:class:`Claim`) and whether the report's heatmap gallery shows
-    its students (``gallery``)."""
+    Beside the objective, all else the workbench says or does about the method: its display
+    ``name`` (``"AD-KD"``) and short paper ``reference``; ``kdw tune``'s default ``space``
+    (parameter → ``--space`` spec, the papers' grids), the term β weighs (``beta``) and the
+    parameters the reproduction suite chooses on dev (``tuned``); its ``ablations``
+    (:class:`Ablation`, :class:`Sweep`) and the ``claims`` its report checks (:class:`Claim`)."""
 
     paper: dict[str, float]
     official: dict[str, float]
@@ -264,43 +259,23 @@ PARAMETERS: dict[str, Parameter] = {}
 PRESETS: dict[str, Preset] = {}
 
 
-def term(
-    name: str,
-    teacher_fields: tuple[str, ...] = (),
-    hidden_states: bool = False,
-    runs_student: bool = False,
-    unit: str | Callable[[Objective], str] = EXAMPLES,
-    exact_split: bool = True,
-    on_words: str = "",
-):
-    """Register a loss term under ``name`` (the key of the weights); see :class:`Term`."""
+def term(name: str, **options: Any):
+    """Register a loss term under ``name`` (the key of the weights); ``options``: the other
+    fields of :class:`Term`."""
 
     def register(compute: Callable[[Objective, StepInputs], Tensor]):
-        TERMS[name] = Term(
-            compute,
-            teacher_fields,
-            hidden_states,
-            runs_student,
-            unit,
-            exact_split,
-            on_words,
-        )
+        TERMS[name] = Term(compute, **options)
         return compute
 
     return register
 
 
-def teacher_field(
-    name: str,
-    per_token: bool = False,
-    cacheable: bool = True,
-    key: Callable[[Objective], dict] | None = None,
-    gradients: bool = False,
-):
-    """Register a teacher field under ``name``."""
+def teacher_field(name: str, **options: Any):
+    """Register a teacher field under ``name``; ``options``: the other fields of
+    :class:`TeacherField`."""
 
     def register(compute: Callable[[Objective, PreTrainedModel, dict[str, Tensor]], Tensor]):
-        TEACHER_FIELDS[name] = TeacherField(compute, per_token, cacheable, key, gradients)
+        TEACHER_FIELDS[name] = TeacherField(compute, **options)
         return compute
 
     return register
@@ -400,23 +375,24 @@ def ablated(config: ObjectiveConfig, ablation: Ablation) -> ObjectiveConfig:
     return replace(config, weights={n: w for n, w in weights.items() if w != 0})
 
 
+def _title(key: str, preset: Preset, dash: str) -> str:
+    """``adkd: AD-KD (Wu et al. 2023)`` with ``dash=": "``."""
+    reference = f" ({preset.reference})" if preset.reference else ""
+    return key + (dash + preset.name if preset.name else "") + reference
+
+
 def _preset_list() -> str:
-    return "; ".join(
-        key + (f": {p.name}" if p.name else "") + (f" ({p.reference})" if p.reference else "")
-        for key, p in PRESETS.items()
-    )
+    return "; ".join(_title(key, p, ": ") for key, p in PRESETS.items())
 
 
 def _temperatures() -> str:
-    default = Preset.__dataclass_fields__["temperature"].default
-    return ", ".join(
-        [f"{default:g}"]
-        + [
-            f"{display_name(key)} {p.temperature:g}"
-            for key, p in PRESETS.items()
-            if p.temperature != default
-        ]
-    )
+    default = Preset.temperature
+    others = [
+        f"{display_name(key)} {p.temperature:g}"
+        for key, p in PRESETS.items()
+        if p.temperature != default
+    ]
+    return ", ".join([f"{default:g}", *others])
 
 
 def _ablation_list() -> str:
@@ -445,9 +421,7 @@ def describe_presets() -> str:
 
     lines = []
     for key, p in PRESETS.items():
-        lines.append(
-            key + (f" — {p.name}" if p.name else "") + (f" ({p.reference})" if p.reference else "")
-        )
+        lines.append(_title(key, p, " — "))
         lines.append(
             f"  weights: paper {spell_weights(p.paper)}; official {spell_weights(p.official)}; "
             f"τ {p.temperature:g}" + (f"; own terms {', '.join(p.own)}" if p.own else "")
@@ -547,12 +521,11 @@ class Objective:
         words: bool = False,
     ) -> Objective:
         """The objective ``config`` asks for between a teacher and a student of these layer
-        counts, for ``num_labels`` classes, a teacher and a student of hidden sizes
-        ``teacher_width`` and ``student_width`` (when known; the student's defaults to the
-        teacher's) that read the text through the same tokens unless ``words``. Every method
-        checks here what it needs of the two models (layers to pair, classes to attribute,
-        dimensions to keep), so that a command fails before it writes, and builds the modules
-        its terms train (from the global random state, after the student's initialisation)."""
+        counts and hidden sizes (when known; the student's defaults to the teacher's), for
+        ``num_labels`` classes, read through different tokenizers when ``words``. Every method
+        checks here what it needs of the two models, so that a command fails before it writes,
+        and builds the modules its terms train (from the global random state, after the
+        student's initialisation)."""
         weights = preset_weights(config)
         preset = PRESETS[config.preset]
         official = config.parity == "official"
@@ -618,10 +591,8 @@ class Objective:
 
     def teacher_fields(self) -> list[str]:
         """Teacher fields the active terms read, ``logits`` always (loyalty uses them)."""
-        names = dict.fromkeys(["logits"])
-        for name in self.weights:
-            names.update(dict.fromkeys(TERMS[name].teacher_fields))
-        return list(names)
+        fields = [f for name in self.weights for f in TERMS[name].teacher_fields]
+        return list(dict.fromkeys(["logits", *fields]))
 
     def cached_fields(self) -> list[str]:
         return [n for n in self.teacher_fields() if TEACHER_FIELDS[n].cacheable]
@@ -633,8 +604,7 @@ class Objective:
         return [n for n in self.teacher_fields() if TEACHER_FIELDS[n].per_token]
 
     def per_token_terms(self) -> list[str]:
-        """The weighted terms that compare teacher and student token by token (they read a
-        per-token teacher field): they need both to read the text through the same tokens."""
+        """The weighted terms that read a per-token teacher field (compare token by token)."""
         return [
             name
             for name in self.weights
@@ -642,8 +612,7 @@ class Objective:
         ]
 
     def token_only_terms(self) -> list[str]:
-        """The per-token terms (:meth:`per_token_terms`) that cannot compare on words: they
-        need teacher and student to read the text through the same tokens."""
+        """The per-token terms that cannot compare on words (they need the same tokens)."""
         return [name for name in self.per_token_terms() if not TERMS[name].on_words]
 
     def word_aggregation(self) -> dict[str, str]:

@@ -132,10 +132,9 @@ def copy_embeddings(source: PreTrainedModel, target: PreTrainedModel) -> None:
     a student whose embedding stage holds other parameters or sizes (another family, another
     position table) is a one-line error."""
     need = "gradient KD (the teacher's embeddings copied into the student)"
-    theirs_all, ours_all = embedding_modules(source, need), embedding_modules(target, need)
-    pairs = list(zip(theirs_all, ours_all, strict=False))
-    states = [(theirs.state_dict(), ours.state_dict()) for theirs, ours in pairs]
-    if len(theirs_all) != len(ours_all) or any(
+    theirs, ours = embedding_modules(source, need), embedding_modules(target, need)
+    states = [(a.state_dict(), b.state_dict()) for a, b in zip(theirs, ours, strict=False)]
+    if len(theirs) != len(ours) or any(
         a.keys() != b.keys() or any(a[k].shape != b[k].shape for k in a) for a, b in states
     ):
         raise WorkbenchError(
@@ -144,5 +143,5 @@ def copy_embeddings(source: PreTrainedModel, target: PreTrainedModel) -> None:
             f"({source.config.model_type}) in their parameters or sizes: use --init cut, or a "
             "student of the teacher's architecture and sizes"
         )
-    for (_, ours), (state, _) in zip(pairs, states, strict=True):
-        ours.load_state_dict(state)
+    for module, (state, _) in zip(ours, states, strict=True):
+        module.load_state_dict(state)

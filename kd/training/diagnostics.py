@@ -27,18 +27,10 @@ __all__ = ["gradient_summary", "summarise", "term_diagnostics", "term_gradients"
 def term_gradients(
     values: Mapping[str, Tensor], weights: Mapping[str, float], parameters: Iterable[nn.Parameter]
 ) -> dict[str, Tensor]:
-    """Each weighted term's gradient ``g_k = ∇_θ (w_k L_k)``, flattened over the parameters.
-
-    Args:
-        values: scalar term values ``L_k`` with their graphs (other keys, like ``"loss"``, are
-            ignored unless they are in ``weights``).
-        weights: ``w_k`` per term.
-        parameters: the trainable parameters ``θ`` (those with ``requires_grad``).
-
-    Returns:
-        ``{k: g_k}``, each ``[P]`` float64 (``P`` the number of trainable values); gradients of
-        micro-batches or processes add up to the step's.
-    """
+    """Each weighted term's gradient ``g_k = ∇_θ (w_k L_k)``, flattened over the parameters
+    ``θ`` that require gradients: ``{k: g_k}``, each ``[P]`` float64 (``P`` trainable values;
+    the gradients of micro-batches or processes add up to the step's), for the scalar term
+    values ``L_k`` in ``values`` (with their graphs) of the terms in ``weights`` (``w_k``)."""
     params = [p for p in parameters if p.requires_grad]
     flat: dict[str, Tensor] = {}
     for name, weight in weights.items():

@@ -13,14 +13,8 @@ optimiser step. The backward is plain autograd on each rank, so the
 ``autograd.grad(create_graph=True)`` of AD-KD and GKD inside the step needs nothing from DDP's
 reducer. Gradient accumulation is the same decomposition over micro-batches within a rank.
 
-What is shared and how: the parameters are broadcast from rank 0 at the start; the teacher
-cache is computed in parts, one per process, gathered by every process and saved by rank 0;
-evaluation, checkpoints and every run file are written by rank 0 alone; each rank's RNG state
-is gathered into the checkpoint, so a killed job resumes to the same weights.
-
-Hugging Face Accelerate was not used: its ``backward`` goes through DDP (or its own gradient
-synchronisation hooks), and the exactness argument above needs the per-term weighting by
-global unit counts, which the trainer does anyway.
+Rank 0 alone evaluates and writes the run's files; what else is shared, and why not Hugging Face
+Accelerate: docs/distributed.md.
 """
 
 from __future__ import annotations
@@ -142,6 +136,12 @@ def all_reduce(tensor: Tensor, op: Any = None) -> Tensor:
     return tensor
 
 
+def flat_gradient(parameter: nn.Parameter) -> Tensor:
+    """``parameter``'s gradient flattened, zeros where it has none."""
+    grad = parameter.grad
+    return (grad if grad is not None else torch.zeros_like(parameter)).reshape(-1)
+
+
 def all_reduce_gradients(parameters: Sequence[nn.Parameter]) -> None:
     """Sum the gradients of ``parameters`` over the processes, in one flat all-reduce. A
     parameter no process gave a gradient keeps ``grad=None`` (AdamW then skips it, as it does
@@ -150,10 +150,7 @@ def all_reduce_gradients(parameters: Sequence[nn.Parameter]) -> None:
         return
     reference = parameters[0]
     flat = torch.cat(
-        [
-            (p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).to(reference.dtype)
-            for p in parameters
-        ]
+        [flat_gradient(p).to(reference.dtype) for p in parameters]
         + [torch.tensor([float(p.grad is not None) for p in parameters], device=reference.device)]
     )
     dist.all_reduce(flat)

@@ -9,12 +9,7 @@ from dataclasses import replace
 from kd.training.diagnostics import summarise
 from kd.training.pipeline import teacher_pin
 from workbench.analysis.evaluation import evaluate_logits, predict_logits
-from workbench.core.config import (
-    DataConfig,
-    StudentConfig,
-    config_key,
-    parse_label_map,
-)
+from workbench.core.config import DataConfig, StudentConfig, config_key, parse_label_map
 from workbench.core.data import encode, pad_id
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import is_run, layer_count, load_for_task, load_model

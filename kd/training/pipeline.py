@@ -10,7 +10,8 @@ import dataclasses
 import sys
 import time
 from collections.abc import Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import nullcontext
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -77,14 +78,10 @@ from workbench.core.runs import (
 )
 from workbench.core.verify import model_digest
 
+# optimisation settings that do not define a run: where and on how many threads or processes it
+# executes, in how many micro-batches, and how often it logs diagnostics (a run started on a CPU
+# may resume on a GPU)
 EXECUTION_SETTINGS = ("threads", "device", "log_every", "accumulation_steps")
-
-
-def _identity(optim: OptimConfig) -> dict:
-    """The optimisation settings that define a run; where and on how many threads or
-    processes it executes, in how many micro-batches, and how often it logs diagnostics, do
-    not (a run started on a CPU may resume on a GPU)."""
-    return {k: v for k, v in to_dict(optim).items() if k not in EXECUTION_SETTINGS}
 
 
 def _configure(optim: OptimConfig) -> torch.device:
@@ -127,18 +124,28 @@ def _manifest(data: TaskData, data_config: DataConfig, optim: OptimConfig) -> di
     }
 
 
-def _resolved(objective: Objective, data: TaskData) -> dict:
-    """``run.json``'s record of what the configs resolved to (:data:`workbench.core.runs.RESOLVED`):
-    the objective and the exact data split. A run is described by it, never by today's preset
-    table, and a run whose data changed since is refused rather than resumed."""
+def _record(
+    kind: str, method: str, task: TaskData, resolved: Objective, optim: OptimConfig, **configs
+) -> dict:
+    """``run.json``'s record: the run's kind, method, task and ``configs`` (``optim``'s settings
+    that define the run last: :data:`EXECUTION_SETTINGS` left out), and what they resolved to
+    (:data:`workbench.core.runs.RESOLVED`): the objective and the exact data split. A run is
+    described by it, never by today's preset table, and a run whose data changed since is refused
+    rather than resumed."""
     from importlib import metadata
 
+    configs = {name: to_dict(config) for name, config in configs.items()}
+    identity = {k: v for k, v in to_dict(optim).items() if k not in EXECUTION_SETTINGS}
     return {
+        "kind": kind,
+        "method": method,
+        "task": dataclasses.asdict(task.spec),
+        "configs": configs | {"optim": identity},
         RESOLVED: {
-            "objective": objective.record(),
-            "split_fingerprint": data.fingerprint(),
+            "objective": resolved.record(),
+            "split_fingerprint": task.fingerprint(),
             "package_version": metadata.version("kd-workbench"),
-        }
+        },
     }
 
 
@@ -166,35 +173,37 @@ def _saver(run: Run, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
     return save
 
 
-def _tracker(
-    config: TrackingConfig, run: Run, parent: str | None = None
-) -> AbstractContextManager[Tracker]:
-    """The trackers ``config`` asks for (:func:`kd.training.tracking.tracked`) on the process that
-    writes the run; none on the others."""
-    if distributed.world().main:
-        return tracking.tracked(config, run, parent)
-    return nullcontext(Tracker())
+def _train(
+    job: TrainingJob,
+    config: TrackingConfig,
+    data: TaskData,
+    encoded: dict[str, EncodedSplit],
+    parent: str | None = None,
+    teacher_logits: dict | None = None,
+) -> None:
+    """Train ``job`` followed by the trackers ``config`` asks for
+    (:func:`kd.training.tracking.tracked`, on the process that writes the run), then finish
+    the run there."""
+    main = distributed.world().main
+    with tracking.tracked(config, job.run, parent) if main else nullcontext(Tracker()) as tracker:
+        job.tracker = tracker
+        if train(job) and main:
+            _finish(job, data, encoded, teacher_logits)
 
 
 def _finish(
-    run: Run,
-    model,
-    data: TaskData,
-    encoded,
-    batch_size,
-    pad,
-    tracker: Tracker,
-    teacher_logits=None,
-) -> dict:
+    job: TrainingJob, data: TaskData, encoded: dict[str, EncodedSplit], teacher_logits=None
+) -> None:
     """Evaluate the best model on dev and test; write ``results.json``, per example
     ``predictions.json`` (ids, gold labels and predictions, and a student's label and
-    probability loyalty: what paired statistics need), and
-    add the results to the model card; tell ``tracker`` the results and the files that
-    describe the run."""
-    results, predictions = {}, {}
+    probability loyalty: what paired statistics need), and add the results to the model card;
+    tell the job's tracker the results and the files that describe the run."""
+    run, results, predictions = job.run, {}, {}
     for split in ("dev", "test"):
         if split in encoded:
-            logits = predict_logits(model, encoded[split], batch_size, pad)
+            logits = predict_logits(
+                job.model, encoded[split], job.optim.eval_batch_size, job.pad_token_id
+            )
             reference = None if teacher_logits is None else teacher_logits.get(split)
             labels = encoded[split].labels
             results[split] = evaluate_logits(data.spec, logits, labels, reference)
@@ -210,13 +219,12 @@ def _finish(
     atomic_write_json(run.path / "results.json", results)
     atomic_write_text(run.model_dir / "README.md", model_card(run))
     status = run.status()
-    tracker.log_results(results, status.step or 0)
-    tracker.log_artifacts(
+    job.tracker.log_results(results, status.step or 0)
+    job.tracker.log_artifacts(
         [run.path / RUN_FILE, run.path / "results.json", run.model_dir / "README.md"]
     )
     kept = status.model_dump(include={"step", "total", "seconds"}, exclude_unset=True)
     run.set_status("finished", **kept)
-    return results
 
 
 def train_teacher(
@@ -240,18 +248,10 @@ def train_teacher(
         teacher_config.model, data.spec, parse_label_map(teacher_config.label_map), notes.append
     )
     check_max_length(model, data_config.max_length, "the model")
-    info = {
-        "kind": "teacher",
-        "method": "finetune",
-        "task": dataclasses.asdict(data.spec),
-        "configs": {
-            "data": to_dict(data_config),
-            "teacher": to_dict(teacher_config),
-            "optim": _identity(optim),
-        },
-    }
     objective = Objective.resolve(ObjectiveConfig(preset="finetune"), 0, 0)
-    record = info | _resolved(objective, data)
+    record = _record(
+        "teacher", "finetune", data, objective, optim, data=data_config, teacher=teacher_config
+    )
     with distributed.run_folder(run_dir, record, _manifest(data, data_config, optim)) as run:
         if run.status().state == "finished":
             return run
@@ -259,27 +259,22 @@ def train_teacher(
             for note in notes:
                 _note(note)
         encoded = _encode_all(data, tokenizer, data_config.max_length)
-        with _tracker(tracking_config, run) as tracker:
-            job = TrainingJob(
-                run=run,
-                model=model,
-                spec=data.spec,
-                train_set=encoded["train"],
-                dev_set=encoded["dev"],
-                optim=optim,
-                loss=lambda m, batch: objective(m, batch, {}),
-                weights=objective.weights,
-                units=objective.term_units(),
-                save_model=_saver(run, model, tokenizer, data.spec),
-                pad_token_id=pad_id(tokenizer),
-                callbacks=callbacks,
-                tracker=tracker,
-                device=device,
-            )
-            if train(job) and distributed.world().main:
-                _finish(
-                    run, model, data, encoded, optim.eval_batch_size, pad_id(tokenizer), tracker
-                )
+        job = TrainingJob(
+            run=run,
+            model=model,
+            spec=data.spec,
+            train_set=encoded["train"],
+            dev_set=encoded["dev"],
+            optim=optim,
+            loss=lambda m, batch: objective(m, batch, {}),
+            weights=objective.weights,
+            units=objective.term_units(),
+            save_model=_saver(run, model, tokenizer, data.spec),
+            pad_token_id=pad_id(tokenizer),
+            callbacks=callbacks,
+            device=device,
+        )
+        _train(job, tracking_config, data, encoded)
     return run
 
 
@@ -294,12 +289,10 @@ def build_student(
         student = cut_student(teacher.model, layers, config.freeze_embeddings, _note)
         return student, teacher.tokenizer
     if config.init == "random":
-        return (
-            random_student(
-                teacher.model.config, config.num_layers, config.hidden_size, config.num_heads
-            ),
-            teacher.tokenizer,
+        student = random_student(
+            teacher.model.config, config.num_layers, config.hidden_size, config.num_heads
         )
+        return student, teacher.tokenizer
     if config.init == "pretrained":
         if not config.pretrained:
             raise WorkbenchError("--init pretrained needs --pretrained (hub id or directory)")
@@ -429,10 +422,6 @@ def teacher_caches(
         fields = objective.cached_fields() if split == "train" else ["logits"]
         per_token = [f for f in fields if f in objective.per_token_fields()]
         settings = objective.teacher_settings(fields)
-
-        def compute(batch: dict, fields: list[str] = fields) -> dict:
-            return objective.teacher_batch(teacher.model, batch, fields)
-
         key = {**base_key, "split": split, "data": fingerprints[split], **settings}
         if split == "train":
             key |= train_key or {}
@@ -441,7 +430,7 @@ def teacher_caches(
             f"teacher-{split}",
             key,
             dataset,
-            compute,
+            partial(objective.teacher_batch, teacher.model, fields=fields),
             per_token=per_token,
             batch_size=batch_size,
             pad_token_id=pad_id(teacher.tokenizer),
@@ -525,18 +514,16 @@ def distill(
     teacher, data, student, tokenizer = setup.teacher, setup.data, setup.student, setup.tokenizer
     objective, same_tokens = setup.objective, setup.same_tokens
     teacher.model.to(device)
-    info = {
-        "kind": "student",
-        "method": objective_config.preset,
-        "task": dataclasses.asdict(data.spec),
-        "configs": {
-            "data": to_dict(data_config),
-            "student": to_dict(student_config),
-            "objective": to_dict(objective_config),
-            "optim": _identity(optim),
-        },
-    }
-    record = info | _resolved(objective, data)
+    record = _record(
+        "student",
+        objective_config.preset,
+        data,
+        objective,
+        optim,
+        data=data_config,
+        student=student_config,
+        objective=objective_config,
+    )
     pinned = teacher_pin(student_config.teacher)
     if pinned is not None:
         record[RESOLVED]["teacher"] = pinned.model_dump()
@@ -575,8 +562,7 @@ def distill(
             {"words": key_digest(tokenizer.get_vocab())} if on_words else {},
         )
         # summed over the processes that resumed the run (a resumed one reads the files)
-        cache_seconds = status.seconds.get("teacher_cache", 0.0)
-        cache_seconds += time.perf_counter() - started
+        cache_seconds = status.seconds.get("teacher_cache", 0.0) + (time.perf_counter() - started)
         train_cache = caches["train"]
         teacher_logits = {split: caches[split].per_example["logits"] for split in ("dev", "test")}
         live_fields = objective.live_fields()
@@ -589,47 +575,33 @@ def distill(
                 for name in objective.cached_fields()
             }
             if live_fields:
-                rows = [teacher_encoded["train"][int(i)] for i in batch["index"]]
-                teacher_batch = (
-                    batch
-                    if same_tokens
-                    else to_device(collate(rows, pad_id(teacher.tokenizer)), device)
-                )
+                teacher_batch = batch
+                if not same_tokens:
+                    rows = [teacher_encoded["train"][int(i)] for i in batch["index"]]
+                    teacher_batch = to_device(collate(rows, pad_id(teacher.tokenizer)), device)
                 with torch.no_grad():
                     values |= objective.teacher_batch(teacher.model, teacher_batch, live_fields)
             return objective(model, batch, values)
 
-        with _tracker(tracking_config, run, tracking_parent) as tracker:
-            job = TrainingJob(
-                run=run,
-                model=student,
-                spec=data.spec,
-                train_set=encoded["train"],
-                dev_set=encoded["dev"],
-                optim=optim,
-                loss=loss,
-                weights=objective.weights,
-                modules=objective.modules,
-                units=objective.term_units(),
-                save_model=_saver(run, student, tokenizer, data.spec),
-                pad_token_id=pad_id(tokenizer),
-                dev_teacher_logits=teacher_logits["dev"],
-                callbacks=callbacks,
-                tracker=tracker,
-                device=device,
-                timings={"teacher_cache": cache_seconds},
-            )
-            if train(job) and distributed.world().main:
-                _finish(
-                    run,
-                    student,
-                    data,
-                    encoded,
-                    optim.eval_batch_size,
-                    pad_id(tokenizer),
-                    tracker,
-                    teacher_logits,
-                )
+        job = TrainingJob(
+            run=run,
+            model=student,
+            spec=data.spec,
+            train_set=encoded["train"],
+            dev_set=encoded["dev"],
+            optim=optim,
+            loss=loss,
+            weights=objective.weights,
+            modules=objective.modules,
+            units=objective.term_units(),
+            save_model=_saver(run, student, tokenizer, data.spec),
+            pad_token_id=pad_id(tokenizer),
+            dev_teacher_logits=teacher_logits["dev"],
+            callbacks=callbacks,
+            device=device,
+            timings={"teacher_cache": cache_seconds},
+        )
+        _train(job, tracking_config, data, encoded, tracking_parent, teacher_logits)
     return run
 
 

@@ -1,15 +1,11 @@
-"""Experiment tracking: a training followed in TensorBoard or MLflow beside its run folder.
+"""Experiment tracking: a training followed in TensorBoard or MLflow beside its run folder
+(docs/tracking.md says what is tracked, under which names, and where).
 
-``--report-to tensorboard,mlflow`` (:class:`~workbench.core.config.TrackingConfig`) sends what the
-trainer logs to ``metrics.jsonl`` to the trackers, every record's scalars under
-``SPLIT/NAME`` (:func:`scalars`: ``train/value/kd``, ``train/grad_share/kd``, ``dev/accuracy``,
-``dev/lr``) at the record's step; the run's settings as ``run.json`` records them as parameters
-(:func:`settings`); the best model's dev and test metrics under ``results/SPLIT/NAME`` at the
-last step; and, in MLflow, ``run.json``, ``results.json`` and the model card as artifacts.
-
-TensorBoard writes event files into ``RUN/tensorboard/``. MLflow writes to ``--mlflow-uri``, by
-default a local store: ``mlruns/mlflow.db`` and ``mlruns/artifacts/`` in the folder that holds
-the run folder (:func:`store_uri`); the run's id is kept in ``RUN/tracking.json``.
+``--report-to tensorboard,mlflow`` (:class:`~workbench.core.config.TrackingConfig`) sends each
+``metrics.jsonl`` record's scalars (:func:`scalars`), the run's settings as ``run.json`` records
+them (:func:`settings`), the best model's metrics and, to MLflow, the files that describe the run.
+TensorBoard writes into ``RUN/tensorboard/``; MLflow to ``--mlflow-uri`` or a local store beside
+the run folder (:func:`store_uri`), the run's id kept in ``RUN/tracking.json``.
 
 A killed training resumes from its checkpoint, and its tracked run with it: the MLflow run is
 reopened, and points it already holds (those the killed process logged after the checkpoint,
@@ -173,31 +169,27 @@ class Tracker:
         killed). Nothing happens when it was not started."""
 
 
+def _each(name: str):
+    """A :class:`Trackers` method that calls ``name`` on each of its trackers."""
+
+    def call(self: Trackers, *args: Any, **kwargs: Any) -> None:
+        for tracker in self.trackers:
+            getattr(tracker, name)(*args, **kwargs)
+
+    return call
+
+
 class Trackers(Tracker):
     """Several trackers told the same."""
 
     def __init__(self, trackers: Sequence[Tracker]) -> None:
         self.trackers = list(trackers)
 
-    def start(self, step: int) -> None:
-        for tracker in self.trackers:
-            tracker.start(step)
-
-    def log(self, record: dict[str, Any]) -> None:
-        for tracker in self.trackers:
-            tracker.log(record)
-
-    def log_results(self, results: dict[str, dict[str, float | None]], step: int) -> None:
-        for tracker in self.trackers:
-            tracker.log_results(results, step)
-
-    def log_artifacts(self, paths: Sequence[Path]) -> None:
-        for tracker in self.trackers:
-            tracker.log_artifacts(paths)
-
-    def finish(self, state: str) -> None:
-        for tracker in self.trackers:
-            tracker.finish(state)
+    start = _each("start")
+    log = _each("log")
+    log_results = _each("log_results")
+    log_artifacts = _each("log_artifacts")
+    finish = _each("finish")
 
 
 class TensorBoardTracker(Tracker):
@@ -242,13 +234,6 @@ class TensorBoardTracker(Tracker):
         if self.writer is not None:
             self.writer.close()
             self.writer = None
-
-
-def _quiet_mlflow() -> None:
-    """MLflow's and its database migrations' notes, which would interleave with the progress
-    bar, only from warnings up."""
-    for name in ("mlflow", "alembic"):
-        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 class MlflowTracker(Tracker):
@@ -306,7 +291,8 @@ class MlflowTracker(Tracker):
         from mlflow.exceptions import MlflowException
         from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
-        _quiet_mlflow()
+        for name in ("mlflow", "alembic"):  # their notes would interleave with the progress bar
+            logging.getLogger(name).setLevel(logging.WARNING)
         if self.uri.startswith("sqlite:///"):
             Path(self.uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         path = self.folder / TRACKING_FILE
@@ -387,15 +373,22 @@ def tracked(config: TrackingConfig, run: Run, parent: str | None = None) -> Iter
         record = run.info().plain()
         trackers.append(MlflowTracker(run.path, settings(record), uri, parent, run))
     tracker = Trackers(trackers)
-    try:
+    with _closing(tracker):
         yield tracker
+    tracker.finish(run.status().state)
+
+
+@contextmanager
+def _closing(tracker: Tracker) -> Iterator[None]:
+    """Close ``tracker`` as failed on an error, killed on an interrupt, and raise it again."""
+    try:
+        yield
     except KeyboardInterrupt:
         tracker.finish("killed")
         raise
     except BaseException:
         tracker.finish("failed")
         raise
-    tracker.finish(run.status().state)
 
 
 @contextmanager
@@ -409,13 +402,7 @@ def tracked_study(
         return
     parent = MlflowTracker(folder, settings(params), store_uri(config, folder))
     parent.start()
-    try:
+    with _closing(parent):
         yield parent.run_id
-    except KeyboardInterrupt:
-        parent.finish("killed")
-        raise
-    except BaseException:
-        parent.finish("failed")
-        raise
     parent.log_artifacts([folder / "best.json"])
     parent.finish("finished")

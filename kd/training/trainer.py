@@ -114,17 +114,12 @@ def _rng_state() -> dict:
     checkpoint loads without running code (:meth:`Run.load_checkpoint`): torch's, Python's
     ``random``'s, numpy's (its key array as an int64 tensor) and, once CUDA is in use, the
     current CUDA device's."""
-    kind, key, position, has_gauss, cached_gaussian = np.random.get_state(legacy=True)
+    kind, key, position, has_gauss, gaussian = np.random.get_state(legacy=True)
+    key = torch.from_numpy(key.astype(np.int64))
     state = {
         "torch": torch.get_rng_state(),
         "python": random.getstate(),
-        "numpy": (
-            kind,
-            torch.from_numpy(key.astype(np.int64)),
-            int(position),
-            int(has_gauss),
-            float(cached_gaussian),
-        ),
+        "numpy": (kind, key, int(position), int(has_gauss), float(gaussian)),
     }
     if torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state()
@@ -136,10 +131,8 @@ def _restore_rng(state: dict) -> None:
     and CUDA is available: a run may resume on another device)."""
     torch.set_rng_state(state["torch"].cpu())
     random.setstate(state["python"])
-    kind, key, position, has_gauss, cached_gaussian = state["numpy"]
-    np.random.set_state(
-        (kind, key.cpu().numpy().astype(np.uint32), position, has_gauss, cached_gaussian)
-    )
+    kind, key, *rest = state["numpy"]
+    np.random.set_state((kind, key.cpu().numpy().astype(np.uint32), *rest))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state(state["cuda"].cpu())
 
@@ -182,22 +175,6 @@ def main_metric(spec: TaskSpec) -> str:
     return spec.metrics[0]
 
 
-def _autocast(device: torch.device, precision: str):
-    """Autocast for the forward passes and losses of a step (``precision`` bf16 or fp16)."""
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
-    return torch.autocast(device.type, dtype=dtype, enabled=dtype is not None)
-
-
-def _restore_rank_rng(states: list[dict], world: distributed.World) -> None:
-    """Restore this process's RNG from a checkpoint's (one state per process)."""
-    if len(states) != world.size:
-        raise WorkbenchError(
-            f"this checkpoint was written by {len(states)} process(es): resume it with "
-            f"torchrun --nproc_per_node {len(states)}, not {world.size}"
-        )
-    _restore_rng(states[world.rank])
-
-
 def _weights_misfit(saved: dict[str, Tensor], model: PreTrainedModel) -> str | None:
     """How a checkpoint's weights ``saved`` differ from ``model``'s (names and shapes), or
     None when they fit."""
@@ -231,15 +208,19 @@ def _resume(run: Run, saved: dict, job: TrainingJob, states: tuple, world) -> No
         "delete it to train this run again from step 0 (the same command), or choose another "
         "--run-dir"
     )
-    misfit = _weights_misfit(saved["model"], job.model)
-    if misfit:
+    if misfit := _weights_misfit(saved["model"], job.model):
         raise WorkbenchError(
             f"{run.checkpoint} does not hold this run's model ({misfit}): it comes from "
             f"another run: {remedy}"
         )
     optimizer, scheduler, scaler = states
     try:
-        _restore_rank_rng(saved["rng"], world)
+        if len(saved["rng"]) != world.size:  # one state per process
+            raise WorkbenchError(
+                f"this checkpoint was written by {len(saved['rng'])} process(es): resume it "
+                f"with torchrun --nproc_per_node {len(saved['rng'])}, not {world.size}"
+            )
+        _restore_rng(saved["rng"][world.rank])
         job.model.load_state_dict(saved["model"])
         job.modules.load_state_dict(saved["objective"])
         optimizer.load_state_dict(saved["optimizer"])
@@ -291,8 +272,9 @@ def _accumulate_gradients(
     values = torch.zeros(len(job.weights), dtype=torch.float64)
     size = sum(p.numel() for p in parameters)
     term_grads = {n: torch.zeros(size, dtype=torch.float64, device=device) for n in measured}
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(job.optim.precision)  # autocast
     for batch, count in zip(batches, counts, strict=True):
-        with _autocast(device, job.optim.precision):
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
             losses = job.loss(job.model, batch)
             shares = (count / totals)[units].tolist()
             parts = {n: losses[n] * share for n, share in zip(job.weights, shares, strict=True)}
@@ -379,7 +361,15 @@ def train(job: TrainingJob) -> dict[str, float]:
         run.truncate_metrics(state["step"])  # without a checkpoint (deleted), from step 0
         job.tracker.start(state["step"])
 
-    def record(entry: dict) -> None:
+    def record(step: int, split: str, values: dict) -> None:
+        """A ``metrics.jsonl`` record of ``step``, told to the tracker."""
+        entry = {
+            "step": step,
+            "epoch": step / steps_per_epoch,
+            "split": split,
+            "lr": scheduler.get_last_lr()[0],
+            **values,
+        }
         run.append_metrics(entry)
         job.tracker.log(entry)
 
@@ -447,28 +437,14 @@ def train(job: TrainingJob) -> dict[str, float]:
         distributed.all_reduce(values)
         terms = {name: float(v) for name, v in zip(job.weights, values, strict=True)}
         summary = {name: job.weights[name] * value for name, value in terms.items()}
-        problems = _non_finite_values(terms, sum(summary.values()))
-        if problems:
+        if problems := _non_finite_values(terms, sum(summary.values())):
             raise diverged(step, problems)
         scaler.unscale_(optimizer)
         if measured:
             flat = {name: distributed.all_reduce(g) for name, g in term_grads.items()}
-            whole = torch.cat(
-                [
-                    (p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
-                    for p in parameters
-                ]
-            ).double()
+            whole = torch.cat([distributed.flat_gradient(p) for p in parameters]).double()
             if world.main:
-                record(
-                    {
-                        "step": step,
-                        "epoch": step / steps_per_epoch,
-                        "split": "train",
-                        "lr": scheduler.get_last_lr()[0],
-                        **gradient_summary(flat, summary, whole),
-                    }
-                )
+                record(step, "train", gradient_summary(flat, summary, whole))
         values_out = {**terms, "loss": sum(summary.values())}
         if optim.max_grad_norm > 0:
             norm = torch.nn.utils.clip_grad_norm_(parameters, optim.max_grad_norm)
@@ -480,8 +456,7 @@ def train(job: TrainingJob) -> dict[str, float]:
             raise diverged(step, [f"the gradient norm is {values_out['grad_norm']}"])
         scaler.step(optimizer)
         scaler.update()
-        problems = _non_finite_weights(named)
-        if problems:
+        if problems := _non_finite_weights(named):
             raise diverged(step, problems)
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
@@ -500,16 +475,7 @@ def train(job: TrainingJob) -> dict[str, float]:
                 job.dev_teacher_logits,
             )
             model.train()
-            record(
-                {
-                    "step": step,
-                    "epoch": step / steps_per_epoch,
-                    "split": "dev",
-                    "lr": scheduler.get_last_lr()[0],
-                    **values_out,
-                    **metrics,
-                }
-            )
+            record(step, "dev", values_out | metrics)
             notify(job.callbacks, "on_evaluate", step, metrics)
             if state["best"] is None or metrics[metric] > state["best"]:
                 state["best"], state["best_step"] = metrics[metric], step
