@@ -91,18 +91,19 @@ def cell(stats: Summary | None, scale: float = 100, digits: int = 1) -> str:
     return f"{mean * scale:.{digits}f}"
 
 
-def summarise(values: list[float]) -> Summary:
-    return (*mean_and_std(values), len(values))
+def _summaries(pairs) -> dict[tuple[str, str], Summary]:
+    """A :data:`Summary` of the values of each key of ``(key, value)`` pairs."""
+    groups: dict[tuple[str, str], list[float]] = {}
+    for key, value in pairs:
+        groups.setdefault(key, []).append(value)
+    return {key: (*mean_and_std(values), len(values)) for key, values in groups.items()}
 
 
 def aggregate(records: list[StudentRow], metric: str) -> dict[tuple[str, str], Summary]:
     """Mean and std over seeds of ``metric`` per (task, name)."""
-    groups: dict[tuple[str, str], list[float]] = {}
-    for record in records:
-        value = record.test.get(metric)
-        if value is not None:
-            groups.setdefault((record.task, record.name), []).append(value)
-    return {key: summarise(values) for key, values in groups.items()}
+    return _summaries(
+        ((r.task, r.name), r.test[metric]) for r in records if r.test.get(metric) is not None
+    )
 
 
 def paired_difference(
@@ -111,12 +112,11 @@ def paired_difference(
     """Mean and std over seeds of ``metric(method, seed) − metric(reference, seed)`` per
     (task, method), over the seeds both have (results without per-example values)."""
     by_seed = {(r.task, r.name, r.seed): r.test[metric] for r in records}
-    groups: dict[tuple[str, str], list[float]] = {}
-    for (task, name, seed), value in by_seed.items():
-        base = by_seed.get((task, reference, seed))
-        if base is not None and name != reference:
-            groups.setdefault((task, name), []).append(value - base)
-    return {key: summarise(values) for key, values in groups.items()}
+    return _summaries(
+        ((task, name), value - by_seed[task, reference, seed])
+        for (task, name, seed), value in by_seed.items()
+        if by_seed.get((task, reference, seed)) is not None and name != reference
+    )
 
 
 class Intervals:
@@ -191,11 +191,7 @@ def interval_cell(interval: Interval, scale: float = 100) -> str:
 def direction(interval: Interval) -> str | None:
     """``"higher"`` or ``"lower"`` where the interval excludes 0 (a real difference), else
     None."""
-    if interval.low > 0:
-        return "higher"
-    if interval.high < 0:
-        return "lower"
-    return None
+    return "higher" if interval.low > 0 else "lower" if interval.high < 0 else None
 
 
 def control_rows(results: SuiteRecord, tasks: Sequence[str], intervals: Intervals) -> list[dict]:
@@ -209,26 +205,15 @@ def control_rows(results: SuiteRecord, tasks: Sequence[str], intervals: Interval
     for task in tasks:
         for method in methods:
             for metric, measure in METRICS.items():
-                total = intervals(task, method, REFERENCE, metric)
-                regime = intervals(task, method + CONTROL, REFERENCE, metric)
-                term = intervals(task, method, method + CONTROL, metric)
-                if total is None or regime is None or term is None:
-                    continue
-                rows.append(
-                    {
-                        "task": task,
-                        "method": method,
-                        "measure": measure,
-                        "total": total,
-                        "regime": regime,
-                        "term": term,
-                        "credit": {
-                            "total": direction(total),
-                            "regime": direction(regime),
-                            "term": direction(term),
-                        },
-                    }
-                )
+                parts = {
+                    "total": intervals(task, method, REFERENCE, metric),
+                    "regime": intervals(task, method + CONTROL, REFERENCE, metric),
+                    "term": intervals(task, method, method + CONTROL, metric),
+                }
+                if None not in parts.values():
+                    credit = {part: direction(i) for part, i in parts.items()}
+                    row = {"task": task, "method": method, "measure": measure, **parts}
+                    rows.append({**row, "credit": credit})
     return rows
 
 
@@ -259,11 +244,11 @@ def claim_record(
             return None
         for task in tasks:
             others = [
-                (other, intervals(task, method, other, entry.metric))
+                (other, interval)
                 for other in PRESETS
                 if other in names and other != method
+                if (interval := intervals(task, method, other, entry.metric)) is not None
             ]
-            others = [(m, i) for m, i in others if i is not None]
             if others:
                 closest, interval = max(others, key=lambda item: item[1].difference)
                 below = sum(i.high < 0 for _, i in others)
