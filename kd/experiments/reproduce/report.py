@@ -1,15 +1,13 @@
-"""The report: ``report.md`` and its figures, from ``results.json`` alone (run folders are
-used only for the heatmap gallery, where present).
+"""The report: ``report.md`` and its figures, from ``results.json`` alone (run folders are used only
+for the heatmap gallery, where present).
 
-``report.md`` is rendered from the template ``templates/report.md.j2`` (shipped with the package)
-fed by :func:`report_data`: a plain structure of the record's tables as rows of values and of the
-verdicts as records. Every Δ against vanilla KD comes with a 95 % two-level bootstrap interval that
-resamples the seeds both methods have, then the test examples within each
-(:mod:`workbench.analysis.stats`), and is called significant only when the interval excludes 0. The
-verdicts on the papers' claims are generated from those intervals, whatever they say, for the claims
-each method registers (:class:`kd.methods.objective.Claim`); the methods' names and order are the
-registry's. Where a method trained beside its control, each measure's difference from vanilla KD is
-split into the method's own term (method − control) and its regime (control − vanilla KD).
+``report.md`` is rendered from the packaged template ``templates/report.md.j2``, fed by
+:func:`report_data`. Every Δ against vanilla KD comes with a 95 % two-level bootstrap interval over
+the seeds both methods have and their test examples (:mod:`workbench.analysis.stats`), and is
+significant only when the interval excludes 0. The verdicts on the claims each method registers
+(:class:`kd.methods.objective.Claim`) follow from those intervals, whatever they say. Where a method
+trained beside its control, each difference from vanilla KD is split into the method's own term
+(method − control) and its regime (control − vanilla KD).
 """
 
 from __future__ import annotations
@@ -44,9 +42,8 @@ REFERENCE = "kd"  # vanilla KD: the method every Δ, verdict and control is meas
 
 @dataclass(frozen=True)
 class Measure:
-    """How the report names a metric: its label, a short one, what it is (said where a claim
-    about it is not about accuracy), the unit of its differences (×100), and which way is
-    closer to the teacher or better."""
+    """How the report names a metric: its label, a short one, what it is, the unit of its
+    differences (×100), and which way is closer to the teacher or better."""
 
     label: str
     short: str
@@ -120,9 +117,8 @@ def paired_difference(
 
 
 class Intervals:
-    """Two-level bootstrap intervals of ``a − b`` between two main-table methods of a task, over
-    the seeds both have and their test examples, from the per-example values in
-    ``results.json`` (computed once each); :meth:`seeds_needed` for each."""
+    """Two-level bootstrap intervals of ``a − b`` between two main-table methods of a task, from the
+    per-example values in ``results.json`` (each computed once), and :meth:`seeds_needed`."""
 
     def __init__(self, results: SuiteRecord) -> None:
         self.test_sets = results.test_sets
@@ -173,8 +169,8 @@ class Intervals:
         return self._done[key]
 
     def seeds_needed(self, task: str, a: str, b: str, metric: str = "accuracy") -> int | None:
-        """About how many seeds the interval of ``a − b`` would need to exclude 0 at the
-        observed difference (:func:`workbench.analysis.stats.seeds_needed`)."""
+        """About how many seeds the interval of ``a − b`` would need to exclude 0
+        (:func:`workbench.analysis.stats.seeds_needed`)."""
         self(task, a, b, metric)
         return self._needed[(task, a, b, metric)]
 
@@ -195,10 +191,9 @@ def direction(interval: Interval) -> str | None:
 
 
 def control_rows(results: SuiteRecord, tasks: Sequence[str], intervals: Intervals) -> list[dict]:
-    """Per task, method that has a control and measure with per-example values: the method
-    and its control against vanilla KD and against each other (``total`` = method − KD,
-    ``regime`` = control − KD, ``term`` = method − control), and the direction of each where
-    its interval excludes 0 (``credit``: which part the difference belongs to)."""
+    """Per task, method with a control and measure with per-example values: ``total`` (method − KD),
+    ``regime`` (control − KD) and ``term`` (method − control), and (``credit``) the direction of
+    each where its interval excludes 0."""
     names = {r.name for r in results.students if r.group == "main"}
     methods = [m for m in PRESETS if m + CONTROL in names]
     rows = []
@@ -229,9 +224,9 @@ def outcome(interval: Interval, relation: str) -> str:
 def claim_record(
     method: str, entry: Claim, names: set[str], tasks: Sequence[str], intervals: Intervals
 ) -> dict | None:
-    """One registered claim's verdict: per task the interval of the method against the preset
-    the claim names (or, for ``lowest``, against every other student) and its outcome; None
-    where a method it needs was not trained."""
+    """One registered claim's verdict: per task the interval of the method against the preset the
+    claim names (``lowest``: against every other student) and its outcome; None where a method it
+    needs was not trained."""
     record = {
         "method": display_name(method),
         "measure": METRICS[entry.metric],
@@ -298,17 +293,13 @@ def setup_data(results: SuiteRecord) -> dict | None:
         return None
     return {
         "rows": [
-            {
+            plan.model_dump()
+            | {
                 "task": task,
-                "teacher": plan.teacher,
                 "teacher_train": limit(plan.max_train_examples),
                 "student_train": limit(plan.student_train_examples or plan.max_train_examples),
                 "test": limit(plan.max_eval_examples),
                 "tokens": plan.max_length,
-                "teacher_epochs": plan.teacher_epochs,
-                "student_layers": plan.student_layers,
-                "student_epochs": plan.student_epochs,
-                "seeds": plan.seeds,
             }
             for task, plan in results.setup.items()
         ],
@@ -364,9 +355,8 @@ def tuning_data(results: SuiteRecord) -> dict | None:
 
 
 def searched_points(searched: list[str], trials: list[Trial]) -> list[dict]:
-    """Each distinct setting of ``searched`` a search tried, once, in the order first tried,
-    with its outcome: ``dev`` (None where pruned before its first score) and ``failed`` (a
-    trial that failed or was interrupted, unless the setting was tried again)."""
+    """Each distinct setting of ``searched`` a search tried, once, in the order first tried: ``dev``
+    (None: pruned before a score) and ``failed`` (unless the setting was tried again)."""
     points: dict[tuple, dict] = {}
     for trial in trials:
         columns = trial.model_extra  # the trial's state and settings, by name
@@ -380,8 +370,8 @@ def searched_points(searched: list[str], trials: list[Trial]) -> list[dict]:
 
 def main_data(results: SuiteRecord, tasks: Sequence[str], intervals: Intervals) -> dict:
     """The main table: the teacher's and each method's accuracy and macro-F1 per task, and each
-    method's Δ against vanilla KD (an :class:`Interval`, or without per-example values the
-    mean ± std over seeds of the per-seed Δ; None for vanilla KD itself)."""
+    method's Δ against vanilla KD (an :class:`Interval`, or without per-example values the mean ±
+    std of the per-seed Δ; None for vanilla KD itself)."""
     main = [r for r in results.students if r.group == "main"]
     accuracy, macro = aggregate(main, "accuracy"), aggregate(main, "macro_f1")
     fallback = paired_difference(main, "accuracy", REFERENCE)
@@ -462,9 +452,9 @@ def full_method_records(records: list[StudentRow]) -> list[StudentRow]:
 
 
 def speed_data(results: SuiteRecord) -> list[dict]:
-    """Per task timed, its students' size and speed beside the teacher's (the record's
-    ``speed``: :func:`kd.experiments.reproduce.runner.measure_speed`), each row with the test
-    accuracy of the model timed."""
+    """Per task timed, its students' size and speed beside the teacher's
+    (:func:`kd.experiments.reproduce.runner.measure_speed`), with the test accuracy of each
+    model."""
     accuracy = {
         (r.task, r.name, r.seed): r.test.get("accuracy")
         for r in results.students
@@ -524,11 +514,11 @@ def delta_figure(folder: Path, results: SuiteRecord, intervals: Intervals) -> st
     task: ``<folder>/deltas.svg`` (vector); None when no interval was measured."""
     from matplotlib.figure import Figure
 
-    tasks = list(results.teachers)
-    methods = [m for m in PRESETS if m != "kd"]
     panels = {
-        task: [(m, intervals(task, m, "kd")) for m in methods if intervals(task, m, "kd")]
-        for task in tasks
+        task: [
+            (m, intervals(task, m, "kd")) for m in PRESETS if m != "kd" and intervals(task, m, "kd")
+        ]
+        for task in results.teachers
     }
     panels = {task: rows for task, rows in panels.items() if rows}
     if not panels:
@@ -538,31 +528,21 @@ def delta_figure(folder: Path, results: SuiteRecord, intervals: Intervals) -> st
         axis = figure.add_subplot(1, len(panels), index + 1)
         for y, (_, interval) in enumerate(rows):
             colour = "#5e3c99" if interval.significant else "#999999"
-            axis.errorbar(
-                interval.difference * 100,
-                y,
-                xerr=[
-                    [(interval.difference - interval.low) * 100],
-                    [(interval.high - interval.difference) * 100],
-                ],
-                fmt="o",
-                color=colour,
-                capsize=3,
-            )
+            middle = interval.difference
+            xerr = [[(middle - interval.low) * 100], [(interval.high - middle) * 100]]
+            axis.errorbar(middle * 100, y, xerr=xerr, fmt="o", color=colour, capsize=3)
         axis.axvline(0, color="#e66101", linestyle="--", linewidth=1)
         axis.set_yticks(range(len(rows)), [m for m, _ in rows])
         axis.invert_yaxis()
         axis.set_xlabel("Δ accuracy vs vanilla KD (points)")
         axis.set_title(task)
-    folder.mkdir(parents=True, exist_ok=True)
     figure.savefig(folder / "deltas.svg")
     return "figures/deltas.svg"
 
 
 def make_figures(out: Path, results: SuiteRecord, intervals: Intervals) -> dict[str, str]:
-    """The Δs against vanilla KD with their intervals (SVG), per-method accuracy bars for each
-    task and the sweeps the presets declare (PNG) under ``<out>/figures``; returns ``{title: path}``
-    relative to ``out``."""
+    """The Δs against vanilla KD (SVG), per-method accuracy bars per task and the presets' sweeps
+    (PNG) under ``<out>/figures``: ``{title: path relative to out}``."""
     from matplotlib.figure import Figure
 
     folder = out / "figures"
@@ -582,19 +562,10 @@ def make_figures(out: Path, results: SuiteRecord, intervals: Intervals) -> dict[
     for index, task in enumerate(tasks):
         axis = figure.add_subplot(1, len(tasks), index + 1)
         stats = [main.get((task, m), (float("nan"), 0.0, 0)) for m in methods]
-        axis.bar(
-            range(len(methods)),
-            [s[0] * 100 for s in stats],
-            yerr=[s[1] * 100 for s in stats],
-            color="#5e3c99",
-            capsize=3,
-        )
-        axis.axhline(
-            results.teachers[task].test["accuracy"] * 100,
-            color="#e66101",
-            linestyle="--",
-            label="teacher",
-        )
+        means, stds = [s[0] * 100 for s in stats], [s[1] * 100 for s in stats]
+        axis.bar(range(len(methods)), means, yerr=stds, color="#5e3c99", capsize=3)
+        teacher = results.teachers[task].test["accuracy"] * 100
+        axis.axhline(teacher, color="#e66101", linestyle="--", label="teacher")
         axis.set_xticks(range(len(methods)), methods, rotation=45, ha="right")
         axis.set_ylabel("test accuracy (%)")
         axis.set_title(task)
@@ -613,8 +584,8 @@ def sweep_figure(
     folder: Path, records: list[StudentRow], method: str, sweep: Sweep
 ) -> dict[str, str]:
     """The figure of ``sweep`` of the preset ``method``: test accuracy (mean ± std over seeds)
-    against the swept values, the full method at the preset's own value, or as a line where the
-    preset leaves the setting unset; none (an earlier record's removed) without its students."""
+    against the swept values, the full method at the preset's own value (a line where the preset
+    leaves it unset); none (an earlier record's removed) without its students."""
     from matplotlib.figure import Figure
 
     rows = [r for r in records if r.group == sweep.group]
@@ -637,21 +608,11 @@ def sweep_figure(
     points = sorted((x, *mean_and_std(ys)) for x, ys in values.items())
     figure = Figure(figsize=(4, 3), layout="constrained")
     axis = figure.add_subplot()
-    axis.errorbar(
-        [p[0] for p in points],
-        [p[1] * 100 for p in points],
-        yerr=[p[2] * 100 for p in points],
-        marker="o",
-        capsize=3,
-        color="#5e3c99",
-    )
+    means, stds = [p[1] * 100 for p in points], [p[2] * 100 for p in points]
+    axis.errorbar([p[0] for p in points], means, yerr=stds, marker="o", capsize=3, color="#5e3c99")
     if own is None and default:
-        axis.axhline(
-            mean_and_std(default)[0] * 100,
-            color="#5e3c99",
-            linestyle=":",
-            label=f"{sweep.unset} (full method)",
-        )
+        label = f"{sweep.unset} (full method)"
+        axis.axhline(mean_and_std(default)[0] * 100, color="#5e3c99", linestyle=":", label=label)
         axis.legend(loc="lower right")
     axis.set_xlabel(sweep.axis)
     axis.set_ylabel("test accuracy (%)")
@@ -670,25 +631,19 @@ def gallery_indices(labels: Sequence[int]) -> str:
 
 
 def heatmap_gallery(out: Path, results: SuiteRecord) -> dict[str, str]:
-    """One test example of each class across each task's teacher and its seed-1 students: PNG
-    heatmaps (and PDF for papers) under ``<out>/figures/gallery``. Drawn from the run folders
-    where they are all present; otherwise the gallery files already there are listed."""
+    """One test example of each class across each task's teacher and its seed-1 students: PNG and
+    PDF heatmaps under ``<out>/figures/gallery``, drawn where the run folders are all present (else
+    the files already there are listed)."""
     from workbench.analysis.explanations import HeatmapSettings
     from workbench.analysis.heatmap_export import ExportSettings, export_runs
     from workbench.core.config import DataConfig, from_dict
     from workbench.core.data import load_task
 
+    gallery = {name for name, preset in PRESETS.items() if preset.gallery}
     figures = {}
     for task, teacher in results.teachers.items():
-        runs = [teacher.run] + [
-            r.run
-            for r in results.students
-            if r.task == task
-            and r.group == "main"
-            and r.seed == 1
-            and r.name in PRESETS
-            and PRESETS[r.name].gallery
-        ]
+        seed_1 = [r for r in results.students if (r.task, r.group, r.seed) == (task, "main", 1)]
+        runs = [teacher.run, *(r.run for r in seed_1 if r.name in gallery)]
         folder = out / "figures" / "gallery" / task
         paths = [out / run for run in runs]
         if all((path / "run.json").exists() for path in paths):
@@ -734,8 +689,7 @@ def report_data(results: SuiteRecord, figures: dict[str, str], intervals: Interv
 
 
 def environment() -> Environment:
-    """The Jinja environment of the report's template, with the filters that format its
-    values."""
+    """The Jinja environment of the report's template, with its formatting filters."""
     env = Environment(
         loader=PackageLoader("kd.experiments.reproduce"),
         undefined=StrictUndefined,
@@ -755,26 +709,19 @@ def environment() -> Environment:
     return env
 
 
-def render(data: dict) -> str:
-    """``report.md``'s text from :func:`report_data`'s structure."""
-    return environment().get_template(TEMPLATE).render(data)
-
-
 def write_report(
     out: Path, results: SuiteRecord, figures: dict[str, str], intervals: Intervals | None = None
 ) -> Path:
     """``<out>/report.md``: verdicts, controls, tables of the main results, loyalty and
     ablations, and figures."""
     data = report_data(results, figures, intervals or Intervals(results))
-    path = out / "report.md"
-    atomic_write_text(path, render(data))
-    return path
+    atomic_write_text(out / "report.md", environment().get_template(TEMPLATE).render(data))
+    return out / "report.md"
 
 
 def report(out: Path, results: SuiteRecord) -> Path:
-    """The figures and ``report.md`` of ``results``, drawn from the record as it is stored
-    (keys sorted), so that a call and ``--report-only`` on its ``results.json`` draw the
-    same report, tasks in the same order."""
+    """The figures and ``report.md`` of ``results`` as it is stored (keys sorted), so that a call
+    and ``--report-only`` draw the same report."""
     results = checked(json.loads(json_text(results.plain())), SuiteRecord)
     intervals = Intervals(results)
     figures = make_figures(out, results, intervals) | heatmap_gallery(out, results)
