@@ -1,13 +1,12 @@
 """The report: ``report.md`` and its figures, from ``results.json`` alone (run folders are used only
-for the heatmap gallery, where present).
+for the heatmap gallery, where present), rendered from the packaged template
+``templates/report.md.j2`` fed by :func:`report_data`.
 
-``report.md`` is rendered from the packaged template ``templates/report.md.j2``, fed by
-:func:`report_data`. Every Δ against vanilla KD comes with a 95 % two-level bootstrap interval over
-the seeds both methods have and their test examples (:mod:`workbench.analysis.stats`), and is
-significant only when the interval excludes 0. The verdicts on the claims each method registers
-(:class:`kd.methods.objective.Claim`) follow from those intervals, whatever they say. Where a method
-trained beside its control, each difference from vanilla KD is split into the method's own term
-(method − control) and its regime (control − vanilla KD).
+Every Δ against vanilla KD comes with a 95 % two-level bootstrap interval over the seeds both
+methods have and their test examples (:mod:`workbench.analysis.stats`), significant only when it
+excludes 0. The verdicts on the claims each method registers (:class:`kd.methods.objective.Claim`)
+follow from those intervals. A method trained beside its control has each difference from vanilla KD
+split into its own term (method − control) and its regime (control − vanilla KD).
 """
 
 from __future__ import annotations
@@ -134,11 +133,8 @@ class Intervals:
         examples = row.examples
         test_set = self.test_sets[examples.test_set]
         if metric == "accuracy":
-            return {
-                "uids": test_set.uids,
-                "labels": expand(test_set.labels),
-                "predictions": expand(examples.predictions),
-            }
+            labels, predictions = expand(test_set.labels), expand(examples.predictions)
+            return {"uids": test_set.uids, "labels": labels, "predictions": predictions}
         scores = expand(examples.model_extra[metric])  # the first examples of the split, or all
         return {"uids": test_set.uids[: len(scores)], "scores": scores}
 
@@ -406,9 +402,7 @@ def loyalty_data(results: SuiteRecord, tasks: Sequence[str]) -> dict | None:
     method (mean ± std over seeds), and how many test examples the explanations cover."""
     main = [r for r in results.students if r.group == "main"]
     shown = {
-        label: metric
-        for label, metric in LOYALTY_COLUMNS.items()
-        if any(metric in r.test for r in main)
+        k: metric for k, metric in LOYALTY_COLUMNS.items() if any(metric in r.test for r in main)
     }
     if not shown:
         return None
@@ -452,14 +446,10 @@ def full_method_records(records: list[StudentRow]) -> list[StudentRow]:
 
 
 def speed_data(results: SuiteRecord) -> list[dict]:
-    """Per task timed, its students' size and speed beside the teacher's
-    (:func:`kd.experiments.reproduce.runner.measure_speed`), with the test accuracy of each
-    model."""
-    accuracy = {
-        (r.task, r.name, r.seed): r.test.get("accuracy")
-        for r in results.students
-        if r.group == "main"
-    }
+    """Per task timed, the size and speed of its models, each with its test accuracy
+    (:func:`kd.experiments.reproduce.runner.measure_speed`)."""
+    main = [r for r in results.students if r.group == "main"]
+    accuracy = {(r.task, r.name, r.seed): r.test.get("accuracy") for r in main}
     return [
         {
             **measured.model_dump(),
@@ -509,9 +499,9 @@ def ablation_data(results: SuiteRecord) -> dict | None:
     }
 
 
-def delta_figure(folder: Path, results: SuiteRecord, intervals: Intervals) -> str | None:
-    """Each method's Δ accuracy against vanilla KD with its 95 % paired interval, a panel per
-    task: ``<folder>/deltas.svg`` (vector); None when no interval was measured."""
+def delta_figure(folder: Path, results: SuiteRecord, intervals: Intervals) -> dict[str, str]:
+    """Each method's Δ accuracy against vanilla KD with its 95 % interval, a panel per task:
+    ``<folder>/deltas.svg`` as ``{title: path}``; none without an interval."""
     from matplotlib.figure import Figure
 
     panels = {
@@ -522,7 +512,7 @@ def delta_figure(folder: Path, results: SuiteRecord, intervals: Intervals) -> st
     }
     panels = {task: rows for task, rows in panels.items() if rows}
     if not panels:
-        return None
+        return {}
     figure = Figure(figsize=(4.2 * len(panels), 3.4), layout="constrained")
     for index, (task, rows) in enumerate(panels.items()):
         axis = figure.add_subplot(1, len(panels), index + 1)
@@ -537,7 +527,11 @@ def delta_figure(folder: Path, results: SuiteRecord, intervals: Intervals) -> st
         axis.set_xlabel("Δ accuracy vs vanilla KD (points)")
         axis.set_title(task)
     figure.savefig(folder / "deltas.svg")
-    return "figures/deltas.svg"
+    title = (
+        "Δ test accuracy against vanilla KD, 95 % two-level bootstrap intervals over seeds "
+        "and test examples (purple: excludes 0)"
+    )
+    return {title: "figures/deltas.svg"}
 
 
 def make_figures(out: Path, results: SuiteRecord, intervals: Intervals) -> dict[str, str]:
@@ -548,13 +542,7 @@ def make_figures(out: Path, results: SuiteRecord, intervals: Intervals) -> dict[
     folder = out / "figures"
     folder.mkdir(parents=True, exist_ok=True)
     records = results.students
-    figures = {}
-    deltas = delta_figure(folder, results, intervals)
-    if deltas:
-        figures[
-            "Δ test accuracy against vanilla KD, 95 % two-level bootstrap intervals over seeds "
-            "and test examples (purple: excludes 0)"
-        ] = deltas
+    figures = delta_figure(folder, results, intervals)
     main = aggregate([r for r in records if r.group == "main"], "accuracy")
     tasks = list(results.teachers)
     methods = [m for m in PRESETS if any((t, m) in main for t in tasks)]
