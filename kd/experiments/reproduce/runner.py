@@ -1,13 +1,10 @@
-"""The runner: teachers, the weights chosen on dev, then every student, scored on the whole test
-split, with ``results.json`` rewritten after each; then each task's first-seed students timed beside
-their teacher (:func:`measure_speed`).
+"""The runner: teachers, the weights chosen on dev, every student scored on the whole test split,
+then each task's first-seed students timed beside their teacher (:func:`measure_speed`).
 
-``results.json`` is the suite's record. A student whose
-:func:`~kd.experiments.reproduce.suite.identity` has a row there is finished: a later call (on
-another machine, without the run folders, or after the suite folder moved) trains nothing for it.
-Run folders are used when present: an unfinished student resumes from its checkpoint. Paths in the
-record are relative to the suite folder. Each row carries per-example test values, so that the
-report's paired intervals need no run folder.
+``results.json``, rewritten after each step, is the suite's record: a student whose
+:func:`~kd.experiments.reproduce.suite.identity` has a row there is finished, on any machine, with
+or without its run folder (an unfinished one resumes from its checkpoint). Paths in it are relative
+to the suite folder; each row carries per-example test values for the report's paired intervals.
 """
 
 from __future__ import annotations
@@ -121,9 +118,8 @@ class Scored:
 class ExampleScores:
     """Per-example explanation scores of students on the first ``explained_examples`` test examples
     (all: None) against their teacher: saliency loyalty (Pearson of Grad saliency, docs/methods.md
-    §6), attribution gap (AD-KD Eq. 11) and AOPC of the student's own Grad saliency. The teacher's
-    outputs are computed once per teacher and sample in a process; a student's scores are kept in
-    its run folder (``scores.json``)."""
+    §6), attribution gap (AD-KD Eq. 11) and AOPC of the student's own Grad saliency; kept in its run
+    folder (``scores.json``), the teacher's outputs once per process."""
 
     STORED = "scores.json"
 
@@ -155,8 +151,7 @@ class ExampleScores:
             count = len(split) if explained_examples is None else explained_examples
             explained = split.subset(range(min(count, len(split))))
             source = load_model(str(teacher.path), loaded.spec, loaded.data)  # a run, or given
-            teacher_outputs = split_outputs(source, explained, maps=True)
-            self._teachers[key] = split, explained, teacher_outputs
+            self._teachers[key] = split, explained, split_outputs(source, explained, maps=True)
         split, explained, reference = self._teachers[key]
         outputs = split_outputs(loaded, explained, maps=True)
         values = {
@@ -298,9 +293,8 @@ def train_and_score(
 
 
 def tune_space(method: str, searched: Sequence[str], plan: TaskPlan) -> tuple[str, ...]:
-    """``kdw tune --space`` overrides that search ``searched`` over the preset's default space
-    (:attr:`kd.methods.objective.Preset.space`) and hold its other dimensions at the preset's
-    values."""
+    """``kdw tune --space`` overrides that search ``searched`` over the preset's default space and
+    hold its other dimensions at the preset's values."""
     preset = ObjectiveConfig(preset=method)
     current = {name: p.read(preset) for name, p in PARAMETERS.items()}
     current["lr"] = plan.student_learning_rate
@@ -308,12 +302,8 @@ def tune_space(method: str, searched: Sequence[str], plan: TaskPlan) -> tuple[st
     for name in searched:
         if name not in space:
             raise WorkbenchError(f"{method}: its preset has no default space for {name!r}")
-    held = [
-        f"{name}={current[name]:g}"
-        for name in space
-        if name not in searched and current.get(name) is not None
-    ]
-    return tuple(f"{name}={space[name]}" for name in searched) + tuple(held)
+    held = [n for n in space if n not in searched and current.get(n) is not None]
+    return (*(f"{n}={space[n]}" for n in searched), *(f"{n}={current[n]:g}" for n in held))
 
 
 def tuning_settings(suite: Suite, method: str) -> dict:
@@ -518,17 +508,15 @@ def suite_fields(
     ``truncation``'s measures where it has them (``kdw reproduce --merge`` checks ``suite_key`` and
     ``shard``)."""
     part = {} if shard is None else {"shard": {"index": shard.index, "count": shard.count}}
+    data, sample = suite.ablation_data, None
+    if data is not None:
+        sizes = f"{limit(data.max_train_examples)} train / {limit(data.max_eval_examples)} test"
+        sample = f"{sizes} examples, {data.max_length} tokens"
     return {
         FORMAT_KEY: RECORD_FORMAT,
         "suite": suite.description,
         "cuts": suite.cuts,
-        "ablation_data": None
-        if suite.ablation_data is None
-        else (
-            f"{limit(suite.ablation_data.max_train_examples)} train / "
-            f"{limit(suite.ablation_data.max_eval_examples)} test examples, "
-            f"{suite.ablation_data.max_length} tokens"
-        ),
+        "ablation_data": sample,
         "setup": {task: plan_summary(plan) for task, plan in suite.plans.items()},
         "truncation": {
             task: truncation.get(task) or measure_truncation(plan)
@@ -774,11 +762,9 @@ def run_suite(
     jobs: int = 1,
     shard: Shard | None = None,
 ) -> SuiteRecord:
-    """Train what the record in ``<out>/results.json`` lacks: the weights chosen on dev, then every
-    student (teachers only for tasks with something left to train), scored on the test split; rows
-    already recorded under the same identity are kept. With ``jobs`` > 1 searches and students run
-    in that many processes. ``shard``: only that part of the students
-    (:class:`~kd.experiments.reproduce.suite.Shard`), with the searches and teachers they need. Then
-    each task's first-seed students are timed (:meth:`SuiteCall.time_students`). The record is
-    rewritten after every step and when the call is interrupted (:class:`SuiteCall`)."""
+    """Train what ``<out>/results.json`` lacks: the weights chosen on dev, then every student (and
+    the teachers they need), scored on the test split, in ``jobs`` processes; ``shard``: only that
+    part (:class:`~kd.experiments.reproduce.suite.Shard`); then the timings
+    (:meth:`SuiteCall.time_students`). The record is rewritten after every step and when
+    interrupted."""
     return SuiteCall(out, suite, announce, jobs, shard).run()

@@ -37,11 +37,6 @@ TUNED_PARAMETERS: dict[str, tuple[str, ...]] = {
 }
 
 
-def registered_sweeps() -> list[Sweep]:
-    """The sweeps the registered presets declare."""
-    return [a for preset in PRESETS.values() for a in preset.ablations if isinstance(a, Sweep)]
-
-
 def ablated_methods() -> list[str]:
     """The registered presets that declare ablations (the ablations' references)."""
     return [name for name, preset in PRESETS.items() if preset.ablations]
@@ -270,12 +265,11 @@ def suite_key(suite: Suite) -> str:
     """A fingerprint of every setting of the suite: records of the same suite (its shards) have the
     same key, of any other suite (``--fixed``, ``--seeds``, …) another; each registered sweep's
     values are keyed under its key."""
+    sweeps = [a for preset in PRESETS.values() for a in preset.ablations if isinstance(a, Sweep)]
     settings = asdict(suite)
     for task, plan in suite.plans.items():
         del settings["plans"][task]["sweeps"]
-        settings["plans"][task].update(
-            {sweep.key: plan.sweep_values(sweep) for sweep in registered_sweeps()}
-        )
+        settings["plans"][task].update({sweep.key: plan.sweep_values(sweep) for sweep in sweeps})
     return fingerprint(settings)
 
 
