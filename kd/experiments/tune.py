@@ -1,26 +1,22 @@
 """``kdw tune``: choose a method's weights on the dev split, as the papers did, with Optuna.
 
-Each trial distils one student (a run folder under ``<out>/trials/``, named by its settings) and
-scores its best dev evaluation; the test split is never looked at. The trials share one teacher
-cache (``<out>/teacher_cache``). A grid no larger than the budget is queued whole, each setting
-once; a larger space is sampled by TPE; a trial whose dev curve falls below the median of earlier
-trials at the same step is pruned (none in its first half epoch), and settings proposed again keep
-their first outcome. A trial whose training diverges (a loss or weight goes NaN or infinite) fails,
-unscored, and the search goes on. The study lives in ``<out>/study.db`` (SQLite), so a killed search
-resumes: the trial that was running is retried with the same settings from its checkpoint. The best
-configuration is written to ``<out>/best.json``, which ``kdw distill --config`` trains.
+Each trial distils one student (a run folder under ``<out>/trials/``, named by its settings; one
+teacher cache, ``<out>/teacher_cache``) and scores its best dev evaluation; the test split is never
+looked at. A grid no larger than the budget is queued whole; a larger space is sampled by TPE; a
+trial below the median of earlier trials at the same step is pruned (none in its first half epoch);
+settings proposed again keep their first outcome; a trial whose training diverges fails, unscored.
+The study lives in ``<out>/study.db``, so a killed search resumes from the running trial's
+checkpoint. The best configuration goes to ``<out>/best.json``, which ``kdw distill --config``
+trains.
 
-With ``--storage URL`` (any database SQLAlchemy reaches) the study lives in that database instead,
-and several ``kdw tune`` workers share it: each runs trials until the study has tried its settings,
-never a setting another worker tried or is trying, then waits for the others' last trials and writes
-the same ``best.json``. A trial whose worker falls silent is retried by another after
-:data:`GRACE_SECONDS` (Optuna's heartbeats). Workers must give the same settings, save those of
-their machine (:data:`WORKER_SETTINGS`); the study refuses a worker that differs.
+With ``--storage URL`` (any database SQLAlchemy reaches) several ``kdw tune`` workers share the
+study, never trying a setting another tried or is trying, and write the same ``best.json``; a silent
+worker's trial is retried after :data:`GRACE_SECONDS`. Workers must give the same settings, save
+:data:`WORKER_SETTINGS`.
 
 Searchable parameters: :func:`searchable`; each method's default space is its preset's ``space``
-(:data:`kd.methods.objective.PRESETS`, from the papers' grids; β weighs the preset's ``beta`` term);
-``--space NAME=v1,v2`` (choices) or ``--space NAME=LOW:HIGH`` (a range, ``:log`` for a log scale)
-overrides one.
+(:data:`kd.methods.objective.PRESETS`; β weighs the preset's ``beta`` term); ``--space NAME=v1,v2``
+or ``NAME=LOW:HIGH[:log]`` overrides one.
 """
 
 from __future__ import annotations
@@ -70,12 +66,10 @@ HEARTBEAT_SECONDS = 20  # a worker's running trial says it is alive this often .
 GRACE_SECONDS = 120  # ... and is retried by another worker once silent this long
 POLL_SECONDS = 2  # a worker waiting for the others' last trials looks again this often
 CONNECT_SECONDS = 10  # how long a database server may take to answer
-# the Python package of each SQLAlchemy driver, for the error that says to install it
+# the Python package of each SQLAlchemy driver not named alike, for the error to install it
 DRIVER_PACKAGES = {
     "psycopg2": "psycopg2-binary",
     "psycopg": "psycopg[binary]",
-    "pg8000": "pg8000",
-    "asyncpg": "asyncpg",
     "pymysql": "PyMySQL",
     "mysqldb": "mysqlclient",
     "mysqlconnector": "mysql-connector-python",
@@ -232,10 +226,9 @@ class TuneResult:
 
 
 def plan_search(space: dict[str, Dimension], trials: int) -> tuple[int, bool]:
-    """How many distinct settings a search of ``trials`` tries, and whether it is a grid
-    search: a space of choices with at most ``trials`` settings is tried whole, each setting
-    once (queued in the study when it is made); a larger space is sampled by TPE for ``trials``
-    distinct settings."""
+    """How many distinct settings a search of ``trials`` tries, and whether it is a grid search: a
+    space of choices with at most ``trials`` settings is tried whole, each once (queued when the
+    study is made); a larger space is sampled by TPE."""
     if all(d.choices for d in space.values()):
         size = math.prod(len(d.choices) for d in space.values())
         if size <= trials:
@@ -434,11 +427,9 @@ def _check_record(study, attrs: dict, where: str, remedy: str) -> None:
     except (RecordProblem, WorkbenchError) as error:
         raise WorkbenchError(f"{where} records damaged settings ({error}): {remedy}") from None
     for key in ("preset", "task", "space"):
-        if getattr(record, key) != getattr(given, key):
-            raise WorkbenchError(
-                f"{where} is a study of {key} {getattr(record, key)!r}, not "
-                f"{getattr(given, key)!r}: {remedy}"
-            )
+        found, wanted = getattr(record, key), getattr(given, key)
+        if found != wanted:
+            raise WorkbenchError(f"{where} is a study of {key} {found!r}, not {wanted!r}: {remedy}")
     changed = differences(record.settings.model_dump(), given.settings.model_dump())
     if changed:
         raise WorkbenchError(
@@ -488,11 +479,9 @@ def check_study_file(path: Path) -> None:
 
 
 def _retry_interrupted(study, exclusive: bool) -> None:
-    """Queue every trial that did not finish again with its settings (its run folder resumes from
-    its checkpoint), unless a later trial already retried them: left running by a killed search
-    (marked failed; only when ``exclusive``: this process holds the study's lock, and in a shared
-    study a silent worker's trials are retried by heartbeat instead) or stopped on request (the
-    app's stop button)."""
+    """Queue again every trial left running by a killed search (marked failed; only when
+    ``exclusive``: this process holds the study's lock) or stopped on request, unless a later trial
+    retried its settings (its run folder resumes from its checkpoint)."""
     from optuna.trial import TrialState
 
     trials = study.get_trials(deepcopy=False)
@@ -564,10 +553,8 @@ def _surplus(study, number: int, target: int) -> bool:
 def _state(trial) -> str:
     """A trial's state for the table: Optuna's, or why it ended (stopped on request, diverged,
     duplicate of another trial's settings, surplus to the budget)."""
-    for reason in ("stopped", "diverged", "duplicate", "surplus"):
-        if reason in trial.user_attrs:  # "duplicate" holds the twin's number, which may be 0
-            return reason
-    return trial.state.name.lower()
+    reasons = ("stopped", "diverged", "duplicate", "surplus")  # "duplicate": a number, maybe 0
+    return next((r for r in reasons if r in trial.user_attrs), trial.state.name.lower())
 
 
 def trials_table(study) -> list[dict]:
@@ -601,11 +588,9 @@ def study_trials(out: str | Path) -> list[dict]:
 
 
 def _search(study, run_trial, target: int, points: list[dict], stopped: list[int]) -> None:
-    """Run trials, one at a time, until the study (this worker's and the others') has tried
-    ``target`` distinct settings, then wait for the trials other workers still run. A grid
-    ``points`` setting that no trial has tried, runs or waits to run is queued (again). Queued
-    trials run first; TPE proposes the others (a bounded number of proposals keeps a space of few
-    settings from looping)."""
+    """Run trials, one at a time, until the study (all its workers) has tried ``target`` distinct
+    settings, then wait for the trials other workers run. A grid ``points`` setting no trial has,
+    runs or queued is queued (again); queued trials run first, then TPE's (a bounded number)."""
     import optuna
     from optuna.trial import TrialState
     from tqdm.auto import tqdm
@@ -648,12 +633,9 @@ def tune(
     """Search ``config.space`` for ``objective.preset`` on dev; write ``best.json``. ``callbacks``
     follow every trial's training (the app's live progress). With ``config.storage``, this process
     is one worker of the study there. The trackers of ``tracking_config`` follow every trial (in
-    MLflow, as nested runs of this worker's run of the study, by default in ``out/mlruns``:
-    :func:`kd.training.tracking.store_uri`).
-
-    Bad settings (an unknown parameter, an empty or inverted range, a value outside a domain, a
-    study of another preset, task or settings, a storage that cannot be reached) raise before
-    anything is written."""
+    MLflow, nested in this worker's run, by default in ``out/mlruns``). Bad settings (an unknown
+    parameter, an empty or inverted range, a value outside a domain, a study of another preset, task
+    or settings, a storage that cannot be reached) raise before anything is written."""
     import optuna
     from optuna.trial import TrialState
 
