@@ -612,9 +612,7 @@ def sweep_figure(
 
 def gallery_indices(labels: Sequence[int]) -> str:
     """The first test example of each class, as ``kdw export --indices`` reads them."""
-    first: dict[int, int] = {}
-    for index, label in enumerate(labels):
-        first.setdefault(int(label), index)
+    first = {int(label): index for index, label in reversed(list(enumerate(labels)))}
     return ",".join(str(first[label]) for label in sorted(first))
 
 

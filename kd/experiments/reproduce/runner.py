@@ -692,13 +692,11 @@ class SuiteCall:
         for task in dict.fromkeys(todo[i].task for i in self.mine if i not in found):
             self.teacher_run(task)  # the teachers of what is left to train
         self.scored.update({i: row for i, row in found.items() if self.taught_alike(row)})
-        self.calls.update(
-            {
-                i: (self.out, self.runs[todo[i].task], suite.plan_of(todo[i]), todo[i], keys[i])
-                for i in self.mine
-                if i not in self.scored
-            }
-        )
+        self.calls |= {
+            i: (self.out, self.runs[todo[i].task], suite.plan_of(todo[i]), todo[i], keys[i])
+            for i in self.mine
+            if i not in self.scored
+        }
         for task in dict.fromkeys(todo[i].task for i in self.mine):  # a task with nothing
             if task not in self.teachers:  # left to train keeps its recorded teacher
                 self.teacher_run(task)
@@ -734,13 +732,11 @@ class SuiteCall:
     def run(self) -> SuiteRecord:
         """Search, train, score and time what the record lacks; the final record."""
         try:
-            self.searches.update(
-                {
-                    index: (self.out, self.teacher_run(self.suite.ablation_task), self.suite, m)
-                    for index, m in enumerate(self.methods)
-                    if m not in self.tuning
-                }
-            )
+            self.searches |= {
+                index: (self.out, self.teacher_run(self.suite.ablation_task), self.suite, m)
+                for index, m in enumerate(self.methods)
+                if m not in self.tuning
+            }
             _parallel(choose_weights, self.searches, self.jobs, self.tuned)
             self.plan_students()
             if not self.calls:
