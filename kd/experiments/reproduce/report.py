@@ -475,9 +475,8 @@ def ablation_data(results: SuiteRecord) -> dict | None:
     ablation = [r for r in records if r.group not in ("main", "reference")]
     if not ablation:
         return None
-    rows = [("full method", r) for r in full_method_records(records)] + [
-        (r.group, r) for r in ablation
-    ]
+    full = full_method_records(records)
+    rows = [("full method", r) for r in full] + [(r.group, r) for r in ablation]
     shown = [record for _, record in rows]
     acc, macro = aggregate(shown, "accuracy"), aggregate(shown, "macro_f1")
     seen: dict[tuple[str, str], str] = {}  # (task, variant) → its group, in order
@@ -655,15 +654,14 @@ def report_data(results: SuiteRecord, figures: dict[str, str], intervals: Interv
     students = results.students
     tasks = list(results.teachers)
     planned = results.planned_students or len(students)
+    incomplete = {"done": len(students), "planned": planned} if len(students) < planned else None
     return {
         "suite": results.suite,
         "tasks": tasks,
         "setup": setup_data(results),
         "calls": calls_data(results),
         "tuning": tuning_data(results),
-        "incomplete": {"done": len(students), "planned": planned}
-        if len(students) < planned
-        else None,
+        "incomplete": incomplete,
         "verdicts": verdicts(results, tasks, intervals),
         "controls": control_rows(results, tasks, intervals),
         "main": main_data(results, tasks, intervals),
