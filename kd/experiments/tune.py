@@ -648,9 +648,8 @@ def tune(
     tracking_config = tracking_config or TrackingConfig()
     tracking.check(tracking_config)
     if "mlflow" in tracking_config.report_to:  # the trials' runs go to the study's store
-        tracking_config = replace(
-            tracking_config, mlflow_uri=tracking.store_uri(tracking_config, out)
-        )
+        uri = tracking.store_uri(tracking_config, out)
+        tracking_config = replace(tracking_config, mlflow_uri=uri)
     base_weights = preset_weights(objective)
     space = search_space(objective.preset, config.space, base_weights)
     if out.exists() and not out.is_dir():
