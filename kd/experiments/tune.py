@@ -374,13 +374,12 @@ def _study(place: StudyPlace, name: str, attrs: dict, sampler, pruner, points: l
     ``points``), or joined after :func:`_check_record`."""
     import optuna
 
-    attrs, storage = with_format(attrs), _storage(place)
+    attrs = with_format(attrs)
+    options = {"study_name": name, "storage": _storage(place), "sampler": sampler, "pruner": pruner}
     try:
-        study = optuna.create_study(
-            study_name=name, storage=storage, sampler=sampler, pruner=pruner, direction="maximize"
-        )
+        study = optuna.create_study(**options, direction="maximize")
     except optuna.exceptions.DuplicatedStudyError:  # made by an earlier run or another worker
-        study = optuna.load_study(study_name=name, storage=storage, sampler=sampler, pruner=pruner)
+        study = optuna.load_study(**options)
         where = f"study {name!r} in {place.shown}" if place.shared else place.shown
         _check_record(study, attrs, where, place.remedy)
         return study

@@ -581,11 +581,8 @@ def sweep_figure(
         path.unlink(missing_ok=True)  # an earlier record's
         return {}
     seeds = {r.seed for r in rows}
-    default = [
-        r.test["accuracy"]
-        for r in full_method_records(records)
-        if r.name == method and r.seed in seeds
-    ]
+    full = [r for r in full_method_records(records) if r.name == method and r.seed in seeds]
+    default = [r.test["accuracy"] for r in full]
     values: dict[float, list[float]] = {}
     for record in rows:
         values.setdefault(record.sweep, []).append(record.test["accuracy"])
