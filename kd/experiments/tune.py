@@ -1,35 +1,26 @@
 """``kdw tune``: choose a method's weights on the dev split, as the papers did, with Optuna.
 
-Each trial distils one student (a run folder under ``<out>/trials/``, named by its settings) and
-scores its best dev evaluation; the test split is never looked at. The trials share one teacher
-cache (``<out>/teacher_cache``), computed once per setting that changes it. A grid no larger than
-the budget is queued whole, each setting once; a larger space is sampled by TPE; a trial whose
-dev curve falls below the median of earlier trials at the same step is pruned (the trainer's
-evaluations report to the pruner; none is pruned in its first half epoch), and settings proposed
-again keep their first outcome. A trial whose training diverges (a loss or weight goes NaN or
-infinite) fails, unscored, and the search goes on. The study lives in ``<out>/study.db``
-(SQLite), so a killed search resumes: the trial that was running is retried with the same
-settings and its run folder resumes from its checkpoint. The best configuration is written to
-``<out>/best.json``, which ``kdw distill --config`` trains.
+Each trial distils one student (a run folder under ``<out>/trials/``, named by its settings; one
+teacher cache, ``<out>/teacher_cache``) and scores its best dev evaluation; the test split is never
+looked at. A grid no larger than the budget is queued whole; a larger space is sampled by TPE; a
+trial below the median of earlier trials at the same step is pruned (none in its first half epoch);
+settings proposed again keep their first outcome; a trial whose training diverges fails, unscored.
+The study lives in ``<out>/study.db``, so a killed search resumes from the running trial's
+checkpoint. The best configuration goes to ``<out>/best.json``, which ``kdw distill --config``
+trains.
 
-With ``--storage URL`` (any database SQLAlchemy reaches: PostgreSQL, MySQL, SQLite) the study
-lives in that database instead, and several ``kdw tune`` workers, on one machine or several,
-share it: each runs trials until the study has tried its settings, never a setting another worker
-tried or is trying, then waits for the others' last trials and writes the same ``best.json``.
-A trial whose worker falls silent (killed, its machine gone) is retried by another after
-:data:`GRACE_SECONDS` (Optuna's heartbeats). Workers must give the same settings, save those of
-their machine (:data:`WORKER_SETTINGS`); the study records them and refuses a worker that differs.
+With ``--storage URL`` (any database SQLAlchemy reaches) several ``kdw tune`` workers share the
+study, never trying a setting another tried or is trying, and write the same ``best.json``; a silent
+worker's trial is retried after :data:`GRACE_SECONDS`. Workers must give the same settings, save
+:data:`WORKER_SETTINGS`.
 
-Searchable parameters (:func:`searchable`: those the methods register, and the learning rate)
-and the default space of each method (its preset's
-``space`` in :data:`kd.methods.objective.PRESETS`, from the papers' grids; β weighs the preset's
-``beta`` term); ``--space NAME=v1,v2`` (choices) or
-``--space NAME=LOW:HIGH`` (a range, ``:log`` for a log scale) overrides one.
+Searchable parameters: :func:`searchable`; each method's default space is its preset's ``space``
+(:data:`kd.methods.objective.PRESETS`; β weighs the preset's ``beta`` term); ``--space NAME=v1,v2``
+or ``NAME=LOW:HIGH[:log]`` overrides one.
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import math
@@ -39,7 +30,8 @@ import sqlite3
 import sys
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -74,12 +66,10 @@ HEARTBEAT_SECONDS = 20  # a worker's running trial says it is alive this often .
 GRACE_SECONDS = 120  # ... and is retried by another worker once silent this long
 POLL_SECONDS = 2  # a worker waiting for the others' last trials looks again this often
 CONNECT_SECONDS = 10  # how long a database server may take to answer
-# the Python package of each SQLAlchemy driver, for the error that says to install it
+# the Python package of each SQLAlchemy driver not named alike, for the error to install it
 DRIVER_PACKAGES = {
     "psycopg2": "psycopg2-binary",
     "psycopg": "psycopg[binary]",
-    "pg8000": "pg8000",
-    "asyncpg": "asyncpg",
     "pymysql": "PyMySQL",
     "mysqldb": "mysqlclient",
     "mysqlconnector": "mysql-connector-python",
@@ -153,12 +143,9 @@ def parse_dimension(name: str, text: str) -> Dimension:
         values = tuple(_number(name, part) for part in text.split(",") if part.strip())
         if not values:
             raise WorkbenchError(f"--space {name}: no values given")
-        dimension = Dimension(
-            name,
-            choices=tuple(
-                int(v) if parameter.integer and v == int(v) else v for v in dict.fromkeys(values)
-            ),
-        )
+        unique = dict.fromkeys(values)
+        choices = tuple(int(v) if parameter.integer and v == int(v) else v for v in unique)
+        dimension = Dimension(name, choices=choices)
     for value in values:
         problem = parameter.problem(value)
         if problem:
@@ -238,32 +225,22 @@ class TuneResult:
     best: Path | None = None
 
 
-def grid(space: dict[str, Dimension]) -> dict[str, list[float]] | None:
-    """The space as a grid of settings when every parameter is a list of choices (None when
-    one is a range)."""
-    if all(d.choices for d in space.values()):
-        return {name: list(d.choices) for name, d in space.items()}
-    return None
-
-
 def plan_search(space: dict[str, Dimension], trials: int) -> tuple[int, bool]:
-    """How many distinct settings a search of ``trials`` tries, and whether it is a grid
-    search: a grid of at most ``trials`` settings is tried whole, each setting once (queued in
-    the study when it is made); a larger space is sampled by TPE for ``trials`` distinct
-    settings."""
-    points = grid(space)
-    size = math.prod(len(values) for values in points.values()) if points else None
-    if size is not None and size <= trials:
-        return size, True
+    """How many distinct settings a search of ``trials`` tries, and whether it is a grid search: a
+    space of choices with at most ``trials`` settings is tried whole, each once (queued when the
+    study is made); a larger space is sampled by TPE."""
+    if all(d.choices for d in space.values()):
+        size = math.prod(len(d.choices) for d in space.values())
+        if size <= trials:
+            return size, True
     return trials, False
 
 
 def grid_points(space: dict[str, Dimension]) -> list[dict[str, float]]:
-    """Every setting of a grid space, in a fixed order (the last parameter varies fastest)."""
-    points = grid(space) or {}
-    return [
-        dict(zip(points, values, strict=True)) for values in itertools.product(*points.values())
-    ]
+    """Every setting of a space of choices, in a fixed order (the last parameter varies
+    fastest)."""
+    choices = (d.choices for d in space.values())
+    return [dict(zip(space, values, strict=True)) for values in itertools.product(*choices)]
 
 
 @dataclass(frozen=True)
@@ -275,13 +252,6 @@ class StudyPlace:
     remedy: str  # what to change to search elsewhere
     shared: bool  # given by --storage: workers share it (heartbeats, no lock of <out>)
     engine: dict = field(default_factory=dict)  # SQLAlchemy's create_engine arguments
-
-
-def _engine_options(dialect: str) -> dict:
-    """Connection arguments of a database: a server must answer within CONNECT_SECONDS."""
-    if dialect in ("postgresql", "mysql", "mariadb"):
-        return {"connect_args": {"connect_timeout": CONNECT_SECONDS}}
-    return {}
 
 
 def study_place(out: Path, storage: str | None) -> StudyPlace:
@@ -321,14 +291,12 @@ def study_place(out: Path, storage: str | None) -> StudyPlace:
             f"--storage {shown}: the driver {dialect.driver} is not installed: "
             f"pip install '{package}'"
         ) from None
-    engine = _engine_options(dialect.name)
-    place = StudyPlace(
-        url.render_as_string(hide_password=False),
-        shown,
-        "choose another --study-name",
-        True,
-        engine,
+    servers = ("postgresql", "mysql", "mariadb")  # must answer within CONNECT_SECONDS
+    engine = (
+        {"connect_args": {"connect_timeout": CONNECT_SECONDS}} if dialect.name in servers else {}
     )
+    full = url.render_as_string(hide_password=False)
+    place = StudyPlace(full, shown, "choose another --study-name", True, engine)
     if dialect.name == "sqlite":
         if not url.database or url.database == ":memory:":
             raise WorkbenchError(f"--storage {shown}: name a database file (sqlite:///FILE)")
@@ -349,9 +317,9 @@ def study_place(out: Path, storage: str | None) -> StudyPlace:
 
 
 def _storage(place: StudyPlace, attempts: int = 5):
-    """The study's Optuna storage; a shared one keeps each running trial's heartbeat, and a
-    trial whose worker fell silent is failed and queued again with its settings. Workers that
-    start together on an empty database race to make Optuna's tables: the losers try again."""
+    """The study's Optuna storage; a shared one keeps each running trial's heartbeat (a silent
+    worker's trial is failed and queued again). Workers that start together on an empty database
+    race to make Optuna's tables: the losers try again."""
     import optuna
     from sqlalchemy.exc import SQLAlchemyError
 
@@ -377,6 +345,14 @@ def _storage(place: StudyPlace, attempts: int = 5):
             time.sleep(attempt)
 
 
+SECTIONS = ("data", "student", "objective", "optim")  # a configuration file's config sections
+
+
+def _sections(*configs) -> dict:
+    """The configs of :data:`SECTIONS`, in that order, as plain values by section."""
+    return dict(zip(SECTIONS, map(to_dict, configs), strict=True))
+
+
 def study_settings(
     data: DataConfig,
     student: StudentConfig,
@@ -387,25 +363,23 @@ def study_settings(
 ) -> dict:
     """What every worker of a study must share, as the study records it: the configs (less
     :data:`WORKER_SETTINGS`), the dev metric and whether trials are pruned."""
-    configs = {"data": to_dict(data), "student": to_dict(student), "objective": to_dict(objective)}
-    configs["optim"] = {k: v for k, v in to_dict(optim).items() if k not in WORKER_SETTINGS}
+    configs = _sections(data, student, objective, optim)
+    configs["optim"] = {k: v for k, v in configs["optim"].items() if k not in WORKER_SETTINGS}
     settings = {"configs": configs, "metric": metric, "prune": prune}
     return json.loads(json.dumps(settings, default=str))  # as the database gives it back
 
 
 def _study(place: StudyPlace, name: str, attrs: dict, sampler, pruner, points: list[dict]):
     """The study ``name`` in ``place``: made (recording ``attrs``, and queueing the grid
-    ``points``, each once), or joined after checking it searches the same preset, task and
-    space with the same settings."""
+    ``points``), or joined after :func:`_check_record`."""
     import optuna
 
-    attrs, storage = with_format(attrs), _storage(place)
+    attrs = with_format(attrs)
+    options = {"study_name": name, "storage": _storage(place), "sampler": sampler, "pruner": pruner}
     try:
-        study = optuna.create_study(
-            study_name=name, storage=storage, sampler=sampler, pruner=pruner, direction="maximize"
-        )
+        study = optuna.create_study(**options, direction="maximize")
     except optuna.exceptions.DuplicatedStudyError:  # made by an earlier run or another worker
-        study = optuna.load_study(study_name=name, storage=storage, sampler=sampler, pruner=pruner)
+        study = optuna.load_study(**options)
         where = f"study {name!r} in {place.shown}" if place.shared else place.shown
         _check_record(study, attrs, where, place.remedy)
         return study
@@ -425,8 +399,8 @@ class StudySettings(Record):
 
 
 class StudyRecord(Record):
-    """A study's record (its Optuna user attributes): the preset, task and space it searches,
-    and the settings every worker shares."""
+    """A study's record (its Optuna user attributes): the preset, task and space it searches, and
+    the settings every worker shares."""
 
     preset: str
     task: str
@@ -452,11 +426,9 @@ def _check_record(study, attrs: dict, where: str, remedy: str) -> None:
     except (RecordProblem, WorkbenchError) as error:
         raise WorkbenchError(f"{where} records damaged settings ({error}): {remedy}") from None
     for key in ("preset", "task", "space"):
-        if getattr(record, key) != getattr(given, key):
-            raise WorkbenchError(
-                f"{where} is a study of {key} {getattr(record, key)!r}, not "
-                f"{getattr(given, key)!r}: {remedy}"
-            )
+        found, wanted = getattr(record, key), getattr(given, key)
+        if found != wanted:
+            raise WorkbenchError(f"{where} is a study of {key} {found!r}, not {wanted!r}: {remedy}")
     changed = differences(record.settings.model_dump(), given.settings.model_dump())
     if changed:
         raise WorkbenchError(
@@ -473,9 +445,8 @@ STUDY_REMEDY = (
 
 def check_study_file(path: Path) -> None:
     """Refuse a ``study.db`` that is not a sound SQLite database holding a ``kdw tune`` study
-    (random bytes, a truncated copy, another program's database), with a one-line error naming
-    it, before Optuna opens it (which would add its tables to a foreign database). The file is
-    read only."""
+    (random bytes, a truncated copy, another program's database) with a one-line error, before
+    Optuna opens it (and adds its tables to a foreign database). The file is read only."""
     try:
         with open(path, "rb") as handle:
             header = handle.read(16)
@@ -506,31 +477,21 @@ def check_study_file(path: Path) -> None:
         raise WorkbenchError(f"{path} holds no kdw tune study: {STUDY_REMEDY}")
 
 
-def _interrupted(study, exclusive: bool) -> list:
-    """Trials that did not finish: left running by a killed search (when ``exclusive``: this
-    process holds the study's lock, so no other process runs them; in a shared study, a silent
-    worker's trials are retried by heartbeat instead) or stopped on request (the app's stop
-    button), unless a later trial already retried their settings."""
+def _retry_interrupted(study, exclusive: bool) -> None:
+    """Queue again every trial left running by a killed search (marked failed; only when
+    ``exclusive``: this process holds the study's lock) or stopped on request, unless a later trial
+    retried its settings (its run folder resumes from its checkpoint)."""
     from optuna.trial import TrialState
 
     trials = study.get_trials(deepcopy=False)
-    return [
-        t
-        for t in trials
-        if ((exclusive and t.state == TrialState.RUNNING) or t.user_attrs.get("stopped"))
-        and not any(later.params == t.params for later in trials[t.number + 1 :])
-    ]
-
-
-def _retry_interrupted(study, exclusive: bool) -> None:
-    """Queue every interrupted trial again with its settings (its run folder resumes from its
-    checkpoint); a trial left running is marked failed."""
-    from optuna.trial import TrialState
-
-    for trial in _interrupted(study, exclusive):
-        if trial.state == TrialState.RUNNING:
-            study.tell(trial.number, state=TrialState.FAIL)
-        study.enqueue_trial(trial.params)
+    for trial in trials:
+        left = exclusive and trial.state == TrialState.RUNNING
+        if (left or trial.user_attrs.get("stopped")) and not any(
+            later.params == trial.params for later in trials[trial.number + 1 :]
+        ):
+            if trial.state == TrialState.RUNNING:
+                study.tell(trial.number, state=TrialState.FAIL)
+            study.enqueue_trial(trial.params)
 
 
 def _key(values: dict) -> tuple:
@@ -538,11 +499,10 @@ def _key(values: dict) -> tuple:
 
 
 def _setting(trial) -> tuple:
-    """A trial's settings as a key: those it was queued with, or those it tried once it has
-    chosen them all (it has finished, or its run started), else its number. A trial writes its
-    parameters one at a time, so another worker may read it with some of them: those few are
-    not a setting (a queued trial read so would leave its setting looking untried, and
-    queued again)."""
+    """A trial's settings as a key: those it was queued with, or those it tried once it has chosen
+    them all (it has finished, or its run started), else its number: a trial writes its parameters
+    one at a time, and a few of them are not a setting (a queued trial read so would look untried,
+    and be queued again)."""
     values = trial.system_attrs.get("fixed_params")
     if values is None and (trial.state.is_finished() or "run" in trial.user_attrs):
         values = trial.params
@@ -559,14 +519,10 @@ def _counted(trial) -> bool:
     ) and not trial.user_attrs.get("stopped")
 
 
-def _earlier_outcome(trials: Sequence, number: int, values: dict):
-    """Of ``trials``, another trial with the same settings that completed, was pruned or
-    diverged, if any: its run folder is this trial's, so its outcome stands (a pruned run is
-    not trained on, a diverged one would diverge again)."""
-    return next(
-        (t for t in trials if t.number != number and t.params == values and _counted(t)),
-        None,
-    )
+def _twin(trials: Sequence, number: int, values: dict, found: Callable):
+    """Of ``trials``, another trial than ``number`` with the settings ``values`` for which
+    ``found`` holds, if any."""
+    return next((t for t in trials if t.number != number and t.params == values and found(t)), None)
 
 
 class GiveWay(Exception):
@@ -583,9 +539,9 @@ def _planned(trials) -> set[tuple]:
 
 
 def _surplus(study, number: int, target: int) -> bool:
-    """Whether the trials before trial ``number`` (by their numbers, which the study hands
-    out in order) already plan ``target`` settings, this one not queued: of two workers that
-    start a trial for the last setting at once, the later gives way."""
+    """Whether the trials before trial ``number`` (the study numbers them in order) already plan
+    ``target`` settings, this one not queued: of two workers that start a trial for the last setting
+    at once, the later gives way."""
     trials = study.get_trials(deepcopy=False)
     this = next(t for t in trials if t.number == number)
     if this.params or this.system_attrs.get("fixed_params"):  # queued: planned already
@@ -593,51 +549,24 @@ def _surplus(study, number: int, target: int) -> bool:
     return len(_planned(t for t in trials if t.number < number)) >= target
 
 
-def _running_twin(trials: Sequence, number: int, values: dict):
-    """Of ``trials``, another running trial with the same settings, if any. Each trial records
-    its settings before it looks, so of two trials given the same settings at once the later
-    to look sees the other: at most one of them runs. ``trials`` is the read that
-    :func:`_earlier_outcome` looked in: a twin that finished between two reads would be in
-    neither (not yet done in the first, no longer running in the second)."""
-    from optuna.trial import TrialState
-
-    return next(
-        (
-            t
-            for t in trials
-            if t.number != number and t.params == values and t.state == TrialState.RUNNING
-        ),
-        None,
-    )
-
-
 def _state(trial) -> str:
-    """A trial's state for the table: Optuna's, or why it ended (stopped on request; failed
-    trials: its training diverged, its settings were another trial's, or the budget was full)."""
-    for reason in ("stopped", "diverged", "duplicate", "surplus"):
-        if reason in trial.user_attrs:  # "duplicate" holds the twin's number, which may be 0
-            return reason
-    return trial.state.name.lower()
+    """A trial's state for the table: Optuna's, or why it ended (stopped on request, diverged,
+    duplicate of another trial's settings, surplus to the budget)."""
+    reasons = ("stopped", "diverged", "duplicate", "surplus")  # "duplicate": a number, maybe 0
+    return next((r for r in reasons if r in trial.user_attrs), trial.state.name.lower())
 
 
 def trials_table(study) -> list[dict]:
     """One row per trial: number, state, settings, best dev value, last reported step."""
     return [
-        {
-            "trial": t.number,
-            "state": _state(t),
-            **t.params,
-            "dev": t.value,
-            "steps": t.last_step,
-        }
+        {"trial": t.number, "state": _state(t), **t.params, "dev": t.value, "steps": t.last_step}
         for t in study.get_trials(deepcopy=False)
     ]
 
 
 def best_trial(study):
-    """The completed trial of the best dev value, None before one completes; of equal values,
-    the one whose settings sort first (whichever worker ran them, in whatever order), and of
-    those the trial that trained them (not one that kept their outcome)."""
+    """The completed trial of the best dev value, None before one completes; of equal values, the
+    one whose settings sort first, and of those the trial that trained them."""
     from optuna.trial import TrialState
 
     return min(
@@ -658,12 +587,9 @@ def study_trials(out: str | Path) -> list[dict]:
 
 
 def _search(study, run_trial, target: int, points: list[dict], stopped: list[int]) -> None:
-    """Run trials, one at a time, until the study (this worker's and the others') has tried
-    ``target`` distinct settings, then wait for the trials other workers still run. A grid
-    ``points`` setting that no trial has tried, runs or waits to run is queued (again: its
-    worker fell silent, or it was never queued). Queued trials run first; TPE proposes the
-    others (settings proposed again keep their first outcome, and a bounded number of
-    proposals keeps a space of few settings from looping)."""
+    """Run trials, one at a time, until the study (all its workers) has tried ``target`` distinct
+    settings, then wait for the trials other workers run. A grid ``points`` setting no trial has,
+    runs or queued is queued (again); queued trials run first, then TPE's (a bounded number)."""
     import optuna
     from optuna.trial import TrialState
     from tqdm.auto import tqdm
@@ -703,17 +629,14 @@ def tune(
     callbacks: Sequence[Callback] = (),
     tracking_config: TrackingConfig | None = None,
 ) -> TuneResult:
-    """Search ``config.space`` for ``objective.preset`` on dev; write ``best.json``.
-    ``callbacks`` follow every trial's training (the app's live progress). With
-    ``config.storage``, this process is one worker of the study there. The trackers
-    ``tracking_config`` asks for follow every trial, each in its run folder's TensorBoard
-    events and, in MLflow, as a nested run of this worker's run of the study (its store by
-    default ``out/mlruns``: :func:`kd.training.tracking.store_uri`).
-
-    Bad settings (an unknown parameter, an empty or inverted range, a value outside a domain,
-    a study of another preset, task or settings, a storage that cannot be reached) raise before
-    anything is written."""
+    """Search ``config.space`` for ``objective.preset`` on dev; write ``best.json``. ``callbacks``
+    follow every trial's training (the app's live progress). With ``config.storage``, this process
+    is one worker of the study there. The trackers of ``tracking_config`` follow every trial (in
+    MLflow, nested in this worker's run, by default in ``out/mlruns``). Bad settings (an unknown
+    parameter, an empty or inverted range, a value outside a domain, a study of another preset, task
+    or settings, a storage that cannot be reached) raise before anything is written."""
     import optuna
+    from optuna.trial import TrialState
 
     from kd.methods.objective import preset_weights
     from kd.training import tracking
@@ -724,9 +647,8 @@ def tune(
     tracking_config = tracking_config or TrackingConfig()
     tracking.check(tracking_config)
     if "mlflow" in tracking_config.report_to:  # the trials' runs go to the study's store
-        tracking_config = replace(
-            tracking_config, mlflow_uri=tracking.store_uri(tracking_config, out)
-        )
+        uri = tracking.store_uri(tracking_config, out)
+        tracking_config = replace(tracking_config, mlflow_uri=uri)
     base_weights = preset_weights(objective)
     space = search_space(objective.preset, config.space, base_weights)
     if out.exists() and not out.is_dir():
@@ -768,20 +690,8 @@ def tune(
         else optuna.pruners.NopPruner()
     )
     points = grid_points(space) if exhaustive else []
-    lock = (
-        contextlib.nullcontext()
-        if place.shared
-        else hold(out / "study.lock", f"the study in {out}")
-    )
-    tracked = {
-        "tune": to_dict(config),
-        "configs": {
-            "data": to_dict(data),
-            "student": to_dict(student),
-            "objective": to_dict(objective),
-            "optim": to_dict(optim),
-        },
-    }
+    lock = nullcontext() if place.shared else hold(out / "study.lock", f"the study in {out}")
+    tracked = {"tune": to_dict(config), "configs": _sections(data, student, objective, optim)}
     with lock, tracking.tracked_study(tracking_config, out, tracked) as parent:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         study = _study(place, config.study_name, attrs, sampler, pruner, points)
@@ -793,16 +703,21 @@ def tune(
                 trial.set_user_attr("surplus", True)
                 raise GiveWay("the trials before it fill the budget")
             values = {name: dimension.suggest(trial) for name, dimension in space.items()}
-            others = study.get_trials(deepcopy=False)  # one read for both looks
-            earlier = _earlier_outcome(others, trial.number, values)
-            if earlier is not None:  # settings already tried (proposed again, or queued twice)
+            # one read for both looks: a twin that finished between two reads would be in neither
+            others = study.get_trials(deepcopy=False)
+            # settings already tried (proposed again, or queued twice): a trial that completed,
+            # was pruned or diverged ran in this trial's folder, so its outcome stands
+            earlier = _twin(others, trial.number, values, _counted)
+            if earlier is not None:
                 if earlier.user_attrs.get("diverged"):
                     trial.set_user_attr("diverged", earlier.user_attrs["diverged"])
                     raise TrainingDiverged(earlier.user_attrs["diverged"])
-                if earlier.state == optuna.trial.TrialState.PRUNED:
+                if earlier.state == TrialState.PRUNED:
                     raise optuna.TrialPruned()
                 return earlier.value
-            twin = _running_twin(others, trial.number, values)
+            # each trial records its settings before it looks, so of two given the same settings
+            # at once the later to look sees the other running: at most one of them runs
+            twin = _twin(others, trial.number, values, lambda t: t.state == TrialState.RUNNING)
             if twin is not None:  # a failed trial, not counted: the setting stays twin's
                 trial.set_user_attr("duplicate", twin.number)
                 raise GiveWay(f"trial {twin.number} tries these settings")
@@ -841,36 +756,26 @@ def tune(
         best = best_trial(study)
         if best is not None:
             best_objective, best_optim = apply(best.params, base_weights, objective, optim)
+            tuned = {
+                "trial": best.number,
+                "dev": best.value,
+                "metric": metric,
+                "params": best.params,
+                "space": attrs["space"],
+                "study": config.study_name,
+                "storage": place.shown if place.shared else None,
+                "run": best.user_attrs.get("run"),
+                "worker": best.user_attrs.get("worker"),
+            }
+            sections = _sections(data, student, best_objective, best_optim)
             result.best = out / "best.json"
-            atomic_write_json(
-                result.best,
-                with_format(
-                    {
-                        "data": to_dict(data),
-                        "student": to_dict(student),
-                        "objective": to_dict(best_objective),
-                        "optim": to_dict(best_optim),
-                        "tuned": {
-                            "trial": best.number,
-                            "dev": best.value,
-                            "metric": metric,
-                            "params": best.params,
-                            "space": {n: d.describe() for n, d in space.items()},
-                            "study": config.study_name,
-                            "storage": place.shown if place.shared else None,
-                            "run": best.user_attrs.get("run"),
-                            "worker": best.user_attrs.get("worker"),
-                        },
-                    }
-                ),
-            )
+            atomic_write_json(result.best, with_format({**sections, "tuned": tuned}))
     return result
 
 
 class TunedChoice(Record):
-    """``best.json``'s ``tuned``: the trial chosen, its dev score on the metric, its
-    parameters, the space searched, the study and where it lives (none: its folder), and the
-    trial's run folder and worker."""
+    """``best.json``'s ``tuned``: the trial chosen, its dev score, parameters and space, the study
+    and where it lives (none: its folder), and the trial's run folder and worker."""
 
     trial: int
     dev: float

@@ -1,19 +1,15 @@
 """``kdw reproduce``: the papers' experiments rerun on the bundled data, with a report.
 
-Three parts: the suite as data (:mod:`kd.experiments.reproduce.suite`: what is trained, at which
-scale, which weights are chosen on dev first), the runner (:mod:`kd.experiments.reproduce.runner`:
-teachers, the searches, every student scored on the whole test split, ``results.json`` as the record
-that a later call resumes from, on any machine; ``--shard I/N`` trains one part of it and
-:mod:`kd.experiments.reproduce.merge` joins the parts' records) and the report
-(:mod:`kd.experiments.reproduce.report`: verdicts with paired bootstrap intervals, each method's
-differences split between its term and its regime by its control, tables, the students' size and
-speed beside the teacher, figures; rendered from a packaged Jinja template).
+Three parts: the suite as data (:mod:`~kd.experiments.reproduce.suite`), the runner
+(:mod:`~kd.experiments.reproduce.runner`: teachers, the searches, every student scored on the test
+split, ``results.json`` as the record a later call resumes from; ``--shard I/N`` trains one part of
+it, :mod:`~kd.experiments.reproduce.merge` joins the parts) and the report
+(:mod:`~kd.experiments.reproduce.report`: verdicts with paired bootstrap intervals, tables and
+figures, from a packaged Jinja template).
 
-The default suite is sized for a 2-core CPU with ``--jobs 2`` (see :data:`DEFAULT`'s
-``cuts``); ``--full`` describes the papers' scale (GLUE, BERT-base teacher, 6-layer students)
-for users with a GPU and the network; ``--fixed`` runs the presets' defaults without choosing
-weights on dev; ``--ablations`` adds the ablations the methods register, which the default
-leaves out.
+The default suite is sized for a 2-core CPU with ``--jobs 2`` (:data:`DEFAULT`'s ``cuts``);
+``--full`` describes the papers' scale (GPU and network); ``--fixed`` runs the presets' defaults
+without choosing weights on dev; ``--ablations`` adds the methods' ablations.
 """
 
 from __future__ import annotations
@@ -68,9 +64,9 @@ def reproduce(
     report_only: bool = False,
     shard: Shard | None = None,
 ) -> Path:
-    """Run the suite (resuming from ``<out>/results.json`` and any run folders), then write
-    the figures and ``report.md``; ``report_only``: only the figures and the report, from
-    ``results.json`` alone; ``shard``: only that part of the suite."""
+    """Run the suite (resuming from ``<out>/results.json`` and any run folders), then write the
+    figures and ``report.md``; ``report_only``: only those, from ``results.json``; ``shard``: only
+    that part of the suite."""
     if report_only:
         results = read_results(out)
         if results is None:

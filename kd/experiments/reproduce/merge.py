@@ -1,11 +1,10 @@
-"""``kdw reproduce --merge``: the records of a suite's shards (``--shard I/N``, one folder each,
-trained on as many machines) joined into one ``results.json``.
+"""``kdw reproduce --merge``: the records of a suite's shards (``--shard I/N``, one folder each)
+joined into one ``results.json``.
 
-Each shard's record is checked to be of the suite that the call's options name (its
-``suite_key``). Teachers, weights chosen on dev, test sets and students are joined by their
-keys: the same key recorded alike in two shards is kept once, recorded differently it is a
-conflict that refuses the merge. Run folders are not copied: the merged record's paths point
-into the shards' folders (relative to the merged folder, as every record's are).
+Each shard's record must be of the suite the call's options name (its ``suite_key``). Records are
+joined by their keys: the same key recorded alike twice is kept once, recorded differently it is a
+conflict that refuses the merge. Run folders are not copied: the merged paths point into the shards'
+folders.
 """
 
 from __future__ import annotations
@@ -55,10 +54,9 @@ class _Joined:
 def merge_results(
     out: Path, folders: Sequence[Path], suite: Suite, announce: Callable[[str], None] = print
 ) -> SuiteRecord:
-    """Join the records in ``folders`` (shards of ``suite``) into ``<out>/results.json``; the
-    experiments no shard recorded are announced. Everything is checked before anything is
-    written: a folder without a record, a record of another suite, a conflict are one-line
-    errors."""
+    """Join the records in ``folders`` (shards of ``suite``) into ``<out>/results.json``, announcing
+    the experiments no shard recorded. A folder without a record, a record of another suite, a
+    conflict are one-line errors, before anything is written."""
     folders = list(dict.fromkeys(Path(f).resolve() for f in folders))
     out = Path(out).resolve()
     if out in folders:
@@ -95,10 +93,8 @@ def merge_results(
         for row in record.students:
             rebased = row.model_copy(update={"run": _rebased(row.run, folder, out)})
             students.add(row.key or row.run, rebased, folder)
-        for task, measured in record.truncation.items():
-            truncation.setdefault(task, measured)
-        for task, measured in record.speed.items():
-            speed.setdefault(task, measured)
+        truncation = record.truncation | truncation  # the first shard's, by task
+        speed = record.speed | speed
         calls += record.calls
 
     chosen = {m: from_dict(ObjectiveConfig, r.objective) for m, r in tuning.records.items()}

@@ -1,15 +1,12 @@
-"""The report: ``report.md`` and its figures, from ``results.json`` alone (run folders are
-used only for the heatmap gallery, where present).
+"""The report: ``report.md`` and its figures, from ``results.json`` alone (run folders are used only
+for the heatmap gallery, where present), rendered from the packaged template
+``templates/report.md.j2`` fed by :func:`report_data`.
 
-``report.md`` is rendered from the template ``templates/report.md.j2`` (shipped with the package)
-fed by :func:`report_data`: a plain structure of the record's tables as rows of values and of the
-verdicts as records. Every Δ against vanilla KD comes with a 95 % two-level bootstrap interval that
-resamples the seeds both methods have, then the test examples within each
-(:mod:`workbench.analysis.stats`), and is called significant only when the interval excludes 0. The
-verdicts on the papers' claims are generated from those intervals, whatever they say, for the claims
-each method registers (:class:`kd.methods.objective.Claim`); the methods' names and order are the
-registry's. Where a method trained beside its control, each measure's difference from vanilla KD is
-split into the method's own term (method − control) and its regime (control − vanilla KD).
+Every Δ against vanilla KD comes with a 95 % two-level bootstrap interval over the seeds both
+methods have and their test examples (:mod:`workbench.analysis.stats`), significant only when it
+excludes 0. The verdicts on the claims each method registers (:class:`kd.methods.objective.Claim`)
+follow from those intervals. A method trained beside its control has each difference from vanilla KD
+split into its own term (method − control) and its regime (control − vanilla KD).
 """
 
 from __future__ import annotations
@@ -44,9 +41,8 @@ REFERENCE = "kd"  # vanilla KD: the method every Δ, verdict and control is meas
 
 @dataclass(frozen=True)
 class Measure:
-    """How the report names a metric: its label, a short one, what it is (said where a claim
-    about it is not about accuracy), the unit of its differences (×100), and which way is
-    closer to the teacher or better."""
+    """How the report names a metric: its label, a short one, what it is, the unit of its
+    differences (×100), and which way is closer to the teacher or better."""
 
     label: str
     short: str
@@ -91,18 +87,19 @@ def cell(stats: Summary | None, scale: float = 100, digits: int = 1) -> str:
     return f"{mean * scale:.{digits}f}"
 
 
-def summarise(values: list[float]) -> Summary:
-    return (*mean_and_std(values), len(values))
+def _summaries(pairs) -> dict[tuple[str, str], Summary]:
+    """A :data:`Summary` of the values of each key of ``(key, value)`` pairs."""
+    groups: dict[tuple[str, str], list[float]] = {}
+    for key, value in pairs:
+        groups.setdefault(key, []).append(value)
+    return {key: (*mean_and_std(values), len(values)) for key, values in groups.items()}
 
 
 def aggregate(records: list[StudentRow], metric: str) -> dict[tuple[str, str], Summary]:
     """Mean and std over seeds of ``metric`` per (task, name)."""
-    groups: dict[tuple[str, str], list[float]] = {}
-    for record in records:
-        value = record.test.get(metric)
-        if value is not None:
-            groups.setdefault((record.task, record.name), []).append(value)
-    return {key: summarise(values) for key, values in groups.items()}
+    return _summaries(
+        ((r.task, r.name), r.test[metric]) for r in records if r.test.get(metric) is not None
+    )
 
 
 def paired_difference(
@@ -111,18 +108,16 @@ def paired_difference(
     """Mean and std over seeds of ``metric(method, seed) − metric(reference, seed)`` per
     (task, method), over the seeds both have (results without per-example values)."""
     by_seed = {(r.task, r.name, r.seed): r.test[metric] for r in records}
-    groups: dict[tuple[str, str], list[float]] = {}
-    for (task, name, seed), value in by_seed.items():
-        base = by_seed.get((task, reference, seed))
-        if base is not None and name != reference:
-            groups.setdefault((task, name), []).append(value - base)
-    return {key: summarise(values) for key, values in groups.items()}
+    return _summaries(
+        ((task, name), value - by_seed[task, reference, seed])
+        for (task, name, seed), value in by_seed.items()
+        if by_seed.get((task, reference, seed)) is not None and name != reference
+    )
 
 
 class Intervals:
-    """Two-level bootstrap intervals of ``a − b`` between two main-table methods of a task, over
-    the seeds both have and their test examples, from the per-example values in
-    ``results.json`` (computed once each); :meth:`seeds_needed` for each."""
+    """Two-level bootstrap intervals of ``a − b`` between two main-table methods of a task, from the
+    per-example values in ``results.json`` (each computed once), and :meth:`seeds_needed`."""
 
     def __init__(self, results: SuiteRecord) -> None:
         self.test_sets = results.test_sets
@@ -138,11 +133,8 @@ class Intervals:
         examples = row.examples
         test_set = self.test_sets[examples.test_set]
         if metric == "accuracy":
-            return {
-                "uids": test_set.uids,
-                "labels": expand(test_set.labels),
-                "predictions": expand(examples.predictions),
-            }
+            labels, predictions = expand(test_set.labels), expand(examples.predictions)
+            return {"uids": test_set.uids, "labels": labels, "predictions": predictions}
         scores = expand(examples.model_extra[metric])  # the first examples of the split, or all
         return {"uids": test_set.uids[: len(scores)], "scores": scores}
 
@@ -173,8 +165,8 @@ class Intervals:
         return self._done[key]
 
     def seeds_needed(self, task: str, a: str, b: str, metric: str = "accuracy") -> int | None:
-        """About how many seeds the interval of ``a − b`` would need to exclude 0 at the
-        observed difference (:func:`workbench.analysis.stats.seeds_needed`)."""
+        """About how many seeds the interval of ``a − b`` would need to exclude 0
+        (:func:`workbench.analysis.stats.seeds_needed`)."""
         self(task, a, b, metric)
         return self._needed[(task, a, b, metric)]
 
@@ -191,44 +183,28 @@ def interval_cell(interval: Interval, scale: float = 100) -> str:
 def direction(interval: Interval) -> str | None:
     """``"higher"`` or ``"lower"`` where the interval excludes 0 (a real difference), else
     None."""
-    if interval.low > 0:
-        return "higher"
-    if interval.high < 0:
-        return "lower"
-    return None
+    return "higher" if interval.low > 0 else "lower" if interval.high < 0 else None
 
 
 def control_rows(results: SuiteRecord, tasks: Sequence[str], intervals: Intervals) -> list[dict]:
-    """Per task, method that has a control and measure with per-example values: the method
-    and its control against vanilla KD and against each other (``total`` = method − KD,
-    ``regime`` = control − KD, ``term`` = method − control), and the direction of each where
-    its interval excludes 0 (``credit``: which part the difference belongs to)."""
+    """Per task, method with a control and measure with per-example values: ``total`` (method − KD),
+    ``regime`` (control − KD) and ``term`` (method − control), and (``credit``) the direction of
+    each where its interval excludes 0."""
     names = {r.name for r in results.students if r.group == "main"}
     methods = [m for m in PRESETS if m + CONTROL in names]
     rows = []
     for task in tasks:
         for method in methods:
             for metric, measure in METRICS.items():
-                total = intervals(task, method, REFERENCE, metric)
-                regime = intervals(task, method + CONTROL, REFERENCE, metric)
-                term = intervals(task, method, method + CONTROL, metric)
-                if total is None or regime is None or term is None:
-                    continue
-                rows.append(
-                    {
-                        "task": task,
-                        "method": method,
-                        "measure": measure,
-                        "total": total,
-                        "regime": regime,
-                        "term": term,
-                        "credit": {
-                            "total": direction(total),
-                            "regime": direction(regime),
-                            "term": direction(term),
-                        },
-                    }
-                )
+                parts = {
+                    "total": intervals(task, method, REFERENCE, metric),
+                    "regime": intervals(task, method + CONTROL, REFERENCE, metric),
+                    "term": intervals(task, method, method + CONTROL, metric),
+                }
+                if None not in parts.values():
+                    credit = {part: direction(i) for part, i in parts.items()}
+                    row = {"task": task, "method": method, "measure": measure, **parts}
+                    rows.append({**row, "credit": credit})
     return rows
 
 
@@ -244,9 +220,9 @@ def outcome(interval: Interval, relation: str) -> str:
 def claim_record(
     method: str, entry: Claim, names: set[str], tasks: Sequence[str], intervals: Intervals
 ) -> dict | None:
-    """One registered claim's verdict: per task the interval of the method against the preset
-    the claim names (or, for ``lowest``, against every other student) and its outcome; None
-    where a method it needs was not trained."""
+    """One registered claim's verdict: per task the interval of the method against the preset the
+    claim names (``lowest``: against every other student) and its outcome; None where a method it
+    needs was not trained."""
     record = {
         "method": display_name(method),
         "measure": METRICS[entry.metric],
@@ -259,11 +235,11 @@ def claim_record(
             return None
         for task in tasks:
             others = [
-                (other, intervals(task, method, other, entry.metric))
+                (other, interval)
                 for other in PRESETS
                 if other in names and other != method
+                if (interval := intervals(task, method, other, entry.metric)) is not None
             ]
-            others = [(m, i) for m, i in others if i is not None]
             if others:
                 closest, interval = max(others, key=lambda item: item[1].difference)
                 below = sum(i.high < 0 for _, i in others)
@@ -313,17 +289,13 @@ def setup_data(results: SuiteRecord) -> dict | None:
         return None
     return {
         "rows": [
-            {
+            plan.model_dump()
+            | {
                 "task": task,
-                "teacher": plan.teacher,
                 "teacher_train": limit(plan.max_train_examples),
                 "student_train": limit(plan.student_train_examples or plan.max_train_examples),
                 "test": limit(plan.max_eval_examples),
                 "tokens": plan.max_length,
-                "teacher_epochs": plan.teacher_epochs,
-                "student_layers": plan.student_layers,
-                "student_epochs": plan.student_epochs,
-                "seeds": plan.seeds,
             }
             for task, plan in results.setup.items()
         ],
@@ -379,9 +351,8 @@ def tuning_data(results: SuiteRecord) -> dict | None:
 
 
 def searched_points(searched: list[str], trials: list[Trial]) -> list[dict]:
-    """Each distinct setting of ``searched`` a search tried, once, in the order first tried,
-    with its outcome: ``dev`` (None where pruned before its first score) and ``failed`` (a
-    trial that failed or was interrupted, unless the setting was tried again)."""
+    """Each distinct setting of ``searched`` a search tried, once, in the order first tried: ``dev``
+    (None: pruned before a score) and ``failed`` (unless the setting was tried again)."""
     points: dict[tuple, dict] = {}
     for trial in trials:
         columns = trial.model_extra  # the trial's state and settings, by name
@@ -395,8 +366,8 @@ def searched_points(searched: list[str], trials: list[Trial]) -> list[dict]:
 
 def main_data(results: SuiteRecord, tasks: Sequence[str], intervals: Intervals) -> dict:
     """The main table: the teacher's and each method's accuracy and macro-F1 per task, and each
-    method's Δ against vanilla KD (an :class:`Interval`, or without per-example values the
-    mean ± std over seeds of the per-seed Δ; None for vanilla KD itself)."""
+    method's Δ against vanilla KD (an :class:`Interval`, or without per-example values the mean ±
+    std of the per-seed Δ; None for vanilla KD itself)."""
     main = [r for r in results.students if r.group == "main"]
     accuracy, macro = aggregate(main, "accuracy"), aggregate(main, "macro_f1")
     fallback = paired_difference(main, "accuracy", REFERENCE)
@@ -431,9 +402,7 @@ def loyalty_data(results: SuiteRecord, tasks: Sequence[str]) -> dict | None:
     method (mean ± std over seeds), and how many test examples the explanations cover."""
     main = [r for r in results.students if r.group == "main"]
     shown = {
-        label: metric
-        for label, metric in LOYALTY_COLUMNS.items()
-        if any(metric in r.test for r in main)
+        k: metric for k, metric in LOYALTY_COLUMNS.items() if any(metric in r.test for r in main)
     }
     if not shown:
         return None
@@ -477,14 +446,10 @@ def full_method_records(records: list[StudentRow]) -> list[StudentRow]:
 
 
 def speed_data(results: SuiteRecord) -> list[dict]:
-    """Per task timed, its students' size and speed beside the teacher's (the record's
-    ``speed``: :func:`kd.experiments.reproduce.runner.measure_speed`), each row with the test
-    accuracy of the model timed."""
-    accuracy = {
-        (r.task, r.name, r.seed): r.test.get("accuracy")
-        for r in results.students
-        if r.group == "main"
-    }
+    """Per task timed, the size and speed of its models, each with its test accuracy
+    (:func:`kd.experiments.reproduce.runner.measure_speed`)."""
+    main = [r for r in results.students if r.group == "main"]
+    accuracy = {(r.task, r.name, r.seed): r.test.get("accuracy") for r in main}
     return [
         {
             **measured.model_dump(),
@@ -510,9 +475,8 @@ def ablation_data(results: SuiteRecord) -> dict | None:
     ablation = [r for r in records if r.group not in ("main", "reference")]
     if not ablation:
         return None
-    rows = [("full method", r) for r in full_method_records(records)] + [
-        (r.group, r) for r in ablation
-    ]
+    full = full_method_records(records)
+    rows = [("full method", r) for r in full] + [(r.group, r) for r in ablation]
     shown = [record for _, record in rows]
     acc, macro = aggregate(shown, "accuracy"), aggregate(shown, "macro_f1")
     seen: dict[tuple[str, str], str] = {}  # (task, variant) → its group, in order
@@ -534,62 +498,50 @@ def ablation_data(results: SuiteRecord) -> dict | None:
     }
 
 
-def delta_figure(folder: Path, results: SuiteRecord, intervals: Intervals) -> str | None:
-    """Each method's Δ accuracy against vanilla KD with its 95 % paired interval, a panel per
-    task: ``<folder>/deltas.svg`` (vector); None when no interval was measured."""
+def delta_figure(folder: Path, results: SuiteRecord, intervals: Intervals) -> dict[str, str]:
+    """Each method's Δ accuracy against vanilla KD with its 95 % interval, a panel per task:
+    ``<folder>/deltas.svg`` as ``{title: path}``; none without an interval."""
     from matplotlib.figure import Figure
 
-    tasks = list(results.teachers)
-    methods = [m for m in PRESETS if m != "kd"]
     panels = {
-        task: [(m, intervals(task, m, "kd")) for m in methods if intervals(task, m, "kd")]
-        for task in tasks
+        task: [
+            (m, intervals(task, m, "kd")) for m in PRESETS if m != "kd" and intervals(task, m, "kd")
+        ]
+        for task in results.teachers
     }
     panels = {task: rows for task, rows in panels.items() if rows}
     if not panels:
-        return None
+        return {}
     figure = Figure(figsize=(4.2 * len(panels), 3.4), layout="constrained")
     for index, (task, rows) in enumerate(panels.items()):
         axis = figure.add_subplot(1, len(panels), index + 1)
         for y, (_, interval) in enumerate(rows):
             colour = "#5e3c99" if interval.significant else "#999999"
-            axis.errorbar(
-                interval.difference * 100,
-                y,
-                xerr=[
-                    [(interval.difference - interval.low) * 100],
-                    [(interval.high - interval.difference) * 100],
-                ],
-                fmt="o",
-                color=colour,
-                capsize=3,
-            )
+            middle = interval.difference
+            xerr = [[(middle - interval.low) * 100], [(interval.high - middle) * 100]]
+            axis.errorbar(middle * 100, y, xerr=xerr, fmt="o", color=colour, capsize=3)
         axis.axvline(0, color="#e66101", linestyle="--", linewidth=1)
         axis.set_yticks(range(len(rows)), [m for m, _ in rows])
         axis.invert_yaxis()
         axis.set_xlabel("Δ accuracy vs vanilla KD (points)")
         axis.set_title(task)
-    folder.mkdir(parents=True, exist_ok=True)
     figure.savefig(folder / "deltas.svg")
-    return "figures/deltas.svg"
+    title = (
+        "Δ test accuracy against vanilla KD, 95 % two-level bootstrap intervals over seeds "
+        "and test examples (purple: excludes 0)"
+    )
+    return {title: "figures/deltas.svg"}
 
 
 def make_figures(out: Path, results: SuiteRecord, intervals: Intervals) -> dict[str, str]:
-    """The Δs against vanilla KD with their intervals (SVG), per-method accuracy bars for each
-    task and the sweeps the presets declare (PNG) under ``<out>/figures``; returns ``{title: path}``
-    relative to ``out``."""
+    """The Δs against vanilla KD (SVG), per-method accuracy bars per task and the presets' sweeps
+    (PNG) under ``<out>/figures``: ``{title: path relative to out}``."""
     from matplotlib.figure import Figure
 
     folder = out / "figures"
     folder.mkdir(parents=True, exist_ok=True)
     records = results.students
-    figures = {}
-    deltas = delta_figure(folder, results, intervals)
-    if deltas:
-        figures[
-            "Δ test accuracy against vanilla KD, 95 % two-level bootstrap intervals over seeds "
-            "and test examples (purple: excludes 0)"
-        ] = deltas
+    figures = delta_figure(folder, results, intervals)
     main = aggregate([r for r in records if r.group == "main"], "accuracy")
     tasks = list(results.teachers)
     methods = [m for m in PRESETS if any((t, m) in main for t in tasks)]
@@ -597,19 +549,10 @@ def make_figures(out: Path, results: SuiteRecord, intervals: Intervals) -> dict[
     for index, task in enumerate(tasks):
         axis = figure.add_subplot(1, len(tasks), index + 1)
         stats = [main.get((task, m), (float("nan"), 0.0, 0)) for m in methods]
-        axis.bar(
-            range(len(methods)),
-            [s[0] * 100 for s in stats],
-            yerr=[s[1] * 100 for s in stats],
-            color="#5e3c99",
-            capsize=3,
-        )
-        axis.axhline(
-            results.teachers[task].test["accuracy"] * 100,
-            color="#e66101",
-            linestyle="--",
-            label="teacher",
-        )
+        means, stds = [s[0] * 100 for s in stats], [s[1] * 100 for s in stats]
+        axis.bar(range(len(methods)), means, yerr=stds, color="#5e3c99", capsize=3)
+        teacher = results.teachers[task].test["accuracy"] * 100
+        axis.axhline(teacher, color="#e66101", linestyle="--", label="teacher")
         axis.set_xticks(range(len(methods)), methods, rotation=45, ha="right")
         axis.set_ylabel("test accuracy (%)")
         axis.set_title(task)
@@ -628,8 +571,8 @@ def sweep_figure(
     folder: Path, records: list[StudentRow], method: str, sweep: Sweep
 ) -> dict[str, str]:
     """The figure of ``sweep`` of the preset ``method``: test accuracy (mean ± std over seeds)
-    against the swept values, the full method at the preset's own value, or as a line where the
-    preset leaves the setting unset; none (an earlier record's removed) without its students."""
+    against the swept values, the full method at the preset's own value (a line where the preset
+    leaves it unset); none (an earlier record's removed) without its students."""
     from matplotlib.figure import Figure
 
     rows = [r for r in records if r.group == sweep.group]
@@ -638,11 +581,8 @@ def sweep_figure(
         path.unlink(missing_ok=True)  # an earlier record's
         return {}
     seeds = {r.seed for r in rows}
-    default = [
-        r.test["accuracy"]
-        for r in full_method_records(records)
-        if r.name == method and r.seed in seeds
-    ]
+    full = [r for r in full_method_records(records) if r.name == method and r.seed in seeds]
+    default = [r.test["accuracy"] for r in full]
     values: dict[float, list[float]] = {}
     for record in rows:
         values.setdefault(record.sweep, []).append(record.test["accuracy"])
@@ -652,21 +592,11 @@ def sweep_figure(
     points = sorted((x, *mean_and_std(ys)) for x, ys in values.items())
     figure = Figure(figsize=(4, 3), layout="constrained")
     axis = figure.add_subplot()
-    axis.errorbar(
-        [p[0] for p in points],
-        [p[1] * 100 for p in points],
-        yerr=[p[2] * 100 for p in points],
-        marker="o",
-        capsize=3,
-        color="#5e3c99",
-    )
+    means, stds = [p[1] * 100 for p in points], [p[2] * 100 for p in points]
+    axis.errorbar([p[0] for p in points], means, yerr=stds, marker="o", capsize=3, color="#5e3c99")
     if own is None and default:
-        axis.axhline(
-            mean_and_std(default)[0] * 100,
-            color="#5e3c99",
-            linestyle=":",
-            label=f"{sweep.unset} (full method)",
-        )
+        label = f"{sweep.unset} (full method)"
+        axis.axhline(mean_and_std(default)[0] * 100, color="#5e3c99", linestyle=":", label=label)
         axis.legend(loc="lower right")
     axis.set_xlabel(sweep.axis)
     axis.set_ylabel("test accuracy (%)")
@@ -678,32 +608,24 @@ def sweep_figure(
 
 def gallery_indices(labels: Sequence[int]) -> str:
     """The first test example of each class, as ``kdw export --indices`` reads them."""
-    first: dict[int, int] = {}
-    for index, label in enumerate(labels):
-        first.setdefault(int(label), index)
+    first = {int(label): index for index, label in reversed(list(enumerate(labels)))}
     return ",".join(str(first[label]) for label in sorted(first))
 
 
 def heatmap_gallery(out: Path, results: SuiteRecord) -> dict[str, str]:
-    """One test example of each class across each task's teacher and its seed-1 students: PNG
-    heatmaps (and PDF for papers) under ``<out>/figures/gallery``. Drawn from the run folders
-    where they are all present; otherwise the gallery files already there are listed."""
+    """One test example of each class across each task's teacher and its seed-1 students: PNG and
+    PDF heatmaps under ``<out>/figures/gallery``, drawn where the run folders are all present (else
+    the files already there are listed)."""
     from workbench.analysis.explanations import HeatmapSettings
     from workbench.analysis.heatmap_export import ExportSettings, export_runs
     from workbench.core.config import DataConfig, from_dict
     from workbench.core.data import load_task
 
+    gallery = {name for name, preset in PRESETS.items() if preset.gallery}
     figures = {}
     for task, teacher in results.teachers.items():
-        runs = [teacher.run] + [
-            r.run
-            for r in results.students
-            if r.task == task
-            and r.group == "main"
-            and r.seed == 1
-            and r.name in PRESETS
-            and PRESETS[r.name].gallery
-        ]
+        seed_1 = [r for r in results.students if (r.task, r.group, r.seed) == (task, "main", 1)]
+        runs = [teacher.run, *(r.run for r in seed_1 if r.name in gallery)]
         folder = out / "figures" / "gallery" / task
         paths = [out / run for run in runs]
         if all((path / "run.json").exists() for path in paths):
@@ -729,15 +651,14 @@ def report_data(results: SuiteRecord, figures: dict[str, str], intervals: Interv
     students = results.students
     tasks = list(results.teachers)
     planned = results.planned_students or len(students)
+    incomplete = {"done": len(students), "planned": planned} if len(students) < planned else None
     return {
         "suite": results.suite,
         "tasks": tasks,
         "setup": setup_data(results),
         "calls": calls_data(results),
         "tuning": tuning_data(results),
-        "incomplete": {"done": len(students), "planned": planned}
-        if len(students) < planned
-        else None,
+        "incomplete": incomplete,
         "verdicts": verdicts(results, tasks, intervals),
         "controls": control_rows(results, tasks, intervals),
         "main": main_data(results, tasks, intervals),
@@ -749,8 +670,7 @@ def report_data(results: SuiteRecord, figures: dict[str, str], intervals: Interv
 
 
 def environment() -> Environment:
-    """The Jinja environment of the report's template, with the filters that format its
-    values."""
+    """The Jinja environment of the report's template, with its formatting filters."""
     env = Environment(
         loader=PackageLoader("kd.experiments.reproduce"),
         undefined=StrictUndefined,
@@ -770,26 +690,19 @@ def environment() -> Environment:
     return env
 
 
-def render(data: dict) -> str:
-    """``report.md``'s text from :func:`report_data`'s structure."""
-    return environment().get_template(TEMPLATE).render(data)
-
-
 def write_report(
     out: Path, results: SuiteRecord, figures: dict[str, str], intervals: Intervals | None = None
 ) -> Path:
     """``<out>/report.md``: verdicts, controls, tables of the main results, loyalty and
     ablations, and figures."""
     data = report_data(results, figures, intervals or Intervals(results))
-    path = out / "report.md"
-    atomic_write_text(path, render(data))
-    return path
+    atomic_write_text(out / "report.md", environment().get_template(TEMPLATE).render(data))
+    return out / "report.md"
 
 
 def report(out: Path, results: SuiteRecord) -> Path:
-    """The figures and ``report.md`` of ``results``, drawn from the record as it is stored
-    (keys sorted), so that a call and ``--report-only`` on its ``results.json`` draw the
-    same report, tasks in the same order."""
+    """The figures and ``report.md`` of ``results`` as it is stored (keys sorted), so that a call
+    and ``--report-only`` draw the same report."""
     results = checked(json.loads(json_text(results.plain())), SuiteRecord)
     intervals = Intervals(results)
     figures = make_figures(out, results, intervals) | heatmap_gallery(out, results)

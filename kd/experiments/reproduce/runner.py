@@ -1,14 +1,10 @@
-"""The runner: teachers, the weights chosen on dev, then every student, scored on the whole test
-split, with ``results.json`` rewritten after each; then each task's first-seed students timed
-beside their teacher (size and speed, :func:`measure_speed`).
+"""The runner: teachers, the weights chosen on dev, every student scored on the whole test split,
+then each task's first-seed students timed beside their teacher (:func:`measure_speed`).
 
-``results.json`` is the suite's record. A student whose
-:func:`~kd.experiments.reproduce.suite.identity` has a row there is finished: a later call (on
-another machine, without the run folders, or after the suite folder moved) keeps that row and trains
-nothing for it. Run folders are used when present: an unfinished student resumes from its
-checkpoint. Paths in the record are relative to the suite folder. Each row carries per-example test
-values (predictions, label and probability loyalty, saliency loyalty, attribution gap, AOPC) so that
-the report's paired intervals need no run folder.
+``results.json``, rewritten after each step, is the suite's record: a student whose
+:func:`~kd.experiments.reproduce.suite.identity` has a row there is finished, on any machine, with
+or without its run folder (an unfinished one resumes from its checkpoint). Paths in it are relative
+to the suite folder; each row carries per-example test values for the report's paired intervals.
 """
 
 from __future__ import annotations
@@ -48,6 +44,7 @@ from kd.experiments.reproduce.suite import (
     identity,
     limit,
     plan_summary,
+    student_optim,
     suite_key,
     teacher_settings,
 )
@@ -107,14 +104,10 @@ def relative(path: Path, out: Path) -> str:
     return Path(os.path.relpath(path, out)).as_posix()
 
 
-def test_set_key(data: DataConfig) -> str:
-    return fingerprint(data_settings(data))
-
-
 @dataclass
 class Scored:
-    """A finished student: its run (relative to the suite folder), test means, per-example
-    values and the seconds this call spent on it."""
+    """A finished student: its run (relative to the suite folder), test means, per-example values
+    and the seconds this call spent on it."""
 
     run: str
     test: dict
@@ -123,12 +116,10 @@ class Scored:
 
 
 class ExampleScores:
-    """Per-example explanation scores of students on the first ``explained_examples`` test
-    examples (all: None) against their teacher: saliency loyalty (Pearson of Grad saliency,
-    docs/methods.md §6), attribution gap (AD-KD Eq. 11) and AOPC comprehensiveness/sufficiency of
-    the student's own Grad saliency. The teacher's outputs are computed once per teacher and
-    test sample in a process; a student's scores are kept in its run folder (``scores.json``),
-    so a resumed suite does not recompute them."""
+    """Per-example explanation scores of students on the first ``explained_examples`` test examples
+    (all: None) against their teacher: saliency loyalty (Pearson of Grad saliency, docs/methods.md
+    §6), attribution gap (AD-KD Eq. 11) and AOPC of the student's own Grad saliency; kept in its run
+    folder (``scores.json``), the teacher's outputs once per process."""
 
     STORED = "scores.json"
 
@@ -160,8 +151,7 @@ class ExampleScores:
             count = len(split) if explained_examples is None else explained_examples
             explained = split.subset(range(min(count, len(split))))
             source = load_model(str(teacher.path), loaded.spec, loaded.data)  # a run, or given
-            teacher_outputs = split_outputs(source, explained, maps=True)
-            self._teachers[key] = split, explained, teacher_outputs
+            self._teachers[key] = split, explained, split_outputs(source, explained, maps=True)
         split, explained, reference = self._teachers[key]
         outputs = split_outputs(loaded, explained, maps=True)
         values = {
@@ -198,9 +188,8 @@ SCORES = ExampleScores()  # one per process: each keeps its teachers' outputs
 
 
 def given_teacher(plan: TaskPlan) -> tuple[Path, dict]:
-    """A task's teacher given as a classifier the workbench did not train
-    (``plan.given_teacher``): its folder, and its test metrics on the plan's data (nothing is
-    fine-tuned; its classes matched to the task's by name)."""
+    """A task's given teacher (``plan.given_teacher``, not fine-tuned): its folder, and its test
+    metrics on the plan's data (its classes matched to the task's by name)."""
     check_teacher(plan.given_teacher, False, "give a finished teacher")
     loaded, task = load_for_task(plan.given_teacher, plan.data)
     test = task.splits["test"]
@@ -219,9 +208,9 @@ def same_teacher(before: TeacherRecord, now: TeacherRecord) -> bool:
 
 
 def task_teacher(out: Path, task: str, plan: TaskPlan) -> Run:
-    """Train (or reopen) a task's teacher in the suite folder, seed 1, on all the machine's
-    cores, pinned: the float rounding follows the thread count, so a teacher trained again on
-    the same machine, whatever ran before it in the process, comes out with the same weights."""
+    """Train (or reopen) a task's teacher, seed 1, on all the machine's cores, pinned: the float
+    rounding follows the thread count, so a teacher trained again on the same machine comes out with
+    the same weights."""
     return train_teacher(
         plan.data,
         plan.teacher,
@@ -247,9 +236,8 @@ def student_folder(out: Path, experiment: Experiment, key: str) -> Path:
 
 
 def _moved(folder: Path, teacher: Path) -> Run | None:
-    """A student folder written when the suite lay elsewhere records its teacher's old path,
-    which its run record refuses: a finished one is used as it is; an unfinished one is
-    restarted (its checkpoint cannot be reopened under the new path)."""
+    """A student folder written when the suite lay elsewhere (its teacher's old path, which its run
+    record refuses): a finished one is used as it is; an unfinished one is restarted."""
     if not (folder / "run.json").exists():
         return None
     run = Run(folder)
@@ -263,10 +251,9 @@ def _moved(folder: Path, teacher: Path) -> Run | None:
 
 
 def forget_other_teacher(folder: Path, teacher: Path) -> None:
-    """Remove the suite's student folder ``folder`` if it learnt from another teacher than
-    ``teacher`` as it is now (trained again since, to other weights): the suite trains such a
-    student anew, and its run record (:func:`~kd.training.pipeline.teacher_pin`) would refuse
-    the new teacher."""
+    """Remove the student folder ``folder`` if it learnt from another teacher than ``teacher`` as it
+    is now: the suite trains it anew, and its run record (:func:`~kd.training.pipeline.teacher_pin`)
+    would refuse the new teacher."""
     if not (folder / "run.json").exists():
         return
     if teacher_change(Run(folder).info().resolved.teacher, teacher_pin(str(teacher))):
@@ -276,8 +263,8 @@ def forget_other_teacher(folder: Path, teacher: Path) -> None:
 def train_and_score(
     out: Path, teacher: Path, plan: TaskPlan, experiment: Experiment, key: str, threads: int = 0
 ) -> Scored:
-    """Train one student (or reuse its finished run) and score it on the test split; ``key``:
-    its identity. Runs in a worker process under ``--jobs``."""
+    """Train one student (or reuse its finished run) and score it on the test split; ``key``: its
+    identity. Runs in a worker process under ``--jobs``."""
     started = time.time()
     folder = student_folder(out, experiment, key)
     forget_other_teacher(folder, teacher)
@@ -286,14 +273,7 @@ def train_and_score(
         StudentConfig(teacher=str(teacher), num_layers=plan.student_layers, **experiment.student),
         experiment.objective,
         OptimConfig(
-            **{
-                "epochs": plan.student_epochs,
-                "batch_size": plan.batch_size,
-                "learning_rate": plan.student_learning_rate,
-                "seed": experiment.seed,
-                "threads": threads,
-                **experiment.optim,
-            }
+            **student_optim(plan, experiment.seed, {"threads": threads, **experiment.optim})
         ),
         folder,
         cache_dir=out / "runs" / experiment.task / "teacher_cache",  # shared: keyed by settings
@@ -313,9 +293,8 @@ def train_and_score(
 
 
 def tune_space(method: str, searched: Sequence[str], plan: TaskPlan) -> tuple[str, ...]:
-    """``kdw tune --space`` overrides that search ``searched`` over the preset's default space
-    (:attr:`kd.methods.objective.Preset.space`) and hold its other dimensions at the preset's
-    values."""
+    """``kdw tune --space`` overrides that search ``searched`` over the preset's default space and
+    hold its other dimensions at the preset's values."""
     preset = ObjectiveConfig(preset=method)
     current = {name: p.read(preset) for name, p in PARAMETERS.items()}
     current["lr"] = plan.student_learning_rate
@@ -323,12 +302,8 @@ def tune_space(method: str, searched: Sequence[str], plan: TaskPlan) -> tuple[st
     for name in searched:
         if name not in space:
             raise WorkbenchError(f"{method}: its preset has no default space for {name!r}")
-    held = [
-        f"{name}={current[name]:g}"
-        for name in space
-        if name not in searched and current.get(name) is not None
-    ]
-    return tuple(f"{name}={space[name]}" for name in searched) + tuple(held)
+    held = [n for n in space if n not in searched and current.get(n) is not None]
+    return (*(f"{n}={space[n]}" for n in searched), *(f"{n}={current[n]:g}" for n in held))
 
 
 def tuning_settings(suite: Suite, method: str) -> dict:
@@ -348,8 +323,8 @@ def tuning_settings(suite: Suite, method: str) -> dict:
 
 
 def choose_weights(out: Path, teacher: Path, suite: Suite, method: str, threads: int = 0) -> Search:
-    """Search ``method``'s key weights on dev with ``kdw tune`` (the ablations' sample, seed 1):
-    the chosen objective, the search space and every trial. Runs in a worker under ``--jobs``."""
+    """Search ``method``'s key weights on dev with ``kdw tune`` (the ablations' sample, seed 1).
+    Runs in a worker under ``--jobs``."""
     task = suite.ablation_task
     plan = suite.plans[task]
     space = tune_space(method, suite.tuned[method], plan)
@@ -357,13 +332,7 @@ def choose_weights(out: Path, teacher: Path, suite: Suite, method: str, threads:
         suite.tuning_data(task),
         StudentConfig(teacher=str(teacher), num_layers=plan.student_layers),
         ObjectiveConfig(preset=method),
-        OptimConfig(
-            epochs=plan.student_epochs,
-            batch_size=plan.batch_size,
-            learning_rate=plan.student_learning_rate,
-            seed=1,
-            threads=threads,
-        ),
+        OptimConfig(**student_optim(plan, 1), threads=threads),
         TuneConfig(trials=suite.tune_trials, space=space),
         out / "tune" / method,
     )
@@ -384,9 +353,8 @@ def choose_weights(out: Path, teacher: Path, suite: Suite, method: str, threads:
 
 
 def measure_truncation(plan: TaskPlan) -> dict:
-    """How much of the test split ``max_length`` cuts: the share of examples cut and the share
-    of all their tokens kept (teacher tokenizer, [CLS]/[SEP] counted). Texts are counted up to
-    many times ``max_length`` (:func:`workbench.core.data.prefixes` with 16 × ``max_length``), so
+    """How much of the test split ``max_length`` cuts (teacher tokenizer, [CLS]/[SEP] counted).
+    Texts are counted up to 16 × ``max_length`` tokens (:func:`workbench.core.data.prefixes`), so
     that a huge text cannot exhaust memory; the share kept of such a text is an upper bound."""
     split = load_task(plan.data).splits["test"]
     tokenizer = load_tokenizer(plan.given_teacher or plan.teacher.model)
@@ -403,12 +371,12 @@ def measure_truncation(plan: TaskPlan) -> dict:
 
 
 SPEED = ("parameters", "disk_mb", "latency_ms_median", "throughput_b32")  # kept, with ratios
+SPEED_KEPT = (*SPEED, *(f"{k}_ratio" for k in SPEED))
 
 
 def speed_settings(suite: Suite, jobs: int) -> BenchmarkSettings:
-    """How the students are timed beside their teacher: ``suite.speed_examples`` test texts,
-    batch sizes 1 and 32, PyTorch fp32 on the CPU with the threads one of ``jobs`` workers
-    gets."""
+    """How the students are timed: ``suite.speed_examples`` test texts, batch sizes 1 and 32, with
+    the threads one of ``jobs`` workers gets."""
     threads = max(1, (os.cpu_count() or 1) // max(jobs, 1))
     return BenchmarkSettings(
         split="test", examples=suite.speed_examples or 0, batch_sizes="1,32", threads=threads
@@ -418,8 +386,7 @@ def speed_settings(suite: Suite, jobs: int) -> BenchmarkSettings:
 def speed_key(
     teacher: TeacherRecord, students: Sequence[StudentRow], settings: BenchmarkSettings
 ) -> str:
-    """What a task's speed record measured: its teacher, students and texts (not the threads,
-    which follow ``--jobs``)."""
+    """What a task's speed record measured (not the threads, which follow ``--jobs``)."""
     return fingerprint(
         {
             "teacher": teacher.key or teacher.run,
@@ -431,8 +398,8 @@ def speed_key(
 
 
 def speed_students(suite: Suite, task: str, planned: Sequence[Experiment]) -> list[int]:
-    """The positions in ``planned`` of the students timed on ``task``: each main-table
-    method's student of the task's first seed (controls, of the same size, left out)."""
+    """The positions in ``planned`` of the students timed on ``task``: each main-table method's
+    student of the task's first seed (not the controls, of the same size)."""
     first = suite.plans[task].seeds[0]
     return [
         i
@@ -448,10 +415,9 @@ def measure_speed(
     students: Sequence[StudentRow],
     settings: BenchmarkSettings,
 ) -> Speed:
-    """Size and speed of a task's ``students`` (rows of the record) beside their ``teacher``
-    with :func:`workbench.analysis.benchmark.benchmark` on ``data``'s test split: parameters,
-    weights on disk, median latency at batch size 1 and examples/s at 32, each with its ratio to the
-    teacher's; with the benchmark's settings, the machine and its load when it started."""
+    """Size and speed of a task's ``students`` (rows of the record) beside their ``teacher`` with
+    :func:`workbench.analysis.benchmark.benchmark` on ``data``'s test split, each with its ratio to
+    the teacher's; with the settings, the machine and its load when it started."""
     load_before = os.getloadavg()[0]
     sources = [str(out / teacher.run), *(str(out / s.run) for s in students)]
     measured = benchmark(sources, settings, data)
@@ -462,20 +428,15 @@ def measure_speed(
         machine=measured["machine"],
         load_before=round(load_before, 1),
         rows=[
-            {
-                "name": name,
-                **{k: row.get(k) for k in SPEED},
-                **{f"{k}_ratio": row.get(f"{k}_ratio") for k in SPEED},
-            }
+            {"name": name, **{k: row.get(k) for k in SPEED_KEPT}}
             for name, row in zip(names, measured["rows"], strict=True)
         ],
     )
 
 
 def exit_with_parent(parent: int, interval: float = 1.0) -> None:
-    """Worker initializer: end this worker once the process that started it is gone (killed
-    with SIGKILL, say) instead of training its student for nobody. The run it leaves resumes
-    from its last checkpoint next time."""
+    """Worker initializer: end this worker once the process that started it is gone (killed with
+    SIGKILL, say); the run it leaves resumes from its last checkpoint next time."""
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -528,8 +489,8 @@ def _parallel(
 
 
 def shard_positions(suite: Suite, shard: Shard | None) -> list[int]:
-    """The positions in :func:`experiments`' list that ``shard`` trains (all: None); a shard
-    left without a student is a one-line error."""
+    """The positions in :func:`experiments`' list that ``shard`` trains (all: None); a shard left
+    without a student is a one-line error."""
     total = len(experiments(suite))
     if shard is None:
         return list(range(total))
@@ -543,22 +504,19 @@ def shard_positions(suite: Suite, shard: Shard | None) -> list[int]:
 def suite_fields(
     suite: Suite, truncation: dict[str, Truncation | None], shard: Shard | None
 ) -> dict:
-    """The fields of a record that the suite (and the part of it trained) settles: its
-    description and cuts, each task's setup and truncation (measured once: ``truncation``'s
-    where it has it), and what ties the record to its suite (``suite_key``, ``shard``), which
-    ``kdw reproduce --merge`` checks."""
+    """The fields of a record that the suite (and the part of it trained) settles, with
+    ``truncation``'s measures where it has them (``kdw reproduce --merge`` checks ``suite_key`` and
+    ``shard``)."""
     part = {} if shard is None else {"shard": {"index": shard.index, "count": shard.count}}
+    data, sample = suite.ablation_data, None
+    if data is not None:
+        sizes = f"{limit(data.max_train_examples)} train / {limit(data.max_eval_examples)} test"
+        sample = f"{sizes} examples, {data.max_length} tokens"
     return {
         FORMAT_KEY: RECORD_FORMAT,
         "suite": suite.description,
         "cuts": suite.cuts,
-        "ablation_data": None
-        if suite.ablation_data is None
-        else (
-            f"{limit(suite.ablation_data.max_train_examples)} train / "
-            f"{limit(suite.ablation_data.max_eval_examples)} test examples, "
-            f"{suite.ablation_data.max_length} tokens"
-        ),
+        "ablation_data": sample,
         "setup": {task: plan_summary(plan) for task, plan in suite.plans.items()},
         "truncation": {
             task: truncation.get(task) or measure_truncation(plan)
@@ -571,9 +529,8 @@ def suite_fields(
 
 
 class SuiteCall:
-    """One call of :func:`run_suite`: what the record held when it started, what it trains,
-    and the record it writes (:meth:`record`) after every teacher, search, student and
-    timing."""
+    """One call of :func:`run_suite`: what the record held when it started, what it trains, and the
+    record it writes (:meth:`record`)."""
 
     def __init__(
         self,
@@ -680,9 +637,8 @@ class SuiteCall:
         return self.runs[task]
 
     def taught_alike(self, row: StudentRow) -> bool:
-        """Whether a recorded student learnt from its task's teacher as it is now: the weights
-        the row recorded (a row that recorded none: unless the teacher was trained again to
-        other weights in this call)."""
+        """Whether a recorded student learnt from its task's teacher as it is now (a row that
+        recorded no weights: unless the teacher was trained again to other weights in this call)."""
         if "teacher" in row.model_fields_set and row.task in self.runs:
             return row.teacher == (self.teachers[row.task].weights or None)
         return row.task not in self.retaught
@@ -696,7 +652,7 @@ class SuiteCall:
     def finished(self, index: int, result: Scored) -> None:
         """A student finished: its row (and its test set's ids and labels, once)."""
         experiment = self.todo[index]
-        test_set = test_set_key(self.suite.plan_of(experiment).data)
+        test_set = fingerprint(data_settings(self.suite.plan_of(experiment).data))
         if test_set not in self.test_sets:
             predicted = Run(self.out / result.run).predictions()["test"]
             self.test_sets[test_set] = Sample(uids=predicted.uids, labels=compact(predicted.labels))
@@ -721,8 +677,7 @@ class SuiteCall:
         self.save()
 
     def plan_students(self) -> None:
-        """The students under the chosen weights: those recorded kept, the rest to train
-        (with their teachers)."""
+        """The students under the chosen weights: those recorded kept, the rest to train."""
         suite, recorded = self.suite, self.recorded
         chosen = {m: from_dict(ObjectiveConfig, r.objective) for m, r in self.tuning.items()}
         self.todo = todo = experiments(suite, chosen)
@@ -737,20 +692,18 @@ class SuiteCall:
         for task in dict.fromkeys(todo[i].task for i in self.mine if i not in found):
             self.teacher_run(task)  # the teachers of what is left to train
         self.scored.update({i: row for i, row in found.items() if self.taught_alike(row)})
-        self.calls.update(
-            {
-                i: (self.out, self.runs[todo[i].task], suite.plan_of(todo[i]), todo[i], keys[i])
-                for i in self.mine
-                if i not in self.scored
-            }
-        )
+        self.calls |= {
+            i: (self.out, self.runs[todo[i].task], suite.plan_of(todo[i]), todo[i], keys[i])
+            for i in self.mine
+            if i not in self.scored
+        }
         for task in dict.fromkeys(todo[i].task for i in self.mine):  # a task with nothing
             if task not in self.teachers:  # left to train keeps its recorded teacher
                 self.teacher_run(task)
 
     def time_students(self) -> None:
-        """Time each task's first-seed students beside their teacher where the record lacks
-        that timing (or timed other students) and their folders are here."""
+        """Time each task's first-seed students beside their teacher where the record lacks that
+        timing and their folders are here."""
         suite = self.suite
         if suite.speed_examples is None:
             return
@@ -779,13 +732,11 @@ class SuiteCall:
     def run(self) -> SuiteRecord:
         """Search, train, score and time what the record lacks; the final record."""
         try:
-            self.searches.update(
-                {
-                    index: (self.out, self.teacher_run(self.suite.ablation_task), self.suite, m)
-                    for index, m in enumerate(self.methods)
-                    if m not in self.tuning
-                }
-            )
+            self.searches |= {
+                index: (self.out, self.teacher_run(self.suite.ablation_task), self.suite, m)
+                for index, m in enumerate(self.methods)
+                if m not in self.tuning
+            }
             _parallel(choose_weights, self.searches, self.jobs, self.tuned)
             self.plan_students()
             if not self.calls:
@@ -807,14 +758,9 @@ def run_suite(
     jobs: int = 1,
     shard: Shard | None = None,
 ) -> SuiteRecord:
-    """Train what the record in ``<out>/results.json`` lacks: the weights chosen on dev, then
-    every student (teachers only for tasks with something left to train), scoring each on the test
-    split; rows already recorded under the same identity are kept as they are. With ``jobs`` > 1
-    searches and students run in that many processes. ``shard``: only that part of the students
-    (:class:`~kd.experiments.reproduce.suite.Shard`), with the searches and teachers they need (each
-    seeded as in the whole suite, so every shard trains the same ones). Then each task whose
-    first-seed students are all recorded gets them timed beside its teacher
-    (:meth:`SuiteCall.time_students`) unless the record holds that timing. The record is rewritten
-    after every teacher, search, student and timing, and when the call is interrupted, with this
-    call's wall clock (:class:`SuiteCall`)."""
+    """Train what ``<out>/results.json`` lacks: the weights chosen on dev, then every student (and
+    the teachers they need), scored on the test split, in ``jobs`` processes; ``shard``: only that
+    part (:class:`~kd.experiments.reproduce.suite.Shard`); then the timings
+    (:meth:`SuiteCall.time_students`). The record is rewritten after every step and when
+    interrupted."""
     return SuiteCall(out, suite, announce, jobs, shard).run()

@@ -2,10 +2,9 @@
 (:class:`Experiment`), which weights are chosen on dev first, and the two suites the CLI offers
 (:data:`DEFAULT`, :data:`FULL`).
 
-An experiment's :func:`identity` is what makes its row in ``results.json`` its record: its task,
-group, name and seed, and a fingerprint of every setting that changes the student (data,
-teacher, student, objective, optimisation) but of no path, so a suite folder can move or be
-cloned without its run folders and still count its finished students as done.
+An experiment's :func:`identity` keys its row in ``results.json``: its task, group, name and seed,
+and a fingerprint of every setting that changes the student but of no path, so a suite folder can
+move or be cloned without its run folders and still count its finished students as done.
 """
 
 from __future__ import annotations
@@ -38,14 +37,8 @@ TUNED_PARAMETERS: dict[str, tuple[str, ...]] = {
 }
 
 
-def registered_sweeps() -> list[Sweep]:
-    """The sweeps the registered presets declare."""
-    return [a for preset in PRESETS.values() for a in preset.ablations if isinstance(a, Sweep)]
-
-
 def ablated_methods() -> list[str]:
-    """The registered presets that declare ablations (their full methods are the ablations'
-    reference)."""
+    """The registered presets that declare ablations (the ablations' references)."""
     return [name for name, preset in PRESETS.items() if preset.ablations]
 
 
@@ -154,11 +147,9 @@ class Suite:
 
     def with_students(self, entries: Sequence[dict]) -> Suite:
         """The same suite with more students (``--students FILE``), each entry a mapping of
-        ``name``, ``task``, ``objective`` (:class:`ObjectiveConfig` settings) and optionally
-        ``group`` (default ``"extra"``), ``sample`` (``"main"``, the default, or
-        ``"ablation"``: the data it trains on), ``seeds`` (default: the task's) and
-        ``student`` (:class:`StudentConfig` settings that differ); every problem is a one-line
-        error, found before anything is trained."""
+        ``name``, ``task``, ``objective`` and optionally ``group`` (default ``"extra"``), ``sample``
+        (``"main"`` or ``"ablation"``), ``seeds`` (default: the task's) and ``student`` (settings
+        that differ); every problem is a one-line error, found before anything is trained."""
         students = []
         for number, entry in enumerate(entries, 1):
             where = f"student {number}"
@@ -194,16 +185,9 @@ class Suite:
                 raise WorkbenchError(
                     f"{where}: preset {objective.preset!r}; use one of {', '.join(PRESETS)}"
                 )
+            group = str(entry.get("group", "extra"))
             students += [
-                Experiment(
-                    task,
-                    name,
-                    str(entry.get("group", "extra")),
-                    objective,
-                    seed,
-                    student=dict(student),
-                    sample=sample,
-                )
+                Experiment(task, name, group, objective, seed, student=dict(student), sample=sample)
                 for seed in seeds
             ]
         taken = {(e.task, e.group, e.name) for e in experiments(self)}
@@ -219,9 +203,8 @@ class Suite:
         """The same suite with the main table trained over seeds ``1..count`` (``--seeds``):
         the rows of seeds already recorded keep their identities."""
         seeds = tuple(range(1, count + 1))
-        return replace(
-            self, plans={task: replace(plan, seeds=seeds) for task, plan in self.plans.items()}
-        )
+        plans = {task: replace(plan, seeds=seeds) for task, plan in self.plans.items()}
+        return replace(self, plans=plans)
 
 
 def fingerprint(values: dict) -> str:
@@ -250,6 +233,17 @@ def teacher_settings(plan: TaskPlan) -> dict:
     }
 
 
+def student_optim(plan: TaskPlan, seed: int, changes: dict | None = None) -> dict:
+    """The :class:`OptimConfig` settings a student of ``plan`` trains with (no threads)."""
+    return {
+        "epochs": plan.student_epochs,
+        "batch_size": plan.batch_size,
+        "learning_rate": plan.student_learning_rate,
+        "seed": seed,
+        **(changes or {}),
+    }
+
+
 def identity(experiment: Experiment, plan: TaskPlan, teacher_plan: TaskPlan) -> str:
     """``task/group/name/seed@fingerprint``: the key of an experiment's row in
     ``results.json``; ``plan`` is the one it trains under, ``teacher_plan`` its teacher's."""
@@ -258,13 +252,7 @@ def identity(experiment: Experiment, plan: TaskPlan, teacher_plan: TaskPlan) -> 
         "data": data_settings(plan.data),
         "student": {"num_layers": plan.student_layers, **experiment.student},
         "objective": spelled(experiment.objective),
-        "optim": {
-            "epochs": plan.student_epochs,
-            "batch_size": plan.batch_size,
-            "learning_rate": plan.student_learning_rate,
-            "seed": experiment.seed,
-            **experiment.optim,
-        },
+        "optim": student_optim(plan, experiment.seed, experiment.optim),
         "explained_examples": plan.explained_examples,
     }
     return (
@@ -274,31 +262,28 @@ def identity(experiment: Experiment, plan: TaskPlan, teacher_plan: TaskPlan) -> 
 
 
 def suite_key(suite: Suite) -> str:
-    """A fingerprint of every setting of the suite: records of the same suite (its shards) have
-    the same key, records of any other suite (``--fixed``, ``--seeds``, …) another. A task
-    plan's sweeps are keyed as its own settings, each registered sweep's values under its key."""
+    """A fingerprint of every setting of the suite: records of the same suite (its shards) have the
+    same key, of any other suite (``--fixed``, ``--seeds``, …) another; each registered sweep's
+    values are keyed under its key."""
+    sweeps = [a for preset in PRESETS.values() for a in preset.ablations if isinstance(a, Sweep)]
     settings = asdict(suite)
     for task, plan in suite.plans.items():
         del settings["plans"][task]["sweeps"]
-        settings["plans"][task].update(
-            {sweep.key: plan.sweep_values(sweep) for sweep in registered_sweeps()}
-        )
+        settings["plans"][task].update({sweep.key: plan.sweep_values(sweep) for sweep in sweeps})
     return fingerprint(settings)
 
 
 @dataclass(frozen=True)
 class Shard:
-    """The ``index``-th (from 1) of ``count`` disjoint parts of a suite's students
-    (``kdw reproduce --shard I/N``): every ``count``-th experiment of :func:`experiments`' list,
-    from the ``index``-th on, so that every machine computes the same split."""
+    """The ``index``-th (from 1) of ``count`` disjoint parts of a suite's students (``--shard
+    I/N``): every ``count``-th experiment of :func:`experiments`' list from the ``index``-th on."""
 
     index: int
     count: int
 
     @classmethod
     def parse(cls, text: str) -> Shard:
-        """``"2/4"`` → ``Shard(2, 4)``; anything else (not I/N with 1 ≤ I ≤ N) a one-line
-        error."""
+        """``"2/4"`` → ``Shard(2, 4)``; anything else a one-line error."""
         index, slash, count = text.partition("/")
         if not (slash and index.strip().isdigit() and count.strip().isdigit()):
             raise WorkbenchError(f"--shard {text!r}: write I/N, e.g. 2/4 (the 2nd of 4 parts)")
@@ -316,44 +301,36 @@ class Shard:
 
 
 def ablations(task: str, plan: TaskPlan, seeds: Sequence[int]) -> list[Experiment]:
-    """The ablations the registered presets declare (:class:`~kd.methods.objective.Ablation`,
-    :class:`~kd.methods.objective.Sweep`), each derived from its preset's objective: the sweeps
-    first (an interrupted suite then still has its figures), then the other variants, in the order
-    of registration."""
-    rows: list[tuple[str, str, ObjectiveConfig, float | None]] = []
-    variants: list[tuple[str, str, ObjectiveConfig, float | None]] = []
+    """The ablations the registered presets declare, each derived from its preset's objective: the
+    sweeps first (an interrupted suite then still has its figures), then the other variants."""
+    sweeps: list[Experiment] = []
+    variants: list[Experiment] = []
     for method, preset in PRESETS.items():
         base = ObjectiveConfig(preset=method)
         for entry in preset.ablations:
-            if isinstance(entry, Sweep):
-                rows += [
-                    (
-                        f"{method} {entry.label}={value}",
-                        entry.group,
-                        base.with_settings(**{entry.setting: value}),
-                        float(value),
-                    )
-                    for value in plan.sweep_values(entry)
+            if not isinstance(entry, Sweep):
+                variant = ablated(base, entry)
+                variants += [
+                    Experiment(task, f"{method} {entry.name}", entry.group, variant, s)
+                    for s in seeds
                 ]
-            else:
-                variants.append((f"{method} {entry.name}", entry.group, ablated(base, entry), None))
-    return [
-        Experiment(task, name, group, objective, seed, sweep)
-        for name, group, objective, sweep in rows + variants
-        for seed in seeds
-    ]
+                continue
+            for value in plan.sweep_values(entry):
+                name, swept = f"{method} {entry.label}={value}", float(value)
+                objective = base.with_settings(**{entry.setting: value})
+                sweeps += [Experiment(task, name, entry.group, objective, s, swept) for s in seeds]
+    return sweeps + variants
 
 
 def experiments(suite: Suite, chosen: dict[str, ObjectiveConfig] | None = None) -> list[Experiment]:
-    """The main table (every task, method and seed; a method's objective as ``chosen`` on dev
-    where it was tuned, else its preset) and the ablations (at the presets' defaults), grouped
-    by teacher: the ablation task's main table, its ablations, then the other tasks' main
-    tables, so that a call stopped part-way leaves the next call (on a machine without the run
-    folders) fewer teachers to train again."""
+    """The main table (every task, method and seed; a method's objective as ``chosen`` on dev where
+    it was tuned) and the ablations (at the presets' defaults): the ablation task's main table, its
+    ablations, then the other tasks', so that a call stopped part-way leaves the next fewer teachers
+    to train again."""
     chosen = chosen or {}
     tasks = [suite.ablation_task, *(task for task in suite.plans if task != suite.ablation_task)]
     objectives = {m: chosen.get(m, ObjectiveConfig(preset=m)) for m in suite.methods}
-    rows = [(m, objective) for m, objective in objectives.items()]
+    rows = list(objectives.items())
     if suite.controls:  # each method without its own terms, on the same data and seeds
         rows += [
             (m + CONTROL, control(objective))
