@@ -46,12 +46,9 @@ def unit_counts(batch: dict[str, Tensor]) -> Tensor:
     """``[2]`` float64: the examples and real tokens of a (micro-)batch (``attention_mask``
     ``[B, L]``); across tokenizers (``word_ids`` ``[B, L]``) the shared words instead, over
     which the per-token terms then compare."""
-    mask = batch["attention_mask"]
-    if "word_ids" in batch:
-        units = float((batch["word_ids"].max(1).values + 1).sum())
-    else:
-        units = float(mask.sum())
-    return torch.tensor([mask.shape[0], units], dtype=torch.float64)
+    mask, words = batch["attention_mask"], batch.get("word_ids")
+    units = mask.sum() if words is None else (words.max(1).values + 1).sum()
+    return torch.tensor([mask.shape[0], float(units)], dtype=torch.float64)
 
 
 def unit_index(unit: str) -> int:
@@ -77,32 +74,23 @@ def world() -> World:
     return World()
 
 
-def launched_size() -> int:
-    """The number of processes the launcher (``torchrun``) started, from ``WORLD_SIZE``."""
+def start(device_name: str, batch_size: int, accumulation_steps: int) -> torch.device:
+    """Check the batch against the launch (``WORLD_SIZE`` processes, each taking ``batch_size /
+    processes`` examples of a step in ``accumulation_steps`` micro-batches: both must divide
+    evenly), join the process group the launcher described (gloo on CPU, NCCL on CUDA, one GPU
+    per local rank) and return this process's device."""
     try:
-        return int(os.environ.get("WORLD_SIZE", "1"))
+        size = int(os.environ.get("WORLD_SIZE", "1"))
     except ValueError:
         raise WorkbenchError(
             f"WORLD_SIZE={os.environ['WORLD_SIZE']!r} is not a number of processes"
         ) from None
-
-
-def check_batch(batch_size: int, accumulation_steps: int, processes: int) -> None:
-    """Each process takes ``batch_size / processes`` examples of a step, in
-    ``accumulation_steps`` micro-batches: both must divide evenly."""
-    parts = processes * accumulation_steps
+    parts = size * accumulation_steps
     if batch_size % parts:
         raise WorkbenchError(
-            f"--batch-size {batch_size} does not split into {processes} process(es) × "
+            f"--batch-size {batch_size} does not split into {size} process(es) × "
             f"{accumulation_steps} accumulation step(s): choose a batch size divisible by {parts}"
         )
-
-
-def start(device_name: str, batch_size: int, accumulation_steps: int) -> torch.device:
-    """Check the batch against the launch, join the process group the launcher described (gloo
-    on CPU, NCCL on CUDA, one GPU per local rank) and return this process's device."""
-    size = launched_size()
-    check_batch(batch_size, accumulation_steps, size)
     device = resolve_device(device_name)
     if size == 1:
         return device
