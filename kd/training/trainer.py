@@ -181,12 +181,7 @@ def _weights_misfit(saved: dict[str, Tensor], model: PreTrainedModel) -> str | N
     own = model.state_dict()
     missing = [name for name in own if name not in saved]
     unexpected = [name for name in saved if name not in own]
-    reshaped = [
-        name
-        for name in own
-        if name in saved
-        and (not isinstance(saved[name], Tensor) or saved[name].shape != own[name].shape)
-    ]
+    reshaped = [n for n in own if n in saved and getattr(saved[n], "shape", None) != own[n].shape]
     parts = [
         f"{len(names)} {what} (first {names[0]})"
         for names, what in (
@@ -237,16 +232,10 @@ def _resume(run: Run, saved: dict, job: TrainingJob, states: tuple, world) -> No
 
 def _micro_batches(job: TrainingJob, chunk: list[int], world: distributed.World) -> list[dict]:
     """This process's shard of the global batch ``chunk``, as the micro-batches it runs."""
-    local = distributed.shard(chunk, world.size, world.rank)
-    parts = [
-        distributed.shard(local, job.optim.accumulation_steps, i)
-        for i in range(job.optim.accumulation_steps)
-    ]
-    return [
-        to_device(collate([job.train_set[i] for i in part], job.pad_token_id), job.device)
-        for part in parts
-        if part
-    ]
+    local, steps = distributed.shard(chunk, world.size, world.rank), job.optim.accumulation_steps
+    parts = [part for i in range(steps) if (part := distributed.shard(local, steps, i))]
+    rows = [[job.train_set[i] for i in part] for part in parts]
+    return [to_device(collate(r, job.pad_token_id), job.device) for r in rows]
 
 
 def _accumulate_gradients(
@@ -338,7 +327,6 @@ def train(job: TrainingJob) -> dict[str, float]:
     clock = time.perf_counter()
 
     def tick() -> None:
-        """Add the seconds since the last tick to ``seconds``."""
         nonlocal clock, seconds
         now = time.perf_counter()
         seconds += now - clock
@@ -445,15 +433,12 @@ def train(job: TrainingJob) -> dict[str, float]:
             whole = torch.cat([distributed.flat_gradient(p) for p in parameters]).double()
             if world.main:
                 record(step, "train", gradient_summary(flat, summary, whole))
-        values_out = {**terms, "loss": sum(summary.values())}
-        if optim.max_grad_norm > 0:
-            norm = torch.nn.utils.clip_grad_norm_(parameters, optim.max_grad_norm)
-        else:
-            norm = torch.nn.utils.get_total_norm([p.grad for p in parameters if p.grad is not None])
-        values_out["grad_norm"] = float(norm)
-        if not math.isfinite(values_out["grad_norm"]) and not scaler.is_enabled():
+        # an infinite clipping norm (--max-grad-norm 0) scales the gradient by exactly 1
+        norm = float(torch.nn.utils.clip_grad_norm_(parameters, optim.max_grad_norm or math.inf))
+        values_out = {**terms, "loss": sum(summary.values()), "grad_norm": norm}
+        if not math.isfinite(norm) and not scaler.is_enabled():
             # (fp16's scaler skips a step whose scaled gradient overflowed, and scales down)
-            raise diverged(step, [f"the gradient norm is {values_out['grad_norm']}"])
+            raise diverged(step, [f"the gradient norm is {norm}"])
         scaler.step(optimizer)
         scaler.update()
         if problems := _non_finite_weights(named):
@@ -492,6 +477,5 @@ def train(job: TrainingJob) -> dict[str, float]:
             return {}
     progress.close()
     distributed.barrier()  # rank 0 has written the best model
-    best = load_file(str(run.model_dir / "model.safetensors"), device=str(device))
-    model.load_state_dict(best)
+    model.load_state_dict(load_file(str(run.model_dir / "model.safetensors"), device=str(device)))
     return {"best_step": state["best_step"], metric: state["best"]}
