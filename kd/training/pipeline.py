@@ -284,15 +284,6 @@ def build_student(
     """The student a :class:`StudentConfig` describes, with its tokenizer: cut from the teacher
     or random (the teacher's tokenizer), or another checkpoint (its own tokenizer, which may
     differ from the teacher's: :func:`check_tokens`)."""
-    if config.init == "cut":
-        layers = select_layers(layer_count(teacher.model), config.num_layers, config.layers)
-        student = cut_student(teacher.model, layers, config.freeze_embeddings, _note)
-        return student, teacher.tokenizer
-    if config.init == "random":
-        student = random_student(
-            teacher.model.config, config.num_layers, config.hidden_size, config.num_heads
-        )
-        return student, teacher.tokenizer
     if config.init == "pretrained":
         if not config.pretrained:
             raise WorkbenchError("--init pretrained needs --pretrained (hub id or directory)")
@@ -300,7 +291,16 @@ def build_student(
         student = load_classifier(config.pretrained, teacher.spec, notify=_note)
         check_pad(student, config.pretrained)
         return student, tokenizer
-    raise WorkbenchError(f"unknown student init {config.init!r}: use cut, pretrained or random")
+    if config.init == "cut":
+        layers = select_layers(layer_count(teacher.model), config.num_layers, config.layers)
+        student = cut_student(teacher.model, layers, config.freeze_embeddings, _note)
+    elif config.init == "random":
+        student = random_student(
+            teacher.model.config, config.num_layers, config.hidden_size, config.num_heads
+        )
+    else:
+        raise WorkbenchError(f"unknown student init {config.init!r}: use cut, pretrained or random")
+    return student, teacher.tokenizer
 
 
 def check_tokens(
@@ -321,28 +321,6 @@ def check_tokens(
             "(on_words): choose a student with the teacher's tokenizer, or terms that compare "
             "words or whole examples"
         )
-
-
-def share_train_words(
-    data: TaskData,
-    objective: Objective,
-    teacher: tuple[EncodedSplit, PreTrainedTokenizerBase],
-    student: tuple[EncodedSplit, PreTrainedTokenizerBase],
-    max_length: int,
-) -> dict:
-    """Give the train split's two encodings the words they share (their ``word_ids``), say how
-    many words were left out of both sides, and return the record of it for the manifest (with
-    how each per-token term compares on words)."""
-    words, dropped = share_words(data.splits["train"], teacher, student, max_length)
-    _note(
-        f"teacher and student read the text through different tokenizers: the per-token terms "
-        f"compare on the {words} words both tokenisations share; {dropped} words that one side "
-        "lacks (characters it drops, text past its truncation) are left out of both"
-    )
-    return {
-        "train": {"words": words, "left_out": dropped},
-        "aggregation": objective.word_aggregation(),
-    }
 
 
 def _note(text: str) -> None:
@@ -381,20 +359,6 @@ def check_teacher(source: str, allow: bool, remedy: str = ALLOW_UNFINISHED) -> N
         f"the teacher {source} has not finished training ({state['state']}): distilling "
         f"from {snapshot}"
     )
-
-
-def load_teacher(config: StudentConfig, data_config: DataConfig) -> tuple[LoadedModel, TaskData]:
-    """The teacher ``config.teacher`` names, and the task's data: a run folder trained on the
-    task, or a classifier the workbench did not train, matched to the task's classes
-    (``config.label_map``) and used as it is (nothing is fine-tuned). A run folder that has
-    not finished is refused unless ``config.allow_unfinished`` (:func:`check_teacher`)."""
-    if not config.teacher:
-        raise WorkbenchError(
-            "distill needs --teacher: a run folder from train-teacher, a sequence classifier's "
-            "folder or a hub id"
-        )
-    check_teacher(config.teacher, config.allow_unfinished)
-    return load_for_task(config.teacher, data_config, config.label_map, _note)
 
 
 def teacher_caches(
@@ -470,8 +434,18 @@ def prepare_distillation(
     the lengths they read, the layers, classes and dimensions the methods ask for, the tokenizers —
     in one place that writes nothing: :func:`distill` calls it before it creates the run folder,
     :func:`kd.experiments.tune.tune` before it creates the study's. ``seed`` initialises a random
-    student."""
-    teacher, data = load_teacher(student_config, data_config)
+    student. The teacher is a run folder trained on the task (refused unfinished unless
+    ``allow_unfinished``: :func:`check_teacher`), or a classifier the workbench did not train,
+    matched to the task's classes (``label_map``) and used as it is."""
+    if not student_config.teacher:
+        raise WorkbenchError(
+            "distill needs --teacher: a run folder from train-teacher, a sequence classifier's "
+            "folder or a hub id"
+        )
+    check_teacher(student_config.teacher, student_config.allow_unfinished)
+    teacher, data = load_for_task(
+        student_config.teacher, data_config, student_config.label_map, _note
+    )
     teacher.model.requires_grad_(False)  # frozen: its gradients w.r.t. inputs need no weights
     set_seed(seed)
     student, tokenizer = build_student(teacher, student_config)
@@ -524,27 +498,33 @@ def distill(
         student=student_config,
         objective=objective_config,
     )
-    pinned = teacher_pin(student_config.teacher)
-    if pinned is not None:
+    if (pinned := teacher_pin(student_config.teacher)) is not None:
         record[RESOLVED]["teacher"] = pinned.model_dump()
     manifest = _manifest(data, data_config, optim)
-    teacher_state = unfinished_teacher(student_config.teacher)
-    if teacher_state is not None:  # what the student learnt from (--allow-unfinished)
-        manifest["unfinished_teacher"] = teacher_state
+    if (state := unfinished_teacher(student_config.teacher)) is not None:  # --allow-unfinished
+        manifest["unfinished_teacher"] = state  # what the student learnt from
     encoded = _encode_all(data, tokenizer, data_config.max_length)
     # the teacher reads, and its cache is keyed by, its own tokenisation
     teacher_encoded = (
         encoded if same_tokens else _encode_all(data, teacher.tokenizer, data_config.max_length)
     )
     on_words = not same_tokens and bool(objective.per_token_terms())
-    if on_words:
-        manifest["word_alignment"] = share_train_words(
-            data,
-            objective,
+    if on_words:  # the train split's two encodings get the words they share (``word_ids``)
+        words, dropped = share_words(
+            data.splits["train"],
             (teacher_encoded["train"], teacher.tokenizer),
             (encoded["train"], tokenizer),
             data_config.max_length,
         )
+        _note(
+            "teacher and student read the text through different tokenizers: the per-token "
+            f"terms compare on the {words} words both tokenisations share; {dropped} words that "
+            "one side lacks (characters it drops, text past its truncation) are left out of both"
+        )
+        manifest["word_alignment"] = {
+            "train": {"words": words, "left_out": dropped},
+            "aggregation": objective.word_aggregation(),
+        }
     with distributed.run_folder(run_dir, record, manifest) as run:
         status = run.status()
         if status.state == "finished":
