@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from kd.training.diagnostics import summarise
-from kd.training.pipeline import teacher_pin
+from kd.training.pipeline import _note, teacher_pin
 from workbench.analysis.evaluation import evaluate_logits, predict_logits
 from workbench.core.config import DataConfig, StudentConfig, config_key, parse_label_map
 from workbench.core.data import encode, pad_id
@@ -16,17 +15,12 @@ from workbench.core.models import is_run, layer_count, load_for_task, load_model
 from workbench.core.runs import Run, RunRecord, teacher_change
 
 
-def _say(text: str) -> None:
-    print(f"note: {text}", file=sys.stderr)
-
-
 def term_summary(records: Sequence[dict]) -> dict[str, str]:
     """ "What dominates this objective", from a run's logged diagnostics: each term's share of
     the gradient and weighted value at the first and last logged step, e.g.
     ``{"grad share, start": "attr 94% · kd 5% · ce 1%", ...}`` (empty if none were logged)."""
-    summary = summarise(records)
     row = {}
-    for moment, record in summary.items():
+    for moment, record in summarise(records).items():
         for prefix, label, form in (
             ("grad_share/", "grad share", "{:.0%}"),
             ("value/", "weighted value", "{:.3g}"),
@@ -78,7 +72,7 @@ def evaluate_runs(
     def once(text: str) -> None:  # runs of one task: their data's notes said once
         if text not in said:
             said.add(text)
-            (notify or _say)(text)
+            (notify or _note)(text)
 
     for path in paths:
         given = data
