@@ -194,9 +194,9 @@ def _weights_misfit(saved: dict[str, Tensor], model: PreTrainedModel) -> str | N
     return "; ".join(parts) or None
 
 
-def _resume(run: Run, saved: dict, job: TrainingJob, states: tuple, world) -> None:
+def _resume(run: Run, saved: dict, job: TrainingJob, stateful: dict, world) -> None:
     """Restore the model and the objective's modules, the optimizer, scheduler and scaler
-    (``states``) and this process's RNG from a checkpoint read by :meth:`Run.load_checkpoint`;
+    (``stateful``) and this process's RNG from a checkpoint read by :meth:`Run.load_checkpoint`;
     one written by another run (other weights) or of another version is a one-line error naming
     the file."""
     remedy = (
@@ -208,7 +208,6 @@ def _resume(run: Run, saved: dict, job: TrainingJob, states: tuple, world) -> No
             f"{run.checkpoint} does not hold this run's model ({misfit}): it comes from "
             f"another run: {remedy}"
         )
-    optimizer, scheduler, scaler = states
     try:
         if len(saved["rng"]) != world.size:  # one state per process
             raise WorkbenchError(
@@ -216,11 +215,8 @@ def _resume(run: Run, saved: dict, job: TrainingJob, states: tuple, world) -> No
                 f"with torchrun --nproc_per_node {len(saved['rng'])}, not {world.size}"
             )
         _restore_rng(saved["rng"][world.rank])
-        job.model.load_state_dict(saved["model"])
-        job.modules.load_state_dict(saved["objective"])
-        optimizer.load_state_dict(saved["optimizer"])
-        scheduler.load_state_dict(saved["scheduler"])
-        scaler.load_state_dict(saved.get("scaler", {}))
+        for name, part in stateful.items():  # a checkpoint of before the scaler lacks it
+            part.load_state_dict(saved.get(name, {}) if name == "scaler" else saved[name])
     except WorkbenchError as error:
         raise WorkbenchError(f"{run.checkpoint}: {error}") from None
     except (RuntimeError, ValueError, KeyError, TypeError, IndexError, AttributeError) as error:
@@ -290,10 +286,8 @@ def logged_terms(names: list[str], step: int, total: int, every: int) -> list[st
 
 def train(job: TrainingJob) -> dict[str, float]:
     """Train until the configured number of steps (resuming if the run has a checkpoint) and
-    return the dev metrics of the best model, which ends in ``run/model``.
-
-    On several processes every one calls this: each runs its shard of every batch, and rank 0
-    alone evaluates and writes the run's files."""
+    return the dev metrics of the best model, which ends in ``run/model``; under ``torchrun``,
+    every process calls it (:mod:`kd.training.distributed`)."""
     optim, run, model = job.optim, job.run, job.model
     world = distributed.world()
     device = torch.device(job.device)
@@ -310,18 +304,23 @@ def train(job: TrainingJob) -> dict[str, float]:
     scheduler = get_linear_schedule_with_warmup(optimizer, int(total * optim.warmup_ratio), total)
     scaler = torch.amp.GradScaler(device.type, enabled=optim.precision == "fp16")
     parameters = [p for _, p in named]
+    stateful = {  # what a checkpoint holds the state of, under these names
+        "model": model,
+        "objective": job.modules,
+        "optimizer": optimizer,
+        "scheduler": scheduler,
+        "scaler": scaler,
+    }
     state = {"step": 0, "best": None, "best_step": None}
     # of training (evaluations on dev included), summed over the processes that resumed the run
     seconds = 0.0
-    model.to(device)
-    job.modules.to(device)
-    distributed.broadcast_parameters(model)
-    distributed.broadcast_parameters(job.modules)
+    for module in (model, job.modules):  # every process starts from rank 0's weights
+        distributed.broadcast_parameters(module.to(device))
     if world.size > 1:  # each process its own dropout stream
         set_seed(optim.seed + 1_000_003 * world.rank)
     if run.checkpoint.exists():
         saved = run.load_checkpoint(device)
-        _resume(run, saved, job, (optimizer, scheduler, scaler), world)
+        _resume(run, saved, job, stateful, world)
         state, seconds = saved["state"], saved["seconds"]
     checkpoint_step = state["step"]  # of the last checkpoint (0: none)
     clock = time.perf_counter()
@@ -368,20 +367,9 @@ def train(job: TrainingJob) -> dict[str, float]:
         tick()  # the checkpoint holds the seconds trained
         if not world.main:
             return
+        states = {name: part.state_dict() for name, part in stateful.items()}
         with atomic_path(run.checkpoint) as temporary:
-            torch.save(
-                {
-                    "model": model.state_dict(),
-                    "objective": job.modules.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict(),
-                    "scaler": scaler.state_dict(),
-                    "rng": rng,
-                    "state": state,
-                    "seconds": seconds,
-                },
-                temporary,
-            )
+            torch.save({**states, "rng": rng, "state": state, "seconds": seconds}, temporary)
         set_status("running", state["step"])
 
     metric = main_metric(job.spec)
