@@ -9,12 +9,10 @@ an example or a real token (each term declares which:
 weights it by ``N_k^r / N_k`` (the global count comes from an all-reduce of the shards' counts),
 then runs an ordinary backward; ``Σ_r (N_k^r / N_k) ∇L_k^r = ∇L_k``, so after one all-reduce (SUM)
 of the parameter gradients every rank holds the gradient of the full batch, before clipping and the
-optimiser step. The backward is plain autograd on each rank, so the
-``autograd.grad(create_graph=True)`` of AD-KD and GKD inside the step needs nothing from DDP's
-reducer. Gradient accumulation is the same decomposition over micro-batches within a rank.
+optimiser step. Gradient accumulation is the same decomposition over micro-batches within a rank.
 
-Rank 0 alone evaluates and writes the run's files; what else is shared, and why not Hugging Face
-Accelerate: docs/distributed.md.
+Rank 0 alone evaluates and writes the run's files; what else is shared, and why neither DDP's
+reducer nor Hugging Face Accelerate: docs/distributed.md.
 """
 
 from __future__ import annotations
