@@ -63,8 +63,7 @@ def _check_uri(uri: str) -> None:
             user = f"{unquote(parsed.username)}:{unquote(parsed.password or '')}"
             request.add_header("Authorization", f"Basic {b64encode(user.encode()).decode()}")
         try:
-            with urllib.request.urlopen(request, timeout=REACH_TIMEOUT):
-                pass
+            urllib.request.urlopen(request, timeout=REACH_TIMEOUT).close()
         except urllib.error.HTTPError:
             return  # it answered
         except (urllib.error.URLError, OSError, ValueError) as error:
@@ -357,8 +356,7 @@ def tracked(config: TrackingConfig, run: Run, parent: str | None = None) -> Iter
         trackers.append(TensorBoardTracker(run))
     if "mlflow" in config.report_to:
         uri = store_uri(config, run.path.parent)
-        record = run.info().plain()
-        trackers.append(MlflowTracker(run.path, settings(record), uri, parent, run))
+        trackers.append(MlflowTracker(run.path, settings(run.info().plain()), uri, parent, run))
     tracker = Trackers(trackers)
     with _closing(tracker):
         yield tracker
