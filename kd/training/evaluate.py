@@ -56,16 +56,15 @@ def evaluate_runs(
     dedupe: bool = False,
 ) -> list[dict]:
     """One row per run or model: name, kind, method, layers, parameters, task metrics, and for
-    students label/probability loyalty to ``teacher`` (default: the run's own teacher); with
-    ``terms``, the objective's diagnostics at the start and end of training
-    (:func:`term_summary`). A model the workbench did not train is scored on ``data``'s task,
-    its classes matched by name (``label_map`` where they differ); a teacher given as such a
-    model likewise. With ``dedupe``, a run is scored on its own task with ``--dedupe``
-    (:class:`DataConfig`).
+    students label/probability loyalty to ``teacher`` (default: the run's own); with ``terms``, the
+    objective's diagnostics at the start and end of training (:func:`term_summary`). A model the
+    workbench did not train (and such a teacher) is scored on ``data``'s task, its classes matched
+    by name (``label_map`` where they differ). With ``dedupe``, a run is scored on its own task
+    with ``--dedupe`` (:class:`DataConfig`).
 
     A run that has not finished training (stopped, killed, diverged, still training) is scored
-    with its best dev model so far: ``notify`` hears it in one line, and its row's
-    ``unfinished`` says where it stands."""
+    with its best dev model so far: ``notify`` hears it in one line, and its row's ``unfinished``
+    says where it stands."""
     rows, teacher_logits = [], {}
     said: set[str] = set()
 
