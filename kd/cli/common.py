@@ -8,7 +8,7 @@ import argparse
 import json
 import sys
 import typing
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import suppress
 from dataclasses import fields
 from pathlib import Path
@@ -137,7 +137,7 @@ def check_local_models(args: argparse.Namespace) -> None:
             check_config_file(path)
 
 
-def train_and_report(args: argparse.Namespace, train, configs: Sequence[type]) -> None:
+def train_and_report(args: argparse.Namespace, train, configs: Iterable[type]) -> None:
     """Train into ``--run-dir`` with ``train`` (the pipeline's ``train_teacher`` or ``distill``)
     on the ``configs`` the options give, tracked as they say; print the results and the folder."""
     from kd.training.distributed import world
