@@ -6,12 +6,8 @@ Python API (:mod:`kd.training.pipeline`) and the app read the same settings. Pro
 end in one line on stderr and exit status 2; an interrupted training keeps its last checkpoint and
 resumes when the same command is run again.
 
-Each subcommand is a module of its own that declares its options and runs them (``kdw
-train-teacher`` is :mod:`kd.cli.train_teacher`); :mod:`kd.cli.common` holds what several of them
-share, and :mod:`kd.cli.commands` assembles the parser and runs ``main``.
-
-The names are imported when first asked for, so that importing the package loads nothing but
-itself."""
+Each subcommand is a module of its own (docs/architecture.md), assembled by :mod:`kd.cli.commands`.
+The names are imported when first asked for, so that importing the package loads only itself."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ import argparse
 import json
 import sys
 import typing
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import suppress
 from dataclasses import fields
 from pathlib import Path
@@ -21,6 +21,7 @@ from workbench.core.config import (
     ObjectiveConfig,
     OptimConfig,
     StudentConfig,
+    TrackingConfig,
     add_arguments,
     check_values,
     fill_help,
@@ -136,10 +137,17 @@ def check_local_models(args: argparse.Namespace) -> None:
             check_config_file(path)
 
 
-def print_results(path: Path) -> None:
+def train_and_report(args: argparse.Namespace, train, configs: Iterable[type]) -> None:
+    """Train into ``--run-dir`` with ``train`` (the pipeline's ``train_teacher`` or ``distill``)
+    on the ``configs`` the options give, tracked as they say; print the results and the folder."""
     from kd.training.distributed import world
     from workbench.core.runs import Run
 
+    path = train(
+        *(from_arguments(cls, args) for cls in configs),
+        args.run_dir,
+        tracking_config=from_arguments(TrackingConfig, args),
+    ).path
     if not world().main:  # under torchrun the first process reports for all
         return
     if results := Run.open(path).results():

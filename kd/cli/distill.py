@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from kd.cli.common import CONFIG_SECTIONS, print_results
-from workbench.core.config import TrackingConfig, add_arguments, from_arguments
+from kd.cli.common import CONFIG_SECTIONS, train_and_report
+from workbench.core.config import TrackingConfig, add_arguments
 
 
 def add(commands: argparse._SubParsersAction) -> None:
@@ -33,9 +33,4 @@ def add(commands: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> None:
     from kd.training.pipeline import distill
 
-    trained = distill(
-        *(from_arguments(cls, args) for cls in CONFIG_SECTIONS.values()),
-        args.run_dir,
-        tracking_config=from_arguments(TrackingConfig, args),
-    )
-    print_results(trained.path)
+    train_and_report(args, distill, CONFIG_SECTIONS.values())

@@ -33,12 +33,6 @@ def add(commands: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> None:
     from workbench.analysis.heatmap_export import export_runs
 
-    paths = export_runs(
-        args.runs,
-        args.out,
-        from_arguments(HeatmapSettings, args),
-        from_arguments(ExportSettings, args),
-        notify=note,
-        **text_sources(args),
-    )
+    settings = (from_arguments(cls, args) for cls in (HeatmapSettings, ExportSettings))
+    paths = export_runs(args.runs, args.out, *settings, notify=note, **text_sources(args))
     print("\n".join(str(path) for path in paths))

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import argparse
 
-from kd.cli.common import print_results
+from kd.cli.common import train_and_report
 from workbench.core.config import (
     DataConfig,
     OptimConfig,
     TeacherConfig,
     TrackingConfig,
     add_arguments,
-    from_arguments,
 )
 
 
@@ -32,9 +31,4 @@ def add(commands: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> None:
     from kd.training.pipeline import train_teacher
 
-    trained = train_teacher(
-        *(from_arguments(cls, args) for cls in (DataConfig, TeacherConfig, OptimConfig)),
-        args.run_dir,
-        tracking_config=from_arguments(TrackingConfig, args),
-    )
-    print_results(trained.path)
+    train_and_report(args, train_teacher, (DataConfig, TeacherConfig, OptimConfig))

@@ -35,17 +35,12 @@ def term_gradients(
     flat: dict[str, Tensor] = {}
     for name, weight in weights.items():
         weighted = weight * values[name]
-        grads = (
-            torch.autograd.grad(weighted, params, retain_graph=True, allow_unused=True)
+        grads = (  # zeros for the parameters the term does not reach
+            torch.autograd.grad(weighted, params, retain_graph=True, materialize_grads=True)
             if weighted.requires_grad
-            else [None] * len(params)
+            else [torch.zeros_like(p) for p in params]
         )
-        flat[name] = torch.cat(
-            [
-                (g if g is not None else torch.zeros_like(p)).detach().reshape(-1).double()
-                for g, p in zip(grads, params, strict=True)
-            ]
-        )
+        flat[name] = torch.cat([g.detach().reshape(-1).double() for g in grads])
     return flat
 
 

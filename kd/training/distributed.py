@@ -9,12 +9,10 @@ an example or a real token (each term declares which:
 weights it by ``N_k^r / N_k`` (the global count comes from an all-reduce of the shards' counts),
 then runs an ordinary backward; ``Σ_r (N_k^r / N_k) ∇L_k^r = ∇L_k``, so after one all-reduce (SUM)
 of the parameter gradients every rank holds the gradient of the full batch, before clipping and the
-optimiser step. The backward is plain autograd on each rank, so the
-``autograd.grad(create_graph=True)`` of AD-KD and GKD inside the step needs nothing from DDP's
-reducer. Gradient accumulation is the same decomposition over micro-batches within a rank.
+optimiser step. Gradient accumulation is the same decomposition over micro-batches within a rank.
 
-Rank 0 alone evaluates and writes the run's files; what else is shared, and why not Hugging Face
-Accelerate: docs/distributed.md.
+Rank 0 alone evaluates and writes the run's files; what else is shared, and why neither DDP's
+reducer nor Hugging Face Accelerate: docs/distributed.md.
 """
 
 from __future__ import annotations
@@ -46,12 +44,9 @@ def unit_counts(batch: dict[str, Tensor]) -> Tensor:
     """``[2]`` float64: the examples and real tokens of a (micro-)batch (``attention_mask``
     ``[B, L]``); across tokenizers (``word_ids`` ``[B, L]``) the shared words instead, over
     which the per-token terms then compare."""
-    mask = batch["attention_mask"]
-    if "word_ids" in batch:
-        units = float((batch["word_ids"].max(1).values + 1).sum())
-    else:
-        units = float(mask.sum())
-    return torch.tensor([mask.shape[0], units], dtype=torch.float64)
+    mask, words = batch["attention_mask"], batch.get("word_ids")
+    units = mask.sum() if words is None else (words.max(1).values + 1).sum()
+    return torch.tensor([mask.shape[0], float(units)], dtype=torch.float64)
 
 
 def unit_index(unit: str) -> int:
@@ -77,32 +72,23 @@ def world() -> World:
     return World()
 
 
-def launched_size() -> int:
-    """The number of processes the launcher (``torchrun``) started, from ``WORLD_SIZE``."""
+def start(device_name: str, batch_size: int, accumulation_steps: int) -> torch.device:
+    """Check the batch against the launch (``WORLD_SIZE`` processes, each taking ``batch_size /
+    processes`` examples of a step in ``accumulation_steps`` micro-batches: both must divide
+    evenly), join the process group the launcher described (gloo on CPU, NCCL on CUDA, one GPU
+    per local rank) and return this process's device."""
     try:
-        return int(os.environ.get("WORLD_SIZE", "1"))
+        size = int(os.environ.get("WORLD_SIZE", "1"))
     except ValueError:
         raise WorkbenchError(
             f"WORLD_SIZE={os.environ['WORLD_SIZE']!r} is not a number of processes"
         ) from None
-
-
-def check_batch(batch_size: int, accumulation_steps: int, processes: int) -> None:
-    """Each process takes ``batch_size / processes`` examples of a step, in
-    ``accumulation_steps`` micro-batches: both must divide evenly."""
-    parts = processes * accumulation_steps
+    parts = size * accumulation_steps
     if batch_size % parts:
         raise WorkbenchError(
-            f"--batch-size {batch_size} does not split into {processes} process(es) × "
+            f"--batch-size {batch_size} does not split into {size} process(es) × "
             f"{accumulation_steps} accumulation step(s): choose a batch size divisible by {parts}"
         )
-
-
-def start(device_name: str, batch_size: int, accumulation_steps: int) -> torch.device:
-    """Check the batch against the launch, join the process group the launcher described (gloo
-    on CPU, NCCL on CUDA, one GPU per local rank) and return this process's device."""
-    size = launched_size()
-    check_batch(batch_size, accumulation_steps, size)
     device = resolve_device(device_name)
     if size == 1:
         return device

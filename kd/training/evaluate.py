@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from kd.training.diagnostics import summarise
-from kd.training.pipeline import teacher_pin
+from kd.training.pipeline import _note, teacher_pin
 from workbench.analysis.evaluation import evaluate_logits, predict_logits
 from workbench.core.config import DataConfig, StudentConfig, config_key, parse_label_map
 from workbench.core.data import encode, pad_id
@@ -16,17 +15,12 @@ from workbench.core.models import is_run, layer_count, load_for_task, load_model
 from workbench.core.runs import Run, RunRecord, teacher_change
 
 
-def _say(text: str) -> None:
-    print(f"note: {text}", file=sys.stderr)
-
-
 def term_summary(records: Sequence[dict]) -> dict[str, str]:
     """ "What dominates this objective", from a run's logged diagnostics: each term's share of
     the gradient and weighted value at the first and last logged step, e.g.
     ``{"grad share, start": "attr 94% · kd 5% · ce 1%", ...}`` (empty if none were logged)."""
-    summary = summarise(records)
     row = {}
-    for moment, record in summary.items():
+    for moment, record in summarise(records).items():
         for prefix, label, form in (
             ("grad_share/", "grad share", "{:.0%}"),
             ("value/", "weighted value", "{:.3g}"),
@@ -62,23 +56,22 @@ def evaluate_runs(
     dedupe: bool = False,
 ) -> list[dict]:
     """One row per run or model: name, kind, method, layers, parameters, task metrics, and for
-    students label/probability loyalty to ``teacher`` (default: the run's own teacher); with
-    ``terms``, the objective's diagnostics at the start and end of training
-    (:func:`term_summary`). A model the workbench did not train is scored on ``data``'s task,
-    its classes matched by name (``label_map`` where they differ); a teacher given as such a
-    model likewise. With ``dedupe``, a run is scored on its own task with ``--dedupe``
-    (:class:`DataConfig`).
+    students label/probability loyalty to ``teacher`` (default: the run's own); with ``terms``, the
+    objective's diagnostics at the start and end of training (:func:`term_summary`). A model the
+    workbench did not train (and such a teacher) is scored on ``data``'s task, its classes matched
+    by name (``label_map`` where they differ). With ``dedupe``, a run is scored on its own task
+    with ``--dedupe`` (:class:`DataConfig`).
 
     A run that has not finished training (stopped, killed, diverged, still training) is scored
-    with its best dev model so far: ``notify`` hears it in one line, and its row's
-    ``unfinished`` says where it stands."""
+    with its best dev model so far: ``notify`` hears it in one line, and its row's ``unfinished``
+    says where it stands."""
     rows, teacher_logits = [], {}
     said: set[str] = set()
 
     def once(text: str) -> None:  # runs of one task: their data's notes said once
         if text not in said:
             said.add(text)
-            (notify or _say)(text)
+            (notify or _note)(text)
 
     for path in paths:
         given = data

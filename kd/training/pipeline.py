@@ -78,9 +78,8 @@ from workbench.core.runs import (
 )
 from workbench.core.verify import model_digest
 
-# optimisation settings that do not define a run: where and on how many threads or processes it
-# executes, in how many micro-batches, and how often it logs diagnostics (a run started on a CPU
-# may resume on a GPU)
+# optimisation settings that do not define a run: where, on how many threads or processes and in
+# how many micro-batches it runs, how often it logs diagnostics (a CPU run may resume on a GPU)
 EXECUTION_SETTINGS = ("threads", "device", "log_every", "accumulation_steps")
 
 
@@ -127,11 +126,9 @@ def _manifest(data: TaskData, data_config: DataConfig, optim: OptimConfig) -> di
 def _record(
     kind: str, method: str, task: TaskData, resolved: Objective, optim: OptimConfig, **configs
 ) -> dict:
-    """``run.json``'s record: the run's kind, method, task and ``configs`` (``optim``'s settings
-    that define the run last: :data:`EXECUTION_SETTINGS` left out), and what they resolved to
-    (:data:`workbench.core.runs.RESOLVED`): the objective and the exact data split. A run is
-    described by it, never by today's preset table, and a run whose data changed since is refused
-    rather than resumed."""
+    """``run.json``'s record: kind, method, task, ``configs`` and ``optim`` less
+    :data:`EXECUTION_SETTINGS`, and what they resolved to (:data:`workbench.core.runs.RESOLVED`:
+    the objective, never today's preset table, and the data split: changed data is refused)."""
     from importlib import metadata
 
     configs = {name: to_dict(config) for name, config in configs.items()}
@@ -150,10 +147,9 @@ def _record(
 
 
 def teacher_pin(teacher: str) -> ResolvedTeacher | None:
-    """``run.json``'s record of the teacher a student learns from: the digests of its weights
-    and tokenizer files (:func:`~workbench.core.verify.model_digest`), so that a rerun or resume
-    against a teacher that changed since is refused, and an evaluation says so; none for a hub
-    id (its revision is the hub's)."""
+    """``run.json``'s record of a student's teacher: the digests of its weights and tokenizer files
+    (:func:`~workbench.core.verify.model_digest`), so that a rerun or resume against a changed
+    teacher is refused, and an evaluation says so; none for a hub id (its revision is the hub's)."""
     folder = Path(resolve_model(teacher))
     if not folder.is_dir():
         return None
@@ -199,22 +195,21 @@ def _finish(
     probability loyalty: what paired statistics need), and add the results to the model card;
     tell the job's tracker the results and the files that describe the run."""
     run, results, predictions = job.run, {}, {}
-    for split in ("dev", "test"):
-        if split in encoded:
-            logits = predict_logits(
-                job.model, encoded[split], job.optim.eval_batch_size, job.pad_token_id
-            )
-            reference = None if teacher_logits is None else teacher_logits.get(split)
-            labels = encoded[split].labels
-            results[split] = evaluate_logits(data.spec, logits, labels, reference)
-            predicted = logits.squeeze(-1) if data.spec.regression else logits.argmax(-1)
-            predictions[split] = {
-                "uids": data.splits[split].uids,
-                "labels": labels.tolist(),
-                "predictions": predicted.tolist(),
-            }
-            if reference is not None:  # a student: its loyalty per example
-                predictions[split] |= loyalty_per_example(reference, logits)
+    for split in [name for name in ("dev", "test") if name in encoded]:
+        logits = predict_logits(
+            job.model, encoded[split], job.optim.eval_batch_size, job.pad_token_id
+        )
+        reference = None if teacher_logits is None else teacher_logits.get(split)
+        labels = encoded[split].labels
+        results[split] = evaluate_logits(data.spec, logits, labels, reference)
+        predicted = logits.squeeze(-1) if data.spec.regression else logits.argmax(-1)
+        predictions[split] = {
+            "uids": data.splits[split].uids,
+            "labels": labels.tolist(),
+            "predictions": predicted.tolist(),
+        }
+        if reference is not None:  # a student: its loyalty per example
+            predictions[split] |= loyalty_per_example(reference, logits)
     atomic_write_json(run.path / "predictions.json", predictions)
     atomic_write_json(run.path / "results.json", results)
     atomic_write_text(run.model_dir / "README.md", model_card(run))
@@ -284,15 +279,6 @@ def build_student(
     """The student a :class:`StudentConfig` describes, with its tokenizer: cut from the teacher
     or random (the teacher's tokenizer), or another checkpoint (its own tokenizer, which may
     differ from the teacher's: :func:`check_tokens`)."""
-    if config.init == "cut":
-        layers = select_layers(layer_count(teacher.model), config.num_layers, config.layers)
-        student = cut_student(teacher.model, layers, config.freeze_embeddings, _note)
-        return student, teacher.tokenizer
-    if config.init == "random":
-        student = random_student(
-            teacher.model.config, config.num_layers, config.hidden_size, config.num_heads
-        )
-        return student, teacher.tokenizer
     if config.init == "pretrained":
         if not config.pretrained:
             raise WorkbenchError("--init pretrained needs --pretrained (hub id or directory)")
@@ -300,7 +286,16 @@ def build_student(
         student = load_classifier(config.pretrained, teacher.spec, notify=_note)
         check_pad(student, config.pretrained)
         return student, tokenizer
-    raise WorkbenchError(f"unknown student init {config.init!r}: use cut, pretrained or random")
+    if config.init == "cut":
+        layers = select_layers(layer_count(teacher.model), config.num_layers, config.layers)
+        student = cut_student(teacher.model, layers, config.freeze_embeddings, _note)
+    elif config.init == "random":
+        student = random_student(
+            teacher.model.config, config.num_layers, config.hidden_size, config.num_heads
+        )
+    else:
+        raise WorkbenchError(f"unknown student init {config.init!r}: use cut, pretrained or random")
+    return student, teacher.tokenizer
 
 
 def check_tokens(
@@ -321,28 +316,6 @@ def check_tokens(
             "(on_words): choose a student with the teacher's tokenizer, or terms that compare "
             "words or whole examples"
         )
-
-
-def share_train_words(
-    data: TaskData,
-    objective: Objective,
-    teacher: tuple[EncodedSplit, PreTrainedTokenizerBase],
-    student: tuple[EncodedSplit, PreTrainedTokenizerBase],
-    max_length: int,
-) -> dict:
-    """Give the train split's two encodings the words they share (their ``word_ids``), say how
-    many words were left out of both sides, and return the record of it for the manifest (with
-    how each per-token term compares on words)."""
-    words, dropped = share_words(data.splits["train"], teacher, student, max_length)
-    _note(
-        f"teacher and student read the text through different tokenizers: the per-token terms "
-        f"compare on the {words} words both tokenisations share; {dropped} words that one side "
-        "lacks (characters it drops, text past its truncation) are left out of both"
-    )
-    return {
-        "train": {"words": words, "left_out": dropped},
-        "aggregation": objective.word_aggregation(),
-    }
 
 
 def _note(text: str) -> None:
@@ -383,20 +356,6 @@ def check_teacher(source: str, allow: bool, remedy: str = ALLOW_UNFINISHED) -> N
     )
 
 
-def load_teacher(config: StudentConfig, data_config: DataConfig) -> tuple[LoadedModel, TaskData]:
-    """The teacher ``config.teacher`` names, and the task's data: a run folder trained on the
-    task, or a classifier the workbench did not train, matched to the task's classes
-    (``config.label_map``) and used as it is (nothing is fine-tuned). A run folder that has
-    not finished is refused unless ``config.allow_unfinished`` (:func:`check_teacher`)."""
-    if not config.teacher:
-        raise WorkbenchError(
-            "distill needs --teacher: a run folder from train-teacher, a sequence classifier's "
-            "folder or a hub id"
-        )
-    check_teacher(config.teacher, config.allow_unfinished)
-    return load_for_task(config.teacher, data_config, config.label_map, _note)
-
-
 def teacher_caches(
     teacher: LoadedModel,
     objective: Objective,
@@ -409,11 +368,9 @@ def teacher_caches(
     train_key: dict | None = None,
 ) -> dict[str, ExampleCache]:
     """What the frozen teacher says about every example, computed once per setting: the
-    objective's fields on train, logits on dev and test (for loyalty). ``on_progress`` hears
-    of each computed batch (:meth:`ExampleCache.compute`); ``train_key`` adds to the train
-    cache's key (the student's vocabulary, whose words the teacher's fields are then on).
-    Under ``torchrun`` each process computes a part of the examples, every process gathers the
-    parts, and rank 0 saves the file."""
+    objective's fields on train, logits on dev and test (for loyalty). ``on_progress`` hears of
+    each computed batch; ``train_key`` adds to the train cache's key (the student's vocabulary).
+    Under ``torchrun`` computed in parts, one per process (docs/distributed.md)."""
     world = distributed.world()
     base_key = {"teacher": fingerprint(teacher.model), "max_length": max_length}
     fingerprints = data.fingerprint()
@@ -466,12 +423,20 @@ def prepare_distillation(
     objective_config: ObjectiveConfig,
     seed: int,
 ) -> Distillation:
-    """Everything a distillation needs, and every check of the settings against the models —
-    the lengths they read, the layers, classes and dimensions the methods ask for, the tokenizers —
-    in one place that writes nothing: :func:`distill` calls it before it creates the run folder,
-    :func:`kd.experiments.tune.tune` before it creates the study's. ``seed`` initialises a random
-    student."""
-    teacher, data = load_teacher(student_config, data_config)
+    """Everything a distillation needs, every check of the settings against the models (lengths,
+    layers, classes and dimensions the methods ask for, tokenizers) done writing nothing, before
+    :func:`distill` or :func:`kd.experiments.tune.tune` creates its folder. ``seed`` initialises a
+    random student; the teacher is a run folder (unfinished: :func:`check_teacher`) or a classifier
+    matched to the task's classes (``label_map``) and used as it is."""
+    if not student_config.teacher:
+        raise WorkbenchError(
+            "distill needs --teacher: a run folder from train-teacher, a sequence classifier's "
+            "folder or a hub id"
+        )
+    check_teacher(student_config.teacher, student_config.allow_unfinished)
+    teacher, data = load_for_task(
+        student_config.teacher, data_config, student_config.label_map, _note
+    )
     teacher.model.requires_grad_(False)  # frozen: its gradients w.r.t. inputs need no weights
     set_seed(seed)
     student, tokenizer = build_student(teacher, student_config)
@@ -502,11 +467,10 @@ def distill(
     tracking_config: TrackingConfig | None = None,
     tracking_parent: str | None = None,
 ) -> Run:
-    """Distil a student from ``student_config.teacher`` into ``run_dir``. The teacher's
-    cache goes to ``cache_dir`` (default: the run's own folder); students of one teacher and data,
-    such as the trials of a search, may share one, since every file is keyed by the settings that
-    change it. The experiment trackers ``tracking_config`` asks for follow the training
-    (:mod:`kd.training.tracking`; in MLflow, as a nested run of the run ``tracking_parent``)."""
+    """Distil a student from ``student_config.teacher`` into ``run_dir``. The teacher's cache goes
+    to ``cache_dir`` (default: the run's folder), which students of one teacher and data (a search's
+    trials) may share: every file is keyed by its settings. ``tracking_config``'s trackers follow
+    the training (:mod:`kd.training.tracking`; in MLflow, a nested run of ``tracking_parent``)."""
     tracking_config = tracking_config or TrackingConfig()
     tracking.check(tracking_config)
     device = _configure(optim)
@@ -514,37 +478,35 @@ def distill(
     teacher, data, student, tokenizer = setup.teacher, setup.data, setup.student, setup.tokenizer
     objective, same_tokens = setup.objective, setup.same_tokens
     teacher.model.to(device)
-    record = _record(
-        "student",
-        objective_config.preset,
-        data,
-        objective,
-        optim,
-        data=data_config,
-        student=student_config,
-        objective=objective_config,
-    )
-    pinned = teacher_pin(student_config.teacher)
-    if pinned is not None:
+    configs = {"data": data_config, "student": student_config, "objective": objective_config}
+    record = _record("student", objective_config.preset, data, objective, optim, **configs)
+    if (pinned := teacher_pin(student_config.teacher)) is not None:
         record[RESOLVED]["teacher"] = pinned.model_dump()
     manifest = _manifest(data, data_config, optim)
-    teacher_state = unfinished_teacher(student_config.teacher)
-    if teacher_state is not None:  # what the student learnt from (--allow-unfinished)
-        manifest["unfinished_teacher"] = teacher_state
+    if (state := unfinished_teacher(student_config.teacher)) is not None:  # --allow-unfinished
+        manifest["unfinished_teacher"] = state  # what the student learnt from
     encoded = _encode_all(data, tokenizer, data_config.max_length)
     # the teacher reads, and its cache is keyed by, its own tokenisation
     teacher_encoded = (
         encoded if same_tokens else _encode_all(data, teacher.tokenizer, data_config.max_length)
     )
     on_words = not same_tokens and bool(objective.per_token_terms())
-    if on_words:
-        manifest["word_alignment"] = share_train_words(
-            data,
-            objective,
+    if on_words:  # the train split's two encodings get the words they share (``word_ids``)
+        words, dropped = share_words(
+            data.splits["train"],
             (teacher_encoded["train"], teacher.tokenizer),
             (encoded["train"], tokenizer),
             data_config.max_length,
         )
+        _note(
+            "teacher and student read the text through different tokenizers: the per-token "
+            f"terms compare on the {words} words both tokenisations share; {dropped} words that "
+            "one side lacks (characters it drops, text past its truncation) are left out of both"
+        )
+        manifest["word_alignment"] = {
+            "train": {"words": words, "left_out": dropped},
+            "aggregation": objective.word_aggregation(),
+        }
     with distributed.run_folder(run_dir, record, manifest) as run:
         status = run.status()
         if status.state == "finished":
@@ -613,13 +575,11 @@ def export_model(
     settings: OnnxSettings | None = None,
 ) -> Path:
     """Write a run's best model into ``out`` (a new or empty folder) as a self-contained Hugging
-    Face checkpoint: config with the task's label names, weights, tokenizer and model card. With
-    ``push_to_hub`` (a Hub repository id), also upload it through ``push_to_hub`` of
-    ``transformers``: it needs the network and a Hub login.
-
-    With ``onnx``, write an ONNX export instead, built and checked as ``settings`` say
-    (:func:`~workbench.analysis.deployment.export_onnx_folder`: float32, and int8 with
-    ``settings.quantize``), released only once each graph agrees with the PyTorch model on
+    Face checkpoint: config with the task's label names, weights, tokenizer and model card; with
+    ``push_to_hub`` (a Hub repository id), also upload it (``transformers``' ``push_to_hub``: it
+    needs the network and a Hub login). With ``onnx``, an ONNX export instead, built and checked as
+    ``settings`` say (:func:`~workbench.analysis.deployment.export_onnx_folder`: float32, and int8
+    with ``settings.quantize``), released only once each graph agrees with the PyTorch model on
     the run's test texts."""
     out = Path(out)
     settings = settings or OnnxSettings()

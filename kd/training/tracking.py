@@ -1,18 +1,7 @@
 """Experiment tracking: a training followed in TensorBoard or MLflow beside its run folder
-(docs/tracking.md says what is tracked, under which names, and where).
-
-``--report-to tensorboard,mlflow`` (:class:`~workbench.core.config.TrackingConfig`) sends each
-``metrics.jsonl`` record's scalars (:func:`scalars`), the run's settings as ``run.json`` records
-them (:func:`settings`), the best model's metrics and, to MLflow, the files that describe the run.
-TensorBoard writes into ``RUN/tensorboard/``; MLflow to ``--mlflow-uri`` or a local store beside
-the run folder (:func:`store_uri`), the run's id kept in ``RUN/tracking.json``.
-
-A killed training resumes from its checkpoint, and its tracked run with it: the MLflow run is
-reopened, and points it already holds (those the killed process logged after the checkpoint,
-which the resumed training recomputes exactly) are not logged again; TensorBoard's writer opens
-with ``purge_step`` at the first step redone, so its reader drops what the killed process
-logged from there. A tracker turned on when a run resumes first receives the records the run
-already has.
+(``--report-to``: :class:`~workbench.core.config.TrackingConfig`). docs/tracking.md says what is
+tracked (:func:`scalars`, :func:`settings`), under which names, where (:func:`store_uri`), and
+how the tracked run of a killed training resumes with it.
 """
 
 from __future__ import annotations
@@ -74,8 +63,7 @@ def _check_uri(uri: str) -> None:
             user = f"{unquote(parsed.username)}:{unquote(parsed.password or '')}"
             request.add_header("Authorization", f"Basic {b64encode(user.encode()).decode()}")
         try:
-            with urllib.request.urlopen(request, timeout=REACH_TIMEOUT):
-                pass
+            urllib.request.urlopen(request, timeout=REACH_TIMEOUT).close()
         except urllib.error.HTTPError:
             return  # it answered
         except (urllib.error.URLError, OSError, ValueError) as error:
@@ -214,21 +202,19 @@ class TensorBoardTracker(Tracker):
             for summary in hparams(values, {}):
                 self.writer.file_writer.add_summary(summary)
             for record in self.run.metrics():  # what the run logged before it was tracked
-                self._add(record)
+                self.log(record)
         self.writer.flush()
 
-    def _add(self, record: dict[str, Any]) -> None:
-        for name, value in scalars(record).items():
-            self.writer.add_scalar(name, value, record["step"])
-
-    def log(self, record: dict[str, Any]) -> None:
-        self._add(record)
-        self.writer.flush()
-
-    def log_results(self, results: dict[str, dict[str, float | None]], step: int) -> None:
-        for name, value in results_scalars(results).items():
+    def _add(self, values: dict[str, float], step: int) -> None:
+        for name, value in values.items():
             self.writer.add_scalar(name, value, step)
         self.writer.flush()
+
+    def log(self, record: dict[str, Any]) -> None:
+        self._add(scalars(record), record["step"])
+
+    def log_results(self, results: dict[str, dict[str, float | None]], step: int) -> None:
+        self._add(results_scalars(results), step)
 
     def finish(self, state: str) -> None:
         if self.writer is not None:
@@ -370,8 +356,7 @@ def tracked(config: TrackingConfig, run: Run, parent: str | None = None) -> Iter
         trackers.append(TensorBoardTracker(run))
     if "mlflow" in config.report_to:
         uri = store_uri(config, run.path.parent)
-        record = run.info().plain()
-        trackers.append(MlflowTracker(run.path, settings(record), uri, parent, run))
+        trackers.append(MlflowTracker(run.path, settings(run.info().plain()), uri, parent, run))
     tracker = Trackers(trackers)
     with _closing(tracker):
         yield tracker

@@ -181,12 +181,7 @@ def _weights_misfit(saved: dict[str, Tensor], model: PreTrainedModel) -> str | N
     own = model.state_dict()
     missing = [name for name in own if name not in saved]
     unexpected = [name for name in saved if name not in own]
-    reshaped = [
-        name
-        for name in own
-        if name in saved
-        and (not isinstance(saved[name], Tensor) or saved[name].shape != own[name].shape)
-    ]
+    reshaped = [n for n in own if n in saved and getattr(saved[n], "shape", None) != own[n].shape]
     parts = [
         f"{len(names)} {what} (first {names[0]})"
         for names, what in (
@@ -199,9 +194,9 @@ def _weights_misfit(saved: dict[str, Tensor], model: PreTrainedModel) -> str | N
     return "; ".join(parts) or None
 
 
-def _resume(run: Run, saved: dict, job: TrainingJob, states: tuple, world) -> None:
+def _resume(run: Run, saved: dict, job: TrainingJob, stateful: dict, world) -> None:
     """Restore the model and the objective's modules, the optimizer, scheduler and scaler
-    (``states``) and this process's RNG from a checkpoint read by :meth:`Run.load_checkpoint`;
+    (``stateful``) and this process's RNG from a checkpoint read by :meth:`Run.load_checkpoint`;
     one written by another run (other weights) or of another version is a one-line error naming
     the file."""
     remedy = (
@@ -213,7 +208,6 @@ def _resume(run: Run, saved: dict, job: TrainingJob, states: tuple, world) -> No
             f"{run.checkpoint} does not hold this run's model ({misfit}): it comes from "
             f"another run: {remedy}"
         )
-    optimizer, scheduler, scaler = states
     try:
         if len(saved["rng"]) != world.size:  # one state per process
             raise WorkbenchError(
@@ -221,11 +215,8 @@ def _resume(run: Run, saved: dict, job: TrainingJob, states: tuple, world) -> No
                 f"with torchrun --nproc_per_node {len(saved['rng'])}, not {world.size}"
             )
         _restore_rng(saved["rng"][world.rank])
-        job.model.load_state_dict(saved["model"])
-        job.modules.load_state_dict(saved["objective"])
-        optimizer.load_state_dict(saved["optimizer"])
-        scheduler.load_state_dict(saved["scheduler"])
-        scaler.load_state_dict(saved.get("scaler", {}))
+        for name, part in stateful.items():  # a checkpoint of before the scaler lacks it
+            part.load_state_dict(saved.get(name, {}) if name == "scaler" else saved[name])
     except WorkbenchError as error:
         raise WorkbenchError(f"{run.checkpoint}: {error}") from None
     except (RuntimeError, ValueError, KeyError, TypeError, IndexError, AttributeError) as error:
@@ -237,16 +228,10 @@ def _resume(run: Run, saved: dict, job: TrainingJob, states: tuple, world) -> No
 
 def _micro_batches(job: TrainingJob, chunk: list[int], world: distributed.World) -> list[dict]:
     """This process's shard of the global batch ``chunk``, as the micro-batches it runs."""
-    local = distributed.shard(chunk, world.size, world.rank)
-    parts = [
-        distributed.shard(local, job.optim.accumulation_steps, i)
-        for i in range(job.optim.accumulation_steps)
-    ]
-    return [
-        to_device(collate([job.train_set[i] for i in part], job.pad_token_id), job.device)
-        for part in parts
-        if part
-    ]
+    local, steps = distributed.shard(chunk, world.size, world.rank), job.optim.accumulation_steps
+    parts = [part for i in range(steps) if (part := distributed.shard(local, steps, i))]
+    rows = [[job.train_set[i] for i in part] for part in parts]
+    return [to_device(collate(r, job.pad_token_id), job.device) for r in rows]
 
 
 def _accumulate_gradients(
@@ -301,10 +286,8 @@ def logged_terms(names: list[str], step: int, total: int, every: int) -> list[st
 
 def train(job: TrainingJob) -> dict[str, float]:
     """Train until the configured number of steps (resuming if the run has a checkpoint) and
-    return the dev metrics of the best model, which ends in ``run/model``.
-
-    On several processes every one calls this: each runs its shard of every batch, and rank 0
-    alone evaluates and writes the run's files."""
+    return the dev metrics of the best model, which ends in ``run/model``; under ``torchrun``,
+    every process calls it (:mod:`kd.training.distributed`)."""
     optim, run, model = job.optim, job.run, job.model
     world = distributed.world()
     device = torch.device(job.device)
@@ -321,24 +304,28 @@ def train(job: TrainingJob) -> dict[str, float]:
     scheduler = get_linear_schedule_with_warmup(optimizer, int(total * optim.warmup_ratio), total)
     scaler = torch.amp.GradScaler(device.type, enabled=optim.precision == "fp16")
     parameters = [p for _, p in named]
+    stateful = {  # what a checkpoint holds the state of, under these names
+        "model": model,
+        "objective": job.modules,
+        "optimizer": optimizer,
+        "scheduler": scheduler,
+        "scaler": scaler,
+    }
     state = {"step": 0, "best": None, "best_step": None}
     # of training (evaluations on dev included), summed over the processes that resumed the run
     seconds = 0.0
-    model.to(device)
-    job.modules.to(device)
-    distributed.broadcast_parameters(model)
-    distributed.broadcast_parameters(job.modules)
+    for module in (model, job.modules):  # every process starts from rank 0's weights
+        distributed.broadcast_parameters(module.to(device))
     if world.size > 1:  # each process its own dropout stream
         set_seed(optim.seed + 1_000_003 * world.rank)
     if run.checkpoint.exists():
         saved = run.load_checkpoint(device)
-        _resume(run, saved, job, (optimizer, scheduler, scaler), world)
+        _resume(run, saved, job, stateful, world)
         state, seconds = saved["state"], saved["seconds"]
     checkpoint_step = state["step"]  # of the last checkpoint (0: none)
     clock = time.perf_counter()
 
     def tick() -> None:
-        """Add the seconds since the last tick to ``seconds``."""
         nonlocal clock, seconds
         now = time.perf_counter()
         seconds += now - clock
@@ -380,20 +367,9 @@ def train(job: TrainingJob) -> dict[str, float]:
         tick()  # the checkpoint holds the seconds trained
         if not world.main:
             return
+        states = {name: part.state_dict() for name, part in stateful.items()}
         with atomic_path(run.checkpoint) as temporary:
-            torch.save(
-                {
-                    "model": model.state_dict(),
-                    "objective": job.modules.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict(),
-                    "scaler": scaler.state_dict(),
-                    "rng": rng,
-                    "state": state,
-                    "seconds": seconds,
-                },
-                temporary,
-            )
+            torch.save({**states, "rng": rng, "state": state, "seconds": seconds}, temporary)
         set_status("running", state["step"])
 
     metric = main_metric(job.spec)
@@ -445,15 +421,12 @@ def train(job: TrainingJob) -> dict[str, float]:
             whole = torch.cat([distributed.flat_gradient(p) for p in parameters]).double()
             if world.main:
                 record(step, "train", gradient_summary(flat, summary, whole))
-        values_out = {**terms, "loss": sum(summary.values())}
-        if optim.max_grad_norm > 0:
-            norm = torch.nn.utils.clip_grad_norm_(parameters, optim.max_grad_norm)
-        else:
-            norm = torch.nn.utils.get_total_norm([p.grad for p in parameters if p.grad is not None])
-        values_out["grad_norm"] = float(norm)
-        if not math.isfinite(values_out["grad_norm"]) and not scaler.is_enabled():
+        # an infinite clipping norm (--max-grad-norm 0) scales the gradient by exactly 1
+        norm = float(torch.nn.utils.clip_grad_norm_(parameters, optim.max_grad_norm or math.inf))
+        values_out = {**terms, "loss": sum(summary.values()), "grad_norm": norm}
+        if not math.isfinite(norm) and not scaler.is_enabled():
             # (fp16's scaler skips a step whose scaled gradient overflowed, and scales down)
-            raise diverged(step, [f"the gradient norm is {values_out['grad_norm']}"])
+            raise diverged(step, [f"the gradient norm is {norm}"])
         scaler.step(optimizer)
         scaler.update()
         if problems := _non_finite_weights(named):
@@ -492,6 +465,5 @@ def train(job: TrainingJob) -> dict[str, float]:
             return {}
     progress.close()
     distributed.barrier()  # rank 0 has written the best model
-    best = load_file(str(run.model_dir / "model.safetensors"), device=str(device))
-    model.load_state_dict(best)
+    model.load_state_dict(load_file(str(run.model_dir / "model.safetensors"), device=str(device)))
     return {"best_step": state["best_step"], metric: state["best"]}
