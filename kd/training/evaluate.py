@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from kd.training.diagnostics import summarise
-from kd.training.pipeline import _note, teacher_pin
+from kd.training.pipeline import notice, teacher_pin
 from workbench.analysis.evaluation import evaluate_logits, predict_logits
 from workbench.core.config import DataConfig, StudentConfig, config_key, parse_label_map
 from workbench.core.data import encode, pad_id
@@ -71,7 +71,7 @@ def evaluate_runs(
     def once(text: str) -> None:  # runs of one task: their data's notes said once
         if text not in said:
             said.add(text)
-            (notify or _note)(text)
+            (notify or notice)(text)
 
     for path in paths:
         given = data

@@ -236,7 +236,7 @@ def train_teacher(
     tracking.check(tracking_config)
     device = _configure(optim)
     tokenizer = load_tokenizer(teacher_config.model)  # a bad name fails before the data load
-    data = load_task(data_config, _note)
+    data = load_task(data_config, notice)
     set_seed(optim.seed)
     notes: list[str] = []  # of the model as loaded: said once its training starts from step 0
     model = load_classifier(
@@ -252,7 +252,7 @@ def train_teacher(
             return run
         if not run.checkpoint.exists():  # resumed, its head and classes are the checkpoint's
             for note in notes:
-                _note(note)
+                notice(note)
         encoded = _encode_all(data, tokenizer, data_config.max_length)
         job = TrainingJob(
             run=run,
@@ -283,12 +283,12 @@ def build_student(
         if not config.pretrained:
             raise WorkbenchError("--init pretrained needs --pretrained (hub id or directory)")
         tokenizer = load_tokenizer(config.pretrained)
-        student = load_classifier(config.pretrained, teacher.spec, notify=_note)
+        student = load_classifier(config.pretrained, teacher.spec, notify=notice)
         check_pad(student, config.pretrained)
         return student, tokenizer
     if config.init == "cut":
         layers = select_layers(layer_count(teacher.model), config.num_layers, config.layers)
-        student = cut_student(teacher.model, layers, config.freeze_embeddings, _note)
+        student = cut_student(teacher.model, layers, config.freeze_embeddings, notice)
     elif config.init == "random":
         student = random_student(
             teacher.model.config, config.num_layers, config.hidden_size, config.num_heads
@@ -318,8 +318,9 @@ def check_tokens(
         )
 
 
-def _note(text: str) -> None:
-    if distributed.world().main:  # under torchrun the first process says it for all
+def notice(text: str) -> None:
+    """Print ``note: text`` to stderr (under torchrun, on the first process only)."""
+    if distributed.world().main:
         print(f"note: {text}", file=sys.stderr)
 
 
@@ -350,7 +351,7 @@ def check_teacher(source: str, allow: bool, remedy: str = ALLOW_UNFINISHED) -> N
             f"the teacher {source} has not finished training ({state['state']}): resume it "
             "to the end (run its command again), or " + remedy.format(snapshot=snapshot)
         )
-    _note(
+    notice(
         f"the teacher {source} has not finished training ({state['state']}): distilling "
         f"from {snapshot}"
     )
@@ -393,7 +394,7 @@ def teacher_caches(
             pad_token_id=pad_id(teacher.tokenizer),
             description=f"teacher cache ({split})",
             inference=not objective.teacher_gradients(fields),
-            on_note=_note,
+            on_note=notice,
             device=model_device(teacher.model),
             on_progress=on_progress,
             part=(world.rank, world.size),
@@ -435,7 +436,7 @@ def prepare_distillation(
         )
     check_teacher(student_config.teacher, student_config.allow_unfinished)
     teacher, data = load_for_task(
-        student_config.teacher, data_config, student_config.label_map, _note
+        student_config.teacher, data_config, student_config.label_map, notice
     )
     teacher.model.requires_grad_(False)  # frozen: its gradients w.r.t. inputs need no weights
     set_seed(seed)
@@ -498,7 +499,7 @@ def distill(
             (encoded["train"], tokenizer),
             data_config.max_length,
         )
-        _note(
+        notice(
             "teacher and student read the text through different tokenizers: the per-token "
             f"terms compare on the {words} words both tokenisations share; {dropped} words that "
             "one side lacks (characters it drops, text past its truncation) are left out of both"
