@@ -215,8 +215,8 @@ def _resume(run: Run, saved: dict, job: TrainingJob, stateful: dict, world) -> N
                 f"with torchrun --nproc_per_node {len(saved['rng'])}, not {world.size}"
             )
         _restore_rng(saved["rng"][world.rank])
-        for name, part in stateful.items():  # a checkpoint of before the scaler lacks it
-            part.load_state_dict(saved.get(name, {}) if name == "scaler" else saved[name])
+        for name, part in stateful.items():
+            part.load_state_dict(saved[name])
     except WorkbenchError as error:
         raise WorkbenchError(f"{run.checkpoint}: {error}") from None
     except (RuntimeError, ValueError, KeyError, TypeError, IndexError, AttributeError) as error:
