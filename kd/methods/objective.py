@@ -259,26 +259,26 @@ PARAMETERS: dict[str, Parameter] = {}
 PRESETS: dict[str, Preset] = {}
 
 
-def term(name: str, **options: Any):
-    """Register a loss term under ``name`` (the key of the weights); ``options``: the other
-    fields of :class:`Term`."""
+def _registrar(registry: dict, kind: type, name: str, options: dict[str, Any]):
+    """A decorator registering its function as ``kind(function, **options)`` under ``name``."""
 
-    def register(compute: Callable[[Objective, StepInputs], Tensor]):
-        TERMS[name] = Term(compute, **options)
+    def register(compute: Callable):
+        registry[name] = kind(compute, **options)
         return compute
 
     return register
+
+
+def term(name: str, **options: Any):
+    """Register a loss term under ``name`` (the key of the weights); ``options``: the other
+    fields of :class:`Term`."""
+    return _registrar(TERMS, Term, name, options)
 
 
 def teacher_field(name: str, **options: Any):
     """Register a teacher field under ``name``; ``options``: the other fields of
     :class:`TeacherField`."""
-
-    def register(compute: Callable[[Objective, PreTrainedModel, dict[str, Tensor]], Tensor]):
-        TEACHER_FIELDS[name] = TeacherField(compute, **options)
-        return compute
-
-    return register
+    return _registrar(TEACHER_FIELDS, TeacherField, name, options)
 
 
 def method(
@@ -381,18 +381,10 @@ def _title(key: str, preset: Preset, dash: str) -> str:
     return key + (dash + preset.name if preset.name else "") + reference
 
 
-def _preset_list() -> str:
-    return "; ".join(_title(key, p, ": ") for key, p in PRESETS.items())
-
-
 def _temperatures() -> str:
     default = Preset.temperature
-    others = [
-        f"{display_name(key)} {p.temperature:g}"
-        for key, p in PRESETS.items()
-        if p.temperature != default
-    ]
-    return ", ".join([f"{default:g}", *others])
+    others = {k: p.temperature for k, p in PRESETS.items() if p.temperature != default}
+    return ", ".join([f"{default:g}", *(f"{display_name(k)} {t:g}" for k, t in others.items())])
 
 
 def _ablation_list() -> str:
@@ -449,7 +441,7 @@ def _word_forms() -> str:
 
 # the lists that help texts name ({presets}, {terms}, …), read when a help text is shown
 HELP_LISTS.update(
-    presets=_preset_list,
+    presets=lambda: "; ".join(_title(key, p, ": ") for key, p in PRESETS.items()),
     terms=lambda: ", ".join(TERMS),
     temperatures=_temperatures,
     ablations=_ablation_list,
@@ -545,7 +537,6 @@ class Objective:
         )
         for entry in objective.methods():
             objective.settings.update(entry.resolve(objective))
-        for entry in objective.methods():
             if entry.modules is not None:
                 objective.modules.update(entry.modules(objective))
         return objective
@@ -569,10 +560,8 @@ class Objective:
             "kd_form": self.kd_form,
             "parity": self.config.parity,
         }
-        for setup in self.student_setups():
-            record.update(setup.record(self))
-        for entry in self.methods():
-            record.update(entry.record(self))
+        for part in (*self.student_setups(), *self.methods()):
+            record.update(part.record(self))
         return json.loads(json.dumps(record))  # tuples as lists, as run.json reads back
 
     def student_setups(self) -> list[StudentSetup]:
