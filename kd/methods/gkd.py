@@ -242,12 +242,9 @@ def _cls_grad(objective: Objective, inputs: StepInputs) -> Tensor:
     return gradient_alignment_loss(student, inputs.teacher["cls_grads"])
 
 
-GRADIENT_TERMS = ("grad", "cls_grad")
-
-
 def _regime(config: ObjectiveConfig, weights: dict[str, float]) -> bool:
     pinned = config.of(GKDSettings).gradient_regime
-    return pinned if pinned is not None else any(name in weights for name in GRADIENT_TERMS)
+    return pinned if pinned is not None else any(name in weights for name in ("grad", "cls_grad"))
 
 
 def gradient_kd(objective: Objective) -> bool:

@@ -350,10 +350,8 @@ def preset_weights(config: ObjectiveConfig) -> dict[str, float]:
             f"unknown method preset {config.preset!r}: use one of {sorted(PRESETS)}"
         )
     preset = PRESETS[config.preset]
-    weights = check_terms(config.weights) or dict(
-        preset.official if config.parity == "official" else preset.paper
-    )
-    weights = {name: w for name, w in weights.items() if w != 0}
+    table = preset.official if config.parity == "official" else preset.paper
+    weights = {name: w for name, w in (check_terms(config.weights) or table).items() if w != 0}
     if not weights:
         raise WorkbenchError("the objective has no term with a non-zero weight")
     return weights
