@@ -115,21 +115,14 @@ def attribution_loss(
     *,
     reduction: Literal["paper", "squared", "official"] = "paper",
 ) -> Tensor:
-    """Distance between normalised multi-view attribution maps.
+    """Distance between normalised multi-view attribution maps (the module docstring's
+    reductions; an all-pad example counts as 0, and ``"official"`` without a real token is 0).
 
     Args:
         student_maps: ``[B, C, L]`` student maps (differentiable), one row per view.
         teacher_maps: ``[B, C, L]`` teacher maps; used detached.
-        attention_mask: ``[B, L]`` real-token mask. Optional for ``"paper"`` (when given,
-            positions it marks as pads are ignored whatever they hold); required for
-            ``"official"``, whose denominator is the number of real tokens.
-        reduction: ``"paper"`` — per-example L2 norm of the difference of the concatenated
-            views, mean over the batch (an all-pad example counts as 0); ``"squared"`` — its
-            square, per example, mean over the batch; ``"official"`` — squared error summed
-            over views and real tokens, divided by ``Σ mask``.
-
-    Returns:
-        Scalar loss (0 when ``"official"`` sees no real token).
+        attention_mask: ``[B, L]`` real-token mask; pads it marks are ignored whatever they
+            hold. Optional except for ``"official"``, whose denominator is ``Σ mask``.
 
     Raises:
         ValueError: on mismatched or non-``[B, C, L]`` shapes, a mask that is not ``[B, L]``,
@@ -293,11 +286,10 @@ def _resolve(objective: Objective) -> dict:
     """Official parity: zero baselines, the authors' distance and, with two classes, the gold
     view (their code's); explicit options win."""
     c, official = objective.config.of(ADKDSettings), objective.config.parity == "official"
-    binary = objective.num_labels == 2
     _check_models(objective)
     return {
         "attr_baseline": c.attr_baseline or ("zero" if official else "pad"),
-        "attr_views": c.attr_views or ("gold" if official and binary else "all"),
+        "attr_views": c.attr_views or ("gold" if official and objective.num_labels == 2 else "all"),
         "attr_reduction": c.attr_reduction or ("official" if official else "paper"),
     }
 

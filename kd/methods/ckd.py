@@ -193,16 +193,12 @@ def word_relation_loss(
         teacher_hidden: ``[B, L, d_t]`` or ``[B, K, L, d_t]`` likewise; used detached.
         attention_mask: ``[B, L]`` real-token mask (``None``: all real).
         window: half-width ``δ`` of the angle window (default 10: 21 tokens).
-        pair_kind: ``"cosine"``, ``"l2"`` or ``"l2_mean"`` (see the module docstring).
-        pair_weight: weight of the pair term (0 skips it).
-        triple_weight: weight of the triple (angle) term (0 skips it).
-        variant: ``"paper"`` (squared error on pairs) or ``"official"`` (released KL pair term;
-            cosine only). The triple term is the masked squared error in both.
+        pair_kind, variant: see the module docstring (``"official"``: cosine only).
+        pair_weight, triple_weight: the pair and triple (angle) terms' weights (0 skips one).
 
     Returns:
-        Scalar ``pair_weight·L_pair + triple_weight·L_triple``; each term is averaged over all
-        valid pairs / triples of all layers, which is the mean over layers (each layer has the
-        same valid set).
+        Scalar ``pair_weight·L_pair + triple_weight·L_triple``, each averaged over the valid
+        pairs / triples of all layers (the mean over layers: each has the same valid set).
     """
     student, teacher, mask = _stack_layers(
         student_hidden, teacher_hidden, attention_mask, pair_kind, variant
