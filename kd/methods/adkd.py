@@ -155,10 +155,8 @@ def attribution_layers(num_layers: int, which: str) -> list[int | None]:
     [CLS] only); ``"uniform:M"`` → ``M`` sites evenly spaced from the input:
     ``hidden_states[j·N/M]`` for ``j = 0..M−1`` (rounded), i.e. ``None`` then layer
     ``j·N/M − 1`` (6 layers, M = 3: input, 1, 3)."""
-    if which == "input":
-        return [None]
-    if which == "first":
-        return [0]
+    if which in ("input", "first"):
+        return [None] if which == "input" else [0]
     if which == "penultimate":
         if num_layers < 2:
             raise WorkbenchError("'penultimate' needs a model with at least 2 layers")
@@ -168,8 +166,7 @@ def attribution_layers(num_layers: int, which: str) -> list[int | None]:
         if not count.isdigit() or not 1 <= int(count) <= num_layers:
             raise WorkbenchError(f"{which!r}: use uniform:M with 1 <= M <= {num_layers}")
         m = int(count)
-        indices = [round(j * num_layers / m) for j in range(m)]
-        return [None if i == 0 else i - 1 for i in indices]
+        return [None if j == 0 else round(j * num_layers / m) - 1 for j in range(m)]
     raise WorkbenchError(
         f"unknown attribution layers {which!r}: use input, first, penultimate or uniform:M"
     )
@@ -253,10 +250,6 @@ def _map_settings(objective: Objective) -> dict:
     }
 
 
-def _record(objective: Objective) -> dict:
-    return {"attribution": {"reduction": objective.attr_reduction, **_map_settings(objective)}}
-
-
 def _check_models(objective: Objective) -> None:
     """What the options ask of the two models, checked before anything runs: sites both have,
     classes the task has, dimensions the teacher's embeddings have."""
@@ -267,8 +260,7 @@ def _check_models(objective: Objective) -> None:
     except WorkbenchError as error:
         raise WorkbenchError(f"--attr-layer {c.attr_layer}: {error}") from None
     views = c.attr_views if isinstance(c.attr_views, tuple) else ()
-    outside = [v for v in views if v >= objective.num_labels]
-    if outside:
+    if outside := [v for v in views if v >= objective.num_labels]:
         raise WorkbenchError(
             f"--attr-views {spell_views(views)}: {outside[0]} is not a class of this task (its "
             f"classes are 0..{objective.num_labels - 1})"
@@ -281,7 +273,9 @@ def _check_models(objective: Objective) -> None:
         )
 
 
-@method("attr", record=_record)
+@method(
+    "attr", record=lambda o: {"attribution": {"reduction": o.attr_reduction, **_map_settings(o)}}
+)
 def _resolve(objective: Objective) -> dict:
     """Official parity: zero baselines, the authors' distance and, with two classes, the gold
     view (their code's); explicit options win."""

@@ -105,8 +105,7 @@ def _official_pair_kl(student: Tensor, teacher: Tensor, mask: Tensor) -> Tensor:
     log_q = torch.log_softmax((-student_dist).masked_fill(~valid, _EXCLUDED_LOGIT), dim=-1)
     log_p = torch.log_softmax((-teacher_dist).masked_fill(~valid, _EXCLUDED_LOGIT), dim=-1)
     kl = torch.where(valid, log_p.exp() * (log_p - log_q), 0.0)
-    real_pairs = mask.sum(-1).pow(2).sum()
-    return kl.sum() / real_pairs.clamp_min(1)
+    return kl.sum() / mask.sum(-1).pow(2).sum().clamp_min(1)  # real pairs, i = j included
 
 
 def _relation_loss(

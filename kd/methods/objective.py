@@ -51,13 +51,10 @@ class StepInputs:
 
     @property
     def student(self) -> ModelOutput:
+        if self._student is None and self.shared_logits is not None and not self.hidden_states:
+            self._student = models.ModelOutput(self.shared_logits, self.batch["attention_mask"])
         if self._student is None:
-            if self.shared_logits is not None and not self.hidden_states:
-                self._student = models.ModelOutput(self.shared_logits, self.batch["attention_mask"])
-            else:
-                self._student = models.forward(
-                    self.model, self.batch, hidden_states=self.hidden_states
-                )
+            self._student = models.forward(self.model, self.batch, hidden_states=self.hidden_states)
         return self._student
 
     def share(self, logits: Tensor) -> None:

@@ -67,8 +67,7 @@ def patient_loss(student_cls: Tensor, teacher_cls: Tensor, *, reduction: str = "
             f"Patient KD needs equal shapes; got student {tuple(student_cls.shape)} and teacher "
             f"{tuple(teacher_cls.shape)} (equal hidden sizes and mapped layer counts)"
         )
-    difference = F.normalize(student_cls, dim=-1) - F.normalize(teacher_cls.detach(), dim=-1)
-    squared = difference.pow(2)
+    squared = (F.normalize(student_cls, dim=-1) - F.normalize(teacher_cls.detach(), dim=-1)).pow(2)
     if reduction == "paper":
         return squared.sum((1, 2)).mean()
     if reduction == "official":
@@ -105,8 +104,7 @@ def _resolve(objective: Objective) -> dict:
 
 
 def _cls_states(objective: Objective, model: PreTrainedModel, batch, hidden, side: int) -> Tensor:
-    """``[B, M, d]``: the states the head reads at the paired layers of ``side`` (0: student's,
-    1: teacher's) of ``hidden``, the model's hidden states."""
+    """``[B, M, d]``: what the head reads of ``hidden`` at the pairs' layers of ``side`` (0, 1)."""
     pairs = objective.patient_pairs
     return torch.stack([parts.head_states(model, hidden[p[side]], batch) for p in pairs], 1)
 
