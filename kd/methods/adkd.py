@@ -64,9 +64,6 @@ geometry = lazy_module("workbench.analysis.geometry")
 models = lazy_module("workbench.core.models")
 
 
-ADKD_VIEWS = (*VIEWS, "sample")  # AD-KD also draws one class per example and step
-
-
 @dataclass
 class ADKDSettings(Checked):
     """AD-KD: the teacher's and the student's attribution maps, and their distance."""
@@ -89,7 +86,7 @@ class ADKDSettings(Checked):
         "or sample (one class per example and step, drawn uniformly, its squared distance "
         "weighted by the number of classes: an unbiased estimate of the multi-view squared "
         "loss at the cost of one view; beyond the paper)",
-        ADKD_VIEWS,
+        (*VIEWS, "sample"),
     )
     attr_reduction: str | None = option(
         None,

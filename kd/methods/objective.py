@@ -1,17 +1,12 @@
 """The distillation objective: a registry of loss terms and their weighted sum.
 
-Each method lives in one module of :mod:`kd.methods` and registers its parts here: its *terms*
-(``@term``: how a pure loss function of tensors reads a training step), the *teacher fields*
-they need (``@teacher_field``: what the frozen teacher says about a batch), its *presets*
-(weight tables, and everything else about the method: :class:`Preset`) and, where it has them,
-a *method* (``@method``: the settings its terms read) and a *student set-up*
-(:func:`student_setup`). Cacheable teacher fields are computed once per example and served from
-the run's cache; the others (CKD's hidden states, too large to keep for every token) are
-recomputed without a graph each step. Explicit weights (``ce=0.1,kd=0.9,attr=10``) replace a
-preset's, so any terms combine.
-
-Importing this module imports its package first, whose ``__init__`` imports the built-in methods:
-whoever imports the objective finds them registered.
+Each method's module of :mod:`kd.methods` registers its parts here: its *terms* (``@term``: how
+a pure loss function reads a training step), the *teacher fields* they need (``@teacher_field``),
+its *presets* (:class:`Preset`) and, where it has them, a *method* (``@method``: the settings its
+terms read) and a *student set-up* (:func:`student_setup`). Cacheable teacher fields are served
+from the run's cache; the others (CKD's hidden states) are recomputed without a graph each step.
+Explicit weights (``ce=0.1,kd=0.9,attr=10``) replace a preset's, so any terms combine. Importing
+this module imports its package, and so registers the built-in methods.
 """
 
 from __future__ import annotations
@@ -157,11 +152,9 @@ class Sweep:
 @dataclass(frozen=True)
 class Parameter:
     """A parameter ``kdw tune`` searches: its domain (finite, ``low < value`` — ``low ≤ value``
-    when ``closed`` — and ``value ≤ high``; an integer when ``integer``), the terms the objective
-    must have for it to apply (``needs``; β: the preset's own, :attr:`Preset.beta`), how a
-    trial's value is set into the objective's config (``apply``; None: not the objective's, the
-    learning rate) and its value in a preset's config (``read``; None where it leaves it unset),
-    which a search holds where it does not search it."""
+    when ``closed`` — ``≤ high``; an integer when ``integer``), the terms it needs (β: the preset's
+    own, :attr:`Preset.beta`), how a trial's value sets the config (``apply``; None: the learning
+    rate) and its value in a preset's config (``read``; None if unset), held where not searched."""
 
     help: str
     low: float
