@@ -64,9 +64,6 @@ geometry = lazy_module("workbench.analysis.geometry")
 models = lazy_module("workbench.core.models")
 
 
-ADKD_VIEWS = (*VIEWS, "sample")  # AD-KD also draws one class per example and step
-
-
 @dataclass
 class ADKDSettings(Checked):
     """AD-KD: the teacher's and the student's attribution maps, and their distance."""
@@ -89,7 +86,7 @@ class ADKDSettings(Checked):
         "or sample (one class per example and step, drawn uniformly, its squared distance "
         "weighted by the number of classes: an unbiased estimate of the multi-view squared "
         "loss at the cost of one view; beyond the paper)",
-        ADKD_VIEWS,
+        (*VIEWS, "sample"),
     )
     attr_reduction: str | None = option(
         None,
@@ -115,21 +112,14 @@ def attribution_loss(
     *,
     reduction: Literal["paper", "squared", "official"] = "paper",
 ) -> Tensor:
-    """Distance between normalised multi-view attribution maps.
+    """Distance between normalised multi-view attribution maps (the module docstring's
+    reductions; an all-pad example counts as 0, and ``"official"`` without a real token is 0).
 
     Args:
         student_maps: ``[B, C, L]`` student maps (differentiable), one row per view.
         teacher_maps: ``[B, C, L]`` teacher maps; used detached.
-        attention_mask: ``[B, L]`` real-token mask. Optional for ``"paper"`` (when given,
-            positions it marks as pads are ignored whatever they hold); required for
-            ``"official"``, whose denominator is the number of real tokens.
-        reduction: ``"paper"`` — per-example L2 norm of the difference of the concatenated
-            views, mean over the batch (an all-pad example counts as 0); ``"squared"`` — its
-            square, per example, mean over the batch; ``"official"`` — squared error summed
-            over views and real tokens, divided by ``Σ mask``.
-
-    Returns:
-        Scalar loss (0 when ``"official"`` sees no real token).
+        attention_mask: ``[B, L]`` real-token mask; pads it marks are ignored whatever they
+            hold. Optional except for ``"official"``, whose denominator is ``Σ mask``.
 
     Raises:
         ValueError: on mismatched or non-``[B, C, L]`` shapes, a mask that is not ``[B, L]``,
@@ -162,10 +152,8 @@ def attribution_layers(num_layers: int, which: str) -> list[int | None]:
     [CLS] only); ``"uniform:M"`` → ``M`` sites evenly spaced from the input:
     ``hidden_states[j·N/M]`` for ``j = 0..M−1`` (rounded), i.e. ``None`` then layer
     ``j·N/M − 1`` (6 layers, M = 3: input, 1, 3)."""
-    if which == "input":
-        return [None]
-    if which == "first":
-        return [0]
+    if which in ("input", "first"):
+        return [None] if which == "input" else [0]
     if which == "penultimate":
         if num_layers < 2:
             raise WorkbenchError("'penultimate' needs a model with at least 2 layers")
@@ -175,8 +163,7 @@ def attribution_layers(num_layers: int, which: str) -> list[int | None]:
         if not count.isdigit() or not 1 <= int(count) <= num_layers:
             raise WorkbenchError(f"{which!r}: use uniform:M with 1 <= M <= {num_layers}")
         m = int(count)
-        indices = [round(j * num_layers / m) for j in range(m)]
-        return [None if i == 0 else i - 1 for i in indices]
+        return [None if j == 0 else round(j * num_layers / m) - 1 for j in range(m)]
     raise WorkbenchError(
         f"unknown attribution layers {which!r}: use input, first, penultimate or uniform:M"
     )
@@ -260,10 +247,6 @@ def _map_settings(objective: Objective) -> dict:
     }
 
 
-def _record(objective: Objective) -> dict:
-    return {"attribution": {"reduction": objective.attr_reduction, **_map_settings(objective)}}
-
-
 def _check_models(objective: Objective) -> None:
     """What the options ask of the two models, checked before anything runs: sites both have,
     classes the task has, dimensions the teacher's embeddings have."""
@@ -274,8 +257,7 @@ def _check_models(objective: Objective) -> None:
     except WorkbenchError as error:
         raise WorkbenchError(f"--attr-layer {c.attr_layer}: {error}") from None
     views = c.attr_views if isinstance(c.attr_views, tuple) else ()
-    outside = [v for v in views if v >= objective.num_labels]
-    if outside:
+    if outside := [v for v in views if v >= objective.num_labels]:
         raise WorkbenchError(
             f"--attr-views {spell_views(views)}: {outside[0]} is not a class of this task (its "
             f"classes are 0..{objective.num_labels - 1})"
@@ -288,16 +270,17 @@ def _check_models(objective: Objective) -> None:
         )
 
 
-@method("attr", record=_record)
+@method(
+    "attr", record=lambda o: {"attribution": {"reduction": o.attr_reduction, **_map_settings(o)}}
+)
 def _resolve(objective: Objective) -> dict:
     """Official parity: zero baselines, the authors' distance and, with two classes, the gold
     view (their code's); explicit options win."""
     c, official = objective.config.of(ADKDSettings), objective.config.parity == "official"
-    binary = objective.num_labels == 2
     _check_models(objective)
     return {
         "attr_baseline": c.attr_baseline or ("zero" if official else "pad"),
-        "attr_views": c.attr_views or ("gold" if official and binary else "all"),
+        "attr_views": c.attr_views or ("gold" if official and objective.num_labels == 2 else "all"),
         "attr_reduction": c.attr_reduction or ("official" if official else "paper"),
     }
 

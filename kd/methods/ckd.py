@@ -105,24 +105,13 @@ def _official_pair_kl(student: Tensor, teacher: Tensor, mask: Tensor) -> Tensor:
     log_q = torch.log_softmax((-student_dist).masked_fill(~valid, _EXCLUDED_LOGIT), dim=-1)
     log_p = torch.log_softmax((-teacher_dist).masked_fill(~valid, _EXCLUDED_LOGIT), dim=-1)
     kl = torch.where(valid, log_p.exp() * (log_p - log_q), 0.0)
-    real_pairs = mask.sum(-1).pow(2).sum()
-    return kl.sum() / real_pairs.clamp_min(1)
-
-
-def _check_options(pair_kind: str, variant: str) -> None:
-    if variant not in ("paper", "official"):
-        raise ValueError(f"variant must be 'paper' or 'official', got {variant!r}")
-    if pair_kind not in ("cosine", "l2", "l2_mean"):
-        raise ValueError(f"pair_kind must be 'cosine', 'l2' or 'l2_mean', got {pair_kind!r}")
-    if variant == "official" and pair_kind != "cosine":
-        raise ValueError("variant='official' is the cosine/KL pair term: use pair_kind='cosine'")
+    return kl.sum() / mask.sum(-1).pow(2).sum().clamp_min(1)  # real pairs, i = j included
 
 
 def _relation_loss(
     student: Tensor,
     teacher: Tensor,
     mask: Tensor,
-    *,
     window: int,
     pair_kind: PairKind,
     pair_weight: float,
@@ -152,10 +141,21 @@ def _relation_loss(
 
 
 def _stack_layers(
-    student: Tensor | Sequence[Tensor], teacher: Tensor | Sequence[Tensor]
-) -> tuple[Tensor, Tensor]:
-    """Both sides as ``[B, K, L, d]``: a sequence of ``[B, L, d]`` is stacked on dim 1 and a
-    single ``[B, L, d]`` tensor becomes ``K = 1``. Raises ValueError unless ``B, K, L`` agree."""
+    student: Tensor | Sequence[Tensor],
+    teacher: Tensor | Sequence[Tensor],
+    attention_mask: Tensor | None,
+    pair_kind: str,
+    variant: str,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The options checked, then both sides as ``[B, K, L, d]`` (a sequence of ``[B, L, d]`` is
+    stacked on dim 1 and a single ``[B, L, d]`` tensor becomes ``K = 1``) and the real-token
+    mask ``[B, L]``. Raises ValueError on an unknown option or unless ``B, K, L`` agree."""
+    if variant not in ("paper", "official"):
+        raise ValueError(f"variant must be 'paper' or 'official', got {variant!r}")
+    if pair_kind not in ("cosine", "l2", "l2_mean"):
+        raise ValueError(f"pair_kind must be 'cosine', 'l2' or 'l2_mean', got {pair_kind!r}")
+    if variant == "official" and pair_kind != "cosine":
+        raise ValueError("variant='official' is the cosine/KL pair term: use pair_kind='cosine'")
     stacked = []
     for x in (student, teacher):
         x = x if isinstance(x, torch.Tensor) else torch.stack(tuple(x), dim=1)
@@ -169,7 +169,8 @@ def _stack_layers(
             f"student {tuple(stacked[0].shape)} and teacher {tuple(stacked[1].shape)} must agree "
             "on [B, K, L] (widths may differ)"
         )
-    return stacked[0], stacked[1]
+    batch, _, length, _ = stacked[0].shape
+    return *stacked, geometry.real_mask(attention_mask, batch, length, stacked[0].device)
 
 
 def word_relation_loss(
@@ -191,30 +192,20 @@ def word_relation_loss(
         teacher_hidden: ``[B, L, d_t]`` or ``[B, K, L, d_t]`` likewise; used detached.
         attention_mask: ``[B, L]`` real-token mask (``None``: all real).
         window: half-width ``δ`` of the angle window (default 10: 21 tokens).
-        pair_kind: ``"cosine"``, ``"l2"`` or ``"l2_mean"`` (see the module docstring).
-        pair_weight: weight of the pair term (0 skips it).
-        triple_weight: weight of the triple (angle) term (0 skips it).
-        variant: ``"paper"`` (squared error on pairs) or ``"official"`` (released KL pair term;
-            cosine only). The triple term is the masked squared error in both.
+        pair_kind, variant: see the module docstring (``"official"``: cosine only).
+        pair_weight, triple_weight: the pair and triple (angle) terms' weights (0 skips one).
 
     Returns:
-        Scalar ``pair_weight·L_pair + triple_weight·L_triple``; each term is averaged over all
-        valid pairs / triples of all layers, which is the mean over layers (each layer has the
-        same valid set).
+        Scalar ``pair_weight·L_pair + triple_weight·L_triple``, each averaged over the valid
+        pairs / triples of all layers (the mean over layers: each has the same valid set).
     """
-    _check_options(pair_kind, variant)
-    student, teacher = _stack_layers(student_hidden, teacher_hidden)
-    batch, layers, length, _ = student.shape
-    mask = geometry.real_mask(attention_mask, batch, length, student.device)
+    student, teacher, mask = _stack_layers(
+        student_hidden, teacher_hidden, attention_mask, pair_kind, variant
+    )
+    mask = mask.repeat_interleave(student.shape[1], dim=0)
+    student, teacher = student.flatten(0, 1), teacher.flatten(0, 1)
     return _relation_loss(
-        student.flatten(0, 1),
-        teacher.flatten(0, 1),
-        mask.repeat_interleave(layers, dim=0),
-        window=window,
-        pair_kind=pair_kind,
-        pair_weight=pair_weight,
-        triple_weight=triple_weight,
-        variant=variant,
+        student, teacher, mask, window, pair_kind, pair_weight, triple_weight, variant
     )
 
 
@@ -244,19 +235,15 @@ def layer_relation_loss(
         Scalar loss; every real token has the same number of valid layer pairs / triples, so
         each term is the mean over real tokens of the per-token mean.
     """
-    _check_options(pair_kind, variant)
-    student, teacher = _stack_layers(student_layers, teacher_layers)
-    batch, layers, length, _ = student.shape
-    mask = geometry.real_mask(attention_mask, batch, length, student.device)
+    student, teacher, mask = _stack_layers(
+        student_layers, teacher_layers, attention_mask, pair_kind, variant
+    )
+    layers = student.shape[1]
+    window = max(layers - 1, 1) if window is None else window
+    mask = mask.reshape(-1, 1).expand(-1, layers)
+    student, teacher = (x.transpose(1, 2).flatten(0, 1) for x in (student, teacher))
     return _relation_loss(
-        student.transpose(1, 2).flatten(0, 1),
-        teacher.transpose(1, 2).flatten(0, 1),
-        mask.reshape(-1, 1).expand(-1, layers),
-        window=max(layers - 1, 1) if window is None else window,
-        pair_kind=pair_kind,
-        pair_weight=pair_weight,
-        triple_weight=triple_weight,
-        variant=variant,
+        student, teacher, mask, window, pair_kind, pair_weight, triple_weight, variant
     )
 
 
@@ -272,7 +259,12 @@ def _resolve(objective: Objective) -> dict:
     return {"relation_pairs": uniform_layers(objective.teacher_layers, objective.student_layers)}
 
 
-WORD_STATES = "each mapped layer's token states averaged over the word's tokens"
+# what WR and LTR read, and how they compare across tokenizers
+STATES = {
+    "teacher_fields": ("relation_states",),
+    "hidden_states": True,
+    "on_words": "each mapped layer's token states averaged over the word's tokens",
+}
 
 
 @teacher_field("relation_states", per_token=True, cacheable=False)
@@ -299,26 +291,14 @@ def _relation_states(objective: Objective, inputs: StepInputs) -> tuple[Tensor, 
 
 # Pairs and windowed triples: two counts at once, so a batch split into parts (processes,
 # accumulation) is weighted by examples and gives nearly, not exactly, the whole batch's value.
-@term(
-    "wr",
-    teacher_fields=("relation_states",),
-    hidden_states=True,
-    exact_split=False,
-    on_words=WORD_STATES,
-)
+@term("wr", exact_split=False, **STATES)
 def _wr(objective: Objective, inputs: StepInputs) -> Tensor:
     student, teacher, mask = _relation_states(objective, inputs)
     window, parity = objective.config.of(CKDSettings).ckd_window, objective.config.parity
     return word_relation_loss(student, teacher, mask, window=window, variant=parity)
 
 
-@term(
-    "ltr",
-    teacher_fields=("relation_states",),
-    hidden_states=True,
-    unit=TOKENS,
-    on_words=WORD_STATES,
-)
+@term("ltr", unit=TOKENS, **STATES)
 def _ltr(objective: Objective, inputs: StepInputs) -> Tensor:
     student, teacher, mask = _relation_states(objective, inputs)
     return layer_relation_loss(student, teacher, mask, variant=objective.config.parity)

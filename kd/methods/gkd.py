@@ -95,20 +95,14 @@ def gradient_alignment_loss(
     attention_mask: Tensor | None = None,
     eps: float = 1e-12,
 ) -> Tensor:
-    """GKD gradient alignment: mean squared distance between per-position unit gradients.
+    """GKD gradient alignment, ``Σ m·‖ĝ_s − ĝ_t‖² / Σ m`` (0 without a real position).
 
     Args:
-        student_grads: ``[B, L, d]`` student gradients w.r.t. its input embeddings (built with
-            ``create_graph=True`` so the loss trains the student), or ``[B, M, d]`` gradients
-            w.r.t. the [CLS] states of ``M`` mapped layers.
-        teacher_grads: ``[B, L, d]``, same shape; used detached.
-        attention_mask: ``[B, L]`` real-token mask (1 real, 0 pad); ``None`` means every
-            position is real.
-        eps: gradients with a norm ``<= eps`` are treated as zero (their unit vector is 0, so
-            such a position costs ``‖ĝ_other‖²``, 0 or 1).
-
-    Returns:
-        Scalar ``Σ m·‖ĝ_s − ĝ_t‖² / Σ m``; 0 when there is no real position.
+        student_grads: ``[B, L, d]`` student gradients w.r.t. its input embeddings (with
+            ``create_graph=True``), or ``[B, M, d]`` w.r.t. the [CLS] states of ``M`` layers.
+        teacher_grads: the same shape; used detached.
+        attention_mask: ``[B, L]`` real-token mask; ``None``: every position is real.
+        eps: a gradient of norm ``<= eps`` counts as zero (its position costs 0 or 1).
 
     Raises:
         ValueError: on a shape mismatch, including different embedding widths (both gradients
@@ -236,18 +230,14 @@ def _grad(_objective: Objective, inputs: StepInputs) -> Tensor:
 
 @term("cls_grad", teacher_fields=("cls_grads",))
 def _cls_grad(objective: Objective, inputs: StepInputs) -> Tensor:
-    student = state_gradients(
-        inputs.model, inputs.batch, [s for s, _ in objective.patient_pairs], True
-    )
+    layers = [s for s, _ in objective.patient_pairs]
+    student = state_gradients(inputs.model, inputs.batch, layers, True)
     return gradient_alignment_loss(student, inputs.teacher["cls_grads"])
-
-
-GRADIENT_TERMS = ("grad", "cls_grad")
 
 
 def _regime(config: ObjectiveConfig, weights: dict[str, float]) -> bool:
     pinned = config.of(GKDSettings).gradient_regime
-    return pinned if pinned is not None else any(name in weights for name in GRADIENT_TERMS)
+    return pinned if pinned is not None else any(name in weights for name in ("grad", "cls_grad"))
 
 
 def gradient_kd(objective: Objective) -> bool:

@@ -64,13 +64,12 @@ def patient_layers(teacher_layers: int, student_layers: int, mapping: str) -> li
             "Patient KD (and GKD-CLS) pair the student's intermediate layers 1..M−1 with the "
             f"teacher's, and a {m}-layer student has none: use a student of at least 2 layers"
         )
-    if mapping == "skip":
-        if n % m:
-            raise WorkbenchError(f"PKD-Skip needs the teacher's {n} layers divisible by {m}")
-        return list(enumerate(skip_layers(n, m)[:-1], start=1))
-    if mapping == "last":
-        return list(enumerate(last_layers(n, m)[:-1], start=1))
-    raise WorkbenchError(f"unknown Patient KD mapping {mapping!r}: use skip or last")
+    if mapping not in ("skip", "last"):
+        raise WorkbenchError(f"unknown Patient KD mapping {mapping!r}: use skip or last")
+    if mapping == "skip" and n % m:
+        raise WorkbenchError(f"PKD-Skip needs the teacher's {n} layers divisible by {m}")
+    teacher = skip_layers(n, m) if mapping == "skip" else last_layers(n, m)
+    return list(enumerate(teacher[:-1], start=1))
 
 
 def uniform_layers(teacher_layers: int, student_layers: int) -> list[tuple[int, int]]:

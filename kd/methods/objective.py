@@ -1,17 +1,12 @@
 """The distillation objective: a registry of loss terms and their weighted sum.
 
-Each method lives in one module of :mod:`kd.methods` and registers its parts here: its *terms*
-(``@term``: how a pure loss function of tensors reads a training step), the *teacher fields*
-they need (``@teacher_field``: what the frozen teacher says about a batch), its *presets*
-(weight tables, and everything else about the method: :class:`Preset`) and, where it has them,
-a *method* (``@method``: the settings its terms read) and a *student set-up*
-(:func:`student_setup`). Cacheable teacher fields are computed once per example and served from
-the run's cache; the others (CKD's hidden states, too large to keep for every token) are
-recomputed without a graph each step. Explicit weights (``ce=0.1,kd=0.9,attr=10``) replace a
-preset's, so any terms combine.
-
-Importing this module imports its package first, whose ``__init__`` imports the built-in methods:
-whoever imports the objective finds them registered.
+Each method's module of :mod:`kd.methods` registers its parts here: its *terms* (``@term``: how
+a pure loss function reads a training step), the *teacher fields* they need (``@teacher_field``),
+its *presets* (:class:`Preset`) and, where it has them, a *method* (``@method``: the settings its
+terms read) and a *student set-up* (:func:`student_setup`). Cacheable teacher fields are served
+from the run's cache; the others (CKD's hidden states) are recomputed without a graph each step.
+Explicit weights (``ce=0.1,kd=0.9,attr=10``) replace a preset's, so any terms combine. Importing
+this module imports its package, and so registers the built-in methods.
 """
 
 from __future__ import annotations
@@ -38,11 +33,9 @@ models = lazy_module("workbench.core.models")
 
 @dataclass
 class StepInputs:
-    """One step's inputs to the terms; the student runs at most once, lazily.
-
-    Gradient terms run the student forward themselves and leave its logits in
-    ``shared_logits``: when no term needs hidden states, those logits serve the other terms, as
-    in the authors' code, instead of a second forward pass."""
+    """One step's inputs to the terms; the student runs at most once, lazily. A gradient term's
+    forward pass leaves its logits in ``shared_logits``, which serve the other terms when none
+    needs hidden states (as in the authors' code)."""
 
     model: PreTrainedModel
     batch: dict[str, Tensor]
@@ -53,13 +46,10 @@ class StepInputs:
 
     @property
     def student(self) -> ModelOutput:
+        if self._student is None and self.shared_logits is not None and not self.hidden_states:
+            self._student = models.ModelOutput(self.shared_logits, self.batch["attention_mask"])
         if self._student is None:
-            if self.shared_logits is not None and not self.hidden_states:
-                self._student = models.ModelOutput(self.shared_logits, self.batch["attention_mask"])
-            else:
-                self._student = models.forward(
-                    self.model, self.batch, hidden_states=self.hidden_states
-                )
+            self._student = models.forward(self.model, self.batch, hidden_states=self.hidden_states)
         return self._student
 
     def share(self, logits: Tensor) -> None:
@@ -73,15 +63,12 @@ EXAMPLES, TOKENS = "examples", "tokens"
 
 @dataclass(frozen=True)
 class Term:
-    """How a loss term is computed in a step, and what it needs. ``unit``: what its value is
-    a mean over, ``"examples"`` or ``"tokens"`` (the batch's real tokens), or a function of the
-    objective giving it: data-parallel training and accumulation weight each part of a batch
-    by its share of that unit (:mod:`kd.training.distributed`); ``exact_split=False`` for a term
-    whose denominator is no such count (its parts' weighted sum is then close to, not equal to, the
-    whole batch's value). ``on_words``: for a term reading per-token teacher fields, how it
-    compares on words when teacher and student read the text through different tokenizers (the
-    batches then carry ``word_ids``, :mod:`workbench.core.data.alignment`), recorded in the run;
-    empty for a term that cannot."""
+    """How a loss term is computed in a step, and what it needs. ``unit``: what its value is a
+    mean over, ``"examples"`` or ``"tokens"`` (real tokens), or a function of the objective giving
+    it; data-parallel training and accumulation weight each part of a batch by its share of it
+    (:mod:`kd.training.distributed`), exactly unless ``exact_split=False`` (a denominator that is
+    no such count). ``on_words``: how a per-token term compares on words across tokenizers
+    (batches with ``word_ids``, :mod:`workbench.core.data.alignment`); empty if it cannot."""
 
     compute: Callable[[Objective, StepInputs], Tensor]
     teacher_fields: tuple[str, ...] = ()
@@ -109,11 +96,10 @@ class TeacherField:
 
 @dataclass(frozen=True)
 class Method:
-    """A method's own settings: when any of ``terms`` has a weight, ``resolve(objective)``
-    gives the settings its terms read (plain values, readable as attributes of the
-    :class:`Objective`) and ``record(objective)`` what ``run.json`` keeps of them;
-    ``modules(objective)``, the trainable modules its terms own (PKD's projection between
-    widths), trained with the student and left out of the model it saves."""
+    """A method's own settings: when any of ``terms`` has a weight, ``resolve(objective)`` gives
+    the settings its terms read (attributes of the :class:`Objective`), ``record(objective)`` what
+    ``run.json`` keeps of them and ``modules(objective)`` the trainable modules its terms own
+    (PKD's projection), trained with the student and left out of the saved model."""
 
     terms: frozenset[str]
     resolve: Callable[[Objective], dict[str, Any]]
@@ -124,11 +110,9 @@ class Method:
 @dataclass(frozen=True)
 class StudentSetup:
     """How a method sets the student up before training (GKD: the teacher's embeddings, frozen,
-    and no dropout), a part of its regime that outlives its terms' weights: ``active(objective)``
-    whether the objective asks for it; ``prepare(objective, teacher, student)`` sets the student
-    up; ``record(objective)`` what ``run.json`` keeps of it when active; ``pin(config, weights)``
-    the config (its resolved ``weights`` given) with the set-up fixed as it is, so that its
-    control, whose terms are at weight 0, keeps it."""
+    no dropout): ``active(objective)`` whether it applies; ``prepare(objective, teacher,
+    student)`` does it; ``record(objective)`` what ``run.json`` keeps of it; ``pin(config,
+    weights)`` the config with the set-up fixed, so that its control (weights 0) keeps it."""
 
     active: Callable[[Objective], bool]
     prepare: Callable[[Objective, PreTrainedModel, PreTrainedModel], None]
@@ -138,12 +122,9 @@ class StudentSetup:
 
 @dataclass(frozen=True)
 class Ablation:
-    """A variant of a preset that the reproduction suite trains beside it (``kdw reproduce
-    --ablations``), named ``"<preset> <name>"`` in the group ``group``. It is an operation on
-    the preset, never a copy of its weights: ``weights`` sets these terms' weights in the
-    preset's (``{"ce": 0}``: the preset without CE; a weight of 0 drops the term) and
-    ``settings`` replaces settings of its :class:`~workbench.core.config.ObjectiveConfig`, shared
-    or a method's (``{"attr_views": "pred"}``, set with ``ObjectiveConfig.with_settings``)."""
+    """A variant of a preset that ``kdw reproduce --ablations`` trains beside it, named
+    ``"<preset> <name>"`` in the group ``group``: ``weights`` set in the preset's (``{"ce": 0}``
+    drops CE) and ``settings`` replaced in its config (``{"attr_views": "pred"}``)."""
 
     name: str
     group: str
@@ -153,13 +134,11 @@ class Ablation:
 
 @dataclass(frozen=True)
 class Sweep:
-    """A sweep of one :class:`~workbench.core.config.ObjectiveConfig` setting of a preset over
-    ``values`` (a suite's task plan may hold others under ``key``:
-    :attr:`kd.experiments.reproduce.suite.TaskPlan.sweeps`): one student per value, named
-    ``"<preset> <label>=<value>"``, in the group ``group``. The report draws test accuracy
-    against the values, on an axis named ``axis``, with the full method as a point at the
-    preset's own value of the setting, or, where the preset leaves it unset, as a line named
-    ``unset``."""
+    """A sweep of a preset's config ``setting`` over ``values`` (a suite's task plan may hold
+    others under ``key``, :attr:`kd.experiments.reproduce.suite.TaskPlan.sweeps`): one student
+    per value, ``"<preset> <label>=<value>"`` in the group ``group``. The report draws test
+    accuracy against the values on the axis ``axis``, the full method at the preset's value or,
+    where it leaves it unset, as a line named ``unset``."""
 
     label: str
     group: str
@@ -173,11 +152,9 @@ class Sweep:
 @dataclass(frozen=True)
 class Parameter:
     """A parameter ``kdw tune`` searches: its domain (finite, ``low < value`` — ``low ≤ value``
-    when ``closed`` — and ``value ≤ high``; an integer when ``integer``), the terms the objective
-    must have for it to apply (``needs``; β: the preset's own, :attr:`Preset.beta`), how a
-    trial's value is set into the objective's config (``apply``; None: not the objective's, the
-    learning rate) and its value in a preset's config (``read``; None where it leaves it unset),
-    which a search holds where it does not search it."""
+    when ``closed`` — ``≤ high``; an integer when ``integer``), the terms it needs (β: the preset's
+    own, :attr:`Preset.beta`), how a trial's value sets the config (``apply``; None: the learning
+    rate) and its value in a preset's config (``read``; None if unset), held where not searched."""
 
     help: str
     low: float
@@ -222,17 +199,12 @@ RELATIONS = (">", "≫", "≥", "<", "lowest")
 
 @dataclass(frozen=True)
 class Preset:
-    """A method's weights per parity, its temperature, its official KD form, the settings of its
-    methods it fixes whatever the config says (``settings``: PKD-last's layer mapping) and those
-    it chooses where the config leaves them unset (``defaults``: the attribution distance AD-KD's
-    weights belong to), and its own terms (``own``), which its control student goes without
-    (:func:`control`) while keeping the rest of the objective, its training regime.
-
-    Beside the objective, all else the workbench says or does about the method: its display
-    ``name`` (``"AD-KD"``) and short paper ``reference``; ``kdw tune``'s default ``space``
-    (parameter → ``--space`` spec, the papers' grids), the term β weighs (``beta``) and the
-    parameters the reproduction suite chooses on dev (``tuned``); its ``ablations``
-    (:class:`Ablation`, :class:`Sweep`) and the ``claims`` its report checks (:class:`Claim`)."""
+    """A method's weights per parity, temperature, official KD form, the settings it fixes
+    (``settings``: PKD-last's mapping) and those it chooses where the config leaves them unset
+    (``defaults``), and its own terms (``own``), which its control goes without (:func:`control`).
+    Beside them, all else about the method: its display ``name`` and paper ``reference``, ``kdw
+    tune``'s default ``space`` (parameter → ``--space`` spec), the term β weighs (``beta``), the
+    parameters tuned on dev (``tuned``), its ``ablations`` and the ``claims`` its report checks."""
 
     paper: dict[str, float]
     official: dict[str, float]
@@ -259,26 +231,26 @@ PARAMETERS: dict[str, Parameter] = {}
 PRESETS: dict[str, Preset] = {}
 
 
-def term(name: str, **options: Any):
-    """Register a loss term under ``name`` (the key of the weights); ``options``: the other
-    fields of :class:`Term`."""
+def _registrar(registry: dict, kind: type, name: str, options: dict[str, Any]):
+    """A decorator registering its function as ``kind(function, **options)`` under ``name``."""
 
-    def register(compute: Callable[[Objective, StepInputs], Tensor]):
-        TERMS[name] = Term(compute, **options)
+    def register(compute: Callable):
+        registry[name] = kind(compute, **options)
         return compute
 
     return register
+
+
+def term(name: str, **options: Any):
+    """Register a loss term under ``name`` (the key of the weights); ``options``: the other
+    fields of :class:`Term`."""
+    return _registrar(TERMS, Term, name, options)
 
 
 def teacher_field(name: str, **options: Any):
     """Register a teacher field under ``name``; ``options``: the other fields of
     :class:`TeacherField`."""
-
-    def register(compute: Callable[[Objective, PreTrainedModel, dict[str, Tensor]], Tensor]):
-        TEACHER_FIELDS[name] = TeacherField(compute, **options)
-        return compute
-
-    return register
+    return _registrar(TEACHER_FIELDS, TeacherField, name, options)
 
 
 def method(
@@ -350,10 +322,8 @@ def preset_weights(config: ObjectiveConfig) -> dict[str, float]:
             f"unknown method preset {config.preset!r}: use one of {sorted(PRESETS)}"
         )
     preset = PRESETS[config.preset]
-    weights = check_terms(config.weights) or dict(
-        preset.official if config.parity == "official" else preset.paper
-    )
-    weights = {name: w for name, w in weights.items() if w != 0}
+    table = preset.official if config.parity == "official" else preset.paper
+    weights = {name: w for name, w in (check_terms(config.weights) or table).items() if w != 0}
     if not weights:
         raise WorkbenchError("the objective has no term with a non-zero weight")
     return weights
@@ -381,18 +351,10 @@ def _title(key: str, preset: Preset, dash: str) -> str:
     return key + (dash + preset.name if preset.name else "") + reference
 
 
-def _preset_list() -> str:
-    return "; ".join(_title(key, p, ": ") for key, p in PRESETS.items())
-
-
 def _temperatures() -> str:
     default = Preset.temperature
-    others = [
-        f"{display_name(key)} {p.temperature:g}"
-        for key, p in PRESETS.items()
-        if p.temperature != default
-    ]
-    return ", ".join([f"{default:g}", *others])
+    others = {k: p.temperature for k, p in PRESETS.items() if p.temperature != default}
+    return ", ".join([f"{default:g}", *(f"{display_name(k)} {t:g}" for k, t in others.items())])
 
 
 def _ablation_list() -> str:
@@ -449,7 +411,7 @@ def _word_forms() -> str:
 
 # the lists that help texts name ({presets}, {terms}, …), read when a help text is shown
 HELP_LISTS.update(
-    presets=_preset_list,
+    presets=lambda: "; ".join(_title(key, p, ": ") for key, p in PRESETS.items()),
     terms=lambda: ", ".join(TERMS),
     temperatures=_temperatures,
     ablations=_ablation_list,
@@ -471,11 +433,9 @@ parameter(
 
 
 def control(config: ObjectiveConfig) -> ObjectiveConfig:
-    """The control of a method's objective: the same config — the other terms' weights, τ,
-    the KD form, the student set-up (each :class:`StudentSetup` pinned as it is) — with the
-    method's own terms (:attr:`Preset.own`) at weight 0. The difference between the method and
-    its control is what its own terms add; vanilla KD has no own term, and its control is
-    itself."""
+    """The control of a method's objective: the same config (other weights, τ, KD form, each
+    :class:`StudentSetup` pinned) with its own terms (:attr:`Preset.own`) at weight 0; vanilla KD,
+    without own terms, is its own control."""
     own = set(PRESETS[config.preset].own) if config.preset in PRESETS else set()
     weights = preset_weights(config)
     if not own & set(weights):
@@ -521,11 +481,9 @@ class Objective:
         words: bool = False,
     ) -> Objective:
         """The objective ``config`` asks for between a teacher and a student of these layer
-        counts and hidden sizes (when known; the student's defaults to the teacher's), for
-        ``num_labels`` classes, read through different tokenizers when ``words``. Every method
-        checks here what it needs of the two models, so that a command fails before it writes,
-        and builds the modules its terms train (from the global random state, after the
-        student's initialisation)."""
+        counts and hidden sizes (the student's defaults to the teacher's), for ``num_labels``
+        classes, across tokenizers when ``words``. Each method checks the models here (before a
+        command writes) and builds its modules (from the global random state)."""
         weights = preset_weights(config)
         preset = PRESETS[config.preset]
         official = config.parity == "official"
@@ -545,7 +503,6 @@ class Objective:
         )
         for entry in objective.methods():
             objective.settings.update(entry.resolve(objective))
-        for entry in objective.methods():
             if entry.modules is not None:
                 objective.modules.update(entry.modules(objective))
         return objective
@@ -569,10 +526,8 @@ class Objective:
             "kd_form": self.kd_form,
             "parity": self.config.parity,
         }
-        for setup in self.student_setups():
-            record.update(setup.record(self))
-        for entry in self.methods():
-            record.update(entry.record(self))
+        for part in (*self.student_setups(), *self.methods()):
+            record.update(part.record(self))
         return json.loads(json.dumps(record))  # tuples as lists, as run.json reads back
 
     def student_setups(self) -> list[StudentSetup]:

@@ -67,8 +67,7 @@ def patient_loss(student_cls: Tensor, teacher_cls: Tensor, *, reduction: str = "
             f"Patient KD needs equal shapes; got student {tuple(student_cls.shape)} and teacher "
             f"{tuple(teacher_cls.shape)} (equal hidden sizes and mapped layer counts)"
         )
-    difference = F.normalize(student_cls, dim=-1) - F.normalize(teacher_cls.detach(), dim=-1)
-    squared = difference.pow(2)
+    squared = (F.normalize(student_cls, dim=-1) - F.normalize(teacher_cls.detach(), dim=-1)).pow(2)
     if reduction == "paper":
         return squared.sum((1, 2)).mean()
     if reduction == "official":
@@ -85,9 +84,8 @@ def mapped_pairs(objective: Objective) -> list[tuple[int, int]]:
 
 def _projection(objective: Objective) -> dict[str, torch.nn.Module]:
     """Where the widths differ, ``W``: ``[.., d_s] → [.., d_t]``."""
-    if objective.pkd_projection is None:
+    if (widths := objective.pkd_projection) is None:
         return {}
-    widths = objective.pkd_projection
     return {"pkd": torch.nn.Linear(widths["student"], widths["teacher"], bias=False)}
 
 
@@ -105,24 +103,22 @@ def _resolve(objective: Objective) -> dict:
     return {"patient_pairs": mapped_pairs(objective), "pkd_projection": widths if differ else None}
 
 
+def _cls_states(objective: Objective, model: PreTrainedModel, batch, hidden, side: int) -> Tensor:
+    """``[B, M, d]``: what the head reads of ``hidden`` at the pairs' layers of ``side`` (0, 1)."""
+    pairs = objective.patient_pairs
+    return torch.stack([parts.head_states(model, hidden[p[side]], batch) for p in pairs], 1)
+
+
 @teacher_field("cls", key=lambda o: {"patient_pairs": o.patient_pairs})
 def _teacher_cls(objective: Objective, teacher: PreTrainedModel, batch) -> Tensor:
     hidden = models.forward(teacher, batch, hidden_states=True).hidden_states
-    return torch.stack(
-        [parts.head_states(teacher, hidden[t], batch) for _, t in objective.patient_pairs], 1
-    )
+    return _cls_states(objective, teacher, batch, hidden, 1)
 
 
 @term("pkd", teacher_fields=("cls",), hidden_states=True)
 def _pkd(objective: Objective, inputs: StepInputs) -> Tensor:
     hidden = inputs.student.hidden_states
-    student_cls = torch.stack(
-        [
-            parts.head_states(inputs.model, hidden[s], inputs.batch)
-            for s, _ in objective.patient_pairs
-        ],
-        1,
-    )
+    student_cls = _cls_states(objective, inputs.model, inputs.batch, hidden, 0)
     if "pkd" in objective.modules:  # another width: [B, M, d_s] → [B, M, d_t]
         student_cls = objective.modules["pkd"](student_cls)
     return patient_loss(student_cls, inputs.teacher["cls"], reduction=objective.config.parity)

@@ -86,12 +86,8 @@ def _ce(_objective: Objective, inputs: StepInputs) -> Tensor:
 
 @term("kd", teacher_fields=("logits",))
 def _kd(objective: Objective, inputs: StepInputs) -> Tensor:
-    return logit_kd_loss(
-        inputs.student.logits,
-        inputs.teacher["logits"],
-        objective.temperature,
-        form=objective.kd_form,
-    )
+    student, teacher = inputs.student.logits, inputs.teacher["logits"]
+    return logit_kd_loss(student, teacher, objective.temperature, form=objective.kd_form)
 
 
 parameter(
