@@ -16,11 +16,9 @@ from pathlib import Path
 import kd.methods  # noqa: F401  (registers the methods' settings: the objective's options)
 from workbench.analysis.attribution.registry import EXPLAINERS, WORD_AGGREGATIONS, get_explainer
 from workbench.core.config import (
+    CONFIG_SECTIONS,
     DataConfig,
     MapSettings,
-    ObjectiveConfig,
-    OptimConfig,
-    StudentConfig,
     TrackingConfig,
     add_arguments,
     check_values,
@@ -65,14 +63,6 @@ MODELS_HELP = (
     "run folders, or sequence classifiers the workbench did not train (a Hugging Face "
     "checkpoint folder, a built-in name or a hub id)"
 )
-
-
-CONFIG_SECTIONS = {
-    "data": DataConfig,
-    "student": StudentConfig,
-    "objective": ObjectiveConfig,
-    "optim": OptimConfig,
-}
 
 
 def config_defaults(path: str) -> dict:

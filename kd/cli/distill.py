@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from kd.cli.common import CONFIG_SECTIONS, train_and_report
-from workbench.core.config import TrackingConfig, add_arguments
+from kd.cli.common import train_and_report
+from workbench.core.config import CONFIG_SECTIONS, TrackingConfig, add_arguments
 
 
 def add(commands: argparse._SubParsersAction) -> None:

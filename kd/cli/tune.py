@@ -5,8 +5,13 @@ from __future__ import annotations
 
 import argparse
 
-from kd.cli.common import CONFIG_SECTIONS
-from workbench.core.config import TrackingConfig, TuneConfig, add_arguments, from_arguments
+from workbench.core.config import (
+    CONFIG_SECTIONS,
+    TrackingConfig,
+    TuneConfig,
+    add_arguments,
+    from_arguments,
+)
 
 
 def add(commands: argparse._SubParsersAction) -> None:

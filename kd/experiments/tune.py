@@ -39,6 +39,7 @@ from typing import Any
 from kd.methods.objective import PARAMETERS, PRESETS, Parameter, Preset
 from kd.training.trainer import Callback, TrainingDiverged
 from workbench.core.config import (
+    CONFIG_SECTIONS,
     DataConfig,
     ObjectiveConfig,
     OptimConfig,
@@ -345,12 +346,10 @@ def _storage(place: StudyPlace, attempts: int = 5):
             time.sleep(attempt)
 
 
-SECTIONS = ("data", "student", "objective", "optim")  # a configuration file's config sections
-
-
 def _sections(*configs) -> dict:
-    """The configs of :data:`SECTIONS`, in that order, as plain values by section."""
-    return dict(zip(SECTIONS, map(to_dict, configs), strict=True))
+    """The configs of a configuration file's sections, in :data:`CONFIG_SECTIONS`' order, as plain
+    values by section."""
+    return dict(zip(CONFIG_SECTIONS, map(to_dict, configs), strict=True))
 
 
 def study_settings(

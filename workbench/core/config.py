@@ -790,6 +790,15 @@ class OptimConfig(Checked):
     device: str = option("auto", "cpu, cuda, cuda:N, or auto (cuda when available)")
 
 
+# a configuration file's sections (kdw distill --config, kdw tune's best.json), as their dataclasses
+CONFIG_SECTIONS = {
+    "data": DataConfig,
+    "student": StudentConfig,
+    "objective": ObjectiveConfig,
+    "optim": OptimConfig,
+}
+
+
 @dataclass
 class TuneConfig(Checked):
     """The search: how many trials, over which space, scored by which dev metric."""
