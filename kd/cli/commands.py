@@ -17,6 +17,7 @@ SUBCOMMANDS = [
     for name in (
         "train_teacher",
         "distill",
+        "cache",
         "tune",
         "evaluate",
         "benchmark",

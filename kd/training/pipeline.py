@@ -21,12 +21,29 @@ from kd.methods.layer_map import select_layers
 from kd.methods.objective import Objective
 from kd.methods.students import cut_student, random_student
 from kd.training import distributed, tracking
+from kd.training.teacher_cache import (
+    CacheConfig,
+    CachedFile,
+    CacheRecord,
+    add_file,
+    cached_teacher,
+    check_same,
+    read_record,
+    start_record,
+)
 from kd.training.tracking import Tracker
 from kd.training.trainer import Callback, TrainingJob, notify, set_seed, train
 from workbench.analysis.deployment import export_onnx_folder
 from workbench.analysis.evaluation import evaluate_logits, predict_logits
 from workbench.analysis.metrics import loyalty_per_example
-from workbench.core.cache import ExampleCache, Progress, cached, key_digest
+from workbench.core.cache import (
+    ExampleCache,
+    Progress,
+    build_in_pieces,
+    cache_path,
+    cached,
+    key_digest,
+)
 from workbench.core.config import (
     DataConfig,
     ObjectiveConfig,
@@ -65,6 +82,7 @@ from workbench.core.models import (
     load_run,
     load_tokenizer,
     model_device,
+    resolve_device,
     resolve_model,
     set_label_names,
 )
@@ -76,6 +94,7 @@ from workbench.core.runs import (
     model_card,
     replace_directory,
 )
+from workbench.core.shards import Shard
 from workbench.core.verify import model_digest
 
 # optimisation settings that do not define a run: where, on how many threads or processes and in
@@ -357,39 +376,53 @@ def check_teacher(source: str, allow: bool, remedy: str = ALLOW_UNFINISHED) -> N
     )
 
 
+def cache_keys(
+    teacher_fingerprint: str,
+    objective: Objective,
+    data: TaskData,
+    max_length: int,
+    train_key: dict,
+    every: bool = False,
+) -> dict[str, tuple[list[str], dict]]:
+    """Each split's teacher fields and the key of their cache: the objective's cacheable fields
+    on train (``every``: all it reads, as ``kdw cache`` stores them), with ``train_key`` (the
+    student's vocabulary, across tokenizers), and logits on dev and test (for loyalty)."""
+    fingerprints = data.fingerprint()
+    keys = {}
+    for split in data.splits:
+        if split == "train":
+            fields = objective.teacher_fields() if every else objective.cached_fields()
+        else:
+            fields = ["logits"]
+        key = {"teacher": teacher_fingerprint, "max_length": max_length, "split": split}
+        key |= {"data": fingerprints[split], **objective.teacher_settings(fields)}
+        keys[split] = (fields, key | (train_key if split == "train" else {}))
+    return keys
+
+
 def teacher_caches(
     teacher: LoadedModel,
     objective: Objective,
     encoded: dict[str, EncodedSplit],
-    data: TaskData,
-    max_length: int,
+    keys: dict[str, tuple[list[str], dict]],
     folder: Path,
     batch_size: int,
     on_progress: Progress | None = None,
-    train_key: dict | None = None,
 ) -> dict[str, ExampleCache]:
-    """What the frozen teacher says about every example, computed once per setting: the
-    objective's fields on train, logits on dev and test (for loyalty). ``on_progress`` hears of
-    each computed batch; ``train_key`` adds to the train cache's key (the student's vocabulary).
-    Under ``torchrun`` computed in parts, one per process (docs/distributed.md)."""
+    """What the frozen teacher says about every example, computed once per setting
+    (:func:`cache_keys`). ``on_progress`` hears of each computed batch. Under ``torchrun``
+    computed in parts, one per process (docs/distributed.md)."""
     world = distributed.world()
-    base_key = {"teacher": fingerprint(teacher.model), "max_length": max_length}
-    fingerprints = data.fingerprint()
     caches = {}
     for split, dataset in encoded.items():
-        fields = objective.cached_fields() if split == "train" else ["logits"]
-        per_token = [f for f in fields if f in objective.per_token_fields()]
-        settings = objective.teacher_settings(fields)
-        key = {**base_key, "split": split, "data": fingerprints[split], **settings}
-        if split == "train":
-            key |= train_key or {}
+        fields, key = keys[split]
         caches[split] = cached(
             folder,
             f"teacher-{split}",
             key,
             dataset,
             partial(objective.teacher_batch, teacher.model, fields=fields),
-            per_token=per_token,
+            per_token=[f for f in fields if f in objective.per_token_fields()],
             batch_size=batch_size,
             pad_token_id=pad_id(teacher.tokenizer),
             description=f"teacher cache ({split})",
@@ -404,11 +437,36 @@ def teacher_caches(
     return caches
 
 
+def read_teacher_caches(
+    folder: Path, encoded: dict[str, EncodedSplit], keys: dict[str, tuple[list[str], dict]]
+) -> dict[str, ExampleCache]:
+    """The caches of ``keys`` that ``kdw cache`` built in ``folder``; one it lacks (built for
+    another objective, student tokenizer or length) is one line naming what differs."""
+    built = read_record(folder).files
+    caches = {}
+    for split, (fields, key) in keys.items():
+        path = cache_path(folder, f"teacher-{split}", key)
+        if not path.exists():  # built in bf16 (kdw cache --precision bf16)
+            path = cache_path(folder, f"teacher-{split}", key | {"precision": "bf16"})
+        if not path.exists():
+            others = [f.key for f in built if f.key.get("split") == split]
+            differ = sorted({k for other in others for k in key if other.get(k) != key[k]})
+            raise WorkbenchError(
+                f"{folder} holds no {split} cache of {', '.join(fields)} for these settings"
+                + (f" (its {split} caches differ in {', '.join(differ)})" if differ else "")
+                + ": build it with kdw cache and this command's data, student and objective "
+                "options"
+            )
+        caches[split] = ExampleCache.load(path, len(encoded[split]))
+    return caches
+
+
 @dataclasses.dataclass
 class Distillation:
     """A distillation resolved and checked, before anything is written: the frozen teacher and
-    the task's data, the student and its tokenizer, the objective, and whether teacher and
-    student read the text through the same tokens."""
+    the task's data, the student and its tokenizer, the objective, whether teacher and student
+    read the text through the same tokens, and the teacher cache folder it reads (None: the
+    teacher computes its fields)."""
 
     teacher: LoadedModel
     data: TaskData
@@ -416,6 +474,31 @@ class Distillation:
     tokenizer: PreTrainedTokenizerBase
     objective: Objective
     same_tokens: bool
+    cache: CacheRecord | None = None
+
+
+def _cached_teacher(
+    data_config: DataConfig, student_config: StudentConfig
+) -> tuple[LoadedModel, TaskData, CacheRecord]:
+    """The teacher that ``--teacher-cache`` stands for and the task's data, checked against the
+    cache (its data; its teacher, where ``--teacher`` names one that exists here)."""
+    folder = Path(student_config.teacher_cache)
+    record = read_record(folder)
+    if student_config.init == "cut":
+        raise WorkbenchError(
+            "a cut student is made of the teacher's layers, which a teacher cache does not "
+            "hold: use --init pretrained or --init random with --teacher-cache"
+        )
+    pinned = teacher_pin(student_config.teacher) if student_config.teacher else None
+    same = {"exclude": {"source"}}  # the digests of its weights and tokenizer
+    if pinned and record.teacher and pinned.model_dump(**same) != record.teacher.model_dump(**same):
+        raise WorkbenchError(
+            f"{folder} caches another teacher than {student_config.teacher} (its weights or "
+            "tokenizer differ): leave out --teacher, or build the cache of this one"
+        )
+    data = load_task(data_config, notice)
+    check_same(record, folder, None, data, data_config)
+    return cached_teacher(folder, record, data_config), data, record
 
 
 def prepare_distillation(
@@ -427,17 +510,22 @@ def prepare_distillation(
     """Everything a distillation needs, every check of the settings against the models (lengths,
     layers, classes and dimensions the methods ask for, tokenizers) done writing nothing, before
     :func:`distill` or :func:`kd.experiments.tune.tune` creates its folder. ``seed`` initialises a
-    random student; the teacher is a run folder (unfinished: :func:`check_teacher`) or a classifier
-    matched to the task's classes (``label_map``) and used as it is."""
-    if not student_config.teacher:
+    random student; the teacher is a run folder (unfinished: :func:`check_teacher`), a classifier
+    matched to the task's classes (``label_map``) and used as it is, or the teacher cache
+    ``student_config.teacher_cache`` stands for (:func:`_cached_teacher`)."""
+    record = None
+    if student_config.teacher_cache:
+        teacher, data, record = _cached_teacher(data_config, student_config)
+    elif not student_config.teacher:
         raise WorkbenchError(
             "distill needs --teacher: a run folder from train-teacher, a sequence classifier's "
-            "folder or a hub id"
+            "folder or a hub id (or --teacher-cache: a folder from kdw cache)"
         )
-    check_teacher(student_config.teacher, student_config.allow_unfinished)
-    teacher, data = load_for_task(
-        student_config.teacher, data_config, student_config.label_map, notice
-    )
+    else:
+        check_teacher(student_config.teacher, student_config.allow_unfinished)
+        teacher, data = load_for_task(
+            student_config.teacher, data_config, student_config.label_map, notice
+        )
     teacher.model.requires_grad_(False)  # frozen: its gradients w.r.t. inputs need no weights
     set_seed(seed)
     student, tokenizer = build_student(teacher, student_config)
@@ -453,8 +541,66 @@ def prepare_distillation(
         words=not same_tokens,
     )
     check_tokens(objective, teacher.tokenizer, tokenizer)
-    objective.prepare_student(teacher.model, student)
-    return Distillation(teacher, data, student, tokenizer, objective, same_tokens)
+    try:
+        objective.prepare_student(teacher.model, student)
+    except NotImplementedError:  # a set-up copying the weights of a cache's meta-device teacher
+        raise WorkbenchError(
+            f"{', '.join(objective.weights)}: the student's set-up copies the teacher's weights "
+            "(GKD: its embeddings, into a student of its tokenizer), which a teacher cache does "
+            "not hold: distil with the teacher, or a student of another tokenizer"
+        ) from None
+    return Distillation(teacher, data, student, tokenizer, objective, same_tokens, record)
+
+
+@dataclasses.dataclass
+class TeacherInputs:
+    """What the teacher reads of a distillation's data: each split in its own tokenisation
+    (the student's own where they share it), the cache keys of its fields, and across
+    tokenizers with per-token terms the words both share (``alignment``, for the manifest)."""
+
+    encoded: dict[str, EncodedSplit]
+    teacher_encoded: dict[str, EncodedSplit]
+    on_words: bool
+    keys: dict[str, tuple[list[str], dict]]
+    alignment: dict | None
+
+
+def teacher_inputs(
+    setup: Distillation, max_length: int, teacher_fingerprint: str, every: bool
+) -> TeacherInputs:
+    """The data of ``setup`` encoded for student and teacher, with the keys of the teacher's
+    caches (``every``: of every field the objective reads, as ``kdw cache`` builds them)."""
+    teacher, data, tokenizer, objective = (
+        setup.teacher,
+        setup.data,
+        setup.tokenizer,
+        setup.objective,
+    )
+    encoded = _encode_all(data, tokenizer, max_length)
+    # the teacher reads, and its cache is keyed by, its own tokenisation
+    same = setup.same_tokens
+    teacher_encoded = encoded if same else _encode_all(data, teacher.tokenizer, max_length)
+    on_words = not same and bool(objective.per_token_terms())
+    alignment = None
+    if on_words:  # the train split's two encodings get the words they share (``word_ids``)
+        words, dropped = share_words(
+            data.splits["train"],
+            (teacher_encoded["train"], teacher.tokenizer),
+            (encoded["train"], tokenizer),
+            max_length,
+        )
+        notice(
+            "teacher and student read the text through different tokenizers: the per-token "
+            f"terms compare on the {words} words both tokenisations share; {dropped} words that "
+            "one side lacks (characters it drops, text past its truncation) are left out of both"
+        )
+        alignment = {
+            "train": {"words": words, "left_out": dropped},
+            "aggregation": objective.word_aggregation(),
+        }
+    train_key = {"words": key_digest(tokenizer.get_vocab())} if on_words else {}
+    keys = cache_keys(teacher_fingerprint, objective, data, max_length, train_key, every)
+    return TeacherInputs(encoded, teacher_encoded, on_words, keys, alignment)
 
 
 def distill(
@@ -470,76 +616,67 @@ def distill(
 ) -> Run:
     """Distil a student from ``student_config.teacher`` into ``run_dir``. The teacher's cache goes
     to ``cache_dir`` (default: the run's folder), which students of one teacher and data (a search's
-    trials) may share: every file is keyed by its settings. ``tracking_config``'s trackers follow
-    the training (:mod:`kd.training.tracking`; in MLflow, a nested run of ``tracking_parent``)."""
+    trials) may share: every file is keyed by its settings. With ``student_config.teacher_cache``
+    every teacher field is read from that folder (``kdw cache``), and the teacher need not exist.
+    ``tracking_config``'s trackers follow the training (:mod:`kd.training.tracking`; in MLflow, a
+    nested run of ``tracking_parent``)."""
     tracking_config = tracking_config or TrackingConfig()
     tracking.check(tracking_config)
     device = _configure(optim)
     setup = prepare_distillation(data_config, student_config, objective_config, optim.seed)
     teacher, data, student, tokenizer = setup.teacher, setup.data, setup.student, setup.tokenizer
-    objective, same_tokens = setup.objective, setup.same_tokens
-    teacher.model.to(device)
+    objective, from_cache = setup.objective, setup.cache is not None
     configs = {"data": data_config, "student": student_config, "objective": objective_config}
     record = _record("student", objective_config.preset, data, objective, optim, **configs)
-    if (pinned := teacher_pin(student_config.teacher)) is not None:
+    pinned = setup.cache.teacher if from_cache else teacher_pin(student_config.teacher)
+    if pinned is not None:
         record[RESOLVED]["teacher"] = pinned.model_dump()
     manifest = _manifest(data, data_config, optim)
-    if (state := unfinished_teacher(student_config.teacher)) is not None:  # --allow-unfinished
-        manifest["unfinished_teacher"] = state  # what the student learnt from
-    encoded = _encode_all(data, tokenizer, data_config.max_length)
-    # the teacher reads, and its cache is keyed by, its own tokenisation
-    teacher_encoded = (
-        encoded if same_tokens else _encode_all(data, teacher.tokenizer, data_config.max_length)
-    )
-    on_words = not same_tokens and bool(objective.per_token_terms())
-    if on_words:  # the train split's two encodings get the words they share (``word_ids``)
-        words, dropped = share_words(
-            data.splits["train"],
-            (teacher_encoded["train"], teacher.tokenizer),
-            (encoded["train"], tokenizer),
-            data_config.max_length,
-        )
-        notice(
-            "teacher and student read the text through different tokenizers: the per-token "
-            f"terms compare on the {words} words both tokenisations share; {dropped} words that "
-            "one side lacks (characters it drops, text past its truncation) are left out of both"
-        )
-        manifest["word_alignment"] = {
-            "train": {"words": words, "left_out": dropped},
-            "aggregation": objective.word_aggregation(),
-        }
+    if from_cache:  # where the teacher's fields came from
+        manifest["teacher_fields"] = {"cache": str(Path(teacher.source).resolve())}
+    else:
+        teacher.model.to(device)
+        if (state := unfinished_teacher(student_config.teacher)) is not None:
+            manifest["unfinished_teacher"] = state  # what the student learnt from
+    teacher_fingerprint = setup.cache.fingerprint if from_cache else fingerprint(teacher.model)
+    inputs = teacher_inputs(setup, data_config.max_length, teacher_fingerprint, from_cache)
+    encoded, teacher_encoded, on_words = inputs.encoded, inputs.teacher_encoded, inputs.on_words
+    if inputs.alignment is not None:
+        manifest["word_alignment"] = inputs.alignment
     with distributed.run_folder(run_dir, record, manifest) as run:
         status = run.status()
         if status.state == "finished":
             return run
         started = time.perf_counter()
-        caches = teacher_caches(
-            teacher,
-            objective,
-            teacher_encoded,
-            data,
-            data_config.max_length,
-            Path(cache_dir) if cache_dir else run.cache_dir,
-            optim.eval_batch_size,
-            lambda *progress: notify(callbacks, "on_cache", *progress),
-            {"words": key_digest(tokenizer.get_vocab())} if on_words else {},
-        )
+        if from_cache:
+            caches = read_teacher_caches(Path(teacher.source), teacher_encoded, inputs.keys)
+        else:
+            caches = teacher_caches(
+                teacher,
+                objective,
+                teacher_encoded,
+                inputs.keys,
+                Path(cache_dir) if cache_dir else run.cache_dir,
+                optim.eval_batch_size,
+                lambda *progress: notify(callbacks, "on_cache", *progress),
+            )
         # summed over the processes that resumed the run (a resumed one reads the files)
         cache_seconds = status.seconds.get("teacher_cache", 0.0) + (time.perf_counter() - started)
         train_cache = caches["train"]
         teacher_logits = {split: caches[split].per_example["logits"] for split in ("dev", "test")}
-        live_fields = objective.live_fields()
+        cached_fields = inputs.keys["train"][0]
+        live_fields = [name for name in objective.teacher_fields() if name not in cached_fields]
 
         def loss(model: PreTrainedModel, batch: dict) -> dict:
             # per-word teacher fields fill the first W of the teacher's own token rows
             length = None if on_words else batch["input_ids"].shape[1]
             values = {
                 name: train_cache.gather(name, batch["index"].cpu(), length).to(device)
-                for name in objective.cached_fields()
+                for name in cached_fields
             }
             if live_fields:
                 teacher_batch = batch
-                if not same_tokens:
+                if not setup.same_tokens:
                     rows = [teacher_encoded["train"][int(i)] for i in batch["index"]]
                     teacher_batch = to_device(collate(rows, pad_id(teacher.tokenizer)), device)
                 with torch.no_grad():
@@ -566,6 +703,83 @@ def distill(
         )
         _train(job, tracking_config, data, encoded, tracking_parent, teacher_logits)
     return run
+
+
+def build_teacher_cache(
+    data_config: DataConfig,
+    student_config: StudentConfig,
+    objective_config: ObjectiveConfig,
+    cache_config: CacheConfig,
+    out: str | Path,
+    shard: Shard | None = None,
+) -> Path | None:
+    """``kdw cache``: build in ``out`` every field the distillation these configs describe reads
+    from the teacher (on the words teacher and student share, across tokenizers), so that
+    ``distill`` with ``teacher_cache=out`` needs no teacher (:mod:`kd.training.teacher_cache`).
+
+    Resumable and in shards (:func:`workbench.core.cache.build_in_pieces`): ``shard`` computes
+    its part of every split; the call that finds every piece merges them. Returns ``out`` once
+    every split's cache is complete, None while other shards' pieces are missing."""
+    out = Path(out)
+    if student_config.teacher_cache:
+        raise WorkbenchError("kdw cache computes the teacher's fields: leave out --teacher-cache")
+    if cache_config.threads > 0:
+        torch.set_num_threads(cache_config.threads)
+    device = resolve_device(cache_config.device)
+    setup = prepare_distillation(data_config, student_config, objective_config, seed=0)
+    teacher, objective = setup.teacher, setup.objective
+    teacher_fingerprint = fingerprint(teacher.model)
+    inputs = teacher_inputs(setup, data_config.max_length, teacher_fingerprint, every=True)
+    start_record(
+        out,
+        teacher,
+        teacher_pin(student_config.teacher),
+        teacher_fingerprint,
+        setup.data,
+        data_config,
+    )
+    notice(f"teacher cache in {out.resolve()}")
+    teacher.model.to(device)
+    bf16 = cache_config.precision == "bf16"
+    complete = True
+    for split, dataset in inputs.teacher_encoded.items():
+        fields, key = inputs.keys[split]
+        key = key | ({"precision": "bf16"} if bf16 else {})
+        if cache_path(out, f"teacher-{split}", key).exists():
+            continue
+
+        def compute(batch: dict, seconds: dict[str, float], fields=fields) -> dict:
+            values = {}
+            for name in fields:
+                started = time.perf_counter()
+                with torch.autocast(device.type, torch.bfloat16, enabled=bf16):
+                    value = objective.teacher_batch(teacher.model, batch, [name])[name]
+                values[name] = value.float() if value.is_floating_point() else value
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - started
+            return values
+
+        cache, seconds = build_in_pieces(
+            out,
+            f"teacher-{split}",
+            key,
+            dataset,
+            compute,
+            [f for f in fields if f in objective.per_token_fields()],
+            cache_config.batch_size,
+            pad_id(teacher.tokenizer),
+            device,
+            inference=not objective.teacher_gradients(fields),
+            shard=shard,
+            description=f"teacher cache ({split})",
+        )
+        if cache is None:
+            complete = False
+            continue
+        file = cache_path(out, f"teacher-{split}", key).name
+        add_file(out, CachedFile(file=file, key=key, examples=len(dataset), seconds=seconds))
+    return out if complete else None
 
 
 def export_model(

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Mapping
+import shutil
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -24,6 +26,7 @@ from tqdm.auto import tqdm
 from workbench.core.data import EncodedSplit, collate, to_device
 from workbench.core.errors import WorkbenchError, first_line
 from workbench.core.files import atomic_path
+from workbench.core.shards import Shard
 
 BatchFunction = Callable[[dict[str, Tensor]], dict[str, Tensor]]
 Progress = Callable[[str, int, int], None]  # (description, examples done, examples in all)
@@ -99,39 +102,30 @@ class ExampleCache:
         ``part=(i, n)``: compute only the ``i``-th of ``n`` parts of the examples (every
         ``n``-th of the length order, so that the parts cost alike); ``gather`` then returns
         every part's rows (one process per part: :func:`kd.training.distributed.gather_objects`)."""
-        token_fields = set(per_token)
-        order = sorted(range(len(dataset)), key=lambda i: len(dataset.input_ids[i]))
-        order = order[part[0] :: part[1]]
-        collected: Rows = {}
+        order = length_order(dataset)[part[0] :: part[1]]
         bar = tqdm(total=len(order), desc=description, unit="ex", leave=False)
-        mode = torch.inference_mode if inference else torch.no_grad
-        done = 0  # examples computed (a disabled bar counts none)
-        while done < len(order):
-            chunk = order[done : done + batch_size]
-            batch = collate([dataset[i] for i in chunk], pad_token_id)
-            try:
-                with mode():
-                    values = compute_batch(to_device(batch, device))
-            except torch.OutOfMemoryError:
-                if batch_size == 1:
-                    raise
-                batch_size //= 2
-                if on_note is not None:
-                    on_note(f"{description}: out of memory, batches of {batch_size} from here")
-                continue
-            lengths = batch["attention_mask"].sum(1).tolist()
-            for name, tensor in values.items():
-                tensor = tensor.detach().cpu()
-                for row, (i, n) in enumerate(zip(chunk, lengths, strict=True)):
-                    value = tensor[row, :n] if name in token_fields else tensor[row]
-                    # a clone outside inference mode: a plain tensor, usable in a loss
-                    collected.setdefault(name, []).append((i, value.clone()))
-            done += len(chunk)
-            bar.update(len(chunk))
+
+        def advanced(count: int) -> None:
+            bar.update(count)
             if on_progress is not None:
-                on_progress(description, done, len(order))
+                on_progress(description, bar.n, len(order))
+
+        def halved(size: int) -> None:
+            if on_note is not None:
+                on_note(f"{description}: out of memory, batches of {size} from here")
+
+        options = (per_token, batch_size, pad_token_id, device, inference, advanced, halved)
+        collected = compute_rows(dataset, order, compute_batch, *options)
         bar.close()
-        parts = gather(collected) if gather else [collected]
+        return cls.from_rows(gather(collected) if gather else [collected], dataset, per_token)
+
+    @classmethod
+    def from_rows(
+        cls, parts: Iterable[Rows], dataset: EncodedSplit, per_token: Iterable[str] = ()
+    ) -> ExampleCache:
+        """The cache of every example of ``dataset`` from the rows that parts of it computed
+        (each example's in exactly one part), in example order whatever the parts' order."""
+        parts, token_fields = list(parts), set(per_token)
         lengths = torch.tensor([len(ids) for ids in dataset.input_ids])
         offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])
         per_example, token_values = {}, {}
@@ -176,6 +170,58 @@ class ExampleCache:
         if problem:
             raise WorkbenchError(f"{path} is not a cache of this split ({problem}): {CACHE_REMEDY}")
         return cls(fields["example"], fields["token"], tensors["offsets"])
+
+
+def length_order(dataset: EncodedSplit) -> list[int]:
+    """The examples' indices by token count (stable): the order caches compute them in, so that
+    a batch pads little."""
+    return sorted(range(len(dataset)), key=lambda i: len(dataset.input_ids[i]))
+
+
+def compute_rows(
+    dataset: EncodedSplit,
+    order: Sequence[int],
+    compute_batch: BatchFunction,
+    per_token: Iterable[str],
+    batch_size: int,
+    pad_token_id: int,
+    device: torch.device | str,
+    inference: bool,
+    on_batch: Callable[[int], None] | None = None,
+    on_halved: Callable[[int], None] | None = None,
+) -> Rows:
+    """``compute_batch``'s fields of the examples ``order`` names, in batches of ``batch_size``
+    consecutive ones (halved on running out of memory: ``on_halved`` hears the new size), each
+    value on the CPU: per-token fields (``per_token``, ``[B, L, ...]``) for real tokens only.
+    ``on_batch`` hears how many examples each batch computed."""
+    token_fields = set(per_token)
+    collected: Rows = {}
+    mode = torch.inference_mode if inference else torch.no_grad
+    done = 0
+    while done < len(order):
+        chunk = order[done : done + batch_size]
+        batch = collate([dataset[i] for i in chunk], pad_token_id)
+        try:
+            with mode():
+                values = compute_batch(to_device(batch, device))
+        except torch.OutOfMemoryError:
+            if batch_size == 1:
+                raise
+            batch_size //= 2
+            if on_halved is not None:
+                on_halved(batch_size)
+            continue
+        lengths = batch["attention_mask"].sum(1).tolist()
+        for name, tensor in values.items():
+            tensor = tensor.detach().cpu()
+            for row, (i, n) in enumerate(zip(chunk, lengths, strict=True)):
+                value = tensor[row, :n] if name in token_fields else tensor[row]
+                # a clone outside inference mode: a plain tensor, usable in a loss
+                collected.setdefault(name, []).append((i, value.clone()))
+        done += len(chunk)
+        if on_batch is not None:
+            on_batch(len(chunk))
+    return collected
 
 
 CACHE_REMEDY = "delete it: what it holds is computed again"
@@ -226,3 +272,119 @@ def cached(
     if save:
         cache.save(path, key)
     return cache
+
+
+PIECE_BATCHES = 8  # batches a piece holds: what a shard computes and a resumed build skips
+
+
+def piece_folder(folder: Path, name: str, key: Mapping) -> Path:
+    """Where :func:`build_in_pieces` keeps the pieces of the cache of ``key``."""
+    return cache_path(folder, name, key).with_suffix(".pieces")
+
+
+def _save_piece(path: Path, rows: Rows, per_token: set[str], seconds: dict[str, float]) -> None:
+    """One piece's rows: each field's values in the order of ``index`` (per-token ones
+    concatenated, with their ``lengths``), and the seconds each field took."""
+    tensors: dict[str, Tensor] = {}
+    for name, items in rows.items():
+        values = [value for _, value in items]
+        tensors["index"] = torch.tensor([i for i, _ in items])
+        if name in per_token:
+            tensors[f"token.{name}"] = torch.cat(values).contiguous()
+            tensors["lengths"] = torch.tensor([len(v) for v in values])
+        else:
+            tensors[f"example.{name}"] = torch.stack(values).contiguous()
+    with atomic_path(path) as temporary:
+        save_file(tensors, str(temporary), metadata={"seconds": json.dumps(seconds)})
+
+
+def _load_piece(path: Path) -> tuple[Rows, dict[str, float]]:
+    """The rows and field seconds :func:`_save_piece` wrote; a damaged piece is one line."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), "pt") as file:
+            seconds = json.loads((file.metadata() or {}).get("seconds", "{}"))
+        tensors = load_file(str(path))
+        index = tensors["index"].tolist()
+        rows: Rows = {}
+        for name, value in tensors.items():
+            kind, _, field = name.partition(".")
+            if kind == "example":
+                rows[field] = list(zip(index, value, strict=True))
+            elif kind == "token":
+                parts = value.split(tensors["lengths"].tolist())
+                rows[field] = list(zip(index, parts, strict=True))
+    except (SafetensorError, OSError, KeyError, ValueError, RuntimeError) as error:
+        raise WorkbenchError(
+            f"{path} is damaged ({first_line(error)}): delete it, and it is computed again"
+        ) from None
+    return rows, seconds
+
+
+def build_in_pieces(
+    folder: Path,
+    name: str,
+    key: Mapping,
+    dataset: EncodedSplit,
+    compute_fields: Callable[[dict[str, Tensor], dict[str, float]], dict[str, Tensor]],
+    per_token: Iterable[str],
+    batch_size: int,
+    pad_token_id: int,
+    device: torch.device | str,
+    inference: bool,
+    shard: Shard | None = None,
+    description: str = "teacher cache",
+) -> tuple[ExampleCache | None, dict[str, float]]:
+    """The cache :func:`cached` keeps for ``key``, built resumably and, with ``shard=(i, n)``,
+    in parts: the examples in :func:`length_order` are cut into pieces of
+    :data:`PIECE_BATCHES` batches, each saved once computed (a rerun computes only the pieces
+    it lacks), and ``shard``'s of them (all without one) computed by this call. Batches are the
+    ones :meth:`ExampleCache.compute` runs, so the cache equals one computed whole, whichever
+    shards computed its pieces. ``compute_fields(batch, seconds)`` returns a batch's fields
+    and adds each field's seconds to ``seconds``.
+
+    Returns the cache once every piece exists (merged into ``cached``'s file, the pieces then
+    removed; None while other shards' pieces are missing) and the seconds each field took,
+    summed over every piece."""
+    path = cache_path(folder, name, key)
+    pieces_dir = piece_folder(folder, name, key)
+    order, size = length_order(dataset), batch_size * PIECE_BATCHES
+    pieces = [order[start : start + size] for start in range(0, len(order), size)]
+    mine = (shard or Shard(1, 1)).positions(len(pieces))
+    paths = [pieces_dir / f"piece-{j:05d}.safetensors" for j in range(len(pieces))]
+    bar = tqdm(
+        total=sum(len(pieces[j]) for j in mine),
+        initial=sum(len(pieces[j]) for j in mine if paths[j].exists()),
+        desc=description,
+        unit="ex",
+    )
+    token_fields = set(per_token)
+    for j in mine:
+        if paths[j].exists():
+            continue
+        seconds: dict[str, float] = {}
+        rows = compute_rows(
+            dataset,
+            pieces[j],
+            partial(compute_fields, seconds=seconds),
+            token_fields,
+            batch_size,
+            pad_token_id,
+            device,
+            inference,
+            bar.update,
+        )
+        _save_piece(paths[j], rows, token_fields, seconds)
+    bar.close()
+    if not all(p.exists() for p in paths):
+        return None, {}
+    loaded = [_load_piece(p) for p in paths]
+    totals: dict[str, float] = {}
+    for _, seconds in loaded:
+        for field, value in seconds.items():
+            totals[field] = totals.get(field, 0.0) + value
+    cache = ExampleCache.from_rows([rows for rows, _ in loaded], dataset, token_fields)
+    cache.save(path, key)
+    shutil.rmtree(pieces_dir, ignore_errors=True)
+    return cache, totals

@@ -432,6 +432,12 @@ class StudentConfig(Checked):
         path=BUILTIN_MODELS,
     )
     label_map: str = label_map_option("teacher")
+    teacher_cache: str | None = option(
+        None,
+        "a folder that kdw cache built: every teacher field is read from it, and the teacher "
+        "need not exist here (a --teacher named too must be the cache's)",
+        path=(),
+    )
     allow_unfinished: bool = option(
         False,
         "distil from a teacher run that has not finished training (stopped, killed, diverged "

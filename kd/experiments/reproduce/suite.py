@@ -273,33 +273,6 @@ def suite_key(suite: Suite) -> str:
     return fingerprint(settings)
 
 
-@dataclass(frozen=True)
-class Shard:
-    """The ``index``-th (from 1) of ``count`` disjoint parts of a suite's students (``--shard
-    I/N``): every ``count``-th experiment of :func:`experiments`' list from the ``index``-th on."""
-
-    index: int
-    count: int
-
-    @classmethod
-    def parse(cls, text: str) -> Shard:
-        """``"2/4"`` → ``Shard(2, 4)``; anything else a one-line error."""
-        index, slash, count = text.partition("/")
-        if not (slash and index.strip().isdigit() and count.strip().isdigit()):
-            raise WorkbenchError(f"--shard {text!r}: write I/N, e.g. 2/4 (the 2nd of 4 parts)")
-        shard = cls(int(index), int(count))
-        if not 1 <= shard.index <= shard.count:
-            raise WorkbenchError(f"--shard {text}: I must be between 1 and N ({shard.count})")
-        return shard
-
-    def __str__(self) -> str:
-        return f"{self.index}/{self.count}"
-
-    def positions(self, total: int) -> list[int]:
-        """The positions in a list of ``total`` experiments that this shard trains."""
-        return list(range(self.index - 1, total, self.count))
-
-
 def ablations(task: str, plan: TaskPlan, seeds: Sequence[int]) -> list[Experiment]:
     """The ablations the registered presets declare, each derived from its preset's objective: the
     sweeps first (an interrupted suite then still has its figures), then the other variants."""

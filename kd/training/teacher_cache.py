@@ -1,0 +1,193 @@
+"""A teacher cache folder (``kdw cache``): what a frozen teacher says about every example of a
+task — the fields the chosen methods read, on the words both tokenisations share where the
+student reads another tokenizer — built once, resumably and in shards, so that students train
+from it without the teacher (``kdw distill --teacher-cache``).
+
+The folder holds ``cache.json`` (:class:`CacheRecord`: the teacher pinned by the digests of its
+weights and tokenizer and by its fingerprint, the task and the fingerprints of its splits, and
+one entry per file built: its key, its examples and what each field cost), ``teacher/`` (the
+teacher's config and tokenizer, without weights) and the fields' files, one per key
+(:func:`workbench.core.cache.cache_path`, as a run's own ``teacher_cache/`` keeps them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from filelock import FileLock
+from pydantic import Field
+
+from workbench.core.config import (
+    Checked,
+    DataConfig,
+    between,
+    option,
+    option_name,
+    positive,
+    to_dict,
+)
+from workbench.core.data import TaskData, TaskSpec
+from workbench.core.errors import WorkbenchError
+from workbench.core.files import RECORD_LIMIT, atomic_write_json, read_json_file
+from workbench.core.records import Record, checked
+from workbench.core.runs import ResolvedTeacher
+
+if TYPE_CHECKING:
+    from workbench.core.models import LoadedModel
+
+CACHE_FILE = "cache.json"
+TEACHER_FOLDER = "teacher"  # the teacher's config and tokenizer
+CACHE_PRECISIONS = ("fp32", "bf16")
+
+
+@dataclasses.dataclass
+class CacheConfig(Checked):
+    """How ``kdw cache`` computes: batch size, device, precision and threads (none of them
+    changes which examples or fields a cache holds; the precision is part of its key)."""
+
+    batch_size: int = option(
+        64,
+        "examples per teacher batch (as kdw distill's --eval-batch-size: the same batches, so "
+        "that a cache equals the one a distillation with the teacher computes)",
+        domain=positive,
+    )
+    precision: str = option(
+        "fp32",
+        "fp32, or bf16 (autocast: on a GPU, about twice as fast; the values differ from "
+        "float32's, and the cache's key says which)",
+        choices=CACHE_PRECISIONS,
+    )
+    device: str = option("auto", "cpu, cuda, cuda:N, or auto (cuda when available)")
+    threads: int = option(
+        0, "torch CPU threads (0: torch's default), at most 1024", domain=between(0, 1024)
+    )
+
+
+class CachedFile(Record):
+    """One file of the folder: the key its values were computed for, the split's example
+    count, and the teacher-seconds each field took over the whole split."""
+
+    file: str
+    key: dict
+    examples: int
+    seconds: dict[str, float]
+
+
+class CacheRecord(Record):
+    """``cache.json``: whose and which data a teacher cache holds, and its files."""
+
+    teacher: ResolvedTeacher | None
+    fingerprint: str
+    task: dict
+    data: dict
+    split_fingerprint: dict[str, str]
+    files: list[CachedFile] = Field(default_factory=list)
+
+
+def _record_path(folder: Path) -> Path:
+    return Path(folder) / CACHE_FILE
+
+
+def read_record(folder: str | Path) -> CacheRecord:
+    """The record of the teacher cache ``folder``; a folder that is none is one line."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise WorkbenchError(f"--teacher-cache {folder}: no such folder (build one with kdw cache)")
+    if not _record_path(folder).is_file():
+        raise WorkbenchError(
+            f"--teacher-cache {folder} has no {CACHE_FILE}: not a folder kdw cache built"
+        )
+    value = read_json_file(_record_path(folder), RECORD_LIMIT, "the teacher cache's record")
+    try:
+        return checked(value, CacheRecord, CACHE_FILE)
+    except ValueError as error:
+        raise WorkbenchError(f"{_record_path(folder)}: {error}") from None
+
+
+def start_record(
+    folder: Path,
+    teacher: LoadedModel,
+    pin: ResolvedTeacher | None,
+    fingerprint: str,
+    data: TaskData,
+    data_config: DataConfig,
+) -> None:
+    """Write the folder's record and ``teacher/`` for a cache of ``teacher`` on ``data``, or check
+    that the folder already holds the caches of this teacher on this data (one teacher and one
+    task per folder; the objectives and students may differ, each file keyed by them)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(folder / ".cache.lock")):
+        if _record_path(folder).exists():
+            record = read_record(folder)
+            check_same(record, folder, fingerprint, data, data_config)
+            return
+        teacher.model.config.save_pretrained(folder / TEACHER_FOLDER)
+        teacher.tokenizer.save_pretrained(folder / TEACHER_FOLDER)
+        record = CacheRecord(
+            teacher=pin,
+            fingerprint=fingerprint,
+            task=dataclasses.asdict(data.spec),
+            data=to_dict(data_config),
+            split_fingerprint=data.fingerprint(),
+        )
+        atomic_write_json(_record_path(folder), record.plain() | {"files": []})
+
+
+def add_file(folder: Path, entry: CachedFile) -> None:
+    """Record a finished file in ``cache.json`` (under a lock: shards finish alike)."""
+    with FileLock(str(folder / ".cache.lock")):
+        record = read_record(folder)
+        files = [f for f in record.files if f.file != entry.file] + [entry]
+        atomic_write_json(
+            _record_path(folder),
+            record.plain() | {"files": [f.plain() for f in files]},
+        )
+
+
+def check_same(
+    record: CacheRecord,
+    folder: Path,
+    fingerprint: str | None,
+    data: TaskData,
+    data_config: DataConfig,
+) -> None:
+    """Refuse, in one line, a cache of another teacher (``fingerprint``; None: not known here)
+    or of other data than ``data`` (its splits' fingerprints), naming the options that differ."""
+    if fingerprint is not None and record.fingerprint != fingerprint:
+        raise WorkbenchError(
+            f"{folder} caches another teacher (weights {record.fingerprint}, this one "
+            f"{fingerprint}): choose another folder, or the teacher it was built with"
+        )
+    if record.split_fingerprint != data.fingerprint():
+        given = to_dict(data_config)
+        differ = [
+            f"{option_name(name)} {value}"
+            for name, value in record.data.items()
+            if given.get(name) != value
+        ]
+        raise WorkbenchError(
+            f"{folder} was built on other data than these options give (its splits differ): "
+            + (f"it was built with {', '.join(differ)}" if differ else "the data files changed")
+        )
+
+
+def cached_teacher(folder: Path, record: CacheRecord, data: DataConfig) -> LoadedModel:
+    """The teacher a cache stands for: its config and tokenizer, and a model on the ``meta``
+    device (its shape, no weights: whatever would need them fails rather than computes)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+
+    from workbench.core.models import ATTENTION, LoadedModel
+
+    config = AutoConfig.from_pretrained(folder / TEACHER_FOLDER)
+    with torch.device("meta"):
+        model = AutoModelForSequenceClassification.from_config(
+            config, attn_implementation=ATTENTION
+        )
+    tokenizer = AutoTokenizer.from_pretrained(folder / TEACHER_FOLDER)
+    task = record.task | {k: tuple(record.task[k]) for k in ("label_names", "metrics")}
+    spec = TaskSpec(**task)
+    name = Path(record.teacher.source).name if record.teacher else folder.name
+    return LoadedModel(model.eval(), tokenizer, spec, data, name, str(folder), "teacher cache")
