@@ -41,6 +41,7 @@ def add(commands: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> None:
     from kd.training.pipeline import build_teacher_cache
+    from kd.training.teacher_cache import read_record
     from workbench.core.shards import Shard
 
     shard = Shard.parse(args.shard) if args.shard else None
@@ -48,5 +49,11 @@ def run(args: argparse.Namespace) -> None:
     out = build_teacher_cache(*configs, from_arguments(CacheConfig, args), args.out, shard)
     if out is None:
         print(f"part {shard} of the teacher cache is in {args.out}: other parts are missing")
-    else:
-        print(f"teacher cache complete in {out}: kdw distill --teacher-cache {out} …")
+        return
+    print(f"teacher cache complete in {out}: kdw distill --teacher-cache {out} …")
+    for entry in read_record(out).files:
+        costs = ", ".join(
+            f"{field} {1000 * seconds / entry.examples:.3g} s"
+            for field, seconds in entry.seconds.items()
+        )
+        print(f"  {entry.file}: {entry.examples} examples; teacher time per 1,000: {costs}")

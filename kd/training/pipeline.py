@@ -450,7 +450,7 @@ def read_teacher_caches(
             path = cache_path(folder, f"teacher-{split}", key | {"precision": "bf16"})
         if not path.exists():
             others = [f.key for f in built if f.key.get("split") == split]
-            differ = sorted({k for other in others for k in key if other.get(k) != key[k]})
+            differ = sorted({k for o in others for k in key | o if o.get(k) != key.get(k)})
             raise WorkbenchError(
                 f"{folder} holds no {split} cache of {', '.join(fields)} for these settings"
                 + (f" (its {split} caches differ in {', '.join(differ)})" if differ else "")
@@ -543,7 +543,10 @@ def prepare_distillation(
     check_tokens(objective, teacher.tokenizer, tokenizer)
     try:
         objective.prepare_student(teacher.model, student)
-    except NotImplementedError:  # a set-up copying the weights of a cache's meta-device teacher
+    except (NotImplementedError, RuntimeError, WorkbenchError):
+        if record is None:
+            raise
+        # a set-up that reads the weights of a cache's teacher (a model on the meta device)
         raise WorkbenchError(
             f"{', '.join(objective.weights)}: the student's set-up copies the teacher's weights "
             "(GKD: its embeddings, into a student of its tokenizer), which a teacher cache does "
@@ -643,14 +646,14 @@ def distill(
     encoded, teacher_encoded, on_words = inputs.encoded, inputs.teacher_encoded, inputs.on_words
     if inputs.alignment is not None:
         manifest["word_alignment"] = inputs.alignment
+    if from_cache:  # read, and a cache it lacks refused, before the run folder is written
+        caches = read_teacher_caches(Path(teacher.source), teacher_encoded, inputs.keys)
     with distributed.run_folder(run_dir, record, manifest) as run:
         status = run.status()
         if status.state == "finished":
             return run
         started = time.perf_counter()
-        if from_cache:
-            caches = read_teacher_caches(Path(teacher.source), teacher_encoded, inputs.keys)
-        else:
+        if not from_cache:
             caches = teacher_caches(
                 teacher,
                 objective,

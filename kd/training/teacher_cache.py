@@ -163,7 +163,7 @@ def check_same(
     if record.split_fingerprint != data.fingerprint():
         given = to_dict(data_config)
         differ = [
-            f"{option_name(name)} {value}"
+            f"{option_name(name)} {value}" if value is not None else f"no {option_name(name)}"
             for name, value in record.data.items()
             if given.get(name) != value
         ]

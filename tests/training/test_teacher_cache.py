@@ -1,0 +1,217 @@
+"""``kdw cache`` and ``kdw distill --teacher-cache``: a cache built in shards equals one built
+whole, a resumed build computes only the pieces it lacks, a student trained from a cache with
+its teacher gone equals one trained with the teacher, across tokenizers too, and every
+mismatch between a cache and a distillation is one line, exit 2, nothing written."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import workbench.core.cache as cache_module
+from kd.cli import main
+from kd.training.pipeline import train_teacher
+from tests.conftest import write_tiny_workspace
+from tests.tiny_families import save_family_model
+from workbench.core.config import DataConfig, OptimConfig, TeacherConfig
+from workbench.core.runs import Run
+
+pytestmark = pytest.mark.slow  # each trains or builds caches: seconds
+
+LABELS = ["negative", "neutral", "positive"]
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    """A task, a tiny BERT teacher run on it, a tiny Llama classifier (byte-level BPE) and a
+    tiny BERT one (WordPiece) as the teacher and the student of another tokenizer."""
+    work = tmp_path_factory.mktemp("teacher-cache")
+    write_tiny_workspace(work)
+    data = DataConfig(task=str(work / "task"), max_length=16)
+    fast = OptimConfig(epochs=0.1, batch_size=16, threads=1)
+    train_teacher(data, TeacherConfig(model=str(work / "tiny-bert")), fast, work / "teacher")
+    save_family_model("llama", work / "llama", LABELS, seed=1)
+    save_family_model("bert", work / "bert", LABELS, seed=2)
+    return work
+
+
+def _data(work: Path) -> list[str]:
+    return ["--task", str(work / "task"), "--max-length", "16"]
+
+
+def _student(*extra: str) -> list[str]:
+    return [
+        "--preset",
+        "adkd",
+        "--attr-steps",
+        "4",
+        "--init",
+        "random",
+        "--num-layers",
+        "2",
+        *extra,
+    ]
+
+
+def _cache(work: Path, out: Path, *extra: str) -> list[str]:
+    """``kdw cache``'s arguments: batches of 8, so that the 120 train examples are 2 pieces."""
+    teacher = ["--teacher", str(work / "teacher")]
+    return [
+        "cache",
+        *teacher,
+        *_data(work),
+        *_student(),
+        "--batch-size",
+        "8",
+        "--out",
+        str(out),
+        *extra,
+    ]
+
+
+def _tensors(folder: Path) -> dict[str, dict[str, torch.Tensor]]:
+    return {path.name: load_file(path) for path in sorted(folder.glob("teacher-*.safetensors"))}
+
+
+def _equal(one: dict[str, torch.Tensor], other: dict[str, torch.Tensor]) -> bool:
+    return one.keys() == other.keys() and all(torch.equal(one[k], other[k]) for k in one)
+
+
+def test_a_cache_built_in_shards_equals_one_built_whole_and_resumes(work, tmp_path, monkeypatch):
+    whole, sharded = tmp_path / "whole", tmp_path / "sharded"
+    assert main(_cache(work, whole)) == 0
+    assert main(_cache(work, sharded, "--shard", "2/2")) == 0
+    record = json.loads((sharded / "cache.json").read_text())
+    assert record["files"] == []  # train's first piece, dev's and test's only piece are 1/2's
+    assert len(list(sharded.glob("teacher-train-*.pieces/piece-*"))) == 1
+
+    computed = []
+    compute_rows = cache_module.compute_rows
+    monkeypatch.setattr(
+        cache_module,
+        "compute_rows",
+        lambda dataset, order, *rest: (
+            computed.append(len(order)) or compute_rows(dataset, order, *rest)
+        ),
+    )
+    assert main(_cache(work, sharded)) == 0  # the rest: resumed, then merged
+    assert computed == [64, 30, 50]  # train's first piece (its second was 2/2's), dev, test
+    assert not list(sharded.glob("*.pieces"))
+    built, reference = _tensors(sharded), _tensors(whole)
+    assert len(built) == 3 and built.keys() == reference.keys()
+    assert all(_equal(built[name], reference[name]) for name in built)
+    files = {f["file"]: f for f in json.loads((sharded / "cache.json").read_text())["files"]}
+    train = next(f for name, f in files.items() if name.startswith("teacher-train"))
+    assert train["examples"] == 120 and set(train["seconds"]) == {"logits", "maps"}
+    assert all(seconds > 0 for seconds in train["seconds"].values())
+
+
+def test_a_student_trained_from_a_cache_equals_one_trained_with_its_teacher(work, tmp_path):
+    optim = ["--epochs", "0.3", "--batch-size", "16", "--eval-batch-size", "8", "--threads", "1"]
+    with_teacher = tmp_path / "with-teacher"
+    distill = ["distill", *_data(work), *_student(), *optim]
+    assert main([*distill, "--teacher", str(work / "teacher"), "--run-dir", str(with_teacher)]) == 0
+    folder = tmp_path / "cache"
+    assert main(_cache(work, folder)) == 0
+    teacher = work / "teacher"
+    away = teacher.rename(tmp_path / "teacher-away")  # the teacher is not on this machine
+    try:
+        from_cache = tmp_path / "from-cache"
+        assert main([*distill, "--teacher-cache", str(folder), "--run-dir", str(from_cache)]) == 0
+    finally:
+        away.rename(teacher)
+    one, other = (
+        load_file(run / "model" / "model.safetensors") for run in (with_teacher, from_cache)
+    )
+    assert _equal(one, other)
+    results = [json.loads((run / "results.json").read_text()) for run in (with_teacher, from_cache)]
+    assert results[0] == results[1]
+    pins = [Run.open(run).info().resolved.teacher for run in (with_teacher, from_cache)]
+    assert pins[0] == pins[1]  # the cache's pin: the same teacher's digests
+    manifest = json.loads((from_cache / "manifest.json").read_text())
+    assert manifest["teacher_fields"] == {"cache": str(folder.resolve())}
+
+
+def test_across_tokenizers_a_cache_holds_the_fields_on_the_students_words(work, tmp_path, capsys):
+    folder, student = (
+        tmp_path / "cache",
+        ["--init", "pretrained", "--pretrained", str(work / "bert")],
+    )
+    common = [*_data(work), "--preset", "adkd", "--attr-steps", "4", *student]
+    assert main(["cache", "--teacher", str(work / "llama"), *common, "--out", str(folder)]) == 0
+    run = tmp_path / "student"
+    optim = ["--epochs", "0.2", "--batch-size", "16", "--threads", "1"]
+    assert (
+        main(["distill", "--teacher-cache", str(folder), *common, *optim, "--run-dir", str(run)])
+        == 0
+    )
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["word_alignment"]["train"]["words"] > 0
+    assert (
+        "teacher and student read the text through different tokenizers" in capsys.readouterr().err
+    )
+    capsys.readouterr()
+    # a student of the teacher's own tokenizer reads the teacher's tokens, not these words
+    random = ["--init", "random", "--num-layers", "2"]
+    other = [*_data(work), "--preset", "adkd", "--attr-steps", "4", *random, *optim]
+    assert (
+        main(["distill", "--teacher-cache", str(folder), *other, "--run-dir", str(run) + "2"]) == 2
+    )
+    assert "differ in words" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            ["--max-train-examples", "60"],
+            "was built on other data than these options give (its splits differ): it was built "
+            "with no --max-train-examples",
+        ),
+        (["--init", "cut"], "a cut student is made of the teacher's layers"),
+        (["--preset", "kd"], "holds no train cache of logits for these settings"),
+        (["--teacher", "OTHER"], "caches another teacher than"),
+        (["--teacher-cache", "NOWHERE"], "--teacher-cache NOWHERE: no such folder"),
+    ],
+)
+def test_a_cache_that_does_not_fit_is_one_line_and_nothing_is_written(
+    work, tmp_path, capsys, change, message
+):
+    folder = tmp_path / "cache"
+    assert main(_cache(work, folder)) == 0
+    if "OTHER" in change:  # the same architecture trained on: other weights
+        shutil.copytree(work / "teacher", tmp_path / "other")
+        (tmp_path / "other" / "model" / "model.safetensors").write_bytes(
+            (work / "tiny-bert" / "model.safetensors").read_bytes()
+        )
+        change = ["--teacher", str(tmp_path / "other")]
+    capsys.readouterr()
+    run = tmp_path / "student"
+    given = [
+        "distill",
+        "--teacher-cache",
+        str(folder),
+        *_data(work),
+        *_student(),
+        "--run-dir",
+        str(run),
+    ]
+    assert main([*given, *change]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and err.startswith("kdw: error: ")
+    assert not run.exists()
+
+
+def test_kdw_cache_refuses_a_cache_as_its_teacher(work, tmp_path, capsys):
+    out = tmp_path / "cache"
+    assert main([*_cache(work, out), "--teacher-cache", str(tmp_path)]) == 2
+    assert (
+        "kdw cache computes the teacher's fields: leave out --teacher-cache"
+        in capsys.readouterr().err
+    )
+    assert not out.exists()
