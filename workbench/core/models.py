@@ -8,6 +8,7 @@ mechanism Captum's layer attributions use.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import re
@@ -27,6 +28,14 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from workbench.core.assembly import (
+    ADAPTER_CONFIG,
+    adapter_base,
+    adapter_model,
+    builtin_model,
+    gguf_file,
+    gguf_model,
+)
 from workbench.core.config import DataConfig, parse_label_map
 from workbench.core.data import TaskData, TaskSpec, load_task
 from workbench.core.data.splits import METRICS_CLASSIFICATION
@@ -74,12 +83,18 @@ def _minilm_l6_path() -> Path:
     )
 
 
-MODEL_PATHS = dict(zip(BUILTIN_MODELS, (_minilm_l6_path,), strict=True))  # each one's folder
+# each one's folder: the packaged ones assembled in the user's cache on first use
+MODEL_PATHS = {
+    name: _minilm_l6_path if name == "minilm-l6" else functools.partial(builtin_model, name)
+    for name in BUILTIN_MODELS
+}
 
 
 def resolve_model(name: str) -> str:
-    """A built-in name, a local directory (a run folder's ``model/`` too) or a hub id, as a path
-    or id that ``from_pretrained`` accepts; a path that does not exist is an error at once."""
+    """A built-in name, a local directory (a run folder's ``model/`` too), a GGUF file (or a
+    folder of one), a PEFT adapter folder or a hub id, as a path or id that ``from_pretrained``
+    accepts; a path that does not exist is an error at once. A GGUF model and an adapter
+    merged into its base are assembled once in the user's cache (:mod:`workbench.core.assembly`)."""
     if name in MODEL_PATHS:
         return str(MODEL_PATHS[name]())
     path = local_path(name, hub_ids=True)
@@ -87,6 +102,15 @@ def resolve_model(name: str) -> str:
         return name
     if (path / "model" / "config.json").exists():
         return str(path / "model")
+    if (path / ADAPTER_CONFIG).is_file():
+        base = adapter_base(path)
+        try:
+            resolved = resolve_model(base)
+        except WorkbenchError as error:
+            raise WorkbenchError(f"the adapter {name}'s base model {base}: {error}") from None
+        return str(adapter_model(path, resolved))
+    if (gguf := gguf_file(path)) is not None:
+        return str(gguf_model(gguf))
     if not (path / "config.json").exists():
         raise WorkbenchError(f"{name} has no config.json: not a model directory")
     return str(path)
