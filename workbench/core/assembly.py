@@ -16,7 +16,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from pathlib import Path
 from workbench.core.errors import WorkbenchError, first_line
 from workbench.core.files import hold, user_cache
 from workbench.core.hub import hub_reachable
+from workbench.core.runs import replace_directory
 from workbench.core.verify import TOKENIZER_STATE
 
 MODELS = "models"  # the cache's folder of assembled models
@@ -70,22 +70,24 @@ def sha256(paths: Sequence[Path], what: str) -> str:
 
 def assembled(key: str, what: str, build: Callable[[Path], None]) -> Path:
     """``<cache>/models/<key>/``, built by ``build(staging)`` when it is not there yet: in a
-    staging folder beside it, renamed into place when complete, removed when the build fails (a
-    killed build's staging folder is removed by the next). One line says where it went."""
+    staging folder beside it, renamed into place when complete
+    (:func:`~workbench.core.runs.replace_directory`), removed when the build fails. One line
+    says where it went."""
     folder = user_cache() / MODELS / key
     if folder.is_dir():
         return folder
+
+    def write(staging: Path) -> None:
+        staging.mkdir(parents=True)
+        build(staging)
+
     with hold(folder.parent / f".{key}.lock", f"the assembly of {what}"):
         if folder.is_dir():  # assembled by the process that held the lock
             return folder
-        for stale in folder.parent.glob(f".{key}.*.new"):
-            shutil.rmtree(stale, ignore_errors=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{key}.", suffix=".new", dir=folder.parent))
         try:
-            build(staging)
-            os.rename(staging, folder)
+            replace_directory(folder, write)
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            shutil.rmtree(folder.with_name(f".{key}.new"), ignore_errors=True)
     _say(f"{what} assembled in {folder} (once: later uses read it there)")
     return folder
 

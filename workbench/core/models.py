@@ -179,8 +179,8 @@ def load_classifier(
 
     A checkpoint that is already a sequence classifier keeps its head, its classes matched to
     the task's (:func:`class_order`; ``notify`` hears of a match by position) and reordered to
-    the task's order; one without a classification head (an encoder, a masked-LM checkpoint)
-    gets a fresh head with the task's outputs (1 for regression).
+    the task's order; one without a classification head (an encoder, a masked or causal
+    language model) gets a fresh head with the task's outputs (1 for regression).
     """
     spec = generic_spec(spec) if isinstance(spec, int) else spec
     config = load_config(name)
@@ -465,14 +465,15 @@ def reorder_classes(model: PreTrainedModel, order: Sequence[int]) -> None:
 
 
 def check_classifier(config: PretrainedConfig, name: str, head: bool = True) -> None:
-    """Refuse a model whose head is for another task type (``BertForTokenClassification``);
-    with ``head``, also one without a classification head (a bare encoder, which cannot be a
-    teacher before it is fine-tuned)."""
+    """Refuse a model whose head is for another task type (``BertForTokenClassification``; a
+    pretraining head — masked or causal language modelling — is none); with ``head``, also one
+    without a classification head (a bare encoder, which cannot be a teacher before it is
+    fine-tuned)."""
     if has_head(config):
         return
     architectures = config.architectures or []
     other = next(
-        (a for a in architectures if re.search(r"For(?!Masked|Pre|Sequence)[A-Z]\w+$", a)), None
+        (a for a in architectures if re.search(r"For(?!Masked|Causal|Pre|Sequence)[A-Z]\w+$", a)), None
     )
     if other is not None:
         raise WorkbenchError(
