@@ -13,7 +13,6 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import json
-import os
 import shutil
 import sys
 import zipfile

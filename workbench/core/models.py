@@ -472,9 +472,8 @@ def check_classifier(config: PretrainedConfig, name: str, head: bool = True) -> 
     if has_head(config):
         return
     architectures = config.architectures or []
-    other = next(
-        (a for a in architectures if re.search(r"For(?!Masked|Causal|Pre|Sequence)[A-Z]\w+$", a)), None
-    )
+    heads = r"For(?!Masked|Causal|Pre|Sequence)[A-Z]\w+$"
+    other = next((a for a in architectures if re.search(heads, a)), None)
     if other is not None:
         raise WorkbenchError(
             f"{name} is a {other}: the workbench distils and explains sequence classifiers "
