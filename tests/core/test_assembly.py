@@ -184,6 +184,7 @@ def write_adapter(tmp_path: Path):
     return peft_model
 
 
+@pytest.mark.slow  # imports peft (about a second), merges twice
 def test_a_peft_adapter_folder_is_a_teacher_merged_into_its_base(tmp_path, cache):
     peft_model = write_adapter(tmp_path)
     adapter = str(tmp_path / "adapter")

@@ -601,7 +601,8 @@ def load_model(
     notify: Callable[[str], None] | None = None,
 ) -> LoadedModel:
     """A run folder (:func:`load_run`), or a sequence classifier the workbench did not train: a
-    Hugging Face checkpoint folder (config, weights, tokenizer), a built-in name or a hub id,
+    Hugging Face checkpoint folder (config, weights, tokenizer), a PEFT adapter folder of one
+    (merged into its base, :func:`resolve_model`), a built-in name or a hub id,
     in eval mode with eager attention.
 
     For the latter, ``spec`` is the task it is applied to (its classes matched and its head
