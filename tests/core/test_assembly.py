@@ -41,8 +41,9 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def _llama_order(weights: np.ndarray, heads: int) -> np.ndarray:
     """Query/key rows as llama.cpp's converter stores them (each head's rotary halves
     interleaved), which a GGUF reader undoes."""
-    shape = weights.shape
-    return weights.reshape(heads, 2, shape[0] // heads // 2, *shape[1:]).swapaxes(1, 2).reshape(shape)
+    rows, *rest = weights.shape
+    paired = weights.reshape(heads, 2, rows // heads // 2, *rest)
+    return paired.swapaxes(1, 2).reshape(weights.shape)
 
 
 def write_gguf(path: Path, *, tensors: bool = True) -> LlamaForCausalLM:
