@@ -61,7 +61,7 @@ def positive_int(text: str) -> int:
 
 MODELS_HELP = (
     "run folders, or sequence classifiers the workbench did not train (a Hugging Face "
-    "checkpoint folder, a built-in name or a hub id)"
+    "checkpoint folder, a PEFT adapter folder, a GGUF file, a built-in name or a hub id)"
 )
 
 

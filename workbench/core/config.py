@@ -413,9 +413,10 @@ class TeacherConfig(Checked):
 
     model: str = option(
         "minilm-l6",
-        "built-in offline model (minilm-l6), a hub id such as bert-base-uncased, or a local "
-        "directory with config.json and weights; a sequence classifier keeps its head, its "
-        "classes matched to the task's by name",
+        "built-in offline model (minilm-l6; smollm2-135m, mpnet-base with the llm extra), a hub "
+        "id such as bert-base-uncased, a local directory with config.json and weights, or a "
+        "GGUF file; a sequence classifier keeps its head, its classes matched to the task's by "
+        "name",
         path=BUILTIN_MODELS,
     )
     label_map: str = label_map_option("--model")
@@ -428,7 +429,8 @@ class StudentConfig(Checked):
     teacher: str = option(
         "",
         "the fine-tuned teacher: a run folder (from train-teacher), a Hugging Face sequence "
-        "classifier's folder (config, weights, tokenizer), a built-in name or a hub id",
+        "classifier's folder (config, weights, tokenizer) or a PEFT adapter folder of one, a "
+        "built-in name or a hub id",
         path=BUILTIN_MODELS,
     )
     label_map: str = label_map_option("teacher")

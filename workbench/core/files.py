@@ -42,6 +42,7 @@ FILE_SUFFIXES = (
     ".onnx",
     ".h5",
     ".msgpack",
+    ".gguf",
 )
 
 

@@ -8,6 +8,7 @@ mechanism Captum's layer attributions use.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import re
@@ -27,6 +28,14 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from workbench.core.assembly import (
+    ADAPTER_CONFIG,
+    adapter_base,
+    adapter_model,
+    builtin_model,
+    gguf_file,
+    gguf_model,
+)
 from workbench.core.config import DataConfig, parse_label_map
 from workbench.core.data import TaskData, TaskSpec, load_task
 from workbench.core.data.splits import METRICS_CLASSIFICATION
@@ -74,12 +83,18 @@ def _minilm_l6_path() -> Path:
     )
 
 
-MODEL_PATHS = dict(zip(BUILTIN_MODELS, (_minilm_l6_path,), strict=True))  # each one's folder
+# each one's folder: the packaged ones assembled in the user's cache on first use
+MODEL_PATHS = {
+    name: _minilm_l6_path if name == "minilm-l6" else functools.partial(builtin_model, name)
+    for name in BUILTIN_MODELS
+}
 
 
 def resolve_model(name: str) -> str:
-    """A built-in name, a local directory (a run folder's ``model/`` too) or a hub id, as a path
-    or id that ``from_pretrained`` accepts; a path that does not exist is an error at once."""
+    """A built-in name, a local directory (a run folder's ``model/`` too), a GGUF file (or a
+    folder of one), a PEFT adapter folder or a hub id, as a path or id that ``from_pretrained``
+    accepts; a path that does not exist is an error at once. A GGUF model and an adapter
+    merged into its base are assembled once in the user's cache (:mod:`workbench.core.assembly`)."""
     if name in MODEL_PATHS:
         return str(MODEL_PATHS[name]())
     path = local_path(name, hub_ids=True)
@@ -87,6 +102,15 @@ def resolve_model(name: str) -> str:
         return name
     if (path / "model" / "config.json").exists():
         return str(path / "model")
+    if (path / ADAPTER_CONFIG).is_file():
+        base = adapter_base(path)
+        try:
+            resolved = resolve_model(base)
+        except WorkbenchError as error:
+            raise WorkbenchError(f"the adapter {name}'s base model {base}: {error}") from None
+        return str(adapter_model(path, resolved))
+    if (gguf := gguf_file(path)) is not None:
+        return str(gguf_model(gguf))
     if not (path / "config.json").exists():
         raise WorkbenchError(f"{name} has no config.json: not a model directory")
     return str(path)
@@ -155,8 +179,8 @@ def load_classifier(
 
     A checkpoint that is already a sequence classifier keeps its head, its classes matched to
     the task's (:func:`class_order`; ``notify`` hears of a match by position) and reordered to
-    the task's order; one without a classification head (an encoder, a masked-LM checkpoint)
-    gets a fresh head with the task's outputs (1 for regression).
+    the task's order; one without a classification head (an encoder, a masked or causal
+    language model) gets a fresh head with the task's outputs (1 for regression).
     """
     spec = generic_spec(spec) if isinstance(spec, int) else spec
     config = load_config(name)
@@ -441,15 +465,15 @@ def reorder_classes(model: PreTrainedModel, order: Sequence[int]) -> None:
 
 
 def check_classifier(config: PretrainedConfig, name: str, head: bool = True) -> None:
-    """Refuse a model whose head is for another task type (``BertForTokenClassification``);
-    with ``head``, also one without a classification head (a bare encoder, which cannot be a
-    teacher before it is fine-tuned)."""
+    """Refuse a model whose head is for another task type (``BertForTokenClassification``; a
+    pretraining head — masked or causal language modelling — is none); with ``head``, also one
+    without a classification head (a bare encoder, which cannot be a teacher before it is
+    fine-tuned)."""
     if has_head(config):
         return
     architectures = config.architectures or []
-    other = next(
-        (a for a in architectures if re.search(r"For(?!Masked|Pre|Sequence)[A-Z]\w+$", a)), None
-    )
+    heads = r"For(?!Masked|Causal|Pre|Sequence)[A-Z]\w+$"
+    other = next((a for a in architectures if re.search(heads, a)), None)
     if other is not None:
         raise WorkbenchError(
             f"{name} is a {other}: the workbench distils and explains sequence classifiers "
@@ -577,7 +601,8 @@ def load_model(
     notify: Callable[[str], None] | None = None,
 ) -> LoadedModel:
     """A run folder (:func:`load_run`), or a sequence classifier the workbench did not train: a
-    Hugging Face checkpoint folder (config, weights, tokenizer), a built-in name or a hub id,
+    Hugging Face checkpoint folder (config, weights, tokenizer), a PEFT adapter folder of one
+    (merged into its base, :func:`resolve_model`), a built-in name or a hub id,
     in eval mode with eager attention.
 
     For the latter, ``spec`` is the task it is applied to (its classes matched and its head

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 BUNDLED_TASKS = ("tweets", "bbc-news")  # shipped with the package, offline
-BUILTIN_MODELS = ("minilm-l6",)  # installed from a registry package
+# installed from registry packages: minilm-l6 by default, the others with the llm extra
+BUILTIN_MODELS = ("minilm-l6", "smollm2-135m", "mpnet-base")
 
 
 @dataclass(frozen=True)

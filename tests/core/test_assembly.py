@@ -1,0 +1,290 @@
+"""Models assembled in the user's cache: a GGUF file dequantised, a PEFT adapter merged into its
+base classifier, and the built-in names of registry packages (their files stood in for by tiny
+ones), each read back and compared with the model it came from."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import zipfile
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoModelForSequenceClassification,
+    LlamaConfig,
+    LlamaForCausalLM,
+)
+from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+from tests.conftest import id_batch, tiny_model, tiny_tokenizer
+from workbench.core import assembly
+from workbench.core.errors import WorkbenchError
+from workbench.core.models import load_classifier, load_model, resolve_model
+from workbench.core.verify import model_digest
+
+MERGES = ["h e", "l l", "he ll", "Ġ w"]  # a few byte-level BPE merges over the 256 byte symbols
+HEADS, KV_HEADS = 4, 2
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty user cache of the test's own."""
+    monkeypatch.setenv("KDW_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _llama_order(weights: np.ndarray, heads: int) -> np.ndarray:
+    """Query/key rows as llama.cpp's converter stores them (each head's rotary halves
+    interleaved), which a GGUF reader undoes."""
+    rows, *rest = weights.shape
+    paired = weights.reshape(heads, 2, rows // heads // 2, *rest)
+    return paired.swapaxes(1, 2).reshape(weights.shape)
+
+
+def write_gguf(path: Path, *, tensors: bool = True) -> LlamaForCausalLM:
+    """A tiny random Llama (2 layers, hidden 32, grouped-query attention) written as a float32
+    GGUF file with a byte-level BPE tokenizer in its metadata, llama.cpp's tensor names and
+    layout; ``tensors=False`` writes the tokenizer alone. Returns the model written."""
+    tokens = [*bytes_to_unicode().values(), *(m.replace(" ", "") for m in MERGES), "<|endoftext|>"]
+    end = len(tokens) - 1
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(tokens),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV_HEADS,
+        max_position_embeddings=64,
+        bos_token_id=end,
+        eos_token_id=end,
+        tie_word_embeddings=False,
+    )
+    model = LlamaForCausalLM(config).eval()
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_head_count(HEADS)
+    writer.add_head_count_kv(KV_HEADS)
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    writer.add_rope_dimension_count(config.hidden_size // HEADS)
+    writer.add_rope_freq_base(config.rope_parameters["rope_theta"])
+    writer.add_vocab_size(len(tokens))
+    writer.add_tokenizer_model("gpt2")
+    writer.add_token_list(tokens)
+    writer.add_token_types([gguf.TokenType.NORMAL] * end + [gguf.TokenType.CONTROL])
+    writer.add_token_merges(MERGES)
+    writer.add_bos_token_id(end)
+    writer.add_eos_token_id(end)
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, config.num_hidden_layers)
+    for key, value in model.state_dict().items() if tensors else ():
+        weights = value.numpy()
+        if "q_proj" in key or "k_proj" in key:
+            weights = _llama_order(weights, HEADS if "q_proj" in key else KV_HEADS)
+        name = names.get_name(key, try_suffixes=(".weight",))
+        writer.add_tensor(name, np.ascontiguousarray(weights))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return model
+
+
+IDS = torch.tensor([[256, 70, 5, 257, 200, 260], [259, 3, 258, 90, 91, 92]])
+
+
+def test_a_gguf_file_is_dequantised_once_into_a_model_folder(tmp_path, cache, capsys):
+    source = write_gguf(tmp_path / "tiny.gguf")
+    folder = Path(resolve_model(str(tmp_path / "tiny.gguf")))
+    assert folder.parent == cache / "models" and folder.name.startswith("gguf-")
+    assert f"assembled in {folder}" in capsys.readouterr().err
+
+    back = AutoModelForCausalLM.from_pretrained(folder).eval()
+    assert back.config.pad_token_id == source.config.eos_token_id  # pads with end-of-text
+    assert getattr(back.config, "quantization_config", None) is None
+    with torch.no_grad():
+        torch.testing.assert_close(back(IDS).logits, source(IDS).logits, rtol=0, atol=1e-5)
+
+    # later uses, of the file or of a folder holding it alone, return the folder
+    assert resolve_model(str(tmp_path / "tiny.gguf")) == str(folder)
+    assert resolve_model(str(tmp_path)) == str(folder)
+    assert "assembled" not in capsys.readouterr().err
+    # a classifier built on it: its backbone is the source's, its head fresh
+    classifier = load_classifier(str(tmp_path / "tiny.gguf"), 3)
+    assert classifier.score.out_features == 3
+    assert torch.equal(classifier.model.embed_tokens.weight, source.model.embed_tokens.weight)
+
+
+def _not_a_model(path: Path) -> None:
+    path.write_bytes(np.random.default_rng(0).bytes(4096))
+
+
+def _tokenizer_only(path: Path) -> None:
+    write_gguf(path, tensors=False)
+
+
+def _truncated(path: Path) -> None:
+    write_gguf(path)
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+@pytest.mark.parametrize("write", [_not_a_model, _tokenizer_only, _truncated])
+def test_a_gguf_file_that_is_not_a_model_is_refused_with_nothing_written(tmp_path, cache, write):
+    path = tmp_path / "broken.gguf"
+    write(path)
+    with pytest.raises(WorkbenchError) as error:
+        resolve_model(str(path))
+    assert str(path) in str(error.value) and "\n" not in str(error.value)
+    assert not cache.exists()
+
+
+def test_a_failed_assembly_leaves_nothing_half_written(tmp_path, cache, monkeypatch):
+    write_gguf(tmp_path / "tiny.gguf")
+
+    def cut_short(gguf_path: Path, folder: Path) -> None:
+        (folder / "config.json").write_text("{")
+        raise WorkbenchError("killed")
+
+    monkeypatch.setattr(assembly, "dequantise", cut_short)
+    with pytest.raises(WorkbenchError, match="killed"):
+        resolve_model(str(tmp_path / "tiny.gguf"))
+    assert [p.name for p in (cache / "models").iterdir() if not p.name.endswith(".lock")] == []
+
+
+# --- PEFT adapters ---------------------------------------------------------------------------
+
+
+def _classifier(folder: Path, hidden: int = 16):
+    """A tiny random BERT classifier with its tokenizer saved in ``folder``."""
+    tiny_tokenizer(folder)
+    model = tiny_model(hidden=hidden)
+    model.save_pretrained(folder)
+    return AutoModelForSequenceClassification.from_pretrained(folder).eval()
+
+
+def write_adapter(tmp_path: Path):
+    """A LoRA adapter (random, not the identity) of a tiny classifier saved in ``base/``,
+    saved in ``adapter/``; returns the PEFT model."""
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(1)
+    lora = LoraConfig(
+        task_type="SEQ_CLS", r=4, target_modules=["query", "value"], init_lora_weights=False
+    )
+    peft_model = get_peft_model(_classifier(tmp_path / "base"), lora).eval()
+    with torch.no_grad():  # the head PEFT trains along (modules_to_save) moved too
+        peft_model.base_model.model.classifier.modules_to_save["default"].bias.add_(0.5)
+    peft_model.save_pretrained(tmp_path / "adapter")
+    return peft_model
+
+
+@pytest.mark.slow  # imports peft (about a second), merges twice
+def test_a_peft_adapter_folder_is_a_teacher_merged_into_its_base(tmp_path, cache):
+    peft_model = write_adapter(tmp_path)
+    adapter = str(tmp_path / "adapter")
+    loaded = load_model(adapter)
+    batch = id_batch([[2, 7, 9, 12, 3], [2, 8, 3]])
+    with torch.no_grad():
+        expected = peft_model(**batch).logits
+        torch.testing.assert_close(loaded.model(**batch).logits, expected, rtol=0, atol=1e-5)
+    assert loaded.spec.label_names == ("LABEL_0", "LABEL_1", "LABEL_2")
+    folder = Path(resolve_model(adapter))
+    assert folder.parent == cache / "models" and (folder / "tokenizer.json").is_file()
+
+    # the folder, so the pin of a run, follows the base's files as well as the adapter's
+    pinned = model_digest(folder)
+    base = AutoModelForSequenceClassification.from_pretrained(tmp_path / "base")
+    with torch.no_grad():
+        base.bert.embeddings.word_embeddings.weight.add_(1.0)
+    base.save_pretrained(tmp_path / "base")
+    moved = Path(resolve_model(adapter))
+    assert moved != folder and model_digest(moved)["weights"] != pinned["weights"]
+
+
+def test_an_adapter_without_its_base_or_weights_or_of_another_shape_is_refused(tmp_path):
+    write_adapter(tmp_path)
+    adapter = tmp_path / "adapter"
+    _classifier(tmp_path / "wide", hidden=32)
+    config = (adapter / "adapter_config.json").read_text()
+    cases = [
+        (str(tmp_path / "base"), str(tmp_path / "gone"), "gone"),
+        (str(tmp_path / "base"), str(tmp_path / "wide"), "does not apply"),
+    ]
+    for base, other, said in cases:
+        (adapter / "adapter_config.json").write_text(config.replace(base, other))
+        with pytest.raises(WorkbenchError, match=said) as error:
+            resolve_model(str(adapter))
+        assert "\n" not in str(error.value)
+    (adapter / "adapter_config.json").write_text(config)
+    (adapter / "adapter_model.safetensors").unlink()
+    with pytest.raises(WorkbenchError, match="no adapter weights"):
+        resolve_model(str(adapter))
+
+
+# --- built-in names --------------------------------------------------------------------------
+
+
+def _packaged(monkeypatch, name: str, files: list[Path], digest: str | None = None) -> None:
+    """The built-in ``name``'s package files stood in for by ``files``, pinned at their digest
+    (or at ``digest``)."""
+    joined = hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()
+    pinned = dataclasses.replace(
+        assembly.PACKAGED[name],
+        files=tuple(("stand-in", str(f)) for f in files),
+        sha256=digest or joined,
+    )
+    monkeypatch.setitem(assembly.PACKAGED, name, pinned)
+    monkeypatch.setattr(assembly, "package_file", lambda _, inside: Path(inside))
+
+
+def test_a_builtin_gguf_name_is_assembled_from_its_package_once(tmp_path, cache, monkeypatch):
+    source = write_gguf(tmp_path / "tiny.gguf")
+    _packaged(monkeypatch, "smollm2-135m", [tmp_path / "tiny.gguf"])
+    folder = Path(resolve_model("smollm2-135m"))
+    assert folder.parent == cache / "models" and folder.name.startswith("smollm2-135m-")
+    with torch.no_grad():
+        back = AutoModelForCausalLM.from_pretrained(folder).eval()
+        torch.testing.assert_close(back(IDS).logits, source(IDS).logits, rtol=0, atol=1e-5)
+    (tmp_path / "tiny.gguf").unlink()  # a later use reads the folder alone
+    assert resolve_model("smollm2-135m") == str(folder)
+
+
+def test_a_builtin_zip_in_parts_is_joined_and_unpacked(tmp_path, cache, monkeypatch):
+    model = _classifier(tmp_path / "mpnet")
+    archive = tmp_path / "model.zip"
+    with zipfile.ZipFile(archive, "w") as out:
+        for path in sorted((tmp_path / "mpnet").iterdir()):
+            out.write(path, f"all-mpnet-base-v2/{path.name}")
+        out.writestr("all-mpnet-base-v2/desktop.ini", "[.ShellClassInfo]")
+    data = archive.read_bytes()
+    parts = [tmp_path / "part.001", tmp_path / "part.002"]
+    parts[0].write_bytes(data[: len(data) // 2])
+    parts[1].write_bytes(data[len(data) // 2 :])
+    _packaged(monkeypatch, "mpnet-base", parts)
+    folder = Path(resolve_model("mpnet-base"))
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        p.name for p in (tmp_path / "mpnet").iterdir()
+    )
+    batch = id_batch([[2, 7, 9, 3]])
+    with torch.no_grad():
+        back = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+        torch.testing.assert_close(back(**batch).logits, model(**batch).logits, rtol=0, atol=0)
+
+
+def test_a_builtin_name_missing_or_changed_is_refused_in_one_line(tmp_path, cache, monkeypatch):
+    missing = dataclasses.replace(assembly.PACKAGED["mpnet-base"], files=(("no-such-dist", "x"),))
+    monkeypatch.setitem(assembly.PACKAGED, "mpnet-base", missing)
+    with pytest.raises(WorkbenchError, match=r'pip install -e "\.\[llm\]"'):
+        resolve_model("mpnet-base")
+    (tmp_path / "tiny.gguf").write_bytes(b"not the pinned bytes")
+    _packaged(monkeypatch, "smollm2-135m", [tmp_path / "tiny.gguf"], digest="0" * 64)
+    with pytest.raises(WorkbenchError, match="force-reinstall"):
+        resolve_model("smollm2-135m")
+    assert not cache.exists()
