@@ -4,12 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
 
 from kd.training.diagnostics import summarise
 from kd.training.pipeline import notice, teacher_pin
+from kd.training.teacher_cache import cached_logits, cached_teacher, is_cache, read_record
 from workbench.analysis.evaluation import evaluate_logits, predict_logits
-from workbench.core.config import DataConfig, StudentConfig, config_key, parse_label_map
-from workbench.core.data import encode, pad_id
+from workbench.core.config import (
+    DataConfig,
+    StudentConfig,
+    config_key,
+    from_dict,
+    parse_label_map,
+)
+from workbench.core.data import encode, load_task, pad_id
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import is_run, layer_count, load_for_task, load_model
 from workbench.core.runs import Run, RunRecord, teacher_change
@@ -74,6 +82,9 @@ def evaluate_runs(
             (notify or notice)(text)
 
     for path in paths:
+        if is_cache(path):
+            rows.append(_cache_row(path, split, once))
+            continue
         given = data
         if given is None and dedupe and is_run(path):
             given = replace(Run.open(path).config(DataConfig, "data"), dedupe=True)
@@ -94,9 +105,13 @@ def evaluate_runs(
         if info is not None and info.kind == "student":
             recorded = loaded.run.config(StudentConfig, "student")
             source, mapping = (
-                (teacher, label_map) if teacher else (recorded.teacher, recorded.label_map)
+                (teacher, label_map)
+                if teacher
+                else (recorded.teacher_cache or recorded.teacher, recorded.label_map)
             )
             key = (source, mapping, config_key(loaded.data), split)
+            if key not in teacher_logits and is_cache(source):  # the logits it holds
+                teacher_logits[key] = cached_logits(source, split, task)
             if key not in teacher_logits:
                 if is_run(source) and (state := Run.open(source).unfinished()) is not None:
                     once(
@@ -111,7 +126,7 @@ def evaluate_runs(
                     theirs.model, encoded, 64, pad_id(theirs.tokenizer)
                 )
             reference = teacher_logits[key]
-            if not teacher:
+            if not teacher and not is_cache(source):  # a cache is pinned as its student
                 changed = teacher_change(info.resolved.teacher, teacher_pin(source))
                 if changed:
                     once(
@@ -135,6 +150,30 @@ def evaluate_runs(
             }
         )
     return rows
+
+
+def _cache_row(folder: str, split: str, notify: Callable[[str], None]) -> dict:
+    """The row of a teacher that is only a cache (``kdw cache``): its metrics from the logits it
+    holds on its own task's ``split``, its layers and parameters from its config."""
+    record = read_record(folder)
+    data = from_dict(DataConfig, record.data)
+    task = load_task(data, notify)
+    if split not in task.splits:
+        raise WorkbenchError(f"split {split!r} not in {sorted(task.splits)}")
+    teacher = cached_teacher(Path(folder), record, data)
+    logits = cached_logits(folder, split, task)
+    labels = encode(task.splits[split], teacher.tokenizer, data.max_length).labels
+    return {
+        "run": Path(folder).name,
+        "kind": "teacher cache",
+        "method": "–",
+        "objective": None,
+        "layers": layer_count(teacher.model),
+        "parameters_m": round(sum(p.numel() for p in teacher.model.parameters()) / 1e6, 1),
+        "split": split,
+        "examples": len(labels),
+        **evaluate_logits(task.spec, logits, labels),
+    }
 
 
 def format_table(rows: Sequence[dict]) -> str:

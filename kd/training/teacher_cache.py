@@ -191,3 +191,33 @@ def cached_teacher(folder: Path, record: CacheRecord, data: DataConfig) -> Loade
     spec = TaskSpec(**task)
     name = Path(record.teacher.source).name if record.teacher else folder.name
     return LoadedModel(model.eval(), tokenizer, spec, data, name, str(folder), "teacher cache")
+
+
+def is_cache(source: str | Path) -> bool:
+    """Whether ``source`` names a teacher cache folder (one with ``cache.json``)."""
+    return bool(source) and (Path(source) / CACHE_FILE).is_file()
+
+
+def cached_logits(folder: str | Path, split: str, data: TaskData):
+    """The teacher's logits ``[N, C]`` on ``data``'s ``split`` as the cache ``folder`` holds them;
+    a cache without them (another task or subsample, a split it was not built on) is one line."""
+    from workbench.core.cache import ExampleCache
+
+    folder, record = Path(folder), read_record(folder)
+    wanted = data.fingerprint().get(split)
+    entry = next(
+        (
+            f
+            for f in record.files
+            if f.key.get("split") == split
+            and f.key.get("fields") == ["logits"]
+            and f.key.get("data") == wanted
+        ),
+        None,
+    )
+    if entry is None:
+        raise WorkbenchError(
+            f"{folder} holds no teacher logits of this {split} split (it was built on "
+            f"{record.data.get('task')}; kdw cache builds them)"
+        )
+    return ExampleCache.load(folder / entry.file, entry.examples).per_example["logits"]

@@ -15,6 +15,7 @@ from safetensors.torch import load_file
 
 import workbench.core.cache as cache_module
 from kd.cli import main
+from kd.training.evaluate import evaluate_runs
 from kd.training.pipeline import train_teacher
 from tests.conftest import write_tiny_workspace
 from tests.tiny_families import save_family_model
@@ -135,6 +136,21 @@ def test_a_student_trained_from_a_cache_equals_one_trained_with_its_teacher(work
     assert pins[0] == pins[1]  # the cache's pin: the same teacher's digests
     manifest = json.loads((from_cache / "manifest.json").read_text())
     assert manifest["teacher_fields"] == {"cache": str(folder.resolve())}
+
+    # kdw evaluate: a teacher that is only a cache, scored and compared on the logits it holds
+    cache_row, student_row = evaluate_runs([str(folder), str(from_cache)])
+    teacher_row, against_teacher = evaluate_runs(
+        [str(teacher), str(from_cache)], teacher=str(teacher)
+    )
+    assert cache_row["kind"] == "teacher cache" and cache_row["layers"] == teacher_row["layers"]
+    assert cache_row["parameters_m"] == teacher_row["parameters_m"]
+    for metric in ("accuracy", "macro_f1", "examples"):
+        assert cache_row[metric] == teacher_row[metric]
+    assert student_row["label_loyalty"] == against_teacher["label_loyalty"]
+    # the cache's logits and evaluate's own come from batches of other sizes: float32 rounding
+    assert student_row["probability_loyalty"] == pytest.approx(
+        against_teacher["probability_loyalty"], abs=1e-6
+    )
 
 
 def test_across_tokenizers_a_cache_holds_the_fields_on_the_students_words(work, tmp_path, capsys):
