@@ -12,8 +12,10 @@ a special case:
 
 Batching: the ``m`` interpolation points of all ``B`` examples are rows of one stacked batch, cut
 into chunks of at most ``max_batch_tokens`` row×position cells (derived from a memory budget
-unless given). Rows are ordered by sequence length and each chunk is trimmed to its longest real
-sequence (dynamic padding), so an example's result does not depend on the batch it came in. The
+unless given). Rows are ordered by the position of their last real token and each chunk is
+trimmed after the last one of its rows (dynamic padding; a left-padded row keeps all its columns,
+so its tokens keep their positions), so an example's result does not depend on the batch it came
+in. The
 ``V`` views share one forward pass per chunk: ``V`` vector-Jacobian products in one
 ``autograd.grad(..., is_grads_batched=True)`` call.
 """
@@ -98,9 +100,10 @@ def _path_gradients(
     size, length, _ = end.shape
     if not create_graph:
         start, end = start.detach(), end.detach()
-    lengths = mask.sum(1).tolist()
-    order = sorted(range(size), key=lambda b: (lengths[b], b))
-    row_lengths = [lengths[b] for b in order for _ in range(steps)]
+    # the columns each example needs: up to its last real token (left padding: all of them)
+    ends = (mask * torch.arange(1, length + 1, device=mask.device)).amax(1).tolist()
+    order = sorted(range(size), key=lambda b: (ends[b], b))
+    row_lengths = [ends[b] for b in order for _ in range(steps)]
     rows = torch.tensor(order, device=end.device).repeat_interleave(steps)
     alphas = (torch.arange(1, steps + 1, dtype=end.dtype, device=end.device) / steps).repeat(size)
     limit = batch_token_limit(model, length, views, create_graph, max_batch_tokens, memory_mib)
