@@ -264,7 +264,12 @@ def ig_completeness(
     they account for, ``F(E) − F(E')`` ``[B]`` (class ``target``'s probability, or a regression
     output, at the input and at the baseline). The two differ by the Riemann sum's error,
     which shrinks as ``steps`` grows (the completeness gap is their difference relative to
-    ``F(E) − F(E')``; Captum's ``return_convergence_delta`` is the difference itself).
+    ``F(E) − F(E')``; Captum's ``return_convergence_delta`` is the difference itself). A
+    decoder classifier's head reads the input's last real token at every point of the path
+    and at the baseline (Captum's delta, which runs the baseline ids, reads another position
+    when [PAD] is the end-of-text token). Steep paths need far more steps: from zeros, a
+    pre-norm decoder's first norm turns over within ``α ≈ sqrt(eps)/rms(E)``; from all-[PAD]
+    = end-of-text ids, every position starts as a first token (an attention sink).
     Arguments as :func:`integrated_gradients`."""
     batch = as_batch(input_ids, attention_mask, token_type_ids)
     targets = resolve_target(model, batch, target)[:, None]
