@@ -116,8 +116,9 @@ def _encode(
     loaded: LoadedModel, examples: Sequence[Example]
 ) -> tuple[dict, list[int], list[bool], tuple]:
     """The batch of ``examples`` (each ``[B, L]``; the tokenizer's encoding, which knows its
-    words), cut to the model's maximum length, the number of tokens of each example and whether
-    it goes on past them, and the texts (and pairs) as tokenised: a text is read only as far as
+    words; padded on the right, whatever side the tokenizer pads), cut to the model's maximum
+    length, the number of tokens of each example and whether it goes on past them, and the texts
+    (and pairs) as tokenised: a text is read only as far as
     :func:`workbench.core.data.prefixes` takes it, and counted up to a megabyte
     (:func:`workbench.core.data.count_tokens`), so that no text exhausts memory."""
     if not examples:
@@ -136,6 +137,7 @@ def _encode(
         truncation=True,
         max_length=limit,
         padding=True,
+        padding_side="right",  # each row's tokens first, as the rows are read below
         return_tensors="pt",
         return_offsets_mapping=tokenizer.is_fast,
         verbose=False,

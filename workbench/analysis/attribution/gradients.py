@@ -12,8 +12,10 @@ a special case:
 
 Batching: the ``m`` interpolation points of all ``B`` examples are rows of one stacked batch, cut
 into chunks of at most ``max_batch_tokens`` row×position cells (derived from a memory budget
-unless given). Rows are ordered by sequence length and each chunk is trimmed to its longest real
-sequence (dynamic padding), so an example's result does not depend on the batch it came in. The
+unless given). Rows are ordered by the position of their last real token and each chunk is
+trimmed after the last one of its rows (dynamic padding; a left-padded row keeps all its columns,
+so its tokens keep their positions), so an example's result does not depend on the batch it came
+in. The
 ``V`` views share one forward pass per chunk: ``V`` vector-Jacobian products in one
 ``autograd.grad(..., is_grads_batched=True)`` call.
 """
@@ -98,9 +100,10 @@ def _path_gradients(
     size, length, _ = end.shape
     if not create_graph:
         start, end = start.detach(), end.detach()
-    lengths = mask.sum(1).tolist()
-    order = sorted(range(size), key=lambda b: (lengths[b], b))
-    row_lengths = [lengths[b] for b in order for _ in range(steps)]
+    # the columns each example needs: up to its last real token (left padding: all of them)
+    ends = (mask * torch.arange(1, length + 1, device=mask.device)).amax(1).tolist()
+    order = sorted(range(size), key=lambda b: (ends[b], b))
+    row_lengths = [ends[b] for b in order for _ in range(steps)]
     rows = torch.tensor(order, device=end.device).repeat_interleave(steps)
     alphas = (torch.arange(1, steps + 1, dtype=end.dtype, device=end.device) / steps).repeat(size)
     limit = batch_token_limit(model, length, views, create_graph, max_batch_tokens, memory_mib)
@@ -261,7 +264,12 @@ def ig_completeness(
     they account for, ``F(E) − F(E')`` ``[B]`` (class ``target``'s probability, or a regression
     output, at the input and at the baseline). The two differ by the Riemann sum's error,
     which shrinks as ``steps`` grows (the completeness gap is their difference relative to
-    ``F(E) − F(E')``; Captum's ``return_convergence_delta`` is the difference itself).
+    ``F(E) − F(E')``; Captum's ``return_convergence_delta`` is the difference itself). A
+    decoder classifier's head reads the input's last real token at every point of the path
+    and at the baseline (Captum's delta, which runs the baseline ids, reads another position
+    when [PAD] is the end-of-text token). Steep paths need far more steps: from zeros, a
+    pre-norm decoder's first norm turns over within ``α ≈ sqrt(eps)/rms(E)``; from all-[PAD]
+    = end-of-text ids, every position starts as a first token (an attention sink).
     Arguments as :func:`integrated_gradients`."""
     batch = as_batch(input_ids, attention_mask, token_type_ids)
     targets = resolve_target(model, batch, target)[:, None]

@@ -1,0 +1,111 @@
+"""IG of decoder classifiers (tiny random Llama, Qwen2 and GPT-2 whose pad token is their
+end-of-text token, as SmolLM2's): the engine against Captum's LayerIntegratedGradients given a
+forward function that reads the logits at each text's last real token of the *input* (the
+baseline is all [PAD] = end-of-text ids, where Hugging Face's last-non-pad rule would find
+another position), for batches padded on either side and cut into chunks; and completeness,
+whose gap shrinks as the steps grow; the app's explanations of a left-padding decoder."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from captum.attr import LayerIntegratedGradients
+from transformers import AutoModelForSequenceClassification
+
+from tests.tiny_families import decoder_tokenizer, family_config, save_family_model
+from workbench.analysis.attribution import ig_completeness, integrated_gradients
+from workbench.analysis.examples import Example
+from workbench.analysis.explanations import HeatmapSettings, explain
+from workbench.core.models import load_model
+
+TEXTS = ["good morning to you all my friends", "bad day", "what a lovely evening it was"]
+FAMILIES = ("llama", "qwen2", "gpt2")
+
+
+def decoder(model_type: str, padding_side: str):
+    """A tiny random decoder classifier (pad = end-of-text) and a padded batch of ``TEXTS``.
+
+    The pad embedding is drawn like the other rows, as in a trained model: a fresh model's
+    padding row is zero, and the all-zero embedding output is where a pre-norm decoder's
+    first RMSNorm/LayerNorm turns over within ``α ≈ sqrt(eps)/rms(E)`` of the baseline, a path
+    no Riemann sum of a few hundred steps follows."""
+    tokenizer = decoder_tokenizer()
+    torch.manual_seed(0)
+    config = family_config(model_type, tokenizer, ["a", "b", "c"])
+    model = AutoModelForSequenceClassification.from_config(config, attn_implementation="eager")
+    weight = model.get_input_embeddings().weight
+    with torch.no_grad():
+        weight[config.pad_token_id] = torch.randn(weight.shape[1]) * weight.std()
+    batch = tokenizer(TEXTS, padding=True, padding_side=padding_side, return_tensors="pt")
+    assert tokenizer.pad_token_id == tokenizer.eos_token_id == config.pad_token_id
+    return model.eval(), batch["input_ids"], batch["attention_mask"]
+
+
+def captum_ig(model, input_ids, attention_mask, target, steps):
+    """Captum's IG on the word embeddings against all-[PAD] ids, the head applied to the final
+    state at each text's last real token as the attention mask of the input places it (the
+    same position at every point of the path, the baseline's included)."""
+    last = (attention_mask * torch.arange(1, attention_mask.shape[1] + 1)).argmax(1)
+
+    def probabilities(ids, mask):
+        hidden = model.base_model(input_ids=ids, attention_mask=mask).last_hidden_state
+        at = last.repeat(len(ids) // len(last))
+        return model.score(hidden[torch.arange(len(ids)), at]).softmax(-1)
+
+    layer = LayerIntegratedGradients(probabilities, model.get_input_embeddings())
+    ig = layer.attribute(
+        input_ids,
+        baselines=torch.full_like(input_ids, model.config.pad_token_id),
+        target=target,
+        additional_forward_args=(attention_mask,),
+        n_steps=steps,
+        method="riemann_right",
+    )
+    return ig.detach() * attention_mask[:, :, None]
+
+
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_decoder_ig_equals_captum_at_the_inputs_last_token(model_type, padding_side):
+    model, ids, mask = decoder(model_type, padding_side)
+    target = torch.tensor([0, 1, 2])
+    expected = captum_ig(model, ids, mask, target, steps=8)
+    assert expected.abs().amax() > 1e-3
+    # one chunk, and chunks of one step row each (trimmed after their last real token)
+    for max_batch_tokens in (None, ids.shape[1]):
+        ours = integrated_gradients(
+            model, ids, mask, target=target, steps=8, max_batch_tokens=max_batch_tokens
+        )
+        torch.testing.assert_close(ours, expected, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_decoder_ig_completeness_closes_as_the_steps_grow(model_type, padding_side):
+    model, ids, mask = decoder(model_type, padding_side)
+
+    def gap(steps: int) -> torch.Tensor:
+        attributed, change = ig_completeness(model, ids, mask, target="pred", steps=steps)
+        return (attributed - change).abs() / change.abs()
+
+    few, many = gap(16), gap(256)
+    # the right Riemann sum's error falls as 1/steps on a smooth path: 16× here, 4× asked
+    assert torch.all(many < few / 4), (few, many)
+    assert torch.all(many < 0.03), many
+
+
+@pytest.mark.slow
+def test_explain_reads_a_left_padding_decoders_rows_and_their_completeness(tmp_path):
+    folder = save_family_model("llama", tmp_path / "llama", ["a", "b", "c"])
+    loaded = load_model(str(folder))
+    loaded.tokenizer.padding_side = "left"
+    examples = [Example(text) for text in TEXTS]
+    explanations = explain(loaded, examples, HeatmapSettings(method="ig", steps=8))
+    for text, explanation in zip(TEXTS, explanations, strict=True):
+        alone = loaded.tokenizer(text, return_tensors="pt")
+        tokens = loaded.tokenizer.convert_ids_to_tokens(alone["input_ids"][0])
+        assert explanation.tokens == tokens
+        expected = ig_completeness(loaded.model, **alone, target=explanation.predicted, steps=8)
+        assert explanation.completeness == pytest.approx(
+            [float(v) for v in expected], rel=1e-4, abs=1e-6
+        )
