@@ -233,7 +233,9 @@ PACKAGES = ("torch", "transformers", "captum", "datasets", "tokenizers", "numpy"
 
 def replace_directory(target: Path, write: Any) -> None:
     """Fill a fresh temporary directory with ``write(path)``, then swap it in for ``target``:
-    a reader sees either the old or the new directory, never half of one."""
+    a reader sees either the old or the new directory, never half of one. ``write`` gets an
+    absolute path (:func:`~workbench.core.files.staging_folder`)."""
+    target = target.absolute()
     staging = target.with_name(f".{target.name}.new")
     old = target.with_name(f".{target.name}.old")
     shutil.rmtree(staging, ignore_errors=True)
