@@ -26,6 +26,7 @@ import pandas as pd
 import pytest
 import torch
 from filelock import FileLock
+from hypothesis import settings
 from transformers import AutoModelForSequenceClassification, BertConfig, BertTokenizerFast
 
 from kd.cli import main
@@ -45,6 +46,11 @@ if WORKER:
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
 
+# Every Hypothesis test: no wall-clock deadline (its examples write files and run commands, whose
+# time is the machine's load, not the code's) and the same examples on every run (derandomize:
+# drawn from a hash of the test, which also leaves the example database out).
+settings.register_profile("workbench", deadline=None, derandomize=True)
+settings.load_profile("workbench")
 
 # the workbench's user cache (analyses of models it did not train, the app's added folders) in a
 # folder of the test session, never the user's; what a test added in the app is gone after it

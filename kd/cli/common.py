@@ -93,12 +93,12 @@ def check_local_task(args: argparse.Namespace) -> None:
         return
     from workbench.core.data import load_task
     from workbench.core.names import TASK_NAMES
-    from workbench.core.runs import recorded_columns
+    from workbench.core.runs import recorded_data
 
     # a path that does not exist is the command's to refuse, in its own order of checks
     if task not in TASK_NAMES and Path(task).exists():
         sources = getattr(args, "runs", None) or getattr(args, "models", None) or []
-        data = recorded_columns(from_arguments(DataConfig, args), sources)
+        data = recorded_data(from_arguments(DataConfig, args), sources)
         load_task(data, notify=lambda note: None)
 
 
@@ -159,11 +159,11 @@ def task_data(
     """The data options of a command that scores ``sources`` (run folders, models) on their own
     tasks unless ``--task`` names one: without ``--task``, a data option given but those in
     ``own`` is refused rather than ignored. A task that a run among ``sources`` recorded is read
-    with that run's columns unless they are given (:func:`recorded_columns`)."""
-    from workbench.core.runs import recorded_columns
+    with that run's data settings unless they are given (:func:`recorded_data`)."""
+    from workbench.core.runs import recorded_data
 
     if args.task is not None:
-        return recorded_columns(from_arguments(DataConfig, args), sources, note)
+        return recorded_data(from_arguments(DataConfig, args), sources, note)
     given = [
         option_name(f.name)
         for f in fields(DataConfig)

@@ -99,6 +99,19 @@ def test_export_is_checked_and_recorded(runs, exported):
     assert not list(exported.parent.glob(".teacher-onnx*"))  # no staging folder left
 
 
+@pytest.mark.slow
+def test_int8_export_into_a_folder_named_from_the_working_directory(runs, tmp_path, monkeypatch):
+    """A relative --out: ONNX Runtime prepares the int8 graph in a temporary folder of its own,
+    where a relative path would name nothing; the export lands in the working directory."""
+    monkeypatch.chdir(tmp_path)
+    command = ["export-model", str(runs[0]), "--out", "onnx8", "--onnx", "--quantize", "int8"]
+    assert main(command) == 0
+    record = json.loads((tmp_path / "onnx8" / "export.json").read_text())
+    assert set(record["graphs"]) == {"fp32", "int8"}
+    assert (tmp_path / "onnx8" / "model.int8.onnx").is_file()
+    assert [p.name for p in tmp_path.iterdir()] == ["onnx8"]  # no staging folder left
+
+
 def test_fused_calibrated_int8_export_keeps_the_answers(runs, tmp_path):
     """The fused graph agrees with PyTorch as closely as the plain one; static int8, calibrated
     on dev texts with per-channel weights, the embedding tables and the first layer left in

@@ -28,12 +28,10 @@ SCALE = int(os.environ.get("KDW_FUZZ_EXAMPLES", "1"))  # 10 for a longer search
 
 
 def fuzz(examples: int):
-    """Hypothesis' settings for a test of ``examples`` examples (times :data:`SCALE`)."""
+    """Hypothesis' settings for a test of ``examples`` examples (times :data:`SCALE`), on the
+    suite's profile (``tests/conftest.py``: no deadline, derandomized)."""
     return settings(
         max_examples=examples * SCALE,
-        deadline=None,
-        derandomize=True,
-        database=None,
         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     )
 

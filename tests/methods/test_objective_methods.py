@@ -164,7 +164,8 @@ def test_view_sampling_expectation_is_the_multi_view_squared_loss():
                 sampled_view_loss(student_maps, teacher_maps, classes, mask, 3, reduction)
             )
         expected = attribution_loss(student_all, teacher_maps, mask, reduction=reduction)
-        torch.testing.assert_close(torch.stack(losses).mean(), expected, rtol=1e-6, atol=1e-7)
+        # a mean of 27 float32 losses: tens of units of rounding apart from the direct one
+        torch.testing.assert_close(torch.stack(losses).mean(), expected, rtol=1e-5, atol=1e-7)
 
 
 def test_view_sampling_term_attributes_the_drawn_classes():

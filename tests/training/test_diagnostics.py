@@ -14,6 +14,7 @@ from kd.training.pipeline import distill, train_teacher
 from kd.training.trainer import logged_terms
 from tests.conftest import tiny_model
 from tests.methods.test_objective_methods import _dataset
+from tests.tolerances import float32_floor
 from workbench.analysis.metrics import task_metrics
 from workbench.core.config import (
     DataConfig,
@@ -54,7 +55,8 @@ def test_term_diagnostics_match_separate_backward_passes():
     student.zero_grad()
     values["loss"].backward()
     joint = torch.cat([p.grad.reshape(-1).double() for p in params])
-    torch.testing.assert_close(joint, total, rtol=1e-5, atol=1e-7)
+    # an entry where the terms' gradients cancel carries their rounding, not the sum's
+    torch.testing.assert_close(joint, total, rtol=1e-5, atol=float32_floor(*grads.values()))
     assert abs(diagnostics["grad_norm/total"] - float(joint.norm())) < 1e-5 * float(joint.norm())
 
 

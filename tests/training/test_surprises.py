@@ -13,11 +13,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
+from transformers import BertModel
 
 from kd.cli import build_parser, main
 from kd.experiments.tune import tune
 from kd.training.pipeline import train_teacher
-from tests.conftest import kill_at_step, make_sentences, write_tiny_workspace
+from tests.conftest import kill_at_step, make_sentences, tiny_config, write_tiny_workspace
 from workbench.app.catalog import discover_runs
 from workbench.core.config import (
     DataConfig,
@@ -305,10 +307,13 @@ def test_labels_differing_only_by_case_are_a_one_line_error(tmp_path, capsys):
     )
 
 
-def test_commands_on_a_run_read_its_task_with_the_columns_it_recorded(work, tmp_path, capsys):
-    """A teacher trained on a file whose columns are ``review`` and ``rating``: ``kdw evaluate``
-    of the run and of its saved model on that file needs no column options (the run's record is
-    the default, and says so); columns given override the record, and that is said too."""
+@pytest.mark.slow
+def test_commands_on_a_run_read_its_task_as_it_recorded(work, tmp_path, capsys):
+    """A teacher of 32 positions trained at 16 tokens on a file whose columns are ``review``
+    and ``rating``: ``kdw evaluate`` of the run and of its saved model on that file needs no
+    column or length option (the run's record is the default, and says so: the default 128
+    tokens would exceed the model's 32); settings given override the record, and that is said
+    too."""
     reviews = tmp_path / "reviews"
     reviews.mkdir()
     for split in ("train", "dev", "test"):
@@ -317,23 +322,33 @@ def test_commands_on_a_run_read_its_task_with_the_columns_it_recorded(work, tmp_
         frame["title"] = frame["review"].str.split().str[:3].str.join(" ")
         frame.to_csv(reviews / f"{split}.csv", index=False)
     data = DataConfig(task=str(reviews), text_column="review", label_column="rating")
+    short = tmp_path / "short-bert"
+    shutil.copytree(work / "tiny-bert", short)
+    config = tiny_config()
+    config.max_position_embeddings = 32
+    torch.manual_seed(0)
+    BertModel(config).save_pretrained(short)
     teacher = train_teacher(
         replace(data, max_length=16),
-        TeacherConfig(model=str(work / "tiny-bert")),
+        TeacherConfig(model=str(short)),
         FAST,
         tmp_path / "teacher",
     )
     capsys.readouterr()
     table = tmp_path / "rows.json"
     command = ["evaluate", str(teacher.path / "model"), str(teacher.path), "--task", str(reviews)]
-    assert main([*command, "--max-length", "16", "--json", str(table)]) == 0
+    assert main([*command, "--json", str(table)]) == 0
     err = capsys.readouterr().err
-    said = f"{reviews} is read with the columns {teacher.path} recorded: --text-column review "
-    assert said + "--label-column rating" in err
+    said = f"kdw: note: {reviews} is read as {teacher.path} recorded: --text-column review, "
+    assert said + "--label-column rating, --max-length 16\n" in err
     rows = json.loads(table.read_text())
     assert rows[0]["accuracy"] == pytest.approx(rows[1]["accuracy"])
     assert rows[1]["accuracy"] == pytest.approx(teacher.results()["test"]["accuracy"])
 
-    assert main([*command, "--max-length", "16", "--text-column", "title"]) == 0
-    err = capsys.readouterr().err
-    assert f"--text-column title override the columns {teacher.path} recorded" in err
+    assert main([*command, "--max-length", "24", "--text-column", "title"]) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if "recorded" in line]
+    assert notes == [
+        f"kdw: note: {reviews} is read as {teacher.path} recorded: --label-column rating",
+        f"kdw: note: --text-column title, --max-length 24 given: {teacher.path} recorded "
+        "--text-column review, --max-length 16",
+    ]

@@ -61,6 +61,7 @@ from workbench.core.files import (
     check_format,
     existing_path,
     read_json_file,
+    staging_folder,
     with_format,
 )
 from workbench.core.models import LoadedModel, load_tokenizer, set_label_names
@@ -198,6 +199,8 @@ def quantize_int8(
     }
     logging.disable(logging.WARNING)  # notes on the root logger
     onnxruntime.set_default_logger_severity(3)  # calibration's log: errors only
+    # absolute before the working directory changes below
+    source, target = source.absolute(), target.absolute()
     typed = target.with_name(f"typed-{source.name}")
     try:
         # the types and shapes of every tensor, those of a fused graph's contrib operators
@@ -209,8 +212,8 @@ def quantize_int8(
         with tempfile.TemporaryDirectory() as scratch, contextlib.chdir(scratch):
             try:
                 quant_pre_process(
-                    str(source.absolute()),
-                    str(typed.absolute()),
+                    str(source),
+                    str(typed),
                     skip_optimization=True,
                     skip_symbolic_shape=not contrib,
                 )
@@ -485,8 +488,7 @@ def export_onnx_folder(
         "data": to_dict(loaded.data),
         "graphs": {},
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    staging = staging_folder(out)
     try:
         loaded.model.config.save_pretrained(staging)
         loaded.tokenizer.save_pretrained(staging)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -37,6 +36,7 @@ from workbench.analysis.explanations import (
 )
 from workbench.core.config import MAX_DPI, Checked, MapSettings, colormap, dpi_range, option
 from workbench.core.errors import WorkbenchError
+from workbench.core.files import staging_folder
 from workbench.core.names import TASK_NAMES
 
 if TYPE_CHECKING:
@@ -266,9 +266,8 @@ def write_heatmaps(
     if "png" in formats:  # too many pixels: refused before anything is written
         for heatmap in heatmaps:
             check_png_size(heatmap, settings.dpi, settings.options())
-    folder.mkdir(parents=True, exist_ok=True)
     previous = re.compile(rf"{re.escape(stem)}-\d+\.(?:{'|'.join(FORMAT_CHOICES)})")
-    staging = Path(tempfile.mkdtemp(prefix=f".{stem}.", dir=folder))
+    staging = staging_folder(folder / stem)
     try:
         written = [
             export(heatmap, staging / f"{name}.{fmt}", dpi=settings.dpi, options=settings.options())

@@ -223,7 +223,9 @@ def atomic_path(path: Path) -> Iterator[Path]:
     """A uniquely named temporary path beside ``path`` for the block to write; renamed over
     ``path`` when the block ends, removed when it fails. A reader sees the old file or the new
     one, never half of one, and two writers never share a temporary file. Only a regular file
-    or a link is ever replaced (a device, FIFO or folder at ``path`` is a one-line error)."""
+    or a link is ever replaced (a device, FIFO or folder at ``path`` is a one-line error). The
+    temporary path is absolute (:func:`staging_folder`)."""
+    path = path.absolute()
     _replaceable(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -235,6 +237,16 @@ def atomic_path(path: Path) -> Iterator[Path]:
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)
+
+
+def staging_folder(path: Path) -> Path:
+    """A fresh, uniquely named hidden folder ``.<name>.<random>`` beside ``path`` (its parent
+    made if missing) to build ``path``'s contents in, by its absolute path: a relative one would
+    name nothing to code that works in another folder (ONNX Runtime's int8 pre-processing works
+    in a temporary folder of its own)."""
+    path = path.absolute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
 
 
 def atomic_write_text(path: Path, text: str) -> None:

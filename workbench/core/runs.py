@@ -31,7 +31,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -233,7 +233,9 @@ PACKAGES = ("torch", "transformers", "captum", "datasets", "tokenizers", "numpy"
 
 def replace_directory(target: Path, write: Any) -> None:
     """Fill a fresh temporary directory with ``write(path)``, then swap it in for ``target``:
-    a reader sees either the old or the new directory, never half of one."""
+    a reader sees either the old or the new directory, never half of one. ``write`` gets an
+    absolute path (:func:`~workbench.core.files.staging_folder`)."""
+    target = target.absolute()
     staging = target.with_name(f".{target.name}.new")
     old = target.with_name(f".{target.name}.old")
     shutil.rmtree(staging, ignore_errors=True)
@@ -620,22 +622,21 @@ class Run:
         )
 
 
-COLUMNS = ("text_column", "text_pair_column", "label_column")  # of a local or hub data set
-
-
 def _same_task(one: str, other: str) -> bool:
     return one == other or Path(one).resolve() == Path(other).resolve()
 
 
-def recorded_columns(
+def recorded_data(
     data: DataConfig, sources: Sequence[str], notify: Callable[[str], None] | None = None
 ) -> DataConfig:
-    """The columns to read ``data``'s task with when scoring ``sources``: those the first run
-    among them recorded for that task, where ``data`` leaves them at their defaults (a run's
-    record is the default for commands on it, and for the models scored beside it); a column
-    given explicitly overrides the record. Both are said to ``notify``."""
+    """The data settings (columns, ``max_length``, split seed, subsamples…) to read ``data``'s
+    task with when scoring ``sources``: those the first run among them recorded for that task,
+    where ``data`` leaves them at their defaults (a run's record is the default for commands on
+    it, and for the models scored beside it); a setting given explicitly overrides the record.
+    Each is said to ``notify`` in one line."""
     defaults = DataConfig()
-    given = {f: getattr(data, f) for f in COLUMNS if getattr(data, f) != getattr(defaults, f)}
+    names = [f.name for f in fields(DataConfig) if f.name != "task"]
+    given = {f: getattr(data, f) for f in names if getattr(data, f) != getattr(defaults, f)}
     say = notify or (lambda _text: None)
     for source in sources:
         if not (Path(source) / RUN_FILE).exists():
@@ -643,17 +644,32 @@ def recorded_columns(
         recorded = Run.open(source).config(DataConfig, "data")
         if not _same_task(recorded.task, data.task):
             continue
-        columns = {f: getattr(recorded, f) for f in COLUMNS}
-        taken = {f: v for f, v in columns.items() if f not in given and v != getattr(data, f)}
-        overridden = {f: v for f, v in given.items() if v != columns[f]}
+        taken = {
+            f: getattr(recorded, f)
+            for f in names
+            if f not in given and getattr(recorded, f) != getattr(data, f)
+        }
+        overridden = {f: v for f, v in given.items() if v != getattr(recorded, f)}
         if taken:
-            shown = " ".join(f"{option_name(f)} {v}" for f, v in taken.items() if v is not None)
-            say(f"{data.task} is read with the columns {source} recorded: {shown}")
+            say(f"{data.task} is read as {source} recorded: {_options(taken)}")
         if overridden:
-            shown = ", ".join(f"{option_name(f)} {v}" for f, v in overridden.items())
-            say(f"{shown} override the columns {source} recorded for {data.task}")
+            was = {f: getattr(recorded, f) for f in overridden}
+            say(f"{_options(overridden)} given: {source} recorded {_options(was)}")
         return replace(data, **taken)
     return data
+
+
+def _options(values: dict[str, Any]) -> str:
+    """``{"max_length": 16, "dedupe": True, "glue_dir": None}`` as the options that set them:
+    ``--max-length 16, --dedupe, no --glue-dir``."""
+    return ", ".join(
+        option_name(f)
+        if v is True
+        else f"no {option_name(f)}"
+        if v is False or v is None
+        else f"{option_name(f)} {v}"
+        for f, v in values.items()
+    )
 
 
 def teacher_change(then: ResolvedTeacher | None, now: ResolvedTeacher | None) -> str | None:
