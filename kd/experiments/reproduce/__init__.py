@@ -26,7 +26,6 @@ from kd.experiments.reproduce.suite import (
     FULL,
     MAIN_METHODS,
     Experiment,
-    Shard,
     Suite,
     TaskPlan,
     ablated_methods,
@@ -34,6 +33,7 @@ from kd.experiments.reproduce.suite import (
     identity,
 )
 from workbench.core.errors import WorkbenchError
+from workbench.core.shards import Shard
 
 __all__ = [
     "DEFAULT",

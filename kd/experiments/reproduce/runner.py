@@ -35,7 +35,6 @@ from kd.experiments.reproduce.record import (
 from kd.experiments.reproduce.suite import (
     CONTROL,
     Experiment,
-    Shard,
     Suite,
     TaskPlan,
     data_settings,
@@ -76,6 +75,7 @@ from workbench.core.files import (
 )
 from workbench.core.models import load_for_task, load_model, load_run, load_tokenizer, resolve_model
 from workbench.core.runs import Run, teacher_change
+from workbench.core.shards import Shard
 from workbench.core.verify import weights_digest
 
 LOYALTY = ("label_loyalty", "probability_loyalty")  # per example in a student's predictions
@@ -760,7 +760,7 @@ def run_suite(
 ) -> SuiteRecord:
     """Train what ``<out>/results.json`` lacks: the weights chosen on dev, then every student (and
     the teachers they need), scored on the test split, in ``jobs`` processes; ``shard``: only that
-    part (:class:`~kd.experiments.reproduce.suite.Shard`); then the timings
+    part (:class:`~workbench.core.shards.Shard`); then the timings
     (:meth:`SuiteCall.time_students`). The record is rewritten after every step and when
     interrupted."""
     return SuiteCall(out, suite, announce, jobs, shard).run()
