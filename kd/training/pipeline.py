@@ -21,6 +21,17 @@ from kd.methods.layer_map import select_layers
 from kd.methods.objective import Objective
 from kd.methods.students import cut_student, random_student
 from kd.training import distributed, tracking
+from kd.training.adaptation import (
+    ADAPTER_DIR,
+    add_lora,
+    check_adaptation,
+    check_fits,
+    freeze_to_head,
+    head_features,
+    head_loss,
+    lora_loader,
+    merged,
+)
 from kd.training.teacher_cache import (
     CacheConfig,
     CachedFile,
@@ -78,6 +89,7 @@ from workbench.core.models import (
     is_run,
     layer_count,
     load_classifier,
+    load_config,
     load_for_task,
     load_run,
     load_tokenizer,
@@ -175,15 +187,25 @@ def teacher_pin(teacher: str) -> ResolvedTeacher | None:
     return ResolvedTeacher(source=str(folder.resolve()), **model_digest(folder))
 
 
-def _saver(run: Run, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, spec: TaskSpec):
+def _saver(
+    run: Run,
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    spec: TaskSpec,
+    adapted=None,
+):
     """How a run's model is saved: a Hugging Face checkpoint whose config names the task's
-    classes, with its tokenizer and a model card."""
+    classes, with its tokenizer and a model card; for a LoRA teacher (``adapted``, the
+    ``PeftModel`` around ``model``), its adapters merged into plain weights, and the adapters
+    themselves in the run's ``adapter/`` (peft's ``save_pretrained``)."""
     set_label_names(model, spec)
 
     def save(directory: Path) -> None:
-        model.save_pretrained(directory)
+        (model if adapted is None else merged(adapted)).save_pretrained(directory)
         tokenizer.save_pretrained(directory)
         atomic_write_text(directory / "README.md", model_card(run))
+        if adapted is not None:
+            replace_directory(run.path / ADAPTER_DIR, adapted.save_pretrained)
 
     return save
 
@@ -253,7 +275,12 @@ def train_teacher(
     by the experiment trackers ``tracking_config`` asks for (:mod:`kd.training.tracking`)."""
     tracking_config = tracking_config or TrackingConfig()
     tracking.check(tracking_config)
+    check_adaptation(teacher_config)
     device = _configure(optim)
+    # from its config alone: refused before any weight is read
+    check_fits(
+        load_config(teacher_config.model), teacher_config, optim, data_config.max_length, device
+    )
     tokenizer = load_tokenizer(teacher_config.model)  # a bad name fails before the data load
     data = load_task(data_config, notice)
     set_seed(optim.seed)
@@ -262,10 +289,15 @@ def train_teacher(
         teacher_config.model, data.spec, parse_label_map(teacher_config.label_map), notes.append
     )
     check_max_length(model, data_config.max_length, "the model")
+    if teacher_config.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     objective = Objective.resolve(ObjectiveConfig(preset="finetune"), 0, 0)
     record = _record(
         "teacher", "finetune", data, objective, optim, data=data_config, teacher=teacher_config
     )
+    adapted = None  # LoRA's PeftModel around ``model``, whose own weights it leaves frozen
+    if teacher_config.adapt == "lora":
+        adapted, record[RESOLVED]["lora"] = add_lora(model, teacher_config)
     with distributed.run_folder(run_dir, record, _manifest(data, data_config, optim)) as run:
         if run.status().state == "finished":
             return run
@@ -273,6 +305,21 @@ def train_teacher(
             for note in notes:
                 notice(note)
         encoded = _encode_all(data, tokenizer, data_config.max_length)
+        loss = lambda m, batch: objective(m, batch, {})  # noqa: E731
+        if teacher_config.adapt == "head":
+            features = _head_features(
+                model,
+                encoded["train"],
+                data,
+                data_config.max_length,
+                run,
+                optim,
+                device,
+                pad_id(tokenizer),
+                callbacks,
+            )
+            (term,) = objective.weights
+            loss = head_loss(freeze_to_head(model), features, term)
         job = TrainingJob(
             run=run,
             model=model,
@@ -280,16 +327,58 @@ def train_teacher(
             train_set=encoded["train"],
             dev_set=encoded["dev"],
             optim=optim,
-            loss=lambda m, batch: objective(m, batch, {}),
+            loss=loss,
             weights=objective.weights,
             units=objective.term_units(),
-            save_model=_saver(run, model, tokenizer, data.spec),
+            save_model=_saver(run, model, tokenizer, data.spec, adapted),
             pad_token_id=pad_id(tokenizer),
             callbacks=callbacks,
             device=device,
         )
+        if adapted is not None:
+            job.load_model = lora_loader(adapted, run.path / ADAPTER_DIR)
         _train(job, tracking_config, data, encoded)
     return run
+
+
+def _head_features(
+    model: PreTrainedModel,
+    split: EncodedSplit,
+    data: TaskData,
+    max_length: int,
+    run: Run,
+    optim: OptimConfig,
+    device: torch.device,
+    pad_token_id: int,
+    callbacks: Sequence[Callback],
+) -> ExampleCache:
+    """The frozen model's :func:`~kd.training.adaptation.head_features` of the train ``split``
+    (``--adapt head``), computed once in eval mode and kept in the run's cache, keyed by the
+    model's fingerprint, the split's and ``max_length``; a resumed run reads them."""
+    world = distributed.world()
+    model.to(device).eval()
+    key = {
+        "model": fingerprint(model),
+        "data": data.fingerprint()["train"],
+        "max_length": max_length,
+    }
+    return cached(
+        run.cache_dir,
+        "head-features-train",
+        key,
+        split,
+        partial(head_features, model),
+        batch_size=optim.eval_batch_size,
+        pad_token_id=pad_token_id,
+        description="head features (train)",
+        inference=True,
+        on_note=notice,
+        device=device,
+        on_progress=lambda *progress: notify(callbacks, "on_cache", *progress),
+        part=(world.rank, world.size),
+        gather=distributed.gather_objects,
+        save=world.main,
+    )
 
 
 def build_student(

@@ -52,6 +52,13 @@ class Callback(Protocol):
     def should_stop(self) -> bool: ...
 
 
+def load_weights(model: PreTrainedModel, folder: Path) -> None:
+    """Load the weights a ``save_pretrained`` wrote to ``folder`` into ``model`` (on its
+    device)."""
+    device = str(next(model.parameters()).device)
+    model.load_state_dict(load_file(str(folder / "model.safetensors"), device=device))
+
+
 @dataclass
 class TrainingJob:
     """Everything :func:`train` needs; :mod:`kd.training.pipeline` builds it from the configs."""
@@ -78,6 +85,8 @@ class TrainingJob:
     # seconds of the run's set-up before training (the teacher cache), recorded in status.json
     # beside the training's own
     timings: dict[str, float] = field(default_factory=dict)
+    # how the best model ``save_model`` wrote to a folder returns to ``model`` at the end
+    load_model: Callable[[PreTrainedModel, Path], None] = load_weights
 
 
 def set_seed(seed: int) -> None:
@@ -465,5 +474,5 @@ def train(job: TrainingJob) -> dict[str, float]:
             return {}
     progress.close()
     distributed.barrier()  # rank 0 has written the best model
-    model.load_state_dict(load_file(str(run.model_dir / "model.safetensors"), device=str(device)))
+    job.load_model(model, run.model_dir)
     return {"best_step": state["best_step"], metric: state["best"]}

@@ -84,6 +84,7 @@ positive_number = Domain(lambda v: _is_number(v) and v > 0, "a finite number > 0
 MAX_IG_STEPS = 1000  # integrated-gradients steps: the path's rows are listed per step
 ig_steps = between(1, MAX_IG_STEPS)
 non_negative_number = Domain(lambda v: _is_number(v) and v >= 0, "a finite number ≥ 0")
+ADAPTATIONS = ("full", "lora", "head")  # --adapt: what a teacher's fine-tuning trains
 unit_interval = Domain(lambda v: _is_number(v) and 0 <= v <= 1, "a number in [0, 1]")
 colormap = Domain(_is_colormap, "a matplotlib colormap name, such as viridis or PuOr_r")
 MAX_DPI = 1200  # the largest --dpi (its help says why)
@@ -420,6 +421,43 @@ class TeacherConfig(Checked):
         path=BUILTIN_MODELS,
     )
     label_map: str = label_map_option("--model")
+    adapt: str = option(
+        "full",
+        "which weights fine-tuning trains: full: all of them; lora: low-rank adapters on "
+        "--lora-targets and the whole classification head (the saved model has them merged); "
+        "head: only the head's output layer, on the frozen model's states, computed once and "
+        "cached in the run",
+        choices=ADAPTATIONS,
+        recorded_if_set=True,
+    )
+    lora_rank: int = option(
+        8, "LoRA's rank r (--adapt lora)", domain=positive, recorded_if_set=True
+    )
+    lora_alpha: float = option(
+        16.0,
+        "LoRA's scale α: the update B·A is scaled by α/r (--adapt lora)",
+        domain=positive_number,
+        recorded_if_set=True,
+    )
+    lora_dropout: float = option(
+        0.05,
+        "dropout on LoRA's input (--adapt lora)",
+        domain=number_in(0, 0.99),
+        recorded_if_set=True,
+    )
+    lora_targets: str = option(
+        "",
+        "the modules LoRA adapts, as comma-separated names or all-linear (--adapt lora); "
+        "default: peft's choice for the architecture (BERT's query and value, Llama's q_proj and "
+        "v_proj), else all-linear",
+        recorded_if_set=True,
+    )
+    gradient_checkpointing: bool = option(
+        False,
+        "recompute each layer's activations in the backward pass instead of keeping them "
+        "(--adapt full or lora): less memory, about a third more time per step",
+        recorded_if_set=True,
+    )
 
 
 @dataclass

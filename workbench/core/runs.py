@@ -116,14 +116,27 @@ class ResolvedTeacher(Record):
     tokenizer: str
 
 
+class ResolvedLora(Record):
+    """A LoRA teacher's adapters (``--adapt lora``): rank, scale α, dropout, the modules they
+    adapt (the architecture's names, as peft resolved the targets) and the head's modules,
+    trained whole."""
+
+    rank: int
+    alpha: float
+    dropout: float
+    target_modules: list[str]
+    modules_to_save: list[str]
+
+
 class Resolved(Record):
     """What a run's configs resolved to when it was trained (:data:`RESOLVED`): its
-    objective, the fingerprint of each data split, and a student's teacher (none for a hub
-    id)."""
+    objective, the fingerprint of each data split, a student's teacher (none for a hub id) and
+    a LoRA teacher's adapters."""
 
     objective: ResolvedObjective
     split_fingerprint: dict[str, str]
     teacher: ResolvedTeacher | None = None
+    lora: ResolvedLora | None = None
 
 
 class RunRecord(Record):

@@ -1,0 +1,238 @@
+"""``train-teacher --adapt``: LoRA adapters and a head trained alone, and the memory check that
+refuses a teacher that cannot fit."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoConfig, AutoModelForSequenceClassification
+
+from kd.training import adaptation
+from kd.training.pipeline import train_teacher
+from tests.conftest import id_batch, kdw_here
+from tests.tiny_families import save_family_model
+from tests.training.test_trainer import StopAfter
+from workbench.core.cache import ExampleCache
+from workbench.core.config import DataConfig, OptimConfig, TeacherConfig
+
+LABELS = ["negative", "neutral", "positive"]  # the tiny task's classes, in its order
+# the modules peft adapts by default, and the head
+ARCHITECTURES = {
+    "bert": (["query", "value"], "classifier"),
+    "llama": (["q_proj", "v_proj"], "score"),
+}
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory) -> dict[str, Path]:
+    """A tiny random BERT and Llama classifier of the task's classes, saved."""
+    root = tmp_path_factory.mktemp("sources")
+    return {kind: save_family_model(kind, root / kind, LABELS, seed=3) for kind in ARCHITECTURES}
+
+
+def _train(task: Path, model: Path, run_dir: Path, callbacks=(), **teacher) -> Path:
+    """A teacher of 10 steps of 8 examples (300 of the task's), evaluated at its end only."""
+    train_teacher(
+        DataConfig(task=str(task), max_length=16),
+        TeacherConfig(model=str(model), **teacher),
+        OptimConfig(epochs=0.27, batch_size=8, learning_rate=1e-2, threads=1, checkpoint_every=2),
+        run_dir,
+        callbacks,
+    )
+    return run_dir
+
+
+def _batch(kind: str) -> dict[str, torch.Tensor]:
+    """Two texts of token ids of the tiny vocabularies, unpadded; no token types for
+    decoders."""
+    batch = id_batch([[5, 9, 12, 7, 3], [6, 11, 4, 8, 10]])
+    return batch if kind == "bert" else {k: v for k, v in batch.items() if k != "token_type_ids"}
+
+
+def _plain_name(key: str) -> str:
+    """A LoRA-adapted model's weight name as the plain model names it."""
+    return key.replace(".base_layer", "").replace(".original_module", "")
+
+
+@pytest.mark.parametrize("kind", list(ARCHITECTURES))
+def test_lora_trains_only_adapters_and_head_and_saves_a_plain_merged_classifier(
+    kind, sources, tiny_task_dir, tmp_path
+):
+    from peft import PeftModel
+
+    targets, head = ARCHITECTURES[kind]
+    run_dir = _train(tiny_task_dir, sources[kind], tmp_path / "run", adapt="lora", lora_rank=4)
+    source = load_file(str(sources[kind] / "model.safetensors"))
+    trained = torch.load(run_dir / "checkpoint.pt", weights_only=True)["model"]
+    adapters = [k for k in trained if "lora_" in k or ".modules_to_save." in k]
+    assert {k.split(".")[0] for k in adapters if ".modules_to_save." in k} == {head}
+    assert any("lora_B" in k and trained[k].abs().sum() > 0 for k in adapters)  # 0 at start
+    for key, value in trained.items():
+        if key not in adapters:  # every other weight bitwise as loaded, the head's original too
+            assert torch.equal(value, source[_plain_name(key)]), key
+    resolved = json.loads((run_dir / "run.json").read_text())["resolved"]["lora"]
+    assert resolved == {
+        "rank": 4,
+        "alpha": 16.0,
+        "dropout": 0.05,
+        "target_modules": targets,
+        "modules_to_save": [head],
+    }
+
+    plain = AutoModelForSequenceClassification.from_pretrained(run_dir / "model").eval()
+    base = AutoModelForSequenceClassification.from_pretrained(sources[kind])
+    adapted = PeftModel.from_pretrained(base, run_dir / "adapter").eval()
+    batch = _batch(kind)
+    with torch.no_grad():
+        expected = adapted(**batch).logits
+        torch.testing.assert_close(plain(**batch).logits, expected, rtol=0, atol=1e-5)
+        with adapted.disable_adapter():  # the model as it was loaded: other logits
+            assert not torch.allclose(adapted(**batch).logits, expected, atol=1e-3)
+    saved = load_file(str(run_dir / "model" / "model.safetensors"))
+    assert saved.keys() == source.keys()  # a plain classifier's names
+    changed = {k for k in source if not torch.equal(saved[k], source[k])}
+    assert changed and all(k.startswith(head) or k.split(".")[-2] in targets for k in changed)
+
+
+def test_a_lora_run_stopped_and_resumed_ends_with_the_uninterrupted_weights(
+    sources, tiny_task_dir, tmp_path
+):
+    options = {"adapt": "lora", "lora_targets": "all-linear"}
+    stopped = _train(
+        tiny_task_dir, sources["bert"], tmp_path / "stopped", (StopAfter(3),), **options
+    )
+    assert json.loads((stopped / "status.json").read_text())["state"] == "stopped"
+    _train(tiny_task_dir, sources["bert"], stopped, **options)
+    whole = _train(tiny_task_dir, sources["bert"], tmp_path / "whole", **options)
+    for folder, name in (("model", "model.safetensors"), ("adapter", "adapter_model.safetensors")):
+        one, other = (load_file(str(run / folder / name)) for run in (stopped, whole))
+        assert one.keys() == other.keys()
+        assert all(torch.equal(one[k], other[k]) for k in one), folder
+    targets = json.loads((whole / "run.json").read_text())["resolved"]["lora"]["target_modules"]
+    assert targets == ["dense", "key", "query", "value"]  # every linear layer but the head
+
+
+@pytest.mark.parametrize("kind", list(ARCHITECTURES))
+def test_head_trains_the_head_alone_on_features_computed_once(
+    kind, sources, tiny_task_dir, tmp_path, monkeypatch
+):
+    computed = []
+    compute = ExampleCache.compute.__func__
+
+    def counted(cls, *arguments, **options):
+        computed.append(options["description"])
+        return compute(cls, *arguments, **options)
+
+    monkeypatch.setattr(ExampleCache, "compute", classmethod(counted))
+    run_dir = tmp_path / "run"
+    _train(tiny_task_dir, sources[kind], run_dir, (StopAfter(3),), adapt="head")
+    _train(tiny_task_dir, sources[kind], run_dir, adapt="head")  # resumed: reads the cache
+    assert computed == ["head features (train)"]
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "finished"
+
+    head = ARCHITECTURES[kind][1]
+    source = load_file(str(sources[kind] / "model.safetensors"))
+    saved = load_file(str(run_dir / "model" / "model.safetensors"))
+    changed = {k for k in source if not torch.equal(saved[k], source[k])}
+    assert changed == {k for k in source if k.startswith(f"{head}.")}
+
+    # the cached features: what the head reads, from the frozen backbone
+    (file,) = (run_dir / "teacher_cache").glob("head-features-train-*.safetensors")
+    features = ExampleCache.load(file).per_example["features"]
+    model = AutoModelForSequenceClassification.from_pretrained(sources[kind]).eval()
+    tokenizer_dir = sources[kind]
+    from workbench.core.data import load_task
+    from workbench.core.models import load_tokenizer
+
+    text = load_task(DataConfig(task=str(tiny_task_dir), max_length=16)).splits["train"].texts[0]
+    ids = load_tokenizer(str(tokenizer_dir))(
+        text, truncation=True, max_length=16, return_tensors="pt"
+    )
+    with torch.no_grad():
+        if kind == "bert":
+            expected = model.bert(**ids).pooler_output[0]
+        else:
+            expected = model.model(input_ids=ids["input_ids"]).last_hidden_state[0, -1]
+    torch.testing.assert_close(features[0], expected, rtol=0, atol=1e-5)
+
+
+def _arguments(run_dir: Path, model: Path, task: Path, *extra: str) -> list[str]:
+    return [
+        "train-teacher",
+        "--run-dir",
+        str(run_dir),
+        "--task",
+        str(task),
+        "--model",
+        str(model),
+        "--max-length",
+        "16",
+        "--batch-size",
+        "8",
+        *extra,
+    ]
+
+
+def test_a_teacher_that_cannot_fit_is_refused_in_one_line_before_anything_loads(
+    sources, tiny_task_dir, tmp_path, monkeypatch
+):
+    free = 64 * 1024  # bytes: less than the tiny model's weights
+    monkeypatch.setattr(adaptation, "free_memory", lambda device: free)
+    monkeypatch.setattr(
+        "kd.training.pipeline.load_tokenizer", lambda *_: pytest.fail("the tokenizer was read")
+    )
+    run_dir = tmp_path / "run"
+    status, stderr = kdw_here(_arguments(run_dir, sources["llama"], tiny_task_dir), tmp_path)
+    assert status == 2
+    (line,) = stderr.strip().splitlines()
+    assert "--adapt full would need about" in line and "GB is free on cpu" in line
+    assert "--adapt lora, --adapt head, a smaller --batch-size" in line
+    assert not run_dir.exists()
+
+
+@pytest.mark.parametrize("adapt", ["full", "lora", "head"])
+def test_the_memory_need_counts_the_parameters_the_training_keeps(adapt, sources):
+    config = AutoConfig.from_pretrained(sources["llama"])
+    teacher = TeacherConfig(model=str(sources["llama"]), adapt=adapt)
+    need = adaptation.memory_need(config, teacher, OptimConfig(batch_size=8), 16)
+    model = AutoModelForSequenceClassification.from_pretrained(sources["llama"])
+    count = sum(p.numel() for p in model.parameters())
+    head = sum(p.numel() for p in model.score.parameters())
+    adapters = sum(  # rank 8 × (in + out) for each of Llama's default targets
+        8 * (module.in_features + module.out_features)
+        for name, module in model.named_modules()
+        if name.endswith(("q_proj", "v_proj"))
+    )
+    trained = {"full": count, "lora": adapters + head, "head": head}[adapt]
+    assert need.parameters == count and need.trained == trained
+    assert need.weights == 4 * count * (2 if adapt == "lora" else 1)
+    assert need.training == 3 * 4 * trained
+    checkpointed = adaptation.memory_need(
+        config,
+        dataclasses.replace(teacher, gradient_checkpointing=adapt != "head"),
+        OptimConfig(batch_size=8),
+        16,
+    )
+    assert (checkpointed.activations < need.activations) == (adapt != "head")
+
+
+@pytest.mark.parametrize(
+    ("extra", "refusal"),
+    [
+        (["--lora-rank", "4"], "--lora-rank sets LoRA's adapters: add --adapt lora"),
+        (["--adapt", "head", "--gradient-checkpointing"], "--adapt head does not take"),
+        (["--adapt", "lora", "--lora-targets", "nothing_here"], "--lora-targets 'nothing_here'"),
+    ],
+)
+def test_settings_that_do_not_fit_the_adaptation_are_refused(
+    extra, refusal, sources, tiny_task_dir, tmp_path
+):
+    run_dir = tmp_path / "run"
+    status, stderr = kdw_here(_arguments(run_dir, sources["bert"], tiny_task_dir, *extra), tmp_path)
+    assert status == 2 and refusal in stderr and len(stderr.strip().splitlines()) == 1
+    assert not run_dir.exists()
