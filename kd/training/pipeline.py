@@ -305,8 +305,8 @@ def train_teacher(
             for note in notes:
                 notice(note)
         encoded = _encode_all(data, tokenizer, data_config.max_length)
-        loss = lambda m, batch: objective(m, batch, {})  # noqa: E731
-        if teacher_config.adapt == "head":
+        loss = partial(objective, teacher={})
+        if teacher_config.adapt == "head":  # the model does not run in a step
             features = _head_features(
                 model,
                 encoded["train"],

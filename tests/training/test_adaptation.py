@@ -99,6 +99,8 @@ def test_lora_trains_only_adapters_and_head_and_saves_a_plain_merged_classifier(
     assert changed and all(k.startswith(head) or k.split(".")[-2] in targets for k in changed)
 
 
+# slow: three trainings of 10 steps (stopped, resumed, whole)
+@pytest.mark.slow
 def test_a_lora_run_stopped_and_resumed_ends_with_the_uninterrupted_weights(
     sources, tiny_task_dir, tmp_path
 ):

@@ -455,7 +455,7 @@ class TeacherConfig(Checked):
     gradient_checkpointing: bool = option(
         False,
         "recompute each layer's activations in the backward pass instead of keeping them "
-        "(--adapt full or lora): less memory, about a third more time per step",
+        "(--adapt full or lora): less memory, about a fifth more time per step",
         recorded_if_set=True,
     )
 
