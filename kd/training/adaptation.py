@@ -24,7 +24,7 @@ from kd.methods.vanilla import task_loss
 from kd.training.trainer import LossFunction
 from workbench.core.cache import ExampleCache
 from workbench.core.config import OptimConfig, TeacherConfig, default_of, option_name
-from workbench.core.errors import WorkbenchError, first_line
+from workbench.core.errors import WorkbenchError
 from workbench.core.models import forward
 from workbench.core.parts import head_output, head_states
 
@@ -85,10 +85,16 @@ def add_lora(model: PreTrainedModel, teacher: TeacherConfig):
     )
     try:
         adapted = get_peft_model(model, config)
-    except ValueError as error:  # targets the model lacks
+    except ValueError:  # targets the model lacks
+        linear = {
+            name.rsplit(".", 1)[-1]
+            for name, module in model.named_modules()
+            if isinstance(module, torch.nn.Linear) and name.split(".")[0] not in heads
+        }
         raise WorkbenchError(
-            f"--lora-targets {teacher.lora_targets or targets!r} does not fit "
-            f"{type(model).__name__}: {first_line(error)}"
+            f"--lora-targets {teacher.lora_targets or targets!r} names no layer of "
+            f"{type(model).__name__} that LoRA adapts: name some of its linear layers "
+            f"({', '.join(sorted(linear))}) or all-linear"
         ) from None
     return adapted, {
         "rank": teacher.lora_rank,

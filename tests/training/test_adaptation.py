@@ -228,7 +228,11 @@ def test_the_memory_need_counts_the_parameters_the_training_keeps(adapt, sources
     [
         (["--lora-rank", "4"], "--lora-rank sets LoRA's adapters: add --adapt lora"),
         (["--adapt", "head", "--gradient-checkpointing"], "--adapt head does not take"),
-        (["--adapt", "lora", "--lora-targets", "nothing_here"], "--lora-targets 'nothing_here'"),
+        (
+            ["--adapt", "lora", "--lora-targets", "nothing_here"],
+            "'nothing_here' names no layer of BertForSequenceClassification that LoRA adapts: name "
+            "some of its linear layers (dense, key, query, value) or all-linear",
+        ),
     ],
 )
 def test_settings_that_do_not_fit_the_adaptation_are_refused(
