@@ -14,9 +14,9 @@ from transformers import AutoConfig, AutoModelForSequenceClassification
 
 from kd.training import adaptation
 from kd.training.pipeline import train_teacher
-from tests.conftest import id_batch, kdw_here
+from tests.conftest import id_batch, kdw_here, kill_at_step
 from tests.tiny_families import save_family_model
-from tests.training.test_trainer import StopAfter
+from tests.training.test_trainer import StopAfter, _teacher_arguments
 from workbench.core.cache import ExampleCache
 from workbench.core.config import DataConfig, OptimConfig, TeacherConfig
 
@@ -242,3 +242,24 @@ def test_settings_that_do_not_fit_the_adaptation_are_refused(
     status, stderr = kdw_here(_arguments(run_dir, sources["bert"], tiny_task_dir, *extra), tmp_path)
     assert status == 2 and refusal in stderr and len(stderr.strip().splitlines()) == 1
     assert not run_dir.exists()
+
+
+# slow: a kdw process killed mid-run, then the run resumed and a clean one trained
+@pytest.mark.slow
+def test_a_lora_run_killed_and_resumed_ends_with_the_uninterrupted_weights(
+    tiny_model_dir, tiny_task_dir, tmp_path
+):
+    killed, clean = tmp_path / "killed", tmp_path / "clean"
+
+    def arguments(run_dir: Path) -> list[str]:
+        return [*_teacher_arguments(run_dir, tiny_model_dir, tiny_task_dir), "--adapt", "lora"]
+
+    state = kill_at_step(arguments(killed), killed, 100)
+    assert state.get("state") == "running" and state["step"] < state["total"], state
+    for run_dir in (killed, clean):
+        status, stderr = kdw_here(arguments(run_dir), tmp_path)
+        assert status == 0, stderr
+    for folder, name in (("model", "model.safetensors"), ("adapter", "adapter_model.safetensors")):
+        one, other = (load_file(str(run / folder / name)) for run in (killed, clean))
+        assert one.keys() == other.keys()
+        assert all(torch.equal(one[k], other[k]) for k in one), folder
