@@ -163,23 +163,6 @@ def test_head_trains_the_head_alone_on_features_computed_once(
     torch.testing.assert_close(features[0], expected, rtol=0, atol=1e-5)
 
 
-def _arguments(run_dir: Path, model: Path, task: Path, *extra: str) -> list[str]:
-    return [
-        "train-teacher",
-        "--run-dir",
-        str(run_dir),
-        "--task",
-        str(task),
-        "--model",
-        str(model),
-        "--max-length",
-        "16",
-        "--batch-size",
-        "8",
-        *extra,
-    ]
-
-
 def test_a_teacher_that_cannot_fit_is_refused_in_one_line_before_anything_loads(
     sources, tiny_task_dir, tmp_path, monkeypatch
 ):
@@ -189,7 +172,9 @@ def test_a_teacher_that_cannot_fit_is_refused_in_one_line_before_anything_loads(
         "kd.training.pipeline.load_tokenizer", lambda *_: pytest.fail("the tokenizer was read")
     )
     run_dir = tmp_path / "run"
-    status, stderr = kdw_here(_arguments(run_dir, sources["llama"], tiny_task_dir), tmp_path)
+    status, stderr = kdw_here(
+        _teacher_arguments(run_dir, sources["llama"], tiny_task_dir), tmp_path
+    )
     assert status == 2
     (line,) = stderr.strip().splitlines()
     assert "--adapt full would need about" in line and "GB is free on cpu" in line
@@ -239,7 +224,9 @@ def test_settings_that_do_not_fit_the_adaptation_are_refused(
     extra, refusal, sources, tiny_task_dir, tmp_path
 ):
     run_dir = tmp_path / "run"
-    status, stderr = kdw_here(_arguments(run_dir, sources["bert"], tiny_task_dir, *extra), tmp_path)
+    status, stderr = kdw_here(
+        [*_teacher_arguments(run_dir, sources["bert"], tiny_task_dir), *extra], tmp_path
+    )
     assert status == 2 and refusal in stderr and len(stderr.strip().splitlines()) == 1
     assert not run_dir.exists()
 
