@@ -22,6 +22,7 @@ from transformers import PretrainedConfig, PreTrainedModel
 
 from kd.methods.vanilla import task_loss
 from kd.training.trainer import LossFunction
+from workbench.core.assembly import require_library
 from workbench.core.cache import ExampleCache
 from workbench.core.config import OptimConfig, TeacherConfig, default_of, option_name
 from workbench.core.errors import WorkbenchError
@@ -36,7 +37,10 @@ GB = 1024**3
 
 
 def check_adaptation(teacher: TeacherConfig) -> None:
-    """Refuse settings that ``--adapt`` would ignore, in one line naming the option."""
+    """Refuse settings that ``--adapt`` would ignore, in one line naming the option, and
+    ``--adapt lora`` without peft (the ``llm`` extra)."""
+    if teacher.adapt == "lora":
+        require_library("peft", "--adapt lora")
     fields = {f.name: f for f in dataclasses.fields(teacher)}
     if teacher.adapt != "lora":
         for name in LORA_SETTINGS:
@@ -260,5 +264,6 @@ def check_fits(
         f"{need.trained / 1e6:.2f}M trained: {(need.weights + need.training) / GB:.1f} GB of "
         f"weights, gradients and AdamW states, and {need.activations / GB:.1f} GB of "
         f"activations at {max_length} tokens) and {free / GB:.1f} GB is free on {device}: use "
-        f"{', '.join(ways)}, or a machine with more memory"
+        f"{', '.join(ways)}, or a machine with more memory (kdw cache there computes what "
+        "students read from the teacher, once)"
     )

@@ -39,7 +39,7 @@ def _say(text: str) -> None:
     print(f"note: {text}", file=sys.stderr)
 
 
-def _library(module: str, what: str) -> None:
+def require_library(module: str, what: str) -> None:
     """Refuse in one line when the package ``module`` that reads ``what`` is not installed."""
     if importlib.util.find_spec(module) is None:
         raise WorkbenchError(
@@ -99,7 +99,7 @@ def assembled(key: str, what: str, build: Callable[[Path], None]) -> Path:
 def check_gguf(path: Path) -> None:
     """Refuse in one line a GGUF file that is not a model: not GGUF, cut short, or without
     tensors (a tokenizer's vocabulary alone)."""
-    _library("gguf", f"the GGUF file {path}")
+    require_library("gguf", f"the GGUF file {path}")
     from gguf import GGUFReader
 
     try:
@@ -324,7 +324,7 @@ def adapter_model(folder: Path, base: str) -> Path:
             f"{folder} has {ADAPTER_CONFIG} but no adapter weights "
             f"({' or '.join(ADAPTER_WEIGHTS)}): save the adapter with save_pretrained"
         )
-    _library("peft", f"the adapter {folder}")
+    require_library("peft", f"the adapter {folder}")
     local = Path(base).is_dir()  # else a hub id: its name is keyed
     files = sha256(_files(folder) + (_files(Path(base)) if local else []), folder.name)
     named = "" if local else base
