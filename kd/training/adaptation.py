@@ -24,7 +24,7 @@ from kd.methods.vanilla import task_loss
 from kd.training.trainer import LossFunction
 from workbench.core.assembly import require_library
 from workbench.core.cache import ExampleCache
-from workbench.core.config import OptimConfig, TeacherConfig, default_of, option_name
+from workbench.core.config import OptimConfig, TeacherConfig, option_name, set_settings
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import forward
 from workbench.core.parts import head_output, head_states
@@ -41,11 +41,9 @@ def check_adaptation(teacher: TeacherConfig) -> None:
     ``--adapt lora`` without peft (the ``llm`` extra)."""
     if teacher.adapt == "lora":
         require_library("peft", "--adapt lora")
-    fields = {f.name: f for f in dataclasses.fields(teacher)}
-    if teacher.adapt != "lora":
-        for name in LORA_SETTINGS:
-            if getattr(teacher, name) != default_of(fields[name]):
-                raise WorkbenchError(f"{option_name(name)} sets LoRA's adapters: add --adapt lora")
+    lora = [name for name in set_settings(teacher) if name in LORA_SETTINGS]
+    if lora and teacher.adapt != "lora":
+        raise WorkbenchError(f"{option_name(lora[0])} sets LoRA's adapters: add --adapt lora")
     if teacher.adapt == "head" and teacher.gradient_checkpointing:
         raise WorkbenchError(
             "--gradient-checkpointing lowers the memory of gradients through the model, which "
@@ -189,9 +187,9 @@ def memory_need(
     micro-batch (``batch_size / accumulation_steps``) × ``max_length`` × layers (within 10% of
     the peak of a 4-layer BERT's step on the CPU); with gradient checkpointing, each layer's
     input and three layers' sets (the layer recomputed, its gradients and the backward pass's
-    temporaries). ``head`` runs the model only
-    in evaluation (one layer's activations at the evaluation batch size); ``lora`` adds a
-    merged copy of the weights, made when the best model is saved."""
+    temporaries). ``head`` runs the model only in evaluation (one layer's activations at the
+    evaluation batch size); ``lora`` adds a merged copy of the weights, made when the best
+    model is saved."""
     from transformers import AutoModelForSequenceClassification
 
     with torch.device("meta"):
