@@ -28,13 +28,13 @@ from workbench.core.config import (
     positive,
     to_dict,
 )
-from workbench.core.data import TaskData, TaskSpec
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import RECORD_LIMIT, atomic_write_json, read_json_file
 from workbench.core.records import Record, checked
 from workbench.core.runs import ResolvedTeacher
 
 if TYPE_CHECKING:
+    from workbench.core.data import TaskData
     from workbench.core.models import LoadedModel
 
 CACHE_FILE = "cache.json"
@@ -179,6 +179,7 @@ def cached_teacher(folder: Path, record: CacheRecord, data: DataConfig) -> Loade
     import torch
     from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
+    from workbench.core.data import TaskSpec
     from workbench.core.models import ATTENTION, LoadedModel
 
     config = AutoConfig.from_pretrained(folder / TEACHER_FOLDER)
