@@ -27,10 +27,10 @@ from workbench.core.cache import ExampleCache
 from workbench.core.config import OptimConfig, TeacherConfig, option_name, set_settings
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import forward
-from workbench.core.parts import head_output, head_states
+from workbench.core.parts import head_output, head_states, layer_count
 
 ADAPTER_DIR = "adapter"  # a LoRA run's adapters, beside its merged model/
-LORA_SETTINGS = ("lora_rank", "lora_alpha", "lora_dropout", "lora_targets")
+LORA_SETTINGS = ("lora_rank", "lora_alpha", "lora_dropout", "lora_targets", "lora_layers")
 ALL_LINEAR = "all-linear"
 FLOAT_BYTES = 4  # weights, gradients and AdamW states train in float32 (autocast or not)
 GB = 1024**3
@@ -77,7 +77,14 @@ def add_lora(model: PreTrainedModel, teacher: TeacherConfig):
         else named or DEFAULTS.get(model.config.model_type, ALL_LINEAR)
     )
     heads = head_modules(model)
+    layers = layer_count(model)
+    if teacher.lora_layers is not None and teacher.lora_layers > layers:
+        raise WorkbenchError(
+            f"--lora-layers {teacher.lora_layers}: {type(model).__name__} has {layers} layers"
+        )
+    top = None if teacher.lora_layers is None else list(range(layers - teacher.lora_layers, layers))
     config = LoraConfig(
+        layers_to_transform=top,
         task_type=TaskType.SEQ_CLS,
         r=teacher.lora_rank,
         lora_alpha=teacher.lora_alpha,
@@ -104,6 +111,7 @@ def add_lora(model: PreTrainedModel, teacher: TeacherConfig):
         "dropout": teacher.lora_dropout,
         "target_modules": sorted(adapted.peft_config["default"].target_modules),
         "modules_to_save": heads,
+        **({"layers": top} if top is not None else {}),
     }
 
 
@@ -189,7 +197,7 @@ def memory_need(
     input and three layers' sets (the layer recomputed, its gradients and the backward pass's
     temporaries). ``head`` runs the model only in evaluation (one layer's activations at the
     evaluation batch size); ``lora`` adds a merged copy of the weights, made when the best
-    model is saved."""
+    model is saved, and keeps activations for its adapted layers only (``--lora-layers``)."""
     from transformers import AutoModelForSequenceClassification
 
     with torch.device("meta"):
@@ -210,6 +218,8 @@ def memory_need(
     heads = config.num_attention_heads
     per_token = 10 * hidden + 4 * intermediate + 3 * heads * max_length
     layers = config.num_hidden_layers
+    if teacher.adapt == "lora" and teacher.lora_layers is not None:
+        layers = teacher.lora_layers  # below them nothing is kept for the backward pass
     if teacher.adapt == "head":
         tokens, kept = optim.eval_batch_size * max_length, per_token
     else:

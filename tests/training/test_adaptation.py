@@ -99,6 +99,25 @@ def test_lora_trains_only_adapters_and_head_and_saves_a_plain_merged_classifier(
     assert changed and all(k.startswith(head) or k.split(".")[-2] in targets for k in changed)
 
 
+def test_lora_layers_adapt_only_the_top_layers(sources, tiny_task_dir, tmp_path):
+    run_dir = _train(
+        tiny_task_dir, sources["llama"], tmp_path / "run", adapt="lora", lora_rank=4, lora_layers=2
+    )
+    trained = torch.load(run_dir / "checkpoint.pt", weights_only=True)["model"]
+    adapted = {int(k.split(".layers.")[1].split(".")[0]) for k in trained if "lora_" in k}
+    assert adapted == {2, 3}  # the top 2 of its 4 layers
+    resolved = json.loads((run_dir / "run.json").read_text())["resolved"]["lora"]
+    assert resolved["layers"] == [2, 3]
+    config = AutoModelForSequenceClassification.from_pretrained(sources["llama"]).config
+    every, top = (
+        adaptation.memory_need(
+            config, TeacherConfig(adapt="lora", lora_layers=n), OptimConfig(), 16
+        )
+        for n in (None, 2)
+    )
+    assert top.activations * 2 == every.activations  # kept for 2 of the 4 layers
+
+
 # slow: three trainings of 10 steps (stopped, resumed, whole)
 @pytest.mark.slow
 def test_a_lora_run_stopped_and_resumed_ends_with_the_uninterrupted_weights(
@@ -213,6 +232,10 @@ def test_the_memory_need_counts_the_parameters_the_training_keeps(adapt, sources
     [
         (["--lora-rank", "4"], "--lora-rank sets LoRA's adapters: add --adapt lora"),
         (["--adapt", "head", "--gradient-checkpointing"], "--adapt head does not take"),
+        (
+            ["--adapt", "lora", "--lora-layers", "9"],
+            "--lora-layers 9: BertForSequenceClassification has 4 layers",
+        ),
         (
             ["--adapt", "lora", "--lora-targets", "nothing_here"],
             "'nothing_here' names no layer of BertForSequenceClassification that LoRA adapts: name "

@@ -452,6 +452,13 @@ class TeacherConfig(Checked):
         "v_proj), else all-linear",
         recorded_if_set=True,
     )
+    lora_layers: int | None = option(
+        None,
+        "adapt only the top N layers (--adapt lora): the backward pass stops below them, so a "
+        "step costs less time and memory; default: every layer",
+        domain=positive,
+        recorded_if_set=True,
+    )
     gradient_checkpointing: bool = option(
         False,
         "recompute each layer's activations in the backward pass instead of keeping them "

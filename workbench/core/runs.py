@@ -126,6 +126,7 @@ class ResolvedLora(Record):
     dropout: float
     target_modules: list[str]
     modules_to_save: list[str]
+    layers: list[int] | None = None  # the layers adapted (--lora-layers); None: every one
 
 
 class Resolved(Record):
