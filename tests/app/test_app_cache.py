@@ -15,7 +15,7 @@ from streamlit.testing.v1 import AppTest
 from kd.cli import main
 from kd.training.evaluate import evaluate_runs
 from kd.training.pipeline import distill, train_teacher
-from tests.app.test_app import APP, _charts, _html, _ok, tiny_optim
+from tests.app.test_app import _charts, _html, _ok, app_on, tiny_optim
 from tests.conftest import write_tiny_workspace
 from workbench.app.catalog import CACHE, discover_runs
 from workbench.core.config import DataConfig, ObjectiveConfig, StudentConfig, TeacherConfig
@@ -54,9 +54,7 @@ def cache_runs(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def app(cache_runs, monkeypatch) -> AppTest:
-    monkeypatch.setenv("KDW_RUNS", str(cache_runs))
-    monkeypatch.setenv("KDW_DEMO", "off")
-    return AppTest.from_file(APP, default_timeout=300)
+    return app_on(cache_runs, monkeypatch)
 
 
 def test_a_cache_is_a_teacher_and_its_student_is_listed_under_it(cache_runs):
@@ -98,7 +96,6 @@ def test_a_student_whose_cache_holds_another_teacher_now_is_marked(cache_runs, t
     assert unchanged.teacher_changed is None  # the cache it learnt from, as it was
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("split", ["test", "dev"])
 def test_the_loyalty_page_scores_students_on_the_caches_logits(app, cache_runs, split):
     at = _ok(app.run())
@@ -126,7 +123,6 @@ def test_the_loyalty_page_scores_students_on_the_caches_logits(app, cache_runs, 
     assert 0 <= table.loc[STUDENT, "label_loyalty"] <= 1
 
 
-@pytest.mark.slow
 def test_the_pages_that_need_the_teachers_weights_show_the_student_alone(app):
     at = _ok(app.run())  # the case study: the student's map, the cache said in one caption
     assert not at.error, [e.value for e in at.error]
@@ -150,9 +146,7 @@ def test_the_pages_that_need_the_teachers_weights_show_the_student_alone(app):
 def test_a_student_added_from_outside_brings_its_cache(cache_runs, tmp_path, monkeypatch):
     root = tmp_path / "runs"
     root.mkdir()
-    monkeypatch.setenv("KDW_RUNS", str(root))
-    monkeypatch.setenv("KDW_DEMO", "off")
-    at = _ok(AppTest.from_file(APP, default_timeout=300).run())
+    at = _ok(app_on(root, monkeypatch).run())
     at.sidebar.text_input(key="models.source").set_value(str(cache_runs / STUDENT))
     _ok(at.run())
     cache = cache_runs / CACHE_NAME
