@@ -8,13 +8,12 @@ from pathlib import Path
 
 from kd.training.diagnostics import summarise
 from kd.training.pipeline import notice, teacher_pin
-from kd.training.teacher_cache import cached_logits, cached_teacher, is_cache, read_record
+from kd.training.teacher_cache import cached_logits, is_cache, open_cache
 from workbench.analysis.evaluation import evaluate_logits, predict_logits
 from workbench.core.config import (
     DataConfig,
     StudentConfig,
     config_key,
-    from_dict,
     parse_label_map,
 )
 from workbench.core.data import encode, load_task, pad_id
@@ -155,14 +154,12 @@ def evaluate_runs(
 def _cache_row(folder: str, split: str, notify: Callable[[str], None]) -> dict:
     """The row of a teacher that is only a cache (``kdw cache``): its metrics from the logits it
     holds on its own task's ``split``, its layers and parameters from its config."""
-    record = read_record(folder)
-    data = from_dict(DataConfig, record.data)
-    task = load_task(data, notify)
+    teacher = open_cache(folder)
+    task = load_task(teacher.data, notify)
     if split not in task.splits:
         raise WorkbenchError(f"split {split!r} not in {sorted(task.splits)}")
-    teacher = cached_teacher(Path(folder), record, data)
     logits = cached_logits(folder, split, task)
-    labels = encode(task.splits[split], teacher.tokenizer, data.max_length).labels
+    labels = encode(task.splits[split], teacher.tokenizer, teacher.data.max_length).labels
     return {
         "run": Path(folder).name,
         "kind": "teacher cache",

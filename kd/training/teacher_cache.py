@@ -23,6 +23,7 @@ from workbench.core.config import (
     Checked,
     DataConfig,
     between,
+    from_dict,
     option,
     option_name,
     positive,
@@ -192,6 +193,14 @@ def cached_teacher(folder: Path, record: CacheRecord, data: DataConfig) -> Loade
     spec = TaskSpec(**task)
     name = Path(record.teacher.source).name if record.teacher else folder.name
     return LoadedModel(model.eval(), tokenizer, spec, data, name, str(folder), "teacher cache")
+
+
+def open_cache(folder: str | Path) -> LoadedModel:
+    """The teacher the cache ``folder`` stands for (:func:`cached_teacher`), on the task's data
+    it was built on; a folder that is no cache is one line."""
+    folder = Path(folder)
+    record = read_record(folder)
+    return cached_teacher(folder, record, from_dict(DataConfig, record.data))
 
 
 def is_cache(source: str | Path) -> bool:

@@ -95,11 +95,16 @@ def tiny_runs(tmp_path_factory) -> Path:
     return work / "runs"
 
 
+def app_on(root: Path, monkeypatch) -> AppTest:
+    """The app on the runs root ``root``, without the demo build."""
+    monkeypatch.setenv("KDW_RUNS", str(root))
+    monkeypatch.setenv("KDW_DEMO", "off")
+    return AppTest.from_file(APP, default_timeout=300)
+
+
 @pytest.fixture
 def app(tiny_runs, monkeypatch) -> AppTest:
-    monkeypatch.setenv("KDW_RUNS", str(tiny_runs))
-    monkeypatch.setenv("KDW_DEMO", "off")
-    return AppTest.from_file(APP, default_timeout=120)
+    return app_on(tiny_runs, monkeypatch)
 
 
 def _html(at: AppTest) -> str:

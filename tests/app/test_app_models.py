@@ -12,7 +12,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from kd.training.pipeline import distill
-from tests.app.test_app import APP, _charts, _html, _ok, tiny_optim
+from tests.app.test_app import APP, _charts, _html, _ok, app_on, tiny_optim
 from tests.conftest import make_sentences
 from tests.tiny_families import save_family_model
 from workbench.core.config import DataConfig, ObjectiveConfig, StudentConfig
@@ -49,9 +49,7 @@ def model_runs(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def app(model_runs, monkeypatch) -> AppTest:
-    monkeypatch.setenv("KDW_RUNS", str(model_runs))
-    monkeypatch.setenv("KDW_DEMO", "off")
-    return AppTest.from_file(APP, default_timeout=300)
+    return app_on(model_runs, monkeypatch)
 
 
 @pytest.mark.slow

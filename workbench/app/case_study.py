@@ -1,6 +1,7 @@
 """Case study: one text (or a pair) through the teacher and any students — each model's
 prediction and probabilities, its token attribution map on a shared colour scale, and how far
-each student's explanation follows the teacher's (saliency loyalty, rank correlation).
+each student's explanation follows the teacher's (saliency loyalty, rank correlation). A
+teacher that is only a cache has no weights to explain: the students are shown alone.
 
 Examples come from the keyboard or from a split, filtered to where teacher and students
 disagree, where a model is wrong, or where saliency loyalty is low.
@@ -20,7 +21,7 @@ from workbench.analysis.explanation_agreement import Agreement, agreement
 from workbench.analysis.explanations import Explanation, explain
 from workbench.analysis.heatmap_export import explained_settings, to_heatmap
 from workbench.app import common
-from workbench.app.catalog import RunEntry
+from workbench.app.catalog import CACHE, RunEntry
 from workbench.app.heatmap_view import show_heatmap
 from workbench.core.config import config_key
 from workbench.core.errors import WorkbenchError
@@ -38,18 +39,22 @@ COMPLETENESS_LIMIT = 0.05  # an IG completeness gap above it is said under the m
 
 
 def case_study(
-    entries: list[RunEntry], example: Example, explaining: common.Explaining
-) -> tuple[list[Explanation], list[Agreement]]:
-    """Explanations of every chosen run (teacher first) and each student's agreement with the
-    teacher, computed once per (runs, example, explainer and settings)."""
+    entries: list[RunEntry], example: Example, explaining: common.Explaining, teacher: bool = True
+) -> tuple[list[Explanation], dict[str, Agreement]]:
+    """Explanations of every chosen run (the teacher first, where ``teacher``) and each
+    student's agreement with the teacher by its name (none without a teacher), computed once
+    per (runs, example, explainer and settings)."""
     runs = tuple((e.name, *e.key()) for e in entries)
-    return _case_study(runs, config_key(example), explaining.key())
+    return _case_study(runs, config_key(example), explaining.key(), teacher)
 
 
 @st.cache_data(show_spinner="Attributing…", max_entries=64)
 def _case_study(
-    runs: tuple[tuple[str, str, int, str], ...], example_json: str, explaining_key: str
-) -> tuple[list[Explanation], list[Agreement]]:
+    runs: tuple[tuple[str, str, int, str], ...],
+    example_json: str,
+    explaining_key: str,
+    teacher: bool,
+) -> tuple[list[Explanation], dict[str, Agreement]]:
     example = Example(**json.loads(example_json))
     how = common.Explaining.from_key(explaining_key)
     explanations = [
@@ -57,8 +62,10 @@ def _case_study(
         for name, *key in runs
     ]
     explanations = [explained[0] for explained in explanations]
-    teacher, *students = explanations
-    return explanations, [agreement(teacher, s, how.settings.view) for s in students]
+    if not teacher:
+        return explanations, {}
+    first, *students = explanations
+    return explanations, {s.name: agreement(first, s, how.settings.view) for s in students}
 
 
 def _filtered(frame: pd.DataFrame, students: list[str], choice: str) -> pd.DataFrame:
@@ -77,7 +84,8 @@ def _filtered(frame: pd.DataFrame, students: list[str], choice: str) -> pd.DataF
 def _split_example(teacher: RunEntry, students: list[RunEntry]) -> Example | None:
     left, right = st.columns(2)
     split = common.split_choice(KEY, left)
-    choice = right.selectbox("Show", FILTERS if students else FILTERS[:1], key=f"{KEY}.filter")
+    scored = students and teacher.kind != CACHE  # the filters score the teacher's outputs
+    choice = right.selectbox("Show", FILTERS if scored else FILTERS[:1], key=f"{KEY}.filter")
     examples = common.split_frame(common.load(teacher), split)
     if choice == FILTERS[0]:
         frame = examples[["text", "label"]].rename(columns={"label": "gold"})
@@ -122,7 +130,7 @@ def _probabilities(explanations: list[Explanation]) -> pd.DataFrame:
     ).set_index("model")
 
 
-def _row_notes(explanations: list[Explanation], agreements: list[Agreement]) -> dict[str, str]:
+def _row_notes(explanations: list[Explanation], agreements: dict[str, Agreement]) -> dict[str, str]:
     """Beside each model's rows (label prefixes match every class row): IG's completeness gap,
     and ``SL … · ρ …`` for a student."""
 
@@ -133,8 +141,8 @@ def _row_notes(explanations: list[Explanation], agreements: list[Agreement]) -> 
     for e in explanations:
         if e.completeness_gap is not None:
             notes[e.name].append(f"gap {e.completeness_gap:.1%}")
-    for e, a in zip(explanations[1:], agreements, strict=True):
-        notes[e.name].append(f"SL {number(a.saliency_loyalty)} · ρ {number(a.rank_correlation)}")
+    for name, a in agreements.items():
+        notes[name].append(f"SL {number(a.saliency_loyalty)} · ρ {number(a.rank_correlation)}")
     return {name: " · ".join(parts) for name, parts in notes.items()}
 
 
@@ -163,6 +171,13 @@ def render() -> None:
     loaded = common.load_models([teacher, *students])
     if loaded is None:
         return
+    weightless = common.weightless(
+        teacher, "its attribution map and saliency loyalty need them: the students are shown alone"
+    )
+    explained_runs = students if weightless else [teacher, *students]
+    if not explained_runs:
+        st.info("No student chosen: choose one above.")
+        return
     spec = loaded[0].spec
     if common.CASE_EXAMPLE in st.session_state:
         st.session_state[f"{KEY}.source"] = SOURCES[0]
@@ -184,7 +199,7 @@ def render() -> None:
     if example is None:
         return
     try:
-        explanations, agreements = case_study([teacher, *students], example, explaining)
+        explanations, agreements = case_study(explained_runs, example, explaining, not weightless)
         explained = explained_settings(explaining.settings, explaining.explainer, explaining.words)
         heatmap = to_heatmap(explanations, example, explaining.settings, explained=explained)
     except WorkbenchError as error:
@@ -203,11 +218,15 @@ def render() -> None:
         if any(e.completeness is not None for e in explanations)
         else ""
     )
-    st.caption(
-        f"{gap}SL: saliency loyalty, Pearson correlation of the Grad saliency of the teacher "
-        "and the student (each for its predicted class); ρ: Spearman correlation of "
-        "the shown attribution maps (the teacher's predicted class for the view pred)."
+    loyalty = (
+        "SL: saliency loyalty, Pearson correlation of the Grad saliency of the teacher and the "
+        "student (each for its predicted class); ρ: Spearman correlation of the shown "
+        "attribution maps (the teacher's predicted class for the view pred)."
+        if agreements
+        else ""
     )
+    if gap or loyalty:
+        st.caption((gap + loyalty).rstrip("; "))
     for line in _completeness_warnings(explanations, explaining.settings.steps):
         st.warning(common.plain(line))
     for explanation in explanations:
@@ -219,9 +238,9 @@ def render() -> None:
                     "was truncated, and the rest is neither shown nor explained."
                 )
             )
-    for explanation, agreement_ in zip(explanations[1:], agreements, strict=True):
+    for name, agreement_ in agreements.items():
         for note in agreement_.notes:
-            st.warning(common.plain(f"{explanation.name}: {note}"))
+            st.warning(common.plain(f"{name}: {note}"))
 
 
 if __name__ == "__main__":

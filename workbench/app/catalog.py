@@ -1,6 +1,7 @@
 """The run folders under the runs root, as the app lists them: every run, every Hugging Face
-classifier folder the workbench did not train (a model folder), and every folder that cannot be
-used with its problem in one line, so one broken folder never hides the others."""
+classifier folder the workbench did not train (a model folder), every teacher cache (``kdw
+cache``: a teacher's logits without its weights), and every folder that cannot be used with its
+problem in one line, so one broken folder never hides the others."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kd.training.teacher_cache import CACHE_FILE, TEACHER_FOLDER, is_cache, read_record
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import RECORD_LIMIT, read_json_file, user_cache
 from workbench.core.runs import RUN_FILE, ResolvedTeacher, Run, RunRecord, RunStatus, teacher_change
 
 RUNS_ENV = "KDW_RUNS"
 ADDED_FILE = "app-added.json"  # under the user's cache: the folders and hub ids added
+CACHE = "teacher cache"  # the kind (and origin) of a teacher cache folder
 
 
 def runs_roots() -> list[Path]:
@@ -35,15 +38,16 @@ def runs_root() -> Path:
 @dataclass
 class RunEntry:
     """A folder under the runs root (or a model added by its path or hub id): a usable run or
-    model folder, or one with a problem to show on its row. A model folder's ``kind`` is
-    ``"model"``; ``task_of``, set where a model folder is compared with students, is the
-    student run whose task it is applied to (its data, classes and label map)."""
+    model folder or teacher cache, or one with a problem to show on its row. A model folder's
+    ``kind`` is ``"model"``, a teacher cache's :data:`CACHE`; ``task_of``, set where a model
+    folder is compared with students, is the student run whose task it is applied to (its data,
+    classes and label map)."""
 
     path: Path
     name: str
     info: RunRecord | None = None  # a run's record (None: a model folder, a broken run)
     status: RunStatus = field(default_factory=lambda: RunStatus(state="unknown"))
-    origin: str = ""  # a model folder's: "model folder" or "hub"
+    origin: str = ""  # a model folder's: "model folder" or "hub"; a teacher cache's: CACHE
     problem: str | None = None
     task_of: Path | None = None
     notes: list[str] = field(default_factory=list)  # damaged records beside a usable model
@@ -51,7 +55,9 @@ class RunEntry:
 
     @property
     def kind(self) -> str | None:
-        return "model" if self.origin else self.info.kind if self.info else None
+        if self.origin:
+            return CACHE if self.origin == CACHE else "model"
+        return self.info.kind if self.info else None
 
     @property
     def method(self) -> str:
@@ -71,7 +77,9 @@ class RunEntry:
 
     @property
     def teacher(self) -> str:
-        return self.info.configs.get("student", {}).get("teacher", "") if self.info else ""
+        """What a student learnt from: its teacher cache, else its teacher ("" for others)."""
+        student = self.info.configs.get("student", {}) if self.info else {}
+        return student.get("teacher_cache") or student.get("teacher", "")
 
     def results(self) -> dict[str, Any]:
         """Final dev/test metrics, ``{}`` while there are none (or they cannot be read)."""
@@ -81,8 +89,10 @@ class RunEntry:
             return {}
 
     def stamp(self) -> int:
-        """Changes when the run's best model is replaced (the cache key of the model)."""
-        weights = self.path / ("" if self.kind == "model" else "model") / "model.safetensors"
+        """Changes when the run's best model is replaced, or a teacher cache's record (the cache
+        key of the model)."""
+        files = {"model": "model.safetensors", CACHE: CACHE_FILE}
+        weights = self.path / files.get(self.kind, "model/model.safetensors")
         return weights.stat().st_mtime_ns if weights.exists() else 0
 
     @property
@@ -122,6 +132,25 @@ def model_entry(source: str, name: str | None = None) -> RunEntry:
     )
 
 
+def cache_entry(folder: Path, name: str) -> RunEntry:
+    """A teacher cache folder (``kdw cache``) as the pages list it: a teacher without weights,
+    with its problem (a damaged record, a teacher config or tokenizer it lacks) in one line."""
+    record = folder / CACHE_FILE
+    stamp = record.stat().st_mtime_ns if record.is_file() else 0
+    return RunEntry(folder, name, origin=CACHE, problem=_checked_cache(str(folder), stamp))
+
+
+@functools.lru_cache(maxsize=64)
+def _checked_cache(folder: str, stamp: int) -> str | None:
+    """The problem of a teacher cache folder, None if it has none (``stamp``: its record's
+    modification time, so that a rebuilt cache is checked again)."""
+    try:
+        read_record(folder)
+    except WorkbenchError as error:
+        return str(error)
+    return _checked_model(str(Path(folder) / TEACHER_FOLDER), stamp)
+
+
 @functools.lru_cache(maxsize=64)
 def _checked_model(source: str, stamp: int) -> str | None:
     """The problem of a model, None if it has none (``stamp``: the latest modification time
@@ -140,10 +169,17 @@ def _checked_model(source: str, stamp: int) -> str | None:
 def changed_teacher(info: RunRecord) -> str | None:
     """What changed in the teacher a student run pinned (its ``run.json``) since it was
     distilled, in words; None when nothing did or nothing was pinned. The teacher's files are
-    hashed once per change of them."""
+    hashed once per change of them; a student distilled from a teacher cache is compared with
+    the teacher the cache holds now (None while it is gone: the cache's row says why)."""
     pinned = info.resolved.teacher
     if pinned is None:
         return None
+    cache = info.configs.get("student", {}).get("teacher_cache")
+    if cache:
+        try:
+            return teacher_change(pinned, read_record(cache).teacher if is_cache(cache) else None)
+        except WorkbenchError:
+            return None
     folder = Path(pinned.source)
     files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
     stamp = tuple((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in files)
@@ -196,6 +232,19 @@ def is_model_folder(folder: Path) -> bool:
     return (folder / "config.json").is_file() and not (folder / RUN_FILE).exists()
 
 
+def _listable(folder: Path) -> bool:
+    """A run folder, a model folder or a teacher cache folder."""
+    return (folder / RUN_FILE).exists() or is_model_folder(folder) or is_cache(folder)
+
+
+def _folder_entry(root: Path, folder: Path) -> RunEntry:
+    """The entry of a folder under ``root``, named by its path there."""
+    name = folder.relative_to(root).as_posix()
+    if is_cache(folder):
+        return cache_entry(folder, name)
+    return model_entry(str(folder), name) if is_model_folder(folder) else _entry(root, folder)
+
+
 def _subfolders(folder: Path) -> list[Path]:
     """Sub-folders that may hold runs (dot folders are the app's, studies are listed apart)."""
     return sorted(
@@ -217,26 +266,17 @@ def discover_studies(root: Path) -> list[Path]:
 
 
 def discover_runs(root: Path) -> list[RunEntry]:
-    """Every run folder under ``root`` and one level deeper (``runs/demo/teacher``); folders
-    whose names start with a dot are the app's own."""
+    """Every run, model and teacher cache folder under ``root`` and one level deeper
+    (``runs/demo/teacher``); folders whose names start with a dot are the app's own."""
     if not root.is_dir():
         return []
     entries = []
     for folder in _subfolders(root):
         inner = _subfolders(folder)
-        if is_model_folder(folder):
-            entries.append(model_entry(str(folder), folder.relative_to(root).as_posix()))
-        elif (folder / RUN_FILE).exists() or not any(
-            (p / RUN_FILE).exists() or is_model_folder(p) for p in inner
-        ):
-            entries.append(_entry(root, folder))
+        if _listable(folder) or not any(_listable(p) for p in inner):
+            entries.append(_folder_entry(root, folder))
         else:
-            entries.extend(
-                model_entry(str(p), p.relative_to(root).as_posix())
-                if is_model_folder(p)
-                else _entry(root, p)
-                for p in inner
-            )
+            entries.extend(_folder_entry(root, p) for p in inner)
     return entries
 
 
@@ -262,12 +302,14 @@ def added_sources() -> list[str]:
 def added_entries(source: str) -> list[RunEntry]:
     """What a folder or hub id added in the app gives: a run folder its run, a folder of runs
     its runs and model folders (:func:`discover_runs`, named under the folder's name), a
-    classifier folder or hub id its model; then the teacher of each student among them that
-    is not, from the student's record, wherever that teacher lives. A folder that is none of
-    these is one entry with its problem."""
+    teacher cache folder its cache, a classifier folder or hub id its model; then the teacher
+    (or teacher cache) of each student among them that is not, from the student's record,
+    wherever it lives. A folder that is none of these is one entry with its problem."""
     path = Path(source).expanduser()
     if (path / RUN_FILE).is_file():
         entries = [_entry(path.parent, path)]
+    elif is_cache(path):
+        entries = [cache_entry(path, source)]
     elif path.is_dir() and not is_model_folder(path):
         entries = named_under(discover_runs(path), path)
         if not entries:
@@ -284,11 +326,12 @@ def added_entries(source: str) -> list[RunEntry]:
         if teacher is None or not teacher.is_dir() or teacher.resolve() in listed:
             continue
         listed.add(teacher.resolve())
-        entries.append(
-            _entry(teacher.parent, teacher)
-            if (teacher / RUN_FILE).is_file()
-            else model_entry(str(teacher), str(teacher))
-        )
+        if (teacher / RUN_FILE).is_file():
+            entries.append(_entry(teacher.parent, teacher))
+        elif is_cache(teacher):
+            entries.append(cache_entry(teacher, str(teacher)))
+        else:
+            entries.append(model_entry(str(teacher), str(teacher)))
     return entries
 
 

@@ -19,6 +19,7 @@ import pandas as pd
 import streamlit as st
 import torch
 
+from kd.training.teacher_cache import is_cache, open_cache
 from workbench.analysis.attribution import resolve_explainer
 from workbench.analysis.attribution.registry import (
     ENGINE_EXPLAINERS,
@@ -31,6 +32,7 @@ from workbench.analysis.explanations import HeatmapSettings
 from workbench.analysis.loyalty import loyalty_tables, split_outputs
 from workbench.app.catalog import (
     ADDED_FILE,
+    CACHE,
     RunEntry,
     added_entries,
     added_sources,
@@ -143,10 +145,14 @@ def load_cached(path: str, stamp: int, task_of: str = "") -> LoadedModel:
     """The run or model at ``path``, loaded once per server; ``stamp`` (see
     :meth:`RunEntry.stamp`) makes new weights load anew. A model the workbench did not train is
     applied to the task of the student run ``task_of`` (its data, classes and label map), or to
-    its own classes without one. The app computes on ``$KDW_APP_THREADS`` torch threads
+    its own classes without one. A teacher cache is its teacher without weights (a model on
+    the ``meta`` device: :func:`~kd.training.teacher_cache.cached_teacher`), on the data it was
+    built on. The app computes on ``$KDW_APP_THREADS`` torch threads
     (default 1: one sentence at a time is fastest, and steadiest on a busy machine, on one)."""
     quiet_library_output()
     torch.set_num_threads(int(os.environ.get(THREADS_ENV, "1")))
+    if is_cache(path):
+        return open_cache(path)
     if not task_of:
         return load_model(path)
     student = load_run(task_of)
@@ -162,10 +168,10 @@ def load(entry: RunEntry) -> LoadedModel:
 def pick_models(
     entries: Sequence[RunEntry], key: str, single_student: bool = False
 ) -> tuple[RunEntry, list[RunEntry]] | None:
-    """A teacher (a teacher run, or a model folder the workbench did not train) and students of
-    the same task (default: those distilled from it; a model folder's own students only, whose
-    task it is then applied to)."""
-    teachers = {e.name: e for e in entries if e.kind in ("teacher", "model") and e.usable}
+    """A teacher (a teacher run, a model folder the workbench did not train, or a teacher cache)
+    and students of the same task (default: those distilled from it; a model folder's or a
+    cache's own students only, a model folder then applied to their task)."""
+    teachers = {e.name: e for e in entries if e.kind in ("teacher", "model", CACHE) and e.usable}
     root = runs_root()
     if not teachers:
         st.info(
@@ -183,7 +189,7 @@ def pick_models(
         key=f"{key}.teacher",
     )
     teacher = teachers[name]
-    by_folder = teacher.kind == "model"  # a model folder's own students; a run's: its task's
+    by_folder = teacher.kind != "teacher"  # a folder's own students; a run's: its task's
     students = {
         e.name: e
         for e in entries
@@ -241,6 +247,20 @@ def teacher_and_students(key: str) -> tuple[RunEntry, list[RunEntry]] | None:
         )
         return None
     return None if load_models([teacher, *students]) is None else (teacher, students)
+
+
+def weightless(teacher: RunEntry, needs: str) -> bool:
+    """Whether ``teacher`` is a teacher cache, said in one caption with what the page ``needs``
+    the teacher's weights for, and what it shows instead."""
+    if teacher.kind != CACHE:
+        return False
+    st.caption(
+        plain(
+            f"{teacher.name} is a teacher cache: the logits its teacher gave, without the "
+            f"teacher's weights; {needs}."
+        )
+    )
+    return True
 
 
 def load_models(entries: Sequence[RunEntry]) -> list[LoadedModel] | None:

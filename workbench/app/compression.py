@@ -141,7 +141,11 @@ def render() -> None:
     )
     examples, _ = common.sample_size(right, KEY, teacher, split, SAMPLE, help_text)
     settings = BenchmarkSettings(split=split, examples=examples)
-    entries = [teacher, *students]
+    alone = (
+        "its size and speed need them: the students are measured alone (ratios and loyalty to "
+        "the first)"
+    )
+    entries = students if common.weightless(teacher, alone) else [teacher, *students]
     data = common.load(teacher).data if teacher.kind == "model" else None
     models = tuple((str(e.path), e.stamp()) for e in entries)
     request = (models, config_key(settings), config_key(data) if data else "")

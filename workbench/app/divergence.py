@@ -209,6 +209,8 @@ def render() -> None:
     if picked is None:
         return
     teacher, students = picked
+    if common.weightless(teacher, "this page compares its attribution maps with the students'"):
+        return
     with st.expander("Settings", expanded=False):
         explaining = common.heatmap_settings(f"{KEY}.settings", words=False)
         chosen = {  # the map settings come from the explainer's widgets

@@ -22,7 +22,7 @@ from workbench.analysis.heatmap_export import (
     write_heatmaps,
 )
 from workbench.app import common
-from workbench.app.catalog import same_folder
+from workbench.app.catalog import CACHE, same_folder
 from workbench.app.forms import config_widgets
 from workbench.core.errors import WorkbenchError
 from workbench.export import to_html
@@ -67,7 +67,7 @@ def zipped(paths: list[Path]) -> bytes:
 def render() -> None:
     st.title("Export")
     entries = common.runs()
-    usable = {e.name: e for e in entries if e.usable}
+    usable = {e.name: e for e in entries if e.usable and e.kind != CACHE}  # caches: no weights
     if not usable:
         st.info("No trained runs yet.")
         return

@@ -1,6 +1,7 @@
 """Layer geometry: for one input, the word-relation matrices (pairwise distances, windowed
 angles) of a student layer and of the teacher layer it learns from, side by side; the
-layer-transforming relation of one token across layers; and the layer mapping as a diagram."""
+layer-transforming relation of one token across layers; and the layer mapping as a diagram. A
+teacher that is only a cache has no states to show: the student's are shown alone."""
 
 from __future__ import annotations
 
@@ -69,6 +70,9 @@ def render() -> None:
     if loaded is None:
         return
     teacher, student = loaded
+    weightless = common.weightless(
+        picked[0], "its hidden states need them: the student's relations are shown alone"
+    )
     examples = common.typed_examples(KEY, teacher.spec.pair)
     if not examples:
         return
@@ -77,8 +81,10 @@ def render() -> None:
     except WorkbenchError as error:
         st.error(common.plain(f"{picked[1][0].name}: {error}"))
         return
-    tokens, teacher_states = hidden_states(teacher, examples[0])
-    _, student_states = hidden_states(student, examples[0])
+    shown = {"student": student} if weightless else {"teacher": teacher, "student": student}
+    read = {name: hidden_states(model, examples[0]) for name, model in shown.items()}
+    tokens = next(iter(read.values()))[0]
+    model_states = {name: states for name, (_, states) in read.items()}
     names = [f"S{s} ← T{t}" for s, t in pairs]
     labels = [f"{i}:{t}" for i, t in enumerate(tokens)]
     diagram, choices = st.columns([1, 3])
@@ -97,23 +103,22 @@ def render() -> None:
         st.caption(common.plain(f"Layer mapping: {how}. Layer 0 is the embedding output."))
     with diagram:
         st.plotly_chart(
-            layer_mapping_figure(pairs, len(teacher_states) - 1, len(student_states) - 1, chosen),
+            layer_mapping_figure(
+                pairs, layer_count(teacher.model), layer_count(student.model), chosen
+            ),
             key=f"{KEY}.mapping",
         )
 
-    student_layer, teacher_layer = chosen
-    states = {"teacher": teacher_states[teacher_layer], "student": student_states[student_layer]}
-    titles = {
-        "teacher": f"teacher layer {teacher_layer}",
-        "student": f"student layer {student_layer}",
-    }
+    layer = dict(zip(("student", "teacher"), chosen, strict=True))
+    states = {n: h[layer[n]] for n, h in model_states.items()}
+    titles = {n: f"{n} layer {layer[n]}" for n in states}
     pair = PAIR_KINDS[kind]
     distances = {n: pairwise_distance_relation(h[None], kind=pair)[0][0] for n, h in states.items()}
     angles = {}
     for name, h in states.items():
         banded, valid = windowed_angle_relation(h[None])
         angles[name] = dense_angles(banded[0], valid[0], token)
-    across = {"teacher": teacher_states[:, token], "student": student_states[:, token]}
+    across = {n: h[:, token] for n, h in model_states.items()}
     layer_relation = {
         n: pairwise_distance_relation(h[None], kind=pair)[0][0] for n, h in across.items()
     }

@@ -1,7 +1,8 @@
 """Loyalty: on a split, each student's task metrics and its label, probability and saliency
 loyalty to the teacher (LL, PL, SL; docs/methods.md §6; SL by the explainer chosen, Grad saliency
 by default), as a table and as plots of the per-example values; select an example where a
-student departs from its teacher to open it in the Case study."""
+student departs from its teacher to open it in the Case study. Against a teacher cache, the
+cache's row and each student's LL and PL on the logits it holds (``kdw evaluate``'s rows)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
+from kd.training.evaluate import evaluate_runs
 from workbench.app import common
 from workbench.app.catalog import RunEntry
 from workbench.app.figures import loyalty_histograms, loyalty_scatter
@@ -24,6 +26,27 @@ def departures(frame: pd.DataFrame, student: str) -> pd.DataFrame:
     return frame[columns].sort_values(columns[:2])
 
 
+@st.cache_data(show_spinner="Scoring the split against the cache's logits…", max_entries=8)
+def _cache_rows(
+    cache: tuple[str, int, str], students: tuple[tuple[str, int, str], ...], split: str
+) -> tuple[pd.DataFrame, list[str]]:
+    notes: list[str] = []
+    rows = evaluate_runs(
+        [cache[0], *(s[0] for s in students)], split, teacher=cache[0], notify=notes.append
+    )
+    return pd.DataFrame(rows).set_index("run"), notes
+
+
+def cache_loyalty(cache: RunEntry, students: list[RunEntry], split: str) -> pd.DataFrame:
+    """The teacher cache's row (task metrics of the logits it holds on the whole ``split``) and
+    each student's, with its label and probability loyalty to those logits: the rows of
+    :func:`~kd.training.evaluate.evaluate_runs`, computed once per runs and split."""
+    table, notes = _cache_rows(cache.key(), tuple(s.key() for s in students), split)
+    for note in notes:
+        st.caption(common.plain(note))
+    return table
+
+
 def render() -> None:
     st.title("Loyalty")
     picked = common.teacher_and_students(KEY)
@@ -32,6 +55,16 @@ def render() -> None:
     teacher, students = picked
     if common.load(teacher).spec.regression:
         st.info("Loyalty (LL, PL, SL) is defined here for classification tasks.")
+        return
+    if common.weightless(teacher, "saliency loyalty and the per-example plots need them"):
+        split = common.split_choice(KEY)
+        table = cache_loyalty(teacher, students, split)
+        st.subheader(f"Scores on {split} (the whole split: {table['examples'].iloc[0]} examples)")
+        st.dataframe(table.style.format(precision=3, na_rep="—"))
+        st.caption(
+            "label_loyalty (LL): share of examples where the student predicts the class of the "
+            "cache's logits; probability_loyalty (PL): mean of 1 − √JSD(p_t ‖ p_s)."
+        )
         return
     left, right = st.columns(2)
     split = common.split_choice(KEY, left)
