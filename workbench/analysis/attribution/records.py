@@ -14,6 +14,7 @@ from transformers import BatchEncoding, PreTrainedModel, PreTrainedTokenizerBase
 
 from workbench.analysis.attribution.registry import ExplainerChoice
 from workbench.analysis.attribution.settings import (
+    baseline_resolved,
     AttributionSettings,
     compute_maps,
     recorded_settings,
@@ -99,7 +100,7 @@ def attribute_texts(
     settings = settings or AttributionSettings()
     if isinstance(explainer, str):
         explainer = ExplainerChoice(explainer)
-    settings, explainer = resolve_explainer(settings, explainer)
+    settings, explainer = baseline_resolved(model, *resolve_explainer(settings, explainer))
     check_words(words)
     if pairs is not None and len(pairs) != len(texts):
         raise WorkbenchError(f"{len(texts)} texts but {len(pairs)} pairs: give one pair per text")

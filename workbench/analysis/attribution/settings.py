@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
+from workbench.analysis.attribution.baselines import resolve_baseline
 from workbench.analysis.attribution.explainers import explain_batch
 from workbench.analysis.attribution.gradients import _grad_saliency, attribution_maps
 from workbench.analysis.attribution.registry import ENGINE_EXPLAINERS, ExplainerChoice
@@ -21,6 +22,7 @@ __all__ = [
     "METHODS",
     "AttributionSettings",
     "compute_maps",
+    "baseline_resolved",
     "recorded_settings",
     "resolve_explainer",
 ]
@@ -60,6 +62,18 @@ def resolve_explainer(
                 "disagree: give it once"
             )
     return dataclasses.replace(config, **wanted), explainer
+
+
+def baseline_resolved(
+    model: PreTrainedModel, config: AttributionSettings, explainer: ExplainerChoice
+) -> tuple[AttributionSettings, ExplainerChoice]:
+    """``config`` and ``explainer`` (as :func:`resolve_explainer` gives them) with the baseline
+    ``model`` gets in place of None (:func:`resolve_baseline`), so that records say it."""
+    config = dataclasses.replace(config, baseline=resolve_baseline(model, config.baseline))
+    if explainer.name == "ig":
+        settings = dataclasses.replace(explainer.settings, baseline=config.baseline)
+        explainer = ExplainerChoice("ig", settings)
+    return config, explainer
 
 
 def recorded_settings(
