@@ -117,6 +117,7 @@ def baseline_output(
         return torch.zeros_like(site if site is not None else site_output(model, batch, layer))
     if baseline == "mean-keep-first":
         words = mean_word_embeddings(model, batch)
+        parts_of(model)  # found by a probe forward pass: before the hook below alters one
         with output_replaced(model.get_input_embeddings(), words):
             return site_output(model, batch, layer)
     ids = baseline_ids(model, batch, baseline, special_ids)

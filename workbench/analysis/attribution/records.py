@@ -14,8 +14,8 @@ from transformers import BatchEncoding, PreTrainedModel, PreTrainedTokenizerBase
 
 from workbench.analysis.attribution.registry import ExplainerChoice
 from workbench.analysis.attribution.settings import (
-    baseline_resolved,
     AttributionSettings,
+    baseline_resolved,
     compute_maps,
     recorded_settings,
     resolve_explainer,

@@ -21,8 +21,8 @@ from workbench.core.errors import WorkbenchError
 __all__ = [
     "METHODS",
     "AttributionSettings",
-    "compute_maps",
     "baseline_resolved",
+    "compute_maps",
     "recorded_settings",
     "resolve_explainer",
 ]
