@@ -20,7 +20,12 @@ from tests.tiny_families import (
     family_tokenizer,
     save_family_model,
 )
-from workbench.analysis.attribution import ig_completeness, integrated_gradients
+from workbench.analysis.attribution import (
+    AttributionSettings,
+    attribute_texts,
+    ig_completeness,
+    integrated_gradients,
+)
 from workbench.analysis.attribution.baselines import baseline_output, resolve_baseline
 from workbench.analysis.examples import Example
 from workbench.analysis.explanations import Explanation, HeatmapSettings, explain
@@ -187,6 +192,14 @@ def test_the_default_baseline_is_mean_keep_first_for_a_decoder_and_pad_for_an_en
         torch.testing.assert_close(default, named, rtol=0, atol=0)
     with pytest.raises(WorkbenchError, match="unknown baseline 'mean'"):
         resolve_baseline(model, "mean")
+
+
+def test_a_decoders_records_say_the_baseline_it_got():
+    model, _, _ = decoder("llama", "right")
+    settings = AttributionSettings(views="pred", steps=2)
+    (record,) = attribute_texts(model, decoder_tokenizer(), TEXTS[:1], settings=settings)
+    assert record.settings["baseline"] == "mean-keep-first"
+    assert record.settings["explainer_settings"]["baseline"] == "mean-keep-first"
 
 
 def test_the_gap_warning_advises_the_decoder_baseline_only_to_a_decoder_on_another():

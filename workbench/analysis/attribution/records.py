@@ -100,7 +100,7 @@ def attribute_texts(
     settings = settings or AttributionSettings()
     if isinstance(explainer, str):
         explainer = ExplainerChoice(explainer)
-    settings, explainer = baseline_resolved(model, *resolve_explainer(settings, explainer))
+    settings, explainer = resolve_explainer(settings, explainer)
     check_words(words)
     if pairs is not None and len(pairs) != len(texts):
         raise WorkbenchError(f"{len(texts)} texts but {len(pairs)} pairs: give one pair per text")
@@ -115,6 +115,7 @@ def attribute_texts(
     ]
     order = sorted(range(len(texts)), key=lambda i: len(examples[i]["input_ids"]))
     records: dict[int, AttributionRecord] = {}
+    recorded = recorded_settings(*baseline_resolved(model, settings, explainer), words)
     for start in range(0, len(order), settings.batch_size):
         chosen = order[start : start + settings.batch_size]
         batch = collate([examples[i] for i in chosen], pad_id(tokenizer))
@@ -142,7 +143,7 @@ def attribute_texts(
                 maps=scores.tolist(),
                 prediction=float(logits[row, 0]) if regression else int(logits[row].argmax()),
                 probabilities=probabilities[row].tolist(),
-                settings=recorded_settings(settings, explainer, words),
+                settings=recorded,
                 label=None if labels is None else int(labels[i]),
                 truncated=truncated[i],
                 warnings=warnings,

@@ -67,13 +67,13 @@ def resolve_explainer(
 def baseline_resolved(
     model: PreTrainedModel, config: AttributionSettings, explainer: ExplainerChoice
 ) -> tuple[AttributionSettings, ExplainerChoice]:
-    """``config`` and ``explainer`` (as :func:`resolve_explainer` gives them) with the baseline
-    ``model`` gets in place of None (:func:`resolve_baseline`), so that records say it."""
-    config = dataclasses.replace(config, baseline=resolve_baseline(model, config.baseline))
-    if explainer.name == "ig":
-        settings = dataclasses.replace(explainer.settings, baseline=config.baseline)
-        explainer = ExplainerChoice("ig", settings)
-    return config, explainer
+    """``config`` and ``explainer`` (as :func:`resolve_explainer` gives them) with, for IG, the
+    baseline ``model`` gets in place of None (:func:`resolve_baseline`): what a record says."""
+    if explainer.name != "ig":
+        return config, explainer
+    baseline = resolve_baseline(model, config.baseline)
+    settings = dataclasses.replace(explainer.settings, baseline=baseline)
+    return dataclasses.replace(config, baseline=baseline), ExplainerChoice("ig", settings)
 
 
 def recorded_settings(
