@@ -40,6 +40,7 @@ from kd.methods.objective import (
     term,
 )
 from workbench.core.config import (
+    BASELINES,
     VIEWS,
     Checked,
     Views,
@@ -76,8 +77,9 @@ class ADKDSettings(Checked):
     )
     attr_baseline: str | None = option(
         None,
-        "AD-KD IG baseline: pad, pad-keep-special or zero (default: pad; official: zero)",
-        choices=(None, "pad", "pad-keep-special", "zero"),
+        "AD-KD IG baseline: pad, pad-keep-special, zero or mean-keep-first (default: pad, for "
+        "teacher and student alike; official: zero)",
+        choices=(None, *BASELINES),
     )
     attr_views: Views | None = views_option(
         None,

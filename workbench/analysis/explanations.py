@@ -70,6 +70,8 @@ class Explanation:
     spans: list | None = None  # (sequence, start, end) of each position's characters, or None
     # IG's completeness for the predicted class (ig maps only): (Σ attributions, F(x) − F(x'))
     completeness: tuple[float, float] | None = None
+    baseline: str | None = None  # the IG baseline resolved for the model (ig maps only)
+    decoder: bool = False  # a decoder classifier (its head reads the last token)
 
     @property
     def truncated(self) -> bool:
@@ -194,9 +196,11 @@ def explain(
         to_words,
         word_groups,
     )
+    from workbench.analysis.attribution.baselines import resolve_baseline
     from workbench.analysis.attribution.words import check_words, group_spans
     from workbench.core.data.alignment import token_spans, word_spans
     from workbench.core.models import forward
+    from workbench.core.parts import LAST, parts_of
 
     check_words(words)
     config = attribution_settings(settings)
@@ -218,10 +222,13 @@ def explain(
     inputs = (batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
     saliency = grad_saliency(model, *inputs, target=predicted)
     maps, _ = compute_maps(model, batch, config, explainer=explainer)
-    completeness = None
+    completeness, baseline = None, None
     if resolve_explainer(config, explainer)[1].name == "ig":
-        options = {k: getattr(config, k) for k in ("steps", "baseline", "layer", "memory_mib")}
-        completeness = torch.stack(ig_completeness(model, *inputs, target=predicted, **options), -1)
+        baseline = resolve_baseline(model, config.baseline)
+        options = {k: getattr(config, k) for k in ("steps", "layer", "memory_mib")}
+        completeness = torch.stack(
+            ig_completeness(model, *inputs, target=predicted, baseline=baseline, **options), -1
+        )
     detail, out = model_detail(loaded), []
     for row, example in enumerate(examples):
         length = int(batch["attention_mask"][row].sum())
@@ -256,6 +263,8 @@ def explain(
                 task="" if loaded.data is None else loaded.data.task,
                 spans=spans,
                 completeness=None if completeness is None else tuple(completeness[row].tolist()),
+                baseline=baseline,
+                decoder=parts_of(model).reads == LAST,
             )
         )
     return out

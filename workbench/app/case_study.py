@@ -23,7 +23,7 @@ from workbench.analysis.heatmap_export import explained_settings, to_heatmap
 from workbench.app import common
 from workbench.app.catalog import CACHE, RunEntry
 from workbench.app.heatmap_view import show_heatmap
-from workbench.core.config import config_key
+from workbench.core.config import DECODER_BASELINE, config_key
 from workbench.core.errors import WorkbenchError
 
 KEY = "case"
@@ -147,16 +147,24 @@ def _row_notes(explanations: list[Explanation], agreements: dict[str, Agreement]
 
 
 def _completeness_warnings(explanations: list[Explanation], steps: int) -> list[str]:
-    """One line per model whose IG attributions miss the change they explain by over 5 %."""
+    """One line per model whose IG attributions miss the change they explain by over 5 %, with
+    what closes the gap: more steps, where it falls with them; for a decoder on another
+    baseline, whose path more steps barely follow, the decoder baseline."""
     lines = []
     for e in explanations:
         gap = e.completeness_gap
         if gap is not None and gap > COMPLETENESS_LIMIT:
             attributed, change = e.completeness
+            advice = "raise the steps for a map that accounts for it"
+            if e.decoder and e.baseline != DECODER_BASELINE:
+                advice = (
+                    f"use the baseline {DECODER_BASELINE} (a decoder's default): on the "
+                    f"{e.baseline} path, steep for a decoder, more steps barely close the gap"
+                )
             lines.append(
                 f"{e.name}: the IG attributions add up to {attributed:.3f}, but the predicted "
-                f"class's score changes by {change:.3f} from the baseline to the text (a gap of "
-                f"{gap:.0%} at {steps} steps): raise the steps for a map that accounts for it."
+                f"class's score changes by {change:.3f} from the baseline ({e.baseline}) to the "
+                f"text (a gap of {gap:.0%} at {steps} steps): {advice}."
             )
     return lines
 
@@ -214,7 +222,7 @@ def render() -> None:
     gap = (
         "gap: IG's completeness gap, |Σ attributions − (F(x) − F(x′))| / |F(x) − F(x′)| for "
         "the predicted class's probability F from the baseline x′ to the text x (the Riemann "
-        "sum's error; more steps close it); "
+        "sum's error; more steps close it on a smooth path); "
         if any(e.completeness is not None for e in explanations)
         else ""
     )

@@ -1119,7 +1119,16 @@ def from_dict(cls: type[T], values: dict[str, Any]) -> T:
     return cls(**values)
 
 
-BASELINES = ("pad", "pad-keep-special", "zero")
+BASELINES = ("pad", "pad-keep-special", "zero", "mean-keep-first")
+DECODER_BASELINE = "mean-keep-first"  # the default of a decoder classifier (its head reads the
+# last token); every other classifier's is "pad"
+BASELINE_HELP = (
+    "IG baseline: pad (embedding output of an all-[PAD] sequence), pad-keep-special "
+    "([CLS]/[SEP] kept), zero (the AD-KD authors' code), mean-keep-first (each text's first "
+    "token kept, the mean word embedding elsewhere: a decoder's attention sink stays where it "
+    "is, so its path is smooth; the first token gets no attribution); default: mean-keep-first "
+    "for a decoder classifier, pad otherwise"
+)
 
 
 def check_steps(steps: int) -> None:
@@ -1152,12 +1161,7 @@ class MapSettings(Checked):
         "teacher (docs/results.md)",
         domain=ig_steps,
     )
-    baseline: str = option(
-        "pad",
-        "IG baseline: pad (embedding output of an all-[PAD] sequence), pad-keep-special "
-        "([CLS]/[SEP] kept), zero (the AD-KD authors' code)",
-        choices=BASELINES,
-    )
+    baseline: str | None = option(None, BASELINE_HELP, choices=(None, *BASELINES))
     top_k: int | None = option(
         None,
         "keep the K largest |IG| dimensions per token before the norm (None: all)",

@@ -1,5 +1,6 @@
 """Sites and baselines: the output of the embeddings or of an encoder layer (``X``), and the
-straight path's start ``S`` — [PAD] tokens with the special tokens kept or not, or zeros."""
+straight path's start ``S`` — [PAD] tokens with the special tokens kept or not, zeros, or the
+mean word embedding with each text's first token kept (a decoder classifier's default)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,17 @@ from torch import Tensor, nn
 from transformers import PreTrainedModel
 
 from workbench.analysis.attribution.targets import Batch
-from workbench.core.config import check_baseline
+from workbench.core.config import DECODER_BASELINE, check_baseline
 from workbench.core.errors import WorkbenchError
-from workbench.core.models import embed, embeddings_module, encoder_layers, forward, input_positions
+from workbench.core.models import (
+    embed,
+    embeddings_module,
+    encoder_layers,
+    forward,
+    input_positions,
+    output_replaced,
+)
+from workbench.core.parts import LAST, parts_of
 
 
 def site_module(model: PreTrainedModel, layer: int | None) -> nn.Module:
@@ -52,10 +61,35 @@ def pad_id(model: PreTrainedModel) -> int:
     return int(pad)
 
 
+def resolve_baseline(model: PreTrainedModel, baseline: str | None) -> str:
+    """``baseline``, or for None the model's default: :data:`DECODER_BASELINE` for a decoder
+    classifier (its head reads the last token), ``"pad"`` for any other."""
+    if baseline is None:
+        return DECODER_BASELINE if parts_of(model).reads == LAST else "pad"
+    check_baseline(baseline)
+    return baseline
+
+
+def first_positions(attention_mask: Tensor) -> Tensor:
+    """Each sequence's first real position ``[B, L]`` (bool; left padding included)."""
+    first = attention_mask.bool().int().argmax(1)
+    return torch.arange(attention_mask.shape[1], device=first.device)[None] == first[:, None]
+
+
+def mean_word_embeddings(model: PreTrainedModel, batch: Batch) -> Tensor:
+    """The word embeddings of ``mean-keep-first`` ``[B, L, d]``: each sequence's first real
+    token's row, the mean row of the word-embedding table at every other position."""
+    table = model.get_input_embeddings()
+    rows = table(batch["input_ids"])
+    first = first_positions(batch["attention_mask"])[..., None]
+    return torch.where(first, rows, table.weight.mean(0).to(rows.dtype))
+
+
 def baseline_ids(
     model: PreTrainedModel, batch: Batch, baseline: str, special_ids: Collection[int] | None = None
 ) -> Tensor:
-    """Token ids ``[B, L]`` of the pad baselines: all [PAD], or [PAD] except special tokens."""
+    """Token ids ``[B, L]`` of the pad baselines: all [PAD], or [PAD] except special tokens.
+    ``"zero"`` and ``"mean-keep-first"`` are not ids (:func:`baseline_output`)."""
     ids = batch["input_ids"]
     pads = torch.full_like(ids, pad_id(model))
     if baseline == "pad":
@@ -74,11 +108,18 @@ def baseline_output(
     """The baseline ``E'`` ``[B, L, d]`` at the site: the site's output for the baseline ids (the
     input's token types, attention mask and positions kept: a family that derives position ids
     from the ids, such as RoBERTa, gets the input's, so that its [PAD]s sit at the input's
-    positions), or zeros for ``"zero"`` (shaped like ``site``, the input's site output, when
+    positions); for ``"mean-keep-first"`` the site's output when the word embeddings are
+    :func:`mean_word_embeddings` (the rest of the embedding stage, positions included, as for
+    the input); zeros for ``"zero"`` (shaped like ``site``, the input's site output, when
     given)."""
     check_baseline(baseline)
     if baseline == "zero":
         return torch.zeros_like(site if site is not None else site_output(model, batch, layer))
+    if baseline == "mean-keep-first":
+        words = mean_word_embeddings(model, batch)
+        parts_of(model)  # found by a probe forward pass: before the hook below alters one
+        with output_replaced(model.get_input_embeddings(), words):
+            return site_output(model, batch, layer)
     ids = baseline_ids(model, batch, baseline, special_ids)
     positions = input_positions(model, batch)
     kept = {} if positions is None else {"position_ids": positions}

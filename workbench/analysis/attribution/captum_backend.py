@@ -8,8 +8,9 @@ tests pin it to these functions, which users may also call for a Captum-computed
 - Pad baselines: :class:`captum.attr.LayerIntegratedGradients` on the site module (embeddings or
   an encoder layer) with the baseline *token ids* as ``baselines``: Captum runs them through the
   model itself to get the site's baseline, so our baseline construction is checked too.
-- Zero baseline: no input maps to a zero site output, so :class:`captum.attr.IntegratedGradients`
-  integrates over the site tensor fed through the output-replacing hook.
+- Zero and mean-keep-first baselines: no input ids map to them, so
+  :class:`captum.attr.IntegratedGradients` integrates over the site tensor fed through the
+  output-replacing hook, from the engine's baseline.
 """
 
 from __future__ import annotations
@@ -20,7 +21,13 @@ from captum.attr import IntegratedGradients, LayerGradientXActivation, LayerInte
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from workbench.analysis.attribution.baselines import baseline_ids, site_module, site_output
+from workbench.analysis.attribution.baselines import (
+    baseline_ids,
+    baseline_output,
+    resolve_baseline,
+    site_module,
+    site_output,
+)
 from workbench.analysis.attribution.targets import (
     Target,
     as_batch,
@@ -28,7 +35,6 @@ from workbench.analysis.attribution.targets import (
     is_regression,
     resolve_target,
 )
-from workbench.core.config import check_baseline
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import output_replaced
 
@@ -71,7 +77,7 @@ def captum_integrated_gradients(
     *,
     target: Target,
     steps: int,
-    baseline: str = "pad",
+    baseline: str | None = None,
     layer: int | None = None,
     special_ids: Collection[int] | None = None,
     internal_batch_size: int | None = None,
@@ -86,7 +92,7 @@ def captum_integrated_gradients(
         raise WorkbenchError(
             f"Captum's IG needs steps >= 2 (got {steps!r}); use integrated_gradients for 1 step"
         )
-    check_baseline(baseline)
+    baseline = resolve_baseline(model, baseline)
     check_layer(model, layer)
     batch = as_batch(input_ids, attention_mask, token_type_ids)
     targets = resolve_target(model, batch, target)
@@ -97,10 +103,11 @@ def captum_integrated_gradients(
         "method": "riemann_right",
         "internal_batch_size": internal_batch_size,
     }
-    if baseline == "zero":
+    if baseline in ("zero", "mean-keep-first"):
         site = site_output(model, batch, layer).detach()
+        start = baseline_output(model, batch, baseline, layer, special_ids, site).detach()
         ig = IntegratedGradients(_scores_from_site(model, layer)).attribute(
-            site, baselines=site * 0, additional_forward_args=(input_ids, *extra), **options
+            site, baselines=start, additional_forward_args=(input_ids, *extra), **options
         )
     else:
         ig = LayerIntegratedGradients(_scores(model), site_module(model, layer)).attribute(

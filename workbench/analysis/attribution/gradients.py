@@ -29,7 +29,12 @@ import torch.nn.functional as F
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from workbench.analysis.attribution.baselines import baseline_output, site_module, site_output
+from workbench.analysis.attribution.baselines import (
+    baseline_output,
+    resolve_baseline,
+    site_module,
+    site_output,
+)
 from workbench.analysis.attribution.chunking import batch_token_limit, length_chunks
 from workbench.analysis.attribution.targets import (
     Batch,
@@ -44,7 +49,7 @@ from workbench.analysis.attribution.targets import (
     resolve_target,
     resolve_views,
 )
-from workbench.core.config import Views, check_baseline, check_steps
+from workbench.core.config import Views, check_steps
 from workbench.core.models import MODEL_INPUTS, forward, output_replaced
 
 __all__ = [
@@ -136,7 +141,7 @@ def _integrated_gradients(
     targets: Tensor,
     *,
     steps: int,
-    baseline: str,
+    baseline: str | None,
     create_graph: bool,
     layer: int | None = None,
     special_ids: Collection[int] | None = None,
@@ -146,7 +151,7 @@ def _integrated_gradients(
     """IG for the classes ``targets`` ``[B, V]`` → ``[V, B, L, d]``, and the logits at the end
     of the path ``[B, C]``."""
     check_steps(steps)
-    check_baseline(baseline)
+    baseline = resolve_baseline(model, baseline)
     check_layer(model, layer)
     check_double_backward(model, create_graph)
     with torch.set_grad_enabled(create_graph):
@@ -189,7 +194,7 @@ def integrated_gradients(
     *,
     target: Target,
     steps: int = 1,
-    baseline: str = "pad",
+    baseline: str | None = None,
     create_graph: bool = False,
     layer: int | None = None,
     special_ids: Collection[int] | None = None,
@@ -254,7 +259,7 @@ def ig_completeness(
     *,
     target: Target,
     steps: int = 1,
-    baseline: str = "pad",
+    baseline: str | None = None,
     layer: int | None = None,
     special_ids: Collection[int] | None = None,
     memory_mib: float | None = None,
@@ -269,10 +274,12 @@ def ig_completeness(
     and at the baseline (Captum's delta, which runs the baseline ids, reads another position
     when [PAD] is the end-of-text token). Steep paths need far more steps: from zeros, a
     pre-norm decoder's first norm turns over within ``α ≈ sqrt(eps)/rms(E)``; from all-[PAD]
-    = end-of-text ids, every position starts as a first token (an attention sink).
+    = end-of-text ids, every position starts as a first token (an attention sink). A decoder's
+    default, ``"mean-keep-first"``, keeps the sink in place: its gap falls with the steps.
     Arguments as :func:`integrated_gradients`."""
     batch = as_batch(input_ids, attention_mask, token_type_ids)
     targets = resolve_target(model, batch, target)[:, None]
+    baseline = resolve_baseline(model, baseline)
     ig, end_logits = _integrated_gradients(
         model,
         batch,
@@ -318,7 +325,7 @@ def attribution_maps(
     views: Views = "all",
     labels: Tensor | None = None,
     steps: int = 1,
-    baseline: str = "pad",
+    baseline: str | None = None,
     top_k: int | None = None,
     create_graph: bool = False,
     layer: int | None = None,

@@ -15,6 +15,7 @@ from transformers import BatchEncoding, PreTrainedModel, PreTrainedTokenizerBase
 from workbench.analysis.attribution.registry import ExplainerChoice
 from workbench.analysis.attribution.settings import (
     AttributionSettings,
+    baseline_resolved,
     compute_maps,
     recorded_settings,
     resolve_explainer,
@@ -114,6 +115,7 @@ def attribute_texts(
     ]
     order = sorted(range(len(texts)), key=lambda i: len(examples[i]["input_ids"]))
     records: dict[int, AttributionRecord] = {}
+    recorded = recorded_settings(*baseline_resolved(model, settings, explainer), words)
     for start in range(0, len(order), settings.batch_size):
         chosen = order[start : start + settings.batch_size]
         batch = collate([examples[i] for i in chosen], pad_id(tokenizer))
@@ -141,7 +143,7 @@ def attribute_texts(
                 maps=scores.tolist(),
                 prediction=float(logits[row, 0]) if regression else int(logits[row].argmax()),
                 probabilities=probabilities[row].tolist(),
-                settings=recorded_settings(settings, explainer, words),
+                settings=recorded,
                 label=None if labels is None else int(labels[i]),
                 truncated=truncated[i],
                 warnings=warnings,

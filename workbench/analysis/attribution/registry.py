@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
 from workbench.core.config import (
+    BASELINE_HELP,
     BASELINES,
     Checked,
     between,
@@ -60,9 +61,7 @@ class IGSettings(Checked):
     """Integrated Gradients: path steps, baseline, top-K dimensions (the workbench's engine)."""
 
     steps: int = option(1, "IG interpolation steps m (right Riemann sum)", domain=ig_steps)
-    baseline: str = option(
-        "pad", "IG baseline: pad, pad-keep-special ([CLS]/[SEP] kept) or zero", choices=BASELINES
-    )
+    baseline: str | None = option(None, BASELINE_HELP, choices=(None, *BASELINES))
     top_k: int | None = option(
         None, "keep the K largest |IG| dimensions per token (None: all)", domain=positive
     )
@@ -84,7 +83,9 @@ class GradientShapSettings(Checked):
     """GradientShap: the baseline, samples, input noise and seed."""
 
     baseline: str = option(
-        "pad", "baseline: pad, pad-keep-special or zero (embedding output)", choices=BASELINES
+        "pad",
+        "baseline: pad, pad-keep-special, zero or mean-keep-first (embedding output)",
+        choices=BASELINES,
     )
     n_samples: int = option(20, SAMPLES_HELP, domain=positive)
     stdevs: float = option(

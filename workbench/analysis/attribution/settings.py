@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
+from workbench.analysis.attribution.baselines import resolve_baseline
 from workbench.analysis.attribution.explainers import explain_batch
 from workbench.analysis.attribution.gradients import _grad_saliency, attribution_maps
 from workbench.analysis.attribution.registry import ENGINE_EXPLAINERS, ExplainerChoice
@@ -20,6 +21,7 @@ from workbench.core.errors import WorkbenchError
 __all__ = [
     "METHODS",
     "AttributionSettings",
+    "baseline_resolved",
     "compute_maps",
     "recorded_settings",
     "resolve_explainer",
@@ -60,6 +62,18 @@ def resolve_explainer(
                 "disagree: give it once"
             )
     return dataclasses.replace(config, **wanted), explainer
+
+
+def baseline_resolved(
+    model: PreTrainedModel, config: AttributionSettings, explainer: ExplainerChoice
+) -> tuple[AttributionSettings, ExplainerChoice]:
+    """``config`` and ``explainer`` (as :func:`resolve_explainer` gives them) with, for IG, the
+    baseline ``model`` gets in place of None (:func:`resolve_baseline`): what a record says."""
+    if explainer.name != "ig":
+        return config, explainer
+    baseline = resolve_baseline(model, config.baseline)
+    settings = dataclasses.replace(explainer.settings, baseline=baseline)
+    return dataclasses.replace(config, baseline=baseline), ExplainerChoice("ig", settings)
 
 
 def recorded_settings(
