@@ -31,6 +31,7 @@ def assert_close_to_scale(
     elementwise (equal shapes): a tolerance relative to the largest value, since rounding
     errors scale with the largest terms, plus the rounding of the numbers both were computed
     from (``operands``, e.g. the probabilities whose difference ``expected`` is)."""
+    actual, expected = actual.detach(), expected.detach()
     scale = float(expected.abs().max())
     assert scale > 0, "the expected values are all 0: nothing is compared"
     bound = rtol * scale + float32_floor(expected, *operands)
