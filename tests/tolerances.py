@@ -18,7 +18,7 @@ ULPS = 8  # units of rounding allowed: a few for each side of a difference
 def float32_floor(*operands: torch.Tensor | float, ulps: int = ULPS) -> float:
     """``ulps`` float32 rounding units of the largest magnitude among ``operands`` (tensors of
     any shape, or numbers): the absolute error a float32 result computed from them can carry."""
-    return ulps * EPS32 * max(float(torch.as_tensor(o).abs().max()) for o in operands)
+    return ulps * EPS32 * max(float(torch.as_tensor(o).detach().abs().max()) for o in operands)
 
 
 def assert_close_to_scale(
