@@ -837,7 +837,12 @@ def build_teacher_cache(
     for split, dataset in inputs.teacher_encoded.items():
         fields, key = inputs.keys[split]
         key = key | ({"precision": "bf16"} if bf16 else {})
-        if cache_path(out, f"teacher-{split}", key).exists():
+        path = cache_path(out, f"teacher-{split}", key)
+        if path.exists():  # built; recorded unless its process stopped between the two
+            if not any(entry.file == path.name for entry in read_record(out).files):
+                add_file(
+                    out, CachedFile(file=path.name, key=key, examples=len(dataset), seconds={})
+                )
             continue
 
         def compute(batch: dict, seconds: dict[str, float], fields=fields) -> dict:
@@ -869,8 +874,7 @@ def build_teacher_cache(
         if cache is None:
             complete = False
             continue
-        file = cache_path(out, f"teacher-{split}", key).name
-        add_file(out, CachedFile(file=file, key=key, examples=len(dataset), seconds=seconds))
+        add_file(out, CachedFile(file=path.name, key=key, examples=len(dataset), seconds=seconds))
     return out if complete else None
 
 
