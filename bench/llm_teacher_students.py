@@ -1,0 +1,201 @@
+"""Students of a teacher cache, with seeds and paired intervals: each preset's student (and its
+control: the same set-up with the method's own terms at weight 0) distilled from the teacher's
+cache per seed, one row per student, and the two-level bootstrap intervals of each method
+against its control and against vanilla KD in test accuracy and label loyalty.
+
+    python -m bench.llm_teacher_students --teacher-cache caches/smollm2-head-gkd \\
+        --task tweets --max-train-examples 1200 --max-eval-examples 300 --max-length 32 \\
+        --init pretrained --pretrained minilm-l6 --presets kd,gkd --seeds 1,2,3 --epochs 3 \\
+        --out suite
+
+Students go to ``<out>/runs/<preset>[-control]-s<seed>``: a finished run is reused, an
+interrupted one resumed. ``bench/results/llm-teacher.json`` is rewritten after each student.
+With ``--teacher`` the cache is first completed with the fields each arm reads that it lacks
+(vanilla KD and a control read the logits alone, under a key of their own).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from bench.common import setup, table, write_results
+from kd.methods.objective import control
+from kd.training import distill
+from kd.training.pipeline import build_teacher_cache
+from kd.training.teacher_cache import CacheConfig
+from workbench.analysis.stats import (
+    Interval,
+    pair_predictions,
+    pair_scores,
+    seeds_needed,
+    two_level_bootstrap,
+)
+from workbench.core.config import (
+    DataConfig,
+    ObjectiveConfig,
+    OptimConfig,
+    StudentConfig,
+)
+from workbench.core.models import load_tokenizer
+
+SALIENCY_NOTE = (
+    "not computed: saliency loyalty needs the teacher's saliency on every test example, a "
+    "backward pass through the teacher's weights that the cache (gradients on train only) spares"
+)
+
+
+def arms(presets: Sequence[str]) -> list[tuple[str, bool, ObjectiveConfig]]:
+    """``(preset, is_control, objective)`` per student of a seed: each preset, then its control
+    where it differs from the preset (vanilla KD is its own control)."""
+    out = []
+    for preset in presets:
+        objective = ObjectiveConfig(preset=preset)
+        out.append((preset, False, objective))
+        if control(objective) != objective:
+            out.append((preset, True, control(objective)))
+    return out
+
+
+def _read(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def _tokenizer(folder: Path) -> str:
+    tokenizer = load_tokenizer(str(folder))
+    return f"{type(tokenizer).__name__} ({len(tokenizer):,})"
+
+
+def row(
+    run: Path, cache: Path, preset: str, is_control: bool, seed: int, student: StudentConfig
+) -> dict:
+    """One student's row from its run folder (results, manifest, status) and the cache's
+    teacher folder (config and tokenizer)."""
+    test = _read(run / "results.json")["test"]
+    alignment = _read(run / "manifest.json").get("word_alignment", {})
+    return {
+        "method": preset,
+        "control": is_control,
+        "seed": seed,
+        "teacher_model_type": _read(cache / "teacher" / "config.json")["model_type"],
+        "teacher_tokenizer": _tokenizer(cache / "teacher"),
+        "student_model_type": _read(run / "model" / "config.json")["model_type"],
+        "student_tokenizer": _tokenizer(run / "model"),
+        "student_init": " ".join(filter(None, [student.init, student.pretrained])),
+        "test_accuracy": test["accuracy"],
+        "label_loyalty": test["label_loyalty"],
+        "probability_loyalty": test["probability_loyalty"],
+        "words_dropped": alignment.get("train", {}).get("left_out"),
+        "saliency_loyalty": None,
+        "training_seconds": _read(run / "status.json")["seconds"]["training"],
+        "run": str(run),
+    }
+
+
+def _interval(interval: Interval, groups: list) -> dict:
+    return {
+        "difference": interval.difference,
+        "low": interval.low,
+        "high": interval.high,
+        "significant": interval.significant,
+        "pairs": interval.pairs,
+        "seeds": len(groups),
+        "seeds_needed": None if interval.significant else seeds_needed(groups, interval.difference),
+        "described": interval.describe(),
+    }
+
+
+def pairs(rows: list[dict]) -> dict:
+    """Per method with a control: its paired differences against the control and against
+    vanilla KD (where KD was trained) over the seeds both have, in test accuracy and label
+    loyalty (two-level bootstrap, 95 %), from the runs' per-example test predictions."""
+    tests = {
+        (r["method"], r["control"], r["seed"]): _read(Path(r["run"]) / "predictions.json")["test"]
+        for r in rows
+    }
+    out: dict[str, dict] = {}
+    for method in sorted({m for m, is_control, _ in tests if is_control}):
+        for name, other in (("control", (method, True)), ("kd", ("kd", False))):
+            seeds = sorted(
+                s for m, c, s in tests if (m, c) == (method, False) and (*other, s) in tests
+            )
+            if not seeds:
+                continue
+            a = [tests[method, False, s] for s in seeds]
+            b = [tests[(*other, s)] for s in seeds]
+            loyalty = [
+                [{"uids": t["uids"], "scores": t["label_loyalty"]} for t in x] for x in (a, b)
+            ]
+            found = {}
+            for metric, groups in (
+                ("test_accuracy", pair_predictions(a, b, by_seed=True)),
+                ("label_loyalty", pair_scores(*loyalty, by_seed=True)),
+            ):
+                found[metric] = _interval(two_level_bootstrap(groups), groups)
+            out.setdefault(method, {})[f"{method} − {name}"] = found
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--teacher-cache", required=True)
+    parser.add_argument("--teacher", help="complete the cache with each arm's missing fields")
+    parser.add_argument("--task", default="tweets")
+    parser.add_argument("--max-train-examples", type=int)
+    parser.add_argument("--max-eval-examples", type=int)
+    parser.add_argument("--max-length", type=int, default=128)
+    parser.add_argument("--init", default="pretrained")
+    parser.add_argument("--pretrained", default="minilm-l6")
+    parser.add_argument("--presets", default="kd,gkd")
+    parser.add_argument("--seeds", default="1,2,3")
+    parser.add_argument("--epochs", type=float, default=3)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", default="runs/llm-teacher")
+    args = parser.parse_args(argv)
+    setup(args.threads)
+    cache, out = Path(args.teacher_cache), Path(args.out)
+    presets, seeds = args.presets.split(","), [int(s) for s in args.seeds.split(",")]
+    data = DataConfig(
+        task=args.task,
+        max_train_examples=args.max_train_examples,
+        max_eval_examples=args.max_eval_examples,
+        max_length=args.max_length,
+    )
+    student = StudentConfig(init=args.init, pretrained=args.pretrained, teacher_cache=str(cache))
+    students = arms(presets)
+    if args.teacher:
+        with_teacher = StudentConfig(
+            init=args.init, pretrained=args.pretrained, teacher=args.teacher
+        )
+        for _, _, objective in students:
+            build_teacher_cache(data, with_teacher, objective, CacheConfig(), cache)
+    rows: list[dict] = []
+    started = time.perf_counter()
+    for seed in seeds:
+        for preset, is_control, objective in students:
+            name = f"{preset}{'-control' if is_control else ''}-s{seed}"
+            optim = OptimConfig(
+                epochs=args.epochs, batch_size=args.batch_size, seed=seed, threads=args.threads
+            )
+            run = distill(data, student, objective, optim, out / "runs" / name)
+            rows.append(row(run.path, cache, preset, is_control, seed, student))
+            write_results(
+                "llm-teacher",
+                {
+                    "settings": vars(args),
+                    "seconds": time.perf_counter() - started,
+                    "saliency_loyalty": SALIENCY_NOTE,
+                    "rows": rows,
+                    "pairs": pairs(rows),
+                },
+            )
+            print(table(rows[-1:], ["method", "control", "seed", "test_accuracy", "label_loyalty"]))
+    return rows
+
+
+if __name__ == "__main__":
+    main()

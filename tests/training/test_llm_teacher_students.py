@@ -1,0 +1,94 @@
+"""``bench/llm_teacher_students.py``: students of a teacher cache across tokenizers, one row per
+student matching its run's records, and paired intervals that agree with the runs' scores."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import bench.common
+from bench.llm_teacher_students import main
+from tests.conftest import write_tiny_workspace
+from tests.tiny_families import save_family_model
+
+pytestmark = pytest.mark.slow  # builds a cache and trains three students: seconds
+
+LABELS = ["negative", "neutral", "positive"]
+
+
+def _read(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def test_rows_and_pairs_match_the_runs(tmp_path, monkeypatch):
+    write_tiny_workspace(tmp_path)
+    save_family_model("llama", tmp_path / "llama", LABELS, seed=1)
+    save_family_model("bert", tmp_path / "bert", LABELS, seed=2)
+    monkeypatch.setattr(bench.common, "RESULTS", tmp_path / "results")
+    cache, out = tmp_path / "cache", tmp_path / "suite"
+    argv = [
+        "--teacher-cache",
+        str(cache),
+        "--teacher",
+        str(tmp_path / "llama"),  # completes the cache with each arm's fields
+        "--task",
+        str(tmp_path / "task"),
+        "--max-length",
+        "16",
+        "--pretrained",
+        str(tmp_path / "bert"),
+        "--presets",
+        "kd,gkd",
+        "--seeds",
+        "1",
+        "--epochs",
+        "0.2",
+        "--batch-size",
+        "16",
+        "--threads",
+        "1",
+        "--out",
+        str(out),
+    ]
+    rows = main(argv)
+    assert [(r["method"], r["control"], r["seed"]) for r in rows] == [
+        ("kd", False, 1),
+        ("gkd", False, 1),
+        ("gkd", True, 1),
+    ]
+    for r, name in zip(rows, ("kd-s1", "gkd-s1", "gkd-control-s1"), strict=True):
+        run = out / "runs" / name
+        test = _read(run / "results.json")["test"]
+        for metric in ("accuracy", "label_loyalty", "probability_loyalty"):
+            assert r[metric if metric != "accuracy" else "test_accuracy"] == test[metric]
+        # only a per-token term (GKD's, not its control's) compares on words
+        alignment = _read(run / "manifest.json").get("word_alignment")
+        assert (alignment is not None) == (name == "gkd-s1")
+        assert r["words_dropped"] == (alignment["train"]["left_out"] if alignment else None)
+        assert r["teacher_model_type"] == "llama" and r["student_model_type"] == "bert"
+        assert r["teacher_tokenizer"] != r["student_tokenizer"]
+        assert r["student_init"] == f"pretrained {tmp_path / 'bert'}"
+        assert r["saliency_loyalty"] is None
+    written = _read(tmp_path / "results" / "llm-teacher.json")
+    assert written["rows"] == rows
+    assert set(written["pairs"]) == {"gkd"}  # vanilla KD is its own control
+    test = {r["run"]: _read(Path(r["run"]) / "predictions.json")["test"] for r in rows}
+    gkd, control, kd = (test[r["run"]] for r in (rows[1], rows[2], rows[0]))
+    for name, other in (("gkd − control", control), ("gkd − kd", kd)):
+        found = written["pairs"]["gkd"][name]
+        assert other["uids"] == gkd["uids"]  # one test set, in one order
+        correct = [np.equal(t["predictions"], t["labels"]).mean() for t in (gkd, other)]
+        accuracy = found["test_accuracy"]
+        assert accuracy["difference"] == pytest.approx(correct[0] - correct[1])
+        assert accuracy["low"] <= accuracy["difference"] <= accuracy["high"]
+        assert accuracy["seeds"] == 1 and accuracy["pairs"] == len(gkd["uids"])
+        loyalty = found["label_loyalty"]["difference"]
+        assert loyalty == pytest.approx(
+            np.mean(gkd["label_loyalty"]) - np.mean(other["label_loyalty"])
+        )
+
+    # a second call reuses the finished runs: the same rows
+    assert [r["test_accuracy"] for r in main(argv)] == [r["test_accuracy"] for r in rows]
