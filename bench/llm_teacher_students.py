@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -65,8 +64,11 @@ def _read(path: Path) -> dict:
 
 
 def _tokenizer(folder: Path) -> str:
+    """``"BertTokenizer/WordPiece (30,522)"``: the class, its tokenizers model, its vocabulary."""
     tokenizer = load_tokenizer(str(folder))
-    return f"{type(tokenizer).__name__} ({len(tokenizer):,})"
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    model = f"/{type(backend.model).__name__}" if backend is not None else ""
+    return f"{type(tokenizer).__name__}{model} ({len(tokenizer):,})"
 
 
 def row(
@@ -174,7 +176,6 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
         for _, _, objective in students:
             build_teacher_cache(data, with_teacher, objective, CacheConfig(), cache)
     rows: list[dict] = []
-    started = time.perf_counter()
     for seed in seeds:
         for preset, is_control, objective in students:
             name = f"{preset}{'-control' if is_control else ''}-s{seed}"
@@ -187,7 +188,6 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
                 "llm-teacher",
                 {
                     "settings": vars(args),
-                    "seconds": time.perf_counter() - started,
                     "saliency_loyalty": SALIENCY_NOTE,
                     "rows": rows,
                     "pairs": pairs(rows),

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from transformers import AutoTokenizer
 
 import bench.common
 from bench.llm_teacher_students import main
@@ -69,7 +70,11 @@ def test_rows_and_pairs_match_the_runs(tmp_path, monkeypatch):
         assert (alignment is not None) == (name == "gkd-s1")
         assert r["words_dropped"] == (alignment["train"]["left_out"] if alignment else None)
         assert r["teacher_model_type"] == "llama" and r["student_model_type"] == "bert"
-        assert r["teacher_tokenizer"] != r["student_tokenizer"]
+        for side, folder in (("teacher", tmp_path / "llama"), ("student", tmp_path / "bert")):
+            tokenizer = AutoTokenizer.from_pretrained(folder)
+            assert r[f"{side}_tokenizer"].endswith(f" ({len(tokenizer):,})")
+        assert r["teacher_tokenizer"].split(" ")[0].endswith("/BPE")
+        assert r["student_tokenizer"].split(" ")[0].endswith("/WordPiece")
         assert r["student_init"] == f"pretrained {tmp_path / 'bert'}"
         assert r["saliency_loyalty"] is None
     written = _read(tmp_path / "results" / "llm-teacher.json")
