@@ -21,6 +21,7 @@ from tests.conftest import (
     tiny_tokenizer,
     word_batches,
 )
+from tests.tolerances import float32_floor
 from workbench.core.config import (
     DataConfig,
     ObjectiveConfig,
@@ -96,7 +97,11 @@ def test_accumulated_micro_batches_make_the_step_of_the_batch(folders):
         assert keys == {key for key in three if key.startswith(measured)}
         assert "grad_norm/total" in keys and any(k.startswith("grad_share/") for k in keys)
         for key in keys:
-            assert three[key] == pytest.approx(one[key], rel=1e-5, abs=1e-8), key
+            # a term near 0 (KD between near-equal distributions) carries the rounding of the
+            # figures of its family (the loss values, ~1): float32's, not a relative bound's
+            family = [one[k] for k in keys if k.startswith(key.split("/")[0])]
+            floor = float32_floor(*family)
+            assert three[key] == pytest.approx(one[key], rel=1e-5, abs=floor), key
 
 
 def test_accumulation_must_divide_the_batch(folders, tmp_path):
