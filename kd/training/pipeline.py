@@ -527,11 +527,15 @@ def teacher_caches(
 
 
 def read_teacher_caches(
-    folder: Path, encoded: dict[str, EncodedSplit], keys: dict[str, tuple[list[str], dict]]
+    folder: Path,
+    record: CacheRecord,
+    encoded: dict[str, EncodedSplit],
+    keys: dict[str, tuple[list[str], dict]],
 ) -> dict[str, ExampleCache]:
-    """The caches of ``keys`` that ``kdw cache`` built in ``folder``; one it lacks (built for
-    another objective, student tokenizer or length) is one line naming what differs."""
-    built = read_record(folder).files
+    """The caches of ``keys`` that ``kdw cache`` built in ``folder`` (whose record is
+    ``record``); one it lacks (built for another objective, student tokenizer or length) is one
+    line naming what differs."""
+    built = record.files
     caches = {}
     for split, (fields, key) in keys.items():
         path = cache_path(folder, f"teacher-{split}", key)
@@ -736,7 +740,9 @@ def distill(
     if inputs.alignment is not None:
         manifest["word_alignment"] = inputs.alignment
     if from_cache:  # read, and a cache it lacks refused, before the run folder is written
-        caches = read_teacher_caches(Path(teacher.source), teacher_encoded, inputs.keys)
+        caches = read_teacher_caches(
+            Path(teacher.source), setup.cache, teacher_encoded, inputs.keys
+        )
     with distributed.run_folder(run_dir, record, manifest) as run:
         status = run.status()
         if status.state == "finished":
