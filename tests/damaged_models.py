@@ -7,7 +7,9 @@ saved by transformers, then damaged."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
@@ -69,6 +71,26 @@ def _cut(folder: Path) -> None:
     path.write_bytes(path.read_bytes()[:20])
 
 
+def _special(name: str, make: Callable[[Path], None]) -> Callable[[Path], None]:
+    """``name`` replaced by a file that is not a regular one (``make`` makes it)."""
+
+    def damage(folder: Path) -> None:
+        path = folder / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+        make(path)
+
+    return damage
+
+
+def _deep(folder: Path) -> None:
+    """config.json nested 100 000 deep: JSON that Python's parser cannot recurse into."""
+    (folder / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+
+
+LOOP = "[Errno 40] Too many levels of symbolic links"
 LAYER = "bert.encoder.layer"
 # (id, damage, the error after "kdw: error: ", {d}: the folder)
 CASES = [
@@ -177,6 +199,42 @@ CASES = [
         "bert.embeddings.position_embeddings.weight, bert.embeddings.token_type_embeddings.weight "
         f"and 70 more hold NaN or infinite values: {REMEDY}",
     ),
+    (
+        "weights that are a pipe",
+        _special("model.safetensors", os.mkfifo),
+        f"the model file {{d}}/model.safetensors is a pipe: {REMEDY}",
+    ),
+    (
+        "weights in a link loop",
+        _special("model.safetensors", lambda path: path.symlink_to(path.name)),
+        f"the model file {{d}}/model.safetensors: cannot read it ({LOOP}: "
+        f"'{{d}}/model.safetensors'): {REMEDY}",
+    ),
+    (
+        "a tokenizer linked to dev-zero",
+        _special("tokenizer.json", lambda path: path.symlink_to("/dev/zero")),
+        f"the model file {{d}}/tokenizer.json is a device: {REMEDY}",
+    ),
+    (
+        "a tokenizer that is a folder",
+        _special("tokenizer.json", lambda path: path.mkdir()),
+        f"the model file {{d}}/tokenizer.json is a folder: {REMEDY}",
+    ),
+    (
+        "a vocabulary that is a pipe",
+        _special("vocab.txt", os.mkfifo),
+        f"the model file {{d}}/vocab.txt is a pipe: {REMEDY}",
+    ),
+    (
+        "a config linked to dev-urandom",
+        _special("config.json", lambda path: path.symlink_to("/dev/urandom")),
+        f"the model file {{d}}/config.json is a device: {REMEDY}",
+    ),
+    (
+        "a config nested too deep",
+        _deep,
+        "the model config {d}/config.json: JSON nested too deep to read",
+    ),
 ]
 IDS = [case[0] for case in CASES]
 # found from config.json and the safetensors headers, before any weight is read
@@ -188,12 +246,36 @@ HEADER_CASES = [
 ]
 # found from config.json and the safetensors headers alone, without building a model: refused
 # before torch and transformers are imported
+SPECIAL_CASES = [
+    "weights that are a pipe",
+    "weights in a link loop",
+    "a tokenizer linked to dev-zero",
+    "a tokenizer that is a folder",
+    "a vocabulary that is a pipe",
+    "a config linked to dev-urandom",
+]
 FILE_CASES = [
     "a cut weights file",
     "labels with a gap",
     "two labels of one name",
     "num_labels against id2label",
+    *SPECIAL_CASES,
+    "a config nested too deep",
 ]
+
+
+def _copy_entry(source: str, target: str) -> None:
+    """A file of a damaged folder copied as it is: a pipe made anew (copying would open it)."""
+    if stat.S_ISFIFO(os.stat(source).st_mode):
+        os.mkfifo(target)
+    else:
+        shutil.copy2(source, target)
+
+
+def copy_case(source: Path, target: Path) -> None:
+    """A copy of the (damaged) folder ``source`` at ``target``: links stay links (a link to
+    ``/dev/zero`` is never read) and pipes stay pipes."""
+    shutil.copytree(source, target, symlinks=True, copy_function=_copy_entry)
 
 
 def build(work: Path) -> Path:

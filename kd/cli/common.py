@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import typing
 from collections.abc import Iterable, Sequence
@@ -106,9 +107,8 @@ def check_local_models(args: argparse.Namespace) -> None:
     """Check the ``config.json`` (bounded read, labels) and the safetensors headers of each
     local model folder a command names (a classifier's folder or a run's model) before torch and
     transformers load; the load checks the rest."""
-    from workbench.core.files import check_weights
     from workbench.core.runs import RUN_FILE, Run
-    from workbench.core.verify import REMEDY, check_config_file
+    from workbench.core.verify import check_config_file, check_model_files
 
     named = []
     for option in ("teacher", "model", "run", "runs", "models"):
@@ -121,8 +121,8 @@ def check_local_models(args: argparse.Namespace) -> None:
         if (path / RUN_FILE).is_file():  # a run: its best model, with the run's remedy
             Run(path).check_model()
             path = Run(path).model_dir
-        elif (path / "config.json").is_file():
-            check_weights(path, REMEDY)
+        elif os.path.lexists(path / "config.json"):  # a pipe or a loop too: refused by name
+            check_model_files(path)
         if (path / "config.json").is_file():
             check_config_file(path)
 

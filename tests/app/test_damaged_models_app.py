@@ -9,9 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.damaged_models import HEADER_CASES, IDS, build, error
-from workbench.app.catalog import discover_runs, model_entry
+from tests.damaged_models import HEADER_CASES, IDS, build, copy_case, error
+from workbench.app.catalog import (
+    ADDED_FILE,
+    added_entries,
+    added_sources,
+    discover_runs,
+    model_entry,
+    remove_added,
+)
 from workbench.app.launch import ENTRY
+from workbench.core.files import atomic_write_json, user_cache
+from workbench.core.runs import RUN_REMEDY
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +35,7 @@ def test_the_catalog_lists_a_broken_folder_in_one_line_beside_the_others(work, t
     root = tmp_path / "runs"
     shutil.copytree(work / "good", root / "good")
     for case in IDS:
-        shutil.copytree(work / "cases" / case, root / case)
+        copy_case(work / "cases" / case, root / case)
     entries = {entry.name: entry for entry in discover_runs(root)}
     assert sorted(entries) == sorted(["good", *IDS])
     assert entries["good"].usable
@@ -43,7 +52,7 @@ def test_every_page_draws_beside_damaged_model_folders(work, tmp_path, monkeypat
     root = tmp_path / "runs"
     shutil.copytree(work / "good", root / "good")
     for case in IDS:
-        shutil.copytree(work / "cases" / case, root / case)
+        copy_case(work / "cases" / case, root / case)
     monkeypatch.setenv("KDW_RUNS", str(root))
     at = AppTest.from_file(str(ENTRY), default_timeout=120).run()
     assert not at.exception, [e.value for e in at.exception]
@@ -64,3 +73,66 @@ def test_every_page_draws_beside_damaged_model_folders(work, tmp_path, monkeypat
     at.selectbox(key="train.details").set_value("labels with a gap").run()
     shown = [m.value.replace("\\", "") for m in at.error]
     assert shown == [error("labels with a gap", work).replace(str(work / "cases"), str(root))]
+
+
+def test_an_added_entry_the_catalog_cannot_open_is_one_line_and_can_be_removed(
+    work, tmp_path, monkeypatch
+):
+    """A name too long for the file system, a NUL in a name (no path: a hub id), a run folder
+    whose record is nested too deep and a folder whose weights link in a loop are each one entry
+    with its problem (never an error that stops the pages), named in at most 80 characters, and
+    each can be removed."""
+    monkeypatch.setenv("KDW_CACHE", str(tmp_path / "cache"))
+    deep = tmp_path / "deep"
+    deep.mkdir()
+    (deep / "run.json").write_text("[" * 100_000 + "]" * 100_000)
+    loop = tmp_path / "loop"
+    copy_case(work / "cases" / "weights in a link loop", loop)
+    long = "x" * 5000
+    sources = [long, "a\0b", str(deep), str(loop)]
+    for source in sources:
+        _add(source)
+    assert added_sources() == sources
+    entries = {source: added_entries(source) for source in sources}
+    assert [len(found) for found in entries.values()] == [1, 1, 1, 1]
+    problems = {source: found[0].problem for source, found in entries.items()}
+    assert problems.pop("a\0b").startswith("cannot load the config of 'a\\x00b': ")  # a hub id
+    assert problems == {
+        long: "cannot be read (File name too long)",
+        str(deep): f"run file {deep / 'run.json'}: JSON nested too deep to read: {RUN_REMEDY}",
+        str(loop): error("weights in a link loop", work).replace(
+            str(work / "cases" / "weights in a link loop"), str(loop)
+        ),
+    }
+    assert entries[long][0].name == "x" * 79 + "…"
+    for source in sources:
+        remove_added(source)
+    assert added_sources() == []
+
+
+def _add(source: str) -> None:
+    path = user_cache() / ADDED_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, [*added_sources(), source])
+
+
+@pytest.mark.slow
+def test_the_app_draws_beside_added_entries_it_cannot_open_and_removes_them(
+    work, tmp_path, monkeypatch
+):
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("KDW_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("KDW_RUNS", str(tmp_path / "runs"))
+    copy_case(work / "cases" / "weights that are a pipe", tmp_path / "runs" / "pipe")
+    for source in ("x" * 5000, str(work / "cases" / "a config nested too deep")):
+        _add(source)
+    at = AppTest.from_file(str(ENTRY), default_timeout=120).run()
+    assert not at.exception, [e.value for e in at.exception]
+    captions = " ".join(c.value for c in at.sidebar.caption).replace("\\", "")
+    assert "pipe: the model file" in captions
+    assert "nested too deep" in captions and "File name too long" in captions
+    for _ in range(2):
+        at.sidebar.button(key="models.remove.0").click().run()
+        assert not at.exception, [e.value for e in at.exception]
+    assert added_sources() == []

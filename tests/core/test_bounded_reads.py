@@ -18,7 +18,7 @@ import pytest
 from tests.conftest import kdw_here, write_tiny_runs
 from workbench.app.catalog import discover_runs
 from workbench.core.errors import WorkbenchError
-from workbench.core.files import LOG_LIMIT, RECORD_LIMIT
+from workbench.core.files import LOG_LIMIT, RECORD_LIMIT, hold
 from workbench.core.runs import RUN_REMEDY, STATUS_REMEDY, Run
 
 
@@ -112,3 +112,61 @@ def test_the_catalog_lists_a_run_whose_records_link_to_devices(work, tmp_path):
     assert entries["teacher"].usable and entries["student"].usable  # the model stays usable
     assert len(entries["teacher"].notes) == 3
     assert all("is a device: give a regular file" in note for note in entries["teacher"].notes)
+
+
+DEEP = "[" * 100_000 + "]" * 100_000  # JSON that Python's parser cannot recurse into
+
+
+def test_records_nested_too_deep_are_one_line_and_listed_beside_the_runs(work, tmp_path):
+    root = tmp_path / "runs"
+    root.mkdir()
+    run = _copy(work, root)
+    (run / "status.json").write_text(DEEP)
+    deep = root / "deep"
+    deep.mkdir()
+    (deep / "run.json").write_text(DEEP)
+    with pytest.raises(WorkbenchError) as raised:
+        Run(run).status()
+    assert str(raised.value) == (
+        f"run file {run / 'status.json'}: JSON nested too deep to read: {STATUS_REMEDY}"
+    )
+    entries = {entry.name: entry for entry in discover_runs(root)}
+    assert entries["deep"].problem == (
+        f"run file {deep / 'run.json'}: JSON nested too deep to read: {RUN_REMEDY}"
+    )
+    assert entries["teacher"].usable
+    assert entries["teacher"].notes == [str(raised.value)]
+
+
+def test_a_lock_linked_to_dev_zero_is_never_read(work, tmp_path):
+    run = _copy(work, tmp_path)
+    (run / ".lock").symlink_to("/dev/zero")
+    start = time.perf_counter()
+    with bounded_memory():
+        assert Run(run).writer() is None
+        with pytest.raises(WorkbenchError) as raised, hold(run / ".lock", "the run"):
+            pass
+    assert time.perf_counter() - start < 5
+    assert str(raised.value) == (
+        f"{run / '.lock'} is a link, not a lock file: remove it and run the command again"
+    )
+
+
+def test_a_checkpoint_or_a_cache_file_that_is_a_pipe_is_refused_without_opening_it(tmp_path):
+    from workbench.core.cache import CACHE_REMEDY, ExampleCache
+
+    run = Run(tmp_path / "run")
+    run.path.mkdir()
+    os.mkfifo(run.checkpoint)  # torch.load would wait for a writer forever
+    with pytest.raises(WorkbenchError) as raised:
+        run.load_checkpoint("cpu")
+    assert str(raised.value) == (
+        f"the checkpoint {run.checkpoint} is a pipe: delete it to train this run again from "
+        "step 0 (the same command), or choose another --run-dir"
+    )
+    os.mkfifo(tmp_path / "train.safetensors")
+    with pytest.raises(WorkbenchError) as raised:
+        ExampleCache.load(tmp_path / "train.safetensors")
+    assert str(raised.value) == (
+        f"the cache file {tmp_path / 'train.safetensors'} is a pipe: {CACHE_REMEDY}"
+    )

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kd.training.teacher_cache import CACHE_FILE, TEACHER_FOLDER, is_cache, read_record
-from workbench.core.errors import WorkbenchError
-from workbench.core.files import RECORD_LIMIT, read_json_file, user_cache
+from workbench.core.errors import WorkbenchError, first_line
+from workbench.core.files import RECORD_LIMIT, atomic_write_json, read_json_file, user_cache
 from workbench.core.runs import RUN_FILE, ResolvedTeacher, Run, RunRecord, RunStatus, teacher_change
 
 RUNS_ENV = "KDW_RUNS"
@@ -119,17 +120,54 @@ class RunEntry:
         return str(self.path), self.stamp(), str(self.task_of or "")
 
 
+NAME_SHOWN = 80  # characters of an entry's name the pages show (a longer one is cut)
+
+
+def shown_name(name: str) -> str:
+    """``name`` as the pages show it: cut to :data:`NAME_SHOWN` characters, marked with '…'."""
+    return name if len(name) <= NAME_SHOWN else name[: NAME_SHOWN - 1] + "…"
+
+
+def _modified(path: Path) -> int:
+    """When ``path`` (a link: its target, else the link itself) last changed, in ns."""
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:  # a link in a loop or to nothing: its problem is said by the checks
+        return path.lstat().st_mtime_ns
+
+
 def model_entry(source: str, name: str | None = None) -> RunEntry:
     """A classifier the workbench did not train (a folder or a hub id) as the pages list it,
-    with its problem (not a sequence classifier, no tokenizer, an unsupported family) in one
-    line; its weights are read only when a page loads it, its folder once per change of it."""
+    with its problem (not a sequence classifier, no tokenizer, an unsupported family, a file
+    that is not a regular file) in one line; its weights are read only when a page loads it,
+    its folder once per change of it."""
+    folder = Path(source)
+    shown = shown_name(name or folder.name)
+    return _guarded(folder, shown, lambda: [_model_entry(source, shown)])[0]
+
+
+def _model_entry(source: str, name: str) -> RunEntry:
     folder = Path(source)
     files = (folder, *folder.glob("*")) if folder.is_dir() else ()
-    stamp = max((p.stat().st_mtime_ns for p in files), default=0)
+    stamp = max((_modified(p) for p in files), default=0)
     origin = "model folder" if folder.exists() else "hub"
-    return RunEntry(
-        folder, name or folder.name, origin=origin, problem=_checked_model(source, stamp)
-    )
+    return RunEntry(folder, name, origin=origin, problem=_checked_model(source, stamp))
+
+
+def _guarded(path: Path, name: str, entries: Callable[[], list[RunEntry]]) -> list[RunEntry]:
+    """``entries()``, or one entry of ``path`` named ``name`` with the problem that stopped
+    it in one line: a folder or an added name the catalog cannot read (a name too long for the
+    file system, a NUL in it, a link in a loop, an unreadable folder, JSON nested too deep)
+    never stops the pages that list it."""
+    try:
+        return entries()
+    except WorkbenchError as error:
+        problem = str(error)
+    except OSError as error:
+        problem = f"cannot be read ({error.strerror or first_line(error)})"
+    except (ValueError, RecursionError) as error:
+        problem = f"cannot be read ({first_line(error)})"
+    return [RunEntry(path, name, problem=problem)]
 
 
 def cache_entry(folder: Path, name: str) -> RunEntry:
@@ -229,7 +267,8 @@ def _entry(root: Path, folder: Path) -> RunEntry:
 
 def is_model_folder(folder: Path) -> bool:
     """A Hugging Face checkpoint folder that is no run: ``config.json`` and no ``run.json``."""
-    return (folder / "config.json").is_file() and not (folder / RUN_FILE).exists()
+    config = folder / "config.json"  # a pipe, a device or a loop too: listed with its problem
+    return os.path.lexists(config) and not (folder / RUN_FILE).exists()
 
 
 def _listable(folder: Path) -> bool:
@@ -239,10 +278,16 @@ def _listable(folder: Path) -> bool:
 
 def _folder_entry(root: Path, folder: Path) -> RunEntry:
     """The entry of a folder under ``root``, named by its path there."""
-    name = folder.relative_to(root).as_posix()
-    if is_cache(folder):
-        return cache_entry(folder, name)
-    return model_entry(str(folder), name) if is_model_folder(folder) else _entry(root, folder)
+    name = shown_name(folder.relative_to(root).as_posix())
+
+    def entry() -> list[RunEntry]:
+        if is_cache(folder):
+            return [cache_entry(folder, name)]
+        if is_model_folder(folder):
+            return [model_entry(str(folder), name)]
+        return [_entry(root, folder)]
+
+    return _guarded(folder, name, entry)[0]
 
 
 def _subfolders(folder: Path) -> list[Path]:
@@ -272,11 +317,14 @@ def discover_runs(root: Path) -> list[RunEntry]:
         return []
     entries = []
     for folder in _subfolders(root):
-        inner = _subfolders(folder)
-        if _listable(folder) or not any(_listable(p) for p in inner):
-            entries.append(_folder_entry(root, folder))
-        else:
-            entries.extend(_folder_entry(root, p) for p in inner)
+
+        def level(folder: Path = folder) -> list[RunEntry]:
+            inner = _subfolders(folder)
+            if _listable(folder) or not any(_listable(p) for p in inner):
+                return [_folder_entry(root, folder)]
+            return [_folder_entry(root, p) for p in inner]
+
+        entries += _guarded(folder, shown_name(folder.name), level)
     return entries
 
 
@@ -299,17 +347,28 @@ def added_sources() -> list[str]:
     return [s for s in value if isinstance(s, str)] if isinstance(value, list) else []
 
 
+def remove_added(source: str) -> None:
+    """Forget ``source``, added in the sidebar (whatever its problem: it is never opened)."""
+    kept = [s for s in added_sources() if s != source]
+    atomic_write_json(user_cache() / ADDED_FILE, kept)
+
+
 def added_entries(source: str) -> list[RunEntry]:
     """What a folder or hub id added in the app gives: a run folder its run, a folder of runs
     its runs and model folders (:func:`discover_runs`, named under the folder's name), a
     teacher cache folder its cache, a classifier folder or hub id its model; then the teacher
     (or teacher cache) of each student among them that is not, from the student's record,
-    wherever it lives. A folder that is none of these is one entry with its problem."""
+    wherever it lives. A folder that is none of these, or that cannot be read (:func:`_guarded`),
+    is one entry with its problem."""
+    return _guarded(Path(source), shown_name(source), lambda: _added_entries(source))
+
+
+def _added_entries(source: str) -> list[RunEntry]:
     path = Path(source).expanduser()
     if (path / RUN_FILE).is_file():
         entries = [_entry(path.parent, path)]
     elif is_cache(path):
-        entries = [cache_entry(path, source)]
+        entries = [cache_entry(path, shown_name(source))]
     elif path.is_dir() and not is_model_folder(path):
         entries = named_under(discover_runs(path), path)
         if not entries:
@@ -317,7 +376,7 @@ def added_entries(source: str) -> list[RunEntry]:
                 f"{source} holds no run folder (run.json) and no model folder (config.json), "
                 "nor any one level down: add a run folder, a folder of runs or a model folder"
             )
-            return [RunEntry(path, source, problem=problem)]
+            return [RunEntry(path, shown_name(source), problem=problem)]
     else:
         return [model_entry(source, source)]
     listed = {e.path.resolve() for e in entries}

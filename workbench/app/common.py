@@ -38,9 +38,11 @@ from workbench.app.catalog import (
     added_sources,
     discover_runs,
     named_under,
+    remove_added,
     runs_root,
     runs_roots,
     same_folder,
+    shown_name,
 )
 from workbench.app.forms import config_widgets, fixed
 from workbench.app.jobs import live_label, shown_runs
@@ -92,8 +94,17 @@ def runs() -> list[RunEntry]:
         entries += added_entries(source)
     unique: dict[Path, RunEntry] = {}
     for entry in entries:
-        unique.setdefault(entry.path.resolve() if entry.path.exists() else entry.path, entry)
+        unique.setdefault(_identity(entry.path), entry)
     return list(unique.values())
+
+
+def _identity(path: Path) -> Path:
+    """``path`` resolved where it exists, else as given (a hub id, a name the file system
+    cannot take)."""
+    try:
+        return path.resolve() if path.exists() else path
+    except (OSError, ValueError):
+        return path
 
 
 def _add_model() -> None:
@@ -132,6 +143,16 @@ def runs_sidebar() -> None:
     )
     if st.session_state.get(ADDED_NOTE):
         st.sidebar.caption(plain(st.session_state[ADDED_NOTE]))
+    added = added_sources()
+    if added:  # each can be forgotten, whatever its problem
+        with st.sidebar.expander(f"Added ({len(added)})"):
+            for index, source in enumerate(added):
+                st.button(
+                    plain(f"Remove {shown_name(source)}"),
+                    key=f"models.remove.{index}",
+                    on_click=remove_added,
+                    args=(source,),
+                )
     for entry in entries:
         for problem in filter(None, [entry.problem, *entry.notes]):
             st.sidebar.caption(":material/warning: " + plain(f"{entry.name}: {problem}"))

@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 
 from workbench.core.data import EncodedSplit, collate, to_device
 from workbench.core.errors import WorkbenchError, first_line
-from workbench.core.files import atomic_path
+from workbench.core.files import atomic_path, regular_file
 from workbench.core.shards import Shard
 
 BatchFunction = Callable[[dict[str, Tensor]], dict[str, Tensor]]
@@ -155,6 +155,7 @@ class ExampleCache:
         ``examples`` than the split's is a one-line error naming it."""
         from safetensors import SafetensorError
 
+        regular_file(path, "the cache file", CACHE_REMEDY)  # a pipe would block the reader
         try:
             tensors = load_file(str(path))
         except (SafetensorError, OSError) as error:
@@ -302,6 +303,7 @@ def _load_piece(path: Path) -> tuple[Rows, dict[str, float]]:
     """The rows and field seconds :func:`_save_piece` wrote; a damaged piece is one line."""
     from safetensors import SafetensorError, safe_open
 
+    regular_file(path, "the cache piece", "delete it, and it is computed again")
     try:
         with safe_open(str(path), "pt") as file:
             seconds = json.loads((file.metadata() or {}).get("seconds", "{}"))

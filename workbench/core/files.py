@@ -87,20 +87,6 @@ def local_path(name: str, *, hub_ids: bool = False) -> Path | None:
     return path if path.exists() else None
 
 
-def check_weights(folder: str | Path, remedy: str) -> None:
-    """Refuse a model folder whose ``*.safetensors`` files are damaged: each file's header is
-    read and must cover the file exactly (a truncated copy fails here in milliseconds, with a
-    one-line error naming the file and ending in ``remedy``, not inside ``from_pretrained``)."""
-    from safetensors import SafetensorError, safe_open
-
-    for path in sorted(Path(folder).glob("*.safetensors")):
-        try:
-            with safe_open(str(path), framework="numpy"):  # numpy: torch not imported
-                pass
-        except (SafetensorError, OSError) as error:
-            raise WorkbenchError(f"{path} is damaged ({first_line(error)}): {remedy}") from None
-
-
 def _not_regular(mode: int) -> str | None:
     """What a file of ``mode`` is when it is not a regular file (None when it is one)."""
     if stat.S_ISREG(mode):
@@ -111,17 +97,19 @@ def _not_regular(mode: int) -> str | None:
     return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
-def regular_file(path: str | Path, what: str) -> Path:
+def regular_file(path: str | Path, what: str, remedy: str = "") -> Path:
     """``path`` (links followed) if it is a regular file, else a one-line error naming ``what``
-    (an option, a task's split), found without opening it: a pipe or a device would block the
-    reader forever or never end."""
+    (an option, a task's split) and ending in ``remedy`` where given, found without opening it:
+    a pipe or a device would block the reader forever or never end, a link in a loop names its
+    error."""
     path = Path(path)
+    tail = f": {remedy}" if remedy else ""
     try:
         kind = _not_regular(path.stat().st_mode)
     except OSError as error:
-        raise WorkbenchError(f"{what} {path}: cannot read it ({first_line(error)})") from None
+        raise WorkbenchError(f"{what} {path}: cannot read it ({first_line(error)}){tail}") from None
     if kind:
-        raise WorkbenchError(f"{what} {path} is {kind}: give a regular file")
+        raise WorkbenchError(f"{what} {path} is {kind}: {remedy or 'give a regular file'}")
     return path
 
 
@@ -178,6 +166,16 @@ def check_format(record: Any, where: str | Path, remedy: str) -> None:
         )
 
 
+def parse_json(data: bytes | str, where: str) -> Any:
+    """The JSON value of ``data``; a value nested deeper than the parser recurses (about a
+    thousand levels, far past any file the workbench reads) is a one-line error naming
+    ``where``, not a RecursionError that stops the caller (and the app with it)."""
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise WorkbenchError(f"{where}: JSON nested too deep to read") from None
+
+
 def read_json_file(path: str | Path, limit: int, what: str) -> Any:
     """The JSON value in the file ``path`` (at most ``limit`` bytes, :func:`read_limited`);
     a missing, unreadable, non-UTF-8 or non-JSON file is a one-line error naming ``what``."""
@@ -185,7 +183,7 @@ def read_json_file(path: str | Path, limit: int, what: str) -> Any:
     if not path.exists():
         raise WorkbenchError(f"{what} {path}: no such file")
     try:
-        return json.loads(read_limited(path, limit, what))
+        return parse_json(read_limited(path, limit, what), f"{what} {path}")
     except json.JSONDecodeError as error:
         raise WorkbenchError(f"{what} {path}: not JSON ({error})") from None
     except UnicodeDecodeError:
@@ -298,6 +296,30 @@ def remove_stale_temporaries(folder: Path) -> None:
                 shutil.rmtree(path, ignore_errors=True)
 
 
+LOCK_LIMIT = 64  # bytes of a lock file: a process id and a newline
+
+
+def lock_kind(path: Path) -> str | None:
+    """What the lock file ``path`` is when it is not a regular file of its own (a link, a pipe,
+    a device, a folder), None when it is one or does not exist."""
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return None
+    return "a link" if stat.S_ISLNK(mode) else _not_regular(mode)
+
+
+def lock_holder(path: Path) -> str:
+    """The process id written in the lock file ``path`` ("" where there is none or it cannot
+    be read: it is read bounded, and only from a regular file of its own)."""
+    if lock_kind(path):
+        return ""
+    try:
+        return read_limited(path, LOCK_LIMIT, "the lock").decode("ascii", "replace").strip()
+    except WorkbenchError:
+        return ""
+
+
 @contextmanager
 def hold(lock_path: Path, what: str) -> Iterator[None]:
     """Hold the lock file ``lock_path`` exclusively while the block runs, this process's id
@@ -311,11 +333,16 @@ def hold(lock_path: Path, what: str) -> Iterator[None]:
         os.pwrite(descriptor, f"{os.getpid()}\n".encode(), 0)
 
     lock_path.parent.mkdir(parents=True, exist_ok=True)
+    kind = lock_kind(lock_path)
+    if kind:
+        raise WorkbenchError(
+            f"{lock_path} is {kind}, not a lock file: remove it and run the command again"
+        )
     lock = FileLock(lock_path, blocking=False, on_acquired=write_pid)
     try:
         lock.acquire()
     except Timeout:
-        holder = lock_path.read_text().strip() or "?"  # "?": it has not written its id yet
+        holder = lock_holder(lock_path) or "?"  # "?": it has not written its id yet
         raise WorkbenchError(
             f"{what} is in use by process {holder}: wait for it to end, or stop it and run "
             "the command again"

@@ -40,7 +40,7 @@ from workbench.core.config import DataConfig, parse_label_map
 from workbench.core.data import TaskData, TaskSpec, load_task
 from workbench.core.data.splits import METRICS_CLASSIFICATION
 from workbench.core.errors import WorkbenchError, first_line
-from workbench.core.files import check_weights, local_path, user_cache
+from workbench.core.files import local_path, user_cache
 from workbench.core.hub import hub_reachable, hub_unreachable
 from workbench.core.names import BUILTIN_MODELS
 from workbench.core.parts import LAST, embedding_modules, embeddings_module, head_output, parts_of
@@ -48,10 +48,10 @@ from workbench.core.parts import encoder_layers as encoder_layers  # public here
 from workbench.core.parts import layer_count as layer_count
 from workbench.core.runs import Run
 from workbench.core.verify import (
-    REMEDY,
     SENTENCEPIECE_FILES,
     check_config_file,
     check_loaded,
+    check_model_files,
     check_model_folder,
     listed,
 )
@@ -125,7 +125,7 @@ def _from_pretrained(
     source = resolve_model(name)
     model_load = load == AutoModelForSequenceClassification.from_pretrained
     if Path(source).is_dir():
-        check_weights(source, REMEDY)
+        check_model_files(source)
         check_config_file(source)
     cache_only = not Path(source).exists() and not hub_reachable()
     try:

@@ -56,10 +56,12 @@ from workbench.core.files import (
     atomic_write_json,
     check_format,
     check_parents,
-    check_weights,
     hold,
+    lock_holder,
+    parse_json,
     read_json_lines,
     read_limited,
+    regular_file,
     remove_stale_temporaries,
     with_format,
     write_json_lines,
@@ -417,7 +419,9 @@ class Run:
 
     def check_model(self) -> None:
         """Refuse a run whose best model (``model/``) is damaged, naming the file."""
-        check_weights(
+        from workbench.core.verify import check_model_files
+
+        check_model_files(
             self.model_dir, "the run's best model is lost: train the run again in a new --run-dir"
         )
 
@@ -429,8 +433,8 @@ class Run:
         if not path.exists():
             raise WorkbenchError(f"{path} is missing: the run folder is incomplete")
         try:
-            value = json.loads(read_limited(path, RECORD_LIMIT, "run file"))
-        except WorkbenchError as error:  # a device, a pipe, a file past the limit
+            value = parse_json(read_limited(path, RECORD_LIMIT, "run file"), f"run file {path}")
+        except WorkbenchError as error:  # a device, a pipe, a file past the limit, too deep
             raise WorkbenchError(f"{error}: {remedy}") from None
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
             reason = error.msg if isinstance(error, json.JSONDecodeError) else "not UTF-8"
@@ -502,8 +506,8 @@ class Run:
         """The id of the process that holds the run's lock (``.lock``) and is alive, None when
         no live process does (the lock dies with its process; its id stays in the file)."""
         try:
-            pid = int((self.path / LOCK_FILE).read_text().strip())
-        except (OSError, ValueError):
+            pid = int(lock_holder(self.path / LOCK_FILE))
+        except ValueError:
             return None
         try:
             with suppress(PermissionError):  # alive, another user's
@@ -576,6 +580,7 @@ class Run:
             "delete it to train this run again from step 0 (the same command), or choose "
             "another --run-dir"
         )
+        regular_file(self.checkpoint, "the checkpoint", remedy)  # a pipe would block torch
         try:
             with warnings.catch_warnings():  # torch warns of pickle protocols it reads
                 warnings.simplefilter("ignore")

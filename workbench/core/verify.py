@@ -20,6 +20,7 @@ head for the task: the one deliberate exception, said in a note.
 from __future__ import annotations
 
 import copy
+import fnmatch
 import functools
 import hashlib
 import math
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.core.errors import WorkbenchError, first_line, listed
-from workbench.core.files import read_json_file, read_limited
+from workbench.core.files import read_json_file, read_limited, regular_file
 
 CONFIG_LIMIT = 1 << 20  # bytes of a model's config.json
 TOKENIZER_LIMIT = 64 << 20  # bytes of a tokenizer's vocabulary file (tokenizer.json, vocab.*)
@@ -42,6 +43,50 @@ _LAYER_INDEX = re.compile(r"^(.+?)\.(\d+)\.")
 
 def _count(items: Sequence[Any], noun: str) -> str:
     return f"{len(items)} {noun}{'' if len(items) == 1 else 's'}"
+
+
+# --------------------------------------------------------------------------- the folder's files
+
+# the files of a model folder that the workbench or transformers opens, by name, and the most
+# bytes each may hold (None: weights, mapped or streamed rather than read whole); the first
+# pattern that matches a name counts, and other entries (a README, sub-folders) are not opened
+MODEL_FILES = (
+    ("config.json", CONFIG_LIMIT),
+    ("*.safetensors", None),
+    ("*.bin", None),
+    ("*.pt", None),
+    ("*.pth", None),
+    ("*.json", TOKENIZER_LIMIT),  # tokenizer files, a weights index, the generation config
+    ("*.txt", TOKENIZER_LIMIT),  # vocab.txt, merges.txt
+    ("*.model", TOKENIZER_LIMIT),  # SentencePiece models
+    ("*.jinja", TOKENIZER_LIMIT),  # a chat template
+)
+
+
+def check_model_files(folder: str | Path, remedy: str = REMEDY) -> None:
+    """Refuse a model folder with a file the workbench or transformers would open
+    (:data:`MODEL_FILES`) that is not a regular file — a pipe, a device, a folder, a link in a
+    loop: checked without opening it, which could block forever — or that holds more than its
+    kind's limit, or whose safetensors header does not cover it exactly (a truncated copy fails
+    here in milliseconds); one line naming the file and ending in ``remedy``."""
+    folder = Path(folder)
+    if not folder.is_dir():  # no model saved yet: no file to open
+        return
+    for path in sorted(folder.iterdir()):
+        limit = next(
+            (limit for pattern, limit in MODEL_FILES if fnmatch.fnmatchcase(path.name, pattern)),
+            False,
+        )
+        if limit is False or path.name.startswith("."):
+            continue
+        regular_file(path, "the model file", remedy)
+        size = path.stat().st_size
+        if limit is not None and size > limit:
+            raise WorkbenchError(
+                f"the model file {path} is {size:,} bytes: the limit is {limit:,} bytes: {remedy}"
+            )
+    for path in sorted(folder.glob("*.safetensors")):
+        safetensors_header(path, remedy)
 
 
 # --------------------------------------------------------------------------- config.json
@@ -97,11 +142,13 @@ def check_config_file(folder: str | Path) -> dict[str, Any]:
 # --------------------------------------------------------------------------- weights headers
 
 
-def safetensors_header(path: Path) -> dict[str, tuple[int, ...]]:
-    """``{key: shape}`` of the safetensors file ``path``, read from its header alone
-    (the library maps the file and reads no tensor; a damaged file is one line)."""
+def safetensors_header(path: Path, remedy: str = REMEDY) -> dict[str, tuple[int, ...]]:
+    """``{key: shape}`` of the safetensors file ``path``, read from its header alone (the
+    library maps the file and reads no tensor); a damaged file is one line ending in
+    ``remedy``."""
     from safetensors import SafetensorError, safe_open
 
+    regular_file(path, "the model file", remedy)  # a pipe would block the reader
     try:
         with safe_open(str(path), framework="numpy") as weights:  # numpy: torch not imported
             return {
@@ -109,7 +156,7 @@ def safetensors_header(path: Path) -> dict[str, tuple[int, ...]]:
                 for key in weights.keys()  # noqa: SIM118 (a safe_open handle, not a dict)
             }
     except (SafetensorError, OSError) as error:
-        raise WorkbenchError(f"{path} is damaged ({first_line(error)}): {REMEDY}") from None
+        raise WorkbenchError(f"{path} is damaged ({first_line(error)}): {remedy}") from None
 
 
 def weights_headers(folder: Path) -> dict[str, tuple[tuple[int, ...], str]]:

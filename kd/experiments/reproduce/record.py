@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import Field
 
 from workbench.core.errors import WorkbenchError
-from workbench.core.files import RECORD_LIMIT, check_format, read_limited
+from workbench.core.files import RECORD_LIMIT, check_format, parse_json, read_limited
 from workbench.core.records import Record, RecordProblem, checked
 
 Number = int | float  # a JSON number as written: an integer stays an integer
@@ -192,11 +192,13 @@ def read_results(out: Path) -> SuiteRecord | None:
     if not path.exists():
         return None
     try:
-        results = json.loads(read_limited(path, RECORD_LIMIT, "the suite's results"))
+        results = parse_json(
+            read_limited(path, RECORD_LIMIT, "the suite's results"), f"the suite's results {path}"
+        )
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         reason = error.msg if isinstance(error, json.JSONDecodeError) else "not UTF-8"
         raise WorkbenchError(f"{path} is corrupt ({reason}): {RESULTS_REMEDY}") from None
-    except WorkbenchError as error:  # a device, a pipe, a file past the limit
+    except WorkbenchError as error:  # a device, a pipe, a file past the limit, too deep
         raise WorkbenchError(f"{error}: {RESULTS_REMEDY}") from None
     check_format(results, path, "run the suite again in a new --out")
     try:
