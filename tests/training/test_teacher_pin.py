@@ -6,6 +6,7 @@ changed"."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -21,7 +22,13 @@ from workbench.app.catalog import discover_runs
 from workbench.core.config import DataConfig, ObjectiveConfig, OptimConfig, StudentConfig
 from workbench.core.errors import WorkbenchError
 from workbench.core.runs import RESOLVED, Run
-from workbench.core.verify import files_digest, weights_digest
+from workbench.core.verify import (
+    REMEDY,
+    check_model_files,
+    files_digest,
+    model_digest,
+    weights_digest,
+)
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +46,11 @@ def _again(work: Path) -> None:
     distill(data, student, ObjectiveConfig(preset="kd"), fast, work / "student")
 
 
+def _labels_digest(model: Path) -> str:
+    labels = json.loads((model / "config.json").read_text())["id2label"]
+    return hashlib.sha256(json.dumps(labels, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def _snapshot(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
 
@@ -52,6 +64,7 @@ def test_a_student_pins_its_teacher_and_refuses_another(work, monkeypatch):
         "tokenizer": files_digest(
             [model / name for name in ("tokenizer.json", "tokenizer_config.json")]
         ),
+        "labels": _labels_digest(model),
     }
     _again(work)  # the same teacher: the finished run is reopened as it is
 
@@ -119,3 +132,80 @@ def test_a_suite_trains_anew_a_student_whose_teacher_changed(work, tmp_path):
         (student / "run.json").write_text(json.dumps(record))
         forget_other_teacher(student, work / "teacher")
         assert student.exists() == kept
+
+
+def test_a_changed_label_map_is_refused_on_resume(work, tmp_path):
+    """A teacher whose config.json now names its classes in another order (its logits mean
+    other classes) is another teacher: the student's rerun is refused naming the labels."""
+    teacher = tmp_path / "teacher"
+    shutil.copytree(work / "teacher", teacher)
+    (teacher / ".lock").unlink(missing_ok=True)
+    data = DataConfig(task=str(work / "task"), max_length=16)
+    fast = OptimConfig(epochs=0.1, batch_size=16, threads=1)
+    student = StudentConfig(teacher=str(teacher), num_layers=2)
+    distill(data, student, ObjectiveConfig(preset="kd"), fast, tmp_path / "student")
+    pinned = Run.open(tmp_path / "student").info().resolved.teacher
+    config_path = teacher / "model" / "config.json"
+    config = json.loads(config_path.read_text())
+    names = list(config["id2label"].values())[::-1]
+    config["id2label"] = dict(zip(config["id2label"], names, strict=True))
+    config["label2id"] = {name: int(i) for i, name in config["id2label"].items()}
+    config_path.write_text(json.dumps(config))
+    now = _labels_digest(teacher / "model")
+    assert now != pinned.labels
+    with pytest.raises(WorkbenchError) as raised:
+        distill(data, student, ObjectiveConfig(preset="kd"), fast, tmp_path / "student")
+    assert str(raised.value) == (
+        f"{tmp_path / 'student'} was distilled from another teacher: the teacher "
+        f"{(teacher / 'model').resolve()} changed since (its labels {pinned.labels} → {now}); "
+        "the student and its teacher cache learnt from the former one: to distil from the "
+        "teacher as it is now, choose another --run-dir"
+    )
+
+
+def _weights_folder(work: Path, folder: Path) -> Path:
+    """The teacher's config and tokenizer, without weights, in ``folder``."""
+    folder.mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(work / "teacher" / "model" / name, folder / name)
+    return folder
+
+
+def test_the_pin_covers_weights_of_every_format_and_every_shard(work, tmp_path):
+    """A teacher saved as pytorch_model.bin alone is pinned by that file (not the digest of
+    nothing), and a sharded one by every shard its index names, whatever their names."""
+    folder = _weights_folder(work, tmp_path / "bin")
+    (folder / "pytorch_model.bin").write_bytes(b"first")
+    first = model_digest(folder)["weights"]
+    assert first == files_digest([folder / "pytorch_model.bin"]) != files_digest([])
+    (folder / "pytorch_model.bin").write_bytes(b"other")
+    assert model_digest(folder)["weights"] != first
+
+    sharded = _weights_folder(work, tmp_path / "sharded")
+    index = sharded / "pytorch_model.bin.index.json"
+    index.write_text(json.dumps({"weight_map": {"a": "part-1.bin", "b": "part-2.bin"}}))
+    for name in ("part-1.bin", "part-2.bin"):
+        (sharded / name).write_bytes(name.encode())
+    pinned = model_digest(sharded)["weights"]
+    assert pinned == files_digest([sharded / "part-1.bin", sharded / "part-2.bin", index])
+    (sharded / "part-2.bin").write_bytes(b"replaced")
+    assert model_digest(sharded)["weights"] != pinned
+
+
+@pytest.mark.parametrize(
+    ("shard", "problem"),
+    [("../outside.bin", "outside the folder {d}"), ("gone.bin", "which is not in {d}")],
+)
+def test_an_index_naming_a_shard_outside_the_folder_or_missing_is_refused(
+    work, tmp_path, shard, problem
+):
+    folder = _weights_folder(work, tmp_path / "model")
+    (tmp_path / "outside.bin").write_bytes(b"weights of another model")
+    index = folder / "pytorch_model.bin.index.json"
+    index.write_text(json.dumps({"weight_map": {"a": shard}}))
+    for check in (check_model_files, model_digest):
+        with pytest.raises(WorkbenchError) as raised:
+            check(folder)
+        assert str(raised.value) == (
+            f"{index} names the shard {shard!r}, {problem.format(d=folder)}: {REMEDY}"
+        )

@@ -218,10 +218,15 @@ def changed_teacher(info: RunRecord) -> str | None:
             return teacher_change(pinned, read_record(cache).teacher if is_cache(cache) else None)
         except WorkbenchError:
             return None
+    from workbench.core.verify import weight_files
+
     folder = Path(pinned.source)
-    files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
-    stamp = tuple((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in files)
-    return teacher_change(pinned, _digest(str(folder), stamp))
+    try:
+        files = [*weight_files(folder), folder / "config.json"] if folder.is_dir() else []
+        stamp = tuple((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in files)
+        return teacher_change(pinned, _digest(str(folder), stamp))
+    except (WorkbenchError, OSError) as error:  # a damaged teacher: its own row says why
+        return f"the teacher {folder} cannot be compared with its pin ({first_line(error)})"
 
 
 @functools.lru_cache(maxsize=64)

@@ -111,11 +111,12 @@ class ResolvedObjective(Record):
 
 class ResolvedTeacher(Record):
     """The teacher a student was distilled from, pinned: its folder and the digests of its
-    weights and tokenizer."""
+    weights (every file of them), its tokenizer and its config's label map."""
 
     source: str
     weights: str
     tokenizer: str
+    labels: str
 
 
 class ResolvedLora(Record):
@@ -700,7 +701,7 @@ def teacher_change(then: ResolvedTeacher | None, now: ResolvedTeacher | None) ->
         return None
     parts = [
         f"its {part} {getattr(then, part)} → {getattr(now, part)}"
-        for part in ("weights", "tokenizer")
+        for part in ("weights", "tokenizer", "labels")
         if getattr(then, part) != getattr(now, part)
     ]
     return f"the teacher {then.source} changed since ({', '.join(parts)})" if parts else None

@@ -23,7 +23,9 @@ import copy
 import fnmatch
 import functools
 import hashlib
+import json
 import math
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -85,6 +87,8 @@ def check_model_files(folder: str | Path, remedy: str = REMEDY) -> None:
             raise WorkbenchError(
                 f"the model file {path} is {size:,} bytes: the limit is {limit:,} bytes: {remedy}"
             )
+    for path in sorted(folder.glob("*.index.json")):
+        index_shards(path)
     for path in sorted(folder.glob("*.safetensors")):
         safetensors_header(path, remedy)
 
@@ -522,25 +526,70 @@ TOKENIZER_STATE = (
 
 
 def files_digest(paths: Iterable[Path]) -> str:
-    """A short hash of the bytes of ``paths``, in the order given, read in blocks."""
+    """A short hash of the bytes of ``paths``, in the order given, read in blocks; each must be
+    a regular file (:func:`~workbench.core.files.regular_file`: a pipe is never opened)."""
     digest = hashlib.sha256()
     for path in paths:
-        with path.open("rb") as stream:
+        with regular_file(path, "the model file", REMEDY).open("rb") as stream:
             for block in iter(functools.partial(stream.read, 1 << 24), b""):
                 digest.update(block)
     return digest.hexdigest()[:16]
 
 
+def index_shards(index: Path) -> list[Path]:
+    """The shards the weights index ``index`` (``model.safetensors.index.json``,
+    ``pytorch_model.bin.index.json``) names in its ``weight_map``; each must be a file of the
+    index's own folder: a name that reaches outside it, or a shard that is not there, is one
+    line naming the index and the shard."""
+    value = read_json_file(index, TOKENIZER_LIMIT, "the weights index")
+    names = value.get("weight_map") if isinstance(value, dict) else None
+    if not isinstance(names, dict) or not all(isinstance(n, str) for n in names.values()):
+        raise WorkbenchError(f"{index}: no weight_map of tensor names to files: {REMEDY}")
+    shards = []
+    for name in sorted(set(names.values())):
+        if Path(name).name != name or name in ("", ".", ".."):
+            raise WorkbenchError(
+                f"{index} names the shard {name!r}, outside the folder {index.parent}: {REMEDY}"
+            )
+        if not os.path.lexists(index.parent / name):
+            raise WorkbenchError(
+                f"{index} names the shard {name!r}, which is not in {index.parent}: {REMEDY}"
+            )
+        shards.append(index.parent / name)
+    return shards
+
+
+# the weights a model folder may be saved in (besides the shards an index names)
+WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin", "*.index.json")
+
+
+def weight_files(folder: str | Path) -> list[Path]:
+    """Every file of weights the model saved in ``folder`` may load, whatever its format: its
+    ``*.safetensors`` and ``pytorch_model*.bin`` files, its weights indexes and each shard they
+    name (:func:`index_shards`), sorted by name."""
+    folder = Path(folder)
+    found = {path for pattern in WEIGHT_FILES for path in folder.glob(pattern)}
+    for index in sorted(folder.glob("*.index.json")):
+        found.update(index_shards(index))
+    return sorted(found)
+
+
 def weights_digest(folder: Path) -> str:
-    """A short hash of the weights a saved model folder holds (its ``*.safetensors`` files):
-    a teacher trained again with the same settings but other float rounding (another number of
+    """A short hash of the weights a saved model folder holds (:func:`weight_files`): a
+    teacher trained again with the same settings but other float rounding (another number of
     threads) hashes otherwise."""
-    return files_digest(sorted(Path(folder).glob("*.safetensors")))
+    return files_digest(weight_files(folder))
 
 
 def model_digest(folder: str | Path) -> dict[str, str]:
     """What a run pins of a model folder it learns from: the digests of its weights
-    (:func:`weights_digest`) and of its tokenizer's files."""
+    (:func:`weights_digest`), of its tokenizer's files and of its config's label map
+    (``id2label``: the classes its logits are in)."""
     folder = Path(folder)
-    tokenizer = [folder / name for name in TOKENIZER_STATE if (folder / name).is_file()]
-    return {"weights": weights_digest(folder), "tokenizer": files_digest(tokenizer)}
+    tokenizer = [folder / name for name in TOKENIZER_STATE if os.path.lexists(folder / name)]
+    labels = json.dumps(check_config_file(folder).get("id2label"), sort_keys=True)
+    return {
+        "weights": weights_digest(folder),
+        "tokenizer": files_digest(tokenizer),
+        "labels": hashlib.sha256(labels.encode()).hexdigest()[:16],
+    }
