@@ -53,6 +53,14 @@ def unit_index(unit: str) -> int:
     return (EXAMPLES, TOKENS).index(unit)
 
 
+def unit_shares(count: Tensor, totals: Tensor, units: list[int]) -> list[float]:
+    """Each term's share of the global batch that a micro-batch of ``count`` ``[2]`` units
+    (:func:`unit_counts`) holds, the batch holding ``totals`` ``[2]``; ``units``: each term's
+    unit (:func:`unit_index`). A batch without a unit of a term (across tokenizers, texts that
+    share no word) holds 0 of it, not 0/0."""
+    return (count / totals.clamp_min(1))[units].tolist()
+
+
 @dataclass(frozen=True)
 class World:
     """This process's place among the training processes."""

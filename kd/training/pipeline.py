@@ -679,7 +679,7 @@ def teacher_inputs(
     on_words = not same and bool(objective.per_token_terms())
     alignment = None
     if on_words:  # the train split's two encodings get the words they share (``word_ids``)
-        words, dropped = share_words(
+        words, dropped, wordless = share_words(
             data.splits["train"],
             (teacher_encoded["train"], teacher.tokenizer),
             (encoded["train"], tokenizer),
@@ -689,9 +689,10 @@ def teacher_inputs(
             "teacher and student read the text through different tokenizers: the per-token "
             f"terms compare on the {words} words both tokenisations share; {dropped} words that "
             "one side lacks (characters it drops, text past its truncation) are left out of both"
+            + (f"; {wordless} examples share no word and are left out of them" if wordless else "")
         )
         alignment = {
-            "train": {"words": words, "left_out": dropped},
+            "train": {"words": words, "left_out": dropped, "examples_without_words": wordless},
             "aggregation": objective.word_aggregation(),
         }
     train_key = {"words": key_digest(tokenizer.get_vocab())} if on_words else {}

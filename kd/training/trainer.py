@@ -270,7 +270,7 @@ def _accumulate_gradients(
     for batch, count in zip(batches, counts, strict=True):
         with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
             losses = job.loss(job.model, batch)
-            shares = (count / totals)[units].tolist()
+            shares = distributed.unit_shares(count, totals, units)
             parts = {n: losses[n] * share for n, share in zip(job.weights, shares, strict=True)}
             loss = torch.stack([job.weights[n] * part for n, part in parts.items()]).sum()
         values += torch.stack([part.detach().double().cpu() for part in parts.values()])

@@ -134,3 +134,41 @@ def test_word_level_gradient_term_equals_a_direct_computation(two_tokenizers):
     squared = sum(((s - t) ** 2).sum() for s, t in pairs)
     expected = squared / sum(len(text.split()) for text in TEXTS)
     torch.testing.assert_close(value, expected, rtol=1e-5, atol=1e-7)
+
+
+LONG = "supercalifragilisticexpialidocious" * 3  # cut inside by either side's truncation
+
+
+def test_a_batch_whose_texts_share_no_word_gives_finite_word_terms_of_zero(two_tokenizers):
+    """Texts of long words that truncation cuts at other places on each side share no word: the
+    word terms of CKD, AD-KD and GKD leave them out (0, finite gradients), never a traceback or a
+    NaN that would read as a diverged training; such examples are counted."""
+    from kd.training.distributed import unit_counts, unit_shares
+
+    teacher, student = two_tokenizers
+    _, batches = word_batches(teacher, student, [LONG, LONG + "x"], max_length=8)
+    assert all(i == -1 for i in batches["student"]["word_ids"].flatten().tolist())
+    for preset, term in (("ckd", "wr"), ("adkd", "attr"), ("gkd", "grad")):
+        objective = Objective.resolve(ObjectiveConfig(preset=preset), 4, 4, 3, 32)
+        fields = objective.teacher_batch(teacher.model, batches["teacher"])
+        student.model.zero_grad()
+        values = objective(student.model, batches["student"], fields)
+        assert float(values[term].detach()) == 0.0, preset
+        values["loss"].backward()
+        grads = [p.grad for p in student.model.parameters() if p.grad is not None]
+        assert grads and all(bool(torch.isfinite(g).all()) for g in grads), preset
+    count = unit_counts(batches["student"])
+    assert count.tolist() == [2.0, 0.0]  # two examples, no shared word
+    assert unit_shares(count, count, [0, 1]) == [1.0, 0.0]  # not 0/0
+
+
+def test_examples_without_a_shared_word_are_counted(two_tokenizers):
+    from workbench.core.data import Split, encode, share_words
+
+    teacher, student = two_tokenizers
+    texts = ["good movie today", LONG, "bad day"]
+    split = Split(texts=texts, labels=[0, 1, 2], uids=texts)
+    sides = [(encode(split, m.tokenizer, 8), m.tokenizer) for m in (teacher, student)]
+    words, _, wordless = share_words(split, *sides, 8)
+    assert wordless == 1 and words > 0
+    assert sides[1][0].word_ids[1] == [-1] * len(sides[1][0].word_ids[1])

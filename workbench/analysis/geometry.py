@@ -130,6 +130,9 @@ def windowed_angle_relation(
         raise ValueError(f"window must be >= 1, got {window}")
     m = real_mask(mask, h.shape[0], h.shape[1], h.device)
     width = 2 * window + 1
+    if h.shape[1] == 0:  # no position (a batch without a shared word): no triple
+        empty = h.new_zeros(h.shape[0], 0, width, width)
+        return empty, empty.bool()
     # unfold gives [N, S, d, W] views of the zero-padded sequence; the difference is [N, S, W, d].
     neighbours = F.pad(h, (0, 0, window, window)).unfold(1, width, 1).transpose(-1, -2)
     angles = _cosine_matrix(neighbours - h.unsqueeze(-2))

@@ -170,6 +170,15 @@ class ExampleCache:
         problem = _cache_problem(tensors, fields, examples)
         if problem:
             raise WorkbenchError(f"{path} is not a cache of this split ({problem}): {CACHE_REMEDY}")
+        bad = [
+            name
+            for name, value in tensors.items()
+            if value.is_floating_point() and not bool(torch.isfinite(value).all())
+        ]
+        if bad:  # a term computed from them would stop the training as if it diverged
+            raise WorkbenchError(
+                f"{path} holds NaN or infinite values ({', '.join(sorted(bad))}): {CACHE_REMEDY}"
+            )
         return cls(fields["example"], fields["token"], tensors["offsets"])
 
 

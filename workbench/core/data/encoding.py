@@ -145,10 +145,11 @@ def share_words(
     teacher: tuple[EncodedSplit, PreTrainedTokenizerBase],
     student: tuple[EncodedSplit, PreTrainedTokenizerBase],
     max_length: int,
-) -> tuple[int, int]:
+) -> tuple[int, int, int]:
     """Give the teacher's and the student's encodings of ``split`` the words they share
     (:func:`~workbench.core.data.alignment.align`, in their ``word_ids``); the number of
-    shared words and of words left out."""
+    shared words, of words left out, and of examples that share no word (the per-token terms
+    leave them out: they have no word to compare on)."""
     pairs = zip(
         token_spans_of(split, teacher[1], max_length),
         token_spans_of(split, student[1], max_length),
@@ -157,7 +158,11 @@ def share_words(
     alignments = [align(a, b) for a, b in pairs]
     teacher[0].word_ids = [a.teacher for a in alignments]
     student[0].word_ids = [a.student for a in alignments]
-    return sum(a.words for a in alignments), sum(a.dropped for a in alignments)
+    return (
+        sum(a.words for a in alignments),
+        sum(a.dropped for a in alignments),
+        sum(not a.words for a in alignments),
+    )
 
 
 def encode(
