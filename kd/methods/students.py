@@ -90,9 +90,12 @@ def random_student(
     decoder's key-value heads and head width following its heads)."""
     config = with_layers(teacher_config, range(num_layers))
     heads = num_heads or config.num_attention_heads
+    if (hidden_size or config.hidden_size) % heads:  # checked now, not when it is saved
+        raise WorkbenchError(
+            f"hidden size {hidden_size or config.hidden_size} is not divisible by {heads} heads: "
+            "choose --num-heads and --hidden-size so that the heads divide the width"
+        )
     if hidden_size is not None:
-        if hidden_size % heads:
-            raise WorkbenchError(f"hidden size {hidden_size} is not divisible by {heads} heads")
         width = config.hidden_size
         for name, value in config.to_dict().items():  # DeBERTa's pooler_hidden_size, …
             if name.endswith("hidden_size") and value == width:
@@ -106,7 +109,16 @@ def random_student(
         heads % config.num_key_value_heads or num_heads is not None
     ):
         config.num_key_value_heads = heads
-    return AutoModelForSequenceClassification.from_config(config, attn_implementation=ATTENTION)
+    try:  # what save_pretrained validates, at the end of a training, validated before it
+        if hasattr(config, "validate"):
+            config.validate()
+        return AutoModelForSequenceClassification.from_config(config, attn_implementation=ATTENTION)
+    except Exception as error:  # transformers' validators raise errors of their own kinds
+        cause = str(error).strip().splitlines()[-1].strip() or type(error).__name__
+        raise WorkbenchError(
+            f"the student's settings make a {config.model_type} config transformers refuses "
+            f"({cause}): change --num-layers, --hidden-size or --num-heads"
+        ) from None
 
 
 def set_embeddings_trainable(model: PreTrainedModel, trainable: bool) -> None:

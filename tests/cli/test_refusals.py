@@ -223,6 +223,15 @@ TEACHER += ["--max-length", "16"]
 DISTILL = ["distill", "--run-dir", "new", "--task", "{t}", "--teacher", "teacher"]
 DISTILL += ["--max-length", "16", "--num-layers", "2"]
 CASES = [  # (arguments, start of the message after "kdw: error: ", path that must not exist)
+    (  # a width the heads do not divide: refused before training, not when the model is saved
+        [
+            *("distill", "--run-dir", "new", "--task", "{t}", "--teacher", "teacher"),
+            *("--init", "random", "--num-layers", "1", "--num-heads", "3"),
+        ],
+        "hidden size 16 is not divisible by 3 heads: choose --num-heads and --hidden-size so "
+        "that the heads divide the width",
+        "new",
+    ),
     (
         ["train-teacher", "--run-dir", "new", "--task", "task", "--model", "broken-model"],
         "{w}/broken-model/model.safetensors is damaged (",

@@ -75,3 +75,26 @@ def test_random_student_can_be_narrower():
     assert student.config.vocab_size == teacher.config.vocab_size
     with pytest.raises(WorkbenchError, match="not divisible"):
         random_student(teacher.config, 2, hidden_size=9, num_heads=2)
+
+
+@pytest.mark.parametrize("family", ["bert", "llama", "gpt2"])
+def test_head_counts_that_do_not_divide_the_width_are_refused_before_training(family, tmp_path):
+    """A Llama student of 3 heads over a width of 32 builds (its head width rounds down) and
+    trains, and only save_pretrained, at the end, refuses it: it is refused when it is built,
+    for every family, in one line."""
+    from transformers import AutoConfig
+
+    from tests.tiny_families import save_family_model
+
+    folder = save_family_model(family, tmp_path / family, ["a", "b", "c"])
+    config = AutoConfig.from_pretrained(folder)
+    width = config.hidden_size
+    with pytest.raises(WorkbenchError) as raised:
+        random_student(config, 1, num_heads=3)
+    assert str(raised.value) == (
+        f"hidden size {width} is not divisible by 3 heads: choose --num-heads and --hidden-size "
+        "so that the heads divide the width"
+    )
+    student = random_student(config, 1, num_heads=4)  # a count that divides it: saved as built
+    student.save_pretrained(tmp_path / "student")
+    assert AutoConfig.from_pretrained(tmp_path / "student").num_attention_heads == 4
