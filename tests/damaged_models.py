@@ -85,12 +85,32 @@ def _special(name: str, make: Callable[[Path], None]) -> Callable[[Path], None]:
     return damage
 
 
+def _config_text(entry: str) -> Callable[[Path], None]:
+    """config.json with ``entry`` (JSON text that Python's parser reads: ``NaN``) in place of
+    its own setting of that name."""
+
+    def damage(folder: Path) -> None:
+        path = folder / "config.json"
+        key = entry.split(":")[0]
+        lines = [line for line in path.read_text().splitlines() if key not in line]
+        path.write_text("\n".join([lines[0], f"  {entry},", *lines[1:]]))
+
+    return damage
+
+
+def _trillion_labels(config: dict) -> None:
+    """num_labels 10¹² without a label map (transformers would make one of every class)."""
+    del config["id2label"], config["label2id"]
+    config["num_labels"] = 10**12
+
+
 def _deep(folder: Path) -> None:
     """config.json nested 100 000 deep: JSON that Python's parser cannot recurse into."""
     (folder / "config.json").write_text("[" * 100_000 + "]" * 100_000)
 
 
 LOOP = "[Errno 40] Too many levels of symbolic links"
+K = "bert.encoder.layer.0.output.dense.weight"  # a float weight
 LAYER = "bert.encoder.layer"
 # (id, damage, the error after "kdw: error: ", {d}: the folder)
 CASES = [
@@ -200,6 +220,28 @@ CASES = [
         f"and 70 more hold NaN or infinite values: {REMEDY}",
     ),
     (
+        "a float weight its header calls I32",
+        _weights(lambda state: state.update({K: state[K].view(torch.int32)})),
+        f"{{d}}/model.safetensors: its header calls {K} I32, but it is a floating-point weight "
+        f"of the architecture: the file is not what it says; {REMEDY}",
+    ),
+    (
+        "a NaN layer_norm_eps",
+        _config_text('"layer_norm_eps": NaN'),
+        "{d}/config.json: layer_norm_eps is nan, not a finite number: correct it in config.json",
+    ),
+    (
+        "an infinite layer_norm_eps",
+        _config_text('"layer_norm_eps": Infinity'),
+        "{d}/config.json: layer_norm_eps is inf, not a finite number: correct it in config.json",
+    ),
+    (
+        "a trillion labels",
+        _config(_trillion_labels),
+        "{d}/config.json: num_labels is 1000000000000, not a number of classes in 1..1,000,000: "
+        f"{LABELS_REMEDY}",
+    ),
+    (
         "weights that are a pipe",
         _special("model.safetensors", os.mkfifo),
         f"the model file {{d}}/model.safetensors is a pipe: {REMEDY}",
@@ -261,6 +303,9 @@ FILE_CASES = [
     "num_labels against id2label",
     *SPECIAL_CASES,
     "a config nested too deep",
+    "a NaN layer_norm_eps",
+    "an infinite layer_norm_eps",
+    "a trillion labels",
 ]
 
 

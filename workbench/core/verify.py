@@ -95,6 +95,22 @@ def check_model_files(folder: str | Path, remedy: str = REMEDY) -> None:
 
 # --------------------------------------------------------------------------- config.json
 
+MAX_LABELS = 1_000_000  # the classes a config may give (num_labels)
+
+
+def _numbers(value: Any) -> Iterable[tuple[str, float]]:
+    """Every float in the JSON ``value``, with its dotted place (``rope_scaling.factor``),
+    walked without recursion (a value may nest as deep as the parser allowed)."""
+    stack = [("", value)]
+    while stack:
+        name, item = stack.pop()
+        if isinstance(item, float):
+            yield name, item
+        elif isinstance(item, dict):
+            stack += [(f"{name}.{key}" if name else str(key), v) for key, v in item.items()]
+        elif isinstance(item, list):
+            stack += [(f"{name}[{index}]", v) for index, v in enumerate(item)]
+
 
 def check_config_file(folder: str | Path) -> dict[str, Any]:
     """The JSON object of ``folder/config.json`` (read bounded: a regular file of at most
@@ -104,6 +120,19 @@ def check_config_file(folder: str | Path) -> dict[str, Any]:
     raw = read_json_file(path, CONFIG_LIMIT, "the model config")
     if not isinstance(raw, dict):
         raise WorkbenchError(f"{path} is not a model config (a JSON object): {REMEDY}")
+    for name, value in _numbers(raw):
+        if not math.isfinite(value):  # NaN and Infinity parse as JSON numbers
+            raise WorkbenchError(
+                f"{path}: {name} is {value}, not a finite number: correct it in config.json"
+            )
+    given = raw.get("num_labels")
+    if given is not None and (
+        not isinstance(given, int) or isinstance(given, bool) or not 1 <= given <= MAX_LABELS
+    ):  # transformers would build a label map of every class before anything is checked
+        raise WorkbenchError(
+            f"{path}: num_labels is {given!r}, not a number of classes in 1..{MAX_LABELS:,}: "
+            f"{LABELS_REMEDY}"
+        )
     labels = raw.get("id2label")
     if labels is None:
         return raw
@@ -146,29 +175,27 @@ def check_config_file(folder: str | Path) -> dict[str, Any]:
 # --------------------------------------------------------------------------- weights headers
 
 
-def safetensors_header(path: Path, remedy: str = REMEDY) -> dict[str, tuple[int, ...]]:
-    """``{key: shape}`` of the safetensors file ``path``, read from its header alone (the
-    library maps the file and reads no tensor); a damaged file is one line ending in
-    ``remedy``."""
+def safetensors_header(path: Path, remedy: str = REMEDY) -> dict[str, tuple[tuple[int, ...], str]]:
+    """``{key: (shape, dtype)}`` of the safetensors file ``path`` (``dtype`` as the header names
+    it: ``F32``, ``BF16``, ``I64``…), read from its header alone (the library maps the file and
+    reads no tensor); a damaged file is one line ending in ``remedy``."""
     from safetensors import SafetensorError, safe_open
 
     regular_file(path, "the model file", remedy)  # a pipe would block the reader
     try:
         with safe_open(str(path), framework="numpy") as weights:  # numpy: torch not imported
-            return {
-                key: tuple(weights.get_slice(key).get_shape())
-                for key in weights.keys()  # noqa: SIM118 (a safe_open handle, not a dict)
-            }
+            slices = {key: weights.get_slice(key) for key in weights.keys()}  # noqa: SIM118
+            return {key: (tuple(s.get_shape()), s.get_dtype()) for key, s in slices.items()}
     except (SafetensorError, OSError) as error:
         raise WorkbenchError(f"{path} is damaged ({first_line(error)}): {remedy}") from None
 
 
-def weights_headers(folder: Path) -> dict[str, tuple[tuple[int, ...], str]]:
-    """``{key: (shape, file name)}`` over every ``*.safetensors`` file of ``folder``."""
-    keys: dict[str, tuple[tuple[int, ...], str]] = {}
+def weights_headers(folder: Path) -> dict[str, tuple[tuple[int, ...], str, str]]:
+    """``{key: (shape, dtype, file name)}`` over every ``*.safetensors`` file of ``folder``."""
+    keys: dict[str, tuple[tuple[int, ...], str, str]] = {}
     for path in sorted(folder.glob("*.safetensors")):
-        for key, shape in safetensors_header(path).items():
-            keys[key] = (shape, path.name)
+        for key, (shape, dtype) in safetensors_header(path).items():
+            keys[key] = (shape, dtype, path.name)
     return keys
 
 
@@ -263,8 +290,14 @@ def _check_model_folder(folder: Path, config: Any) -> None:
         return
     expected = _expected(model)
     prefix = getattr(model, "base_model_prefix", "")
-    for key, (shape, file) in headers.items():
+    floating = {key for key, value in model.state_dict().items() if value.is_floating_point()}
+    for key, (shape, dtype, file) in headers.items():
         name = _as_model_key(key, expected, prefix)
+        if name in floating and not dtype.startswith(("F", "BF")):  # F16, F32, BF16, F8_E4M3…
+            raise WorkbenchError(
+                f"{folder / file}: its header calls {key} {dtype}, but it is a floating-point "
+                f"weight of the architecture: the file is not what it says; {REMEDY}"
+            )
         if name is not None and expected[name] != shape:
             axis = next(
                 (i for i, (a, b) in enumerate(zip(shape, expected[name], strict=False)) if a != b),
