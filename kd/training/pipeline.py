@@ -78,6 +78,7 @@ from workbench.core.data import (
     pad_id,
     share_words,
     to_device,
+    tokenizer_kind,
 )
 from workbench.core.errors import WorkbenchError, first_line
 from workbench.core.files import atomic_write_json, atomic_write_text
@@ -127,16 +128,22 @@ def _configure(optim: OptimConfig) -> torch.device:
     return device
 
 
-def _encode_all(data: TaskData, tokenizer, max_length: int) -> dict[str, EncodedSplit]:
+def _encode_all(
+    data: TaskData, tokenizer, max_length: int, whose: str | None = None
+) -> dict[str, EncodedSplit]:
+    """Every split encoded by ``tokenizer``, with a note per split that was truncated; where
+    two models read the text through their own tokenizers, ``whose`` (``"the student's"``)
+    names the one the note counts for."""
     encoded = {
         name: encode(split, tokenizer, max_length, data.spec.regression)
         for name, split in data.splits.items()
     }
+    by = "" if whose is None else f" by {whose} {tokenizer_kind(tokenizer)} tokenizer"
     for name, split in encoded.items():
         if split.truncated:
             print(
                 f"note: {split.truncated} of {len(split)} {name} examples were truncated to "
-                f"{max_length} tokens"
+                f"{max_length} tokens{by}"
             )
     return encoded
 
@@ -672,10 +679,12 @@ def teacher_inputs(
         setup.tokenizer,
         setup.objective,
     )
-    encoded = _encode_all(data, tokenizer, max_length)
     # the teacher reads, and its cache is keyed by, its own tokenisation
     same = setup.same_tokens
-    teacher_encoded = encoded if same else _encode_all(data, teacher.tokenizer, max_length)
+    encoded = _encode_all(data, tokenizer, max_length, None if same else "the student's")
+    teacher_encoded = (
+        encoded if same else _encode_all(data, teacher.tokenizer, max_length, "the teacher's")
+    )
     on_words = not same and bool(objective.per_token_terms())
     alignment = None
     if on_words:  # the train split's two encodings get the words they share (``word_ids``)

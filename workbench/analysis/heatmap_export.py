@@ -130,7 +130,9 @@ def heatmap_metadata(
     applied to (none for models given without one, explained on their own classes).
     ``anonymous`` leaves out the run ids and the example's id (a file name or a local task's
     id), names the task by :func:`public_task` and records ``anonymous: yes``; the models are
-    named as the explanations name them (:func:`role_names` for an anonymous export)."""
+    named as the explanations name them (:func:`role_names` for an anonymous export).
+    ``truncated`` names each model that read the text in part, with its tokenizer;
+    ``warnings`` holds the explainers' warnings (IG's completeness gap), one per line."""
     cut = [e for e in explanations if e.truncated]
     runs = {} if anonymous else {"run_ids": json.dumps([e.run_id for e in explanations])}
     task = next((e.task for e in explanations if e.task), None)  # a model given alone has none
@@ -142,11 +144,8 @@ def heatmap_metadata(
         **runs,
         "anonymous": "yes" if anonymous else "no",
         "text": example.text,
-        "truncated": "; ".join(
-            f"{e.name} read the first {len(e.tokens)} of the text's {e.length_text} tokens"
-            for e in cut
-        )
-        or "no",
+        "truncated": "; ".join(e.truncation_note for e in cut) or "no",
+        "warnings": "\n".join(e.gap_warning for e in explanations if e.gap_warning) or "none",
         **{
             f"settings.{k}": "default" if v is None else str(v)
             for k, v in {**_map_settings(settings, explained), **(explained or {})}.items()
@@ -285,9 +284,9 @@ def write_heatmaps(
 def export_notes(
     heatmaps: Sequence[Heatmap], settings: ExportSettings, stem: str = "heatmap"
 ) -> list[str]:
-    """What a reader of the files should know, one line per heatmap that needs it: a text the
-    models read only in part (truncated), and characters that PNG and PDF draw as boxes
-    because no installed font has them."""
+    """What a reader of the files should know, one line per heatmap and thing that needs it:
+    a text the models read only in part (truncated), an explainer's warning (IG's completeness
+    gap), and characters that PNG and PDF draw as boxes because no installed font has them."""
     from workbench.export import describe_characters, undrawable_characters
 
     raster = {"png", "pdf"} & set(settings.format_list())
@@ -295,6 +294,8 @@ def export_notes(
     for name, heatmap in zip(_names(heatmaps, stem), heatmaps, strict=True):
         if heatmap.metadata.get("truncated", "no") != "no":
             notes.append(f"{name}: the text was truncated: {heatmap.metadata['truncated']}")
+        if heatmap.metadata.get("warnings", "none") != "none":
+            notes.extend(f"{name}: {line}" for line in heatmap.metadata["warnings"].splitlines())
         missing = undrawable_characters(heatmap, settings.options()) if raster else []
         if missing:
             notes.append(

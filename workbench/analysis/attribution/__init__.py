@@ -29,6 +29,8 @@ _NAMES = {
     "gradients": (
         "attribution_map",
         "attribution_maps",
+        "COMPLETENESS_LIMIT",
+        "completeness_warning",
         "grad_saliency",
         "ig_completeness",
         "input_gradients",

@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 from transformers import BatchEncoding, PreTrainedModel, PreTrainedTokenizerBase
 
+from workbench.analysis.attribution.gradients import completeness_warning, ig_completeness
 from workbench.analysis.attribution.registry import ExplainerChoice
 from workbench.analysis.attribution.settings import (
     AttributionSettings,
@@ -21,10 +22,11 @@ from workbench.analysis.attribution.settings import (
     resolve_explainer,
 )
 from workbench.analysis.attribution.words import check_words, to_words, word_groups
-from workbench.core.data import collate, pad_id, prefixes
+from workbench.core.data import collate, pad_id, prefixes, tokenizer_kind
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import parse_json_lines, regular_file, write_json_lines
 from workbench.core.models import check_max_length, forward
+from workbench.core.parts import LAST, parts_of
 
 logger = logging.getLogger(__name__)
 
@@ -94,8 +96,9 @@ def attribute_texts(
     ``maps[0]`` (their scores).
 
     Texts longer than ``settings.max_length`` tokens are truncated: the record says so in
-    ``truncated`` and ``warnings`` (and a warning is logged). Empty texts, ``labels`` of another
-    length and ``views="gold"`` without labels are errors.
+    ``truncated`` and ``warnings`` (and a warning is logged). An IG map whose completeness gap
+    is over its limit says so in ``warnings`` too (:func:`completeness_warning`). Empty texts,
+    ``labels`` of another length and ``views="gold"`` without labels are errors.
     """
     settings = settings or AttributionSettings()
     if isinstance(explainer, str):
@@ -115,7 +118,9 @@ def attribute_texts(
     ]
     order = sorted(range(len(texts)), key=lambda i: len(examples[i]["input_ids"]))
     records: dict[int, AttributionRecord] = {}
-    recorded = recorded_settings(*baseline_resolved(model, settings, explainer), words)
+    resolved, explainer = baseline_resolved(model, settings, explainer)
+    recorded = recorded_settings(resolved, explainer, words)
+    kind, decoder = tokenizer_kind(tokenizer), parts_of(model).reads == LAST
     for start in range(0, len(order), settings.batch_size):
         chosen = order[start : start + settings.batch_size]
         batch = collate([examples[i] for i in chosen], pad_id(tokenizer))
@@ -125,12 +130,29 @@ def attribute_texts(
             logits = forward(model, batch).logits
         regression = model.config.num_labels == 1
         probabilities = logits if regression else logits.softmax(-1)
+        gaps = [None] * len(chosen)
+        if explainer.name == "ig":
+            inputs = (batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
+            options = ("steps", "baseline", "layer", "memory_mib")
+            completeness = ig_completeness(
+                model,
+                *inputs,
+                target=logits.argmax(-1),
+                special_ids=_special_ids(tokenizer),
+                **{k: getattr(resolved, k) for k in options},
+            )
+            gaps = [
+                completeness_warning(a, c, resolved.baseline, decoder, resolved.steps)
+                for a, c in zip(*(x.tolist() for x in completeness), strict=True)
+            ]
         for row, i in enumerate(chosen):
             ids = examples[i]["input_ids"]
             warnings = []
             if truncated[i]:
-                warnings.append(f"truncated to {settings.max_length} tokens")
+                warnings.append(f"truncated to {settings.max_length} tokens ({kind} tokenizer)")
                 logger.warning("text %d truncated to %d tokens", i, settings.max_length)
+            if gaps[row] is not None:
+                warnings.append(gaps[row])
             tokens, scores = tokenizer.convert_ids_to_tokens(ids), maps[row, :, : len(ids)]
             if words is not None:
                 tokens, groups = word_groups(encoded, i, [a[i] for a in args], len(ids))
