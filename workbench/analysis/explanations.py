@@ -45,7 +45,8 @@ class HeatmapSettings(MapSettings):
 class Explanation:
     """How one model reads one example.
 
-    ``maps[c]`` is the attribution of class ``c`` over ``tokens`` (IG: non-negative, unit L2;
+    ``maps[c]`` is the attribution of class ``c`` over ``tokens`` (as a reader reads them:
+    :func:`~workbench.analysis.attribution.words.shown_tokens`; IG: non-negative, unit L2;
     Grad: signed); ``saliency`` the Grad saliency of the predicted class (saliency loyalty);
     ``spans`` the characters each position covers (a fast tokenizer's offsets), by which two
     models of different tokenizers are compared on the words they share.
@@ -213,7 +214,7 @@ def explain(
         word_groups,
     )
     from workbench.analysis.attribution.baselines import resolve_baseline
-    from workbench.analysis.attribution.words import check_words, group_spans
+    from workbench.analysis.attribution.words import check_words, group_spans, shown_tokens
     from workbench.core.data import tokenizer_kind
     from workbench.core.data.alignment import token_spans, word_spans
     from workbench.core.models import forward
@@ -251,14 +252,21 @@ def explain(
     for row, example in enumerate(examples):
         length = int(batch["attention_mask"][row].sum())
         ids = batch["input_ids"][row, :length].tolist()
-        tokens = loaded.tokenizer.convert_ids_to_tokens(ids)
         row_maps, row_saliency = maps[row, :, :length], saliency[row, :length]
         texts = [a[row] for a in args]
-        spans = None
+        spans, row_offsets, sequences = None, None, [None] * length
         if offsets is not None:
             sequences = batch.sequence_ids(row)[:length]
-            positions = token_spans(offsets[row, :length].tolist(), sequences, texts)
+            row_offsets = offsets[row, :length].tolist()
+            positions = token_spans(row_offsets, sequences, texts)
             spans = word_spans(positions, batch.word_ids(row)[:length])
+        tokens = shown_tokens(
+            loaded.tokenizer,
+            loaded.tokenizer.convert_ids_to_tokens(ids),
+            row_offsets,
+            sequences,
+            texts,
+        )
         if words is not None:
             tokens, groups = word_groups(batch, row, texts, length)
             row_maps, row_saliency = (to_words(x, groups, words) for x in (row_maps, row_saliency))

@@ -172,6 +172,29 @@ def explained_settings(
     return {"explainer": choice.name, **values, "words": words or "tokens"}
 
 
+def word_columns(explanations: Sequence[Explanation]) -> list[list[int]] | None:
+    """The columns in which the words of several models' word maps stand: each word (a span
+    of the text, from ``Explanation.spans``) one column, shared by every model that read it
+    as a word, in reading order; a special token after the row's last word before it (so
+    ``[CLS]`` stands above ``<s>``). ``columns[m][i]``: the column of model ``m``'s word ``i``.
+    None where a model has no spans (a slow tokenizer)."""
+    if any(e.spans is None for e in explanations):
+        return None
+    keys = []
+    for explanation in explanations:
+        row, last, specials = [], (-1, -1), 0
+        for span in explanation.spans:
+            if span is None:
+                row.append((*last, last[1], 1, specials))
+                specials += 1
+            else:
+                row.append((*span, 0, 0))
+                last, specials = (span[0], span[2]), 0
+        keys.append(row)
+    order = {key: n for n, key in enumerate(sorted({key for row in keys for key in row}))}
+    return [[order[key] for key in row] for row in keys]
+
+
 def to_heatmap(
     explanations: Sequence[Explanation],
     example: Example,
@@ -182,30 +205,38 @@ def to_heatmap(
 ) -> Heatmap:
     """One heatmap with a row per model (per model and class for the view ``all``);
     ``explained``: :func:`explained_settings` (default: ig or grad, as ``settings.method``,
-    per sub-token); ``anonymous``: as :func:`heatmap_metadata`."""
+    per sub-token); ``anonymous``: as :func:`heatmap_metadata`. Word maps of several models
+    stand in columns (:func:`word_columns`): a word read by models of different tokenizers
+    above itself, a blank cell where a model did not read it as a word."""
+    from workbench.analysis.attribution import get_explainer
     from workbench.export import Heatmap, HeatmapRow
 
+    explained = explained or explained_settings(settings, None, None)
+    columns = None
+    if explained["words"] != "tokens" and len(explanations) > 1:
+        columns = word_columns(explanations)
+    width = 0 if columns is None else 1 + max(max(row) for row in columns)
     rows = []
-    for explanation in explanations:
+    for m, explanation in enumerate(explanations):
         classes = shown_classes(explanation, settings.view)
         for c in classes:
             label = explanation.name
             if len(classes) > 1 or settings.view != "pred":
                 label = f"{label} · {explanation.class_names[c]}"
-            rows.append(
-                HeatmapRow(
-                    label, explanation.tokens, explanation.maps[c], explanation.prediction_text()
-                )
-            )
-    from workbench.analysis.attribution import get_explainer
+            tokens, scores = explanation.tokens, explanation.maps[c]
+            if columns is not None:
+                tokens, scores = [""] * width, [None] * width
+                for i, column in enumerate(columns[m]):
+                    tokens[column], scores[column] = explanation.tokens[i], explanation.maps[c][i]
+            rows.append(HeatmapRow(label, tokens, scores, explanation.prediction_text()))
 
-    explained = explained or explained_settings(settings, None, None)
     method = get_explainer(explained["explainer"]).title
     unit = "" if explained["words"] == "tokens" else f", words ({explained['words']})"
     return Heatmap(
         rows,
         title or f"{method}, view {settings.view}{unit}",
         heatmap_metadata(explanations, example, settings, explained, anonymous),
+        columns=columns is not None,
     )
 
 

@@ -21,7 +21,12 @@ from workbench.analysis.attribution.settings import (
     recorded_settings,
     resolve_explainer,
 )
-from workbench.analysis.attribution.words import check_words, to_words, word_groups
+from workbench.analysis.attribution.words import (
+    check_words,
+    shown_tokens,
+    to_words,
+    word_groups,
+)
 from workbench.core.data import collate, pad_id, prefixes, tokenizer_kind
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import parse_json_lines, regular_file, write_json_lines
@@ -71,7 +76,13 @@ def _encode(
     # each text read only as far as the model sees it: bounded whatever the text's size
     args, cut = prefixes(tokenizer, texts, pairs, max_length)
     full = tokenizer(*args, truncation=False, verbose=False)["input_ids"]
-    encoded = tokenizer(*args, truncation=True, max_length=max_length, verbose=False)
+    encoded = tokenizer(
+        *args,
+        truncation=True,
+        max_length=max_length,
+        return_offsets_mapping=tokenizer.is_fast,
+        verbose=False,
+    )
     truncated = [was_cut or len(ids) > max_length for was_cut, ids in zip(cut, full, strict=True)]
     return encoded, truncated, args
 
@@ -153,9 +164,13 @@ def attribute_texts(
                 logger.warning("text %d truncated to %d tokens", i, settings.max_length)
             if gaps[row] is not None:
                 warnings.append(gaps[row])
-            tokens, scores = tokenizer.convert_ids_to_tokens(ids), maps[row, :, : len(ids)]
+            texts_i, scores = [a[i] for a in args], maps[row, :, : len(ids)]
+            tokens = tokenizer.convert_ids_to_tokens(ids)
+            if tokenizer.is_fast:
+                offsets, sequences = encoded["offset_mapping"][i], encoded.sequence_ids(i)
+                tokens = shown_tokens(tokenizer, tokens, offsets, sequences, texts_i)
             if words is not None:
-                tokens, groups = word_groups(encoded, i, [a[i] for a in args], len(ids))
+                tokens, groups = word_groups(encoded, i, texts_i, len(ids))
                 scores = to_words(scores, groups, words)
             records[i] = AttributionRecord(
                 text=texts[i],
