@@ -19,7 +19,7 @@ from workbench.core.config import (
 from workbench.core.data import encode, load_task, pad_id
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import is_run, layer_count, load_for_task, load_model
-from workbench.core.runs import Run, RunRecord, teacher_change
+from workbench.core.runs import Run, RunRecord, task_beside, teacher_change
 
 
 def term_summary(records: Sequence[dict]) -> dict[str, str]:
@@ -66,8 +66,9 @@ def evaluate_runs(
     students label/probability loyalty to ``teacher`` (default: the run's own); with ``terms``, the
     objective's diagnostics at the start and end of training (:func:`term_summary`). A model the
     workbench did not train (and such a teacher) is scored on ``data``'s task, its classes matched
-    by name (``label_map`` where they differ). With ``dedupe``, a run is scored on its own task
-    with ``--dedupe`` (:class:`DataConfig`).
+    by name (``label_map`` where they differ); without ``data``, on the task of the first run
+    among ``paths``, with that run's data settings and label map (:func:`task_beside`). With
+    ``dedupe``, a run is scored on its own task with ``--dedupe`` (:class:`DataConfig`).
 
     A run that has not finished training (stopped, killed, diverged, still training) is scored
     with its best dev model so far: ``notify`` hears it in one line, and its row's ``unfinished``
@@ -84,10 +85,13 @@ def evaluate_runs(
         if is_cache(path):
             rows.append(_cache_row(path, split, once))
             continue
-        given = data
+        given, mapping = data, label_map
         if given is None and dedupe and is_run(path):
             given = replace(Run.open(path).config(DataConfig, "data"), dedupe=True)
-        loaded, task = load_for_task(path, given, label_map, once)
+        if given is None and not is_run(path) and (beside := task_beside(path, paths, once)):
+            given, recorded_map = beside  # a model beside a run: the run's task and settings
+            given, mapping = replace(given, dedupe=dedupe or given.dedupe), mapping or recorded_map
+        loaded, task = load_for_task(path, given, mapping, once)
         unfinished = loaded.run.unfinished() if loaded.run else None
         if unfinished is not None:
             once(

@@ -636,8 +636,41 @@ class Run:
         )
 
 
-def _same_task(one: str, other: str) -> bool:
+def same_task(one: str, other: str) -> bool:
+    """Whether two task names name one task (a local one by the same path, however written)."""
     return one == other or Path(one).resolve() == Path(other).resolve()
+
+
+def task_beside(
+    model: str, sources: Sequence[str], notify: Callable[[str], None] | None = None
+) -> tuple[DataConfig, str] | None:
+    """The task a model that is not a run is scored on when named beside runs without a task:
+    the data settings the first run among ``sources`` recorded (its task, columns, length…)
+    and that run's label map (a teacher's, for the classifier it was fine-tuned from; a
+    student's, for its teacher), said to ``notify`` in one line. None without a run among
+    ``sources``."""
+    for source in sources:
+        if not (Path(source) / RUN_FILE).exists():
+            continue
+        run = Run.open(source)
+        data, info = run.config(DataConfig, "data"), run.info()
+        label_map = info.configs.get(info.kind, {}).get("label_map", "")
+        defaults = DataConfig()
+        settings = {
+            f.name: getattr(data, f.name)
+            for f in fields(DataConfig)
+            if f.name != "task" and getattr(data, f.name) != getattr(defaults, f.name)
+        }
+        if label_map:
+            settings["label_map"] = label_map
+        shown = f" ({_options(settings)})" if settings else ""
+        if notify is not None:
+            notify(
+                f"{model} is not a run: scored on {data.task}, the task {source} recorded"
+                f"{shown}; --task names another"
+            )
+        return data, label_map
+    return None
 
 
 def recorded_data(
@@ -656,7 +689,7 @@ def recorded_data(
         if not (Path(source) / RUN_FILE).exists():
             continue
         recorded = Run.open(source).config(DataConfig, "data")
-        if not _same_task(recorded.task, data.task):
+        if not same_task(recorded.task, data.task):
             continue
         taken = {
             f: getattr(recorded, f)
