@@ -520,7 +520,9 @@ def export_onnx_folder(
                 **measured,
             }
         atomic_write_json(staging / RECORD, with_format(record))
-        atomic_write_text(staging / "README.md", model_card(loaded.run) + _card_section(record))
+        atomic_write_text(
+            staging / "README.md", model_card(loaded.run, "onnx") + _card_section(record)
+        )
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -806,18 +806,19 @@ def _bullets(values: dict[str, Any]) -> list[str]:
     ]
 
 
-def model_card(run: Run) -> str:
+def model_card(run: Run, library: str = "transformers") -> str:
     """The model card (``README.md`` with Hub metadata) of a run's best model, generated from the
     run's files only: what was trained and how (``run.json``), on which data split
     (``manifest.json``), its dev/test metrics and loyalty once ``results.json`` exists, the
     command line that started the training when one was recorded, and the seconds it took
-    (``status.json``)."""
+    (``status.json``). ``library``: the Hub's ``library_name``, what loads the folder the card
+    describes (``onnx`` for an export of ONNX graphs alone)."""
     info, manifest, results = run.info(), run.manifest(), run.results()
     configs, task = info.configs, run.task()
     student = info.kind == "student"
     lines = [
         "---",
-        "library_name: transformers",
+        f"library_name: {library}",
         "pipeline_tag: text-classification",
         "tags:",
         "- kd-workbench",
