@@ -313,8 +313,9 @@ def test_loyalty_page(app):
     assert at.subheader[0].value == "Scores on test (50 examples: the whole split)"
     summary = at.dataframe[0].value
     assert list(summary.index) == ["teacher", *STUDENTS]
-    for column in ("accuracy", "macro_f1", "LL", "PL", "SL×100"):
-        assert summary.loc[list(STUDENTS), column].notna().all(), column
+    for column in ("accuracy", "macro_f1", "LL", "PL", "SL×100", "SL over"):
+        assert summary[column].notna().all(), column  # the teacher's row too: against itself
+    assert summary.loc["teacher", "SL over"] == "itself"
     assert 0 <= float(summary.loc["student-kd", "LL"]) <= 1
     departures = at.dataframe[1].value
     assert departures["student-kd PL"].is_monotonic_increasing
