@@ -24,17 +24,19 @@ from workbench.core.runs import Run, RunRecord, task_beside, teacher_change
 
 def term_summary(records: Sequence[dict]) -> dict[str, str]:
     """ "What dominates this objective", from a run's logged diagnostics: each term's share of
-    the gradient and weighted value at the first and last logged step, e.g.
-    ``{"grad share, start": "attr 94% · kd 5% · ce 1%", ...}`` (empty if none were logged)."""
+    the gradient and weighted value at the first and last logged step, and those steps, e.g.
+    ``{"start step": 1, "grad share, start": "attr 94% · kd 5% · ce 1%", ...}`` (empty if
+    none were logged): the same columns for every run, however long it trained."""
     row = {}
     for moment, record in summarise(records).items():
+        row[f"{moment} step"] = record["step"]
         for prefix, label, form in (
             ("grad_share/", "grad share", "{:.0%}"),
             ("value/", "weighted value", "{:.3g}"),
         ):
             terms = {k.removeprefix(prefix): v for k, v in record.items() if k.startswith(prefix)}
             ranked = sorted(terms.items(), key=lambda item: -abs(item[1]))
-            row[f"{label}, {moment} (step {record['step']})"] = " · ".join(
+            row[f"{label}, {moment}"] = " · ".join(
                 f"{name} {form.format(value)}" for name, value in ranked
             )
     return row

@@ -101,7 +101,8 @@ def test_logging_diagnostics_changes_no_weight(tiny_model_dir, tiny_task_dir, tm
     assert summary["start"]["step"] == 1 and summary["end"]["step"] == 7
     assert "recall/positive" in logged.results()["test"]
     row = evaluate_runs([str(logged.path)], terms=True)[0]  # kdw evaluate --terms
-    shares = row["grad share, end (step 7)"]
+    assert (row["start step"], row["end step"]) == (1, 7)  # columns of no step: any run's
+    shares = row["grad share, end"]
     assert shares.startswith(("attr", "kd", "ce")) and shares.count("%") == 3
     a = torch.load(quiet.checkpoint, weights_only=True)["model"]
     b = torch.load(logged.checkpoint, weights_only=True)["model"]
@@ -114,3 +115,19 @@ def test_one_term_in_turn_is_measured_between_the_first_and_last_step():
     turns = [logged_terms(names, step, 100, 20) for step in (20, 40, 60, 80)]
     assert turns == [["kd"], ["attr"], ["ce"], ["kd"]]
     assert logged_terms(names, 21, 100, 20) == [] and logged_terms(names, 1, 100, 0) == []
+
+
+def test_term_summaries_of_runs_of_any_length_share_their_columns():
+    from kd.training.evaluate import term_summary
+
+    def logged(last: int) -> list[dict]:
+        return [
+            {"step": step, "grad_share/kd": kd, "grad_share/ce": 1 - kd, "value/kd": kd}
+            for step, kd in ((1, 0.25), (last, 0.75))
+        ]
+
+    short, long = term_summary(logged(19)), term_summary(logged(38))
+    assert short.keys() == long.keys()
+    assert (short["end step"], long["end step"]) == (19, 38)
+    assert long["grad share, start"] == "ce 75% · kd 25%"
+    assert long["grad share, end"] == "kd 75% · ce 25%"
