@@ -227,11 +227,21 @@ def _train(
 ) -> None:
     """Train ``job`` followed by the trackers ``config`` asks for
     (:func:`kd.training.tracking.tracked`, on the process that writes the run), then finish
-    the run there."""
+    the run there. Interrupted (Ctrl-C), the run is marked stopped at its last checkpoint's
+    step, where the same command resumes it."""
     main = distributed.world().main
     with tracking.tracked(config, job.run, parent) if main else nullcontext(Tracker()) as tracker:
         job.tracker = tracker
-        if train(job) and main:
+        try:
+            trained = train(job)
+        except KeyboardInterrupt:
+            if main:
+                status = job.run.status()
+                kept = status.model_dump(include={"step", "total", "seconds"}, exclude_unset=True)
+                reason = "interrupted: the same command resumes from the last checkpoint"
+                job.run.set_status("stopped", **kept, reason=reason)
+            raise
+        if trained and main:
             _finish(job, data, encoded, teacher_logits)
 
 

@@ -131,3 +131,31 @@ def test_term_summaries_of_runs_of_any_length_share_their_columns():
     assert (short["end step"], long["end step"]) == (19, 38)
     assert long["grad share, start"] == "ce 75% · kd 25%"
     assert long["grad share, end"] == "kd 75% · ce 25%"
+
+
+def test_an_interrupted_training_is_marked_stopped_not_running(
+    tiny_model_dir, tiny_task_dir, tmp_path
+):
+    from kd.training.pipeline import train_teacher
+    from workbench.core.config import DataConfig, OptimConfig, TeacherConfig
+    from workbench.core.runs import Run
+
+    class CtrlC:
+        def on_step(self, step, total, losses):
+            if step == 3:
+                raise KeyboardInterrupt
+
+    optim = OptimConfig(epochs=1, batch_size=16, threads=1, checkpoint_every=2)
+    with pytest.raises(KeyboardInterrupt):
+        train_teacher(
+            DataConfig(task=str(tiny_task_dir), max_length=16),
+            TeacherConfig(model=str(tiny_model_dir)),
+            optim,
+            tmp_path / "teacher",
+            callbacks=[CtrlC()],
+        )
+    run = Run.open(tmp_path / "teacher")
+    status = run.status()
+    assert (status.state, status.step) == ("stopped", 2)  # at the checkpoint it resumes from
+    assert "interrupted" in status.reason
+    assert run.unfinished().startswith("stopped at step 2/")
