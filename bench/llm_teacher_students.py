@@ -223,6 +223,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     parser.add_argument("--epochs", type=float, default=3)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="auto", help="the students': cpu, cuda, cuda:N, auto")
     parser.add_argument("--out", default="runs/llm-teacher")
     parser.add_argument("--results", default="llm-teacher", help="bench/results/<name>.json")
     args = parser.parse_args(argv)
@@ -255,7 +256,11 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
         for preset, is_control, objective in students:
             name = f"{preset}{'-control' if is_control else ''}-s{seed}"
             optim = OptimConfig(
-                epochs=args.epochs, batch_size=args.batch_size, seed=seed, threads=args.threads
+                epochs=args.epochs,
+                batch_size=args.batch_size,
+                seed=seed,
+                threads=args.threads,
+                device=args.device,
             )
             run = distill(data, student, objective, optim, out / "runs" / name)
             loyalty = None
