@@ -22,8 +22,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.common import setup, table, write_results
+from kd.methods.config import ObjectiveConfig
 from kd.methods.objective import control
 from kd.training import distill
+from kd.training.config import OptimConfig, StudentConfig
 from kd.training.pipeline import build_teacher_cache
 from kd.training.teacher_cache import CacheConfig
 from workbench.analysis.stats import (
@@ -33,12 +35,7 @@ from workbench.analysis.stats import (
     seeds_needed,
     two_level_bootstrap,
 )
-from workbench.core.config import (
-    DataConfig,
-    ObjectiveConfig,
-    OptimConfig,
-    StudentConfig,
-)
+from workbench.core.config import DataConfig
 from workbench.core.models import load_tokenizer
 
 SALIENCY_NOTE = (

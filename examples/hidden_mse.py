@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kd.methods.config import register_settings
 from kd.methods.layer_map import uniform_layers
 from kd.methods.objective import (
     PRESETS,
@@ -34,7 +35,7 @@ from kd.methods.objective import (
     teacher_field,
     term,
 )
-from workbench.core.config import Checked, non_negative_int, option, register_settings
+from workbench.core.config import Checked, non_negative_int, option
 from workbench.core.errors import WorkbenchError
 from workbench.core.lazy import lazy_module
 

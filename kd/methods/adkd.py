@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from kd.methods.config import register_settings
 from kd.methods.objective import (
     EXAMPLES,
     PRESETS,
@@ -39,15 +40,14 @@ from kd.methods.objective import (
     teacher_field,
     term,
 )
+from workbench.analysis.attribution.registry import BASELINES
 from workbench.core.config import (
-    BASELINES,
     VIEWS,
     Checked,
     Views,
     ig_steps,
     option,
     positive,
-    register_settings,
     spell_views,
     views_option,
 )

@@ -38,6 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from kd.methods.config import register_settings
 from kd.methods.layer_map import uniform_layers
 from kd.methods.objective import (
     PRESETS,
@@ -53,7 +54,7 @@ from kd.methods.objective import (
     term,
     weight_parameter,
 )
-from workbench.core.config import Checked, option, positive, register_settings
+from workbench.core.config import Checked, option, positive
 from workbench.core.lazy import lazy_module
 
 if TYPE_CHECKING:

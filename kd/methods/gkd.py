@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kd.methods.config import ObjectiveConfig, register_settings
 from kd.methods.objective import (
     PRESETS,
     TOKENS,
@@ -44,7 +45,7 @@ from kd.methods.objective import (
     weight_parameter,
 )
 from kd.methods.pkd import mapped_pairs
-from workbench.core.config import Checked, ObjectiveConfig, option, register_settings
+from workbench.core.config import Checked, option
 from workbench.core.errors import WorkbenchError
 from workbench.core.lazy import lazy_module
 

@@ -17,7 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from workbench.core.config import HELP_LISTS, ObjectiveConfig, spell, spell_weights
+from kd.methods.config import ObjectiveConfig, spell_weights
+from workbench.core.config import HELP_LISTS, spell
 from workbench.core.errors import WorkbenchError
 from workbench.core.lazy import lazy_module
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from kd.methods.config import register_settings
 from kd.methods.layer_map import patient_layers
 from kd.methods.objective import (
     PRESETS,
@@ -28,7 +29,7 @@ from kd.methods.objective import (
     teacher_field,
     term,
 )
-from workbench.core.config import Checked, option, register_settings
+from workbench.core.config import Checked, option
 from workbench.core.lazy import lazy_module
 
 if TYPE_CHECKING:

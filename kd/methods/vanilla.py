@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from kd.methods.config import MAX_TEMPERATURE, MIN_TEMPERATURE
 from kd.methods.objective import (
     PRESETS,
     Objective,
@@ -23,7 +24,6 @@ from kd.methods.objective import (
     teacher_field,
     term,
 )
-from workbench.core.config import MAX_TEMPERATURE, MIN_TEMPERATURE
 from workbench.core.lazy import lazy_module
 
 if TYPE_CHECKING:

@@ -6,16 +6,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from kd.training.config import StudentConfig
 from kd.training.diagnostics import summarise
 from kd.training.pipeline import notice, teacher_pin
 from kd.training.teacher_cache import cached_logits, is_cache, open_cache
 from workbench.analysis.evaluation import evaluate_logits, predict_logits
-from workbench.core.config import (
-    DataConfig,
-    StudentConfig,
-    config_key,
-    parse_label_map,
-)
+from workbench.core.config import DataConfig, config_key, parse_label_map
 from workbench.core.data import encode, load_task, pad_id
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import is_run, layer_count, load_for_task, load_model

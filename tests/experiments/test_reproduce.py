@@ -34,8 +34,10 @@ from kd.experiments.reproduce import (
 from kd.experiments.reproduce.record import SuiteRecord
 from kd.experiments.reproduce.runner import weights_digest
 from kd.experiments.reproduce.suite import DEFAULT, Experiment, ablations, identity
+from kd.methods.config import ObjectiveConfig
 from kd.methods.objective import PRESETS, Ablation, Claim, ablated
-from workbench.core.config import DataConfig, ObjectiveConfig, TeacherConfig
+from kd.training.config import TeacherConfig
+from workbench.core.config import DataConfig
 from workbench.core.data import load_task
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import with_format

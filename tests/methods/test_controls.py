@@ -7,9 +7,10 @@ import json
 
 import pytest
 
+from kd.methods.config import ObjectiveConfig
 from kd.methods.gkd import gradient_kd
 from kd.methods.objective import METHODS, PRESETS, Objective, control
-from workbench.core.config import ObjectiveConfig, to_dict
+from workbench.core.config import to_dict
 
 OWN = {  # what each method's control goes without, as the papers name their contributions
     "adkd": {"attr"},

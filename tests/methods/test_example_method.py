@@ -21,12 +21,14 @@ from kd.experiments.reproduce.report import write_report
 from kd.experiments.reproduce.runner import compact
 from kd.experiments.reproduce.suite import TaskPlan, ablations, experiments
 from kd.experiments.tune import apply, search_space
+from kd.methods import config
+from kd.methods.config import ObjectiveConfig
 from kd.methods.objective import Objective
 from kd.methods.students import cut_student
+from kd.training.config import OptimConfig
 from kd.training.pipeline import check_tokens
 from tests.conftest import tiny_model, tiny_tokenizer, write_tiny_runs
-from workbench.core import config
-from workbench.core.config import DataConfig, ObjectiveConfig, OptimConfig, to_dict
+from workbench.core.config import DataConfig, to_dict
 from workbench.core.data import batches, encode, load_task
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import with_format

@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kd.methods.config import ObjectiveConfig
 from kd.methods.objective import Objective
 from kd.methods.students import cut_student
+from kd.training.config import OptimConfig, StudentConfig, TeacherConfig
 from kd.training.diagnostics import summarise, term_diagnostics
 from kd.training.evaluate import evaluate_runs
 from kd.training.pipeline import distill, train_teacher
@@ -16,13 +18,7 @@ from tests.conftest import tiny_model
 from tests.methods.test_objective_methods import _dataset
 from tests.tolerances import float32_floor
 from workbench.analysis.metrics import task_metrics
-from workbench.core.config import (
-    DataConfig,
-    ObjectiveConfig,
-    OptimConfig,
-    StudentConfig,
-    TeacherConfig,
-)
+from workbench.core.config import DataConfig
 from workbench.core.data import TaskSpec, batches
 
 

@@ -16,6 +16,7 @@ from dataclasses import asdict
 import pandas as pd
 import streamlit as st
 
+from workbench.analysis.attribution.registry import DECODER_BASELINE
 from workbench.analysis.examples import Example
 from workbench.analysis.explanation_agreement import Agreement, agreement
 from workbench.analysis.explanations import Explanation, explain
@@ -23,7 +24,7 @@ from workbench.analysis.heatmap_export import explained_settings, to_heatmap
 from workbench.app import common
 from workbench.app.catalog import CACHE, RunEntry
 from workbench.app.heatmap_view import show_heatmap
-from workbench.core.config import DECODER_BASELINE, config_key
+from workbench.core.config import config_key
 from workbench.core.errors import WorkbenchError
 
 KEY = "case"

@@ -39,11 +39,8 @@ from typing import Any, Literal, TypeVar
 from pydantic import Field
 
 from workbench.core.config import (
+    SECTIONS,
     DataConfig,
-    ObjectiveConfig,
-    OptimConfig,
-    StudentConfig,
-    TeacherConfig,
     check_values,
     from_dict,
     option_name,
@@ -71,13 +68,6 @@ STATUS_FILE = "status.json"
 RESOLVED = "resolved"  # the key of run.json's record of what the configs resolved to
 LOCK_FILE = ".lock"
 T = TypeVar("T")
-SECTIONS = {  # run.json's config sections, as their dataclasses
-    "data": DataConfig,
-    "teacher": TeacherConfig,
-    "student": StudentConfig,
-    "objective": ObjectiveConfig,
-    "optim": OptimConfig,
-}
 
 
 # the run's records (:mod:`workbench.core.records`), checked whenever one is read
@@ -706,8 +696,9 @@ _ABSENT = "(absent)"
 
 
 def current_configs(configs: dict[str, Any]) -> dict[str, Any]:
-    """Config sections as a record holds them, each section's settings checked
-    (:func:`~workbench.core.config.check_values`), as JSON gives them back."""
+    """Config sections as a record holds them, each registered section's settings checked
+    (:func:`~workbench.core.config.check_values`; the layers that own the sections register
+    them, :func:`~workbench.core.config.register_section`), as JSON gives them back."""
     current = {}
     for group, values in configs.items():
         try:

@@ -14,16 +14,10 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 
+from kd.methods.config import ObjectiveConfig
 from kd.methods.objective import PRESETS, Sweep, ablated, control
-from workbench.core.config import (
-    DataConfig,
-    ObjectiveConfig,
-    StudentConfig,
-    TeacherConfig,
-    from_dict,
-    spelled,
-    to_dict,
-)
+from kd.training.config import StudentConfig, TeacherConfig
+from workbench.core.config import DataConfig, from_dict, spelled, to_dict
 from workbench.core.data import data_version
 from workbench.core.errors import WorkbenchError
 
