@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 from kd.methods.config import register_settings
 from kd.methods.layer_map import uniform_layers
 from kd.methods.objective import (
-    PRESETS,
     TOKENS,
     Ablation,
     Claim,
@@ -31,6 +30,7 @@ from kd.methods.objective import (
     Sweep,
     method,
     parameter,
+    preset,
     setting_parameter,
     teacher_field,
     term,
@@ -130,17 +130,20 @@ parameter(
 # and paper, its own term (the control goes without it), kdw tune's default space and the term
 # β weighs, a sweep of its option and an ablation (operations on the preset) and the claim the
 # reproduction report checks.
-PRESETS["hidden-mse"] = Preset(
-    {"ce": 0.5, "kd": 0.5, "hidden": 1.0},
-    {"ce": 0.5, "kd": 0.5, "hidden": 1.0},
-    own=("hidden",),
-    name="Hidden MSE",
-    reference="Romero et al. 2015",
-    space={"beta": "0.1,1,10", "alpha": "0.1,0.5,0.9"},
-    beta="hidden",
-    ablations=(
-        Sweep("F", "hidden-from", "hidden_from", "hidden_from_sweep", (1, 2), "first state F"),
-        Ablation("w/o ce", "hidden-terms", weights={"ce": 0.0}),
+preset(
+    "hidden-mse",
+    Preset(
+        {"ce": 0.5, "kd": 0.5, "hidden": 1.0},
+        {"ce": 0.5, "kd": 0.5, "hidden": 1.0},
+        own=("hidden",),
+        name="Hidden MSE",
+        reference="Romero et al. 2015",
+        space={"beta": "0.1,1,10", "alpha": "0.1,0.5,0.9"},
+        beta="hidden",
+        ablations=(
+            Sweep("F", "hidden-from", "hidden_from", "hidden_from_sweep", (1, 2), "first state F"),
+            Ablation("w/o ce", "hidden-terms", weights={"ce": 0.0}),
+        ),
+        claims=(Claim("accuracy", "≥"),),
     ),
-    claims=(Claim("accuracy", "≥"),),
 )

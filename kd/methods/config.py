@@ -7,10 +7,12 @@ records read. The run record's ``objective`` section is registered here."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any, TypeVar
 
 from workbench.core.config import (
@@ -68,19 +70,77 @@ def _is_weights(value: Any) -> bool:
 WEIGHTS = Syntax(weight_pairs, spell_weights)
 
 
+class Registry(MutableMapping[str, T]):
+    """Entries by name, in the order they registered. :meth:`add` is the one way to register: a
+    name registered already is refused in one line naming both places. Assigning an entry
+    (``registry[name] = entry``) replaces it, for a test."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind  # what an entry is, in the refusal: "loss term", "preset"
+        self._entries: dict[str, T] = {}
+        self._places: dict[str, str] = {}
+
+    def add(self, name: str, entry: T) -> T:
+        """Register ``entry`` under ``name``, a name no entry has; ``entry`` is returned."""
+        place = registration_place()
+        if name in self:
+            raise WorkbenchError(
+                f"{self.kind} {name!r} is registered twice: at {self._places.get(name, '?')} "
+                f"and at {place}"
+            )
+        self._entries[name] = entry
+        self._places[name] = place
+        return entry
+
+    def place(self, name: str) -> str:
+        """Where the entry ``name`` was registered (``file:line``)."""
+        return self._places.get(name, "?")
+
+    def _load(self) -> None:
+        """Register what is registered on a first read (none here)."""
+
+    def __getitem__(self, name: str) -> T:
+        self._load()
+        return self._entries[name]
+
+    def __iter__(self) -> Iterator[str]:
+        self._load()
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        self._load()
+        return len(self._entries)
+
+    def __setitem__(self, name: str, entry: T) -> None:
+        self._entries[name] = entry
+
+    def __delitem__(self, name: str) -> None:
+        del self._entries[name]  # its place is kept, for the entry put back (registry[name] = …)
+
+
+def registration_place() -> str:
+    """``file:line`` of the registration: the first frame outside the registries' modules."""
+    frame = inspect.currentframe()
+    while frame and frame.f_code.co_filename in _REGISTRIES:
+        frame = frame.f_back
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame else "?"
+
+
+_REGISTRIES = {__file__, str(Path(__file__).with_name("objective.py"))}
+
 METHODS_GROUP = "kd_workbench.methods"  # the entry points of the packages that hold methods
 
 
-class MethodSettings(MutableMapping[str, type]):
+class MethodSettings(Registry[type]):
     """Each distillation method's settings dataclass, by method name, in the order the methods
     registered (:func:`register_settings`, as a method's module is imported). The first read
     imports the modules that installed packages name as entry points of
-    :data:`METHODS_GROUP` (the built-in methods, ``kd.methods``; a package of one's own methods
-    the same way), so that a process which reads a run record without importing the methods
-    (the Python API, the app's background jobs) knows the settings it holds."""
+    :data:`METHODS_GROUP` (a package of one's own methods), so that a process which reads a run
+    record without importing them (the Python API, the app's background jobs) knows the
+    settings it holds."""
 
     def __init__(self) -> None:
-        self._classes: dict[str, type] = {}
+        super().__init__("settings of method")
         self._loaded = False
 
     def _load(self) -> None:
@@ -88,24 +148,6 @@ class MethodSettings(MutableMapping[str, type]):
             self._loaded = True  # first: the modules loaded here register, and read, the map
             for point in entry_points(group=METHODS_GROUP):
                 point.load()
-
-    def __getitem__(self, method: str) -> type:
-        self._load()
-        return self._classes[method]
-
-    def __iter__(self) -> Iterator[str]:
-        self._load()
-        return iter(self._classes)
-
-    def __len__(self) -> int:
-        self._load()
-        return len(self._classes)
-
-    def __setitem__(self, method: str, cls: type) -> None:
-        self._classes[method] = cls
-
-    def __delitem__(self, method: str) -> None:
-        del self._classes[method]
 
 
 METHOD_SETTINGS = MethodSettings()
@@ -195,13 +237,14 @@ def register_settings(method: str, cls: type[T]) -> type[T]:
     :class:`ObjectiveConfig` holds one (built from its defaults unless given), and the CLI, the
     app, ``--config`` files and run records show its fields as the objective's own settings, under
     their names, which no other setting of the objective may take."""
-    if method in METHOD_SETTINGS:
-        raise ValueError(f"method {method!r} has its settings registered already")
     clash = sorted(set(flat_fields(ObjectiveConfig)) & set(fields_of(cls)))
     if clash:
-        raise ValueError(f"method {method!r}: settings {clash} are the objective's already")
-    METHOD_SETTINGS[method] = cls
-    return cls
+        owner = flat_fields(ObjectiveConfig)[clash[0]][0]
+        raise WorkbenchError(
+            f"method {method!r}: setting {clash[0]!r} of {cls.__qualname__} is "
+            f"{owner.__qualname__}'s already"
+        )
+    return METHOD_SETTINGS.add(method, cls)
 
 
 register_section("objective", ObjectiveConfig)

@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING
 
 from kd.methods.config import ObjectiveConfig, register_settings
 from kd.methods.objective import (
-    PRESETS,
     TOKENS,
     Ablation,
     Claim,
@@ -39,6 +38,7 @@ from kd.methods.objective import (
     StudentSetup,
     method,
     parameter,
+    preset,
     student_setup,
     teacher_field,
     term,
@@ -282,38 +282,44 @@ def _pin(config: ObjectiveConfig, weights: dict[str, float]) -> ObjectiveConfig:
     return config.with_settings(gradient_regime=_regime(config, weights) or None)
 
 
-student_setup(StudentSetup(gradient_kd, _prepare, _record_setup, _pin))
+student_setup("gkd", StudentSetup(gradient_kd, _prepare, _record_setup, _pin))
 
 parameter(
     "gamma", weight_parameter("GKD-CLS: weight γ of the [CLS]-state gradient term", "cls_grad")
 )
 
-PRESETS["gkd"] = Preset(
-    {"ce": 0.5, "kd": 0.5, "grad": 1.0},
-    {"ce": 0.5, "kd": 0.5, "grad": 1.0},
-    temperature=5.0,
-    own=("grad",),
-    name="GKD",
-    reference="Wang et al. 2022",
-    space={"beta": "0.1,1,10", "alpha": "0.1,0.5,0.9", "tau": "1,2,5"},
-    beta="grad",
-    tuned=("beta",),
-    ablations=(Ablation("w/ dropout", "gkd-dropout", settings={"dropout": True}),),
-    claims=(Claim("saliency_loyalty", "≫"),),
-    gallery=True,
+preset(
+    "gkd",
+    Preset(
+        {"ce": 0.5, "kd": 0.5, "grad": 1.0},
+        {"ce": 0.5, "kd": 0.5, "grad": 1.0},
+        temperature=5.0,
+        own=("grad",),
+        name="GKD",
+        reference="Wang et al. 2022",
+        space={"beta": "0.1,1,10", "alpha": "0.1,0.5,0.9", "tau": "1,2,5"},
+        beta="grad",
+        tuned=("beta",),
+        ablations=(Ablation("w/ dropout", "gkd-dropout", settings={"dropout": True}),),
+        claims=(Claim("saliency_loyalty", "≫"),),
+        gallery=True,
+    ),
 )
 # GKD-CLS: the [CLS]-state gradients at weight 0.1. At 1 they held 50–74 % of the gradient
 # (their gradient is twice the input gradients'), CE 4–11 %, and a student trained for 26
 # steps on BBC News lost two of five classes (docs/results.md, "Choosing the AD-KD and GKD-CLS
 # presets").
-PRESETS["gkd-cls"] = Preset(
-    {"ce": 0.5, "kd": 0.5, "pkd": 1.0, "grad": 1.0, "cls_grad": 0.1},
-    {"ce": 0.5, "kd": 0.5, "pkd": 500.0, "grad": 1.0, "cls_grad": 1.0},
-    temperature=5.0,
-    own=("grad", "cls_grad"),  # its PKD term is its regime
-    name="GKD-CLS",
-    reference="Wang et al. 2022",
-    space={"beta": "0.1,1,10", "gamma": "0.01,0.1,1", "alpha": "0.1,0.5,0.9"},
-    beta="pkd",
-    tuned=("beta",),
+preset(
+    "gkd-cls",
+    Preset(
+        {"ce": 0.5, "kd": 0.5, "pkd": 1.0, "grad": 1.0, "cls_grad": 0.1},
+        {"ce": 0.5, "kd": 0.5, "pkd": 500.0, "grad": 1.0, "cls_grad": 1.0},
+        temperature=5.0,
+        own=("grad", "cls_grad"),  # its PKD term is its regime
+        name="GKD-CLS",
+        reference="Wang et al. 2022",
+        space={"beta": "0.1,1,10", "gamma": "0.01,0.1,1", "alpha": "0.1,0.5,0.9"},
+        beta="pkd",
+        tuned=("beta",),
+    ),
 )

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from kd.methods.config import ObjectiveConfig, spell_weights
+from kd.methods.config import ObjectiveConfig, Registry, registration_place, spell_weights
 from workbench.core.config import HELP_LISTS, spell
 from workbench.core.errors import WorkbenchError
 from workbench.core.lazy import lazy_module
@@ -224,19 +224,19 @@ class Preset:
     gallery: bool = False  # the report's heatmap gallery shows its students
 
 
-TERMS: dict[str, Term] = {}
-TEACHER_FIELDS: dict[str, TeacherField] = {}
-METHODS: list[Method] = []
-STUDENT_SETUPS: list[StudentSetup] = []
-PARAMETERS: dict[str, Parameter] = {}
-PRESETS: dict[str, Preset] = {}
+TERMS: Registry[Term] = Registry("loss term")
+TEACHER_FIELDS: Registry[TeacherField] = Registry("teacher field")
+METHODS: Registry[Method] = Registry("method of the terms")  # by its terms, "+"-joined
+STUDENT_SETUPS: Registry[StudentSetup] = Registry("student set-up")
+PARAMETERS: Registry[Parameter] = Registry("tune parameter")
+PRESETS: Registry[Preset] = Registry("preset")
 
 
-def _registrar(registry: dict, kind: type, name: str, options: dict[str, Any]):
+def _registrar(registry: Registry, kind: type, name: str, options: dict[str, Any]):
     """A decorator registering its function as ``kind(function, **options)`` under ``name``."""
 
     def register(compute: Callable):
-        registry[name] = kind(compute, **options)
+        registry.add(name, kind(compute, **options))
         return compute
 
     return register
@@ -259,25 +259,36 @@ def method(
     record: Callable[[Objective], dict[str, Any]],
     modules: Callable[[Objective], dict[str, torch.nn.Module]] | None = None,
 ):
-    """Register the decorated ``resolve(objective) -> settings`` for the given terms."""
+    """Register the decorated ``resolve(objective) -> settings`` for the given terms; a term
+    another method resolves already is refused."""
 
     def register(resolve: Callable[[Objective], dict[str, Any]]):
-        METHODS.append(Method(frozenset(terms), resolve, record, modules))
+        for key, entry in METHODS.items():
+            shared = sorted(entry.terms & set(terms))
+            if shared:
+                raise WorkbenchError(
+                    f"loss term {shared[0]!r} has its method registered twice: at "
+                    f"{METHODS.place(key)} and at {registration_place()}"
+                )
+        METHODS.add("+".join(terms), Method(frozenset(terms), resolve, record, modules))
         return resolve
 
     return register
 
 
-def student_setup(setup: StudentSetup) -> StudentSetup:
-    """Register a method's set-up of the student; see :class:`StudentSetup`."""
-    STUDENT_SETUPS.append(setup)
-    return setup
+def student_setup(name: str, setup: StudentSetup) -> StudentSetup:
+    """Register a method's set-up of the student under ``name``; see :class:`StudentSetup`."""
+    return STUDENT_SETUPS.add(name, setup)
 
 
 def parameter(name: str, entry: Parameter) -> Parameter:
     """Register a parameter ``kdw tune`` searches under ``name`` (``--space NAME=...``)."""
-    PARAMETERS[name] = entry
-    return entry
+    return PARAMETERS.add(name, entry)
+
+
+def preset(name: str, entry: Preset) -> Preset:
+    """Register a method's preset under ``name`` (``--preset NAME``); see :class:`Preset`."""
+    return PRESETS.add(name, entry)
 
 
 def weight_parameter(help: str, *terms: str) -> Parameter:
@@ -441,7 +452,7 @@ def control(config: ObjectiveConfig) -> ObjectiveConfig:
     weights = preset_weights(config)
     if not own & set(weights):
         return config
-    for setup in STUDENT_SETUPS:
+    for setup in STUDENT_SETUPS.values():
         config = setup.pin(config, weights)
     return replace(
         config, weights={name: 0.0 if name in own else weight for name, weight in weights.items()}
@@ -516,7 +527,7 @@ class Objective:
 
     def methods(self) -> list[Method]:
         """The registered methods with a weighted term."""
-        return [entry for entry in METHODS if entry.terms & set(self.weights)]
+        return [entry for entry in METHODS.values() if entry.terms & set(self.weights)]
 
     def record(self) -> dict:
         """What the configs resolved to, as plain data for ``run.json``: every weight, τ, the
@@ -533,7 +544,7 @@ class Objective:
 
     def student_setups(self) -> list[StudentSetup]:
         """The registered set-ups of the student this objective asks for."""
-        return [setup for setup in STUDENT_SETUPS if setup.active(self)]
+        return [setup for setup in STUDENT_SETUPS.values() if setup.active(self)]
 
     def prepare_student(self, teacher: PreTrainedModel, student: PreTrainedModel) -> None:
         """Set the student up as the methods in use ask, before training (:class:`StudentSetup`)."""

@@ -26,6 +26,7 @@ from kd.methods.objective import (
     Preset,
     StepInputs,
     method,
+    preset,
     teacher_field,
     term,
 )
@@ -127,18 +128,22 @@ def _pkd(objective: Objective, inputs: StepInputs) -> Tensor:
 
 # β is for the paper form (sum over layers) or the official mean over B×(M−1)×d, hence the
 # orders of magnitude between the two.
-PRESETS["pkd-skip"] = Preset(
-    {"ce": 0.5, "kd": 0.5, "pkd": 1.0},
-    {"ce": 0.5, "kd": 0.5, "pkd": 500.0},
-    own=("pkd",),
-    name="PKD-skip",
-    reference="Sun et al. 2019",
-    space={"beta": "0.1,1,10,100"},
-    beta="pkd",
-    tuned=("beta",),
-    claims=(Claim("accuracy", "≥"),),
-    settings={"pkd_mapping": "skip"},
+preset(
+    "pkd-skip",
+    Preset(
+        {"ce": 0.5, "kd": 0.5, "pkd": 1.0},
+        {"ce": 0.5, "kd": 0.5, "pkd": 500.0},
+        own=("pkd",),
+        name="PKD-skip",
+        reference="Sun et al. 2019",
+        space={"beta": "0.1,1,10,100"},
+        beta="pkd",
+        tuned=("beta",),
+        claims=(Claim("accuracy", "≥"),),
+        settings={"pkd_mapping": "skip"},
+    ),
 )
-PRESETS["pkd-last"] = replace(
-    PRESETS["pkd-skip"], name="PKD-last", settings={"pkd_mapping": "last"}
+preset(
+    "pkd-last",
+    replace(PRESETS["pkd-skip"], name="PKD-last", settings={"pkd_mapping": "last"}),
 )

@@ -20,6 +20,7 @@ from kd.methods.objective import (
     Preset,
     StepInputs,
     parameter,
+    preset,
     preset_weights,
     teacher_field,
     term,
@@ -116,13 +117,16 @@ parameter(
     ),
 )
 
-PRESETS["finetune"] = Preset({"ce": 1.0}, {"ce": 1.0}, name="the student trained alone")
-PRESETS["kd"] = Preset(
-    {"ce": 0.5, "kd": 0.5},
-    {"ce": 0.5, "kd": 0.5},
-    name="vanilla KD",
-    reference="Hinton et al. 2015",
-    space={"alpha": "0.1,0.5,0.9", "tau": "1,2,4,8"},
-    tuned=("tau",),  # so that every method meets a reference tuned alike
-    gallery=True,
+preset("finetune", Preset({"ce": 1.0}, {"ce": 1.0}, name="the student trained alone"))
+preset(
+    "kd",
+    Preset(
+        {"ce": 0.5, "kd": 0.5},
+        {"ce": 0.5, "kd": 0.5},
+        name="vanilla KD",
+        reference="Hinton et al. 2015",
+        space={"alpha": "0.1,0.5,0.9", "tau": "1,2,4,8"},
+        tuned=("tau",),  # so that every method meets a reference tuned alike
+        gallery=True,
+    ),
 )

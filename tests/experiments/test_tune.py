@@ -87,7 +87,7 @@ def _tune_args(data, teacher, out, *extra):
         ("beta=-1,10", "-1 must lie in [0, inf)"),
         ("tau=0,1", "0 must lie in [0.01, 1000]"),
         ("alpha=0.5,1.5", "1.5 must lie in [0, 1]"),
-        ("top_k=2.5", "must be an integer"),
+        ("attr_top_k=2.5", "must be an integer"),
         ("lr=0:1e-3:log", "a log range needs LOW > 0"),
         ("beta", "use NAME=v1,v2 or NAME=LOW:HIGH"),
     ],

@@ -40,7 +40,7 @@ def test_a_controls_record_differs_from_its_methods_in_the_own_weights_alone(pre
     then, now = full.record(), controlled.record()
     own_settings = {  # the settings only the own terms' methods record
         key
-        for entry in METHODS
+        for entry in METHODS.values()
         if entry.terms & OWN[preset] and not entry.terms & set(controlled.weights)
         for key in entry.record(full)
     }

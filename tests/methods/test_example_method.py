@@ -47,15 +47,15 @@ def example():
         registry.TEACHER_FIELDS,
         registry.PRESETS,
         registry.PARAMETERS,
+        registry.METHODS,
+        registry.STUDENT_SETUPS,
         config.METHOD_SETTINGS,
     ]
     saved = [dict(table) for table in tables]
-    methods = list(registry.METHODS)
     yield runpy.run_path(str(EXAMPLE))
     for table, entries in zip(tables, saved, strict=True):
         table.clear()
         table.update(entries)
-    registry.METHODS[:] = methods
 
 
 def test_example_method_registers_resolves_and_trains_a_step(example, tiny_task_dir, tmp_path):
