@@ -87,7 +87,12 @@ def hidden_mse_loss(student: Tensor, teacher: Tensor, attention_mask: Tensor) ->
 
 
 # 3. What its terms read, resolved once per run from its settings and recorded in run.json.
-@method("hidden", record=lambda o: {"hidden_pairs": o.hidden_pairs})
+@method(
+    "hidden",
+    record=lambda o: {"hidden_pairs": o.hidden_pairs},
+    layer_pairs="hidden_pairs",
+    mapping="uniform mapping of the hidden-state MSE ({method})",
+)
 def _resolve(objective: Objective) -> dict:
     pairs = uniform_layers(objective.teacher_layers, objective.student_layers)
     first = objective.config.of(HiddenSettings).hidden_from

@@ -255,6 +255,8 @@ def layer_relation_loss(
         "relation_pairs": o.relation_pairs,
         "ckd_window": o.config.of(CKDSettings).ckd_window,
     },
+    layer_pairs="relation_pairs",
+    mapping="uniform mapping of the relation terms (CKD)",
 )
 def _resolve(objective: Objective) -> dict:
     return {"relation_pairs": uniform_layers(objective.teacher_layers, objective.student_layers)}

@@ -170,6 +170,8 @@ def state_gradients(
     "grad",
     "cls_grad",
     record=lambda o: {"patient_pairs": o.patient_pairs} if "cls_grad" in o.weights else {},
+    layer_pairs="patient_pairs",
+    mapping="Patient KD mapping ({method})",
 )
 def _resolve(objective: Objective) -> dict:
     """GKD-CLS reads PKD's layer pairs. Gradients of one token (same tokenizer) or of the

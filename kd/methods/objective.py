@@ -100,12 +100,17 @@ class Method:
     """A method's own settings: when any of ``terms`` has a weight, ``resolve(objective)`` gives
     the settings its terms read (attributes of the :class:`Objective`), ``record(objective)`` what
     ``run.json`` keeps of them and ``modules(objective)`` the trainable modules its terms own
-    (PKD's projection), trained with the student and left out of the saved model."""
+    (PKD's projection), trained with the student and left out of the saved model. A method whose
+    terms match layers names the key of its record that holds the ``(student, teacher)`` layer
+    pairs (``layer_pairs``, as ``hidden_states`` indices) and how the app's geometry page names
+    the mapping (``mapping``; ``{method}``: the run's preset)."""
 
     terms: frozenset[str]
     resolve: Callable[[Objective], dict[str, Any]]
     record: Callable[[Objective], dict[str, Any]]
     modules: Callable[[Objective], dict[str, torch.nn.Module]] | None = None
+    layer_pairs: str = ""
+    mapping: str = ""
 
 
 @dataclass(frozen=True)
@@ -258,9 +263,11 @@ def method(
     *terms: str,
     record: Callable[[Objective], dict[str, Any]],
     modules: Callable[[Objective], dict[str, torch.nn.Module]] | None = None,
+    layer_pairs: str = "",
+    mapping: str = "",
 ):
-    """Register the decorated ``resolve(objective) -> settings`` for the given terms; a term
-    another method resolves already is refused."""
+    """Register the decorated ``resolve(objective) -> settings`` for the given terms (the other
+    fields of :class:`Method`); a term another method resolves already is refused."""
 
     def register(resolve: Callable[[Objective], dict[str, Any]]):
         for key, entry in METHODS.items():
@@ -270,7 +277,8 @@ def method(
                     f"loss term {shared[0]!r} has its method registered twice: at "
                     f"{METHODS.place(key)} and at {registration_place()}"
                 )
-        METHODS.add("+".join(terms), Method(frozenset(terms), resolve, record, modules))
+        entry = Method(frozenset(terms), resolve, record, modules, layer_pairs, mapping)
+        METHODS.add("+".join(terms), entry)
         return resolve
 
     return register

@@ -98,6 +98,8 @@ def _projection(objective: Objective) -> dict[str, torch.nn.Module]:
         | ({"pkd_projection": o.pkd_projection} if o.pkd_projection else {})
     ),
     modules=_projection,
+    layer_pairs="patient_pairs",
+    mapping="Patient KD mapping ({method})",
 )
 def _resolve(objective: Objective) -> dict:
     widths = {"student": objective.student_width, "teacher": objective.teacher_width}
