@@ -273,7 +273,9 @@ def _check_models(objective: Objective) -> None:
 
 
 @method(
-    "attr", record=lambda o: {"attribution": {"reduction": o.attr_reduction, **_map_settings(o)}}
+    "attr",
+    record=lambda o: {"attribution": {"reduction": o.attr_reduction, **_map_settings(o)}},
+    describe=lambda r: f"{r['attribution']['reduction']} distance" if "attribution" in r else "",
 )
 def _resolve(objective: Objective) -> dict:
     """Official parity: zero baselines, the authors' distance and, with two classes, the gold

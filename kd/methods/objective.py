@@ -103,7 +103,9 @@ class Method:
     (PKD's projection), trained with the student and left out of the saved model. A method whose
     terms match layers names the key of its record that holds the ``(student, teacher)`` layer
     pairs (``layer_pairs``, as ``hidden_states`` indices) and how the app's geometry page names
-    the mapping (``mapping``; ``{method}``: the run's preset)."""
+    the mapping (``mapping``; ``{method}``: the run's preset). ``describe(record)``: what a run's
+    description adds for the method, from the run's resolved objective (``"official distance"``;
+    empty where the method was not in use)."""
 
     terms: frozenset[str]
     resolve: Callable[[Objective], dict[str, Any]]
@@ -111,6 +113,7 @@ class Method:
     modules: Callable[[Objective], dict[str, torch.nn.Module]] | None = None
     layer_pairs: str = ""
     mapping: str = ""
+    describe: Callable[[dict[str, Any]], str] | None = None
 
 
 @dataclass(frozen=True)
@@ -265,6 +268,7 @@ def method(
     modules: Callable[[Objective], dict[str, torch.nn.Module]] | None = None,
     layer_pairs: str = "",
     mapping: str = "",
+    describe: Callable[[dict[str, Any]], str] | None = None,
 ):
     """Register the decorated ``resolve(objective) -> settings`` for the given terms (the other
     fields of :class:`Method`); a term another method resolves already is refused."""
@@ -277,7 +281,7 @@ def method(
                     f"loss term {shared[0]!r} has its method registered twice: at "
                     f"{METHODS.place(key)} and at {registration_place()}"
                 )
-        entry = Method(frozenset(terms), resolve, record, modules, layer_pairs, mapping)
+        entry = Method(frozenset(terms), resolve, record, modules, layer_pairs, mapping, describe)
         METHODS.add("+".join(terms), entry)
         return resolve
 

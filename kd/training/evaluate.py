@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from kd.methods.objective import METHODS
 from kd.training.config import StudentConfig
 from kd.training.diagnostics import summarise
 from kd.training.pipeline import notice, teacher_pin
@@ -41,8 +42,9 @@ def objective_description(info: RunRecord) -> str:
     ``"attr 1 · ce 0.1 · kd 0.9 (official distance), τ 2"``."""
     record = info.resolved.objective
     text = " · ".join(f"{name} {weight:g}" for name, weight in record.weights.items())
-    if record.attribution:
-        text += f" ({record.attribution.reduction} distance)"
+    for entry in METHODS.values():  # what each method in use adds, from its record
+        note = entry.describe(record.model_dump()) if entry.describe else ""
+        text += f" ({note})" if note else ""
     if "kd" in record.weights:
         text += f", τ {record.temperature:g}"
     return text

@@ -43,7 +43,7 @@ def test_runs_record_their_resolved_objective(tiny_model_dir, tiny_task_dir, tmp
     objective = record.objective
     assert objective.weights == {"ce": 0.1, "kd": 0.9, "attr": 1.0}
     assert objective.temperature == 2.0 and objective.kd_form == "kl"
-    assert objective.attribution.model_dump() == {
+    assert objective.attribution == {
         "reduction": "official",
         "views": "all",
         "baseline": "pad",

@@ -81,20 +81,12 @@ class TaskRecord(Record):
     pair: bool = False
 
 
-class ResolvedAttribution(Record):
-    """How the methods that compare attribution maps computed and compared them: the
-    reduction of a map to a distance, and (other keys) the explainer's settings."""
-
-    reduction: str
-
-
 class ResolvedObjective(Record):
-    """What a run's objective resolved to: its terms' weights, τ, the attribution settings of
-    the methods that compare maps, and (other keys) the settings of each method in use."""
+    """What a run's objective resolved to: its terms' weights, τ, and (other keys) the settings
+    each method in use records."""
 
     weights: dict[str, float]
     temperature: float | None = None
-    attribution: ResolvedAttribution | None = None
 
 
 class ResolvedTeacher(Record):
