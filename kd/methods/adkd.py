@@ -374,8 +374,11 @@ preset(
                 (48, 96, 192),
                 "top-K dimensions of the teacher map",
                 unset="all dimensions",
+                quick=(96, 192),
             ),
-            Sweep("m", "adkd-m", "attr_steps", "steps_sweep", (2, 4, 8), "IG steps m"),
+            Sweep(
+                "m", "adkd-m", "attr_steps", "steps_sweep", (2, 4, 8), "IG steps m", quick=(2, 4)
+            ),
             Ablation("w/o attr", "adkd-terms", weights={"attr": 0.0}),
             Ablation("w/o ce", "adkd-terms", weights={"ce": 0.0}),
             Ablation("w/o kd", "adkd-terms", weights={"kd": 0.0}),

@@ -147,7 +147,8 @@ class Sweep:
     others under ``key``, :attr:`kd.experiments.reproduce.suite.TaskPlan.sweeps`): one student
     per value, ``"<preset> <label>=<value>"`` in the group ``group``. The report draws test
     accuracy against the values on the axis ``axis``, the full method at the preset's value or,
-    where it leaves it unset, as a line named ``unset``."""
+    where it leaves it unset, as a line named ``unset``. ``quick``: the fewer values the 2-core
+    default suite trains (empty: ``values``)."""
 
     label: str
     group: str
@@ -156,6 +157,7 @@ class Sweep:
     values: tuple[int, ...]
     axis: str
     unset: str = ""
+    quick: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
