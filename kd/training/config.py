@@ -135,10 +135,16 @@ class StudentConfig(Checked):
         "(--pretrained); random: a fresh, possibly narrower, config",
         choices=("cut", "pretrained", "random"),
     )
-    num_layers: int = option(3, "number of student layers (cut and random)", domain=positive)
+    num_layers: int | None = option(
+        None,
+        "number of student layers (default: 3 for cut and random; every layer of a pretrained "
+        "checkpoint, which a number given here cuts as --init cut does, by --layers)",
+        domain=positive,
+    )
     layers: str = option(
         "skip",
-        "which teacher layers a cut student keeps: first, skip, last, or an explicit list "
+        "which layers a cut student keeps of its source (the teacher's, or with --init "
+        "pretrained --num-layers the checkpoint's): first, skip, last, or an explicit list "
         "of 0-based indices such as 1,3,5",
     )
     freeze_embeddings: bool = option(False, "freeze the student's embeddings")

@@ -20,7 +20,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from kd.methods.config import ObjectiveConfig
 from kd.methods.layer_map import select_layers
 from kd.methods.objective import Objective
-from kd.methods.students import cut_student, random_student
+from kd.methods.students import cut_student, random_student, set_embeddings_trainable
 from kd.training import distributed, tracking
 from kd.training.adaptation import (
     ADAPTER_DIR,
@@ -372,29 +372,60 @@ def _head_features(
     )
 
 
+STUDENT_LAYERS = 3  # a cut or random student's layers where --num-layers is not given
+
+
 def build_student(
     teacher: LoadedModel, config: StudentConfig
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """The student a :class:`StudentConfig` describes, with its tokenizer: cut from the teacher
-    or random (the teacher's tokenizer), or another checkpoint (its own tokenizer, which may
-    differ from the teacher's: :func:`check_tokens`)."""
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, list[int] | None]:
+    """The student a :class:`StudentConfig` describes, with its tokenizer and the layers of its
+    source it kept (None: random, or a whole checkpoint): cut from the teacher or random (the
+    teacher's tokenizer), or another checkpoint (its own tokenizer, which may differ from the
+    teacher's: :func:`check_tokens`), cut to ``num_layers`` where given. A setting that cannot
+    apply to the initialisation is refused."""
+    if config.init not in ("cut", "pretrained", "random"):
+        raise WorkbenchError(f"unknown student init {config.init!r}: use cut, pretrained or random")
+    widths = [
+        f"--{name.replace('_', '-')}"
+        for name in ("hidden_size", "num_heads")
+        if getattr(config, name) is not None
+    ]
+    if widths and config.init != "random":
+        raise WorkbenchError(
+            f"{' and '.join(widths)} set(s) the width of a random student: a student of --init "
+            f"{config.init} has its source's width (use --init random, or leave them out)"
+        )
+    kept = None
     if config.init == "pretrained":
         if not config.pretrained:
             raise WorkbenchError("--init pretrained needs --pretrained (hub id or directory)")
         tokenizer = load_tokenizer(config.pretrained)
         student = load_classifier(config.pretrained, teacher.spec, notify=notice)
         check_pad(student, config.pretrained)
-        return student, tokenizer
-    if config.init == "cut":
-        layers = select_layers(layer_count(teacher.model), config.num_layers, config.layers)
-        student = cut_student(teacher.model, layers, config.freeze_embeddings, notice)
-    elif config.init == "random":
-        student = random_student(
-            teacher.model.config, config.num_layers, config.hidden_size, config.num_heads
+        if config.num_layers is not None:
+            count = layer_count(student)
+            kept = select_layers(count, config.num_layers, config.layers)
+            student = cut_student(student, kept)
+            notice(
+                f"the student keeps layers {','.join(map(str, kept))} of the {count} of "
+                f"{config.pretrained} (--layers {config.layers})"
+            )
+    elif config.init == "cut":
+        kept = select_layers(
+            layer_count(teacher.model), config.num_layers or STUDENT_LAYERS, config.layers
         )
+        student, tokenizer = cut_student(teacher.model, kept, notice), teacher.tokenizer
     else:
-        raise WorkbenchError(f"unknown student init {config.init!r}: use cut, pretrained or random")
-    return student, teacher.tokenizer
+        student = random_student(
+            teacher.model.config,
+            config.num_layers or STUDENT_LAYERS,
+            config.hidden_size,
+            config.num_heads,
+        )
+        tokenizer = teacher.tokenizer
+    if config.freeze_embeddings:
+        set_embeddings_trainable(student, False)
+    return student, tokenizer, kept
 
 
 def check_tokens(
@@ -549,8 +580,9 @@ def read_teacher_caches(
 class Distillation:
     """A distillation resolved and checked, before anything is written: the frozen teacher and
     the task's data, the student and its tokenizer, the objective, whether teacher and student
-    read the text through the same tokens, and the teacher cache folder it reads (None: the
-    teacher computes its fields)."""
+    read the text through the same tokens, the layers of its source a cut student kept
+    (:func:`build_student`) and the teacher cache folder it reads (None: the teacher computes
+    its fields)."""
 
     teacher: LoadedModel
     data: TaskData
@@ -558,6 +590,7 @@ class Distillation:
     tokenizer: PreTrainedTokenizerBase
     objective: Objective
     same_tokens: bool
+    student_layers: list[int] | None = None
     cache: CacheRecord | None = None
 
 
@@ -612,7 +645,7 @@ def prepare_distillation(
         )
     teacher.model.requires_grad_(False)  # frozen: its gradients w.r.t. inputs need no weights
     set_seed(seed)
-    student, tokenizer = build_student(teacher, student_config)
+    student, tokenizer, kept = build_student(teacher, student_config)
     check_max_length(student, data_config.max_length, "the student")  # the teacher's: loaded
     same_tokens = teacher.tokenizer.get_vocab() == tokenizer.get_vocab()
     objective = Objective.resolve(
@@ -636,7 +669,7 @@ def prepare_distillation(
             "(GKD: its embeddings, into a student of its tokenizer), which a teacher cache does "
             "not hold: distil with the teacher, or a student of another tokenizer"
         ) from None
-    return Distillation(teacher, data, student, tokenizer, objective, same_tokens, record)
+    return Distillation(teacher, data, student, tokenizer, objective, same_tokens, kept, record)
 
 
 @dataclasses.dataclass
@@ -718,6 +751,7 @@ def distill(
     pinned = setup.cache.teacher if from_cache else teacher_pin(student_config.teacher)
     if pinned is not None:
         record[RESOLVED]["teacher"] = pinned.model_dump()
+    record[RESOLVED]["student_layers"] = setup.student_layers
     manifest = _manifest(data, data_config, optim)
     if from_cache:  # where the teacher's fields came from
         manifest["teacher_fields"] = {"cache": str(Path(teacher.source).resolve())}

@@ -121,7 +121,7 @@ def test_bf16_autocast_keeps_attribution_and_double_backward_sound(preset, tmp_p
     batch = dict(tokenizer(texts, padding=True, return_tensors="pt"))
     batch["labels"] = torch.arange(len(texts)) % 3
     teacher = tiny_model().requires_grad_(False)
-    student = cut_student(teacher, [0, 2], False)
+    student = cut_student(teacher, [0, 2])
     disable_dropout(student)
     objective = Objective.resolve(ObjectiveConfig(preset=preset), 4, 2, 3)
     attribution = Objective.resolve(ObjectiveConfig(preset="adkd"), 4, 2, 3)  # AD-KD's maps
@@ -182,7 +182,7 @@ def test_each_term_splits_into_shards_by_its_unit(name, settings, tmp_path):
     frame = make_sentences(12, seed=4)
     texts = sorted(frame.text, key=len)  # the short and the long texts in different parts
     teacher = tiny_model().requires_grad_(False)
-    student = cut_student(teacher, [1, 3], False)
+    student = cut_student(teacher, [1, 3])
     disable_dropout(student)
     config = ObjectiveConfig(preset="kd", weights={name: 1.0}).with_settings(
         attr_reduction=settings or None

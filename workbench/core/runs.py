@@ -113,12 +113,15 @@ class ResolvedLora(Record):
 
 class Resolved(Record):
     """What a run's configs resolved to when it was trained (:data:`RESOLVED`): its
-    objective, the fingerprint of each data split, a student's teacher (none for a hub id) and
-    a LoRA teacher's adapters."""
+    objective, the fingerprint of each data split, a student's teacher (none for a hub id), the
+    layers a cut student kept of its source and a LoRA teacher's adapters."""
 
     objective: ResolvedObjective
     split_fingerprint: dict[str, str]
     teacher: ResolvedTeacher | None = None
+    # 0-based layers of the teacher (--init cut) or of the checkpoint (--init pretrained with
+    # --num-layers) that the student is made of; None: a random student or a whole checkpoint
+    student_layers: list[int] | None = None
     lora: ResolvedLora | None = None
 
 
