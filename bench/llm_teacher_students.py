@@ -28,8 +28,10 @@ from pathlib import Path
 import torch
 
 from bench.common import setup, table, write_results
+from kd.methods.config import ObjectiveConfig
 from kd.methods.objective import control
 from kd.training import distill
+from kd.training.config import OptimConfig, StudentConfig
 from kd.training.pipeline import build_teacher_cache
 from kd.training.teacher_cache import CacheConfig
 from workbench.analysis.loyalty import SplitOutputs, saliency_loyalties, split_outputs
@@ -40,12 +42,7 @@ from workbench.analysis.stats import (
     seeds_needed,
     two_level_bootstrap,
 )
-from workbench.core.config import (
-    DataConfig,
-    ObjectiveConfig,
-    OptimConfig,
-    StudentConfig,
-)
+from workbench.core.config import DataConfig
 from workbench.core.files import atomic_write_json
 from workbench.core.models import load_for_task, load_tokenizer
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 
 from kd.cli.common import MODELS_HELP, add_task_options, note, task_data
-from workbench.core.config import BenchmarkSettings, add_arguments, from_arguments
+from workbench.analysis.settings import BenchmarkSettings
+from workbench.core.config import add_arguments, from_arguments
 
 
 def add(commands: argparse._SubParsersAction) -> None:

@@ -6,16 +6,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from kd.methods.objective import METHODS
+from kd.training.config import StudentConfig
 from kd.training.diagnostics import summarise
 from kd.training.pipeline import notice, teacher_pin
 from kd.training.teacher_cache import cached_logits, is_cache, open_cache
 from workbench.analysis.evaluation import evaluate_logits, predict_logits
-from workbench.core.config import (
-    DataConfig,
-    StudentConfig,
-    config_key,
-    parse_label_map,
-)
+from workbench.core.config import DataConfig, config_key, parse_label_map
 from workbench.core.data import encode, load_task, pad_id
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import is_run, layer_count, load_for_task, load_model
@@ -47,8 +44,9 @@ def objective_description(info: RunRecord) -> str:
     ``"attr 1 · ce 0.1 · kd 0.9 (official distance), τ 2"``."""
     record = info.resolved.objective
     text = " · ".join(f"{name} {weight:g}" for name, weight in record.weights.items())
-    if record.attribution:
-        text += f" ({record.attribution.reduction} distance)"
+    for entry in METHODS.values():  # what each method in use adds, from its record
+        note = entry.describe(record.model_dump()) if entry.describe else ""
+        text += f" ({note})" if note else ""
     if "kd" in record.weights:
         text += f", τ {record.temperature:g}"
     return text

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from kd.methods.config import ObjectiveConfig
 from kd.methods.layer_map import select_layers
 from kd.methods.objective import Objective
 from kd.methods.students import cut_student, random_student, set_embeddings_trainable
@@ -32,6 +33,7 @@ from kd.training.adaptation import (
     lora_loader,
     merged,
 )
+from kd.training.config import OptimConfig, StudentConfig, TeacherConfig
 from kd.training.teacher_cache import (
     CacheConfig,
     CachedFile,
@@ -42,11 +44,12 @@ from kd.training.teacher_cache import (
     read_record,
     start_record,
 )
-from kd.training.tracking import Tracker
+from kd.training.tracking import Tracker, TrackingConfig
 from kd.training.trainer import Callback, TrainingJob, notify, set_seed, train
 from workbench.analysis.deployment import export_onnx_folder
 from workbench.analysis.evaluation import evaluate_logits, predict_logits
 from workbench.analysis.metrics import loyalty_per_example
+from workbench.analysis.settings import OnnxSettings
 from workbench.core.cache import (
     ExampleCache,
     Progress,
@@ -55,19 +58,7 @@ from workbench.core.cache import (
     cached,
     key_digest,
 )
-from workbench.core.config import (
-    DataConfig,
-    ObjectiveConfig,
-    OnnxSettings,
-    OptimConfig,
-    StudentConfig,
-    TeacherConfig,
-    TrackingConfig,
-    option_name,
-    parse_label_map,
-    set_settings,
-    to_dict,
-)
+from workbench.core.config import DataConfig, option_name, parse_label_map, set_settings, to_dict
 from workbench.core.data import (
     EncodedSplit,
     TaskData,

@@ -22,7 +22,7 @@ from tests.conftest import make_sentences, tiny_model, tiny_tokenizer
 from tests.tiny_families import FAMILY_TYPES, save_family_model
 from workbench.analysis.benchmark import benchmark
 from workbench.analysis.evaluation import predict_logits
-from workbench.core.config import BenchmarkSettings, OnnxSettings, parse_precisions
+from workbench.analysis.settings import BenchmarkSettings, OnnxSettings, parse_precisions
 from workbench.core.data import Split, encode, pad_id
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import load_model

@@ -16,7 +16,10 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from kd.experiments.config import TuneConfig
+from kd.methods.config import ObjectiveConfig
 from kd.methods.objective import PRESETS
+from kd.training.config import OptimConfig, StudentConfig, TeacherConfig
 from kd.training.pipeline import distill, train_teacher
 from tests.conftest import make_sentences, tiny_model, tiny_tokenizer
 from workbench.analysis.attribution.registry import EXPLAINERS, ExplainerChoice
@@ -24,21 +27,13 @@ from workbench.analysis.examples import Example, split_examples
 from workbench.analysis.explanations import HeatmapSettings, explain
 from workbench.analysis.faithfulness_report import explainer_faithfulness
 from workbench.analysis.loyalty import loyalty_tables, saliency_loyalties, split_outputs
+from workbench.analysis.settings import FaithfulnessSettings
 from workbench.app import jobs
 from workbench.app.catalog import discover_runs
 from workbench.app.common import CASE_EXAMPLE
 from workbench.app.heatmap_view import heatmap_html
 from workbench.app.launch import ENTRY
-from workbench.core.config import (
-    DataConfig,
-    FaithfulnessSettings,
-    ObjectiveConfig,
-    OptimConfig,
-    StudentConfig,
-    TeacherConfig,
-    TuneConfig,
-    to_dict,
-)
+from workbench.core.config import DataConfig, to_dict
 from workbench.core.data import load_task, sample_split
 from workbench.core.models import load_model
 from workbench.export import Heatmap, HeatmapRow, color_scale, score_to_rgb

@@ -14,12 +14,13 @@ import pytest
 import tomllib
 
 from kd.cli import main
+from kd.training.config import OptimConfig, StudentConfig, TeacherConfig
 from kd.training.pipeline import distill, train_teacher
 from tests.conftest import kdw_here, write_tiny_workspace
 from workbench.analysis.heatmap_export import ExportSettings
 from workbench.app.catalog import discover_runs
 from workbench.app.launch import ENTRY
-from workbench.core.config import DataConfig, OptimConfig, StudentConfig, TeacherConfig
+from workbench.core.config import DataConfig
 from workbench.core.errors import WorkbenchError
 from workbench.core.runs import Run
 
@@ -49,7 +50,7 @@ def work(tmp_path_factory) -> Path:
 
 
 def _kd():
-    from workbench.core.config import ObjectiveConfig
+    from kd.methods.config import ObjectiveConfig
 
     return ObjectiveConfig(preset="kd")
 

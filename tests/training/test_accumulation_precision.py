@@ -10,8 +10,10 @@ import pytest
 import torch
 
 from kd.methods.adkd import attribution_views
+from kd.methods.config import ObjectiveConfig
 from kd.methods.objective import TERMS, Objective
 from kd.methods.students import cut_student, disable_dropout
+from kd.training.config import OptimConfig, StudentConfig, TeacherConfig
 from kd.training.distributed import unit_counts, unit_index
 from kd.training.pipeline import distill, train_teacher
 from tests.conftest import (
@@ -22,13 +24,7 @@ from tests.conftest import (
     word_batches,
 )
 from tests.tolerances import float32_floor
-from workbench.core.config import (
-    DataConfig,
-    ObjectiveConfig,
-    OptimConfig,
-    StudentConfig,
-    TeacherConfig,
-)
+from workbench.core.config import DataConfig
 from workbench.core.errors import WorkbenchError
 
 BF16_EPS = 2**-8  # bfloat16 keeps 8 significant bits: one unit of its last place, relatively

@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kd.methods.config import ObjectiveConfig
 from kd.methods.objective import Objective
 from kd.methods.students import cut_student
+from kd.training.config import OptimConfig, StudentConfig, TeacherConfig
 from kd.training.diagnostics import summarise, term_diagnostics
 from kd.training.evaluate import evaluate_runs
 from kd.training.pipeline import distill, train_teacher
@@ -16,14 +18,9 @@ from tests.conftest import tiny_model
 from tests.methods.test_objective_methods import _dataset
 from tests.tolerances import float32_floor
 from workbench.analysis.metrics import task_metrics
-from workbench.core.config import (
-    DataConfig,
-    ObjectiveConfig,
-    OptimConfig,
-    StudentConfig,
-    TeacherConfig,
-)
+from workbench.core.config import DataConfig
 from workbench.core.data import TaskSpec, batches
+from workbench.core.runs import Run
 
 
 def test_term_diagnostics_match_separate_backward_passes():
@@ -136,10 +133,6 @@ def test_term_summaries_of_runs_of_any_length_share_their_columns():
 def test_an_interrupted_training_is_marked_stopped_not_running(
     tiny_model_dir, tiny_task_dir, tmp_path
 ):
-    from kd.training.pipeline import train_teacher
-    from workbench.core.config import DataConfig, OptimConfig, TeacherConfig
-    from workbench.core.runs import Run
-
     class CtrlC:
         def on_step(self, step, total, losses):
             if step == 3:

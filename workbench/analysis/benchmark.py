@@ -38,7 +38,8 @@ from workbench.analysis.deployment import (
     load_onnx,
 )
 from workbench.analysis.evaluation import evaluate_logits, logits_in_order
-from workbench.core.config import BenchmarkSettings, DataConfig, parse_batch_sizes, parse_precisions
+from workbench.analysis.settings import BenchmarkSettings, parse_batch_sizes, parse_precisions
+from workbench.core.config import DataConfig
 from workbench.core.data import (
     EncodedSplit,
     TaskData,

@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
-from workbench.core.config import MapSettings, option
+from workbench.analysis.attribution.registry import MapSettings
+from workbench.core.config import option
 from workbench.core.errors import WorkbenchError
 
 if TYPE_CHECKING:

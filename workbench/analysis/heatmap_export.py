@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from workbench.analysis.attribution.registry import MapSettings
 from workbench.analysis.examples import Example, gather_examples
 from workbench.analysis.explanation_agreement import shown_classes
 from workbench.analysis.explanations import (
@@ -34,7 +35,7 @@ from workbench.analysis.explanations import (
     explain,
     gold_index,
 )
-from workbench.core.config import MAX_DPI, Checked, MapSettings, colormap, dpi_range, option
+from workbench.core.config import MAX_DPI, Checked, colormap, dpi_range, option
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import staging_folder
 from workbench.core.names import TASK_NAMES

@@ -39,11 +39,8 @@ from typing import Any, Literal, TypeVar
 from pydantic import Field
 
 from workbench.core.config import (
+    SECTIONS,
     DataConfig,
-    ObjectiveConfig,
-    OptimConfig,
-    StudentConfig,
-    TeacherConfig,
     check_values,
     from_dict,
     option_name,
@@ -71,13 +68,6 @@ STATUS_FILE = "status.json"
 RESOLVED = "resolved"  # the key of run.json's record of what the configs resolved to
 LOCK_FILE = ".lock"
 T = TypeVar("T")
-SECTIONS = {  # run.json's config sections, as their dataclasses
-    "data": DataConfig,
-    "teacher": TeacherConfig,
-    "student": StudentConfig,
-    "objective": ObjectiveConfig,
-    "optim": OptimConfig,
-}
 
 
 # the run's records (:mod:`workbench.core.records`), checked whenever one is read
@@ -91,20 +81,12 @@ class TaskRecord(Record):
     pair: bool = False
 
 
-class ResolvedAttribution(Record):
-    """How the methods that compare attribution maps computed and compared them: the
-    reduction of a map to a distance, and (other keys) the explainer's settings."""
-
-    reduction: str
-
-
 class ResolvedObjective(Record):
-    """What a run's objective resolved to: its terms' weights, τ, the attribution settings of
-    the methods that compare maps, and (other keys) the settings of each method in use."""
+    """What a run's objective resolved to: its terms' weights, τ, and (other keys) the settings
+    each method in use records."""
 
     weights: dict[str, float]
     temperature: float | None = None
-    attribution: ResolvedAttribution | None = None
 
 
 class ResolvedTeacher(Record):
@@ -742,8 +724,9 @@ _ABSENT = "(absent)"
 
 
 def current_configs(configs: dict[str, Any]) -> dict[str, Any]:
-    """Config sections as a record holds them, each section's settings checked
-    (:func:`~workbench.core.config.check_values`), as JSON gives them back."""
+    """Config sections as a record holds them, each registered section's settings checked
+    (:func:`~workbench.core.config.check_values`; the layers that own the sections register
+    them, :func:`~workbench.core.config.register_section`), as JSON gives them back."""
     current = {}
     for group, values in configs.items():
         try:

@@ -36,6 +36,7 @@ from workbench.analysis.attribution.baselines import (
     site_output,
 )
 from workbench.analysis.attribution.chunking import batch_token_limit, length_chunks
+from workbench.analysis.attribution.registry import DECODER_BASELINE, check_steps
 from workbench.analysis.attribution.targets import (
     Batch,
     Scorer,
@@ -49,7 +50,7 @@ from workbench.analysis.attribution.targets import (
     resolve_target,
     resolve_views,
 )
-from workbench.core.config import DECODER_BASELINE, Views, check_steps
+from workbench.core.config import Views
 from workbench.core.models import MODEL_INPUTS, forward, output_replaced
 
 __all__ = [
