@@ -22,18 +22,13 @@ import tempfile
 from pathlib import Path
 
 from bench.common import setup, write_results
+from kd.methods.config import ObjectiveConfig
 from kd.methods.students import random_student
+from kd.training.config import OptimConfig, StudentConfig, TeacherConfig
 from kd.training.pipeline import distill, export_model, train_teacher
 from workbench.analysis.benchmark import benchmark, format_benchmark
-from workbench.core.config import (
-    BenchmarkSettings,
-    DataConfig,
-    ObjectiveConfig,
-    OnnxSettings,
-    OptimConfig,
-    StudentConfig,
-    TeacherConfig,
-)
+from workbench.analysis.settings import BenchmarkSettings, OnnxSettings
+from workbench.core.config import DataConfig
 from workbench.core.models import load_config, load_tokenizer
 
 DEMO = Path("runs/demo")

@@ -25,7 +25,8 @@ from transformers import AutoModelForSequenceClassification, BertConfig
 
 from bench.common import setup, student_from, write_results
 from workbench.analysis.benchmark import benchmark, format_benchmark
-from workbench.core.config import BenchmarkSettings, DataConfig
+from workbench.analysis.settings import BenchmarkSettings
+from workbench.core.config import DataConfig
 from workbench.core.data import load_task
 from workbench.core.models import ATTENTION, load_tokenizer
 

@@ -28,8 +28,8 @@ from bench.common import (
     write_results,
 )
 from bench.reference import authors_step_loss
+from kd.methods.config import ObjectiveConfig
 from kd.methods.objective import Objective
-from workbench.core.config import ObjectiveConfig
 
 PRESETS = ("kd", "pkd-skip", "ckd", "adkd", "gkd", "gkd-cls")
 

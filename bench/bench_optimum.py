@@ -36,7 +36,7 @@ from bench.common import interleaved_medians, setup, table, write_results
 from kd.training.pipeline import export_model
 from workbench.analysis.deployment import GRAPHS, open_session
 from workbench.analysis.metrics import label_loyalty
-from workbench.core.config import OnnxSettings
+from workbench.analysis.settings import OnnxSettings
 from workbench.core.data import batches, encode, load_task, pad_id, sample_split
 from workbench.core.files import user_cache
 from workbench.core.models import load_run

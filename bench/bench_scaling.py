@@ -31,8 +31,8 @@ import torch
 from transformers import AutoModelForSequenceClassification, BertConfig, PreTrainedModel
 
 from bench.common import setup, student_from, table, write_results
+from kd.methods.config import ObjectiveConfig
 from kd.methods.objective import Objective
-from workbench.core.config import ObjectiveConfig
 from workbench.core.models import ATTENTION, layer_count, load_classifier, resolve_device
 
 METHODS = ("kd", "pkd-skip", "ckd", "adkd", "gkd", "gkd-cls")

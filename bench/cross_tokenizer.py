@@ -24,16 +24,12 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 from transformers import AutoConfig, AutoModelForSequenceClassification, PreTrainedTokenizerFast
 
 from bench.common import write_results
+from kd.methods.config import ObjectiveConfig
 from kd.methods.objective import control
 from kd.training import distill, train_teacher
+from kd.training.config import OptimConfig, StudentConfig, TeacherConfig
 from workbench.analysis.stats import pair_predictions, two_level_bootstrap
-from workbench.core.config import (
-    DataConfig,
-    ObjectiveConfig,
-    OptimConfig,
-    StudentConfig,
-    TeacherConfig,
-)
+from workbench.core.config import DataConfig
 from workbench.core.data import load_task
 from workbench.core.models import quiet_library_output, resolve_model
 

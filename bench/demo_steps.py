@@ -23,9 +23,10 @@ import torch
 
 from bench.bench_objectives import make_step
 from bench.common import setup, student_from, teacher_and_tokenizer, tweet_batch, write_results
+from kd.methods.config import ObjectiveConfig
 from kd.methods.objective import Objective
+from kd.training.config import OptimConfig
 from kd.training.demo import SIZES
-from workbench.core.config import ObjectiveConfig, OptimConfig
 
 
 def timed(step, repeats: int) -> dict[str, float]:

@@ -29,9 +29,9 @@ from bench.common import (
     tweet_batch,
     write_results,
 )
+from kd.methods.config import ObjectiveConfig
 from kd.methods.objective import Objective
 from kd.training.diagnostics import term_gradients
-from workbench.core.config import ObjectiveConfig
 
 PRESETS = ("kd", "ckd", "adkd")
 EVERY = 20

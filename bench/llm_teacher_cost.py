@@ -28,7 +28,7 @@ import time
 import torch
 
 from bench.common import RESULTS, interleaved_medians, machine, setup, table, tweet_batch
-from workbench.core.config import ADAPTATIONS
+from kd.training.config import ADAPTATIONS
 
 BUILT_IN = "smollm2-135m"  # SmolLM2-135M-Instruct, assembled once from its package's GGUF
 BATCH, TOKENS = 32, 32
@@ -56,10 +56,11 @@ VARIANTS = (
 def measure(adapt: str, model: str, lora_layers: int | None, precision: str) -> dict:
     """One adaptation's seconds per step and this process's peak resident memory; with
     ``precision`` bf16, the step under CPU autocast (``--precision bf16``)."""
+    from kd.methods.config import ObjectiveConfig
     from kd.methods.objective import Objective
     from kd.training.adaptation import add_lora, freeze_to_head, head_features, head_loss
+    from kd.training.config import TeacherConfig
     from workbench.core.cache import ExampleCache
-    from workbench.core.config import ObjectiveConfig, TeacherConfig
     from workbench.core.data import EncodedSplit
 
     classifier, tokenizer = _load(model)

@@ -9,23 +9,32 @@ against its control and against vanilla KD in test accuracy and label loyalty.
         --out suite
 
 Students go to ``<out>/runs/<preset>[-control]-s<seed>``: a finished run is reused, an
-interrupted one resumed. ``bench/results/llm-teacher.json`` is rewritten after each student.
+interrupted one resumed. ``bench/results/<--results>.json`` is rewritten after each student.
 With ``--teacher`` the cache is first completed with the fields each arm reads that it lacks
-(vanilla KD and a control read the logits alone, under a key of their own).
+(vanilla KD and a control read the logits alone, under a key of their own), and each student's
+saliency loyalty is measured on the test split (Grad saliency; on the words both tokenisations
+share): the teacher's saliency is computed once and kept in ``<out>/teacher-test.pt``, each
+student's per-example scores in ``<out>/saliency/<student>.json``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
+import torch
+
 from bench.common import setup, table, write_results
+from kd.methods.config import ObjectiveConfig
 from kd.methods.objective import control
 from kd.training import distill
+from kd.training.config import OptimConfig, StudentConfig
 from kd.training.pipeline import build_teacher_cache
 from kd.training.teacher_cache import CacheConfig
+from workbench.analysis.loyalty import SplitOutputs, saliency_loyalties, split_outputs
 from workbench.analysis.stats import (
     Interval,
     pair_predictions,
@@ -33,17 +42,14 @@ from workbench.analysis.stats import (
     seeds_needed,
     two_level_bootstrap,
 )
-from workbench.core.config import (
-    DataConfig,
-    ObjectiveConfig,
-    OptimConfig,
-    StudentConfig,
-)
-from workbench.core.models import load_tokenizer
+from workbench.core.config import DataConfig
+from workbench.core.files import atomic_write_json
+from workbench.core.models import load_for_task, load_tokenizer
 
 SALIENCY_NOTE = (
-    "not computed: saliency loyalty needs the teacher's saliency on every test example, a "
-    "backward pass through the teacher's weights that the cache (gradients on train only) spares"
+    "Pearson correlation of Grad saliency (each model's predicted class) on the test split, on "
+    "the words both tokenisations share; null without --teacher (the cache holds no test "
+    "saliency)"
 )
 
 
@@ -71,13 +77,48 @@ def _tokenizer(folder: Path) -> str:
     return f"{type(tokenizer).__name__}{model} ({len(tokenizer):,})"
 
 
+def saliency(data: DataConfig, teacher: SplitOutputs, run: Path, out: Path) -> dict:
+    """A student's saliency loyalty to the teacher per test example ``{"uids", "scores"}``
+    (NaN: undefined), computed once and kept in ``out``."""
+    if out.exists():
+        return _read(out)
+    loaded, task = load_for_task(str(run), data)
+    test = task.splits["test"]
+    scores = saliency_loyalties(teacher, split_outputs(loaded, test))
+    found = {"uids": test.uids, "scores": [None if math.isnan(x) else x for x in scores.tolist()]}
+    atomic_write_json(out, found)
+    return found
+
+
+def teacher_saliency(teacher: str, data: DataConfig, out: Path) -> SplitOutputs:
+    """The teacher's logits and Grad saliency on the test split, computed once (a backward pass
+    per batch through its weights) and kept in ``out``."""
+    if out.exists():
+        return SplitOutputs(**torch.load(out, weights_only=True))
+    loaded, task = load_for_task(teacher, data)
+    found = split_outputs(loaded, task.splits["test"])
+    tmp = out.with_suffix(".tmp")
+    torch.save(vars(found), tmp)
+    tmp.replace(out)
+    return found
+
+
 def row(
-    run: Path, cache: Path, preset: str, is_control: bool, seed: int, student: StudentConfig
+    run: Path,
+    cache: Path,
+    preset: str,
+    is_control: bool,
+    seed: int,
+    student: StudentConfig,
+    loyalty: dict | None,
 ) -> dict:
-    """One student's row from its run folder (results, manifest, status) and the cache's
-    teacher folder (config and tokenizer)."""
+    """One student's row from its run folder (results, manifest, status, the layers it kept),
+    the cache's teacher folder (config and tokenizer) and its saliency loyalty per test example
+    (``loyalty``; None: not measured)."""
     test = _read(run / "results.json")["test"]
-    alignment = _read(run / "manifest.json").get("word_alignment", {})
+    record = _read(run / "run.json")
+    alignment = _read(run / "manifest.json").get("word_alignment", {}).get("train", {})
+    scores = [x for x in (loyalty or {}).get("scores", []) if x is not None]
     return {
         "method": preset,
         "control": is_control,
@@ -87,11 +128,18 @@ def row(
         "student_model_type": _read(run / "model" / "config.json")["model_type"],
         "student_tokenizer": _tokenizer(run / "model"),
         "student_init": " ".join(filter(None, [student.init, student.pretrained])),
+        "student_layers": _read(run / "model" / "config.json")["num_hidden_layers"],
+        "student_kept_layers": record["resolved"].get("student_layers"),
         "test_accuracy": test["accuracy"],
+        "macro_f1": test["macro_f1"],
+        "recall": {k.split("/", 1)[1]: v for k, v in test.items() if k.startswith("recall/")},
         "label_loyalty": test["label_loyalty"],
         "probability_loyalty": test["probability_loyalty"],
-        "words_dropped": alignment.get("train", {}).get("left_out"),
-        "saliency_loyalty": None,
+        "saliency_loyalty": sum(scores) / len(scores) if scores else None,
+        "words_dropped": alignment.get("left_out"),
+        "words_dropped_share": (
+            alignment["left_out"] / alignment["words"] if alignment.get("words") else None
+        ),
         "training_seconds": _read(run / "status.json")["seconds"]["training"],
         "run": str(run),
     }
@@ -110,13 +158,20 @@ def _interval(interval: Interval, groups: list) -> dict:
     }
 
 
-def pairs(rows: list[dict]) -> dict:
+def pairs(rows: list[dict], saliency_folder: Path | None = None) -> dict:
     """Per method with a control: its paired differences against the control and against
-    vanilla KD (where KD was trained) over the seeds both have, in test accuracy and label
-    loyalty (two-level bootstrap, 95 %), from the runs' per-example test predictions."""
+    vanilla KD (where KD was trained) over the seeds both have, in test accuracy, label
+    loyalty and (where measured, in ``saliency_folder``) saliency loyalty (two-level
+    bootstrap, 95 %), from the runs' per-example test predictions."""
     tests = {
         (r["method"], r["control"], r["seed"]): _read(Path(r["run"]) / "predictions.json")["test"]
         for r in rows
+    }
+    saliencies = {
+        key: _read(saliency_folder / f"{Path(r['run']).name}.json")
+        for key, r in zip(tests, rows, strict=True)
+        if saliency_folder is not None
+        and (saliency_folder / f"{Path(r['run']).name}.json").exists()
     }
     out: dict[str, dict] = {}
     for method in sorted({m for m, is_control, _ in tests if is_control}):
@@ -131,12 +186,19 @@ def pairs(rows: list[dict]) -> dict:
             loyalty = [
                 [{"uids": t["uids"], "scores": t["label_loyalty"]} for t in x] for x in (a, b)
             ]
-            found = {}
-            for metric, groups in (
-                ("test_accuracy", pair_predictions(a, b, by_seed=True)),
-                ("label_loyalty", pair_scores(*loyalty, by_seed=True)),
-            ):
-                found[metric] = _interval(two_level_bootstrap(groups), groups)
+            measures = {
+                "test_accuracy": pair_predictions(a, b, by_seed=True),
+                "label_loyalty": pair_scores(*loyalty, by_seed=True),
+            }
+            keys = [[(method, False, s) for s in seeds], [(*other, s) for s in seeds]]
+            if all(key in saliencies for side in keys for key in side):
+                measures["saliency_loyalty"] = pair_scores(
+                    *([saliencies[key] for key in side] for side in keys), by_seed=True
+                )
+            found = {
+                metric: _interval(two_level_bootstrap(groups), groups)
+                for metric, groups in measures.items()
+            }
             out.setdefault(method, {})[f"{method} − {name}"] = found
     return out
 
@@ -151,12 +213,16 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--init", default="pretrained")
     parser.add_argument("--pretrained", default="minilm-l6")
+    parser.add_argument("--num-layers", type=int, help="cut the student to this many layers")
+    parser.add_argument("--layers", default="skip", help="which layers a cut student keeps")
     parser.add_argument("--presets", default="kd,gkd")
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--epochs", type=float, default=3)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="auto", help="the students': cpu, cuda, cuda:N, auto")
     parser.add_argument("--out", default="runs/llm-teacher")
+    parser.add_argument("--results", default="llm-teacher", help="bench/results/<name>.json")
     args = parser.parse_args(argv)
     setup(args.threads)
     cache, out = Path(args.teacher_cache), Path(args.out)
@@ -167,30 +233,44 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
         max_eval_examples=args.max_eval_examples,
         max_length=args.max_length,
     )
-    student = StudentConfig(init=args.init, pretrained=args.pretrained, teacher_cache=str(cache))
+    shape = {
+        "init": args.init,
+        "pretrained": args.pretrained,
+        "num_layers": args.num_layers,
+        "layers": args.layers,
+    }
+    student = StudentConfig(**shape, teacher_cache=str(cache))
     students = arms(presets)
+    teacher = None
     if args.teacher:
-        with_teacher = StudentConfig(
-            init=args.init, pretrained=args.pretrained, teacher=args.teacher
-        )
+        with_teacher = StudentConfig(**shape, teacher=args.teacher)
         for _, _, objective in students:
             build_teacher_cache(data, with_teacher, objective, CacheConfig(), cache)
+        (out / "saliency").mkdir(parents=True, exist_ok=True)
+        teacher = teacher_saliency(args.teacher, data, out / "teacher-test.pt")
     rows: list[dict] = []
     for seed in seeds:
         for preset, is_control, objective in students:
             name = f"{preset}{'-control' if is_control else ''}-s{seed}"
             optim = OptimConfig(
-                epochs=args.epochs, batch_size=args.batch_size, seed=seed, threads=args.threads
+                epochs=args.epochs,
+                batch_size=args.batch_size,
+                seed=seed,
+                threads=args.threads,
+                device=args.device,
             )
             run = distill(data, student, objective, optim, out / "runs" / name)
-            rows.append(row(run.path, cache, preset, is_control, seed, student))
+            loyalty = None
+            if teacher is not None:
+                loyalty = saliency(data, teacher, run.path, out / "saliency" / f"{name}.json")
+            rows.append(row(run.path, cache, preset, is_control, seed, student, loyalty))
             write_results(
-                "llm-teacher",
+                args.results,
                 {
                     "settings": vars(args),
                     "saliency_loyalty": SALIENCY_NOTE,
                     "rows": rows,
-                    "pairs": pairs(rows),
+                    "pairs": pairs(rows, out / "saliency" if teacher is not None else None),
                 },
             )
             print(table(rows[-1:], ["method", "control", "seed", "test_accuracy", "label_loyalty"]))

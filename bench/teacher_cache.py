@@ -24,9 +24,10 @@ from bench.common import (
     tweet_batch,
     write_results,
 )
+from kd.methods.config import ObjectiveConfig
 from kd.methods.objective import Objective
 from workbench.core.cache import ExampleCache
-from workbench.core.config import DataConfig, ObjectiveConfig
+from workbench.core.config import DataConfig
 from workbench.core.data import EncodedSplit, encode, load_task, pad_id
 from workbench.core.models import forward
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kd.methods.config import register_settings
 from kd.methods.layer_map import uniform_layers
 from kd.methods.objective import (
-    PRESETS,
     TOKENS,
     Ablation,
     Claim,
@@ -30,11 +30,12 @@ from kd.methods.objective import (
     Sweep,
     method,
     parameter,
+    preset,
     setting_parameter,
     teacher_field,
     term,
 )
-from workbench.core.config import Checked, non_negative_int, option, register_settings
+from workbench.core.config import Checked, non_negative_int, option
 from workbench.core.errors import WorkbenchError
 from workbench.core.lazy import lazy_module
 
@@ -86,7 +87,12 @@ def hidden_mse_loss(student: Tensor, teacher: Tensor, attention_mask: Tensor) ->
 
 
 # 3. What its terms read, resolved once per run from its settings and recorded in run.json.
-@method("hidden", record=lambda o: {"hidden_pairs": o.hidden_pairs})
+@method(
+    "hidden",
+    record=lambda o: {"hidden_pairs": o.hidden_pairs},
+    layer_pairs="hidden_pairs",
+    mapping="uniform mapping of the hidden-state MSE ({method})",
+)
 def _resolve(objective: Objective) -> dict:
     pairs = uniform_layers(objective.teacher_layers, objective.student_layers)
     first = objective.config.of(HiddenSettings).hidden_from
@@ -129,17 +135,20 @@ parameter(
 # and paper, its own term (the control goes without it), kdw tune's default space and the term
 # β weighs, a sweep of its option and an ablation (operations on the preset) and the claim the
 # reproduction report checks.
-PRESETS["hidden-mse"] = Preset(
-    {"ce": 0.5, "kd": 0.5, "hidden": 1.0},
-    {"ce": 0.5, "kd": 0.5, "hidden": 1.0},
-    own=("hidden",),
-    name="Hidden MSE",
-    reference="Romero et al. 2015",
-    space={"beta": "0.1,1,10", "alpha": "0.1,0.5,0.9"},
-    beta="hidden",
-    ablations=(
-        Sweep("F", "hidden-from", "hidden_from", "hidden_from_sweep", (1, 2), "first state F"),
-        Ablation("w/o ce", "hidden-terms", weights={"ce": 0.0}),
+preset(
+    "hidden-mse",
+    Preset(
+        {"ce": 0.5, "kd": 0.5, "hidden": 1.0},
+        {"ce": 0.5, "kd": 0.5, "hidden": 1.0},
+        own=("hidden",),
+        name="Hidden MSE",
+        reference="Romero et al. 2015",
+        space={"beta": "0.1,1,10", "alpha": "0.1,0.5,0.9"},
+        beta="hidden",
+        ablations=(
+            Sweep("F", "hidden-from", "hidden_from", "hidden_from_sweep", (1, 2), "first state F"),
+            Ablation("w/o ce", "hidden-terms", weights={"ce": 0.0}),
+        ),
+        claims=(Claim("accuracy", "≥"),),
     ),
-    claims=(Claim("accuracy", "≥"),),
 )

@@ -412,14 +412,10 @@ def write_tiny_runs(work: Path) -> None:
     """:func:`write_tiny_workspace`, then ``work/teacher`` (a run trained on ``work/task`` at
     max length 16) and ``work/student`` (2 layers distilled from it with vanilla KD), recorded
     with absolute paths."""
+    from kd.methods.config import ObjectiveConfig
+    from kd.training.config import OptimConfig, StudentConfig, TeacherConfig
     from kd.training.pipeline import distill, train_teacher
-    from workbench.core.config import (
-        DataConfig,
-        ObjectiveConfig,
-        OptimConfig,
-        StudentConfig,
-        TeacherConfig,
-    )
+    from workbench.core.config import DataConfig
 
     write_tiny_workspace(work)
     data = DataConfig(task=str(work / "task"), max_length=16)

@@ -1,7 +1,7 @@
 """Standing checks of the code's shape, run by the test command: import-linter's contracts
 (pyproject.toml, docs/architecture.md) are kept, so a reversed import (a foundation module
-importing analysis or kd, analysis importing kd, kd importing a front end) fails; and the code
-stays ``ruff format``-ted."""
+importing analysis or kd, analysis importing kd, kd importing a front end) fails, and the
+foundation loads no entry point; and the code stays ``ruff format``-ted."""
 
 from __future__ import annotations
 
@@ -25,6 +25,17 @@ def test_imports_flow_one_way():
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "0 broken" in result.stdout
+
+
+def test_the_foundation_loads_no_entry_point():
+    """An entry point loads a module by name at run time, unseen by import-linter: the
+    foundation loads none, so that it imports nothing of a layer above it that way either."""
+    loading = [
+        str(path.relative_to(ROOT))
+        for path in sorted((ROOT / "workbench" / "core").rglob("*.py"))
+        if "entry_points" in path.read_text(encoding="utf-8")
+    ]
+    assert loading == []
 
 
 def test_code_is_formatted():

@@ -19,14 +19,14 @@ from tests.conftest import ROOT
 PUBLIC = {
     "workbench.core": {
         "DataConfig": "workbench.core.config",
-        "ObjectiveConfig": "workbench.core.config",
-        "OptimConfig": "workbench.core.config",
-        "StudentConfig": "workbench.core.config",
-        "TeacherConfig": "workbench.core.config",
         "WorkbenchError": "workbench.core.errors",
         "load_model": "workbench.core.models",
     },
     "kd.training": {
+        "ObjectiveConfig": "kd.methods.config",
+        "OptimConfig": "kd.training.config",
+        "StudentConfig": "kd.training.config",
+        "TeacherConfig": "kd.training.config",
         "distill": "kd.training.pipeline",
         "train_teacher": "kd.training.pipeline",
         "evaluate_runs": "kd.training.evaluate",

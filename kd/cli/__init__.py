@@ -1,10 +1,10 @@
 """The command line, ``kdw`` (``kd.cli:main``, or ``python -m kd.cli``): fine-tune teachers, distil
 students, evaluate runs, run the demo.
 
-Every option comes from the config dataclasses of :mod:`workbench.core.config`, so the CLI, the
-Python API (:mod:`kd.training.pipeline`) and the app read the same settings. Problems with the input
-end in one line on stderr and exit status 2; an interrupted training keeps its last checkpoint and
-resumes when the same command is run again.
+Every option comes from a config dataclass (built with :mod:`workbench.core.config`), so the CLI,
+the Python API (:mod:`kd.training.pipeline`) and the app read the same settings. Problems with
+the input end in one line on stderr and exit status 2; an interrupted training keeps its last
+checkpoint and resumes when the same command is run again.
 
 Each subcommand is a module of its own (docs/architecture.md), assembled by :mod:`kd.cli.commands`.
 The names are imported when first asked for, so that importing the package loads only itself."""

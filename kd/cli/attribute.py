@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from kd.cli.common import add_explainer, add_sources, text_sources
-from workbench.core.config import AttributionSettings, add_arguments, from_arguments
+from workbench.analysis.attribution.registry import AttributionSettings
+from workbench.core.config import add_arguments, from_arguments
 
 
 def add(commands: argparse._SubParsersAction) -> None:

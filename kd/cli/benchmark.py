@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-from kd.cli.common import MODELS_HELP, add_task_options, task_data
-from workbench.core.config import BenchmarkSettings, add_arguments, from_arguments
+from kd.cli.common import MODELS_HELP, add_task_options, note, task_data
+from workbench.analysis.settings import BenchmarkSettings
+from workbench.core.config import add_arguments, from_arguments
 
 
 def add(commands: argparse._SubParsersAction) -> None:
@@ -39,7 +40,7 @@ def run(args: argparse.Namespace) -> None:
     if args.json:  # before the minutes of timing
         check_output_file(args.json, "--json")
     data = task_data(args, args.models)
-    report = benchmark(args.models, from_arguments(BenchmarkSettings, args), data)
+    report = benchmark(args.models, from_arguments(BenchmarkSettings, args), data, note)
     print(format_benchmark(report))
     if args.json:
         write_output_file(args.json, json_text(report), "--json")

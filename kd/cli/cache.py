@@ -6,14 +6,10 @@ from __future__ import annotations
 
 import argparse
 
+from kd.methods.config import ObjectiveConfig
+from kd.training.config import StudentConfig
 from kd.training.teacher_cache import CacheConfig
-from workbench.core.config import (
-    DataConfig,
-    ObjectiveConfig,
-    StudentConfig,
-    add_arguments,
-    from_arguments,
-)
+from workbench.core.config import DataConfig, add_arguments, from_arguments
 
 
 def add(commands: argparse._SubParsersAction) -> None:

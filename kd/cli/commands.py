@@ -8,6 +8,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from kd.cli.app import streamlit_last
 from kd.cli.common import Parser, check_local_models, check_local_task, config_defaults
 from workbench.core.errors import WorkbenchError, one_line
 
@@ -49,6 +50,9 @@ def build_parser(distill_defaults: dict | None = None) -> argparse.ArgumentParse
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["app"]:  # Streamlit's own options, handed to streamlit run
+        argv = streamlit_last(argv)
     args = build_parser().parse_args(argv)
     try:
         if getattr(args, "config", None):  # the file's settings become the defaults

@@ -15,12 +15,16 @@ from dataclasses import fields
 from pathlib import Path
 
 import kd.methods  # noqa: F401  (registers the methods' settings: the objective's options)
-from workbench.analysis.attribution.registry import EXPLAINERS, WORD_AGGREGATIONS, get_explainer
-from workbench.core.config import (
-    CONFIG_SECTIONS,
-    DataConfig,
+from kd.training.config import CONFIG_SECTIONS
+from kd.training.tracking import TrackingConfig
+from workbench.analysis.attribution.registry import (
+    EXPLAINERS,
+    WORD_AGGREGATIONS,
     MapSettings,
-    TrackingConfig,
+    get_explainer,
+)
+from workbench.core.config import (
+    DataConfig,
     add_arguments,
     check_values,
     fill_help,

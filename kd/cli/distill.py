@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 
 from kd.cli.common import train_and_report
-from workbench.core.config import CONFIG_SECTIONS, TrackingConfig, add_arguments
+from kd.training.config import CONFIG_SECTIONS
+from kd.training.tracking import TrackingConfig
+from workbench.core.config import add_arguments
 
 
 def add(commands: argparse._SubParsersAction) -> None:

@@ -17,7 +17,9 @@ def add(commands: argparse._SubParsersAction) -> None:
         description="Score one or more runs on a split: task metrics, and for students label and "
         "probability loyalty to their teacher. A run folder is scored on its own task; a "
         "classifier the workbench did not train on the task --task names (and the data options), "
-        "its classes matched to the task's by name.",
+        "or without --task on the task of the first run named beside it (with that run's "
+        "columns, length and label map, said in one line), its classes matched to the task's by "
+        "name.",
     )
     parser.add_argument("runs", nargs="+", help=MODELS_HELP)
     parser.add_argument("--split", default="test", help="split to score (default: test)")

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from workbench.core.config import OnnxSettings, add_arguments, from_arguments
+from workbench.analysis.settings import OnnxSettings
+from workbench.core.config import add_arguments, from_arguments
 
 
 def add(commands: argparse._SubParsersAction) -> None:

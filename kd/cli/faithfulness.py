@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 
 from kd.cli.common import MODELS_HELP, add_explainer_settings, explainer_choices, note
-from workbench.core.config import FaithfulnessSettings, add_arguments, from_arguments
+from workbench.analysis.settings import FaithfulnessSettings
+from workbench.core.config import add_arguments, from_arguments
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import read_json_file
 

@@ -6,13 +6,9 @@ from __future__ import annotations
 import argparse
 
 from kd.cli.common import train_and_report
-from workbench.core.config import (
-    DataConfig,
-    OptimConfig,
-    TeacherConfig,
-    TrackingConfig,
-    add_arguments,
-)
+from kd.training.config import OptimConfig, TeacherConfig
+from kd.training.tracking import TrackingConfig
+from workbench.core.config import DataConfig, add_arguments
 
 
 def add(commands: argparse._SubParsersAction) -> None:

@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import argparse
 
-from workbench.core.config import (
-    CONFIG_SECTIONS,
-    TrackingConfig,
-    TuneConfig,
-    add_arguments,
-    from_arguments,
-)
+from kd.experiments.config import TuneConfig
+from kd.training.config import CONFIG_SECTIONS
+from kd.training.tracking import TrackingConfig
+from workbench.core.config import add_arguments, from_arguments
 
 
 def add(commands: argparse._SubParsersAction) -> None:

@@ -36,18 +36,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from kd.experiments.config import TuneConfig
+from kd.methods.config import ObjectiveConfig
 from kd.methods.objective import PARAMETERS, PRESETS, Parameter, Preset
+from kd.training.config import CONFIG_SECTIONS, OptimConfig, StudentConfig
+from kd.training.tracking import TrackingConfig
 from kd.training.trainer import Callback, TrainingDiverged
-from workbench.core.config import (
-    CONFIG_SECTIONS,
-    DataConfig,
-    ObjectiveConfig,
-    OptimConfig,
-    StudentConfig,
-    TrackingConfig,
-    TuneConfig,
-    to_dict,
-)
+from workbench.core.config import DataConfig, to_dict
 from workbench.core.errors import WorkbenchError, first_line
 from workbench.core.files import (
     FORMAT_KEY,

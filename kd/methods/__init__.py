@@ -1,5 +1,5 @@
 """The distillation methods, one module each, reading top to bottom like its paper: its settings
-(a dataclass registered with :class:`~workbench.core.config.ObjectiveConfig`, whose fields are the
+(a dataclass registered with :class:`~kd.methods.config.ObjectiveConfig`, whose fields are the
 objective's options on the command line, in the app, in ``--config`` files and in run records), the
 loss functions (pure functions of tensors), the settings the method resolves, the teacher fields,
 the terms, its set-up of the student, and the presets (with all the workbench says or does about

@@ -23,9 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from kd.methods.config import register_settings
 from kd.methods.objective import (
     EXAMPLES,
-    PRESETS,
     TOKENS,
     Ablation,
     Claim,
@@ -35,19 +35,19 @@ from kd.methods.objective import (
     Sweep,
     method,
     parameter,
+    preset,
     setting_parameter,
     teacher_field,
     term,
 )
+from workbench.analysis.attribution.registry import BASELINES
 from workbench.core.config import (
-    BASELINES,
     VIEWS,
     Checked,
     Views,
     ig_steps,
     option,
     positive,
-    register_settings,
     spell_views,
     views_option,
 )
@@ -273,7 +273,9 @@ def _check_models(objective: Objective) -> None:
 
 
 @method(
-    "attr", record=lambda o: {"attribution": {"reduction": o.attr_reduction, **_map_settings(o)}}
+    "attr",
+    record=lambda o: {"attribution": {"reduction": o.attr_reduction, **_map_settings(o)}},
+    describe=lambda r: f"{r['attribution']['reduction']} distance" if "attribution" in r else "",
 )
 def _resolve(objective: Objective) -> dict:
     """Official parity: zero baselines, the authors' distance and, with two classes, the gold
@@ -329,7 +331,7 @@ def _attr(objective: Objective, inputs: StepInputs) -> Tensor:
 
 
 parameter(
-    "top_k",
+    "attr_top_k",
     setting_parameter(
         "AD-KD: K largest |IG| dimensions of the teacher's map",
         ADKDSettings,
@@ -342,41 +344,52 @@ parameter(
 # β = 1, the grid's lowest value: at β = 10 the attribution term held 68–93 % of the gradient on
 # the bundled tweets and the minority class fell to 30 % recall (docs/results.md, "Choosing the
 # AD-KD and GKD-CLS presets").
-PRESETS["adkd"] = Preset(
-    {"ce": 0.1, "kd": 0.9, "attr": 1.0},
-    {"ce": 0.1, "kd": 0.9, "attr": 10.0},
-    temperature=2.0,
-    official_kd_form="soft-ce",
-    defaults={"attr_reduction": "official"},
-    own=("attr",),
-    name="AD-KD",
-    reference="Wu et al. 2023",
-    # Table 5 / §4.1: β ∈ {1, 10, 50, 100}, α ∈ {0.8, 0.9, 1.0}, τ ∈ {1, 2, 3, 4}
-    space={"beta": "1,10,50,100", "alpha": "0.8,0.9,1.0", "tau": "1,2,3,4", "lr": "5e-5,1e-4,2e-4"},
-    beta="attr",
-    tuned=("beta", "tau"),
-    # the sweeps first: an interrupted suite then still has its figures
-    ablations=(
-        Sweep(  # of MiniLM's 384 dimensions
-            "K",
-            "adkd-k",
-            "attr_top_k",
-            "top_k_sweep",
-            (48, 96, 192),
-            "top-K dimensions of the teacher map",
-            unset="all dimensions",
+preset(
+    "adkd",
+    Preset(
+        {"ce": 0.1, "kd": 0.9, "attr": 1.0},
+        {"ce": 0.1, "kd": 0.9, "attr": 10.0},
+        temperature=2.0,
+        official_kd_form="soft-ce",
+        defaults={"attr_reduction": "official"},
+        own=("attr",),
+        name="AD-KD",
+        reference="Wu et al. 2023",
+        # Table 5 / §4.1: β ∈ {1, 10, 50, 100}, α ∈ {0.8, 0.9, 1.0}, τ ∈ {1, 2, 3, 4}
+        space={
+            "beta": "1,10,50,100",
+            "alpha": "0.8,0.9,1.0",
+            "tau": "1,2,3,4",
+            "lr": "5e-5,1e-4,2e-4",
+        },
+        beta="attr",
+        tuned=("beta", "tau"),
+        # the sweeps first: an interrupted suite then still has its figures
+        ablations=(
+            Sweep(  # of MiniLM's 384 dimensions
+                "K",
+                "adkd-k",
+                "attr_top_k",
+                "top_k_sweep",
+                (48, 96, 192),
+                "top-K dimensions of the teacher map",
+                unset="all dimensions",
+                quick=(96, 192),
+            ),
+            Sweep(
+                "m", "adkd-m", "attr_steps", "steps_sweep", (2, 4, 8), "IG steps m", quick=(2, 4)
+            ),
+            Ablation("w/o attr", "adkd-terms", weights={"attr": 0.0}),
+            Ablation("w/o ce", "adkd-terms", weights={"ce": 0.0}),
+            Ablation("w/o kd", "adkd-terms", weights={"kd": 0.0}),
+            Ablation("view pred", "adkd-views", settings={"attr_views": "pred"}),
+            Ablation("view gold", "adkd-views", settings={"attr_views": "gold"}),
+            Ablation("view class 0", "adkd-views", settings={"attr_views": (0,)}),
+            Ablation("view sampled", "adkd-views", settings={"attr_views": "sample"}),
+            Ablation("layer first", "adkd-layer", settings={"attr_layer": "first"}),
+            Ablation("layer penultimate", "adkd-layer", settings={"attr_layer": "penultimate"}),
         ),
-        Sweep("m", "adkd-m", "attr_steps", "steps_sweep", (2, 4, 8), "IG steps m"),
-        Ablation("w/o attr", "adkd-terms", weights={"attr": 0.0}),
-        Ablation("w/o ce", "adkd-terms", weights={"ce": 0.0}),
-        Ablation("w/o kd", "adkd-terms", weights={"kd": 0.0}),
-        Ablation("view pred", "adkd-views", settings={"attr_views": "pred"}),
-        Ablation("view gold", "adkd-views", settings={"attr_views": "gold"}),
-        Ablation("view class 0", "adkd-views", settings={"attr_views": (0,)}),
-        Ablation("view sampled", "adkd-views", settings={"attr_views": "sample"}),
-        Ablation("layer first", "adkd-layer", settings={"attr_layer": "first"}),
-        Ablation("layer penultimate", "adkd-layer", settings={"attr_layer": "penultimate"}),
+        claims=(Claim("accuracy", ">"), Claim("attribution_gap", "lowest")),
+        gallery=True,
     ),
-    claims=(Claim("accuracy", ">"), Claim("attribution_gap", "lowest")),
-    gallery=True,
 )

@@ -38,9 +38,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from kd.methods.config import register_settings
 from kd.methods.layer_map import uniform_layers
 from kd.methods.objective import (
-    PRESETS,
     TOKENS,
     Ablation,
     Claim,
@@ -49,11 +49,12 @@ from kd.methods.objective import (
     StepInputs,
     method,
     parameter,
+    preset,
     teacher_field,
     term,
     weight_parameter,
 )
-from workbench.core.config import Checked, option, positive, register_settings
+from workbench.core.config import Checked, option, positive
 from workbench.core.lazy import lazy_module
 
 if TYPE_CHECKING:
@@ -254,6 +255,8 @@ def layer_relation_loss(
         "relation_pairs": o.relation_pairs,
         "ckd_window": o.config.of(CKDSettings).ckd_window,
     },
+    layer_pairs="relation_pairs",
+    mapping="uniform mapping of the relation terms (CKD)",
 )
 def _resolve(objective: Objective) -> dict:
     return {"relation_pairs": uniform_layers(objective.teacher_layers, objective.student_layers)}
@@ -307,18 +310,21 @@ def _ltr(objective: Objective, inputs: StepInputs) -> Tensor:
 parameter("wr", weight_parameter("CKD: λ of word relation", "wr"))
 parameter("ltr", weight_parameter("CKD: λ of layer-transforming relation", "ltr"))
 
-PRESETS["ckd"] = Preset(
-    {"ce": 0.5, "kd": 0.5, "wr": 1.0, "ltr": 1.0},
-    {"ce": 0.5, "kd": 0.5, "wr": 1.0, "ltr": 1.0},
-    official_kd_form="soft-ce",
-    own=("wr", "ltr"),
-    name="CKD",
-    reference="Park et al. 2021",
-    space={"wr": "0.1,1,10", "ltr": "0.1,1,10"},
-    tuned=("wr", "ltr"),
-    ablations=(
-        Ablation("w/o wr", "ckd-terms", weights={"wr": 0.0}),
-        Ablation("w/o ltr", "ckd-terms", weights={"ltr": 0.0}),
+preset(
+    "ckd",
+    Preset(
+        {"ce": 0.5, "kd": 0.5, "wr": 1.0, "ltr": 1.0},
+        {"ce": 0.5, "kd": 0.5, "wr": 1.0, "ltr": 1.0},
+        official_kd_form="soft-ce",
+        own=("wr", "ltr"),
+        name="CKD",
+        reference="Park et al. 2021",
+        space={"wr": "0.1,1,10", "ltr": "0.1,1,10"},
+        tuned=("wr", "ltr"),
+        ablations=(
+            Ablation("w/o wr", "ckd-terms", weights={"wr": 0.0}),
+            Ablation("w/o ltr", "ckd-terms", weights={"ltr": 0.0}),
+        ),
+        claims=(Claim("accuracy", "≥"),),
     ),
-    claims=(Claim("accuracy", "≥"),),
 )

@@ -27,8 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kd.methods.config import ObjectiveConfig, register_settings
 from kd.methods.objective import (
-    PRESETS,
     TOKENS,
     Ablation,
     Claim,
@@ -38,13 +38,14 @@ from kd.methods.objective import (
     StudentSetup,
     method,
     parameter,
+    preset,
     student_setup,
     teacher_field,
     term,
     weight_parameter,
 )
 from kd.methods.pkd import mapped_pairs
-from workbench.core.config import Checked, ObjectiveConfig, option, register_settings
+from workbench.core.config import Checked, option
 from workbench.core.errors import WorkbenchError
 from workbench.core.lazy import lazy_module
 
@@ -169,6 +170,8 @@ def state_gradients(
     "grad",
     "cls_grad",
     record=lambda o: {"patient_pairs": o.patient_pairs} if "cls_grad" in o.weights else {},
+    layer_pairs="patient_pairs",
+    mapping="Patient KD mapping ({method})",
 )
 def _resolve(objective: Objective) -> dict:
     """GKD-CLS reads PKD's layer pairs. Gradients of one token (same tokenizer) or of the
@@ -281,38 +284,44 @@ def _pin(config: ObjectiveConfig, weights: dict[str, float]) -> ObjectiveConfig:
     return config.with_settings(gradient_regime=_regime(config, weights) or None)
 
 
-student_setup(StudentSetup(gradient_kd, _prepare, _record_setup, _pin))
+student_setup("gkd", StudentSetup(gradient_kd, _prepare, _record_setup, _pin))
 
 parameter(
     "gamma", weight_parameter("GKD-CLS: weight γ of the [CLS]-state gradient term", "cls_grad")
 )
 
-PRESETS["gkd"] = Preset(
-    {"ce": 0.5, "kd": 0.5, "grad": 1.0},
-    {"ce": 0.5, "kd": 0.5, "grad": 1.0},
-    temperature=5.0,
-    own=("grad",),
-    name="GKD",
-    reference="Wang et al. 2022",
-    space={"beta": "0.1,1,10", "alpha": "0.1,0.5,0.9", "tau": "1,2,5"},
-    beta="grad",
-    tuned=("beta",),
-    ablations=(Ablation("w/ dropout", "gkd-dropout", settings={"dropout": True}),),
-    claims=(Claim("saliency_loyalty", "≫"),),
-    gallery=True,
+preset(
+    "gkd",
+    Preset(
+        {"ce": 0.5, "kd": 0.5, "grad": 1.0},
+        {"ce": 0.5, "kd": 0.5, "grad": 1.0},
+        temperature=5.0,
+        own=("grad",),
+        name="GKD",
+        reference="Wang et al. 2022",
+        space={"beta": "0.1,1,10", "alpha": "0.1,0.5,0.9", "tau": "1,2,5"},
+        beta="grad",
+        tuned=("beta",),
+        ablations=(Ablation("w/ dropout", "gkd-dropout", settings={"dropout": True}),),
+        claims=(Claim("saliency_loyalty", "≫"),),
+        gallery=True,
+    ),
 )
 # GKD-CLS: the [CLS]-state gradients at weight 0.1. At 1 they held 50–74 % of the gradient
 # (their gradient is twice the input gradients'), CE 4–11 %, and a student trained for 26
 # steps on BBC News lost two of five classes (docs/results.md, "Choosing the AD-KD and GKD-CLS
 # presets").
-PRESETS["gkd-cls"] = Preset(
-    {"ce": 0.5, "kd": 0.5, "pkd": 1.0, "grad": 1.0, "cls_grad": 0.1},
-    {"ce": 0.5, "kd": 0.5, "pkd": 500.0, "grad": 1.0, "cls_grad": 1.0},
-    temperature=5.0,
-    own=("grad", "cls_grad"),  # its PKD term is its regime
-    name="GKD-CLS",
-    reference="Wang et al. 2022",
-    space={"beta": "0.1,1,10", "gamma": "0.01,0.1,1", "alpha": "0.1,0.5,0.9"},
-    beta="pkd",
-    tuned=("beta",),
+preset(
+    "gkd-cls",
+    Preset(
+        {"ce": 0.5, "kd": 0.5, "pkd": 1.0, "grad": 1.0, "cls_grad": 0.1},
+        {"ce": 0.5, "kd": 0.5, "pkd": 500.0, "grad": 1.0, "cls_grad": 1.0},
+        temperature=5.0,
+        own=("grad", "cls_grad"),  # its PKD term is its regime
+        name="GKD-CLS",
+        reference="Wang et al. 2022",
+        space={"beta": "0.1,1,10", "gamma": "0.01,0.1,1", "alpha": "0.1,0.5,0.9"},
+        beta="pkd",
+        tuned=("beta",),
+    ),
 )

@@ -44,7 +44,7 @@ def select_layers(teacher_layers: int, student_layers: int, strategy: str) -> li
                 f"layers {strategy!r}: use first, skip, last or a list such as 1,3,5"
             ) from None
     if not 1 <= m <= n and strategy in ("first", "last", "skip"):
-        raise WorkbenchError(f"a student of {m} layers cannot be cut from a {n}-layer teacher")
+        raise WorkbenchError(f"a student of {m} layers cannot be cut from a model of {n} layers")
     if any(not 0 <= i < n for i in chosen) or len(set(chosen)) != len(chosen):
         raise WorkbenchError(
             f"layers {chosen}: need distinct indices in 0..{n - 1} of the teacher's {n} layers"

@@ -17,7 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from workbench.core.config import HELP_LISTS, ObjectiveConfig, spell, spell_weights
+from kd.methods.config import ObjectiveConfig, Registry, registration_place, spell_weights
+from workbench.core.config import HELP_LISTS, spell
 from workbench.core.errors import WorkbenchError
 from workbench.core.lazy import lazy_module
 
@@ -99,12 +100,20 @@ class Method:
     """A method's own settings: when any of ``terms`` has a weight, ``resolve(objective)`` gives
     the settings its terms read (attributes of the :class:`Objective`), ``record(objective)`` what
     ``run.json`` keeps of them and ``modules(objective)`` the trainable modules its terms own
-    (PKD's projection), trained with the student and left out of the saved model."""
+    (PKD's projection), trained with the student and left out of the saved model. A method whose
+    terms match layers names the key of its record that holds the ``(student, teacher)`` layer
+    pairs (``layer_pairs``, as ``hidden_states`` indices) and how the app's geometry page names
+    the mapping (``mapping``; ``{method}``: the run's preset). ``describe(record)``: what a run's
+    description adds for the method, from the run's resolved objective (``"official distance"``;
+    empty where the method was not in use)."""
 
     terms: frozenset[str]
     resolve: Callable[[Objective], dict[str, Any]]
     record: Callable[[Objective], dict[str, Any]]
     modules: Callable[[Objective], dict[str, torch.nn.Module]] | None = None
+    layer_pairs: str = ""
+    mapping: str = ""
+    describe: Callable[[dict[str, Any]], str] | None = None
 
 
 @dataclass(frozen=True)
@@ -138,7 +147,8 @@ class Sweep:
     others under ``key``, :attr:`kd.experiments.reproduce.suite.TaskPlan.sweeps`): one student
     per value, ``"<preset> <label>=<value>"`` in the group ``group``. The report draws test
     accuracy against the values on the axis ``axis``, the full method at the preset's value or,
-    where it leaves it unset, as a line named ``unset``."""
+    where it leaves it unset, as a line named ``unset``. ``quick``: the fewer values the 2-core
+    default suite trains (empty: ``values``)."""
 
     label: str
     group: str
@@ -147,6 +157,7 @@ class Sweep:
     values: tuple[int, ...]
     axis: str
     unset: str = ""
+    quick: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -223,19 +234,19 @@ class Preset:
     gallery: bool = False  # the report's heatmap gallery shows its students
 
 
-TERMS: dict[str, Term] = {}
-TEACHER_FIELDS: dict[str, TeacherField] = {}
-METHODS: list[Method] = []
-STUDENT_SETUPS: list[StudentSetup] = []
-PARAMETERS: dict[str, Parameter] = {}
-PRESETS: dict[str, Preset] = {}
+TERMS: Registry[Term] = Registry("loss term")
+TEACHER_FIELDS: Registry[TeacherField] = Registry("teacher field")
+METHODS: Registry[Method] = Registry("method of the terms")  # by its terms, "+"-joined
+STUDENT_SETUPS: Registry[StudentSetup] = Registry("student set-up")
+PARAMETERS: Registry[Parameter] = Registry("tune parameter")
+PRESETS: Registry[Preset] = Registry("preset")
 
 
-def _registrar(registry: dict, kind: type, name: str, options: dict[str, Any]):
+def _registrar(registry: Registry, kind: type, name: str, options: dict[str, Any]):
     """A decorator registering its function as ``kind(function, **options)`` under ``name``."""
 
     def register(compute: Callable):
-        registry[name] = kind(compute, **options)
+        registry.add(name, kind(compute, **options))
         return compute
 
     return register
@@ -257,26 +268,41 @@ def method(
     *terms: str,
     record: Callable[[Objective], dict[str, Any]],
     modules: Callable[[Objective], dict[str, torch.nn.Module]] | None = None,
+    layer_pairs: str = "",
+    mapping: str = "",
+    describe: Callable[[dict[str, Any]], str] | None = None,
 ):
-    """Register the decorated ``resolve(objective) -> settings`` for the given terms."""
+    """Register the decorated ``resolve(objective) -> settings`` for the given terms (the other
+    fields of :class:`Method`); a term another method resolves already is refused."""
 
     def register(resolve: Callable[[Objective], dict[str, Any]]):
-        METHODS.append(Method(frozenset(terms), resolve, record, modules))
+        for key, entry in METHODS.items():
+            shared = sorted(entry.terms & set(terms))
+            if shared:
+                raise WorkbenchError(
+                    f"loss term {shared[0]!r} has its method registered twice: at "
+                    f"{METHODS.place(key)} and at {registration_place()}"
+                )
+        entry = Method(frozenset(terms), resolve, record, modules, layer_pairs, mapping, describe)
+        METHODS.add("+".join(terms), entry)
         return resolve
 
     return register
 
 
-def student_setup(setup: StudentSetup) -> StudentSetup:
-    """Register a method's set-up of the student; see :class:`StudentSetup`."""
-    STUDENT_SETUPS.append(setup)
-    return setup
+def student_setup(name: str, setup: StudentSetup) -> StudentSetup:
+    """Register a method's set-up of the student under ``name``; see :class:`StudentSetup`."""
+    return STUDENT_SETUPS.add(name, setup)
 
 
 def parameter(name: str, entry: Parameter) -> Parameter:
     """Register a parameter ``kdw tune`` searches under ``name`` (``--space NAME=...``)."""
-    PARAMETERS[name] = entry
-    return entry
+    return PARAMETERS.add(name, entry)
+
+
+def preset(name: str, entry: Preset) -> Preset:
+    """Register a method's preset under ``name`` (``--preset NAME``); see :class:`Preset`."""
+    return PRESETS.add(name, entry)
 
 
 def weight_parameter(help: str, *terms: str) -> Parameter:
@@ -440,7 +466,7 @@ def control(config: ObjectiveConfig) -> ObjectiveConfig:
     weights = preset_weights(config)
     if not own & set(weights):
         return config
-    for setup in STUDENT_SETUPS:
+    for setup in STUDENT_SETUPS.values():
         config = setup.pin(config, weights)
     return replace(
         config, weights={name: 0.0 if name in own else weight for name, weight in weights.items()}
@@ -515,7 +541,7 @@ class Objective:
 
     def methods(self) -> list[Method]:
         """The registered methods with a weighted term."""
-        return [entry for entry in METHODS if entry.terms & set(self.weights)]
+        return [entry for entry in METHODS.values() if entry.terms & set(self.weights)]
 
     def record(self) -> dict:
         """What the configs resolved to, as plain data for ``run.json``: every weight, τ, the
@@ -532,7 +558,7 @@ class Objective:
 
     def student_setups(self) -> list[StudentSetup]:
         """The registered set-ups of the student this objective asks for."""
-        return [setup for setup in STUDENT_SETUPS if setup.active(self)]
+        return [setup for setup in STUDENT_SETUPS.values() if setup.active(self)]
 
     def prepare_student(self, teacher: PreTrainedModel, student: PreTrainedModel) -> None:
         """Set the student up as the methods in use ask, before training (:class:`StudentSetup`)."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from kd.methods.config import register_settings
 from kd.methods.layer_map import patient_layers
 from kd.methods.objective import (
     PRESETS,
@@ -25,10 +26,11 @@ from kd.methods.objective import (
     Preset,
     StepInputs,
     method,
+    preset,
     teacher_field,
     term,
 )
-from workbench.core.config import Checked, option, register_settings
+from workbench.core.config import Checked, option
 from workbench.core.lazy import lazy_module
 
 if TYPE_CHECKING:
@@ -96,6 +98,8 @@ def _projection(objective: Objective) -> dict[str, torch.nn.Module]:
         | ({"pkd_projection": o.pkd_projection} if o.pkd_projection else {})
     ),
     modules=_projection,
+    layer_pairs="patient_pairs",
+    mapping="Patient KD mapping ({method})",
 )
 def _resolve(objective: Objective) -> dict:
     widths = {"student": objective.student_width, "teacher": objective.teacher_width}
@@ -126,18 +130,22 @@ def _pkd(objective: Objective, inputs: StepInputs) -> Tensor:
 
 # β is for the paper form (sum over layers) or the official mean over B×(M−1)×d, hence the
 # orders of magnitude between the two.
-PRESETS["pkd-skip"] = Preset(
-    {"ce": 0.5, "kd": 0.5, "pkd": 1.0},
-    {"ce": 0.5, "kd": 0.5, "pkd": 500.0},
-    own=("pkd",),
-    name="PKD-skip",
-    reference="Sun et al. 2019",
-    space={"beta": "0.1,1,10,100"},
-    beta="pkd",
-    tuned=("beta",),
-    claims=(Claim("accuracy", "≥"),),
-    settings={"pkd_mapping": "skip"},
+preset(
+    "pkd-skip",
+    Preset(
+        {"ce": 0.5, "kd": 0.5, "pkd": 1.0},
+        {"ce": 0.5, "kd": 0.5, "pkd": 500.0},
+        own=("pkd",),
+        name="PKD-skip",
+        reference="Sun et al. 2019",
+        space={"beta": "0.1,1,10,100"},
+        beta="pkd",
+        tuned=("beta",),
+        claims=(Claim("accuracy", "≥"),),
+        settings={"pkd_mapping": "skip"},
+    ),
 )
-PRESETS["pkd-last"] = replace(
-    PRESETS["pkd-skip"], name="PKD-last", settings={"pkd_mapping": "last"}
+preset(
+    "pkd-last",
+    replace(PRESETS["pkd-skip"], name="PKD-last", settings={"pkd_mapping": "last"}),
 )

@@ -42,7 +42,6 @@ def with_layers(config: PretrainedConfig, layers: Sequence[int]) -> PretrainedCo
 def cut_student(
     teacher: PreTrainedModel,
     layers: list[int],
-    freeze_embeddings: bool = False,
     notify: Callable[[str], None] | None = None,
 ) -> PreTrainedModel:
     """A student made of the teacher's embedding stage, the given layers (in order), every other
@@ -74,8 +73,6 @@ def cut_student(
             f"of the teacher's layer {layers[0]} (in {teacher.config.model_type} the first "
             "layer reads the normalised embeddings): left out"
         )
-    if freeze_embeddings:
-        set_embeddings_trainable(student, False)
     return student
 
 

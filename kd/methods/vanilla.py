@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from kd.methods.config import MAX_TEMPERATURE, MIN_TEMPERATURE
 from kd.methods.objective import (
     PRESETS,
     Objective,
@@ -19,11 +20,11 @@ from kd.methods.objective import (
     Preset,
     StepInputs,
     parameter,
+    preset,
     preset_weights,
     teacher_field,
     term,
 )
-from workbench.core.config import MAX_TEMPERATURE, MIN_TEMPERATURE
 from workbench.core.lazy import lazy_module
 
 if TYPE_CHECKING:
@@ -116,13 +117,16 @@ parameter(
     ),
 )
 
-PRESETS["finetune"] = Preset({"ce": 1.0}, {"ce": 1.0}, name="the student trained alone")
-PRESETS["kd"] = Preset(
-    {"ce": 0.5, "kd": 0.5},
-    {"ce": 0.5, "kd": 0.5},
-    name="vanilla KD",
-    reference="Hinton et al. 2015",
-    space={"alpha": "0.1,0.5,0.9", "tau": "1,2,4,8"},
-    tuned=("tau",),  # so that every method meets a reference tuned alike
-    gallery=True,
+preset("finetune", Preset({"ce": 1.0}, {"ce": 1.0}, name="the student trained alone"))
+preset(
+    "kd",
+    Preset(
+        {"ce": 0.5, "kd": 0.5},
+        {"ce": 0.5, "kd": 0.5},
+        name="vanilla KD",
+        reference="Hinton et al. 2015",
+        space={"alpha": "0.1,0.5,0.9", "tau": "1,2,4,8"},
+        tuned=("tau",),  # so that every method meets a reference tuned alike
+        gallery=True,
+    ),
 )

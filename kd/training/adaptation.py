@@ -21,10 +21,11 @@ from torch import Tensor
 from transformers import PretrainedConfig, PreTrainedModel
 
 from kd.methods.vanilla import task_loss
+from kd.training.config import OptimConfig, TeacherConfig
 from kd.training.trainer import LossFunction
 from workbench.core.assembly import require_library
 from workbench.core.cache import ExampleCache
-from workbench.core.config import OptimConfig, TeacherConfig, option_name, set_settings
+from workbench.core.config import option_name, set_settings
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import forward
 from workbench.core.parts import head_output, head_states, layer_count

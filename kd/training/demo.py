@@ -8,17 +8,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from kd.methods.config import ObjectiveConfig
+from kd.training.config import OptimConfig, StudentConfig, TeacherConfig
 from kd.training.evaluate import evaluate_runs, format_table
 from kd.training.pipeline import distill, train_teacher
 from kd.training.trainer import Callback
 from workbench.analysis.baseline import tfidf_baseline
-from workbench.core.config import (
-    DataConfig,
-    ObjectiveConfig,
-    OptimConfig,
-    StudentConfig,
-    TeacherConfig,
-)
+from workbench.core.config import DataConfig
 from workbench.core.data import load_task
 
 

@@ -6,35 +6,34 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from kd.methods.objective import METHODS
+from kd.training.config import StudentConfig
 from kd.training.diagnostics import summarise
 from kd.training.pipeline import notice, teacher_pin
 from kd.training.teacher_cache import cached_logits, is_cache, open_cache
 from workbench.analysis.evaluation import evaluate_logits, predict_logits
-from workbench.core.config import (
-    DataConfig,
-    StudentConfig,
-    config_key,
-    parse_label_map,
-)
+from workbench.core.config import DataConfig, config_key, parse_label_map
 from workbench.core.data import encode, load_task, pad_id
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import is_run, layer_count, load_for_task, load_model
-from workbench.core.runs import Run, RunRecord, teacher_change
+from workbench.core.runs import Run, RunRecord, task_beside, teacher_change
 
 
 def term_summary(records: Sequence[dict]) -> dict[str, str]:
     """ "What dominates this objective", from a run's logged diagnostics: each term's share of
-    the gradient and weighted value at the first and last logged step, e.g.
-    ``{"grad share, start": "attr 94% · kd 5% · ce 1%", ...}`` (empty if none were logged)."""
+    the gradient and weighted value at the first and last logged step, and those steps, e.g.
+    ``{"start step": 1, "grad share, start": "attr 94% · kd 5% · ce 1%", ...}`` (empty if
+    none were logged): the same columns for every run, however long it trained."""
     row = {}
     for moment, record in summarise(records).items():
+        row[f"{moment} step"] = record["step"]
         for prefix, label, form in (
             ("grad_share/", "grad share", "{:.0%}"),
             ("value/", "weighted value", "{:.3g}"),
         ):
             terms = {k.removeprefix(prefix): v for k, v in record.items() if k.startswith(prefix)}
             ranked = sorted(terms.items(), key=lambda item: -abs(item[1]))
-            row[f"{label}, {moment} (step {record['step']})"] = " · ".join(
+            row[f"{label}, {moment}"] = " · ".join(
                 f"{name} {form.format(value)}" for name, value in ranked
             )
     return row
@@ -45,8 +44,9 @@ def objective_description(info: RunRecord) -> str:
     ``"attr 1 · ce 0.1 · kd 0.9 (official distance), τ 2"``."""
     record = info.resolved.objective
     text = " · ".join(f"{name} {weight:g}" for name, weight in record.weights.items())
-    if record.attribution:
-        text += f" ({record.attribution.reduction} distance)"
+    for entry in METHODS.values():  # what each method in use adds, from its record
+        note = entry.describe(record.model_dump()) if entry.describe else ""
+        text += f" ({note})" if note else ""
     if "kd" in record.weights:
         text += f", τ {record.temperature:g}"
     return text
@@ -66,8 +66,9 @@ def evaluate_runs(
     students label/probability loyalty to ``teacher`` (default: the run's own); with ``terms``, the
     objective's diagnostics at the start and end of training (:func:`term_summary`). A model the
     workbench did not train (and such a teacher) is scored on ``data``'s task, its classes matched
-    by name (``label_map`` where they differ). With ``dedupe``, a run is scored on its own task
-    with ``--dedupe`` (:class:`DataConfig`).
+    by name (``label_map`` where they differ); without ``data``, on the task of the first run
+    among ``paths``, with that run's data settings and label map (:func:`task_beside`). With
+    ``dedupe``, a run is scored on its own task with ``--dedupe`` (:class:`DataConfig`).
 
     A run that has not finished training (stopped, killed, diverged, still training) is scored
     with its best dev model so far: ``notify`` hears it in one line, and its row's ``unfinished``
@@ -84,10 +85,13 @@ def evaluate_runs(
         if is_cache(path):
             rows.append(_cache_row(path, split, once))
             continue
-        given = data
+        given, mapping = data, label_map
         if given is None and dedupe and is_run(path):
             given = replace(Run.open(path).config(DataConfig, "data"), dedupe=True)
-        loaded, task = load_for_task(path, given, label_map, once)
+        if given is None and not is_run(path) and (beside := task_beside(path, paths, once)):
+            given, recorded_map = beside  # a model beside a run: the run's task and settings
+            given, mapping = replace(given, dedupe=dedupe or given.dedupe), mapping or recorded_map
+        loaded, task = load_for_task(path, given, mapping, once)
         unfinished = loaded.run.unfinished() if loaded.run else None
         if unfinished is not None:
             once(

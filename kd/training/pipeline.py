@@ -17,9 +17,10 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from kd.methods.config import ObjectiveConfig
 from kd.methods.layer_map import select_layers
 from kd.methods.objective import Objective
-from kd.methods.students import cut_student, random_student
+from kd.methods.students import cut_student, random_student, set_embeddings_trainable
 from kd.training import distributed, tracking
 from kd.training.adaptation import (
     ADAPTER_DIR,
@@ -32,6 +33,7 @@ from kd.training.adaptation import (
     lora_loader,
     merged,
 )
+from kd.training.config import OptimConfig, StudentConfig, TeacherConfig
 from kd.training.teacher_cache import (
     CacheConfig,
     CachedFile,
@@ -42,11 +44,12 @@ from kd.training.teacher_cache import (
     read_record,
     start_record,
 )
-from kd.training.tracking import Tracker
+from kd.training.tracking import Tracker, TrackingConfig
 from kd.training.trainer import Callback, TrainingJob, notify, set_seed, train
 from workbench.analysis.deployment import export_onnx_folder
 from workbench.analysis.evaluation import evaluate_logits, predict_logits
 from workbench.analysis.metrics import loyalty_per_example
+from workbench.analysis.settings import OnnxSettings
 from workbench.core.cache import (
     ExampleCache,
     Progress,
@@ -55,19 +58,7 @@ from workbench.core.cache import (
     cached,
     key_digest,
 )
-from workbench.core.config import (
-    DataConfig,
-    ObjectiveConfig,
-    OnnxSettings,
-    OptimConfig,
-    StudentConfig,
-    TeacherConfig,
-    TrackingConfig,
-    option_name,
-    parse_label_map,
-    set_settings,
-    to_dict,
-)
+from workbench.core.config import DataConfig, option_name, parse_label_map, set_settings, to_dict
 from workbench.core.data import (
     EncodedSplit,
     TaskData,
@@ -78,6 +69,7 @@ from workbench.core.data import (
     pad_id,
     share_words,
     to_device,
+    tokenizer_kind,
 )
 from workbench.core.errors import WorkbenchError, first_line
 from workbench.core.files import atomic_write_json, atomic_write_text
@@ -127,16 +119,22 @@ def _configure(optim: OptimConfig) -> torch.device:
     return device
 
 
-def _encode_all(data: TaskData, tokenizer, max_length: int) -> dict[str, EncodedSplit]:
+def _encode_all(
+    data: TaskData, tokenizer, max_length: int, whose: str | None = None
+) -> dict[str, EncodedSplit]:
+    """Every split encoded by ``tokenizer``, with a note per split that was truncated; where
+    two models read the text through their own tokenizers, ``whose`` (``"the student's"``)
+    names the one the note counts for."""
     encoded = {
         name: encode(split, tokenizer, max_length, data.spec.regression)
         for name, split in data.splits.items()
     }
+    by = "" if whose is None else f" by {whose} {tokenizer_kind(tokenizer)} tokenizer"
     for name, split in encoded.items():
         if split.truncated:
             print(
                 f"note: {split.truncated} of {len(split)} {name} examples were truncated to "
-                f"{max_length} tokens"
+                f"{max_length} tokens{by}"
             )
     return encoded
 
@@ -220,11 +218,21 @@ def _train(
 ) -> None:
     """Train ``job`` followed by the trackers ``config`` asks for
     (:func:`kd.training.tracking.tracked`, on the process that writes the run), then finish
-    the run there."""
+    the run there. Interrupted (Ctrl-C), the run is marked stopped at its last checkpoint's
+    step, where the same command resumes it."""
     main = distributed.world().main
     with tracking.tracked(config, job.run, parent) if main else nullcontext(Tracker()) as tracker:
         job.tracker = tracker
-        if train(job) and main:
+        try:
+            trained = train(job)
+        except KeyboardInterrupt:
+            if main:
+                status = job.run.status()
+                kept = status.model_dump(include={"step", "total", "seconds"}, exclude_unset=True)
+                reason = "interrupted: the same command resumes from the last checkpoint"
+                job.run.set_status("stopped", **kept, reason=reason)
+            raise
+        if trained and main:
             _finish(job, data, encoded, teacher_logits)
 
 
@@ -381,29 +389,60 @@ def _head_features(
     )
 
 
+STUDENT_LAYERS = 3  # a cut or random student's layers where --num-layers is not given
+
+
 def build_student(
     teacher: LoadedModel, config: StudentConfig
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """The student a :class:`StudentConfig` describes, with its tokenizer: cut from the teacher
-    or random (the teacher's tokenizer), or another checkpoint (its own tokenizer, which may
-    differ from the teacher's: :func:`check_tokens`)."""
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, list[int] | None]:
+    """The student a :class:`StudentConfig` describes, with its tokenizer and the layers of its
+    source it kept (None: random, or a whole checkpoint): cut from the teacher or random (the
+    teacher's tokenizer), or another checkpoint (its own tokenizer, which may differ from the
+    teacher's: :func:`check_tokens`), cut to ``num_layers`` where given. A setting that cannot
+    apply to the initialisation is refused."""
+    if config.init not in ("cut", "pretrained", "random"):
+        raise WorkbenchError(f"unknown student init {config.init!r}: use cut, pretrained or random")
+    widths = [
+        f"--{name.replace('_', '-')}"
+        for name in ("hidden_size", "num_heads")
+        if getattr(config, name) is not None
+    ]
+    if widths and config.init != "random":
+        raise WorkbenchError(
+            f"{' and '.join(widths)} set(s) the width of a random student: a student of --init "
+            f"{config.init} has its source's width (use --init random, or leave them out)"
+        )
+    kept = None
     if config.init == "pretrained":
         if not config.pretrained:
             raise WorkbenchError("--init pretrained needs --pretrained (hub id or directory)")
         tokenizer = load_tokenizer(config.pretrained)
         student = load_classifier(config.pretrained, teacher.spec, notify=notice)
         check_pad(student, config.pretrained)
-        return student, tokenizer
-    if config.init == "cut":
-        layers = select_layers(layer_count(teacher.model), config.num_layers, config.layers)
-        student = cut_student(teacher.model, layers, config.freeze_embeddings, notice)
-    elif config.init == "random":
-        student = random_student(
-            teacher.model.config, config.num_layers, config.hidden_size, config.num_heads
+        if config.num_layers is not None:
+            count = layer_count(student)
+            kept = select_layers(count, config.num_layers, config.layers)
+            student = cut_student(student, kept)
+            notice(
+                f"the student keeps layers {','.join(map(str, kept))} of the {count} of "
+                f"{config.pretrained} (--layers {config.layers})"
+            )
+    elif config.init == "cut":
+        kept = select_layers(
+            layer_count(teacher.model), config.num_layers or STUDENT_LAYERS, config.layers
         )
+        student, tokenizer = cut_student(teacher.model, kept, notice), teacher.tokenizer
     else:
-        raise WorkbenchError(f"unknown student init {config.init!r}: use cut, pretrained or random")
-    return student, teacher.tokenizer
+        student = random_student(
+            teacher.model.config,
+            config.num_layers or STUDENT_LAYERS,
+            config.hidden_size,
+            config.num_heads,
+        )
+        tokenizer = teacher.tokenizer
+    if config.freeze_embeddings:
+        set_embeddings_trainable(student, False)
+    return student, tokenizer, kept
 
 
 def check_tokens(
@@ -558,8 +597,9 @@ def read_teacher_caches(
 class Distillation:
     """A distillation resolved and checked, before anything is written: the frozen teacher and
     the task's data, the student and its tokenizer, the objective, whether teacher and student
-    read the text through the same tokens, and the teacher cache folder it reads (None: the
-    teacher computes its fields)."""
+    read the text through the same tokens, the layers of its source a cut student kept
+    (:func:`build_student`) and the teacher cache folder it reads (None: the teacher computes
+    its fields)."""
 
     teacher: LoadedModel
     data: TaskData
@@ -567,6 +607,7 @@ class Distillation:
     tokenizer: PreTrainedTokenizerBase
     objective: Objective
     same_tokens: bool
+    student_layers: list[int] | None = None
     cache: CacheRecord | None = None
 
 
@@ -621,7 +662,7 @@ def prepare_distillation(
         )
     teacher.model.requires_grad_(False)  # frozen: its gradients w.r.t. inputs need no weights
     set_seed(seed)
-    student, tokenizer = build_student(teacher, student_config)
+    student, tokenizer, kept = build_student(teacher, student_config)
     check_max_length(student, data_config.max_length, "the student")  # the teacher's: loaded
     same_tokens = teacher.tokenizer.get_vocab() == tokenizer.get_vocab()
     objective = Objective.resolve(
@@ -645,7 +686,7 @@ def prepare_distillation(
             "(GKD: its embeddings, into a student of its tokenizer), which a teacher cache does "
             "not hold: distil with the teacher, or a student of another tokenizer"
         ) from None
-    return Distillation(teacher, data, student, tokenizer, objective, same_tokens, record)
+    return Distillation(teacher, data, student, tokenizer, objective, same_tokens, kept, record)
 
 
 @dataclasses.dataclass
@@ -672,10 +713,12 @@ def teacher_inputs(
         setup.tokenizer,
         setup.objective,
     )
-    encoded = _encode_all(data, tokenizer, max_length)
     # the teacher reads, and its cache is keyed by, its own tokenisation
     same = setup.same_tokens
-    teacher_encoded = encoded if same else _encode_all(data, teacher.tokenizer, max_length)
+    encoded = _encode_all(data, tokenizer, max_length, None if same else "the student's")
+    teacher_encoded = (
+        encoded if same else _encode_all(data, teacher.tokenizer, max_length, "the teacher's")
+    )
     on_words = not same and bool(objective.per_token_terms())
     alignment = None
     if on_words:  # the train split's two encodings get the words they share (``word_ids``)
@@ -728,6 +771,7 @@ def distill(
     pinned = setup.cache.teacher if from_cache else teacher_pin(student_config.teacher)
     if pinned is not None:
         record[RESOLVED]["teacher"] = pinned.model_dump()
+    record[RESOLVED]["student_layers"] = setup.student_layers
     manifest = _manifest(data, data_config, optim)
     if from_cache:  # where the teacher's fields came from
         manifest["teacher_fields"] = {"cache": str(Path(teacher.source).resolve())}

@@ -1,5 +1,5 @@
 """Experiment tracking: a training followed in TensorBoard or MLflow beside its run folder
-(``--report-to``: :class:`~workbench.core.config.TrackingConfig`). docs/tracking.md says what is
+(``--report-to``: :class:`TrackingConfig`). docs/tracking.md says what is
 tracked (:func:`scalars`, :func:`settings`), under which names, where (:func:`store_uri`), and
 how the tracked run of a killed training resumes with it.
 """
@@ -14,12 +14,13 @@ import urllib.request
 from base64 import b64encode
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from workbench.core.config import TrackingConfig
+from workbench.core.config import Checked, option
 from workbench.core.errors import WorkbenchError, first_line, mask_secrets
 from workbench.core.files import RECORD_LIMIT, atomic_write_json, read_json_file
 from workbench.core.runs import Run
@@ -35,6 +36,56 @@ PACKAGES = {  # tracker → (module it needs, the package that has it)
 }
 MLFLOW_STATUS = {"finished": "FINISHED", "stopped": "KILLED", "killed": "KILLED"}
 BATCH = 1000  # MLflow's most metrics in one log_batch call (and params: 100)
+
+
+TRACKERS = ("tensorboard", "mlflow")  # what --report-to offers
+
+
+def parse_trackers(items: str | Sequence[str]) -> tuple[str, ...]:
+    """``"tensorboard,mlflow"`` (or the repeated option's items, each a comma list) →
+    ``("tensorboard", "mlflow")``, each once, in the order given; ``none`` names no tracker.
+    A tracker that is not offered is a one-line error saying which are."""
+    names = [
+        name.strip().lower()
+        for item in ([items] if isinstance(items, str) else items)
+        for name in str(item).split(",")
+        if name.strip()
+    ]
+    unknown = [name for name in names if name not in (*TRACKERS, "none")]
+    if unknown:
+        raise WorkbenchError(
+            f"--report-to {unknown[0]}: not offered; use {', '.join(TRACKERS)} (comma-separated) "
+            "or none"
+        )
+    return tuple(dict.fromkeys(name for name in names if name != "none"))
+
+
+@dataclass
+class TrackingConfig(Checked):
+    """Experiment trackers that follow a training beside its run folder."""
+
+    report_to: tuple[str, ...] = option(
+        (),
+        "send the training's curves (every metrics.jsonl scalar at its step), its settings "
+        "and its test results to experiment trackers: a comma list of "
+        f"{', '.join(TRACKERS)} (default: none). TensorBoard writes RUN/tensorboard/; MLflow "
+        "writes to --mlflow-uri",
+    )
+    mlflow_uri: str | None = option(
+        None,
+        "MLflow tracking URI: a server (http://HOST:PORT) or a database such as "
+        "sqlite:///PATH/mlflow.db (default: a local store, mlruns/mlflow.db beside the run "
+        "folder: in the folder that holds it, or in kdw tune's --out)",
+    )
+
+    def __post_init__(self) -> None:
+        self.report_to = parse_trackers(self.report_to)
+        if self.mlflow_uri and "mlflow" not in self.report_to:
+            raise WorkbenchError(
+                f"--mlflow-uri {self.mlflow_uri} is where MLflow runs go: add mlflow to "
+                "--report-to, or leave --mlflow-uri out"
+            )
+        super().__post_init__()
 
 
 def check(config: TrackingConfig) -> None:

@@ -28,10 +28,10 @@ from transformers import PreTrainedModel, get_linear_schedule_with_warmup
 
 from kd.methods.objective import EXAMPLES
 from kd.training import distributed
+from kd.training.config import OptimConfig
 from kd.training.diagnostics import gradient_summary, term_gradients
 from kd.training.tracking import Tracker
 from workbench.analysis.evaluation import evaluate_logits, predict_logits
-from workbench.core.config import OptimConfig
 from workbench.core.data import EncodedSplit, TaskSpec, collate, to_device
 from workbench.core.errors import WorkbenchError, first_line
 from workbench.core.files import atomic_path

@@ -25,10 +25,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from kd.experiments.reproduce import DEFAULT, Experiment, Suite, run_suite
+from kd.methods.config import ObjectiveConfig
 from kd.training.diagnostics import summarise
 from kd.training.evaluate import format_table
 from workbench.analysis.stats import pair_predictions, paired_bootstrap
-from workbench.core.config import ObjectiveConfig, from_dict
+from workbench.core.config import from_dict
 from workbench.core.files import atomic_write_text
 from workbench.core.runs import Run
 

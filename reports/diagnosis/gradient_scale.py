@@ -12,11 +12,12 @@ from pathlib import Path
 import torch
 
 from kd.methods.adkd import attribution_loss, attribution_views
+from kd.methods.config import ObjectiveConfig
 from kd.methods.objective import Objective
 from kd.methods.vanilla import logit_kd_loss, task_loss
+from kd.training.config import StudentConfig
 from kd.training.pipeline import build_student
 from kd.training.trainer import epoch_order, set_seed
-from workbench.core.config import ObjectiveConfig, StudentConfig
 from workbench.core.data import collate, encode, load_task
 from workbench.core.models import load_run
 

@@ -22,7 +22,8 @@ from pathlib import Path
 from kd.experiments.reproduce import DEFAULT, experiments, identity
 from kd.experiments.reproduce.record import read_results
 from kd.experiments.reproduce.runner import task_teacher, train_and_score
-from workbench.core.config import ObjectiveConfig, from_dict
+from kd.methods.config import ObjectiveConfig
+from workbench.core.config import from_dict
 from workbench.core.files import atomic_write_json
 from workbench.core.runs import Run
 

@@ -23,13 +23,13 @@ from tests.tiny_families import (
 from workbench.analysis.attribution import (
     AttributionSettings,
     attribute_texts,
+    completeness_warning,
     ig_completeness,
     integrated_gradients,
 )
 from workbench.analysis.attribution.baselines import baseline_output, resolve_baseline
 from workbench.analysis.examples import Example
-from workbench.analysis.explanations import Explanation, HeatmapSettings, explain
-from workbench.app.case_study import _completeness_warnings
+from workbench.analysis.explanations import HeatmapSettings, explain
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import load_model
 
@@ -204,20 +204,19 @@ def test_a_decoders_records_say_the_baseline_it_got():
 
 def test_the_gap_warning_advises_the_decoder_baseline_only_to_a_decoder_on_another():
     def warning(decoder: bool, baseline: str) -> str:
-        explanation = Explanation(
-            "m", "r", ["a"], ["x", "y"], [0.5, 0.5], 0, [[1.0]], [0.1],
-            completeness=(0.9, 0.1), baseline=baseline, decoder=decoder,
-        )  # fmt: skip
-        (line,) = _completeness_warnings([explanation], steps=50)
+        line = completeness_warning(0.9, 0.1, baseline, decoder, steps=50)
         assert "a gap of 800% at 50 steps" in line and f"baseline ({baseline})" in line
         return line
 
     for decoder, baseline in ((True, "pad"), (True, "zero")):
         line = warning(decoder, baseline)
-        assert "use the baseline mean-keep-first" in line and "raise the steps" not in line
+        assert "use the baseline mean-keep-first" in line and "can widen the gap" in line
+        assert "try twice as many" not in line
     for decoder, baseline in ((True, "mean-keep-first"), (False, "pad"), (False, "zero")):
         line = warning(decoder, baseline)
-        assert "raise the steps" in line and "mean-keep-first (a decoder" not in line
+        assert "try twice as many" in line and "if the gap does not fall" in line
+        assert "mean-keep-first (a decoder" not in line
+    assert completeness_warning(0.104, 0.1, "pad", True, steps=50) is None  # a 4 % gap
 
 
 @pytest.mark.slow
@@ -229,8 +228,8 @@ def test_explain_reads_a_left_padding_decoders_rows_and_their_completeness(tmp_p
     explanations = explain(loaded, examples, HeatmapSettings(method="ig", steps=8))
     for text, explanation in zip(TEXTS, explanations, strict=True):
         alone = loaded.tokenizer(text, return_tensors="pt")
-        tokens = loaded.tokenizer.convert_ids_to_tokens(alone["input_ids"][0])
-        assert explanation.tokens == tokens
+        ids = alone["input_ids"][0].tolist()
+        assert explanation.tokens == [loaded.tokenizer.decode([i]).strip() or "␣" for i in ids]
         expected = ig_completeness(loaded.model, **alone, target=explanation.predicted, steps=8)
         assert (explanation.baseline, explanation.decoder) == ("mean-keep-first", True)
         assert explanation.completeness == pytest.approx(

@@ -22,7 +22,7 @@ from tests.conftest import make_sentences, tiny_model, tiny_tokenizer
 from tests.tiny_families import FAMILY_TYPES, save_family_model
 from workbench.analysis.benchmark import benchmark
 from workbench.analysis.evaluation import predict_logits
-from workbench.core.config import BenchmarkSettings, OnnxSettings, parse_precisions
+from workbench.analysis.settings import BenchmarkSettings, OnnxSettings, parse_precisions
 from workbench.core.data import Split, encode, pad_id
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import load_model
@@ -91,7 +91,9 @@ def test_export_is_checked_and_recorded(runs, exported):
     assert int8["label_agreement"] >= 0.99
     assert fp32["max_abs_logit_difference"] < int8["max_abs_logit_difference"]
     card = (exported / "README.md").read_text()
-    assert card.startswith((runs[0] / "model" / "README.md").read_text())
+    pytorch = (runs[0] / "model" / "README.md").read_text()
+    assert "library_name: transformers" in pytorch and not list(exported.glob("*.safetensors"))
+    assert card.startswith(pytorch.replace("library_name: transformers", "library_name: onnx"))
     assert f"| fp32 | `model.onnx` | {fp32['max_abs_logit_difference']:.3g} | 1.0000 |" in card
     assert {"model.onnx", "model.int8.onnx", "tokenizer.json", "config.json"} <= {
         p.name for p in exported.iterdir()

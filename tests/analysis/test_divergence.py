@@ -16,7 +16,8 @@ from workbench.analysis.agreement import attribution_gap
 from workbench.analysis.attribution import AttributionSettings, compute_maps
 from workbench.analysis.divergence import divergence, word_table
 from workbench.analysis.faithfulness import aopc
-from workbench.core.config import DataConfig, DivergenceSettings
+from workbench.analysis.settings import DivergenceSettings
+from workbench.core.config import DataConfig
 from workbench.core.data import Split, TaskSpec
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import LoadedModel, forward

@@ -17,8 +17,8 @@ from tests.conftest import write_tiny_runs
 from workbench.analysis.attribution import ExplainerChoice, explain_batch
 from workbench.analysis.faithfulness import aopc, kendall_per_example, leave_one_out
 from workbench.analysis.faithfulness_report import MEASURES, explainer_faithfulness
+from workbench.analysis.settings import FaithfulnessSettings
 from workbench.analysis.stats import paired_bootstrap
-from workbench.core.config import FaithfulnessSettings
 from workbench.core.data import batches, encode, load_task, pad_id, sample_split
 from workbench.core.models import load_model
 

@@ -5,6 +5,7 @@ computation from each model's per-token scores and words found independently (wh
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from tests.conftest import TEXTS_WITHOUT_PUNCTUATION as TEXTS
@@ -59,3 +60,25 @@ def test_loyalty_over_a_split_compares_two_tokenizers_on_words(two_tokenizers):
         assert np.isclose(float(scores["attribution_gap"][row]), gap, atol=1e-5)
     same = agreement_per_example(outputs[0], outputs[0])  # one tokenizer: token by token
     torch.testing.assert_close(same["attribution_gap"], torch.zeros(2))
+
+
+def test_the_loyalty_table_says_over_what_and_fills_the_teachers_row(two_tokenizers):
+    from workbench.analysis.examples import split_examples
+    from workbench.analysis.loyalty import loyalty_tables
+
+    teacher = two_tokenizers[0]
+    split = Split(texts=list(TEXTS), labels=[0, 2], uids=["a", "b"])
+    outputs = [split_outputs(m, split) for m in two_tokenizers]
+    summary, _ = loyalty_tables(
+        teacher.spec,
+        split_examples(split, teacher.spec),
+        outputs[0],
+        {"student": outputs[1], "twin": outputs[0]},
+    )
+    assert list(summary["SL over"]) == ["itself", "the words both share", "the same positions"]
+    assert summary.loc["teacher", ["LL", "PL", "SL×100"]].tolist() == pytest.approx(
+        [1.0, 1.0, 100.0], abs=1e-4
+    )  # the teacher against itself: no gap in its row
+    assert summary.loc["twin"].drop("SL over").tolist() == pytest.approx(
+        summary.loc["teacher"].drop("SL over").tolist()
+    )

@@ -13,12 +13,14 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from kd.cli import main
+from kd.methods.config import ObjectiveConfig
+from kd.training.config import StudentConfig, TeacherConfig
 from kd.training.evaluate import evaluate_runs
 from kd.training.pipeline import distill, train_teacher
 from tests.app.test_app import _charts, _html, _ok, app_on, tiny_optim
 from tests.conftest import write_tiny_workspace
 from workbench.app.catalog import CACHE, discover_runs
-from workbench.core.config import DataConfig, ObjectiveConfig, StudentConfig, TeacherConfig
+from workbench.core.config import DataConfig
 
 CACHE_NAME, STUDENT = "cache", "from-cache"
 

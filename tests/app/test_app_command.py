@@ -142,3 +142,23 @@ def test_a_wheel_installed_outside_the_repository_has_the_command_and_the_app(tm
     assert page.startswith("['Case study'] ['No trained teacher yet"), page
     template = run(python, "-c", REPORT_TEMPLATE).strip()  # package data, found where installed
     assert Path(template).is_relative_to(site) and template.endswith("report.md.j2"), template
+
+
+def test_streamlits_own_options_go_to_streamlit_run_as_it_takes_them(tmp_path, monkeypatch):
+    from kd.cli import main
+
+    started = []
+    monkeypatch.delenv("KDW_RUNS", raising=False)  # restored after the test
+    monkeypatch.setattr(os, "execv", lambda program, argv: started.append(argv))
+    command = ["app", "--runs", str(tmp_path), "--server.headless", "true", "--port", "9"]
+    assert main([*command, "--theme.base=dark", "--", "--server.address", "127.0.0.1"]) == 0
+    (argv,) = started
+    assert argv[argv.index("workbench.app.serve") + 1 :] == [
+        "--server.port=9",
+        "--server.headless",
+        "true",
+        "--theme.base=dark",
+        "--server.address",
+        "127.0.0.1",
+    ]
+    assert os.environ["KDW_RUNS"] == str(tmp_path.resolve())

@@ -11,11 +11,13 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from kd.methods.config import ObjectiveConfig
+from kd.training.config import StudentConfig
 from kd.training.pipeline import distill
 from tests.app.test_app import APP, _charts, _html, _ok, app_on, tiny_optim
 from tests.conftest import make_sentences
 from tests.tiny_families import save_family_model
-from workbench.core.config import DataConfig, ObjectiveConfig, StudentConfig
+from workbench.core.config import DataConfig
 
 TEACHER = "my-classifier"
 STUDENTS = ("from-folder-kd", "from-folder-pkd")

@@ -18,6 +18,7 @@ import pytest
 
 from kd.cli import main
 from kd.experiments.tune import MAX_CONFIG_BYTES, load_config_file
+from kd.training.config import OptimConfig, TeacherConfig
 from kd.training.pipeline import train_teacher
 from tests.conftest import (
     ROOT,
@@ -29,7 +30,7 @@ from tests.conftest import (
 )
 from workbench.analysis.examples import MAX_UPLOAD_BYTES, MAX_UPLOAD_EXAMPLES, parse_indices
 from workbench.analysis.heatmap_export import ExportSettings, write_heatmaps
-from workbench.core.config import MAX_DPI, DataConfig, OptimConfig, TeacherConfig
+from workbench.core.config import MAX_DPI, DataConfig
 from workbench.core.data import Split, count_tokens, encode, load_local
 from workbench.core.data import encoding as encoding_module
 from workbench.core.data import splits as splits_module

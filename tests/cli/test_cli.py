@@ -59,8 +59,10 @@ def test_every_command_explains_its_options(command, capsys):
 def test_methods_lists_the_registry_and_help_texts_name_its_lists(monkeypatch, capsys):
     from dataclasses import replace
 
+    from kd.methods.config import ObjectiveConfig
     from kd.methods.objective import PRESETS, TERMS, Claim
-    from workbench.core.config import ObjectiveConfig, StudentConfig, fill_help
+    from kd.training.config import StudentConfig
+    from workbench.core.config import fill_help
 
     # a preset registered like any method's: kdw methods and the help texts list it at once
     extra = replace(PRESETS["gkd"], name="GKD-slow", temperature=7.0, claims=(Claim("accuracy"),))

@@ -14,12 +14,13 @@ import pytest
 import tomllib
 
 from kd.cli import main
+from kd.training.config import OptimConfig, StudentConfig, TeacherConfig
 from kd.training.pipeline import distill, train_teacher
 from tests.conftest import kdw_here, write_tiny_workspace
 from workbench.analysis.heatmap_export import ExportSettings
 from workbench.app.catalog import discover_runs
 from workbench.app.launch import ENTRY
-from workbench.core.config import DataConfig, OptimConfig, StudentConfig, TeacherConfig
+from workbench.core.config import DataConfig
 from workbench.core.errors import WorkbenchError
 from workbench.core.runs import Run
 
@@ -49,7 +50,7 @@ def work(tmp_path_factory) -> Path:
 
 
 def _kd():
-    from workbench.core.config import ObjectiveConfig
+    from kd.methods.config import ObjectiveConfig
 
     return ObjectiveConfig(preset="kd")
 
@@ -380,7 +381,7 @@ def test_truncation_is_stated_in_every_format(work, tmp_path, capsys):
     whole = len(loaded.tokenizer(LONG)["input_ids"])
     assert whole > loaded.model.config.max_position_embeddings == 128
     long, short = build_heatmaps([loaded], [Example(LONG), Example("good")], HeatmapSettings())
-    stated = f"teacher read the first 128 of the text's {whole} tokens"
+    stated = f"teacher (WordPiece tokenizer) read the first 128 of the text's {whole} tokens"
     assert long.metadata["truncated"] == stated and short.metadata["truncated"] == "no"
     assert len(long.rows[0].tokens) == 128
     write_heatmaps([long], tmp_path, ExportSettings())
@@ -393,7 +394,8 @@ def test_truncation_is_stated_in_every_format(work, tmp_path, capsys):
     assert f'<meta name="truncated" content="{html.escape(stated)}" />' in page
     assert f"%   truncated: {stated}" in (tmp_path / "heatmap-000.tex").read_text()
     assert _text_chunks(tmp_path / "heatmap-000.png")["truncated"] == stated
-    assert stated.encode() in (tmp_path / "heatmap-000.pdf").read_bytes()
+    in_pdf = stated.replace("(", r"\(").replace(")", r"\)")  # a PDF string's escapes
+    assert in_pdf.encode() in (tmp_path / "heatmap-000.pdf").read_bytes()
     out = tmp_path / "cli"
     assert (
         main(
@@ -489,4 +491,6 @@ def test_the_export_page_states_truncation(work, tmp_path, monkeypatch):
     assert not at.exception, [e.value for e in at.exception]
     warnings = [w.value.replace("\\", "") for w in at.warning]  # Markdown escapes undone
     assert len(warnings) == 1
-    assert warnings[0].startswith("heatmap-001: the text was truncated: teacher read the first 128")
+    assert warnings[0].startswith(
+        "heatmap-001: the text was truncated: teacher (WordPiece tokenizer) read the first 128"
+    )

@@ -14,27 +14,23 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kd.cli import main
+from kd.experiments.config import TuneConfig
 from kd.methods.adkd import ADKDSettings
+from kd.methods.config import ObjectiveConfig, spell_weights, weight_pairs
+from kd.training.config import OptimConfig, StudentConfig, TeacherConfig
 from tests.conftest import LEAST_RESOLVED
+from workbench.analysis.attribution.registry import AttributionSettings
 from workbench.analysis.explanations import HeatmapSettings
 from workbench.analysis.heatmap_export import ExportSettings
 from workbench.core.config import (
     MAX_DPI,
-    AttributionSettings,
     Checked,
     DataConfig,
-    ObjectiveConfig,
-    OptimConfig,
-    StudentConfig,
-    TeacherConfig,
-    TuneConfig,
     _field_type,
     from_arguments,
     from_dict,
-    spell_weights,
     spelled,
     to_dict,
-    weight_pairs,
 )
 from workbench.core.errors import WorkbenchError
 

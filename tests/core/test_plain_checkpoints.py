@@ -15,20 +15,16 @@ import pytest
 import torch
 
 from kd.cli import main
+from kd.experiments.config import TuneConfig
 from kd.experiments.reproduce import runner
 from kd.experiments.reproduce.suite import Experiment, TaskPlan
 from kd.experiments.tune import tune
+from kd.methods.config import ObjectiveConfig
+from kd.training.config import OptimConfig, StudentConfig, TeacherConfig
 from kd.training.pipeline import distill, train_teacher
 from tests.conftest import write_tiny_workspace
 from workbench.app import runner as app_runner
-from workbench.core.config import (
-    DataConfig,
-    ObjectiveConfig,
-    OptimConfig,
-    StudentConfig,
-    TeacherConfig,
-    TuneConfig,
-)
+from workbench.core.config import DataConfig
 from workbench.core.errors import WorkbenchError
 from workbench.core.runs import Run
 

@@ -11,16 +11,12 @@ import sys
 import pytest
 
 import kd.methods.objective
+from kd.methods.config import ObjectiveConfig
 from kd.methods.objective import Preset
+from kd.training.config import OptimConfig, StudentConfig, TeacherConfig
 from kd.training.evaluate import objective_description
 from kd.training.pipeline import distill, train_teacher
-from workbench.core.config import (
-    DataConfig,
-    ObjectiveConfig,
-    OptimConfig,
-    StudentConfig,
-    TeacherConfig,
-)
+from workbench.core.config import DataConfig
 from workbench.core.errors import WorkbenchError
 
 
@@ -47,7 +43,7 @@ def test_runs_record_their_resolved_objective(tiny_model_dir, tiny_task_dir, tmp
     objective = record.objective
     assert objective.weights == {"ce": 0.1, "kd": 0.9, "attr": 1.0}
     assert objective.temperature == 2.0 and objective.kd_form == "kl"
-    assert objective.attribution.model_dump() == {
+    assert objective.attribution == {
         "reduction": "official",
         "views": "all",
         "baseline": "pad",
@@ -57,10 +53,10 @@ def test_runs_record_their_resolved_objective(tiny_model_dir, tiny_task_dir, tmp
     }
     assert student("pkd-skip").info().resolved.objective.patient_pairs == [[1, 2]]
 
-    # a process that imports no method (the Python API, the app's jobs) reads a student's
-    # record: the installed methods register as it is read, and its settings come back typed
+    # a process that imports no method module by name (the Python API, the app's jobs) reads a
+    # student's record: the methods register with the objective's config, settings come back typed
     read = (
-        "from workbench.core.config import ObjectiveConfig\n"
+        "from kd.methods.config import ObjectiveConfig\n"
         "from workbench.core.models import load_run\n"
         f"loaded = load_run({str(tmp_path / 'adkd')!r})\n"
         "settings = loaded.run.config(ObjectiveConfig, 'objective').methods['adkd']\n"

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from kd.experiments.reproduce import Suite, TaskPlan
-from workbench.core.config import DataConfig, TeacherConfig
+from kd.training.config import TeacherConfig
+from workbench.core.config import DataConfig
 
 
 @pytest.fixture

@@ -33,9 +33,17 @@ from kd.experiments.reproduce import (
 )
 from kd.experiments.reproduce.record import SuiteRecord
 from kd.experiments.reproduce.runner import weights_digest
-from kd.experiments.reproduce.suite import DEFAULT, Experiment, ablations, identity
-from kd.methods.objective import PRESETS, Ablation, Claim, ablated
-from workbench.core.config import DataConfig, ObjectiveConfig, TeacherConfig
+from kd.experiments.reproduce.suite import (
+    DEFAULT,
+    Experiment,
+    ablations,
+    identity,
+    quick_sweeps,
+)
+from kd.methods.config import ObjectiveConfig
+from kd.methods.objective import PRESETS, Ablation, Claim, Preset, Sweep, ablated
+from kd.training.config import TeacherConfig
+from workbench.core.config import DataConfig
 from workbench.core.data import load_task
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import with_format
@@ -637,3 +645,13 @@ def test_bad_shard_options_are_one_line_errors(arguments, message, tmp_path: Pat
     error = capsys.readouterr().err.strip()
     assert len(error.splitlines()) == 1 and message in error
     assert not out.exists()  # refused before anything is written
+
+
+def test_the_default_suite_takes_each_sweeps_quick_values_from_its_method(monkeypatch):
+    """The 2-core default suite's sweep values are the methods' declarations (``Sweep.quick``),
+    not a list of its own: a newly registered sweep with quick values joins them."""
+    sweep = Sweep("F", "f-group", "hidden_from", "f_sweep", (1, 2, 3), "first state F", quick=(2,))
+    monkeypatch.setitem(PRESETS, "swept", Preset({"ce": 1.0}, {"ce": 1.0}, ablations=(sweep,)))
+    adkd = {"top_k_sweep": (96, 192), "steps_sweep": (2, 4)}
+    assert quick_sweeps() == adkd | {"f_sweep": (2,)}
+    assert DEFAULT.plans["tweets"].sweeps == adkd

@@ -20,6 +20,7 @@ import optuna
 import pytest
 
 from kd.cli import main
+from kd.experiments.config import TuneConfig
 from kd.experiments.tune import (
     STUDY_NAME,
     PruningCallback,
@@ -31,16 +32,11 @@ from kd.experiments.tune import (
     trials_table,
     tune,
 )
+from kd.methods.config import ObjectiveConfig
+from kd.training.config import OptimConfig, StudentConfig, TeacherConfig
 from kd.training.pipeline import distill, train_teacher
 from tests.conftest import debian_package
-from workbench.core.config import (
-    DataConfig,
-    ObjectiveConfig,
-    OptimConfig,
-    StudentConfig,
-    TeacherConfig,
-    TuneConfig,
-)
+from workbench.core.config import DataConfig
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import FORMAT_KEY, RECORD_FORMAT, with_format
 from workbench.core.runs import Run
@@ -91,7 +87,7 @@ def _tune_args(data, teacher, out, *extra):
         ("beta=-1,10", "-1 must lie in [0, inf)"),
         ("tau=0,1", "0 must lie in [0.01, 1000]"),
         ("alpha=0.5,1.5", "1.5 must lie in [0, 1]"),
-        ("top_k=2.5", "must be an integer"),
+        ("attr_top_k=2.5", "must be an integer"),
         ("lr=0:1e-3:log", "a log range needs LOW > 0"),
         ("beta", "use NAME=v1,v2 or NAME=LOW:HIGH"),
     ],

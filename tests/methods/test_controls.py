@@ -7,9 +7,10 @@ import json
 
 import pytest
 
+from kd.methods.config import ObjectiveConfig
 from kd.methods.gkd import gradient_kd
 from kd.methods.objective import METHODS, PRESETS, Objective, control
-from workbench.core.config import ObjectiveConfig, to_dict
+from workbench.core.config import to_dict
 
 OWN = {  # what each method's control goes without, as the papers name their contributions
     "adkd": {"attr"},
@@ -39,7 +40,7 @@ def test_a_controls_record_differs_from_its_methods_in_the_own_weights_alone(pre
     then, now = full.record(), controlled.record()
     own_settings = {  # the settings only the own terms' methods record
         key
-        for entry in METHODS
+        for entry in METHODS.values()
         if entry.terms & OWN[preset] and not entry.terms & set(controlled.weights)
         for key in entry.record(full)
     }

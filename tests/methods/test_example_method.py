@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import runpy
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -21,17 +22,21 @@ from kd.experiments.reproduce.report import write_report
 from kd.experiments.reproduce.runner import compact
 from kd.experiments.reproduce.suite import TaskPlan, ablations, experiments
 from kd.experiments.tune import apply, search_space
+from kd.methods import config
+from kd.methods.config import ObjectiveConfig
 from kd.methods.objective import Objective
 from kd.methods.students import cut_student
+from kd.training.config import OptimConfig
 from kd.training.pipeline import check_tokens
 from tests.conftest import tiny_model, tiny_tokenizer, write_tiny_runs
-from workbench.core import config
-from workbench.core.config import DataConfig, ObjectiveConfig, OptimConfig, to_dict
+from workbench.app.geometry import layer_mapping
+from workbench.core.config import DataConfig, to_dict
 from workbench.core.data import batches, encode, load_task
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import with_format
 from workbench.core.models import forward
 from workbench.core.records import checked
+from workbench.core.runs import ResolvedObjective
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "hidden_mse.py"
 
@@ -45,15 +50,15 @@ def example():
         registry.TEACHER_FIELDS,
         registry.PRESETS,
         registry.PARAMETERS,
+        registry.METHODS,
+        registry.STUDENT_SETUPS,
         config.METHOD_SETTINGS,
     ]
     saved = [dict(table) for table in tables]
-    methods = list(registry.METHODS)
     yield runpy.run_path(str(EXAMPLE))
     for table, entries in zip(tables, saved, strict=True):
         table.clear()
         table.update(entries)
-    registry.METHODS[:] = methods
 
 
 def test_example_method_registers_resolves_and_trains_a_step(example, tiny_task_dir, tmp_path):
@@ -233,3 +238,29 @@ def test_example_trains_with_kdw_distill_is_tuned_and_joins_a_suite(example, tmp
     suite = reproduce_suite(build_parser().parse_args(["reproduce", "--students", str(students)]))
     joined = [e for e in experiments(suite) if e.name == "hidden F=1"]
     assert joined and all(to_dict(e.objective)["hidden_from"] == 1 for e in joined)
+
+
+@pytest.mark.parametrize(
+    ("preset", "pairs", "how"),
+    [
+        ("hidden-mse", [(1, 2), (2, 4)], "uniform mapping of the hidden-state MSE (hidden-mse)"),
+        ("ckd", [(0, 0), (1, 2), (2, 4)], "uniform mapping of the relation terms (CKD)"),
+        ("pkd-skip", [(1, 2)], "Patient KD mapping (pkd-skip)"),
+        ("gkd-cls", [(1, 2)], "Patient KD mapping (gkd-cls)"),
+    ],
+)
+def test_the_geometry_page_shows_the_layer_pairs_a_method_declares(example, preset, pairs, how):
+    """The geometry page asks the registry which record key holds a run's layer pairs: the
+    example's, declared in its module alone, as the built-in methods'."""
+    config = ObjectiveConfig(preset=preset)
+    if preset == "hidden-mse":
+        config = config.with_settings(hidden_from=1)
+    objective = Objective.resolve(config, 4, 2, num_labels=3)
+    info = SimpleNamespace(
+        configs={"student": {"init": "cut", "layers": "skip"}},
+        method=preset,
+        resolved=SimpleNamespace(objective=checked(objective.record(), ResolvedObjective)),
+    )
+    teacher, student = (SimpleNamespace(model=tiny_model(layers=n)) for n in (4, 2))
+    student.run = SimpleNamespace(info=lambda: info)
+    assert layer_mapping(teacher, student) == (pairs, how)

@@ -9,6 +9,7 @@ import pytest
 import torch
 from tqdm.auto import tqdm
 
+from kd.methods.config import ObjectiveConfig
 from kd.methods.objective import Objective
 from kd.methods.pkd import patient_loss
 from kd.methods.students import cut_student
@@ -16,7 +17,7 @@ from kd.methods.vanilla import logit_kd_loss, task_loss
 from tests.conftest import tiny_model, tiny_tokenizer
 from workbench.core import cache as cache_module
 from workbench.core.cache import ExampleCache, cached
-from workbench.core.config import DataConfig, ObjectiveConfig
+from workbench.core.config import DataConfig
 from workbench.core.data import batches, encode, load_task
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import forward

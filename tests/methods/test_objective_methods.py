@@ -10,13 +10,13 @@ import torch
 
 from kd.methods.adkd import attribution_loss, sampled_view_loss
 from kd.methods.ckd import layer_relation_loss, word_relation_loss
+from kd.methods.config import ObjectiveConfig
 from kd.methods.gkd import gradient_alignment_loss, prepare_gradient_student, state_gradients
 from kd.methods.objective import Objective
 from kd.methods.students import cut_student, random_student
 from tests.conftest import tiny_model
 from workbench.analysis.attribution.gradients import attribution_maps, input_gradients
 from workbench.core.cache import ExampleCache
-from workbench.core.config import ObjectiveConfig
 from workbench.core.data import EncodedSplit, batches
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import embeddings_module, forward

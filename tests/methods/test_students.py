@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from kd.methods.layer_map import select_layers
-from kd.methods.students import cut_student, random_student
+from kd.methods.students import cut_student, random_student, set_embeddings_trainable
 from tests.conftest import id_batch, tiny_model
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import embed, embeddings_module, encoder_layers, forward
@@ -60,7 +60,8 @@ def test_cut_student_copies_the_chosen_layers_and_runs_like_them():
 
 
 def test_frozen_embeddings_get_no_gradient():
-    student = cut_student(tiny_model(), [0, 2], freeze_embeddings=True)
+    student = cut_student(tiny_model(), [0, 2])
+    set_embeddings_trainable(student, False)
     out = forward(student, id_batch([[2, 7, 8, 3]]))
     out.logits.sum().backward()
     assert all(p.grad is None for p in embeddings_module(student).parameters())

@@ -8,11 +8,11 @@ from __future__ import annotations
 import torch
 
 from kd.methods.adkd import ADKDSettings
+from kd.methods.config import ObjectiveConfig
 from kd.methods.objective import Objective
 from tests.conftest import TEXTS_WITHOUT_PUNCTUATION as TEXTS
 from tests.conftest import whitespace_words, word_batches
 from workbench.analysis.attribution import attribution_maps
-from workbench.core.config import ObjectiveConfig
 from workbench.core.data.alignment import align, pool_words, token_spans, word_mask
 from workbench.core.models import embeddings_module
 

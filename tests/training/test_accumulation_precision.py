@@ -10,8 +10,10 @@ import pytest
 import torch
 
 from kd.methods.adkd import attribution_views
+from kd.methods.config import ObjectiveConfig
 from kd.methods.objective import TERMS, Objective
 from kd.methods.students import cut_student, disable_dropout
+from kd.training.config import OptimConfig, StudentConfig, TeacherConfig
 from kd.training.distributed import unit_counts, unit_index
 from kd.training.pipeline import distill, train_teacher
 from tests.conftest import (
@@ -22,13 +24,7 @@ from tests.conftest import (
     word_batches,
 )
 from tests.tolerances import float32_floor
-from workbench.core.config import (
-    DataConfig,
-    ObjectiveConfig,
-    OptimConfig,
-    StudentConfig,
-    TeacherConfig,
-)
+from workbench.core.config import DataConfig
 from workbench.core.errors import WorkbenchError
 
 BF16_EPS = 2**-8  # bfloat16 keeps 8 significant bits: one unit of its last place, relatively
@@ -125,7 +121,7 @@ def test_bf16_autocast_keeps_attribution_and_double_backward_sound(preset, tmp_p
     batch = dict(tokenizer(texts, padding=True, return_tensors="pt"))
     batch["labels"] = torch.arange(len(texts)) % 3
     teacher = tiny_model().requires_grad_(False)
-    student = cut_student(teacher, [0, 2], False)
+    student = cut_student(teacher, [0, 2])
     disable_dropout(student)
     objective = Objective.resolve(ObjectiveConfig(preset=preset), 4, 2, 3)
     attribution = Objective.resolve(ObjectiveConfig(preset="adkd"), 4, 2, 3)  # AD-KD's maps
@@ -186,7 +182,7 @@ def test_each_term_splits_into_shards_by_its_unit(name, settings, tmp_path):
     frame = make_sentences(12, seed=4)
     texts = sorted(frame.text, key=len)  # the short and the long texts in different parts
     teacher = tiny_model().requires_grad_(False)
-    student = cut_student(teacher, [1, 3], False)
+    student = cut_student(teacher, [1, 3])
     disable_dropout(student)
     config = ObjectiveConfig(preset="kd", weights={name: 1.0}).with_settings(
         attr_reduction=settings or None

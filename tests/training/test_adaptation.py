@@ -13,12 +13,13 @@ from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForSequenceClassification
 
 from kd.training import adaptation
+from kd.training.config import OptimConfig, TeacherConfig
 from kd.training.pipeline import train_teacher
 from tests.conftest import id_batch, kdw_here, kill_at_step
 from tests.tiny_families import save_family_model
 from tests.training.test_trainer import StopAfter, _teacher_arguments
 from workbench.core.cache import ExampleCache
-from workbench.core.config import DataConfig, OptimConfig, TeacherConfig
+from workbench.core.config import DataConfig
 
 LABELS = ["negative", "neutral", "positive"]  # the tiny task's classes, in its order
 # the modules peft adapts by default, and the head

@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kd.methods.config import ObjectiveConfig
 from kd.methods.objective import Objective
 from kd.methods.students import cut_student
+from kd.training.config import OptimConfig, StudentConfig, TeacherConfig
 from kd.training.diagnostics import summarise, term_diagnostics
 from kd.training.evaluate import evaluate_runs
 from kd.training.pipeline import distill, train_teacher
@@ -16,14 +18,9 @@ from tests.conftest import tiny_model
 from tests.methods.test_objective_methods import _dataset
 from tests.tolerances import float32_floor
 from workbench.analysis.metrics import task_metrics
-from workbench.core.config import (
-    DataConfig,
-    ObjectiveConfig,
-    OptimConfig,
-    StudentConfig,
-    TeacherConfig,
-)
+from workbench.core.config import DataConfig
 from workbench.core.data import TaskSpec, batches
+from workbench.core.runs import Run
 
 
 def test_term_diagnostics_match_separate_backward_passes():
@@ -101,7 +98,8 @@ def test_logging_diagnostics_changes_no_weight(tiny_model_dir, tiny_task_dir, tm
     assert summary["start"]["step"] == 1 and summary["end"]["step"] == 7
     assert "recall/positive" in logged.results()["test"]
     row = evaluate_runs([str(logged.path)], terms=True)[0]  # kdw evaluate --terms
-    shares = row["grad share, end (step 7)"]
+    assert (row["start step"], row["end step"]) == (1, 7)  # columns of no step: any run's
+    shares = row["grad share, end"]
     assert shares.startswith(("attr", "kd", "ce")) and shares.count("%") == 3
     a = torch.load(quiet.checkpoint, weights_only=True)["model"]
     b = torch.load(logged.checkpoint, weights_only=True)["model"]
@@ -114,3 +112,43 @@ def test_one_term_in_turn_is_measured_between_the_first_and_last_step():
     turns = [logged_terms(names, step, 100, 20) for step in (20, 40, 60, 80)]
     assert turns == [["kd"], ["attr"], ["ce"], ["kd"]]
     assert logged_terms(names, 21, 100, 20) == [] and logged_terms(names, 1, 100, 0) == []
+
+
+def test_term_summaries_of_runs_of_any_length_share_their_columns():
+    from kd.training.evaluate import term_summary
+
+    def logged(last: int) -> list[dict]:
+        return [
+            {"step": step, "grad_share/kd": kd, "grad_share/ce": 1 - kd, "value/kd": kd}
+            for step, kd in ((1, 0.25), (last, 0.75))
+        ]
+
+    short, long = term_summary(logged(19)), term_summary(logged(38))
+    assert short.keys() == long.keys()
+    assert (short["end step"], long["end step"]) == (19, 38)
+    assert long["grad share, start"] == "ce 75% · kd 25%"
+    assert long["grad share, end"] == "kd 75% · ce 25%"
+
+
+def test_an_interrupted_training_is_marked_stopped_not_running(
+    tiny_model_dir, tiny_task_dir, tmp_path
+):
+    class CtrlC:
+        def on_step(self, step, total, losses):
+            if step == 3:
+                raise KeyboardInterrupt
+
+    optim = OptimConfig(epochs=1, batch_size=16, threads=1, checkpoint_every=2)
+    with pytest.raises(KeyboardInterrupt):
+        train_teacher(
+            DataConfig(task=str(tiny_task_dir), max_length=16),
+            TeacherConfig(model=str(tiny_model_dir)),
+            optim,
+            tmp_path / "teacher",
+            callbacks=[CtrlC()],
+        )
+    run = Run.open(tmp_path / "teacher")
+    status = run.status()
+    assert (status.state, status.step) == ("stopped", 2)  # at the checkpoint it resumes from
+    assert "interrupted" in status.reason
+    assert run.unfinished().startswith("stopped at step 2/")

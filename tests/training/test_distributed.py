@@ -19,17 +19,12 @@ import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
 from kd.cli import main
+from kd.methods.config import ObjectiveConfig
+from kd.training.config import OptimConfig, StudentConfig, TeacherConfig
 from kd.training.pipeline import distill, train_teacher
 from tests.conftest import assert_same_weights, make_sentences, tiny_model, tiny_tokenizer
 from tests.tolerances import float32_floor
-from workbench.core.config import (
-    DataConfig,
-    ObjectiveConfig,
-    OptimConfig,
-    StudentConfig,
-    TeacherConfig,
-    option_name,
-)
+from workbench.core.config import DataConfig, option_name
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESETS = ("kd", "adkd", "gkd")

@@ -17,19 +17,15 @@ import torch
 from safetensors.torch import load_file
 
 from kd.cli import main
+from kd.experiments.config import TuneConfig
 from kd.experiments.tune import parse_dimension, trials_table, tune
+from kd.methods.config import ObjectiveConfig
+from kd.training.config import OptimConfig, StudentConfig, TeacherConfig
 from kd.training.pipeline import train_teacher
 from kd.training.trainer import _non_finite_values, _non_finite_weights
 from tests.conftest import write_tiny_workspace
 from workbench.app.catalog import discover_runs
-from workbench.core.config import (
-    DataConfig,
-    ObjectiveConfig,
-    OptimConfig,
-    StudentConfig,
-    TeacherConfig,
-    TuneConfig,
-)
+from workbench.core.config import DataConfig
 from workbench.core.errors import WorkbenchError
 from workbench.core.runs import Run
 

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from kd.cli import main
+from kd.methods.config import ObjectiveConfig
 from kd.methods.gkd import gradient_kd, prepare_gradient_student
 from kd.methods.objective import Objective
 from kd.methods.students import cut_student
@@ -26,7 +27,7 @@ from tests.tiny_families import save_family_model
 from workbench.analysis.agreement import pearson_per_example, rank_correlation
 from workbench.analysis.attribution.chunking import batch_token_limit, bytes_per_token
 from workbench.analysis.benchmark import TIMER_CUDA, benchmark
-from workbench.core.config import BenchmarkSettings, ObjectiveConfig
+from workbench.analysis.settings import BenchmarkSettings
 from workbench.core.data import (
     EncodedSplit,
     batches,

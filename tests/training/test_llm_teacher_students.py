@@ -1,5 +1,7 @@
 """``bench/llm_teacher_students.py``: students of a teacher cache across tokenizers, one row per
-student matching its run's records, and paired intervals that agree with the runs' scores."""
+student matching its run's records (a pretrained student cut to the layers asked for), its
+saliency loyalty the mean of the per-example scores kept, and paired intervals that agree with
+the runs' scores."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from transformers import AutoTokenizer
 import bench.common
 from bench.llm_teacher_students import main
 from tests.conftest import write_tiny_workspace
-from tests.tiny_families import save_family_model
+from tests.tiny_families import LAYERS, save_family_model
 
 pytestmark = pytest.mark.slow  # builds a cache and trains three students: seconds
 
@@ -41,6 +43,8 @@ def test_rows_and_pairs_match_the_runs(tmp_path, monkeypatch):
         "16",
         "--pretrained",
         str(tmp_path / "bert"),
+        "--num-layers",
+        "1",
         "--presets",
         "kd,gkd",
         "--seeds",
@@ -76,7 +80,13 @@ def test_rows_and_pairs_match_the_runs(tmp_path, monkeypatch):
         assert r["teacher_tokenizer"].split(" ")[0].endswith("/BPE")
         assert r["student_tokenizer"].split(" ")[0].endswith("/WordPiece")
         assert r["student_init"] == f"pretrained {tmp_path / 'bert'}"
-        assert r["saliency_loyalty"] is None
+        assert r["student_layers"] == 1 and r["student_kept_layers"] == [LAYERS - 1]
+        assert set(r["recall"]) == set(LABELS)
+        kept = _read(out / "saliency" / f"{name}.json")
+        assert kept["uids"] == _read(run / "predictions.json")["test"]["uids"]
+        scores = [x for x in kept["scores"] if x is not None]
+        assert scores and all(-1 - 1e-6 <= x <= 1 + 1e-6 for x in scores)
+        assert r["saliency_loyalty"] == pytest.approx(np.mean(scores))
     written = _read(tmp_path / "results" / "llm-teacher.json")
     assert written["rows"] == rows
     assert set(written["pairs"]) == {"gkd"}  # vanilla KD is its own control
@@ -93,6 +103,12 @@ def test_rows_and_pairs_match_the_runs(tmp_path, monkeypatch):
         loyalty = found["label_loyalty"]["difference"]
         assert loyalty == pytest.approx(
             np.mean(gkd["label_loyalty"]) - np.mean(other["label_loyalty"])
+        )
+        names = {"gkd − control": "gkd-control-s1", "gkd − kd": "kd-s1"}
+        a, b = (_read(out / "saliency" / f"{n}.json")["scores"] for n in ("gkd-s1", names[name]))
+        both = [(x, y) for x, y in zip(a, b, strict=True) if x is not None and y is not None]
+        assert found["saliency_loyalty"]["difference"] == pytest.approx(
+            np.mean([x - y for x, y in both])
         )
 
     # a second call reuses the finished runs: the same rows

@@ -17,19 +17,14 @@ import torch
 from transformers import BertModel
 
 from kd.cli import build_parser, main
+from kd.experiments.config import TuneConfig
 from kd.experiments.tune import tune
+from kd.methods.config import ObjectiveConfig
+from kd.training.config import OptimConfig, StudentConfig, TeacherConfig
 from kd.training.pipeline import train_teacher
 from tests.conftest import kill_at_step, make_sentences, tiny_config, write_tiny_workspace
 from workbench.app.catalog import discover_runs
-from workbench.core.config import (
-    DataConfig,
-    ObjectiveConfig,
-    OptimConfig,
-    StudentConfig,
-    TeacherConfig,
-    TuneConfig,
-    to_dict,
-)
+from workbench.core.config import DataConfig, to_dict
 from workbench.core.data import load_local, load_task
 from workbench.core.errors import WorkbenchError
 from workbench.core.runs import Run

@@ -15,11 +15,12 @@ from safetensors.torch import load_file
 
 import workbench.core.cache as cache_module
 from kd.cli import main
+from kd.training.config import OptimConfig, TeacherConfig
 from kd.training.evaluate import evaluate_runs
 from kd.training.pipeline import train_teacher
 from tests.conftest import write_tiny_workspace
 from tests.tiny_families import save_family_model
-from workbench.core.config import DataConfig, OptimConfig, TeacherConfig
+from workbench.core.config import DataConfig
 from workbench.core.runs import Run
 
 pytestmark = pytest.mark.slow  # each trains or builds caches: seconds

@@ -15,11 +15,13 @@ import pytest
 from safetensors.torch import load_file, save_file
 from streamlit.testing.v1 import AppTest
 
+from kd.methods.config import ObjectiveConfig
+from kd.training.config import OptimConfig, StudentConfig
 from kd.training.pipeline import distill
 from tests.app.test_app import APP
 from tests.conftest import kdw_here, write_tiny_runs
 from workbench.app.catalog import discover_runs
-from workbench.core.config import DataConfig, ObjectiveConfig, OptimConfig, StudentConfig
+from workbench.core.config import DataConfig
 from workbench.core.errors import WorkbenchError
 from workbench.core.runs import RESOLVED, Run
 from workbench.core.verify import (

@@ -15,19 +15,14 @@ import pytest
 import torch
 
 from kd.cli import main
+from kd.experiments.config import TuneConfig
 from kd.experiments.tune import tune
+from kd.methods.config import ObjectiveConfig
+from kd.training.config import OptimConfig, StudentConfig, TeacherConfig
 from kd.training.pipeline import distill, train_teacher
+from kd.training.tracking import TrackingConfig, parse_trackers
 from tests.conftest import ROOT, kill_at_step, write_tiny_workspace
-from workbench.core.config import (
-    DataConfig,
-    ObjectiveConfig,
-    OptimConfig,
-    StudentConfig,
-    TeacherConfig,
-    TrackingConfig,
-    TuneConfig,
-    parse_trackers,
-)
+from workbench.core.config import DataConfig
 from workbench.core.errors import WorkbenchError
 
 pytest.importorskip("tensorboard", reason="needs the tracking extra")

@@ -14,10 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from kd.training.config import OptimConfig, TeacherConfig
 from kd.training.pipeline import train_teacher
+from kd.training.tracking import TrackingConfig
 from tests.app.test_app_e2e import _free_port, chromium, page  # noqa: F401 (fixtures)
 from tests.conftest import make_sentences, served, tiny_model, tiny_tokenizer
-from workbench.core.config import DataConfig, OptimConfig, TeacherConfig, TrackingConfig
+from workbench.core.config import DataConfig
 
 pytestmark = pytest.mark.e2e
 pytest.importorskip("tensorboard", reason="needs the tracking extra")

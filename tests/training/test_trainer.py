@@ -9,15 +9,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from kd.methods.config import ObjectiveConfig
+from kd.training.config import OptimConfig, StudentConfig, TeacherConfig
 from kd.training.pipeline import distill, train_teacher
 from tests.conftest import kdw_here, kill_at_step, tiny_model, tiny_tokenizer
-from workbench.core.config import (
-    DataConfig,
-    ObjectiveConfig,
-    OptimConfig,
-    StudentConfig,
-    TeacherConfig,
-)
+from workbench.core.config import DataConfig
 from workbench.core.files import atomic_write_json
 from workbench.core.models import load_run
 from workbench.core.runs import Run

@@ -38,7 +38,8 @@ from workbench.analysis.deployment import (
     load_onnx,
 )
 from workbench.analysis.evaluation import evaluate_logits, logits_in_order
-from workbench.core.config import BenchmarkSettings, DataConfig, parse_batch_sizes, parse_precisions
+from workbench.analysis.settings import BenchmarkSettings, parse_batch_sizes, parse_precisions
+from workbench.core.config import DataConfig
 from workbench.core.data import (
     EncodedSplit,
     TaskData,
@@ -50,7 +51,15 @@ from workbench.core.data import (
     to_device,
 )
 from workbench.core.errors import WorkbenchError
-from workbench.core.models import LoadedModel, forward, load_for_task, resolve_device, resolve_model
+from workbench.core.models import (
+    LoadedModel,
+    forward,
+    is_run,
+    load_for_task,
+    resolve_device,
+    resolve_model,
+)
+from workbench.core.runs import task_beside
 
 MEMORY_CPU = (
     "peak resident-set growth of the process over one pass of the texts at the largest batch "
@@ -139,10 +148,13 @@ def load_candidates(
     device: torch.device,
     threads: int,
     precisions: Sequence[str] = ("fp32",),
+    notify: Callable[[str], None] | None = None,
 ) -> tuple[list[Candidate], TaskData]:
     """The models of ``sources`` (an ONNX export folder gives one per graph, a PyTorch model one
     per precision) and the task they are scored on: ``data``'s, else the first model's own (a
-    run's task, an export's recorded one), which every later model must share."""
+    run's task, an export's recorded one; for a model that is not a run, the task of the first
+    run among ``sources``, said to ``notify``: :func:`task_beside`), which every later model
+    must share."""
     candidates: list[Candidate] = []
     task: TaskData | None = None
     for source in sources:
@@ -157,7 +169,10 @@ def load_candidates(
             candidates += [onnx_candidate(classifier) for classifier in classifiers]
             data = data or classifiers[0].data
             continue
-        loaded, loaded_task = load_for_task(source, data)
+        mapping = ""
+        if data is None and not is_run(source) and (beside := task_beside(source, sources, notify)):
+            data, mapping = beside  # a model beside a run: the run's task and settings
+        loaded, loaded_task = load_for_task(source, data, mapping)
         task = task or loaded_task
         data = data or loaded.data
         candidates += pytorch_candidates(loaded, device, precisions)
@@ -221,7 +236,10 @@ def _ratio(value: float | None, reference: float | None) -> float | None:
 
 
 def benchmark(
-    sources: Sequence[str], settings: BenchmarkSettings, data: DataConfig | None = None
+    sources: Sequence[str],
+    settings: BenchmarkSettings,
+    data: DataConfig | None = None,
+    notify: Callable[[str], None] | None = None,
 ) -> dict:
     """Benchmark ``sources`` (the first is the reference) on ``settings.split`` of their task.
 
@@ -239,7 +257,7 @@ def benchmark(
     if settings.threads:
         torch.set_num_threads(settings.threads)
     threads = torch.get_num_threads()
-    candidates, task = load_candidates(sources, data, device, threads, precisions)
+    candidates, task = load_candidates(sources, data, device, threads, precisions, notify)
     if settings.split not in task.splits:
         raise WorkbenchError(f"split {settings.split!r} not in {sorted(task.splits)}")
     seed = (data or DataConfig()).split_seed

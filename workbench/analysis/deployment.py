@@ -1,7 +1,7 @@
 """Deployable exports of a run's classifier: an ONNX graph that ONNX Runtime runs, optionally
 fused by its transformer optimizer, and optionally a graph with int8 weights (dynamic or
 calibrated static quantisation), each checked against the PyTorch model before it is released
-(:class:`~workbench.core.config.OnnxSettings`).
+(:class:`~workbench.analysis.settings.OnnxSettings`).
 
 The graph is written by ``torch.onnx.export``'s TorchScript exporter (``dynamo=False``): it
 traces the eager attention every model of the workbench is loaded with
@@ -35,14 +35,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from workbench.analysis.evaluation import logits_in_order, predict_logits
 from workbench.analysis.metrics import label_loyalty
-from workbench.core.config import (
-    DataConfig,
-    OnnxSettings,
-    from_dict,
-    option_name,
-    set_settings,
-    to_dict,
-)
+from workbench.analysis.settings import OnnxSettings
+from workbench.core.config import DataConfig, from_dict, option_name, set_settings, to_dict
 from workbench.core.data import (
     EncodedSplit,
     Split,
@@ -520,7 +514,9 @@ def export_onnx_folder(
                 **measured,
             }
         atomic_write_json(staging / RECORD, with_format(record))
-        atomic_write_text(staging / "README.md", model_card(loaded.run) + _card_section(record))
+        atomic_write_text(
+            staging / "README.md", model_card(loaded.run, "onnx") + _card_section(record)
+        )
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -3,7 +3,7 @@
 For a teacher and its students on a fixed stratified sample of a split, each model's outputs are
 computed once and cached in its run folder (``analysis_cache/``, keyed by the model's weights, the
 tokenised examples, the settings and the explainer): logits, the attribution map of every class (IG
-or Grad, :class:`~workbench.core.config.DivergenceSettings`, or any registered explainer,
+or Grad, :class:`~workbench.analysis.settings.DivergenceSettings`, or any registered explainer,
 docs/explainers.md) and the AOPC comprehensiveness and sufficiency of the map of the model's own
 prediction (:func:`~workbench.analysis.faithfulness.aopc`). From them:
 
@@ -40,10 +40,11 @@ from workbench.analysis.attribution import (
     compute_maps,
     resolve_explainer,
 )
+from workbench.analysis.attribution.registry import MapSettings
 from workbench.analysis.faithfulness import aopc
+from workbench.analysis.settings import DivergenceSettings
 from workbench.core.cache import ExampleCache, cache_path, cached, key_digest
 from workbench.core.cache import Progress as CacheProgress
-from workbench.core.config import DivergenceSettings, MapSettings
 from workbench.core.data import EncodedSplit, Split, encode, pad_id, sample_split
 from workbench.core.data.alignment import Alignment, align, pool_words, word_maps
 from workbench.core.data.encoding import token_spans_of

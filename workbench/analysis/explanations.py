@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
-from workbench.core.config import MapSettings, option
+from workbench.analysis.attribution.registry import MapSettings
+from workbench.core.config import option
 from workbench.core.errors import WorkbenchError
 
 if TYPE_CHECKING:
@@ -45,7 +46,8 @@ class HeatmapSettings(MapSettings):
 class Explanation:
     """How one model reads one example.
 
-    ``maps[c]`` is the attribution of class ``c`` over ``tokens`` (IG: non-negative, unit L2;
+    ``maps[c]`` is the attribution of class ``c`` over ``tokens`` (as a reader reads them:
+    :func:`~workbench.analysis.attribution.words.shown_tokens`; IG: non-negative, unit L2;
     Grad: signed); ``saliency`` the Grad saliency of the predicted class (saliency loyalty);
     ``spans`` the characters each position covers (a fast tokenizer's offsets), by which two
     models of different tokenizers are compared on the words they share.
@@ -62,8 +64,10 @@ class Explanation:
     saliency: list[float]
     gold: int | None = None
     regression: bool = False
-    full_length: int = 0  # tokens of the whole text; more than len(tokens) when truncated
+    full_length: int = 0  # tokens of the whole text; more than ``read`` when truncated
     longer: bool = False  # the text goes on past the full_length tokens counted (a huge text)
+    read: int = 0  # the tokens the model read (before any word aggregation)
+    tokenizer: str = ""  # the tokenizer's kind (tokenizer_kind): "WordPiece", "byte-level BPE"
     model: str = ""  # the distillation preset (a run's) and the number of layers: model_detail
     task: str = ""  # the task applied to: a bundled or GLUE task's name, a path, a hub id;
     # "" for a model given without a task (its own classes)
@@ -72,11 +76,23 @@ class Explanation:
     completeness: tuple[float, float] | None = None
     baseline: str | None = None  # the IG baseline resolved for the model (ig maps only)
     decoder: bool = False  # a decoder classifier (its head reads the last token)
+    gap_warning: str | None = None  # IG's completeness gap, said when over its limit
 
     @property
     def truncated(self) -> bool:
-        """Whether the model read only the first ``len(tokens)`` of the text's tokens."""
-        return self.longer or self.full_length > len(self.tokens)
+        """Whether the model read only the first ``read`` of the text's tokens."""
+        return self.longer or self.full_length > self.read
+
+    @property
+    def truncation_note(self) -> str | None:
+        """``"teacher (WordPiece tokenizer) read the first 128 of the text's 140 tokens"``,
+        None for a text read whole."""
+        if not self.truncated:
+            return None
+        return (
+            f"{self.name} ({self.tokenizer} tokenizer) read the first {self.read} of the "
+            f"text's {self.length_text} tokens"
+        )
 
     @property
     def completeness_gap(self) -> float | None:
@@ -185,10 +201,12 @@ def explain(
     share the engine's batched passes; another registered ``explainer`` one call per class),
     and the Grad saliency of each predicted class; with ``words`` (sum, mean, max-abs) the maps
     and saliency of each word (:mod:`workbench.analysis.attribution.words`). IG maps come with
-    their completeness for the predicted class (``ig_completeness``)."""
+    their completeness for the predicted class (``ig_completeness``) and, where its gap is over
+    the limit, the warning that says so (``completeness_warning``)."""
     import torch
 
     from workbench.analysis.attribution import (
+        completeness_warning,
         compute_maps,
         grad_saliency,
         ig_completeness,
@@ -197,7 +215,8 @@ def explain(
         word_groups,
     )
     from workbench.analysis.attribution.baselines import resolve_baseline
-    from workbench.analysis.attribution.words import check_words, group_spans
+    from workbench.analysis.attribution.words import check_words, group_spans, shown_tokens
+    from workbench.core.data import tokenizer_kind
     from workbench.core.data.alignment import token_spans, word_spans
     from workbench.core.models import forward
     from workbench.core.parts import LAST, parts_of
@@ -229,22 +248,35 @@ def explain(
         completeness = torch.stack(
             ig_completeness(model, *inputs, target=predicted, baseline=baseline, **options), -1
         )
-    detail, out = model_detail(loaded), []
+    detail, kind, out = model_detail(loaded), tokenizer_kind(loaded.tokenizer), []
+    decoder = parts_of(model).reads == LAST
     for row, example in enumerate(examples):
         length = int(batch["attention_mask"][row].sum())
         ids = batch["input_ids"][row, :length].tolist()
-        tokens = loaded.tokenizer.convert_ids_to_tokens(ids)
         row_maps, row_saliency = maps[row, :, :length], saliency[row, :length]
         texts = [a[row] for a in args]
-        spans = None
+        spans, row_offsets, sequences = None, None, [None] * length
         if offsets is not None:
             sequences = batch.sequence_ids(row)[:length]
-            positions = token_spans(offsets[row, :length].tolist(), sequences, texts)
+            row_offsets = offsets[row, :length].tolist()
+            positions = token_spans(row_offsets, sequences, texts)
             spans = word_spans(positions, batch.word_ids(row)[:length])
+        tokens = shown_tokens(
+            loaded.tokenizer,
+            loaded.tokenizer.convert_ids_to_tokens(ids),
+            row_offsets,
+            sequences,
+            texts,
+        )
         if words is not None:
             tokens, groups = word_groups(batch, row, texts, length)
             row_maps, row_saliency = (to_words(x, groups, words) for x in (row_maps, row_saliency))
             spans = None if spans is None else group_spans(spans, groups)
+        gap = None
+        if completeness is not None:
+            attributed, change = completeness[row].tolist()
+            gap = completeness_warning(attributed, change, baseline, decoder, config.steps)
+            gap = None if gap is None else f"{name or loaded.name}: {gap}"
         out.append(
             Explanation(
                 name=name or loaded.name,
@@ -259,12 +291,15 @@ def explain(
                 regression=regression,
                 full_length=full_lengths[row],
                 longer=longer[row],
+                read=length,
+                tokenizer=kind,
                 model=detail,
                 task="" if loaded.data is None else loaded.data.task,
                 spans=spans,
                 completeness=None if completeness is None else tuple(completeness[row].tolist()),
                 baseline=baseline,
-                decoder=parts_of(model).reads == LAST,
+                decoder=decoder,
+                gap_warning=gap,
             )
         )
     return out

@@ -46,7 +46,7 @@ from transformers import PreTrainedModel
 
 from workbench.analysis.attribution.baselines import special_positions
 from workbench.analysis.attribution.targets import resolve_target
-from workbench.core.config import AOPC_RULES
+from workbench.analysis.settings import AOPC_RULES
 from workbench.core.data import collate
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import forward

@@ -45,8 +45,9 @@ from workbench.analysis.attribution import ExplainerChoice, explain_batch
 from workbench.analysis.attribution.registry import EXPLAINERS
 from workbench.analysis.faithfulness import aopc, kendall_per_example, leave_one_out
 from workbench.analysis.metrics import nan_mean
+from workbench.analysis.settings import FaithfulnessSettings
 from workbench.analysis.stats import mean_interval, paired_bootstrap
-from workbench.core.config import FaithfulnessSettings, to_dict
+from workbench.core.config import to_dict
 from workbench.core.data import batches, encode, load_task, pad_id, sample_split
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import FORMAT_KEY, RECORD_FORMAT, check_format

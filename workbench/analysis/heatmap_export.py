@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from workbench.analysis.attribution.registry import MapSettings
 from workbench.analysis.examples import Example, gather_examples
 from workbench.analysis.explanation_agreement import shown_classes
 from workbench.analysis.explanations import (
@@ -34,7 +35,7 @@ from workbench.analysis.explanations import (
     explain,
     gold_index,
 )
-from workbench.core.config import MAX_DPI, Checked, MapSettings, colormap, dpi_range, option
+from workbench.core.config import MAX_DPI, Checked, colormap, dpi_range, option
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import staging_folder
 from workbench.core.names import TASK_NAMES
@@ -130,7 +131,9 @@ def heatmap_metadata(
     applied to (none for models given without one, explained on their own classes).
     ``anonymous`` leaves out the run ids and the example's id (a file name or a local task's
     id), names the task by :func:`public_task` and records ``anonymous: yes``; the models are
-    named as the explanations name them (:func:`role_names` for an anonymous export)."""
+    named as the explanations name them (:func:`role_names` for an anonymous export).
+    ``truncated`` names each model that read the text in part, with its tokenizer;
+    ``warnings`` holds the explainers' warnings (IG's completeness gap), one per line."""
     cut = [e for e in explanations if e.truncated]
     runs = {} if anonymous else {"run_ids": json.dumps([e.run_id for e in explanations])}
     task = next((e.task for e in explanations if e.task), None)  # a model given alone has none
@@ -142,11 +145,8 @@ def heatmap_metadata(
         **runs,
         "anonymous": "yes" if anonymous else "no",
         "text": example.text,
-        "truncated": "; ".join(
-            f"{e.name} read the first {len(e.tokens)} of the text's {e.length_text} tokens"
-            for e in cut
-        )
-        or "no",
+        "truncated": "; ".join(e.truncation_note for e in cut) or "no",
+        "warnings": "\n".join(e.gap_warning for e in explanations if e.gap_warning) or "none",
         **{
             f"settings.{k}": "default" if v is None else str(v)
             for k, v in {**_map_settings(settings, explained), **(explained or {})}.items()
@@ -173,6 +173,29 @@ def explained_settings(
     return {"explainer": choice.name, **values, "words": words or "tokens"}
 
 
+def word_columns(explanations: Sequence[Explanation]) -> list[list[int]] | None:
+    """The columns in which the words of several models' word maps stand: each word (a span
+    of the text, from ``Explanation.spans``) one column, shared by every model that read it
+    as a word, in reading order; a special token after the row's last word before it (so
+    ``[CLS]`` stands above ``<s>``). ``columns[m][i]``: the column of model ``m``'s word ``i``.
+    None where a model has no spans (a slow tokenizer)."""
+    if any(e.spans is None for e in explanations):
+        return None
+    keys = []
+    for explanation in explanations:
+        row, last, specials = [], (-1, -1), 0
+        for span in explanation.spans:
+            if span is None:
+                row.append((*last, last[1], 1, specials))
+                specials += 1
+            else:
+                row.append((*span, 0, 0))
+                last, specials = (span[0], span[2]), 0
+        keys.append(row)
+    order = {key: n for n, key in enumerate(sorted({key for row in keys for key in row}))}
+    return [[order[key] for key in row] for row in keys]
+
+
 def to_heatmap(
     explanations: Sequence[Explanation],
     example: Example,
@@ -183,30 +206,38 @@ def to_heatmap(
 ) -> Heatmap:
     """One heatmap with a row per model (per model and class for the view ``all``);
     ``explained``: :func:`explained_settings` (default: ig or grad, as ``settings.method``,
-    per sub-token); ``anonymous``: as :func:`heatmap_metadata`."""
+    per sub-token); ``anonymous``: as :func:`heatmap_metadata`. Word maps of several models
+    stand in columns (:func:`word_columns`): a word read by models of different tokenizers
+    above itself, a blank cell where a model did not read it as a word."""
+    from workbench.analysis.attribution import get_explainer
     from workbench.export import Heatmap, HeatmapRow
 
+    explained = explained or explained_settings(settings, None, None)
+    columns = None
+    if explained["words"] != "tokens" and len(explanations) > 1:
+        columns = word_columns(explanations)
+    width = 0 if columns is None else 1 + max(max(row) for row in columns)
     rows = []
-    for explanation in explanations:
+    for m, explanation in enumerate(explanations):
         classes = shown_classes(explanation, settings.view)
         for c in classes:
             label = explanation.name
             if len(classes) > 1 or settings.view != "pred":
                 label = f"{label} · {explanation.class_names[c]}"
-            rows.append(
-                HeatmapRow(
-                    label, explanation.tokens, explanation.maps[c], explanation.prediction_text()
-                )
-            )
-    from workbench.analysis.attribution import get_explainer
+            tokens, scores = explanation.tokens, explanation.maps[c]
+            if columns is not None:
+                tokens, scores = [""] * width, [None] * width
+                for i, column in enumerate(columns[m]):
+                    tokens[column], scores[column] = explanation.tokens[i], explanation.maps[c][i]
+            rows.append(HeatmapRow(label, tokens, scores, explanation.prediction_text()))
 
-    explained = explained or explained_settings(settings, None, None)
     method = get_explainer(explained["explainer"]).title
     unit = "" if explained["words"] == "tokens" else f", words ({explained['words']})"
     return Heatmap(
         rows,
         title or f"{method}, view {settings.view}{unit}",
         heatmap_metadata(explanations, example, settings, explained, anonymous),
+        columns=columns is not None,
     )
 
 
@@ -285,9 +316,9 @@ def write_heatmaps(
 def export_notes(
     heatmaps: Sequence[Heatmap], settings: ExportSettings, stem: str = "heatmap"
 ) -> list[str]:
-    """What a reader of the files should know, one line per heatmap that needs it: a text the
-    models read only in part (truncated), and characters that PNG and PDF draw as boxes
-    because no installed font has them."""
+    """What a reader of the files should know, one line per heatmap and thing that needs it:
+    a text the models read only in part (truncated), an explainer's warning (IG's completeness
+    gap), and characters that PNG and PDF draw as boxes because no installed font has them."""
     from workbench.export import describe_characters, undrawable_characters
 
     raster = {"png", "pdf"} & set(settings.format_list())
@@ -295,6 +326,8 @@ def export_notes(
     for name, heatmap in zip(_names(heatmaps, stem), heatmaps, strict=True):
         if heatmap.metadata.get("truncated", "no") != "no":
             notes.append(f"{name}: the text was truncated: {heatmap.metadata['truncated']}")
+        if heatmap.metadata.get("warnings", "none") != "none":
+            notes.extend(f"{name}: {line}" for line in heatmap.metadata["warnings"].splitlines())
         missing = undrawable_characters(heatmap, settings.options()) if raster else []
         if missing:
             notes.append(

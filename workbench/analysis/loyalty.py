@@ -181,10 +181,12 @@ def loyalty_tables(
     teacher: SplitOutputs,
     students: dict[str, SplitOutputs],
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """A summary row per model (task metrics; for students LL, PL and SL ×100 against the
-    teacher) and a row per example: text, gold label, the teacher's prediction and whether it
-    is right, and per student ``<name>`` (prediction), ``<name> ✓``, ``<name> PL`` and
-    ``<name> SL``."""
+    """A summary row per model (task metrics; LL, PL and SL ×100 against the teacher, the
+    teacher's against itself, so that its row holds no gap; ``SL over``: what saliency loyalty
+    compared: ``itself``, ``the same positions`` or, for a student of another tokenizer, ``the
+    words both share``) and a row per example: text, gold label, the teacher's
+    prediction and whether it is right, and per student ``<name>`` (prediction), ``<name> ✓``,
+    ``<name> PL`` and ``<name> SL``."""
     names = spec.label_names
 
     def labelled(logits: Tensor) -> list:
@@ -199,22 +201,30 @@ def loyalty_tables(
             "teacher ✓": (teacher.logits.argmax(-1) == gold).tolist() if names else None,
         }
     )
-    summary = [{"model": "teacher", **task_metrics(spec, teacher.logits, gold)}]
-    for name, outputs in students.items():
+    summary = []
+    for name, outputs in {"teacher": teacher, **students}.items():
         saliency = saliency_loyalties(teacher, outputs).numpy()
-        frame[name] = labelled(outputs.logits)
         row = {"model": name, **task_metrics(spec, outputs.logits, gold)}
         if names:
             probability = probability_loyalties(teacher.logits, outputs.logits)
+            agree = outputs.logits.argmax(-1) == teacher.logits.argmax(-1)
+            row |= {"LL": float(agree.float().mean()), "PL": float(probability.mean())}
+        row["SL×100"] = 100 * nan_mean(torch.from_numpy(saliency))[0]
+        row["SL over"] = (
+            "itself"
+            if name == "teacher"
+            else "the words both share"  # a student of another tokenizer
+            if shared_words(teacher, outputs) is not None
+            else "the same positions"
+        )
+        summary.append(row)
+        if name == "teacher":
+            continue
+        frame[name] = labelled(outputs.logits)
+        if names:
             frame[f"{name} ✓"] = (outputs.logits.argmax(-1) == gold).tolist()
             frame[f"{name} PL"] = probability.tolist()
-            row |= {
-                "LL": float((frame[name] == frame["teacher"]).mean()),
-                "PL": float(probability.mean()),
-            }
         frame[f"{name} SL"] = saliency
-        row["SL×100"] = 100 * nan_mean(torch.from_numpy(saliency))[0]
-        summary.append(row)
     return pd.DataFrame(summary).set_index("model"), frame
 
 

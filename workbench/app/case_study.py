@@ -23,7 +23,7 @@ from workbench.analysis.heatmap_export import explained_settings, to_heatmap
 from workbench.app import common
 from workbench.app.catalog import CACHE, RunEntry
 from workbench.app.heatmap_view import show_heatmap
-from workbench.core.config import DECODER_BASELINE, config_key
+from workbench.core.config import config_key
 from workbench.core.errors import WorkbenchError
 
 KEY = "case"
@@ -35,7 +35,6 @@ FILTERS = (
     "low saliency loyalty",
 )
 SPLIT_LIMIT = 500
-COMPLETENESS_LIMIT = 0.05  # an IG completeness gap above it is said under the map
 
 
 def case_study(
@@ -146,29 +145,6 @@ def _row_notes(explanations: list[Explanation], agreements: dict[str, Agreement]
     return {name: " · ".join(parts) for name, parts in notes.items()}
 
 
-def _completeness_warnings(explanations: list[Explanation], steps: int) -> list[str]:
-    """One line per model whose IG attributions miss the change they explain by over 5 %, with
-    what closes the gap: more steps, where it falls with them; for a decoder on another
-    baseline, whose path more steps barely follow, the decoder baseline."""
-    lines = []
-    for e in explanations:
-        gap = e.completeness_gap
-        if gap is not None and gap > COMPLETENESS_LIMIT:
-            attributed, change = e.completeness
-            advice = "raise the steps for a map that accounts for it"
-            if e.decoder and e.baseline != DECODER_BASELINE:
-                advice = (
-                    f"use the baseline {DECODER_BASELINE} (a decoder's default): on the "
-                    f"{e.baseline} path, steep for a decoder, more steps barely close the gap"
-                )
-            lines.append(
-                f"{e.name}: the IG attributions add up to {attributed:.3f}, but the predicted "
-                f"class's score changes by {change:.3f} from the baseline ({e.baseline}) to the "
-                f"text (a gap of {gap:.0%} at {steps} steps): {advice}."
-            )
-    return lines
-
-
 def render() -> None:
     st.title("Case study")
     entries = common.runs()
@@ -235,15 +211,14 @@ def render() -> None:
     )
     if gap or loyalty:
         st.caption((gap + loyalty).rstrip("; "))
-    for line in _completeness_warnings(explanations, explaining.settings.steps):
-        st.warning(common.plain(line))
     for explanation in explanations:
+        if explanation.gap_warning:
+            st.warning(common.plain(explanation.gap_warning))
         if explanation.truncated:
             st.warning(
                 common.plain(
-                    f"{explanation.name} read only the first {len(explanation.tokens)} of the "
-                    f"text's {explanation.length_text} tokens (its maximum length): the text "
-                    "was truncated, and the rest is neither shown nor explained."
+                    f"{explanation.truncation_note} (its maximum length): the text was "
+                    "truncated, and the rest is neither shown nor explained."
                 )
             )
     for name, agreement_ in agreements.items():

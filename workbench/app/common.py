@@ -19,6 +19,7 @@ import pandas as pd
 import streamlit as st
 import torch
 
+from kd.training.config import StudentConfig
 from kd.training.teacher_cache import is_cache, open_cache
 from workbench.analysis.attribution import resolve_explainer
 from workbench.analysis.attribution.registry import (
@@ -46,14 +47,7 @@ from workbench.app.catalog import (
 )
 from workbench.app.forms import config_widgets, fixed
 from workbench.app.jobs import live_label, shown_runs
-from workbench.core.config import (
-    DataConfig,
-    StudentConfig,
-    config_key,
-    from_dict,
-    parse_label_map,
-    to_dict,
-)
+from workbench.core.config import DataConfig, config_key, from_dict, parse_label_map, to_dict
 from workbench.core.data import Split, TaskData, load_task, sample_split
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import atomic_write_json, user_cache

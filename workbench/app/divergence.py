@@ -17,11 +17,13 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from workbench.analysis.attribution import ExplainerChoice
+from workbench.analysis.attribution.registry import MapSettings
 from workbench.analysis.divergence import TEACHER, Divergence, divergence, word_table
+from workbench.analysis.settings import DivergenceSettings
 from workbench.app import common
 from workbench.app.catalog import RunEntry
 from workbench.app.forms import config_widgets, fixed
-from workbench.core.config import DivergenceSettings, MapSettings, config_key
+from workbench.core.config import config_key
 
 KEY = "divergence"
 ALL_CLASSES = "all examples"

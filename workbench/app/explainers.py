@@ -24,13 +24,14 @@ from workbench.analysis.faithfulness_report import (
     check_report,
     explainer_ranking,
 )
+from workbench.analysis.settings import FaithfulnessSettings
 from workbench.app import common
 from workbench.app.catalog import RunEntry, runs_root
 from workbench.app.forms import config_widgets
 from workbench.app.jobs import job_for, launch
 from workbench.app.runner import FAITHFULNESS, REPORT_FILE
 from workbench.core.cache import key_digest
-from workbench.core.config import FaithfulnessSettings, to_dict
+from workbench.core.config import to_dict
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import read_json_file
 from workbench.core.runs import Run

@@ -11,6 +11,7 @@ import zlib
 import streamlit as st
 
 from kd.methods.layer_map import select_layers
+from kd.methods.objective import METHODS
 from workbench.analysis.geometry import (
     dense_angles,
     pairwise_distance_relation,
@@ -37,14 +38,10 @@ def layer_mapping(teacher: LoadedModel, student: LoadedModel) -> tuple[list[tupl
     n, m = layer_count(teacher.model), layer_count(student.model)
     info = student.run.info()
     configs, record = info.configs, info.resolved.objective
-    # the layer pairs of the methods that match layers, in their records
-    if getattr(record, "relation_pairs", None):
-        return (
-            [tuple(p) for p in record.relation_pairs],
-            "uniform mapping of the relation terms (CKD)",
-        )
-    if getattr(record, "patient_pairs", None):
-        return ([tuple(p) for p in record.patient_pairs], f"Patient KD mapping ({info.method})")
+    for entry in METHODS.values():  # the methods that match layers name their pairs' key
+        pairs = getattr(record, entry.layer_pairs, None) if entry.layer_pairs else None
+        if pairs:
+            return [tuple(p) for p in pairs], entry.mapping.format(method=info.method)
     student_config = configs["student"]
     if student_config.get("init") == "cut":
         kept = select_layers(n, m, student_config.get("layers", "skip"))

@@ -83,7 +83,9 @@ def render() -> None:
         common.plain(
             "LL: share of examples where the student predicts the teacher's class; PL: mean "
             "of 1 − √JSD(p_t ‖ p_s); SL: mean Pearson correlation of the two models' scores "
-            f"of their predicted class by {explainer} (×100)."
+            f"of their predicted class by {explainer} (×100), over what 'SL over' says: for a "
+            "student of another tokenizer, the words both tokenisations share (each side's "
+            "scores summed per word). The teacher's row: the teacher against itself."
         )
     )
     st.page_link(

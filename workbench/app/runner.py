@@ -42,17 +42,12 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from workbench.core.config import (
-    DataConfig,
-    FaithfulnessSettings,
-    ObjectiveConfig,
-    OptimConfig,
-    StudentConfig,
-    TeacherConfig,
-    TrackingConfig,
-    TuneConfig,
-    from_dict,
-)
+from kd.experiments.config import TuneConfig
+from kd.methods.config import ObjectiveConfig
+from kd.training.config import OptimConfig, StudentConfig, TeacherConfig
+from kd.training.tracking import TrackingConfig
+from workbench.analysis.settings import FaithfulnessSettings
+from workbench.core.config import DataConfig, from_dict
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import (
     append_json_line,

@@ -13,8 +13,12 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from kd.experiments.config import TuneConfig
+from kd.methods.config import ObjectiveConfig
 from kd.methods.objective import PRESETS, TERMS
+from kd.training.config import OptimConfig, StudentConfig, TeacherConfig
 from kd.training.evaluate import objective_description
+from kd.training.tracking import TrackingConfig
 from workbench.app import common
 from workbench.app.catalog import RunEntry, discover_runs, discover_studies, runs_root
 from workbench.app.figures import curves, trials_figure
@@ -31,17 +35,7 @@ from workbench.app.jobs import (
     request_stop,
     step_records,
 )
-from workbench.core.config import (
-    DataConfig,
-    ObjectiveConfig,
-    OptimConfig,
-    StudentConfig,
-    TeacherConfig,
-    TrackingConfig,
-    TuneConfig,
-    from_dict,
-    to_dict,
-)
+from workbench.core.config import DataConfig, from_dict, to_dict
 from workbench.core.errors import WorkbenchError, first_line
 from workbench.core.runs import Run
 

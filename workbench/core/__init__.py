@@ -1,8 +1,8 @@
-"""The foundation: settings (config), errors, files, the cache, run folders, the hub, the parts
-of any classifier (parts), models and their adaptor, shapes, and the data sets (data/). It
-imports nothing above it.
+"""The foundation: the settings' machinery and the data's settings (config), errors, files, the
+cache, run folders, the hub, the parts of any classifier (parts), models and their adaptor,
+shapes, and the data sets (data/). It imports nothing above it.
 
-The configs of a training and :func:`load_model` are importable from here; they are imported when
+:class:`DataConfig` and :func:`load_model` are importable from here; they are imported when
 first asked for, so that importing the package loads neither torch nor transformers."""
 
 from __future__ import annotations
@@ -11,10 +11,6 @@ from workbench.core.lazy import lazy_names
 
 _NAMES = {
     "DataConfig": "workbench.core.config",
-    "ObjectiveConfig": "workbench.core.config",
-    "OptimConfig": "workbench.core.config",
-    "StudentConfig": "workbench.core.config",
-    "TeacherConfig": "workbench.core.config",
     "WorkbenchError": "workbench.core.errors",
     "load_model": "workbench.core.models",
 }

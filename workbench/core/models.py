@@ -46,7 +46,7 @@ from workbench.core.names import BUILTIN_MODELS
 from workbench.core.parts import LAST, embedding_modules, embeddings_module, head_output, parts_of
 from workbench.core.parts import encoder_layers as encoder_layers  # public here too
 from workbench.core.parts import layer_count as layer_count
-from workbench.core.runs import Run
+from workbench.core.runs import Run, same_task
 from workbench.core.verify import (
     SENTENCEPIECE_FILES,
     check_config_file,
@@ -647,7 +647,7 @@ def load_for_task(
                 "folder, whose classes are its task's"
             )
         loaded = load_run(source)
-        if data is not None and loaded.data.task != data.task:
+        if data is not None and not same_task(loaded.data.task, data.task):
             raise WorkbenchError(
                 f"{source} was trained on {loaded.data.task!r}, not {data.task!r}: "
                 f"pass --task {loaded.data.task}"

@@ -39,11 +39,8 @@ from typing import Any, Literal, TypeVar
 from pydantic import Field
 
 from workbench.core.config import (
+    SECTIONS,
     DataConfig,
-    ObjectiveConfig,
-    OptimConfig,
-    StudentConfig,
-    TeacherConfig,
     check_values,
     from_dict,
     option_name,
@@ -73,13 +70,6 @@ STATUS_FILE = "status.json"
 RESOLVED = "resolved"  # the key of run.json's record of what the configs resolved to
 LOCK_FILE = ".lock"
 T = TypeVar("T")
-SECTIONS = {  # run.json's config sections, as their dataclasses
-    "data": DataConfig,
-    "teacher": TeacherConfig,
-    "student": StudentConfig,
-    "objective": ObjectiveConfig,
-    "optim": OptimConfig,
-}
 
 
 # the run's records (:mod:`workbench.core.records`), checked whenever one is read
@@ -93,20 +83,12 @@ class TaskRecord(Record):
     pair: bool = False
 
 
-class ResolvedAttribution(Record):
-    """How the methods that compare attribution maps computed and compared them: the
-    reduction of a map to a distance, and (other keys) the explainer's settings."""
-
-    reduction: str
-
-
 class ResolvedObjective(Record):
-    """What a run's objective resolved to: its terms' weights, τ, the attribution settings of
-    the methods that compare maps, and (other keys) the settings of each method in use."""
+    """What a run's objective resolved to: its terms' weights, τ, and (other keys) the settings
+    each method in use records."""
 
     weights: dict[str, float]
     temperature: float | None = None
-    attribution: ResolvedAttribution | None = None
 
 
 class ResolvedTeacher(Record):
@@ -134,12 +116,15 @@ class ResolvedLora(Record):
 
 class Resolved(Record):
     """What a run's configs resolved to when it was trained (:data:`RESOLVED`): its
-    objective, the fingerprint of each data split, a student's teacher (none for a hub id) and
-    a LoRA teacher's adapters."""
+    objective, the fingerprint of each data split, a student's teacher (none for a hub id), the
+    layers a cut student kept of its source and a LoRA teacher's adapters."""
 
     objective: ResolvedObjective
     split_fingerprint: dict[str, str]
     teacher: ResolvedTeacher | None = None
+    # 0-based layers of the teacher (--init cut) or of the checkpoint (--init pretrained with
+    # --num-layers) that the student is made of; None: a random student or a whole checkpoint
+    student_layers: list[int] | None = None
     lora: ResolvedLora | None = None
 
 
@@ -642,8 +627,41 @@ class Run:
         )
 
 
-def _same_task(one: str, other: str) -> bool:
+def same_task(one: str, other: str) -> bool:
+    """Whether two task names name one task (a local one by the same path, however written)."""
     return one == other or Path(one).resolve() == Path(other).resolve()
+
+
+def task_beside(
+    model: str, sources: Sequence[str], notify: Callable[[str], None] | None = None
+) -> tuple[DataConfig, str] | None:
+    """The task a model that is not a run is scored on when named beside runs without a task:
+    the data settings the first run among ``sources`` recorded (its task, columns, length…)
+    and that run's label map (a teacher's, for the classifier it was fine-tuned from; a
+    student's, for its teacher), said to ``notify`` in one line. None without a run among
+    ``sources``."""
+    for source in sources:
+        if not (Path(source) / RUN_FILE).exists():
+            continue
+        run = Run.open(source)
+        data, info = run.config(DataConfig, "data"), run.info()
+        label_map = info.configs.get(info.kind, {}).get("label_map", "")
+        defaults = DataConfig()
+        settings = {
+            f.name: getattr(data, f.name)
+            for f in fields(DataConfig)
+            if f.name != "task" and getattr(data, f.name) != getattr(defaults, f.name)
+        }
+        if label_map:
+            settings["label_map"] = label_map
+        shown = f" ({_options(settings)})" if settings else ""
+        if notify is not None:
+            notify(
+                f"{model} is not a run: scored on {data.task}, the task {source} recorded"
+                f"{shown}; --task names another"
+            )
+        return data, label_map
+    return None
 
 
 def recorded_data(
@@ -662,7 +680,7 @@ def recorded_data(
         if not (Path(source) / RUN_FILE).exists():
             continue
         recorded = Run.open(source).config(DataConfig, "data")
-        if not _same_task(recorded.task, data.task):
+        if not same_task(recorded.task, data.task):
             continue
         taken = {
             f: getattr(recorded, f)
@@ -712,8 +730,9 @@ _ABSENT = "(absent)"
 
 
 def current_configs(configs: dict[str, Any]) -> dict[str, Any]:
-    """Config sections as a record holds them, each section's settings checked
-    (:func:`~workbench.core.config.check_values`), as JSON gives them back."""
+    """Config sections as a record holds them, each registered section's settings checked
+    (:func:`~workbench.core.config.check_values`; the layers that own the sections register
+    them, :func:`~workbench.core.config.register_section`), as JSON gives them back."""
     current = {}
     for group, values in configs.items():
         try:
@@ -779,18 +798,19 @@ def _bullets(values: dict[str, Any]) -> list[str]:
     ]
 
 
-def model_card(run: Run) -> str:
+def model_card(run: Run, library: str = "transformers") -> str:
     """The model card (``README.md`` with Hub metadata) of a run's best model, generated from the
     run's files only: what was trained and how (``run.json``), on which data split
     (``manifest.json``), its dev/test metrics and loyalty once ``results.json`` exists, the
     command line that started the training when one was recorded, and the seconds it took
-    (``status.json``)."""
+    (``status.json``). ``library``: the Hub's ``library_name``, what loads the folder the card
+    describes (``onnx`` for an export of ONNX graphs alone)."""
     info, manifest, results = run.info(), run.manifest(), run.results()
     configs, task = info.configs, run.task()
     student = info.kind == "student"
     lines = [
         "---",
-        "library_name: transformers",
+        f"library_name: {library}",
         "pipeline_tag: text-classification",
         "tags:",
         "- kd-workbench",

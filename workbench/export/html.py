@@ -25,6 +25,10 @@ h1 { font-size: 1.2em; margin: 0 0 1em; }
 .tokens { display: flex; flex-wrap: wrap; gap: 0.3em 0.2em; font-family: var(--mono);
   font-size: 0.9em; }
 .token { padding: 0.2em 0.35em; white-space: pre; }
+.columns { grid-column: 1 / -1; overflow-x: auto; }
+.columns table { border-spacing: 0.2em 0.3em; font-family: var(--mono); font-size: 0.9em; }
+.columns td.token { text-align: center; }
+.columns th { text-align: left; padding-right: 1.3em; }
 .legend-caption { color: #5a5a5a; font-size: 0.85em; text-align: right; }
 .legend { position: relative; width: 18em; height: 2.4em; }
 .bar { height: 0.8em; border: 0.5px solid #808080; }
@@ -69,6 +73,25 @@ def _html_row(row: HeatmapRow, scale: ColorScale) -> str:
     )
 
 
+def _html_columns(rows: list[HeatmapRow], scale: ColorScale) -> str:
+    """Rows in columns (:attr:`Heatmap.columns`): one table, a line per row and a column per
+    word (an empty cell where a row lacks it), scrolling sideways where it is wider than the
+    page."""
+    lines = []
+    for row in rows:
+        prediction = (
+            f'<span class="prediction">{_e(row.prediction)}</span>' if row.prediction else ""
+        )
+        cells = "".join(
+            "<td></td>" if s is None else token_cell(t, s, scale, element="td")
+            for t, s in zip(row.tokens, row.scores, strict=True)
+        )
+        lines.append(
+            f'<tr><th class="label" scope="row">{_e(row.label)}{prediction}</th>{cells}</tr>'
+        )
+    return '<div class="columns"><table>\n' + "\n".join(lines) + "\n</table></div>"
+
+
 def _html_legend(scale: ColorScale) -> str:
     stops = ", ".join(f"{hex_color(rgb)} {100 * p:.1f}%" for p, rgb in legend_stops(scale))
     ticks = "".join(
@@ -86,7 +109,8 @@ def to_html(heatmap: Heatmap, options: ExportOptions | None = None) -> str:
     """The heatmap as a standalone HTML5 document (also well-formed XML, i.e. polyglot XHTML).
 
     Tokens are ``<span class="token">`` with the colour in ``style`` and the score in
-    ``title``/``data-score``; metadata goes into ``<meta>`` elements and a settings table.
+    ``title``/``data-score`` (``<td>`` cells of one table for rows in columns); metadata goes
+    into ``<meta>`` elements and a settings table.
     """
     prepared = _prepare(heatmap, options)
     metas = "\n".join(
@@ -96,7 +120,10 @@ def to_html(heatmap: Heatmap, options: ExportOptions | None = None) -> str:
         f'<tr><th scope="row">{_e(k)}</th><td>{_e(v)}</td></tr>'
         for k, v in prepared.metadata.items()
     )
-    rows = "\n".join(_html_row(row, prepared.scale) for row in prepared.rows)
+    if prepared.columns:
+        rows = _html_columns(prepared.rows, prepared.scale)
+    else:
+        rows = "\n".join(_html_row(row, prepared.scale) for row in prepared.rows)
     heading = f"<h1>{_e(prepared.title)}</h1>\n" if prepared.title else ""
     return f"""<!DOCTYPE html>
 <html xmlns="http://www.w3.org/1999/xhtml" lang="en">

@@ -76,12 +76,60 @@ def _latex_legend(scale: ColorScale, cells_per_segment: int = 10) -> str:
     return "%\n".join(parts)
 
 
+COLUMN_CHARACTERS = 60  # the characters of words per tabular of a heatmap in columns
+
+
+def _latex_rows(prepared: _Prepared) -> list[str]:
+    """Each row's label, then its tokens flowing to the text width."""
+    lines = []
+    for row in prepared.rows:
+        prediction = latex_escape(row.prediction) if row.prediction else ""
+        lines.append(
+            rf"\noindent{{\normalfont\bfseries {latex_escape(row.label)}}}\hfill{{\footnotesize "
+            rf"{prediction}}}\par\nopagebreak"
+        )
+        tokens = (
+            _latex_token(t, s, prepared.scale) for t, s in zip(row.tokens, row.scores, strict=True)
+        )
+        lines.append("\\hspace{1pt}\\allowbreak%\n".join(tokens) + r"\par\medskip")
+    return lines
+
+
+def _latex_columns(prepared: _Prepared) -> list[str]:
+    """Rows in columns (:attr:`Heatmap.columns`): tabulars of at most
+    :data:`COLUMN_CHARACTERS` characters of words each, a line per row, one column per word
+    (an empty cell where a row lacks it), so that the rows' words stand one above the other."""
+    rows, scale = prepared.rows, prepared.scale
+    cells = zip(*(row.tokens for row in rows), strict=True)
+    widths = [max(len(token) for token in column) + 1 for column in cells]
+    blocks: list[list[int]] = [[]]
+    for column, width in enumerate(widths):
+        if blocks[-1] and sum(widths[c] for c in blocks[-1]) + width > COLUMN_CHARACTERS:
+            blocks.append([])
+        blocks[-1].append(column)
+    body = [r"\setlength{\tabcolsep}{1pt}%"]
+    for number, block in enumerate(blocks):
+        body.append(rf"\noindent\begin{{tabular}}{{@{{}}l{'c' * len(block)}@{{}}}}")
+        for row in rows:
+            label = rf"{{\normalfont\bfseries {latex_escape(row.label)}}}"
+            if row.prediction and number == 0:
+                label += rf" {{\footnotesize {latex_escape(row.prediction)}}}"
+            cells = (
+                "" if row.scores[c] is None else _latex_token(row.tokens[c], row.scores[c], scale)
+                for c in block
+            )
+            body.append(" & ".join([label + r"\quad", *cells]) + r" \\")
+        body.append(r"\end{tabular}\par\medskip")
+    return body
+
+
 def to_latex(heatmap: Heatmap, options: ExportOptions | None = None) -> str:
     r"""A LaTeX fragment (needs ``color`` or ``xcolor``): tokens as ``\colorbox[RGB]{r,g,b}{...}``.
 
     Colours are given inline, every piece of text is escaped with :func:`latex_escape`,
     and metadata is written as ``%`` comment lines at the top.  Token lines wrap at the text
-    width.  Input it inside a ``figure``; see :func:`to_latex_document` for a standalone file.
+    width; rows in columns (:attr:`Heatmap.columns`) are tabulars, one column per word.  Input
+    it inside a ``figure``; see :func:`to_latex_document` for a standalone file.
     Non-ASCII text is written as UTF-8: pdflatex typesets Latin-script text (``ü``, ``—``) in
     T1 fonts; characters of other scripts (``中``) need lualatex and a font that has them.
     """
@@ -94,16 +142,7 @@ def to_latex(heatmap: Heatmap, options: ExportOptions | None = None) -> str:
     ]
     if prepared.title:
         body.append(rf"{{\normalfont\bfseries {latex_escape(prepared.title)}}}\par\medskip")
-    for row in prepared.rows:
-        prediction = latex_escape(row.prediction) if row.prediction else ""
-        body.append(
-            rf"\noindent{{\normalfont\bfseries {latex_escape(row.label)}}}\hfill{{\footnotesize "
-            rf"{prediction}}}\par\nopagebreak"
-        )
-        tokens = (
-            _latex_token(t, s, prepared.scale) for t, s in zip(row.tokens, row.scores, strict=True)
-        )
-        body.append("\\hspace{1pt}\\allowbreak%\n".join(tokens) + r"\par\medskip")
+    body += _latex_columns(prepared) if prepared.columns else _latex_rows(prepared)
     body += [
         r"{\setlength{\fboxsep}{0pt}%",
         _latex_legend(prepared.scale) + r"\par}",

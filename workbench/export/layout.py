@@ -104,21 +104,49 @@ def _baseline(center_y: float, size: float) -> float:
     return center_y + 0.34 * size
 
 
-def _wrap_tokens(
-    row: HeatmapRow, left: float, right: float, size: float
-) -> list[list[tuple[float, float, str, float]]]:
+_Cell = tuple[float, float, str, float | None]  # x, width, token, score (None: blank)
+
+
+def _cell_width(token: str, size: float) -> float:
+    return max(_text_width(token, size), _text_width("m", size)) + 0.7 * size
+
+
+def _wrap_tokens(row: HeatmapRow, left: float, right: float, size: float) -> list[list[_Cell]]:
     """Greedy line filling: lines of ``(x, width, token, score)`` between left and right."""
-    pad, gap = 0.35 * size, 0.25 * size
-    lines: list[list[tuple[float, float, str, float]]] = [[]]
+    gap = 0.25 * size
+    lines: list[list[_Cell]] = [[]]
     x = left
     for token, score in zip(row.tokens, row.scores, strict=True):
-        width = max(_text_width(token, size), _text_width("m", size)) + 2 * pad
+        width = _cell_width(token, size)
         if lines[-1] and x + width > right:
             lines.append([])
             x = left
         lines[-1].append((x, width, token, score))
         x += width + gap
     return lines
+
+
+def _column_blocks(
+    rows: list[HeatmapRow], left: float, right: float, size: float
+) -> list[list[list[_Cell]]]:
+    """Rows whose cells are columns (:attr:`Heatmap.columns`) in blocks of columns that fit
+    between left and right: ``blocks[b][r]`` is row ``r``'s cells in block ``b``, each column
+    as wide as its widest cell, so that the rows' words stand one above the other."""
+    gap = 0.25 * size
+    cells = zip(*(row.tokens for row in rows), strict=True)
+    widths = [max(_cell_width(token, size) for token in column) for column in cells]
+    blocks: list[list[tuple[int, float]]] = [[]]  # (column, x) of each block's columns
+    x = left
+    for column, width in enumerate(widths):
+        if blocks[-1] and x + width > right:
+            blocks.append([])
+            x = left
+        blocks[-1].append((column, x))
+        x += width + gap
+    return [
+        [[(x, widths[c], row.tokens[c], row.scores[c]) for c, x in block] for row in rows]
+        for block in blocks
+    ]
 
 
 def _legend_items(
@@ -171,24 +199,37 @@ def _build_scene(prepared: _Prepared, options: ExportOptions | None) -> _Scene:
     widest = max(_text_width(t, size) for r in prepared.rows for t in r.tokens) + 0.7 * size
     right = max(options.max_width - margin, left + widest)
 
-    for row in prepared.rows:
-        lines = _wrap_tokens(row, left, right, size)
+    # bands of lines beside a label: a row's wrapped lines, or in columns a row's line of each
+    # block of columns (its prediction under its label in the first block only)
+    if prepared.columns:
+        blocks = _column_blocks(prepared.rows, left, right, size)
+        bands = [
+            (row, [line], b == 0)
+            for b, block in enumerate(blocks)
+            for row, line in zip(prepared.rows, block, strict=True)
+        ]
+    else:
+        bands = [(row, _wrap_tokens(row, left, right, size), True) for row in prepared.rows]
+    for number, (row, lines, first) in enumerate(bands):
         for i, line in enumerate(lines):
             top = y + i * (box_h + line_gap)
             for x, width, token, score in line:
-                rgb = score_to_rgb(score, prepared.scale)
-                items.append(_Token(x, top, width, box_h, token, score, rgb, size))
+                if score is not None:
+                    rgb = score_to_rgb(score, prepared.scale)
+                    items.append(_Token(x, top, width, box_h, token, score, rgb, size))
             right_edge = max(right_edge, line[-1][0] + line[-1][1])
         label_y = _baseline(y + box_h / 2, size)
         items.append(_Text(margin, label_y, row.label, size, bold=True))
         label_h = box_h
-        if row.prediction:
+        if row.prediction and first:
             items.append(
                 _Text(margin, label_y + 1.35 * pred_size, row.prediction, pred_size, _GREY)
             )
             label_h += 1.35 * pred_size
         lines_h = len(lines) * box_h + (len(lines) - 1) * line_gap
         y += max(lines_h, label_h) + row_gap
+        if prepared.columns and (number + 1) % len(prepared.rows) == 0 < len(bands) - number - 1:
+            y += row_gap  # a block's rows apart from the next block's
 
     bar_w = max(12 * size, min(24 * size, right_edge - left))
     y += 0.2 * size

@@ -20,12 +20,13 @@ class HeatmapRow:
     """One model's attribution over one example's tokens.
 
     ``scores[i]`` belongs to ``tokens[i]``; scores may be signed.  ``prediction`` (for
-    example ``"positive 0.91"``) is shown under the label.
+    example ``"positive 0.91"``) is shown under the label.  A score of None is a blank cell
+    (its token ``""``): a column of a :attr:`Heatmap.columns` heatmap this row has no word in.
     """
 
     label: str
     tokens: list[str]
-    scores: list[float]
+    scores: list[float | None]
     prediction: str | None = None
 
     def __post_init__(self) -> None:
@@ -33,24 +34,31 @@ class HeatmapRow:
             raise ValueError(
                 f"row {self.label!r}: {len(self.tokens)} tokens but {len(self.scores)} scores"
             )
-        if not self.tokens:
+        if all(s is None for s in self.scores):
             raise ValueError(f"row {self.label!r} has no tokens")
-        bad = [i for i, s in enumerate(self.scores) if not math.isfinite(float(s))]
+        bad = [i for i, s in enumerate(self.scores) if s is not None and not math.isfinite(s)]
         if bad:
             raise ValueError(f"row {self.label!r}: non-finite (NaN/inf) score at token {bad[0]}")
 
 
 @dataclass(frozen=True)
 class Heatmap:
-    """Rows drawn on one shared colour scale, with a title and metadata to embed."""
+    """Rows drawn on one shared colour scale, with a title and metadata to embed.
+
+    With ``columns``, cell ``i`` of every row is one column (the same word read by models of
+    different tokenizers, a blank cell where a row lacks it), and every format draws the rows
+    aligned on them; otherwise each row's tokens flow on their own."""
 
     rows: list[HeatmapRow]
     title: str = ""
     metadata: dict[str, str] = field(default_factory=dict)
+    columns: bool = False
 
     def __post_init__(self) -> None:
         if not self.rows:
             raise ValueError("heatmap has no rows")
+        if self.columns and len({len(row.tokens) for row in self.rows}) > 1:
+            raise ValueError("the rows of a heatmap in columns must have as many cells")
 
 
 @dataclass(frozen=True)
@@ -113,6 +121,7 @@ class _Prepared:
     rows: list[HeatmapRow]
     scale: ColorScale
     metadata: dict[str, str]
+    columns: bool = False
 
 
 def merge_wordpieces(
@@ -132,17 +141,21 @@ def merge_wordpieces(
     return merged_tokens, merged_scores
 
 
-def _prepare_row(row: HeatmapRow, options: ExportOptions) -> HeatmapRow:
-    kept = [
-        (t, float(s))
+def _prepare_row(row: HeatmapRow, options: ExportOptions, columns: bool) -> HeatmapRow:
+    """The row to draw: dropped tokens removed (in columns, blanked, so that the columns stay),
+    WordPiece continuations merged (not in columns, whose cells are words)."""
+    cells = [
+        (t, None if s is None else float(s))
         for t, s in zip(row.tokens, row.scores, strict=True)
-        if t not in options.drop_tokens
+        if columns or t not in options.drop_tokens
     ]
-    if not kept:
+    if columns:
+        cells = [("", None) if t in options.drop_tokens else (t, s) for t, s in cells]
+    if all(s is None for _, s in cells):
         dropped = ", ".join(options.drop_tokens)
         raise ValueError(f"row {row.label!r} has no tokens left after dropping {dropped}")
-    tokens, scores = [t for t, _ in kept], [s for _, s in kept]
-    if options.merge_wordpieces:
+    tokens, scores = [t for t, _ in cells], [s for _, s in cells]
+    if options.merge_wordpieces and not columns:
         tokens, scores = merge_wordpieces(tokens, scores)
     prediction = None if row.prediction is None else _clean_text(row.prediction)
     return HeatmapRow(_clean_text(row.label), [_clean_text(t) for t in tokens], scores, prediction)
@@ -150,9 +163,12 @@ def _prepare_row(row: HeatmapRow, options: ExportOptions) -> HeatmapRow:
 
 def _prepare(heatmap: Heatmap, options: ExportOptions | None) -> _Prepared:
     options = options or ExportOptions()
-    rows = [_prepare_row(row, options) for row in heatmap.rows]
+    rows = [_prepare_row(row, options, heatmap.columns) for row in heatmap.rows]
     scale = color_scale(
-        (s for row in rows for s in row.scores), options.vmin, options.vmax, options.cmap
+        (s for row in rows for s in row.scores if s is not None),
+        options.vmin,
+        options.vmax,
+        options.cmap,
     )
     metadata = {_clean_text(k): _clean_multiline(v) for k, v in heatmap.metadata.items()}
     generated = {
@@ -165,7 +181,7 @@ def _prepare(heatmap: Heatmap, options: ExportOptions | None) -> _Prepared:
         "export.merge_wordpieces": str(options.merge_wordpieces).lower(),
     }
     metadata |= {key: value for key, value in generated.items() if key not in metadata}
-    return _Prepared(_clean_text(heatmap.title), rows, scale, metadata)
+    return _Prepared(_clean_text(heatmap.title), rows, scale, metadata, heatmap.columns)
 
 
 def _metadata_json(prepared: _Prepared) -> str:

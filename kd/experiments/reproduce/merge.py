@@ -15,7 +15,8 @@ from pathlib import Path
 from kd.experiments.reproduce.record import SuiteRecord, read_results
 from kd.experiments.reproduce.runner import relative, suite_fields
 from kd.experiments.reproduce.suite import Suite, experiments, identity, suite_key
-from workbench.core.config import ObjectiveConfig, from_dict
+from kd.methods.config import ObjectiveConfig
+from workbench.core.config import from_dict
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import atomic_write_json
 from workbench.core.records import Record

@@ -21,6 +21,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from kd.experiments.reproduce.record import StudentRow, SuiteRecord, Trial
 from kd.experiments.reproduce.runner import expand
 from kd.experiments.reproduce.suite import CONTROL, ablated_methods, limit
+from kd.methods.config import ObjectiveConfig
 from kd.methods.objective import PRESETS, Claim, Sweep, display_name
 from workbench.analysis.metrics import mean_and_std
 from workbench.analysis.stats import (
@@ -30,7 +31,7 @@ from workbench.analysis.stats import (
     seeds_needed,
     two_level_bootstrap,
 )
-from workbench.core.config import ObjectiveConfig, to_dict
+from workbench.core.config import to_dict
 from workbench.core.files import atomic_write_text, json_text
 from workbench.core.records import checked
 from workbench.core.runs import Run

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
 
+from kd.experiments.config import TuneConfig
 from kd.experiments.reproduce.record import (
     Examples,
     Sample,
@@ -48,22 +49,16 @@ from kd.experiments.reproduce.suite import (
     teacher_settings,
 )
 from kd.experiments.tune import read_best, tune
+from kd.methods.config import ObjectiveConfig
 from kd.methods.objective import PARAMETERS, PRESETS
+from kd.training.config import OptimConfig, StudentConfig
 from kd.training.pipeline import check_teacher, distill, teacher_pin, train_teacher
 from workbench.analysis.benchmark import benchmark
 from workbench.analysis.evaluation import evaluate_logits, predict_logits
 from workbench.analysis.faithfulness import aopc
 from workbench.analysis.loyalty import agreement_per_example, split_outputs
-from workbench.core.config import (
-    BenchmarkSettings,
-    DataConfig,
-    ObjectiveConfig,
-    OptimConfig,
-    StudentConfig,
-    TuneConfig,
-    config_key,
-    from_dict,
-)
+from workbench.analysis.settings import BenchmarkSettings
+from workbench.core.config import DataConfig, config_key, from_dict
 from workbench.core.data import batches, encode, load_task, pad_id, prefixes
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import (

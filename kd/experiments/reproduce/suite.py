@@ -14,16 +14,10 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 
+from kd.methods.config import ObjectiveConfig
 from kd.methods.objective import PRESETS, Sweep, ablated, control
-from workbench.core.config import (
-    DataConfig,
-    ObjectiveConfig,
-    StudentConfig,
-    TeacherConfig,
-    from_dict,
-    spelled,
-    to_dict,
-)
+from kd.training.config import StudentConfig, TeacherConfig
+from workbench.core.config import DataConfig, from_dict, spelled, to_dict
 from workbench.core.data import data_version
 from workbench.core.errors import WorkbenchError
 
@@ -265,12 +259,22 @@ def suite_key(suite: Suite) -> str:
     """A fingerprint of every setting of the suite: records of the same suite (its shards) have the
     same key, of any other suite (``--fixed``, ``--seeds``, …) another; each registered sweep's
     values are keyed under its key."""
-    sweeps = [a for preset in PRESETS.values() for a in preset.ablations if isinstance(a, Sweep)]
     settings = asdict(suite)
     for task, plan in suite.plans.items():
         del settings["plans"][task]["sweeps"]
-        settings["plans"][task].update({sweep.key: plan.sweep_values(sweep) for sweep in sweeps})
+        settings["plans"][task].update({s.key: plan.sweep_values(s) for s in registered_sweeps()})
     return fingerprint(settings)
+
+
+def registered_sweeps() -> list[Sweep]:
+    """The sweeps the registered presets declare, in the order of registration."""
+    return [a for preset in PRESETS.values() for a in preset.ablations if isinstance(a, Sweep)]
+
+
+def quick_sweeps() -> dict[str, tuple[int, ...]]:
+    """Each registered sweep's values in the 2-core default suite, by its key, where the sweep
+    declares fewer than its own (:attr:`~kd.methods.objective.Sweep.quick`)."""
+    return {sweep.key: sweep.quick for sweep in registered_sweeps() if sweep.quick}
 
 
 def ablations(task: str, plan: TaskPlan, seeds: Sequence[int]) -> list[Experiment]:
@@ -364,7 +368,7 @@ DEFAULT = Suite(
             teacher_epochs=3,
             student_epochs=1,
             seeds=(1, 2, 3),
-            sweeps={"top_k_sweep": (96, 192), "steps_sweep": (2, 4)},
+            sweeps=quick_sweeps(),
         ),
         "bbc-news": TaskPlan(
             DataConfig(task="bbc-news", max_length=128),

@@ -29,20 +29,31 @@ _NAMES = {
     "gradients": (
         "attribution_map",
         "attribution_maps",
+        "COMPLETENESS_LIMIT",
+        "completeness_warning",
         "grad_saliency",
         "ig_completeness",
         "input_gradients",
         "integrated_gradients",
     ),
     "records": ("AttributionRecord", "attribute_texts", "load_attributions", "save_attributions"),
-    "settings": ("METHODS", "AttributionSettings", "compute_maps", "resolve_explainer"),
+    "settings": ("compute_maps", "resolve_explainer"),
     "targets": ("view_names",),
-    "registry": ("EXPLAINERS", "Explainer", "ExplainerChoice", "get_explainer", "register"),
+    "registry": (
+        "BASELINES",
+        "METHODS",
+        "AttributionSettings",
+        "EXPLAINERS",
+        "Explainer",
+        "ExplainerChoice",
+        "get_explainer",
+        "register",
+    ),
     "explainers": ("explain_batch",),
     "words": ("WORD_AGGREGATIONS", "word_groups", "to_words"),
 }
 _MODULES = {name: f"{__name__}.{module}" for module, names in _NAMES.items() for name in names} | {
-    name: "workbench.core.config" for name in ("BASELINES", "VIEWS")
+    name: "workbench.core.config" for name in ("VIEWS",)
 }
 
 __all__ = sorted(_MODULES)

@@ -10,8 +10,8 @@ import torch
 from torch import Tensor, nn
 from transformers import PreTrainedModel
 
+from workbench.analysis.attribution.registry import DECODER_BASELINE, check_baseline
 from workbench.analysis.attribution.targets import Batch
-from workbench.core.config import DECODER_BASELINE, check_baseline
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import (
     embed,

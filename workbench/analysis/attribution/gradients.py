@@ -36,6 +36,7 @@ from workbench.analysis.attribution.baselines import (
     site_output,
 )
 from workbench.analysis.attribution.chunking import batch_token_limit, length_chunks
+from workbench.analysis.attribution.registry import DECODER_BASELINE, check_steps
 from workbench.analysis.attribution.targets import (
     Batch,
     Scorer,
@@ -49,7 +50,7 @@ from workbench.analysis.attribution.targets import (
     resolve_target,
     resolve_views,
 )
-from workbench.core.config import Views, check_steps
+from workbench.core.config import Views
 from workbench.core.models import MODEL_INPUTS, forward, output_replaced
 
 __all__ = [
@@ -300,6 +301,39 @@ def ig_completeness(
     score, rows = class_probabilities(model, targets), torch.arange(len(targets))
     change = score(end_logits.detach(), rows) - score(start_logits, rows)
     return ig[0].sum((1, 2)).detach(), change[:, 0]
+
+
+COMPLETENESS_LIMIT = 0.05
+"""An IG completeness gap above it is said wherever the map is shown (app, files, records)."""
+
+
+def completeness_warning(
+    attributed: float, change: float, baseline: str, decoder: bool, steps: int
+) -> str | None:
+    """The line that says an IG map misses the change it explains (``attributed`` =
+    Σ IG, ``change`` = F(x) − F(x′), as :func:`ig_completeness` gives them) by more than
+    :data:`COMPLETENESS_LIMIT`, with what moves the gap: for a decoder on another baseline than
+    its default, that baseline (on a steep path more steps can widen the gap); otherwise more
+    steps, which close it only where the path is smooth. None when the gap is within the
+    limit (or the score does not change)."""
+    if change == 0 or abs(attributed - change) / abs(change) <= COMPLETENESS_LIMIT:
+        return None
+    gap = abs(attributed - change) / abs(change)
+    if decoder and baseline != DECODER_BASELINE:
+        advice = (
+            f"use the baseline {DECODER_BASELINE} (a decoder's default): on the {baseline} "
+            "path, steep for a decoder, more steps can widen the gap rather than close it"
+        )
+    else:
+        advice = (
+            "more steps close it where the path is smooth: try twice as many, and if the gap "
+            "does not fall, read the map as a ranking of tokens, not an account of the change"
+        )
+    return (
+        f"the IG attributions add up to {attributed:.3f}, but the predicted class's "
+        f"score changes by {change:.3f} from the baseline ({baseline}) to the text (a gap of "
+        f"{gap:.0%} at {steps} steps): {advice}."
+    )
 
 
 def attribution_map(ig: Tensor, attention_mask: Tensor, top_k: int | None = None) -> Tensor:

@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 from transformers import BatchEncoding, PreTrainedModel, PreTrainedTokenizerBase
 
+from workbench.analysis.attribution.gradients import completeness_warning, ig_completeness
 from workbench.analysis.attribution.registry import ExplainerChoice
 from workbench.analysis.attribution.settings import (
     AttributionSettings,
@@ -20,11 +21,17 @@ from workbench.analysis.attribution.settings import (
     recorded_settings,
     resolve_explainer,
 )
-from workbench.analysis.attribution.words import check_words, to_words, word_groups
-from workbench.core.data import collate, pad_id, prefixes
+from workbench.analysis.attribution.words import (
+    check_words,
+    shown_tokens,
+    to_words,
+    word_groups,
+)
+from workbench.core.data import collate, pad_id, prefixes, tokenizer_kind
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import parse_json_lines, regular_file, write_json_lines
 from workbench.core.models import check_max_length, forward
+from workbench.core.parts import LAST, parts_of
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +76,13 @@ def _encode(
     # each text read only as far as the model sees it: bounded whatever the text's size
     args, cut = prefixes(tokenizer, texts, pairs, max_length)
     full = tokenizer(*args, truncation=False, verbose=False)["input_ids"]
-    encoded = tokenizer(*args, truncation=True, max_length=max_length, verbose=False)
+    encoded = tokenizer(
+        *args,
+        truncation=True,
+        max_length=max_length,
+        return_offsets_mapping=tokenizer.is_fast,
+        verbose=False,
+    )
     truncated = [was_cut or len(ids) > max_length for was_cut, ids in zip(cut, full, strict=True)]
     return encoded, truncated, args
 
@@ -94,8 +107,9 @@ def attribute_texts(
     ``maps[0]`` (their scores).
 
     Texts longer than ``settings.max_length`` tokens are truncated: the record says so in
-    ``truncated`` and ``warnings`` (and a warning is logged). Empty texts, ``labels`` of another
-    length and ``views="gold"`` without labels are errors.
+    ``truncated`` and ``warnings`` (and a warning is logged). An IG map whose completeness gap
+    is over its limit says so in ``warnings`` too (:func:`completeness_warning`). Empty texts,
+    ``labels`` of another length and ``views="gold"`` without labels are errors.
     """
     settings = settings or AttributionSettings()
     if isinstance(explainer, str):
@@ -115,7 +129,9 @@ def attribute_texts(
     ]
     order = sorted(range(len(texts)), key=lambda i: len(examples[i]["input_ids"]))
     records: dict[int, AttributionRecord] = {}
-    recorded = recorded_settings(*baseline_resolved(model, settings, explainer), words)
+    resolved, explainer = baseline_resolved(model, settings, explainer)
+    recorded = recorded_settings(resolved, explainer, words)
+    kind, decoder = tokenizer_kind(tokenizer), parts_of(model).reads == LAST
     for start in range(0, len(order), settings.batch_size):
         chosen = order[start : start + settings.batch_size]
         batch = collate([examples[i] for i in chosen], pad_id(tokenizer))
@@ -125,15 +141,36 @@ def attribute_texts(
             logits = forward(model, batch).logits
         regression = model.config.num_labels == 1
         probabilities = logits if regression else logits.softmax(-1)
+        gaps = [None] * len(chosen)
+        if explainer.name == "ig":
+            inputs = (batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
+            options = ("steps", "baseline", "layer", "memory_mib")
+            completeness = ig_completeness(
+                model,
+                *inputs,
+                target=logits.argmax(-1),
+                special_ids=_special_ids(tokenizer),
+                **{k: getattr(resolved, k) for k in options},
+            )
+            gaps = [
+                completeness_warning(a, c, resolved.baseline, decoder, resolved.steps)
+                for a, c in zip(*(x.tolist() for x in completeness), strict=True)
+            ]
         for row, i in enumerate(chosen):
             ids = examples[i]["input_ids"]
             warnings = []
             if truncated[i]:
-                warnings.append(f"truncated to {settings.max_length} tokens")
+                warnings.append(f"truncated to {settings.max_length} tokens ({kind} tokenizer)")
                 logger.warning("text %d truncated to %d tokens", i, settings.max_length)
-            tokens, scores = tokenizer.convert_ids_to_tokens(ids), maps[row, :, : len(ids)]
+            if gaps[row] is not None:
+                warnings.append(gaps[row])
+            texts_i, scores = [a[i] for a in args], maps[row, :, : len(ids)]
+            tokens = tokenizer.convert_ids_to_tokens(ids)
+            if tokenizer.is_fast:
+                offsets, sequences = encoded["offset_mapping"][i], encoded.sequence_ids(i)
+                tokens = shown_tokens(tokenizer, tokens, offsets, sequences, texts_i)
             if words is not None:
-                tokens, groups = word_groups(encoded, i, [a[i] for a in args], len(ids))
+                tokens, groups = word_groups(encoded, i, texts_i, len(ids))
                 scores = to_words(scores, groups, words)
             records[i] = AttributionRecord(
                 text=texts[i],

@@ -13,14 +13,17 @@ from transformers import PreTrainedModel
 from workbench.analysis.attribution.baselines import resolve_baseline
 from workbench.analysis.attribution.explainers import explain_batch
 from workbench.analysis.attribution.gradients import _grad_saliency, attribution_maps
-from workbench.analysis.attribution.registry import ENGINE_EXPLAINERS, ExplainerChoice
+from workbench.analysis.attribution.registry import (
+    ENGINE_EXPLAINERS,
+    AttributionSettings,
+    ExplainerChoice,
+    MapSettings,
+)
 from workbench.analysis.attribution.targets import as_batch, resolve_views, view_names
-from workbench.core.config import METHODS, AttributionSettings, MapSettings, option_name, to_dict
+from workbench.core.config import option_name, to_dict
 from workbench.core.errors import WorkbenchError
 
 __all__ = [
-    "METHODS",
-    "AttributionSettings",
     "baseline_resolved",
     "compute_maps",
     "recorded_settings",

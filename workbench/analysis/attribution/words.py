@@ -3,9 +3,12 @@
 ``max_i |s_i|``, non-negative).
 
 A word is a run of positions with the same (sequence, word index); its text is the span of the
-input it covers (``word_to_chars``), so a word split into pieces reads as written. Special
-tokens ([CLS], [SEP], which have no word) are kept, each as a word of its own named by its
-token, so that a pair's segments stay apart and a map keeps its frame.
+input it covers (``word_to_chars``, whitespace trimmed; a word of whitespace alone, such as a
+byte-level tokenizer's line break, drawn visible: ``↵``), so a word split into pieces reads as
+written, without a byte-level or SentencePiece space marker. Special tokens ([CLS], [SEP],
+which have no word) are kept, each as a word of its own named by its token, so that a pair's
+segments stay apart and a map keeps its frame. :func:`shown_tokens` gives the tokens of a
+per-token map as the text's characters too.
 """
 
 from __future__ import annotations
@@ -14,13 +17,55 @@ from collections.abc import Sequence
 
 import torch
 from torch import Tensor
-from transformers import BatchEncoding
+from transformers import BatchEncoding, PreTrainedTokenizerBase
 
 from workbench.analysis.attribution.registry import WORD_AGGREGATIONS
 from workbench.core.data.alignment import Span
 from workbench.core.errors import WorkbenchError
 
-__all__ = ["WORD_AGGREGATIONS", "check_words", "group_spans", "to_words", "word_groups"]
+__all__ = [
+    "WORD_AGGREGATIONS",
+    "check_words",
+    "group_spans",
+    "shown_tokens",
+    "to_words",
+    "word_groups",
+]
+
+VISIBLE_WHITESPACE = str.maketrans({" ": "␣", "\n": "↵", "\t": "⇥", "\r": "↵"})
+"""How a token of whitespace alone is drawn (a SentencePiece ``▁``, a byte-level ``Ċ``)."""
+
+
+def shown_tokens(
+    tokenizer: PreTrainedTokenizerBase,
+    tokens: Sequence[str],
+    offsets: Sequence[tuple[int, int]] | None,
+    sequences: Sequence[int | None],
+    texts: Sequence[str],
+) -> list[str]:
+    """``tokens`` as a reader reads them: WordPiece's as they are (``##`` marks a word's
+    continuation, which the exports can merge); any other fast tokenizer's (byte-level BPE,
+    SentencePiece) as the characters of the text each covers (its ``offsets`` in
+    ``texts[sequence]``; one that covers none, as it decodes), so that ``Ġcrew`` reads
+    ``crew`` and ``▁G`` reads ``G``; a token of whitespace alone drawn visible (``␣``, ``↵``),
+    special tokens (no sequence) as they are.
+    Without offsets (a slow tokenizer) the tokens are kept."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if offsets is None or backend is None or type(backend.model).__name__ == "WordPiece":
+        return list(tokens)
+    shown = []
+    for token, (start, end), sequence in zip(tokens, offsets, sequences, strict=True):
+        if sequence is None:
+            shown.append(token)
+            continue
+        # a token of no character is one the tokenizer added (a prefix space): as it decodes
+        text = (
+            texts[sequence][start:end]
+            if end > start
+            else tokenizer.convert_tokens_to_string([token])
+        )
+        shown.append(text.strip() or text.translate(VISIBLE_WHITESPACE) or token)
+    return shown
 
 
 def check_words(how: str | None) -> None:
@@ -57,7 +102,8 @@ def word_groups(
             words.append(tokens[i])
         else:
             span = encoding.word_to_chars(row, word, sequence_index=sequence)
-            words.append(texts[sequence][span.start : span.end])
+            text = texts[sequence][span.start : span.end]
+            words.append(text.strip() or text.translate(VISIBLE_WHITESPACE))
     return words, groups
 
 

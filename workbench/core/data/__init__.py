@@ -50,6 +50,7 @@ ENCODING = (
     "prefixes",
     "share_words",
     "to_device",
+    "tokenizer_kind",
 )
 __getattr__ = lazy_names(__name__, dict.fromkeys(ENCODING, "workbench.core.data.encoding"))
 

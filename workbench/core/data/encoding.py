@@ -49,6 +49,16 @@ WordPiece reads as one ``[UNK]``) the prefix grows eightfold at a time up to thi
 text that even then holds fewer is read that far and counted as truncated."""
 
 
+def tokenizer_kind(tokenizer: PreTrainedTokenizerBase) -> str:
+    """``"WordPiece"``, ``"byte-level BPE"``, ``"Unigram"``, …: the kind of a fast tokenizer's
+    model (byte-level where its pre-tokenizer reads bytes), else the tokenizer's class name."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return type(tokenizer).__name__
+    kind = type(backend.model).__name__
+    return f"byte-level {kind}" if "ByteLevel" in repr(backend.pre_tokenizer) else kind
+
+
 def _cut(text: str, chars: int) -> str:
     """The first ``chars`` characters of ``text``, ended at its last whitespace among them
     (when there is one in their second half), so that no word is cut in two."""
