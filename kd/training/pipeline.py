@@ -72,7 +72,7 @@ from workbench.core.data import (
     tokenizer_kind,
 )
 from workbench.core.errors import WorkbenchError, first_line
-from workbench.core.files import atomic_write_json, atomic_write_text
+from workbench.core.files import atomic_write_json, atomic_write_text, check_writable
 from workbench.core.models import (
     LoadedModel,
     check_max_length,
@@ -948,6 +948,7 @@ def export_model(
     if out.is_file() or (out.is_dir() and any(out.iterdir())):
         kind = "a file" if out.is_file() else "a folder that is not empty"
         raise WorkbenchError(f"{out} is {kind}: choose a new or empty folder for --out")
+    check_writable(out, "--out")
     changed = set_settings(settings)
     if changed and not onnx:
         raise WorkbenchError(f"{option_name(changed[0])} sets the ONNX export: add --onnx")

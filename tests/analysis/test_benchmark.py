@@ -349,7 +349,24 @@ def test_bad_input_is_one_line_and_writes_nothing(runs, exported, tmp_path, caps
         "--keep-float Conv: no node of the graph is of that type or has it in its name (its "
         "types: " in _error_line(capsys)
     )
-    assert not out.exists()
+    refused = {  # options that would make a graph other than the one the record names
+        ("--keep-float", ""): "--keep-float '': an empty name is part of every node's name, so "
+        "no node would be quantised: name a node type (Gather) or a part of node names",
+        ("--keep-float", "/"): "--keep-float / keeps every matrix product of the graph (MatMul, "
+        "Gemm) in float32: the int8 graph would hold no int8 one; name fewer nodes",
+        ("--calibration-examples", "32"): "--calibration-examples calibrates a static int8 "
+        "graph (a dynamic one quantises its activations as it runs): add --int8 static, or "
+        "leave it out",
+    }
+    for option, message in refused.items():
+        command = ["export-model", str(teacher), "--out", str(out), "--onnx", "--quantize"]
+        assert main([*command, "int8", *option]) == 2
+        assert _error_line(capsys) == f"kdw: error: {message}"
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["untrained"]
+    assert main(["export-model", str(teacher), "--out", "/proc/x", "--onnx"]) == 2
+    assert _error_line(capsys) == (
+        "kdw: error: --out /proc/x: cannot write in /proc (No such file or directory)"
+    )
 
     broken = tmp_path / "broken-onnx"
     shutil.copytree(exported, broken)

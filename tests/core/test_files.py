@@ -178,3 +178,15 @@ def test_a_reopened_run_folder_loses_what_killed_writes_left(tmp_path):
     kept.write_text("in progress")
     with Run.writing(tmp_path / "run", info, {}):
         assert not stale.exists() and not staging.exists() and kept.exists()
+
+
+def test_a_folder_where_nothing_can_be_written_is_refused_before_the_work(tmp_path):
+    from workbench.core.files import check_writable
+
+    with pytest.raises(WorkbenchError) as raised:
+        check_writable(Path("/proc/x/y"), "--out")
+    assert str(raised.value) == (
+        "--out /proc/x/y: cannot write in /proc (No such file or directory)"
+    )
+    check_writable(tmp_path / "new" / "deeper", "--out")  # writable: nothing is left behind
+    assert list(tmp_path.iterdir()) == []

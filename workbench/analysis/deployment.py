@@ -186,6 +186,13 @@ def quantize_int8(
             f"--keep-float {absent[0]}: no node of the graph is of that type or has it in its "
             f"name (its types: {', '.join(types)})"
         )
+    products = [node for node in graph.node if node.op_type in ("MatMul", "Gemm")]
+    if settings.keep_float and products and all(kept(node) for node in products):
+        raise WorkbenchError(
+            f"--keep-float {', '.join(settings.keep_float)} keeps every matrix product of the "
+            "graph (MatMul, Gemm) in float32: the int8 graph would hold no int8 one; name "
+            "fewer nodes"
+        )
     options = {
         "weight_type": QuantType.QInt8,
         "per_channel": settings.per_channel,
@@ -432,9 +439,21 @@ def export_onnx_folder(
         raise WorkbenchError(
             "the ONNX export is checked by label agreement: regression runs are not supported"
         )
-    unused = [name for name in set_settings(settings) if name in INT8_SETTINGS]
+    given = set_settings(settings)
+    unused = [name for name in given if name in INT8_SETTINGS]
     if unused and settings.quantize is None:
         raise WorkbenchError(f"{option_name(unused[0])} sets the int8 graph: add --quantize int8")
+    if "calibration_examples" in given and settings.int8 == "dynamic":
+        raise WorkbenchError(
+            "--calibration-examples calibrates a static int8 graph (a dynamic one quantises its "
+            "activations as it runs): add --int8 static, or leave it out"
+        )
+    empty = [key for key in settings.keep_float if not key.strip()]
+    if empty:
+        raise WorkbenchError(
+            f"--keep-float {empty[0]!r}: an empty name is part of every node's name, so no "
+            "node would be quantised: name a node type (Gather) or a part of node names"
+        )
     if settings.fuse and fusion_type(loaded.model) is None:
         raise WorkbenchError(
             f"--fuse: ONNX Runtime's transformer optimizer has no fusions for "

@@ -37,7 +37,7 @@ from workbench.analysis.explanations import (
 )
 from workbench.core.config import MAX_DPI, Checked, colormap, dpi_range, option
 from workbench.core.errors import WorkbenchError
-from workbench.core.files import staging_folder
+from workbench.core.files import check_writable, staging_folder
 from workbench.core.names import TASK_NAMES
 
 if TYPE_CHECKING:
@@ -271,10 +271,12 @@ def build_heatmaps(
 
 
 def output_folder(out: str | Path) -> Path:
-    """``--out`` as a folder to write into: one that exists as a file is a one-line error."""
+    """``--out`` as a folder to write into: one that exists as a file, or where nothing can be
+    written (:func:`~workbench.core.files.check_writable`), is a one-line error."""
     folder = Path(out)
     if folder.exists() and not folder.is_dir():
         raise WorkbenchError(f"--out {out} is a file: name a folder to write to")
+    check_writable(folder, "--out")
     return folder
 
 

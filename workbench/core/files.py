@@ -77,6 +77,21 @@ def check_parents(path: Path, option: str) -> None:
         raise WorkbenchError(f"{path}: {above} is a file, not a folder: choose another {option}")
 
 
+def check_writable(path: Path, option: str) -> None:
+    """Refuse a folder to write (``--out``) where nothing can be written, before the work: a
+    file above it (:func:`check_parents`), or a first existing folder above it in which a folder
+    cannot be made (``/proc/x``, a read-only mount) — found by making and removing an empty
+    one there — in one line naming ``option``."""
+    check_parents(path, option)
+    above = next((p for p in path.absolute().parents if p.exists()), None)
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".kdw-probe.", dir=above))
+    except OSError as error:
+        raise WorkbenchError(
+            f"{option} {path}: cannot write in {above} ({error.strerror or first_line(error)})"
+        ) from None
+
+
 def local_path(name: str, *, hub_ids: bool = False) -> Path | None:
     """The file or folder ``name`` names, or None for a name that is not one (a task or model
     name); a name that looks like a path (:func:`looks_like_path`) must exist, so that a typo
