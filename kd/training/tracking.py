@@ -6,14 +6,16 @@ how the tracked run of a killed training resumes with it.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
+import sys
 import time
 import urllib.error
 import urllib.request
 from base64 import b64encode
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stdout
 from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
@@ -108,8 +110,10 @@ def _check_uri(uri: str) -> None:
     parsed = urlparse(uri)
     if parsed.scheme in ("http", "https"):
         # credentials in the URI go in a header: urllib reads them as part of the host
-        plain = parsed._replace(netloc=parsed.netloc.rpartition("@")[2]).geturl()
-        request = urllib.request.Request(f"{plain.rstrip('/')}/health")
+        health = parsed._replace(  # its query kept: a proxy may want its token there
+            netloc=parsed.netloc.rpartition("@")[2], path=f"{parsed.path.rstrip('/')}/health"
+        )
+        request = urllib.request.Request(health.geturl())
         if parsed.username is not None:
             user = f"{unquote(parsed.username)}:{unquote(parsed.password or '')}"
             request.add_header("Authorization", f"Basic {b64encode(user.encode()).decode()}")
@@ -393,8 +397,21 @@ class MlflowTracker(Tracker):
 
     def finish(self, state: str) -> None:
         if self.run_id is not None:
-            self.client.set_terminated(self.run_id, MLFLOW_STATUS.get(state, "FAILED"))
+            with masked_stdout():  # MLflow prints the run's address, credentials and all
+                self.client.set_terminated(self.run_id, MLFLOW_STATUS.get(state, "FAILED"))
             self.run_id = None
+
+
+@contextmanager
+def masked_stdout() -> Iterator[None]:
+    """What the block prints to stdout (a library's lines), printed when it ends with every
+    credential of a URL masked (:func:`~workbench.core.errors.mask_secrets`)."""
+    buffer = io.StringIO()
+    try:
+        with redirect_stdout(buffer):
+            yield
+    finally:
+        sys.stdout.write(mask_secrets(buffer.getvalue()))
 
 
 @contextmanager

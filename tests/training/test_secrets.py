@@ -92,12 +92,53 @@ def test_the_storage_of_a_search_is_named_without_its_password(work, tmp_path):
     assert PASSWORD not in err
 
 
-def test_no_file_a_tracked_run_writes_holds_the_password(work, tmp_path, server, monkeypatch):
-    """A run tracked in an MLflow server behind a password (its store here a local database
-    the client is pointed to: the workbench only sees the URI) writes the URI masked."""
+@pytest.mark.parametrize(
+    ("given", "shown"),
+    [
+        ("http://kd:S@h:5000/x", "http://kd:***@h:5000/x"),
+        ("https://S@h/api", "https://***@h/api"),  # a token as the user
+        ("http://h:5000/?token=S&experiment=1", "http://h:5000/?token=***&experiment=1"),
+        ("s3://b/k?X-Amz-Signature=S&X-Amz-Date=1", "s3://b/k?X-Amz-Signature=***&X-Amz-Date=1"),
+        ("http://h/?api_key=S;password=S", "http://h/?api_key=***;password=***"),
+        ("sqlite:///runs/mlflow.db", "sqlite:///runs/mlflow.db"),
+        (
+            "postgresql://kd:S@db/optuna?sslmode=require",
+            "postgresql://kd:***@db/optuna?sslmode=require",
+        ),
+    ],
+)
+def test_every_credential_of_a_url_is_masked(given, shown):
+    from workbench.core.errors import mask_secrets
+
+    assert mask_secrets(f"at {given} now") == f"at {shown} now"
+
+
+def test_what_mlflow_prints_of_a_run_is_masked(capsys):
+    """MLflow prints where a finished run is (``View run … at: URL``) with the URI's
+    credentials: the workbench prints that line masked."""
+    from kd.training.tracking import masked_stdout
+
+    with masked_stdout():
+        print(f"View run teacher at: http://kd:{PASSWORD}@h:5000/#/runs/1?token={PASSWORD}")
+    assert (
+        capsys.readouterr().out == "View run teacher at: http://kd:***@h:5000/#/runs/1?token=***\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        f"http://kd:{PASSWORD}@127.0.0.1:{{port}}",
+        pytest.param(f"http://127.0.0.1:{{port}}/?token={PASSWORD}", marks=pytest.mark.slow),
+    ],
+)
+def test_no_file_a_tracked_run_writes_holds_the_password(work, tmp_path, server, monkeypatch, uri):
+    """A run tracked in an MLflow server behind a password or a token in its address (its store
+    here a local database the client is pointed to: the workbench only sees the URI) writes the
+    URI masked."""
     import mlflow
 
-    uri = f"http://kd:{PASSWORD}@127.0.0.1:{server}"
+    uri = uri.format(port=server)
     store = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
     (tmp_path / "store").mkdir()
     real = mlflow.MlflowClient
@@ -111,11 +152,12 @@ def test_no_file_a_tracked_run_writes_holds_the_password(work, tmp_path, server,
     status, err = kdw_here(command, tmp_path)
     assert status == 0, err
     assert (run / "results.json").exists() and (run / "tracking.json").exists()
-    assert _Health.seen and _Health.seen[-1].startswith("Basic ")  # the password sent, as a header
+    if "kd:" in uri:  # the password sent, as a header
+        assert _Health.seen and _Health.seen[-1].startswith("Basic ")
     assert PASSWORD not in err
     assert _files_holding(run, PASSWORD) == []
     assert _files_holding(tmp_path / "store", PASSWORD) == []  # the tracker's parameters
-    assert "http://kd:***@127.0.0.1" in (run / "manifest.json").read_text()
+    assert uri.replace(PASSWORD, "***") in (run / "manifest.json").read_text()
 
 
 def test_a_hub_endpoint_that_does_not_answer_is_named_without_its_password(

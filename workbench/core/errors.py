@@ -4,15 +4,28 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+_SCHEME = r"\b[A-Za-z][A-Za-z0-9+.-]*://"
 # the password of a URL (``scheme://user:PASSWORD@host``): what follows the user's colon
-_CREDENTIALS = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/:@]*:)[^\s/@]*@")
+_CREDENTIALS = re.compile(rf"({_SCHEME}[^\s/:@]*:)[^\s/@]*@")
+# a URL's user alone, which is often a token (``https://TOKEN@host``)
+_USER = re.compile(rf"({_SCHEME})[^\s/:@]+@")
+# the value of a query parameter named like a credential (``?token=``, ``&api_key=``,
+# ``&X-Amz-Signature=``, ``&password=``)
+_QUERY = re.compile(
+    r"([?&;][^\s=&#?]*(?:token|key|secret|passw|pwd|sig|auth|credential)[^\s=&#?]*=)[^\s&#;]*",
+    re.IGNORECASE,
+)
 MASK = "***"
 
 
 def mask_secrets(text: str) -> str:
-    """``text`` with the password of every URL in it replaced by ``***``
-    (``postgresql://kd:***@db/optuna``), as every message, record and log shows it."""
-    return _CREDENTIALS.sub(rf"\g<1>{MASK}@", text)
+    """``text`` with every credential of a URL in it replaced by ``***``: a password
+    (``postgresql://kd:***@db/optuna``), a user alone (``https://***@host``: often a token)
+    and the value of a query parameter named like a credential (``?token=***``), as every
+    message, record and log shows it."""
+    text = _CREDENTIALS.sub(rf"\g<1>{MASK}@", text)
+    text = _USER.sub(rf"\g<1>{MASK}@", text)
+    return _QUERY.sub(rf"\g<1>{MASK}", text)
 
 
 def listed(items: Iterable[Any], shown: int = 3) -> str:
