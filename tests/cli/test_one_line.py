@@ -44,6 +44,11 @@ def work(tmp_path_factory) -> Path:
     (data / "objects.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     texts = [["a", "list", str(i)] for i in range(len(frame))]  # list<string> cells
     pd.DataFrame({"text": texts, "label": list(frame["label"])}).to_parquet(data / "lists.parquet")
+    rows = [{"text": t, "label": y} for t, y in frame.to_numpy()]
+    rows[2]["label"] = {"class": "positive"}  # would become the class "{'class': 'positive'}"
+    (data / "label-objects.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    texts = [t.encode() for t in frame["text"]]  # a binary column: texts "b'…'"
+    pd.DataFrame({"text": texts, "label": list(frame["label"])}).to_parquet(data / "bytes.parquet")
     (data / "file.csv").write_text("text,label\n")
     return work
 
@@ -64,6 +69,16 @@ DATA = {
         "{d}/lists.parquet: text is not a text but a ndarray in 60 row(s) (line 2, 3, 4, 5, 6, "
         "...: ['a', 'list', '0']); give each text as a string",
     ),
+    "a JSON object as a label": (
+        "label-objects.jsonl",
+        "{d}/label-objects.jsonl: label is not a single value but a dict in 1 row(s) (line 4: "
+        "{{'class': 'positive'}}); give each label as a number or a string",
+    ),
+    "bytes as texts": (
+        "bytes.parquet",
+        "{d}/bytes.parquet: text is not a text but a bytes in 60 row(s) (line 2, 3, 4, 5, 6, "
+        "...: {first}); give each text as a string",
+    ),
 }
 
 
@@ -73,8 +88,14 @@ def test_data_that_is_not_what_it_seems_is_refused(work, tmp_path, case):
     command = ["train-teacher", "--model", str(work / "tiny-bert")]
     command += ["--task", str(work / "data" / name), "--run-dir", str(tmp_path / "run"), *FAST]
     status, err = kdw_here(command, tmp_path)
-    assert (status, err) == (2, f"kdw: error: {said.format(d=work / 'data')}\n")
+    assert (status, err) == (2, f"kdw: error: {_said(said, work)}\n")
     assert not (tmp_path / "run").exists()
+
+
+def _said(said: str, work: Path) -> str:
+    """A case's line for ``work``'s data (``{first}``: the first bytes text, cut as shown)."""
+    first = repr(make_sentences(60)["text"].iloc[0].encode())
+    return said.format(d=work / "data", first=first[:40] + ("…" if len(first) > 40 else ""))
 
 
 def test_a_bad_data_file_is_refused_before_torch_loads(work, tmp_path):
@@ -92,7 +113,7 @@ def test_a_bad_data_file_is_refused_before_torch_loads(work, tmp_path):
     arguments = [a if a[0] != "tune" else [*a[:-2], "--out", a[-1]] for a in arguments]
     results = kdw_fresh(arguments)
     for (command, said), (status, err, loaded) in zip(commands, results, strict=True):
-        assert (status, err) == (2, f"kdw: error: {said.format(d=work / 'data')}\n"), command
+        assert (status, err) == (2, f"kdw: error: {_said(said, work)}\n"), command
         assert loaded == [], command
     assert not (tmp_path / "run").exists()
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
 from pathlib import Path
 
 import datasets
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -328,3 +330,39 @@ def test_an_exact_sample_has_exactly_its_size_in_the_splits_order(limit):
     assert sample_split(split, limit, seed=0, exact=True).uids == sample.uids
     counts = torch.bincount(torch.tensor(sample.labels), minlength=3).tolist()
     assert max(counts) - min(counts) <= 2
+
+
+def _split_directly(labels, fractions, seed):
+    """The stratified partition as its definition reads: each class's indices (classes sorted),
+    shuffled in turn and cut by the fractions (examples × classes comparisons)."""
+    rng = np.random.default_rng(seed)
+    parts = [[] for _ in fractions]
+    for value in sorted(set(labels)):
+        shuffled = rng.permutation(np.flatnonzero(np.asarray(labels) == value))
+        bounds = np.round(np.cumsum(fractions) * len(shuffled)).astype(int)
+        for k, piece in enumerate(np.split(shuffled, bounds[:-1])):
+            parts[k].extend(piece.tolist())
+    return [sorted(p) for p in parts]
+
+
+@pytest.mark.parametrize("kind", ["ints", "strings"])
+def test_stratified_splits_equal_their_definition(kind):
+    from workbench.core.data.splits import split_indices
+
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 7, 500).tolist()
+    labels = labels if kind == "ints" else [f"class {v}" for v in labels]
+    for fractions in ((0.8, 0.1, 0.1), (0.9, 0.1)):
+        parts = split_indices(labels, fractions, 3, stratify=True)
+        assert [p.tolist() for p in parts] == _split_directly(labels, fractions, 3)
+
+
+@pytest.mark.slow
+def test_a_hundred_thousand_classes_split_in_seconds():
+    from workbench.core.data.splits import split_indices
+
+    many = [i // 2 for i in range(200_000)]  # 100 000 classes of 2 examples
+    start = time.perf_counter()
+    parts = split_indices(many, (0.8, 0.1, 0.1), 0, stratify=True)
+    assert time.perf_counter() - start < 10  # examples × classes: minutes
+    assert sorted(np.concatenate(parts).tolist()) == list(range(200_000))

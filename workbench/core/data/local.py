@@ -141,6 +141,27 @@ def _lines(rows: Sequence[int], numbering: tuple[str, int]) -> str:
     return f"{word} {shown}"
 
 
+# values that are no text and no label: containers (JSON objects and arrays, parquet lists) and
+# bytes (a parquet binary column), which str() would turn into texts or class names
+NOT_SCALAR = (dict, list, tuple, set, np.ndarray, bytes, bytearray)
+
+
+def _only_scalars(
+    values: pd.Series, column: str, what: str, kind: str, where: str, numbering: tuple[str, int]
+) -> None:
+    """Refuse a ``column`` holding values of :data:`NOT_SCALAR`, naming their rows and the first
+    (``what``: what each value should be; ``kind``: how to give it)."""
+    rows = np.flatnonzero(values.map(lambda v: isinstance(v, NOT_SCALAR)))
+    if len(rows):
+        first = values.iloc[rows[0]]
+        shown = repr(first.tolist() if isinstance(first, np.ndarray) else first)
+        raise WorkbenchError(
+            f"{where}: {column} is not {what} but a {type(first).__name__} in {len(rows)} "
+            f"row(s) ({_lines(rows, numbering)}: {shown[:40]}{'…' if len(shown) > 40 else ''}); "
+            f"give each {column.split('_')[0]} as {kind}"
+        )
+
+
 def check_table(frame: pd.DataFrame, where: str, numbering: tuple[str, int]) -> pd.DataFrame:
     """``frame`` (columns as :meth:`Columns.select` names them) with its texts cleaned; empty
     texts and missing labels are one-line errors naming the rows (:data:`FILE_LINES` or
@@ -148,20 +169,12 @@ def check_table(frame: pd.DataFrame, where: str, numbering: tuple[str, int]) -> 
     if frame.empty:
         raise WorkbenchError(f"{where}: no rows (a header only, or an empty file)")
     frame = frame.copy()
+    where_rows = (where, numbering)
+    _only_scalars(frame["label"], "label", "a single value", "a number or a string", *where_rows)
     for column in ("text", "text_pair"):
         if column not in frame:
             continue
-        structured = np.flatnonzero(
-            frame[column].map(lambda v: isinstance(v, dict | list | tuple | set | np.ndarray))
-        )
-        if len(structured):
-            first = frame[column].iloc[structured[0]]
-            shown = repr(first.tolist() if isinstance(first, np.ndarray) else first)
-            raise WorkbenchError(
-                f"{where}: {column} is not a text but a {type(first).__name__} in "
-                f"{len(structured)} row(s) ({_lines(structured, numbering)}: "
-                f"{shown[:40]}{'…' if len(shown) > 40 else ''}); give each text as a string"
-            )
+        _only_scalars(frame[column], column, "a text", "a string", *where_rows)
         frame[column] = frame[column].fillna("").map(clean_text)
         empty = np.flatnonzero(frame[column].to_numpy() == "")
         if len(empty):
