@@ -293,186 +293,217 @@ def logged_terms(names: list[str], step: int, total: int, every: int) -> list[st
     return [names[(step // every) % len(names)]] if step % every == 0 else []
 
 
-def train(job: TrainingJob) -> dict[str, float]:
-    """Train until the configured number of steps (resuming if the run has a checkpoint) and
-    return the dev metrics of the best model, which ends in ``run/model``; under ``torchrun``,
-    every process calls it (:mod:`kd.training.distributed`)."""
-    optim, run, model = job.optim, job.run, job.model
-    world = distributed.world()
-    device = torch.device(job.device)
-    steps_per_epoch = math.ceil(len(job.train_set) / optim.batch_size)
-    total = max(1, round(optim.epochs * steps_per_epoch))
-    named = [
-        (n, p)
-        for n, p in [*model.named_parameters(), *job.modules.named_parameters(prefix="objective")]
-        if p.requires_grad
-    ]
-    optimizer = _optimizer(named, optim)
-    # Hugging Face's schedule (as its Trainer's): step k (from 0) at k/W of the rate during the
-    # W = ⌊ratio·total⌋ warm-up steps — so the first step at 0 — then a linear decay to 0
-    scheduler = get_linear_schedule_with_warmup(optimizer, int(total * optim.warmup_ratio), total)
-    scaler = torch.amp.GradScaler(device.type, enabled=optim.precision == "fp16")
-    parameters = [p for _, p in named]
-    stateful = {  # what a checkpoint holds the state of, under these names
-        "model": model,
-        "objective": job.modules,
-        "optimizer": optimizer,
-        "scheduler": scheduler,
-        "scaler": scaler,
-    }
-    state = {"step": 0, "best": None, "best_step": None}
-    # of training (evaluations on dev included), summed over the processes that resumed the run
-    seconds = 0.0
-    for module in (model, job.modules):  # every process starts from rank 0's weights
-        distributed.broadcast_parameters(module.to(device))
-    if world.size > 1:  # each process its own dropout stream
-        set_seed(optim.seed + 1_000_003 * world.rank)
-    if run.checkpoint.exists():
-        saved = run.load_checkpoint(device)
-        _resume(run, saved, job, stateful, world)
-        state, seconds = saved["state"], saved["seconds"]
-    checkpoint_step = state["step"]  # of the last checkpoint (0: none)
-    clock = time.perf_counter()
+class TrainingLoop:
+    """One training of a :class:`TrainingJob`: its optimiser, schedule and gradient scaler, the
+    state a checkpoint holds (step, best dev score and its step, the seconds trained), and the
+    loop's parts — a step, a dev evaluation, a checkpoint, the run's status — each a method."""
 
-    def tick() -> None:
-        nonlocal clock, seconds
+    def __init__(self, job: TrainingJob) -> None:
+        optim, model = job.optim, job.model
+        self.job, self.run, self.model, self.world = job, job.run, model, distributed.world()
+        self.device = torch.device(job.device)
+        self.steps_per_epoch = math.ceil(len(job.train_set) / optim.batch_size)
+        self.total = max(1, round(optim.epochs * self.steps_per_epoch))
+        self.named = [
+            (n, p)
+            for n, p in [
+                *model.named_parameters(),
+                *job.modules.named_parameters(prefix="objective"),
+            ]
+            if p.requires_grad
+        ]
+        self.parameters = [p for _, p in self.named]
+        self.optimizer = _optimizer(self.named, optim)
+        # Hugging Face's schedule (as its Trainer's): step k (from 0) at k/W of the rate during
+        # the W = ⌊ratio·total⌋ warm-up steps — so the first step at 0 — then a linear decay to 0
+        self.scheduler = get_linear_schedule_with_warmup(
+            self.optimizer, int(self.total * optim.warmup_ratio), self.total
+        )
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=optim.precision == "fp16")
+        self.stateful = {  # what a checkpoint holds the state of, under these names
+            "model": model,
+            "objective": job.modules,
+            "optimizer": self.optimizer,
+            "scheduler": self.scheduler,
+            "scaler": self.scaler,
+        }
+        self.state = {"step": 0, "best": None, "best_step": None}
+        # of training (evaluations on dev included), summed over the processes that resumed it
+        self.seconds = 0.0
+        for module in (model, job.modules):  # every process starts from rank 0's weights
+            distributed.broadcast_parameters(module.to(self.device))
+        if self.world.size > 1:  # each process its own dropout stream
+            set_seed(optim.seed + 1_000_003 * self.world.rank)
+        if self.run.checkpoint.exists():
+            saved = self.run.load_checkpoint(self.device)
+            _resume(self.run, saved, job, self.stateful, self.world)
+            self.state, self.seconds = saved["state"], saved["seconds"]
+        self.checkpoint_step = self.state["step"]  # of the last checkpoint (0: none)
+        self.clock = time.perf_counter()
+        self.metric = main_metric(job.spec)
+        self.progress: tqdm | None = None
+
+    def tick(self) -> None:
+        """Add the time since the last tick to the seconds trained."""
         now = time.perf_counter()
-        seconds += now - clock
-        clock = now
+        self.seconds += now - self.clock
+        self.clock = now
 
-    def set_status(name: str, step: int, **details) -> None:
+    def set_status(self, name: str, step: int, **details) -> None:
         """status.json (rank 0 only): ``name`` at ``step``, with the seconds spent so far."""
-        tick()
-        if world.main:
-            spent = {**job.timings, "training": seconds}
-            run.set_status(
+        self.tick()
+        if self.world.main:
+            spent = {**self.job.timings, "training": self.seconds}
+            self.run.set_status(
                 name,
                 step=step,
-                total=total,
+                total=self.total,
                 seconds={key: round(value, 1) for key, value in spent.items()},
                 **details,
             )
 
-    if world.main:
-        run.truncate_metrics(state["step"])  # without a checkpoint (deleted), from step 0
-        job.tracker.start(state["step"])
-
-    def record(step: int, split: str, values: dict) -> None:
+    def record(self, step: int, split: str, values: dict) -> None:
         """A ``metrics.jsonl`` record of ``step``, told to the tracker."""
         entry = {
             "step": step,
-            "epoch": step / steps_per_epoch,
+            "epoch": step / self.steps_per_epoch,
             "split": split,
-            "lr": scheduler.get_last_lr()[0],
+            "lr": self.scheduler.get_last_lr()[0],
             **values,
         }
-        run.append_metrics(entry)
-        job.tracker.log(entry)
+        self.run.append_metrics(entry)
+        self.job.tracker.log(entry)
 
-    def save_checkpoint() -> None:
-        nonlocal checkpoint_step
+    def save_checkpoint(self) -> None:
+        """The checkpoint of the current step (every process's random state, rank 0 writes)."""
         rng = distributed.gather_objects(_rng_state())
-        checkpoint_step = state["step"]
-        tick()  # the checkpoint holds the seconds trained
-        if not world.main:
+        self.checkpoint_step = self.state["step"]
+        self.tick()  # the checkpoint holds the seconds trained
+        if not self.world.main:
             return
-        states = {name: part.state_dict() for name, part in stateful.items()}
-        with atomic_path(run.checkpoint) as temporary:
-            torch.save({**states, "rng": rng, "state": state, "seconds": seconds}, temporary)
-        set_status("running", state["step"])
+        states = {name: part.state_dict() for name, part in self.stateful.items()}
+        with atomic_path(self.run.checkpoint) as temporary:
+            torch.save(
+                {**states, "rng": rng, "state": self.state, "seconds": self.seconds}, temporary
+            )
+        self.set_status("running", self.state["step"])
 
-    metric = main_metric(job.spec)
-    set_status("running", state["step"])
-    progress = tqdm(
-        total=total,
-        initial=state["step"],
-        desc=f"training {run.name}",
-        unit="step",
-        disable=not world.main,
-    )
-
-    def diverged(step: int, problems: list[str]) -> TrainingDiverged:
+    def diverged(self, step: int, problems: list[str]) -> TrainingDiverged:
         """Mark the run diverged at ``step`` (nothing of that step is saved) and say so."""
-        progress.close()
-        set_status("diverged", step, reason="; ".join(problems))
+        self.progress.close()
+        self.set_status("diverged", step, reason="; ".join(problems))
         kept = (
-            f"the checkpoint of step {checkpoint_step} is kept"
-            if checkpoint_step
+            f"the checkpoint of step {self.checkpoint_step} is kept"
+            if self.checkpoint_step
             else "no checkpoint had been written"
         )
         return TrainingDiverged(
             f"training diverged at step {step}: {'; '.join(problems)} (lr "
-            f"{scheduler.get_last_lr()[0]:g}): {kept}; lower --learning-rate or check --weights "
-            "and --temperature"
+            f"{self.scheduler.get_last_lr()[0]:g}): {kept}; lower --learning-rate or check "
+            "--weights and --temperature"
         )
 
-    order: list[int] = []
-    model.train()
-    while state["step"] < total:
-        epoch, position = divmod(state["step"], steps_per_epoch)
-        if position == 0 or not order:
-            order = epoch_order(len(job.train_set), optim.seed, epoch)
-        chunk = order[position * optim.batch_size : (position + 1) * optim.batch_size]
-        step = state["step"] + 1
-        measured = logged_terms(list(job.weights), step, total, optim.log_every)
+    def step(self, chunk: list[int]) -> dict[str, float]:
+        """One optimiser step on the examples ``chunk`` (all processes together): the terms'
+        values, the loss and the gradient norm; a non-finite one stops the training."""
+        job, step = self.job, self.state["step"] + 1
+        measured = logged_terms(list(job.weights), step, self.total, job.optim.log_every)
         values, term_grads = _accumulate_gradients(
-            job, _micro_batches(job, chunk, world), parameters, scaler, measured
+            job, _micro_batches(job, chunk, self.world), self.parameters, self.scaler, measured
         )
-        distributed.all_reduce_gradients(parameters)
+        distributed.all_reduce_gradients(self.parameters)
         distributed.all_reduce(values)
         terms = {name: float(v) for name, v in zip(job.weights, values, strict=True)}
         summary = {name: job.weights[name] * value for name, value in terms.items()}
         if problems := _non_finite_values(terms, sum(summary.values())):
-            raise diverged(step, problems)
-        scaler.unscale_(optimizer)
+            raise self.diverged(step, problems)
+        self.scaler.unscale_(self.optimizer)
         if measured:
             flat = {name: distributed.all_reduce(g) for name, g in term_grads.items()}
-            whole = torch.cat([distributed.flat_gradient(p) for p in parameters]).double()
-            if world.main:
-                record(step, "train", gradient_summary(flat, summary, whole))
+            whole = torch.cat([distributed.flat_gradient(p) for p in self.parameters]).double()
+            if self.world.main:
+                self.record(step, "train", gradient_summary(flat, summary, whole))
         # an infinite clipping norm (--max-grad-norm 0) scales the gradient by exactly 1
-        norm = float(torch.nn.utils.clip_grad_norm_(parameters, optim.max_grad_norm or math.inf))
+        clip = job.optim.max_grad_norm or math.inf
+        norm = float(torch.nn.utils.clip_grad_norm_(self.parameters, clip))
         values_out = {**terms, "loss": sum(summary.values()), "grad_norm": norm}
-        if not math.isfinite(norm) and not scaler.is_enabled():
+        if not math.isfinite(norm) and not self.scaler.is_enabled():
             # (fp16's scaler skips a step whose scaled gradient overflowed, and scales down)
-            raise diverged(step, [f"the gradient norm is {norm}"])
-        scaler.step(optimizer)
-        scaler.update()
-        if problems := _non_finite_weights(named):
-            raise diverged(step, problems)
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        state["step"] = step
-        progress.update(1)
-        progress.set_postfix(loss=f"{values_out['loss']:.4f}")
-        notify(job.callbacks, "on_step", step, total, values_out)
+            raise self.diverged(step, [f"the gradient norm is {norm}"])
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        if problems := _non_finite_weights(self.named):
+            raise self.diverged(step, problems)
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.state["step"] = step
+        return values_out
 
-        end_of_epoch = step % steps_per_epoch == 0
-        due = step % optim.eval_every == 0 if optim.eval_every else end_of_epoch
-        if (due or step == total) and world.main:
-            metrics = evaluate_logits(
-                job.spec,
-                predict_logits(model, job.dev_set, optim.eval_batch_size, job.pad_token_id),
-                job.dev_set.labels,
-                job.dev_teacher_logits,
-            )
-            model.train()
-            record(step, "dev", values_out | metrics)
-            notify(job.callbacks, "on_evaluate", step, metrics)
-            if state["best"] is None or metrics[metric] > state["best"]:
-                state["best"], state["best_step"] = metrics[metric], step
-                replace_directory(run.model_dir, job.save_model)
-            progress.write(f"step {step}/{total} dev {metric} {metrics[metric]:.4f}")
-        stop = distributed.any_process(
-            any(getattr(c, "should_stop", lambda: False)() for c in job.callbacks)
+    def evaluate(self, step: int, values: dict[str, float]) -> None:
+        """Score the model on dev at ``step`` (rank 0): record it with the step's ``values``,
+        and keep the model in ``run/model`` when it is the best so far."""
+        job, metric = self.job, self.metric
+        metrics = evaluate_logits(
+            job.spec,
+            predict_logits(self.model, job.dev_set, job.optim.eval_batch_size, job.pad_token_id),
+            job.dev_set.labels,
+            job.dev_teacher_logits,
         )
-        if due or stop or step == total or step % optim.checkpoint_every == 0:
-            save_checkpoint()
-        if stop:
-            progress.close()
-            set_status("stopped", step)
-            return {}
-    progress.close()
-    distributed.barrier()  # rank 0 has written the best model
-    job.load_model(model, run.model_dir)
-    return {"best_step": state["best_step"], metric: state["best"]}
+        self.model.train()
+        self.record(step, "dev", values | metrics)
+        notify(job.callbacks, "on_evaluate", step, metrics)
+        if self.state["best"] is None or metrics[metric] > self.state["best"]:
+            self.state["best"], self.state["best_step"] = metrics[metric], step
+            replace_directory(self.run.model_dir, job.save_model)
+        self.progress.write(f"step {step}/{self.total} dev {metric} {metrics[metric]:.4f}")
+
+    def __call__(self) -> dict[str, float]:
+        """Train to the last step (or a callback's stop) and return the best dev metrics."""
+        job, optim, state = self.job, self.job.optim, self.state
+        if self.world.main:
+            self.run.truncate_metrics(state["step"])  # without a checkpoint (deleted), from 0
+            job.tracker.start(state["step"])
+        self.set_status("running", state["step"])
+        self.progress = tqdm(
+            total=self.total,
+            initial=state["step"],
+            desc=f"training {self.run.name}",
+            unit="step",
+            disable=not self.world.main,
+        )
+        order: list[int] = []
+        self.model.train()
+        while state["step"] < self.total:
+            epoch, position = divmod(state["step"], self.steps_per_epoch)
+            if position == 0 or not order:
+                order = epoch_order(len(job.train_set), optim.seed, epoch)
+            chunk = order[position * optim.batch_size : (position + 1) * optim.batch_size]
+            values = self.step(chunk)
+            step = state["step"]
+            self.progress.update(1)
+            self.progress.set_postfix(loss=f"{values['loss']:.4f}")
+            notify(job.callbacks, "on_step", step, self.total, values)
+            end_of_epoch = step % self.steps_per_epoch == 0
+            due = step % optim.eval_every == 0 if optim.eval_every else end_of_epoch
+            if (due or step == self.total) and self.world.main:
+                self.evaluate(step, values)
+            stop = distributed.any_process(
+                any(getattr(c, "should_stop", lambda: False)() for c in job.callbacks)
+            )
+            if due or stop or step == self.total or step % optim.checkpoint_every == 0:
+                self.save_checkpoint()
+            if stop:
+                self.progress.close()
+                self.set_status("stopped", step)
+                return {}
+        self.progress.close()
+        distributed.barrier()  # rank 0 has written the best model
+        job.load_model(self.model, self.run.model_dir)
+        return {"best_step": state["best_step"], self.metric: state["best"]}
+
+
+def train(job: TrainingJob) -> dict[str, float]:
+    """Train until the configured number of steps (resuming if the run has a checkpoint) and
+    return the dev metrics of the best model, which ends in ``run/model``; under ``torchrun``,
+    every process calls it (:mod:`kd.training.distributed`): :class:`TrainingLoop`."""
+    return TrainingLoop(job)()
