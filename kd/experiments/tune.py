@@ -613,6 +613,113 @@ def _search(study, run_trial, target: int, points: list[dict], stopped: list[int
                 break
 
 
+@dataclass
+class _Trial:
+    """One trial of a search, called by optuna with its ``trial``: the settings it suggests
+    distilled into ``out/trials/<settings>`` (a setting tried already, or running elsewhere,
+    is not trained again), scored on dev by ``metric``."""
+
+    study: Any
+    data: DataConfig
+    student: StudentConfig
+    objective: ObjectiveConfig
+    optim: OptimConfig
+    space: dict[str, Dimension]
+    base_weights: dict[str, float]
+    metric: str
+    target: int
+    prune: bool
+    out: Path
+    callbacks: Sequence[Callback]
+    tracking_config: TrackingConfig
+    parent: str | None
+    stopped: list[int] = field(default_factory=list)  # trials asked to stop: retried on resume
+
+    def __call__(self, trial) -> float:
+        import optuna
+        from optuna.trial import TrialState
+
+        from kd.training.pipeline import distill
+
+        study = self.study
+        if _surplus(study, trial.number, self.target):
+            trial.set_user_attr("surplus", True)
+            raise GiveWay("the trials before it fill the budget")
+        values = {name: dimension.suggest(trial) for name, dimension in self.space.items()}
+        # one read for both looks: a twin that finished between two reads would be in neither
+        others = study.get_trials(deepcopy=False)
+        # settings already tried (proposed again, or queued twice): a trial that completed,
+        # was pruned or diverged ran in this trial's folder, so its outcome stands
+        earlier = _twin(others, trial.number, values, _counted)
+        if earlier is not None:
+            if earlier.user_attrs.get("diverged"):
+                trial.set_user_attr("diverged", earlier.user_attrs["diverged"])
+                raise TrainingDiverged(earlier.user_attrs["diverged"])
+            if earlier.state == TrialState.PRUNED:
+                raise optuna.TrialPruned()
+            return earlier.value
+        # each trial records its settings before it looks, so of two given the same settings
+        # at once the later to look sees the other running: at most one of them runs
+        twin = _twin(others, trial.number, values, lambda t: t.state == TrialState.RUNNING)
+        if twin is not None:  # a failed trial, not counted: the setting stays twin's
+            trial.set_user_attr("duplicate", twin.number)
+            raise GiveWay(f"trial {twin.number} tries these settings")
+        folder = self.out / "trials" / trial_folder(values)
+        trial.set_user_attr("run", str(folder.resolve()))
+        trial.set_user_attr("worker", WORKER)
+        trial_objective, trial_optim = apply(values, self.base_weights, self.objective, self.optim)
+        callback = PruningCallback(trial, self.metric, self.prune)
+        try:
+            run = distill(
+                self.data,
+                self.student,
+                trial_objective,
+                trial_optim,
+                folder,
+                callbacks=[callback, *self.callbacks],
+                cache_dir=self.out / "teacher_cache",
+                tracking_config=self.tracking_config,
+                tracking_parent=self.parent,
+            )
+        except TrainingDiverged as error:  # the trial fails (unscored); the study goes on
+            trial.set_user_attr("diverged", str(error))
+            raise
+        if callback.pruned:
+            raise optuna.TrialPruned()
+        if run.status().state == "stopped":  # asked to stop: retried on resume
+            trial.set_user_attr("stopped", True)
+            self.stopped.append(trial.number)
+            study.stop()
+            raise optuna.TrialPruned()
+        return run.results()["dev"][self.metric]
+
+
+def _write_best(
+    search: _Trial, config: TuneConfig, place: StudyPlace, space: dict[str, str]
+) -> Path | None:
+    """``best.json`` (the configs of the study's best trial and what it was chosen from), or
+    None while no trial has a score."""
+    best = best_trial(search.study)
+    if best is None:
+        return None
+    objective, optim = apply(best.params, search.base_weights, search.objective, search.optim)
+    tuned = {
+        "trial": best.number,
+        "dev": best.value,
+        "metric": search.metric,
+        "params": best.params,
+        "space": space,
+        "study": config.study_name,
+        "storage": place.shown if place.shared else None,
+        "run": best.user_attrs.get("run"),
+        "worker": best.user_attrs.get("worker"),
+    }
+    sections = _sections(search.data, search.student, objective, optim)
+    path = search.out / "best.json"
+    atomic_write_json(path, with_format({**sections, "tuned": tuned}))
+    return path
+
+
 def tune(
     data: DataConfig,
     student: StudentConfig,
@@ -630,11 +737,10 @@ def tune(
     parameter, an empty or inverted range, a value outside a domain, a study of another preset, task
     or settings, a storage that cannot be reached) raise before anything is written."""
     import optuna
-    from optuna.trial import TrialState
 
     from kd.methods.objective import preset_weights
     from kd.training import tracking
-    from kd.training.pipeline import distill, prepare_distillation
+    from kd.training.pipeline import prepare_distillation
     from kd.training.trainer import main_metric
 
     out = Path(out)
@@ -691,79 +797,25 @@ def tune(
         study = _study(place, config.study_name, attrs, sampler, pruner, points)
         out.mkdir(parents=True, exist_ok=True)  # a shared study's worker joined: its trials
         _retry_interrupted(study, exclusive=not place.shared)
-
-        def run_trial(trial) -> float:
-            if _surplus(study, trial.number, target):
-                trial.set_user_attr("surplus", True)
-                raise GiveWay("the trials before it fill the budget")
-            values = {name: dimension.suggest(trial) for name, dimension in space.items()}
-            # one read for both looks: a twin that finished between two reads would be in neither
-            others = study.get_trials(deepcopy=False)
-            # settings already tried (proposed again, or queued twice): a trial that completed,
-            # was pruned or diverged ran in this trial's folder, so its outcome stands
-            earlier = _twin(others, trial.number, values, _counted)
-            if earlier is not None:
-                if earlier.user_attrs.get("diverged"):
-                    trial.set_user_attr("diverged", earlier.user_attrs["diverged"])
-                    raise TrainingDiverged(earlier.user_attrs["diverged"])
-                if earlier.state == TrialState.PRUNED:
-                    raise optuna.TrialPruned()
-                return earlier.value
-            # each trial records its settings before it looks, so of two given the same settings
-            # at once the later to look sees the other running: at most one of them runs
-            twin = _twin(others, trial.number, values, lambda t: t.state == TrialState.RUNNING)
-            if twin is not None:  # a failed trial, not counted: the setting stays twin's
-                trial.set_user_attr("duplicate", twin.number)
-                raise GiveWay(f"trial {twin.number} tries these settings")
-            folder = out / "trials" / trial_folder(values)
-            trial.set_user_attr("run", str(folder.resolve()))
-            trial.set_user_attr("worker", WORKER)
-            trial_objective, trial_optim = apply(values, base_weights, objective, optim)
-            callback = PruningCallback(trial, metric, config.prune)
-            try:
-                run = distill(
-                    data,
-                    student,
-                    trial_objective,
-                    trial_optim,
-                    folder,
-                    callbacks=[callback, *callbacks],
-                    cache_dir=out / "teacher_cache",
-                    tracking_config=tracking_config,
-                    tracking_parent=parent,
-                )
-            except TrainingDiverged as error:  # the trial fails (unscored); the study goes on
-                trial.set_user_attr("diverged", str(error))
-                raise
-            if callback.pruned:
-                raise optuna.TrialPruned()
-            if run.status().state == "stopped":  # asked to stop: retried on resume
-                trial.set_user_attr("stopped", True)
-                stopped.append(trial.number)
-                study.stop()
-                raise optuna.TrialPruned()
-            return run.results()["dev"][metric]
-
-        stopped: list[int] = []
-        _search(study, run_trial, target, points, stopped)
+        search = _Trial(
+            study,
+            data,
+            student,
+            objective,
+            optim,
+            space,
+            base_weights,
+            metric,
+            target,
+            config.prune,
+            out,
+            callbacks,
+            tracking_config,
+            parent,
+        )
+        _search(study, search, target, points, search.stopped)
         result = TuneResult(rows=trials_table(study))
-        best = best_trial(study)
-        if best is not None:
-            best_objective, best_optim = apply(best.params, base_weights, objective, optim)
-            tuned = {
-                "trial": best.number,
-                "dev": best.value,
-                "metric": metric,
-                "params": best.params,
-                "space": attrs["space"],
-                "study": config.study_name,
-                "storage": place.shown if place.shared else None,
-                "run": best.user_attrs.get("run"),
-                "worker": best.user_attrs.get("worker"),
-            }
-            sections = _sections(data, student, best_objective, best_optim)
-            result.best = out / "best.json"
-            atomic_write_json(result.best, with_format({**sections, "tuned": tuned}))
+        result.best = _write_best(search, config, place, attrs["space"])
     return result
 
 
