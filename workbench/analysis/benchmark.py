@@ -42,6 +42,7 @@ from workbench.analysis.settings import BenchmarkSettings, parse_batch_sizes, pa
 from workbench.core.config import DataConfig
 from workbench.core.data import (
     EncodedSplit,
+    Split,
     TaskData,
     batches,
     encode,
@@ -235,6 +236,107 @@ def _ratio(value: float | None, reference: float | None) -> float | None:
     return value / reference if value is not None and reference else None
 
 
+@dataclass
+class Measured:
+    """What :func:`measure` found: the texts' labels ``[N]`` as encoded, and per model (in
+    order) its peak memory (MB), its logits ``[N, C]``, the seconds to tokenise the texts per
+    timed round, and per batch size the seconds of each batch per timed round."""
+
+    labels: Tensor
+    memory: list[float]
+    logits: list[Tensor]
+    tokenise_s: list[list[float]]
+    timed: list[dict[int, list[list[float]]]]
+
+
+def measure(
+    candidates: Sequence[Candidate],
+    part: Split,
+    regression: bool,
+    sizes: list[int],
+    settings: BenchmarkSettings,
+    device: torch.device,
+) -> Measured:
+    """Time ``candidates`` on the texts ``part``, interleaved round by round (the first
+    ``settings.warmup`` rounds untimed): tokenisation, and forward passes at each batch size
+    over batches collated once; their peak memory at the largest size and their logits."""
+
+    def tokenise(candidate: Candidate) -> EncodedSplit:
+        return encode(part, candidate.tokenizer, candidate.max_length, regression)
+
+    encoded = [tokenise(c) for c in candidates]
+    padded = [  # batches in the split's order, collated once: only the forward pass is timed
+        {
+            b: [
+                to_device(batch, c.device)
+                for batch in batches(e, range(len(e)), b, pad_id(c.tokenizer))
+            ]
+            for b in sizes
+        }
+        for c, e in zip(candidates, encoded, strict=True)
+    ]
+
+    def pass_over(index: int, size: int) -> list[float]:
+        run, on = candidates[index].run, candidates[index].device
+        return [time_step(lambda batch=batch: run(batch), on) for batch in padded[index][size]]
+
+    found = Measured(
+        encoded[0].labels,
+        [],
+        [],
+        [[] for _ in candidates],
+        [{b: [] for b in sizes} for _ in candidates],
+    )
+    with torch.inference_mode():
+        for candidate, these in zip(candidates, padded, strict=True):
+            candidate.run(these[sizes[0]][0])  # one-time initialisation outside the measures
+        found.memory = [
+            peak_memory_mb(lambda i=i: pass_over(i, sizes[-1]), device)
+            for i in range(len(candidates))
+        ]
+        found.logits = [
+            logits_in_order(
+                lambda batch, c=c: c.run(to_device(batch, c.device)).float().cpu(),
+                e,
+                sizes[-1],
+                pad_id(c.tokenizer),
+            )
+            for c, e in zip(candidates, encoded, strict=True)
+        ]
+        for round_ in range(settings.warmup + settings.repeats):
+            for index, candidate in enumerate(candidates):
+                start = time.perf_counter()
+                tokenise(candidate)
+                elapsed = time.perf_counter() - start
+                runs = {b: pass_over(index, b) for b in sizes}
+                if round_ >= settings.warmup:
+                    found.tokenise_s[index].append(elapsed)
+                    for b in sizes:
+                        found.timed[index][b].append(runs[b])
+    return found
+
+
+def _row(candidate: Candidate, found: Measured, index: int, sizes: list[int], texts: int) -> dict:
+    """A model's measured numbers (:func:`benchmark`'s row before ratios and metrics)."""
+    row: dict = {
+        "name": candidate.name,
+        "engine": candidate.engine,
+        "source": candidate.source,
+        "parameters": candidate.parameters,
+        "disk_mb": candidate.disk_mb,
+        "peak_memory_mb": found.memory[index],
+        "tokenize_ms_per_text": statistics.median(found.tokenise_s[index]) / texts * 1e3,
+    }
+    if 1 in sizes:
+        single = np.array([s for round_ in found.timed[index][1] for s in round_]) * 1e3
+        row["latency_ms_median"] = float(np.median(single))
+        row["latency_ms_p95"] = float(np.percentile(single, 95))
+    for b in sizes[1:]:
+        seconds = statistics.median(sum(round_) for round_ in found.timed[index][b])
+        row[f"throughput_b{b}"] = texts / seconds
+    return row
+
+
 def benchmark(
     sources: Sequence[str],
     settings: BenchmarkSettings,
@@ -262,79 +364,13 @@ def benchmark(
         raise WorkbenchError(f"split {settings.split!r} not in {sorted(task.splits)}")
     seed = (data or DataConfig()).split_seed
     part = sample_split(task.splits[settings.split], settings.examples or None, seed, exact=True)
-    regression = task.spec.regression
-
-    def tokenise(candidate: Candidate) -> EncodedSplit:
-        return encode(part, candidate.tokenizer, candidate.max_length, regression)
-
-    encoded = [tokenise(c) for c in candidates]
-    padded = [  # batches in the split's order, collated once: only the forward pass is timed
-        {
-            b: [
-                to_device(batch, c.device)
-                for batch in batches(e, range(len(e)), b, pad_id(c.tokenizer))
-            ]
-            for b in sizes
-        }
-        for c, e in zip(candidates, encoded, strict=True)
-    ]
-
-    def pass_over(index: int, size: int) -> list[float]:
-        run, on = candidates[index].run, candidates[index].device
-        return [time_step(lambda batch=batch: run(batch), on) for batch in padded[index][size]]
-
-    tokenise_s: list[list[float]] = [[] for _ in candidates]
-    timed: list[dict[int, list[list[float]]]] = [{b: [] for b in sizes} for _ in candidates]
-    with torch.inference_mode():
-        for candidate, these in zip(candidates, padded, strict=True):
-            candidate.run(these[sizes[0]][0])  # one-time initialisation outside the measures
-        memory = [
-            peak_memory_mb(lambda i=i: pass_over(i, sizes[-1]), device)
-            for i in range(len(candidates))
-        ]
-        logits = [
-            logits_in_order(
-                lambda batch, c=c: c.run(to_device(batch, c.device)).float().cpu(),
-                e,
-                sizes[-1],
-                pad_id(c.tokenizer),
-            )
-            for c, e in zip(candidates, encoded, strict=True)
-        ]
-        for round_ in range(settings.warmup + settings.repeats):
-            for index, candidate in enumerate(candidates):
-                start = time.perf_counter()
-                tokenise(candidate)
-                elapsed = time.perf_counter() - start
-                runs = {b: pass_over(index, b) for b in sizes}
-                if round_ >= settings.warmup:
-                    tokenise_s[index].append(elapsed)
-                    for b in sizes:
-                        timed[index][b].append(runs[b])
-    rows = []
-    for index, candidate in enumerate(candidates):
-        row: dict = {
-            "name": candidate.name,
-            "engine": candidate.engine,
-            "source": candidate.source,
-            "parameters": candidate.parameters,
-            "disk_mb": candidate.disk_mb,
-            "peak_memory_mb": memory[index],
-            "tokenize_ms_per_text": statistics.median(tokenise_s[index]) / len(part) * 1e3,
-        }
-        if 1 in sizes:
-            single = np.array([s for round_ in timed[index][1] for s in round_]) * 1e3
-            row["latency_ms_median"] = float(np.median(single))
-            row["latency_ms_p95"] = float(np.percentile(single, 95))
-        for b in sizes[1:]:
-            seconds = statistics.median(sum(round_) for round_ in timed[index][b])
-            row[f"throughput_b{b}"] = len(part) / seconds
-        rows.append(row)
+    found = measure(candidates, part, task.spec.regression, sizes, settings, device)
+    rows = [_row(c, found, i, sizes, len(part)) for i, c in enumerate(candidates)]
     measured = [key for key in rows[0] if key not in ("name", "engine", "source")]
-    for row, candidate, these in zip(rows, candidates, logits, strict=True):
+    for row, candidate, these in zip(rows, candidates, found.logits, strict=True):
         row["max_length"] = candidate.max_length
         row |= {f"{key}_ratio": _ratio(row[key], rows[0][key]) for key in measured}
-        row |= evaluate_logits(task.spec, these, encoded[0].labels, logits[0])
+        row |= evaluate_logits(task.spec, these, found.labels, found.logits[0])
     return {
         "reference": candidates[0].name,
         "settings": {
