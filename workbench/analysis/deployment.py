@@ -40,6 +40,7 @@ from workbench.core.config import DataConfig, from_dict, option_name, set_settin
 from workbench.core.data import (
     EncodedSplit,
     Split,
+    TaskData,
     TaskSpec,
     batches,
     encode,
@@ -422,19 +423,10 @@ def _card_section(record: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def export_onnx_folder(
-    loaded: LoadedModel, out: Path, settings: OnnxSettings, split: str = "test"
-) -> dict:
-    """Export a run's model (:func:`export_onnx`, fused by :func:`fuse_graph` with
-    ``settings.fuse``, and :func:`quantize_int8` with ``settings.quantize``) into ``out`` and
-    return the export's record.
-
-    Every graph is checked on a stratified random sample of about ``settings.examples`` texts
-    of the run's ``split`` (0: all of them) against the PyTorch model (:func:`parity`) before
-    the folder is released: it is built in a temporary folder beside ``out`` and renamed to
-    ``out`` only when every graph's label agreement reaches ``settings.min_agreement``;
-    otherwise it is renamed to ``out.rejected`` (replacing an earlier rejected export) and the
-    error says so, in one line."""
+def check_onnx_settings(loaded: LoadedModel, settings: OnnxSettings) -> None:
+    """Refuse, in one line, settings of an ONNX export that cannot apply: a regression run, int8
+    options without ``--quantize``, a static calibration for a dynamic graph, an empty
+    ``--keep-float`` name, ``--fuse`` for an architecture ONNX Runtime cannot fuse."""
     if loaded.spec.regression:
         raise WorkbenchError(
             "the ONNX export is checked by label agreement: regression runs are not supported"
@@ -460,6 +452,87 @@ def export_onnx_folder(
             f"{loaded.model.config.model_type} models; export without --fuse (ONNX Runtime "
             "still optimises the graph as it loads it)"
         )
+
+
+def _calibration(
+    loaded: LoadedModel, task: TaskData, settings: OnnxSettings
+) -> tuple[list[dict] | None, dict | None]:
+    """A static int8 graph's calibration batches (``settings.calibration_examples`` dev texts,
+    batches of 16 as the graph's inputs) and their record; None for a dynamic or no int8."""
+    if settings.quantize is None or settings.int8 != "static":
+        return None, None
+    texts = sample_split(task.splits["dev"], settings.calibration_examples, loaded.data.split_seed)
+    dev = encode(texts, loaded.tokenizer, loaded.max_length)
+    names = graph_inputs(loaded.model)
+    calibration = [
+        {name: batch[name].numpy() for name in names}
+        for batch in batches(dev, list(range(len(dev))), 16, pad_id(loaded.tokenizer))
+    ]
+    return calibration, {"split": "dev", "examples": len(dev)}
+
+
+def _write_graphs(
+    loaded: LoadedModel,
+    staging: Path,
+    out: Path,
+    settings: OnnxSettings,
+    record: dict,
+    task: TaskData,
+    dataset: EncodedSplit,
+    reference: Tensor,
+) -> None:
+    """Into ``staging``: the config, tokenizer, float32 graph (fused with ``settings.fuse``),
+    int8 graph (``settings.quantize``), each graph's parity with the PyTorch model's
+    ``reference`` logits ``[N, C]`` on ``dataset`` (in ``record``), the record and the card;
+    a static int8 graph calibrated on ``task``'s dev split."""
+    calibration, calibrated = _calibration(loaded, task, settings)
+    loaded.model.config.save_pretrained(staging)
+    loaded.tokenizer.save_pretrained(staging)
+    fp32 = staging / GRAPHS["fp32"]
+    exported = staging / "unfused.onnx" if settings.fuse else fp32
+    export_onnx(loaded.model, loaded.tokenizer, exported)
+    if settings.fuse:
+        record["fusions"] = fuse_graph(loaded.model, exported, fp32)
+        exported.unlink()
+    if settings.quantize:
+        quantize_int8(fp32, staging / GRAPHS["int8"], settings, calibration)
+        record["quantization"] = {
+            "weights": "int8",
+            "activations": settings.int8,
+            "per_channel": settings.per_channel,
+            "kept_float": list(settings.keep_float),
+            "calibration": calibrated,
+        }
+    for precision in ("fp32", *([settings.quantize] if settings.quantize else [])):
+        file = staging / GRAPHS[precision]
+        session = open_session(file, torch.get_num_threads())
+        classifier = OnnxClassifier(
+            session, loaded.tokenizer, loaded.spec, loaded.data, out.name, file, precision
+        )
+        measured = parity(reference, onnx_logits(classifier, dataset))
+        record["graphs"][precision] = {
+            "file": file.name,
+            "size_mb": file.stat().st_size / 1e6,
+            **measured,
+        }
+    atomic_write_json(staging / RECORD, with_format(record))
+    atomic_write_text(staging / "README.md", model_card(loaded.run, "onnx") + _card_section(record))
+
+
+def export_onnx_folder(
+    loaded: LoadedModel, out: Path, settings: OnnxSettings, split: str = "test"
+) -> dict:
+    """Export a run's model (:func:`export_onnx`, fused by :func:`fuse_graph` with
+    ``settings.fuse``, and :func:`quantize_int8` with ``settings.quantize``) into ``out`` and
+    return the export's record.
+
+    Every graph is checked on a stratified random sample of about ``settings.examples`` texts
+    of the run's ``split`` (0: all of them) against the PyTorch model (:func:`parity`) before
+    the folder is released: it is built in a temporary folder beside ``out`` and renamed to
+    ``out`` only when every graph's label agreement reaches ``settings.min_agreement``;
+    otherwise it is renamed to ``out.rejected`` (replacing an earlier rejected export) and the
+    error says so, in one line."""
+    check_onnx_settings(loaded, settings)
     task = load_task(loaded.data)
     static = settings.quantize is not None and settings.int8 == "static"
     for needed in (split, *(["dev"] if static else [])):
@@ -468,18 +541,6 @@ def export_onnx_folder(
     part = sample_split(task.splits[split], settings.examples or None, loaded.data.split_seed)
     dataset = encode(part, loaded.tokenizer, loaded.max_length)
     reference = predict_logits(loaded.model, dataset, 64, pad_id(loaded.tokenizer))
-    calibration, calibrated = None, None
-    if static:
-        texts = sample_split(
-            task.splits["dev"], settings.calibration_examples, loaded.data.split_seed
-        )
-        dev = encode(texts, loaded.tokenizer, loaded.max_length)
-        names = graph_inputs(loaded.model)
-        calibration = [
-            {name: batch[name].numpy() for name in names}
-            for batch in batches(dev, list(range(len(dev))), 16, pad_id(loaded.tokenizer))
-        ]
-        calibrated = {"split": "dev", "examples": len(dev)}
     set_label_names(loaded.model, loaded.spec)
     record = {
         "format": "onnx",
@@ -503,39 +564,7 @@ def export_onnx_folder(
     }
     staging = staging_folder(out)
     try:
-        loaded.model.config.save_pretrained(staging)
-        loaded.tokenizer.save_pretrained(staging)
-        fp32 = staging / GRAPHS["fp32"]
-        exported = staging / "unfused.onnx" if settings.fuse else fp32
-        export_onnx(loaded.model, loaded.tokenizer, exported)
-        if settings.fuse:
-            record["fusions"] = fuse_graph(loaded.model, exported, fp32)
-            exported.unlink()
-        if settings.quantize:
-            quantize_int8(fp32, staging / GRAPHS["int8"], settings, calibration)
-            record["quantization"] = {
-                "weights": "int8",
-                "activations": settings.int8,
-                "per_channel": settings.per_channel,
-                "kept_float": list(settings.keep_float),
-                "calibration": calibrated,
-            }
-        for precision in ("fp32", *([settings.quantize] if settings.quantize else [])):
-            file = staging / GRAPHS[precision]
-            session = open_session(file, torch.get_num_threads())
-            classifier = OnnxClassifier(
-                session, loaded.tokenizer, loaded.spec, loaded.data, out.name, file, precision
-            )
-            measured = parity(reference, onnx_logits(classifier, dataset))
-            record["graphs"][precision] = {
-                "file": file.name,
-                "size_mb": file.stat().st_size / 1e6,
-                **measured,
-            }
-        atomic_write_json(staging / RECORD, with_format(record))
-        atomic_write_text(
-            staging / "README.md", model_card(loaded.run, "onnx") + _card_section(record)
-        )
+        _write_graphs(loaded, staging, out, settings, record, task, dataset, reference)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
