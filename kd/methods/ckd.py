@@ -274,8 +274,9 @@ STATES = {
 def _teacher_relation_states(objective: Objective, teacher: PreTrainedModel, batch) -> Tensor:
     hidden = models.forward(teacher, batch, hidden_states=True).hidden_states
     states = torch.stack([hidden[t] for _, t in objective.relation_pairs], dim=2)  # [B, L, K, d]
-    if "word_ids" in batch:  # another tokenizer's student: word states, the mean of its tokens
-        return alignment.pool_words(states, batch["word_ids"], "mean")
+    if "word_ids" in batch:  # another tokenizer's student: word states, the mean of its
+        ids = batch["word_ids"]  # tokens, in the first W of the teacher's token rows
+        return alignment.pad_words(alignment.pool_words(states, ids, "mean"), ids.shape[1])
     return states
 
 
@@ -285,11 +286,13 @@ def _relation_states(objective: Objective, inputs: StepInputs) -> tuple[Tensor, 
     hidden = inputs.student.hidden_states
     student = torch.stack([hidden[s] for s, _ in objective.relation_pairs], dim=1)
     mask = inputs.batch["attention_mask"]
+    teacher = inputs.teacher["relation_states"]  # [B, L_t, K, d]
     if "word_ids" in inputs.batch:
         ids = inputs.batch["word_ids"]
         student = alignment.pool_words(student.transpose(1, 2), ids, "mean").transpose(1, 2)
         mask = alignment.word_mask(ids)
-    return student, inputs.teacher["relation_states"].transpose(1, 2), mask
+        teacher = teacher[:, : mask.shape[1]]  # the shared words, in the first W rows
+    return student, teacher.transpose(1, 2), mask
 
 
 # Pairs and windowed triples: two counts at once, so a batch split into parts (processes,

@@ -154,14 +154,26 @@ def test_a_student_trained_from_a_cache_equals_one_trained_with_its_teacher(work
     )
 
 
-def test_across_tokenizers_a_cache_holds_the_fields_on_the_students_words(work, tmp_path, capsys):
+def _dev_terms(run: Path) -> dict[str, float]:
+    """The terms' values of the last dev record of a run's ``metrics.jsonl``."""
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return next(r for r in reversed(records) if r["split"] == "dev")
+
+
+@pytest.mark.parametrize(
+    ("method", "term"),
+    [(["--preset", "adkd", "--attr-steps", "4"], "attr"), (["--preset", "ckd"], "ltr")],
+)
+def test_across_tokenizers_a_cache_holds_the_fields_on_the_students_words(
+    work, tmp_path, capsys, method, term
+):
     folder, student = (
         tmp_path / "cache",
-        ["--init", "pretrained", "--pretrained", str(work / "bert")],
+        ["--init", "pretrained", "--pretrained", str(work / "bert"), "--num-layers", "2"],
     )
-    common = [*_data(work), "--preset", "adkd", "--attr-steps", "4", *student]
+    common = [*_data(work), *method, *student]
     assert main(["cache", "--teacher", str(work / "llama"), *common, "--out", str(folder)]) == 0
-    run = tmp_path / "student"
+    run, live = tmp_path / "student", tmp_path / "live"
     optim = ["--epochs", "0.2", "--batch-size", "16", "--threads", "1"]
     assert (
         main(["distill", "--teacher-cache", str(folder), *common, *optim, "--run-dir", str(run)])
@@ -172,10 +184,17 @@ def test_across_tokenizers_a_cache_holds_the_fields_on_the_students_words(work, 
     assert (
         "teacher and student read the text through different tokenizers" in capsys.readouterr().err
     )
+    # the same student trained with the teacher itself: its term's value within float32's
+    # rounding of the teacher's fields computed in other batches (the cache's of 64)
+    teacher = ["--teacher", str(work / "llama")]
+    assert main(["distill", *teacher, *common, *optim, "--run-dir", str(live)]) == 0
+    cached_terms, live_terms = _dev_terms(run), _dev_terms(live)
+    assert cached_terms[term] > 0
+    assert cached_terms[term] == pytest.approx(live_terms[term], rel=1e-4)
     capsys.readouterr()
     # a student of the teacher's own tokenizer reads the teacher's tokens, not these words
     random = ["--init", "random", "--num-layers", "2"]
-    other = [*_data(work), "--preset", "adkd", "--attr-steps", "4", *random, *optim]
+    other = [*_data(work), *method, *random, *optim]
     assert (
         main(["distill", "--teacher-cache", str(folder), *other, "--run-dir", str(run) + "2"]) == 2
     )
