@@ -1,12 +1,14 @@
 """Students of a teacher cache, with seeds and paired intervals: each preset's student (and its
 control: the same set-up with the method's own terms at weight 0) distilled from the teacher's
 cache per seed, one row per student, and the two-level bootstrap intervals of each method
-against its control and against vanilla KD in test accuracy and label loyalty.
+against its control and against vanilla KD in test accuracy, label loyalty and (with
+``--teacher``) saliency loyalty.
 
-    python -m bench.llm_teacher_students --teacher-cache caches/smollm2-head-gkd \\
-        --task tweets --max-train-examples 1200 --max-eval-examples 300 --max-length 32 \\
-        --init pretrained --pretrained minilm-l6 --presets kd,gkd --seeds 1,2,3 --epochs 3 \\
-        --out suite
+    python -m bench.llm_teacher_students --teacher-cache caches/flagship \\
+        --teacher runs/smollm2-head --task tweets --max-train-examples 1200 \\
+        --max-eval-examples 2000 --max-length 32 --init pretrained --pretrained minilm-l6 \\
+        --num-layers 3 --presets kd,gkd,adkd,ckd,pkd-skip --seeds 1,2,3 --epochs 3 \\
+        --out flagship
 
 Students go to ``<out>/runs/<preset>[-control]-s<seed>``: a finished run is reused, an
 interrupted one resumed. ``bench/results/<--results>.json`` is rewritten after each student.
