@@ -2,7 +2,8 @@
 real checkpoint with one extra entry) is refused in one line naming the file on every path that
 resumes a training — ``kdw train-teacher`` and ``kdw distill``, a ``kdw tune`` trial retried, a
 reproduction suite reusing a student folder, the app's Resume — and the code it carries never
-runs (its marker file is never created)."""
+runs (its marker file is never created); a model whose pickled weights carry one is refused in
+one line that does not repeat torch's advice to load it anyway."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from kd.cli import main
 from kd.experiments.config import TuneConfig
@@ -23,6 +25,7 @@ from kd.methods.config import ObjectiveConfig
 from kd.training.config import OptimConfig, StudentConfig, TeacherConfig
 from kd.training.pipeline import distill, train_teacher
 from tests.conftest import write_tiny_workspace
+from tests.tiny_families import save_family_model
 from workbench.app import runner as app_runner
 from workbench.core.config import DataConfig
 from workbench.core.errors import WorkbenchError
@@ -222,3 +225,23 @@ def test_a_checkpoint_of_an_older_version_with_numpy_arrays_is_refused(work, tmp
     torch.save(saved, teacher / "checkpoint.pt")
     with pytest.raises(WorkbenchError, match="is not a plain-tensor checkpoint"):
         Run(teacher).load_checkpoint("cpu")
+
+
+def test_a_models_pickled_weights_are_refused_without_torchs_advice(tmp_path, capsys):
+    """A model folder whose ``pytorch_model.bin`` carries an object beyond tensors: one line
+    that says why, never torch's advice to load it with ``weights_only=False``; its code never
+    runs."""
+    folder = save_family_model("bert", tmp_path / "model", ["a", "b"], seed=1)
+    marker = tmp_path / "ran"
+    weights = load_file(folder / "model.safetensors")
+    (folder / "model.safetensors").unlink()
+    torch.save({**weights, "extra": Planted(marker)}, folder / "pytorch_model.bin")
+    out = tmp_path / "out.jsonl"
+    assert main(["attribute", str(folder), "--text", "a b", "--out", str(out)]) == 2
+    text = capsys.readouterr().err.strip().splitlines()[-1]
+    assert text == (
+        f"kdw: error: cannot load model {str(folder)!r}: its pickled weights hold objects beyond "
+        "tensors, which loading would run as code, and are refused; convert them to safetensors "
+        "where they were made, from a source you trust"
+    )
+    assert "weights_only" not in text and not marker.exists() and not out.exists()

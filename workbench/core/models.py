@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
+import pickle
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext, suppress
@@ -150,6 +151,12 @@ def _from_pretrained(
                 f"and weights, or the built-in {', '.join(BUILTIN_MODELS)}",
             ) from None
         raise WorkbenchError(f"cannot load {what} {name!r}: {first_line(error)}") from None
+    except pickle.UnpicklingError:  # torch's own advice would run the pickle: not repeated
+        raise WorkbenchError(
+            f"cannot load {what} {name!r}: its pickled weights hold objects beyond tensors, "
+            "which loading would run as code, and are refused; convert them to safetensors "
+            "where they were made, from a source you trust"
+        ) from None
     except Exception as error:  # a damaged file of the folder: the library's errors vary
         raise WorkbenchError(
             f"cannot load {what} {name!r} ({type(error).__name__}: {first_line(error)}): a file "
