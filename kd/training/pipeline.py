@@ -409,8 +409,9 @@ def build_student(
     ]
     if widths and config.init != "random":
         raise WorkbenchError(
-            f"{' and '.join(widths)} set(s) the width of a random student: a student of --init "
-            f"{config.init} has its source's width (use --init random, or leave them out)"
+            f"{' and '.join(widths)}: only a random student's width is chosen; a student of "
+            f"--init {config.init} has its source's width (use --init random, or leave "
+            f"{'it' if len(widths) == 1 else 'them'} out)"
         )
     kept = None
     if config.init == "pretrained":

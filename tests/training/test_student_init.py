@@ -92,12 +92,12 @@ def test_the_record_describes_the_saved_student(work, tmp_path, capsys, student,
     [
         (
             ["--init", "cut", "--hidden-size", "16"],
-            "kdw: error: --hidden-size set(s) the width of a random student: a student of --init "
-            "cut has its source's width",
+            "kdw: error: --hidden-size: only a random student's width is chosen; a student of "
+            "--init cut has its source's width (use --init random, or leave it out)",
         ),
         (
             [*PRETRAINED, "--num-heads", "2"],
-            "kdw: error: --num-heads set(s) the width of a random student",
+            "kdw: error: --num-heads: only a random student's width is chosen",
         ),
         (
             [*PRETRAINED, "--num-layers", "9"],
