@@ -11,7 +11,9 @@ against its control and against vanilla KD in test accuracy, label loyalty and (
         --out flagship
 
 Students go to ``<out>/runs/<preset>[-control]-s<seed>``: a finished run is reused, an
-interrupted one resumed. ``bench/results/<--results>.json`` is rewritten after each student.
+interrupted one resumed; a control that trains as an earlier arm of its seed does (CKD's and
+PKD's, whose presets weigh CE and KD as vanilla KD does) takes that arm's student.
+``bench/results/<--results>.json`` is rewritten after each student.
 With ``--teacher`` the cache is first completed with the fields each arm reads that it lacks
 (vanilla KD and a control read the logits alone, under a key of their own), and each student's
 saliency loyalty is measured on the test split (Grad saliency; on the words both tokenisations
@@ -31,7 +33,7 @@ import torch
 
 from bench.common import setup, table, write_results
 from kd.methods.config import ObjectiveConfig
-from kd.methods.objective import control
+from kd.methods.objective import Objective, control, preset_weights
 from kd.training import distill
 from kd.training.config import OptimConfig, StudentConfig
 from kd.training.pipeline import build_teacher_cache
@@ -45,6 +47,7 @@ from workbench.analysis.stats import (
     two_level_bootstrap,
 )
 from workbench.core.config import DataConfig
+from workbench.core.errors import WorkbenchError
 from workbench.core.files import atomic_write_json
 from workbench.core.models import load_for_task, load_tokenizer
 
@@ -65,6 +68,18 @@ def arms(presets: Sequence[str]) -> list[tuple[str, bool, ObjectiveConfig]]:
         if control(objective) != objective:
             out.append((preset, True, control(objective)))
     return out
+
+
+def same_training(a: ObjectiveConfig, b: ObjectiveConfig) -> bool:
+    """Whether two objectives without terms of their own train one student: the same weights
+    and resolved record (τ, KD form, the student's set-up), as ``run.json`` keeps it. A
+    control whose preset weighs CE and KD as vanilla KD does is vanilla KD's training."""
+    if control(a) != a or control(b) != b or preset_weights(a) != preset_weights(b):
+        return False
+    try:  # layer counts matter only to layer-mapping terms, whose layers these cannot tell
+        return Objective.resolve(a, 1, 1).record() == Objective.resolve(b, 1, 1).record()
+    except WorkbenchError:
+        return False
 
 
 def _read(path: Path) -> dict:
@@ -252,6 +267,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
         teacher = teacher_saliency(args.teacher, data, out / "teacher-test.pt")
     rows: list[dict] = []
     for seed in seeds:
+        trained: list[tuple[ObjectiveConfig, Path]] = []
         for preset, is_control, objective in students:
             name = f"{preset}{'-control' if is_control else ''}-s{seed}"
             optim = OptimConfig(
@@ -261,11 +277,17 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
                 threads=args.threads,
                 device=args.device,
             )
-            run = distill(data, student, objective, optim, out / "runs" / name)
+            path = next((p for o, p in trained if same_training(o, objective)), None)
+            if path is None:
+                path = distill(data, student, objective, optim, out / "runs" / name).path
+                trained.append((objective, path))
+            else:
+                print(f"{name}: the same training as {path.name}, whose student it reuses")
+            name = path.name
             loyalty = None
             if teacher is not None:
-                loyalty = saliency(data, teacher, run.path, out / "saliency" / f"{name}.json")
-            rows.append(row(run.path, cache, preset, is_control, seed, student, loyalty))
+                loyalty = saliency(data, teacher, path, out / "saliency" / f"{name}.json")
+            rows.append(row(path, cache, preset, is_control, seed, student, loyalty))
             write_results(
                 args.results,
                 {

@@ -13,11 +13,11 @@ import pytest
 from transformers import AutoTokenizer
 
 import bench.common
-from bench.llm_teacher_students import main
+from bench.llm_teacher_students import main, same_training
+from kd.methods.config import ObjectiveConfig
+from kd.methods.objective import control
 from tests.conftest import write_tiny_workspace
 from tests.tiny_families import LAYERS, save_family_model
-
-pytestmark = pytest.mark.slow  # builds a cache and trains three students: seconds
 
 LABELS = ["negative", "neutral", "positive"]
 
@@ -26,6 +26,7 @@ def _read(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
+@pytest.mark.slow  # builds a cache and trains three students: seconds
 def test_rows_and_pairs_match_the_runs(tmp_path, monkeypatch):
     write_tiny_workspace(tmp_path)
     save_family_model("llama", tmp_path / "llama", LABELS, seed=1)
@@ -113,3 +114,19 @@ def test_rows_and_pairs_match_the_runs(tmp_path, monkeypatch):
 
     # a second call reuses the finished runs: the same rows
     assert [r["test_accuracy"] for r in main(argv)] == [r["test_accuracy"] for r in rows]
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "same"),
+    [
+        ("kd", "ckd", True),  # CKD's and PKD's controls weigh CE and KD as vanilla KD does
+        ("kd", "pkd-skip", True),
+        ("kd", "gkd", False),  # GKD's control keeps its student set-up: dropout off
+        ("kd", "adkd", False),  # AD-KD's control weighs CE 0.1, KD 0.9 at τ 2
+        ("ckd", "ckd", True),
+    ],
+)
+def test_a_control_that_trains_as_vanilla_kd_is_recognised(a, b, same):
+    one, other = ObjectiveConfig(preset=a), control(ObjectiveConfig(preset=b))
+    assert same_training(control(one), other) is same
+    assert same_training(ObjectiveConfig(preset="ckd"), other) is False  # own terms: never
