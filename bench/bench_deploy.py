@@ -6,6 +6,8 @@ on the bundled tweets' test split (ratios to the PyTorch teacher, loyalty to it)
                                                     #   bench/results/deploy-demo.json
     python -m bench.bench_deploy TEACHER STUDENT    # any two run folders of one task
     python -m bench.bench_deploy --tiny             # tiny random models trained for seconds
+    python -m bench.bench_deploy TEACHER STUDENT --student-graphs-only --results deploy-llm
+                                                    # a teacher in PyTorch alone (an LLM)
 
 Both runs are exported with ``kdw export-model --onnx --quantize int8`` (dynamic, per-channel
 int8) into a temporary folder
@@ -66,6 +68,12 @@ def main() -> None:
         help="label agreement each export needs with its PyTorch model (int8 teachers lose "
         "more than their students)",
     )
+    parser.add_argument(
+        "--student-graphs-only",
+        action="store_true",
+        help="export the student alone: the teacher runs in PyTorch only",
+    )
+    parser.add_argument("--results", help="bench/results/<name>.json (default: by the runs)")
     args = parser.parse_args()
     setup(threads=2)
     with tempfile.TemporaryDirectory() as scratch:
@@ -75,7 +83,7 @@ def main() -> None:
         else:
             teacher, student = map(Path, args.runs or (DEMO / "teacher", DEMO / "student-kd"))
         exports = []
-        for run in (teacher, student):
+        for run in (student,) if args.student_graphs_only else (teacher, student):
             out = root / f"{run.name}-onnx"
             export = OnnxSettings(
                 quantize="int8", examples=args.examples, min_agreement=args.min_agreement
@@ -87,7 +95,9 @@ def main() -> None:
         )
         report = benchmark([str(teacher), str(student), *exports], settings)
     print(format_benchmark(report))
-    name = "deploy-tiny" if args.tiny else "deploy" if args.runs else "deploy-demo"
+    name = args.results or (
+        "deploy-tiny" if args.tiny else "deploy" if args.runs else "deploy-demo"
+    )
     path = write_results(name, report)
     print(f"\nwritten to {path}")
 

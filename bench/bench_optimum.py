@@ -16,7 +16,8 @@ with ``python -m venv`` and installs into it this torch, this ONNX Runtime,
 Every graph and model runs on ``--threads`` threads (1 by default: one engine per core), in
 interleaved rounds (1 warm-up, ``--repeats`` timed; medians): throughput over a random sample of
 ``--examples`` test texts in batches of 32, latency over 100 of them one by one. Label agreement
-is with the PyTorch student on the same texts.
+is with the PyTorch teacher and with the PyTorch student on the same texts; the teacher reads
+them through its own tokenizer (an LLM teacher's byte-level BPE, for one).
 """
 
 from __future__ import annotations
@@ -37,13 +38,14 @@ from kd.training.pipeline import export_model
 from workbench.analysis.deployment import GRAPHS, open_session
 from workbench.analysis.metrics import label_loyalty
 from workbench.analysis.settings import OnnxSettings
-from workbench.core.data import batches, encode, load_task, pad_id, sample_split
+from workbench.core.data import Split, batches, encode, load_task, pad_id, sample_split
 from workbench.core.files import user_cache
-from workbench.core.models import load_run
+from workbench.core.models import LoadedModel, load_run
 
 DEMO = Path("runs/demo")
 OPTIMUM_PRESETS = ("avx2", "avx512_vnni")
 OPTIMUM_PACKAGES = ("optimum-onnx[onnxruntime]", "transformers<4.58")
+LATENCY_TEXTS = 100
 
 
 def optimum_env(folder: Path) -> Path:
@@ -73,6 +75,16 @@ def optimum_graphs(cli: Path, model_dir: Path, root: Path) -> dict[str, Path]:
         subprocess.run([*quantize, f"--{preset}", "-o", str(out)], **quiet)
         graphs[f"optimum int8 --{preset}"] = out / "model_quantized.onnx"
     return graphs
+
+
+def encoded(sample: Split, model: LoadedModel) -> tuple[list[dict], list[dict]]:
+    """``sample`` in ``model``'s own tokens (a teacher of another tokenizer reads its own):
+    padded batches of 32, and the first :data:`LATENCY_TEXTS` texts one by one."""
+    texts = encode(sample, model.tokenizer, model.max_length)
+    pad = pad_id(model.tokenizer)
+    by_32 = list(batches(texts, list(range(len(texts))), 32, pad))
+    by_1 = list(batches(texts, list(range(min(LATENCY_TEXTS, len(texts)))), 1, pad))
+    return by_32, by_1
 
 
 def graph_call(path: Path, threads: int) -> Callable[[dict], torch.Tensor]:
@@ -106,6 +118,7 @@ def main() -> None:
         default=user_cache() / "optimum-env",
         help="Optimum's environment (created on first use)",
     )
+    parser.add_argument("--results", default="optimum", help="bench/results/<name>.json")
     args = parser.parse_args()
     setup(threads=args.threads)
     teacher_run, student_run = map(Path, args.runs or (DEMO / "teacher", DEMO / "student-kd"))
@@ -125,24 +138,25 @@ def main() -> None:
             calls[name] = graph_call(path, args.threads)
         test = load_task(student.data).splits["test"]
         sample = sample_split(test, args.examples, student.data.split_seed)
-        texts = encode(sample, student.tokenizer, student.max_length)
-        pad = pad_id(student.tokenizer)
-        by_32 = list(batches(texts, list(range(len(texts))), 32, pad))
-        by_1 = list(batches(texts, list(range(min(100, len(texts)))), 1, pad))
-        logits = {name: torch.cat([call(b) for b in by_32]) for name, call in calls.items()}
-        steps = {}
+        inputs = {"teacher": encoded(sample, teacher), "student": encoded(sample, student)}
+        logits, steps = {}, {}
         for name, call in calls.items():
-            steps[(name, 32)] = lambda call=call: [call(b) for b in by_32]
-            steps[(name, 1)] = lambda call=call: [call(b) for b in by_1]
+            by_32, by_1 = inputs["teacher" if name == "teacher pytorch" else "student"]
+            logits[name] = torch.cat([call(b) for b in by_32])
+            steps[(name, 32)] = lambda call=call, by_32=by_32: [call(b) for b in by_32]
+            steps[(name, 1)] = lambda call=call, by_1=by_1: [call(b) for b in by_1]
         seconds = interleaved_medians(steps, args.repeats)
+        labels = torch.as_tensor(sample.labels)
     rows = []
+    latency_texts = min(LATENCY_TEXTS, len(sample.texts))
     for name in calls:
         rows.append(
             {
                 "model": name,
-                "throughput_b32": len(texts) / seconds[(name, 32)],
-                "latency_ms_b1": 1000 * seconds[(name, 1)] / len(by_1),
-                "accuracy": float((logits[name].argmax(-1) == texts.labels).float().mean()),
+                "throughput_b32": len(sample.texts) / seconds[(name, 32)],
+                "latency_ms_b1": 1000 * seconds[(name, 1)] / latency_texts,
+                "accuracy": float((logits[name].argmax(-1) == labels).float().mean()),
+                "agreement_with_teacher": label_loyalty(logits["teacher pytorch"], logits[name]),
                 "agreement_with_student": label_loyalty(logits["student pytorch"], logits[name]),
             }
         )
@@ -156,12 +170,12 @@ def main() -> None:
     settings = {
         "teacher": str(teacher_run),
         "student": str(student_run),
-        "examples": len(texts),
-        "latency_texts": len(by_1),
+        "examples": len(sample.texts),
+        "latency_texts": latency_texts,
         "threads": args.threads,
         "repeats": args.repeats,
     }
-    path = write_results("optimum", {"settings": settings, "rows": rows})
+    path = write_results(args.results, {"settings": settings, "rows": rows})
     print(f"\nwritten to {path}")
 
 
