@@ -684,8 +684,9 @@ def prepare_distillation(
         # a set-up that reads the weights of a cache's teacher (a model on the meta device)
         raise WorkbenchError(
             f"{', '.join(objective.weights)}: the student's set-up copies the teacher's weights "
-            "(GKD: its embeddings, into a student of its tokenizer), which a teacher cache does "
-            "not hold: distil with the teacher, or a student of another tokenizer"
+            "(GKD: its embeddings, into a student of its tokenizer), which this teacher cache "
+            "does not hold: run kdw cache on it with the teacher (which adds them), or distil "
+            "with the teacher"
         ) from None
     return Distillation(teacher, data, student, tokenizer, objective, same_tokens, kept, record)
 

@@ -13,6 +13,7 @@ teacher's config and tokenizer, without weights) and the fields' files, one per 
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,17 +30,26 @@ from workbench.core.config import (
     positive,
     to_dict,
 )
-from workbench.core.errors import WorkbenchError
-from workbench.core.files import RECORD_LIMIT, atomic_write_json, read_json_file
+from workbench.core.errors import WorkbenchError, first_line
+from workbench.core.files import (
+    RECORD_LIMIT,
+    atomic_path,
+    atomic_write_json,
+    read_json_file,
+    regular_file,
+)
 from workbench.core.records import Record, checked
 from workbench.core.runs import ResolvedTeacher
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
     from workbench.core.data import TaskData
     from workbench.core.models import LoadedModel
 
 CACHE_FILE = "cache.json"
 TEACHER_FOLDER = "teacher"  # the teacher's config and tokenizer
+EMBEDDINGS_FILE = "embeddings.safetensors"  # in TEACHER_FOLDER: the teacher's embedding stage
 CACHE_PRECISIONS = ("fp32", "bf16")
 
 
@@ -123,9 +133,12 @@ def start_record(
         if _record_path(folder).exists():
             record = read_record(folder)
             check_same(record, folder, fingerprint, data, data_config)
+            if not (folder / TEACHER_FOLDER / EMBEDDINGS_FILE).exists():
+                save_embeddings(folder, teacher.model)
             return
         teacher.model.config.save_pretrained(folder / TEACHER_FOLDER)
         teacher.tokenizer.save_pretrained(folder / TEACHER_FOLDER)
+        save_embeddings(folder, teacher.model)
         record = CacheRecord(
             teacher=pin,
             fingerprint=fingerprint,
@@ -134,6 +147,50 @@ def start_record(
             split_fingerprint=data.fingerprint(),
         )
         atomic_write_json(_record_path(folder), record.plain() | {"files": []})
+
+
+def save_embeddings(folder: Path, model: PreTrainedModel) -> None:
+    """Keep the teacher's embedding stage in ``teacher/`` (GKD's student set-up copies it into a
+    student of the teacher's tokenizer): each tensor of its state named by its module's path."""
+    from safetensors.torch import save_file
+
+    from workbench.core.parts import parts_of
+
+    stage = parts_of(model).stage
+    tensors = {
+        f"{path}.{name}": tensor.detach().contiguous().clone()
+        for path in stage
+        for name, tensor in model.get_submodule(path).state_dict().items()
+    }
+    if tensors:
+        with atomic_path(folder / TEACHER_FOLDER / EMBEDDINGS_FILE) as path:
+            save_file(tensors, str(path), metadata={"stage": json.dumps(stage)})
+
+
+def load_embeddings(folder: Path, model: PreTrainedModel) -> None:
+    """Give the embedding stage of a cache's teacher on the ``meta`` device the weights the cache
+    kept (:func:`save_embeddings`); a cache without them leaves it on ``meta``."""
+    from safetensors import SafetensorError, safe_open
+    from safetensors.torch import load_file
+
+    from workbench.core.parts import set_stage
+
+    path = folder / TEACHER_FOLDER / EMBEDDINGS_FILE
+    if not path.exists():
+        return
+    remedy = "delete it, and kdw cache with the teacher writes it again"
+    regular_file(path, "the teacher's embeddings", remedy)
+    try:
+        with safe_open(str(path), "pt") as file:
+            stage = tuple(json.loads((file.metadata() or {})["stage"]))
+        tensors = load_file(str(path))
+        for module in stage:
+            prefix = f"{module}."
+            state = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
+            model.get_submodule(module).to_empty(device="cpu").load_state_dict(state)
+    except (SafetensorError, OSError, RuntimeError, KeyError, ValueError, AttributeError) as error:
+        raise WorkbenchError(f"{path} is damaged ({first_line(error)}): {remedy}") from None
+    set_stage(model, stage)
 
 
 def add_file(folder: Path, entry: CachedFile) -> None:
@@ -176,7 +233,8 @@ def check_same(
 
 def cached_teacher(folder: Path, record: CacheRecord, data: DataConfig) -> LoadedModel:
     """The teacher a cache stands for: its config and tokenizer, and a model on the ``meta``
-    device (its shape, no weights: whatever would need them fails rather than computes)."""
+    device (its shape, no weights: whatever would need them fails rather than computes) but for
+    its embedding stage, whose weights the cache keeps (:func:`load_embeddings`)."""
     import torch
     from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
@@ -188,6 +246,7 @@ def cached_teacher(folder: Path, record: CacheRecord, data: DataConfig) -> Loade
         model = AutoModelForSequenceClassification.from_config(
             config, attn_implementation=ATTENTION
         )
+    load_embeddings(folder, model)
     tokenizer = AutoTokenizer.from_pretrained(folder / TEACHER_FOLDER)
     task = record.task | {k: tuple(record.task[k]) for k in ("label_names", "metrics")}
     spec = TaskSpec(**task)

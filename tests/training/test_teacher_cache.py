@@ -251,3 +251,45 @@ def test_kdw_cache_refuses_a_cache_as_its_teacher(work, tmp_path, capsys):
         in capsys.readouterr().err
     )
     assert not out.exists()
+
+
+def test_gkd_from_a_cache_copies_the_embeddings_it_keeps(work, tmp_path, capsys):
+    gkd = ["--preset", "gkd", "--init", "random", "--num-layers", "2"]
+    optim = ["--epochs", "0.3", "--batch-size", "16", "--eval-batch-size", "8", "--threads", "1"]
+    distill = ["distill", *_data(work), *gkd, *optim]
+    teacher = work / "teacher"
+    with_teacher, from_cache = tmp_path / "with-teacher", tmp_path / "from-cache"
+    assert main([*distill, "--teacher", str(teacher), "--run-dir", str(with_teacher)]) == 0
+    folder = tmp_path / "cache"
+    cache = ["cache", "--teacher", str(teacher), *_data(work), *gkd, "--out", str(folder)]
+    assert main(cache) == 0
+    kept = folder / "teacher" / "embeddings.safetensors"
+    teacher_weights = load_file(teacher / "model" / "model.safetensors")
+    embeddings = load_file(kept)
+    assert embeddings.keys() == {k for k in teacher_weights if ".embeddings." in k}
+    assert all(torch.equal(embeddings[k], teacher_weights[k]) for k in embeddings)
+
+    kept.unlink()  # a cache without them: refused in one line, nothing written
+    capsys.readouterr()
+    given = [*distill, "--teacher-cache", str(folder), "--run-dir", str(from_cache)]
+    assert main(given) == 2
+    err = capsys.readouterr().err
+    assert "which this teacher cache does not hold: run kdw cache on it" in err
+    assert err.count("\n") == 1 and not from_cache.exists()
+    assert main(cache) == 0 and kept.is_file()  # kdw cache with the teacher adds them
+
+    assert main(given) == 0
+    one, other = (
+        load_file(run / "model" / "model.safetensors") for run in (with_teacher, from_cache)
+    )
+    # the same student as with its teacher (the cached input gradients come from batches of
+    # other sizes: float32 rounding), its embeddings the teacher's, copied and frozen
+    assert one.keys() == other.keys()
+    assert all(torch.allclose(one[k], other[k], rtol=1e-4, atol=1e-7) for k in one)
+    assert all(torch.equal(other[k], embeddings[k]) for k in embeddings)
+
+    kept.write_bytes(b"not a safetensors file")  # damaged: one line naming it
+    capsys.readouterr()
+    assert main([*given[:-1], str(tmp_path / "again")]) == 2
+    err = capsys.readouterr().err
+    assert f"{kept} is damaged" in err and err.count("\n") == 1

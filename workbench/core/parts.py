@@ -194,6 +194,12 @@ def parts_of(model: PreTrainedModel) -> Parts:
     return parts
 
 
+def set_stage(model: PreTrainedModel, stage: tuple[str, ...]) -> None:
+    """Remember ``stage`` as the embedding stage of ``model``: a model on the ``meta`` device,
+    whose forward cannot be probed (a teacher cache's, its stage found on the live teacher)."""
+    _FOUND[model] = replace(parts_of(model), stage=stage)
+
+
 # the part each attribute names, for messages
 PART_NAMES = {
     "site": "the tensor its first layer consumes (the embedding output)",
