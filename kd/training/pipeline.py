@@ -85,6 +85,7 @@ from workbench.core.models import (
     load_for_task,
     load_run,
     load_tokenizer,
+    match_pad,
     model_device,
     resolve_device,
     resolve_model,
@@ -296,6 +297,7 @@ def train_teacher(
     model = load_classifier(
         teacher_config.model, data.spec, parse_label_map(teacher_config.label_map), notes.append
     )
+    match_pad(model, tokenizer, teacher_config.model, notes.append)
     check_max_length(model, data_config.max_length, "the model")
     if teacher_config.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -420,6 +422,7 @@ def build_student(
         tokenizer = load_tokenizer(config.pretrained)
         student = load_classifier(config.pretrained, teacher.spec, notify=notice)
         check_pad(student, config.pretrained)
+        match_pad(student, tokenizer, config.pretrained, notice)
         if config.num_layers is not None:
             count = layer_count(student)
             kept = select_layers(count, config.num_layers, config.layers)

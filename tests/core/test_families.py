@@ -96,6 +96,34 @@ def test_the_head_found_gives_the_logits_from_the_position_it_reads(model_type, 
         torch.testing.assert_close(seen[0], logits)
 
 
+@pytest.mark.parametrize("model_type", ["gpt2", "llama"])
+def test_a_decoder_pads_with_its_configs_pad_token(model_type, family_dirs, tmp_path):
+    """A decoder whose config's pad_token_id (7) is not its tokenizer's pad token (0) is padded
+    with the config's, said once: each text's logits in a padded batch are its logits alone,
+    which padding with the tokenizer's own id does not give. A pad id outside the tokenizer's
+    table is one line (GPT-2's; Llama's embeddings refuse it as they are built)."""
+    folder = shutil.copytree(family_dirs[model_type], tmp_path / model_type)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "pad_token_id": 7}))
+    notes = []
+    loaded = load_model(str(folder), TASK, notify=notes.append)
+    assert notes == [
+        f"{folder.name}: its tokenizer pads with id 0, its config's pad_token_id is 7 (the token "
+        "its head reads past): batches are padded with 7"
+    ]
+    texts = ("what a great flight", "bad & awful, never again! so late")
+    batch = _batch(loaded, texts)
+    assert (batch["input_ids"][batch["attention_mask"] == 0] == 7).all()
+    alone = torch.cat([forward(loaded.model, _batch(loaded, [t])).logits for t in texts])
+    torch.testing.assert_close(forward(loaded.model, batch).logits, alone)
+    own = {**batch, "input_ids": batch["input_ids"].masked_fill(batch["attention_mask"] == 0, 0)}
+    assert not torch.allclose(forward(loaded.model, own).logits, alone, atol=1e-4)
+    if model_type == "gpt2":
+        (folder / "config.json").write_text(json.dumps({**config, "pad_token_id": 10**6}))
+        with pytest.raises(WorkbenchError, match="pad_token_id 1000000 is not a token of its"):
+            load_model(str(folder), TASK)
+
+
 @pytest.mark.parametrize("model_type", FAMILY_TYPES)
 def test_classes_are_matched_by_name_and_the_head_reordered(model_type, family_dirs):
     folder = family_dirs[model_type]

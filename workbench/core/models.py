@@ -318,6 +318,34 @@ def check_pad(model: PreTrainedModel, name: str | None = None) -> None:
         )
 
 
+def match_pad(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    name: str,
+    notify: Callable[[str], None] | None = None,
+) -> None:
+    """Set a decoder classifier's tokenizer to pad with the config's ``pad_token_id``, the token
+    its head reads past (``notify`` hears of it when the tokenizer padded with another id), so
+    that a text's logits in a padded batch are its logits alone. One line when that id is not
+    in the tokenizer's table."""
+    pad = model.config.pad_token_id
+    if parts_of(model).reads != LAST or pad is None or tokenizer.pad_token_id == pad:
+        return
+    if not 0 <= pad < len(tokenizer):
+        raise WorkbenchError(
+            f"{name}: its config's pad_token_id {pad} is not a token of its tokenizer "
+            f"({len(tokenizer)} tokens): set pad_token_id in its config.json to its tokenizer's "
+            "pad or end token"
+        )
+    before = tokenizer.pad_token_id
+    tokenizer.pad_token = tokenizer.convert_ids_to_tokens(int(pad))
+    if before is not None and notify:
+        notify(
+            f"{name}: its tokenizer pads with id {before}, its config's pad_token_id is {pad} "
+            f"(the token its head reads past): batches are padded with {pad}"
+        )
+
+
 def _at_least_float32(x: Tensor) -> Tensor:
     """``x`` in float32 when it is of half precision, else as it is (float64 kept)."""
     return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
@@ -631,6 +659,7 @@ def load_model(
             ("spearman", "pearson") if regression else METRICS_CLASSIFICATION,
         )
     model = load_classifier(source, spec, label_map, notify)
+    match_pad(model, tokenizer, name, notify)
     set_label_names(model, spec)
     origin = "model folder" if path.exists() else "hub"
     return LoadedModel(model.eval(), tokenizer, spec, data, name, source, origin)
