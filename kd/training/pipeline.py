@@ -220,7 +220,8 @@ def _train(
     """Train ``job`` followed by the trackers ``config`` asks for
     (:func:`kd.training.tracking.tracked`, on the process that writes the run), then finish
     the run there. Interrupted (Ctrl-C), the run is marked stopped at its last checkpoint's
-    step, where the same command resumes it."""
+    step, where the same command resumes it; so is a run whose results fail to be written
+    after its training, which the same command then finishes without training again."""
     main = distributed.world().main
     with tracking.tracked(config, job.run, parent) if main else nullcontext(Tracker()) as tracker:
         job.tracker = tracker
@@ -228,13 +229,28 @@ def _train(
             trained = train(job)
         except KeyboardInterrupt:
             if main:
-                status = job.run.status()
-                kept = status.model_dump(include={"step", "total", "seconds"}, exclude_unset=True)
-                reason = "interrupted: the same command resumes from the last checkpoint"
-                job.run.set_status("stopped", **kept, reason=reason)
+                _stopped(job.run, "interrupted: the same command resumes from the last checkpoint")
             raise
         if trained and main:
-            _finish(job, data, encoded, teacher_logits)
+            try:
+                _finish(job, data, encoded, teacher_logits)
+            except Exception as error:  # said with the way to finish the run
+                reason = (
+                    f"training finished, but its results could not be written "
+                    f"({type(error).__name__}: {first_line(error)})"
+                )
+                _stopped(job.run, reason)
+                raise WorkbenchError(
+                    f"{reason}: the trained model is in {job.run.model_dir}; rerun the same "
+                    "command to write them"
+                ) from None
+
+
+def _stopped(run: Run, reason: str) -> None:
+    """Mark ``run`` stopped where its status stands, for ``reason``."""
+    status = run.status()
+    kept = status.model_dump(include={"step", "total", "seconds"}, exclude_unset=True)
+    run.set_status("stopped", **kept, reason=reason)
 
 
 def _finish(

@@ -339,6 +339,7 @@ class TrainingLoop:
             _resume(self.run, saved, job, self.stateful, self.world)
             self.state, self.seconds = saved["state"], saved["seconds"]
         self.checkpoint_step = self.state["step"]  # of the last checkpoint (0: none)
+        self.save_error: Exception | None = None  # of the best model's last save, if it failed
         self.clock = time.perf_counter()
         self.metric = main_metric(job.spec)
         self.progress: tqdm | None = None
@@ -454,8 +455,35 @@ class TrainingLoop:
         notify(job.callbacks, "on_evaluate", step, metrics)
         if self.state["best"] is None or metrics[metric] > self.state["best"]:
             self.state["best"], self.state["best_step"] = metrics[metric], step
-            replace_directory(self.run.model_dir, job.save_model)
+            self.save_best()
         self.progress.write(f"step {step}/{self.total} dev {metric} {metrics[metric]:.4f}")
+
+    def save_best(self) -> None:
+        """Write the model, the best so far, to ``run/model``. A save that fails (whatever
+        ``save_pretrained`` or the file system raises) marks the state ``unsaved``: the
+        checkpoint the step writes next holds the model, and a rerun saves it from there."""
+        try:
+            replace_directory(self.run.model_dir, self.job.save_model)
+        except Exception as error:  # said with the way to save the weights
+            self.state["unsaved"], self.save_error = True, error
+        else:
+            self.state.pop("unsaved", None)
+
+    def not_saved(self, step: int) -> WorkbenchError:
+        """Mark the run stopped at ``step``, whose checkpoint holds the model that failed to
+        save, and say how to save it."""
+        self.progress.close()
+        error = self.save_error
+        reason = (
+            f"the model of step {self.state['best_step']} could not be saved "
+            f"({type(error).__name__}: {first_line(error)})"
+        )
+        self.set_status("stopped", step, reason=reason)
+        done = "training finished" if step == self.total else f"training stopped at step {step}"
+        return WorkbenchError(
+            f"{reason}: {done}; the trained weights are in {self.run.checkpoint}; rerun the same "
+            "command to save them"
+        )
 
     def __call__(self) -> dict[str, float]:
         """Train to the last step (or a callback's stop) and return the best dev metrics."""
@@ -471,6 +499,10 @@ class TrainingLoop:
             unit="step",
             disable=not self.world.main,
         )
+        if state.get("unsaved") and self.world.main:  # the checkpoint's model is the best
+            self.save_best()
+            if self.save_error is not None:
+                raise self.not_saved(state["step"])
         order: list[int] = []
         self.model.train()
         while state["step"] < self.total:
@@ -492,6 +524,8 @@ class TrainingLoop:
             )
             if due or stop or step == self.total or step % optim.checkpoint_every == 0:
                 self.save_checkpoint()
+            if self.save_error is not None:  # (after an evaluation, so with its checkpoint)
+                raise self.not_saved(step)
             if stop:
                 self.progress.close()
                 self.set_status("stopped", step)

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
+from transformers import PreTrainedModel
 
 from kd.methods.config import ObjectiveConfig
 from kd.training.config import OptimConfig, StudentConfig, TeacherConfig
 from kd.training.pipeline import distill, train_teacher
+from kd.training.trainer import TrainingLoop
 from tests.conftest import kdw_here, kill_at_step, tiny_model, tiny_tokenizer
 from workbench.core.config import DataConfig
+from workbench.core.errors import WorkbenchError
 from workbench.core.files import atomic_write_json
 from workbench.core.models import load_run
 from workbench.core.runs import Run
@@ -198,3 +202,56 @@ def test_the_learning_rate_warms_up_then_decays_linearly(tiny_model_dir, tiny_ta
     assert total >= 8 and warmup >= 2
     expected = [k / warmup if k < warmup else (total - k) / (total - warmup) for k in range(total)]
     assert rates == pytest.approx([1e-3 * f for f in expected], rel=1e-9, abs=1e-15)
+
+
+def test_a_run_whose_model_fails_to_save_keeps_it_and_a_rerun_saves_it(
+    tiny_model_dir, tiny_task_dir, tmp_path, monkeypatch
+):
+    """``save_pretrained`` raising after the last step leaves the trained weights in the
+    checkpoint and says so; a rerun saves them without a training step, and one whose results
+    fail to be written is finished by the next rerun, again without training."""
+    data = DataConfig(task=str(tiny_task_dir), max_length=16)
+    teacher, optim = TeacherConfig(model=str(tiny_model_dir)), OptimConfig(epochs=0.25, threads=1)
+    run_dir = tmp_path / "teacher"
+    checkpoint, model_file = run_dir / "checkpoint.pt", run_dir / "model" / "model.safetensors"
+
+    def refuse(*_args, **_kwargs):
+        raise ValueError("the hidden size is not a multiple of the number of heads")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(PreTrainedModel, "save_pretrained", refuse)
+        with pytest.raises(WorkbenchError) as caught:
+            train_teacher(data, teacher, optim, run_dir)
+    total = round(0.25 * math.ceil(300 / optim.batch_size))  # 300 training examples
+    assert str(caught.value) == (
+        f"the model of step {total} could not be saved (ValueError: the hidden size is not a "
+        f"multiple of the number of heads): training finished; the trained weights are in "
+        f"{checkpoint}; rerun the same command to save them"
+    )
+    saved = torch.load(checkpoint, weights_only=True)
+    assert saved["state"]["step"] == saved["state"]["best_step"] == total
+    assert saved["state"]["unsaved"] is True
+    assert not model_file.exists() and Run.open(run_dir).status().state == "stopped"
+
+    def no_step(*_args):
+        raise AssertionError("a training step on rerun")
+
+    def full(*_args):
+        raise OSError("no space left on device")
+
+    monkeypatch.setattr(TrainingLoop, "step", no_step)
+    with monkeypatch.context() as patched:
+        patched.setattr("kd.training.pipeline.predict_logits", full)
+        with pytest.raises(WorkbenchError) as caught:
+            train_teacher(data, teacher, optim, run_dir)
+    assert str(caught.value) == (
+        "training finished, but its results could not be written (OSError: no space left on "
+        f"device): the trained model is in {run_dir / 'model'}; rerun the same command to "
+        "write them"
+    )
+    best = load_file(str(model_file))
+    assert best.keys() == saved["model"].keys()
+    assert all(torch.equal(best[name], value) for name, value in saved["model"].items())
+    assert Run.open(run_dir).status().state == "stopped"
+    run = train_teacher(data, teacher, optim, run_dir)
+    assert run.status().state == "finished" and (run_dir / "results.json").exists()

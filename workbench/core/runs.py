@@ -188,6 +188,7 @@ class TrainingState(Record):
     step: int
     best: float | None
     best_step: int | None
+    unsaved: bool = False  # the best model failed to save: it is this checkpoint's model
 
 
 class Checkpoint(Record):
