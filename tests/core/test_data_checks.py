@@ -4,11 +4,15 @@ load as they are."""
 
 from __future__ import annotations
 
+import time
+import tracemalloc
+
 import pytest
 
 from kd.cli import main
 from tests.conftest import make_sentences
-from workbench.core.data import load_local
+from workbench.core.data import load_local, local
+from workbench.core.errors import WorkbenchError
 
 
 def _rows(count: int) -> list[str]:
@@ -87,3 +91,62 @@ def test_utf16_and_stray_quotes_load_as_written(tmp_path):
     texts = [t for split in data.splits.values() for t in split.texts]
     assert len(texts) == 40
     assert any(t.startswith('"') for t in texts)
+
+
+def test_a_field_or_a_row_over_the_limits_is_one_line_naming_the_line(tmp_path, monkeypatch):
+    """A field of more than FIELD_LIMIT characters (quoted, across lines, in a CSV), or a row of
+    more than COLUMN_LIMIT columns (in a TSV), is refused naming the file, the line and the
+    limit; a field and a row of exactly the limits load."""
+    monkeypatch.setattr(local, "FIELD_LIMIT", 1000)
+    monkeypatch.setattr(local, "COLUMN_LIMIT", 50)
+    rows = _rows(40)
+    text = '"' + ("a, b\n" * 200)[:-1] + "c"  # 1000 characters on lines 22-221, quoted
+    fits = tmp_path / "fits.csv"
+    fits.write_text("\n".join(["text,label", *rows[:20], f'{text}",positive', *rows[20:]]))
+    assert max(map(len, load_local(str(fits), seed=0).splits["train"].texts)) > 900
+    over = tmp_path / "over.csv"
+    over.write_text("\n".join(["text,label", *rows[:20], f'{text}x",positive', *rows[20:]]))
+    with pytest.raises(WorkbenchError) as caught:
+        load_local(str(over), seed=0)
+    assert str(caught.value) == (
+        f"{over}: line 221: a field over 1,000 characters, the most a line or a field of a data "
+        "file may hold"
+    )
+    header = "\t".join(["text", "label", *(f"c{i}" for i in range(48))])  # 50 columns
+    lines = [header, *(row.replace(",", "\t") for row in rows)]
+    wide = tmp_path / "wide.tsv"
+    wide.write_text("\n".join(lines))
+    assert sum(len(split) for split in load_local(str(wide), seed=0).splits.values()) == 40
+    lines[30] += "\t" * 49
+    wide.write_text("\n".join(lines))
+    with pytest.raises(WorkbenchError) as caught:
+        load_local(str(wide), seed=0)
+    assert str(caught.value) == (
+        f"{wide}: line 31 has 51 columns, more than the 50 a data file may have"
+    )
+
+
+def test_an_all_nul_file_and_a_header_of_too_many_columns_are_one_line_at_once(tmp_path, capsys):
+    """At the real limits: a file of FIELD_LIMIT + 1 NUL bytes (one field) and a header of
+    COLUMN_LIMIT + 1 columns, each refused in one line within seconds and bounded memory."""
+    nul = tmp_path / "nul.csv"
+    with nul.open("wb") as stream:
+        stream.truncate(local.FIELD_LIMIT + 1)  # sparse: NUL bytes that take no disk
+    wide = tmp_path / "wide.csv"
+    wide.write_text(",".join(f"c{i}" for i in range(local.COLUMN_LIMIT + 1)) + "\ntext,label\n")
+    expected = {
+        nul: f"{nul}: line 1: over {local.FIELD_LIMIT:,} characters, the most a line or a field "
+        "of a data file may hold",
+        wide: f"{wide}: line 1 has 10,001 columns, more than the 10,000 a data file may have",
+    }
+    for path, message in expected.items():
+        tracemalloc.start()
+        began = time.perf_counter()
+        try:
+            code = main(["baseline", "--task", str(path)])
+            seconds, peak = time.perf_counter() - began, tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        error = capsys.readouterr().err.strip()
+        assert code == 2 and error == f"kdw: error: {message}", error
+        assert seconds < 10 and peak < 6 * local.FIELD_LIMIT, (seconds, peak)

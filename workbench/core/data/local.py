@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import codecs
 import csv
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 import pandas as pd
@@ -25,6 +26,8 @@ from workbench.core.data.splits import (
 from workbench.core.errors import WorkbenchError, first_line, listed
 from workbench.core.files import regular_file
 
+FIELD_LIMIT = 16 * 2**20  # characters in one field of a CSV or TSV file
+COLUMN_LIMIT = 10_000  # columns in a row of a CSV or TSV file
 LOCAL_SUFFIXES = {
     ".csv": "csv",
     ".tsv": "tsv",
@@ -48,21 +51,57 @@ def _read_table(path: Path) -> pd.DataFrame:
             return pd.read_json(path, lines=True, encoding=encoding)
         if kind == "tsv":  # as the GLUE files are read: a quote character is text, never a
             # field delimiter, so a stray quote cannot merge rows
-            _check_header(path, encoding, "\t", csv.QUOTE_NONE)
+            _check_fields(path, encoding, "\t", csv.QUOTE_NONE)
             return pd.read_csv(
                 path, sep="\t", keep_default_na=False, encoding=encoding, quoting=csv.QUOTE_NONE
             )
-        _check_header(path, encoding, ",", csv.QUOTE_MINIMAL)
+        _check_fields(path, encoding, ",", csv.QUOTE_MINIMAL)
         return pd.read_csv(path, keep_default_na=False, encoding=encoding)
     except (ValueError, OSError, pd.errors.ParserError) as error:
         raise WorkbenchError(f"{path}: cannot read it as {kind}: {first_line(error)}") from None
 
 
-def _check_header(path: Path, encoding: str, delimiter: str, quoting: int) -> None:
+def _check_fields(path: Path, encoding: str, delimiter: str, quoting: int) -> None:
+    """Read the file once a row at a time, as pandas would split it, and refuse in one line
+    naming the line a header that names a column twice (:func:`_check_header`), a row of more
+    than ``COLUMN_LIMIT`` columns, or a line or a field (a quoted one may span lines) of more
+    than ``FIELD_LIMIT`` characters (an all-NUL file is one such line): before pandas holds
+    the whole file, and with never more than a line and a row in memory."""
+    most = f"{FIELD_LIMIT:,} characters, the most a line or a field of a data file may hold"
+    before = csv.field_size_limit(FIELD_LIMIT)
+    try:
+        with path.open(encoding=encoding, newline="") as stream:
+            rows = csv.reader(
+                _bounded_lines(stream, path, most), delimiter=delimiter, quoting=quoting
+            )
+            try:
+                for number, row in enumerate(rows):
+                    if len(row) > COLUMN_LIMIT:
+                        raise WorkbenchError(
+                            f"{path}: line {rows.line_num} has {len(row):,} columns, more than "
+                            f"the {COLUMN_LIMIT:,} a data file may have"
+                        )
+                    if number == 0:
+                        _check_header(path, row)
+            except csv.Error as error:
+                problem = f"a field over {most}" if "field limit" in str(error) else error
+                raise WorkbenchError(f"{path}: line {rows.line_num}: {problem}") from None
+    finally:
+        csv.field_size_limit(before)
+
+
+def _bounded_lines(stream: TextIO, path: Path, most: str) -> Iterator[str]:
+    """The lines of ``stream``, each read no further than ``FIELD_LIMIT`` characters: a longer
+    one is refused."""
+    for number, line in enumerate(iter(lambda: stream.readline(FIELD_LIMIT + 1), ""), 1):
+        if len(line) > FIELD_LIMIT:
+            raise WorkbenchError(f"{path}: line {number}: over {most}")
+        yield line
+
+
+def _check_header(path: Path, header: list[str]) -> None:
     """Refuse a header that names a column twice (``text,text,label``): pandas would read the
     first and rename the second ``text.1``, and the task would train on one of them silently."""
-    with path.open(encoding=encoding, newline="") as stream:
-        header = next(csv.reader(stream, delimiter=delimiter, quoting=quoting), [])
     seen: set[str] = set()
     twice = [name for name in header if name in seen or seen.add(name)]
     if twice:
