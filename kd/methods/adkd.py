@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Literal
 
 from kd.methods.config import register_settings
 from kd.methods.objective import (
-    EXAMPLES,
     TOKENS,
+    WORDED,
     Ablation,
     Claim,
     Objective,
@@ -113,6 +113,7 @@ def attribution_loss(
     attention_mask: Tensor | None = None,
     *,
     reduction: Literal["paper", "squared", "official"] = "paper",
+    examples: Tensor | None = None,
 ) -> Tensor:
     """Distance between normalised multi-view attribution maps (the module docstring's
     reductions; an all-pad example counts as 0, and ``"official"`` without a real token is 0).
@@ -122,6 +123,9 @@ def attribution_loss(
         teacher_maps: ``[B, C, L]`` teacher maps; used detached.
         attention_mask: ``[B, L]`` real-token mask; pads it marks are ignored whatever they
             hold. Optional except for ``"official"``, whose denominator is ``Σ mask``.
+        examples: ``[B]`` bool, the examples that ``"paper"`` and ``"squared"`` average over
+            (across tokenizers, those that share a word; each left out counts as 0 in the sum);
+            ``None``: the mean over all ``B``.
 
     Raises:
         ValueError: on mismatched or non-``[B, C, L]`` shapes, a mask that is not ``[B, L]``,
@@ -139,12 +143,16 @@ def attribution_loss(
     batch, _, length = student_maps.shape
     mask = geometry.real_mask(attention_mask, batch, length, student_maps.device)
     diff = torch.where(mask[:, None, :], student_maps - teacher_maps.detach(), 0.0)
+    if reduction == "official":
+        return diff.pow(2).sum() / mask.sum().clamp_min(1)
     if reduction == "paper":
         # vector_norm's backward is 0 (not NaN) where the difference is exactly zero.
-        return torch.linalg.vector_norm(diff.flatten(1), dim=1).mean()
-    if reduction == "squared":
-        return diff.pow(2).flatten(1).sum(1).mean()
-    return diff.pow(2).sum() / mask.sum().clamp_min(1)
+        per_example = torch.linalg.vector_norm(diff.flatten(1), dim=1)
+    else:
+        per_example = diff.pow(2).flatten(1).sum(1)
+    if examples is None:
+        return per_example.mean()
+    return torch.where(examples, per_example, 0.0).sum() / examples.sum().clamp_min(1)
 
 
 def attribution_layers(num_layers: int, which: str) -> list[int | None]:
@@ -219,6 +227,7 @@ def sampled_view_loss(
     attention_mask: Tensor,
     num_classes: int,
     reduction: str = "squared",
+    examples: Tensor | None = None,
 ) -> Tensor:
     """View sampling (beyond the paper): each example attributes one class ``classes[b]``
     drawn uniformly; its squared distance is weighted by ``C`` so that the expectation over the
@@ -230,11 +239,14 @@ def sampled_view_loss(
         teacher_maps: ``[B, S·C, L]`` every class's map at each site (site-major).
         classes: ``[B]`` the drawn classes.
         attention_mask: ``[B, L]``.
+        examples: ``[B]`` bool, the examples averaged over (:func:`attribution_loss`).
     """
     sites, length = student_maps.shape[1], student_maps.shape[2]
     index = torch.arange(sites, device=classes.device)[None, :] * num_classes + classes[:, None]
     chosen = teacher_maps.gather(1, index[..., None].expand(-1, -1, length))
-    return num_classes * attribution_loss(student_maps, chosen, attention_mask, reduction=reduction)
+    return num_classes * attribution_loss(
+        student_maps, chosen, attention_mask, reduction=reduction, examples=examples
+    )
 
 
 def _map_settings(objective: Objective) -> dict:
@@ -303,7 +315,7 @@ def _teacher_maps(objective: Objective, teacher: PreTrainedModel, batch) -> Tens
     "attr",
     teacher_fields=("maps",),
     runs_student=True,
-    unit=lambda o: TOKENS if o.attr_reduction == "official" else EXAMPLES,
+    unit=lambda o: TOKENS if o.attr_reduction == "official" else WORDED,
     on_words="each view's token maps summed over the word's tokens, L2-normalised over the words",
 )
 def _attr(objective: Objective, inputs: StepInputs) -> Tensor:
@@ -317,17 +329,21 @@ def _attr(objective: Objective, inputs: StepInputs) -> Tensor:
         objective, inputs.model, inputs.batch, classes, True, None
     )
     inputs.share(logits)
+    examples = None  # every example
     if "word_ids" in inputs.batch:  # another tokenizer's teacher: compared on shared words
         ids = inputs.batch["word_ids"]
         student_maps = alignment.word_maps(student_maps.transpose(1, 2), ids).transpose(1, 2)
         teacher_maps = teacher_maps[..., : student_maps.shape[-1]]
         mask = alignment.word_mask(ids)
+        examples = mask.any(1)  # those that share a word
     if objective.attr_views == "sample":
         reduction = "official" if objective.attr_reduction == "official" else "squared"
         return sampled_view_loss(
-            student_maps, teacher_maps, classes, mask, objective.num_labels, reduction
+            student_maps, teacher_maps, classes, mask, objective.num_labels, reduction, examples
         )
-    return attribution_loss(student_maps, teacher_maps, mask, reduction=objective.attr_reduction)
+    return attribution_loss(
+        student_maps, teacher_maps, mask, reduction=objective.attr_reduction, examples=examples
+    )
 
 
 parameter(

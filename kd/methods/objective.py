@@ -60,16 +60,19 @@ class StepInputs:
 
 
 EXAMPLES, TOKENS = "examples", "tokens"
+WORDED = "examples with words"  # across tokenizers, those that share a word; else every example
 
 
 @dataclass(frozen=True)
 class Term:
     """How a loss term is computed in a step, and what it needs. ``unit``: what its value is a
-    mean over, ``"examples"`` or ``"tokens"`` (real tokens), or a function of the objective giving
-    it; data-parallel training and accumulation weight each part of a batch by its share of it
-    (:mod:`kd.training.distributed`), exactly unless ``exact_split=False`` (a denominator that is
-    no such count). ``on_words``: how a per-token term compares on words across tokenizers
-    (batches with ``word_ids``, :mod:`workbench.core.data.alignment`); empty if it cannot."""
+    mean over, ``"examples"``, ``"tokens"`` (real tokens; across tokenizers, shared words) or
+    ``"examples with words"`` (across tokenizers, the examples that share a word; else every
+    example), or a function of the objective giving it; data-parallel training and accumulation
+    weight each part of a batch by its share of it (:mod:`kd.training.distributed`), exactly
+    unless ``exact_split=False`` (a denominator that is no such count). ``on_words``: how a
+    per-token term compares on words across tokenizers (batches with ``word_ids``,
+    :mod:`workbench.core.data.alignment`); empty if it cannot."""
 
     compute: Callable[[Objective, StepInputs], Tensor]
     teacher_fields: tuple[str, ...] = ()
@@ -566,7 +569,7 @@ class Objective:
             setup.prepare(self, teacher, student)
 
     def term_units(self) -> dict[str, str]:
-        """What each weighted term's value is a mean over: ``"examples"`` or ``"tokens"``."""
+        """What each weighted term's value is a mean over (a :class:`Term`'s ``unit``)."""
         units = {name: TERMS[name].unit for name in self.weights}
         return {name: unit if isinstance(unit, str) else unit(self) for name, unit in units.items()}
 

@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from kd.methods.objective import EXAMPLES, TOKENS
+from kd.methods.objective import EXAMPLES, TOKENS, WORDED
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import resolve_device
 from workbench.core.runs import Run
@@ -40,22 +40,30 @@ from workbench.core.runs import Run
 WAIT = timedelta(hours=24)
 
 
+UNITS = (EXAMPLES, TOKENS, WORDED)
+
+
 def unit_counts(batch: dict[str, Tensor]) -> Tensor:
-    """``[2]`` float64: the examples and real tokens of a (micro-)batch (``attention_mask``
-    ``[B, L]``); across tokenizers (``word_ids`` ``[B, L]``) the shared words instead, over
-    which the per-token terms then compare."""
+    """``[3]`` float64: the examples, real tokens and examples (:data:`UNITS`) of a (micro-)batch
+    (``attention_mask`` ``[B, L]``); across tokenizers (``word_ids`` ``[B, L]``) the shared words
+    instead of the tokens, over which the per-token terms then compare, and the examples that
+    share a word, over which the per-example word terms average."""
     mask, words = batch["attention_mask"], batch.get("word_ids")
-    units = mask.sum() if words is None else (words.max(1).values + 1).sum()
-    return torch.tensor([mask.shape[0], float(units)], dtype=torch.float64)
+    if words is None:
+        units, worded = mask.sum(), mask.shape[0]
+    else:
+        per_example = words.max(1).values + 1
+        units, worded = per_example.sum(), (per_example > 0).sum()
+    return torch.tensor([mask.shape[0], float(units), float(worded)], dtype=torch.float64)
 
 
 def unit_index(unit: str) -> int:
-    return (EXAMPLES, TOKENS).index(unit)
+    return UNITS.index(unit)
 
 
 def unit_shares(count: Tensor, totals: Tensor, units: list[int]) -> list[float]:
-    """Each term's share of the global batch that a micro-batch of ``count`` ``[2]`` units
-    (:func:`unit_counts`) holds, the batch holding ``totals`` ``[2]``; ``units``: each term's
+    """Each term's share of the global batch that a micro-batch of ``count`` ``[3]`` units
+    (:func:`unit_counts`) holds, the batch holding ``totals`` ``[3]``; ``units``: each term's
     unit (:func:`unit_index`). A batch without a unit of a term (across tokenizers, texts that
     share no word) holds 0 of it, not 0/0."""
     return (count / totals.clamp_min(1))[units].tolist()

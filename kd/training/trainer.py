@@ -261,7 +261,9 @@ def _accumulate_gradients(
     units = [distributed.unit_index(job.units.get(n, EXAMPLES)) for n in job.weights]
     counts = [distributed.unit_counts(batch) for batch in batches]
     totals = distributed.all_reduce(
-        torch.stack(counts).sum(0) if counts else torch.zeros(2, dtype=torch.float64)
+        torch.stack(counts).sum(0)
+        if counts
+        else torch.zeros(len(distributed.UNITS), dtype=torch.float64)
     )
     values = torch.zeros(len(job.weights), dtype=torch.float64)
     size = sum(p.numel() for p in parameters)

@@ -5,6 +5,7 @@ punctuation)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from kd.methods.adkd import ADKDSettings
@@ -158,8 +159,38 @@ def test_a_batch_whose_texts_share_no_word_gives_finite_word_terms_of_zero(two_t
         grads = [p.grad for p in student.model.parameters() if p.grad is not None]
         assert grads and all(bool(torch.isfinite(g).all()) for g in grads), preset
     count = unit_counts(batches["student"])
-    assert count.tolist() == [2.0, 0.0]  # two examples, no shared word
-    assert unit_shares(count, count, [0, 1]) == [1.0, 0.0]  # not 0/0
+    assert count.tolist() == [2.0, 0.0, 0.0]  # two examples, no shared word, none with one
+    assert unit_shares(count, count, [0, 1, 2]) == [1.0, 0.0, 0.0]  # not 0/0
+
+
+@pytest.mark.parametrize("reduction", ["paper", "squared", "official"])
+def test_an_example_that_shares_no_word_is_left_out_of_the_word_terms(reduction, two_tokenizers):
+    """AD-KD's distances across tokenizers average over the examples that share a word (per
+    example, "paper" and "squared"; per word, "official"): a batch holding an example that
+    shares none gives the term of the batch without it, and a batch split in parts, one of
+    them holding that example, is its parts weighted by their shares of the term's unit."""
+    from kd.training.distributed import unit_counts, unit_index
+
+    teacher, student = two_tokenizers
+    texts = ["good movie today", "bad day for a flight", "the crew was great"]
+    config = ObjectiveConfig(preset="adkd").with_settings(attr_reduction=reduction)
+    objective = Objective.resolve(config, 4, 4, 3, 32)
+    unit = unit_index(objective.term_units()["attr"])
+
+    def value_and_count(part: list[str]) -> tuple[torch.Tensor, float]:
+        _, batches = word_batches(teacher, student, part, max_length=8)
+        fields = objective.teacher_batch(teacher.model, batches["teacher"])
+        value = objective(student.model, batches["student"], fields)["attr"].detach()
+        return value, float(unit_counts(batches["student"])[unit])
+
+    without, _ = value_and_count(texts)
+    assert float(without) > 0
+    whole, _ = value_and_count([texts[0], LONG, *texts[1:]])
+    torch.testing.assert_close(whole, without, rtol=1e-5, atol=1e-7)
+    parts = [value_and_count([texts[0], LONG]), value_and_count(texts[1:])]
+    total = sum(count for _, count in parts)
+    combined = sum(value * count / total for value, count in parts)
+    torch.testing.assert_close(combined, whole, rtol=1e-5, atol=1e-7)
 
 
 def test_examples_without_a_shared_word_are_counted(two_tokenizers):
