@@ -24,6 +24,7 @@ from kd.training.config import OptimConfig, StudentConfig, TeacherConfig
 from kd.training.pipeline import train_teacher
 from kd.training.trainer import _non_finite_values, _non_finite_weights
 from tests.conftest import write_tiny_workspace
+from tests.tiny_families import save_family_model
 from workbench.app.catalog import discover_runs
 from workbench.core.config import DataConfig
 from workbench.core.errors import WorkbenchError
@@ -209,3 +210,40 @@ def test_a_diverging_tune_trial_fails_and_the_search_goes_on(work, tmp_path):
     best = json.loads((out / "best.json").read_text())
     complete = next(t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE)
     assert best["optim"]["learning_rate"] == 1e-3 and best["tuned"]["trial"] == complete.number
+
+
+@pytest.mark.parametrize("preset", ["adkd", "gkd", "ckd"])
+def test_batches_whose_texts_share_no_word_train_to_the_end(preset, tmp_path, capsys):
+    """Across tokenizers, 4 of the 6 training texts are long words that each side's truncation
+    cuts elsewhere, so they share no word: in batches of 2, every epoch has a batch of such
+    texts alone, and the others mix them with texts that share words. The word terms leave
+    them out; the training ends finished, never "diverged", and they are counted."""
+    labels = ["negative", "neutral", "positive"]
+    teacher = save_family_model("roberta", tmp_path / "roberta", labels, seed=1)
+    student = save_family_model("bert", tmp_path / "bert", labels, seed=2)
+    long = "supercalifragilisticexpialidocious" * 3
+    splits = {
+        "train": [*(long + letter for letter in "abcd"), "good movie today", "bad day"],
+        "dev": ["the crew was great", "never again"],
+        "test": ["a fine flight", "late again"],
+    }
+    (tmp_path / "task").mkdir()
+    for split, texts in splits.items():
+        rows = [f"{text},{labels[i % 3]}" for i, text in enumerate(texts)]
+        (tmp_path / "task" / f"{split}.csv").write_text("\n".join(["text,label", *rows]) + "\n")
+    run = tmp_path / "student"
+    method = ["--preset", preset, *(["--attr-reduction", "paper"] if preset == "adkd" else [])]
+    arguments = [
+        *("distill", "--teacher", str(teacher), "--task", str(tmp_path / "task")),
+        *("--init", "pretrained", "--pretrained", str(student), "--num-layers", "2"),
+        *("--max-length", "8", "--epochs", "2", "--batch-size", "2", "--threads", "1"),
+        *method,
+        *("--run-dir", str(run)),
+    ]
+    assert main(arguments) == 0, _errors(capsys)
+    assert "diverged" not in capsys.readouterr().err
+    assert Run.open(run).status().state == "finished"
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["word_alignment"]["train"]["examples_without_words"] == 4
+    evaluations = Run.open(run).metrics("dev")
+    assert len(evaluations) == 2 and all(math.isfinite(r["loss"]) for r in evaluations)
