@@ -1,22 +1,13 @@
-"""``kdw tune``: choose a method's weights on the dev split, as the papers did, with Optuna.
+"""``kdw tune``: choose a method's weights on the dev split, as the papers did, with Optuna
+(docs/tuning.md).
 
 Each trial distils one student (a run folder under ``<out>/trials/``, named by its settings; one
-teacher cache, ``<out>/teacher_cache``) and scores its best dev evaluation; the test split is never
-looked at. A grid no larger than the budget is queued whole; a larger space is sampled by TPE; a
-trial below the median of earlier trials at the same step is pruned (none in its first half epoch);
-settings proposed again keep their first outcome; a trial whose training diverges fails, unscored.
-The study lives in ``<out>/study.db``, so a killed search resumes from the running trial's
-checkpoint. The best configuration goes to ``<out>/best.json``, which ``kdw distill --config``
-trains.
-
-With ``--storage URL`` (any database SQLAlchemy reaches) several ``kdw tune`` workers share the
-study, never trying a setting another tried or is trying, and write the same ``best.json``; a silent
-worker's trial is retried after :data:`GRACE_SECONDS`. Workers must give the same settings, save
-:data:`WORKER_SETTINGS`.
-
-Searchable parameters: :func:`searchable`; each method's default space is its preset's ``space``
-(:data:`kd.methods.objective.PRESETS`; β weighs the preset's ``beta`` term); ``--space NAME=v1,v2``
-or ``NAME=LOW:HIGH[:log]`` overrides one.
+teacher cache, ``<out>/teacher_cache``) and scores its best dev evaluation. A grid no larger than
+the budget is queued whole, a larger space sampled by TPE, with median pruning; the study lives
+in ``<out>/study.db`` (or ``--storage``, shared by workers that agree on all but
+:data:`WORKER_SETTINGS`; a silent worker's trial is retried after :data:`GRACE_SECONDS`), so a
+killed search resumes. The best configuration goes to ``<out>/best.json``. Searchable
+parameters: :func:`searchable`; each method's default space is its preset's ``space``.
 """
 
 from __future__ import annotations

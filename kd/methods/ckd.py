@@ -2,22 +2,15 @@
 Relation (LTR), besides vanilla KD's two terms: ``L = CE + KD + λ_WR L_WR + λ_LTR L_LTR``, the
 student's layers mapped uniformly onto the teacher's, embeddings included.
 
-Both terms compare *relations* among a sequence of vectors, so the student's width may differ
-from the teacher's. For a sequence ``r_1..r_S`` with a real-position mask:
-
-- pair relation ``ψ_P(r_i, r_j)`` for real ``i ≠ j``: cosine distance ``1 − cos(r_i, r_j)``
-  (``pair_kind="cosine"``, default), Euclidean distance (``"l2"``), or Euclidean distance divided
-  by its mean over the sequence's valid pairs (``"l2_mean"``, RKD-style, the released code's
-  ``distnorm``);
-- triple relation ``ψ_T(r_i, r_j, r_k) = cos∠(r_j − r_i, r_k − r_i)`` for real ``i, j, k`` with
-  ``j ≠ i``, ``k ≠ i`` (``j = k`` allowed) and ``|i − j| ≤ δ``, ``|i − k| ≤ δ``.
-
-WR runs over the tokens of one layer; LTR over the mapped layers (embeddings included) of one
-token. Losses (``variant="paper"``): squared error between teacher and student relations, averaged
-over valid pairs, and over valid triples. ``variant="official"`` swaps the pair term for the
-released code's: per row, softmax of the teacher's cosine similarities against the log-softmax of
-the student's, diagonal and pads excluded, ``KL(sum)`` divided by the released denominator
-``Σ_seq (#real)²`` (real pairs *including* ``i = j``), computed without ``−inf`` so it is NaN-free.
+Both terms compare the pair and triple *relations* of :mod:`workbench.analysis.geometry` among a
+sequence of vectors, so the student's width may differ from the teacher's (``"l2_mean"`` is
+RKD-style, the released code's ``distnorm``). WR runs over the tokens of one layer; LTR over the
+mapped layers (embeddings included) of one token. Losses (``variant="paper"``): squared error
+between teacher and student relations, averaged over valid pairs, and over valid triples.
+``variant="official"`` swaps the pair term for the released code's: per row, softmax of the
+teacher's cosine similarities against the log-softmax of the student's, diagonal and pads excluded,
+``KL(sum)`` divided by the released denominator ``Σ_seq (#real)²`` (real pairs *including*
+``i = j``), computed without ``−inf`` so it is NaN-free.
 
 Invariances (what the tests check): ``"cosine"`` and the angles are invariant to rotations and
 scalings of either model's space, also into another width; ``"l2"`` only to rotations and
@@ -27,9 +20,6 @@ Differences from the released code, by design: the triple term masks pads, posit
 sequence and the degenerate ``j = i`` / ``k = i`` entries, and divides by the number of valid
 triples; the released code clamps window indices at the padded length, keeps pads inside windows
 and divides by ``W²`` per real centre, so its value depends on how much padding a batch has.
-
-Cost: pairs are ``[N, S, S]``; triples are built inside a band of ``W = 2δ + 1`` positions with
-one batched matmul of difference vectors, ``O(N·S·W·d)`` memory, never ``[N, S, S, S]``.
 """
 
 from __future__ import annotations

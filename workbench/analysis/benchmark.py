@@ -1,17 +1,10 @@
 """What a student buys: size, memory, latency and throughput of models beside their accuracy
-and their loyalty to the first model (``kdw benchmark``).
+and their loyalty to the first model (``kdw benchmark``; docs/deployment.md, "Measuring").
 
-The first model given is the reference: every ratio is a model's value over the first model's,
-and label/probability loyalty is measured to the first model's predictions (give the teacher
-first). PyTorch models (run folders, Hugging Face classifier folders) and ONNX exports
-(:mod:`workbench.analysis.deployment`, run by ONNX Runtime) sit in one table.
-
-All models run in one process, interleaved: each round times every model in turn (round-robin),
-so that a drift in the machine's speed hits them alike. Tokenisation is timed on its own and
-excluded from latency and throughput; batches are padded to their longest text, in the split's
-order, and moved to the model's device before the clock starts. On CUDA each PyTorch model is
-timed in every precision asked for (fp32 and bf16 by default: a copy of its weights cast to
-bfloat16), between two CUDA events on the GPU's own clock; on the CPU by the wall clock.
+The first model is the reference of every ratio and of loyalty. PyTorch models and ONNX exports
+sit in one table; all run in one process, interleaved round-robin per round, with tokenisation
+timed apart and batches on the device before the clock starts (CUDA events on a GPU, the wall
+clock on the CPU; each precision asked for on CUDA).
 """
 
 from __future__ import annotations

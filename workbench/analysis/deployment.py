@@ -1,19 +1,11 @@
 """Deployable exports of a run's classifier: an ONNX graph that ONNX Runtime runs, optionally
-fused by its transformer optimizer, and optionally a graph with int8 weights (dynamic or
-calibrated static quantisation), each checked against the PyTorch model before it is released
-(:class:`~workbench.analysis.settings.OnnxSettings`).
+fused and int8-quantised (dynamic or calibrated static), each checked against the PyTorch model
+before it is released (:class:`~workbench.analysis.settings.OnnxSettings`; docs/deployment.md,
+"How the graphs are built": ``torch.onnx.export``'s TorchScript exporter, ``dynamo=False``).
 
-The graph is written by ``torch.onnx.export``'s TorchScript exporter (``dynamo=False``): it
-traces the eager attention every model of the workbench is loaded with
-(:data:`~workbench.core.models. ATTENTION`), its dynamic axes (batch, length) hold for the families
-the tests export (encoders and decoders of every architecture in the tests), and it needs
-nothing beyond torch and ``onnx``. The dynamo exporter would add ``onnxscript``, Hugging Face
-Optimum a further dependency tree, for the same graph.
-
-An export folder holds ``model.onnx`` (float32), ``model.int8.onnx`` when quantised, the
-tokenizer, ``config.json`` (the class names), the run's model card with a section on the
-export, and :data:`RECORD` (``export.json``): the parity of each graph and the run's task, so
-that ``kdw benchmark`` scores the folder on that task.
+An export folder holds ``model.onnx``, ``model.int8.onnx`` when quantised, the tokenizer,
+``config.json``, the run's model card and :data:`RECORD` (``export.json``: each graph's parity and
+the run's task, so that ``kdw benchmark`` scores the folder on that task).
 """
 
 from __future__ import annotations

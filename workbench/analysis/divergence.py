@@ -1,27 +1,13 @@
-"""Where a student's explanations diverge from its teacher's, over a split (no Streamlit here).
+"""Where a student's explanations diverge from its teacher's, over a split (no Streamlit here;
+the app's page: docs/app.md).
 
-For a teacher and its students on a fixed stratified sample of a split, each model's outputs are
-computed once and cached in its run folder (``analysis_cache/``, keyed by the model's weights, the
-tokenised examples, the settings and the explainer): logits, the attribution map of every class (IG
-or Grad, :class:`~workbench.analysis.settings.DivergenceSettings`, or any registered explainer,
-docs/explainers.md) and the AOPC comprehensiveness and sufficiency of the map of the model's own
-prediction (:func:`~workbench.analysis.faithfulness.aopc`). From them:
-
-- :attr:`Divergence.occurrences`: a row per word occurrence (WordPiece continuations merged into
-  their word, scores summed; special tokens left out), with every model's attribution of the
-  explained class (the teacher's prediction, or the gold label, for every model alike);
-- :func:`word_table`: per word type (and per gold class) the teacher's mean attribution against a
-  student's, their difference (student − teacher: positive = over-attributed) and the example
-  where the two differ most on that word;
-- :attr:`Divergence.examples`: a row per example with every model's prediction, AOPC values and
-  each student's attribution gap to the teacher (AD-KD Eq. 11 over all classes' maps,
-  :func:`~workbench.analysis.agreement.attribution_gap`).
-
-Students of the teacher's tokenizer are compared token by token; where one reads the text
-through another tokenizer, every model is compared on the words all their tokenisations share
-(:mod:`workbench.core.data.alignment`: a word's text is the characters it spans, each model's
-scores are summed over its tokens in it, and the gap is taken between word maps normalised
-over the words).
+For a teacher and its students on a fixed stratified sample, each model's logits, attribution map
+of every class and AOPC of its own prediction's map are computed once and cached in its run
+folder (``analysis_cache/``, keyed by weights, examples, settings and explainer). From them:
+:attr:`Divergence.occurrences` (a row per word occurrence, every model's attribution),
+:func:`word_table` (per word type, teacher against student) and :attr:`Divergence.examples`
+(predictions, AOPC and each student's attribution gap). Students of another tokenizer are
+compared on the words all tokenisations share (:mod:`workbench.core.data.alignment`).
 """
 
 from __future__ import annotations

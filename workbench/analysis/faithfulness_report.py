@@ -1,28 +1,12 @@
-"""Which explainer is faithful to which model: what ``kdw faithfulness`` computes.
+"""Which explainer is faithful to which model: what ``kdw faithfulness`` computes
+(docs/explainers.md, "Which explainer is faithful").
 
-For each model (the first a run folder whose task gives the examples; the others scored on the
-same texts, each through its own tokenizer) and each registered explainer, on a fixed
-stratified sample of a split, explaining each model's own predicted class:
-
-- AOPC comprehensiveness (higher: better) and sufficiency (lower: better) of the explainer's
-  scores, ranked as they come (:func:`workbench.analysis.faithfulness.aopc`: signed scores rank the
-  evidence *for* the class first; IG's map is non-negative), each mean with its BCa 95 %
-  bootstrap interval over the examples (:func:`workbench.analysis.stats.mean_interval`);
-- the leave-one-out rank correlation: Kendall's τ between the scores and the drop of the
-  predicted class's probability when each token alone is removed (higher: better;
-  :func:`~workbench.analysis.faithfulness.leave_one_out` and
-  :func:`~workbench.analysis.faithfulness.kendall_per_example`);
-- seconds per example (the explainer alone, wall clock; the machine's load average and the
-  torch threads are recorded beside it);
-- each explainer's rank per model on each of the three measures, and overall (the order of the
-  mean of the three ranks);
-- for every model after the first (give the teacher first, then its students): paired
-  bootstrap intervals (:func:`workbench.analysis.stats.paired_bootstrap`, BCa 95 %) of model − first
-  per explainer and measure, over the examples.
-
-A report can be extended: given an earlier report of the same examples, only the explainers it
-lacks are computed and merged into it, and the merged report is handed on after each explainer
-(``kdw faithfulness --json FILE --merge`` rewrites FILE then, so an interrupted run resumes).
+Per model (the first a run whose task gives the examples, the others scored on the same texts)
+and registered explainer, on a fixed stratified sample explaining each model's predicted class:
+AOPC comprehensiveness and sufficiency (:func:`workbench.analysis.faithfulness.aopc`) with BCa
+95 % intervals, the leave-one-out Kendall τ, seconds per example, the ranks per measure and
+overall, and for every later model paired bootstrap intervals of model − first. An earlier
+report of the same examples is extended by the explainers it lacks, handed on after each one.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """Token attribution heatmaps of trained runs as files: what the app's Export page and
 ``kdw export`` write, and the attributions that ``kdw attribute`` saves.
 
-:func:`to_heatmap` turns the explanations of several models
-(:func:`~workbench.analysis.explanations.explain`) into one :class:`~workbench.export.Heatmap` on
-a shared scale, with the settings, model names and run ids in its metadata (an anonymous export
-names the models by role and records no run id); :func:`write_heatmaps` writes it in any format
-of :mod:`workbench.export`. :func:`export_runs` and :func:`attribute_runs` do the work of
-``kdw export`` and ``kdw attribute`` on the examples that
-:func:`~workbench.analysis.examples.gather_examples` collects.
-
-The settings are a dataclass with help texts (:class:`ExportSettings`), so the CLI options and
-the app's widgets come from one description. torch, transformers and matplotlib are imported
-inside the functions that compute, so that building ``kdw``'s parser (which reads this
-dataclass) stays fast.
+:func:`to_heatmap` puts several models' explanations on one scale with their settings in the
+metadata (anonymous: models by role, no run id); :func:`write_heatmaps` writes any format of
+:mod:`workbench.export`. torch, transformers and matplotlib are imported inside the functions
+that compute, so that building ``kdw``'s parser (which reads :class:`ExportSettings`) stays fast.
 """
 
 from __future__ import annotations

@@ -1,25 +1,12 @@
 """Where any sequence classifier keeps the parts the workbench uses, found by what they are.
 
-For a ``*ForSequenceClassification`` of any architecture transformers loads, :func:`parts_of`
-finds, once per model, by one probe forward pass with hooks (in eval mode, without a graph, the
-random state left as it was):
-
-- the **site**: the module whose output is the tensor the first layer consumes (BERT's
-  ``embeddings``, ELECTRA's projection, GPT-2's embedding dropout, Llama's ``embed_tokens``) —
-  where AD-KD's IG and GKD's gradients are taken and the explainers attribute;
-- the **embedding stage**: the modules that ran before the first layer (frozen or copied by GKD);
-- the **layer list**: the ``nn.ModuleList`` under the backbone with ``num_hidden_layers``
-  entries of one class (what a cut student selects from);
-- the **head output**: the last ``nn.Linear`` outside the backbone with ``num_labels`` outputs;
-- **what the head reads**: the first token (encoders), the last token that is not
-  ``pad_token_id`` (decoder classifiers, whose head maps every position: Hugging Face's rule),
-  or the masked mean (ModernBERT with ``classifier_pooling="mean"``);
-- whether the forward pass takes **token types**, and whether **position ids** derive from the
-  input ids (RoBERTa-like embeddings count them from the padding index, so pads change them).
-
-A part that cannot be found is None, and only the methods that need it refuse, in one line
-naming the part (:func:`require`): logits alone serve response-based KD, evaluation, benchmarks
-and exports for every classifier. :data:`OVERRIDES` holds what the probe cannot see.
+:func:`parts_of` finds, once per model, by one probe forward pass with hooks (eval mode, no
+graph, the random state left as it was): the **site** (the module whose output the first layer
+consumes), the **embedding stage**, the **layer list**, the **head output**, **what the head
+reads** (first token, last non-pad token, or masked mean), and whether the forward pass takes
+**token types** and derives **position ids** from the input ids (docs/models-and-data.md, "Any
+architecture"). A part that cannot be found is None, and only the methods that need it refuse,
+in one line naming the part (:func:`require`). :data:`OVERRIDES` holds what the probe cannot see.
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
-"""A model folder is checked before its model is used: its config agrees with its weights and
-with its tokenizer, every weight the architecture expects is in the files and every tensor in
-the files is used, and every floating weight is finite.
+"""A model folder is checked before its model is used (docs/safety.md, "A model folder is checked
+before it is used"): its config against its weights and tokenizer, every expected weight present
+and every tensor used, every floating weight finite.
 
-The checks compare a folder with what transformers itself expects for the architecture the
-config names (the model built on the ``meta`` device, which allocates nothing), never with a
-table of families, so they hold for any ``…ForSequenceClassification``. They run in two steps:
-
-- :func:`check_config_file` reads ``config.json`` (bounded) and checks its labels;
-  :func:`check_model_folder` compares the config with the safetensors headers and the
-  tokenizer's ids, before the model is allocated: a config of 100 000 layers over 4-layer
-  weights is refused from the header, in milliseconds.
-- :func:`check_loaded` checks what transformers reports of the load (missing, unexpected and
-  mismatched keys: never silent random values) and that every floating tensor is finite.
-
-A checkpoint without a classification head (an encoder, a masked-LM checkpoint) gets a fresh
-head for the task: the one deliberate exception, said in a note.
+The checks compare a folder with what transformers expects for the architecture its config names
+(the model built on the ``meta`` device), never with a table of families. :func:`check_config_file`
+and :func:`check_model_folder` run from ``config.json`` and the safetensors headers before the
+model is allocated; :func:`check_loaded` checks what transformers reports of the load. A
+checkpoint without a classification head gets a fresh one: the one exception, said in a note.
 """
 
 from __future__ import annotations

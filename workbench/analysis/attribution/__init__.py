@@ -1,22 +1,9 @@
-"""Token attribution for BERT-style classifiers (docs/methods.md §4–§6, docs/explainers.md).
+"""Token attribution for BERT-style classifiers (docs/methods.md §4–§6, docs/explainers.md): the
+IG engine (:mod:`.gradients`), its Captum references (:mod:`.captum_backend`), the explainer
+registry (:mod:`.registry`, :mod:`.explainers`) and attributions of texts (:mod:`.records`).
 
-- :func:`integrated_gradients`, :func:`attribution_map`, :func:`attribution_maps` — IG w.r.t. the
-  embedding output (or an encoder layer's output), batched over steps and views, memory-bounded,
-  differentiable with ``create_graph=True`` (the AD-KD student term); :func:`ig_completeness`
-  — how far IG's attributions add up to the change of the score they explain;
-- :func:`grad_saliency` (gradient × input) and :func:`input_gradients` (GKD's signal);
-- :func:`captum_integrated_gradients`, :func:`captum_grad_saliency` — the same through Captum, for
-  analysis (and as the tests' reference);
-- the explainer registry (:data:`EXPLAINERS`, :func:`register`, :class:`ExplainerChoice`) and
-  :func:`explain_batch`: IG, Grad, Gradient × Input, DeepLift, GradientShap, Occlusion, LIME,
-  KernelSHAP and Feature Ablation, one score per token;
-- :class:`AttributionSettings`, :func:`attribute_texts`, :func:`save_attributions`,
-  :func:`load_attributions` — attribute a list of texts (per token or per word) and keep the
-  result.
-
-Names are imported when first used, so that the registry (:mod:`.registry`, no torch) loads
-alone for ``kdw``'s parser. Faithfulness (AOPC) is in :mod:`workbench.analysis.faithfulness`,
-agreement between two models in :mod:`workbench.analysis.agreement`.
+Names are imported when first used, so that the registry (no torch) loads alone for ``kdw``'s
+parser.
 """
 
 from __future__ import annotations

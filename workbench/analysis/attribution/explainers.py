@@ -2,32 +2,11 @@
 each ``(model, batch, targets [B], settings, special [B, L] bool) -> scores [B, L]``, zero at
 padding; :func:`explain_batch` runs one on a batch.
 
-Scores (sign and reduction):
-
-- ``ig`` is the workbench's own map (the engine of :mod:`workbench.analysis.attribution.gradients`):
-  ``‖TopK_d(|IG_i|)‖₂``, non-negative, unit L2 norm per text;
-- every other gradient explainer (``grad``, ``gxi``, ``deeplift``, ``gradshap``) is signed, as
-  the workbench's Grad saliency: the **sum over the hidden dimension** ``d`` of its ``[B, L, d]``
-  attribution of the target class's probability (positive: the token raises it);
-- the perturbation explainers (``occlusion``, ``lime``, ``kernelshap``, ``ablation``) work on
-  token ids and the attention mask only, so any model the adaptor reads works (students of
-  another tokenizer too): a removed token is replaced by the model's **[PAD] id**, still
-  attended (the text's length and positions unchanged); [CLS]/[SEP] are never removed and score
-  0. Their scores are signed drops of the target probability (positive: removing the token
-  lowers it).
-
-DeepLift's limits: Captum's ``LayerDeepLift`` applies its rescale rule only to the
-nonlinearity *modules* it knows (ReLU, ELU, Sigmoid, Tanh, Softplus, Softmax modules, …).
-BERT-style encoders compute GELU, LayerNorm and attention's softmax in modules Captum does not
-know or in functions, so there DeepLift passes plain gradients: on a transformer it is a
-gradient × (input − reference) method close to one-step IG, not DeepLift's exact
-decomposition, and its summation-to-delta does not hold. A model that reuses one nonlinearity
-module twice cannot be explained (Captum's hooks need one instance per use): a one-line error.
-
-The sampling explainers (``gradshap``, ``lime``, ``kernelshap``) seed torch (and NumPy, which
-Captum's GradientShap draws from) from their settings inside a forked random state, once per
-text, so a text's scores do not depend on the batch it came in and the caller's random state is
-left as it was.
+``ig`` is the engine's map (non-negative, unit norm); the other gradient explainers sum their
+``[B, L, d]`` attribution of the target probability over ``d`` (signed); the perturbation ones
+replace a token by the model's [PAD] id (still attended; [CLS]/[SEP] never removed, scored 0)
+and give signed drops. Scores, removal, seeding and DeepLift's limits on transformers:
+docs/explainers.md.
 """
 
 from __future__ import annotations
