@@ -108,8 +108,7 @@ def _number(name: str, text: str) -> float:
 
 def parse_dimension(name: str, text: str) -> Dimension:
     """``"1,10,50"`` (choices) or ``"1:4"`` / ``"1e-5:1e-3:log"`` (a range) → a checked
-    :class:`Dimension`; a one-line error for an empty or inverted range or a value outside the
-    parameter's domain."""
+    :class:`Dimension`."""
     parameter = searchable()[name]
     text = text.strip()
     if not text:
@@ -143,9 +142,8 @@ def parse_dimension(name: str, text: str) -> Dimension:
 def search_space(
     preset: str, overrides: tuple[str, ...], base_weights: dict[str, float]
 ) -> dict[str, Dimension]:
-    """The preset's default space (:attr:`kd.methods.objective.Preset.space`) with ``NAME=SPEC``
-    overrides, checked against what the method has (``beta`` of a method without a β term,
-    :attr:`~kd.methods.objective.Preset.beta`, is an unknown parameter)."""
+    """The preset's default space with ``NAME=SPEC`` overrides, checked against the terms the method
+    has (``beta`` of a method without a β term is an unknown parameter)."""
     registered = PRESETS.get(preset, Preset({}, {}))
     available = sorted(
         name
@@ -213,9 +211,8 @@ class TuneResult:
 
 
 def plan_search(space: dict[str, Dimension], trials: int) -> tuple[int, bool]:
-    """How many distinct settings a search of ``trials`` tries, and whether it is a grid search: a
-    space of choices with at most ``trials`` settings is tried whole, each once (queued when the
-    study is made); a larger space is sampled by TPE."""
+    """How many distinct settings a search of ``trials`` tries, and whether it is a grid: a space of
+    choices of at most ``trials`` settings is tried whole, a larger one sampled by TPE."""
     if all(d.choices for d in space.values()):
         size = math.prod(len(d.choices) for d in space.values())
         if size <= trials:
@@ -224,8 +221,7 @@ def plan_search(space: dict[str, Dimension], trials: int) -> tuple[int, bool]:
 
 
 def grid_points(space: dict[str, Dimension]) -> list[dict[str, float]]:
-    """Every setting of a space of choices, in a fixed order (the last parameter varies
-    fastest)."""
+    """Every setting of a space of choices (the last parameter varies fastest)."""
     choices = (d.choices for d in space.values())
     return [dict(zip(space, values, strict=True)) for values in itertools.product(*choices)]
 
@@ -243,8 +239,8 @@ class StudyPlace:
 
 def study_place(out: Path, storage: str | None) -> StudyPlace:
     """The study's database: ``<out>/study.db``, or ``storage`` once it is a database URL whose
-    driver is installed and whose server answers (within :data:`CONNECT_SECONDS`); each failing
-    check is a one-line error. Nothing is written."""
+    driver is installed and whose server answers (within :data:`CONNECT_SECONDS`). Nothing is
+    written."""
     if storage is None:
         path = out / "study.db"
         if path.exists():
@@ -304,9 +300,8 @@ def study_place(out: Path, storage: str | None) -> StudyPlace:
 
 
 def _storage(place: StudyPlace, attempts: int = 5):
-    """The study's Optuna storage; a shared one keeps each running trial's heartbeat (a silent
-    worker's trial is failed and queued again). Workers that start together on an empty database
-    race to make Optuna's tables: the losers try again."""
+    """The study's Optuna storage; a shared one keeps each running trial's heartbeat. Workers that
+    start together on an empty database race to make Optuna's tables: the losers try again."""
     import optuna
     from sqlalchemy.exc import SQLAlchemyError
 
@@ -429,9 +424,8 @@ STUDY_REMEDY = (
 
 
 def check_study_file(path: Path) -> None:
-    """Refuse a ``study.db`` that is not a sound SQLite database holding a ``kdw tune`` study
-    (random bytes, a truncated copy, another program's database) with a one-line error, before
-    Optuna opens it (and adds its tables to a foreign database). The file is read only."""
+    """Refuse a ``study.db`` that is not a sound SQLite database holding a ``kdw tune`` study,
+    before Optuna opens it (and adds its tables to a foreign database). The file is read only."""
     try:
         with open(path, "rb") as handle:
             header = handle.read(16)
@@ -463,9 +457,9 @@ def check_study_file(path: Path) -> None:
 
 
 def _retry_interrupted(study, exclusive: bool) -> None:
-    """Queue again every trial left running by a killed search (marked failed; only when
-    ``exclusive``: this process holds the study's lock) or stopped on request, unless a later trial
-    retried its settings (its run folder resumes from its checkpoint)."""
+    """Queue again every trial left running by a killed search (only when ``exclusive``: this
+    process holds the study's lock) or stopped on request, unless a later trial retried its
+    settings."""
     from optuna.trial import TrialState
 
     trials = study.get_trials(deepcopy=False)
@@ -485,9 +479,7 @@ def _key(values: dict) -> tuple:
 
 def _setting(trial) -> tuple:
     """A trial's settings as a key: those it was queued with, or those it tried once it has chosen
-    them all (it has finished, or its run started), else its number: a trial writes its parameters
-    one at a time, and a few of them are not a setting (a queued trial read so would look untried,
-    and be queued again)."""
+    them all, else its number (a trial writes its parameters one at a time)."""
     values = trial.system_attrs.get("fixed_params")
     if values is None and (trial.state.is_finished() or "run" in trial.user_attrs):
         values = trial.params
@@ -495,8 +487,7 @@ def _setting(trial) -> tuple:
 
 
 def _counted(trial) -> bool:
-    """Whether a trial's settings count as tried: completed, pruned or diverged, not stopped on
-    request."""
+    """Whether a trial's settings count as tried: completed, pruned or diverged, not stopped."""
     from optuna.trial import TrialState
 
     return (
@@ -524,9 +515,8 @@ def _planned(trials) -> set[tuple]:
 
 
 def _surplus(study, number: int, target: int) -> bool:
-    """Whether the trials before trial ``number`` (the study numbers them in order) already plan
-    ``target`` settings, this one not queued: of two workers that start a trial for the last setting
-    at once, the later gives way."""
+    """Whether the trials before trial ``number``, this one not queued, already plan ``target``
+    settings: of two workers that start the last setting at once, the later gives way."""
     trials = study.get_trials(deepcopy=False)
     this = next(t for t in trials if t.number == number)
     if this.params or this.system_attrs.get("fixed_params"):  # queued: planned already
@@ -573,8 +563,8 @@ def study_trials(out: str | Path) -> list[dict]:
 
 def _search(study, run_trial, target: int, points: list[dict], stopped: list[int]) -> None:
     """Run trials, one at a time, until the study (all its workers) has tried ``target`` distinct
-    settings, then wait for the trials other workers run. A grid ``points`` setting no trial has,
-    runs or queued is queued (again); queued trials run first, then TPE's (a bounded number)."""
+    settings, then wait for the others' trials; grid ``points`` missing from the study are queued
+    (again); TPE proposes a bounded number."""
     import optuna
     from optuna.trial import TrialState
     from tqdm.auto import tqdm
@@ -606,9 +596,8 @@ def _search(study, run_trial, target: int, points: list[dict], stopped: list[int
 
 @dataclass
 class _Trial:
-    """One trial of a search, called by optuna with its ``trial``: the settings it suggests
-    distilled into ``out/trials/<settings>`` (a setting tried already, or running elsewhere,
-    is not trained again), scored on dev by ``metric``."""
+    """One trial of a search, called by optuna: the settings it suggests distilled into
+    ``out/trials/<settings>`` (unless tried already, or running elsewhere), scored on dev."""
 
     study: Any
     data: DataConfig
@@ -722,11 +711,9 @@ def tune(
     tracking_config: TrackingConfig | None = None,
 ) -> TuneResult:
     """Search ``config.space`` for ``objective.preset`` on dev; write ``best.json``. ``callbacks``
-    follow every trial's training (the app's live progress). With ``config.storage``, this process
-    is one worker of the study there. The trackers of ``tracking_config`` follow every trial (in
-    MLflow, nested in this worker's run, by default in ``out/mlruns``). Bad settings (an unknown
-    parameter, an empty or inverted range, a value outside a domain, a study of another preset, task
-    or settings, a storage that cannot be reached) raise before anything is written."""
+    follow every trial's training; with ``config.storage`` this process is one worker of the study
+    there; ``tracking_config``'s trackers follow every trial. Bad settings raise before anything is
+    written."""
     import optuna
 
     from kd.methods.objective import preset_weights

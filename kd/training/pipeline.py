@@ -123,9 +123,8 @@ def _configure(optim: OptimConfig) -> torch.device:
 def _encode_all(
     data: TaskData, tokenizer, max_length: int, whose: str | None = None
 ) -> dict[str, EncodedSplit]:
-    """Every split encoded by ``tokenizer``, with a note per split that was truncated; where
-    two models read the text through their own tokenizers, ``whose`` (``"the student's"``)
-    names the one the note counts for."""
+    """Every split encoded by ``tokenizer``, with a note per truncated split; ``whose``
+    (``"the student's"``) names the tokenizer where two models read the text."""
     encoded = {
         name: encode(split, tokenizer, max_length, data.spec.regression)
         for name, split in data.splits.items()
@@ -156,9 +155,8 @@ def _manifest(data: TaskData, data_config: DataConfig, optim: OptimConfig) -> di
 def _record(
     kind: str, method: str, task: TaskData, resolved: Objective, optim: OptimConfig, **configs
 ) -> dict:
-    """``run.json``'s record: kind, method, task, ``configs`` and ``optim`` less
-    :data:`EXECUTION_SETTINGS`, and what they resolved to (:data:`workbench.core.runs.RESOLVED`:
-    the objective, never today's preset table, and the data split: changed data is refused)."""
+    """``run.json``'s record: kind, method, task, ``configs``, ``optim`` less
+    :data:`EXECUTION_SETTINGS`, and what they resolved to (:data:`workbench.core.runs.RESOLVED`)."""
     from importlib import metadata
 
     configs = {name: to_dict(config) for name, config in configs.items()}
@@ -177,9 +175,8 @@ def _record(
 
 
 def teacher_pin(teacher: str) -> ResolvedTeacher | None:
-    """``run.json``'s record of a student's teacher: the digests of its weights and tokenizer files
-    (:func:`~workbench.core.verify.model_digest`), so that a rerun or resume against a changed
-    teacher is refused, and an evaluation says so; none for a hub id (its revision is the hub's)."""
+    """``run.json``'s pin of a student's teacher: the digests of its weights and tokenizer files, so
+    that a changed teacher is refused on resume; none for a hub id."""
     folder = Path(resolve_model(teacher))
     if not folder.is_dir():
         return None
@@ -378,9 +375,9 @@ def _head_features(
     pad_token_id: int,
     callbacks: Sequence[Callback],
 ) -> ExampleCache:
-    """The frozen model's :func:`~kd.training.adaptation.head_features` of the train ``split``
-    (``--adapt head``), computed once in eval mode and kept in the run's cache, keyed by the
-    model's fingerprint, the split's and ``max_length``; a resumed run reads them."""
+    """The frozen model's head features of the train ``split`` (``--adapt head``), computed once and
+    kept in the run's cache, keyed by the model's and the split's fingerprints and ``max_length``.
+    """
     world = distributed.world()
     model.to(device).eval()
     key = {
@@ -413,11 +410,9 @@ STUDENT_LAYERS = 3  # a cut or random student's layers where --num-layers is not
 def build_student(
     teacher: LoadedModel, config: StudentConfig
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, list[int] | None]:
-    """The student a :class:`StudentConfig` describes, with its tokenizer and the layers of its
-    source it kept (None: random, or a whole checkpoint): cut from the teacher or random (the
-    teacher's tokenizer), or another checkpoint (its own tokenizer, which may differ from the
-    teacher's: :func:`check_tokens`), cut to ``num_layers`` where given. A setting that cannot
-    apply to the initialisation is refused."""
+    """The student a :class:`StudentConfig` describes, its tokenizer and the layers of its source it
+    kept (None: random, or a whole checkpoint): cut from the teacher, random, or another checkpoint
+    (its own tokenizer: :func:`check_tokens`), cut to ``num_layers`` where given."""
     if config.init not in ("cut", "pretrained", "random"):
         raise WorkbenchError(f"unknown student init {config.init!r}: use cut, pretrained or random")
     widths = [
@@ -470,10 +465,8 @@ def check_tokens(
     teacher_tokenizer: PreTrainedTokenizerBase,
     student_tokenizer: PreTrainedTokenizerBase,
 ) -> None:
-    """With another tokenizer (``objective.words``), response-based and [CLS]-state terms
-    compare whole examples, and the per-token terms compare on the words both tokenisations
-    share (:mod:`workbench.core.data.alignment`); a registered term that declares no way to
-    compare on words is refused."""
+    """Refuse, across tokenizers (``objective.words``), a per-token term that declares no way to
+    compare on the words both tokenisations share."""
     refused = objective.token_only_terms() if objective.words else []
     if refused:
         raise WorkbenchError(
@@ -495,9 +488,8 @@ ALLOW_UNFINISHED = "pass --allow-unfinished to distil from {snapshot}"
 
 
 def unfinished_teacher(source: str) -> dict | None:
-    """Where a teacher run that has not finished stands (``state`` in words and the ``model``
-    its ``model/`` holds: :meth:`Run.unfinished`, :meth:`Run.best_dev`); None for a finished
-    run and for a model the workbench did not train."""
+    """Where a teacher run that has not finished stands (``state`` in words, and the ``model``
+    ``model/`` holds); None for a finished run or a model the workbench did not train."""
     if not is_run(source):
         return None
     run = Run.open(source)
@@ -506,9 +498,8 @@ def unfinished_teacher(source: str) -> dict | None:
 
 
 def check_teacher(source: str, allow: bool, remedy: str = ALLOW_UNFINISHED) -> None:
-    """Refuse a teacher run that has not finished (stopped, killed, diverged, still training)
-    in one line naming its state and ``remedy`` (``{snapshot}``: the model it would give),
-    unless ``allow``; then say which snapshot is used: its best dev model so far."""
+    """Refuse an unfinished teacher run in one line naming its state and ``remedy`` (``{snapshot}``:
+    the model it would give), unless ``allow``; then say which snapshot is used."""
     state = unfinished_teacher(source)
     if state is None:
         return
@@ -532,9 +523,8 @@ def cache_keys(
     train_key: dict,
     every: bool = False,
 ) -> dict[str, tuple[list[str], dict]]:
-    """Each split's teacher fields and the key of their cache: the objective's cacheable fields
-    on train (``every``: all it reads, as ``kdw cache`` stores them), with ``train_key`` (the
-    student's vocabulary, across tokenizers), and logits on dev and test (for loyalty)."""
+    """Each split's teacher fields and cache key: the objective's cacheable fields on train
+    (``every``: all it reads, as ``kdw cache`` stores them) with ``train_key``, logits elsewhere."""
     fingerprints = data.fingerprint()
     keys = {}
     for split in data.splits:
@@ -558,8 +548,7 @@ def teacher_caches(
     on_progress: Progress | None = None,
 ) -> dict[str, ExampleCache]:
     """What the frozen teacher says about every example, computed once per setting
-    (:func:`cache_keys`). ``on_progress`` hears of each computed batch. Under ``torchrun``
-    computed in parts, one per process (docs/distributed.md)."""
+    (:func:`cache_keys`); under ``torchrun`` in parts, one per process."""
     world = distributed.world()
     caches = {}
     for split, dataset in encoded.items():
@@ -591,9 +580,8 @@ def read_teacher_caches(
     encoded: dict[str, EncodedSplit],
     keys: dict[str, tuple[list[str], dict]],
 ) -> dict[str, ExampleCache]:
-    """The caches of ``keys`` that ``kdw cache`` built in ``folder`` (whose record is
-    ``record``); one it lacks (built for another objective, student tokenizer or length) is one
-    line naming what differs."""
+    """The caches of ``keys`` that ``kdw cache`` built in ``folder``; a missing one is one line
+    naming what differs."""
     built = record.files
     caches = {}
     for split, (fields, key) in keys.items():
@@ -615,11 +603,8 @@ def read_teacher_caches(
 
 @dataclasses.dataclass
 class Distillation:
-    """A distillation resolved and checked, before anything is written: the frozen teacher and
-    the task's data, the student and its tokenizer, the objective, whether teacher and student
-    read the text through the same tokens, the layers of its source a cut student kept
-    (:func:`build_student`) and the teacher cache folder it reads (None: the teacher computes
-    its fields)."""
+    """A distillation resolved and checked, before anything is written (:func:`build_student`;
+    ``cache``: the teacher cache folder it reads, None: the teacher computes its fields)."""
 
     teacher: LoadedModel
     data: TaskData
@@ -661,12 +646,10 @@ def prepare_distillation(
     objective_config: ObjectiveConfig,
     seed: int,
 ) -> Distillation:
-    """Everything a distillation needs, every check of the settings against the models (lengths,
-    layers, classes and dimensions the methods ask for, tokenizers) done writing nothing, before
-    :func:`distill` or :func:`kd.experiments.tune.tune` creates its folder. ``seed`` initialises a
-    random student; the teacher is a run folder (unfinished: :func:`check_teacher`), a classifier
-    matched to the task's classes (``label_map``) and used as it is, or the teacher cache
-    ``student_config.teacher_cache`` stands for (:func:`_cached_teacher`)."""
+    """Everything a distillation needs, every check of the settings against the models done writing
+    nothing. ``seed`` initialises a random student; the teacher is a run folder, a classifier
+    matched to the task's classes, or the teacher cache ``student_config.teacher_cache`` stands for.
+    """
     record = None
     if student_config.teacher_cache:
         teacher, data, record = _cached_teacher(data_config, student_config)
@@ -712,9 +695,8 @@ def prepare_distillation(
 
 @dataclasses.dataclass
 class TeacherInputs:
-    """What the teacher reads of a distillation's data: each split in its own tokenisation
-    (the student's own where they share it), the cache keys of its fields, and across
-    tokenizers with per-token terms the words both share (``alignment``, for the manifest)."""
+    """What the teacher reads of a distillation's data: each split in its own tokenisation, the
+    cache keys of its fields, and across tokenizers the words both share (``alignment``)."""
 
     encoded: dict[str, EncodedSplit]
     teacher_encoded: dict[str, EncodedSplit]
@@ -728,12 +710,8 @@ def teacher_inputs(
 ) -> TeacherInputs:
     """The data of ``setup`` encoded for student and teacher, with the keys of the teacher's
     caches (``every``: of every field the objective reads, as ``kdw cache`` builds them)."""
-    teacher, data, tokenizer, objective = (
-        setup.teacher,
-        setup.data,
-        setup.tokenizer,
-        setup.objective,
-    )
+    teacher, data = setup.teacher, setup.data
+    tokenizer, objective = setup.tokenizer, setup.objective
     # the teacher reads, and its cache is keyed by, its own tokenisation
     same = setup.same_tokens
     encoded = _encode_all(data, tokenizer, max_length, None if same else "the student's")
@@ -776,11 +754,10 @@ def distill(
     tracking_parent: str | None = None,
 ) -> Run:
     """Distil a student from ``student_config.teacher`` into ``run_dir``. The teacher's cache goes
-    to ``cache_dir`` (default: the run's folder), which students of one teacher and data (a search's
-    trials) may share: every file is keyed by its settings. With ``student_config.teacher_cache``
-    every teacher field is read from that folder (``kdw cache``), and the teacher need not exist.
-    ``tracking_config``'s trackers follow the training (:mod:`kd.training.tracking`; in MLflow, a
-    nested run of ``tracking_parent``)."""
+    to ``cache_dir`` (default: the run's folder; keyed by its settings, so a search's trials share
+    it); with ``student_config.teacher_cache`` every teacher field is read from that folder. The
+    trackers of ``tracking_config`` follow the training (in MLflow nested in ``tracking_parent``).
+    """
     tracking_config = tracking_config or TrackingConfig()
     tracking.check(tracking_config)
     device = _configure(optim)
@@ -878,12 +855,9 @@ def build_teacher_cache(
     shard: Shard | None = None,
 ) -> Path | None:
     """``kdw cache``: build in ``out`` every field the distillation these configs describe reads
-    from the teacher (on the words teacher and student share, across tokenizers), so that
-    ``distill`` with ``teacher_cache=out`` needs no teacher (:mod:`kd.training.teacher_cache`).
-
-    Resumable and in shards (:func:`workbench.core.cache.build_in_pieces`): ``shard`` computes
-    its part of every split; the call that finds every piece merges them. Returns ``out`` once
-    every split's cache is complete, None while other shards' pieces are missing."""
+    from the teacher, so that ``distill`` with ``teacher_cache=out`` needs no teacher. Resumable and
+    in shards (:func:`workbench.core.cache.build_in_pieces`); returns ``out`` once every split is
+    complete, None while other shards' pieces are missing."""
     out = Path(out)
     if student_config.teacher_cache:
         raise WorkbenchError("kdw cache computes the teacher's fields: leave out --teacher-cache")
@@ -894,14 +868,8 @@ def build_teacher_cache(
     teacher, objective = setup.teacher, setup.objective
     teacher_fingerprint = fingerprint(teacher.model)
     inputs = teacher_inputs(setup, data_config.max_length, teacher_fingerprint, every=True)
-    start_record(
-        out,
-        teacher,
-        teacher_pin(student_config.teacher),
-        teacher_fingerprint,
-        setup.data,
-        data_config,
-    )
+    pin = teacher_pin(student_config.teacher)
+    start_record(out, teacher, pin, teacher_fingerprint, setup.data, data_config)
     notice(f"teacher cache in {out.resolve()}")
     teacher.model.to(device)
     bf16 = cache_config.precision == "bf16"
@@ -957,13 +925,9 @@ def export_model(
     onnx: bool = False,
     settings: OnnxSettings | None = None,
 ) -> Path:
-    """Write a run's best model into ``out`` (a new or empty folder) as a self-contained Hugging
-    Face checkpoint: config with the task's label names, weights, tokenizer and model card; with
-    ``push_to_hub`` (a Hub repository id), also upload it (``transformers``' ``push_to_hub``: it
-    needs the network and a Hub login). With ``onnx``, an ONNX export instead, built and checked as
-    ``settings`` say (:func:`~workbench.analysis.deployment.export_onnx_folder`: float32, and int8
-    with ``settings.quantize``), released only once each graph agrees with the PyTorch model on
-    the run's test texts."""
+    """Write a run's best model into ``out`` (a new or empty folder) as a Hugging Face checkpoint
+    with its model card; with ``push_to_hub`` also upload it. With ``onnx``, an ONNX export as
+    ``settings`` say instead (:func:`~workbench.analysis.deployment.export_onnx_folder`)."""
     out = Path(out)
     settings = settings or OnnxSettings()
     if out.is_file() or (out.is_dir() and any(out.iterdir())):

@@ -235,9 +235,8 @@ PACKAGES = ("torch", "transformers", "captum", "datasets", "tokenizers", "numpy"
 
 
 def replace_directory(target: Path, write: Any) -> None:
-    """Fill a fresh temporary directory with ``write(path)``, then swap it in for ``target``:
-    a reader sees either the old or the new directory, never half of one. ``write`` gets an
-    absolute path (:func:`~workbench.core.files.staging_folder`)."""
+    """Fill a fresh temporary directory with ``write(path)`` (an absolute path), then swap it in for
+    ``target``: a reader sees the old or the new directory, never half of one."""
     target = target.absolute()
     staging = target.with_name(f".{target.name}.new")
     old = target.with_name(f".{target.name}.old")
@@ -311,13 +310,10 @@ class Run:
     def writing(
         cls, path: str | Path, info: dict[str, Any], manifest: dict[str, Any]
     ) -> Iterator[Run]:
-        """The run folder ``path`` holding ``info`` (kind, configs, task) and a manifest, written
-        by this process alone while the block runs.
-
-        A new folder is created; an existing one with the same ``info`` is reopened (so the
-        training resumes); one with other settings, or a folder that is not a run, is refused
-        rather than overwritten. So is a run that another process is writing: the one-line
-        error names that process. Its lock (``.lock``) dies with it, so a killed run resumes."""
+        """The run folder ``path`` holding ``info`` (kind, configs, task) and a manifest, written by
+        this process alone while the block runs: created, or reopened with the same ``info`` (the
+        training resumes). Other settings, a folder that is not a run, or a run another process
+        holds (its ``.lock``, which dies with it) are refused in one line."""
         run, info = cls(Path(path)), with_format(info)
         given = checked(json.loads(json.dumps(info, default=str)), RunRecord)  # before writing
         check_parents(run.path, "--run-dir")
@@ -337,9 +333,8 @@ class Run:
             yield run
 
     def _check_settings(self, given: RunRecord) -> None:
-        """Refuse to reopen a run with other settings than ``given``, one whose data changed
-        since, or one whose settings now resolve to another objective (``resolved``: a
-        preset's defaults changed)."""
+        """Refuse to reopen a run with other settings than ``given``, other data, another teacher,
+        or an objective its settings no longer resolve to (a preset's defaults changed)."""
         existing = self.info()
         shown = differences(
             existing.model_dump(exclude_unset=True, exclude={RESOLVED}),
@@ -436,9 +431,8 @@ class Run:
             ) from None
 
     def info(self) -> RunRecord:
-        """The run's record, checked: its format (:func:`~workbench.core.files.check_format`),
-        its model (:class:`RunRecord`) and the settings of each config section (known settings,
-        each of its type and inside its domain)."""
+        """The run's record, checked: its format, its model (:class:`RunRecord`) and each config
+        section's settings."""
         info = self.read_json(RUN_FILE, RUN_REMEDY)
         check_format(info, self.path / RUN_FILE, FORMAT_REMEDY)
         try:
@@ -504,10 +498,8 @@ class Run:
         return pid
 
     def unfinished(self) -> str | None:
-        """None when the training finished; else where it stands, in words: ``stopped at step
-        30/120``, ``diverged at step 12/120``, ``running at step 30/120 (no process is training
-        it: interrupted or killed)`` or ``running at step 30/120 (process 123 is training
-        it)``."""
+        """None when the training finished; else where it stands, in words
+        (``stopped at step 30/120``, ``running at step 30/120 (process 123 is training it)``…)."""
         try:
             status = self.status()
         except WorkbenchError:
@@ -528,9 +520,8 @@ class Run:
         return text
 
     def best_dev(self) -> dict[str, Any] | None:
-        """The dev evaluation whose model ``model/`` holds (the trainer replaces it at each
-        improvement of the task's main metric: the first of the best records), None without
-        one."""
+        """The dev evaluation whose model ``model/`` holds (the first of the best by the task's main
+        metric), None without one."""
         try:
             metric = self.task().metrics[0]
             records = self.metrics("dev")
@@ -553,11 +544,10 @@ class Run:
         atomic_write_json(self.path / STATUS_FILE, {"state": state, **details})
 
     def load_checkpoint(self, device: Any) -> dict[str, Any]:
-        """The resumable state ``checkpoint.pt`` holds (tensors on ``device``), read as plain
-        tensors, numbers and containers only (``torch.load(weights_only=True)``): nothing in a
-        run folder from someone else runs code. A file that would need to run code to load (a
-        planted pickle, or a checkpoint holding numpy arrays) and a damaged one (truncated,
-        overwritten) are one-line errors naming the file and the remedy."""
+        """The resumable state ``checkpoint.pt`` holds (tensors on ``device``), read with
+        ``torch.load(weights_only=True)``: nothing in a run folder runs code. A file that would need
+        to (a planted pickle) or a damaged one is a one-line error naming the file and the remedy.
+        """
         import pickle
         import warnings
 
@@ -636,11 +626,8 @@ def same_task(one: str, other: str) -> bool:
 def task_beside(
     model: str, sources: Sequence[str], notify: Callable[[str], None] | None = None
 ) -> tuple[DataConfig, str] | None:
-    """The task a model that is not a run is scored on when named beside runs without a task:
-    the data settings the first run among ``sources`` recorded (its task, columns, length…)
-    and that run's label map (a teacher's, for the classifier it was fine-tuned from; a
-    student's, for its teacher), said to ``notify`` in one line. None without a run among
-    ``sources``."""
+    """The task a model that is not a run is scored on beside runs: the data settings and label map
+    of the first run among ``sources``, said to ``notify``; None without a run."""
     for source in sources:
         if not (Path(source) / RUN_FILE).exists():
             continue
@@ -668,11 +655,9 @@ def task_beside(
 def recorded_data(
     data: DataConfig, sources: Sequence[str], notify: Callable[[str], None] | None = None
 ) -> DataConfig:
-    """The data settings (columns, ``max_length``, split seed, subsamples…) to read ``data``'s
-    task with when scoring ``sources``: those the first run among them recorded for that task,
-    where ``data`` leaves them at their defaults (a run's record is the default for commands on
-    it, and for the models scored beside it); a setting given explicitly overrides the record.
-    Each is said to ``notify`` in one line."""
+    """``data`` with the settings it leaves at their defaults taken from the first run among
+    ``sources`` that recorded its task (an explicit setting overrides the record); each said to
+    ``notify`` in one line."""
     defaults = DataConfig()
     names = [f.name for f in fields(DataConfig) if f.name != "task"]
     given = {f: getattr(data, f) for f in names if getattr(data, f) != getattr(defaults, f)}
@@ -712,10 +697,8 @@ def _options(values: dict[str, Any]) -> str:
 
 
 def teacher_change(then: ResolvedTeacher | None, now: ResolvedTeacher | None) -> str | None:
-    """What changed between the teacher a run pinned (``then``, its ``run.json``) and the
-    teacher as it is ``now`` (:func:`~workbench.core.verify.model_digest`), in words: ``the
-    weights of /t/model are 1f2e… now, 9a8b… when the run was made``; None when nothing did, or
-    when either side has no record (a hub id)."""
+    """What changed between the teacher a run pinned (``then``) and the teacher ``now``, in words;
+    None when nothing did, or when either side has no record (a hub id)."""
     if not then or not now:
         return None
     parts = [
@@ -731,9 +714,8 @@ _ABSENT = "(absent)"
 
 
 def current_configs(configs: dict[str, Any]) -> dict[str, Any]:
-    """Config sections as a record holds them, each registered section's settings checked
-    (:func:`~workbench.core.config.check_values`; the layers that own the sections register
-    them, :func:`~workbench.core.config.register_section`), as JSON gives them back."""
+    """Config sections as a record holds them, each registered section's settings checked, as JSON
+    gives them back."""
     current = {}
     for group, values in configs.items():
         try:
@@ -800,12 +782,10 @@ def _bullets(values: dict[str, Any]) -> list[str]:
 
 
 def model_card(run: Run, library: str = "transformers") -> str:
-    """The model card (``README.md`` with Hub metadata) of a run's best model, generated from the
-    run's files only: what was trained and how (``run.json``), on which data split
-    (``manifest.json``), its dev/test metrics and loyalty once ``results.json`` exists, the
-    command line that started the training when one was recorded, and the seconds it took
-    (``status.json``). ``library``: the Hub's ``library_name``, what loads the folder the card
-    describes (``onnx`` for an export of ONNX graphs alone)."""
+    """The model card (``README.md`` with Hub metadata) of a run's best model, from the run's files
+    only: what was trained and how, on which data, its metrics once ``results.json`` exists, the
+    command line and the seconds it took. ``library``: the Hub's ``library_name`` (``onnx`` for an
+    ONNX export)."""
     info, manifest, results = run.info(), run.manifest(), run.results()
     configs, task = info.configs, run.task()
     student = info.kind == "student"
