@@ -14,12 +14,12 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
+from unittest import mock
 
 from kd.experiments.config import TuneConfig
 from kd.experiments.reproduce.record import (
@@ -203,9 +203,8 @@ def same_teacher(before: TeacherRecord, now: TeacherRecord) -> bool:
 
 
 def task_teacher(out: Path, task: str, plan: TaskPlan) -> Run:
-    """Train (or reopen) a task's teacher, seed 1, on all the machine's cores, pinned: the float
-    rounding follows the thread count, so a teacher trained again on the same machine comes out with
-    the same weights."""
+    """Train (or reopen) a task's teacher, seed 1, on all the machine's cores, pinned: trained again
+    on the same machine, it comes out with the same weights."""
     return train_teacher(
         plan.data,
         plan.teacher,
@@ -231,8 +230,8 @@ def student_folder(out: Path, experiment: Experiment, key: str) -> Path:
 
 
 def _moved(folder: Path, teacher: Path) -> Run | None:
-    """A student folder written when the suite lay elsewhere (its teacher's old path, which its run
-    record refuses): a finished one is used as it is; an unfinished one is restarted."""
+    """A student folder written when the suite lay elsewhere (its teacher's old path): a finished
+    one is used as it is, an unfinished one restarted."""
     if not (folder / "run.json").exists():
         return None
     run = Run(folder)
@@ -247,8 +246,7 @@ def _moved(folder: Path, teacher: Path) -> Run | None:
 
 def forget_other_teacher(folder: Path, teacher: Path) -> None:
     """Remove the student folder ``folder`` if it learnt from another teacher than ``teacher`` as it
-    is now: the suite trains it anew, and its run record (:func:`~kd.training.pipeline.teacher_pin`)
-    would refuse the new teacher."""
+    is now: the suite trains it anew."""
     if not (folder / "run.json").exists():
         return
     if teacher_change(Run(folder).info().resolved.teacher, teacher_pin(str(teacher))):
@@ -348,9 +346,9 @@ def choose_weights(out: Path, teacher: Path, suite: Suite, method: str, threads:
 
 
 def measure_truncation(plan: TaskPlan) -> dict:
-    """How much of the test split ``max_length`` cuts (teacher tokenizer, [CLS]/[SEP] counted).
-    Texts are counted up to 16 × ``max_length`` tokens (:func:`workbench.core.data.prefixes`), so
-    that a huge text cannot exhaust memory; the share kept of such a text is an upper bound."""
+    """How much of the test split ``max_length`` cuts (teacher tokenizer, specials counted),
+    counting texts up to 16 × ``max_length`` tokens (the share kept of a longer one is an upper
+    bound)."""
     split = load_task(plan.data).splits["test"]
     tokenizer = load_tokenizer(plan.given_teacher or plan.teacher.model)
     limit = plan.data.max_length
@@ -394,7 +392,7 @@ def speed_key(
 
 def speed_students(suite: Suite, task: str, planned: Sequence[Experiment]) -> list[int]:
     """The positions in ``planned`` of the students timed on ``task``: each main-table method's
-    student of the task's first seed (not the controls, of the same size)."""
+    first-seed student, not the controls."""
     first = suite.plans[task].seeds[0]
     return [
         i
@@ -410,9 +408,8 @@ def measure_speed(
     students: Sequence[StudentRow],
     settings: BenchmarkSettings,
 ) -> Speed:
-    """Size and speed of a task's ``students`` (rows of the record) beside their ``teacher`` with
-    :func:`workbench.analysis.benchmark.benchmark` on ``data``'s test split, each with its ratio to
-    the teacher's; with the settings, the machine and its load when it started."""
+    """Size and speed of a task's ``students`` beside their ``teacher`` on ``data``'s test split,
+    each with its ratio to the teacher's, with the machine and its load when it started."""
     load_before = os.getloadavg()[0]
     sources = [str(out / teacher.run), *(str(out / s.run) for s in students)]
     measured = benchmark(sources, settings, data)
@@ -430,8 +427,8 @@ def measure_speed(
 
 
 def exit_with_parent(parent: int, interval: float = 1.0) -> None:
-    """Worker initializer: end this worker once the process that started it is gone (killed with
-    SIGKILL, say); the run it leaves resumes from its last checkpoint next time."""
+    """Worker initializer: end this worker once the process that started it is gone; the run it
+    leaves resumes from its last checkpoint."""
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -439,20 +436,6 @@ def exit_with_parent(parent: int, interval: float = 1.0) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
-
-
-@contextmanager
-def _children_without_progress_bars() -> Iterator[None]:
-    """Worker processes inherit ``TQDM_DISABLE``: bars of parallel runs would interleave."""
-    previous = os.environ.get("TQDM_DISABLE")
-    os.environ["TQDM_DISABLE"] = "1"
-    try:
-        yield
-    finally:
-        if previous is None:
-            del os.environ["TQDM_DISABLE"]
-        else:
-            os.environ["TQDM_DISABLE"] = previous
 
 
 def _parallel(
@@ -466,7 +449,7 @@ def _parallel(
         return
     threads = max(1, (os.cpu_count() or 1) // jobs)
     with (
-        _children_without_progress_bars(),
+        mock.patch.dict(os.environ, TQDM_DISABLE="1"),  # workers inherit it: bars would interleave
         ProcessPoolExecutor(
             jobs,
             mp_context=get_context("spawn"),
@@ -500,8 +483,7 @@ def suite_fields(
     suite: Suite, truncation: dict[str, Truncation | None], shard: Shard | None
 ) -> dict:
     """The fields of a record that the suite (and the part of it trained) settles, with
-    ``truncation``'s measures where it has them (``kdw reproduce --merge`` checks ``suite_key`` and
-    ``shard``)."""
+    ``truncation``'s measures where it has them."""
     part = {} if shard is None else {"shard": {"index": shard.index, "count": shard.count}}
     data, sample = suite.ablation_data, None
     if data is not None:
@@ -632,8 +614,8 @@ class SuiteCall:
         return self.runs[task]
 
     def taught_alike(self, row: StudentRow) -> bool:
-        """Whether a recorded student learnt from its task's teacher as it is now (a row that
-        recorded no weights: unless the teacher was trained again to other weights in this call)."""
+        """Whether a recorded student learnt from its task's teacher as it is now (without recorded
+        weights: unless the teacher was trained again in this call)."""
         if "teacher" in row.model_fields_set and row.task in self.runs:
             return row.teacher == (self.teachers[row.task].weights or None)
         return row.task not in self.retaught
@@ -697,8 +679,8 @@ class SuiteCall:
                 self.teacher_run(task)
 
     def time_students(self) -> None:
-        """Time each task's first-seed students beside their teacher where the record lacks that
-        timing and their folders are here."""
+        """Time each task's first-seed students beside their teacher where the record lacks it and
+        their folders are here."""
         suite = self.suite
         if suite.speed_examples is None:
             return
@@ -754,8 +736,6 @@ def run_suite(
     shard: Shard | None = None,
 ) -> SuiteRecord:
     """Train what ``<out>/results.json`` lacks: the weights chosen on dev, then every student (and
-    the teachers they need), scored on the test split, in ``jobs`` processes; ``shard``: only that
-    part (:class:`~workbench.core.shards.Shard`); then the timings
-    (:meth:`SuiteCall.time_students`). The record is rewritten after every step and when
-    interrupted."""
+    its teacher) scored on test in ``jobs`` processes (``shard``: its part), then the timings. The
+    record is rewritten after every step and when interrupted."""
     return SuiteCall(out, suite, announce, jobs, shard).run()
