@@ -514,16 +514,12 @@ def _write_graphs(
 def export_onnx_folder(
     loaded: LoadedModel, out: Path, settings: OnnxSettings, split: str = "test"
 ) -> dict:
-    """Export a run's model (:func:`export_onnx`, fused by :func:`fuse_graph` with
-    ``settings.fuse``, and :func:`quantize_int8` with ``settings.quantize``) into ``out`` and
-    return the export's record.
-
-    Every graph is checked on a stratified random sample of about ``settings.examples`` texts
-    of the run's ``split`` (0: all of them) against the PyTorch model (:func:`parity`) before
-    the folder is released: it is built in a temporary folder beside ``out`` and renamed to
-    ``out`` only when every graph's label agreement reaches ``settings.min_agreement``;
-    otherwise it is renamed to ``out.rejected`` (replacing an earlier rejected export) and the
-    error says so, in one line."""
+    """Export a run's model (:func:`export_onnx`, :func:`fuse_graph` with ``settings.fuse``,
+    :func:`quantize_int8` with ``settings.quantize``) into ``out`` and return the export's record.
+    Every graph is checked against the PyTorch model (:func:`parity`) on a stratified sample of
+    about ``settings.examples`` texts of the run's ``split`` in a temporary folder beside ``out``,
+    renamed to ``out`` only when every graph reaches ``settings.min_agreement``, otherwise to
+    ``out.rejected``, said in one line."""
     check_onnx_settings(loaded, settings)
     task = load_task(loaded.data)
     static = settings.quantize is not None and settings.int8 == "static"

@@ -268,18 +268,14 @@ def explainer_faithfulness(
     checkpoint: Callable[[dict], None] = lambda report: None,
     recompute: bool = False,
 ) -> dict:
-    """What ``kdw faithfulness`` computes (see the module's docstring): a JSON-ready report with
-    ``rows`` (a row per model × explainer: the means, the BCa 95 % intervals of the two AOPC
-    means, how many τ were undefined, seconds per example, the load average and torch threads
-    it ran under, and the ranks), ``intervals`` (model − first, per explainer and measure), the
-    settings, the explainers' settings and the machine's load average.
+    """What ``kdw faithfulness`` computes: a JSON-ready report with ``rows`` (per model × explainer:
+    the means, the BCa 95 % intervals of the AOPC means, undefined τ, seconds per example, load
+    average, threads and ranks), ``intervals`` (model − first, per explainer and measure) and the
+    settings.
 
-    ``previous``: a report to merge into, as read from its file (checked,
-    :func:`check_report`; the same split, examples, rules and removal, the same first model):
-    the explainers it already has for every model given are not computed again, and the
-    others' rows and intervals are added to it, or replace its own; with ``recompute`` every
-    explainer given is computed and replaces its rows. ``checkpoint`` is given the report
-    after each explainer, so that a run writing it can resume."""
+    ``previous``: a report to merge into (checked, :func:`check_report`): the explainers it has for
+    every model given are not computed again (unless ``recompute``), the others' rows and intervals
+    added or put in place of its own. ``checkpoint`` is given the report after each explainer."""
     if not choices:
         raise WorkbenchError("--explainers names no explainer")
     first = load_model(str(runs[0]))
@@ -470,12 +466,10 @@ def _tied_ranks(means: np.ndarray, low: np.ndarray, high: np.ndarray, higher: bo
 
 def explainer_ranking(report: FaithfulnessReport, model: str) -> pd.DataFrame:
     """``model``'s explainers in a ``kdw faithfulness`` report ranked by faithfulness: per AOPC
-    measure (comprehensiveness ↑, sufficiency ↓) the mean, its 95 % interval (a row without
-    one counts as its mean alone), its
-    rank with overlapping intervals tied (1 + the explainers wholly better) and the explainers
-    it ties with; then seconds per example and the 1-minute load average it ran under (NaN
-    where not recorded). Sorted by comprehensiveness rank, then sufficiency rank, then
-    comprehensiveness."""
+    measure (comprehensiveness ↑, sufficiency ↓) the mean, its 95 % interval (a row without one
+    counts as its mean alone), its rank with overlapping intervals tied (1 + the explainers wholly
+    better) and the explainers it ties with; then seconds per example and the load average (NaN
+    where not recorded). Sorted by the two ranks, then comprehensiveness."""
     rows = [r for r in report.rows if r.model == model]
     if not rows:
         names = [m.name for m in report.models]

@@ -344,12 +344,9 @@ def export_runs(
     **sources,
 ) -> list[Path]:
     """What ``kdw export`` does: explain the examples :func:`gather_examples` collects from
-    ``sources`` (of the first run's task) under every run, and write one heatmap per example in
-    each format to ``out`` (replacing a previous export's set there, see
-    :func:`write_heatmaps`); ``notify`` receives :func:`export_notes`' lines. A run may be a
-    run folder or a classifier the workbench did not train (its classes matched to the first
-    one's by name, see :func:`~workbench.core.models.load_model`); ``explainer`` and ``words`` as
-    :func:`build_heatmaps`."""
+    ``sources`` (of the first run's task; a classifier the workbench did not train has its classes
+    matched to the first one's by name) under every run, and write one heatmap per example in each
+    format to ``out`` (:func:`write_heatmaps`); ``notify`` receives :func:`export_notes`' lines."""
     from workbench.core.models import load_model
 
     export_settings.format_list()  # fail early on a bad format
@@ -378,10 +375,8 @@ def attribute_runs(
     words: str | None = None,
     **sources,
 ) -> list[Path]:
-    """What ``kdw attribute`` does: attribute the examples :func:`gather_examples` collects
-    under each run (a run folder, or a classifier the workbench did not train) under
-    ``explainer`` (per word with ``words``) and save them, reloadable, as
-    ``<out>/<run>.jsonl``."""
+    """What ``kdw attribute`` does: attribute the examples :func:`gather_examples` collects under
+    each run with ``explainer`` (per word with ``words``) and save them as ``<out>/<run>.jsonl``."""
     from workbench.analysis.attribution import attribute_texts, resolve_explainer, save_attributions
     from workbench.analysis.attribution.words import check_words
     from workbench.core.models import load_model
