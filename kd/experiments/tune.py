@@ -220,12 +220,6 @@ def plan_search(space: dict[str, Dimension], trials: int) -> tuple[int, bool]:
     return trials, False
 
 
-def grid_points(space: dict[str, Dimension]) -> list[dict[str, float]]:
-    """Every setting of a space of choices (the last parameter varies fastest)."""
-    choices = (d.choices for d in space.values())
-    return [dict(zip(space, values, strict=True)) for values in itertools.product(*choices)]
-
-
 @dataclass(frozen=True)
 class StudyPlace:
     """Where a study lives: its database, as Optuna opens it and as messages name it."""
@@ -767,7 +761,8 @@ def tune(
         if config.prune
         else optuna.pruners.NopPruner()
     )
-    points = grid_points(space) if exhaustive else []
+    grid = itertools.product(*(d.choices for d in space.values())) if exhaustive else ()
+    points = [dict(zip(space, values, strict=True)) for values in grid]  # last varies fastest
     lock = nullcontext() if place.shared else hold(out / "study.lock", f"the study in {out}")
     tracked = {"tune": to_dict(config), "configs": _sections(data, student, objective, optim)}
     with lock, tracking.tracked_study(tracking_config, out, tracked) as parent:

@@ -182,11 +182,6 @@ def _status_mb(field: str) -> float:
     raise KeyError(field)
 
 
-def _return_free_memory() -> None:
-    with contextlib.suppress(OSError, AttributeError):  # not glibc
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-
-
 def peak_memory_mb(step: Callable[[], object], device: torch.device) -> float | None:
     """The memory ``step`` needs above what is held before it, in MB (:data:`MEMORY_CPU`,
     :data:`MEMORY_CUDA`); None on a CPU system without Linux's ``/proc`` counters."""
@@ -197,7 +192,8 @@ def peak_memory_mb(step: Callable[[], object], device: torch.device) -> float | 
         step()
         torch.cuda.synchronize(device)
         return (torch.cuda.max_memory_allocated(device) - before) / 1e6
-    _return_free_memory()
+    with contextlib.suppress(OSError, AttributeError):  # freed memory returned; not glibc
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
     try:
         Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
         before = _status_mb("VmRSS")

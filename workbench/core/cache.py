@@ -287,11 +287,6 @@ def cached(
 PIECE_BATCHES = 8  # batches a piece holds: what a shard computes and a resumed build skips
 
 
-def piece_folder(folder: Path, name: str, key: Mapping) -> Path:
-    """Where :func:`build_in_pieces` keeps the pieces of the cache of ``key``."""
-    return cache_path(folder, name, key).with_suffix(".pieces")
-
-
 def _save_piece(path: Path, rows: Rows, per_token: set[str], seconds: dict[str, float]) -> None:
     """One piece's rows: each field's values in the order of ``index`` (per-token ones
     concatenated, with their ``lengths``), and the seconds each field took."""
@@ -359,7 +354,7 @@ def build_in_pieces(
     removed; None while other shards' pieces are missing) and the seconds each field took,
     summed over every piece."""
     path = cache_path(folder, name, key)
-    pieces_dir = piece_folder(folder, name, key)
+    pieces_dir = cache_path(folder, name, key).with_suffix(".pieces")
     order, size = length_order(dataset), batch_size * PIECE_BATCHES
     pieces = [order[start : start + size] for start in range(0, len(order), size)]
     mine = (shard or Shard(1, 1)).positions(len(pieces))

@@ -775,12 +775,6 @@ def _code(text: Any) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
-def _bullets(values: dict[str, Any]) -> list[str]:
-    return [
-        f"- {_code(key)}: {_code(json.dumps(value, default=str))}" for key, value in values.items()
-    ]
-
-
 def model_card(run: Run, library: str = "transformers") -> str:
     """The model card (``README.md`` with Hub metadata) of a run's best model, from the run's files
     only: what was trained and how, on which data, its metrics once ``results.json`` exists, the
@@ -820,7 +814,8 @@ def model_card(run: Run, library: str = "transformers") -> str:
         lines.append("Regression: one output, the predicted score.")
     lines += ["", "## Training settings", ""]
     for group, values in configs.items():
-        lines += [f"### {group}", "", *_bullets(values), ""]
+        bullets = (f"- {_code(k)}: {_code(json.dumps(v, default=str))}" for k, v in values.items())
+        lines += [f"### {group}", "", *bullets, ""]
     lines += [
         "## Data",
         "",

@@ -215,10 +215,6 @@ def _meta_model(config: Any):
         return AutoModelForSequenceClassification.from_config(config)
 
 
-def _expected(model: Any) -> dict[str, tuple[int, ...]]:
-    return {key: tuple(value.shape) for key, value in model.state_dict().items()}
-
-
 def _as_model_key(key: str, expected: Mapping[str, Any], prefix: str) -> str | None:
     """The model's name of the weights' ``key``: the same, or under the base model's prefix
     (a checkpoint of the bare encoder)."""
@@ -280,7 +276,7 @@ def _check_model_folder(folder: Path, config: Any) -> None:
         model = _meta_model(config)
     except Exception:  # an architecture transformers cannot build: said by the load itself
         return
-    expected = _expected(model)
+    expected = {key: tuple(value.shape) for key, value in model.state_dict().items()}
     prefix = getattr(model, "base_model_prefix", "")
     floating = {key for key, value in model.state_dict().items() if value.is_floating_point()}
     for key, (shape, dtype, file) in headers.items():

@@ -106,10 +106,6 @@ def _clean_text(text: str) -> str:
     )
 
 
-def _clean_multiline(text: str) -> str:
-    return "\n".join(_clean_text(line) for line in str(text).splitlines())
-
-
 # --------------------------------------------------------------------------- preparation
 
 
@@ -170,7 +166,10 @@ def _prepare(heatmap: Heatmap, options: ExportOptions | None) -> _Prepared:
         options.vmax,
         options.cmap,
     )
-    metadata = {_clean_text(k): _clean_multiline(v) for k, v in heatmap.metadata.items()}
+    metadata = {
+        _clean_text(k): "\n".join(map(_clean_text, str(v).splitlines()))
+        for k, v in heatmap.metadata.items()
+    }
     generated = {
         "export.generator": GENERATOR,
         "export.colormap": scale.cmap,
