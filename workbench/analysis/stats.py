@@ -12,7 +12,7 @@ score), per seed or pooled, and refuses sets that are not paired.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -172,15 +172,21 @@ def _positions(left: Sequence[str], right: Sequence[str], seed: int) -> list[int
     return [order[uid] for uid in left]
 
 
-def _check_seeds(a: Sequence[dict], b: Sequence[dict]) -> None:
-    if len(a) != len(b):
-        raise WorkbenchError(f"not paired: {len(a)} seeds against {len(b)}")
-
-
 Pairs = tuple[np.ndarray, np.ndarray]
 
 
-def _pooled(groups: list[Pairs], by_seed: bool) -> Pairs | list[Pairs]:
+def _paired(
+    a: Sequence[dict], b: Sequence[dict], by_seed: bool, unit: Callable[..., tuple | None]
+) -> Pairs | list[Pairs]:
+    """Two models' values ``unit(left, right, i, j)`` of each example, paired by seed and example
+    id (None: left out), pooled over the seeds or with ``by_seed`` one pair of arrays per seed."""
+    if len(a) != len(b):
+        raise WorkbenchError(f"not paired: {len(a)} seeds against {len(b)}")
+    groups = []
+    for seed, (left, right) in enumerate(zip(a, b, strict=True)):
+        positions = enumerate(_positions(left["uids"], right["uids"], seed))
+        kept = [p for p in (unit(left, right, i, j) for i, j in positions) if p is not None]
+        groups.append(tuple(np.asarray([p[k] for p in kept], dtype=float) for k in (0, 1)))
     if by_seed:
         return groups
     return tuple(np.concatenate([g[k] for g in groups]) for k in (0, 1))  # type: ignore[return-value]
@@ -195,17 +201,14 @@ def pair_predictions(
     (``{"uids": [...], "labels": [...], "predictions": [...]}``). Returns two 0/1 arrays over
     every (seed, example), or with ``by_seed`` one such pair of arrays per seed (what
     :func:`two_level_bootstrap` takes). Sets that do not cover the same examples are refused."""
-    _check_seeds(a, b)
-    groups = []
-    for seed, (left, right) in enumerate(zip(a, b, strict=True)):
-        scores_a, scores_b = [], []
-        for i, j in enumerate(_positions(left["uids"], right["uids"], seed)):
-            if left["labels"][i] != right["labels"][j]:
-                raise WorkbenchError(f"not paired: example {left['uids'][i]} has two gold labels")
-            scores_a.append(left["predictions"][i] == left["labels"][i])
-            scores_b.append(right["predictions"][j] == right["labels"][j])
-        groups.append((np.asarray(scores_a, dtype=float), np.asarray(scores_b, dtype=float)))
-    return _pooled(groups, by_seed)
+
+    def correct(left: dict, right: dict, i: int, j: int) -> tuple[bool, bool]:
+        gold = left["labels"][i]
+        if gold != right["labels"][j]:
+            raise WorkbenchError(f"not paired: example {left['uids'][i]} has two gold labels")
+        return left["predictions"][i] == gold, right["predictions"][j] == gold
+
+    return _paired(a, b, by_seed, correct)
 
 
 def pair_scores(a: Sequence[dict], b: Sequence[dict], by_seed: bool = False) -> Pairs | list[Pairs]:
@@ -213,14 +216,9 @@ def pair_scores(a: Sequence[dict], b: Sequence[dict], by_seed: bool = False) -> 
     seed and example id: ``{"uids": [...], "scores": [...]}`` per seed, in the same seed order;
     pooled, or with ``by_seed`` per seed. Pairs where either score is undefined (None or NaN)
     are left out; sets that do not cover the same examples are refused."""
-    _check_seeds(a, b)
-    groups = []
-    for seed, (left, right) in enumerate(zip(a, b, strict=True)):
-        scores_a, scores_b = [], []
-        for i, j in enumerate(_positions(left["uids"], right["uids"], seed)):
-            x, y = left["scores"][i], right["scores"][j]
-            if x is not None and y is not None and not (math.isnan(x) or math.isnan(y)):
-                scores_a.append(x)
-                scores_b.append(y)
-        groups.append((np.asarray(scores_a, dtype=float), np.asarray(scores_b, dtype=float)))
-    return _pooled(groups, by_seed)
+
+    def defined(left: dict, right: dict, i: int, j: int) -> tuple[float, float] | None:
+        x, y = left["scores"][i], right["scores"][j]
+        return None if x is None or y is None or math.isnan(x) or math.isnan(y) else (x, y)
+
+    return _paired(a, b, by_seed, defined)
