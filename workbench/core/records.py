@@ -9,10 +9,14 @@ an integer is a number) and open: keys its model does not name are kept, not ref
 
 from __future__ import annotations
 
+import json
 from functools import cache
+from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+
+from workbench.core.errors import WorkbenchError, first_line
 
 T = TypeVar("T")
 
@@ -107,3 +111,28 @@ def checked(value: Any, model: type[T] | Any, whole: str = "the file") -> T:
         return _adapter(model).validate_python(value, strict=True)
     except ValidationError as error:
         raise RecordProblem(_phrase(error, value, whole)) from None
+
+
+def read_record(
+    path: Path, model: Any, what: str, remedy: str, kind: str, format_remedy: str = ""
+) -> Any:
+    """The JSON file ``path`` (a ``kind`` of at most :data:`~workbench.core.files.RECORD_LIMIT`
+    bytes) read as ``model``, its record format checked first with ``format_remedy``; an unreadable
+    or corrupt file, or one that is not ``what`` it should be, is one line ending in ``remedy``."""
+    from workbench.core.files import RECORD_LIMIT, check_format, parse_json, read_limited
+
+    try:
+        value = parse_json(read_limited(path, RECORD_LIMIT, kind), f"{kind} {path}")
+    except WorkbenchError as error:  # a device, a pipe, a file past the limit, too deep
+        raise WorkbenchError(f"{error}: {remedy}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        reason = error.msg if isinstance(error, json.JSONDecodeError) else "not UTF-8"
+        raise WorkbenchError(f"{path} is corrupt ({reason}): {remedy}") from None
+    except OSError as error:  # a folder, a file without read permission
+        raise WorkbenchError(f"{path} cannot be read ({first_line(error)})") from None
+    if format_remedy:
+        check_format(value, path, format_remedy)
+    try:
+        return checked(value, model)
+    except RecordProblem as problem:
+        raise WorkbenchError(f"{path} is not {what}: {problem}: {remedy}") from None

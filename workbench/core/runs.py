@@ -48,22 +48,19 @@ from workbench.core.config import (
 )
 from workbench.core.errors import WorkbenchError, first_line, mask_secrets
 from workbench.core.files import (
-    RECORD_LIMIT,
     append_json_line,
     atomic_write_json,
     check_format,
     check_parents,
     hold,
     lock_holder,
-    parse_json,
     read_json_lines,
-    read_limited,
     regular_file,
     remove_stale_temporaries,
     with_format,
     write_json_lines,
 )
-from workbench.core.records import Record, RecordProblem, checked
+from workbench.core.records import Record, RecordProblem, checked, read_record
 
 RUN_FILE = "run.json"
 STATUS_FILE = "status.json"
@@ -414,21 +411,7 @@ class Run:
         path = self.path / name
         if not path.exists():
             raise WorkbenchError(f"{path} is missing: the run folder is incomplete")
-        try:
-            value = parse_json(read_limited(path, RECORD_LIMIT, "run file"), f"run file {path}")
-        except WorkbenchError as error:  # a device, a pipe, a file past the limit, too deep
-            raise WorkbenchError(f"{error}: {remedy}") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            reason = error.msg if isinstance(error, json.JSONDecodeError) else "not UTF-8"
-            raise WorkbenchError(f"{path} is corrupt ({reason}): {remedy}") from None
-        except OSError as error:  # a folder, a file without read permission
-            raise WorkbenchError(f"{path} cannot be read ({first_line(error)})") from None
-        try:
-            return checked(value, model)
-        except RecordProblem as problem:
-            raise WorkbenchError(
-                f"{path} is not {what or 'what the run wrote'}: {problem}: {remedy}"
-            ) from None
+        return read_record(path, model, what or "what the run wrote", remedy, "run file")
 
     def info(self) -> RunRecord:
         """The run's record, checked: its format, its model (:class:`RunRecord`) and each config

@@ -4,15 +4,12 @@ the runner and the merge, read by them and by the report, by attribute."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from pydantic import Field
 
-from workbench.core.errors import WorkbenchError
-from workbench.core.files import RECORD_LIMIT, check_format, parse_json, read_limited
-from workbench.core.records import Record, RecordProblem, checked
+from workbench.core.records import Record, read_record
 
 Number = int | float  # a JSON number as written: an integer stays an integer
 Metrics = dict[str, Number | None]  # metric name → value (None: undefined)
@@ -191,19 +188,5 @@ def read_results(out: Path) -> SuiteRecord | None:
     path = out / "results.json"
     if not path.exists():
         return None
-    try:
-        results = parse_json(
-            read_limited(path, RECORD_LIMIT, "the suite's results"), f"the suite's results {path}"
-        )
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        reason = error.msg if isinstance(error, json.JSONDecodeError) else "not UTF-8"
-        raise WorkbenchError(f"{path} is corrupt ({reason}): {RESULTS_REMEDY}") from None
-    except WorkbenchError as error:  # a device, a pipe, a file past the limit, too deep
-        raise WorkbenchError(f"{error}: {RESULTS_REMEDY}") from None
-    check_format(results, path, "run the suite again in a new --out")
-    try:
-        return checked(results, SuiteRecord)
-    except RecordProblem as found:
-        raise WorkbenchError(
-            f"{path} is not the record of a suite: {found}: {RESULTS_REMEDY}"
-        ) from None
+    what, again = "the record of a suite", "run the suite again in a new --out"
+    return read_record(path, SuiteRecord, what, RESULTS_REMEDY, "the suite's results", again)
