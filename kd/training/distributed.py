@@ -1,18 +1,13 @@
-"""Data-parallel training on ``torch.distributed``, launched with ``torchrun --nproc_per_node N``.
+"""Data-parallel training on ``torch.distributed``, launched with ``torchrun --nproc_per_node N``
+(docs/distributed.md).
 
-Design (exact for the double-backward terms): no ``DistributedDataParallel`` wrapper. Every rank
-holds the whole model and takes a disjoint, contiguous shard of each global batch (the global
-data order is a function of the seed and the epoch alone). The loss of a term ``k`` on the full
-batch is a sum over its *units* divided by their count, ``L_k = S_k / N_k``, where the unit is
-an example or a real token (each term declares which:
-:meth:`kd.methods.objective.Objective.term_units`). A rank computes ``L_k`` on its shard ``r`` and
-weights it by ``N_k^r / N_k`` (the global count comes from an all-reduce of the shards' counts),
-then runs an ordinary backward; ``Σ_r (N_k^r / N_k) ∇L_k^r = ∇L_k``, so after one all-reduce (SUM)
-of the parameter gradients every rank holds the gradient of the full batch, before clipping and the
-optimiser step. Gradient accumulation is the same decomposition over micro-batches within a rank.
-
-Rank 0 alone evaluates and writes the run's files; what else is shared, and why neither DDP's
-reducer nor Hugging Face Accelerate: docs/distributed.md.
+No ``DistributedDataParallel``: every rank holds the whole model and takes a disjoint, contiguous
+shard of each global batch. A term ``k`` is a mean over its units, ``L_k = S_k / N_k`` (examples
+or real tokens: :meth:`kd.methods.objective.Objective.term_units`); a rank weights its shard's
+``L_k^r`` by ``N_k^r / N_k`` (counts all-reduced) and runs a plain backward, so that
+``Σ_r (N_k^r / N_k) ∇L_k^r = ∇L_k`` after one all-reduce (SUM) of the gradients, before clipping
+and the optimiser step. Accumulation is the same decomposition within a rank. Rank 0 alone
+evaluates and writes the run's files.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """Explanations of examples by trained runs: what the app's Case study page shows and what the
-heatmaps of ``kdw export`` draw.
-
-:func:`explain` reads one example (or many, in one batch) through a run's model: probabilities,
-the attribution map of every class (Integrated Gradients through the batched engine of
-:mod:`workbench.analysis.attribution`, or Grad saliency) and the Grad saliency of the predicted
-class (for saliency loyalty), one :class:`Explanation` per example.
-
-The settings are a dataclass with help texts (:class:`HeatmapSettings`), so the CLI options and
-the app's widgets come from one description. torch and transformers are imported inside the
-functions that compute, so that building ``kdw``'s parser (which reads this dataclass) stays
-fast.
+heatmaps of ``kdw export`` draw. :func:`explain` reads examples in one batch through a run's
+model: probabilities, every class's attribution map and the predicted class's Grad saliency, one
+:class:`Explanation` per example. torch and transformers are imported inside the functions that
+compute, so that building ``kdw``'s parser (which reads :class:`HeatmapSettings`) stays fast.
 """
 
 from __future__ import annotations

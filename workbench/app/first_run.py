@@ -1,15 +1,9 @@
-"""First run: where the runs root holds no runs yet, build the embedded demo — a MiniLM-L6
-teacher fine-tuned on the bundled tweets and 3-layer students distilled with vanilla KD, then
-AD-KD (:func:`kd.training.demo.build_demo`) — in a background process that starts with the
-server (:func:`workbench.app.launch.at_launch`), with progress in the terminal
-and on every page. The runs stay in the runs root and are reused on later launches; a build
-interrupted by closing the app resumes on the next launch.
-
-``KDW_DEMO`` chooses the build (:data:`~workbench.app.runner.DEMO_PLANS`): ``default`` builds the
-quick demo first (in ``demo-quick``: the teacher and the KD student within minutes), then the full
-one (in ``demo``, the size ``kdw demo`` uses, sharing its runs), which replaces the quick one on
-every page when it is ready; ``quick`` builds the quick demo alone; ``off`` nothing (tests, or
-bring your own runs). Every page says which demo it shows.
+"""First run: where the runs root holds no runs yet, build the embedded demo
+(:func:`kd.training.demo.build_demo`) in a background process that starts with the server
+(:func:`workbench.app.launch.at_launch`), with progress in the terminal and on every page; an
+interrupted build resumes on the next launch. ``KDW_DEMO`` chooses the build
+(:data:`~workbench.app.runner.DEMO_PLANS`; docs/app.md, "The embedded demo"), and every page
+says which demo it shows.
 """
 
 from __future__ import annotations

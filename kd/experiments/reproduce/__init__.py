@@ -1,15 +1,10 @@
-"""``kdw reproduce``: the papers' experiments rerun on the bundled data, with a report.
+"""``kdw reproduce``: the papers' experiments rerun on the bundled data, with a report
+(docs/reproduce.md).
 
-Three parts: the suite as data (:mod:`~kd.experiments.reproduce.suite`), the runner
-(:mod:`~kd.experiments.reproduce.runner`: teachers, the searches, every student scored on the test
-split, ``results.json`` as the record a later call resumes from; ``--shard I/N`` trains one part of
-it, :mod:`~kd.experiments.reproduce.merge` joins the parts) and the report
-(:mod:`~kd.experiments.reproduce.report`: verdicts with paired bootstrap intervals, tables and
-figures, from a packaged Jinja template).
-
-The default suite is sized for a 2-core CPU with ``--jobs 2`` (:data:`DEFAULT`'s ``cuts``);
-``--full`` describes the papers' scale (GPU and network); ``--fixed`` runs the presets' defaults
-without choosing weights on dev; ``--ablations`` adds the methods' ablations.
+The suite as data (:mod:`~kd.experiments.reproduce.suite`), the runner
+(:mod:`~kd.experiments.reproduce.runner`: ``results.json`` as the record a later call resumes
+from; ``--shard I/N`` trains one part, :mod:`~kd.experiments.reproduce.merge` joins the parts) and
+the report (:mod:`~kd.experiments.reproduce.report`).
 """
 
 from __future__ import annotations

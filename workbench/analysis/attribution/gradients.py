@@ -11,12 +11,11 @@ a special case:
 - GKD input gradients (§5): ``∇_E Σ_b p_max,b`` = the one-step path gradient of ``p_max``.
 
 Batching: the ``m`` interpolation points of all ``B`` examples are rows of one stacked batch, cut
-into chunks of at most ``max_batch_tokens`` row×position cells (derived from a memory budget
-unless given). Rows are ordered by the position of their last real token and each chunk is
-trimmed after the last one of its rows (dynamic padding; a left-padded row keeps all its columns,
-so its tokens keep their positions), so an example's result does not depend on the batch it came
-in. The
-``V`` views share one forward pass per chunk: ``V`` vector-Jacobian products in one
+into chunks of at most ``max_batch_tokens`` row×position cells (derived from a memory budget unless
+given). Rows are ordered by the position of their last real token and each chunk is trimmed after
+the last one of its rows (dynamic padding; a left-padded row keeps all its columns, so its tokens
+keep their positions), so an example's result does not depend on the batch it came in. The ``V``
+views share one forward pass per chunk: ``V`` vector-Jacobian products in one
 ``autograd.grad(..., is_grads_batched=True)`` call.
 """
 

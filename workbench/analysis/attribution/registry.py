@@ -1,15 +1,9 @@
 """The explainer registry: every way the workbench scores tokens, each added by :func:`register`
 (docs/explainers.md). This module imports no torch, so that ``kdw``'s parser takes its
-``--explainer`` choices, help and options from here and stays fast; the functions, in
-:mod:`workbench.analysis.attribution.explainers`, are imported when an explainer first runs.
-
-An :class:`Explainer` names its settings dataclass (what it needs besides gradients: IG steps
-and a baseline, a number of samples and a seed, an occlusion window) and a function
-``(model, batch, targets [B], settings, special [B, L] bool) -> scores [B, L]`` giving **one
-score per token** for the class ``targets`` of each text, zero at padding; see
-:mod:`workbench.analysis.attribution.explainers` for the sign and the reduction over the hidden
-dimension of each. The settings of the attribution maps the workbench's own engine computes
-(:class:`MapSettings`, :class:`AttributionSettings`) are here too, for the same reason.
+``--explainer`` choices, help and options from here; the functions
+(:mod:`workbench.analysis.attribution.explainers`: ``(model, batch, targets [B], settings,
+special [B, L] bool) -> scores [B, L]``) are imported when an explainer first runs. The settings
+of the engine's maps (:class:`MapSettings`, :class:`AttributionSettings`) are here too.
 """
 
 from __future__ import annotations
