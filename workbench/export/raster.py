@@ -151,15 +151,8 @@ def _mpl_item(ax, item: _Item, fonts: dict[bool, list[str]]) -> None:
         case _Text():
             _mpl_text(ax, item, fonts)
         case _Token():
-            ax.add_patch(
-                Rectangle(
-                    (item.x, item.y),
-                    item.width,
-                    item.height,
-                    facecolor=hex_color(item.rgb),
-                    linewidth=0,
-                )
-            )
+            box = (item.x, item.y), item.width, item.height
+            ax.add_patch(Rectangle(*box, facecolor=hex_color(item.rgb), linewidth=0))
             _mpl_text(ax, item.label(), fonts)
         case _Gradient():
             positions = np.linspace(0, 1, 256)
@@ -172,16 +165,8 @@ def _mpl_item(ax, item: _Item, fonts: dict[bool, list[str]]) -> None:
                 interpolation="bilinear",
                 extent=(item.x, item.x + item.width, item.y + item.height, item.y),
             )
-            ax.add_patch(
-                Rectangle(
-                    (item.x, item.y),
-                    item.width,
-                    item.height,
-                    fill=False,
-                    edgecolor=hex_color(_RULE),
-                    linewidth=0.4,
-                )
-            )
+            box = (item.x, item.y), item.width, item.height
+            ax.add_patch(Rectangle(*box, fill=False, edgecolor=hex_color(_RULE), linewidth=0.4))
         case _Line():
             ax.plot([item.x1, item.x2], [item.y1, item.y2], color=hex_color(_RULE), linewidth=0.6)
 

@@ -64,16 +64,9 @@ def _svg_item(root: ET.Element, item: _Item) -> None:
             )
             _svg_text(group, item.label())
         case _Gradient():
+            paint = {"fill": f"url(#{_GRADIENT_ID})", "stroke": hex_color(_RULE)}
             ET.SubElement(
-                root,
-                "rect",
-                {
-                    "class": "legend",
-                    **_svg_box(item),
-                    "fill": f"url(#{_GRADIENT_ID})",
-                    "stroke": hex_color(_RULE),
-                    "stroke-width": "0.4",
-                },
+                root, "rect", {"class": "legend", **_svg_box(item), **paint, "stroke-width": "0.4"}
             )
         case _Line():
             ends = {k: _svg_number(getattr(item, k)) for k in ("x1", "y1", "x2", "y2")}
