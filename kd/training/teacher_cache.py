@@ -273,16 +273,9 @@ def cached_logits(folder: str | Path, split: str, data: TaskData):
     from workbench.core.cache import ExampleCache
 
     folder, record = Path(folder), read_record(folder)
-    wanted = data.fingerprint().get(split)
+    wanted = {"split": split, "fields": ["logits"], "data": data.fingerprint().get(split)}
     entry = next(
-        (
-            f
-            for f in record.files
-            if f.key.get("split") == split
-            and f.key.get("fields") == ["logits"]
-            and f.key.get("data") == wanted
-        ),
-        None,
+        (f for f in record.files if all(f.key.get(k) == v for k, v in wanted.items())), None
     )
     if entry is None:
         raise WorkbenchError(

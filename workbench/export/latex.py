@@ -15,22 +15,10 @@ from workbench.export.model import (
 )
 from workbench.export.scale import RGB, ColorScale, _position_to_rgb, score_to_rgb, text_rgb
 
-_LATEX_ESCAPES = str.maketrans(
-    {
-        "\\": r"\textbackslash{}",
-        "&": r"\&",
-        "%": r"\%",
-        "$": r"\$",
-        "#": r"\#",
-        "_": r"\_",
-        "{": r"\{",
-        "}": r"\}",
-        "~": r"\textasciitilde{}",
-        "^": r"\textasciicircum{}",
-        "<": r"\textless{}",
-        ">": r"\textgreater{}",
-        "|": r"\textbar{}",
-    }
+_NAMED = ("backslash", "asciitilde", "asciicircum", "less", "greater", "bar")
+_LATEX_ESCAPES = str.maketrans(  # a special as a literal character in text mode
+    {c: "\\" + c for c in "&%$#_{}"}
+    | {c: rf"\text{n}{{}}" for c, n in zip("\\~^<>|", _NAMED, strict=True)}
 )
 
 
