@@ -232,6 +232,7 @@ def _runs_table(entries: list[RunEntry], root) -> pd.DataFrame:
         task = entry.info.task if entry.info else None
         main = ((task.metrics if task else []) or ["metric"])[0]
         step = f"{entry.status.step or 0}/{entry.status.total or '?'}"
+        scored = {split: results.get(split, {}) for split in ("dev", "test")}
         job = _training(root, entry)
         if job is not None:
             step = live_progress(job, entry.path)
@@ -246,12 +247,7 @@ def _runs_table(entries: list[RunEntry], root) -> pd.DataFrame:
                 "task": entry.task,
                 "state": "training" if job else entry.state if entry.kind else "broken",
                 "step": step,
-                "dev": f"{main} {results['dev'][main]:.3f}"
-                if main in results.get("dev", {})
-                else "",
-                "test": f"{main} {results['test'][main]:.3f}"
-                if main in results.get("test", {})
-                else "",
+                **{s: f"{main} {c[main]:.3f}" if main in c else "" for s, c in scored.items()},
                 "problem": "; ".join(filter(None, [entry.problem, *entry.notes])),
             }
         )
