@@ -26,6 +26,7 @@ from pydantic import Field
 from tqdm.auto import tqdm
 
 from workbench.analysis.attribution import ExplainerChoice, explain_batch
+from workbench.analysis.attribution.records import special_ids
 from workbench.analysis.attribution.registry import EXPLAINERS
 from workbench.analysis.faithfulness import aopc, kendall_per_example, leave_one_out
 from workbench.analysis.metrics import nan_mean
@@ -52,16 +53,12 @@ MEASURES = {"comprehensiveness": True, "sufficiency": False, "loo_kendall_tau": 
 AOPC_MEASURES = ("comprehensiveness", "sufficiency")  # the rows give their means' intervals
 
 
-def _special_ids(loaded: LoadedModel) -> set[int]:
-    tokenizer = loaded.tokenizer
-    return {i for i in (tokenizer.cls_token_id, tokenizer.sep_token_id) if i is not None}
-
-
 def _prepared(loaded: LoadedModel, part, settings: FaithfulnessSettings) -> list[tuple]:
     """A model's sample in batches, each with its leave-one-out drops ``[B, L]`` (computed
     once, whatever the explainers)."""
     dataset = encode(part, loaded.tokenizer, loaded.max_length)
-    options = {"removal": settings.removal, "special_ids": _special_ids(loaded), "batch_size": 64}
+    special = special_ids(loaded.tokenizer)
+    options = {"removal": settings.removal, "special_ids": special, "batch_size": 64}
     out = []
     for batch in batches(
         dataset, range(len(dataset)), settings.batch_size, pad_id(loaded.tokenizer)
@@ -79,7 +76,7 @@ def _scores(
     bar: tqdm,
 ) -> dict[str, list[float] | float]:
     """One explainer on one model: the per-example values of each measure and the seconds."""
-    model, special = loaded.model, _special_ids(loaded)
+    model, special = loaded.model, special_ids(loaded.tokenizer)
     values: dict = {m: [] for m in MEASURES} | {"seconds": 0.0}
     for batch, drops in prepared:
         inputs = (batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])

@@ -113,7 +113,7 @@ def checked(value: Any, model: type[T] | Any, whole: str = "the file") -> T:
         raise RecordProblem(_phrase(error, value, whole)) from None
 
 
-def read_record(
+def read_record_file(
     path: Path, model: Any, what: str, remedy: str, kind: str, format_remedy: str = ""
 ) -> Any:
     """The JSON file ``path`` (a ``kind`` of at most :data:`~workbench.core.files.RECORD_LIMIT`

@@ -60,7 +60,7 @@ from workbench.core.files import (
     with_format,
     write_json_lines,
 )
-from workbench.core.records import Record, RecordProblem, checked, read_record
+from workbench.core.records import Record, RecordProblem, checked, read_record_file
 
 RUN_FILE = "run.json"
 STATUS_FILE = "status.json"
@@ -411,7 +411,7 @@ class Run:
         path = self.path / name
         if not path.exists():
             raise WorkbenchError(f"{path} is missing: the run folder is incomplete")
-        return read_record(path, model, what or "what the run wrote", remedy, "run file")
+        return read_record_file(path, model, what or "what the run wrote", remedy, "run file")
 
     def info(self) -> RunRecord:
         """The run's record, checked: its format, its model (:class:`RunRecord`) and each config

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import Field
 
-from workbench.core.records import Record, read_record
+from workbench.core.records import Record, read_record_file
 
 Number = int | float  # a JSON number as written: an integer stays an integer
 Metrics = dict[str, Number | None]  # metric name → value (None: undefined)
@@ -189,4 +189,4 @@ def read_results(out: Path) -> SuiteRecord | None:
     if not path.exists():
         return None
     what, again = "the record of a suite", "run the suite again in a new --out"
-    return read_record(path, SuiteRecord, what, RESULTS_REMEDY, "the suite's results", again)
+    return read_record_file(path, SuiteRecord, what, RESULTS_REMEDY, "the suite's results", again)

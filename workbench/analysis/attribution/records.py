@@ -59,7 +59,8 @@ class AttributionRecord:
     warnings: list[str] = field(default_factory=list)
 
 
-def _special_ids(tokenizer: PreTrainedTokenizerBase) -> set[int]:
+def special_ids(tokenizer: PreTrainedTokenizerBase) -> set[int]:
+    """The ids of [CLS] and [SEP] (those the tokenizer has): never removed nor ranked."""
     return {i for i in (tokenizer.cls_token_id, tokenizer.sep_token_id) if i is not None}
 
 
@@ -136,7 +137,7 @@ def attribute_texts(
         chosen = order[start : start + settings.batch_size]
         batch = collate([examples[i] for i in chosen], pad_id(tokenizer))
         gold = None if labels is None else torch.tensor([labels[i] for i in chosen])
-        maps, names = compute_maps(model, batch, settings, gold, _special_ids(tokenizer), explainer)
+        maps, names = compute_maps(model, batch, settings, gold, special_ids(tokenizer), explainer)
         with torch.no_grad():
             logits = forward(model, batch).logits
         regression = model.config.num_labels == 1
@@ -149,7 +150,7 @@ def attribute_texts(
                 model,
                 *inputs,
                 target=logits.argmax(-1),
-                special_ids=_special_ids(tokenizer),
+                special_ids=special_ids(tokenizer),
                 **{k: getattr(resolved, k) for k in options},
             )
             gaps = [
