@@ -88,20 +88,15 @@ class ExampleCache:
         inference: bool = False,
         on_note: Callable[[str], None] | None = None,
     ) -> ExampleCache:
-        """Run ``compute_batch`` over ``dataset`` in order (batches sorted by length to pad
-        little) on ``device`` and collect its fields (stored on the CPU); fields named in
-        ``per_token`` are ``[B, L, ...]`` and kept for real tokens only. Progress goes to a tqdm
-        bar and, after every batch, to ``on_progress(description, done, total)`` (this part's).
+        """Run ``compute_batch`` over ``dataset`` in length order on ``device`` and collect its
+        fields on the CPU (``per_token`` ones ``[B, L, ...]``, kept for real tokens only); progress
+        goes to a tqdm bar and ``on_progress(description, done, total)``.
 
-        Batches run under ``no_grad`` (a ``compute_batch`` that takes gradients through the
-        model enables what it needs itself), or in inference mode with ``inference`` (for a
-        ``compute_batch`` that takes none). A batch that runs out of memory is halved, down to
-        one example, and the smaller size kept for the rest (``on_note`` hears of it): the
-        cache is built at the largest of those sizes that fits; its values do not depend on it.
-
-        ``part=(i, n)``: compute only the ``i``-th of ``n`` parts of the examples (every
-        ``n``-th of the length order, so that the parts cost alike); ``gather`` then returns
-        every part's rows (one process per part: :func:`kd.training.distributed.gather_objects`)."""
+        Batches run under ``no_grad``, or in inference mode with ``inference``. A batch that runs
+        out of memory is halved (down to one example, said to ``on_note``) for the rest: the values
+        do not depend on the size. ``part=(i, n)``: only every ``n``-th example of the length order
+        from the ``i``-th; ``gather`` then returns every part's rows
+        (:func:`kd.training.distributed.gather_objects`)."""
         order = length_order(dataset)[part[0] :: part[1]]
         bar = tqdm(total=len(order), desc=description, unit="ex", leave=False)
 
@@ -272,9 +267,8 @@ def cached(
     **compute_options,
 ) -> ExampleCache:
     """Load the cache ``folder/name-<digest of key>.safetensors``, or compute it (options of
-    :meth:`ExampleCache.compute`) and save it (unless ``save`` is false: another process of
-    the same job saves it). A change of any setting in ``key`` gives another file, so stale
-    values are never reused."""
+    :meth:`ExampleCache.compute`) and save it unless ``save`` is false (another process saves it);
+    another ``key`` is another file, so stale values are never reused."""
     path = cache_path(folder, name, key)
     if path.exists():
         return ExampleCache.load(path, len(dataset))
@@ -342,17 +336,13 @@ def build_in_pieces(
     shard: Shard | None = None,
     description: str = "teacher cache",
 ) -> tuple[ExampleCache | None, dict[str, float]]:
-    """The cache :func:`cached` keeps for ``key``, built resumably and, with ``shard=(i, n)``,
-    in parts: the examples in :func:`length_order` are cut into pieces of
-    :data:`PIECE_BATCHES` batches, each saved once computed (a rerun computes only the pieces
-    it lacks), and ``shard``'s of them (all without one) computed by this call. Batches are the
-    ones :meth:`ExampleCache.compute` runs, so the cache equals one computed whole, whichever
-    shards computed its pieces. ``compute_fields(batch, seconds)`` returns a batch's fields
-    and adds each field's seconds to ``seconds``.
-
-    Returns the cache once every piece exists (merged into ``cached``'s file, the pieces then
-    removed; None while other shards' pieces are missing) and the seconds each field took,
-    summed over every piece."""
+    """The cache :func:`cached` keeps for ``key``, built resumably in pieces of
+    :data:`PIECE_BATCHES` batches of :func:`length_order` (each saved once computed; a rerun
+    computes only those it lacks), ``shard``'s of them (all without one) by this call, so that the
+    cache equals one computed whole. ``compute_fields(batch, seconds)`` returns a batch's fields and
+    adds each field's seconds. Returns the cache once every piece exists (merged, the pieces
+    removed; None while other shards' pieces are missing) and each field's seconds summed over the
+    pieces."""
     path = cache_path(folder, name, key)
     pieces_dir = cache_path(folder, name, key).with_suffix(".pieces")
     order, size = length_order(dataset), batch_size * PIECE_BATCHES

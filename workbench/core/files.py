@@ -78,10 +78,9 @@ def check_parents(path: Path, option: str) -> None:
 
 
 def check_writable(path: Path, option: str) -> None:
-    """Refuse a folder to write (``--out``) where nothing can be written, before the work: a
-    file above it (:func:`check_parents`), or a first existing folder above it in which a folder
-    cannot be made (``/proc/x``, a read-only mount) — found by making and removing an empty
-    one there — in one line naming ``option``."""
+    """Refuse a folder to write (``--out``) where nothing can be written, before the work: a file
+    above it, or a first existing folder above it where an empty folder cannot be made and removed
+    (``/proc/x``, a read-only mount); one line naming ``option``."""
     check_parents(path, option)
     above = next((p for p in path.absolute().parents if p.exists()), None)
     try:
@@ -113,10 +112,8 @@ def _not_regular(mode: int) -> str | None:
 
 
 def regular_file(path: str | Path, what: str, remedy: str = "") -> Path:
-    """``path`` (links followed) if it is a regular file, else a one-line error naming ``what``
-    (an option, a task's split) and ending in ``remedy`` where given, found without opening it:
-    a pipe or a device would block the reader forever or never end, a link in a loop names its
-    error."""
+    """``path`` (links followed) if it is a regular file, else a one-line error naming ``what`` and
+    ending in ``remedy`` where given, found without opening it (a pipe or a device would block)."""
     path = Path(path)
     tail = f": {remedy}" if remedy else ""
     try:
@@ -129,10 +126,9 @@ def regular_file(path: str | Path, what: str, remedy: str = "") -> Path:
 
 
 def read_limited(path: str | Path, limit: int, what: str) -> bytes:
-    """The bytes of the regular file ``path`` if it holds at most ``limit`` bytes, else a
-    one-line error naming ``what``: a pipe or a device (:func:`regular_file`) is refused
-    without blocking (opened non-blocking, checked before any read), the size is checked before
-    anything is read, and no more than ``limit`` bytes are ever read."""
+    """The bytes of the regular file ``path`` if it holds at most ``limit`` bytes, else a one-line
+    error naming ``what``: opened non-blocking, its kind and size checked before any read, and no
+    more than ``limit`` bytes ever read."""
     path = regular_file(path, what)
     try:
         descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
@@ -233,11 +229,9 @@ def _replaceable(path: Path) -> None:
 
 @contextmanager
 def atomic_path(path: Path) -> Iterator[Path]:
-    """A uniquely named temporary path beside ``path`` for the block to write; renamed over
-    ``path`` when the block ends, removed when it fails. A reader sees the old file or the new
-    one, never half of one, and two writers never share a temporary file. Only a regular file
-    or a link is ever replaced (a device, FIFO or folder at ``path`` is a one-line error). The
-    temporary path is absolute (:func:`staging_folder`)."""
+    """A uniquely named temporary path (absolute) beside ``path`` for the block to write; renamed
+    over ``path`` when the block ends, removed when it fails: readers never see half a file, writers
+    never share one. Only a regular file or a link is ever replaced (else a one-line error)."""
     path = path.absolute()
     _replaceable(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -253,10 +247,9 @@ def atomic_path(path: Path) -> Iterator[Path]:
 
 
 def staging_folder(path: Path) -> Path:
-    """A fresh, uniquely named hidden folder ``.<name>.<random>`` beside ``path`` (its parent
-    made if missing) to build ``path``'s contents in, by its absolute path: a relative one would
-    name nothing to code that works in another folder (ONNX Runtime's int8 pre-processing works
-    in a temporary folder of its own)."""
+    """A fresh, uniquely named hidden folder ``.<name>.<random>`` beside ``path`` (its parent made
+    if missing) to build ``path``'s contents in, by its absolute path (code that works in another
+    folder, as ONNX Runtime's int8 pre-processing does, still finds it)."""
     path = path.absolute()
     path.parent.mkdir(parents=True, exist_ok=True)
     return Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
@@ -337,10 +330,9 @@ def lock_holder(path: Path) -> str:
 
 @contextmanager
 def hold(lock_path: Path, what: str) -> Iterator[None]:
-    """Hold the lock file ``lock_path`` exclusively while the block runs, this process's id
-    written in it. The lock is the kernel's (``flock``) and dies with its process, so the lock of
-    a killed process is taken over. While another process holds it: a one-line error saying
-    that ``what`` is in use by that process."""
+    """Hold the lock file ``lock_path`` exclusively (the kernel's ``flock``, which dies with its
+    process) while the block runs, this process's id written in it; held by another process, a
+    one-line error saying that ``what`` is in use by it."""
     from filelock import FileLock, Timeout
 
     def write_pid(descriptor: int) -> None:

@@ -59,10 +59,9 @@ MODEL_FILES = (
 
 def check_model_files(folder: str | Path, remedy: str = REMEDY) -> None:
     """Refuse a model folder with a file the workbench or transformers would open
-    (:data:`MODEL_FILES`) that is not a regular file — a pipe, a device, a folder, a link in a
-    loop: checked without opening it, which could block forever — or that holds more than its
-    kind's limit, or whose safetensors header does not cover it exactly (a truncated copy fails
-    here in milliseconds); one line naming the file and ending in ``remedy``."""
+    (:data:`MODEL_FILES`) that is not a regular file (checked without opening it, which could
+    block), holds more than its kind's limit, or is a safetensors file its header does not cover
+    exactly; one line naming the file and ending in ``remedy``."""
     folder = Path(folder)
     if not folder.is_dir():  # no model saved yet: no file to open
         return
@@ -239,11 +238,9 @@ def _fields_of(config: Any, size: int, head: bool = False) -> str:
 
 
 def check_model_folder(folder: str | Path, config: Any) -> None:
-    """Check the model folder ``folder`` whose parsed config is ``config`` against its
-    safetensors headers and tokenizer files, before its model is allocated: the layers and the
-    shape of every tensor the config describes, the parameters in all, and the vocabulary
-    (at least the tokenizer's ids). A folder that passed is not checked again until one of its
-    files changes (a model is loaded through its config, then its weights)."""
+    """Check ``folder`` and its parsed ``config`` against its safetensors headers and tokenizer
+    files before the model is allocated: the layers, every tensor's shape, the parameters in all and
+    the vocabulary. A folder that passed is not checked again until one of its files changes."""
     folder = Path(folder)
     stamp = _stamp(folder)
     if stamp in _PASSED:
@@ -424,11 +421,10 @@ def check_loaded(
     new_head: bool,
     notify: Callable[[str], None] | None = None,
 ) -> None:
-    """Refuse a model that transformers loaded with keys missing, unexpected or of another
-    shape (``info``: ``output_loading_info``), or with a weight that is not finite. For a
-    checkpoint without a classification head (``new_head``), the head's keys are the fresh
-    head and the weights of another task's head (a masked-LM head) are left out: said to
-    ``notify``."""
+    """Refuse a model that transformers loaded with keys missing, unexpected or of another shape
+    (``info``: ``output_loading_info``), or with a weight that is not finite. With ``new_head`` (a
+    checkpoint without a classification head) the fresh head's keys and another task's head's
+    weights are said to ``notify``, not refused."""
     prefix = getattr(model, "base_model_prefix", "")
     base = getattr(model, "base_model", model)
     parts = {name for name, _ in base.named_children()} if base is not model else set()
@@ -558,10 +554,8 @@ def files_digest(paths: Iterable[Path]) -> str:
 
 
 def index_shards(index: Path) -> list[Path]:
-    """The shards the weights index ``index`` (``model.safetensors.index.json``,
-    ``pytorch_model.bin.index.json``) names in its ``weight_map``; each must be a file of the
-    index's own folder: a name that reaches outside it, or a shard that is not there, is one
-    line naming the index and the shard."""
+    """The shards a weights index (``*.index.json``) names in its ``weight_map``, each a file of the
+    index's own folder; one that reaches outside it, or is missing, is one line."""
     value = read_json_file(index, TOKENIZER_LIMIT, "the weights index")
     names = value.get("weight_map") if isinstance(value, dict) else None
     if not isinstance(names, dict) or not all(isinstance(n, str) for n in names.values()):
