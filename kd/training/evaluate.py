@@ -64,15 +64,11 @@ def evaluate_runs(
 ) -> list[dict]:
     """One row per run or model: name, kind, method, layers, parameters, task metrics, and for
     students label/probability loyalty to ``teacher`` (default: the run's own); with ``terms``, the
-    objective's diagnostics at the start and end of training (:func:`term_summary`). A model the
-    workbench did not train (and such a teacher) is scored on ``data``'s task, its classes matched
-    by name (``label_map`` where they differ); without ``data``, on the task of the first run
-    among ``paths``, with that run's data settings and label map (:func:`task_beside`). With
-    ``dedupe``, a run is scored on its own task with ``--dedupe`` (:class:`DataConfig`).
-
-    A run that has not finished training (stopped, killed, diverged, still training) is scored
-    with its best dev model so far: ``notify`` hears it in one line, and its row's ``unfinished``
-    says where it stands."""
+    objective's diagnostics (:func:`term_summary`). A model the workbench did not train is scored on
+    ``data``'s task (``label_map`` where class names differ), else on that of the first run among
+    ``paths`` (:func:`task_beside`); ``dedupe`` scores a run on its own task deduplicated. An
+    unfinished run is scored with its best dev model so far, said to ``notify`` and in its row's
+    ``unfinished``."""
     rows, teacher_logits = [], {}
     said: set[str] = set()
 

@@ -144,11 +144,9 @@ def load_candidates(
     precisions: Sequence[str] = ("fp32",),
     notify: Callable[[str], None] | None = None,
 ) -> tuple[list[Candidate], TaskData]:
-    """The models of ``sources`` (an ONNX export folder gives one per graph, a PyTorch model one
-    per precision) and the task they are scored on: ``data``'s, else the first model's own (a
-    run's task, an export's recorded one; for a model that is not a run, the task of the first
-    run among ``sources``, said to ``notify``: :func:`task_beside`), which every later model
-    must share."""
+    """The models of ``sources`` (an ONNX export gives one per graph, a PyTorch model one per
+    precision) and the task every one is scored on: ``data``'s, else the first model's own
+    (:func:`task_beside` for a model that is not a run)."""
     candidates: list[Candidate] = []
     task: TaskData | None = None
     for source in sources:
@@ -205,10 +203,8 @@ def peak_memory_mb(step: Callable[[], object], device: torch.device) -> float | 
 
 
 def time_step(step: Callable[[], object], device: torch.device) -> float:
-    """Seconds ``step`` takes (:data:`TIMER_CUDA`, :data:`TIMER_CPU`): on CUDA between two
-    events recorded on the current stream before and after it, read once the GPU has done
-    its work, so that the kernels ``step`` only launched are counted; elsewhere by the wall
-    clock."""
+    """Seconds ``step`` takes: on CUDA between two events on the current stream, read once the GPU
+    has done the work ``step`` launched; elsewhere by the wall clock."""
     if device.type != "cuda":
         start = time.perf_counter()
         step()

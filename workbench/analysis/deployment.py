@@ -150,12 +150,10 @@ def quantize_int8(
     settings: OnnxSettings,
     calibration: list[dict[str, np.ndarray]] | None = None,
 ) -> None:
-    """Write ``source``'s graph with int8 weights (per output channel with
-    ``settings.per_channel``) to ``target``, the nodes ``settings.keep_float`` names (by type or
-    a part of their name) left in float32. Dynamic: activations are quantised as the graph
-    runs, batch by batch; static: the matrix products' activation ranges are calibrated on
-    ``calibration`` (feeds ``[B, L]`` of :func:`graph_inputs`) and fixed in the graph. A fused
-    graph whose operators ONNX Runtime cannot type (ALBERT's) is a one-line error."""
+    """Write ``source``'s graph with int8 weights (per channel with ``settings.per_channel``) to
+    ``target``, the nodes ``settings.keep_float`` names left in float32: dynamic, or static with the
+    matrix products' activation ranges calibrated on ``calibration`` (feeds ``[B, L]`` of
+    :func:`graph_inputs`). A fused graph ONNX Runtime cannot type (ALBERT's) is a one-line error."""
     import onnx
     import onnxruntime
     from onnxruntime.quantization import (
@@ -303,10 +301,9 @@ def is_onnx_export(source: str | Path) -> bool:
 def load_onnx(
     source: str | Path, data: DataConfig | None = None, threads: int = 1
 ) -> list[OnnxClassifier]:
-    """The graphs of an export folder (float32, then int8 where there is one), or the one graph
-    file ``source`` of such a folder, on the folder's recorded task (``data``, when given, must
-    name it: its settings then sample the task). A graph reads its texts at the length its run
-    was trained and exported with, as the run itself does, whatever ``data`` says."""
+    """The graphs of an export folder (float32, then int8), or the one graph file ``source``, on the
+    folder's recorded task (``data`` must name it, and then samples it), each reading texts at the
+    length its run was exported with."""
     path = existing_path(str(source))
     folder = path.parent if path.is_file() else path
     if not (folder / RECORD).is_file():

@@ -116,16 +116,11 @@ def heatmap_metadata(
     explained: dict | None = None,
     anonymous: bool = False,
 ) -> dict[str, str]:
-    """What each exported file records: models, run ids, the example and the settings
-    (``explained``: the explainer, its settings and the word aggregation, as
-    :func:`explained_settings` gives them), each model's preset and layers
-    (:func:`~workbench.analysis.explanations.model_detail`) and the first task a model was
-    applied to (none for models given without one, explained on their own classes).
-    ``anonymous`` leaves out the run ids and the example's id (a file name or a local task's
-    id), names the task by :func:`public_task` and records ``anonymous: yes``; the models are
-    named as the explanations name them (:func:`role_names` for an anonymous export).
-    ``truncated`` names each model that read the text in part, with its tokenizer;
-    ``warnings`` holds the explainers' warnings (IG's completeness gap), one per line."""
+    """What each exported file records: models, run ids, the example, the settings (``explained``:
+    :func:`explained_settings`), each model's preset and layers and the task. ``anonymous`` leaves
+    out run ids and the example's id, names the task by :func:`public_task` and the models by
+    :func:`role_names`, and records ``anonymous: yes``. ``truncated`` names each model that read the
+    text in part, with its tokenizer; ``warnings`` holds the explainers' warnings, one per line."""
     cut = [e for e in explanations if e.truncated]
     runs = {} if anonymous else {"run_ids": json.dumps([e.run_id for e in explanations])}
     task = next((e.task for e in explanations if e.task), None)  # a model given alone has none
@@ -242,10 +237,9 @@ def build_heatmaps(
     words: str | None = None,
     anonymous: bool = False,
 ) -> list[Heatmap]:
-    """One heatmap per example, a row per run (each run explains all examples in one batch),
-    under ``explainer`` (default: ``settings.method``'s), per sub-token or per word. The rows
-    are named ``names`` (default: the runs' names), or with ``anonymous`` by their role
-    (:func:`role_names`, in place of ``names``), with no run id in the metadata."""
+    """One heatmap per example, a row per run (each explaining all examples in one batch), under
+    ``explainer`` (default: ``settings.method``'s), per sub-token or per word; rows named ``names``
+    (default: the runs'), or with ``anonymous`` by role, without run ids."""
     if anonymous:
         names = role_names(len(runs))
     names = names or [loaded.name for loaded in runs]

@@ -137,10 +137,9 @@ def _modified(path: Path) -> int:
 
 
 def model_entry(source: str, name: str | None = None) -> RunEntry:
-    """A classifier the workbench did not train (a folder or a hub id) as the pages list it,
-    with its problem (not a sequence classifier, no tokenizer, an unsupported family, a file
-    that is not a regular file) in one line; its weights are read only when a page loads it,
-    its folder once per change of it."""
+    """A classifier the workbench did not train (a folder or a hub id) as the pages list it, with
+    its problem in one line; its weights are read only when a page loads it, its folder once per
+    change."""
     folder = Path(source)
     shown = shown_name(name or folder.name)
     return _guarded(folder, shown, lambda: [_model_entry(source, shown)])[0]
@@ -155,10 +154,8 @@ def _model_entry(source: str, name: str) -> RunEntry:
 
 
 def _guarded(path: Path, name: str, entries: Callable[[], list[RunEntry]]) -> list[RunEntry]:
-    """``entries()``, or one entry of ``path`` named ``name`` with the problem that stopped
-    it in one line: a folder or an added name the catalog cannot read (a name too long for the
-    file system, a NUL in it, a link in a loop, an unreadable folder, JSON nested too deep)
-    never stops the pages that list it."""
+    """``entries()``, or one entry of ``path`` named ``name`` with the problem that stopped it in
+    one line: a folder or name the catalog cannot read never stops the pages that list it."""
     try:
         return entries()
     except WorkbenchError as error:
@@ -205,10 +202,9 @@ def _checked_model(source: str, stamp: int) -> str | None:
 
 
 def changed_teacher(info: RunRecord) -> str | None:
-    """What changed in the teacher a student run pinned (its ``run.json``) since it was
-    distilled, in words; None when nothing did or nothing was pinned. The teacher's files are
-    hashed once per change of them; a student distilled from a teacher cache is compared with
-    the teacher the cache holds now (None while it is gone: the cache's row says why)."""
+    """What changed in the teacher a student run pinned since it was distilled, in words (None when
+    nothing did or nothing was pinned), its files hashed once per change; a cache's student is
+    compared with the teacher the cache holds now."""
     pinned = info.resolved.teacher
     if pinned is None:
         return None
@@ -359,12 +355,10 @@ def remove_added(source: str) -> None:
 
 
 def added_entries(source: str) -> list[RunEntry]:
-    """What a folder or hub id added in the app gives: a run folder its run, a folder of runs
-    its runs and model folders (:func:`discover_runs`, named under the folder's name), a
-    teacher cache folder its cache, a classifier folder or hub id its model; then the teacher
-    (or teacher cache) of each student among them that is not, from the student's record,
-    wherever it lives. A folder that is none of these, or that cannot be read (:func:`_guarded`),
-    is one entry with its problem."""
+    """What a folder or hub id added in the app gives: a run, the runs and model folders of a folder
+    of runs (:func:`discover_runs`), a teacher cache, or a classifier; then the teacher of each
+    student among them that is not, wherever it lives. A folder that is none of these or cannot be
+    read is one entry with its problem."""
     return _guarded(Path(source), shown_name(source), lambda: _added_entries(source))
 
 

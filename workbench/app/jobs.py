@@ -34,9 +34,7 @@ TRAININGS = ("teacher", "student", "tune")  # the kinds of job the Train page fo
 
 def process_alive(pid: int) -> bool:
     """Whether ``pid`` is a running (not zombie) runner process; reaps our finished children.
-    A child of ours that runs is alive whatever its command line shows (just started, it may
-    not show the runner's yet); another process's ``pid`` may have been reused since, so its
-    command line must name the runner."""
+    Another process's ``pid`` may have been reused, so its command line must name the runner."""
     try:
         return os.waitpid(pid, os.WNOHANG)[0] != pid
     except ChildProcessError:
@@ -92,11 +90,9 @@ def job_file(root: Path, name: str) -> Path:
 def launch(
     root: Path, name: str, kind: str, target: Path, argument: str, to_terminal: bool = False
 ) -> Job:
-    """Start ``python -m workbench.app.runner KIND TARGET ARGUMENT`` and record it.
-
-    A training writes its output to ``.jobs/<name>.log`` in a session of its own (it survives
-    the app's server); the demo build (``to_terminal``) writes to the app's terminal and stops
-    with it (it resumes on the next launch)."""
+    """Start ``python -m workbench.app.runner KIND TARGET ARGUMENT`` and record it: a training in a
+    session of its own writing to ``.jobs/<name>.log`` (it survives the server), the demo build
+    (``to_terminal``) in the app's terminal, stopping with it."""
     (target / STOP_FILE).unlink(missing_ok=True)
     path = job_file(root, name)
     path.parent.mkdir(parents=True, exist_ok=True)
