@@ -6,8 +6,9 @@ from it without the teacher (``kdw distill --teacher-cache``).
 The folder holds ``cache.json`` (:class:`CacheRecord`: the teacher pinned by the digests of its
 weights and tokenizer and by its fingerprint, the task and the fingerprints of its splits, and
 one entry per file built: its key, its examples and what each field cost), ``teacher/`` (the
-teacher's config and tokenizer, without weights) and the fields' files, one per key
-(:func:`workbench.core.cache.cache_path`, as a run's own ``teacher_cache/`` keeps them).
+teacher's config and tokenizer, and of its weights only its embedding stage) and the fields'
+files, one per key (:func:`workbench.core.cache.cache_path`, as a run's own ``teacher_cache/``
+keeps them).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
     from workbench.core.models import LoadedModel
 
 CACHE_FILE = "cache.json"
-TEACHER_FOLDER = "teacher"  # the teacher's config and tokenizer
+TEACHER_FOLDER = "teacher"  # the teacher's config, tokenizer and embedding stage
 EMBEDDINGS_FILE = "embeddings.safetensors"  # in TEACHER_FOLDER: the teacher's embedding stage
 CACHE_PRECISIONS = ("fp32", "bf16")
 
