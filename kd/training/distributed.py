@@ -39,10 +39,10 @@ UNITS = (EXAMPLES, TOKENS, WORDED)
 
 
 def unit_counts(batch: dict[str, Tensor]) -> Tensor:
-    """``[3]`` float64: the examples, real tokens and examples (:data:`UNITS`) of a (micro-)batch
-    (``attention_mask`` ``[B, L]``); across tokenizers (``word_ids`` ``[B, L]``) the shared words
-    instead of the tokens, over which the per-token terms then compare, and the examples that
-    share a word, over which the per-example word terms average."""
+    """``[3]`` float64, one count per unit of :data:`UNITS` in a (micro-)batch (``attention_mask``
+    ``[B, L]``): its examples; its real tokens, or across tokenizers (``word_ids`` ``[B, L]``) the
+    shared words the per-token terms compare on; and the examples that share a word, over which
+    the per-example word terms average (every example, with one tokenizer)."""
     mask, words = batch["attention_mask"], batch.get("word_ids")
     if words is None:
         units, worded = mask.sum(), mask.shape[0]

@@ -172,7 +172,6 @@ def load_embeddings(folder: Path, model: PreTrainedModel) -> None:
     """Give the embedding stage of a cache's teacher on the ``meta`` device the weights the cache
     kept (:func:`save_embeddings`); a cache without them leaves it on ``meta``."""
     from safetensors import SafetensorError, safe_open
-    from safetensors.torch import load_file
 
     from workbench.core.parts import set_stage
 
@@ -182,9 +181,9 @@ def load_embeddings(folder: Path, model: PreTrainedModel) -> None:
     remedy = "delete it, and kdw cache with the teacher writes it again"
     regular_file(path, "the teacher's embeddings", remedy)
     try:
-        with safe_open(str(path), "pt") as file:
+        with safe_open(str(path), "pt") as file:  # one read: the stage's paths and tensors
             stage = tuple(json.loads((file.metadata() or {})["stage"]))
-        tensors = load_file(str(path))
+            tensors = {name: file.get_tensor(name) for name in file.keys()}  # noqa: SIM118 (no __iter__)
         for module in stage:
             prefix = f"{module}."
             state = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
