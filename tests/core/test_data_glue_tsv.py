@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from workbench.core.config import DataConfig
-from workbench.core.data import load_glue, load_task
+from workbench.core.data import load_glue, load_task, local
 from workbench.core.errors import WorkbenchError
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "glue_tsv"
@@ -213,3 +213,27 @@ def test_wrong_files_name_the_column_or_line(tmp_path: Path):
     (folder / "dev.tsv").write_text("\n".join(lines) + "\n")
     with pytest.raises(WorkbenchError, match=r"dev\.tsv, line 3: label 'positive' is not one of"):
         load_glue("sst2", seed=0, glue_dir=str(tmp_path))
+
+
+def test_a_glue_field_or_row_over_the_limits_is_one_line_naming_the_line(tmp_path, monkeypatch):
+    """The GLUE files are read under the limits of any data file: a field of more than
+    FIELD_LIMIT characters or a row of more than COLUMN_LIMIT columns names the file and line."""
+    monkeypatch.setattr(local, "FIELD_LIMIT", 1000)
+    monkeypatch.setattr(local, "COLUMN_LIMIT", 5)
+    folder = _copy("SST-2", tmp_path)
+    lines = (folder / "dev.tsv").read_text().splitlines()
+    lines[2] = "a" * 999 + "\t1"  # 1,002 characters with its newline: one line over the limit
+    (folder / "dev.tsv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(WorkbenchError) as caught:
+        load_glue("sst2", seed=0, glue_dir=str(tmp_path))
+    assert str(caught.value) == (
+        f"{folder / 'dev.tsv'}: line 3: over 1,000 characters, the most a line or a field of a "
+        "data file may hold"
+    )
+    lines[2] = "a film" + "\t1" * 5
+    (folder / "dev.tsv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(WorkbenchError) as caught:
+        load_glue("sst2", seed=0, glue_dir=str(tmp_path))
+    assert str(caught.value) == (
+        f"{folder / 'dev.tsv'}: line 3 has 6 columns, more than the 5 a data file may have"
+    )

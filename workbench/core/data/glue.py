@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from workbench.core.data.local import bounded_rows
 from workbench.core.data.splits import TaskData, TaskSpec, clean_text, from_frame, split_indices
 from workbench.core.errors import WorkbenchError, first_line
 from workbench.core.files import existing_path, regular_file
@@ -78,18 +79,16 @@ def _read_glue_tsv(path: Path, name: str) -> tuple[pd.DataFrame, int]:
     tsv = GLUE_TSV[name]
     regular_file(path, "--glue-dir")  # a pipe or a device would block the reader
     try:
-        with path.open(encoding="utf-8-sig", newline="") as handle:
-            rows = list(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
+        rows = list(bounded_rows(path, "utf-8-sig", "\t", csv.QUOTE_NONE))
     except UnicodeDecodeError as error:
         raise WorkbenchError(f"{path} is not UTF-8 text ({error.reason})") from None
-    first_line = 1 if tsv.header else 2
-    names = list(tsv.header) if tsv.header else (rows.pop(0) if rows else [])
+    names = list(tsv.header) if tsv.header else (rows.pop(0)[1] if rows else [])
     missing = [c for c in tsv.columns if c and c not in names]
     if missing:
         raise WorkbenchError(f"{path}: no column(s) {missing} in its header {names}")
     text_at, pair_at, label_at = (None if c is None else names.index(c) for c in tsv.columns)
     width = max(i for i in (text_at, pair_at, label_at) if i is not None) + 1
-    kept = [(line, row) for line, row in enumerate(rows, first_line) if len(row) >= width]
+    kept = [(line, row) for line, row in rows if len(row) >= width]
     labels: list[int] | list[float] = []
     for line, row in kept:
         value = row[label_at]

@@ -61,12 +61,13 @@ def _read_table(path: Path) -> pd.DataFrame:
         raise WorkbenchError(f"{path}: cannot read it as {kind}: {first_line(error)}") from None
 
 
-def _check_fields(path: Path, encoding: str, delimiter: str, quoting: int) -> None:
-    """Read the file once a row at a time, as pandas would split it, and refuse in one line
-    naming the line a header that names a column twice (:func:`_check_header`), a row of more
-    than ``COLUMN_LIMIT`` columns, or a line or a field (a quoted one may span lines) of more
-    than ``FIELD_LIMIT`` characters (an all-NUL file is one such line): before pandas holds
-    the whole file, and with never more than a line and a row in memory."""
+def bounded_rows(
+    path: Path, encoding: str, delimiter: str, quoting: int
+) -> Iterator[tuple[int, list[str]]]:
+    """``(line, row)`` per row of a CSV or TSV file, as pandas would split it, with never more
+    than a line and a row in memory: a row of more than ``COLUMN_LIMIT`` columns, or a line or
+    a field (a quoted one may span lines) of more than ``FIELD_LIMIT`` characters (an all-NUL
+    file is one such line) is refused in one line naming the line."""
     most = f"{FIELD_LIMIT:,} characters, the most a line or a field of a data file may hold"
     before = csv.field_size_limit(FIELD_LIMIT)
     try:
@@ -75,19 +76,26 @@ def _check_fields(path: Path, encoding: str, delimiter: str, quoting: int) -> No
                 _bounded_lines(stream, path, most), delimiter=delimiter, quoting=quoting
             )
             try:
-                for number, row in enumerate(rows):
+                for row in rows:
                     if len(row) > COLUMN_LIMIT:
                         raise WorkbenchError(
                             f"{path}: line {rows.line_num} has {len(row):,} columns, more than "
                             f"the {COLUMN_LIMIT:,} a data file may have"
                         )
-                    if number == 0:
-                        _check_header(path, row)
+                    yield rows.line_num, row
             except csv.Error as error:
                 problem = f"a field over {most}" if "field limit" in str(error) else error
                 raise WorkbenchError(f"{path}: line {rows.line_num}: {problem}") from None
     finally:
         csv.field_size_limit(before)
+
+
+def _check_fields(path: Path, encoding: str, delimiter: str, quoting: int) -> None:
+    """Read the file once through :func:`bounded_rows`, and refuse a header that names a column
+    twice (:func:`_check_header`): before pandas holds the whole file."""
+    for number, (_, row) in enumerate(bounded_rows(path, encoding, delimiter, quoting)):
+        if number == 0:
+            _check_header(path, row)
 
 
 def _bounded_lines(stream: TextIO, path: Path, most: str) -> Iterator[str]:
