@@ -4,6 +4,7 @@ page, and a broken model folder listed with its problem in one line."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -99,6 +100,8 @@ def test_loyalty_geometry_and_divergence_compare_with_a_model_folder(app):
 
 
 def test_a_model_added_by_its_path_is_listed(app, model_runs, tmp_path, monkeypatch):
+    """A model folder typed into the sidebar is listed and compared; what loading a model notes
+    (a decoder padded with its config's pad token) is shown on the page."""
     root = tmp_path / "runs"
     root.mkdir()
     monkeypatch.setenv("KDW_RUNS", str(root))
@@ -109,6 +112,17 @@ def test_a_model_added_by_its_path_is_listed(app, model_runs, tmp_path, monkeypa
     assert teacher.value == str(model_runs / TEACHER)
     assert teacher.options == [f"{model_runs / TEACHER} (model folder)"]
     assert _html(at).count('class="kdw-row"') == 1
+    decoder = save_family_model("gpt2", tmp_path / "decoder", ["negative", "positive"])
+    config = json.loads((decoder / "config.json").read_text())
+    (decoder / "config.json").write_text(json.dumps({**config, "pad_token_id": 7}))
+    at.sidebar.text_input(key="models.source").set_value(str(decoder))
+    _ok(at.run())
+    at.selectbox(key="case.teacher").set_value(str(decoder))
+    _ok(at.run())
+    assert (
+        ":material/info: decoder: its tokenizer pads with id 0, its config's pad_token_id is 7 "
+        "(the token its head reads past): batches are padded with 7"
+    ) in [c.value.replace("\\", "") for c in at.caption]
 
 
 def test_a_run_folder_added_from_outside_brings_its_teacher_and_stays(

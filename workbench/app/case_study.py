@@ -57,7 +57,9 @@ def _case_study(
     example = Example(**json.loads(example_json))
     how = common.Explaining.from_key(explaining_key)
     explanations = [
-        explain(common.load_cached(*key), [example], how.settings, name, how.explainer, how.words)
+        explain(
+            common.load_cached(*key)[0], [example], how.settings, name, how.explainer, how.words
+        )
         for name, *key in runs
     ]
     explanations = [explained[0] for explained in explanations]

@@ -156,8 +156,9 @@ def runs_sidebar() -> None:
 
 
 @st.cache_resource(show_spinner="Loading model…", max_entries=12)
-def load_cached(path: str, stamp: int, task_of: str = "") -> LoadedModel:
-    """The run or model at ``path``, loaded once per server; ``stamp`` (see
+def load_cached(path: str, stamp: int, task_of: str = "") -> tuple[LoadedModel, tuple[str, ...]]:
+    """The run or model at ``path``, loaded once per server, and what loading it noted (a
+    decoder padded with its config's pad token, classes matched by position); ``stamp`` (see
     :meth:`RunEntry.stamp`) makes new weights load anew. A model the workbench did not train is
     applied to the task of the student run ``task_of`` (its data, classes and label map), or to
     its own classes without one. A teacher cache is its teacher without weights (a model on
@@ -167,17 +168,23 @@ def load_cached(path: str, stamp: int, task_of: str = "") -> LoadedModel:
     quiet_library_output()
     torch.set_num_threads(int(os.environ.get(THREADS_ENV, "1")))
     if is_cache(path):
-        return open_cache(path)
+        return open_cache(path), ()
+    notes: list[str] = []
     if not task_of:
-        return load_model(path)
+        return load_model(path, notify=notes.append), tuple(notes)
     student = load_run(task_of)
     label_map = student.run.config(StudentConfig, "student").label_map
-    return load_model(path, student.spec, student.data, parse_label_map(label_map))
+    loaded = load_model(path, student.spec, student.data, parse_label_map(label_map), notes.append)
+    return loaded, tuple(notes)
 
 
 def load(entry: RunEntry) -> LoadedModel:
-    """The entry's model, loaded once per server (reloaded when its weights change)."""
-    return load_cached(*entry.key())
+    """The entry's model, loaded once per server (reloaded when its weights change); what
+    loading it noted is shown under the page's title."""
+    loaded, notes = load_cached(*entry.key())
+    for note in notes:
+        st.caption(":material/info: " + plain(note))
+    return loaded
 
 
 def pick_models(
@@ -326,12 +333,12 @@ def _split_loyalty(
     explainer: str,
     words: str | None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    model = load_cached(*teacher)
+    model = load_cached(*teacher)[0]
     part = sample_split(task_split(model, split), limit, seed=0, stratify=not model.spec.regression)
     record = json.loads(explainer)
     choice = ExplainerChoice(record["explainer"], record["explainer_settings"])
     outputs = {
-        name: split_outputs(load_cached(*key), part, explainer=choice, words=words)
+        name: split_outputs(load_cached(*key)[0], part, explainer=choice, words=words)
         for name, *key in students
     }
     summary, frame = loyalty_tables(
