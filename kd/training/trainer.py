@@ -473,8 +473,14 @@ class TrainingLoop:
 
     def not_saved(self, step: int) -> WorkbenchError:
         """Mark the run stopped at ``step``, whose checkpoint holds the model that failed to
-        save, and say how to save it."""
+        save, and say how to save it (every process stops: the other processes say that
+        rank 0 could not save)."""
         self.progress.close()
+        if not self.world.main:
+            return WorkbenchError(
+                f"training stopped at step {step}: rank 0 could not save the model; the trained "
+                f"weights are in {self.run.checkpoint}"
+            )
         error = self.save_error
         reason = (
             f"the model of step {self.state['best_step']} could not be saved "
@@ -501,9 +507,10 @@ class TrainingLoop:
             unit="step",
             disable=not self.world.main,
         )
-        if state.get("unsaved") and self.world.main:  # the checkpoint's model is the best
-            self.save_best()
-            if self.save_error is not None:
+        if state.get("unsaved"):  # the checkpoint's model is the best
+            if self.world.main:
+                self.save_best()
+            if distributed.any_process(self.save_error is not None):
                 raise self.not_saved(state["step"])
         order: list[int] = []
         self.model.train()
@@ -526,8 +533,9 @@ class TrainingLoop:
             )
             if due or stop or step == self.total or step % optim.checkpoint_every == 0:
                 self.save_checkpoint()
-            if self.save_error is not None:  # (after an evaluation, so with its checkpoint)
-                raise self.not_saved(step)
+            evaluated = due or step == self.total
+            if evaluated and distributed.any_process(self.save_error is not None):
+                raise self.not_saved(step)  # (after an evaluation, so with its checkpoint)
             if stop:
                 self.progress.close()
                 self.set_status("stopped", step)

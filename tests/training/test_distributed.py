@@ -25,6 +25,7 @@ from kd.training.pipeline import distill, train_teacher
 from tests.conftest import assert_same_weights, make_sentences, tiny_model, tiny_tokenizer
 from tests.tolerances import float32_floor
 from workbench.core.config import DataConfig, option_name
+from workbench.core.errors import WorkbenchError
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESETS = ("kd", "adkd", "gkd")
@@ -272,3 +273,72 @@ def test_a_batch_the_processes_cannot_share_is_refused(tmp_path, monkeypatch, ca
         "choose a batch size divisible by 2\n"
     )
     assert not (tmp_path / "run").exists()
+
+
+def _unsaved_worker(rank: int, size: int, port: int, folder: Path) -> None:
+    """Train a teacher on two processes whose model fails to save (``save_pretrained``
+    raises); each process writes the line it stopped with to ``folder/said-<rank>``; then the
+    same job again, with saving restored and a training step refused."""
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        WORLD_SIZE=str(size),
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+    )
+    from transformers import PreTrainedModel
+
+    from kd.training.trainer import TrainingLoop
+
+    def refuse(*_args, **_kwargs):
+        raise ValueError("no space left on device")
+
+    def no_step(*_args):
+        raise AssertionError("a training step on rerun")
+
+    job = (_data(folder / "task"), TeacherConfig(model=str(folder / "model")), _optim())
+    saving = PreTrainedModel.save_pretrained
+    try:
+        PreTrainedModel.save_pretrained = refuse
+        try:
+            train_teacher(*job, folder / "run")
+        except WorkbenchError as error:
+            (folder / f"said-{rank}").write_text(str(error))
+        PreTrainedModel.save_pretrained, TrainingLoop.step = saving, no_step
+        train_teacher(*job, folder / "run")
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+# slow: two spawned processes importing torch, each training twice
+@pytest.mark.slow
+def test_a_model_that_fails_to_save_stops_every_process_and_a_rerun_saves_it(tmp_path):
+    """Rank 0 alone saves: when its save fails, both processes stop at that step (none waits
+    for the other), the checkpoint holds the model, and the same job on two processes saves it
+    without training again."""
+    _model_dir(tmp_path / "model", dropout=0.0)
+    _task_dir(tmp_path / "task")
+    context = mp.start_processes(
+        _unsaved_worker, args=(2, _free_port(), tmp_path), nprocs=2, join=False
+    )
+    deadline = time.time() + 120
+    while not context.join(timeout=1):
+        if time.time() > deadline:
+            for process in context.processes:
+                process.kill()
+            pytest.fail("a process waited for the other after the failed save")
+    checkpoint = tmp_path / "run" / "checkpoint.pt"
+    total = 3  # 40 examples in batches of 16
+    assert (tmp_path / "said-0").read_text() == (
+        f"the model of step {total} could not be saved (ValueError: no space left on device): "
+        f"training finished; the trained weights are in {checkpoint}; rerun the same command "
+        "to save them"
+    )
+    assert (tmp_path / "said-1").read_text() == (
+        f"training stopped at step {total}: rank 0 could not save the model; the trained "
+        f"weights are in {checkpoint}"
+    )
+    saved = load_file(str(tmp_path / "run" / "model" / "model.safetensors"))
+    trained = _final_weights(tmp_path / "run")
+    assert saved and all(torch.equal(value, trained[key]) for key, value in saved.items())
+    assert json.loads((tmp_path / "run" / "status.json").read_text())["state"] == "finished"
