@@ -119,6 +119,12 @@ def main() -> None:
         help="Optimum's environment (created on first use)",
     )
     parser.add_argument("--results", default="optimum", help="bench/results/<name>.json")
+    parser.add_argument(
+        "--min-agreement",
+        type=float,
+        default=0.99,
+        help="label agreement the project's int8 export needs with its PyTorch student",
+    )
     args = parser.parse_args()
     setup(threads=args.threads)
     teacher_run, student_run = map(Path, args.runs or (DEMO / "teacher", DEMO / "student-kd"))
@@ -127,7 +133,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch)
         ours = root / "kdw"
-        export_model(student_run, ours, onnx=True, settings=OnnxSettings(quantize="int8"))
+        export = OnnxSettings(quantize="int8", min_agreement=args.min_agreement)
+        export_model(student_run, ours, onnx=True, settings=export)
         calls = {
             "teacher pytorch": model_call(teacher.model),
             "student pytorch": model_call(student.model),
@@ -174,6 +181,7 @@ def main() -> None:
         "latency_texts": latency_texts,
         "threads": args.threads,
         "repeats": args.repeats,
+        "min_agreement": args.min_agreement,
     }
     path = write_results(args.results, {"settings": settings, "rows": rows})
     print(f"\nwritten to {path}")
