@@ -10,9 +10,11 @@ against its control and against vanilla KD in test accuracy, label loyalty and (
         --num-layers 3 --presets kd,gkd,adkd,ckd,pkd-skip --seeds 1,2,3 --epochs 3 \\
         --out flagship
 
-Students go to ``<out>/runs/<preset>[-control]-s<seed>``: a finished run is reused, an
-interrupted one resumed; a control that trains as an earlier arm of its seed does (CKD's and
-PKD's, whose presets weigh CE and KD as vanilla KD does) takes that arm's student.
+Students go to ``<out>/runs/<preset>[-control]-s<seed>``, in the order of ``--presets`` (each
+arm over every seed before the next, so that a run stopped early leaves the first methods'
+claims whole): a finished run is reused, an interrupted one resumed; a control that trains as
+an earlier arm of its seed does (CKD's and PKD's, whose presets weigh CE and KD as vanilla KD
+does) takes that arm's student.
 ``bench/results/<--results>.json`` is rewritten after each student.
 With ``--teacher`` the cache is first completed with the fields each arm reads that it lacks
 (vanilla KD and a control read the logits alone, under a key of their own), and each student's
@@ -266,9 +268,9 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
         (out / "saliency").mkdir(parents=True, exist_ok=True)
         teacher = teacher_saliency(args.teacher, data, out / "teacher-test.pt")
     rows: list[dict] = []
-    for seed in seeds:
-        trained: list[tuple[ObjectiveConfig, Path]] = []
-        for preset, is_control, objective in students:
+    trained: dict[int, list[tuple[ObjectiveConfig, Path]]] = {seed: [] for seed in seeds}
+    for preset, is_control, objective in students:
+        for seed in seeds:
             name = f"{preset}{'-control' if is_control else ''}-s{seed}"
             optim = OptimConfig(
                 epochs=args.epochs,
@@ -277,10 +279,10 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
                 threads=args.threads,
                 device=args.device,
             )
-            path = next((p for o, p in trained if same_training(o, objective)), None)
+            path = next((p for o, p in trained[seed] if same_training(o, objective)), None)
             if path is None:
                 path = distill(data, student, objective, optim, out / "runs" / name).path
-                trained.append((objective, path))
+                trained[seed].append((objective, path))
             else:
                 print(f"{name}: the same training as {path.name}, whose student it reuses")
             name = path.name
