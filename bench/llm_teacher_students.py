@@ -15,7 +15,8 @@ arm over every seed before the next, so that a run stopped early leaves the firs
 claims whole): a finished run is reused, an interrupted one resumed; a control that trains as
 an earlier arm of its seed does (CKD's and PKD's, whose presets weigh CE and KD as vanilla KD
 does) takes that arm's student.
-``bench/results/<--results>.json`` is rewritten after each student.
+``bench/results/<--results>.json`` is rewritten after each student; ``--no-training`` writes it
+from the students already trained (those of a stopped run, whatever their arm).
 With ``--teacher`` the cache is first completed with the fields each arm reads that it lacks
 (vanilla KD and a control read the logits alone, under a key of their own), and each student's
 saliency loyalty is measured on the test split (Grad saliency; on the words both tokenisations
@@ -242,6 +243,11 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     parser.add_argument("--device", default="auto", help="the students': cpu, cuda, cuda:N, auto")
     parser.add_argument("--out", default="runs/llm-teacher")
     parser.add_argument("--results", default="llm-teacher", help="bench/results/<name>.json")
+    parser.add_argument(
+        "--no-training",
+        action="store_true",
+        help="report the students already trained, train none (a stopped run's whole table)",
+    )
     args = parser.parse_args(argv)
     setup(args.threads)
     cache, out = Path(args.teacher_cache), Path(args.out)
@@ -280,6 +286,10 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
                 device=args.device,
             )
             path = next((p for o, p in trained[seed] if same_training(o, objective)), None)
+            finished = (out / "runs" / name / "results.json").exists()
+            if path is None and args.no_training and not finished:
+                print(f"{name}: not trained yet (--no-training)")
+                continue
             if path is None:
                 path = distill(data, student, objective, optim, out / "runs" / name).path
                 trained[seed].append((objective, path))

@@ -114,6 +114,15 @@ def test_rows_and_pairs_match_the_runs(tmp_path, monkeypatch):
 
     # a second call reuses the finished runs: the same rows
     assert [r["test_accuracy"] for r in main(argv)] == [r["test_accuracy"] for r in rows]
+    # --no-training reports what is trained and trains nothing: CKD is left out, its control
+    # is vanilla KD's student
+    shown = main([*argv, "--presets", "kd,ckd", "--no-training"])
+    assert [(r["method"], r["control"], r["run"]) for r in shown] == [
+        ("kd", False, rows[0]["run"]),
+        ("ckd", True, rows[0]["run"]),
+    ]
+    assert not (out / "runs" / "ckd-s1").exists()
+    assert _read(tmp_path / "results" / "llm-teacher.json")["rows"] == shown
 
 
 @pytest.mark.parametrize(
