@@ -118,8 +118,8 @@ def _jobs(folder: Path, suffix: str) -> None:
         )
 
 
-def _worker(rank: int, size: int, port: int, folder: Path) -> None:
-    """One process of a job launched as ``torchrun`` would: its rank in the environment."""
+def _join(rank: int, size: int, port: int) -> None:
+    """The environment torchrun gives process ``rank`` of ``size``."""
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
@@ -127,6 +127,11 @@ def _worker(rank: int, size: int, port: int, folder: Path) -> None:
         RANK=str(rank),
         LOCAL_RANK=str(rank),
     )
+
+
+def _worker(rank: int, size: int, port: int, folder: Path) -> None:
+    """One process of a job launched as ``torchrun`` would: its rank in the environment."""
+    _join(rank, size, port)
     try:
         _jobs(folder, str(size))
     finally:
@@ -279,13 +284,7 @@ def _unsaved_worker(rank: int, size: int, port: int, folder: Path) -> None:
     """Train a teacher on two processes whose model fails to save (``save_pretrained``
     raises); each process writes the line it stopped with to ``folder/said-<rank>``; then the
     same job again, with saving restored and a training step refused."""
-    os.environ.update(
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-        WORLD_SIZE=str(size),
-        RANK=str(rank),
-        LOCAL_RANK=str(rank),
-    )
+    _join(rank, size, port)
     from transformers import PreTrainedModel
 
     from kd.training.trainer import TrainingLoop
