@@ -53,6 +53,7 @@ from workbench.core.config import DataConfig
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import atomic_write_json
 from workbench.core.models import load_for_task, load_tokenizer
+from workbench.core.runs import Run
 
 SALIENCY_NOTE = (
     "Pearson correlation of Grad saliency (each model's predicted class) on the test split, on "
@@ -286,10 +287,12 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
                 device=args.device,
             )
             path = next((p for o, p in trained[seed] if same_training(o, objective)), None)
-            finished = (out / "runs" / name / "results.json").exists()
-            if path is None and args.no_training and not finished:
-                print(f"{name}: not trained yet (--no-training)")
-                continue
+            if path is None and args.no_training:
+                run = Run(out / "runs" / name)
+                left = run.unfinished() if run.path.is_dir() else "not started"
+                if left is not None:
+                    print(f"{name}: {left}, left out (--no-training)")
+                    continue
             if path is None:
                 path = distill(data, student, objective, optim, out / "runs" / name).path
                 trained[seed].append((objective, path))
