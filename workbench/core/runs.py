@@ -45,12 +45,12 @@ from workbench.core.config import (
     from_dict,
     option_name,
     resolve_paths,
+    set_settings,
 )
 from workbench.core.errors import WorkbenchError, first_line, mask_secrets
 from workbench.core.files import (
     append_json_line,
     atomic_write_json,
-    check_format,
     check_parents,
     hold,
     lock_holder,
@@ -404,24 +404,23 @@ class Run:
             self.model_dir, "the run's best model is lost: train the run again in a new --run-dir"
         )
 
-    def read_json(self, name: str, remedy: str, model: Any = Any, what: str = "") -> Any:
-        """The JSON file ``name`` of the run, read as ``model`` (:mod:`workbench.core.records`);
-        a missing or corrupt one, or one that is not of that model (``what`` the file should
-        be, for the message), is a one-line error ending in ``remedy`` (for a corrupt file)."""
+    def read_json(self, name: str, remedy: str, model: Any, what: str, again: str = "") -> Any:
+        """The JSON file ``name`` of the run, read as ``model`` (:mod:`workbench.core.records`),
+        its record format checked first where ``again`` (its remedy) is given; a missing or corrupt
+        one, or one that is not of that model (``what`` the file should be, for the message), is
+        a one-line error ending in ``remedy`` (for a corrupt file)."""
         path = self.path / name
         if not path.exists():
             raise WorkbenchError(f"{path} is missing: the run folder is incomplete")
-        return read_record_file(path, model, what or "what the run wrote", remedy, "run file")
+        return read_record_file(path, model, what, remedy, "run file", again)
 
     def info(self) -> RunRecord:
         """The run's record, checked: its format, its model (:class:`RunRecord`) and each config
         section's settings."""
-        info = self.read_json(RUN_FILE, RUN_REMEDY)
-        check_format(info, self.path / RUN_FILE, FORMAT_REMEDY)
+        record = self.read_json(RUN_FILE, RUN_REMEDY, RunRecord, "a run record", FORMAT_REMEDY)
         try:
-            record = checked(info, RunRecord)
             record.configs = current_configs(record.configs)
-        except (RecordProblem, WorkbenchError) as problem:
+        except WorkbenchError as problem:
             raise self._not_a_record(problem) from None
         return record
 
@@ -617,12 +616,7 @@ def task_beside(
         run = Run.open(source)
         data, info = run.config(DataConfig, "data"), run.info()
         label_map = info.configs.get(info.kind, {}).get("label_map", "")
-        defaults = DataConfig()
-        settings = {
-            f.name: getattr(data, f.name)
-            for f in fields(DataConfig)
-            if f.name != "task" and getattr(data, f.name) != getattr(defaults, f.name)
-        }
+        settings = _given(data)
         if label_map:
             settings["label_map"] = label_map
         shown = f" ({_options(settings)})" if settings else ""
@@ -641,9 +635,8 @@ def recorded_data(
     """``data`` with the settings it leaves at their defaults taken from the first run among
     ``sources`` that recorded its task (an explicit setting overrides the record); each said to
     ``notify`` in one line."""
-    defaults = DataConfig()
     names = [f.name for f in fields(DataConfig) if f.name != "task"]
-    given = {f: getattr(data, f) for f in names if getattr(data, f) != getattr(defaults, f)}
+    given = _given(data)
     say = notify or (lambda _text: None)
     for source in sources:
         if not (Path(source) / RUN_FILE).exists():
@@ -664,6 +657,11 @@ def recorded_data(
             say(f"{_options(overridden)} given: {source} recorded {_options(was)}")
         return replace(data, **taken)
     return data
+
+
+def _given(data: DataConfig) -> dict[str, Any]:
+    """The data settings ``data`` sets to other values than their defaults, the task aside."""
+    return {name: getattr(data, name) for name in set_settings(data) if name != "task"}
 
 
 def _options(values: dict[str, Any]) -> str:
