@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from workbench.core.config import DataConfig, option_name
+from workbench.core.config import DataConfig, option_name, set_settings
 from workbench.core.data.bundled import TWEETS_VERSION, load_bbc_news, load_tweets
 from workbench.core.data.glue import load_glue
 from workbench.core.data.hub_sets import is_hub_id, is_saved_dataset, load_hub, load_saved
@@ -72,12 +72,8 @@ def _columns(config: DataConfig) -> Columns:
 def _check_options(config: DataConfig, hub: bool) -> None:
     """Refuse the data set options that the task does not take: the columns for the bundled
     and GLUE tasks, ``--task-config`` for all but hub data sets."""
-    defaults = DataConfig()
-    given = [
-        option_name(f)
-        for f in ("task_config", "text_column", "text_pair_column", "label_column")
-        if getattr(config, f) != getattr(defaults, f)
-    ]
+    columns = ("task_config", "text_column", "text_pair_column", "label_column")
+    given = [option_name(f) for f in set_settings(config) if f in columns]
     named = config.task in BUNDLED or config.task in GLUE_TASKS
     refused = given if named else [o for o in given if o == "--task-config" and not hub]
     if refused:

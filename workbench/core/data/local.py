@@ -49,14 +49,14 @@ def _read_table(path: Path) -> pd.DataFrame:
         encoding = _text_encoding(path)
         if kind == "jsonl":
             return pd.read_json(path, lines=True, encoding=encoding)
-        if kind == "tsv":  # as the GLUE files are read: a quote character is text, never a
-            # field delimiter, so a stray quote cannot merge rows
-            _check_fields(path, encoding, "\t", csv.QUOTE_NONE)
-            return pd.read_csv(
-                path, sep="\t", keep_default_na=False, encoding=encoding, quoting=csv.QUOTE_NONE
-            )
-        _check_fields(path, encoding, ",", csv.QUOTE_MINIMAL)
-        return pd.read_csv(path, keep_default_na=False, encoding=encoding)
+        # a TSV as the GLUE files are read: a quote character is text, never a field delimiter,
+        # so a stray quote cannot merge rows
+        sep, quoting = ("\t", csv.QUOTE_NONE) if kind == "tsv" else (",", csv.QUOTE_MINIMAL)
+        # read once through bounded_rows, the header checked, before pandas holds the whole file
+        for number, (_, row) in enumerate(bounded_rows(path, encoding, sep, quoting)):
+            if number == 0:
+                _check_header(path, row)
+        return pd.read_csv(path, sep=sep, keep_default_na=False, encoding=encoding, quoting=quoting)
     except (ValueError, OSError, pd.errors.ParserError) as error:
         raise WorkbenchError(f"{path}: cannot read it as {kind}: {first_line(error)}") from None
 
@@ -88,14 +88,6 @@ def bounded_rows(
                 raise WorkbenchError(f"{path}: line {rows.line_num}: {problem}") from None
     finally:
         csv.field_size_limit(before)
-
-
-def _check_fields(path: Path, encoding: str, delimiter: str, quoting: int) -> None:
-    """Read the file once through :func:`bounded_rows`, and refuse a header that names a column
-    twice (:func:`_check_header`): before pandas holds the whole file."""
-    for number, (_, row) in enumerate(bounded_rows(path, encoding, delimiter, quoting)):
-        if number == 0:
-            _check_header(path, row)
 
 
 def _bounded_lines(stream: TextIO, path: Path, most: str) -> Iterator[str]:
