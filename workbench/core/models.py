@@ -169,12 +169,6 @@ def has_head(config: PretrainedConfig) -> bool:
     return any(a.endswith("ForSequenceClassification") for a in config.architectures or [])
 
 
-def generic_spec(classes: int) -> TaskSpec:
-    """A classification task of ``classes`` classes named ``LABEL_0``… (Hugging Face's
-    default names), for a model applied to no task in particular."""
-    return TaskSpec("classes", tuple(f"LABEL_{i}" for i in range(classes)), METRICS_CLASSIFICATION)
-
-
 def load_classifier(
     name: str,
     spec: TaskSpec | int,
@@ -189,7 +183,8 @@ def load_classifier(
     the task's order; one without a classification head (an encoder, a masked or causal
     language model) gets a fresh head with the task's outputs (1 for regression).
     """
-    spec = generic_spec(spec) if isinstance(spec, int) else spec
+    if isinstance(spec, int):  # classes named as Hugging Face names them by default
+        spec = TaskSpec("classes", tuple(f"LABEL_{i}" for i in range(spec)), METRICS_CLASSIFICATION)
     config = load_config(name)
     check_classifier(config, name, head=False)
     load = AutoModelForSequenceClassification.from_pretrained

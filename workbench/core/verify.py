@@ -214,16 +214,6 @@ def _meta_model(config: Any):
         return AutoModelForSequenceClassification.from_config(config)
 
 
-def _as_model_key(key: str, expected: Mapping[str, Any], prefix: str) -> str | None:
-    """The model's name of the weights' ``key``: the same, or under the base model's prefix
-    (a checkpoint of the bare encoder)."""
-    if key in expected:
-        return key
-    if prefix and f"{prefix}.{key}" in expected:
-        return f"{prefix}.{key}"
-    return None
-
-
 def _fields_of(config: Any, size: int, head: bool = False) -> str:
     """The config's settings whose value is ``size`` (which a wrong dimension comes from); for
     a tensor of the classification head (``head``), its classes."""
@@ -277,7 +267,8 @@ def _check_model_folder(folder: Path, config: Any) -> None:
     prefix = getattr(model, "base_model_prefix", "")
     floating = {key for key, value in model.state_dict().items() if value.is_floating_point()}
     for key, (shape, dtype, file) in headers.items():
-        name = _as_model_key(key, expected, prefix)
+        # the model's name of the key: the same, or under the base model's prefix (a bare encoder's)
+        name = next((k for k in (key, prefix and f"{prefix}.{key}") if k in expected), None)
         if name in floating and not dtype.startswith(("F", "BF")):  # F16, F32, BF16, F8_E4M3…
             raise WorkbenchError(
                 f"{folder / file}: its header calls {key} {dtype}, but it is a floating-point "
