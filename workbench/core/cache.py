@@ -344,7 +344,7 @@ def build_in_pieces(
     removed; None while other shards' pieces are missing) and each field's seconds summed over the
     pieces."""
     path = cache_path(folder, name, key)
-    pieces_dir = cache_path(folder, name, key).with_suffix(".pieces")
+    pieces_dir = path.with_suffix(".pieces")
     order, size = length_order(dataset), batch_size * PIECE_BATCHES
     pieces = [order[start : start + size] for start in range(0, len(order), size)]
     mine = (shard or Shard(1, 1)).positions(len(pieces))
@@ -376,10 +376,8 @@ def build_in_pieces(
     if not all(p.exists() for p in paths):
         return None, {}
     loaded = [_load_piece(p) for p in paths]
-    totals: dict[str, float] = {}
-    for _, seconds in loaded:
-        for field, value in seconds.items():
-            totals[field] = totals.get(field, 0.0) + value
+    named = dict.fromkeys(field for _, seconds in loaded for field in seconds)
+    totals = {field: sum(seconds.get(field, 0.0) for _, seconds in loaded) for field in named}
     cache = ExampleCache.from_rows([rows for rows, _ in loaded], dataset, token_fields)
     cache.save(path, key)
     shutil.rmtree(pieces_dir, ignore_errors=True)
