@@ -775,24 +775,19 @@ def model_card(run: Run, library: str = "transformers") -> str:
         "",
         f"# {_plain(run.name)}",
         "",
+        f"A student distilled with the method {_code(info.method)} from the teacher "
+        f"{_code(configs['student']['teacher'])}, on the task {_code(task.name)}."
+        if student
+        else f"A teacher fine-tuned from {_code(configs['teacher']['model'])} with the "
+        f"objective {_code(info.method)} on the task {_code(task.name)}.",
+        "Written by kd-workbench from the run's `run.json`, `manifest.json`"
+        + (" and `results.json`." if results else "."),
+        "",
+        "## Labels",
+        "",
     ]
-    if student:
-        lines.append(
-            f"A student distilled with the method {_code(info.method)} from the teacher "
-            f"{_code(configs['student']['teacher'])}, on the task {_code(task.name)}."
-        )
-    else:
-        lines.append(
-            f"A teacher fine-tuned from {_code(configs['teacher']['model'])} with the "
-            f"objective {_code(info.method)} on the task {_code(task.name)}."
-        )
-    read = "`run.json`, `manifest.json`" + (" and `results.json`" if results else "")
-    lines.append(f"Written by kd-workbench from the run's {read}.")
-    lines += ["", "## Labels", ""]
-    if task.label_names:
-        lines += [f"- {index}: {_code(name)}" for index, name in enumerate(task.label_names)]
-    else:
-        lines.append("Regression: one output, the predicted score.")
+    labels = [f"- {index}: {_code(name)}" for index, name in enumerate(task.label_names)]
+    lines += labels or ["Regression: one output, the predicted score."]
     lines += ["", "## Training settings", ""]
     for group, values in configs.items():
         bullets = (f"- {_code(k)}: {_code(json.dumps(v, default=str))}" for k, v in values.items())
@@ -805,10 +800,10 @@ def model_card(run: Run, library: str = "transformers") -> str:
         "",
         "| split | examples | fingerprint |",
         "|---|---|---|",
-    ]
-    lines += [
-        f"| {split} | {manifest.split_sizes.get(split)} | `{fingerprint}` |"
-        for split, fingerprint in manifest.split_fingerprint.items()
+        *(
+            f"| {split} | {manifest.split_sizes.get(split)} | `{fingerprint}` |"
+            for split, fingerprint in manifest.split_fingerprint.items()
+        ),
     ]
     if results:
         lines += ["", "## Results", ""]
