@@ -324,7 +324,10 @@ class Run:
             remove_stale_temporaries(run.path)  # left by a killed writer
             if (run.path / RUN_FILE).exists():
                 run._check_settings(given)
-                run._mend_status()
+                try:  # status.json only records progress: a missing or unreadable one is
+                    run.status()
+                except WorkbenchError:  # rewritten, and the training resumes from its checkpoint
+                    run.set_status("unknown")
             else:
                 run._start(info, manifest)
             yield run
@@ -364,14 +367,6 @@ class Run:
                 f"resolve to (changed: {', '.join(keys)}; a preset's defaults changed): "
                 "choose another --run-dir"
             )
-
-    def _mend_status(self) -> None:
-        """Rewrite a missing or unreadable ``status.json`` (it only records progress) as
-        ``unknown``, so that the training resumes from its checkpoint and records it anew."""
-        try:
-            self.status()
-        except WorkbenchError:
-            self.set_status("unknown")
 
     def _start(self, info: dict[str, Any], manifest: dict[str, Any]) -> None:
         manifest = {

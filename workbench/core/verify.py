@@ -181,15 +181,6 @@ def safetensors_header(path: Path, remedy: str = REMEDY) -> dict[str, tuple[tupl
         raise WorkbenchError(f"{path} is damaged ({first_line(error)}): {remedy}") from None
 
 
-def weights_headers(folder: Path) -> dict[str, tuple[tuple[int, ...], str, str]]:
-    """``{key: (shape, dtype, file name)}`` over every ``*.safetensors`` file of ``folder``."""
-    keys: dict[str, tuple[tuple[int, ...], str, str]] = {}
-    for path in sorted(folder.glob("*.safetensors")):
-        for key, (shape, dtype) in safetensors_header(path).items():
-            keys[key] = (shape, dtype, path.name)
-    return keys
-
-
 def layer_blocks(keys: Iterable[str]) -> tuple[str, int]:
     """The prefix under which ``keys`` hold the most numbered blocks (``bert.encoder.layer``,
     ``transformer.h``), and how many: the layers a set of weights holds."""
@@ -253,7 +244,11 @@ def _stamp(folder: Path) -> tuple:
 
 def _check_model_folder(folder: Path, config: Any) -> None:
     check_config_file(folder)
-    headers = weights_headers(folder)
+    headers = {  # key: (shape, dtype, file name) over every safetensors file
+        key: (shape, dtype, path.name)
+        for path in sorted(folder.glob("*.safetensors"))
+        for key, (shape, dtype) in safetensors_header(path).items()
+    }
     if not headers:  # weights in another format: checked when loaded (check_loaded)
         return
     weights = ", ".join(sorted({file for *_, file in headers.values()}))
