@@ -65,12 +65,15 @@ def token_cell(
     )
 
 
-def _html_row(row: HeatmapRow, scale: ColorScale) -> str:
+def _label(row: HeatmapRow) -> str:
+    """The row's label, with its prediction under it."""
     prediction = f'<span class="prediction">{_e(row.prediction)}</span>' if row.prediction else ""
+    return _e(row.label) + prediction
+
+
+def _html_row(row: HeatmapRow, scale: ColorScale) -> str:
     tokens = "".join(token_cell(t, s, scale) for t, s in zip(row.tokens, row.scores, strict=True))
-    return (
-        f'<div class="label">{_e(row.label)}{prediction}</div>\n<div class="tokens">{tokens}</div>'
-    )
+    return f'<div class="label">{_label(row)}</div>\n<div class="tokens">{tokens}</div>'
 
 
 def _html_columns(rows: list[HeatmapRow], scale: ColorScale) -> str:
@@ -79,16 +82,11 @@ def _html_columns(rows: list[HeatmapRow], scale: ColorScale) -> str:
     page."""
     lines = []
     for row in rows:
-        prediction = (
-            f'<span class="prediction">{_e(row.prediction)}</span>' if row.prediction else ""
-        )
         cells = "".join(
             "<td></td>" if s is None else token_cell(t, s, scale, element="td")
             for t, s in zip(row.tokens, row.scores, strict=True)
         )
-        lines.append(
-            f'<tr><th class="label" scope="row">{_e(row.label)}{prediction}</th>{cells}</tr>'
-        )
+        lines.append(f'<tr><th class="label" scope="row">{_label(row)}</th>{cells}</tr>')
     return '<div class="columns"><table>\n' + "\n".join(lines) + "\n</table></div>"
 
 

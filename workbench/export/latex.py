@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from workbench.export.layout import _LEGEND_CAPTION
+from workbench.export.layout import _LEGEND_CAPTION, _fill
 from workbench.export.model import (
     DEFAULT_TITLE,
     GENERATOR,
@@ -90,11 +90,7 @@ def _latex_columns(prepared: _Prepared) -> list[str]:
     rows, scale = prepared.rows, prepared.scale
     cells = zip(*(row.tokens for row in rows), strict=True)
     widths = [max(len(token) for token in column) + 1 for column in cells]
-    blocks: list[list[int]] = [[]]
-    for column, width in enumerate(widths):
-        if blocks[-1] and sum(widths[c] for c in blocks[-1]) + width > COLUMN_CHARACTERS:
-            blocks.append([])
-        blocks[-1].append(column)
+    blocks = [[c for c, _ in line] for line in _fill(widths, 0, COLUMN_CHARACTERS, 0)]
     body = [r"\setlength{\tabcolsep}{1pt}%"]
     for number, block in enumerate(blocks):
         body.append(rf"\noindent\begin{{tabular}}{{@{{}}l{'c' * len(block)}@{{}}}}")

@@ -111,19 +111,29 @@ def _cell_width(token: str, size: float) -> float:
     return max(_text_width(token, size), _text_width("m", size)) + 0.7 * size
 
 
-def _wrap_tokens(row: HeatmapRow, left: float, right: float, size: float) -> list[list[_Cell]]:
-    """Greedy line filling: lines of ``(x, width, token, score)`` between left and right."""
-    gap = 0.25 * size
-    lines: list[list[_Cell]] = [[]]
+def _fill(
+    widths: list[float], left: float, right: float, gap: float
+) -> list[list[tuple[int, float]]]:
+    """Greedy line filling: lines of ``(index, x)`` of boxes of ``widths`` between left and
+    right, ``gap`` apart (at least one box a line)."""
+    lines: list[list[tuple[int, float]]] = [[]]
     x = left
-    for token, score in zip(row.tokens, row.scores, strict=True):
-        width = _cell_width(token, size)
+    for index, width in enumerate(widths):
         if lines[-1] and x + width > right:
             lines.append([])
             x = left
-        lines[-1].append((x, width, token, score))
+        lines[-1].append((index, x))
         x += width + gap
     return lines
+
+
+def _wrap_tokens(row: HeatmapRow, left: float, right: float, size: float) -> list[list[_Cell]]:
+    """A row's tokens in lines of ``(x, width, token, score)`` between left and right."""
+    widths = [_cell_width(token, size) for token in row.tokens]
+    return [
+        [(x, widths[i], row.tokens[i], row.scores[i]) for i, x in line]
+        for line in _fill(widths, left, right, 0.25 * size)
+    ]
 
 
 def _column_blocks(
@@ -132,20 +142,11 @@ def _column_blocks(
     """Rows whose cells are columns (:attr:`Heatmap.columns`) in blocks of columns that fit
     between left and right: ``blocks[b][r]`` is row ``r``'s cells in block ``b``, each column
     as wide as its widest cell, so that the rows' words stand one above the other."""
-    gap = 0.25 * size
     cells = zip(*(row.tokens for row in rows), strict=True)
     widths = [max(_cell_width(token, size) for token in column) for column in cells]
-    blocks: list[list[tuple[int, float]]] = [[]]  # (column, x) of each block's columns
-    x = left
-    for column, width in enumerate(widths):
-        if blocks[-1] and x + width > right:
-            blocks.append([])
-            x = left
-        blocks[-1].append((column, x))
-        x += width + gap
     return [
         [[(x, widths[c], row.tokens[c], row.scores[c]) for c, x in block] for row in rows]
-        for block in blocks
+        for block in _fill(widths, left, right, 0.25 * size)
     ]
 
 
