@@ -199,15 +199,14 @@ def explain(
     import torch
 
     from workbench.analysis.attribution import (
-        completeness_warning,
         compute_maps,
         grad_saliency,
-        ig_completeness,
         resolve_explainer,
         to_words,
         word_groups,
     )
     from workbench.analysis.attribution.baselines import resolve_baseline
+    from workbench.analysis.attribution.gradients import completeness_gaps
     from workbench.analysis.attribution.words import check_words, group_spans, shown_tokens
     from workbench.core.data import tokenizer_kind
     from workbench.core.data.alignment import token_spans, word_spans
@@ -234,15 +233,12 @@ def explain(
     inputs = (batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
     saliency = grad_saliency(model, *inputs, target=predicted)
     maps, _ = compute_maps(model, batch, config, explainer=explainer)
-    completeness, baseline = None, None
+    pairs, gaps, baseline = [None] * len(examples), [None] * len(examples), None
     if resolve_explainer(config, explainer)[1].name == "ig":
         baseline = resolve_baseline(model, config.baseline)
-        options = {k: getattr(config, k) for k in ("steps", "layer", "memory_mib")}
-        completeness = torch.stack(
-            ig_completeness(model, *inputs, target=predicted, baseline=baseline, **options), -1
-        )
+        pairs, gaps = completeness_gaps(model, batch, predicted, config)
     detail, kind, out = model_detail(loaded), tokenizer_kind(loaded.tokenizer), []
-    decoder = parts_of(model).reads == LAST
+    name = name or loaded.name
     for row, example in enumerate(examples):
         length = int(batch["attention_mask"][row].sum())
         ids = batch["input_ids"][row, :length].tolist()
@@ -265,14 +261,9 @@ def explain(
             tokens, groups = word_groups(batch, row, texts, length)
             row_maps, row_saliency = (to_words(x, groups, words) for x in (row_maps, row_saliency))
             spans = None if spans is None else group_spans(spans, groups)
-        gap = None
-        if completeness is not None:
-            attributed, change = completeness[row].tolist()
-            gap = completeness_warning(attributed, change, baseline, decoder, config.steps)
-            gap = None if gap is None else f"{name or loaded.name}: {gap}"
         out.append(
             Explanation(
-                name=name or loaded.name,
+                name=name,
                 run_id=loaded.source,
                 tokens=tokens,
                 class_names=class_names,
@@ -289,10 +280,10 @@ def explain(
                 model=detail,
                 task="" if loaded.data is None else loaded.data.task,
                 spans=spans,
-                completeness=None if completeness is None else tuple(completeness[row].tolist()),
+                completeness=pairs[row],
                 baseline=baseline,
-                decoder=decoder,
-                gap_warning=gap,
+                decoder=parts_of(model).reads == LAST,
+                gap_warning=gaps[row] and f"{name}: {gaps[row]}",
             )
         )
     return out

@@ -51,10 +51,12 @@ from workbench.analysis.attribution.targets import (
 )
 from workbench.core.config import Views
 from workbench.core.models import MODEL_INPUTS, forward, output_replaced
+from workbench.core.parts import LAST, parts_of
 
 __all__ = [
     "attribution_map",
     "attribution_maps",
+    "completeness_gaps",
     "grad_saliency",
     "ig_completeness",
     "input_gradients",
@@ -333,6 +335,26 @@ def completeness_warning(
         f"score changes by {change:.3f} from the baseline ({baseline}) to the text (a gap of "
         f"{gap:.0%} at {steps} steps): {advice}."
     )
+
+
+def completeness_gaps(
+    model: PreTrainedModel,
+    batch: Batch,
+    target: Target,
+    config,
+    special_ids: Collection[int] | None = None,
+) -> tuple[list[tuple[float, float]], list[str | None]]:
+    """Per example, IG's completeness ``(Σ IG, F(x) − F(x′))`` (:func:`ig_completeness` with
+    ``config``'s steps, baseline, layer and memory budget) and its :func:`completeness_warning`."""
+    baseline = resolve_baseline(model, config.baseline)
+    options = {k: getattr(config, k) for k in ("steps", "layer", "memory_mib")}
+    inputs = (batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
+    sums = ig_completeness(
+        model, *inputs, target=target, baseline=baseline, special_ids=special_ids, **options
+    )
+    pairs = list(zip(*(x.tolist() for x in sums), strict=True))
+    decoder = parts_of(model).reads == LAST
+    return pairs, [completeness_warning(a, c, baseline, decoder, config.steps) for a, c in pairs]
 
 
 def attribution_map(ig: Tensor, attention_mask: Tensor, top_k: int | None = None) -> Tensor:

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from transformers import BatchEncoding, PreTrainedModel, PreTrainedTokenizerBase
 
-from workbench.analysis.attribution.gradients import completeness_warning, ig_completeness
+from workbench.analysis.attribution.gradients import completeness_gaps
 from workbench.analysis.attribution.registry import ExplainerChoice
 from workbench.analysis.attribution.settings import (
     AttributionSettings,
@@ -31,7 +31,6 @@ from workbench.core.data import collate, pad_id, prefixes, tokenizer_kind
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import parse_json_lines, regular_file, write_json_lines
 from workbench.core.models import check_max_length, forward
-from workbench.core.parts import LAST, parts_of
 
 logger = logging.getLogger(__name__)
 
@@ -132,7 +131,7 @@ def attribute_texts(
     records: dict[int, AttributionRecord] = {}
     resolved, explainer = baseline_resolved(model, settings, explainer)
     recorded = recorded_settings(resolved, explainer, words)
-    kind, decoder = tokenizer_kind(tokenizer), parts_of(model).reads == LAST
+    kind = tokenizer_kind(tokenizer)
     for start in range(0, len(order), settings.batch_size):
         chosen = order[start : start + settings.batch_size]
         batch = collate([examples[i] for i in chosen], pad_id(tokenizer))
@@ -144,19 +143,8 @@ def attribute_texts(
         probabilities = logits if regression else logits.softmax(-1)
         gaps = [None] * len(chosen)
         if explainer.name == "ig":
-            inputs = (batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
-            options = ("steps", "baseline", "layer", "memory_mib")
-            completeness = ig_completeness(
-                model,
-                *inputs,
-                target=logits.argmax(-1),
-                special_ids=special_ids(tokenizer),
-                **{k: getattr(resolved, k) for k in options},
-            )
-            gaps = [
-                completeness_warning(a, c, resolved.baseline, decoder, resolved.steps)
-                for a, c in zip(*(x.tolist() for x in completeness), strict=True)
-            ]
+            target, special = logits.argmax(-1), special_ids(tokenizer)
+            gaps = completeness_gaps(model, batch, target, resolved, special)[1]
         for row, i in enumerate(chosen):
             ids = examples[i]["input_ids"]
             warnings = []
