@@ -13,20 +13,15 @@ compared on the words all tokenisations share (:mod:`workbench.core.data.alignme
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import pandas as pd
 import torch
 from torch import Tensor
 
 from workbench.analysis.agreement import attribution_gap
-from workbench.analysis.attribution import (
-    AttributionSettings,
-    ExplainerChoice,
-    compute_maps,
-    resolve_explainer,
-)
-from workbench.analysis.attribution.registry import MapSettings
+from workbench.analysis.attribution import ExplainerChoice, compute_maps, resolve_explainer
+from workbench.analysis.explanations import attribution_settings
 from workbench.analysis.faithfulness import aopc
 from workbench.analysis.settings import DivergenceSettings
 from workbench.core.cache import ExampleCache, cache_path, cached, key_digest
@@ -118,9 +113,7 @@ def _outputs(
     """A model's logits ``[N, C]``, maps (per token ``[n, C]``) and AOPC values ``[N]``, from
     its ``analysis_cache/`` or computed there; and whether they were computed now."""
     model = loaded.model
-    config = AttributionSettings(
-        **{f.name: getattr(settings, f.name) for f in fields(MapSettings)}, views="all"
-    )
+    config = attribution_settings(settings)
     data = {"ids": dataset.input_ids, "types": dataset.token_type_ids}
     key = {
         "kind": "divergence",

@@ -172,7 +172,7 @@ def model_detail(loaded: LoadedModel) -> str:
     return layers if preset is None else f"{preset}, {layers}"
 
 
-def attribution_settings(settings: HeatmapSettings) -> AttributionSettings:
+def attribution_settings(settings: MapSettings) -> AttributionSettings:
     """The shared attribution settings of :mod:`workbench.analysis.attribution` for every class's
     map (checked there: steps, baseline, K)."""
     from workbench.analysis.attribution import AttributionSettings
