@@ -87,11 +87,6 @@ class Candidate:
     run: Callable[[dict[str, Tensor]], Tensor]
 
 
-def _weights_mb(folder: Path) -> float | None:
-    files = [file for pattern in WEIGHT_FILES for file in folder.glob(pattern)]
-    return sum(file.stat().st_size for file in files) / 1e6 if files else None
-
-
 def pytorch_candidates(
     loaded: LoadedModel, device: torch.device, precisions: Sequence[str]
 ) -> list[Candidate]:
@@ -99,7 +94,8 @@ def pytorch_candidates(
     loaded weights cast to it, the last the loaded weights cast in place); its weights on disk
     are its folder's safetensors (or ``.bin``) files, as saved."""
     folder = loaded.run.model_dir if loaded.run else Path(resolve_model(loaded.source))
-    disk_mb = _weights_mb(folder) if folder.is_dir() else None
+    files = [file for pattern in WEIGHT_FILES for file in folder.glob(pattern)]  # none: no folder
+    disk_mb = sum(file.stat().st_size for file in files) / 1e6 if files else None
     candidates = []
     for index, precision in enumerate(precisions):
         last = index == len(precisions) - 1

@@ -42,9 +42,8 @@ table.settings { border-collapse: collapse; margin-top: 2em; font-size: 0.85em; 
 """
 
 
-def _html_fonts() -> str:
-    """CSS custom properties holding the same font stacks as the SVG output."""
-    return f":root {{ --mono: {', '.join(_MONO_FAMILY)}; --sans: {', '.join(_SANS_FAMILY)}; }}"
+# CSS custom properties holding the same font stacks as the SVG output
+_HTML_FONTS = f":root {{ --mono: {', '.join(_MONO_FAMILY)}; --sans: {', '.join(_SANS_FAMILY)}; }}"
 
 
 def _e(text: str) -> str:
@@ -131,7 +130,7 @@ def to_html(heatmap: Heatmap, options: ExportOptions | None = None) -> str:
 <title>{_e(prepared.title or DEFAULT_TITLE)}</title>
 <meta name="description" content="{_e(_description(prepared))}" />
 {metas}
-<style>{_html_fonts()}{_HTML_STYLE}</style>
+<style>{_HTML_FONTS}{_HTML_STYLE}</style>
 </head>
 <body>
 <main>

@@ -177,16 +177,11 @@ before compressing it."""
 MAX_PNG_SIDE = 2**16 - 1  # matplotlib's Agg renderer draws nothing wider or taller
 
 
-def png_size(heatmap: Heatmap, dpi: float, options: ExportOptions | None = None) -> tuple[int, int]:
-    """The width and height in pixels of ``heatmap``'s PNG at ``dpi``."""
-    scene = _build_scene(_prepare(heatmap, options), options)
-    return math.ceil(scene.width / 72 * dpi), math.ceil(scene.height / 72 * dpi)
-
-
 def check_png_size(heatmap: Heatmap, dpi: float, options: ExportOptions | None = None) -> None:
     """A PNG over :data:`MAX_PNG_PIXELS` pixels or :data:`MAX_PNG_SIDE` on a side is a one-line
     error that names the largest ``dpi`` that fits."""
-    width, height = png_size(heatmap, dpi, options)
+    scene = _build_scene(_prepare(heatmap, options), options)
+    width, height = math.ceil(scene.width / 72 * dpi), math.ceil(scene.height / 72 * dpi)
     if width * height <= MAX_PNG_PIXELS and max(width, height) <= MAX_PNG_SIDE:
         return
     fits = dpi * min(

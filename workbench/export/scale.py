@@ -102,20 +102,14 @@ def score_to_rgb(score: float, scale: ColorScale) -> RGB:
     return _position_to_rgb(scale.cmap, scale.normalize(score))
 
 
-def _luminance(rgb: RGB) -> float:
-    """WCAG 2 relative luminance of an sRGB colour."""
-
-    def linear(c: int) -> float:
-        v = c / 255
-        return v / 12.92 if v <= 0.04045 else ((v + 0.055) / 1.055) ** 2.4
-
-    r, g, b = (linear(c) for c in rgb)
-    return 0.2126 * r + 0.7152 * g + 0.0722 * b
-
-
 def text_rgb(background: RGB) -> RGB:
-    """Black or white, whichever has the higher WCAG contrast against ``background``."""
-    lum = _luminance(background)
+    """Black or white, whichever has the higher WCAG contrast against ``background`` (by its
+    WCAG 2 relative luminance)."""
+    r, g, b = (
+        v / 12.92 if v <= 0.04045 else ((v + 0.055) / 1.055) ** 2.4
+        for v in (c / 255 for c in background)
+    )
+    lum = 0.2126 * r + 0.7152 * g + 0.0722 * b
     return _BLACK if (lum + 0.05) / 0.05 >= 1.05 / (lum + 0.05) else _WHITE
 
 

@@ -70,19 +70,14 @@ def resolve_baseline(model: PreTrainedModel, baseline: str | None) -> str:
     return baseline
 
 
-def first_positions(attention_mask: Tensor) -> Tensor:
-    """Each sequence's first real position ``[B, L]`` (bool; left padding included)."""
-    first = attention_mask.bool().int().argmax(1)
-    return torch.arange(attention_mask.shape[1], device=first.device)[None] == first[:, None]
-
-
 def mean_word_embeddings(model: PreTrainedModel, batch: Batch) -> Tensor:
     """The word embeddings of ``mean-keep-first`` ``[B, L, d]``: each sequence's first real
     token's row, the mean row of the word-embedding table at every other position."""
     table = model.get_input_embeddings()
-    rows = table(batch["input_ids"])
-    first = first_positions(batch["attention_mask"])[..., None]
-    return torch.where(first, rows, table.weight.mean(0).to(rows.dtype))
+    rows, mask = table(batch["input_ids"]), batch["attention_mask"]
+    first = mask.bool().int().argmax(1)  # each sequence's first real position (left padding too)
+    is_first = torch.arange(mask.shape[1], device=first.device)[None] == first[:, None]
+    return torch.where(is_first[..., None], rows, table.weight.mean(0).to(rows.dtype))
 
 
 def baseline_ids(
