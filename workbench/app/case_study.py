@@ -149,8 +149,7 @@ def _row_notes(explanations: list[Explanation], agreements: dict[str, Agreement]
 
 def render() -> None:
     st.title("Case study")
-    entries = common.runs()
-    picked = common.pick_models(entries, KEY)
+    picked = common.pick_models(common.runs(), KEY)
     if picked is None:
         return
     teacher, students = picked

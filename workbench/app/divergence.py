@@ -102,14 +102,13 @@ def _scatter(table: pd.DataFrame, student: str, explainer: str) -> go.Figure:
     figure.add_shape(
         type="line", x0=low, y0=low, x1=high, y1=high, line={"dash": "dot", "color": "grey"}
     )
-    figure.update_layout(
+    return figure.update_layout(
         title=f"Mean attribution per word: {explainer}",
         xaxis_title="teacher: mean attribution",
         yaxis_title=f"{student}: mean attribution",
         height=460,
         margin={"t": 50},
     )
-    return figure
 
 
 def _histograms(result: Divergence) -> go.Figure:
@@ -145,13 +144,12 @@ def _histograms(result: Divergence) -> go.Figure:
                 column,
             )
             shown.add(model)
-    figure.update_layout(
+    return figure.update_layout(
         title=f"Per example, {result.explainer.describe()} maps",
         barmode="overlay",
         height=360,
         margin={"t": 80},
     )
-    return figure
 
 
 def _picked(frame: pd.DataFrame, key: str, height: int = 250) -> int | None:

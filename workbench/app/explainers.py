@@ -133,8 +133,7 @@ def ranking_figure(ranking: pd.DataFrame, title: str) -> go.Figure:
             1,
             column,
         )
-    figure.update_layout(title=title, height=380, margin={"t": 80})
-    return figure
+    return figure.update_layout(title=title, height=380, margin={"t": 80})
 
 
 def _show(report: FaithfulnessReport) -> None:

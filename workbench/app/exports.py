@@ -72,16 +72,10 @@ def render() -> None:
         st.info("No trained runs yet.")
         return
     teacher = next((e for e in usable.values() if e.kind == "teacher"), None)
-    default = (
-        []
-        if teacher is None
-        else [teacher.name]
-        + [
-            n
-            for n, e in usable.items()
-            if e.kind == "student" and same_folder(e.teacher, teacher.path)
-        ]
-    )
+    default = [teacher.name] if teacher else []
+    for name, entry in usable.items():  # with its own students
+        if teacher and entry.kind == "student" and same_folder(entry.teacher, teacher.path):
+            default.append(name)
     chosen = st.multiselect(
         "Models (one heatmap row each)", list(usable), default=default, key=f"{KEY}.models"
     )

@@ -95,8 +95,7 @@ def relation_heatmaps(
         font=FONT,
     )
     fig.update_xaxes(tickangle=-90, type="category")
-    fig.update_yaxes(type="category")
-    return fig
+    return fig.update_yaxes(type="category")
 
 
 def layer_mapping_figure(
@@ -140,7 +139,7 @@ def layer_mapping_figure(
                 showlegend=False,
             )
         )
-    fig.update_layout(
+    return fig.update_layout(
         title={"text": "teacher → student", "font": {"size": 12}},
         height=max(260, 42 * (teacher_layers + 1) + 80),
         margin={"l": 10, "r": 10, "t": 40, "b": 10},
@@ -148,7 +147,6 @@ def layer_mapping_figure(
         yaxis={"visible": False, "range": [teacher_layers + 0.6, -0.6]},
         font=FONT,
     )
-    return fig
 
 
 def loyalty_histograms(
@@ -176,14 +174,13 @@ def loyalty_histograms(
                 row=1,
                 col=column,
             )
-    fig.update_layout(
+    return fig.update_layout(
         title=_escaped(f"Per example; SL by {explainer}"),
         barmode="overlay",
         height=340,
         margin={"t": 80, "b": 10},
         font=FONT,
     )
-    return fig
 
 
 def example_hover(row: pd.Series, student: str) -> str:
@@ -230,13 +227,12 @@ def loyalty_scatter(
             )
         fig.update_xaxes(title_text="probability loyalty PL", row=1, col=column)
         fig.update_yaxes(title_text="saliency loyalty SL", row=1, col=column)
-    fig.update_layout(
+    return fig.update_layout(
         title=_escaped(f"Probability against saliency loyalty; SL by {explainer}"),
         height=400,
         margin={"t": 80, "b": 10},
         font=FONT,
     )
-    return fig
 
 
 def curves(
@@ -269,7 +265,7 @@ def curves(
         fig.update_layout(
             yaxis2={"title": second_y, "overlaying": "y", "side": "right", "showgrid": False}
         )
-    fig.update_layout(
+    return fig.update_layout(
         xaxis_title=x,
         yaxis_title=y,
         height=300,
@@ -277,7 +273,6 @@ def curves(
         legend={"orientation": "h", "y": -0.25},
         font=FONT,
     )
-    return fig
 
 
 def trials_figure(trials: pd.DataFrame, metric: str = "dev") -> go.Figure:
@@ -317,10 +312,9 @@ def trials_figure(trials: pd.DataFrame, metric: str = "dev") -> go.Figure:
                 hoverinfo="skip",
             )
         )
-    fig.update_layout(
+    return fig.update_layout(
         xaxis_title="trial", yaxis_title=metric, height=300, margin={"t": 20}, font=FONT
     )
-    return fig
 
 
 def _measure(value: float | None, ratio: float | None, unit: str = "") -> str:
@@ -394,7 +388,7 @@ def compression_scatter(
                 hoverinfo="text",
             )
         )
-    fig.update_layout(
+    return fig.update_layout(
         xaxis_title="median latency at batch 1 (ms per text)",
         yaxis_title=metric.replace("_", " "),
         height=380,
@@ -402,4 +396,3 @@ def compression_scatter(
         legend={"title": {"text": "engine"}},
         font=FONT,
     )
-    return fig

@@ -59,8 +59,7 @@ def layer_mapping(teacher: LoadedModel, student: LoadedModel) -> tuple[list[tupl
 
 def render() -> None:
     st.title("Layer geometry")
-    entries = common.runs()
-    picked = common.pick_models(entries, KEY, single_student=True)
+    picked = common.pick_models(common.runs(), KEY, single_student=True)
     if picked is None or not picked[1]:
         return
     loaded = common.load_models([picked[0], picked[1][0]])

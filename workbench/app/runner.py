@@ -78,24 +78,18 @@ class ProgressFile:
         """A new stage (the demo builds several runs); also printed for the terminal."""
         self.stage = message
         print(message, flush=True)
-        append_json_line(self.folder / PROGRESS_FILE, {"stage": message, "time": time.time()})
+        self._write()
 
     def on_step(self, step: int, total: int, losses: dict[str, float]) -> None:
-        append_json_line(
-            self.folder / PROGRESS_FILE,
-            {"step": step, "total": total, "stage": self.stage, "time": time.time(), **losses},
-        )
+        self._write(step=step, total=total, **losses)
 
     def on_cache(self, description: str, done: int, total: int) -> None:
+        self._write(cache=description, done=done, total=total)
+
+    def _write(self, **record: Any) -> None:
+        """A record of the current stage, timed, appended to the progress file."""
         append_json_line(
-            self.folder / PROGRESS_FILE,
-            {
-                "stage": self.stage,
-                "cache": description,
-                "done": done,
-                "total": total,
-                "time": time.time(),
-            },
+            self.folder / PROGRESS_FILE, {"stage": self.stage, **record, "time": time.time()}
         )
 
     def should_stop(self) -> bool:
