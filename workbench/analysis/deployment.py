@@ -17,7 +17,7 @@ import shutil
 import tempfile
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -322,7 +322,7 @@ def load_onnx(
             f"pass --task {recorded.task}"
         )
     task = record["task"]
-    spec = TaskSpec(task["name"], tuple(task["label_names"]), tuple(task["metrics"]), task["pair"])
+    spec = TaskSpec(**task | {k: tuple(task[k]) for k in ("label_names", "metrics")})
     tokenizer = load_tokenizer(str(folder))
     graphs = {p: folder / f for p, f in GRAPHS.items() if p in record["graphs"]}
     if path.is_file():
@@ -538,12 +538,7 @@ def export_onnx_folder(
         "min_agreement": settings.min_agreement,
         "fusions": None,
         "quantization": None,
-        "task": {
-            "name": loaded.spec.name,
-            "label_names": list(loaded.spec.label_names),
-            "metrics": list(loaded.spec.metrics),
-            "pair": loaded.spec.pair,
-        },
+        "task": asdict(loaded.spec),
         "data": to_dict(loaded.data),
         "graphs": {},
     }
