@@ -314,8 +314,7 @@ def explainer_faithfulness(
                 rows.append(_row(loaded.name, choice.name, per_model[loaded.name], settings))
             for name in names[1:]:
                 for measure in MEASURES:
-                    a = np.asarray(per_model[name][measure])
-                    b = np.asarray(per_model[names[0]][measure])
+                    a, b = (np.asarray(per_model[n][measure]) for n in (name, names[0]))
                     kept = ~(np.isnan(a) | np.isnan(b))
                     interval = paired_bootstrap(a[kept], b[kept], resamples=settings.resamples)
                     intervals.append(
@@ -479,18 +478,13 @@ def explainer_ranking(report: FaithfulnessReport, model: str) -> pd.DataFrame:
         }
     )
     for measure in AOPC_MEASURES:
-        means = np.array([getattr(r, measure) for r in rows], dtype=float)
-        low = np.array([getattr(r, f"{measure}_low") for r in rows], dtype=float)
-        high = np.array([getattr(r, f"{measure}_high") for r in rows], dtype=float)
-        ranked = _tied_ranks(
-            means,
-            np.where(np.isnan(low), means, low),
-            np.where(np.isnan(high), means, high),
-            MEASURES[measure],
+        means, low, high = (
+            np.array([getattr(r, measure + end) for r in rows], dtype=float)
+            for end in ("", "_low", "_high")
         )
-        frame[measure] = means
-        frame[f"{measure} low"] = low
-        frame[f"{measure} high"] = high
+        bounds = (np.where(np.isnan(bound), means, bound) for bound in (low, high))
+        ranked = _tied_ranks(means, *bounds, MEASURES[measure])
+        frame[measure], frame[f"{measure} low"], frame[f"{measure} high"] = means, low, high
         frame[f"{measure} rank"] = [rank for rank, _ in ranked]
         frame[f"{measure} ties"] = [", ".join(names[j] for j in tied) for _, tied in ranked]
     frame["seconds per example"] = [r.seconds_per_example for r in rows]
