@@ -59,10 +59,9 @@ def _case_study(
     explanations = [
         explain(
             common.load_cached(*key)[0], [example], how.settings, name, how.explainer, how.words
-        )
+        )[0]
         for name, *key in runs
     ]
-    explanations = [explained[0] for explained in explanations]
     if not teacher:
         return explanations, {}
     first, *students = explanations

@@ -7,13 +7,13 @@ widgets, or HTML escaped by :mod:`workbench.app.heatmap_view`.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import streamlit as st
@@ -45,7 +45,7 @@ from workbench.app.catalog import (
     same_folder,
     shown_name,
 )
-from workbench.app.forms import config_widgets, fixed
+from workbench.app.forms import choice_widget, config_widgets, fixed
 from workbench.app.jobs import live_label, shown_runs
 from workbench.core.config import DataConfig, config_key, from_dict, parse_label_map, to_dict
 from workbench.core.data import Split, TaskData, load_task, sample_split
@@ -450,14 +450,6 @@ def split_choice(key: str, column=st) -> str:
 # --------------------------------------------------------------------------- settings
 
 
-def _view_widget(class_names: Sequence[str]):
-    def widget(label: str, default: Any, help_text: str, key: str) -> str:
-        options = ["pred", "gold", "all", *class_names]
-        return st.selectbox(label, options, index=options.index(default), help=help_text, key=key)
-
-    return widget
-
-
 @dataclass(frozen=True)
 class Explaining:
     """How a page explains: the map settings, a registered explainer (None: the one the
@@ -514,7 +506,8 @@ def heatmap_settings(
             help="a word's score: the sum, the mean or the largest |score| of its sub-tokens",
         )
     aggregation = None if per == "sub-token" else per
-    view = _view_widget(class_names) if class_names is not None else fixed("pred")
+    classes = None if class_names is None else ("pred", "gold", "all", *class_names)
+    view = fixed("pred") if classes is None else functools.partial(choice_widget, choices=classes)
     if name in ENGINE_EXPLAINERS:
         settings = config_widgets(
             HeatmapSettings, key, overrides={"view": view, "method": fixed(name)}, columns=5

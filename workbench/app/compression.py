@@ -43,12 +43,12 @@ def _same(source: str, path: Path) -> bool:
 def methods_of(report: dict, entries: Sequence[RunEntry]) -> dict[str, str]:
     """Each row's method by its ``source``, from the run record of the entry at that path (a
     model the workbench did not train: where it came from)."""
-    methods = {}
-    for row in report["rows"]:
-        for entry in entries:
-            if _same(row["source"], entry.path):
-                methods[row["source"]] = entry.method or entry.origin or "model"
-    return methods
+    return {
+        row["source"]: entry.method or entry.origin or "model"
+        for row in report["rows"]
+        for entry in entries
+        if _same(row["source"], entry.path)
+    }
 
 
 def compression_table(report: dict, methods: Mapping[str, str] | None = None) -> pd.DataFrame:

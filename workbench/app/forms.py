@@ -30,7 +30,7 @@ def field_label(name: str) -> str:
     return name.replace("_", " ")
 
 
-def _choice(label: str, default: Any, help_text: str, key: str, choices: tuple) -> Any:
+def choice_widget(label: str, default: Any, help_text: str, key: str, choices: tuple) -> Any:
     shown = [DEFAULT_CHOICE if c is None else c for c in choices]
     index = shown.index(DEFAULT_CHOICE if default is None else default)
     picked = st.selectbox(label, shown, index=index, help=help_text, key=key)
@@ -41,7 +41,7 @@ def _widget(cls: type, f: dataclasses.Field, default: Any, key: str) -> Any:
     kind, optional = _field_type(cls, f)
     label, help_text = field_label(f.name), fill_help(f.metadata.get("help", ""))
     if f.metadata.get("choices"):
-        return _choice(label, default, help_text, key, tuple(f.metadata["choices"]))
+        return choice_widget(label, default, help_text, key, tuple(f.metadata["choices"]))
     syntax = f.metadata.get("syntax")
     if syntax:  # typed as the command line writes it; malformed text fails the config's check
         shown = "" if default is None else syntax.spell(default)
