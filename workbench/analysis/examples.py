@@ -44,17 +44,10 @@ class Example:
 
 def split_examples(split: Split, spec: TaskSpec) -> list[Example]:
     """A split's examples with their gold labels as class names."""
-    names = spec.label_names
+    names, pairs = spec.label_names, split.pairs or [None] * len(split.texts)
     return [
-        Example(
-            text,
-            None if split.pairs is None else split.pairs[i],
-            names[int(label)] if names else label,
-            uid,
-        )
-        for i, (text, label, uid) in enumerate(
-            zip(split.texts, split.labels, split.uids, strict=True)
-        )
+        Example(text, pair, names[int(label)] if names else label, uid)
+        for text, pair, label, uid in zip(split.texts, pairs, split.labels, split.uids, strict=True)
     ]
 
 

@@ -111,12 +111,8 @@ def to_words(scores: Tensor, groups: Sequence[Sequence[int]], how: str) -> Tenso
     """Scores ``[..., L]`` aggregated over each word's positions → ``[..., W]``: ``sum``,
     ``mean`` or ``max-abs`` (the largest magnitude)."""
     check_words(how)
-    parts = [scores[..., list(positions)] for positions in groups]
-    if how == "sum":
-        return torch.stack([part.sum(-1) for part in parts], -1)
-    if how == "mean":
-        return torch.stack([part.mean(-1) for part in parts], -1)
-    return torch.stack([part.abs().amax(-1) for part in parts], -1)
+    reduce = {"sum": Tensor.sum, "mean": Tensor.mean, "max-abs": lambda x, d: x.abs().amax(d)}
+    return torch.stack([reduce[how](scores[..., list(p)], -1) for p in groups], -1)
 
 
 def group_spans(spans: Sequence[Span | None], groups: Sequence[Sequence[int]]) -> list[Span | None]:
