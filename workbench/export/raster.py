@@ -202,18 +202,16 @@ def _render(
     fonts, missing = _scene_fonts(scene)
     if missing:  # recorded in the file: its boxes are characters no installed font has
         prepared.metadata["characters_not_drawn"] = describe_characters(missing)
-    title = prepared.title or DEFAULT_TITLE
+    metadata = {"Title": prepared.title or DEFAULT_TITLE}
     if fmt == "pdf":
         labels = ", ".join(row.label for row in prepared.rows)
-        metadata = {
-            "Title": title,
+        metadata |= {
             "Subject": _metadata_json(prepared),
             "Keywords": f"token attribution, heatmap, {labels}",
             "Creator": GENERATOR,
         }
     else:
-        metadata = {
-            "Title": title,
+        metadata |= {
             "Description": _metadata_json(prepared),
             "Software": f"{GENERATOR} (matplotlib {matplotlib.__version__})",
         }
