@@ -188,17 +188,9 @@ def _word_tables(result: Divergence, student: str, scope: str) -> int | None:
 
 def _examples_table(result: Divergence, student: str) -> int | None:
     """The examples, largest attribution gap first; the example of a clicked row."""
-    columns = [
-        "text",
-        "label",
-        f"{TEACHER} prediction",
-        f"{student} prediction",
-        f"{student} gap",
-        f"{TEACHER} comprehensiveness",
-        f"{student} comprehensiveness",
-        f"{TEACHER} sufficiency",
-        f"{student} sufficiency",
-    ]
+    pair = (TEACHER, student)
+    columns = ["text", "label", *(f"{m} prediction" for m in pair), f"{student} gap"]
+    columns += [f"{m} {aopc}" for aopc in ("comprehensiveness", "sufficiency") for m in pair]
     frame = result.examples[columns].rename_axis("example").reset_index()
     return _picked(frame.sort_values(f"{student} gap", ascending=False), f"{KEY}.examples")
 

@@ -49,28 +49,19 @@ def _widget(cls: type, f: dataclasses.Field, default: Any, key: str) -> Any:
         return None if optional and not text else syntax.parse(text)
     if kind is bool:
         return st.checkbox(label, value=bool(default), help=help_text, key=key)
-    if kind is int:
+    if kind in (int, float):
         domain = f.metadata.get("domain")
+        # an integer counts up from its domain's minimum (a float is checked by the config)
+        own = {"step": 1, "min_value": domain.minimum if domain else None} if kind is int else {}
         return st.number_input(
             label,
-            value=default,
-            step=1,
-            help=help_text,
-            key=key,
-            min_value=domain.minimum if domain else None,
-            max_value=None if domain is None or domain.maximum is None else int(domain.maximum),
-            placeholder="default" if optional else None,
-        )
-    if kind is float:
-        domain = f.metadata.get("domain")
-        return st.number_input(
-            label,
-            value=None if default is None else float(default),
-            max_value=None if domain is None or domain.maximum is None else float(domain.maximum),
-            format="%g",
+            value=None if default is None else kind(default),
+            max_value=None if domain is None or domain.maximum is None else kind(domain.maximum),
+            format="%g" if kind is float else None,
             help=help_text,
             key=key,
             placeholder="default" if optional else None,
+            **own,
         )
     if kind is tuple:  # a repeatable option: one value per line
         text = st.text_area(label, value="\n".join(default), help=help_text, key=key)
