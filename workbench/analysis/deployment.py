@@ -204,10 +204,7 @@ def quantize_int8(
         with tempfile.TemporaryDirectory() as scratch, contextlib.chdir(scratch):
             try:
                 quant_pre_process(
-                    str(source),
-                    str(typed),
-                    skip_optimization=True,
-                    skip_symbolic_shape=not contrib,
+                    str(source), str(typed), skip_optimization=True, skip_symbolic_shape=not contrib
                 )
             except Exception as error:  # ONNX Runtime's errors have no common base
                 if not contrib:

@@ -217,7 +217,7 @@ def explain(
     config = attribution_settings(settings)
     batch, full_lengths, longer, args = _encode(loaded, examples)
     offsets = batch.pop("offset_mapping", None)
-    model, class_names = loaded.model, _class_names(loaded)
+    model, tokenizer, class_names = loaded.model, loaded.tokenizer, _class_names(loaded)
     with torch.no_grad():  # a few rows at a time: attention scores grow with rows × L²
         logits = torch.cat(
             [
@@ -237,7 +237,7 @@ def explain(
     if resolve_explainer(config, explainer)[1].name == "ig":
         baseline = resolve_baseline(model, config.baseline)
         pairs, gaps = completeness_gaps(model, batch, predicted, config)
-    detail, kind, out = model_detail(loaded), tokenizer_kind(loaded.tokenizer), []
+    detail, kind, out = model_detail(loaded), tokenizer_kind(tokenizer), []
     name = name or loaded.name
     for row, example in enumerate(examples):
         length = int(batch["attention_mask"][row].sum())
@@ -251,11 +251,7 @@ def explain(
             positions = token_spans(row_offsets, sequences, texts)
             spans = word_spans(positions, batch.word_ids(row)[:length])
         tokens = shown_tokens(
-            loaded.tokenizer,
-            loaded.tokenizer.convert_ids_to_tokens(ids),
-            row_offsets,
-            sequences,
-            texts,
+            tokenizer, tokenizer.convert_ids_to_tokens(ids), row_offsets, sequences, texts
         )
         if words is not None:
             tokens, groups = word_groups(batch, row, texts, length)

@@ -56,15 +56,8 @@ class _Token:
 
     def label(self) -> _Text:
         """The token text, centred in its box, black or white by background luminance."""
-        center_y = _baseline(self.y + self.height / 2, self.size)
-        return _Text(
-            self.x + self.width / 2,
-            center_y,
-            self.text,
-            self.size,
-            text_rgb(self.rgb),
-            anchor="middle",
-        )
+        x, y = self.x + self.width / 2, _baseline(self.y + self.height / 2, self.size)
+        return _Text(x, y, self.text, self.size, text_rgb(self.rgb), anchor="middle")
 
 
 @dataclass(frozen=True)
@@ -155,16 +148,9 @@ def _legend_items(
 ) -> tuple[list[_Item], float, float]:
     """Caption, gradient bar and ticks; also returns the legend's bottom and right edges."""
     bar_h, tick_len, tick_size = 0.9 * size, 0.3 * size, _TICK_SCALE * size
-    label_y = y + bar_h + tick_len + tick_size
+    label_y, caption_y = y + bar_h + tick_len + tick_size, _baseline(y + bar_h / 2, tick_size)
     items: list[_Item] = [
-        _Text(
-            x - 1.5 * size,
-            _baseline(y + bar_h / 2, tick_size),
-            _LEGEND_CAPTION,
-            tick_size,
-            _GREY,
-            anchor="end",
-        ),
+        _Text(x - 1.5 * size, caption_y, _LEGEND_CAPTION, tick_size, _GREY, anchor="end"),
         _Gradient(x, y, width, bar_h, tuple(legend_stops(scale))),
     ]
     for position, label in scale.ticks():

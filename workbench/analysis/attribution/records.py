@@ -21,12 +21,7 @@ from workbench.analysis.attribution.settings import (
     recorded_settings,
     resolve_explainer,
 )
-from workbench.analysis.attribution.words import (
-    check_words,
-    shown_tokens,
-    to_words,
-    word_groups,
-)
+from workbench.analysis.attribution.words import check_words, shown_tokens, to_words, word_groups
 from workbench.core.data import collate, pad_id, prefixes, tokenizer_kind
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import parse_json_lines, regular_file, write_json_lines

@@ -23,12 +23,7 @@ from workbench.analysis.attribution.targets import as_batch, resolve_views, view
 from workbench.core.config import option_name, to_dict
 from workbench.core.errors import WorkbenchError
 
-__all__ = [
-    "baseline_resolved",
-    "compute_maps",
-    "recorded_settings",
-    "resolve_explainer",
-]
+__all__ = ["baseline_resolved", "compute_maps", "recorded_settings", "resolve_explainer"]
 
 MAP_DEFAULTS = {f.name: f.default for f in dataclasses.fields(MapSettings)}
 
