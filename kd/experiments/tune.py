@@ -555,17 +555,17 @@ def study_trials(out: str | Path) -> list[dict]:
     return trials_table(optuna.load_study(study_name=STUDY_NAME, storage=storage))
 
 
-def _search(study, run_trial, target: int, points: list[dict], stopped: list[int]) -> None:
-    """Run trials, one at a time, until the study (all its workers) has tried ``target`` distinct
-    settings, then wait for the others' trials; grid ``points`` missing from the study are queued
-    (again); TPE proposes a bounded number."""
+def _search(run_trial: _Trial, points: list[dict]) -> None:
+    """Run trials, one at a time, until the study (all its workers) has tried ``run_trial.target``
+    distinct settings, then wait for the others' trials; grid ``points`` missing from the study are
+    queued (again); TPE proposes a bounded number."""
     import optuna
     from optuna.trial import TrialState
     from tqdm.auto import tqdm
 
-    proposals, told = 0, False
+    study, target, proposals, told = run_trial.study, run_trial.target, 0, False
     with tqdm(total=target, desc="settings tried", unit="setting") as progress:
-        while not stopped:
+        while not run_trial.stopped:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 optuna.storages.fail_stale_trials(study)  # none without heartbeats
@@ -602,7 +602,7 @@ class _Trial:
     base_weights: dict[str, float]
     metric: str
     target: int
-    prune: bool
+    config: TuneConfig
     out: Path
     callbacks: Sequence[Callback]
     tracking_config: TrackingConfig
@@ -642,7 +642,7 @@ class _Trial:
         trial.set_user_attr("run", str(folder.resolve()))
         trial.set_user_attr("worker", WORKER)
         trial_objective, trial_optim = apply(values, self.base_weights, self.objective, self.optim)
-        callback = PruningCallback(trial, self.metric, self.prune)
+        callback = PruningCallback(trial, self.metric, self.config.prune)
         try:
             run = distill(
                 self.data,
@@ -668,9 +668,7 @@ class _Trial:
         return run.results()["dev"][self.metric]
 
 
-def _write_best(
-    search: _Trial, config: TuneConfig, place: StudyPlace, space: dict[str, str]
-) -> Path | None:
+def _write_best(search: _Trial, place: StudyPlace, space: dict[str, str]) -> Path | None:
     """``best.json`` (the configs of the study's best trial and what it was chosen from), or
     None while no trial has a score."""
     best = best_trial(search.study)
@@ -683,7 +681,7 @@ def _write_best(
         "metric": search.metric,
         "params": best.params,
         "space": space,
-        "study": config.study_name,
+        "study": search.config.study_name,
         "storage": place.shown if place.shared else None,
         "run": best.user_attrs.get("run"),
         "worker": best.user_attrs.get("worker"),
@@ -780,15 +778,15 @@ def tune(
             base_weights,
             metric,
             target,
-            config.prune,
+            config,
             out,
             callbacks,
             tracking_config,
             parent,
         )
-        _search(study, search, target, points, search.stopped)
+        _search(search, points)
         result = TuneResult(rows=trials_table(study))
-        result.best = _write_best(search, config, place, attrs["space"])
+        result.best = _write_best(search, place, attrs["space"])
     return result
 
 
