@@ -261,21 +261,15 @@ def measure(
         run, on = candidates[index].run, candidates[index].device
         return [time_step(lambda batch=batch: run(batch), on) for batch in padded[index][size]]
 
-    found = Measured(
-        encoded[0].labels,
-        [],
-        [],
-        [[] for _ in candidates],
-        [{b: [] for b in sizes} for _ in candidates],
-    )
+    tokenise_s, timed = [[] for _ in candidates], [{b: [] for b in sizes} for _ in candidates]
     with torch.inference_mode():
         for candidate, these in zip(candidates, padded, strict=True):
             candidate.run(these[sizes[0]][0])  # one-time initialisation outside the measures
-        found.memory = [
+        memory = [
             peak_memory_mb(lambda i=i: pass_over(i, sizes[-1]), device)
             for i in range(len(candidates))
         ]
-        found.logits = [
+        logits = [
             logits_in_order(
                 lambda batch, c=c: c.run(to_device(batch, c.device)).float().cpu(),
                 e,
@@ -291,10 +285,10 @@ def measure(
                 elapsed = time.perf_counter() - start
                 runs = {b: pass_over(index, b) for b in sizes}
                 if round_ >= settings.warmup:
-                    found.tokenise_s[index].append(elapsed)
+                    tokenise_s[index].append(elapsed)
                     for b in sizes:
-                        found.timed[index][b].append(runs[b])
-    return found
+                        timed[index][b].append(runs[b])
+    return Measured(encoded[0].labels, memory, logits, tokenise_s, timed)
 
 
 def _row(candidate: Candidate, found: Measured, index: int, sizes: list[int], texts: int) -> dict:

@@ -160,12 +160,8 @@ def _prepare_row(row: HeatmapRow, options: ExportOptions, columns: bool) -> Heat
 def _prepare(heatmap: Heatmap, options: ExportOptions | None) -> _Prepared:
     options = options or ExportOptions()
     rows = [_prepare_row(row, options, heatmap.columns) for row in heatmap.rows]
-    scale = color_scale(
-        (s for row in rows for s in row.scores if s is not None),
-        options.vmin,
-        options.vmax,
-        options.cmap,
-    )
+    scores = (s for row in rows for s in row.scores if s is not None)
+    scale = color_scale(scores, options.vmin, options.vmax, options.cmap)
     metadata = {
         _clean_text(k): "\n".join(map(_clean_text, str(v).splitlines()))
         for k, v in heatmap.metadata.items()
