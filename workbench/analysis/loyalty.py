@@ -18,6 +18,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.nn.utils.rnn import pad_sequence
 
 from workbench.analysis.agreement import attribution_gap, pearson_per_example
 from workbench.analysis.attribution import (
@@ -112,11 +113,8 @@ def word_saliency(
         _, groups = word_groups(encoding, i, [part[i] for part in args], len(ids))
         rows.append(to_words(saliency[i, : len(ids)], groups, how))
         spans.append(group_spans(token_spans[i], groups))
-    scores = torch.zeros(len(rows), max(len(row) for row in rows))
-    mask = torch.zeros(scores.shape, dtype=torch.long)
-    for i, row in enumerate(rows):
-        scores[i, : len(row)], mask[i, : len(row)] = row, 1
-    return scores, mask, spans
+    mask = pad_sequence([torch.ones(len(row), dtype=torch.long) for row in rows], batch_first=True)
+    return pad_sequence(rows, batch_first=True), mask, spans
 
 
 def shared_words(teacher: SplitOutputs, student: SplitOutputs) -> tuple[Tensor, Tensor] | None:
