@@ -218,15 +218,10 @@ def explain(
     batch, full_lengths, longer, args = _encode(loaded, examples)
     offsets = batch.pop("offset_mapping", None)
     model, tokenizer, class_names = loaded.model, loaded.tokenizer, _class_names(loaded)
+    starts = range(0, len(examples), FORWARD_ROWS)
     with torch.no_grad():  # a few rows at a time: attention scores grow with rows × L²
-        logits = torch.cat(
-            [
-                forward(
-                    model, {k: v[start : start + FORWARD_ROWS] for k, v in batch.items()}
-                ).logits.float()
-                for start in range(0, len(examples), FORWARD_ROWS)
-            ]
-        )
+        parts = ({k: v[s : s + FORWARD_ROWS] for k, v in batch.items()} for s in starts)
+        logits = torch.cat([forward(model, part).logits.float() for part in parts])
     regression = loaded.spec.regression
     probabilities = logits if regression else logits.softmax(-1)
     predicted = logits.argmax(-1)
