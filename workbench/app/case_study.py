@@ -99,13 +99,11 @@ def _split_example(teacher: RunEntry, students: list[RunEntry]) -> Example | Non
 
 def _picked_row(frame: pd.DataFrame) -> int | None:
     """The index of the row the user selects in ``frame`` (None until one is selected)."""
-    chosen = st.dataframe(
-        frame, on_select="rerun", selection_mode="single-row", height=230, key=f"{KEY}.table"
-    )
-    if not chosen.selection.rows:
+    rows = common.selected_rows(frame, f"{KEY}.table", height=230)
+    if not rows:
         st.caption("Select a row to explain it.")
         return None
-    return frame.index[chosen.selection.rows[0]]
+    return frame.index[rows[0]]
 
 
 def _uploaded_example() -> Example | None:

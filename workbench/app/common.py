@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import streamlit as st
@@ -376,6 +377,13 @@ def frame_examples(frame: pd.DataFrame) -> list[Example]:
         Example(r.text, r.pair if isinstance(r.pair, str) else None, r.label, r.uid)
         for r in frame.itertuples()
     ]
+
+
+def selected_rows(table: Any, key: str, mode: str = "single-row", **options: Any) -> list[int]:
+    """The positions of the rows the user selects in ``table`` (a data frame, or its styler),
+    drawn by ``st.dataframe`` with ``options``."""
+    chosen = st.dataframe(table, on_select="rerun", selection_mode=mode, key=key, **options)
+    return chosen.selection.rows
 
 
 def open_in_case_study(example: Example, teacher: RunEntry, students: Sequence[str]) -> None:

@@ -154,15 +154,8 @@ def _histograms(result: Divergence) -> go.Figure:
 
 def _picked(frame: pd.DataFrame, key: str, height: int = 250) -> int | None:
     """The ``example`` of the row the user selects in ``frame`` (None until one is)."""
-    chosen = st.dataframe(
-        frame.style.format(precision=4),
-        on_select="rerun",
-        selection_mode="single-row",
-        hide_index=True,
-        height=height,
-        key=key,
-    )
-    rows = chosen.selection.rows
+    shown = frame.style.format(precision=4)
+    rows = common.selected_rows(shown, key, hide_index=True, height=height)
     return int(frame["example"].iloc[rows[0]]) if rows else None
 
 

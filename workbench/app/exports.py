@@ -45,14 +45,8 @@ def _examples(teacher, pair: bool):
     if source == SOURCES[2]:
         return common.uploaded_examples(KEY)
     frame = common.split_frame(teacher, common.split_choice(KEY))
-    chosen = st.dataframe(
-        frame[["text", "label"]],
-        on_select="rerun",
-        height=220,
-        selection_mode="multi-row",
-        key=f"{KEY}.table",
-    )
-    return common.frame_examples(frame.iloc[chosen.selection.rows])
+    rows = common.selected_rows(frame[["text", "label"]], f"{KEY}.table", "multi-row", height=220)
+    return common.frame_examples(frame.iloc[rows])
 
 
 def zipped(paths: list[Path]) -> bytes:

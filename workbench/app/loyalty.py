@@ -116,17 +116,11 @@ def render() -> None:
     if selected:
         table = table[table.index.isin(selected)]
         st.caption(f"The {len(table)} examples selected in the scatter plot.")
-    chosen = st.dataframe(
-        table.style.format(precision=3),
-        on_select="rerun",
-        height=260,
-        selection_mode="single-row",
-        key=f"{KEY}.departures",
-    )
-    if not chosen.selection.rows:
+    rows = common.selected_rows(table.style.format(precision=3), f"{KEY}.departures", height=260)
+    if not rows:
         st.caption("Select a row to see the example and open it in the Case study.")
         return
-    index = table.index[chosen.selection.rows[0]]
+    index = table.index[rows[0]]
     st.text(frame.loc[index, "text"])
     if st.button("Open in the Case study", key=f"{KEY}.open"):
         _open_case_study(teacher, names, split, index)
