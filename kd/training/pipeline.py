@@ -107,9 +107,14 @@ from workbench.core.verify import model_digest
 EXECUTION_SETTINGS = ("threads", "device", "log_every", "accumulation_steps")
 
 
-def _configure(optim: OptimConfig) -> torch.device:
-    """Apply the thread count, join the processes ``torchrun`` launched (if any) and return
-    this process's training device."""
+def _configure(
+    optim: OptimConfig, tracking_config: TrackingConfig | None
+) -> tuple[torch.device, TrackingConfig]:
+    """Check the trackers ``tracking_config`` asks for (default: none), apply the thread count,
+    join the processes ``torchrun`` launched (if any); return this process's training device
+    and the tracking config."""
+    tracking_config = tracking_config or TrackingConfig()
+    tracking.check(tracking_config)
     if optim.threads > 0:
         torch.set_num_threads(optim.threads)
     device = distributed.start(optim.device, optim.batch_size, optim.accumulation_steps)
@@ -117,7 +122,7 @@ def _configure(optim: OptimConfig) -> torch.device:
         raise WorkbenchError(
             f"--precision fp16 needs a CUDA device (training runs on {device}): use bf16 or fp32"
         )
-    return device
+    return device, tracking_config
 
 
 def _encode_all(
@@ -295,10 +300,8 @@ def train_teacher(
 ) -> Run:
     """Fine-tune a teacher with cross-entropy (MSE for regression) into ``run_dir``, followed
     by the experiment trackers ``tracking_config`` asks for (:mod:`kd.training.tracking`)."""
-    tracking_config = tracking_config or TrackingConfig()
-    tracking.check(tracking_config)
     check_adaptation(teacher_config)
-    device = _configure(optim)
+    device, tracking_config = _configure(optim, tracking_config)
     # from its config alone: refused before any weight is read
     check_fits(
         load_config(teacher_config.model), teacher_config, optim, data_config.max_length, device
@@ -330,16 +333,31 @@ def train_teacher(
         encoded = _encode_all(data, tokenizer, data_config.max_length)
         loss = partial(objective, teacher={})
         if teacher_config.adapt == "head":  # the model does not run in a step
-            features = _head_features(
-                model,
+            # the frozen model's head features of the train split, computed once and kept in
+            # the run's cache, keyed by the model's and the split's fingerprints and max_length
+            world = distributed.world()
+            model.to(device).eval()
+            key = {
+                "model": fingerprint(model),
+                "data": data.fingerprint()["train"],
+                "max_length": data_config.max_length,
+            }
+            features = cached(
+                run.cache_dir,
+                "head-features-train",
+                key,
                 encoded["train"],
-                data,
-                data_config.max_length,
-                run,
-                optim,
-                device,
-                pad_id(tokenizer),
-                callbacks,
+                partial(head_features, model),
+                batch_size=optim.eval_batch_size,
+                pad_token_id=pad_id(tokenizer),
+                description="head features (train)",
+                inference=True,
+                on_note=notice,
+                device=device,
+                on_progress=lambda *progress: notify(callbacks, "on_cache", *progress),
+                part=(world.rank, world.size),
+                gather=distributed.gather_objects,
+                save=world.main,
             )
             (term,) = objective.weights
             loss = head_loss(freeze_to_head(model), features, term)
@@ -362,46 +380,6 @@ def train_teacher(
             job.load_model = lora_loader(adapted, run.path / ADAPTER_DIR)
         _train(job, tracking_config, data, encoded)
     return run
-
-
-def _head_features(
-    model: PreTrainedModel,
-    split: EncodedSplit,
-    data: TaskData,
-    max_length: int,
-    run: Run,
-    optim: OptimConfig,
-    device: torch.device,
-    pad_token_id: int,
-    callbacks: Sequence[Callback],
-) -> ExampleCache:
-    """The frozen model's head features of the train ``split`` (``--adapt head``), computed once and
-    kept in the run's cache, keyed by the model's and the split's fingerprints and ``max_length``.
-    """
-    world = distributed.world()
-    model.to(device).eval()
-    key = {
-        "model": fingerprint(model),
-        "data": data.fingerprint()["train"],
-        "max_length": max_length,
-    }
-    return cached(
-        run.cache_dir,
-        "head-features-train",
-        key,
-        split,
-        partial(head_features, model),
-        batch_size=optim.eval_batch_size,
-        pad_token_id=pad_token_id,
-        description="head features (train)",
-        inference=True,
-        on_note=notice,
-        device=device,
-        on_progress=lambda *progress: notify(callbacks, "on_cache", *progress),
-        part=(world.rank, world.size),
-        gather=distributed.gather_objects,
-        save=world.main,
-    )
 
 
 STUDENT_LAYERS = 3  # a cut or random student's layers where --num-layers is not given
@@ -758,9 +736,7 @@ def distill(
     it); with ``student_config.teacher_cache`` every teacher field is read from that folder. The
     trackers of ``tracking_config`` follow the training (in MLflow nested in ``tracking_parent``).
     """
-    tracking_config = tracking_config or TrackingConfig()
-    tracking.check(tracking_config)
-    device = _configure(optim)
+    device, tracking_config = _configure(optim, tracking_config)
     setup = prepare_distillation(data_config, student_config, objective_config, optim.seed)
     teacher, data, student, tokenizer = setup.teacher, setup.data, setup.student, setup.tokenizer
     objective, from_cache = setup.objective, setup.cache is not None
