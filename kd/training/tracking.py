@@ -200,9 +200,14 @@ class Tracker:
 
     def log(self, record: dict[str, Any]) -> None:
         """A record just appended to ``metrics.jsonl``."""
+        self._send(scalars(record), record["step"])
 
     def log_results(self, results: dict[str, dict[str, float | None]], step: int) -> None:
         """The best model's metrics per split (``results.json``), at the last ``step``."""
+        self._send(results_scalars(results), step)
+
+    def _send(self, values: dict[str, float], step: int) -> None:
+        """Scalars named as :func:`scalars` names them, at ``step``."""
 
     def log_artifacts(self, paths: Sequence[Path]) -> None:
         """Files that describe the run (those that exist are sent)."""
@@ -260,16 +265,10 @@ class TensorBoardTracker(Tracker):
                 self.log(record)
         self.writer.flush()
 
-    def _add(self, values: dict[str, float], step: int) -> None:
+    def _send(self, values: dict[str, float], step: int) -> None:
         for name, value in values.items():
             self.writer.add_scalar(name, value, step)
         self.writer.flush()
-
-    def log(self, record: dict[str, Any]) -> None:
-        self._add(scalars(record), record["step"])
-
-    def log_results(self, results: dict[str, dict[str, float | None]], step: int) -> None:
-        self._add(results_scalars(results), step)
 
     def finish(self, state: str) -> None:
         if self.writer is not None:
@@ -382,12 +381,6 @@ class MlflowTracker(Tracker):
         for i in range(0, len(points), BATCH):
             self.client.log_batch(self.run_id, metrics=points[i : i + BATCH])
         self.logged |= {(point.key, step) for point in points}
-
-    def log(self, record: dict[str, Any]) -> None:
-        self._send(scalars(record), record["step"])
-
-    def log_results(self, results: dict[str, dict[str, float | None]], step: int) -> None:
-        self._send(results_scalars(results), step)
 
     def log_artifacts(self, paths: Sequence[Path]) -> None:
         for path in paths:
