@@ -296,9 +296,8 @@ def ig_completeness(
     with torch.no_grad():
         end = site_output(model, batch, layer)
         start = baseline_output(model, batch, baseline, layer, special_ids, end)
-        inputs = {k: v for k, v in batch.items() if k in MODEL_INPUTS}
-        with output_replaced(site_module(model, layer), start):
-            start_logits = forward(model, inputs).logits
+        with output_replaced(site_module(model, layer), start):  # batch: as_batch's inputs
+            start_logits = forward(model, batch).logits
     score, rows = class_probabilities(model, targets), torch.arange(len(targets))
     change = score(end_logits.detach(), rows) - score(start_logits, rows)
     return ig[0].sum((1, 2)).detach(), change[:, 0]
