@@ -386,6 +386,14 @@ def selected_rows(table: Any, key: str, mode: str = "single-row", **options: Any
     return chosen.selection.rows
 
 
+def selected_points(figure: Any, key: str, mode: Any = ("points", "box", "lasso")) -> list[int]:
+    """The ``customdata[0]`` of each point the user selects in ``figure`` (each once, in order),
+    drawn by ``st.plotly_chart`` with the selection ``mode``."""
+    event = st.plotly_chart(figure, key=key, on_select="rerun", selection_mode=mode)
+    points = event.selection.points
+    return list(dict.fromkeys(int(p["customdata"][0]) for p in points if "customdata" in p))
+
+
 def open_in_case_study(example: Example, teacher: RunEntry, students: Sequence[str]) -> None:
     """Switch to the Case study page, showing ``example`` through the same teacher and the
     students named."""

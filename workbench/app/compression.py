@@ -172,13 +172,9 @@ def render() -> None:
         key=f"{KEY}.metric",
     )
     st.caption("Click a point to see its run.")
-    event = st.plotly_chart(
-        compression_scatter(report, metric, methods),
-        key=f"{KEY}.scatter",
-        on_select="rerun",
-        selection_mode="points",
+    chosen = common.selected_points(
+        compression_scatter(report, metric, methods), f"{KEY}.scatter", "points"
     )
-    chosen = [int(p["customdata"][0]) for p in event.selection.points if "customdata" in p]
     if chosen:
         row = rows[chosen[0]]
         entry = next((e for e in entries if _same(row["source"], e.path)), None)

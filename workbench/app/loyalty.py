@@ -98,15 +98,7 @@ def render() -> None:
         "Click a point to open its example in the Case study; select several (the box or lasso "
         "tool above the chart) to list them below."
     )
-    event = st.plotly_chart(
-        loyalty_scatter(frame, names, explainer),
-        key=f"{KEY}.scatter",
-        on_select="rerun",
-        selection_mode=("points", "box", "lasso"),
-    )
-    selected = list(
-        dict.fromkeys(int(p["customdata"][0]) for p in event.selection.points if "customdata" in p)
-    )
+    selected = common.selected_points(loyalty_scatter(frame, names, explainer), f"{KEY}.scatter")
     if len(selected) == 1:
         _open_case_study(teacher, names, split, selected[0])
 
