@@ -191,10 +191,9 @@ def divergence(
     size = len(part)
     caches, computed = [], []
     for m, (name, loaded) in enumerate(zip(names, models, strict=True)):
-        label = loaded.name
 
         def report(
-            _description: str, done: int, _total: int, m: int = m, label: str = label
+            _description: str, done: int, _total: int, m: int = m, label: str = loaded.name
         ) -> None:
             if progress is not None:
                 text = f"{label}: attribution maps and AOPC, {done}/{size} examples"
