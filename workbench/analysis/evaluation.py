@@ -37,15 +37,13 @@ def predict_logits(
     model: PreTrainedModel, dataset: EncodedSplit, batch_size: int = 64, pad_token_id: int = 0
 ) -> Tensor:
     """Logits ``[N, C]`` of a PyTorch model in dataset order (:func:`logits_in_order`)."""
-    was_training = model.training
+    was_training, device = model.training, model_device(model)
     model.eval()
-    device = model_device(model)
-    out = logits_in_order(
-        lambda batch: forward(model, to_device(batch, device)).logits.float().cpu(),
-        dataset,
-        batch_size,
-        pad_token_id,
-    )
+
+    def run(batch: dict[str, Tensor]) -> Tensor:
+        return forward(model, to_device(batch, device)).logits.float().cpu()
+
+    out = logits_in_order(run, dataset, batch_size, pad_token_id)
     model.train(was_training)
     return out
 

@@ -72,8 +72,7 @@ def color_scale(
         raise ValueError("no scores to build a colour scale from")
     diverging = min(values) < 0 if vmin is None else vmin < 0
     if diverging:
-        largest = max(abs(v) for v in values)
-        lo = vmin if vmin is not None else -(vmax if vmax is not None else largest)
+        lo = vmin if vmin is not None else -(vmax if vmax is not None else max(map(abs, values)))
         hi = vmax if vmax is not None else -lo
     else:
         lo = 0.0 if vmin is None else vmin
@@ -119,8 +118,7 @@ def hex_color(rgb: RGB) -> str:
 
 def legend_stops(scale: ColorScale, count: int = 33) -> list[tuple[float, RGB]]:
     """Evenly spaced ``(position, colour)`` stops along the colormap."""
-    positions = [i / (count - 1) for i in range(count)]
-    return [(p, _position_to_rgb(scale.cmap, p)) for p in positions]
+    return [(p, _position_to_rgb(scale.cmap, p)) for p in (i / (count - 1) for i in range(count))]
 
 
 def _format_number(value: float) -> str:
