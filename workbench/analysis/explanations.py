@@ -165,9 +165,8 @@ def _encode(
 def model_detail(loaded: LoadedModel) -> str:
     """``"kd, 2 layers"``: a run's distillation preset (none for a teacher or a model the
     workbench did not train) and the model's number of layers, which name no folder or run."""
-    preset = None
-    if loaded.run is not None:
-        preset = loaded.run.info().configs.get("objective", {}).get("preset")
+    run = loaded.run
+    preset = None if run is None else run.info().configs.get("objective", {}).get("preset")
     layers = f"{loaded.model.config.num_hidden_layers} layers"
     return layers if preset is None else f"{preset}, {layers}"
 
