@@ -261,9 +261,7 @@ def _accumulate_gradients(
     units = [distributed.unit_index(job.units.get(n, EXAMPLES)) for n in job.weights]
     counts = [distributed.unit_counts(batch) for batch in batches]
     totals = distributed.all_reduce(
-        torch.stack(counts).sum(0)
-        if counts
-        else torch.zeros(len(distributed.UNITS), dtype=torch.float64)
+        sum(counts, torch.zeros(len(distributed.UNITS), dtype=torch.float64))
     )
     values = torch.zeros(len(job.weights), dtype=torch.float64)
     size = sum(p.numel() for p in parameters)
@@ -306,14 +304,8 @@ class TrainingLoop:
         self.device = torch.device(job.device)
         self.steps_per_epoch = math.ceil(len(job.train_set) / optim.batch_size)
         self.total = max(1, round(optim.epochs * self.steps_per_epoch))
-        self.named = [
-            (n, p)
-            for n, p in [
-                *model.named_parameters(),
-                *job.modules.named_parameters(prefix="objective"),
-            ]
-            if p.requires_grad
-        ]
+        named = [*model.named_parameters(), *job.modules.named_parameters(prefix="objective")]
+        self.named = [(n, p) for n, p in named if p.requires_grad]
         self.parameters = [p for _, p in self.named]
         self.optimizer = _optimizer(self.named, optim)
         # Hugging Face's schedule (as its Trainer's): step k (from 0) at k/W of the rate during
@@ -526,14 +518,14 @@ class TrainingLoop:
             notify(job.callbacks, "on_step", step, self.total, values)
             end_of_epoch = step % self.steps_per_epoch == 0
             due = step % optim.eval_every == 0 if optim.eval_every else end_of_epoch
-            if (due or step == self.total) and self.world.main:
+            evaluated = due or step == self.total
+            if evaluated and self.world.main:
                 self.evaluate(step, values)
             stop = distributed.any_process(
                 any(getattr(c, "should_stop", lambda: False)() for c in job.callbacks)
             )
-            if due or stop or step == self.total or step % optim.checkpoint_every == 0:
+            if evaluated or stop or step % optim.checkpoint_every == 0:
                 self.save_checkpoint()
-            evaluated = due or step == self.total
             if evaluated and distributed.any_process(self.save_error is not None):
                 raise self.not_saved(step)  # (after an evaluation, so with its checkpoint)
             if stop:
