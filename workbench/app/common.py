@@ -118,11 +118,10 @@ def _add_model() -> None:
 def runs_sidebar() -> None:
     """The runs root in the sidebar, a field to add a classifier the workbench did not train
     (a Hugging Face folder or hub id), and one clear line per folder that cannot be used."""
-    roots = runs_roots()
     entries = runs()
     usable = sum(e.usable for e in entries)
     unfinished = sum(e.usable and e.unfinished is not None for e in entries)
-    where = ", ".join(str(root.resolve()) for root in roots)
+    where = ", ".join(str(root.resolve()) for root in runs_roots())
     summary = f"Runs in {where} and added: {usable} ready, {len(entries) - usable} not"
     if unfinished:
         summary += f" ({unfinished} of the ready ones unfinished: their best dev model so far)"

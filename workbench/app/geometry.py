@@ -9,6 +9,7 @@ import json
 import zlib
 
 import streamlit as st
+from torch import Tensor
 
 from kd.methods.layer_map import select_layers
 from kd.methods.objective import METHODS
@@ -106,22 +107,18 @@ def render() -> None:
         )
 
     layer = dict(zip(("student", "teacher"), chosen, strict=True))
-    states = {n: h[layer[n]] for n, h in model_states.items()}
-    titles = {n: f"{n} layer {layer[n]}" for n in states}
-    pair = PAIR_KINDS[kind]
-    distances = {n: pairwise_distance_relation(h[None], kind=pair)[0][0] for n, h in states.items()}
-    angles = {}
-    for name, h in states.items():
+    states = [(f"{n} layer {layer[n]}", h[layer[n]]) for n, h in model_states.items()]
+
+    def distances(h: Tensor) -> Tensor:  # [n, hidden] -> [n, n]
+        return pairwise_distance_relation(h[None], kind=PAIR_KINDS[kind])[0][0]
+
+    def angles(h: Tensor) -> Tensor:  # [tokens, hidden] -> [tokens, tokens] around the token
         banded, valid = windowed_angle_relation(h[None])
-        angles[name] = dense_angles(banded[0], valid[0], token)
-    across = {n: h[:, token] for n, h in model_states.items()}
-    layer_relation = {
-        n: pairwise_distance_relation(h[None], kind=pair)[0][0] for n, h in across.items()
-    }
+        return dense_angles(banded[0], valid[0], token)
 
     st.subheader("Word relation: pairwise distances")
     st.plotly_chart(
-        relation_heatmaps([(distances[n], labels, titles[n]) for n in states], "token", "Oranges"),
+        relation_heatmaps([(distances(h), labels, t) for t, h in states], "token", "Oranges"),
         key=f"{KEY}.distances",
     )
     st.subheader(f"Word relation: angles around token {common.plain(labels[token])}")
@@ -131,7 +128,7 @@ def render() -> None:
     )
     st.plotly_chart(
         relation_heatmaps(
-            [(angles[n], labels, titles[n]) for n in states],
+            [(angles(h), labels, t) for t, h in states],
             "token",
             "PuOr_r",
             zrange=(-1.0, 1.0),
@@ -143,8 +140,8 @@ def render() -> None:
     st.plotly_chart(
         relation_heatmaps(
             [
-                (layer_relation[n], [f"L{i}" for i in range(len(across[n]))], f"{n}, across layers")
-                for n in states
+                (distances(h[:, token]), [f"L{i}" for i in range(len(h))], f"{n}, across layers")
+                for n, h in model_states.items()
             ],
             "layer",
             "Oranges",

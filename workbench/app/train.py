@@ -228,14 +228,12 @@ def _runs_table(entries: list[RunEntry], root) -> pd.DataFrame:
         if job.kind in TRAININGS and job.alive and job.folder.resolve() not in listed
     ]
     for entry in entries:
-        results = entry.results()
         task = entry.info.task if entry.info else None
         main = ((task.metrics if task else []) or ["metric"])[0]
-        step = f"{entry.status.step or 0}/{entry.status.total or '?'}"
+        results = entry.results()
         scored = {split: results.get(split, {}) for split in ("dev", "test")}
         job = _training(root, entry)
-        if job is not None:
-            step = live_progress(job, entry.path)
+        step = f"{entry.status.step or 0}/{entry.status.total or '?'}"
         rows.append(
             {
                 "run": entry.name,
@@ -246,7 +244,7 @@ def _runs_table(entries: list[RunEntry], root) -> pd.DataFrame:
                 else "",  # a model folder was not trained here: no objective
                 "task": entry.task,
                 "state": "training" if job else entry.state if entry.kind else "broken",
-                "step": step,
+                "step": live_progress(job, entry.path) if job else step,
                 **{s: f"{main} {c[main]:.3f}" if main in c else "" for s, c in scored.items()},
                 "problem": "; ".join(filter(None, [entry.problem, *entry.notes])),
             }
