@@ -130,16 +130,8 @@ def _train(kind: str, run_dir: Path, configs: dict[str, Any]) -> None:
     student = from_dict(StudentConfig, configs["student"])
     objective = from_dict(ObjectiveConfig, configs["objective"])
     if kind == "tune":  # each trial's steps land in the study's progress file
-        tune(
-            data,
-            student,
-            objective,
-            optim,
-            from_dict(TuneConfig, configs["tune"]),
-            run_dir,
-            callbacks=[callback],
-            tracking_config=tracking,
-        )
+        tuning = from_dict(TuneConfig, configs["tune"])
+        tune(data, student, objective, optim, tuning, run_dir, [callback], tracking)
     else:
         distill(data, student, objective, optim, run_dir, [callback], tracking_config=tracking)
 
