@@ -560,14 +560,13 @@ def read_teacher_caches(
 ) -> dict[str, ExampleCache]:
     """The caches of ``keys`` that ``kdw cache`` built in ``folder``; a missing one is one line
     naming what differs."""
-    built = record.files
     caches = {}
     for split, (fields, key) in keys.items():
         path = cache_path(folder, f"teacher-{split}", key)
         if not path.exists():  # built in bf16 (kdw cache --precision bf16)
             path = cache_path(folder, f"teacher-{split}", key | {"precision": "bf16"})
         if not path.exists():
-            others = [f.key for f in built if f.key.get("split") == split]
+            others = [f.key for f in record.files if f.key.get("split") == split]
             differ = sorted({k for o in others for k in key | o if o.get(k) != key.get(k)})
             raise WorkbenchError(
                 f"{folder} holds no {split} cache of {', '.join(fields)} for these settings"

@@ -38,9 +38,7 @@ PACKAGES = {  # tracker → (module it needs, the package that has it)
 }
 MLFLOW_STATUS = {"finished": "FINISHED", "stopped": "KILLED", "killed": "KILLED"}
 BATCH = 1000  # MLflow's most metrics in one log_batch call (and params: 100)
-
-
-TRACKERS = ("tensorboard", "mlflow")  # what --report-to offers
+TRACKERS = tuple(PACKAGES)  # what --report-to offers
 
 
 def parse_trackers(items: str | Sequence[str]) -> tuple[str, ...]:
