@@ -83,16 +83,8 @@ def to_svg(heatmap: Heatmap, options: ExportOptions | None = None) -> str:
     prepared = _prepare(heatmap, options)
     scene = _build_scene(prepared, options)
     width, height = _svg_number(scene.width), _svg_number(scene.height)
-    root = ET.Element(
-        "svg",
-        {
-            "xmlns": _SVG_NS,
-            "version": "1.1",
-            "width": f"{width}pt",
-            "height": f"{height}pt",
-            "viewBox": f"0 0 {width} {height}",
-        },
-    )
+    size = {"width": f"{width}pt", "height": f"{height}pt", "viewBox": f"0 0 {width} {height}"}
+    root = ET.Element("svg", {"xmlns": _SVG_NS, "version": "1.1", **size})
     ET.SubElement(root, "title").text = prepared.title or DEFAULT_TITLE
     ET.SubElement(root, "desc").text = _description(prepared)
     ET.SubElement(root, "metadata", {"id": "heatmap-metadata"}).text = _metadata_json(prepared)
