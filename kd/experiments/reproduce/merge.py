@@ -9,7 +9,7 @@ folders.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from kd.experiments.reproduce.record import SuiteRecord, read_results
@@ -24,10 +24,12 @@ from workbench.core.records import Record
 _SHOWN_MISSING = 10  # missing students named one by one; the rest counted
 
 
-def _rebased(run: str, folder: Path, out: Path) -> str:
-    """A record's run path (relative to its shard ``folder``) relative to the merged ``out``;
-    an absolute one (a given teacher) as it is."""
-    return run if Path(run).is_absolute() else relative(folder / run, out)
+def _rebased(record: Record, folder: Path, out: Path) -> Record:
+    """A record with its run path (relative to its shard ``folder``) relative to the merged
+    ``out``; an absolute one (a given teacher) as it is."""
+    if Path(record.run).is_absolute():
+        return record
+    return record.model_copy(update={"run": relative(folder / record.run, out)})
 
 
 class _Joined:
@@ -42,14 +44,16 @@ class _Joined:
     def _compared(self, record: Record) -> dict:
         return record.model_dump(exclude_unset=True, exclude=self.ignored)
 
-    def add(self, key: str, record: Record, folder: Path) -> None:
-        if key not in self.records:
-            self.records[key], self.sources[key] = record, folder
-        elif self._compared(self.records[key]) != self._compared(record):
-            raise WorkbenchError(
-                f"conflict: {self.kind} {key} differs between {self.sources[key]} and {folder}, "
-                "nothing merged (shards train alike with the same options, software and hardware)"
-            )
+    def add(self, records: Iterable[tuple[str, Record]], folder: Path) -> None:
+        for key, record in records:
+            if key not in self.records:
+                self.records[key], self.sources[key] = record, folder
+            elif self._compared(self.records[key]) != self._compared(record):
+                raise WorkbenchError(
+                    f"conflict: {self.kind} {key} differs between {self.sources[key]} and "
+                    f"{folder}, nothing merged (shards train alike with the same options, "
+                    "software and hardware)"
+                )
 
 
 def merge_results(
@@ -84,16 +88,10 @@ def merge_results(
     speed: dict = {}  # a task's students timed by a shard that trained them all
     calls: list = []
     for folder, record in records.items():
-        for task, teacher in record.teachers.items():
-            rebased = teacher.model_copy(update={"run": _rebased(teacher.run, folder, out)})
-            teachers.add(task, rebased, folder)
-        for method, search in record.tuning.items():
-            tuning.add(method, search, folder)
-        for test_set, values in record.test_sets.items():
-            test_sets.add(test_set, values, folder)
-        for row in record.students:
-            rebased = row.model_copy(update={"run": _rebased(row.run, folder, out)})
-            students.add(row.key or row.run, rebased, folder)
+        teachers.add(((t, _rebased(r, folder, out)) for t, r in record.teachers.items()), folder)
+        tuning.add(record.tuning.items(), folder)
+        test_sets.add(record.test_sets.items(), folder)
+        students.add(((r.key or r.run, _rebased(r, folder, out)) for r in record.students), folder)
         truncation = record.truncation | truncation  # the first shard's, by task
         speed = record.speed | speed
         calls += record.calls
