@@ -127,8 +127,7 @@ class Intervals:
             for r in results.students
             if r.group == "main" and r.examples is not None
         }
-        self._done: dict[tuple, Interval | None] = {}
-        self._needed: dict[tuple, int | None] = {}
+        self._done: dict[tuple, tuple[Interval | None, int | None]] = {}  # and the seeds needed
 
     def _units(self, row: StudentRow, metric: str) -> dict:
         examples = row.examples
@@ -142,16 +141,12 @@ class Intervals:
     def __call__(self, task: str, a: str, b: str, metric: str = "accuracy") -> Interval | None:
         key = (task, a, b, metric)
         if key not in self._done:
-            seeds = sorted(
-                seed
-                for (t, name, seed), row in self.rows.items()
-                if t == task and name == a and (task, b, seed) in self.rows
-            )
             pairs = [
-                (self.rows[task, a, seed], self.rows[task, b, seed])
-                for seed in seeds
+                (row, other)
+                for (t, name, seed), row in sorted(self.rows.items())
+                if (t, name) == (task, a) and (other := self.rows.get((task, b, seed)))
                 if metric == "accuracy"
-                or all(metric in self.rows[task, m, seed].examples.model_extra for m in (a, b))
+                or all(metric in r.examples.model_extra for r in (row, other))
             ]
             interval = needed = None
             if pairs:
@@ -162,14 +157,14 @@ class Intervals:
                 if sum(len(examples) for examples, _ in groups) >= 2:
                     interval = two_level_bootstrap(groups)
                     needed = seeds_needed(groups, interval.difference)
-            self._done[key], self._needed[key] = interval, needed
-        return self._done[key]
+            self._done[key] = interval, needed
+        return self._done[key][0]
 
     def seeds_needed(self, task: str, a: str, b: str, metric: str = "accuracy") -> int | None:
         """About how many seeds the interval of ``a − b`` would need to exclude 0
         (:func:`workbench.analysis.stats.seeds_needed`)."""
         self(task, a, b, metric)
-        return self._needed[(task, a, b, metric)]
+        return self._done[task, a, b, metric][1]
 
 
 def interval_cell(interval: Interval, scale: float = 100) -> str:
@@ -416,7 +411,7 @@ def loyalty_data(results: SuiteRecord, tasks: Sequence[str]) -> dict | None:
     explained = None
     if "aopc_comprehensiveness" in shown.values():
         sizes = sorted({p.explained_examples or 0 for p in results.setup.values()})
-        explained = "all" if sizes == [0] else " / ".join(f"{s:,}" if s else "all" for s in sizes)
+        explained = " / ".join(f"{s:,}" if s else "all" for s in sizes)
     return {
         "columns": columns,
         "rows": [
@@ -504,13 +499,11 @@ def delta_figure(folder: Path, results: SuiteRecord, intervals: Intervals) -> di
     ``<folder>/deltas.svg`` as ``{title: path}``; none without an interval."""
     from matplotlib.figure import Figure
 
-    panels = {
-        task: [
-            (m, intervals(task, m, "kd")) for m in PRESETS if m != "kd" and intervals(task, m, "kd")
-        ]
-        for task in results.teachers
-    }
-    panels = {task: rows for task, rows in panels.items() if rows}
+    panels = {}
+    for task in results.teachers:
+        rows = [(m, i) for m in PRESETS if m != REFERENCE if (i := intervals(task, m, REFERENCE))]
+        if rows:
+            panels[task] = rows
     if not panels:
         return {}
     figure = Figure(figsize=(4.2 * len(panels), 3.4), layout="constrained")
