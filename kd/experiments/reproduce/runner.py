@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import suppress
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
@@ -128,12 +129,10 @@ class ExampleScores:
             "explained_examples": explained_examples,
         }
         if stored.exists():
-            try:  # a damaged file is computed again: it is only a cache of the scores
+            with suppress(WorkbenchError):  # a damaged file is computed again: it is only a cache
                 scores = read_json_file(stored, RECORD_LIMIT, "stored scores")
-            except WorkbenchError:
-                scores = None
-            if isinstance(scores, dict) and scores.pop("settings", None) == settings:
-                return scores
+                if isinstance(scores, dict) and scores.pop("settings", None) == settings:
+                    return scores
         scores = self._compute(teacher, student, explained_examples)
         atomic_write_json(stored, {"settings": settings, **scores})
         return scores
@@ -318,22 +317,21 @@ def tuning_settings(suite: Suite, method: str) -> dict:
 def choose_weights(out: Path, teacher: Path, suite: Suite, method: str, threads: int = 0) -> Search:
     """Search ``method``'s key weights on dev with ``kdw tune`` (the ablations' sample, seed 1).
     Runs in a worker under ``--jobs``."""
-    task = suite.ablation_task
+    task, settings = suite.ablation_task, tuning_settings(suite, method)
     plan = suite.plans[task]
-    space = tune_space(method, suite.tuned[method], plan)
     result = tune(
         suite.tuning_data(task),
         StudentConfig(teacher=str(teacher), num_layers=plan.student_layers),
         ObjectiveConfig(preset=method),
         OptimConfig(**student_optim(plan, 1), threads=threads),
-        TuneConfig(trials=suite.tune_trials, space=space),
+        TuneConfig(trials=suite.tune_trials, space=tuple(settings["space"])),
         out / "tune" / method,
     )
     if result.best is None:
         raise WorkbenchError(f"kdw tune {method}: no trial finished (all pruned or stopped)")
     best = read_best(result.best)
     return Search(
-        key=fingerprint(tuning_settings(suite, method)),
+        key=fingerprint(settings),
         task=task,
         searched=list(suite.tuned[method]),
         space=best.tuned.space,
@@ -367,15 +365,6 @@ SPEED = ("parameters", "disk_mb", "latency_ms_median", "throughput_b32")  # kept
 SPEED_KEPT = (*SPEED, *(f"{k}_ratio" for k in SPEED))
 
 
-def speed_settings(suite: Suite, jobs: int) -> BenchmarkSettings:
-    """How the students are timed: ``suite.speed_examples`` test texts, batch sizes 1 and 32, with
-    the threads one of ``jobs`` workers gets."""
-    threads = max(1, (os.cpu_count() or 1) // max(jobs, 1))
-    return BenchmarkSettings(
-        split="test", examples=suite.speed_examples or 0, batch_sizes="1,32", threads=threads
-    )
-
-
 def speed_key(
     teacher: TeacherRecord, students: Sequence[StudentRow], settings: BenchmarkSettings
 ) -> str:
@@ -388,17 +377,6 @@ def speed_key(
             "batch_sizes": settings.batch_sizes,
         }
     )
-
-
-def speed_students(suite: Suite, task: str, planned: Sequence[Experiment]) -> list[int]:
-    """The positions in ``planned`` of the students timed on ``task``: each main-table method's
-    first-seed student, not the controls."""
-    first = suite.plans[task].seeds[0]
-    return [
-        i
-        for i, e in enumerate(planned)
-        if e.task == task and e.group == "main" and e.seed == first and CONTROL not in e.name
-    ]
 
 
 def measure_speed(
@@ -635,11 +613,7 @@ class SuiteCall:
             self.test_sets[test_set] = Sample(uids=predicted.uids, labels=compact(predicted.labels))
         self.scored[index] = StudentRow(
             key=self.keys[index],
-            task=experiment.task,
-            name=experiment.name,
-            group=experiment.group,
-            seed=experiment.seed,
-            sweep=experiment.sweep,
+            **{k: getattr(experiment, k) for k in ("task", "name", "group", "seed", "sweep")},
             run=result.run,
             teacher=self.teachers[experiment.task].weights or None,
             test=result.test,
@@ -679,14 +653,23 @@ class SuiteCall:
                 self.teacher_run(task)
 
     def time_students(self) -> None:
-        """Time each task's first-seed students beside their teacher where the record lacks it and
-        their folders are here."""
+        """Time each task's first-seed students (each main-table method's, not the controls) beside
+        their teacher where the record lacks it and their folders are here: ``speed_examples`` test
+        texts, batch sizes 1 and 32, with the threads one of the ``jobs`` workers gets."""
         suite = self.suite
         if suite.speed_examples is None:
             return
-        settings = speed_settings(suite, self.jobs)
+        threads = max(1, (os.cpu_count() or 1) // max(self.jobs, 1))
+        settings = BenchmarkSettings(
+            split="test", examples=suite.speed_examples, batch_sizes="1,32", threads=threads
+        )
         for task, plan in suite.plans.items():
-            wanted = speed_students(suite, task, self.todo)
+            wanted = [
+                i
+                for i, e in enumerate(self.todo)
+                if (e.task, e.group, e.seed) == (task, "main", plan.seeds[0])
+                and CONTROL not in e.name
+            ]
             if not wanted or task not in self.teachers or any(i not in self.scored for i in wanted):
                 continue
             teacher, students = self.teachers[task], [self.scored[i] for i in wanted]
