@@ -133,8 +133,7 @@ def parse_dimension(name: str, text: str) -> Dimension:
         choices = tuple(int(v) if parameter.integer and v == int(v) else v for v in unique)
         dimension = Dimension(name, choices=choices)
     for value in values:
-        problem = parameter.problem(value)
-        if problem:
+        if problem := parameter.problem(value):
             raise WorkbenchError(f"--space {name}: {value:g} {problem} ({parameter.help})")
     return dimension
 
@@ -403,8 +402,7 @@ def _check_record(study, attrs: dict, where: str, remedy: str) -> None:
         found, wanted = getattr(record, key), getattr(given, key)
         if found != wanted:
             raise WorkbenchError(f"{where} is a study of {key} {found!r}, not {wanted!r}: {remedy}")
-    changed = differences(record.settings.model_dump(), given.settings.model_dump())
-    if changed:
+    if changed := differences(record.settings.model_dump(), given.settings.model_dump()):
         raise WorkbenchError(
             f"{where} was made with other settings ({changed}): give every worker the study's "
             f"settings, or {remedy}"

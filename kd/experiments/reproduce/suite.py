@@ -128,16 +128,12 @@ class Suite:
     def with_teachers(self, given: dict[str, str]) -> Suite:
         """The same suite with the tasks named in ``given`` taught by those classifiers, used as
         they are (``--teacher TASK=FOLDER``); an unknown task is a one-line error."""
-        unknown = sorted(set(given) - set(self.plans))
-        if unknown:
+        if unknown := sorted(set(given) - set(self.plans)):
             raise WorkbenchError(
                 f"--teacher names the task(s) {unknown}; the suite's are {sorted(self.plans)}"
             )
-        plans = {
-            task: replace(plan, given_teacher=given[task]) if task in given else plan
-            for task, plan in self.plans.items()
-        }
-        return replace(self, plans=plans)
+        taught = {task: replace(self.plans[task], given_teacher=f) for task, f in given.items()}
+        return replace(self, plans=self.plans | taught)
 
     def with_students(self, entries: Sequence[dict]) -> Suite:
         """The same suite with more students (``--students FILE``), each entry a mapping of
@@ -185,8 +181,7 @@ class Suite:
                 for seed in seeds
             ]
         taken = {(e.task, e.group, e.name) for e in experiments(self)}
-        clash = sorted({e.name for e in students if (e.task, e.group, e.name) in taken})
-        if clash:
+        if clash := sorted({e.name for e in students if (e.task, e.group, e.name) in taken}):
             raise WorkbenchError(f"--students: {clash} already name students of the suite")
         names = [(e.task, e.group, e.name, e.seed) for e in students]
         if len(set(names)) < len(names):
