@@ -225,8 +225,14 @@ def render() -> None:
     if table.empty:
         st.info(f"No word occurs {settings.min_count} times or more: lower min count.")
     else:
-        # a point's customdata starts with its example
-        clicks += common.selected_points(_scatter(table, student, explainer), f"{KEY}.scatter")[:1]
+        event = st.plotly_chart(
+            _scatter(table, student, explainer),
+            on_select="rerun",
+            selection_mode=("points", "box", "lasso"),
+            key=f"{KEY}.scatter",
+        )
+        rows = [p["point_index"] for p in event.selection.points if "point_index" in p]
+        clicks += [int(table["example"].iloc[row]) for row in rows[:1]]
         st.caption(
             "A point per word: above the diagonal the student attributes it more than the "
             "teacher. Click a point to open the example where the two differ most on it."
