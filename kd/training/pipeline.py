@@ -333,31 +333,16 @@ def train_teacher(
         encoded = _encode_all(data, tokenizer, data_config.max_length)
         loss = partial(objective, teacher={})
         if teacher_config.adapt == "head":  # the model does not run in a step
-            # the frozen model's head features of the train split, computed once and kept in
-            # the run's cache, keyed by the model's and the split's fingerprints and max_length
-            world = distributed.world()
-            model.to(device).eval()
-            key = {
-                "model": fingerprint(model),
-                "data": data.fingerprint()["train"],
-                "max_length": data_config.max_length,
-            }
-            features = cached(
-                run.cache_dir,
-                "head-features-train",
-                key,
+            features = _head_features(
+                model,
                 encoded["train"],
-                partial(head_features, model),
-                batch_size=optim.eval_batch_size,
-                pad_token_id=pad_id(tokenizer),
-                description="head features (train)",
-                inference=True,
-                on_note=notice,
-                device=device,
-                on_progress=lambda *progress: notify(callbacks, "on_cache", *progress),
-                part=(world.rank, world.size),
-                gather=distributed.gather_objects,
-                save=world.main,
+                data,
+                data_config.max_length,
+                run,
+                optim,
+                device,
+                pad_id(tokenizer),
+                callbacks,
             )
             (term,) = objective.weights
             loss = head_loss(freeze_to_head(model), features, term)
@@ -380,6 +365,46 @@ def train_teacher(
             job.load_model = lora_loader(adapted, run.path / ADAPTER_DIR)
         _train(job, tracking_config, data, encoded)
     return run
+
+
+def _head_features(
+    model: PreTrainedModel,
+    split: EncodedSplit,
+    data: TaskData,
+    max_length: int,
+    run: Run,
+    optim: OptimConfig,
+    device: torch.device,
+    pad_token_id: int,
+    callbacks: Sequence[Callback],
+) -> ExampleCache:
+    """The frozen model's head features of the train ``split`` (``--adapt head``), computed once and
+    kept in the run's cache, keyed by the model's and the split's fingerprints and ``max_length``.
+    """
+    world = distributed.world()
+    model.to(device).eval()
+    key = {
+        "model": fingerprint(model),
+        "data": data.fingerprint()["train"],
+        "max_length": max_length,
+    }
+    return cached(
+        run.cache_dir,
+        "head-features-train",
+        key,
+        split,
+        partial(head_features, model),
+        batch_size=optim.eval_batch_size,
+        pad_token_id=pad_token_id,
+        description="head features (train)",
+        inference=True,
+        on_note=notice,
+        device=device,
+        on_progress=lambda *progress: notify(callbacks, "on_cache", *progress),
+        part=(world.rank, world.size),
+        gather=distributed.gather_objects,
+        save=world.main,
+    )
 
 
 STUDENT_LAYERS = 3  # a cut or random student's layers where --num-layers is not given
