@@ -260,7 +260,13 @@ STATES = {
 }
 
 
-@teacher_field("relation_states", per_token=True, cacheable=False)
+# the teacher's layers are the mapping's, which the student's depth sets: part of a cache's key
+@teacher_field(
+    "relation_states",
+    per_token=True,
+    cacheable=False,
+    key=lambda o: {"relation_pairs": o.relation_pairs},
+)
 def _teacher_relation_states(objective: Objective, teacher: PreTrainedModel, batch) -> Tensor:
     hidden = models.forward(teacher, batch, hidden_states=True).hidden_states
     states = torch.stack([hidden[t] for _, t in objective.relation_pairs], dim=2)  # [B, L, K, d]

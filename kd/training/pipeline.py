@@ -7,6 +7,7 @@ resumes it when the same call is made again after an interruption.
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 import time
 from collections.abc import Sequence
@@ -592,7 +593,8 @@ def read_teacher_caches(
             path = cache_path(folder, f"teacher-{split}", key | {"precision": "bf16"})
         if not path.exists():
             others = [f.key for f in record.files if f.key.get("split") == split]
-            differ = sorted({k for o in others for k in key | o if o.get(k) != key.get(k)})
+            plain = json.loads(json.dumps(key, default=str))  # as recorded: tuples as lists
+            differ = sorted({k for o in others for k in plain | o if o.get(k) != plain.get(k)})
             raise WorkbenchError(
                 f"{folder} holds no {split} cache of {', '.join(fields)} for these settings"
                 + (f" (its {split} caches differ in {', '.join(differ)})" if differ else "")

@@ -293,3 +293,18 @@ def test_gkd_from_a_cache_copies_the_embeddings_it_keeps(work, tmp_path, capsys)
     assert main([*given[:-1], str(tmp_path / "again")]) == 2
     err = capsys.readouterr().err
     assert f"{kept} is damaged" in err and err.count("\n") == 1
+
+
+def test_a_ckd_cache_serves_only_students_of_its_layer_mapping(work, tmp_path, capsys):
+    """CKD's teacher states are those of the layers its uniform mapping pairs with the
+    student's, so a cache built for a 2-layer student is refused to a 1-layer one in one line
+    naming the mapping, nothing written."""
+    folder, run = tmp_path / "cache", tmp_path / "student"
+    ckd = [*_data(work), "--preset", "ckd", "--init", "random", "--num-layers"]
+    teacher = ["--teacher", str(work / "teacher")]
+    assert main(["cache", *teacher, *ckd, "2", "--out", str(folder)]) == 0
+    capsys.readouterr()
+    assert main(["distill", "--teacher-cache", str(folder), *ckd, "1", "--run-dir", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "relation_pairs" in err and err.count("\n") == 1 and err.startswith("kdw: error: ")
+    assert not run.exists()
