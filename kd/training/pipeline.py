@@ -232,7 +232,8 @@ def _train(
             trained = train(job)
         except KeyboardInterrupt:
             if main:
-                _stopped(job.run, "interrupted: the same command resumes from the last checkpoint")
+                reason = "interrupted: the same command resumes from the last checkpoint"
+                _set_state(job.run, "stopped", reason=reason)
             raise
         if trained and main:
             try:
@@ -242,18 +243,17 @@ def _train(
                     f"training finished, but its results could not be written "
                     f"({type(error).__name__}: {first_line(error)})"
                 )
-                _stopped(job.run, reason)
+                _set_state(job.run, "stopped", reason=reason)
                 raise WorkbenchError(
                     f"{reason}: the trained model is in {job.run.model_dir}; rerun the same "
                     "command to write them"
                 ) from None
 
 
-def _stopped(run: Run, reason: str) -> None:
-    """Mark ``run`` stopped where its status stands, for ``reason``."""
-    status = run.status()
-    kept = status.model_dump(include={"step", "total", "seconds"}, exclude_unset=True)
-    run.set_status("stopped", **kept, reason=reason)
+def _set_state(run: Run, state: str, **details) -> None:
+    """Set ``run``'s state (with ``details``: a ``reason``) where its status stands."""
+    kept = run.status().model_dump(include={"step", "total", "seconds"}, exclude_unset=True)
+    run.set_status(state, **kept, **details)
 
 
 def _finish(
@@ -282,13 +282,11 @@ def _finish(
     atomic_write_json(run.path / "predictions.json", predictions)
     atomic_write_json(run.path / "results.json", results)
     atomic_write_text(run.model_dir / "README.md", model_card(run))
-    status = run.status()
-    job.tracker.log_results(results, status.step or 0)
+    job.tracker.log_results(results, run.status().step or 0)
     job.tracker.log_artifacts(
         [run.path / RUN_FILE, run.path / "results.json", run.model_dir / "README.md"]
     )
-    kept = status.model_dump(include={"step", "total", "seconds"}, exclude_unset=True)
-    run.set_status("finished", **kept)
+    _set_state(run, "finished")
 
 
 def train_teacher(
@@ -332,21 +330,6 @@ def train_teacher(
             for note in notes:
                 notice(note)
         encoded = _encode_all(data, tokenizer, data_config.max_length)
-        loss = partial(objective, teacher={})
-        if teacher_config.adapt == "head":  # the model does not run in a step
-            features = _head_features(
-                model,
-                encoded["train"],
-                data,
-                data_config.max_length,
-                run,
-                optim,
-                device,
-                pad_id(tokenizer),
-                callbacks,
-            )
-            (term,) = objective.weights
-            loss = head_loss(freeze_to_head(model), features, term)
         job = TrainingJob(
             run=run,
             model=model,
@@ -354,7 +337,7 @@ def train_teacher(
             train_set=encoded["train"],
             dev_set=encoded["dev"],
             optim=optim,
-            loss=loss,
+            loss=partial(objective, teacher={}),
             weights=objective.weights,
             units=objective.term_units(),
             save_model=_saver(run, model, tokenizer, data.spec, adapted),
@@ -362,49 +345,46 @@ def train_teacher(
             callbacks=callbacks,
             device=device,
         )
+        if teacher_config.adapt == "head":  # the model does not run in a step
+            features = _head_features(job, data, data_config.max_length)
+            (term,) = objective.weights
+            job.loss = head_loss(freeze_to_head(model), features, term)
         if adapted is not None:
             job.load_model = lora_loader(adapted, run.path / ADAPTER_DIR)
         _train(job, tracking_config, data, encoded)
     return run
 
 
-def _head_features(
-    model: PreTrainedModel,
-    split: EncodedSplit,
-    data: TaskData,
-    max_length: int,
-    run: Run,
-    optim: OptimConfig,
-    device: torch.device,
-    pad_token_id: int,
-    callbacks: Sequence[Callback],
-) -> ExampleCache:
-    """The frozen model's head features of the train ``split`` (``--adapt head``), computed once and
-    kept in the run's cache, keyed by the model's and the split's fingerprints and ``max_length``.
-    """
+def _cached_by_parts(*args, **options) -> ExampleCache:
+    """:func:`~workbench.core.cache.cached` under ``torchrun`` in parts, one per process, saved by
+    the first; its notes said as notices."""
     world = distributed.world()
-    model.to(device).eval()
+    parts = {"part": (world.rank, world.size), "gather": distributed.gather_objects}
+    return cached(*args, **options, **parts, on_note=notice, save=world.main)
+
+
+def _head_features(job: TrainingJob, data: TaskData, max_length: int) -> ExampleCache:
+    """The frozen model's head features of the job's train split (``--adapt head``), computed once
+    and kept in the run's cache, keyed by the model's and the split's fingerprints and
+    ``max_length``."""
+    model = job.model.to(job.device).eval()
     key = {
         "model": fingerprint(model),
         "data": data.fingerprint()["train"],
         "max_length": max_length,
     }
-    return cached(
-        run.cache_dir,
+    return _cached_by_parts(
+        job.run.cache_dir,
         "head-features-train",
         key,
-        split,
+        job.train_set,
         partial(head_features, model),
-        batch_size=optim.eval_batch_size,
-        pad_token_id=pad_token_id,
+        batch_size=job.optim.eval_batch_size,
+        pad_token_id=job.pad_token_id,
         description="head features (train)",
         inference=True,
-        on_note=notice,
-        device=device,
-        on_progress=lambda *progress: notify(callbacks, "on_cache", *progress),
-        part=(world.rank, world.size),
-        gather=distributed.gather_objects,
-        save=world.main,
+        device=job.device,
+        on_progress=partial(notify, job.callbacks, "on_cache"),
     )
 
 
@@ -553,11 +533,10 @@ def teacher_caches(
 ) -> dict[str, ExampleCache]:
     """What the frozen teacher says about every example, computed once per setting
     (:func:`cache_keys`); under ``torchrun`` in parts, one per process."""
-    world = distributed.world()
     caches = {}
     for split, dataset in encoded.items():
         fields, key = keys[split]
-        caches[split] = cached(
+        caches[split] = _cached_by_parts(
             folder,
             f"teacher-{split}",
             key,
@@ -568,12 +547,8 @@ def teacher_caches(
             pad_token_id=pad_id(teacher.tokenizer),
             description=f"teacher cache ({split})",
             inference=not objective.teacher_gradients(fields),
-            on_note=notice,
             device=model_device(teacher.model),
             on_progress=on_progress,
-            part=(world.rank, world.size),
-            gather=distributed.gather_objects,
-            save=world.main,
         )
     return caches
 
@@ -801,7 +776,7 @@ def distill(
                 inputs.keys,
                 Path(cache_dir) if cache_dir else run.cache_dir,
                 optim.eval_batch_size,
-                lambda *progress: notify(callbacks, "on_cache", *progress),
+                partial(notify, callbacks, "on_cache"),
             )
         # summed over the processes that resumed the run (a resumed one reads the files)
         cache_seconds = status.seconds.get("teacher_cache", 0.0) + (time.perf_counter() - started)
@@ -875,47 +850,44 @@ def build_teacher_cache(
     notice(f"teacher cache in {out.resolve()}")
     teacher.model.to(device)
     bf16 = cache_config.precision == "bf16"
+
+    def compute(batch: dict, seconds: dict[str, float], fields: list[str]) -> dict:
+        values = {}
+        for name in fields:
+            started = time.perf_counter()
+            with torch.autocast(device.type, torch.bfloat16, enabled=bf16):
+                value = objective.teacher_batch(teacher.model, batch, [name])[name]
+            values[name] = value.float() if value.is_floating_point() else value
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - started
+        return values
+
     complete = True
     for split, dataset in inputs.teacher_encoded.items():
         fields, key = inputs.keys[split]
         key = key | ({"precision": "bf16"} if bf16 else {})
-        path = cache_path(out, f"teacher-{split}", key)
-        if path.exists():  # built; recorded unless its process stopped between the two
-            if not any(entry.file == path.name for entry in read_record(out).files):
-                add_file(
-                    out, CachedFile(file=path.name, key=key, examples=len(dataset), seconds={})
-                )
-            continue
-
-        def compute(batch: dict, seconds: dict[str, float], fields=fields) -> dict:
-            values = {}
-            for name in fields:
-                started = time.perf_counter()
-                with torch.autocast(device.type, torch.bfloat16, enabled=bf16):
-                    value = objective.teacher_batch(teacher.model, batch, [name])[name]
-                values[name] = value.float() if value.is_floating_point() else value
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
-                seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - started
-            return values
-
-        cache, seconds = build_in_pieces(
-            out,
-            f"teacher-{split}",
-            key,
-            dataset,
-            compute,
-            [f for f in fields if f in objective.per_token_fields()],
-            cache_config.batch_size,
-            pad_id(teacher.tokenizer),
-            device,
-            inference=not objective.teacher_gradients(fields),
-            shard=shard,
-            description=f"teacher cache ({split})",
-        )
-        if cache is None:
-            complete = False
-            continue
+        path, seconds = cache_path(out, f"teacher-{split}", key), {}
+        if path.exists() and any(entry.file == path.name for entry in read_record(out).files):
+            continue  # built and recorded (unless its process stopped between the two)
+        if not path.exists():
+            cache, seconds = build_in_pieces(
+                out,
+                f"teacher-{split}",
+                key,
+                dataset,
+                partial(compute, fields=fields),
+                [f for f in fields if f in objective.per_token_fields()],
+                cache_config.batch_size,
+                pad_id(teacher.tokenizer),
+                device,
+                inference=not objective.teacher_gradients(fields),
+                shard=shard,
+                description=f"teacher cache ({split})",
+            )
+            if cache is None:
+                complete = False
+                continue
         add_file(out, CachedFile(file=path.name, key=key, examples=len(dataset), seconds=seconds))
     return out if complete else None
 
