@@ -124,19 +124,17 @@ def _from_pretrained(
     asked comes from the local cache only (no minute of retries), and a miss is one line. A
     model's load is checked (:func:`check_loaded`), a fresh head said to ``notify``."""
     source = resolve_model(name)
-    model_load = load == AutoModelForSequenceClassification.from_pretrained
     if Path(source).is_dir():
         check_model_files(source)
         check_config_file(source)
     cache_only = not Path(source).exists() and not hub_reachable()
     try:
-        config_load = load == AutoConfig.from_pretrained
-        if not (model_load or config_load):
+        if load == AutoTokenizer.from_pretrained:
             return load(source, local_files_only=cache_only, **options)
         config = AutoConfig.from_pretrained(source, local_files_only=cache_only)
         if Path(source).is_dir():  # the config against the weights, before they are read
             check_model_folder(source, config)
-        if config_load:
+        if load == AutoConfig.from_pretrained:
             return config
         model, info = load(source, local_files_only=cache_only, output_loading_info=True, **options)
         check_loaded(model, info, name, not has_head(config), notify)
@@ -187,30 +185,23 @@ def load_classifier(
         spec = TaskSpec("classes", tuple(f"LABEL_{i}" for i in range(spec)), METRICS_CLASSIFICATION)
     config = load_config(name)
     check_classifier(config, name, head=False)
-    load = AutoModelForSequenceClassification.from_pretrained
-    if not has_head(config):
-        return _from_pretrained(
-            load,
-            name,
-            "model",
-            notify,
-            num_labels=spec.num_labels,
-            problem_type="regression" if spec.regression else "single_label_classification",
-            attn_implementation=ATTENTION,
-        )
-    if spec.regression != (config.num_labels == 1):
+    order, options = list(range(spec.num_labels)), {}
+    if not has_head(config):  # a fresh head: the task's outputs
+        problem = "regression" if spec.regression else "single_label_classification"
+        options = {"num_labels": spec.num_labels, "problem_type": problem}
+    elif spec.regression != (config.num_labels == 1):
         kind = "a regression" if spec.regression else "a classification"
         raise WorkbenchError(
             f"{name} is a classifier with {config.num_labels} outputs, but the task "
             f"{spec.name!r} is {kind} task"
         )
-    order = list(range(config.num_labels))
-    if not spec.regression:
+    elif not spec.regression:
         labels = [config.id2label[i] for i in range(config.num_labels)]
         order, note = class_order(labels, spec.label_names, label_map or {}, name)
         if note and notify:
             notify(note)
-    model = _from_pretrained(load, name, "model", attn_implementation=ATTENTION)
+    load = AutoModelForSequenceClassification.from_pretrained
+    model = _from_pretrained(load, name, "model", notify, attn_implementation=ATTENTION, **options)
     reorder_classes(model, order)
     return model
 
@@ -678,12 +669,12 @@ def load_for_task(
                 "folder, whose classes are its task's"
             )
         loaded = load_run(source)
-        if data is not None and not same_task(loaded.data.task, data.task):
-            raise WorkbenchError(
-                f"{source} was trained on {loaded.data.task!r}, not {data.task!r}: "
-                f"pass --task {loaded.data.task}"
-            )
         if data is not None:
+            if not same_task(loaded.data.task, data.task):
+                raise WorkbenchError(
+                    f"{source} was trained on {loaded.data.task!r}, not {data.task!r}: "
+                    f"pass --task {loaded.data.task}"
+                )
             check_max_length(loaded.model, data.max_length, source)
         return loaded, load_task(loaded.data if data is None else data, notify)
     resolve_model(source)  # a path that does not exist: said as such

@@ -154,7 +154,6 @@ def check_config_file(folder: str | Path) -> dict[str, Any]:
         raise WorkbenchError(
             f"{path}: id2label gives two classes one name: {listed(repeated)}: {LABELS_REMEDY}"
         )
-    given = raw.get("num_labels")
     if given is not None and given != count:
         raise WorkbenchError(
             f"{path}: num_labels is {given!r}, but id2label names {count} classes: "
@@ -223,23 +222,17 @@ def check_model_folder(folder: str | Path, config: Any) -> None:
     files before the model is allocated: the layers, every tensor's shape, the parameters in all and
     the vocabulary. A folder that passed is not checked again until one of its files changes."""
     folder = Path(folder)
-    stamp = _stamp(folder)
-    if stamp in _PASSED:
-        return
-    _check_model_folder(folder, config)
-    _PASSED.add(stamp)
-
-
-_PASSED: set[tuple] = set()  # folders that passed check_model_folder, as _stamp gives them
-
-
-def _stamp(folder: Path) -> tuple:
-    """``folder`` and the name, size and modification time of each file in it."""
     files = sorted(p for p in folder.iterdir() if p.is_file())
-    return (
+    stamp = (
         str(folder.resolve()),
         *((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files),
     )
+    if stamp not in _PASSED:
+        _check_model_folder(folder, config)
+        _PASSED.add(stamp)
+
+
+_PASSED: set[tuple] = set()  # folders that passed check_model_folder: each file's name, size, time
 
 
 def _check_model_folder(folder: Path, config: Any) -> None:
@@ -323,13 +316,10 @@ def tokenizer_ids(folder: Path) -> tuple[int, str] | None:
     file that says so, read from its vocabulary files (``tokenizer.json``; without it
     ``vocab.txt``, ``vocab.json`` and SentencePiece models; ``added_tokens.json``), None where
     there are none it can be read from."""
-    largest, source = -1, None
+    found: list[tuple[int, str | None]] = [(-1, None)]  # (an id, the file giving it)
 
     def seen(ids: Iterable[Any], name: str) -> None:
-        nonlocal largest, source
-        numbers = [i for i in ids if isinstance(i, int) and not isinstance(i, bool)]
-        if numbers and max(numbers) > largest:
-            largest, source = max(numbers), name
+        found.extend((i, name) for i in ids if isinstance(i, int) and not isinstance(i, bool))
 
     def json_ids(name: str, what: str) -> None:  # the ids of a JSON object's values
         if (folder / name).is_file():
@@ -358,6 +348,7 @@ def tokenizer_ids(folder: Path) -> tuple[int, str] | None:
             if (folder / name).is_file():
                 seen([sentencepiece_pieces(folder / name) - 1], name)
     json_ids("added_tokens.json", "the tokenizer's added tokens")
+    largest, source = max(found, key=lambda pair: pair[0])  # the first file of the largest id
     return None if source is None else (largest + 1, source)
 
 
@@ -420,9 +411,6 @@ def check_loaded(
         first = key.split(".")[0]
         return bool(prefix) and (first == prefix or first in parts)
 
-    def pooler(key: str) -> bool:
-        return "pooler" in key.split(".")
-
     missing = sorted(info.get("missing_keys") or ())
     unexpected = sorted(info.get("unexpected_keys") or ())
     mismatched = sorted(
@@ -430,7 +418,7 @@ def check_loaded(
     )
     fresh, left = [], []
     if new_head:  # the task's head, and a pooler a pretraining objective did not train
-        fresh = [key for key in missing if not in_base(key) or pooler(key)]
+        fresh = [key for key in missing if not in_base(key) or "pooler" in key.split(".")]
         missing = [key for key in missing if key not in fresh]
         left = [key for key in unexpected if not in_base(key)]
         unexpected = [key for key in unexpected if key not in left]
