@@ -397,13 +397,7 @@ def build_student(
     """The student a :class:`StudentConfig` describes, its tokenizer and the layers of its source it
     kept (None: random, or a whole checkpoint): cut from the teacher, random, or another checkpoint
     (its own tokenizer: :func:`check_tokens`), cut to ``num_layers`` where given."""
-    if config.init not in ("cut", "pretrained", "random"):
-        raise WorkbenchError(f"unknown student init {config.init!r}: use cut, pretrained or random")
-    widths = [
-        f"--{name.replace('_', '-')}"
-        for name in ("hidden_size", "num_heads")
-        if getattr(config, name) is not None
-    ]
+    widths = [option_name(n) for n in ("hidden_size", "num_heads") if getattr(config, n)]
     if widths and config.init != "random":
         raise WorkbenchError(
             f"{' and '.join(widths)}: only a random student's width is chosen; a student of "

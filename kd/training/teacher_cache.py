@@ -132,22 +132,21 @@ def start_record(
     folder.mkdir(parents=True, exist_ok=True)
     with FileLock(str(folder / ".cache.lock")):
         if _record_path(folder).exists():
-            record = read_record(folder)
-            check_same(record, folder, fingerprint, data, data_config)
-            if not (folder / TEACHER_FOLDER / EMBEDDINGS_FILE).exists():
-                save_embeddings(folder, teacher.model)
-            return
-        teacher.model.config.save_pretrained(folder / TEACHER_FOLDER)
-        teacher.tokenizer.save_pretrained(folder / TEACHER_FOLDER)
-        save_embeddings(folder, teacher.model)
-        record = CacheRecord(
-            teacher=pin,
-            fingerprint=fingerprint,
-            task=dataclasses.asdict(data.spec),
-            data=to_dict(data_config),
-            split_fingerprint=data.fingerprint(),
-        )
-        atomic_write_json(_record_path(folder), record.plain() | {"files": []})
+            check_same(read_record(folder), folder, fingerprint, data, data_config)
+        else:
+            teacher.model.config.save_pretrained(folder / TEACHER_FOLDER)
+            teacher.tokenizer.save_pretrained(folder / TEACHER_FOLDER)
+            record = CacheRecord(
+                teacher=pin,
+                fingerprint=fingerprint,
+                task=dataclasses.asdict(data.spec),
+                data=to_dict(data_config),
+                split_fingerprint=data.fingerprint(),
+                files=[],
+            )
+            atomic_write_json(_record_path(folder), record.plain())
+        if not (folder / TEACHER_FOLDER / EMBEDDINGS_FILE).exists():
+            save_embeddings(folder, teacher.model)
 
 
 def save_embeddings(folder: Path, model: PreTrainedModel) -> None:
