@@ -204,26 +204,20 @@ def memory_need(
     with torch.device("meta"):
         model = AutoModelForSequenceClassification.from_config(config)
     parameters = sum(p.numel() for p in model.parameters())
-    weights = parameters * FLOAT_BYTES
+    weights, layers = parameters * FLOAT_BYTES, config.num_hidden_layers
     if teacher.adapt == "lora":
         model = add_lora(model, teacher)[0]
         weights *= 2
-    if teacher.adapt == "head":
-        trained = sum(
-            p.numel() for n in head_modules(model) for p in model.get_submodule(n).parameters()
-        )
-    else:
-        trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        layers = teacher.lora_layers or layers  # below them nothing is kept for the backward pass
     hidden = config.hidden_size
     intermediate = getattr(config, "intermediate_size", None) or 4 * hidden
-    heads = config.num_attention_heads
-    per_token = 10 * hidden + 4 * intermediate + 3 * heads * max_length
-    layers = config.num_hidden_layers
-    if teacher.adapt == "lora" and teacher.lora_layers is not None:
-        layers = teacher.lora_layers  # below them nothing is kept for the backward pass
+    per_token = 10 * hidden + 4 * intermediate + 3 * config.num_attention_heads * max_length
     if teacher.adapt == "head":
+        heads = head_modules(model)
+        trained = sum(p.numel() for n in heads for p in model.get_submodule(n).parameters())
         tokens, kept = optim.eval_batch_size * max_length, per_token
     else:
+        trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
         tokens = max(1, optim.batch_size // optim.accumulation_steps) * max_length
         checkpointed = layers * hidden + 3 * per_token  # one layer recomputed, with gradients
         kept = checkpointed if teacher.gradient_checkpointing else layers * per_token

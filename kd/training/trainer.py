@@ -158,9 +158,7 @@ def _non_finite_values(terms: dict[str, float], loss: float) -> list[str]:
     problems = [
         f"the term {name} is {value}" for name, value in terms.items() if not math.isfinite(value)
     ]
-    if not problems and not math.isfinite(loss):
-        problems = [f"the loss is {loss}"]
-    return problems
+    return problems or ([] if math.isfinite(loss) else [f"the loss is {loss}"])
 
 
 def _non_finite_weights(named: list[tuple[str, torch.nn.Parameter]]) -> list[str]:
@@ -188,18 +186,14 @@ def _weights_misfit(saved: dict[str, Tensor], model: PreTrainedModel) -> str | N
     """How a checkpoint's weights ``saved`` differ from ``model``'s (names and shapes), or
     None when they fit."""
     own = model.state_dict()
-    missing = [name for name in own if name not in saved]
-    unexpected = [name for name in saved if name not in own]
-    reshaped = [n for n in own if n in saved and getattr(saved[n], "shape", None) != own[n].shape]
-    parts = [
-        f"{len(names)} {what} (first {names[0]})"
-        for names, what in (
-            (missing, "weights missing"),
-            (unexpected, "weights this model lacks"),
-            (reshaped, "weights of other shapes"),
-        )
-        if names
-    ]
+    misfits = {
+        "weights missing": [name for name in own if name not in saved],
+        "weights this model lacks": [name for name in saved if name not in own],
+        "weights of other shapes": [
+            n for n in own if n in saved and getattr(saved[n], "shape", None) != own[n].shape
+        ],
+    }
+    parts = [f"{len(names)} {what} (first {names[0]})" for what, names in misfits.items() if names]
     return "; ".join(parts) or None
 
 
