@@ -13,13 +13,14 @@ import hashlib
 import importlib.util
 import pickle
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext, suppress
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import Tensor, nn
+from torch.utils.hooks import RemovableHandle
 from transformers import (
     AutoConfig,
     AutoModelForSequenceClassification,
@@ -261,19 +262,15 @@ class ModelOutput:
     attentions: tuple[Tensor, ...] | None = None
 
 
-@contextmanager
-def output_replaced(module: nn.Module, replacement: Tensor) -> Iterator[None]:
-    """Within the context, ``module`` (the embeddings module, an encoder layer) returns
-    ``replacement`` instead of its output — as the first element when its output is a tuple."""
+def output_replaced(module: nn.Module, replacement: Tensor) -> RemovableHandle:
+    """Within the context (the hook's handle), ``module`` (the embeddings module, an encoder
+    layer) returns ``replacement`` instead of its output — as the first element when its output is
+    a tuple."""
 
     def hook(_module: nn.Module, _inputs: tuple, output: Tensor | tuple) -> Tensor | tuple:
         return (replacement, *output[1:]) if isinstance(output, tuple) else replacement
 
-    handle = module.register_forward_hook(hook)
-    try:
-        yield
-    finally:
-        handle.remove()
+    return module.register_forward_hook(hook)
 
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "position_ids")
@@ -381,12 +378,8 @@ def embed(model: PreTrainedModel, batch: Mapping[str, Tensor]) -> Tensor:
         captured.append(output[0] if isinstance(output, tuple) else output)
         raise _Captured
 
-    handle = embeddings_module(model).register_forward_hook(hook)
-    try:
-        with suppress(_Captured):
-            model(**model_inputs(model, batch))
-    finally:
-        handle.remove()
+    with embeddings_module(model).register_forward_hook(hook), suppress(_Captured):
+        model(**model_inputs(model, batch))
     return captured[0]
 
 
