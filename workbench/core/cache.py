@@ -136,12 +136,9 @@ class ExampleCache:
         tensors = {f"example.{k}": v.contiguous() for k, v in self.per_example.items()}
         tensors |= {f"token.{k}": v.contiguous() for k, v in self.per_token.items()}
         tensors["offsets"] = self.offsets
+        metadata = {"key": json.dumps(key, sort_keys=True, default=str)}
         with atomic_path(path) as temporary:
-            save_file(
-                tensors,
-                str(temporary),
-                metadata={"key": json.dumps(key, sort_keys=True, default=str)},
-            )
+            save_file(tensors, str(temporary), metadata=metadata)
 
     @classmethod
     def load(cls, path: Path, examples: int | None = None) -> ExampleCache:
@@ -310,11 +307,9 @@ def _load_piece(path: Path) -> tuple[Rows, dict[str, float]]:
         rows: Rows = {}
         for name, value in tensors.items():
             kind, _, field = name.partition(".")
-            if kind == "example":
-                rows[field] = list(zip(index, value, strict=True))
-            elif kind == "token":
-                parts = value.split(tensors["lengths"].tolist())
-                rows[field] = list(zip(index, parts, strict=True))
+            if kind in ("example", "token"):  # per-token values split by their lengths
+                values = value if kind == "example" else value.split(tensors["lengths"].tolist())
+                rows[field] = list(zip(index, values, strict=True))
     except (SafetensorError, OSError, KeyError, ValueError, RuntimeError) as error:
         raise WorkbenchError(
             f"{path} is damaged ({first_line(error)}): delete it, and it is computed again"
@@ -356,21 +351,12 @@ def build_in_pieces(
         unit="ex",
     )
     token_fields = set(per_token)
+    options = (token_fields, batch_size, pad_token_id, device, inference, bar.update)
     for j in mine:
         if paths[j].exists():
             continue
         seconds: dict[str, float] = {}
-        rows = compute_rows(
-            dataset,
-            pieces[j],
-            partial(compute_fields, seconds=seconds),
-            token_fields,
-            batch_size,
-            pad_token_id,
-            device,
-            inference,
-            bar.update,
-        )
+        rows = compute_rows(dataset, pieces[j], partial(compute_fields, seconds=seconds), *options)
         _save_piece(paths[j], rows, token_fields, seconds)
     bar.close()
     if not all(p.exists() for p in paths):
