@@ -15,7 +15,7 @@ tests pin it to these functions, which users may also call for a Captum-computed
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 
 from captum.attr import IntegratedGradients, LayerGradientXActivation, LayerIntegratedGradients
 from torch import Tensor
@@ -28,45 +28,11 @@ from workbench.analysis.attribution.baselines import (
     site_module,
     site_output,
 )
-from workbench.analysis.attribution.targets import (
-    Target,
-    as_batch,
-    check_layer,
-    is_regression,
-    resolve_target,
-)
+from workbench.analysis.attribution.explainers import Probabilities
+from workbench.analysis.attribution.targets import Target, as_batch, check_layer, resolve_target
 from workbench.core.errors import WorkbenchError
-from workbench.core.models import output_replaced
 
 __all__ = ["captum_grad_saliency", "captum_integrated_gradients"]
-
-
-def _scores(model: PreTrainedModel) -> Callable[..., Tensor]:
-    """``f(input_ids, attention_mask, token_type_ids) -> [B, C]`` class probabilities (the raw
-    output ``[B, 1]`` for regression)."""
-
-    def scores(input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None) -> Tensor:
-        logits = model(
-            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
-        ).logits
-        return logits if is_regression(model) else logits.softmax(-1)
-
-    return scores
-
-
-def _scores_from_site(model: PreTrainedModel, layer: int | None) -> Callable[..., Tensor]:
-    """``f(site_value, input_ids, attention_mask, token_type_ids)``: the model with the site's
-    output replaced by ``site_value`` ``[B, L, d]``."""
-    scores = _scores(model)
-    site = site_module(model, layer)
-
-    def from_site(
-        value: Tensor, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None
-    ) -> Tensor:
-        with output_replaced(site, value):
-            return scores(input_ids, attention_mask, token_type_ids)
-
-    return from_site
 
 
 def captum_integrated_gradients(
@@ -106,11 +72,11 @@ def captum_integrated_gradients(
     if baseline in ("zero", "mean-keep-first"):
         site = site_output(model, batch, layer).detach()
         start = baseline_output(model, batch, baseline, layer, special_ids, site).detach()
-        ig = IntegratedGradients(_scores_from_site(model, layer)).attribute(
+        ig = IntegratedGradients(Probabilities(model, site_module(model, layer))).attribute(
             site, baselines=start, additional_forward_args=(input_ids, *extra), **options
         )
     else:
-        ig = LayerIntegratedGradients(_scores(model), site_module(model, layer)).attribute(
+        ig = LayerIntegratedGradients(Probabilities(model), site_module(model, layer)).attribute(
             input_ids,
             baselines=baseline_ids(model, batch, baseline, special_ids),
             additional_forward_args=extra,
@@ -132,7 +98,7 @@ def captum_grad_saliency(
     embeddings module, summed over ``d`` → ``[B, L]``, zero at padding."""
     batch = as_batch(input_ids, attention_mask, token_type_ids)
     targets = resolve_target(model, batch, target)
-    attributions = LayerGradientXActivation(_scores(model), site_module(model, None)).attribute(
-        input_ids, target=targets, additional_forward_args=(attention_mask, token_type_ids)
-    )
+    layer = LayerGradientXActivation(Probabilities(model), site_module(model, None))
+    extra = (attention_mask, token_type_ids)
+    attributions = layer.attribute(input_ids, target=targets, additional_forward_args=extra)
     return attributions.detach().sum(-1) * attention_mask

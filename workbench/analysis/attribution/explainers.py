@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import numpy as np
@@ -60,7 +60,7 @@ from workbench.analysis.attribution.targets import (
     resolve_target,
 )
 from workbench.core.errors import WorkbenchError, first_line
-from workbench.core.models import embed, forward
+from workbench.core.models import embed, forward, output_replaced
 
 __all__ = ["Probabilities", "explain_batch", "lime_explainer", "seeded", "token_features"]
 
@@ -93,16 +93,17 @@ def explain_batch(
 class Probabilities(nn.Module):
     """``model`` as Captum calls it: ``(input_ids, attention_mask, token_type_ids) -> [B, C]``
     class probabilities (a regression model's output ``[B, 1]``), any family's inputs taken
-    (:func:`workbench.core.models.forward`); with ``embedding_output`` ``[B, L, d]`` as the first
-    argument instead of the ids when ``from_embeddings``."""
+    (:func:`workbench.core.models.forward`); with a ``site`` (the embeddings module or an encoder
+    layer), the value ``[B, L, d]`` that replaces the site's output as the first argument."""
 
-    def __init__(self, model: PreTrainedModel, from_embeddings: bool = False) -> None:
+    def __init__(self, model: PreTrainedModel, site: nn.Module | None = None) -> None:
         super().__init__()
-        self.model, self.from_embeddings = model, from_embeddings
+        self.model, self.site = model, site
 
     def forward(self, *args: Tensor | None) -> Tensor:
-        value, *inputs = args if self.from_embeddings else (None, *args)
-        logits = forward(self.model, as_batch(*inputs), embedding_output=value).logits
+        value, *inputs = args if self.site is not None else (None, *args)
+        with nullcontext() if self.site is None else output_replaced(self.site, value):
+            logits = forward(self.model, as_batch(*inputs)).logits
         return logits if is_regression(self.model) else logits.softmax(-1)
 
 
@@ -196,7 +197,7 @@ def deeplift(model, batch, targets, settings: DeepLiftSettings, special) -> Tens
 
 def gradshap(model, batch, targets, settings: GradientShapSettings, special) -> Tensor:
     """Σ_d of Captum's GradientShap at the embedding output ``[B, L]``, one text at a time."""
-    explainer = GradientShap(Probabilities(model, from_embeddings=True))
+    explainer = GradientShap(Probabilities(model, site_module(model, None)))
     scores = torch.zeros(batch["input_ids"].shape)
     for b, length in enumerate(batch["attention_mask"].sum(1).tolist()):
         row = _row(batch, b, length)
