@@ -156,16 +156,6 @@ def _outputs(
     return cache, computed
 
 
-def _words(
-    tokens: list[str], special: list[bool], scores: list[list[float]]
-) -> tuple[list[str], list[list[float]]]:
-    """The words of one example (special tokens left out, word pieces merged) and each model's
-    summed scores over them."""
-    kept = [i for i, s in enumerate(special) if not s]
-    merged = [merge_wordpieces([tokens[i] for i in kept], [s[i] for i in kept]) for s in scores]
-    return merged[0][0], [values for _, values in merged]
-
-
 def divergence(
     teacher: LoadedModel,
     students: Sequence[LoadedModel],
@@ -244,9 +234,10 @@ def _by_tokens(
     rows: Rows = []
     for i, ids in enumerate(dataset.input_ids):
         tokens = teacher.tokenizer.convert_ids_to_tokens(ids)
-        scores = [c.example("maps", i)[:, int(explained[i])].tolist() for c in caches]
-        words, merged = _words(tokens, [t in special_ids for t in ids], scores)
-        rows += [(i, word, [values[w] for values in merged]) for w, word in enumerate(words)]
+        kept = [k for k, t in enumerate(ids) if t not in special_ids]
+        scores = [c.example("maps", i)[kept, int(explained[i])].tolist() for c in caches]
+        merged = [merge_wordpieces([tokens[k] for k in kept], values) for values in scores]
+        rows += [(i, word, [m[1][w] for m in merged]) for w, word in enumerate(merged[0][0])]
     lengths = torch.tensor([len(ids) for ids in dataset.input_ids])
     mask = (torch.arange(length) < lengths[:, None]).long()
     index = torch.arange(size)
