@@ -143,9 +143,8 @@ def gguf_model(path: Path) -> Path:
     """The model folder of the GGUF file ``path``, dequantised once (:func:`dequantise`) in the
     cache under its digest; a file that is not a model is refused before anything is written."""
     key = f"gguf-{sha256([path], path.name)[:16]}"
-    if (user_cache() / MODELS / key).is_dir():
-        return user_cache() / MODELS / key
-    check_gguf(path)
+    if not (user_cache() / MODELS / key).is_dir():
+        check_gguf(path)
     return assembled(key, f"the GGUF model {path.name}", lambda folder: dequantise(path, folder))
 
 

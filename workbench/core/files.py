@@ -347,7 +347,7 @@ def hold(lock_path: Path, what: str) -> Iterator[None]:
         )
     lock = FileLock(lock_path, blocking=False, on_acquired=write_pid)
     try:
-        lock.acquire()
+        acquired = lock.acquire()  # released when the block ends
     except Timeout:
         holder = lock_holder(lock_path) or "?"  # "?": it has not written its id yet
         raise WorkbenchError(
@@ -356,10 +356,8 @@ def hold(lock_path: Path, what: str) -> Iterator[None]:
         ) from None
     except OSError as error:  # a read-only folder, a file system without locks
         raise WorkbenchError(f"cannot lock {what}: {first_line(error)}") from None
-    try:
+    with acquired:
         yield
-    finally:
-        lock.release()
 
 
 def json_text(value: Any) -> str:
