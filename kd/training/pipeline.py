@@ -165,13 +165,12 @@ def _record(
     :data:`EXECUTION_SETTINGS`, and what they resolved to (:data:`workbench.core.runs.RESOLVED`)."""
     from importlib import metadata
 
-    configs = {name: to_dict(config) for name, config in configs.items()}
     identity = {k: v for k, v in to_dict(optim).items() if k not in EXECUTION_SETTINGS}
     return {
         "kind": kind,
         "method": method,
         "task": dataclasses.asdict(task.spec),
-        "configs": configs | {"optim": identity},
+        "configs": {name: to_dict(c) for name, c in configs.items()} | {"optim": identity},
         RESOLVED: {
             "objective": resolved.record(),
             "split_fingerprint": task.fingerprint(),
@@ -503,16 +502,13 @@ def cache_keys(
 ) -> dict[str, tuple[list[str], dict]]:
     """Each split's teacher fields and cache key: the objective's cacheable fields on train
     (``every``: all it reads, as ``kdw cache`` stores them) with ``train_key``, logits elsewhere."""
-    fingerprints = data.fingerprint()
-    keys = {}
+    fingerprints, keys = data.fingerprint(), {}
+    train_fields = objective.teacher_fields() if every else objective.cached_fields()
     for split in data.splits:
-        if split == "train":
-            fields = objective.teacher_fields() if every else objective.cached_fields()
-        else:
-            fields = ["logits"]
+        fields, extra = (train_fields, train_key) if split == "train" else (["logits"], {})
         key = {"teacher": teacher_fingerprint, "max_length": max_length, "split": split}
         key |= {"data": fingerprints[split], **objective.teacher_settings(fields)}
-        keys[split] = (fields, key | (train_key if split == "train" else {}))
+        keys[split] = (fields, key | extra)
     return keys
 
 
@@ -673,9 +669,8 @@ class TeacherInputs:
 
     encoded: dict[str, EncodedSplit]
     teacher_encoded: dict[str, EncodedSplit]
-    on_words: bool
     keys: dict[str, tuple[list[str], dict]]
-    alignment: dict | None
+    alignment: dict | None  # None: the per-token fields are not compared on words
 
 
 def teacher_inputs(
@@ -712,7 +707,7 @@ def teacher_inputs(
         }
     train_key = {"words": key_digest(tokenizer.get_vocab())} if on_words else {}
     keys = cache_keys(teacher_fingerprint, objective, data, max_length, train_key, every)
-    return TeacherInputs(encoded, teacher_encoded, on_words, keys, alignment)
+    return TeacherInputs(encoded, teacher_encoded, keys, alignment)
 
 
 def distill(
@@ -750,8 +745,8 @@ def distill(
             manifest["unfinished_teacher"] = state  # what the student learnt from
     teacher_fingerprint = setup.cache.fingerprint if from_cache else fingerprint(teacher.model)
     inputs = teacher_inputs(setup, data_config.max_length, teacher_fingerprint, from_cache)
-    encoded, teacher_encoded, on_words = inputs.encoded, inputs.teacher_encoded, inputs.on_words
-    if inputs.alignment is not None:
+    encoded, teacher_encoded = inputs.encoded, inputs.teacher_encoded
+    if on_words := inputs.alignment is not None:
         manifest["word_alignment"] = inputs.alignment
     if from_cache:  # read, and a cache it lacks refused, before the run folder is written
         caches = read_teacher_caches(
