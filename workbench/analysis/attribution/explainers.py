@@ -150,13 +150,12 @@ def _by_length(batch: Batch) -> Iterator[tuple[Tensor, int]]:
 def ig(model, batch, targets, settings: IGSettings, special) -> Tensor:
     """The workbench's IG map ``[B, L]``: ‖TopK(|IG|)‖₂ per token, unit norm."""
     check_top_k(settings.top_k, model.config.hidden_size)
-    ig, _ = _integrated_gradients(
+    ig, *_ = _integrated_gradients(
         model,
         batch,
         targets[:, None],
         steps=settings.steps,
         baseline=settings.baseline,
-        create_graph=False,
         special_ids=set(batch["input_ids"][special].tolist()) or None,
     )
     return attribution_map(ig[0], batch["attention_mask"], settings.top_k)

@@ -144,14 +144,14 @@ def _integrated_gradients(
     *,
     steps: int,
     baseline: str | None,
-    create_graph: bool,
+    create_graph: bool = False,
     layer: int | None = None,
     special_ids: Collection[int] | None = None,
     max_batch_tokens: int | None = None,
     memory_mib: float | None = None,
-) -> tuple[Tensor, Tensor]:
-    """IG for the classes ``targets`` ``[B, V]`` → ``[V, B, L, d]``, and the logits at the end
-    of the path ``[B, C]``."""
+) -> tuple[Tensor, Tensor, Tensor]:
+    """IG for the classes ``targets`` ``[B, V]`` → ``[V, B, L, d]``, the logits at the end
+    of the path ``[B, C]``, and its start (the baseline at the site) ``[B, L, d]``."""
     check_steps(steps)
     baseline = resolve_baseline(model, baseline)
     check_layer(model, layer)
@@ -173,14 +173,12 @@ def _integrated_gradients(
             max_batch_tokens=max_batch_tokens,
             memory_mib=memory_mib,
         )
-    return (end - start)[None] * gradients, end_logits
+    return (end - start)[None] * gradients, end_logits, start
 
 
 def _grad_saliency(model: PreTrainedModel, batch: Batch, targets: Tensor, **options) -> Tensor:
     """Grad saliency for the classes ``targets`` ``[B, V]`` → ``[V, B, L]``."""
-    ig, _ = _integrated_gradients(
-        model, batch, targets, steps=1, baseline="zero", create_graph=False, **options
-    )
+    ig, *_ = _integrated_gradients(model, batch, targets, steps=1, baseline="zero", **options)
     return ig.sum(-1)
 
 
@@ -238,7 +236,7 @@ def integrated_gradients(
     """
     batch = as_batch(input_ids, attention_mask, token_type_ids)
     targets = resolve_target(model, batch, target)[:, None]
-    ig, _ = _integrated_gradients(
+    ig, *_ = _integrated_gradients(
         model,
         batch,
         targets,
@@ -281,23 +279,18 @@ def ig_completeness(
     Arguments as :func:`integrated_gradients`."""
     batch = as_batch(input_ids, attention_mask, token_type_ids)
     targets = resolve_target(model, batch, target)[:, None]
-    baseline = resolve_baseline(model, baseline)
-    ig, end_logits = _integrated_gradients(
+    ig, end_logits, start = _integrated_gradients(
         model,
         batch,
         targets,
         steps=steps,
         baseline=baseline,
-        create_graph=False,
         layer=layer,
         special_ids=special_ids,
         memory_mib=memory_mib,
     )
-    with torch.no_grad():
-        end = site_output(model, batch, layer)
-        start = baseline_output(model, batch, baseline, layer, special_ids, end)
-        with output_replaced(site_module(model, layer), start):  # batch: as_batch's inputs
-            start_logits = forward(model, batch).logits
+    with torch.no_grad(), output_replaced(site_module(model, layer), start):
+        start_logits = forward(model, batch).logits  # batch: as_batch's inputs
     score, rows = class_probabilities(model, targets), torch.arange(len(targets))
     change = score(end_logits.detach(), rows) - score(start_logits, rows)
     return ig[0].sum((1, 2)).detach(), change[:, 0]
@@ -401,7 +394,7 @@ def attribution_maps(
     check_top_k(top_k, model.config.hidden_size)
     targets = resolve_views(model, batch, views, labels)
     repeat = 2 if isinstance(views, str) and views == "all" and targets.shape[1] == 2 else 1
-    ig, logits = _integrated_gradients(
+    ig, logits, _ = _integrated_gradients(
         model,
         batch,
         targets[:, : targets.shape[1] // repeat],
