@@ -282,10 +282,9 @@ def write_output_file(path: str | Path, text: str, option: str) -> None:
     path = check_output_file(path, option)
     try:
         if path.exists() and not stat.S_ISREG(path.stat().st_mode):
-            with path.open("w", encoding="utf-8") as stream:
-                stream.write(text)
-            return
-        atomic_write_text(path.resolve() if path.is_symlink() else path, text)
+            path.write_text(text, encoding="utf-8")
+        else:
+            atomic_write_text(path.resolve() if path.is_symlink() else path, text)
     except OSError as error:  # a full disk or device (/dev/full), a read-only folder
         raise WorkbenchError(f"{option} {path}: cannot write it ({first_line(error)})") from None
 

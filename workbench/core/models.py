@@ -278,9 +278,8 @@ MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "position_ids")
 
 def model_inputs(model: PreTrainedModel, batch: Mapping[str, Tensor]) -> dict[str, Tensor]:
     """The tensors of ``batch`` that ``model``'s forward pass takes: token types only for an
-    architecture that reads them (DistilBERT and decoders have no such input). A decoder
-    classifier reads the last token that is not ``pad_token_id``: without one it cannot find
-    it in a batch of several texts, which is a one-line error."""
+    architecture that reads them (DistilBERT and decoders have no such input); a batch of
+    several texts is checked by :func:`check_pad`."""
     inputs = {k: batch[k] for k in MODEL_INPUTS if k in batch}
     if not parts_of(model).token_types:
         inputs.pop("token_type_ids", None)
@@ -567,8 +566,8 @@ class LoadedModel:
     def analysis_dir(self) -> Path:
         """Where analyses of the model are cached: its run's ``analysis_cache/``, or for a model
         the workbench did not train (whose folder is left as it is) a folder per source under
-        ``$KDW_CACHE`` (default ``~/.cache/kd-workbench``); every file there is keyed by the
-        model's weights and the settings."""
+        the user's cache (:func:`user_cache`); every file there is keyed by the model's weights
+        and the settings."""
         if self.run is not None:
             return self.run.analysis_dir
         return user_cache() / "analysis" / hashlib.sha256(self.source.encode()).hexdigest()[:16]
