@@ -403,7 +403,7 @@ def build_student(
             f"--init {config.init} has its source's width (use --init random, or leave "
             f"{'it' if len(widths) == 1 else 'them'} out)"
         )
-    kept = None
+    kept, tokenizer, layers = None, teacher.tokenizer, config.num_layers or STUDENT_LAYERS
     if config.init == "pretrained":
         if not config.pretrained:
             raise WorkbenchError("--init pretrained needs --pretrained (hub id or directory)")
@@ -420,18 +420,10 @@ def build_student(
                 f"{config.pretrained} (--layers {config.layers})"
             )
     elif config.init == "cut":
-        kept = select_layers(
-            layer_count(teacher.model), config.num_layers or STUDENT_LAYERS, config.layers
-        )
-        student, tokenizer = cut_student(teacher.model, kept, notice), teacher.tokenizer
+        kept = select_layers(layer_count(teacher.model), layers, config.layers)
+        student = cut_student(teacher.model, kept, notice)
     else:
-        student = random_student(
-            teacher.model.config,
-            config.num_layers or STUDENT_LAYERS,
-            config.hidden_size,
-            config.num_heads,
-        )
-        tokenizer = teacher.tokenizer
+        student = random_student(teacher.model.config, layers, config.hidden_size, config.num_heads)
     if config.freeze_embeddings:
         set_embeddings_trainable(student, False)
     return student, tokenizer, kept
