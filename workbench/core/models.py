@@ -8,7 +8,6 @@ mechanism Captum's layer attributions use.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import importlib.util
 import pickle
@@ -85,20 +84,13 @@ def _minilm_l6_path() -> Path:
     )
 
 
-# each one's folder: the packaged ones assembled in the user's cache on first use
-MODEL_PATHS = {
-    name: _minilm_l6_path if name == "minilm-l6" else functools.partial(builtin_model, name)
-    for name in BUILTIN_MODELS
-}
-
-
 def resolve_model(name: str) -> str:
     """A built-in name, a local directory (a run folder's ``model/`` too), a GGUF file (or a
     folder of one), a PEFT adapter folder or a hub id, as a path or id that ``from_pretrained``
     accepts; a path that does not exist is an error at once. A GGUF model and an adapter
     merged into its base are assembled once in the user's cache (:mod:`workbench.core.assembly`)."""
-    if name in MODEL_PATHS:
-        return str(MODEL_PATHS[name]())
+    if name in BUILTIN_MODELS:  # the packaged ones assembled in the user's cache on first use
+        return str(_minilm_l6_path() if name == "minilm-l6" else builtin_model(name))
     path = local_path(name, hub_ids=True)
     if path is None:
         return name
