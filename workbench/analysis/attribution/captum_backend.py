@@ -72,7 +72,7 @@ def captum_integrated_gradients(
     if baseline in ("zero", "mean-keep-first"):
         site = site_output(model, batch, layer).detach()
         start = baseline_output(model, batch, baseline, layer, special_ids, site).detach()
-        ig = IntegratedGradients(Probabilities(model, site_module(model, layer))).attribute(
+        ig = IntegratedGradients(Probabilities(model, site=site_module(model, layer))).attribute(
             site, baselines=start, additional_forward_args=(input_ids, *extra), **options
         )
     else:

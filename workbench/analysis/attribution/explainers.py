@@ -93,12 +93,16 @@ def explain_batch(
 class Probabilities(nn.Module):
     """``model`` as Captum calls it: ``(input_ids, attention_mask, token_type_ids) -> [B, C]``
     class probabilities (a regression model's output ``[B, 1]``), any family's inputs taken
-    (:func:`workbench.core.models.forward`); with a ``site`` (the embeddings module or an encoder
-    layer), the value ``[B, L, d]`` that replaces the site's output as the first argument."""
+    (:func:`workbench.core.models.forward`); with a ``site`` (an encoder layer, or with
+    ``from_embeddings`` the embeddings module), the value ``[B, L, d]`` that replaces the site's
+    output as the first argument."""
 
-    def __init__(self, model: PreTrainedModel, site: nn.Module | None = None) -> None:
+    def __init__(
+        self, model: PreTrainedModel, from_embeddings: bool = False, site: nn.Module | None = None
+    ) -> None:
         super().__init__()
-        self.model, self.site = model, site
+        self.model = model
+        self.site = site_module(model, None) if from_embeddings else site
 
     def forward(self, *args: Tensor | None) -> Tensor:
         value, *inputs = args if self.site is not None else (None, *args)
@@ -196,7 +200,7 @@ def deeplift(model, batch, targets, settings: DeepLiftSettings, special) -> Tens
 
 def gradshap(model, batch, targets, settings: GradientShapSettings, special) -> Tensor:
     """Σ_d of Captum's GradientShap at the embedding output ``[B, L]``, one text at a time."""
-    explainer = GradientShap(Probabilities(model, site_module(model, None)))
+    explainer = GradientShap(Probabilities(model, from_embeddings=True))
     scores = torch.zeros(batch["input_ids"].shape)
     for b, length in enumerate(batch["attention_mask"].sum(1).tolist()):
         row = _row(batch, b, length)
