@@ -207,15 +207,13 @@ class SamplingSettings(Checked):
 class Explainer:
     """One explainer: its name (the CLI's ``--explainer`` value), a title, a one-line
     description, its settings dataclass and its function (a callable, or ``"module:name"``
-    imported when first run); ``gradients``: whether it backpropagates through the model (the
-    perturbation explainers only run it forward, on token ids and masks)."""
+    imported when first run)."""
 
     name: str
     title: str
     description: str
     settings: type
     function: Callable[..., Any] | str
-    gradients: bool = True
 
     @property
     def explain(self) -> Callable[..., Any]:
@@ -224,11 +222,6 @@ class Explainer:
             return self.function
         module, _, name = self.function.partition(":")
         return getattr(importlib.import_module(module), name)
-
-    @property
-    def needs(self) -> list[str]:
-        """What the explainer needs: gradients, and its settings' fields."""
-        return (["gradients"] if self.gradients else []) + [f.name for f in fields(self.settings)]
 
 
 EXPLAINERS: dict[str, Explainer] = {}
@@ -293,7 +286,7 @@ class ExplainerChoice:
 # --------------------------------------------------------------------------- registrations
 
 FUNCTIONS = "workbench.analysis.attribution.explainers"
-for name, title, description, settings, *gradients in (
+for name, title, description, settings in (
     (
         "ig",
         "Integrated Gradients",
@@ -334,29 +327,25 @@ for name, title, description, settings, *gradients in (
         "sliding windows of tokens replaced by [PAD]: the drop of the class probability, "
         "averaged over the windows covering a token (signed)",
         OcclusionSettings,
-        False,
     ),
     (
         "lime",
         "LIME",
         "LIME: a ridge model of the class probability over random token masks (removed: [PAD])",
         SamplingSettings,
-        False,
     ),
     (
         "kernelshap",
         "KernelSHAP",
         "KernelSHAP: Shapley values estimated over random token masks (removed: [PAD])",
         SamplingSettings,
-        False,
     ),
     (
         "ablation",
         "Feature Ablation",
         "each token alone replaced by [PAD]: the drop of the class probability (signed)",
         NoSettings,
-        False,
     ),
-):  # the perturbation explainers (False) run the model forward only
-    register(Explainer(name, title, description, settings, f"{FUNCTIONS}:{name}", *gradients))
-del name, title, description, settings, gradients
+):
+    register(Explainer(name, title, description, settings, f"{FUNCTIONS}:{name}"))
+del name, title, description, settings
