@@ -505,19 +505,13 @@ def cache_keys(
 
 
 def teacher_caches(
-    teacher: LoadedModel,
-    objective: Objective,
-    encoded: dict[str, EncodedSplit],
-    keys: dict[str, tuple[list[str], dict]],
-    folder: Path,
-    batch_size: int,
-    on_progress: Progress | None = None,
+    setup: Distillation, inputs: TeacherInputs, folder: Path, batch_size: int, on_progress: Progress
 ) -> dict[str, ExampleCache]:
-    """What the frozen teacher says about every example, computed once per setting
+    """What the frozen teacher says about every example of ``inputs``, computed once per setting
     (:func:`cache_keys`); under ``torchrun`` in parts, one per process."""
-    caches = {}
-    for split, dataset in encoded.items():
-        fields, key = keys[split]
+    teacher, objective, caches = setup.teacher, setup.objective, {}
+    for split, dataset in inputs.teacher_encoded.items():
+        fields, key = inputs.keys[split]
         caches[split] = _cached_by_parts(
             folder,
             f"teacher-{split}",
@@ -535,21 +529,16 @@ def teacher_caches(
     return caches
 
 
-def read_teacher_caches(
-    folder: Path,
-    record: CacheRecord,
-    encoded: dict[str, EncodedSplit],
-    keys: dict[str, tuple[list[str], dict]],
-) -> dict[str, ExampleCache]:
-    """The caches of ``keys`` that ``kdw cache`` built in ``folder``; a missing one is one line
-    naming what differs."""
-    caches = {}
-    for split, (fields, key) in keys.items():
+def read_teacher_caches(setup: Distillation, inputs: TeacherInputs) -> dict[str, ExampleCache]:
+    """The caches of ``inputs``' keys that ``kdw cache`` built in the folder ``setup``'s teacher
+    stands for; a missing one is one line naming what differs."""
+    folder, caches = Path(setup.teacher.source), {}
+    for split, (fields, key) in inputs.keys.items():
         path = cache_path(folder, f"teacher-{split}", key)
         if not path.exists():  # built in bf16 (kdw cache --precision bf16)
             path = cache_path(folder, f"teacher-{split}", key | {"precision": "bf16"})
         if not path.exists():
-            others = [f.key for f in record.files if f.key.get("split") == split]
+            others = [f.key for f in setup.cache.files if f.key.get("split") == split]
             plain = json.loads(json.dumps(key, default=str))  # as recorded: tuples as lists
             differ = sorted({k for o in others for k in plain | o if o.get(k) != plain.get(k)})
             raise WorkbenchError(
@@ -558,7 +547,7 @@ def read_teacher_caches(
                 + ": build it with kdw cache and this command's data, student and objective "
                 "options"
             )
-        caches[split] = ExampleCache.load(path, len(encoded[split]))
+        caches[split] = ExampleCache.load(path, len(inputs.teacher_encoded[split]))
     return caches
 
 
@@ -741,9 +730,7 @@ def distill(
     if on_words := inputs.alignment is not None:
         manifest["word_alignment"] = inputs.alignment
     if from_cache:  # read, and a cache it lacks refused, before the run folder is written
-        caches = read_teacher_caches(
-            Path(teacher.source), setup.cache, teacher_encoded, inputs.keys
-        )
+        caches = read_teacher_caches(setup, inputs)
     with distributed.run_folder(run_dir, record, manifest) as run:
         status = run.status()
         if status.state == "finished":
@@ -751,10 +738,8 @@ def distill(
         started = time.perf_counter()
         if not from_cache:
             caches = teacher_caches(
-                teacher,
-                objective,
-                teacher_encoded,
-                inputs.keys,
+                setup,
+                inputs,
                 Path(cache_dir) if cache_dir else run.cache_dir,
                 optim.eval_batch_size,
                 partial(notify, callbacks, "on_cache"),
