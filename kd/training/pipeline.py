@@ -473,15 +473,13 @@ def check_teacher(source: str, allow: bool, remedy: str = ALLOW_UNFINISHED) -> N
     if state is None:
         return
     snapshot = Run(Path(source)).snapshot()
+    unfinished = f"the teacher {source} has not finished training ({state['state']})"
     if not allow:
         raise WorkbenchError(
-            f"the teacher {source} has not finished training ({state['state']}): resume it "
-            "to the end (run its command again), or " + remedy.format(snapshot=snapshot)
+            f"{unfinished}: resume it to the end (run its command again), or "
+            + remedy.format(snapshot=snapshot)
         )
-    notice(
-        f"the teacher {source} has not finished training ({state['state']}): distilling "
-        f"from {snapshot}"
-    )
+    notice(f"{unfinished}: distilling from {snapshot}")
 
 
 def cache_keys(
@@ -874,8 +872,7 @@ def export_model(
         kind = "a file" if out.is_file() else "a folder that is not empty"
         raise WorkbenchError(f"{out} is {kind}: choose a new or empty folder for --out")
     check_writable(out, "--out")
-    changed = set_settings(settings)
-    if changed and not onnx:
+    if (changed := set_settings(settings)) and not onnx:
         raise WorkbenchError(f"{option_name(changed[0])} sets the ONNX export: add --onnx")
     if onnx and push_to_hub:
         raise WorkbenchError("--push-to-hub uploads the checkpoint export: leave out --onnx")
