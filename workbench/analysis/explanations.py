@@ -84,7 +84,7 @@ class Explanation:
             return None
         return (
             f"{self.name} ({self.tokenizer} tokenizer) read the first {self.read} of the "
-            f"text's {self.length_text} tokens"
+            f"text's {'more than ' if self.longer else ''}{self.full_length} tokens"
         )
 
     @property
@@ -94,11 +94,6 @@ class Explanation:
             return None
         attributed, change = self.completeness
         return abs(attributed - change) / abs(change)
-
-    @property
-    def length_text(self) -> str:
-        """The text's length in tokens, ``"more than N"`` where only its first N were counted."""
-        return f"more than {self.full_length}" if self.longer else str(self.full_length)
 
     def prediction_text(self) -> str:
         """``"positive 0.91"``: the predicted class and its probability (or the output)."""

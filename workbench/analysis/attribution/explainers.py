@@ -140,14 +140,6 @@ def _removal_ids(model: PreTrainedModel, batch: Batch, special: Tensor) -> Tenso
     return torch.where(keep, batch["input_ids"], pad_id(model))
 
 
-def _by_length(batch: Batch) -> Iterator[tuple[Tensor, int]]:
-    """Groups of rows of equal length (each with that length): what a windowed explainer
-    runs batched, so that a text's windows never reach into another text's padding."""
-    lengths = batch["attention_mask"].sum(1)
-    for length in lengths.unique().tolist():
-        yield torch.nonzero(lengths == length)[:, 0], int(length)
-
-
 # --------------------------------------------------------------------------- explainers
 
 
@@ -221,23 +213,20 @@ def gradshap(model, batch, targets, settings: GradientShapSettings, special) -> 
     return scores
 
 
-def check_window(settings: OcclusionSettings, special: Tensor, mask: Tensor) -> None:
-    """An occlusion window longer than a text's tokens ([CLS]/[SEP] aside) is an error."""
-    shortest = int((mask.bool() & ~special).sum(1).min())
-    if settings.window > shortest:
+def occlusion(model, batch, targets, settings: OcclusionSettings, special) -> Tensor:
+    """Captum's Occlusion over token windows ``[B, L]``, texts of equal length batched."""
+    lengths = batch["attention_mask"].sum(1)
+    shortest = int((batch["attention_mask"].bool() & ~special).sum(1).min())
+    if settings.window > shortest:  # longer than a text's tokens ([CLS]/[SEP] aside)
         raise WorkbenchError(
             f"occlusion window of {settings.window} tokens is longer than a text of {shortest} "
             f"token(s) besides [CLS]/[SEP]: use --window {max(1, shortest)} or less"
         )
-
-
-def occlusion(model, batch, targets, settings: OcclusionSettings, special) -> Tensor:
-    """Captum's Occlusion over token windows ``[B, L]``, texts of equal length batched."""
-    check_window(settings, special, batch["attention_mask"])
     explainer = Occlusion(Probabilities(model))
     removed = _removal_ids(model, batch, special)
     scores = torch.zeros(batch["input_ids"].shape)
-    for rows, length in _by_length(batch):
+    for length in lengths.unique().tolist():  # so that no window reaches into another's padding
+        rows = torch.nonzero(lengths == length)[:, 0]
         group = {k: v[rows, :length] for k, v in batch.items()}
         with torch.no_grad():
             out = explainer.attribute(

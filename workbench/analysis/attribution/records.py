@@ -126,20 +126,19 @@ def attribute_texts(
     records: dict[int, AttributionRecord] = {}
     resolved, explainer = baseline_resolved(model, settings, explainer)
     recorded = recorded_settings(resolved, explainer, words)
-    kind = tokenizer_kind(tokenizer)
+    kind, special = tokenizer_kind(tokenizer), special_ids(tokenizer)
+    regression = model.config.num_labels == 1
     for start in range(0, len(order), settings.batch_size):
         chosen = order[start : start + settings.batch_size]
         batch = collate([examples[i] for i in chosen], pad_id(tokenizer))
         gold = None if labels is None else torch.tensor([labels[i] for i in chosen])
-        maps, names = compute_maps(model, batch, settings, gold, special_ids(tokenizer), explainer)
+        maps, names = compute_maps(model, batch, settings, gold, special, explainer)
         with torch.no_grad():
             logits = forward(model, batch).logits
-        regression = model.config.num_labels == 1
         probabilities = logits if regression else logits.softmax(-1)
         gaps = [None] * len(chosen)
         if explainer.name == "ig":
-            target, special = logits.argmax(-1), special_ids(tokenizer)
-            gaps = completeness_gaps(model, batch, target, resolved, special)[1]
+            gaps = completeness_gaps(model, batch, logits.argmax(-1), resolved, special)[1]
         for row, i in enumerate(chosen):
             ids = examples[i]["input_ids"]
             warnings = []

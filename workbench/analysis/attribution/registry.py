@@ -131,13 +131,6 @@ class AttributionSettings(MapSettings):
         domain=positive_number,
     )
 
-    def key(self) -> dict:
-        """The settings that change the maps (the key of cached maps)."""
-        keep = ("method", "steps", "baseline", "top_k", "views", "layer")
-        if self.method == "grad":
-            keep = ("method", "views", "layer")
-        return {name: getattr(self, name) for name in keep}
-
 
 @dataclass
 class NoSettings(Checked):
