@@ -14,6 +14,8 @@ per-token map as the text's characters too.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import groupby
+from operator import itemgetter
 
 import torch
 from torch import Tensor
@@ -87,19 +89,14 @@ def word_groups(
         )
     word_ids = encoding.word_ids(row)[:length]
     sequences = encoding.sequence_ids(row)[:length]
-    tokens = encoding.tokens(row)[:length]
-    words: list[str] = []
-    groups: list[list[int]] = []
-    last = None
-    for i, (word, sequence) in enumerate(zip(word_ids, sequences, strict=True)):
-        key = None if word is None else (sequence, word)
-        if key is not None and key == last:
-            groups[-1].append(i)
-            continue
-        last = key
-        groups.append([i])
-        if key is None:
-            words.append(tokens[i])
+    # a word: a run of positions of one (sequence, word index); a special token: its position
+    keys = [i if w is None else (sequences[i], w) for i, w in enumerate(word_ids)]
+    groups = [[i for i, _ in run] for _, run in groupby(enumerate(keys), itemgetter(1))]
+    words = []
+    for first, *_ in groups:
+        word, sequence = word_ids[first], sequences[first]
+        if word is None:
+            words.append(encoding.tokens(row)[first])
         else:
             span = encoding.word_to_chars(row, word, sequence_index=sequence)
             text = texts[sequence][span.start : span.end]
