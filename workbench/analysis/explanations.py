@@ -148,13 +148,11 @@ def _encode(
         return_offsets_mapping=tokenizer.is_fast,
         verbose=False,
     )
-    lengths, longer = [], []
-    for i, text in enumerate(texts):
-        counts = [count_tokens(tokenizer, t) for t in (text, *([pairs[i]] if pairs else []))]
-        special = tokenizer.num_special_tokens_to_add(pair=pairs is not None)
-        lengths.append(special + sum(n for n, _ in counts))
-        longer.append(any(more for _, more in counts))
-    return batch, lengths, longer, args
+    special = tokenizer.num_special_tokens_to_add(pair=pairs is not None)
+    rows = zip(texts, *([pairs] if pairs else []), strict=True)
+    counts = [[count_tokens(tokenizer, t) for t in row] for row in rows]
+    lengths = [special + sum(n for n, _ in c) for c in counts]
+    return batch, lengths, [any(more for _, more in c) for c in counts], args
 
 
 def model_detail(loaded: LoadedModel) -> str:
