@@ -39,6 +39,7 @@ from workbench.analysis.attribution.baselines import (
     special_positions,
 )
 from workbench.analysis.attribution.gradients import (
+    PathOptions,
     _grad_saliency,
     _integrated_gradients,
     attribution_map,
@@ -146,14 +147,11 @@ def _removal_ids(model: PreTrainedModel, batch: Batch, special: Tensor) -> Tenso
 def ig(model, batch, targets, settings: IGSettings, special) -> Tensor:
     """The workbench's IG map ``[B, L]``: ‖TopK(|IG|)‖₂ per token, unit norm."""
     check_top_k(settings.top_k, model.config.hidden_size)
-    ig, *_ = _integrated_gradients(
-        model,
-        batch,
-        targets[:, None],
-        steps=settings.steps,
-        baseline=settings.baseline,
-        special_ids=set(batch["input_ids"][special].tolist()) or None,
-    )
+    special_ids = set(batch["input_ids"][special].tolist()) or None
+    path = PathOptions(settings.steps)
+    ig = _integrated_gradients(
+        model, batch, targets[:, None], settings.baseline, path, special_ids
+    )[0]
     return attribution_map(ig[0], batch["attention_mask"], settings.top_k)
 
 

@@ -22,6 +22,7 @@ views share one forward pass per chunk: ``V`` vector-Jacobian products in one
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -68,6 +69,20 @@ __all__ = [
 # the engine
 
 
+@dataclass(frozen=True)
+class PathOptions:
+    """How the engine walks the path: ``steps`` points ``m``, at the output of encoder layer
+    ``layer`` (None: the embedding output), keeping the graph with ``create_graph``, in chunks of
+    ``max_batch_tokens`` row×position cells or of a ``memory_mib`` budget
+    (:func:`batch_token_limit`)."""
+
+    steps: int = 1
+    layer: int | None = None
+    create_graph: bool = False
+    max_batch_tokens: int | None = None
+    memory_mib: float | None = None
+
+
 def _vector_jacobian_products(outputs: Tensor, inputs: Tensor, create_graph: bool) -> Tensor:
     """``∂ Σ_r outputs[r, v] / ∂ inputs`` for every view ``v``: ``[V, *inputs.shape]``."""
     views = outputs.shape[1]
@@ -87,23 +102,18 @@ def _path_gradients(
     end: Tensor,
     scores: Scorer,
     views: int,
-    *,
-    steps: int = 1,
-    layer: int | None = None,
-    create_graph: bool = False,
-    max_batch_tokens: int | None = None,
-    memory_mib: float | None = None,
+    path: PathOptions,
 ) -> tuple[Tensor, Tensor]:
     """``(1/m) Σ_{k=1..m} ∂F_v(S + (k/m)(E − S))/∂X`` → ``[V, B, L, d]`` (zero at padding),
     and the logits ``[B, C]`` at the end of the path (``k = m``: the model's ordinary output,
     with its graph, which training terms reuse instead of a second forward pass).
 
     ``start`` ``S`` and ``end`` ``E`` are ``[B, L, d]`` site values; ``scores`` gives ``F``
-    ``[R, V]`` from logits. With ``create_graph`` the result keeps the graph to ``S``, ``E`` and
-    the parameters (chunks keep their graphs, so chunking then bounds only the backward's
-    temporaries).
+    ``[R, V]`` from logits. With ``path.create_graph`` the result keeps the graph to ``S``,
+    ``E`` and the parameters (chunks keep their graphs, so chunking then bounds only the
+    backward's temporaries).
     """
-    mask = batch["attention_mask"]
+    mask, steps, create_graph = batch["attention_mask"], path.steps, path.create_graph
     size, length, _ = end.shape
     if not create_graph:
         start, end = start.detach(), end.detach()
@@ -113,8 +123,10 @@ def _path_gradients(
     row_lengths = [ends[b] for b in order for _ in range(steps)]
     rows = torch.tensor(order, device=end.device).repeat_interleave(steps)
     alphas = (torch.arange(1, steps + 1, dtype=end.dtype, device=end.device) / steps).repeat(size)
-    limit = batch_token_limit(model, length, views, create_graph, max_batch_tokens, memory_mib)
-    site = site_module(model, layer)
+    limit = batch_token_limit(
+        model, length, views, create_graph, path.max_batch_tokens, path.memory_mib
+    )
+    site = site_module(model, path.layer)
     total = end.new_zeros((views, size, length, end.shape[-1]))
     end_rows, end_logits = [], []
     for chunk in length_chunks(row_lengths, limit):
@@ -141,45 +153,33 @@ def _integrated_gradients(
     model: PreTrainedModel,
     batch: Batch,
     targets: Tensor,
-    *,
-    steps: int,
     baseline: str | None,
-    create_graph: bool = False,
-    layer: int | None = None,
+    path: PathOptions,
     special_ids: Collection[int] | None = None,
-    max_batch_tokens: int | None = None,
-    memory_mib: float | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """IG for the classes ``targets`` ``[B, V]`` → ``[V, B, L, d]``, the logits at the end
     of the path ``[B, C]``, and its start (the baseline at the site) ``[B, L, d]``."""
-    check_steps(steps)
+    check_steps(path.steps)
     baseline = resolve_baseline(model, baseline)
-    check_layer(model, layer)
-    check_double_backward(model, create_graph)
-    with torch.set_grad_enabled(create_graph):
-        end = site_output(model, batch, layer)
-        start = baseline_output(model, batch, baseline, layer, special_ids, end)
+    check_layer(model, path.layer)
+    check_double_backward(model, path.create_graph)
+    with torch.set_grad_enabled(path.create_graph):
+        end = site_output(model, batch, path.layer)
+        start = baseline_output(model, batch, baseline, path.layer, special_ids, end)
     with torch.enable_grad():
+        scores = class_probabilities(model, targets)
         gradients, end_logits = _path_gradients(
-            model,
-            batch,
-            start,
-            end,
-            class_probabilities(model, targets),
-            targets.shape[1],
-            steps=steps,
-            layer=layer,
-            create_graph=create_graph,
-            max_batch_tokens=max_batch_tokens,
-            memory_mib=memory_mib,
+            model, batch, start, end, scores, targets.shape[1], path
         )
     return (end - start)[None] * gradients, end_logits, start
 
 
-def _grad_saliency(model: PreTrainedModel, batch: Batch, targets: Tensor, **options) -> Tensor:
-    """Grad saliency for the classes ``targets`` ``[B, V]`` → ``[V, B, L]``."""
-    ig, *_ = _integrated_gradients(model, batch, targets, steps=1, baseline="zero", **options)
-    return ig.sum(-1)
+def _grad_saliency(
+    model: PreTrainedModel, batch: Batch, targets: Tensor, path: PathOptions = PathOptions()
+) -> Tensor:
+    """Grad saliency for the classes ``targets`` ``[B, V]`` → ``[V, B, L]`` (``path``: one step,
+    no graph)."""
+    return _integrated_gradients(model, batch, targets, "zero", path)[0].sum(-1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -236,19 +236,8 @@ def integrated_gradients(
     """
     batch = as_batch(input_ids, attention_mask, token_type_ids)
     targets = resolve_target(model, batch, target)[:, None]
-    ig, *_ = _integrated_gradients(
-        model,
-        batch,
-        targets,
-        steps=steps,
-        baseline=baseline,
-        layer=layer,
-        create_graph=create_graph,
-        special_ids=special_ids,
-        max_batch_tokens=max_batch_tokens,
-        memory_mib=memory_mib,
-    )
-    return ig[0]
+    path = PathOptions(steps, layer, create_graph, max_batch_tokens, memory_mib)
+    return _integrated_gradients(model, batch, targets, baseline, path, special_ids)[0][0]
 
 
 def ig_completeness(
@@ -279,20 +268,12 @@ def ig_completeness(
     Arguments as :func:`integrated_gradients`."""
     batch = as_batch(input_ids, attention_mask, token_type_ids)
     targets = resolve_target(model, batch, target)[:, None]
-    ig, end_logits, start = _integrated_gradients(
-        model,
-        batch,
-        targets,
-        steps=steps,
-        baseline=baseline,
-        layer=layer,
-        special_ids=special_ids,
-        memory_mib=memory_mib,
-    )
+    path = PathOptions(steps, layer, memory_mib=memory_mib)
+    ig, logits, start = _integrated_gradients(model, batch, targets, baseline, path, special_ids)
     with torch.no_grad(), output_replaced(site_module(model, layer), start):
         start_logits = forward(model, batch).logits  # batch: as_batch's inputs
     score, rows = class_probabilities(model, targets), torch.arange(len(targets))
-    change = score(end_logits.detach(), rows) - score(start_logits, rows)
+    change = score(logits.detach(), rows) - score(start_logits, rows)
     return ig[0].sum((1, 2)).detach(), change[:, 0]
 
 
@@ -394,18 +375,9 @@ def attribution_maps(
     check_top_k(top_k, model.config.hidden_size)
     targets = resolve_views(model, batch, views, labels)
     repeat = 2 if isinstance(views, str) and views == "all" and targets.shape[1] == 2 else 1
-    ig, logits, _ = _integrated_gradients(
-        model,
-        batch,
-        targets[:, : targets.shape[1] // repeat],
-        steps=steps,
-        baseline=baseline,
-        layer=layer,
-        create_graph=create_graph,
-        special_ids=special_ids,
-        max_batch_tokens=max_batch_tokens,
-        memory_mib=memory_mib,
-    )
+    path = PathOptions(steps, layer, create_graph, max_batch_tokens, memory_mib)
+    targets = targets[:, : targets.shape[1] // repeat]
+    ig, logits, _ = _integrated_gradients(model, batch, targets, baseline, path, special_ids)
     maps = attribution_map(ig, attention_mask, top_k).transpose(0, 1).repeat(1, repeat, 1)
     return (maps, logits) if return_logits else maps
 
@@ -427,9 +399,8 @@ def grad_saliency(
     ``d``."""
     batch = as_batch(input_ids, attention_mask, token_type_ids)
     targets = resolve_target(model, batch, target)[:, None]
-    return _grad_saliency(
-        model, batch, targets, layer=layer, max_batch_tokens=max_batch_tokens, memory_mib=memory_mib
-    )[0]
+    path = PathOptions(layer=layer, max_batch_tokens=max_batch_tokens, memory_mib=memory_mib)
+    return _grad_saliency(model, batch, targets, path)[0]
 
 
 def input_gradients(
@@ -450,15 +421,10 @@ def input_gradients(
     with torch.set_grad_enabled(create_graph):
         end = site_output(model, batch)
     with torch.enable_grad():
+        path = PathOptions(
+            create_graph=create_graph, max_batch_tokens=max_batch_tokens, memory_mib=memory_mib
+        )
         gradients, logits = _path_gradients(
-            model,
-            batch,
-            torch.zeros_like(end),
-            end,
-            max_probability,
-            1,
-            create_graph=create_graph,
-            max_batch_tokens=max_batch_tokens,
-            memory_mib=memory_mib,
+            model, batch, torch.zeros_like(end), end, max_probability, 1, path
         )
     return (gradients[0], logits) if return_logits else gradients[0]

@@ -12,7 +12,7 @@ from transformers import PreTrainedModel
 
 from workbench.analysis.attribution.baselines import resolve_baseline
 from workbench.analysis.attribution.explainers import explain_batch
-from workbench.analysis.attribution.gradients import _grad_saliency, attribution_maps
+from workbench.analysis.attribution.gradients import PathOptions, _grad_saliency, attribution_maps
 from workbench.analysis.attribution.registry import (
     ENGINE_EXPLAINERS,
     AttributionSettings,
@@ -110,9 +110,8 @@ def compute_maps(
         return torch.stack(maps, 1), names
     if config.method == "grad":
         targets = resolve_views(model, inputs, views, labels)
-        saliency = _grad_saliency(
-            model, inputs, targets, layer=config.layer, memory_mib=config.memory_mib
-        )
+        path = PathOptions(layer=config.layer, memory_mib=config.memory_mib)
+        saliency = _grad_saliency(model, inputs, targets, path)
         return saliency.transpose(0, 1), names
     options = {k: getattr(config, k) for k in ("steps", "baseline", "top_k", "layer", "memory_mib")}
     maps = attribution_maps(
