@@ -35,7 +35,7 @@ Special tokens ([CLS], [SEP]) are never removed nor counted. Scores are ranked a
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,15 +79,7 @@ class Faithfulness:
     comprehensiveness_drops: Tensor
     sufficiency_drops: Tensor
     fractions: tuple[float, ...]
-    removal: str
     rules: str = "project"
-
-    def summary(self) -> dict[str, float]:
-        """Means over examples."""
-        return {
-            "aopc_comprehensiveness": float(self.comprehensiveness.mean()),
-            "aopc_sufficiency": float(self.sufficiency.mean()),
-        }
 
 
 def _perturbed(ids: list[int], types: list[int], drop: set[int], removal: str, pad_id: int) -> dict:
@@ -126,27 +118,22 @@ def _rationales(
 
 def _variants(
     batch: dict[str, Tensor],
-    scores: Tensor,
     special: Tensor,
-    fractions: Sequence[float],
-    rules: str,
     removal: str,
     pad_id: int,
+    drops: Callable[[int, int, list[int]], list[tuple[int, tuple[set[int], ...]]]],
 ) -> tuple[list[dict], list[tuple[int, int]]]:
-    """For every example ``b`` and fraction ``q`` that the rules keep, the two perturbed
-    examples (top removed, only top kept), in that order, and the ``(b, q)`` of each pair."""
+    """The perturbed examples of a batch: ``drops(b, n, candidates)`` gives, for example ``b``
+    of ``n`` real tokens whose real non-special positions are ``candidates``, pairs ``(j, sets)``
+    of the position sets removed from it one after the other; returns the examples in that
+    order and the ``(b, j)`` of each ``sets``."""
     out, where = [], []
-    for b in range(len(scores)):
+    for b in range(len(batch["input_ids"])):
         n = int(batch["attention_mask"][b].sum())
         ids, types = batch["input_ids"][b, :n].tolist(), batch["token_type_ids"][b, :n].tolist()
-        candidates = [i for i in range(n) if not special[b, i]]
-        rationales = _rationales(scores[b, :n].tolist(), candidates, fractions, rules)
-        for q, top in enumerate(rationales):
-            if top is None:
-                continue
-            rest = set(candidates) - top
-            out.extend(_perturbed(ids, types, drop, removal, pad_id) for drop in (top, rest))
-            where.append((b, q))
+        for j, sets in drops(b, n, [i for i in range(n) if not special[b, i]]):
+            out.extend(_perturbed(ids, types, drop, removal, pad_id) for drop in sets)
+            where.append((b, j))
     return out, where
 
 
@@ -172,9 +159,13 @@ def _originals(
     token_type_ids: Tensor | None,
     target: int | str | Tensor,
     special_ids: Collection[int] | None,
+    removal: str,
 ) -> tuple[dict, Tensor, Tensor, Tensor, int]:
     """The batch (token types filled in), the target classes ``[B]``, their probabilities on
-    the whole inputs ``[B]``, the special positions ``[B, L]`` and the [PAD] id."""
+    the whole inputs ``[B]``, the special positions ``[B, L]`` and the [PAD] id; an unknown
+    ``removal`` is refused."""
+    if removal not in REMOVALS:
+        raise WorkbenchError(f"unknown removal {removal!r}: use {' or '.join(REMOVALS)}")
     types = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
     batch = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": types}
     targets = resolve_target(model, batch, target)
@@ -200,19 +191,12 @@ def leave_one_out(
     ``removal``) → ``[B, L]``, NaN at special tokens and padding."""
     if model.config.num_labels == 1:
         raise WorkbenchError("leave-one-out needs class probabilities: the model is a regression")
-    if removal not in REMOVALS:
-        raise WorkbenchError(f"unknown removal {removal!r}: use {' or '.join(REMOVALS)}")
     batch, targets, original, special, pad_id = _originals(
-        model, input_ids, attention_mask, token_type_ids, target, special_ids
+        model, input_ids, attention_mask, token_type_ids, target, special_ids, removal
     )
-    variants, where = [], []
-    for b in range(len(input_ids)):
-        n = int(attention_mask[b].sum())
-        ids, types = input_ids[b, :n].tolist(), batch["token_type_ids"][b, :n].tolist()
-        for i in range(n):
-            if not special[b, i]:
-                variants.append(_perturbed(ids, types, {i}, removal, pad_id))
-                where.append((b, i))
+    variants, where = _variants(
+        batch, special, removal, pad_id, lambda b, n, candidates: [(i, ({i},)) for i in candidates]
+    )
     drops = torch.full(input_ids.shape, torch.nan)
     if where:
         rows, columns = (torch.tensor(part, dtype=torch.long) for part in zip(*where, strict=True))
@@ -255,22 +239,26 @@ def aopc(
     ids, i.e. [CLS] and [SEP])."""
     if model.config.num_labels == 1:
         raise WorkbenchError("AOPC needs class probabilities: the model is a regression model")
-    if removal not in REMOVALS:
-        raise WorkbenchError(f"unknown removal {removal!r}: use {' or '.join(REMOVALS)}")
     if rules not in RULES:
         raise WorkbenchError(f"unknown AOPC rules {rules!r}: use {' or '.join(RULES)}")
     fractions = tuple(RULES[rules] if fractions is None else fractions)
     if not fractions or not all(0 < q <= 1 for q in fractions):
         raise WorkbenchError(f"fractions {list(fractions)} must lie in (0, 1]")
-    scores = scores.squeeze(1) if scores.dim() == 3 else scores
+    scores = (scores.squeeze(1) if scores.dim() == 3 else scores).detach()
     if scores.shape != input_ids.shape:
         raise WorkbenchError(
             f"scores {tuple(scores.shape)} do not match inputs {tuple(input_ids.shape)}"
         )
     batch, targets, original, special, pad_id = _originals(
-        model, input_ids, attention_mask, token_type_ids, target, special_ids
+        model, input_ids, attention_mask, token_type_ids, target, special_ids, removal
     )
-    variants, where = _variants(batch, scores.detach(), special, fractions, rules, removal, pad_id)
+
+    def rationales(b: int, n: int, candidates: list[int]) -> list:
+        """Per fraction ``q`` the rules keep: the top removed, then only the top kept."""
+        tops = _rationales(scores[b, :n].tolist(), candidates, fractions, rules)
+        return [(q, (top, set(candidates) - top)) for q, top in enumerate(tops) if top is not None]
+
+    variants, where = _variants(batch, special, removal, pad_id, rationales)
     rows = torch.tensor([b for b, _ in where], dtype=torch.long)
     perturbed = _probabilities(
         model, variants, targets[rows].repeat_interleave(2), batch_size, pad_id
@@ -289,6 +277,5 @@ def aopc(
         comprehensiveness_drops=drops[0],
         sufficiency_drops=drops[1],
         fractions=fractions,
-        removal=removal,
         rules=rules,
     )

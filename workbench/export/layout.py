@@ -120,21 +120,13 @@ def _fill(
     return lines
 
 
-def _wrap_tokens(row: HeatmapRow, left: float, right: float, size: float) -> list[list[_Cell]]:
-    """A row's tokens in lines of ``(x, width, token, score)`` between left and right."""
-    widths = [_cell_width(token, size) for token in row.tokens]
-    return [
-        [(x, widths[i], row.tokens[i], row.scores[i]) for i, x in line]
-        for line in _fill(widths, left, right, 0.25 * size)
-    ]
-
-
 def _column_blocks(
     rows: list[HeatmapRow], left: float, right: float, size: float
 ) -> list[list[list[_Cell]]]:
     """Rows whose cells are columns (:attr:`Heatmap.columns`) in blocks of columns that fit
-    between left and right: ``blocks[b][r]`` is row ``r``'s cells in block ``b``, each column
-    as wide as its widest cell, so that the rows' words stand one above the other."""
+    between left and right: ``blocks[b][r]`` is row ``r``'s cells ``(x, width, token, score)``
+    in block ``b``, each column as wide as its widest cell, so that the rows' words stand one
+    above the other. A row alone gets its tokens wrapped in lines, one block a line."""
     cells = zip(*(row.tokens for row in rows), strict=True)
     widths = [max(_cell_width(token, size) for token in column) for column in cells]
     return [
@@ -196,7 +188,10 @@ def _build_scene(prepared: _Prepared, options: ExportOptions | None) -> _Scene:
             for row, line in zip(prepared.rows, block, strict=True)
         ]
     else:
-        bands = [(row, _wrap_tokens(row, left, right, size), True) for row in prepared.rows]
+        bands = [
+            (row, [line for (line,) in _column_blocks([row], left, right, size)], True)
+            for row in prepared.rows
+        ]
     for number, (row, lines, first) in enumerate(bands):
         for i, line in enumerate(lines):
             top = y + i * (box_h + line_gap)
