@@ -69,6 +69,7 @@ def test_divergence_against_a_direct_computation(runs):
     teacher, alpha, _ = runs
     result = divergence(teacher, [alpha], _split(), DivergenceSettings(min_count=1))
     assert result.students == ["alpha"] and result.computed == ["teacher", "alpha"]
+    assert result.truncated == 0
     occurrences: dict[str, list[tuple[float, float]]] = {}
     for i, text in enumerate(TEXTS):
         tokens, teacher_maps, batch = _direct(teacher, text)
@@ -133,6 +134,13 @@ def test_a_second_call_reads_the_cache(runs):
     assert again.examples["alpha gap"].tolist() == first.examples["alpha gap"].tolist()
     ferret = divergence(teacher, [alpha], _split(), DivergenceSettings(rules="ferret"))
     assert ferret.computed == ["teacher", "alpha"]  # other settings: other cache files
+
+
+def test_examples_past_the_teachers_length_are_counted(runs):
+    teacher, alpha, _ = runs
+    long = " ".join(["the plot was bad"] * 5)  # 20 words: past the teacher's 16 tokens
+    result = divergence(teacher, [alpha], _split([long, *TEXTS[1:]]))
+    assert result.truncated == 1
 
 
 def test_bad_inputs_are_one_line_errors(runs, tmp_path):

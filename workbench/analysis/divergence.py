@@ -58,7 +58,7 @@ class Divergence:
     settings: DivergenceSettings
     explainer: ExplainerChoice
     computed: list[str]
-    truncated: int = 0  # examples cut at the teacher's max_length
+    truncated: int  # examples cut at the teacher's max_length (by the tokenisation that cuts most)
 
     def models(self) -> list[str]:
         """``teacher`` and the students' names, the columns of :attr:`occurrences`."""
@@ -217,7 +217,10 @@ def divergence(
         examples[f"{name} sufficiency"] = cache.per_example["sufficiency"].numpy()
     for name, student_maps in zip(names[1:], maps[1:], strict=True):
         examples[f"{name} gap"] = attribution_gap(maps[0], student_maps, mask).numpy()
-    return Divergence(teacher.name, names[1:], occurrences, examples, settings, explainer, computed)
+    truncated = max(d.truncated for d in datasets)  # each model reads at the teacher's length
+    return Divergence(
+        teacher.name, names[1:], occurrences, examples, settings, explainer, computed, truncated
+    )
 
 
 Rows = list[tuple[int, str, list[float]]]  # (example, word, each model's attribution)
