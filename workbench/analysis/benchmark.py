@@ -98,8 +98,7 @@ def pytorch_candidates(
     disk_mb = sum(file.stat().st_size for file in files) / 1e6 if files else None
     candidates = []
     for index, precision in enumerate(precisions):
-        last = index == len(precisions) - 1
-        weights = loaded.model if last else copy.deepcopy(loaded.model)
+        weights = loaded.model if index == len(precisions) - 1 else copy.deepcopy(loaded.model)
         model = weights.to(device=device, dtype=DTYPES[precision]).eval()
         candidates.append(
             Candidate(
@@ -125,7 +124,7 @@ def onnx_candidate(classifier: OnnxClassifier) -> Candidate:
         str(classifier.path),
         torch.device("cpu"),
         classifier.tokenizer,
-        classifier.max_length,
+        classifier.data.max_length,
         graph_parameters(classifier.path),
         classifier.path.stat().st_size / 1e6,
         classifier,
@@ -280,9 +279,7 @@ def measure(
         ]
         for round_ in range(settings.warmup + settings.repeats):
             for index, candidate in enumerate(candidates):
-                start = time.perf_counter()
-                tokenise(candidate)
-                elapsed = time.perf_counter() - start
+                elapsed = time_step(lambda c=candidate: tokenise(c), torch.device("cpu"))
                 runs = {b: pass_over(index, b) for b in sizes}
                 if round_ >= settings.warmup:
                     tokenise_s[index].append(elapsed)

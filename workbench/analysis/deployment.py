@@ -269,10 +269,6 @@ class OnnxClassifier:
     path: Path
     precision: str
 
-    @property
-    def max_length(self) -> int:
-        return self.data.max_length
-
     def __call__(self, batch: Mapping[str, Tensor]) -> Tensor:
         feeds = {i.name: batch[i.name].numpy() for i in self.session.get_inputs()}
         return torch.from_numpy(np.asarray(self.session.run(["logits"], feeds)[0]))
@@ -323,10 +319,9 @@ def load_onnx(
     tokenizer = load_tokenizer(str(folder))
     graphs = {p: folder / f for p, f in GRAPHS.items() if p in record["graphs"]}
     if path.is_file():
-        precision = next((p for p, f in graphs.items() if f.name == path.name), None)
-        if precision is None:
+        graphs = {p: file for p, file in graphs.items() if file.name == path.name}
+        if not graphs:
             raise WorkbenchError(f"{path} is not one of the graphs {RECORD} records")
-        graphs = {precision: path}
     for file in graphs.values():
         check_onnx_graph(file)
     return [
@@ -495,12 +490,8 @@ def _write_graphs(
         classifier = OnnxClassifier(
             session, loaded.tokenizer, loaded.spec, loaded.data, out.name, file, precision
         )
-        measured = parity(reference, onnx_logits(classifier, dataset))
-        record["graphs"][precision] = {
-            "file": file.name,
-            "size_mb": file.stat().st_size / 1e6,
-            **measured,
-        }
+        record["graphs"][precision] = {"file": file.name, "size_mb": file.stat().st_size / 1e6}
+        record["graphs"][precision] |= parity(reference, onnx_logits(classifier, dataset))
     atomic_write_json(staging / RECORD, with_format(record))
     atomic_write_text(staging / "README.md", model_card(loaded.run, "onnx") + _card_section(record))
 
