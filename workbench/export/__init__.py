@@ -27,7 +27,6 @@ single colour function used by every format, so a score gets the same RGB everyw
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 from workbench.export.html import to_html, token_cell
@@ -81,25 +80,8 @@ __all__ = [
 ]
 
 
-Writer = Callable[[Heatmap, Path, float, ExportOptions | None], Path]
-
-
-def _text_writer(render: Callable[[Heatmap, ExportOptions | None], str]) -> Writer:
-    def write(heatmap: Heatmap, path: Path, _dpi: float, options: ExportOptions | None) -> Path:
-        path.write_text(render(heatmap, options), encoding="utf-8")
-        return path
-
-    return write
-
-
-WRITERS: dict[str, Writer] = {
-    ".html": _text_writer(to_html),
-    ".pdf": lambda heatmap, path, _dpi, options: to_pdf(heatmap, path, options),
-    ".png": to_png,
-    ".svg": _text_writer(to_svg),
-    ".tex": _text_writer(to_latex),  # the fragment, for \\input
-}
-FORMATS = tuple(WRITERS)
+_TEXTS = {".html": to_html, ".svg": to_svg, ".tex": to_latex}  # the formats written as text
+FORMATS = (".html", ".pdf", ".png", ".svg", ".tex")
 
 
 def export(
@@ -121,4 +103,9 @@ def export(
             f"unsupported heatmap format {suffix!r} for {path}; "
             f"expected one of {', '.join(FORMATS)}"
         )
-    return WRITERS[suffix](heatmap, path, dpi, options)
+    if suffix == ".png":
+        return to_png(heatmap, path, dpi, options)
+    if suffix == ".pdf":
+        return to_pdf(heatmap, path, options)
+    path.write_text(_TEXTS[suffix](heatmap, options), encoding="utf-8")
+    return path
