@@ -267,16 +267,10 @@ def teacher_field(name: str, **options: Any):
     return _registrar(TEACHER_FIELDS, TeacherField, name, options)
 
 
-def method(
-    *terms: str,
-    record: Callable[[Objective], dict[str, Any]],
-    modules: Callable[[Objective], dict[str, torch.nn.Module]] | None = None,
-    layer_pairs: str = "",
-    mapping: str = "",
-    describe: Callable[[dict[str, Any]], str] | None = None,
-):
-    """Register the decorated ``resolve(objective) -> settings`` for the given terms (the other
-    fields of :class:`Method`); a term another method resolves already is refused."""
+def method(*terms: str, **options: Any):
+    """Register the decorated ``resolve(objective) -> settings`` for the given terms; ``options``:
+    the other fields of :class:`Method` (``record`` is required). A term another method resolves
+    already is refused."""
 
     def register(resolve: Callable[[Objective], dict[str, Any]]):
         for key, entry in METHODS.items():
@@ -286,8 +280,7 @@ def method(
                     f"loss term {shared[0]!r} has its method registered twice: at "
                     f"{METHODS.place(key)} and at {registration_place()}"
                 )
-        entry = Method(frozenset(terms), resolve, record, modules, layer_pairs, mapping, describe)
-        METHODS.add("+".join(terms), entry)
+        METHODS.add("+".join(terms), Method(frozenset(terms), resolve, **options))
         return resolve
 
     return register
