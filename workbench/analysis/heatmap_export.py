@@ -97,12 +97,6 @@ def _map_settings(settings: HeatmapSettings, explained: dict | None) -> dict:
     return {k: v for k, v in values.items() if k not in {f.name for f in fields(MapSettings)}}
 
 
-def role_names(count: int) -> list[str]:
-    """The names of ``count`` models in an anonymous export, in the order given: the first is
-    ``teacher``, the others ``student 1``, ``student 2``, …"""
-    return ["teacher", *(f"student {n}" for n in range(1, count))]
-
-
 def public_task(task: str) -> str:
     """The task as an anonymous export names it: a bundled or GLUE task by its name, any other
     (a local path, a hub data set under someone's account) as ``task``."""
@@ -118,10 +112,10 @@ def heatmap_metadata(
 ) -> dict[str, str]:
     """What each exported file records: models, run ids, the example, the settings (``explained``:
     :func:`explained_settings`), each model's preset and layers and the task. ``anonymous`` leaves
-    out run ids and the example's id, names the task by :func:`public_task` and the models by
-    :func:`role_names`, and records ``anonymous: yes``. ``truncated`` names each model that read the
-    text in part, with its tokenizer; ``warnings`` holds the explainers' warnings, one per line."""
-    cut = [e for e in explanations if e.truncated]
+    out run ids and the example's id, names the task by :func:`public_task` (the models by role:
+    :func:`build_heatmaps`) and records ``anonymous: yes``. ``truncated`` names each model that
+    read the text in part, with its tokenizer; ``warnings`` holds the explainers' warnings, one
+    per line."""
     runs = {} if anonymous else {"run_ids": json.dumps([e.run_id for e in explanations])}
     task = next((e.task for e in explanations if e.task), None)  # a model given alone has none
     named = {} if task is None else {"task": public_task(task) if anonymous else task}
@@ -132,7 +126,7 @@ def heatmap_metadata(
         **runs,
         "anonymous": "yes" if anonymous else "no",
         "text": example.text,
-        "truncated": "; ".join(e.truncation_note for e in cut) or "no",
+        "truncated": "; ".join(e.truncation_note for e in explanations if e.truncated) or "no",
         "warnings": "\n".join(e.gap_warning for e in explanations if e.gap_warning) or "none",
         **{
             f"settings.{k}": "default" if v is None else str(v)
@@ -200,9 +194,8 @@ def to_heatmap(
     from workbench.export import Heatmap, HeatmapRow
 
     explained = explained or explained_settings(settings, None, None)
-    columns = None
-    if explained["words"] != "tokens" and len(explanations) > 1:
-        columns = word_columns(explanations)
+    per_word = explained["words"] != "tokens" and len(explanations) > 1
+    columns = word_columns(explanations) if per_word else None
     width = 0 if columns is None else 1 + max(max(row) for row in columns)
     rows = []
     for m, explanation in enumerate(explanations):
@@ -240,8 +233,8 @@ def build_heatmaps(
     """One heatmap per example, a row per run (each explaining all examples in one batch), under
     ``explainer`` (default: ``settings.method``'s), per sub-token or per word; rows named ``names``
     (default: the runs'), or with ``anonymous`` by role, without run ids."""
-    if anonymous:
-        names = role_names(len(runs))
+    if anonymous:  # by role, in the order given
+        names = ["teacher", *(f"student {n}" for n in range(1, len(runs)))]
     names = names or [loaded.name for loaded in runs]
     explained = explained_settings(settings, explainer, words)
     per_run = [
