@@ -209,14 +209,13 @@ class TuneResult:
     best: Path | None = None
 
 
-def plan_search(space: dict[str, Dimension], trials: int) -> tuple[int, bool]:
-    """How many distinct settings a search of ``trials`` tries, and whether it is a grid: a space of
-    choices of at most ``trials`` settings is tried whole, a larger one sampled by TPE."""
-    if all(d.choices for d in space.values()):
-        size = math.prod(len(d.choices) for d in space.values())
-        if size <= trials:
-            return size, True
-    return trials, False
+def grid_points(space: dict[str, Dimension], trials: int) -> list[dict]:
+    """The settings of a grid search (the last parameter varies fastest): a space of choices of at
+    most ``trials`` settings is tried whole; a larger one (no points) is sampled by TPE."""
+    choices = [d.choices for d in space.values()]
+    if not all(choices) or math.prod(map(len, choices)) > trials:
+        return []
+    return [dict(zip(space, values, strict=True)) for values in itertools.product(*choices)]
 
 
 @dataclass(frozen=True)
@@ -735,8 +734,9 @@ def tune(
         optim = replace(optim, eval_every=max(1, steps_per_epoch // config.reports_per_epoch))
     if not place.shared:  # the study and its lock live in <out>
         out.mkdir(parents=True, exist_ok=True)
-    target, exhaustive = plan_search(space, config.trials)
-    if exhaustive and target < config.trials:
+    points = grid_points(space, config.trials)
+    target = len(points) or config.trials
+    if target < config.trials:
         print(
             f"note: the space has {target} settings: each is tried once (grid search), "
             f"not {config.trials} trials",
@@ -757,8 +757,6 @@ def tune(
         if config.prune
         else optuna.pruners.NopPruner()
     )
-    grid = itertools.product(*(d.choices for d in space.values())) if exhaustive else ()
-    points = [dict(zip(space, values, strict=True)) for values in grid]  # last varies fastest
     lock = nullcontext() if place.shared else hold(out / "study.lock", f"the study in {out}")
     tracked = {"tune": to_dict(config), "configs": _sections(data, student, objective, optim)}
     with lock, tracking.tracked_study(tracking_config, out, tracked) as parent:
