@@ -243,14 +243,15 @@ def validate(config: Any) -> None:
     """Check every field of the config dataclass ``config`` against its ``choices`` and
     ``domain`` (None passes where the field is optional); the first value outside is a
     one-line error naming the option."""
-    cls = type(config)
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
-        expected = _outside(cls, f, value)
-        if expected:
-            raise WorkbenchError(
-                f"{option_name(f.name)}: {value!r} is not allowed (expected {expected})"
-            )
+        _refuse(f.name, value, _outside(type(config), f, value))
+
+
+def _refuse(name: str, value: Any, expected: str | None) -> None:
+    """Refuse ``name``'s ``value`` in one line when ``expected`` (what it should be) is given."""
+    if expected:
+        raise WorkbenchError(f"{option_name(name)}: {value!r} is not allowed (expected {expected})")
 
 
 def resolve_paths(config: Any) -> None:
@@ -539,11 +540,7 @@ def check_values(cls: type, values: Any, *, text: bool = False) -> dict[str, Any
         values = {name: _read(fields[name][1], value) for name, value in values.items()}
     for name, value in values.items():
         owner, f = fields[name]
-        expected = _mistyped(owner, f, value) or _outside(owner, f, value)
-        if expected:
-            raise WorkbenchError(
-                f"{option_name(name)}: {value!r} is not allowed (expected {expected})"
-            )
+        _refuse(name, value, _mistyped(owner, f, value) or _outside(owner, f, value))
     return values
 
 

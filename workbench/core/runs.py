@@ -336,32 +336,29 @@ class Run:
         """Refuse to reopen a run with other settings than ``given``, other data, another teacher,
         or an objective its settings no longer resolve to (a preset's defaults changed)."""
         existing = self.info()
-        shown = differences(
+        if shown := differences(
             existing.model_dump(exclude_unset=True, exclude={RESOLVED}),
             given.model_dump(exclude_unset=True, exclude={RESOLVED}),
-        )
-        if shown:
+        ):
             raise WorkbenchError(
                 f"{self.path} already holds a run with other settings ({shown}): "
                 "choose another --run-dir, or delete that folder"
             )
-        splits = _changed(existing.resolved.split_fingerprint, given.resolved.split_fingerprint)
-        if splits:
+        old, new = existing.resolved, given.resolved
+        if splits := _changed(old.split_fingerprint, new.split_fingerprint):
             raise WorkbenchError(
                 f"{self.path} was trained on other data: the {', '.join(splits)} split(s) "
                 "changed since (edited rows or labels); to train on the data as it is now, "
                 "choose another --run-dir"
             )
-        changed = teacher_change(existing.resolved.teacher, given.resolved.teacher)
-        if changed:
+        if changed := teacher_change(old.teacher, new.teacher):
             raise WorkbenchError(
                 f"{self.path} was distilled from another teacher: {changed}; the student and "
                 "its teacher cache learnt from the former one: to distil from the teacher as it "
                 "is now, choose another --run-dir"
             )
-        then, now = existing.resolved.objective, given.resolved.objective
-        if then != now:
-            keys = _changed(then.model_dump(), now.model_dump())
+        if old.objective != new.objective:
+            keys = _changed(old.objective.model_dump(), new.objective.model_dump())
             raise WorkbenchError(
                 f"{self.path} was trained with an objective that the same options no longer "
                 f"resolve to (changed: {', '.join(keys)}; a preset's defaults changed): "
@@ -611,9 +608,7 @@ def task_beside(
         run = Run.open(source)
         data, info = run.config(DataConfig, "data"), run.info()
         label_map = info.configs.get(info.kind, {}).get("label_map", "")
-        settings = _given(data)
-        if label_map:
-            settings["label_map"] = label_map
+        settings = _given(data) | ({"label_map": label_map} if label_map else {})
         shown = f" ({_options(settings)})" if settings else ""
         if notify is not None:
             notify(
@@ -805,8 +800,7 @@ def model_card(run: Run, library: str = "transformers") -> str:
         for split, metrics in results.items():
             values = ", ".join(f"{name} {value:.4f}" for name, value in metrics.items())
             lines.append(f"- {split}: {values}")
-    command = manifest.command
-    if command:
+    if command := manifest.command:
         program = Path(command[0]).name
         program = "kdw" if program in ("kdw", "__main__.py") else program
         line = _one_line(shlex.join([program, *command[1:]]))
