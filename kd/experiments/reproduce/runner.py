@@ -228,28 +228,23 @@ def student_folder(out: Path, experiment: Experiment, key: str) -> Path:
     return out / "runs" / experiment.task / f"{folder}-seed{experiment.seed}-{settings}"
 
 
-def _moved(folder: Path, teacher: Path) -> Run | None:
-    """A student folder written when the suite lay elsewhere (its teacher's old path): a finished
-    one is used as it is, an unfinished one restarted."""
+def forget_other_teacher(folder: Path, teacher: Path) -> Run | None:
+    """Remove the student folder ``folder`` if it learnt from another teacher than ``teacher`` as it
+    is now, or if it is unfinished and was written when the suite lay elsewhere (its teacher's old
+    path): the suite trains it anew. A finished one written elsewhere is returned, used as it
+    is."""
     if not (folder / "run.json").exists():
         return None
     run = Run(folder)
-    recorded = run.info().configs.get("student", {}).get("teacher", "")
-    if Path(recorded).resolve() == teacher.resolve():  # the same folder, however spelt
-        return None
-    if run.status().state == "finished":
-        return run
-    shutil.rmtree(folder)
-    return None
-
-
-def forget_other_teacher(folder: Path, teacher: Path) -> None:
-    """Remove the student folder ``folder`` if it learnt from another teacher than ``teacher`` as it
-    is now: the suite trains it anew."""
-    if not (folder / "run.json").exists():
-        return
-    if teacher_change(Run(folder).info().resolved.teacher, teacher_pin(str(teacher))):
+    info = run.info()
+    recorded = info.configs.get("student", {}).get("teacher", "")
+    if teacher_change(info.resolved.teacher, teacher_pin(str(teacher))):
         shutil.rmtree(folder)
+    elif Path(recorded).resolve() != teacher.resolve():  # not the same folder, however spelt
+        if run.status().state == "finished":
+            return run
+        shutil.rmtree(folder)
+    return None
 
 
 def train_and_score(
@@ -259,8 +254,7 @@ def train_and_score(
     identity. Runs in a worker process under ``--jobs``."""
     started = time.time()
     folder = student_folder(out, experiment, key)
-    forget_other_teacher(folder, teacher)
-    run = _moved(folder, teacher) or distill(
+    run = forget_other_teacher(folder, teacher) or distill(
         plan.data,
         StudentConfig(teacher=str(teacher), num_layers=plan.student_layers, **experiment.student),
         experiment.objective,
