@@ -54,17 +54,16 @@ AOPC_MEASURES = ("comprehensiveness", "sufficiency")  # the rows give their mean
 
 
 def _prepared(loaded: LoadedModel, part, settings: FaithfulnessSettings) -> list[tuple]:
-    """A model's sample in batches, each with its leave-one-out drops ``[B, L]`` (computed
-    once, whatever the explainers)."""
+    """A model's sample in batches, each with its inputs and its leave-one-out drops ``[B, L]``
+    (computed once, whatever the explainers)."""
     dataset = encode(part, loaded.tokenizer, loaded.max_length)
-    special = special_ids(loaded.tokenizer)
-    options = {"removal": settings.removal, "special_ids": special, "batch_size": 64}
+    options = {"removal": settings.removal, "special_ids": special_ids(loaded.tokenizer)}
     out = []
     for batch in batches(
         dataset, range(len(dataset)), settings.batch_size, pad_id(loaded.tokenizer)
     ):
         inputs = (batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-        out.append((batch, leave_one_out(loaded.model, *inputs, **options)))
+        out.append((batch, inputs, leave_one_out(loaded.model, *inputs, **options)))
     return out
 
 
@@ -77,20 +76,13 @@ def _scores(
 ) -> dict[str, list[float] | float]:
     """One explainer on one model: the per-example values of each measure and the seconds."""
     model, special = loaded.model, special_ids(loaded.tokenizer)
+    options = {"rules": settings.rules, "removal": settings.removal, "special_ids": special}
     values: dict = {m: [] for m in MEASURES} | {"seconds": 0.0}
-    for batch, drops in prepared:
-        inputs = (batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+    for batch, inputs, drops in prepared:
         start = time.perf_counter()
         scores = explain_batch(model, batch, choice, special_ids=special)
         values["seconds"] += time.perf_counter() - start
-        faithful = aopc(
-            model,
-            *inputs,
-            scores=scores,
-            rules=settings.rules,
-            removal=settings.removal,
-            special_ids=special,
-        )
+        faithful = aopc(model, *inputs, scores=scores, **options)
         values["comprehensiveness"] += faithful.comprehensiveness.tolist()
         values["sufficiency"] += faithful.sufficiency.tolist()
         values["loo_kendall_tau"] += kendall_per_example(scores, drops).tolist()
@@ -122,29 +114,25 @@ def _row(model: str, explainer: str, values: dict, settings: FaithfulnessSetting
     return row
 
 
-def _ranks(rows: list[dict]) -> None:
-    """Each row's rank among its model's explainers per measure (1: best) and overall (by
-    the mean of the three ranks, ties in the order given)."""
-    for measure, higher in MEASURES.items():
-        ordered = sorted(  # an undefined mean ranks last
-            rows, key=lambda r: (np.isnan(r[measure]), -r[measure] if higher else r[measure])
-        )
-        for rank, row in enumerate(ordered, 1):
-            row[f"rank_{measure}"] = rank
-    mean = {id(r): np.mean([r[f"rank_{m}"] for m in MEASURES]) for r in rows}
-    for rank, row in enumerate(sorted(rows, key=lambda r: mean[id(r)]), 1):
-        row["rank"] = rank
-
-
 def _ranked(rows: list[dict], models: Sequence[str], explainers: Sequence[str]) -> list[dict]:
-    """``rows`` ordered by model (as ``models``), then explainer (as ``explainers``), each
-    model's rows ranked."""
+    """``rows`` ordered by model (as ``models``), then explainer (as ``explainers``), each row
+    given its rank among its model's explainers per measure (1: best) and overall (by the mean
+    of the three ranks, ties in the order given)."""
     out = []
     for name in models:
         model_rows = sorted(
             (r for r in rows if r["model"] == name), key=lambda r: explainers.index(r["explainer"])
         )
-        _ranks(model_rows)
+        for measure, higher in MEASURES.items():
+            ordered = sorted(  # an undefined mean ranks last
+                model_rows,
+                key=lambda r: (np.isnan(r[measure]), -r[measure] if higher else r[measure]),
+            )
+            for rank, row in enumerate(ordered, 1):
+                row[f"rank_{measure}"] = rank
+        mean = {id(r): np.mean([r[f"rank_{m}"] for m in MEASURES]) for r in model_rows}
+        for rank, row in enumerate(sorted(model_rows, key=lambda r: mean[id(r)]), 1):
+            row["rank"] = rank
         out += model_rows
     return out
 
