@@ -197,9 +197,10 @@ class ObjectiveConfig(Checked):
         unknown = sorted(set(self.methods) - set(METHOD_SETTINGS))
         if unknown:
             raise WorkbenchError(f"no registered method {unknown[0]!r} has settings")
-        self.methods = {
-            name: _settings(cls, self.methods.get(name)) for name, cls in METHOD_SETTINGS.items()
-        }
+        given, self.methods = self.methods, {}
+        for name, cls in METHOD_SETTINGS.items():  # as a dataclass, keyword values or defaults
+            values = given.get(name) or {}
+            self.methods[name] = cls(**values) if isinstance(values, dict) else values
 
     def of(self, cls: type[T]) -> T:
         """The settings of the method whose settings dataclass is ``cls``."""
@@ -222,14 +223,6 @@ class ObjectiveConfig(Checked):
             if own:
                 methods[name] = dataclasses.replace(settings, **own)
         return dataclasses.replace(self, methods=methods, **values)
-
-
-def _settings(cls: type[T], values: T | dict[str, Any] | None) -> T:
-    """A method's settings given as its dataclass, as keyword values, or not at all (its
-    defaults)."""
-    if values is None:
-        return cls()
-    return cls(**values) if isinstance(values, dict) else values
 
 
 def register_settings(method: str, cls: type[T]) -> type[T]:
