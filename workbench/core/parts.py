@@ -83,9 +83,12 @@ def _head(model: PreTrainedModel) -> str | None:
     return found[-1] if found else None
 
 
-def _probe(model: PreTrainedModel, layers: str | None, head: str | None) -> dict:
+def _probe(
+    model: PreTrainedModel, layers: str | None, head: str | None
+) -> tuple[tuple[str, ...], str | None, list[torch.Size] | None]:
     """One forward pass on four tokens, hooked: the modules that finished before the first
-    layer started, which of them gave the tensor it consumed, and the head's output shape."""
+    layer started (the embedding stage), which of them gave the tensor it consumed (the site),
+    and the head's output shape (in a list; None without one)."""
     finished: list[tuple[str, object]] = []
     consumed: list[Tensor] = []
     head_shape: list[torch.Size] = []
@@ -123,7 +126,7 @@ def _probe(model: PreTrainedModel, layers: str | None, head: str | None) -> dict
             model.eval()
             model(input_ids=ids, attention_mask=torch.ones_like(ids))
     except Exception:  # an architecture whose forward needs more than ids: nothing is found
-        return {"stage": (), "site": None, "head_shape": None}
+        return (), None, None
     finally:
         model.train(training)
         for handle in handles:
@@ -138,36 +141,29 @@ def _probe(model: PreTrainedModel, layers: str | None, head: str | None) -> dict
                 site = name
         top = [n for n, _ in finished if layers is None or not layers.startswith(f"{n}.")]
         stage = [n for n in top if not any(n.startswith(f"{o}.") for o in top if o != n)]
-    return {
-        "stage": tuple(dict.fromkeys(stage)),
-        "site": site,
-        "head_shape": head_shape[-1:] or None,
-    }
+    return tuple(dict.fromkeys(stage)), site, head_shape[-1:] or None
 
 
 def parts_of(model: PreTrainedModel) -> Parts:
     """The parts of ``model``, found once (then remembered for the model object)."""
-    found = _FOUND.get(model)
-    if found is not None:
+    if (found := _FOUND.get(model)) is not None:
         return found
     config = model.config
     override = OVERRIDES.get(config.model_type, {})
     layers = override.get("layers", _layer_list(model))
     head = _head(model)
-    probe = _probe(model, layers, head)
-    shape = probe["head_shape"]
+    stage, site, shape = _probe(model, layers, head)
     if shape is not None and len(shape[0]) == 3:  # the head maps every position: decoders
         reads = LAST
     elif getattr(config, "classifier_pooling", None) == MEAN:
         reads = MEAN
     else:
         reads = FIRST
-    stage = probe["stage"]
     first = model.get_submodule(stage[0]) if stage else None
     parts = Parts(
         kind=config.model_type,
         stage=stage,
-        site=probe["site"],
+        site=site,
         layers=layers,
         head=head,
         reads=reads,
@@ -176,9 +172,8 @@ def parts_of(model: PreTrainedModel) -> Parts:
         positions_from_ids=hasattr(first, "create_position_ids_from_input_ids")
         and getattr(first, "padding_idx", None) is not None,
     )
-    parts = replace(parts, **{k: v for k, v in override.items() if k != "layers"})
-    _FOUND[model] = parts
-    return parts
+    _FOUND[model] = replace(parts, **{k: v for k, v in override.items() if k != "layers"})
+    return _FOUND[model]
 
 
 def set_stage(model: PreTrainedModel, stage: tuple[str, ...]) -> None:
