@@ -435,23 +435,6 @@ def check_onnx_settings(loaded: LoadedModel, settings: OnnxSettings) -> None:
         )
 
 
-def _calibration(
-    loaded: LoadedModel, task: TaskData, settings: OnnxSettings
-) -> tuple[list[dict] | None, dict | None]:
-    """A static int8 graph's calibration batches (``settings.calibration_examples`` dev texts,
-    batches of 16 as the graph's inputs) and their record; None for a dynamic or no int8."""
-    if settings.quantize is None or settings.int8 != "static":
-        return None, None
-    texts = sample_split(task.splits["dev"], settings.calibration_examples, loaded.data.split_seed)
-    dev = encode(texts, loaded.tokenizer, loaded.max_length)
-    names = graph_inputs(loaded.model)
-    calibration = [
-        {name: batch[name].numpy() for name in names}
-        for batch in batches(dev, list(range(len(dev))), 16, pad_id(loaded.tokenizer))
-    ]
-    return calibration, {"split": "dev", "examples": len(dev)}
-
-
 def _write_graphs(
     loaded: LoadedModel,
     staging: Path,
@@ -465,8 +448,8 @@ def _write_graphs(
     """Into ``staging``: the config, tokenizer, float32 graph (fused with ``settings.fuse``),
     int8 graph (``settings.quantize``), each graph's parity with the PyTorch model's
     ``reference`` logits ``[N, C]`` on ``dataset`` (in ``record``), the record and the card;
-    a static int8 graph calibrated on ``task``'s dev split."""
-    calibration, calibrated = _calibration(loaded, task, settings)
+    a static int8 graph calibrated on ``settings.calibration_examples`` texts of ``task``'s dev
+    split, in batches of 16 of the graph's inputs."""
     loaded.model.config.save_pretrained(staging)
     loaded.tokenizer.save_pretrained(staging)
     fp32 = staging / GRAPHS["fp32"]
@@ -476,6 +459,16 @@ def _write_graphs(
         record["fusions"] = fuse_graph(loaded.model, exported, fp32)
         exported.unlink()
     if settings.quantize:
+        calibration, calibrated = None, None
+        if settings.int8 == "static":
+            seed = loaded.data.split_seed
+            texts = sample_split(task.splits["dev"], settings.calibration_examples, seed)
+            dev = encode(texts, loaded.tokenizer, loaded.max_length)
+            calibration = [
+                {name: batch[name].numpy() for name in graph_inputs(loaded.model)}
+                for batch in batches(dev, list(range(len(dev))), 16, pad_id(loaded.tokenizer))
+            ]
+            calibrated = {"split": "dev", "examples": len(dev)}
         quantize_int8(fp32, staging / GRAPHS["int8"], settings, calibration)
         record["quantization"] = {
             "weights": "int8",
