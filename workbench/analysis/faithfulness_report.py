@@ -31,7 +31,7 @@ from workbench.analysis.attribution.registry import EXPLAINERS
 from workbench.analysis.faithfulness import aopc, kendall_per_example, leave_one_out
 from workbench.analysis.metrics import nan_mean
 from workbench.analysis.settings import FaithfulnessSettings
-from workbench.analysis.stats import mean_interval, paired_bootstrap
+from workbench.analysis.stats import paired_bootstrap
 from workbench.core.config import to_dict
 from workbench.core.data import batches, encode, load_task, pad_id, sample_split
 from workbench.core.errors import WorkbenchError
@@ -104,8 +104,9 @@ def _row(model: str, explainer: str, values: dict, settings: FaithfulnessSetting
         "load_average": list(os.getloadavg()),
         "threads": torch.get_num_threads(),
     }
-    for measure in AOPC_MEASURES:
-        interval = mean_interval(values[measure], resamples=settings.resamples)
+    for measure in AOPC_MEASURES:  # the mean's BCa interval: the values paired with zeros
+        zeros = [0.0] * len(values[measure])
+        interval = paired_bootstrap(values[measure], zeros, resamples=settings.resamples)
         row |= {
             measure: interval.difference,
             f"{measure}_low": interval.low,

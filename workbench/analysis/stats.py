@@ -22,7 +22,6 @@ from workbench.core.errors import WorkbenchError
 
 __all__ = [
     "Interval",
-    "mean_interval",
     "pair_predictions",
     "pair_scores",
     "paired_bootstrap",
@@ -86,17 +85,6 @@ def paired_bootstrap(
     )
     ci = result.confidence_interval
     return Interval(mean, float(ci.low), float(ci.high), len(a), confidence)
-
-
-def mean_interval(
-    values: Sequence[float], *, confidence: float = 0.95, resamples: int = 10_000, seed: int = 0
-) -> Interval:
-    """The mean of ``values`` ``[N]`` with a BCa bootstrap interval: :func:`paired_bootstrap`
-    of the values against zeros (``difference`` is then the mean)."""
-    values = np.asarray(values, dtype=float)
-    return paired_bootstrap(
-        values, np.zeros_like(values), confidence=confidence, resamples=resamples, seed=seed
-    )
 
 
 def two_level_bootstrap(
