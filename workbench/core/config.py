@@ -395,23 +395,20 @@ def _field_type(cls: type, f: dataclasses.Field) -> tuple[Any, bool]:
     return typing.get_origin(hint) or hint, False
 
 
-def _parse_optional(kind: Any) -> Any:
-    def parse(text: str) -> Any:
-        return None if text.lower() in ("none", "") else kind(text)
-
-    parse.__name__ = kind.__name__  # argparse names it in a refusal: "invalid int value: 'abc'"
-    return parse
-
-
-def _parse_text(syntax: Syntax) -> Callable[[str], Any]:
-    """``syntax.parse`` for ``argparse``: malformed text is a usage error that says why."""
+def _text_type(kind: Any, syntax: Syntax | None, optional: bool) -> Callable[[str], Any]:
+    """How ``argparse`` reads an option's text: by ``syntax`` (malformed text is a usage error
+    that says why) or as ``kind``; ``none`` or nothing is None where the option is optional."""
 
     def parse(text: str) -> Any:
+        if optional and text.lower() in ("none", ""):
+            return None
         try:
-            return syntax.parse(text)
+            return syntax.parse(text) if syntax else kind(text)
         except WorkbenchError as error:
             raise argparse.ArgumentTypeError(str(error)) from None
 
+    # argparse names it in a refusal: "invalid int value: 'abc'"
+    parse.__name__ = "parse" if syntax else kind.__name__
     return parse
 
 
@@ -441,8 +438,8 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
             continue
         choices = f.metadata.get("choices")  # None, where offered, last
         options["choices"] = sorted(choices, key=lambda c: c is None) if choices else None
-        kind = _parse_text(syntax) if syntax else kind
-        group.add_argument(name, type=_parse_optional(kind) if optional else kind, **options)
+        kind = _text_type(kind, syntax, optional) if syntax or optional else kind
+        group.add_argument(name, type=kind, **options)
 
 
 def from_arguments(cls: type[T], namespace: argparse.Namespace) -> T:
