@@ -27,12 +27,21 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import optuna
+import sqlalchemy
+from optuna.trial import TrialState
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
+from tqdm.auto import tqdm
+
 from kd.experiments.config import TuneConfig
 from kd.methods.config import ObjectiveConfig
-from kd.methods.objective import PARAMETERS, PRESETS, Parameter, Preset
+from kd.methods.objective import PARAMETERS, PRESETS, Parameter, Preset, preset_weights
+from kd.training import tracking
 from kd.training.config import CONFIG_SECTIONS, OptimConfig, StudentConfig
+from kd.training.pipeline import distill, prepare_distillation
 from kd.training.tracking import TrackingConfig
-from kd.training.trainer import Callback, TrainingDiverged
+from kd.training.trainer import Callback, TrainingDiverged, main_metric
 from workbench.core.config import DataConfig, to_dict
 from workbench.core.errors import WorkbenchError, first_line
 from workbench.core.files import (
@@ -238,10 +247,6 @@ def study_place(out: Path, storage: str | None) -> StudyPlace:
         if path.exists():
             check_study_file(path)
         return StudyPlace(f"sqlite:///{path.resolve()}", str(path), "choose another --out", False)
-    import sqlalchemy
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
-
     try:
         url = make_url(storage)
     except ArgumentError:  # the text is not echoed: it may hold a password
@@ -294,9 +299,6 @@ def study_place(out: Path, storage: str | None) -> StudyPlace:
 def _storage(place: StudyPlace, attempts: int = 5):
     """The study's Optuna storage; a shared one keeps each running trial's heartbeat. Workers that
     start together on an empty database race to make Optuna's tables: the losers try again."""
-    import optuna
-    from sqlalchemy.exc import SQLAlchemyError
-
     if not place.shared:
         return place.url
     for attempt in range(1, attempts + 1):
@@ -344,8 +346,6 @@ def study_settings(
 def _study(place: StudyPlace, name: str, attrs: dict, sampler, pruner, points: list[dict]):
     """The study ``name`` in ``place``: made (recording ``attrs``, and queueing the grid
     ``points``), or joined after :func:`_check_record`."""
-    import optuna
-
     attrs = with_format(attrs)
     options = {"study_name": name, "storage": _storage(place), "sampler": sampler, "pruner": pruner}
     try:
@@ -451,8 +451,6 @@ def _retry_interrupted(study, exclusive: bool) -> None:
     """Queue again every trial left running by a killed search (only when ``exclusive``: this
     process holds the study's lock) or stopped on request, unless a later trial retried its
     settings."""
-    from optuna.trial import TrialState
-
     trials = study.get_trials(deepcopy=False)
     for trial in trials:
         left = exclusive and trial.state == TrialState.RUNNING
@@ -479,8 +477,6 @@ def _setting(trial) -> tuple:
 
 def _counted(trial) -> bool:
     """Whether a trial's settings count as tried: completed, pruned or diverged, not stopped."""
-    from optuna.trial import TrialState
-
     return (
         trial.state in (TrialState.COMPLETE, TrialState.PRUNED) or trial.user_attrs.get("diverged")
     ) and not trial.user_attrs.get("stopped")
@@ -499,8 +495,6 @@ class GiveWay(Exception):
 
 def _planned(trials) -> set[tuple]:
     """The settings that count towards the budget: tried, being tried, or queued."""
-    from optuna.trial import TrialState
-
     active = (TrialState.RUNNING, TrialState.WAITING)
     return {_setting(t) for t in trials if _counted(t) or t.state in active}
 
@@ -533,8 +527,6 @@ def trials_table(study) -> list[dict]:
 def best_trial(study):
     """The completed trial of the best dev value, None before one completes; of equal values, the
     one whose settings sort first, and of those the trial that trained them."""
-    from optuna.trial import TrialState
-
     return min(
         study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)),
         key=lambda t: (-t.value, _key(t.params), "run" not in t.user_attrs, t.number),
@@ -544,8 +536,6 @@ def best_trial(study):
 
 def study_trials(out: str | Path) -> list[dict]:
     """The trials table of the study in ``out`` (for the app), read without locking it."""
-    import optuna
-
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     check_study_file(Path(out) / "study.db")
     storage = f"sqlite:///{(Path(out) / 'study.db').resolve()}"
@@ -556,10 +546,6 @@ def _search(run_trial: _Trial, points: list[dict]) -> None:
     """Run trials, one at a time, until the study (all its workers) has tried ``run_trial.target``
     distinct settings, then wait for the others' trials; grid ``points`` missing from the study are
     queued (again); TPE proposes a bounded number."""
-    import optuna
-    from optuna.trial import TrialState
-    from tqdm.auto import tqdm
-
     study, target, proposals, told = run_trial.study, run_trial.target, 0, False
     with tqdm(total=target, desc="settings tried", unit="setting") as progress:
         while not run_trial.stopped:
@@ -607,11 +593,6 @@ class _Trial:
     stopped: list[int] = field(default_factory=list)  # trials asked to stop: retried on resume
 
     def __call__(self, trial) -> float:
-        import optuna
-        from optuna.trial import TrialState
-
-        from kd.training.pipeline import distill
-
         study = self.study
         if _surplus(study, trial.number, self.target):
             trial.set_user_attr("surplus", True)
@@ -703,13 +684,6 @@ def tune(
     follow every trial's training; with ``config.storage`` this process is one worker of the study
     there; ``tracking_config``'s trackers follow every trial. Bad settings raise before anything is
     written."""
-    import optuna
-
-    from kd.methods.objective import preset_weights
-    from kd.training import tracking
-    from kd.training.pipeline import prepare_distillation
-    from kd.training.trainer import main_metric
-
     out = Path(out)
     tracking_config = tracking_config or TrackingConfig()
     tracking.check(tracking_config)
@@ -781,9 +755,7 @@ def tune(
             parent,
         )
         _search(search, points)
-        result = TuneResult(rows=trials_table(study))
-        result.best = _write_best(search, place, attrs["space"])
-    return result
+        return TuneResult(trials_table(study), _write_best(search, place, attrs["space"]))
 
 
 class TunedChoice(Record):
