@@ -31,6 +31,7 @@ from workbench.core.errors import WorkbenchError
 __all__ = [
     "attribution_gap",
     "compare_models",
+    "correlation_per_row",
     "pearson_per_example",
     "rank_correlation",
     "saliency_loyalty",
@@ -45,7 +46,7 @@ def _check_shapes(a: Tensor, b: Tensor, mask: Tensor) -> None:
         )
 
 
-def _per_row(
+def correlation_per_row(
     a: Tensor, b: Tensor, attention_mask: Tensor, correlation: Callable[..., Any]
 ) -> Tensor:
     """``correlation`` (a ``scipy.stats`` test) of ``a`` and ``b`` ``[B, L]`` (or ``[B, V, L]``)
@@ -67,13 +68,13 @@ def pearson_per_example(a: Tensor, b: Tensor, attention_mask: Tensor) -> Tensor:
     """Pearson correlation (``scipy.stats.pearsonr``) of ``a`` and ``b`` ``[B, L]`` (or
     ``[B, V, L]``) over the real tokens of each row → ``[B]`` (or ``[B, V]``); NaN where
     undefined."""
-    return _per_row(a, b, attention_mask, stats.pearsonr)
+    return correlation_per_row(a, b, attention_mask, stats.pearsonr)
 
 
 def rank_correlation(a: Tensor, b: Tensor, attention_mask: Tensor) -> Tensor:
     """Spearman correlation (``scipy.stats.spearmanr``, ties at their average rank) of maps
     ``[B, (V,) L]`` over real tokens → ``[B(, V)]``; NaN where undefined."""
-    return _per_row(a, b, attention_mask, stats.spearmanr)
+    return correlation_per_row(a, b, attention_mask, stats.spearmanr)
 
 
 def attribution_gap(maps_a: Tensor, maps_b: Tensor, attention_mask: Tensor) -> Tensor:

@@ -38,12 +38,12 @@ import math
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from scipy import stats
 from torch import Tensor
 from transformers import PreTrainedModel
 
+from workbench.analysis.agreement import correlation_per_row
 from workbench.analysis.attribution.baselines import special_positions
 from workbench.analysis.attribution.targets import resolve_target
 from workbench.analysis.settings import AOPC_RULES
@@ -209,13 +209,7 @@ def kendall_per_example(scores: Tensor, drops: Tensor) -> Tensor:
     """Kendall's τ-b (``scipy.stats.kendalltau``) between each example's scores ``[B, L]`` and
     its leave-one-out drops ``[B, L]`` over the positions where the drop is defined → ``[B]``;
     NaN where undefined (fewer than two tokens, or a constant side)."""
-    out = torch.full((len(scores),), torch.nan)
-    for b in range(len(scores)):
-        kept = ~drops[b].isnan()
-        a, d = scores[b, kept].double().numpy(), drops[b, kept].double().numpy()
-        if len(a) >= 2 and np.ptp(a) > 0 and np.ptp(d) > 0:
-            out[b] = float(stats.kendalltau(a, d).statistic)
-    return out
+    return correlation_per_row(scores, drops, ~drops.isnan(), stats.kendalltau)
 
 
 def aopc(
