@@ -14,6 +14,7 @@ checked), :mod:`~workbench.core.data.hub_sets` (any labelled hub data set, or on
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable
 
@@ -81,10 +82,6 @@ def _check_options(config: DataConfig, hub: bool) -> None:
         raise WorkbenchError(f"{', '.join(refused)}: only for {kind}, not for {config.task!r}")
 
 
-def _say(text: str) -> None:
-    print(f"note: {text}", file=sys.stderr)
-
-
 def overlap_note(data: TaskData) -> str | None:
     """One line on the examples of dev and test that repeat a training example
     (:attr:`TaskData.overlap`), None when there are none."""
@@ -112,7 +109,7 @@ def load_task(config: DataConfig, notify: Callable[[str], None] | None = None) -
     training example are counted (:attr:`TaskData.overlap`) and, with ``config.dedupe``,
     dropped from dev and test before their subsample; either is said once, in one line, to
     ``notify`` (default: standard error) and kept in the task's notes."""
-    say = notify or _say
+    say = notify or (lambda text: print(f"note: {text}", file=sys.stderr))
     name = config.task
     path = None if name in BUNDLED or name in GLUE_TASKS else local_path(name, hub_ids=True)
     hub = path is None and name not in BUNDLED and name not in GLUE_TASKS
@@ -132,11 +129,9 @@ def load_task(config: DataConfig, notify: Callable[[str], None] | None = None) -
             f"unknown task {name!r}: use one of {', '.join(TASK_NAMES)}, a path to a "
             "local CSV/TSV/JSONL/parquet file or directory, or a hub data set (owner/name)"
         )
-    stratify = not data.spec.regression
-    splits = data.splits
-    splits["train"] = sample_split(
-        splits["train"], config.max_train_examples, config.split_seed, stratify
-    )
+    splits, stratify = data.splits, not data.spec.regression
+    sample = functools.partial(sample_split, seed=config.split_seed, stratify=stratify)
+    splits["train"] = sample(splits["train"], config.max_train_examples)
     if config.dedupe:  # against the training examples used, before dev and test are sampled
         data.deduped = drop_train_repeats(splits)
         shown = " and ".join(f"{n} {split}" for split, n in data.deduped.items())
@@ -145,14 +140,10 @@ def load_task(config: DataConfig, notify: Callable[[str], None] | None = None) -
             f"a training example ({OVERLAP_RULE})"
         )
         say(data.notes[-1])
-    for split_name in splits:
-        if split_name != "train":
-            splits[split_name] = sample_split(
-                splits[split_name], config.max_eval_examples, config.split_seed, stratify
-            )
+    for split in splits.keys() - {"train"}:  # values replaced: the order stays
+        splits[split] = sample(splits[split], config.max_eval_examples)
     data.overlap = split_overlap(splits)
-    note = overlap_note(data)
-    if note is not None:
+    if (note := overlap_note(data)) is not None:
         data.notes.append(note)
         say(note)
     sizes = {split: len(splits.get(split, ())) for split in SPLITS}

@@ -98,11 +98,10 @@ def prefixes(
 ) -> tuple[tuple[list[str], ...], list[bool]]:
     """The tokenizer's arguments (texts, and pairs where given) cut by :func:`prefix`, and per
     example whether its text or pair was cut (it is then longer than ``max_length`` tokens)."""
-    cut_texts = [prefix(tokenizer, str(t), max_length) for t in texts]
-    cut_pairs = None if pairs is None else [prefix(tokenizer, str(p), max_length) for p in pairs]
-    args = tuple([text for text, _ in part] for part in (cut_texts, cut_pairs) if part is not None)
-    cut = [a[1] or (cut_pairs is not None and cut_pairs[i][1]) for i, a in enumerate(cut_texts)]
-    return args, cut
+    given = [part for part in (texts, pairs) if part is not None]
+    parts = [[prefix(tokenizer, str(text), max_length) for text in part] for part in given]
+    args = tuple([text for text, _ in part] for part in parts)
+    return args, [any(was_cut for _, was_cut in example) for example in zip(*parts, strict=True)]
 
 
 COUNTED_CHARS = 1 << 20  # characters of a text whose tokens count_tokens counts
