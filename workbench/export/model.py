@@ -141,12 +141,10 @@ def _prepare_row(row: HeatmapRow, options: ExportOptions, columns: bool) -> Heat
     """The row to draw: dropped tokens removed (in columns, blanked, so that the columns stay),
     WordPiece continuations merged (not in columns, whose cells are words)."""
     cells = [
-        (t, None if s is None else float(s))
+        ("", None) if t in options.drop_tokens else (t, None if s is None else float(s))
         for t, s in zip(row.tokens, row.scores, strict=True)
         if columns or t not in options.drop_tokens
     ]
-    if columns:
-        cells = [("", None) if t in options.drop_tokens else (t, s) for t, s in cells]
     if all(s is None for _, s in cells):
         dropped = ", ".join(options.drop_tokens)
         raise ValueError(f"row {row.label!r} has no tokens left after dropping {dropped}")

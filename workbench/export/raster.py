@@ -121,8 +121,7 @@ def _scene_fonts(scene: _Scene) -> tuple[dict[bool, list[str]], list[str]]:
 def undrawable_characters(heatmap: Heatmap, options: ExportOptions | None = None) -> list[str]:
     """The characters of ``heatmap`` that no installed font has: PNG and PDF draw them as
     boxes (SVG, HTML and LaTeX leave the fonts to the viewer)."""
-    prepared = _prepare(heatmap, options)
-    return _scene_fonts(_build_scene(prepared, options))[1]
+    return _scene_fonts(_build_scene(_prepare(heatmap, options), options))[1]
 
 
 def describe_characters(characters: Sequence[str]) -> str:
