@@ -266,14 +266,10 @@ def _git_commit() -> str | None:
     return out.stdout.strip() or None
 
 
-def _versions() -> dict[str, str | None]:
-    versions: dict[str, str | None] = {"python": platform.python_version()}
-    for package in PACKAGES:
-        try:
-            versions[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            versions[package] = None
-    return versions
+def _version(package: str) -> str | None:
+    with suppress(metadata.PackageNotFoundError):
+        return metadata.version(package)
+    return None
 
 
 @dataclass
@@ -368,7 +364,7 @@ class Run:
     def _start(self, info: dict[str, Any], manifest: dict[str, Any]) -> None:
         manifest = {
             **manifest,
-            "versions": _versions(),
+            "versions": {"python": platform.python_version()} | {p: _version(p) for p in PACKAGES},
             "git_commit": _git_commit(),
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "command": [mask_secrets(part) for part in sys.argv],
@@ -815,10 +811,9 @@ def model_card(run: Run, library: str = "transformers") -> str:
         f"- git commit: `{manifest.git_commit}`",
         f"- seed: {manifest.seed}",
     ]
-    try:
+    spent = {}
+    with suppress(WorkbenchError):  # a damaged status: the card goes without the times
         spent = run.status().seconds
-    except WorkbenchError:  # a damaged status: the card goes without the times
-        spent = {}
     if spent:
         times = ", ".join(f"{name.replace('_', ' ')} {value:g} s" for name, value in spent.items())
         lines.append(f"- time: {times}")
