@@ -528,8 +528,7 @@ def check_values(cls: type, values: Any, *, text: bool = False) -> dict[str, Any
     if not isinstance(values, dict):
         raise WorkbenchError(f"the {cls.__name__} settings are not an object")
     fields = flat_fields(cls)
-    unknown = set(values) - set(fields)
-    if unknown:
+    if unknown := set(values) - set(fields):
         raise WorkbenchError(
             f"unknown {cls.__name__} settings {sorted(unknown)}; known: {sorted(fields)}"
         )

@@ -194,8 +194,7 @@ PART_NAMES = {
 def require(model: PreTrainedModel, part: str, needed_by: str) -> str | tuple[str, ...]:
     """The path(s) of ``part`` (an attribute of :class:`Parts`), or a one-line error naming
     the part, the architecture and ``needed_by`` (what needs it)."""
-    value = getattr(parts_of(model), part)
-    if not value:
+    if not (value := getattr(parts_of(model), part)):
         what = PART_NAMES[part].format(classes=model.config.num_labels)
         raise WorkbenchError(
             f"{type(model).__name__} ({model.config.model_type}): the workbench cannot find "
@@ -249,8 +248,7 @@ def head_states(model: PreTrainedModel, hidden: Tensor, batch: dict[str, Tensor]
     """The states ``[B, d]`` of ``hidden`` ``[B, L, d]`` at what the head reads (Patient KD's
     [CLS] states: the first token, a decoder's last real token, or a pooling head's masked
     mean)."""
-    positions = head_positions(model, batch)
-    if positions is None:
+    if (positions := head_positions(model, batch)) is None:
         mask = batch["attention_mask"].to(hidden.dtype)[..., None]
         return (hidden * mask).sum(1) / mask.sum(1).clamp_min(1)
     return hidden[torch.arange(hidden.shape[0], device=hidden.device), positions]

@@ -433,8 +433,7 @@ class Run:
 
     def task(self) -> TaskRecord:
         """The run's task record (name, label names, metrics, pair), which a trained run has."""
-        task = self.info().task
-        if task is None:
+        if (task := self.info().task) is None:
             raise self._not_a_record('"task" is missing')
         return task
 
@@ -504,8 +503,7 @@ class Run:
     def snapshot(self) -> str:
         """Which model ``model/`` holds, in words: ``its best dev model so far (step 20, dev
         accuracy 0.6000)``."""
-        best = self.best_dev()
-        if best is None:
+        if (best := self.best_dev()) is None:
             return "its best dev model so far"
         metric, value = next((k, v) for k, v in best.items() if k != "step")
         return f"its best dev model so far (step {best['step']}, dev {metric} {value:.4f})"

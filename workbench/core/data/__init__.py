@@ -147,8 +147,7 @@ def load_task(config: DataConfig, notify: Callable[[str], None] | None = None) -
         data.notes.append(note)
         say(note)
     sizes = {split: len(splits.get(split, ())) for split in SPLITS}
-    short = [split for split, size in sizes.items() if size < MIN_EXAMPLES[split]]
-    if short:
+    if short := [split for split, size in sizes.items() if size < MIN_EXAMPLES[split]]:
         needs = ", ".join(f"{split} {n}" for split, n in MIN_EXAMPLES.items())
         got = ", ".join(f"{split} {n}" for split, n in sizes.items())
         after = f" after {option_name('dedupe')}" if config.dedupe else ""

@@ -52,8 +52,7 @@ text that even then holds fewer is read that far and counted as truncated."""
 def tokenizer_kind(tokenizer: PreTrainedTokenizerBase) -> str:
     """``"WordPiece"``, ``"byte-level BPE"``, ``"Unigram"``, …: the kind of a fast tokenizer's
     model (byte-level where its pre-tokenizer reads bytes), else the tokenizer's class name."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is None:
+    if (backend := getattr(tokenizer, "backend_tokenizer", None)) is None:
         return type(tokenizer).__name__
     kind = type(backend.model).__name__
     return f"byte-level {kind}" if "ByteLevel" in repr(backend.pre_tokenizer) else kind
@@ -187,8 +186,7 @@ def encode(
     ids = encoded["input_ids"]
     # A text is cut when its prefix was, or when it fills max_length and one more token of
     # room shows more (truncation keeps min(length, room) tokens, pairs included)
-    full = [i for i, row in enumerate(ids) if len(row) == max_length and not cut[i]]
-    if full:
+    if full := [i for i, row in enumerate(ids) if len(row) == max_length and not cut[i]]:
         more = tokenizer(
             *([part[i] for i in full] for part in args),
             truncation=True,

@@ -62,8 +62,7 @@ TSV_FILES = {
 def _glue_split(dataset, task: GlueTask) -> pd.DataFrame:
     first, second = task.text_columns
     frame = dataset.to_pandas()
-    missing = [c for c in (first, second, "label") if c and c not in frame.columns]
-    if missing:
+    if missing := [c for c in (first, second, "label") if c and c not in frame.columns]:
         raise WorkbenchError(f"GLUE data lacks columns {missing}; found {list(frame.columns)}")
     out = pd.DataFrame({"text": frame[first].map(clean_text), "label": frame["label"]})
     if second:
@@ -83,8 +82,7 @@ def _read_glue_tsv(path: Path, name: str) -> tuple[pd.DataFrame, int]:
     except UnicodeDecodeError as error:
         raise WorkbenchError(f"{path} is not UTF-8 text ({error.reason})") from None
     names = list(tsv.header) if tsv.header else (rows.pop(0)[1] if rows else [])
-    missing = [c for c in tsv.columns if c and c not in names]
-    if missing:
+    if missing := [c for c in tsv.columns if c and c not in names]:
         raise WorkbenchError(f"{path}: no column(s) {missing} in its header {names}")
     text_at, pair_at, label_at = (None if c is None else names.index(c) for c in tsv.columns)
     width = max(i for i in (text_at, pair_at, label_at) if i is not None) + 1
@@ -159,8 +157,7 @@ def _glue_parquet_frames(
             theirs: sorted(str(p) for p in folder.glob(f"{theirs}-*.parquet"))
             for theirs in wanted.values()
         }
-        absent = [theirs for theirs, found in files.items() if not found]
-        if absent:
+        if absent := [theirs for theirs, found in files.items() if not found]:
             raise WorkbenchError(f"{folder} has no parquet files for splits {absent}")
         loaded = datasets.load_dataset("parquet", data_files=files)
         source = str(folder)

@@ -67,8 +67,7 @@ def task_from_dataset_dict(
             notes.append(f"{name}: its {theirs} split has no labels: not used")
             continue
         frames[ours] = check_table(frame, where[ours], DATASET_ROWS)
-    unused = sorted(set(dataset_dict) - set(chosen.values()))
-    if unused:
+    if unused := sorted(set(dataset_dict) - set(chosen.values())):
         notes.append(f"{name}: splits not used: {', '.join(unused)}")
     data = task_from_frames(name, frames, where, seed, source, classes, DATASET_ROWS)
     data.notes[:0] = notes

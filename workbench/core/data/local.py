@@ -38,8 +38,7 @@ LOCAL_SUFFIXES = {
 
 
 def _read_table(path: Path) -> pd.DataFrame:
-    kind = LOCAL_SUFFIXES.get(path.suffix.lower())
-    if kind is None:
+    if (kind := LOCAL_SUFFIXES.get(path.suffix.lower())) is None:
         raise WorkbenchError(
             f"{path}: unsupported file type; use one of {', '.join(sorted(LOCAL_SUFFIXES))}"
         )
@@ -103,8 +102,7 @@ def _check_header(path: Path, header: list[str]) -> None:
     """Refuse a header that names a column twice (``text,text,label``): pandas would read the
     first and rename the second ``text.1``, and the task would train on one of them silently."""
     seen: set[str] = set()
-    twice = [name for name in header if name in seen or seen.add(name)]
-    if twice:
+    if twice := [name for name in header if name in seen or seen.add(name)]:
         raise WorkbenchError(
             f"{path}: the header names the column(s) {sorted(set(twice))} more than once: give "
             "each column its own name"
@@ -154,8 +152,7 @@ class Columns:
                 f"{where}: --text-column, --text-pair-column and --label-column must name "
                 f"different columns, not {chosen}"
             )
-        missing = [c for c in chosen if c not in frame.columns]
-        if missing:
+        if missing := [c for c in chosen if c not in frame.columns]:
             raise WorkbenchError(
                 f"{where}: missing column(s) {missing}; found {list(frame.columns)} (choose "
                 "them with --text-column, --text-pair-column and --label-column)"
@@ -283,8 +280,7 @@ def _label_names(
             "needs at least two classes"
         )
     for ours, frame in frames.items():
-        unknown = sorted(set(frame["label"]) - set(classes))
-        if unknown:
+        if unknown := sorted(set(frame["label"]) - set(classes)):
             raise WorkbenchError(
                 f"{where[ours]}: unknown label(s) [{listed(map(repr, unknown), 5)}] not in the "
                 f"training labels [{listed(map(repr, classes), 8)}]"

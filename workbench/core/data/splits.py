@@ -102,8 +102,7 @@ def clean_text(text: str) -> str:
     out, space = io.StringIO(), False  # space: whitespace since the last word written
     for start in range(0, len(text), CLEAN_CHUNK):
         chunk = text[start : start + CLEAN_CHUNK]
-        words = chunk.split()
-        if words:
+        if words := chunk.split():
             if out.tell() and (space or chunk[0].isspace()):
                 out.write(" ")
             out.write(" ".join(words))
