@@ -13,7 +13,6 @@ from kd.cli.common import positive_int
 
 
 def add(commands: argparse._SubParsersAction) -> None:
-    """``kdw app``'s parser, added to ``commands``."""
     parser = commands.add_parser(
         "app",
         help="open the workbench in the browser (Streamlit)",

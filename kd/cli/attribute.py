@@ -10,7 +10,6 @@ from workbench.core.config import add_arguments, from_arguments
 
 
 def add(commands: argparse._SubParsersAction) -> None:
-    """``kdw attribute``'s parser, added to ``commands``."""
     parser = commands.add_parser(
         "attribute",
         help="token attributions of runs, saved reloadable (JSONL)",

@@ -10,7 +10,6 @@ from workbench.core.config import DataConfig, add_arguments, from_arguments
 
 
 def add(commands: argparse._SubParsersAction) -> None:
-    """``kdw baseline``'s parser, added to ``commands``."""
     parser = commands.add_parser(
         "baseline",
         help="TF-IDF + logistic regression on the same split",

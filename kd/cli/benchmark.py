@@ -11,7 +11,6 @@ from workbench.core.config import add_arguments, from_arguments
 
 
 def add(commands: argparse._SubParsersAction) -> None:
-    """``kdw benchmark``'s parser, added to ``commands``."""
     parser = commands.add_parser(
         "benchmark",
         help="size, memory, latency and throughput beside accuracy and loyalty",

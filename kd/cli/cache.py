@@ -13,7 +13,6 @@ from workbench.core.config import DataConfig, add_arguments, from_arguments
 
 
 def add(commands: argparse._SubParsersAction) -> None:
-    """``kdw cache``'s parser, added to ``commands``."""
     parser = commands.add_parser(
         "cache",
         help="build a teacher cache that students train from without the teacher",

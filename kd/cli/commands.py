@@ -12,7 +12,8 @@ from kd.cli.app import streamlit_last
 from kd.cli.common import Parser, check_local_models, check_local_task, config_defaults
 from workbench.core.errors import WorkbenchError, one_line
 
-# each subcommand's module (kdw train-teacher: kd.cli.train_teacher), in --help's order
+# each subcommand's module (kdw train-teacher: kd.cli.train_teacher), in --help's order: its
+# add(commands) adds the subcommand's parser to kdw's, its run(args) runs the parsed command
 SUBCOMMANDS = [
     importlib.import_module(f"kd.cli.{name}")
     for name in (

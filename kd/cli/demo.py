@@ -7,7 +7,6 @@ from pathlib import Path
 
 
 def add(commands: argparse._SubParsersAction) -> None:
-    """``kdw demo``'s parser, added to ``commands``."""
     parser = commands.add_parser(
         "demo",
         help="end-to-end demo on the bundled tweets",

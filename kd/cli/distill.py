@@ -12,7 +12,6 @@ from workbench.core.config import add_arguments
 
 
 def add(commands: argparse._SubParsersAction) -> None:
-    """``kdw distill``'s parser, added to ``commands``."""
     parser = commands.add_parser(
         "distill",
         help="distil a student from a teacher",

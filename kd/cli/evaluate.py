@@ -10,7 +10,6 @@ from kd.cli.common import MODELS_HELP, add_task_options, note, task_data
 
 
 def add(commands: argparse._SubParsersAction) -> None:
-    """``kdw evaluate``'s parser, added to ``commands``."""
     parser = commands.add_parser(
         "evaluate",
         help="score runs on a split, as a table",

@@ -11,7 +11,6 @@ from workbench.core.config import add_arguments, from_arguments
 
 
 def add(commands: argparse._SubParsersAction) -> None:
-    """``kdw export``'s parser, added to ``commands``."""
     parser = commands.add_parser(
         "export",
         help="token attribution heatmaps of runs, as files",

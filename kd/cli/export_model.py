@@ -10,7 +10,6 @@ from workbench.core.config import add_arguments, from_arguments
 
 
 def add(commands: argparse._SubParsersAction) -> None:
-    """``kdw export-model``'s parser, added to ``commands``."""
     parser = commands.add_parser(
         "export-model",
         help="a run's best model as a Hugging Face checkpoint folder",

@@ -13,7 +13,6 @@ from workbench.core.files import read_json_file
 
 
 def add(commands: argparse._SubParsersAction) -> None:
-    """``kdw faithfulness``'s parser, added to ``commands``."""
     parser = commands.add_parser(
         "faithfulness",
         help="which explainer is faithful to which model (AOPC, leave-one-out τ, time)",

@@ -6,7 +6,6 @@ import argparse
 
 
 def add(commands: argparse._SubParsersAction) -> None:
-    """``kdw methods``'s parser, added to ``commands``."""
     commands.add_parser(
         "methods",
         help="list the registered methods: presets, terms, tune spaces, ablations, claims",

@@ -15,7 +15,6 @@ MAX_STUDENTS_BYTES = 1_000_000  # a --students file lists a few students' settin
 
 
 def add(commands: argparse._SubParsersAction) -> None:
-    """``kdw reproduce``'s parser, added to ``commands``."""
     parser = commands.add_parser(
         "reproduce",
         help="rerun the papers' experiments and write a report",

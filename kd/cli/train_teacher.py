@@ -12,7 +12,6 @@ from workbench.core.config import DataConfig, add_arguments
 
 
 def add(commands: argparse._SubParsersAction) -> None:
-    """``kdw train-teacher``'s parser, added to ``commands``."""
     parser = commands.add_parser(
         "train-teacher",
         help="fine-tune a teacher classifier",

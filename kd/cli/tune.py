@@ -12,7 +12,6 @@ from workbench.core.config import add_arguments, from_arguments
 
 
 def add(commands: argparse._SubParsersAction) -> None:
-    """``kdw tune``'s parser, added to ``commands``."""
     parser = commands.add_parser(
         "tune",
         help="choose a method's weights on dev (Optuna)",
