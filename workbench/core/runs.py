@@ -44,7 +44,6 @@ from workbench.core.config import (
     check_values,
     from_dict,
     option_name,
-    resolve_paths,
     set_settings,
 )
 from workbench.core.errors import WorkbenchError, first_line, mask_secrets
@@ -424,12 +423,10 @@ class Run:
         configs = self.info().configs
         if group not in configs:
             raise self._not_a_record(f'"configs.{group}" is missing')
-        try:
-            config = from_dict(cls, configs[group])
+        try:  # a config dataclass makes its paths absolute (Checked)
+            return from_dict(cls, configs[group])
         except WorkbenchError as error:  # a section a run of another kind would not hold
             raise self._not_a_record(f"configs.{group}: {error}") from None
-        resolve_paths(config)
-        return config
 
     def task(self) -> TaskRecord:
         """The run's task record (name, label names, metrics, pair), which a trained run has."""
