@@ -17,15 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
-from matplotlib.figure import Figure
 
 from kd.experiments.reproduce.record import StudentRow, SuiteRecord, Trial
 from kd.experiments.reproduce.runner import expand
 from kd.experiments.reproduce.suite import CONTROL, ablated_methods, limit
 from kd.methods.config import ObjectiveConfig
 from kd.methods.objective import PRESETS, Claim, Sweep, display_name
-from workbench.analysis.explanations import HeatmapSettings
-from workbench.analysis.heatmap_export import ExportSettings, export_runs
 from workbench.analysis.metrics import mean_and_std
 from workbench.analysis.stats import (
     Interval,
@@ -34,8 +31,7 @@ from workbench.analysis.stats import (
     seeds_needed,
     two_level_bootstrap,
 )
-from workbench.core.config import DataConfig, from_dict, to_dict
-from workbench.core.data import load_task
+from workbench.core.config import to_dict
 from workbench.core.files import atomic_write_text, json_text
 from workbench.core.records import checked
 from workbench.core.runs import Run
@@ -501,6 +497,8 @@ def ablation_data(results: SuiteRecord) -> dict | None:
 def delta_figure(folder: Path, results: SuiteRecord, intervals: Intervals) -> dict[str, str]:
     """Each method's Δ accuracy against vanilla KD with its 95 % interval, a panel per task:
     ``<folder>/deltas.svg`` as ``{title: path}``; none without an interval."""
+    from matplotlib.figure import Figure
+
     panels = {}
     for task in results.teachers:
         rows = [(m, i) for m in PRESETS if m != REFERENCE if (i := intervals(task, m, REFERENCE))]
@@ -532,6 +530,8 @@ def delta_figure(folder: Path, results: SuiteRecord, intervals: Intervals) -> di
 def make_figures(out: Path, results: SuiteRecord, intervals: Intervals) -> dict[str, str]:
     """The Δs against vanilla KD (SVG), per-method accuracy bars per task and the presets' sweeps
     (PNG) under ``<out>/figures``: ``{title: path relative to out}``."""
+    from matplotlib.figure import Figure
+
     folder = out / "figures"
     folder.mkdir(parents=True, exist_ok=True)
     records = results.students
@@ -567,6 +567,8 @@ def sweep_figure(
     """The figure of ``sweep`` of the preset ``method``: test accuracy (mean ± std over seeds)
     against the swept values, the full method at the preset's own value (a line where the preset
     leaves it unset); none (an earlier record's removed) without its students."""
+    from matplotlib.figure import Figure
+
     rows = [r for r in records if r.group == sweep.group]
     path = folder / f"{sweep.group}.png"
     if not rows:
@@ -608,6 +610,11 @@ def heatmap_gallery(out: Path, results: SuiteRecord) -> dict[str, str]:
     """One test example of each class across each task's teacher and its seed-1 students: PNG and
     PDF heatmaps under ``<out>/figures/gallery``, drawn where the run folders are all present (else
     the files already there are listed)."""
+    from workbench.analysis.explanations import HeatmapSettings
+    from workbench.analysis.heatmap_export import ExportSettings, export_runs
+    from workbench.core.config import DataConfig, from_dict
+    from workbench.core.data import load_task
+
     gallery = {name for name, preset in PRESETS.items() if preset.gallery}
     figures = {}
     for task, teacher in results.teachers.items():
