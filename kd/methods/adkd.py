@@ -317,6 +317,11 @@ def _teacher_maps(objective: Objective, teacher: PreTrainedModel, batch) -> Tens
     runs_student=True,
     unit=lambda o: TOKENS if o.attr_reduction == "official" else WORDED,
     on_words="each view's token maps summed over the word's tokens, L2-normalised over the words",
+    labels=lambda o: (
+        "AD-KD's gold view maps the gold class (use --attr-views pred or all)"
+        if o.attr_views == "gold"
+        else ""
+    ),
 )
 def _attr(objective: Objective, inputs: StepInputs) -> Tensor:
     teacher_maps = inputs.teacher["maps"].transpose(1, 2)

@@ -61,6 +61,7 @@ class StepInputs:
 
 EXAMPLES, TOKENS = "examples", "tokens"
 WORDED = "examples with words"  # across tokenizers, those that share a word; else every example
+LABELLED = "labelled"  # a term's labels: it averages over the labelled examples only
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,9 @@ class Term:
     unit: str | Callable[[Objective], str] = EXAMPLES
     exact_split: bool = True
     on_words: str = ""  # how it compares on shared words across tokenizers ("": it cannot)
+    # how it reads gold labels: "" not at all; LABELLED: a mean over the labelled examples only
+    # (a transfer set's are left out); else why it cannot do without them (refused with one)
+    labels: str | Callable[[Objective], str] = ""
 
 
 @dataclass(frozen=True)
@@ -565,6 +569,23 @@ class Objective:
         """What each weighted term's value is a mean over (a :class:`Term`'s ``unit``)."""
         units = {name: TERMS[name].unit for name in self.weights}
         return {name: unit if isinstance(unit, str) else unit(self) for name, unit in units.items()}
+
+    def teacher_terms(self) -> list[str]:
+        """The weighted terms that read a teacher field (none: the student learns alone)."""
+        return [name for name in self.weights if TERMS[name].teacher_fields]
+
+    def _labels(self) -> dict[str, str]:
+        uses = {name: TERMS[name].labels for name in self.weights}
+        uses = {n: use if isinstance(use, str) else use(self) for n, use in uses.items()}
+        return {name: use for name, use in uses.items() if use}
+
+    def label_terms(self) -> list[str]:
+        """The weighted terms that average over the labelled examples only (:class:`Term`)."""
+        return [name for name, use in self._labels().items() if use == LABELLED]
+
+    def label_refusals(self) -> dict[str, str]:
+        """The weighted terms that need every example's gold label, each with why."""
+        return {name: use for name, use in self._labels().items() if use != LABELLED}
 
     def teacher_fields(self) -> list[str]:
         """Teacher fields the active terms read, ``logits`` always (loyalty uses them)."""

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from kd.methods.config import MAX_TEMPERATURE, MIN_TEMPERATURE
 from kd.methods.objective import (
+    LABELLED,
     PRESETS,
     Objective,
     Parameter,
@@ -26,6 +27,7 @@ from kd.methods.objective import (
     term,
 )
 from workbench.core.lazy import lazy_module
+from workbench.core.names import UNLABELLED
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -39,8 +41,16 @@ KD_FORMS = ("kl", "soft-ce", "kl-mean")
 
 def task_loss(logits: Tensor, labels: Tensor) -> Tensor:
     """Cross-entropy for classification (``logits`` ``[B, C]``, ``labels`` ``[B]`` long), MSE for
-    regression (``logits`` ``[B, 1]``, ``labels`` ``[B]`` float)."""
-    if logits.shape[-1] == 1:
+    regression (``logits`` ``[B, 1]``, ``labels`` ``[B]`` float), averaged over the labelled
+    examples: a transfer text's withheld label (``UNLABELLED``; NaN for regression) is left out,
+    and a batch of none gives 0 (still a function of ``logits``)."""
+    regression = logits.shape[-1] == 1
+    labelled = ~labels.isnan() if regression else labels != UNLABELLED
+    if not labelled.all():
+        logits, labels = logits[labelled], labels[labelled]
+        if not labelled.any():
+            return logits.sum() * 0.0
+    if regression:
         return F.mse_loss(logits.squeeze(-1), labels.to(logits.dtype))
     return F.cross_entropy(logits, labels)
 
@@ -80,7 +90,7 @@ def _teacher_logits(_objective: Objective, teacher: PreTrainedModel, batch) -> T
     return models.forward(teacher, batch).logits
 
 
-@term("ce")
+@term("ce", labels=LABELLED)
 def _ce(_objective: Objective, inputs: StepInputs) -> Tensor:
     return task_loss(inputs.student.logits, inputs.batch["labels"])
 

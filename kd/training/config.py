@@ -27,7 +27,7 @@ from workbench.core.config import (
     seed_range,
     unit_interval,
 )
-from workbench.core.names import BUILTIN_MODELS
+from workbench.core.names import BUILTIN_MODELS, TRANSFER_TASK
 
 ADAPTATIONS = ("full", "lora", "head")  # --adapt: what a teacher's fine-tuning trains
 
@@ -121,6 +121,24 @@ class StudentConfig(Checked):
         "a folder that kdw cache built: every teacher field is read from it, and the teacher "
         "need not exist here (a --teacher named too must be the cache's)",
         path=(),
+    )
+    transfer: str | None = option(
+        None,
+        "texts without labels that the teacher labels for the student (a transfer set): a text "
+        "file (one text a line), a CSV/TSV/JSONL/parquet file or folder (its --text-column; a "
+        "label column is ignored), a folder from datasets' save_to_disk, a hub data set, or "
+        "task: the task's own training texts past --max-train-examples, labels withheld. The "
+        "terms that read labels (CE) see the labelled examples only, every teacher term sees "
+        "both; texts equal to a dev, test or labelled text, repeated or empty, are dropped and "
+        "counted",
+        path=(TRANSFER_TASK,),
+        recorded_if_set=True,
+    )
+    max_transfer_examples: int | None = option(
+        None,
+        "use a random sample (the --split-seed's) of this many transfer texts (--transfer)",
+        domain=positive,
+        recorded_if_set=True,
     )
     allow_unfinished: bool = option(
         False,

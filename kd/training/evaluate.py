@@ -69,7 +69,7 @@ def evaluate_runs(
     ``paths`` (:func:`task_beside`); ``dedupe`` scores a run on its own task deduplicated. An
     unfinished run is scored with its best dev model so far, said to ``notify`` and in its row's
     ``unfinished``."""
-    rows, teacher_logits = [], {}
+    rows, teacher_logits, taught = [], {}, {}
     said: set[str] = set()
 
     def once(text: str) -> None:  # runs of one task: their data's notes said once
@@ -100,14 +100,16 @@ def evaluate_runs(
         dataset = encode(part, loaded.tokenizer, loaded.max_length, task.spec.regression)
         logits = predict_logits(loaded.model, dataset, 64, pad_id(loaded.tokenizer))
         info = loaded.run.info() if loaded.run else None
-        reference, changed = None, None
+        reference, changed, source = None, None, ""
         if info is not None and info.kind == "student":
             recorded = loaded.run.config(StudentConfig, "student")
+            taught[len(rows)] = _source(recorded.teacher_cache or recorded.teacher)
             source, mapping = (
                 (teacher, label_map)
                 if teacher
                 else (recorded.teacher_cache or recorded.teacher, recorded.label_map)
             )
+        if source:  # a student trained alone has no teacher to be loyal to
             key = (source, mapping, config_key(loaded.data), split)
             if key not in teacher_logits and is_cache(source):  # the logits it holds
                 teacher_logits[key] = cached_logits(source, split, task)
@@ -148,7 +150,46 @@ def evaluate_runs(
                 **({"unfinished": unfinished} if unfinished is not None else {}),
             }
         )
+    for line in teacher_bought(rows, [_source(path) for path in paths], taught):
+        (notify or notice)(line)
     return rows
+
+
+def _source(path: str) -> str:
+    return str(Path(path).resolve()) if path else ""
+
+
+def teacher_bought(rows: Sequence[dict], sources: Sequence[str], taught: dict[int, str]) -> list:
+    """What each teacher bought its students, one line each, among :func:`evaluate_runs`'
+    ``rows`` (``sources[i]``: row i's folder; ``taught[i]``: student row i's teacher, "" for one
+    trained alone): a teacher that scores below a student it taught, and a distilled student
+    against the first student trained alone (``finetune``) on the split."""
+    metric = next((m for m in ("accuracy", "spearman") if rows and m in rows[0]), None)
+    if metric is None:
+        return []
+    lines = []
+    for i, teacher in taught.items():
+        if (
+            teacher
+            and teacher in sources
+            and (t := rows[sources.index(teacher)])[metric] < (student := rows[i])[metric]
+        ):
+            lines.append(
+                f"the teacher {t['run']} scores {t[metric]:.4f} {metric} on {t['split']}, below "
+                f"its student {student['run']} ({student[metric]:.4f}): it teaches less than "
+                "the labels do; a stronger teacher, or a transfer set (--transfer), may help"
+            )
+    alone = next((rows[i] for i, teacher in taught.items() if not teacher), None)
+    for i, teacher in taught.items():
+        if teacher and alone is not None:
+            gain = rows[i][metric] - alone[metric]
+            where = f"{abs(gain):.4f} {'above' if gain > 0 else 'below'}" if gain else "level with"
+            lines.append(
+                f"{rows[i]['run']} scores {rows[i][metric]:.4f} {metric}, {where} the student "
+                f"trained alone, {alone['run']} ({alone[metric]:.4f}): "
+                + ("what distilling bought" if gain > 0 else "distilling bought nothing here")
+            )
+    return lines
 
 
 def _cache_row(folder: str, split: str, notify: Callable[[str], None]) -> dict:

@@ -72,6 +72,7 @@ from workbench.core.data import (
     to_device,
     tokenizer_kind,
 )
+from workbench.core.data.transfer import add_transfer
 from workbench.core.errors import WorkbenchError, first_line
 from workbench.core.files import atomic_write_json, atomic_write_text, check_writable
 from workbench.core.models import (
@@ -495,6 +496,8 @@ def cache_keys(
     fingerprints, keys = data.fingerprint(), {}
     train_fields = objective.teacher_fields() if every else objective.cached_fields()
     for split in data.splits:
+        if split == "train" and not objective.teacher_terms():
+            continue  # no term reads the teacher in training (a student trained alone)
         fields, extra = (train_fields, train_key) if split == "train" else (["logits"], {})
         key = {"teacher": teacher_fingerprint, "max_length": max_length, "split": split}
         key |= {"data": fingerprints[split], **objective.teacher_settings(fields)}
@@ -508,8 +511,8 @@ def teacher_caches(
     """What the frozen teacher says about every example of ``inputs``, computed once per setting
     (:func:`cache_keys`); under ``torchrun`` in parts, one per process."""
     teacher, objective, caches = setup.teacher, setup.objective, {}
-    for split, dataset in inputs.teacher_encoded.items():
-        fields, key = inputs.keys[split]
+    for split, (fields, key) in inputs.keys.items():
+        dataset = inputs.teacher_encoded[split]
         caches[split] = _cached_by_parts(
             folder,
             f"teacher-{split}",
@@ -549,12 +552,28 @@ def read_teacher_caches(setup: Distillation, inputs: TeacherInputs) -> dict[str,
     return caches
 
 
+def check_transfer(objective: Objective) -> None:
+    """Refuse, with a transfer set, an objective whose terms read no teacher (the transfer texts
+    would teach nothing) or a term that reads every example's gold label (it says why)."""
+    if not objective.teacher_terms():
+        raise WorkbenchError(
+            "--transfer: texts without labels teach a student only through a teacher; this "
+            "objective has no teacher term (add one, such as --preset kd)"
+        )
+    if refused := objective.label_refusals():
+        raise WorkbenchError(
+            "--transfer: the transfer texts have no labels, and "
+            + "; ".join(f"{name}: {why}" for name, why in refused.items())
+        )
+
+
 @dataclasses.dataclass
 class Distillation:
     """A distillation resolved and checked, before anything is written (:func:`build_student`;
-    ``cache``: the teacher cache folder it reads, None: the teacher computes its fields)."""
+    ``teacher``: None for a student trained alone; ``cache``: the teacher cache folder it
+    reads, None: the teacher computes its fields)."""
 
-    teacher: LoadedModel
+    teacher: LoadedModel | None
     data: TaskData
     student: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
@@ -584,8 +603,68 @@ def _cached_teacher(
             "tokenizer differ): leave out --teacher, or build the cache of this one"
         )
     data = load_task(data_config, notice)
+    add_transfer_set(data, data_config, student_config)
     check_same(record, folder, None, data, data_config)
     return cached_teacher(folder, record, data_config), data, record
+
+
+def add_transfer_set(data: TaskData, data_config: DataConfig, config: StudentConfig) -> None:
+    """Append the transfer set ``config.transfer`` names to ``data``'s train split, labels
+    withheld (:func:`workbench.core.data.transfer.add_transfer`)."""
+    if config.transfer is None:
+        if config.max_transfer_examples is not None:
+            raise WorkbenchError("--max-transfer-examples samples a transfer set: add --transfer")
+        return
+    whole = dataclasses.replace(data_config, max_train_examples=None)
+    add_transfer(
+        data,
+        config.transfer,
+        config.max_transfer_examples,
+        data_config.split_seed,
+        (data_config.text_column, data_config.text_pair_column, data_config.label_column),
+        lambda: load_task(whole, notify=lambda _: None).splits["train"],
+        notice,
+    )
+
+
+def _student_alone(
+    data_config: DataConfig, config: StudentConfig, objective_config: ObjectiveConfig, seed: int
+) -> Distillation:
+    """A student trained with no teacher (an objective of no teacher term, such as ``finetune``):
+    a pretrained checkpoint given the task's classes."""
+    if config.init != "pretrained" or not config.pretrained:
+        raise WorkbenchError(
+            "a student without --teacher is a pretrained checkpoint: add --init pretrained "
+            "--pretrained MODEL (a cut or random student is made from its teacher)"
+        )
+    data = load_task(data_config, notice)
+    set_seed(seed)
+    tokenizer = load_tokenizer(config.pretrained)
+    student = load_classifier(config.pretrained, data.spec, notify=notice)
+    check_pad(student, config.pretrained)
+    match_pad(student, tokenizer, config.pretrained, notice)
+    kept = None
+    if config.num_layers is not None:
+        kept = select_layers(layer_count(student), config.num_layers, config.layers)
+        student = cut_student(student, kept)
+    if config.freeze_embeddings:
+        set_embeddings_trainable(student, False)
+    check_max_length(student, data_config.max_length, "the student")
+    count, width = layer_count(student), student.config.hidden_size
+    objective = Objective.resolve(objective_config, count, count, data.spec.num_labels, width)
+    if reads := objective.teacher_terms():
+        raise WorkbenchError(
+            f"distill needs --teacher for the terms {', '.join(reads)}: a run folder from "
+            "train-teacher, a sequence classifier's folder or a hub id (or --teacher-cache: a "
+            "folder from kdw cache); only an objective of no teacher term (--preset finetune) "
+            "trains without one"
+        )
+    if config.transfer is not None:
+        raise WorkbenchError(
+            "--transfer: texts without labels teach a student only through a teacher; this "
+            "objective has no teacher term"
+        )
+    return Distillation(None, data, student, tokenizer, objective, True, kept)
 
 
 def prepare_distillation(
@@ -602,15 +681,13 @@ def prepare_distillation(
     if student_config.teacher_cache:
         teacher, data, record = _cached_teacher(data_config, student_config)
     elif not student_config.teacher:
-        raise WorkbenchError(
-            "distill needs --teacher: a run folder from train-teacher, a sequence classifier's "
-            "folder or a hub id (or --teacher-cache: a folder from kdw cache)"
-        )
+        return _student_alone(data_config, student_config, objective_config, seed)
     else:
         check_teacher(student_config.teacher, student_config.allow_unfinished)
         teacher, data = load_for_task(
             student_config.teacher, data_config, student_config.label_map, notice
         )
+        add_transfer_set(data, data_config, student_config)
     teacher.model.requires_grad_(False)  # frozen: its gradients w.r.t. inputs need no weights
     set_seed(seed)
     student, tokenizer, kept = build_student(teacher, student_config)
@@ -626,6 +703,8 @@ def prepare_distillation(
         words=not same_tokens,
     )
     check_tokens(objective, teacher.tokenizer, tokenizer)
+    if data.transfer is not None:
+        check_transfer(objective)
     try:
         objective.prepare_student(teacher.model, student)
     except (NotImplementedError, RuntimeError, WorkbenchError):
@@ -662,6 +741,8 @@ def teacher_inputs(
     # the teacher reads, and its cache is keyed by, its own tokenisation
     same = setup.same_tokens
     encoded = _encode_all(data, tokenizer, max_length, None if same else "the student's")
+    if teacher is None:  # a student trained alone
+        return TeacherInputs(encoded, {}, {}, None)
     teacher_encoded = (
         encoded if same else _encode_all(data, teacher.tokenizer, max_length, "the teacher's")
     )
@@ -711,18 +792,25 @@ def distill(
     objective, from_cache = setup.objective, setup.cache is not None
     configs = {"data": data_config, "student": student_config, "objective": objective_config}
     record = _record("student", objective_config.preset, data, objective, optim, **configs)
-    pinned = setup.cache.teacher if from_cache else teacher_pin(student_config.teacher)
+    pinned = setup.cache.teacher if from_cache else None
+    if teacher is not None and not from_cache:
+        pinned = teacher_pin(student_config.teacher)
     if pinned is not None:
         record[RESOLVED]["teacher"] = pinned.model_dump()
     record[RESOLVED]["student_layers"] = setup.student_layers
     manifest = _manifest(data, data_config, optim)
+    if data.transfer is not None:  # which terms saw the transfer texts
+        label_terms = objective.label_terms()
+        manifest["transfer"] = data.transfer | {"labelled_only": label_terms}
+    teacher_fingerprint = None
     if from_cache:  # where the teacher's fields came from
         manifest["teacher_fields"] = {"cache": str(Path(teacher.source).resolve())}
-    else:
+        teacher_fingerprint = setup.cache.fingerprint
+    elif teacher is not None:
         teacher.model.to(device)
         if (state := unfinished_teacher(student_config.teacher)) is not None:
             manifest["unfinished_teacher"] = state  # what the student learnt from
-    teacher_fingerprint = setup.cache.fingerprint if from_cache else fingerprint(teacher.model)
+        teacher_fingerprint = fingerprint(teacher.model)
     inputs = teacher_inputs(setup, data_config.max_length, teacher_fingerprint, from_cache)
     encoded, teacher_encoded = inputs.encoded, inputs.teacher_encoded
     if on_words := inputs.alignment is not None:
@@ -734,7 +822,7 @@ def distill(
         if status.state == "finished":
             return run
         started = time.perf_counter()
-        if not from_cache:
+        if not from_cache:  # a student trained alone has none
             caches = teacher_caches(
                 setup,
                 inputs,
@@ -744,10 +832,10 @@ def distill(
             )
         # summed over the processes that resumed the run (a resumed one reads the files)
         cache_seconds = status.seconds.get("teacher_cache", 0.0) + (time.perf_counter() - started)
-        train_cache = caches["train"]
-        teacher_logits = {split: caches[split].per_example["logits"] for split in ("dev", "test")}
-        cached_fields = inputs.keys["train"][0]
-        live_fields = [name for name in objective.teacher_fields() if name not in cached_fields]
+        train_cache = caches.get("train")
+        teacher_logits = {split: caches[split].per_example["logits"] for split in caches}
+        cached_fields = inputs.keys["train"][0] if train_cache is not None else []
+        live_fields = [name for name in objective.live_fields() if name not in cached_fields]
 
         def loss(model: PreTrainedModel, batch: dict) -> dict:
             # per-word teacher fields fill the first W of the teacher's own token rows
@@ -778,12 +866,12 @@ def distill(
             units=objective.term_units(),
             save_model=_saver(run, student, tokenizer, data.spec),
             pad_token_id=pad_id(tokenizer),
-            dev_teacher_logits=teacher_logits["dev"],
+            dev_teacher_logits=teacher_logits.get("dev"),
             callbacks=callbacks,
             device=device,
             timings={"teacher_cache": cache_seconds},
         )
-        _train(job, tracking_config, data, encoded, tracking_parent, teacher_logits)
+        _train(job, tracking_config, data, encoded, tracking_parent, teacher_logits or None)
     return run
 
 
@@ -828,8 +916,8 @@ def build_teacher_cache(
         return values
 
     complete = True
-    for split, dataset in inputs.teacher_encoded.items():
-        fields, key = inputs.keys[split]
+    for split, (fields, key) in inputs.keys.items():
+        dataset = inputs.teacher_encoded[split]
         key = key | ({"precision": "bf16"} if bf16 else {})
         path, seconds = cache_path(out, f"teacher-{split}", key), {}
         if path.exists() and any(entry.file == path.name for entry in read_record(out).files):

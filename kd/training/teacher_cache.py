@@ -95,6 +95,7 @@ class CacheRecord(Record):
     task: dict
     data: dict
     split_fingerprint: dict[str, str]
+    transfer: dict | None = None  # the transfer set in its train split (TaskData.transfer)
     files: list[CachedFile] = Field(default_factory=list)
 
 
@@ -142,6 +143,7 @@ def start_record(
                 task=dataclasses.asdict(data.spec),
                 data=to_dict(data_config),
                 split_fingerprint=data.fingerprint(),
+                transfer=data.transfer,
                 files=[],
             )
             atomic_write_json(_record_path(folder), record.plain())
@@ -224,6 +226,13 @@ def check_same(
             for name, value in record.data.items()
             if given.get(name) != value
         ]
+        ours, theirs = data.transfer or {}, record.transfer or {}
+        if ours.get("fingerprint") != theirs.get("fingerprint"):
+            differ.append(
+                f"--transfer {theirs['source']} ({theirs['used']:,} texts)"
+                if theirs
+                else "no --transfer"
+            )
         raise WorkbenchError(
             f"{folder} was built on other data than these options give (its splits differ): "
             + (f"it was built with {', '.join(differ)}" if differ else "the data files changed")

@@ -39,3 +39,5 @@ GLUE_TASKS: dict[str, GlueTask] = {
     "rte": GlueTask(("sentence1", "sentence2"), ("entailment", "not_entailment"), ("accuracy",)),
 }
 TASK_NAMES = (*BUNDLED_TASKS, *GLUE_TASKS)  # every task known by name
+TRANSFER_TASK = "task"  # --transfer: the task's own training texts past --max-train-examples
+UNLABELLED = -100  # a transfer text's withheld class (torch's ignore_index; NaN for regression)

@@ -63,7 +63,9 @@ class TaskData:
     """A task's splits, where they came from, what was done to them (``notes``) and, for a data
     set whose cleaning changed since runs were recorded, its ``version``; once loaded, how many
     examples repeat across its splits (``overlap``, :func:`split_overlap`) and, with
-    ``--dedupe``, how many were dropped from each split (``deduped``)."""
+    ``--dedupe``, how many were dropped from each split (``deduped``); with a transfer set
+    (:mod:`workbench.core.data.transfer`), its record (``transfer``: its texts are the train
+    split's last ones, their labels withheld)."""
 
     spec: TaskSpec
     splits: dict[str, Split]
@@ -72,6 +74,7 @@ class TaskData:
     version: str | None = None
     overlap: dict[str, int] = field(default_factory=dict)
     deduped: dict[str, int] | None = None
+    transfer: dict | None = None
 
     def fingerprint(self) -> dict[str, str]:
         """A hash of the example ids and labels of each split, and of the data version where
