@@ -10,18 +10,26 @@ against its control and against vanilla KD in test accuracy, label loyalty and (
         --num-layers 3 --presets kd,gkd,adkd,ckd,pkd-skip --seeds 1,2,3 --epochs 3 \\
         --out flagship
 
-Students go to ``<out>/runs/<preset>[-control]-s<seed>``, in the order of ``--presets`` (each
-arm over every seed before the next, so that a run stopped early leaves the first methods'
-claims whole): a finished run is reused, an interrupted one resumed; a control that trains as
-an earlier arm of its seed does (CKD's and PKD's, whose presets weigh CE and KD as vanilla KD
-does) takes that arm's student.
+With ``--transfer`` the students learn on the labelled examples and a transfer set (texts whose
+labels are withheld, ``kdw distill --transfer``), and the presets of ``--labelled-arms`` are
+trained on the labelled examples alone too (their cache: ``<teacher-cache>-labelled``). Every
+table has the student trained alone (``finetune``, no teacher), and with ``--teacher`` the
+reference rows of loyalty: each model of ``--references`` (a second teacher, another seed: what
+two equally good models agree on) and, with ``--random-reference``, a student of the arms' shape
+with random weights (the floor).
+
+Students go to ``<out>/runs/<preset>[-control][-labelled]-s<seed>``, the student trained alone
+first, then the labelled-only arms, then those of ``--presets`` (each arm over every seed before
+the next, so that a run stopped early leaves the first methods' claims whole): a finished run is
+reused, an interrupted one resumed; a control that trains as an earlier arm of its seed does (CKD's
+and PKD's, whose presets weigh CE and KD as vanilla KD does) takes that arm's student.
 ``bench/results/<--results>.json`` is rewritten after each student; ``--no-training`` writes it
-from the students already trained (those of a stopped run, whatever their arm).
-With ``--teacher`` the cache is first completed with the fields each arm reads that it lacks
-(vanilla KD and a control read the logits alone, under a key of their own), and each student's
-saliency loyalty is measured on the test split (Grad saliency; on the words both tokenisations
-share): the teacher's saliency is computed once and kept in ``<out>/teacher-test.pt``, each
-student's per-example scores in ``<out>/saliency/<student>.json``.
+from the students already trained (those of a stopped run, whatever their arm). With ``--teacher``
+the cache is first completed with the fields each arm reads that it lacks (vanilla KD and a control
+read the logits alone, under a key of their own), and each student's saliency loyalty is measured
+on the test split (Grad saliency; on the words both tokenisations share): the teacher's saliency is
+computed once and kept in ``<out>/teacher-test.pt``, each student's per-example scores in
+``<out>/saliency/<student>.json``.
 """
 
 from __future__ import annotations
@@ -99,16 +107,59 @@ def _tokenizer(folder: Path) -> str:
 
 
 def saliency(data: DataConfig, teacher: SplitOutputs, run: Path, out: Path) -> dict:
-    """A student's saliency loyalty to the teacher per test example ``{"uids", "scores"}``
-    (NaN: undefined), computed once and kept in ``out``."""
+    """A model's saliency loyalty to the teacher per test example ``{"uids", "scores"}`` (None:
+    undefined), its label loyalty (``label_loyalty``, 1 or 0) and whether it is right
+    (``correct``), computed once and kept in ``out``."""
     if out.exists():
         return _read(out)
     loaded, task = load_for_task(str(run), data)
     test = task.splits["test"]
-    scores = saliency_loyalties(teacher, split_outputs(loaded, test))
-    found = {"uids": test.uids, "scores": [None if math.isnan(x) else x for x in scores.tolist()]}
+    outputs = split_outputs(loaded, test)
+    scores = saliency_loyalties(teacher, outputs)
+    predicted = outputs.logits.argmax(-1)
+    found = {
+        "uids": test.uids,
+        "scores": [None if math.isnan(x) else x for x in scores.tolist()],
+        "label_loyalty": (predicted == teacher.logits.argmax(-1)).int().tolist(),
+        "correct": (predicted == torch.tensor(test.labels)).int().tolist(),
+    }
     atomic_write_json(out, found)
     return found
+
+
+def random_reference(data: DataConfig, pretrained: str, layers: int | None, out: Path) -> Path:
+    """A student of the arms' shape (``pretrained``'s config, cut to ``layers``) with random
+    weights and the task's classes, saved once in ``out``: the floor of saliency loyalty."""
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    from workbench.core.data import load_task
+    from workbench.core.models import resolve_model
+
+    if (out / "config.json").exists():
+        return out
+    names = load_task(data, notify=lambda _: None).spec.label_names
+    folder = resolve_model(pretrained)
+    config = AutoConfig.from_pretrained(folder)
+    config.num_hidden_layers = layers or config.num_hidden_layers
+    config.id2label, config.label2id = dict(enumerate(names)), {n: i for i, n in enumerate(names)}
+    torch.manual_seed(0)
+    AutoModelForSequenceClassification.from_config(config).save_pretrained(out)
+    load_tokenizer(folder).save_pretrained(out)
+    return out
+
+
+def reference_row(name: str, loyalty: dict) -> dict:
+    """A reference row of loyalty (a second teacher, a random student) from :func:`saliency`."""
+    scores = [x for x in loyalty["scores"] if x is not None]
+    mean = lambda values: sum(values) / len(values)  # noqa: E731
+    return {
+        "method": f"reference: {name}",
+        "control": False,
+        "seed": None,
+        "test_accuracy": mean(loyalty["correct"]),
+        "label_loyalty": mean(loyalty["label_loyalty"]),
+        "saliency_loyalty": mean(scores) if scores else None,
+    }
 
 
 def teacher_saliency(teacher: str, data: DataConfig, out: Path) -> SplitOutputs:
@@ -138,12 +189,18 @@ def row(
     (``loyalty``; None: not measured)."""
     test = _read(run / "results.json")["test"]
     record = _read(run / "run.json")
-    alignment = _read(run / "manifest.json").get("word_alignment", {}).get("train", {})
+    manifest = _read(run / "manifest.json")
+    alignment = manifest.get("word_alignment", {}).get("train", {})
     scores = [x for x in (loyalty or {}).get("scores", []) if x is not None]
+    if "label_loyalty" not in test and loyalty:  # a student trained alone: measured here
+        test["label_loyalty"] = sum(loyalty["label_loyalty"]) / len(loyalty["label_loyalty"])
+    transfer = manifest.get("transfer", {}).get("used", 0)
     return {
         "method": preset,
         "control": is_control,
         "seed": seed,
+        "labelled": manifest["split_sizes"]["train"] - transfer,
+        "transfer": transfer,
         "teacher_model_type": _read(cache / "teacher" / "config.json")["model_type"],
         "teacher_tokenizer": _tokenizer(cache / "teacher"),
         "student_model_type": _read(run / "model" / "config.json")["model_type"],
@@ -154,8 +211,8 @@ def row(
         "test_accuracy": test["accuracy"],
         "macro_f1": test["macro_f1"],
         "recall": {k.split("/", 1)[1]: v for k, v in test.items() if k.startswith("recall/")},
-        "label_loyalty": test["label_loyalty"],
-        "probability_loyalty": test["probability_loyalty"],
+        "label_loyalty": test.get("label_loyalty"),
+        "probability_loyalty": test.get("probability_loyalty"),
         "saliency_loyalty": sum(scores) / len(scores) if scores else None,
         "words_dropped": alignment.get("left_out"),
         "words_dropped_share": (
@@ -179,48 +236,79 @@ def _interval(interval: Interval, groups: list) -> dict:
     }
 
 
+def _arm(r: dict) -> tuple[str, bool, bool]:
+    return r["method"], r["control"], r.get("transfer", 0) > 0
+
+
+def comparisons(arms: set[tuple[str, bool, bool]]) -> list[tuple[str, str, tuple, tuple]]:
+    """``(label, name, arm, other)`` per paired comparison among ``arms`` (method, control,
+    transfer set): each method against its control and against vanilla KD on the same data,
+    every distilled student against the student trained alone (``finetune``), and vanilla KD
+    with the transfer set against vanilla KD without it. Where some arms have a transfer set,
+    those without are labelled ``on L``."""
+    mixed = len({t for _, _, t in arms}) > 1
+    label = lambda m, t: f"{m}{' on L' if mixed and not t else ''}"  # noqa: E731
+    alone = ("finetune", False, False)
+    found = []
+    for method, is_control, t in sorted(arms):
+        if method == "finetune":
+            continue
+        arm = (method, is_control, t)
+        others = [] if is_control else [("control", (method, True, t)), ("kd", ("kd", False, t))]
+        others += [("finetune", alone)]
+        if (method, is_control, t) == ("kd", False, True):
+            others.append(("kd on L", ("kd", False, False)))
+        name = label(method, t) + (" control" if is_control else "")
+        found += [
+            (label(method, t), f"{name} − {o}", arm, other)
+            for o, other in others
+            if other in arms and other != arm
+        ]
+    return found
+
+
 def pairs(rows: list[dict], saliency_folder: Path | None = None) -> dict:
-    """Per method with a control: its paired differences against the control and against
-    vanilla KD (where KD was trained) over the seeds both have, in test accuracy, label
-    loyalty and (where measured, in ``saliency_folder``) saliency loyalty (two-level
-    bootstrap, 95 %), from the runs' per-example test predictions."""
-    tests = {
-        (r["method"], r["control"], r["seed"]): _read(Path(r["run"]) / "predictions.json")["test"]
-        for r in rows
-    }
+    """The paired differences of :func:`comparisons` over the seeds both arms have, in test
+    accuracy, label loyalty and (where measured, in ``saliency_folder``) saliency loyalty
+    (two-level bootstrap, 95 %), from the runs' per-example test predictions (a student trained
+    alone: its loyalty as measured with its saliency)."""
+    rows = [r for r in rows if "run" in r]  # not the reference rows
     saliencies = {
-        key: _read(saliency_folder / f"{Path(r['run']).name}.json")
-        for key, r in zip(tests, rows, strict=True)
+        (*_arm(r), r["seed"]): _read(saliency_folder / f"{Path(r['run']).name}.json")
+        for r in rows
         if saliency_folder is not None
         and (saliency_folder / f"{Path(r['run']).name}.json").exists()
     }
+    tests = {}
+    for r in rows:
+        test = _read(Path(r["run"]) / "predictions.json")["test"]
+        kept = saliencies.get((*_arm(r), r["seed"]), {})
+        if "label_loyalty" not in test and "label_loyalty" in kept:
+            test["label_loyalty"] = kept["label_loyalty"]
+        tests[(*_arm(r), r["seed"])] = test
     out: dict[str, dict] = {}
-    for method in sorted({m for m, is_control, _ in tests if is_control}):
-        for name, other in (("control", (method, True)), ("kd", ("kd", False))):
-            seeds = sorted(
-                s for m, c, s in tests if (m, c) == (method, False) and (*other, s) in tests
-            )
-            if not seeds:
-                continue
-            a = [tests[method, False, s] for s in seeds]
-            b = [tests[(*other, s)] for s in seeds]
+    for label, name, arm, other in comparisons({_arm(r) for r in rows}):
+        seeds = sorted(s for *a, s in tests if tuple(a) == arm and (*other, s) in tests)
+        if not seeds:
+            continue
+        a = [tests[(*arm, s)] for s in seeds]
+        b = [tests[(*other, s)] for s in seeds]
+        measures = {"test_accuracy": pair_predictions(a, b, by_seed=True)}
+        if all("label_loyalty" in t for t in a + b):
             loyalty = [
                 [{"uids": t["uids"], "scores": t["label_loyalty"]} for t in x] for x in (a, b)
             ]
-            measures = {
-                "test_accuracy": pair_predictions(a, b, by_seed=True),
-                "label_loyalty": pair_scores(*loyalty, by_seed=True),
-            }
-            keys = [[(method, False, s) for s in seeds], [(*other, s) for s in seeds]]
-            if all(key in saliencies for side in keys for key in side):
-                measures["saliency_loyalty"] = pair_scores(
-                    *([saliencies[key] for key in side] for side in keys), by_seed=True
-                )
-            found = {
-                metric: _interval(two_level_bootstrap(groups), groups)
-                for metric, groups in measures.items()
-            }
-            out.setdefault(method, {})[f"{method} − {name}"] = found
+            measures["label_loyalty"] = pair_scores(*loyalty, by_seed=True)
+        keys = [[(*arm, s) for s in seeds], [(*other, s) for s in seeds]]
+        if all(key in saliencies for side in keys for key in side):
+            measures["saliency_loyalty"] = pair_scores(
+                *([saliencies[key] for key in side] for side in keys), by_seed=True
+            )
+        found = {
+            metric: _interval(two_level_bootstrap(groups), groups)
+            for metric, groups in measures.items()
+        }
+        out.setdefault(label, {})[name] = found
     return out
 
 
@@ -237,6 +325,27 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     parser.add_argument("--num-layers", type=int, help="cut the student to this many layers")
     parser.add_argument("--layers", default="skip", help="which layers a cut student keeps")
     parser.add_argument("--presets", default="kd,gkd")
+    parser.add_argument("--transfer", help="the students' transfer set (kdw distill --transfer)")
+    parser.add_argument("--max-transfer-examples", type=int)
+    parser.add_argument(
+        "--labelled-arms",
+        default="kd",
+        help="with --transfer: presets also trained on the labelled examples alone",
+    )
+    parser.add_argument(
+        "--no-alone", action="store_true", help="leave out the student trained alone (finetune)"
+    )
+    parser.add_argument(
+        "--references",
+        default="",
+        help="with --teacher: comma-separated models whose loyalty to the teacher is a "
+        "reference row (a second teacher, trained with another seed)",
+    )
+    parser.add_argument(
+        "--random-reference",
+        action="store_true",
+        help="with --teacher: a reference row of a student of the arms' shape, random weights",
+    )
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--epochs", type=float, default=3)
     parser.add_argument("--batch-size", type=int, default=32)
@@ -265,20 +374,47 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
         "num_layers": args.num_layers,
         "layers": args.layers,
     }
-    student = StudentConfig(**shape, teacher_cache=str(cache))
-    students = arms(presets)
-    teacher = None
+    labelled_cache = Path(f"{cache}-labelled") if args.transfer else cache
+    transfer = {"transfer": args.transfer, "max_transfer_examples": args.max_transfer_examples}
+    students = [("finetune", False, ObjectiveConfig(preset="finetune"), False)] * (
+        not args.no_alone
+    )
+    if args.transfer:  # the labelled-only arms first: the cheapest
+        students += [(*arm, False) for arm in arms(args.labelled_arms.split(","))]
+    students += [(*arm, bool(args.transfer)) for arm in arms(presets)]
+
+    def configs(learns_from: dict, with_transfer: bool) -> StudentConfig:
+        return StudentConfig(**shape, **learns_from, **(transfer if with_transfer else {}))
+
+    def student_of(preset: str, with_transfer: bool) -> StudentConfig:
+        if preset == "finetune":
+            return StudentConfig(**shape)  # no teacher
+        folder = cache if with_transfer else labelled_cache
+        return configs({"teacher_cache": str(folder)}, with_transfer)
+
+    teacher, references = None, []
     if args.teacher:
-        with_teacher = StudentConfig(**shape, teacher=args.teacher)
-        for _, _, objective in students:
-            build_teacher_cache(data, with_teacher, objective, CacheConfig(), cache)
+        for preset, _, objective, with_transfer in students:
+            if preset != "finetune":
+                folder = cache if with_transfer else labelled_cache
+                with_teacher = configs({"teacher": args.teacher}, with_transfer)
+                build_teacher_cache(data, with_teacher, objective, CacheConfig(), folder)
         (out / "saliency").mkdir(parents=True, exist_ok=True)
         teacher = teacher_saliency(args.teacher, data, out / "teacher-test.pt")
+        named = [(Path(m).name, Path(m)) for m in filter(None, args.references.split(","))]
+        if args.random_reference:
+            shaped = random_reference(data, args.pretrained, args.num_layers, out / "random")
+            named.append(("random student", shaped))
+        for name, model in named:
+            kept = out / "saliency" / f"reference-{model.name}.json"
+            references.append(reference_row(name, saliency(data, teacher, model, kept)))
     rows: list[dict] = []
-    trained: dict[int, list[tuple[ObjectiveConfig, Path]]] = {seed: [] for seed in seeds}
-    for preset, is_control, objective in students:
+    trained: dict[tuple, list[tuple[ObjectiveConfig, Path]]] = {}
+    for preset, is_control, objective, with_transfer in students:
+        student = student_of(preset, with_transfer)
         for seed in seeds:
-            name = f"{preset}{'-control' if is_control else ''}-s{seed}"
+            labelled = "-labelled" if args.transfer and not with_transfer else ""
+            name = f"{preset}{'-control' if is_control else ''}{labelled}-s{seed}"
             optim = OptimConfig(
                 epochs=args.epochs,
                 batch_size=args.batch_size,
@@ -286,7 +422,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
                 threads=args.threads,
                 device=args.device,
             )
-            path = next((p for o, p in trained[seed] if same_training(o, objective)), None)
+            done = trained.setdefault((seed, with_transfer), [])
+            path = next((p for o, p in done if same_training(o, objective)), None)
             if path is None and args.no_training:
                 run = Run(out / "runs" / name)
                 left = run.unfinished() if run.path.is_dir() else "not started"
@@ -295,7 +432,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
                     continue
             if path is None:
                 path = distill(data, student, objective, optim, out / "runs" / name).path
-                trained[seed].append((objective, path))
+                done.append((objective, path))
             else:
                 print(f"{name}: the same training as {path.name}, whose student it reuses")
             name = path.name
@@ -309,10 +446,11 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
                     "settings": vars(args),
                     "saliency_loyalty": SALIENCY_NOTE,
                     "rows": rows,
+                    "references": references,
                     "pairs": pairs(rows, out / "saliency" if teacher is not None else None),
                 },
             )
-            print(table(rows[-1:], ["method", "control", "seed", "test_accuracy", "label_loyalty"]))
+            print(table(rows[-1:], ["method", "control", "seed", "transfer", "test_accuracy"]))
     return rows
 
 

@@ -119,7 +119,7 @@ def test_bad_sources_are_one_line(task, tmp_path):
     with pytest.raises(WorkbenchError, match="no such file or folder"):
         _add(task, str(tmp_path / "missing.txt"))
     (tmp_path / "empty").mkdir()
-    with pytest.raises(WorkbenchError, match="no .txt, .csv"):
+    with pytest.raises(WorkbenchError, match=r"no \.txt, \.csv"):
         _add(task, str(tmp_path / "empty"))
-    with pytest.raises(WorkbenchError, match="every training text .* is labelled"):
+    with pytest.raises(WorkbenchError, match=r"every training text .* is labelled"):
         _add(DataConfig(task=task.task), "task")

@@ -11,6 +11,7 @@ from kd.methods.layer_map import patient_layers, uniform_layers
 from kd.methods.pkd import patient_loss
 from kd.methods.vanilla import logit_kd_loss, task_loss
 from workbench.core.errors import WorkbenchError
+from workbench.core.names import UNLABELLED
 
 
 def _direct_kl(student: torch.Tensor, teacher: torch.Tensor, tau: float) -> float:
@@ -96,3 +97,38 @@ def test_layer_maps_of_the_papers():
     assert uniform_layers(6, 3) == [(0, 0), (1, 2), (2, 4), (3, 6)]
     with pytest.raises(WorkbenchError, match="divisible"):
         patient_layers(6, 4, "skip")
+
+
+def test_ce_leaves_out_the_transfer_texts_withheld_labels():
+    """CE over a batch with transfer texts (label UNLABELLED; NaN for regression) is the direct
+    mean over the labelled rows; a batch of none is 0 and still reaches the logits."""
+    logits = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
+    labels = torch.tensor([2, UNLABELLED, 0, UNLABELLED, 1])
+    direct = -sum(
+        math.log(math.exp(row[y]) / sum(math.exp(v) for v in row))
+        for row, y in zip(logits.tolist(), labels.tolist(), strict=True)
+        if y != UNLABELLED
+    )
+    assert float(task_loss(logits, labels)) == pytest.approx(direct / 3, rel=1e-12)
+    none = task_loss(logits, torch.full((5,), UNLABELLED))
+    none.backward()
+    assert float(none) == 0 and logits.grad is not None and not logits.grad.any()
+    scores, targets = torch.tensor([[1.0], [3.0], [0.0]]), torch.tensor([1.0, math.nan, 2.0])
+    assert float(task_loss(scores, targets)) == pytest.approx((0 + 4) / 2)
+
+
+def test_a_transfer_set_refuses_a_term_that_needs_every_label():
+    from kd.methods.config import ObjectiveConfig
+    from kd.methods.objective import Objective
+
+    def resolve(preset: str, **settings) -> Objective:
+        config = ObjectiveConfig(preset=preset).with_settings(**settings)
+        return Objective.resolve(config, 4, 2, 3, 16)
+
+    assert resolve("kd").label_terms() == ["ce"]
+    assert resolve("kd").label_refusals() == {}
+    gold = resolve("adkd", attr_views="gold").label_refusals()
+    assert set(gold) == {"attr"} and "--attr-views pred or all" in gold["attr"]
+    assert resolve("adkd", attr_views="pred").label_refusals() == {}
+    assert resolve("finetune").teacher_terms() == []
+    assert resolve("gkd").teacher_terms() == ["kd", "grad"]

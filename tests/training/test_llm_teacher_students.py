@@ -16,8 +16,9 @@ import bench.common
 from bench.llm_teacher_students import main, same_training
 from kd.methods.config import ObjectiveConfig
 from kd.methods.objective import control
-from tests.conftest import write_tiny_workspace
+from tests.conftest import make_sentences, write_tiny_workspace
 from tests.tiny_families import LAYERS, save_family_model
+from workbench.core.config import DataConfig
 
 LABELS = ["negative", "neutral", "positive"]
 
@@ -60,11 +61,14 @@ def test_rows_and_pairs_match_the_runs(tmp_path, monkeypatch):
         str(out),
     ]
     rows = main(argv)
-    assert [(r["method"], r["control"], r["seed"]) for r in rows] == [
-        ("kd", False, 1),
-        ("gkd", False, 1),
-        ("gkd", True, 1),
+    assert [(r["method"], r["control"], r["seed"], r["transfer"]) for r in rows] == [
+        ("finetune", False, 1, 0),
+        ("kd", False, 1, 0),
+        ("gkd", False, 1, 0),
+        ("gkd", True, 1, 0),
     ]
+    alone, rows = rows[0], rows[1:]
+    _check_alone(alone, out, cache)
     for r, name in zip(rows, ("kd-s1", "gkd-s1", "gkd-control-s1"), strict=True):
         run = out / "runs" / name
         test = _read(run / "results.json")["test"]
@@ -89,8 +93,11 @@ def test_rows_and_pairs_match_the_runs(tmp_path, monkeypatch):
         assert scores and all(-1 - 1e-6 <= x <= 1 + 1e-6 for x in scores)
         assert r["saliency_loyalty"] == pytest.approx(np.mean(scores))
     written = _read(tmp_path / "results" / "llm-teacher.json")
-    assert written["rows"] == rows
-    assert set(written["pairs"]) == {"gkd"}  # vanilla KD is its own control
+    assert written["rows"] == [alone, *rows]
+    assert set(written["pairs"]) == {"gkd", "kd"}  # vanilla KD is its own control
+    assert set(written["pairs"]["kd"]) == {"kd − finetune"}  # what the teacher bought
+    bought = written["pairs"]["kd"]["kd − finetune"]["test_accuracy"]["difference"]
+    assert bought == pytest.approx(rows[0]["test_accuracy"] - alone["test_accuracy"])
     test = {r["run"]: _read(Path(r["run"]) / "predictions.json")["test"] for r in rows}
     gkd, control, kd = (test[r["run"]] for r in (rows[1], rows[2], rows[0]))
     for name, other in (("gkd − control", control), ("gkd − kd", kd)):
@@ -113,16 +120,56 @@ def test_rows_and_pairs_match_the_runs(tmp_path, monkeypatch):
         )
 
     # a second call reuses the finished runs: the same rows
-    assert [r["test_accuracy"] for r in main(argv)] == [r["test_accuracy"] for r in rows]
+    assert [r["test_accuracy"] for r in main(argv)[1:]] == [r["test_accuracy"] for r in rows]
     # --no-training reports what is trained and trains nothing: CKD is left out, its control
     # is vanilla KD's student
-    shown = main([*argv, "--presets", "kd,ckd", "--no-training"])
+    shown = main([*argv, "--presets", "kd,ckd", "--no-training", "--no-alone"])
     assert [(r["method"], r["control"], r["run"]) for r in shown] == [
         ("kd", False, rows[0]["run"]),
         ("ckd", True, rows[0]["run"]),
     ]
     assert not (out / "runs" / "ckd-s1").exists()
     assert _read(tmp_path / "results" / "llm-teacher.json")["rows"] == shown
+
+    # with a transfer set: vanilla KD on it and on the labelled examples alone, and the
+    # reference rows: the teacher itself agrees with itself, a random student is the floor
+    more = tmp_path / "more.txt"
+    more.write_text("\n".join(make_sentences(200, seed=7).text))
+    shown = main(
+        [
+            *argv,
+            *("--teacher-cache", str(tmp_path / "cache-u"), "--out", str(tmp_path / "u")),
+            *("--presets", "kd", "--transfer", str(more), "--no-alone", "--results", "u"),
+            *("--references", str(tmp_path / "llama"), "--random-reference"),
+        ]
+    )
+    used = _read(tmp_path / "u" / "runs" / "kd-s1" / "manifest.json")["transfer"]["used"]
+    assert [(r["method"], r["labelled"], r["transfer"]) for r in shown] == [
+        ("kd", 120, 0),
+        ("kd", 120, used),
+    ]
+    written = _read(tmp_path / "results" / "u.json")
+    assert set(written["pairs"]["kd"]) == {"kd − kd on L"}
+    itself, floor = written["references"]
+    assert itself["label_loyalty"] == 1.0 and itself["saliency_loyalty"] == pytest.approx(1.0)
+    assert floor["method"] == "reference: random student" and floor["saliency_loyalty"] < 1
+
+
+def _check_alone(alone: dict, out: Path, cache: Path) -> None:
+    """The student trained alone: no teacher recorded, and its label loyalty the share of test
+    examples where it predicts the teacher's class (the cache's logits)."""
+    from kd.training.teacher_cache import cached_logits
+    from workbench.core.data import load_task
+    from workbench.core.runs import Run
+
+    run = out / "runs" / "finetune-s1"
+    assert Run.open(run).info().resolved.teacher is None
+    assert "teacher_fields" not in _read(run / "manifest.json")
+    predicted = _read(run / "predictions.json")["test"]["predictions"]
+    task = load_task(Run.open(run).config(DataConfig, "data"), notify=lambda _: None)
+    teacher = cached_logits(cache, "test", task).argmax(-1).tolist()
+    assert alone["label_loyalty"] == pytest.approx(np.equal(predicted, teacher).mean())
+    assert alone["probability_loyalty"] is None
 
 
 @pytest.mark.parametrize(

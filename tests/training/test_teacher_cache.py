@@ -18,7 +18,7 @@ from kd.cli import main
 from kd.training.config import OptimConfig, TeacherConfig
 from kd.training.evaluate import evaluate_runs
 from kd.training.pipeline import train_teacher
-from tests.conftest import write_tiny_workspace
+from tests.conftest import make_sentences, write_tiny_workspace
 from tests.tiny_families import save_family_model
 from workbench.core.config import DataConfig
 from workbench.core.runs import Run
@@ -308,3 +308,71 @@ def test_a_ckd_cache_serves_only_students_of_its_layer_mapping(work, tmp_path, c
     err = capsys.readouterr().err
     assert "relation_pairs" in err and err.count("\n") == 1 and err.startswith("kdw: error: ")
     assert not run.exists()
+
+
+def test_a_transfer_set_is_cached_trained_on_and_recorded(work, tmp_path, capsys):
+    """``--transfer``: the cache holds the teacher's fields on the transfer texts too, a student
+    trains from it, ``run.json`` and ``manifest.json`` record the set, a transfer text equal to a
+    test text is dropped and counted, and a cache of other transfer texts is refused by name."""
+    test_text = (work / "task" / "test.csv").read_text().splitlines()[1].rsplit(",", 1)[0]
+    texts = [t for t in make_sentences(100, seed=11).text]
+    more = tmp_path / "more.txt"
+    more.write_text("\n".join([*texts, test_text.strip('"')]))
+    transfer = ["--transfer", str(more), "--max-transfer-examples", "40"]
+    folder, run = tmp_path / "cache", tmp_path / "student"
+    kd = ["--preset", "kd", "--init", "random", "--num-layers", "2"]
+    assert main(["cache", "--teacher", str(work / "teacher"), *_data(work), *kd, *transfer,
+                 "--out", str(folder)]) == 0  # fmt: skip
+    optim = ["--epochs", "0.3", "--batch-size", "16", "--threads", "1"]
+    distill = ["distill", *_data(work), *kd, *optim, "--teacher-cache", str(folder)]
+    assert main([*distill, *transfer, "--run-dir", str(run)]) == 0
+    manifest = json.loads((run / "manifest.json").read_text())["transfer"]
+    assert manifest["source"] == str(more.resolve()) and manifest["used"] == 40
+    assert manifest["dropped"]["dev or test"] == 1  # the test text
+    assert manifest["read"] == len(texts) + 1 and manifest["labelled_only"] == ["ce"]
+    assert manifest["used"] + sum(manifest["dropped"].values()) == manifest["read"]
+    student = Run.open(run).info().configs["student"]
+    assert (student["transfer"], student["max_transfer_examples"]) == (str(more.resolve()), 40)
+    sizes = json.loads((run / "manifest.json").read_text())["split_sizes"]
+    assert sizes["train"] == 120 + 40
+    cached = json.loads((folder / "cache.json").read_text())
+    train = next(f for f in cached["files"] if f["key"]["split"] == "train")
+    assert train["examples"] == 160 and cached["transfer"]["fingerprint"] == manifest["fingerprint"]
+
+    capsys.readouterr()
+    other = tmp_path / "other"
+    assert main([*distill, "--run-dir", str(other)]) == 2  # the cache was built with it
+    err = capsys.readouterr().err
+    assert f"it was built with --transfer {more.resolve()} (40 texts)" in err
+    assert not other.exists()
+    gold = ["--preset", "adkd", "--attr-views", "gold", "--teacher", str(work / "teacher")]
+    assert main(["distill", *_data(work), *gold, *transfer, "--run-dir", str(other)]) == 2
+    assert "AD-KD's gold view maps the gold class" in capsys.readouterr().err
+    assert not other.exists()
+
+
+def test_a_student_trains_alone_with_no_teacher_or_from_any_cache(work, tmp_path, capsys):
+    """``--preset finetune`` needs no teacher and reads no train field of a cache: the student
+    trained alone with no teacher equals the one trained beside a cache of other fields, whose
+    test logits give it its loyalty."""
+    alone = ["--preset", "finetune", "--init", "pretrained", "--pretrained", str(work / "bert")]
+    optim = ["--epochs", "0.3", "--batch-size", "16", "--threads", "1"]
+    distill = ["distill", *_data(work), *alone, *optim]
+    assert main([*distill, "--run-dir", str(tmp_path / "alone")]) == 0
+    folder = tmp_path / "cache"
+    assert main(_cache(work, folder)) == 0  # AD-KD's fields: no finetune key on train
+    assert main([*distill, "--teacher-cache", str(folder), "--run-dir", str(tmp_path / "c")]) == 0
+    one, other = (load_file(tmp_path / r / "model" / "model.safetensors") for r in ("alone", "c"))
+    assert _equal(one, other)
+    results = [json.loads((tmp_path / r / "results.json").read_text()) for r in ("alone", "c")]
+    assert "label_loyalty" not in results[0]["test"] and "label_loyalty" in results[1]["test"]
+    assert Run.open(tmp_path / "alone").info().resolved.teacher is None
+
+    capsys.readouterr()
+    kd = [*distill[:-2], "--preset", "kd", "--run-dir", str(tmp_path / "kd")]
+    assert main(kd) == 2
+    assert "distill needs --teacher for the terms kd" in capsys.readouterr().err
+    cut = ["distill", *_data(work), "--preset", "finetune", "--run-dir", str(tmp_path / "cut")]
+    assert main(cut) == 2
+    assert "add --init pretrained --pretrained MODEL" in capsys.readouterr().err
+    assert not (tmp_path / "kd").exists() and not (tmp_path / "cut").exists()
