@@ -312,6 +312,9 @@ def test_loyalty_page(app):
         assert summary[column].notna().all(), column  # the teacher's row too: against itself
     assert summary.loc["teacher", "SL over"] == "itself"
     assert 0 <= float(summary.loc["student-kd", "LL"]) <= 1
+    above = [n for n in STUDENTS if summary.loc[n, "accuracy"] > summary.loc["teacher", "accuracy"]]
+    warned = " ".join(w.value for w in at.warning)
+    assert [n for n in STUDENTS if f"{n} scores" in warned] == above
     departures = at.dataframe[1].value
     assert departures["student-kd PL"].is_monotonic_increasing
     charts = _charts(at)

@@ -164,3 +164,14 @@ def test_curves_and_trials():
     assert list(complete.x) == [0, 2] and list(pruned.x) == [1]
     assert "alpha = 0.7" in complete.hovertext[1] and "dev 0.72" in complete.hovertext[1]
     assert list(best.y) == [0.61, 0.61, 0.72]  # best so far, running trial left out
+
+
+def test_a_student_above_its_teacher_is_said_once():
+    import pandas as pd
+
+    from workbench.app.loyalty import above_the_teacher
+
+    table = pd.DataFrame({"accuracy": [0.52, 0.70, 0.40]}, index=["teacher", "alone", "kd"])
+    (line,) = above_the_teacher(table, "teacher")
+    assert line.startswith("alone scores 0.700 accuracy, above its teacher's 0.520")
+    assert above_the_teacher(table.assign(accuracy=[0.8, 0.7, 0.4]), "teacher") == []

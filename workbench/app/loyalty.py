@@ -47,6 +47,21 @@ def cache_loyalty(cache: RunEntry, students: list[RunEntry], split: str) -> pd.D
     return table
 
 
+def above_the_teacher(table: pd.DataFrame, teacher: str) -> list[str]:
+    """One line per student whose accuracy (or first metric) in ``table`` (a row per model,
+    indexed by name) is above the teacher's row ``teacher``: such a teacher teaches less than
+    the labels do."""
+    metric = next(m for m in ("accuracy", "spearman", *table.columns) if m in table.columns)
+    own = table.loc[teacher, metric]
+    return [
+        f"{name} scores {score:.3f} {metric}, above its teacher's {own:.3f}: the teacher "
+        "teaches less than the labels do here; a stronger teacher, or a transfer set "
+        "(--transfer), may help"
+        for name, score in table[metric].items()
+        if name != teacher and score > own
+    ]
+
+
 def render() -> None:
     st.title("Loyalty")
     picked = common.teacher_and_students(KEY)
@@ -61,6 +76,8 @@ def render() -> None:
         table = cache_loyalty(teacher, students, split)
         st.subheader(f"Scores on {split} (the whole split: {table['examples'].iloc[0]} examples)")
         st.dataframe(table.style.format(precision=3, na_rep="—"))
+        for line in above_the_teacher(table, table.index[0]):
+            st.warning(common.plain(line))
         st.caption(
             "label_loyalty (LL): share of examples where the student predicts the class of the "
             "cache's logits; probability_loyalty (PL): mean of 1 − √JSD(p_t ‖ p_s)."
@@ -77,6 +94,8 @@ def render() -> None:
     whole = "the whole split" if len(frame) == size else f"a sample of the split's {size}"
     st.subheader(f"Scores on {split} ({len(frame)} examples: {whole})")
     st.dataframe(summary.style.format(precision=3, na_rep="—"))  # numbers stay numbers
+    for line in above_the_teacher(summary, "teacher"):
+        st.warning(common.plain(line))
     per = f" per word ({explaining.words} of its sub-tokens)" if explaining.words else ""
     explainer = choice.describe() + per
     st.caption(
