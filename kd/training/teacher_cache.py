@@ -41,6 +41,7 @@ from workbench.core.files import (
 )
 from workbench.core.records import Record, checked
 from workbench.core.runs import ResolvedTeacher
+from workbench.core.verify import EMBEDDINGS_FILE  # in TEACHER_FOLDER: the embedding stage
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -50,7 +51,6 @@ if TYPE_CHECKING:
 
 CACHE_FILE = "cache.json"
 TEACHER_FOLDER = "teacher"  # the teacher's config, tokenizer and embedding stage
-EMBEDDINGS_FILE = "embeddings.safetensors"  # in TEACHER_FOLDER: the teacher's embedding stage
 CACHE_PRECISIONS = ("fp32", "bf16")
 
 

@@ -118,3 +118,34 @@ def test_a_sentencepiece_tokenizer_loads_or_names_the_package_it_needs(sentencep
         "save the tokenizer with tokenizer.save_pretrained where it loads (that adds "
         "tokenizer.json)"
     )
+
+
+def test_a_teacher_caches_embeddings_alone_pass_as_what_they_are(tmp_path):
+    """A teacher cache keeps of an LLM's weights only its embedding stage (a small share of
+    them): its teacher folder passes the model-folder check, while the same tensors as a model's
+    weights are refused, and a stage whose shapes the config does not give still is."""
+    import torch
+
+    from tests.tiny_families import family_config, family_tokenizer
+    from workbench.core.verify import EMBEDDINGS_FILE, check_model_folder
+
+    tokenizer = family_tokenizer("llama")
+    config = family_config("llama", tokenizer, ["a", "b", "c"], layers=12)
+    config.hidden_size, config.intermediate_size, config.num_attention_heads = 1024, 4096, 8
+    config.head_dim = 128
+    folder = tmp_path / "teacher"
+    config.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    stage = {"model.embed_tokens.weight": torch.zeros(len(tokenizer), 1024)}
+    save_file(stage, str(folder / EMBEDDINGS_FILE), metadata={"stage": '["model.embed_tokens"]'})
+    check_model_folder(folder, config)  # 165M parameters described, the embeddings held
+
+    other = tmp_path / "as-weights"
+    shutil.copytree(folder, other)
+    (other / EMBEDDINGS_FILE).rename(other / "model.safetensors")
+    with pytest.raises(WorkbenchError, match=r"describes a model of .* parameters"):
+        check_model_folder(other, config)
+    wrong = {"model.embed_tokens.weight": torch.zeros(len(tokenizer), 512)}
+    save_file(wrong, str(folder / EMBEDDINGS_FILE))
+    with pytest.raises(WorkbenchError, match=r"does not describe the weights"):
+        check_model_folder(folder, config)
