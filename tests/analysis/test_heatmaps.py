@@ -213,3 +213,26 @@ def test_kdw_export_errors_are_one_line(runs, tmp_path, capsys):
     assert "gif" in capsys.readouterr().err
     assert main(["export", str(runs / "corrupt"), "--out", str(tmp_path), "--text", "a"]) == 2
     assert "corrupt" in capsys.readouterr().err
+
+
+def test_a_run_is_explained_at_its_recorded_length_and_every_ig_gap_recorded(loaded, runs):
+    """A run reads a text as ``kdw evaluate`` scored it: cut at its ``--max-length``, said in the
+    metadata; its saved model given alone reads it whole. Each IG map's completeness gap is in
+    the metadata whatever its size."""
+    run = loaded[0]
+    words = " ".join(["good movie but sad story"] * 12)
+    settings = HeatmapSettings(method="ig", steps=2)
+    (cut,) = explain(run, [Example(words)], settings)
+    assert cut.read == run.max_length < cut.full_length and len(cut.tokens) == run.max_length
+    (whole,) = explain(load_model(str(runs / "teacher" / "model")), [Example(words)], settings)
+    assert whole.read == whole.full_length == cut.full_length
+    meta = to_heatmap([cut, whole], Example(words), settings).metadata
+    assert meta["truncated"] == cut.truncation_note
+    gaps = dict(part.split(": ") for part in meta["ig_completeness_gap"].split("; "))
+    assert gaps == {e.name: f"{e.completeness_gap:.2%}" for e in (cut, whole)}
+    grad = to_heatmap(
+        explain(run, [Example(words)], HeatmapSettings(method="grad")),
+        Example(words),
+        HeatmapSettings(method="grad"),
+    )
+    assert grad.metadata["ig_completeness_gap"] == "none"

@@ -123,7 +123,8 @@ def _encode(
 ) -> tuple[dict, list[int], list[bool], tuple]:
     """The batch of ``examples`` (each ``[B, L]``; the tokenizer's encoding, which knows its
     words; padded on the right, whatever side the tokenizer pads), cut to the model's maximum
-    length, the number of tokens of each example and whether it goes on past them, and the texts
+    length (:attr:`~workbench.core.models.LoadedModel.read_length`: a run's), the number of
+    tokens of each example and whether it goes on past them, and the texts
     (and pairs) as tokenised: a text is read only as far as
     :func:`workbench.core.data.prefixes` takes it, and counted up to a megabyte
     (:func:`workbench.core.data.count_tokens`), so that no text exhausts memory."""
@@ -134,9 +135,8 @@ def _encode(
     texts = [e.text for e in examples]
     pairs = [e.pair or "" for e in examples] if loaded.spec.pair else None
     from workbench.core.data import count_tokens, prefixes
-    from workbench.core.models import max_tokens
 
-    tokenizer, limit = loaded.tokenizer, max_tokens(loaded.model)
+    tokenizer, limit = loaded.tokenizer, loaded.read_length
     args, _ = prefixes(tokenizer, texts, pairs, limit)
     batch = tokenizer(
         *args,

@@ -115,7 +115,7 @@ def heatmap_metadata(
     out run ids and the example's id, names the task by :func:`public_task` (the models by role:
     :func:`build_heatmaps`) and records ``anonymous: yes``. ``truncated`` names each model that
     read the text in part, with its tokenizer; ``warnings`` holds the explainers' warnings, one
-    per line."""
+    per line; ``ig_completeness_gap`` each IG map's gap, whatever its size."""
     runs = {} if anonymous else {"run_ids": json.dumps([e.run_id for e in explanations])}
     task = next((e.task for e in explanations if e.task), None)  # a model given alone has none
     named = {} if task is None else {"task": public_task(task) if anonymous else task}
@@ -128,6 +128,12 @@ def heatmap_metadata(
         "text": example.text,
         "truncated": "; ".join(e.truncation_note for e in explanations if e.truncated) or "no",
         "warnings": "\n".join(e.gap_warning for e in explanations if e.gap_warning) or "none",
+        "ig_completeness_gap": "; ".join(
+            f"{e.name}: {e.completeness_gap:.2%}"
+            for e in explanations
+            if e.completeness_gap is not None
+        )
+        or "none",
         **{
             f"settings.{k}": "default" if v is None else str(v)
             for k, v in {**_map_settings(settings, explained), **(explained or {})}.items()

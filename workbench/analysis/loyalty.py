@@ -34,7 +34,7 @@ from workbench.analysis.metrics import nan_mean, probability_loyalties, task_met
 from workbench.core.data import Split, TaskSpec, batches, encode, pad_id, prefixes
 from workbench.core.data.alignment import Span, align, pool_words, word_maps, word_mask
 from workbench.core.data.encoding import token_spans_of
-from workbench.core.models import LoadedModel, forward, max_tokens
+from workbench.core.models import LoadedModel, forward
 
 
 @dataclass
@@ -229,7 +229,7 @@ def loyalty_tables(
 def hidden_states(loaded: LoadedModel, example: Example) -> tuple[list[str], Tensor]:
     """The tokens of one example and its hidden states ``[layers + 1, L, d]`` (embedding
     output first; a long text read only as far as the model sees it)."""
-    limit = max_tokens(loaded.model)
+    limit = loaded.read_length
     pairs = [example.pair or ""] if loaded.spec.pair else None
     args, _ = prefixes(loaded.tokenizer, [example.text], pairs, limit)
     batch = dict(loaded.tokenizer(*args, truncation=True, return_tensors="pt", max_length=limit))

@@ -555,6 +555,13 @@ class LoadedModel:
         return self.data.max_length if self.data is not None else DataConfig().max_length
 
     @property
+    def read_length(self) -> int:
+        """The tokens of a text this model reads when it is explained: a run's recorded
+        ``--max-length`` (as ``kdw evaluate`` scores it), else its position table's."""
+        limit = max_tokens(self.model)
+        return min(self.max_length, limit) if self.run is not None else limit
+
+    @property
     def analysis_dir(self) -> Path:
         """Where analyses of the model are cached: its run's ``analysis_cache/``, or for a model
         the workbench did not train (whose folder is left as it is) a folder per source under
