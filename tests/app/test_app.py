@@ -740,3 +740,26 @@ def test_loyalty_on_a_split_of_one_example(tmp_path, monkeypatch):
     assert len(at.dataframe[1].value) == 1
     scatter = _charts(at)["loyalty.scatter"]["data"]
     assert [c for trace in scatter for c in trace["customdata"]] == [[0]]
+
+
+def test_the_students_chosen_on_one_page_open_the_next(app, tmp_path, monkeypatch):
+    """A page opens with the students another page chose for the teacher; an added folder that
+    no longer exists is forgotten, with a note, instead of listed as a problem."""
+    from workbench.app.catalog import ADDED_FILE, added_sources
+    from workbench.core.files import atomic_write_json, user_cache
+
+    monkeypatch.setenv("KDW_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "cache").mkdir()
+    atomic_write_json(user_cache() / ADDED_FILE, [str(tmp_path / "gone" / "student")])
+    at = _ok(app.run())
+    at.switch_page("loyalty.py")
+    _ok(at.run())
+    assert at.multiselect(key="loyalty.students").value == list(STUDENTS)  # its own, by default
+    at.multiselect(key="loyalty.students").set_value([STUDENTS[1]])
+    _ok(at.run())
+    at.switch_page("divergence.py")
+    _ok(at.run())
+    assert at.multiselect(key="divergence.students").value == [STUDENTS[1]]
+    assert added_sources() == []
+    note = " ".join(c.value for c in at.sidebar.caption).replace("\\", "")
+    assert f"no longer there, removed from Added: {tmp_path / 'gone' / 'student'}" in note

@@ -14,7 +14,13 @@ from typing import Any
 
 from kd.training.teacher_cache import CACHE_FILE, TEACHER_FOLDER, is_cache, read_record
 from workbench.core.errors import WorkbenchError, first_line
-from workbench.core.files import RECORD_LIMIT, atomic_write_json, read_json_file, user_cache
+from workbench.core.files import (
+    RECORD_LIMIT,
+    atomic_write_json,
+    looks_like_path,
+    read_json_file,
+    user_cache,
+)
 from workbench.core.runs import RUN_FILE, ResolvedTeacher, Run, RunRecord, RunStatus, teacher_change
 
 RUNS_ENV = "KDW_RUNS"
@@ -346,6 +352,18 @@ def added_sources() -> list[str]:
     except WorkbenchError:  # none added yet, or a damaged file: start again
         return []
     return [s for s in value if isinstance(s, str)] if isinstance(value, list) else []
+
+
+def forget_missing() -> list[str]:
+    """Forget the added folders that no longer exist (another session's, a deleted one): each
+    would list only its problem. Returns those forgotten; a hub id is kept."""
+    added = added_sources()
+    gone = [
+        s for s in added if looks_like_path(s, hub_ids=True) and not Path(s).expanduser().exists()
+    ]
+    if gone:
+        atomic_write_json(user_cache() / ADDED_FILE, [s for s in added if s not in gone])
+    return gone
 
 
 def remove_added(source: str) -> None:

@@ -39,6 +39,7 @@ from workbench.app.catalog import (
     added_entries,
     added_sources,
     discover_runs,
+    forget_missing,
     named_under,
     remove_added,
     runs_root,
@@ -117,7 +118,10 @@ def _add_model() -> None:
 
 def runs_sidebar() -> None:
     """The runs root in the sidebar, a field to add a classifier the workbench did not train
-    (a Hugging Face folder or hub id), and one clear line per folder that cannot be used."""
+    (a Hugging Face folder or hub id), and one clear line per folder that cannot be used; added
+    folders that no longer exist are forgotten, with a note."""
+    if gone := forget_missing():
+        st.session_state[ADDED_NOTE] = f"no longer there, removed from Added: {', '.join(gone)}"
     entries = runs()
     usable = sum(e.usable for e in entries)
     unfinished = sum(e.usable and e.unfinished is not None for e in entries)
@@ -187,6 +191,11 @@ def load(entry: RunEntry) -> LoadedModel:
     return loaded
 
 
+# the teacher and each teacher's students last chosen, which every page starts with (their
+# keys end as the pickers' do: a demo swapped in forgets them, first_run.PICKERS)
+CHOSEN_TEACHER, CHOSEN_STUDENTS = "models.chosen.teacher", "models.chosen.students"
+
+
 def pick_models(
     entries: Sequence[RunEntry], key: str, single_student: bool = False
 ) -> tuple[RunEntry, list[RunEntry]] | None:
@@ -204,6 +213,10 @@ def pick_models(
     # a single student beside the teacher; several below it, on the page's width (their names
     # would be cut in half of it)
     left, right = st.columns(2) if single_student else (st.container(), st.container())
+    if st.session_state.get(f"{key}.teacher") not in teachers:  # first shown on this page
+        st.session_state[f"{key}.teacher"] = st.session_state.get(CHOSEN_TEACHER, "")
+        if st.session_state[f"{key}.teacher"] not in teachers:
+            st.session_state[f"{key}.teacher"] = next(iter(teachers))
     name = left.selectbox(
         "Teacher",
         list(teachers),
@@ -240,16 +253,23 @@ def pick_models(
         chosen = [students[picked]]
     else:
         chosen_before = st.session_state.get(f"{key}.students")
-        if chosen_before and not set(chosen_before) & set(students):  # another teacher's
-            del st.session_state[f"{key}.students"]  # its own students, by default
+        if chosen_before is None or (chosen_before and not set(chosen_before) & set(students)):
+            # first shown, or another teacher's: what another page chose for this teacher, else
+            # its own students, else every student of its task
+            shared = st.session_state.get(CHOSEN_STUDENTS, {}).get(name)
+            shared = None if shared is None else [n for n in shared if n in students]
+            st.session_state[f"{key}.students"] = (
+                shared if shared is not None else own or list(students)
+            )
         picked = right.multiselect(
             "Students",
             list(students),
-            default=own,
             format_func=lambda n: live_label(students[n], root),
             key=f"{key}.students",
         )
         chosen = [students[name] for name in picked]
+        st.session_state.setdefault(CHOSEN_STUDENTS, {})[name] = list(picked)
+    st.session_state[CHOSEN_TEACHER] = name
     if teacher.kind == "model" and chosen:  # applied to its students' task
         teacher = replace(teacher, task_of=chosen[0].path)
     return teacher, chosen
