@@ -4,6 +4,7 @@ optionally pushed to the Hub."""
 from __future__ import annotations
 
 import argparse
+import json
 
 from workbench.analysis.settings import OnnxSettings
 from workbench.core.config import add_arguments, from_arguments
@@ -42,8 +43,18 @@ def add(commands: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> None:
     from kd.training.pipeline import export_model
+    from workbench.analysis.deployment import RECORD
 
     settings = from_arguments(OnnxSettings, args)
-    print(export_model(args.run, args.out, args.push_to_hub, onnx=args.onnx, settings=settings))
+    out = export_model(args.run, args.out, args.push_to_hub, onnx=args.onnx, settings=settings)
+    print(out)
+    if args.onnx:  # what the check found, as export.json keeps it
+        record = json.loads((out / RECORD).read_text())
+        for precision, graph in record["graphs"].items():
+            print(
+                f"{precision}: label agreement {graph['label_agreement']:.4f} with PyTorch on "
+                f"{record['examples']} {record['split']} examples (at least "
+                f"{record['min_agreement']} asked)"
+            )
     if args.push_to_hub:
         print(f"pushed to the Hub repository {args.push_to_hub}")

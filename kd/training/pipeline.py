@@ -10,7 +10,7 @@ import dataclasses
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from functools import partial
 from pathlib import Path
@@ -392,11 +392,22 @@ STUDENT_LAYERS = 3  # a cut or random student's layers where --num-layers is not
 
 
 def build_student(
-    teacher: LoadedModel, config: StudentConfig
+    teacher: LoadedModel | None,
+    config: StudentConfig,
+    spec: TaskSpec,
+    say: Callable[[str], None] | None = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, list[int] | None]:
-    """The student a :class:`StudentConfig` describes, its tokenizer and the layers of its source it
-    kept (None: random, or a whole checkpoint): cut from the teacher, random, or another checkpoint
-    (its own tokenizer: :func:`check_tokens`), cut to ``num_layers`` where given."""
+    """The student a :class:`StudentConfig` describes for the task ``spec``, its tokenizer and the
+    layers of its source it kept (None: random, or a whole checkpoint): cut from the teacher,
+    random, or another checkpoint (its own tokenizer: :func:`check_tokens`; the only kind without
+    a ``teacher``), cut to ``num_layers`` where given; what is done to it said to ``say``
+    (default: :func:`notice`)."""
+    say = say or notice
+    if teacher is None and config.init != "pretrained":
+        raise WorkbenchError(
+            "a student without --teacher is a pretrained checkpoint: add --init pretrained "
+            "--pretrained MODEL (a cut or random student is made from its teacher)"
+        )
     widths = [option_name(n) for n in ("hidden_size", "num_heads") if getattr(config, n)]
     if widths and config.init != "random":
         raise WorkbenchError(
@@ -404,30 +415,31 @@ def build_student(
             f"--init {config.init} has its source's width (use --init random, or leave "
             f"{'it' if len(widths) == 1 else 'them'} out)"
         )
-    kept, tokenizer, layers = None, teacher.tokenizer, config.num_layers or STUDENT_LAYERS
+    kept, layers = None, config.num_layers or STUDENT_LAYERS
     if config.init == "pretrained":
         if not config.pretrained:
             raise WorkbenchError("--init pretrained needs --pretrained (hub id or directory)")
         tokenizer = load_tokenizer(config.pretrained)
-        student = load_classifier(config.pretrained, teacher.spec, notify=notice)
+        student = load_classifier(config.pretrained, spec, notify=say)
         check_pad(student, config.pretrained)
-        match_pad(student, tokenizer, config.pretrained, notice)
+        match_pad(student, tokenizer, config.pretrained, say)
         if config.num_layers is not None:
             count = layer_count(student)
             kept = select_layers(count, config.num_layers, config.layers)
             student = cut_student(student, kept)
-            notice(
+            say(
                 f"the student keeps layers {','.join(map(str, kept))} of the {count} of "
                 f"{config.pretrained} (--layers {config.layers})"
             )
     elif config.init == "cut":
-        kept = select_layers(layer_count(teacher.model), layers, config.layers)
-        student = cut_student(teacher.model, kept, notice)
+        kept, tokenizer = select_layers(layer_count(teacher.model), layers, config.layers), None
+        student = cut_student(teacher.model, kept, say)
     else:
+        tokenizer = None
         student = random_student(teacher.model.config, layers, config.hidden_size, config.num_heads)
     if config.freeze_embeddings:
         set_embeddings_trainable(student, False)
-    return student, tokenizer, kept
+    return student, tokenizer or teacher.tokenizer, kept
 
 
 def check_tokens(
@@ -632,23 +644,9 @@ def _student_alone(
 ) -> Distillation:
     """A student trained with no teacher (an objective of no teacher term, such as ``finetune``):
     a pretrained checkpoint given the task's classes."""
-    if config.init != "pretrained" or not config.pretrained:
-        raise WorkbenchError(
-            "a student without --teacher is a pretrained checkpoint: add --init pretrained "
-            "--pretrained MODEL (a cut or random student is made from its teacher)"
-        )
     data = load_task(data_config, notice)
     set_seed(seed)
-    tokenizer = load_tokenizer(config.pretrained)
-    student = load_classifier(config.pretrained, data.spec, notify=notice)
-    check_pad(student, config.pretrained)
-    match_pad(student, tokenizer, config.pretrained, notice)
-    kept = None
-    if config.num_layers is not None:
-        kept = select_layers(layer_count(student), config.num_layers, config.layers)
-        student = cut_student(student, kept)
-    if config.freeze_embeddings:
-        set_embeddings_trainable(student, False)
+    student, tokenizer, kept = build_student(None, config, data.spec)
     check_max_length(student, data_config.max_length, "the student")
     count, width = layer_count(student), student.config.hidden_size
     objective = Objective.resolve(objective_config, count, count, data.spec.num_labels, width)
@@ -672,10 +670,12 @@ def prepare_distillation(
     student_config: StudentConfig,
     objective_config: ObjectiveConfig,
     seed: int,
+    say_student: Callable[[str], None] | None = None,
 ) -> Distillation:
     """Everything a distillation needs, every check of the settings against the models done writing
     nothing. ``seed`` initialises a random student; the teacher is a run folder, a classifier
-    matched to the task's classes, or the teacher cache ``student_config.teacher_cache`` stands for.
+    matched to the task's classes, or the teacher cache ``student_config.teacher_cache`` stands for;
+    what is done to the student is said to ``say_student`` (default: :func:`notice`).
     """
     record = None
     if student_config.teacher_cache:
@@ -690,7 +690,7 @@ def prepare_distillation(
         add_transfer_set(data, data_config, student_config)
     teacher.model.requires_grad_(False)  # frozen: its gradients w.r.t. inputs need no weights
     set_seed(seed)
-    student, tokenizer, kept = build_student(teacher, student_config)
+    student, tokenizer, kept = build_student(teacher, student_config, data.spec, say_student)
     check_max_length(student, data_config.max_length, "the student")  # the teacher's: loaded
     same_tokens = teacher.tokenizer.get_vocab() == tokenizer.get_vocab()
     objective = Objective.resolve(
@@ -893,7 +893,8 @@ def build_teacher_cache(
     if cache_config.threads > 0:
         torch.set_num_threads(cache_config.threads)
     device = resolve_device(cache_config.device)
-    setup = prepare_distillation(data_config, student_config, objective_config, seed=0)
+    # the student only reads: its head or cut is the distillation's to say
+    setup = prepare_distillation(data_config, student_config, objective_config, 0, lambda _: None)
     teacher, objective = setup.teacher, setup.objective
     teacher_fingerprint = fingerprint(teacher.model)
     inputs = teacher_inputs(setup, data_config.max_length, teacher_fingerprint, every=True)

@@ -102,14 +102,23 @@ def test_export_is_checked_and_recorded(runs, exported):
 
 
 @pytest.mark.slow
-def test_int8_export_into_a_folder_named_from_the_working_directory(runs, tmp_path, monkeypatch):
+def test_int8_export_into_a_folder_named_from_the_working_directory(
+    runs, tmp_path, monkeypatch, capsys
+):
     """A relative --out: ONNX Runtime prepares the int8 graph in a temporary folder of its own,
-    where a relative path would name nothing; the export lands in the working directory."""
+    where a relative path would name nothing; the export lands in the working directory, and
+    the command prints each graph's agreement as the record keeps it."""
     monkeypatch.chdir(tmp_path)
     command = ["export-model", str(runs[0]), "--out", "onnx8", "--onnx", "--quantize", "int8"]
     assert main(command) == 0
     record = json.loads((tmp_path / "onnx8" / "export.json").read_text())
     assert set(record["graphs"]) == {"fp32", "int8"}
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[1:] == [
+        f"{p}: label agreement {g['label_agreement']:.4f} with PyTorch on 50 test examples "
+        "(at least 0.99 asked)"
+        for p, g in record["graphs"].items()
+    ]
     assert (tmp_path / "onnx8" / "model.int8.onnx").is_file()
     assert [p.name for p in tmp_path.iterdir()] == ["onnx8"]  # no staging folder left
 

@@ -320,12 +320,15 @@ def test_a_transfer_set_is_cached_trained_on_and_recorded(work, tmp_path, capsys
     more.write_text("\n".join([*texts, test_text.strip('"')]))
     transfer = ["--transfer", str(more), "--max-transfer-examples", "40"]
     folder, run = tmp_path / "cache", tmp_path / "student"
-    kd = ["--preset", "kd", "--init", "random", "--num-layers", "2"]
+    kd = ["--preset", "kd", "--init", "pretrained", "--pretrained", str(work / "tiny-bert")]
+    capsys.readouterr()
     assert main(["cache", "--teacher", str(work / "teacher"), *_data(work), *kd, *transfer,
                  "--out", str(folder)]) == 0  # fmt: skip
+    assert "classification head" not in capsys.readouterr().err  # the cache trains no student
     optim = ["--epochs", "0.3", "--batch-size", "16", "--threads", "1"]
     distill = ["distill", *_data(work), *kd, *optim, "--teacher-cache", str(folder)]
     assert main([*distill, *transfer, "--run-dir", str(run)]) == 0
+    assert "has no classification head: a new one" in capsys.readouterr().err
     manifest = json.loads((run / "manifest.json").read_text())["transfer"]
     assert manifest["source"] == str(more.resolve()) and manifest["used"] == 40
     assert manifest["dropped"]["dev or test"] == 1  # the test text

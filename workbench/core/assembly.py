@@ -328,5 +328,5 @@ def adapter_model(folder: Path, base: str) -> Path:
     files = sha256(_files(folder) + (_files(Path(base)) if local else []), folder.name)
     named = "" if local else base
     key = f"adapter-{hashlib.sha256(f'{files} {named}'.encode()).hexdigest()[:16]}"
-    what = f"the adapter {folder.name}"
+    what = f"the adapter {folder}"  # its folder is often named adapter
     return assembled(key, what, lambda staging: merge_adapter(folder, base, weights, staging))
