@@ -25,7 +25,7 @@ from workbench.analysis.evaluation import predict_logits
 from workbench.analysis.settings import BenchmarkSettings, OnnxSettings, parse_precisions
 from workbench.core.data import Split, encode, pad_id
 from workbench.core.errors import WorkbenchError
-from workbench.core.models import load_model
+from workbench.core.models import load_model, load_run
 
 MEASURED = (
     "parameters",
@@ -98,6 +98,15 @@ def test_export_is_checked_and_recorded(runs, exported):
     assert {"model.onnx", "model.int8.onnx", "tokenizer.json", "config.json"} <= {
         p.name for p in exported.iterdir()
     }
+    # the card's way to run a graph runs, and names the class PyTorch predicts
+    code = card.split("```python\n", 1)[1].split("```", 1)[0]
+    code = code.replace("path/to/this/folder", str(exported))
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(code, {})
+    teacher = load_run(runs[0])
+    logits = teacher.model(**teacher.tokenizer(["a text to classify"], return_tensors="pt")).logits
+    assert printed.getvalue().strip() == str([teacher.spec.label_names[int(logits.argmax())]])
     assert not list(exported.parent.glob(".teacher-onnx*"))  # no staging folder left
 
 

@@ -401,7 +401,32 @@ def _card_section(record: dict) -> str:
             f"| {precision} | `{graph['file']}` | {graph['max_abs_logit_difference']:.3g} | "
             f"{graph['label_agreement']:.4f} |"
         )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + LOADING.format(max_length=record["data"]["max_length"])
+
+
+# how the card says to run a graph: transformers' pipeline reads no ONNX folder
+LOADING = """
+## Running it
+
+`transformers.pipeline` does not read this folder: run a graph with ONNX Runtime and the
+folder's tokenizer, at the length the model was trained and checked with:
+
+```python
+import numpy as np
+import onnxruntime
+from transformers import AutoConfig, AutoTokenizer
+
+folder = "path/to/this/folder"
+tokenizer = AutoTokenizer.from_pretrained(folder)
+session = onnxruntime.InferenceSession(f"{{folder}}/model.onnx")  # or model.int8.onnx
+batch = tokenizer(["a text to classify"], truncation=True, max_length={max_length},
+                  padding=True, return_tensors="np")
+feed = {{i.name: batch[i.name].astype(np.int64) for i in session.get_inputs()}}
+logits = session.run(["logits"], feed)[0]
+labels = AutoConfig.from_pretrained(folder).id2label
+print([labels[int(i)] for i in logits.argmax(-1)])
+```
+"""
 
 
 def check_onnx_settings(loaded: LoadedModel, settings: OnnxSettings) -> None:
