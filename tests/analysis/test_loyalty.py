@@ -13,6 +13,7 @@ from scipy.stats import pearsonr
 
 from tests.analysis.test_explainers import _tokenizer
 from tests.conftest import write_tiny_runs
+from tests.tolerances import assert_close_to_scale
 from workbench.analysis.loyalty import (
     SplitOutputs,
     saliency_loyalties,
@@ -85,3 +86,40 @@ def test_saliency_loyalty_is_undefined_where_the_positions_differ():
     assert math.isnan(float(loyalty[1]))
     narrower = SplitOutputs(student.logits, student.saliency[:, :3], student.mask[:, :3])
     assert math.isnan(float(saliency_loyalties(teacher, narrower)[0]))  # 4 positions against 3
+
+
+@pytest.mark.parametrize("model_type", ["bert", "mpnet", "llama"])
+def test_the_saliency_loyalty_reads_is_captums_input_x_gradient(model_type, tmp_path):
+    """The saliency each model of the loyalty tables gives (an encoder of BERT's or MPNet's
+    family, a decoder of Llama's) is Captum's gradient × activation of the embedding output
+    for the predicted class's probability, called directly on each text alone; a model's
+    saliency loyalty to itself is 1."""
+    from captum.attr import LayerGradientXActivation
+
+    from tests.tiny_families import save_family_model
+    from workbench.core.models import embeddings_module
+
+    folder = save_family_model(model_type, tmp_path / model_type, ["a", "b", "c"], seed=3)
+    loaded = load_model(str(folder))
+    texts = ["good movie but sad story", "awful", "a fine day and a long night"]
+    split = Split(texts=texts, labels=[0, 1, 2], uids=["u0", "u1", "u2"])
+    outputs = split_outputs(loaded, split, batch_size=2)
+    model = loaded.model
+
+    def probabilities(ids, mask):
+        return model(input_ids=ids, attention_mask=mask).logits.softmax(-1)
+
+    for row, text in enumerate(texts):
+        alone = loaded.tokenizer(text, return_tensors="pt")
+        ids, mask = alone["input_ids"], alone["attention_mask"]
+        target = int(outputs.logits[row].argmax())
+        theirs = LayerGradientXActivation(probabilities, embeddings_module(model)).attribute(
+            ids, target=target, additional_forward_args=(mask,)
+        )
+        ours = outputs.saliency[row][outputs.mask[row].bool()]
+        # batched with padding against alone, and Σ_d over terms that cancel: float32 rounding
+        # of terms up to ten times the largest sum
+        terms = theirs[0].abs().sum(-1)
+        assert_close_to_scale(ours, theirs.sum(-1)[0], 1e-5, operands=(10 * terms,))
+    itself = saliency_loyalties(outputs, outputs)
+    assert itself.tolist() == pytest.approx([1.0] * len(texts), abs=1e-6)
