@@ -240,7 +240,8 @@ def test_benchmark_prints_the_table_and_writes_every_field(runs, exported, tmp_p
         main(["benchmark", str(teacher), str(student), str(exported), *options, "--json", str(out)])
         == 0
     )
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
     assert "30 texts, batch sizes 1,8, 1 warm-up and 2 timed rounds" in printed
     assert "1 threads, cpu" in printed and "the first model, teacher" in printed
     assert "peak memory: peak resident-set growth" in printed
@@ -267,6 +268,10 @@ def test_benchmark_prints_the_table_and_writes_every_field(runs, exported, tmp_p
         "onnx fp32",
         "onnx int8",
     ]
+    above = [r["name"] for r in rows[1:] if r["accuracy"] > rows[0]["accuracy"]]
+    said = [line for line in captured.err.splitlines() if "above the first model" in line]
+    assert len(said) == len(above)
+    assert all(any(f"{name} scores" in line for line in said) for name in above)
     for row in rows:
         assert set(row) >= ROW_FIELDS and all(f"{key}_ratio" in row for key in MEASURED)
         assert all(

@@ -343,6 +343,14 @@ def benchmark(
         row["max_length"] = candidate.max_length
         row |= {f"{key}_ratio": _ratio(row[key], rows[0][key]) for key in measured}
         row |= evaluate_logits(task.spec, these, found.labels, found.logits[0])
+    metric = task.spec.metrics[0]
+    for row in rows[1:]:  # a model that scores above the reference (the teacher, given first)
+        if notify is not None and row[metric] > rows[0][metric]:
+            notify(
+                f"{row['name']} scores {row[metric]:.4f} {metric}, above the first model, "
+                f"{rows[0]['name']} ({rows[0][metric]:.4f}): as a teacher, it teaches less "
+                "than the labels do"
+            )
     return {
         "reference": candidates[0].name,
         "settings": {
