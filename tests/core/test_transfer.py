@@ -123,3 +123,19 @@ def test_bad_sources_are_one_line(task, tmp_path):
         _add(task, str(tmp_path / "empty"))
     with pytest.raises(WorkbenchError, match=r"every training text .* is labelled"):
         _add(DataConfig(task=task.task), "task")
+
+
+def test_a_saved_data_set_gives_its_splits_texts(task, tmp_path):
+    import datasets
+
+    texts = [t for t in make_sentences(80, seed=21).text if t not in set(load_all(task))]
+    parts = {"train": texts[:30], "unsupervised": texts[30:40]}
+    datasets.DatasetDict(
+        {name: datasets.Dataset.from_dict({"text": part}) for name, part in parts.items()}
+    ).save_to_disk(str(tmp_path / "saved"))
+    data, _ = _add(task, str(tmp_path / "saved"))
+    assert data.splits["train"].texts[100:] == texts[:40]
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "dataset_dict.json").write_text("{ not json")
+    with pytest.raises(WorkbenchError, match="cannot read the saved data set"):
+        _add(task, str(tmp_path / "broken"))

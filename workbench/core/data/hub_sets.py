@@ -84,18 +84,39 @@ def load_hub(
     what = f"hub data set {name!r}" + (f" ({config})" if config else "")
     if "/" in name:  # it could have been meant as a local folder
         what += " (no local file or folder of that name either)"
-    if not hub_reachable() and not hub_offline():  # in offline mode it reads its cache
-        raise hub_unreachable(what, HUB_OFFLINE_FIX)
-    try:
-        loaded = datasets.load_dataset(name, config)
-    except (OSError, ValueError) as error:  # not found, a missing config, offline mode's miss
-        raise WorkbenchError(
-            f"cannot load {what}: {first_line(error)}; {HUB_OFFLINE_FIX}"
-        ) from None
+    loaded = hub_dataset(name, config, what)
     if not isinstance(loaded, datasets.DatasetDict):
         raise WorkbenchError(f"cannot load {what}: it has no splits")
     source = f"hub:{name}" + (f"/{config}" if config else "")
     return task_from_dataset_dict(loaded, name, source, seed, columns)
+
+
+def hub_dataset(name: str, config: str | None, what: str):
+    """``datasets.load_dataset(name, config)``; without the hub, or a data set it cannot load,
+    one line naming ``what`` and saying how to do without."""
+    import datasets
+
+    if not hub_reachable() and not hub_offline():  # in offline mode it reads its cache
+        raise hub_unreachable(what, HUB_OFFLINE_FIX)
+    try:
+        return datasets.load_dataset(name, config)
+    except (OSError, ValueError) as error:  # not found, a missing config, offline mode's miss
+        raise WorkbenchError(
+            f"cannot load {what}: {first_line(error)}; {HUB_OFFLINE_FIX}"
+        ) from None
+
+
+def read_saved(path: Path, what: str):
+    """The data set ``save_to_disk`` wrote in ``path``; one it cannot read is one line naming
+    ``what``."""
+    import datasets
+
+    try:
+        return datasets.load_from_disk(str(path))
+    except (OSError, ValueError) as error:
+        raise WorkbenchError(
+            f"{what}: cannot read the saved data set: {first_line(error)}"
+        ) from None
 
 
 def is_saved_dataset(path: Path) -> bool:
@@ -106,12 +127,5 @@ def is_saved_dataset(path: Path) -> bool:
 def load_saved(path: Path, seed: int, columns: Columns = DEFAULT_COLUMNS) -> TaskData:
     """A data set saved by ``DatasetDict.save_to_disk`` as a task
     (:func:`task_from_dataset_dict`)."""
-    import datasets
-
-    try:
-        loaded = datasets.load_from_disk(str(path))
-    except (OSError, ValueError) as error:
-        raise WorkbenchError(
-            f"{path}: cannot read the saved data set: {first_line(error)}"
-        ) from None
+    loaded = read_saved(path, str(path))
     return task_from_dataset_dict(loaded, path.name, str(path), seed, columns)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from workbench.core.data.hub_sets import HUB_OFFLINE_FIX, is_hub_id, is_saved_dataset
+from workbench.core.data.hub_sets import hub_dataset, is_hub_id, is_saved_dataset, read_saved
 from workbench.core.data.local import (
     DATASET_ROWS,
     FIELD_LIMIT,
@@ -103,31 +103,15 @@ def _frames(source: str, path: Path | None) -> list[tuple[pd.DataFrame, str, tup
 def _dataset_frames(path: Path) -> list[tuple[pd.DataFrame, str, tuple[str, int]]]:
     import datasets
 
-    try:
-        loaded = datasets.load_from_disk(str(path))
-    except (OSError, ValueError) as error:
-        raise WorkbenchError(
-            f"--transfer {path}: cannot read the saved data set: {first_line(error)}"
-        ) from None
+    loaded = read_saved(path, f"--transfer {path}")
     parts = loaded.items() if isinstance(loaded, datasets.DatasetDict) else [("train", loaded)]
     return [(part.to_pandas(), f"{path} {name} split", DATASET_ROWS) for name, part in parts]
 
 
 def _hub_frame(name: str) -> pd.DataFrame:
     """The train split (else the first) of the hub data set ``name``."""
-    import datasets
-
-    from workbench.core.hub import hub_offline, hub_reachable, hub_unreachable
-
     what = f"--transfer: hub data set {name!r} (no local file or folder of that name either)"
-    if not hub_reachable() and not hub_offline():
-        raise hub_unreachable(what, HUB_OFFLINE_FIX)
-    try:
-        loaded = datasets.load_dataset(name)
-    except (OSError, ValueError) as error:
-        raise WorkbenchError(
-            f"cannot load {what}: {first_line(error)}; {HUB_OFFLINE_FIX}"
-        ) from None
+    loaded = hub_dataset(name, None, what)
     return loaded[next(s for s in ("train", *loaded) if s in loaded)].to_pandas()
 
 
