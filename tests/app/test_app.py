@@ -33,6 +33,7 @@ from workbench.app.catalog import discover_runs
 from workbench.app.common import CASE_EXAMPLE
 from workbench.app.heatmap_view import heatmap_html
 from workbench.app.launch import ENTRY
+from workbench.app.train import ALONE
 from workbench.core.config import DataConfig, to_dict
 from workbench.core.data import load_task, sample_split
 from workbench.core.models import load_model
@@ -655,6 +656,14 @@ def test_train_page_student_form_comes_from_the_configs(app, tiny_runs):
     assert at.number_input(key="train.student.data.teacher.max_length").value == 16
     help_text = at.selectbox(key="train.student.student.init").help
     assert help_text == StudentConfig.__dataclass_fields__["init"].metadata["help"]
+    assert at.text_input(key="train.student.student.transfer").value == ""  # a transfer set
+
+    at.selectbox(key="train.teacher").set_value(ALONE)  # the student trained alone
+    _ok(at.run())
+    keys = {widget.key for widget in at.text_input} | {widget.key for widget in at.selectbox}
+    fixed = ("objective.preset", "student.teacher", "student.init")  # finetune, none, pretrained
+    assert not {f"train.student.{name}" for name in fixed} & keys
+    assert "train.student.student.pretrained" in keys
 
 
 # slow: a real kdw tune process trains two students of the tiny teacher

@@ -22,7 +22,7 @@ from kd.training.tracking import TrackingConfig
 from workbench.app import common
 from workbench.app.catalog import RunEntry, discover_runs, discover_studies, runs_root
 from workbench.app.figures import curves, trials_figure
-from workbench.app.forms import config_widgets
+from workbench.app.forms import config_widgets, fixed
 from workbench.app.jobs import (
     TRAININGS,
     Job,
@@ -59,6 +59,7 @@ SECTIONS["search"] = (*SECTIONS["student"], ("tune", TuneConfig))  # kdw tune
 JOB_KIND = {"teacher": "teacher", "student": "student", "search": "tune"}
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 RESUMABLE = ("created", "running", "stopped", "failed", "unknown")
+ALONE = "none: the student alone"  # the Train page's teacher for a student trained alone
 
 
 def _select(options: list[str]):
@@ -77,6 +78,13 @@ def _form(root, kind: str, teacher: RunEntry | None) -> None:
     overrides = {"preset": _select(sorted(PRESETS))}
     if teacher is not None:
         overrides["teacher"] = _select([str(teacher.path)])
+    elif kind == "student":  # trained alone: from the labels, with no teacher term
+        st.caption(
+            "The student alone: the finetune preset (cross-entropy on the labels) on a "
+            "pretrained checkpoint, with no teacher."
+        )
+        alone = {"preset": "finetune", "teacher": "", "init": "pretrained"}
+        overrides |= {name: fixed(value) for name, value in alone.items()}
     default_name = st.session_state.setdefault(
         f"{KEY}.default_name.{kind}", f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
     )
@@ -318,19 +326,22 @@ def render() -> None:
     teacher = None
     if kind in ("student", "search"):
         teachers = {e.name: e for e in entries if e.kind == "teacher" and e.usable}
-        if not teachers:
+        names = [*teachers, *([ALONE] if kind == "student" else [])]  # a search needs one
+        if not names:
             st.info("Train a teacher first.")
             return
-        teacher = teachers[
+        teacher = teachers.get(
             st.selectbox(
                 "Teacher",
-                list(teachers),
-                format_func=lambda n: teachers[n].label,
+                names,
+                format_func=lambda n: teachers[n].label if n in teachers else n,
                 help="an unfinished teacher (its best dev model so far) needs allow unfinished "
-                "in the student's settings",
+                "in the student's settings; with none, the student learns from the labels "
+                "alone (the finetune preset and a pretrained student): the reference every "
+                "distillation must beat",
                 key=f"{KEY}.teacher",
             )
-        ]
+        )
     _form(root, kind, teacher)
 
     active = [job for job in read_jobs(root) if job.kind in TRAININGS and job.alive]
