@@ -93,6 +93,7 @@ from workbench.core.models import (
     resolve_model,
     set_label_names,
 )
+from workbench.core.names import BUILTIN_MODELS
 from workbench.core.runs import (
     RESOLVED,
     RUN_FILE,
@@ -195,19 +196,29 @@ def _saver(
     tokenizer: PreTrainedTokenizerBase,
     spec: TaskSpec,
     adapted=None,
+    base: str = "",
 ):
     """How a run's model is saved: a Hugging Face checkpoint whose config names the task's
     classes, with its tokenizer and a model card; for a LoRA teacher (``adapted``, the
     ``PeftModel`` around ``model``), its adapters merged into plain weights, and the adapters
-    themselves in the run's ``adapter/`` (peft's ``save_pretrained``)."""
+    themselves in the run's ``adapter/`` (peft's ``save_pretrained``), naming their base model
+    ``base`` as the command named it where that is a built-in name (not the folder it was
+    assembled in, under this machine's user cache: the adapter folder travels)."""
     set_label_names(model, spec)
+
+    def save_adapter(folder: Path) -> None:
+        adapted.save_pretrained(folder)
+        if base in BUILTIN_MODELS:
+            path = folder / "adapter_config.json"
+            config = json.loads(path.read_text())
+            atomic_write_json(path, config | {"base_model_name_or_path": base})
 
     def save(directory: Path) -> None:
         (model if adapted is None else merged(adapted)).save_pretrained(directory)
         tokenizer.save_pretrained(directory)
         atomic_write_text(directory / "README.md", model_card(run))
         if adapted is not None:
-            replace_directory(run.path / ADAPTER_DIR, adapted.save_pretrained)
+            replace_directory(run.path / ADAPTER_DIR, save_adapter)
 
     return save
 
@@ -340,7 +351,7 @@ def train_teacher(
             loss=partial(objective, teacher={}),
             weights=objective.weights,
             units=objective.term_units(),
-            save_model=_saver(run, model, tokenizer, data.spec, adapted),
+            save_model=_saver(run, model, tokenizer, data.spec, adapted, teacher_config.model),
             pad_token_id=pad_id(tokenizer),
             callbacks=callbacks,
             device=device,

@@ -274,3 +274,21 @@ def test_a_lora_run_killed_and_resumed_ends_with_the_uninterrupted_weights(
         one, other = (load_file(str(run / folder / name)) for run in (killed, clean))
         assert one.keys() == other.keys()
         assert all(torch.equal(one[k], other[k]) for k in one), folder
+
+
+@pytest.mark.slow  # a LoRA run of MiniLM-L6: seconds
+def test_a_lora_adapter_of_a_built_in_model_names_its_base_by_name(tiny_task_dir, tmp_path):
+    """The adapter folder of a LoRA teacher on a built-in model names its base as the command
+    did, not by the folder it was assembled in under this machine's user cache; it loads as a
+    model and gives the run's merged model's logits."""
+    from workbench.core.models import load_model
+
+    run_dir = _train(tiny_task_dir, "minilm-l6", tmp_path / "run", adapt="lora", lora_rank=4)
+    config = json.loads((run_dir / "adapter" / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == "minilm-l6"
+    adapter, merged = (load_model(str(run_dir / f)) for f in ("adapter", "model"))
+    batch = merged.tokenizer(["good movie but sad story"], return_tensors="pt")
+    with torch.no_grad():
+        torch.testing.assert_close(
+            adapter.model(**batch).logits, merged.model(**batch).logits, rtol=0, atol=1e-5
+        )
