@@ -669,10 +669,7 @@ def _student_alone(
             "trains without one"
         )
     if config.transfer is not None:
-        raise WorkbenchError(
-            "--transfer: texts without labels teach a student only through a teacher; this "
-            "objective has no teacher term"
-        )
+        check_transfer(objective)  # refused: no teacher term
     return Distillation(None, data, student, tokenizer, objective, True, kept)
 
 
@@ -901,6 +898,11 @@ def build_teacher_cache(
     out = Path(out)
     if student_config.teacher_cache:
         raise WorkbenchError("kdw cache computes the teacher's fields: leave out --teacher-cache")
+    if not student_config.teacher:
+        raise WorkbenchError(
+            "kdw cache needs --teacher: a run folder from train-teacher, a sequence classifier's "
+            "folder or a hub id"
+        )
     if cache_config.threads > 0:
         torch.set_num_threads(cache_config.threads)
     device = resolve_device(cache_config.device)

@@ -250,6 +250,9 @@ def test_kdw_cache_refuses_a_cache_as_its_teacher(work, tmp_path, capsys):
         "kdw cache computes the teacher's fields: leave out --teacher-cache"
         in capsys.readouterr().err
     )
+    alone = ["cache", *_data(work), "--preset", "finetune", "--out", str(out)]
+    assert main(alone) == 2
+    assert "kdw cache needs --teacher" in capsys.readouterr().err
     assert not out.exists()
 
 
@@ -378,4 +381,7 @@ def test_a_student_trains_alone_with_no_teacher_or_from_any_cache(work, tmp_path
     cut = ["distill", *_data(work), "--preset", "finetune", "--run-dir", str(tmp_path / "cut")]
     assert main(cut) == 2
     assert "add --init pretrained --pretrained MODEL" in capsys.readouterr().err
-    assert not (tmp_path / "kd").exists() and not (tmp_path / "cut").exists()
+    transfer = [*distill, "--transfer", "task", "--run-dir", str(tmp_path / "t")]
+    assert main(transfer) == 2  # the texts would teach nothing
+    assert "texts without labels teach a student only through a teacher" in capsys.readouterr().err
+    assert not any((tmp_path / name).exists() for name in ("kd", "cut", "t"))
