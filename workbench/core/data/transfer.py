@@ -254,7 +254,7 @@ def add_transfer(
         )
     digest = hashlib.sha256("\n".join(split.uids).encode()).hexdigest()[:16]
     data.transfer = {
-        "source": str(Path(source).resolve()) if source != TRANSFER_TASK else TRANSFER_TASK,
+        "source": source,  # a local path made absolute by the setting (StudentConfig)
         "fingerprint": digest,
         "read": len(texts),
         "used": len(split),
