@@ -157,3 +157,33 @@ def test_a_student_added_from_outside_brings_its_cache(cache_runs, tmp_path, mon
     ]
     assert at.selectbox(key="case.teacher").options == [f"{cache} ({CACHE})"]
     assert at.multiselect(key="case.students").value == [STUDENT]
+
+
+@pytest.mark.slow  # a cache of a tiny Llama teacher and a student from it: seconds
+def test_an_llm_teachers_cache_is_listed_with_its_student_and_loyalty(tmp_path, monkeypatch):
+    """The LLM walk in small: a Llama classifier's cache, a student of another tokenizer
+    distilled from it, both listed in the app, the cache's row and the student's on Loyalty. A
+    real LLM's embedding stage is a small share of its weights, as a tiny model's is without the
+    check's spare parameters."""
+    import workbench.core.verify as verify
+    from tests.tiny_families import save_family_model
+
+    monkeypatch.setattr(verify, "SPARE_PARAMETERS", 0)
+    write_tiny_workspace(tmp_path)
+    save_family_model("llama", tmp_path / "llama", ["negative", "neutral", "positive"], seed=1)
+    root = tmp_path / "runs"
+    task = ["--task", str(tmp_path / "task"), "--max-length", "16", "--preset", "kd"]
+    student = ["--init", "pretrained", "--pretrained", str(tmp_path / "tiny-bert")]
+    cache = ["cache", "--teacher", str(tmp_path / "llama"), *task, *student]
+    assert main([*cache, "--out", str(root / "llama-cache")]) == 0
+    optim = ["--epochs", "0.3", "--batch-size", "16", "--threads", "1"]
+    distill = ["distill", "--teacher-cache", str(root / "llama-cache"), *task, *student, *optim]
+    assert main([*distill, "--run-dir", str(root / "student")]) == 0
+    entries = {e.name: e for e in discover_runs(root)}
+    assert entries["llama-cache"].usable, entries["llama-cache"].problem
+    at = _ok(app_on(root, monkeypatch).run())
+    at.switch_page("loyalty.py")
+    _ok(at.run())
+    assert at.selectbox(key="loyalty.teacher").value == "llama-cache"
+    assert at.multiselect(key="loyalty.students").value == ["student"]
+    assert list(at.dataframe[0].value.index) == ["llama-cache", "student"]
