@@ -346,6 +346,11 @@ def test_a_transfer_set_is_cached_trained_on_and_recorded(work, tmp_path, capsys
     assert train["examples"] == 160 and cached["transfer"]["fingerprint"] == manifest["fingerprint"]
 
     capsys.readouterr()
+    assert main([*distill, *transfer, "--run-dir", str(run)]) == 0  # finished: kept as it is
+    fewer = [*distill, *transfer, "--max-transfer-examples", "30", "--run-dir", str(run)]
+    assert main(fewer) == 2  # another sample: not the cache's, nor the run's
+    assert "it was built with --transfer" in capsys.readouterr().err
+    assert Run.open(run).status().state == "finished"
     other = tmp_path / "other"
     assert main([*distill, "--run-dir", str(other)]) == 2  # the cache was built with it
     err = capsys.readouterr().err
