@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -458,6 +458,11 @@ parameter(
 )
 
 
+def teacher_terms(weights: Mapping[str, float]) -> list[str]:
+    """The terms of ``weights`` that read a teacher field."""
+    return [name for name in weights if TERMS[name].teacher_fields]
+
+
 def control(config: ObjectiveConfig) -> ObjectiveConfig:
     """The control of a method's objective: the same config (other weights, τ, KD form, each
     :class:`StudentSetup` pinned) with its own terms (:attr:`Preset.own`) at weight 0; vanilla KD,
@@ -572,7 +577,7 @@ class Objective:
 
     def teacher_terms(self) -> list[str]:
         """The weighted terms that read a teacher field (none: the student learns alone)."""
-        return [name for name in self.weights if TERMS[name].teacher_fields]
+        return teacher_terms(self.weights)
 
     def _labels(self) -> dict[str, str]:
         uses = {name: TERMS[name].labels for name in self.weights}

@@ -20,7 +20,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from kd.methods.config import ObjectiveConfig
 from kd.methods.layer_map import select_layers
-from kd.methods.objective import Objective
+from kd.methods.objective import Objective, preset_weights, teacher_terms
 from kd.methods.students import cut_student, random_student, set_embeddings_trainable
 from kd.training import distributed, tracking
 from kd.training.adaptation import (
@@ -655,19 +655,19 @@ def _student_alone(
 ) -> Distillation:
     """A student trained with no teacher (an objective of no teacher term, such as ``finetune``):
     a pretrained checkpoint given the task's classes."""
-    data = load_task(data_config, notice)
-    set_seed(seed)
-    student, tokenizer, kept = build_student(None, config, data.spec)
-    check_max_length(student, data_config.max_length, "the student")
-    count, width = layer_count(student), student.config.hidden_size
-    objective = Objective.resolve(objective_config, count, count, data.spec.num_labels, width)
-    if reads := objective.teacher_terms():
+    if reads := teacher_terms(preset_weights(objective_config)):
         raise WorkbenchError(
             f"distill needs --teacher for the terms {', '.join(reads)}: a run folder from "
             "train-teacher, a sequence classifier's folder or a hub id (or --teacher-cache: a "
             "folder from kdw cache); only an objective of no teacher term (--preset finetune) "
             "trains without one"
         )
+    data = load_task(data_config, notice)
+    set_seed(seed)
+    student, tokenizer, kept = build_student(None, config, data.spec)
+    check_max_length(student, data_config.max_length, "the student")
+    count, width = layer_count(student), student.config.hidden_size
+    objective = Objective.resolve(objective_config, count, count, data.spec.num_labels, width)
     if config.transfer is not None:
         check_transfer(objective)  # refused: no teacher term
     return Distillation(None, data, student, tokenizer, objective, True, kept)

@@ -381,9 +381,10 @@ def test_truncation_is_stated_in_every_format(work, tmp_path, capsys):
     whole = len(loaded.tokenizer(LONG)["input_ids"])
     assert whole > loaded.model.config.max_position_embeddings == 128
     long, short = build_heatmaps([loaded], [Example(LONG), Example("good")], HeatmapSettings())
-    stated = f"teacher (WordPiece tokenizer) read the first 128 of the text's {whole} tokens"
+    limit = loaded.read_length  # the run's --max-length, as kdw evaluate scores it
+    stated = f"teacher (WordPiece tokenizer) read the first {limit} of the text's {whole} tokens"
     assert long.metadata["truncated"] == stated and short.metadata["truncated"] == "no"
-    assert len(long.rows[0].tokens) == 128
+    assert len(long.rows[0].tokens) == limit == loaded.data.max_length
     write_heatmaps([long], tmp_path, ExportSettings())
     svg = (tmp_path / "heatmap-000.svg").read_text()
     assert (
@@ -491,6 +492,8 @@ def test_the_export_page_states_truncation(work, tmp_path, monkeypatch):
     assert not at.exception, [e.value for e in at.exception]
     warnings = [w.value.replace("\\", "") for w in at.warning]  # Markdown escapes undone
     assert len(warnings) == 1
-    assert warnings[0].startswith(
-        "heatmap-001: the text was truncated: teacher (WordPiece tokenizer) read the first 128"
+    limit = json.loads((tmp_path / "teacher" / "run.json").read_text())["configs"]["data"]
+    assert warnings[0].startswith(  # at the run's length
+        "heatmap-001: the text was truncated: teacher (WordPiece tokenizer) read the first "
+        f"{limit['max_length']} "
     )
