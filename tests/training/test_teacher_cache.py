@@ -356,6 +356,11 @@ def test_a_transfer_set_is_cached_trained_on_and_recorded(work, tmp_path, capsys
     err = capsys.readouterr().err
     assert f"it was built with --transfer {more.resolve()} (40 texts)" in err
     assert not other.exists()
+    (tmp_path / "binary.txt").write_bytes(b"a text\n\x00\x01\x02\n")
+    assert (
+        main([*distill, "--transfer", str(tmp_path / "binary.txt"), "--run-dir", str(other)]) == 2
+    )
+    assert "line 2 holds a NUL byte: a binary file, not text" in capsys.readouterr().err
     gold = ["--preset", "adkd", "--attr-views", "gold", "--teacher", str(work / "teacher")]
     assert main(["distill", *_data(work), *gold, *transfer, "--run-dir", str(other)]) == 2
     assert "AD-KD's gold view maps the gold class" in capsys.readouterr().err
