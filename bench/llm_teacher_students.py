@@ -39,6 +39,7 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from statistics import fmean
 
 import torch
 
@@ -151,14 +152,13 @@ def random_reference(data: DataConfig, pretrained: str, layers: int | None, out:
 def reference_row(name: str, loyalty: dict) -> dict:
     """A reference row of loyalty (a second teacher, a random student) from :func:`saliency`."""
     scores = [x for x in loyalty["scores"] if x is not None]
-    mean = lambda values: sum(values) / len(values)  # noqa: E731
     return {
         "method": f"reference: {name}",
         "control": False,
         "seed": None,
-        "test_accuracy": mean(loyalty["correct"]),
-        "label_loyalty": mean(loyalty["label_loyalty"]),
-        "saliency_loyalty": mean(scores) if scores else None,
+        "test_accuracy": fmean(loyalty["correct"]),
+        "label_loyalty": fmean(loyalty["label_loyalty"]),
+        "saliency_loyalty": fmean(scores) if scores else None,
     }
 
 

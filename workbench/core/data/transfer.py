@@ -52,11 +52,6 @@ def unlabelled(regression: bool) -> float | int:
     return math.nan if regression else UNLABELLED
 
 
-def is_transfer_label(label: float | int) -> bool:
-    """Whether ``label`` is a withheld one (:func:`unlabelled`)."""
-    return label == UNLABELLED or (isinstance(label, float) and math.isnan(label))
-
-
 def _text_lines(path: Path) -> pd.DataFrame:
     """A text file's lines as a ``text`` column; a NUL character (a binary file) is refused."""
     most = f"{FIELD_LIMIT:,} characters, the most a line of a data file may hold"
