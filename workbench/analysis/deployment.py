@@ -401,10 +401,11 @@ def _card_section(record: dict) -> str:
             f"| {precision} | `{graph['file']}` | {graph['max_abs_logit_difference']:.3g} | "
             f"{graph['label_agreement']:.4f} |"
         )
-    return "\n".join(lines) + LOADING.format(max_length=record["data"]["max_length"])
+    return "\n".join(lines) + LOADING.replace("MAX_LENGTH", str(record["data"]["max_length"]))
 
 
-# how the card says to run a graph: transformers' pipeline reads no ONNX folder
+# how the card says to run a graph (transformers' pipeline reads no ONNX folder); MAX_LENGTH: the
+# run's length
 LOADING = """
 ## Running it
 
@@ -418,10 +419,10 @@ from transformers import AutoConfig, AutoTokenizer
 
 folder = "path/to/this/folder"
 tokenizer = AutoTokenizer.from_pretrained(folder)
-session = onnxruntime.InferenceSession(f"{{folder}}/model.onnx")  # or model.int8.onnx
-batch = tokenizer(["a text to classify"], truncation=True, max_length={max_length},
+session = onnxruntime.InferenceSession(folder + "/model.onnx")  # or model.int8.onnx
+batch = tokenizer(["a text to classify"], truncation=True, max_length=MAX_LENGTH,
                   padding=True, return_tensors="np")
-feed = {{i.name: batch[i.name].astype(np.int64) for i in session.get_inputs()}}
+feed = {i.name: batch[i.name].astype(np.int64) for i in session.get_inputs()}
 logits = session.run(["logits"], feed)[0]
 labels = AutoConfig.from_pretrained(folder).id2label
 print([labels[int(i)] for i in logits.argmax(-1)])
