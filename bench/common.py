@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import statistics
 import time
 from collections.abc import Callable
@@ -17,6 +16,7 @@ from kd.methods.layer_map import select_layers
 from kd.methods.students import cut_student
 from workbench.core.config import DataConfig
 from workbench.core.data import batches, encode, load_task, pad_id
+from workbench.core.machine import machine
 from workbench.core.models import (
     layer_count,
     load_classifier,
@@ -98,20 +98,27 @@ def interleaved_medians(
     return {name: statistics.median(values) for name, values in times.items()}
 
 
-def machine() -> dict[str, object]:
-    return {
-        "cpu": platform.processor() or platform.machine(),
-        "cores": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-    }
+def portable(value: object) -> object:
+    """``value`` with every absolute path in it made relative to the working folder, or
+    reduced to its name when it lies outside: a results file names no folder of the machine
+    it ran on."""
+    if isinstance(value, dict):
+        return {key: portable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [portable(item) for item in value]
+    if isinstance(value, str) and os.path.isabs(value) and "\n" not in value:
+        path = Path(value)
+        return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else path.name
+    return value
 
 
 def write_results(name: str, payload: dict) -> Path:
+    """``bench/results/<name>.json``: the payload, portable (:func:`portable`), after the
+    machine it ran on (:func:`~workbench.core.machine.machine`)."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
-    path.write_text(json.dumps({"machine": machine(), **payload}, indent=2) + "\n")
+    record = portable({"machine": machine(), **payload})
+    path.write_text(json.dumps(record, indent=2) + "\n")
     return path
 
 

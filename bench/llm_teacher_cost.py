@@ -27,8 +27,9 @@ import time
 
 import torch
 
-from bench.common import RESULTS, interleaved_medians, machine, setup, table, tweet_batch
+from bench.common import RESULTS, interleaved_medians, portable, setup, table, tweet_batch
 from kd.training.config import ADAPTATIONS
+from workbench.core.machine import machine
 
 BUILT_IN = "smollm2-135m"  # SmolLM2-135M-Instruct, assembled once from its package's GGUF
 BATCH, TOKENS = 32, 32
@@ -151,7 +152,7 @@ def main() -> None:
                 **machine(),
             }
         )
-        path.write_text(json.dumps(rows, indent=2) + "\n")
+        path.write_text(json.dumps(portable(rows), indent=2) + "\n")
     columns = ["adapt", "lora_layers", "precision", "seconds_per_step", "peak_memory_gb"]
     print(table(rows, [*columns, "peak_before_training_gb", "parameters_trained"]))
     print(f"written to {path}")

@@ -75,6 +75,7 @@ from workbench.core.data import (
 from workbench.core.data.transfer import add_transfer
 from workbench.core.errors import WorkbenchError, first_line
 from workbench.core.files import atomic_write_json, atomic_write_text, check_writable
+from workbench.core.machine import check_bf16
 from workbench.core.models import (
     LoadedModel,
     check_max_length,
@@ -125,6 +126,8 @@ def _configure(
         raise WorkbenchError(
             f"--precision fp16 needs a CUDA device (training runs on {device}): use bf16 or fp32"
         )
+    if optim.precision == "bf16":
+        check_bf16(device.type, "--precision bf16", notice)
     return device, tracking_config
 
 
@@ -916,6 +919,8 @@ def build_teacher_cache(
     notice(f"teacher cache in {out.resolve()}")
     teacher.model.to(device)
     bf16 = cache_config.precision == "bf16"
+    if bf16:
+        check_bf16(device.type, "--precision bf16", notice)
 
     def compute(batch: dict, seconds: dict[str, float], fields: list[str]) -> dict:
         values = {}

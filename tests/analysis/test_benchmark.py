@@ -423,8 +423,11 @@ def test_every_precision_asked_for_is_a_row_of_its_own(runs):
     settings = BenchmarkSettings(
         examples=30, batch_sizes="1,8", warmup=0, repeats=1, threads=1, precisions="bf16,fp32"
     )
-    report = benchmark([str(teacher), str(student)], settings)
+    notes: list[str] = []
+    report = benchmark([str(teacher), str(student)], settings, notify=notes.append)
     assert report["settings"]["precisions"] == ["fp32", "bf16"]  # in PRECISIONS' order
+    emulated = not {"AVX-512 BF16", "AMX BF16"} & set(report["machine"]["instructions"])
+    assert any("has no bfloat16 instructions" in note for note in notes) == emulated
     rows = report["rows"]
     assert [(row["name"], row["engine"]) for row in rows] == [
         ("teacher", "pytorch fp32"),

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import ctypes
-import platform
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -45,6 +44,7 @@ from workbench.core.data import (
     to_device,
 )
 from workbench.core.errors import WorkbenchError
+from workbench.core.machine import check_bf16, describe, machine
 from workbench.core.models import (
     LoadedModel,
     forward,
@@ -328,6 +328,8 @@ def benchmark(
     sizes = parse_batch_sizes(settings.batch_sizes)
     device = resolve_device(settings.device)
     precisions = parse_precisions(settings.precisions, device.type)
+    if "bf16" in precisions and notify is not None:
+        check_bf16(device.type, "--precisions bf16", notify)
     if settings.threads:
         torch.set_num_threads(settings.threads)
     threads = torch.get_num_threads()
@@ -367,11 +369,8 @@ def benchmark(
             "timer": TIMER_CUDA if device.type == "cuda" else TIMER_CPU,
         },
         "memory_method": MEMORY_CUDA if device.type == "cuda" else MEMORY_CPU,
-        "machine": {
-            "cpu": platform.processor() or platform.machine(),
-            "torch": torch.__version__,
-            "cuda": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-        },
+        "machine": machine()
+        | {"cuda": torch.cuda.get_device_name(device) if device.type == "cuda" else None},
         "rows": rows,
     }
 
@@ -430,7 +429,8 @@ def format_benchmark(report: dict) -> str:
         f"{settings['repeats']} timed rounds (round-robin over models), {settings['threads']} "
         f"threads, {settings['device']}, timed by {settings['timer']}\n"
         f"reference (ratios, loyalty): the first model, {report['reference']}\n"
-        f"peak memory: {report['memory_method']}\n{_lengths_note(rows)}"
+        f"peak memory: {report['memory_method']}\n"
+        f"machine: {describe(report['machine'])}\n{_lengths_note(rows)}"
     )
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(cell(row) for cell in columns.values()) + " |" for row in rows]

@@ -18,6 +18,7 @@ from workbench.app import common
 from workbench.app.catalog import RunEntry
 from workbench.app.figures import compression_scatter
 from workbench.core.config import DataConfig, config_key, from_dict
+from workbench.core.machine import describe
 from workbench.core.models import quiet_library_output
 
 KEY = "compression"
@@ -92,7 +93,8 @@ def _settings_caption(report: dict) -> str:
         f"{', '.join(map(str, settings['batch_sizes']))}: {settings['warmup']} warm-up and "
         f"{settings['repeats']} timed rounds, each timing every model in turn, on "
         f"{settings['threads']} torch threads ({plain(settings['device'])}, "
-        f"{plain(machine['cuda'] or machine['cpu'])}, torch {plain(machine['torch'])}). Ratios "
+        f"{plain(machine['cuda'] or describe(machine))}, torch "
+        f"{plain(machine['versions']['torch'])}). Ratios "
         f"(×) are to the first model, {plain(report['reference'])}; latency excludes "
         "tokenisation. The app's own process measures, so other work on the machine shows in "
         "the timings."

@@ -116,8 +116,13 @@ class SpeedSettings(Record):
 
 
 class Machine(Record):
-    cpu: str
-    torch: str
+    """Where a timing ran (:func:`~workbench.core.machine.machine`): the processor, its
+    instruction sets, cores, threads, load and library versions; ``cuda``, the GPU's name."""
+
+    processor: str
+    versions: dict[str, str]
+    instructions: list[str] = Field(default_factory=list)
+    cuda: str | None = None
 
 
 class SpeedRow(Record):
