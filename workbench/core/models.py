@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import pickle
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -22,6 +23,7 @@ from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 from transformers import (
     AutoConfig,
+    AutoModelForCausalLM,
     AutoModelForSequenceClassification,
     AutoTokenizer,
     PretrainedConfig,
@@ -38,15 +40,26 @@ from workbench.core.assembly import (
     gguf_model,
 )
 from workbench.core.config import DataConfig, parse_label_map
-from workbench.core.data import TaskData, TaskSpec, load_task
+from workbench.core.data import Split, TaskData, TaskSpec, load_task
 from workbench.core.data.splits import METRICS_CLASSIFICATION
 from workbench.core.errors import WorkbenchError, first_line
-from workbench.core.files import local_path, user_cache
+from workbench.core.files import atomic_write_json, local_path, user_cache, with_format
 from workbench.core.hub import hub_reachable, hub_unreachable
-from workbench.core.names import BUILTIN_MODELS
+from workbench.core.names import BUILTIN_MODELS, PROMPT_FILE
 from workbench.core.parts import LAST, embedding_modules, embeddings_module, head_output, parts_of
 from workbench.core.parts import encoder_layers as encoder_layers  # public here too
 from workbench.core.parts import layer_count as layer_count
+from workbench.core.prompted import (
+    PROMPTED,
+    PromptConfig,
+    PromptedClassifier,
+    PromptRecord,
+    PromptTokens,
+    plain_text_tokens,
+    prompt_record,
+    record_digest,
+)
+from workbench.core.records import read_record_file
 from workbench.core.runs import Run, same_task
 from workbench.core.verify import (
     SENTENCEPIECE_FILES,
@@ -55,6 +68,7 @@ from workbench.core.verify import (
     check_model_files,
     check_model_folder,
     listed,
+    model_digest,
 )
 
 ATTENTION = "eager"  # attention maps and double backward (AD-KD, GKD) need the eager kernel
@@ -96,6 +110,8 @@ def resolve_model(name: str) -> str:
         return name
     if (path / "model" / "config.json").exists():
         return str(path / "model")
+    if (path / PROMPT_FILE).is_file():  # a prompted classifier: read by load_prompted
+        return str(path)
     if (path / ADAPTER_CONFIG).is_file():
         base = adapter_base(path)
         try:
@@ -514,14 +530,108 @@ def check_tokenizer_files(name: str) -> None:
 
 
 def load_config(name: str) -> PretrainedConfig:
-    """The config of a built-in model, a directory or a hub id."""
+    """The config of a built-in model, a directory or a hub id; of a prompted classifier, its
+    base model's, naming the classes of its verbalizer."""
+    if (folder := prompted_folder(name)) is not None:
+        record = read_prompt(folder)
+        config = _from_pretrained(AutoConfig.from_pretrained, record.base, "the config of")
+        labels = list(record.verbalizer)
+        config.update(
+            {
+                "architectures": [PROMPTED],
+                "num_labels": len(labels),
+                "id2label": dict(enumerate(labels)),
+                "label2id": {label: i for i, label in enumerate(labels)},
+            }
+        )
+        return config
     return _from_pretrained(AutoConfig.from_pretrained, name, "the config of")
+
+
+def prompted_folder(name: str) -> Path | None:
+    """The folder of the prompted classifier ``name`` names (one with ``prompt.json``), None
+    for any other model."""
+    path = Path(resolve_model(name))
+    return path if (path / PROMPT_FILE).is_file() else None
+
+
+def read_prompt(folder: Path) -> PromptRecord:
+    """A prompted classifier's ``prompt.json``, checked."""
+    remedy = "write it again: the model with --prompt and --verbalizer"
+    return read_record_file(
+        folder / PROMPT_FILE, PromptRecord, "a prompt record", remedy, "prompt file", remedy
+    )
+
+
+def base_digest(source: str) -> str:
+    """What pins a prompted classifier's base model: the digest of a folder's weights, tokenizer
+    and labels (:func:`~workbench.core.verify.model_digest`), a hub id's name."""
+    if not Path(source).is_dir():
+        return source
+    return hashlib.sha256(json.dumps(model_digest(source), sort_keys=True).encode()).hexdigest()
+
+
+def write_prompted(record: PromptRecord) -> str:
+    """The folder of the prompted classifier ``record`` in the user's cache, written once under
+    the digest of what it says (later uses find it there)."""
+    folder = user_cache() / "prompted" / record_digest(record)[:16]
+    if not (folder / PROMPT_FILE).is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(folder / PROMPT_FILE, with_format(record.plain()))
+    return str(folder)
+
+
+def prompted_model(
+    base: str, config: PromptConfig, spec: TaskSpec, train: Split | None, seed: int
+) -> str:
+    """The folder of the causal language model ``base`` prompted as ``config`` says for the
+    task ``spec`` (shots drawn from ``train`` with ``seed``); a base that is a classifier
+    already, or not a language model, is a one-line error."""
+    architectures = load_config(base).architectures or []
+    if not any(a.endswith("ForCausalLM") for a in architectures):
+        shown = ", ".join(architectures) or "no architecture"
+        raise WorkbenchError(
+            f"--prompt reads the answer of a causal language model (…ForCausalLM); {base} is "
+            f"{shown}, not one"
+        )
+    source = resolve_model(base)
+    pool = None if train is None else (train.texts, train.labels)
+    record = prompt_record(base, base_digest(source), config, spec.label_names, pool, seed)
+    tokenizer = load_tokenizer(base)
+    plain_text_tokens(tokenizer)
+    PromptTokens.of(tokenizer, record, load_config(base))  # refused before it is written
+    return write_prompted(record)
+
+
+def load_prompted(
+    folder: Path, notify: Callable[[str], None] | None = None
+) -> tuple[PromptedClassifier, PreTrainedTokenizerBase]:
+    """The prompted classifier of ``folder`` and the tokenizer of the texts it reads, in eval
+    mode; a base model that changed since the folder was written is a one-line error."""
+    record = read_prompt(folder)
+    if prompted_folder(record.base) is not None:
+        raise WorkbenchError(f"{folder}: its base model {record.base} is prompted itself")
+    if base_digest(resolve_model(record.base)) != record.base_digest:
+        raise WorkbenchError(
+            f"{folder}: its base model {record.base} has changed since the prompt was written; "
+            "write the prompt again (the base model with --prompt and --verbalizer)"
+        )
+    load = AutoModelForCausalLM.from_pretrained
+    lm = _from_pretrained(load, record.base, "model", notify, attn_implementation=ATTENTION)
+    tokenizer = load_tokenizer(record.base)
+    plain_text_tokens(tokenizer)
+    tokenizer.padding_side = "right"
+    return PromptedClassifier(lm, tokenizer, record).eval(), tokenizer
 
 
 def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
     """The tokenizer of a built-in model, a directory or a hub id. One without a pad token
     (GPT-2's, Llama's) pads with the model's ``pad_token_id``, so that a decoder classifier
     finds each text's last real token by its own rule."""
+    if (folder := prompted_folder(name)) is not None:  # its base's, adding no special token
+        tokenizer = load_tokenizer(read_prompt(folder).base)
+        plain_text_tokens(tokenizer)
+        return tokenizer
     check_tokenizer_files(name)
     tokenizer = _from_pretrained(AutoTokenizer.from_pretrained, name, "the tokenizer of")
     if tokenizer.pad_token_id is None:
@@ -622,6 +732,8 @@ def load_model(
     without ``spec``, the task is the model's own label set."""
     if is_run(source):
         return load_run(source)
+    if (folder := prompted_folder(source)) is not None:
+        return _load_prompted_model(source, folder, spec, data, label_map, notify)
     config = load_config(source)
     check_classifier(config, source)
     tokenizer = load_tokenizer(source)
@@ -640,6 +752,28 @@ def load_model(
     set_label_names(model, spec)
     origin = "model folder" if path.exists() else "hub"
     return LoadedModel(model.eval(), tokenizer, spec, data, name, source, origin)
+
+
+def _load_prompted_model(
+    source: str,
+    folder: Path,
+    spec: TaskSpec | None,
+    data: DataConfig | None,
+    label_map: Mapping[str, str] | None,
+    notify: Callable[[str], None] | None,
+) -> LoadedModel:
+    """:func:`load_model` of a prompted classifier: its classes matched to the task's by name
+    (its verbalizer's order permuted to the task's)."""
+    model, tokenizer = load_prompted(folder, notify)
+    labels = [model.config.id2label[i] for i in range(model.config.num_labels)]
+    if spec is None:
+        spec = TaskSpec(folder.name, tuple(labels), METRICS_CLASSIFICATION)
+    order, note = class_order(labels, spec.label_names, label_map or {}, source)
+    if note and notify:
+        notify(note)
+    model.reorder(order)
+    set_label_names(model, spec)
+    return LoadedModel(model, tokenizer, spec, data, folder.name, source, "prompted model")
 
 
 def load_for_task(

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 BUNDLED_TASKS = ("tweets", "bbc-news")  # shipped with the package, offline
 # installed from registry packages: minilm-l6 by default, the others with the llm extra
 BUILTIN_MODELS = ("minilm-l6", "smollm2-135m", "mpnet-base")
+PROMPT_FILE = "prompt.json"  # a prompted classifier's folder (:mod:`workbench.core.prompted`)
 
 
 @dataclass(frozen=True)

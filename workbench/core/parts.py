@@ -145,9 +145,12 @@ def _probe(
 
 
 def parts_of(model: PreTrainedModel) -> Parts:
-    """The parts of ``model``, found once (then remembered for the model object)."""
+    """The parts of ``model``, found once (then remembered for the model object); a model that
+    declares its own (``workbench_parts``: a prompted classifier) has those."""
     if (found := _FOUND.get(model)) is not None:
         return found
+    if isinstance(declared := getattr(model, "workbench_parts", None), Parts):
+        return declared
     config = model.config
     override = OVERRIDES.get(config.model_type, {})
     layers = override.get("layers", _layer_list(model))

@@ -25,6 +25,7 @@ from typing import Any
 
 from workbench.core.errors import WorkbenchError, first_line, listed
 from workbench.core.files import read_json_file, read_limited, regular_file
+from workbench.core.names import PROMPT_FILE
 
 CONFIG_LIMIT = 1 << 20  # bytes of a model's config.json
 TOKENIZER_LIMIT = 64 << 20  # bytes of a tokenizer's vocabulary file (tokenizer.json, vocab.*)
@@ -579,6 +580,9 @@ def model_digest(folder: str | Path) -> dict[str, str]:
     (:func:`weights_digest`), of its tokenizer's files and of its config's label map
     (``id2label``: the classes its logits are in)."""
     folder = Path(folder)
+    if (folder / PROMPT_FILE).is_file():  # the prompt pins its base model's digest
+        prompt = files_digest([folder / PROMPT_FILE])
+        return {"weights": prompt, "tokenizer": prompt, "labels": prompt}
     tokenizer = [folder / name for name in TOKENIZER_STATE if os.path.lexists(folder / name)]
     labels = json.dumps(check_config_file(folder).get("id2label"), sort_keys=True)
     return {
