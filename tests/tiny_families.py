@@ -14,6 +14,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import (
     AutoConfig,
+    AutoModelForCausalLM,
     AutoModelForSequenceClassification,
     BertTokenizerFast,
     PreTrainedTokenizerFast,
@@ -197,5 +198,29 @@ def save_family_model(
     config = family_config(model_type, tokenizer, labels, layers)
     model = AutoModelForSequenceClassification.from_config(config, attn_implementation="eager")
     model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def save_causal_lm(folder: Path, seed: int = 0) -> Path:
+    """A tiny random Llama language model (no classification head: an LLM to prompt) and the
+    byte-level BPE tokenizer of :func:`decoder_tokenizer`, saved in ``folder``."""
+    tokenizer = decoder_tokenizer()
+    config = AutoConfig.for_model(
+        "llama",
+        vocab_size=len(tokenizer),
+        hidden_size=WIDTH,
+        intermediate_size=2 * WIDTH,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=1024,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        architectures=["LlamaForCausalLM"],
+    )
+    torch.manual_seed(seed)
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder

@@ -34,6 +34,7 @@ from workbench.core.config import (
     to_dict,
 )
 from workbench.core.errors import WorkbenchError, mask_secrets, one_line
+from workbench.core.prompted import PromptConfig
 
 
 class RegistryHelp(argparse.HelpFormatter):
@@ -179,6 +180,38 @@ def task_data(
             "own settings; name the task with --task to score them on it with these"
         )
     return None
+
+
+def prompted_models(
+    args: argparse.Namespace, names: Sequence[str], data: DataConfig | None
+) -> list[str]:
+    """``names`` with each causal language model among them made a classifier of ``data``'s
+    task by the prompt the options give (:class:`~workbench.core.prompted.PromptConfig`): the
+    folder of each, written once in the user's cache, said in one line. Without ``--prompt``,
+    ``names`` as they are."""
+    from workbench.core.data import load_task
+    from workbench.core.models import is_run, load_config, prompted_model
+
+    config = from_arguments(PromptConfig, args)
+    if not config.given:
+        return list(names)
+    if data is None:
+        raise WorkbenchError("--prompt makes a classifier of a task's classes: name it (--task)")
+    task = load_task(data, notify=lambda _: None)
+    found = []
+    for name in names:
+        architectures = [] if is_run(name) else load_config(name).architectures or []
+        if any(a.endswith("ForCausalLM") for a in architectures):
+            folder = prompted_model(name, config, task.spec, task.splits["train"], data.split_seed)
+            note(f"{name} prompted as a classifier of {task.spec.name}: {folder} (a model folder)")
+            name = folder
+        found.append(name)
+    if found == list(names):
+        raise WorkbenchError(
+            f"--prompt: none of {', '.join(names)} is a causal language model (…ForCausalLM), "
+            "whose answer a prompt reads"
+        )
+    return found
 
 
 def note(text: str) -> None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import argparse
 
-from kd.cli.common import train_and_report
+from kd.cli.common import prompted_models, train_and_report
 from kd.training.config import CONFIG_SECTIONS
 from kd.training.tracking import TrackingConfig
-from workbench.core.config import add_arguments
+from workbench.core.config import DataConfig, add_arguments, from_arguments
+from workbench.core.prompted import PromptConfig
 
 
 def add(commands: argparse._SubParsersAction) -> None:
@@ -27,11 +28,13 @@ def add(commands: argparse._SubParsersAction) -> None:
         help="JSON file of settings (data, student, objective, optim sections), such as kdw tune's "
         "best.json; options given on the command line override it",
     )
-    for cls in (*CONFIG_SECTIONS.values(), TrackingConfig):
+    for cls in (*CONFIG_SECTIONS.values(), TrackingConfig, PromptConfig):
         add_arguments(parser, cls)
 
 
 def run(args: argparse.Namespace) -> None:
     from kd.training.pipeline import distill
 
+    if args.teacher:  # a causal language model prompted: its folder is the teacher
+        (args.teacher,) = prompted_models(args, [args.teacher], from_arguments(DataConfig, args))
     train_and_report(args, distill, CONFIG_SECTIONS.values())

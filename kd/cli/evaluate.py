@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from kd.cli.common import MODELS_HELP, add_task_options, note, task_data
+from kd.cli.common import MODELS_HELP, add_task_options, note, prompted_models, task_data
+from workbench.core.config import add_arguments
+from workbench.core.prompted import PromptConfig
 
 
 def add(commands: argparse._SubParsersAction) -> None:
@@ -45,6 +47,7 @@ def add(commands: argparse._SubParsersAction) -> None:
         "the task a classifier the workbench did not train is scored on (a run folder is scored "
         "on its own)",
     )
+    add_arguments(parser, PromptConfig)
 
 
 def run(args: argparse.Namespace) -> None:
@@ -53,12 +56,13 @@ def run(args: argparse.Namespace) -> None:
 
     if args.json:  # before the minutes of scoring
         check_output_file(args.json, "--json")
+    data = task_data(args, args.runs, own=("dedupe",))
     rows = evaluate_runs(
-        args.runs,
+        prompted_models(args, args.runs, data),
         args.split,
         args.teacher,
         terms=args.terms,
-        data=task_data(args, args.runs, own=("dedupe",)),
+        data=data,
         label_map=args.label_map,
         notify=note,
         dedupe=args.dedupe,

@@ -140,6 +140,13 @@ class StudentConfig(Checked):
         domain=positive,
         recorded_if_set=True,
     )
+    labels: bool = option(
+        True,
+        "train on the labelled examples beside the transfer set; --no-labels: on the transfer "
+        "set alone (--transfer), the teacher's answers all the student learns from, the terms "
+        "that read labels (CE) adding nothing",
+        recorded_if_set=True,
+    )
     allow_unfinished: bool = option(
         False,
         "distil from a teacher run that has not finished training (stopped, killed, diverged "

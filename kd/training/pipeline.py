@@ -578,9 +578,10 @@ def read_teacher_caches(setup: Distillation, inputs: TeacherInputs) -> dict[str,
     return caches
 
 
-def check_transfer(objective: Objective) -> None:
+def check_transfer(objective: Objective, no_labels: bool = False) -> None:
     """Refuse, with a transfer set, an objective whose terms read no teacher (the transfer texts
-    would teach nothing) or a term that reads every example's gold label (it says why)."""
+    would teach nothing) or a term that reads every example's gold label (it says why); with
+    ``no_labels``, say which terms add nothing."""
     if not objective.teacher_terms():
         raise WorkbenchError(
             "--transfer: texts without labels teach a student only through a teacher; this "
@@ -590,6 +591,11 @@ def check_transfer(objective: Objective) -> None:
         raise WorkbenchError(
             "--transfer: the transfer texts have no labels, and "
             + "; ".join(f"{name}: {why}" for name, why in refused.items())
+        )
+    if no_labels and (terms := objective.label_terms()):
+        notice(
+            f"--no-labels: {', '.join(terms)} read the labels, which no training text has: "
+            "they add nothing, and the teacher's terms alone train the student"
         )
 
 
@@ -636,11 +642,18 @@ def _cached_teacher(
 
 def add_transfer_set(data: TaskData, data_config: DataConfig, config: StudentConfig) -> None:
     """Append the transfer set ``config.transfer`` names to ``data``'s train split, labels
-    withheld (:func:`workbench.core.data.transfer.add_transfer`)."""
+    withheld (:func:`workbench.core.data.transfer.add_transfer`); without ``config.labels``,
+    in place of the labelled examples."""
     if config.transfer is None:
-        if config.max_transfer_examples is not None:
-            raise WorkbenchError("--max-transfer-examples samples a transfer set: add --transfer")
+        for given, name in (
+            (config.max_transfer_examples is not None, "--max-transfer-examples"),
+            (not config.labels, "--no-labels"),
+        ):
+            if given:
+                raise WorkbenchError(f"{name} goes with a transfer set: add --transfer")
         return
+    if not config.labels:  # the transfer set alone: no labelled example is kept
+        data.splits["train"] = data.splits["train"].subset([])
     whole = dataclasses.replace(data_config, max_train_examples=None)
     add_transfer(
         data,
@@ -715,7 +728,7 @@ def prepare_distillation(
     )
     check_tokens(objective, teacher.tokenizer, tokenizer)
     if data.transfer is not None:
-        check_transfer(objective)
+        check_transfer(objective, not student_config.labels)
     try:
         objective.prepare_student(teacher.model, student)
     except (NotImplementedError, RuntimeError, WorkbenchError):

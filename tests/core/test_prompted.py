@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM
+from transformers import AutoModelForCausalLM
 
-from tests.tiny_families import decoder_tokenizer
+from tests.tiny_families import decoder_tokenizer, save_causal_lm
 from tests.tolerances import assert_close_to_scale
 from workbench.analysis.attribution.gradients import ig_completeness
 from workbench.core.config import DataConfig
@@ -31,28 +31,7 @@ CHAT = (
 
 @pytest.fixture(scope="module")
 def causal_lm(tmp_path_factory) -> Path:
-    """A tiny random Llama language model (no classification head) and a byte-level BPE
-    tokenizer without a chat template."""
-    folder = tmp_path_factory.mktemp("causal-lm")
-    tokenizer = decoder_tokenizer()
-    config = AutoConfig.for_model(
-        "llama",
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=1024,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        architectures=["LlamaForCausalLM"],
-    )
-    torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return save_causal_lm(tmp_path_factory.mktemp("causal-lm"))
 
 
 @pytest.fixture(scope="module")

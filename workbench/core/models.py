@@ -502,15 +502,20 @@ def check_classifier(config: PretrainedConfig, name: str, head: bool = True) -> 
         )
     if head:
         shown = ", ".join(architectures) or config.model_type
+        prompt = any(a.endswith("ForCausalLM") for a in architectures)
         raise WorkbenchError(
             f"{name} ({shown}) has no sequence-classification head: fine-tune it first "
             f"(kdw train-teacher --model {name})"
+            + (", or prompt it (--prompt … --verbalizer …)" if prompt else "")
         )
 
 
 def check_tokenizer_files(name: str) -> None:
     """A local model folder must carry a tokenizer that loads here: one line if it does not
     (none saved, or a SentencePiece model alone without the package that reads it)."""
+    if (folder := prompted_folder(name)) is not None:  # its base model's tokenizer
+        check_tokenizer_files(read_prompt(folder).base)
+        return
     source = Path(resolve_model(name))
     if not source.is_dir():
         return

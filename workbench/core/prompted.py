@@ -280,7 +280,12 @@ class PromptedClassifier(nn.Module):
         self, lm: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, record: PromptRecord
     ) -> None:
         super().__init__()
-        self.lm = lm
+        # the decoder and the output layer under the names a sequence classifier of the family
+        # gives its decoder (``model``, ``transformer``): a teacher cache's embedding stage
+        # loads into that classifier
+        self.prefix = lm.base_model_prefix
+        setattr(self, self.prefix, lm.base_model)
+        self.lm_head = lm.get_output_embeddings()
         pieces = PromptTokens.of(tokenizer, record, lm.config)
         self.words = pieces.words
         self.register_buffer("prefix_ids", torch.tensor(pieces.prefix, dtype=torch.long))
@@ -300,11 +305,12 @@ class PromptedClassifier(nn.Module):
                 "problem_type": "single_label_classification",
             }
         )
-        site = next(n for n, m in lm.named_modules() if m is lm.get_input_embeddings())
+        embeddings = self.get_input_embeddings()
+        site = next(n for n, m in self.named_modules() if m is embeddings)
         self.workbench_parts = Parts(
             kind=f"prompted {lm.config.model_type}",
-            stage=(f"lm.{site}",),
-            site=f"lm.{site}",
+            stage=(site,),
+            site=site,
             reads=LAST,
         )
         self.register_buffer("content_free", torch.zeros(len(labels)))
@@ -321,21 +327,26 @@ class PromptedClassifier(nn.Module):
         self.content_free = self.content_free[list(order)]
 
     def get_input_embeddings(self) -> nn.Module:
-        return self.lm.get_input_embeddings()
+        return self.decoder.get_input_embeddings()
+
+    @property
+    def decoder(self) -> PreTrainedModel:
+        """The language model's decoder (its ``base_model``)."""
+        return getattr(self, self.prefix)
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.lm.dtype
+        return self.decoder.dtype
 
     @property
     def device(self) -> torch.device:
-        return self.lm.device
+        return self.decoder.device
 
     def _run(self, text: Tensor, lengths: Tensor, suffix: Tensor, states: bool, maps: bool):
         """The base model on ``prefix · text · suffix`` per row: its output and the index
         ``[B]`` of each row's last suffix position."""
         batch, width, size = text.shape
-        weight = self.lm.get_input_embeddings().weight
+        weight = self.get_input_embeddings().weight
         pieces = torch.cat(
             [
                 F.embedding(self.prefix_ids, weight).to(text.dtype).expand(batch, -1, -1),
@@ -351,7 +362,7 @@ class PromptedClassifier(nn.Module):
             at < before + n, at, torch.where(at < before + n + after, at + width - n, at)
         )
         composed = pieces.gather(1, index[..., None].expand(-1, -1, size))
-        out = self.lm.base_model(
+        out = self.decoder(
             inputs_embeds=composed,
             attention_mask=(at < before + n + after).long(),
             output_hidden_states=states,
@@ -361,14 +372,14 @@ class PromptedClassifier(nn.Module):
 
     def _log_probs(self, hidden: Tensor) -> Tensor:
         """The next-token log-probabilities ``[B, V]`` of final states ``[B, d]``."""
-        logits = self.lm.get_output_embeddings()(hidden).float()
+        logits = self.lm_head(hidden).float()
         if cap := getattr(self.config, "final_logit_softcapping", None):
             logits = torch.tanh(logits / cap) * cap
         return logits.log_softmax(-1)
 
     def _scores(self, input_ids: Tensor, attention_mask: Tensor, states=False, maps=False):
-        text = self.lm.get_input_embeddings()(input_ids)  # the hooks' tensor: the text alone
-        lengths = attention_mask.sum(1)
+        text = self.get_input_embeddings()(input_ids)  # the hooks' tensor: the text alone
+        lengths = attention_mask.sum(1).long()
         rows = torch.arange(len(input_ids), device=input_ids.device)
         out, end = self._run(text, lengths, self.suffix_ids, states, maps)
         first = self._log_probs(out.last_hidden_state[rows, end])
