@@ -20,7 +20,8 @@ from workbench.core.runs import Run
 
 pytestmark = pytest.mark.slow  # trains a student: seconds
 
-PROMPT = ["--prompt", "Tweet: {text}\nSentiment:", "--verbalizer", "negative=bad,neutral=okay,positive=good"]  # fmt: skip
+VERBALIZER = "negative=bad,neutral=okay,positive=good"
+PROMPT = ["--prompt", "Tweet: {text}\nSentiment:", "--verbalizer", VERBALIZER]
 
 
 @pytest.fixture(scope="module")
