@@ -11,7 +11,8 @@ against its control and against vanilla KD in test accuracy, label loyalty and (
         --out flagship
 
 With ``--transfer`` the students learn on the labelled examples and a transfer set (texts whose
-labels are withheld, ``kdw distill --transfer``), and the presets of ``--labelled-arms`` are
+labels are withheld, ``kdw distill --transfer``; with ``--no-labels``, on the transfer set
+alone), and the presets of ``--labelled-arms`` are
 trained on the labelled examples alone too (their cache: ``<teacher-cache>-labelled``). Every
 table has the student trained alone (``finetune``, no teacher), and with ``--teacher`` the
 reference rows of loyalty: each model of ``--references`` (a second teacher, another seed: what
@@ -336,6 +337,12 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
         "--no-alone", action="store_true", help="leave out the student trained alone (finetune)"
     )
     parser.add_argument(
+        "--no-labels",
+        action="store_true",
+        help="with --transfer: the presets' students learn from the transfer set alone, no "
+        "labelled example (kdw distill --no-labels)",
+    )
+    parser.add_argument(
         "--references",
         default="",
         help="with --teacher: comma-separated models whose loyalty to the teacher is a "
@@ -384,7 +391,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     students += [(*arm, bool(args.transfer)) for arm in arms(presets)]
 
     def configs(learns_from: dict, with_transfer: bool) -> StudentConfig:
-        return StudentConfig(**shape, **learns_from, **(transfer if with_transfer else {}))
+        alone = {"labels": not args.no_labels}  # the transfer set alone, or with the labels
+        return StudentConfig(**shape, **learns_from, **(transfer | alone if with_transfer else {}))
 
     def student_of(preset: str, with_transfer: bool) -> StudentConfig:
         if preset == "finetune":

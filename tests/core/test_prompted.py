@@ -14,7 +14,7 @@ from tests.tiny_families import decoder_tokenizer, save_causal_lm
 from tests.tolerances import assert_close_to_scale
 from workbench.analysis.attribution.gradients import ig_completeness
 from workbench.core.config import DataConfig
-from workbench.core.data import load_task
+from workbench.core.data import TaskSpec, load_task
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import forward, load_for_task, load_model, prompted_model
 from workbench.core.prompted import PROMPT_FILE, PromptConfig
@@ -148,6 +148,11 @@ def test_a_prompt_that_cannot_classify_is_one_line(causal_lm, tweets, tiny_model
     refused("the training split has", shots=100)
     refused("leaving no room for a text", prompt="word " * 1100 + "{text}")
     refused("is BertModel, not one", base=tiny_model_dir)
+    pairs = TaskSpec("pairs", ("negative", "neutral", "positive"), ("accuracy",), pair=True)
+    with pytest.raises(WorkbenchError, match="pairs is a task of text pairs: fine-tune"):
+        prompted_model(
+            str(causal_lm), PromptConfig(prompt=TEMPLATE, verbalizer=VERBALIZER), pairs, None, 1
+        )
     with pytest.raises(WorkbenchError, match="write CLASS=WORD pairs"):
         PromptConfig(prompt=TEMPLATE, verbalizer="negative")
     with pytest.raises(WorkbenchError, match="--prompt needs --verbalizer"):

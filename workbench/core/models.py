@@ -592,6 +592,12 @@ def prompted_model(
     """The folder of the causal language model ``base`` prompted as ``config`` says for the
     task ``spec`` (shots drawn from ``train`` with ``seed``); a base that is a classifier
     already, or not a language model, is a one-line error."""
+    if spec.regression or spec.pair:
+        kind = "a regression" if spec.regression else "a task of text pairs"
+        raise WorkbenchError(
+            f"--prompt reads class words for one text; {spec.name} is {kind}: fine-tune the "
+            "model instead (kdw train-teacher)"
+        )
     architectures = load_config(base).architectures or []
     if not any(a.endswith("ForCausalLM") for a in architectures):
         shown = ", ".join(architectures) or "no architecture"

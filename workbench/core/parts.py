@@ -32,7 +32,9 @@ class Parts:
     ``head`` the ``nn.Linear`` giving the logits ``[B, C]`` (one weight row per class);
     ``reads``: the position(s) whose state the head reads (:data:`FIRST`, :data:`LAST`,
     :data:`MEAN`); ``token_types``: whether the forward pass takes ``token_type_ids``;
-    ``positions_from_ids``: whether position ids are counted over non-padding tokens."""
+    ``positions_from_ids``: whether position ids are counted over non-padding tokens;
+    ``framed``: whether the model sets the input inside tokens of its own (a prompted
+    classifier's template), so that its first token is no attention sink."""
 
     kind: str
     stage: tuple[str, ...] = ()
@@ -42,6 +44,7 @@ class Parts:
     reads: str = FIRST
     token_types: bool = False
     positions_from_ids: bool = False
+    framed: bool = False
 
 
 # What the probe cannot see: ALBERT applies one shared layer group N times (no list of N

@@ -312,6 +312,7 @@ class PromptedClassifier(nn.Module):
             stage=(site,),
             site=site,
             reads=LAST,
+            framed=True,
         )
         self.register_buffer("content_free", torch.zeros(len(labels)))
         self.calibrate = record.calibrate

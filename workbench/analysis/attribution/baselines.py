@@ -63,9 +63,11 @@ def pad_id(model: PreTrainedModel) -> int:
 
 def resolve_baseline(model: PreTrainedModel, baseline: str | None) -> str:
     """``baseline``, or for None the model's default: :data:`DECODER_BASELINE` for a decoder
-    classifier (its head reads the last token), ``"pad"`` for any other."""
+    classifier (its head reads the last token, its first is an attention sink), ``"pad"`` for
+    any other, a prompted classifier too (its template holds the sink, fixed on the path)."""
     if baseline is None:
-        return DECODER_BASELINE if parts_of(model).reads == LAST else "pad"
+        parts = parts_of(model)
+        return DECODER_BASELINE if parts.reads == LAST and not parts.framed else "pad"
     check_baseline(baseline)
     return baseline
 

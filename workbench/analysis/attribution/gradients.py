@@ -326,7 +326,8 @@ def completeness_gaps(
         model, *inputs, target=target, baseline=baseline, special_ids=special_ids, **options
     )
     pairs = list(zip(*(x.tolist() for x in sums), strict=True))
-    decoder = parts_of(model).reads == LAST
+    parts = parts_of(model)  # a decoder whose first token is a sink (not a prompted one)
+    decoder = parts.reads == LAST and not parts.framed
     return pairs, [completeness_warning(a, c, baseline, decoder, config.steps) for a, c in pairs]
 
 
