@@ -15,11 +15,13 @@ labels).
 from __future__ import annotations
 
 import argparse
+import json
 import time
+from pathlib import Path
 
 import torch
 
-from bench.common import setup, table, write_results
+from bench.common import RESULTS, setup, table, write_results
 from workbench.analysis.evaluation import evaluate_logits, predict_logits
 from workbench.core.config import DataConfig
 from workbench.core.data import encode, load_task, pad_id
@@ -62,43 +64,49 @@ def main(argv: list[str] | None = None) -> list[dict]:
     task = load_task(data)
     split = task.splits[args.split]
     labels = torch.tensor(split.labels)
-    rows = []
-    for model in args.models.split(","):
-        for shots in (int(s) for s in args.shots.split(",")):
-            config = PromptConfig(prompt=args.prompt, verbalizer=args.verbalizer, shots=shots)
-            folder = prompted_model(model, config, task.spec, task.splits["train"], data.split_seed)
-            loaded = load_model(folder, task.spec)
-            encoded = encode(split, loaded.tokenizer, args.max_length)
-            started = time.perf_counter()
-            raw = predict_logits(loaded.model, encoded, args.batch_size, pad_id(loaded.tokenizer))
-            seconds = (time.perf_counter() - started) / len(split)
-            free = content_free_scores(loaded)
-            prompt_tokens = len(loaded.model.prefix_ids) + len(loaded.model.suffix_ids)
-            for calibrated in (False, True):
-                scores = raw.log_softmax(-1) - free.log_softmax(-1) if calibrated else raw
-                metrics = evaluate_logits(task.spec, scores, labels)
-                answers = scores.argmax(-1).bincount(minlength=task.spec.num_labels)
-                rows.append(
-                    {
-                        "model": model,
-                        "shots": shots,
-                        "calibrated": calibrated,
-                        "split": args.split,
-                        "examples": len(split),
-                        "accuracy": metrics["accuracy"],
-                        "macro_f1": metrics["macro_f1"],
-                        "recall": {k.split("/", 1)[1]: v for k, v in metrics.items() if "/" in k},
-                        "predicted": answers.tolist(),  # texts per class
-                        "content_free_probabilities": free.softmax(-1).tolist(),
-                        "prompt_tokens": prompt_tokens,
-                        "seconds_per_text": seconds,
-                        "folder": folder,
-                    }
-                )
-                print(table(rows[-1:], ["model", "shots", "calibrated", "accuracy", "macro_f1"]))
-            write_results(
-                args.results, {"settings": vars(args), "prompt": args.prompt, "teachers": rows}
+    asked = [(m, int(s)) for m in args.models.split(",") for s in args.shots.split(",")]
+    path = RESULTS / f"{args.results}.json"  # the rows of other models and shots are kept
+    again = set(asked) | {(Path(m).name, s) for m, s in asked}  # a path is kept by its name
+    rows = [
+        row
+        for row in (json.loads(path.read_text())["teachers"] if path.exists() else [])
+        if (row["model"], row["shots"]) not in again
+    ]
+    for model, shots in asked:
+        config = PromptConfig(prompt=args.prompt, verbalizer=args.verbalizer, shots=shots)
+        folder = prompted_model(model, config, task.spec, task.splits["train"], data.split_seed)
+        loaded = load_model(folder, task.spec)
+        encoded = encode(split, loaded.tokenizer, args.max_length)
+        started = time.perf_counter()
+        raw = predict_logits(loaded.model, encoded, args.batch_size, pad_id(loaded.tokenizer))
+        seconds = (time.perf_counter() - started) / len(split)
+        free = content_free_scores(loaded)
+        prompt_tokens = len(loaded.model.prefix_ids) + len(loaded.model.suffix_ids)
+        for calibrated in (False, True):
+            scores = raw.log_softmax(-1) - free.log_softmax(-1) if calibrated else raw
+            metrics = evaluate_logits(task.spec, scores, labels)
+            answers = scores.argmax(-1).bincount(minlength=task.spec.num_labels)
+            rows.append(
+                {
+                    "model": model,
+                    "shots": shots,
+                    "calibrated": calibrated,
+                    "split": args.split,
+                    "examples": len(split),
+                    "accuracy": metrics["accuracy"],
+                    "macro_f1": metrics["macro_f1"],
+                    "recall": {k.split("/", 1)[1]: v for k, v in metrics.items() if "/" in k},
+                    "predicted": answers.tolist(),  # texts per class
+                    "content_free_probabilities": free.softmax(-1).tolist(),
+                    "prompt_tokens": prompt_tokens,
+                    "seconds_per_text": seconds,
+                    "folder": folder,
+                }
             )
+            print(table(rows[-1:], ["model", "shots", "calibrated", "accuracy", "macro_f1"]))
+        write_results(
+            args.results, {"settings": vars(args), "prompt": args.prompt, "teachers": rows}
+        )
     return rows
 
 

@@ -119,6 +119,14 @@ def test_shots_and_the_chat_template_frame_the_text(causal_lm, tweets, tmp_path)
     assert loaded.model.prefix_ids.tolist() == prefix
     assert loaded.model.suffix_ids.tolist() == suffix["input_ids"]
 
+    # {answer}: what follows it opens the assistant's turn, the words after it and a space
+    opened = PromptConfig(prompt="{text}{answer}It is", verbalizer=VERBALIZER)
+    folder = prompted_model(str(chat), opened, tweets.spec, None, 13)
+    model = load_model(folder, tweets.spec).model
+    ids = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    assert model.suffix_ids.tolist() == ids("\n<|endoftext|>assistant\nIt is")
+    assert model.words[2] == [ids(" positive"), ids(" good")]
+
 
 def test_integrated_gradients_attribute_to_the_text_alone(causal_lm, tweets):
     """The template is fixed on the path: the map has one row per text token, and its sum
@@ -143,6 +151,7 @@ def test_a_prompt_that_cannot_classify_is_one_line(causal_lm, tweets, tiny_model
             )
 
     refused("write \\{text\\} once", prompt="Sentiment:")
+    refused("comes once, after", prompt="{answer}{text}")
     refused("names no word for the classes neutral", verbalizer="negative=bad,positive=good")
     refused("which are not classes of the task", verbalizer=VERBALIZER + ",angry=mad")
     refused("the training split has", shots=100)

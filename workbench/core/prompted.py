@@ -37,6 +37,7 @@ from workbench.core.parts import LAST, Parts
 from workbench.core.records import Record
 
 TEXT = "{text}"
+ANSWER = "{answer}"  # what follows it in a template opens the model's answer
 CONTENT_FREE = "N/A"  # the content-free text of contextual calibration
 _MARK = "\u27e6kdw-text\u27e7"  # where the text goes in the rendered prompt
 MIN_TEXT_TOKENS = 4
@@ -72,7 +73,8 @@ class PromptConfig(Checked):
         "a prompt template with {text} where the text goes, such as 'Is the sentiment of this "
         "tweet negative, neutral or positive? {text}': with --verbalizer, a causal language "
         "model without a classification head (an instruction-tuned LLM) is a classifier that "
-        "reads its answer's words, the prompt wrapped in its chat template where it has one",
+        "reads its answer's words, the prompt wrapped in its chat template where it has one; "
+        "text after {answer} opens the model's answer, such as '{answer}The sentiment is'",
         recorded_if_set=True,
     )
     verbalizer: str = option(
@@ -136,6 +138,11 @@ def prompt_record(
     ``seed``; a template without one ``{text}`` or a class without words is a one-line error."""
     if config.prompt.count(TEXT) != 1:
         raise WorkbenchError(f"--prompt {config.prompt!r}: write {TEXT} once, where the text goes")
+    if config.prompt.count(ANSWER) > 1 or ANSWER in config.prompt.partition(TEXT)[0]:
+        raise WorkbenchError(
+            f"--prompt {config.prompt!r}: {ANSWER}, where the model's answer starts, comes once, "
+            f"after {TEXT}"
+        )
     verbalizer = parse_verbalizer(config.verbalizer)
     if missing := [name for name in label_names if name not in verbalizer]:
         raise WorkbenchError(
@@ -176,27 +183,36 @@ def record_digest(record: PromptRecord) -> str:
     return hashlib.sha256(json.dumps(record.plain(), sort_keys=True).encode()).hexdigest()
 
 
+def _then(before: str, word: str) -> str:
+    """``word`` after ``before``, a space between them unless ``before`` is empty or ends in
+    one (the answer's words are scored the same way)."""
+    return before + (" " if before and not before[-1].isspace() else "") + word
+
+
 def _rendered(tokenizer: PreTrainedTokenizerBase, record: PromptRecord) -> tuple[str, str, bool]:
     """The prompt's text before and after the text, and whether a chat template made it: the
-    shots as earlier turns (a chat) or earlier paragraphs, each followed by its first word."""
-    filled = [
-        (record.template.replace(TEXT, s.text), record.verbalizer[s.label][0]) for s in record.shots
-    ]
-    asked = record.template.replace(TEXT, _MARK)
+    question (the template up to ``{answer}``) as the user's turn, the answer's start (what
+    follows ``{answer}``) opening the assistant's; the shots as earlier turns (a chat) or earlier
+    paragraphs, each answered by its class's first word."""
+    question, _, opening = record.template.partition(ANSWER)
+    shots = [(question.replace(TEXT, s.text), record.verbalizer[s.label][0]) for s in record.shots]
+    asked = question.replace(TEXT, _MARK)
     if tokenizer.chat_template:
         turns = [
             turn
-            for question, answer in filled
+            for asking, word in shots
             for turn in (
-                {"role": "user", "content": question},
-                {"role": "assistant", "content": answer},
+                {"role": "user", "content": asking},
+                {"role": "assistant", "content": _then(opening, word)},
             )
         ]
         turns.append({"role": "user", "content": asked})
         text = tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
+        text += opening
         chat = True
     else:
-        text = "".join(f"{question} {answer}\n\n" for question, answer in filled) + asked
+        text = "".join(f"{_then(asking + opening, word)}\n\n" for asking, word in shots)
+        text += asked + opening
         chat = False
     before, _, after = text.partition(_MARK)
     return before, after, chat
@@ -248,7 +264,7 @@ class PromptTokens:
         prefix = tokenizer(before, add_special_tokens=not chat)["input_ids"] if before else []
         if prefix and prefix[-1] == tokenizer.eos_token_id and not chat:
             prefix = prefix[:-1]  # a tokenizer that closes every text
-        space = "" if chat or not after or after[-1].isspace() else " "
+        space = " " if after and not after[-1].isspace() else ""  # as _then joins them
         words = [
             [_word(tokenizer, space + word, name) for word in choices]
             for name, choices in record.verbalizer.items()
