@@ -387,7 +387,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
         not args.no_alone
     )
     if args.transfer:  # the labelled-only arms first: the cheapest
-        students += [(*arm, False) for arm in arms(args.labelled_arms.split(","))]
+        labelled = [preset for preset in args.labelled_arms.split(",") if preset]  # "": none
+        students += [(*arm, False) for arm in arms(labelled)]
     students += [(*arm, bool(args.transfer)) for arm in arms(presets)]
 
     def configs(learns_from: dict, with_transfer: bool) -> StudentConfig:

@@ -28,7 +28,10 @@ from workbench.core.data import encode, load_task, pad_id
 from workbench.core.models import forward, load_model, prompted_model
 from workbench.core.prompted import CONTENT_FREE, PromptConfig
 
-PROMPT = "Tweet: {text}\nWhat is the sentiment of this tweet? Answer negative, neutral or positive."
+PROMPT = (
+    "Tweet: {text}\nWhat is the sentiment of this tweet? Answer negative, neutral or positive."
+    "{answer}The sentiment of this tweet is"
+)
 VERBALIZER = "negative=negative,neutral=neutral,positive=positive"
 
 
