@@ -629,9 +629,7 @@ def load_prompted(
         )
     load = AutoModelForCausalLM.from_pretrained
     lm = _from_pretrained(load, record.base, "model", notify, attn_implementation=ATTENTION)
-    tokenizer = load_tokenizer(record.base)
-    plain_text_tokens(tokenizer)
-    tokenizer.padding_side = "right"
+    tokenizer = load_tokenizer(str(folder))
     return PromptedClassifier(lm, tokenizer, record).eval(), tokenizer
 
 
@@ -642,6 +640,7 @@ def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
     if (folder := prompted_folder(name)) is not None:  # its base's, adding no special token
         tokenizer = load_tokenizer(read_prompt(folder).base)
         plain_text_tokens(tokenizer)
+        tokenizer.padding_side = "right"  # the prompted classifier's rows: text, then padding
         return tokenizer
     check_tokenizer_files(name)
     tokenizer = _from_pretrained(AutoTokenizer.from_pretrained, name, "the tokenizer of")
