@@ -23,10 +23,9 @@ import torch
 
 from bench.common import RESULTS, setup, table, write_results
 from workbench.analysis.evaluation import evaluate_logits, predict_logits
-from workbench.core.config import DataConfig
+from workbench.core.config import CONTENT_FREE, DataConfig, PromptConfig
 from workbench.core.data import encode, load_task, pad_id
 from workbench.core.models import forward, load_model, prompted_model
-from workbench.core.prompted import CONTENT_FREE, PromptConfig
 
 PROMPT = (
     "Tweet: {text}\nWhat is the sentiment of this tweet? Answer negative, neutral or positive."

@@ -25,6 +25,7 @@ from workbench.analysis.attribution.registry import (
 )
 from workbench.core.config import (
     DataConfig,
+    PromptConfig,
     add_arguments,
     check_values,
     fill_help,
@@ -34,7 +35,6 @@ from workbench.core.config import (
     to_dict,
 )
 from workbench.core.errors import WorkbenchError, mask_secrets, one_line
-from workbench.core.prompted import PromptConfig
 
 
 class RegistryHelp(argparse.HelpFormatter):

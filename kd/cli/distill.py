@@ -8,8 +8,7 @@ import argparse
 from kd.cli.common import prompted_models, train_and_report
 from kd.training.config import CONFIG_SECTIONS
 from kd.training.tracking import TrackingConfig
-from workbench.core.config import DataConfig, add_arguments, from_arguments
-from workbench.core.prompted import PromptConfig
+from workbench.core.config import DataConfig, PromptConfig, add_arguments, from_arguments
 
 
 def add(commands: argparse._SubParsersAction) -> None:

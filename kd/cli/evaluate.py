@@ -7,8 +7,7 @@ import argparse
 import json
 
 from kd.cli.common import MODELS_HELP, add_task_options, note, prompted_models, task_data
-from workbench.core.config import add_arguments
-from workbench.core.prompted import PromptConfig
+from workbench.core.config import PromptConfig, add_arguments
 
 
 def add(commands: argparse._SubParsersAction) -> None:

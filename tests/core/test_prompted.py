@@ -13,11 +13,11 @@ from transformers import AutoModelForCausalLM
 from tests.tiny_families import decoder_tokenizer, save_causal_lm
 from tests.tolerances import assert_close_to_scale
 from workbench.analysis.attribution.gradients import ig_completeness
-from workbench.core.config import DataConfig
+from workbench.core.config import DataConfig, PromptConfig
 from workbench.core.data import TaskSpec, load_task
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import forward, load_for_task, load_model, prompted_model
-from workbench.core.prompted import PROMPT_FILE, PromptConfig
+from workbench.core.prompted import PROMPT_FILE
 
 TEMPLATE = "Tweet: {text}\nSentiment:"
 # multi-token words in the tiny vocabulary: each scored as a whole

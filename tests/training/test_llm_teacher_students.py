@@ -93,7 +93,10 @@ def test_rows_and_pairs_match_the_runs(tmp_path, monkeypatch):
         assert scores and all(-1 - 1e-6 <= x <= 1 + 1e-6 for x in scores)
         assert r["saliency_loyalty"] == pytest.approx(np.mean(scores))
     written = _read(tmp_path / "results" / "llm-teacher.json")
-    assert written["rows"] == [alone, *rows]
+    assert written["rows"] == bench.common.portable(
+        [alone, *rows]
+    )  # the runs named, not their paths
+    assert written["rows"][1]["run"] == Path(rows[0]["run"]).name
     assert set(written["pairs"]) == {"gkd", "kd"}  # vanilla KD is its own control
     assert set(written["pairs"]["kd"]) == {"kd − finetune"}  # what the teacher bought
     bought = written["pairs"]["kd"]["kd − finetune"]["test_accuracy"]["difference"]
@@ -129,7 +132,7 @@ def test_rows_and_pairs_match_the_runs(tmp_path, monkeypatch):
         ("ckd", True, rows[0]["run"]),
     ]
     assert not (out / "runs" / "ckd-s1").exists()
-    assert _read(tmp_path / "results" / "llm-teacher.json")["rows"] == shown
+    assert _read(tmp_path / "results" / "llm-teacher.json")["rows"] == bench.common.portable(shown)
 
     # with a transfer set: vanilla KD on it and on the labelled examples alone, and the
     # reference rows: the teacher itself agrees with itself, a random student is the floor

@@ -13,6 +13,7 @@ import torch
 from kd.cli import main
 from tests.conftest import make_sentences, write_tiny_workspace
 from tests.tiny_families import save_causal_lm
+from workbench.app.catalog import added_entries, changed_teacher
 from workbench.core.config import DataConfig
 from workbench.core.data import encode, load_task
 from workbench.core.models import forward, load_model
@@ -80,7 +81,7 @@ def test_a_student_learns_from_a_prompted_teacher_with_no_label(work, tmp_path, 
         "--transfer",
         str(texts),
         "--no-labels",
-        *"--epochs 0.5 --batch-size 16 --threads 1 --run-dir".split(),
+        *["--epochs", "0.5", "--batch-size", "16", "--threads", "1", "--run-dir"],
         str(run),
     ]
     assert main(command) == 0
@@ -92,6 +93,10 @@ def test_a_student_learns_from_a_prompted_teacher_with_no_label(work, tmp_path, 
     assert info.configs["student"]["labels"] is False
     teacher = info.resolved.teacher
     assert (Path(teacher.source) / "prompt.json").is_file()
+    # the app lists the prompted folder as a model and the student's teacher as unchanged
+    (entry,) = added_entries(teacher.source)
+    assert (entry.origin, entry.problem) == ("model folder", None)
+    assert changed_teacher(info) is None
     assert main(command) == 0  # finished: the same prompt is the same teacher
     alone = [*command[: command.index("--transfer")], *command[command.index("--no-labels") :]]
     assert main([*alone[:-1], str(tmp_path / "other")]) == 2

@@ -21,6 +21,7 @@ from workbench.core.files import (
     read_json_file,
     user_cache,
 )
+from workbench.core.names import PROMPT_FILE
 from workbench.core.runs import RUN_FILE, ResolvedTeacher, Run, RunRecord, RunStatus, teacher_change
 
 RUNS_ENV = "KDW_RUNS"
@@ -224,7 +225,10 @@ def changed_teacher(info: RunRecord) -> str | None:
 
     folder = Path(pinned.source)
     try:
-        files = [*weight_files(folder), folder / "config.json"] if folder.is_dir() else []
+        if (folder / PROMPT_FILE).is_file():  # a prompted teacher: its record pins its base
+            files = [folder / PROMPT_FILE]
+        else:
+            files = [*weight_files(folder), folder / "config.json"] if folder.is_dir() else []
         stamp = tuple((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in files)
         return teacher_change(pinned, _digest(str(folder), stamp))
     except (WorkbenchError, OSError) as error:  # a damaged teacher: its own row says why
@@ -273,9 +277,11 @@ def _entry(root: Path, folder: Path) -> RunEntry:
 
 
 def is_model_folder(folder: Path) -> bool:
-    """A Hugging Face checkpoint folder that is no run: ``config.json`` and no ``run.json``."""
+    """A Hugging Face checkpoint folder that is no run (``config.json`` and no ``run.json``),
+    or a prompted model's (``prompt.json``)."""
     config = folder / "config.json"  # a pipe, a device or a loop too: listed with its problem
-    return os.path.lexists(config) and not (folder / RUN_FILE).exists()
+    described = os.path.lexists(config) or os.path.lexists(folder / PROMPT_FILE)
+    return described and not (folder / RUN_FILE).exists()
 
 
 def _listable(folder: Path) -> bool:

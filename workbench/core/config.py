@@ -1,6 +1,8 @@
-"""The configuration machinery shared by the CLI, the Python API and the app, and the data's
-settings (:class:`DataConfig`, read by :mod:`workbench.core.data`); every other config dataclass
-lives beside the code that reads it, built with the functions here.
+"""The configuration machinery shared by the CLI, the Python API and the app, the data's
+settings (:class:`DataConfig`, read by :mod:`workbench.core.data`) and a prompted classifier's
+(:class:`PromptConfig`, read by :mod:`workbench.core.prompted`; here, because the CLI parses it
+before torch loads); every other config dataclass lives beside the code that reads it, built
+with the functions here.
 
 Each field carries its help text in ``metadata["help"]`` and, where not every value of its type
 makes sense, its ``choices`` or its :class:`Domain`; :func:`add_arguments` turns a dataclass into
@@ -552,3 +554,74 @@ def from_dict(cls: type[T], values: dict[str, Any]) -> T:
                 for name, settings in f.metadata["settings"].items()
             }
     return cls(**values)
+
+
+# --- a prompted classifier's settings (the model itself: workbench.core.prompted) -------------
+
+PROMPT_TEXT = "{text}"  # where a prompt template puts the text
+PROMPT_ANSWER = "{answer}"  # what follows it in a template opens the model's answer
+CONTENT_FREE = "N/A"  # the content-free text of contextual calibration
+
+
+def parse_verbalizer(text: str) -> dict[str, tuple[str, ...]]:
+    """``negative=bad|awful,positive=good`` as ``{class: words}``; a malformed one is a
+    one-line error."""
+    found: dict[str, tuple[str, ...]] = {}
+    for part in filter(str.strip, text.split(",")):
+        name, sep, words = part.partition("=")
+        kept = tuple(w.strip() for w in words.split("|") if w.strip())
+        if not sep or not name.strip() or not kept:
+            raise WorkbenchError(
+                f"--verbalizer {text!r}: write CLASS=WORD pairs separated by commas, a class's "
+                "words separated by |, e.g. negative=negative|bad,positive=positive|good"
+            )
+        found[name.strip()] = kept
+    return found
+
+
+def _verbalizer_syntax(text: str) -> bool:
+    return not text or bool(parse_verbalizer(text))
+
+
+@dataclass
+class PromptConfig(Checked):
+    """A causal language model without a classification head made a classifier by a prompt."""
+
+    prompt: str = option(
+        "",
+        "a prompt template with {text} where the text goes, such as 'Is the sentiment of this "
+        "tweet negative, neutral or positive? {text}': with --verbalizer, a causal language "
+        "model without a classification head (an instruction-tuned LLM) is a classifier that "
+        "reads its answer's words, the prompt wrapped in its chat template where it has one; "
+        "text after {answer} opens the model's answer, such as '{answer}The sentiment is'",
+        recorded_if_set=True,
+    )
+    verbalizer: str = option(
+        "",
+        "each class's answer words (--prompt): CLASS=WORD pairs, a class's words separated by "
+        "|, e.g. negative=negative,neutral=neutral,positive=positive",
+        domain=Domain(_verbalizer_syntax, "CLASS=WORD pairs, e.g. negative=negative"),
+        recorded_if_set=True,
+    )
+    shots: int = option(
+        0,
+        "show the model K labelled training examples of each class before the text, with their "
+        "answers (--prompt; drawn with --split-seed)",
+        domain=non_negative_int,
+        recorded_if_set=True,
+    )
+    calibrate: bool = option(
+        False,
+        "contextual calibration (--prompt): divide each class's probability by its probability "
+        f"for the content-free text {CONTENT_FREE!r}",
+        recorded_if_set=True,
+    )
+
+    @property
+    def given(self) -> bool:
+        """Whether a prompt is asked for; the other settings without one are a one-line error."""
+        if not self.prompt and (self.verbalizer or self.shots or self.calibrate):
+            raise WorkbenchError("--verbalizer, --shots and --calibrate go with --prompt")
+        if self.prompt and not self.verbalizer:
+            raise WorkbenchError("--prompt needs --verbalizer: the answer words of each class")
+        return bool(self.prompt)

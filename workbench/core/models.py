@@ -39,7 +39,7 @@ from workbench.core.assembly import (
     gguf_file,
     gguf_model,
 )
-from workbench.core.config import DataConfig, parse_label_map
+from workbench.core.config import DataConfig, PromptConfig, parse_label_map
 from workbench.core.data import Split, TaskData, TaskSpec, load_task
 from workbench.core.data.splits import METRICS_CLASSIFICATION
 from workbench.core.errors import WorkbenchError, first_line
@@ -51,7 +51,6 @@ from workbench.core.parts import encoder_layers as encoder_layers  # public here
 from workbench.core.parts import layer_count as layer_count
 from workbench.core.prompted import (
     PROMPTED,
-    PromptConfig,
     PromptedClassifier,
     PromptRecord,
     PromptTokens,

@@ -30,82 +30,17 @@ from torch import Tensor, nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.modeling_outputs import SequenceClassifierOutput
 
-from workbench.core.config import Checked, Domain, non_negative_int, option
+from workbench.core.config import CONTENT_FREE, PromptConfig, parse_verbalizer
+from workbench.core.config import PROMPT_ANSWER as ANSWER
+from workbench.core.config import PROMPT_TEXT as TEXT
 from workbench.core.errors import WorkbenchError
 from workbench.core.names import PROMPT_FILE as PROMPT_FILE  # public here too
 from workbench.core.parts import LAST, Parts
 from workbench.core.records import Record
 
-TEXT = "{text}"
-ANSWER = "{answer}"  # what follows it in a template opens the model's answer
-CONTENT_FREE = "N/A"  # the content-free text of contextual calibration
 _MARK = "\u27e6kdw-text\u27e7"  # where the text goes in the rendered prompt
 MIN_TEXT_TOKENS = 4
 PROMPTED = "PromptedForSequenceClassification"  # a prompted classifier's config names it so
-
-
-def parse_verbalizer(text: str) -> dict[str, tuple[str, ...]]:
-    """``negative=bad|awful,positive=good`` as ``{class: words}``; a malformed one is a
-    one-line error."""
-    found: dict[str, tuple[str, ...]] = {}
-    for part in filter(str.strip, text.split(",")):
-        name, sep, words = part.partition("=")
-        kept = tuple(w.strip() for w in words.split("|") if w.strip())
-        if not sep or not name.strip() or not kept:
-            raise WorkbenchError(
-                f"--verbalizer {text!r}: write CLASS=WORD pairs separated by commas, a class's "
-                "words separated by |, e.g. negative=negative|bad,positive=positive|good"
-            )
-        found[name.strip()] = kept
-    return found
-
-
-def _verbalizer_syntax(text: str) -> bool:
-    return not text or bool(parse_verbalizer(text))
-
-
-@dataclass
-class PromptConfig(Checked):
-    """A causal language model without a classification head made a classifier by a prompt."""
-
-    prompt: str = option(
-        "",
-        "a prompt template with {text} where the text goes, such as 'Is the sentiment of this "
-        "tweet negative, neutral or positive? {text}': with --verbalizer, a causal language "
-        "model without a classification head (an instruction-tuned LLM) is a classifier that "
-        "reads its answer's words, the prompt wrapped in its chat template where it has one; "
-        "text after {answer} opens the model's answer, such as '{answer}The sentiment is'",
-        recorded_if_set=True,
-    )
-    verbalizer: str = option(
-        "",
-        "each class's answer words (--prompt): CLASS=WORD pairs, a class's words separated by "
-        "|, e.g. negative=negative,neutral=neutral,positive=positive",
-        domain=Domain(_verbalizer_syntax, "CLASS=WORD pairs, e.g. negative=negative"),
-        recorded_if_set=True,
-    )
-    shots: int = option(
-        0,
-        "show the model K labelled training examples of each class before the text, with their "
-        "answers (--prompt; drawn with --split-seed)",
-        domain=non_negative_int,
-        recorded_if_set=True,
-    )
-    calibrate: bool = option(
-        False,
-        "contextual calibration (--prompt): divide each class's probability by its probability "
-        f"for the content-free text {CONTENT_FREE!r}",
-        recorded_if_set=True,
-    )
-
-    @property
-    def given(self) -> bool:
-        """Whether a prompt is asked for; the other settings without one are a one-line error."""
-        if not self.prompt and (self.verbalizer or self.shots or self.calibrate):
-            raise WorkbenchError("--verbalizer, --shots and --calibrate go with --prompt")
-        if self.prompt and not self.verbalizer:
-            raise WorkbenchError("--prompt needs --verbalizer: the answer words of each class")
-        return bool(self.prompt)
 
 
 class Shot(Record):
