@@ -186,7 +186,7 @@ def prompted_models(
     args: argparse.Namespace, names: Sequence[str], data: DataConfig | None
 ) -> list[str]:
     """``names`` with each causal language model among them made a classifier of ``data``'s
-    task by the prompt the options give (:class:`~workbench.core.prompted.PromptConfig`): the
+    task by the prompt the options give (:class:`~workbench.core.config.PromptConfig`): the
     folder of each, written once in the user's cache, said in one line. Without ``--prompt``,
     ``names`` as they are."""
     from workbench.core.data import load_task

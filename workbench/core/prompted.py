@@ -11,7 +11,8 @@ saliency and the attribution terms see the text alone, the prompt held fixed on 
 
 A prompted teacher is a folder (``prompt.json``: the template, verbalizer, shots, calibration
 and the base model, pinned by digest), built by :func:`prompt_record` from a
-:class:`PromptConfig` and loaded by :func:`workbench.core.models.load_model` like any model.
+:class:`~workbench.core.config.PromptConfig` and loaded by
+:func:`workbench.core.models.load_model` like any model.
 """
 
 from __future__ import annotations
