@@ -331,6 +331,8 @@ class PromptedClassifier(nn.Module):
         return logits.log_softmax(-1)
 
     def _scores(self, input_ids: Tensor, attention_mask: Tensor, states=False, maps=False):
+        """The classes' raw scores ``[B, C]`` (log-probabilities of their words) of the texts
+        ``input_ids`` ``[B, L]``, and the decoder's output on the prompts."""
         text = self.get_input_embeddings()(input_ids)  # the hooks' tensor: the text alone
         lengths = attention_mask.sum(1).long()
         rows = torch.arange(len(input_ids), device=input_ids.device)
