@@ -392,8 +392,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     students += [(*arm, bool(args.transfer)) for arm in arms(presets)]
 
     def configs(learns_from: dict, with_transfer: bool) -> StudentConfig:
-        alone = {"labels": not args.no_labels}  # the transfer set alone, or with the labels
-        return StudentConfig(**shape, **learns_from, **(transfer | alone if with_transfer else {}))
+        labels = {"labels": not args.no_labels}  # the transfer set alone, or with the labels
+        return StudentConfig(**shape, **learns_from, **(transfer | labels if with_transfer else {}))
 
     def student_of(preset: str, with_transfer: bool) -> StudentConfig:
         if preset == "finetune":

@@ -190,7 +190,7 @@ def prompted_models(
     folder of each, written once in the user's cache, said in one line. Without ``--prompt``,
     ``names`` as they are."""
     from workbench.core.data import load_task
-    from workbench.core.models import is_run, load_config, prompted_model
+    from workbench.core.models import is_language_model, is_run, load_config, prompted_model
 
     config = from_arguments(PromptConfig, args)
     if not config.given:
@@ -200,8 +200,7 @@ def prompted_models(
     task = load_task(data, notify=lambda _: None)
     found = []
     for name in names:
-        architectures = [] if is_run(name) else load_config(name).architectures or []
-        if any(a.endswith("ForCausalLM") for a in architectures):
+        if not is_run(name) and is_language_model(load_config(name)):
             folder = prompted_model(name, config, task.spec, task.splits["train"], data.split_seed)
             note(f"{name} prompted as a classifier of {task.spec.name}: {folder} (a model folder)")
             name = folder

@@ -419,11 +419,11 @@ from transformers import AutoConfig, AutoTokenizer
 
 folder = "path/to/this/folder"
 tokenizer = AutoTokenizer.from_pretrained(folder)
-session = onnxruntime.InferenceSession(folder + "/model.onnx")  # or model.int8.onnx
+graph = onnxruntime.InferenceSession(folder + "/model.onnx")  # or model.int8.onnx
 batch = tokenizer(["a text to classify"], truncation=True, max_length=MAX_LENGTH,
                   padding=True, return_tensors="np")
-feed = {i.name: batch[i.name].astype(np.int64) for i in session.get_inputs()}
-logits = session.run(["logits"], feed)[0]
+feed = {i.name: batch[i.name].astype(np.int64) for i in graph.get_inputs()}
+logits = graph.run(["logits"], feed)[0]
 labels = AutoConfig.from_pretrained(folder).id2label
 print([labels[int(i)] for i in logits.argmax(-1)])
 ```

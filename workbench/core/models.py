@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import json
+import os
 import pickle
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -38,12 +38,19 @@ from workbench.core.assembly import (
     builtin_model,
     gguf_file,
     gguf_model,
+    sha256,
 )
 from workbench.core.config import DataConfig, PromptConfig, parse_label_map
 from workbench.core.data import Split, TaskData, TaskSpec, load_task
 from workbench.core.data.splits import METRICS_CLASSIFICATION
 from workbench.core.errors import WorkbenchError, first_line
-from workbench.core.files import atomic_write_json, local_path, user_cache, with_format
+from workbench.core.files import (
+    atomic_write_json,
+    local_path,
+    regular_file,
+    user_cache,
+    with_format,
+)
 from workbench.core.hub import hub_reachable, hub_unreachable
 from workbench.core.names import BUILTIN_MODELS, PROMPT_FILE
 from workbench.core.parts import LAST, embedding_modules, embeddings_module, head_output, parts_of
@@ -62,12 +69,13 @@ from workbench.core.records import read_record_file
 from workbench.core.runs import Run, same_task
 from workbench.core.verify import (
     SENTENCEPIECE_FILES,
+    TOKENIZER_STATE,
     check_config_file,
     check_loaded,
     check_model_files,
     check_model_folder,
     listed,
-    model_digest,
+    weight_files,
 )
 
 ATTENTION = "eager"  # attention maps and double backward (AD-KD, GKD) need the eager kernel
@@ -173,6 +181,12 @@ def _from_pretrained(
 def has_head(config: PretrainedConfig) -> bool:
     """Whether a checkpoint's config is that of a sequence classifier."""
     return any(a.endswith("ForSequenceClassification") for a in config.architectures or [])
+
+
+def is_language_model(config: PretrainedConfig) -> bool:
+    """Whether a checkpoint's config is that of a causal language model (``…ForCausalLM``),
+    which a prompt makes a classifier (:func:`prompted_model`)."""
+    return any(a.endswith("ForCausalLM") for a in config.architectures or [])
 
 
 def load_classifier(
@@ -501,11 +515,10 @@ def check_classifier(config: PretrainedConfig, name: str, head: bool = True) -> 
         )
     if head:
         shown = ", ".join(architectures) or config.model_type
-        prompt = any(a.endswith("ForCausalLM") for a in architectures)
         raise WorkbenchError(
             f"{name} ({shown}) has no sequence-classification head: fine-tune it first "
             f"(kdw train-teacher --model {name})"
-            + (", or prompt it (--prompt … --verbalizer …)" if prompt else "")
+            + (", or prompt it (--prompt … --verbalizer …)" if is_language_model(config) else "")
         )
 
 
@@ -568,11 +581,15 @@ def read_prompt(folder: Path) -> PromptRecord:
 
 
 def base_digest(source: str) -> str:
-    """What pins a prompted classifier's base model: the digest of a folder's weights, tokenizer
-    and labels (:func:`~workbench.core.verify.model_digest`), a hub id's name."""
-    if not Path(source).is_dir():
+    """What pins a prompted classifier's base model: the sha256 of a folder's weights, config
+    and tokenizer files (each a regular file; read once per process while they keep their size
+    and time, :func:`~workbench.core.assembly.sha256`), a hub id's name."""
+    folder = Path(source)
+    if not folder.is_dir():
         return source
-    return hashlib.sha256(json.dumps(model_digest(source), sort_keys=True).encode()).hexdigest()
+    kept = [folder / name for name in ("config.json", *TOKENIZER_STATE)]
+    files = [*weight_files(folder), *(path for path in kept if os.path.lexists(path))]
+    return sha256([regular_file(path, "the model file") for path in files], folder.name)
 
 
 def write_prompted(record: PromptRecord) -> str:
@@ -597,9 +614,9 @@ def prompted_model(
             f"--prompt reads class words for one text; {spec.name} is {kind}: fine-tune the "
             "model instead (kdw train-teacher)"
         )
-    architectures = load_config(base).architectures or []
-    if not any(a.endswith("ForCausalLM") for a in architectures):
-        shown = ", ".join(architectures) or "no architecture"
+    base_config = load_config(base)
+    if not is_language_model(base_config):
+        shown = ", ".join(base_config.architectures or []) or "no architecture"
         raise WorkbenchError(
             f"--prompt reads the answer of a causal language model (…ForCausalLM); {base} is "
             f"{shown}, not one"
@@ -607,9 +624,7 @@ def prompted_model(
     source = resolve_model(base)
     pool = None if train is None else (train.texts, train.labels)
     record = prompt_record(base, base_digest(source), config, spec.label_names, pool, seed)
-    tokenizer = load_tokenizer(base)
-    plain_text_tokens(tokenizer)
-    PromptTokens.of(tokenizer, record, load_config(base))  # refused before it is written
+    PromptTokens.of(_text_tokenizer(base), record, base_config)  # refused before it is written
     return write_prompted(record)
 
 
@@ -632,15 +647,21 @@ def load_prompted(
     return PromptedClassifier(lm, tokenizer, record).eval(), tokenizer
 
 
+def _text_tokenizer(base: str) -> PreTrainedTokenizerBase:
+    """The tokenizer a prompted classifier of ``base`` reads its texts with: the base's, adding
+    no special token around a text, padding on the right (its rows: text, then padding)."""
+    tokenizer = load_tokenizer(base)
+    plain_text_tokens(tokenizer)
+    tokenizer.padding_side = "right"
+    return tokenizer
+
+
 def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
     """The tokenizer of a built-in model, a directory or a hub id. One without a pad token
     (GPT-2's, Llama's) pads with the model's ``pad_token_id``, so that a decoder classifier
     finds each text's last real token by its own rule."""
-    if (folder := prompted_folder(name)) is not None:  # its base's, adding no special token
-        tokenizer = load_tokenizer(read_prompt(folder).base)
-        plain_text_tokens(tokenizer)
-        tokenizer.padding_side = "right"  # the prompted classifier's rows: text, then padding
-        return tokenizer
+    if (folder := prompted_folder(name)) is not None:
+        return _text_tokenizer(read_prompt(folder).base)
     check_tokenizer_files(name)
     tokenizer = _from_pretrained(AutoTokenizer.from_pretrained, name, "the tokenizer of")
     if tokenizer.pad_token_id is None:
