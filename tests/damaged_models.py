@@ -156,11 +156,17 @@ CASES = [
         f"hidden_size 64): {REMEDY}",
     ),
     (
-        "100000 layers",
-        _config(lambda c: c.update(num_hidden_layers=100000)),
-        f"{{d}}/config.json: num_hidden_layers is 100000, but model.safetensors in {{d}} holds 4 "
+        "1000 layers",
+        _config(lambda c: c.update(num_hidden_layers=1000)),
+        f"{{d}}/config.json: num_hidden_layers is 1000, but model.safetensors in {{d}} holds 4 "
         f"layers ({LAYER}.0 to {LAYER}.3): the config and the weights are of different models; "
         f"{REMEDY}",
+    ),
+    (
+        "100000 layers",
+        _config(lambda c: c.update(num_hidden_layers=100000)),
+        "{d}/config.json: num_hidden_layers is 100000, more layers than any model has (at most "
+        f"4,096): {REMEDY}",
     ),
     (
         "a smaller vocabulary",

@@ -25,8 +25,8 @@ def add(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--split", default="test", help="split to score (default: test)")
     parser.add_argument(
         "--teacher",
-        help="teacher for loyalty: a run folder or a classifier (default: each student's own "
-        "teacher)",
+        help="teacher for loyalty: a run folder or a classifier (default: the nearest teacher, "
+        "teacher cache or model named before each student, else the student's own teacher)",
     )
     parser.add_argument(
         "--label-map",

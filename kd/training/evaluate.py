@@ -63,13 +63,14 @@ def evaluate_runs(
     dedupe: bool = False,
 ) -> list[dict]:
     """One row per run or model: name, kind, method, layers, parameters, task metrics, and for
-    students label/probability loyalty to ``teacher`` (default: the run's own); with ``terms``, the
+    students label/probability loyalty to ``teacher`` (default: the nearest teacher, cache or model
+    in the rows above the student, else its own); with ``terms``, the
     objective's diagnostics (:func:`term_summary`). A model the workbench did not train is scored on
     ``data``'s task (``label_map`` where class names differ), else on that of the first run among
     ``paths`` (:func:`task_beside`); ``dedupe`` scores a run on its own task deduplicated. An
     unfinished run is scored with its best dev model so far, said to ``notify`` and in its row's
     ``unfinished``."""
-    rows, teacher_logits, taught = [], {}, {}
+    rows, teacher_logits, taught, above = [], {}, {}, ""
     said: set[str] = set()
 
     def once(text: str) -> None:  # runs of one task: their data's notes said once
@@ -80,6 +81,7 @@ def evaluate_runs(
     for path in paths:
         if is_cache(path):
             rows.append(_cache_row(path, split, once))
+            above = path
             continue
         given, mapping = data, label_map
         if given is None and dedupe and is_run(path):
@@ -100,15 +102,15 @@ def evaluate_runs(
         dataset = encode(part, loaded.tokenizer, loaded.max_length, task.spec.regression)
         logits = predict_logits(loaded.model, dataset, 64, pad_id(loaded.tokenizer))
         info = loaded.run.info() if loaded.run else None
-        reference, changed, source = None, None, ""
+        reference, changed, source, own = None, None, "", ""
         if info is not None and info.kind == "student":
             recorded = loaded.run.config(StudentConfig, "student")
-            taught[len(rows)] = _source(recorded.teacher_cache or recorded.teacher)
-            source, mapping = (
-                (teacher, label_map)
-                if teacher
-                else (recorded.teacher_cache or recorded.teacher, recorded.label_map)
-            )
+            own = recorded.teacher_cache or recorded.teacher
+            taught[len(rows)] = _source(own)
+            source, mapping = _loyal_to(loaded.name, teacher, label_map, above, own, once)
+            mapping = recorded.label_map if source == own else mapping
+        else:
+            above = path  # a teacher, a model: the students below are scored against it
         if source:  # a student trained alone has no teacher to be loyal to
             key = (source, mapping, config_key(loaded.data), split)
             if key not in teacher_logits and is_cache(source):  # the logits it holds
@@ -127,7 +129,7 @@ def evaluate_runs(
                     theirs.model, encoded, 64, pad_id(theirs.tokenizer)
                 )
             reference = teacher_logits[key]
-            if not teacher and not is_cache(source):  # a cache is pinned as its student
+            if source == own and not is_cache(source):  # a cache is pinned as its student
                 changed = teacher_change(info.resolved.teacher, teacher_pin(source))
                 if changed:
                     once(
@@ -153,6 +155,21 @@ def evaluate_runs(
     for line in teacher_bought(rows, [_source(path) for path in paths], taught):
         (notify or notice)(line)
     return rows
+
+
+def _loyal_to(
+    name: str, teacher: str, label_map: str, above: str, own: str, say: Callable[[str], None]
+) -> tuple[str, str]:
+    """Which teacher the student ``name`` is scored against, and with which label map: the one
+    asked for (``teacher``), else the teacher or model in the rows above it (``above``: said when
+    it is not the student's ``own``), else its own ("" for a student trained alone)."""
+    if teacher:
+        return teacher, label_map
+    if above and _source(above) != _source(own):
+        learnt = f"learnt from {own}" if own else "was trained without a teacher"
+        say(f"{name} {learnt}: its loyalty is measured against {above}, in the row above it")
+        return above, label_map
+    return own, label_map
 
 
 def _source(path: str) -> str:

@@ -42,6 +42,8 @@ from kd.training.teacher_cache import (
     add_file,
     cached_teacher,
     check_same,
+    checked_file,
+    file_digest,
     read_record,
     start_record,
 )
@@ -53,6 +55,7 @@ from workbench.analysis.metrics import loyalty_per_example
 from workbench.analysis.settings import OnnxSettings
 from workbench.core.cache import (
     ExampleCache,
+    Layout,
     Progress,
     build_in_pieces,
     cache_path,
@@ -574,7 +577,12 @@ def read_teacher_caches(setup: Distillation, inputs: TeacherInputs) -> dict[str,
                 + ": build it with kdw cache and this command's data, student and objective "
                 "options"
             )
-        caches[split] = ExampleCache.load(path, len(inputs.teacher_encoded[split]))
+        checked_file(folder, setup.cache, path.name)
+        per_token = [f for f in fields if f in setup.objective.per_token_fields()]
+        layout = Layout.of(
+            inputs.teacher_encoded[split], fields, per_token, setup.data.spec.num_labels
+        )
+        caches[split] = ExampleCache.load(path, layout)
     return caches
 
 
@@ -947,21 +955,25 @@ def build_teacher_cache(
             seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - started
         return values
 
-    complete = True
+    complete, classes = True, setup.data.spec.num_labels
     for split, (fields, key) in inputs.keys.items():
         dataset = inputs.teacher_encoded[split]
         key = key | ({"precision": "bf16"} if bf16 else {})
         path, seconds = cache_path(out, f"teacher-{split}", key), {}
         if path.exists() and any(entry.file == path.name for entry in read_record(out).files):
             continue  # built and recorded (unless its process stopped between the two)
-        if not path.exists():
+        per_token = [f for f in fields if f in objective.per_token_fields()]
+        layout = Layout.of(dataset, fields, per_token, classes)
+        if path.exists():  # written, not recorded (its process stopped between the two)
+            ExampleCache.load(path, layout)
+        else:
             cache, seconds = build_in_pieces(
                 out,
                 f"teacher-{split}",
                 key,
                 dataset,
                 partial(compute, fields=fields),
-                [f for f in fields if f in objective.per_token_fields()],
+                layout,
                 cache_config.batch_size,
                 pad_id(teacher.tokenizer),
                 device,
@@ -972,7 +984,11 @@ def build_teacher_cache(
             if cache is None:
                 complete = False
                 continue
-        add_file(out, CachedFile(file=path.name, key=key, examples=len(dataset), seconds=seconds))
+        digest = file_digest(path, "the teacher cache file")
+        entry = CachedFile(
+            file=path.name, key=key, examples=len(dataset), sha256=digest, seconds=seconds
+        )
+        add_file(out, entry)
     return out if complete else None
 
 

@@ -4,11 +4,16 @@ student reads another tokenizer — built once, resumably and in shards, so that
 from it without the teacher (``kdw distill --teacher-cache``).
 
 The folder holds ``cache.json`` (:class:`CacheRecord`: the teacher pinned by the digests of its
-weights and tokenizer and by its fingerprint, the task and the fingerprints of its splits, and
-one entry per file built: its key, its examples and what each field cost), ``teacher/`` (the
-teacher's config and tokenizer, and of its weights only its embedding stage) and the fields'
-files, one per key (:func:`workbench.core.cache.cache_path`, as a run's own ``teacher_cache/``
-keeps them).
+weights and tokenizer and by its fingerprint, the sha256 of each file of ``teacher/``, the task
+and the fingerprints of its splits, and one entry per file built: its key, its examples, its
+sha256 and what each field cost), ``teacher/`` (the teacher's config and tokenizer, and of its
+weights only its embedding stage) and the fields' files, one per key
+(:func:`workbench.core.cache.cache_path`, as a run's own ``teacher_cache/`` keeps them).
+
+A cache travels, so everything in it is read as input from someone else: a file whose sha256
+is not the recorded one is refused naming it, every field is checked against the split it
+claims to be of (:class:`~workbench.core.cache.Layout`) when it is merged and when it is read,
+and ``teacher/config.json`` is checked as a model folder's is before anything is built from it.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import TYPE_CHECKING
 from filelock import FileLock
 from pydantic import Field
 
+from workbench.core.assembly import sha256
 from workbench.core.config import (
     Checked,
     DataConfig,
@@ -41,7 +47,10 @@ from workbench.core.files import (
 )
 from workbench.core.records import Record, checked
 from workbench.core.runs import ResolvedTeacher
-from workbench.core.verify import EMBEDDINGS_FILE  # in TEACHER_FOLDER: the embedding stage
+from workbench.core.verify import (
+    EMBEDDINGS_FILE,  # in TEACHER_FOLDER: the embedding stage
+    check_config_file,
+)
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -79,11 +88,12 @@ class CacheConfig(Checked):
 
 class CachedFile(Record):
     """One file of the folder: the key its values were computed for, the split's example
-    count, and the teacher-seconds each field took over the whole split."""
+    count, the file's sha256 and the teacher-seconds each field took over the whole split."""
 
     file: str
     key: dict
     examples: int
+    sha256: str
     seconds: dict[str, float]
 
 
@@ -96,6 +106,7 @@ class CacheRecord(Record):
     data: dict
     split_fingerprint: dict[str, str]
     transfer: dict | None = None  # the transfer set in its train split (TaskData.transfer)
+    teacher_files: dict[str, str] = Field(default_factory=dict)  # teacher/'s files: sha256
     files: list[CachedFile] = Field(default_factory=list)
 
 
@@ -133,7 +144,11 @@ def start_record(
     folder.mkdir(parents=True, exist_ok=True)
     with FileLock(str(folder / ".cache.lock")):
         if _record_path(folder).exists():
-            check_same(read_record(folder), folder, fingerprint, data, data_config)
+            record = read_record(folder)
+            check_same(record, folder, fingerprint, data, data_config)
+            if (folder / TEACHER_FOLDER / EMBEDDINGS_FILE).exists():
+                return
+            check_teacher_files(folder, record)
         else:
             teacher.model.config.save_pretrained(folder / TEACHER_FOLDER)
             teacher.tokenizer.save_pretrained(folder / TEACHER_FOLDER)
@@ -146,9 +161,66 @@ def start_record(
                 transfer=data.transfer,
                 files=[],
             )
-            atomic_write_json(_record_path(folder), record.plain())
-        if not (folder / TEACHER_FOLDER / EMBEDDINGS_FILE).exists():
-            save_embeddings(folder, teacher.model)
+        save_embeddings(folder, teacher.model)
+        files = {"teacher_files": teacher_digests(folder)}
+        atomic_write_json(_record_path(folder), record.plain() | files)
+
+
+def file_digest(path: Path, what: str) -> str:
+    """The sha256 of the regular file ``path`` (a pipe is never opened), once per process while
+    it keeps its size and time."""
+    regular_file(path, what, CHANGED_REMEDY)
+    return sha256([path], what)
+
+
+CHANGED_REMEDY = "delete it, and kdw cache with the teacher computes it again"
+
+
+def teacher_digests(folder: Path) -> dict[str, str]:
+    """The sha256 of each file of the cache ``folder``'s ``teacher/``, by name."""
+    return {
+        path.name: file_digest(path, "the cache's teacher file")
+        for path in sorted((folder / TEACHER_FOLDER).iterdir())
+    }
+
+
+def check_teacher_files(folder: Path, record: CacheRecord) -> None:
+    """Refuse, in one line naming it, a file of ``teacher/`` that ``record`` does not list or
+    whose sha256 is not the recorded one, and a listed file that is gone but the embedding
+    stage (optional: a student that needs it says so, and kdw cache adds it)."""
+    found = teacher_digests(folder)
+    changed = sorted(
+        name
+        for name in found.keys() | record.teacher_files.keys()
+        if found.get(name) != record.teacher_files.get(name)
+        and (name in found or name != EMBEDDINGS_FILE)
+    )
+    if changed:
+        path, remedy = folder / TEACHER_FOLDER / changed[0], "build it again (kdw cache)"
+        if changed[0] not in found:
+            raise WorkbenchError(f"{path} is missing, though {CACHE_FILE} lists it: {remedy}")
+        raise WorkbenchError(
+            f"{path} is not the file kdw cache wrote (its sha256 is not the one {CACHE_FILE} "
+            f"records): {remedy}"
+        )
+
+
+def checked_file(folder: Path, record: CacheRecord, name: str) -> CachedFile:
+    """The entry of the field file ``name`` in ``record``, once the file's sha256 is the one it
+    records; a file the record lacks or that changed is one line naming it."""
+    path = folder / name
+    entry = next((f for f in record.files if f.file == name), None)
+    if entry is None:
+        raise WorkbenchError(
+            f"{path} is not listed in {folder / CACHE_FILE}: run kdw cache with the teacher "
+            "again, which checks and lists it"
+        )
+    if file_digest(path, "the teacher cache file") != entry.sha256:
+        raise WorkbenchError(
+            f"{path} is not the file kdw cache wrote (its sha256 is not the one "
+            f"{CACHE_FILE} records): {CHANGED_REMEDY}"
+        )
+    return entry
 
 
 def save_embeddings(folder: Path, model: PreTrainedModel) -> None:
@@ -214,6 +286,12 @@ def check_same(
 ) -> None:
     """Refuse, in one line, a cache of another teacher (``fingerprint``; None: not known here)
     or of other data than ``data`` (its splits' fingerprints), naming the options that differ."""
+    if list(record.task.get("label_names", ())) != list(data.spec.label_names):
+        raise WorkbenchError(
+            f"{folder / CACHE_FILE} names the classes {record.task.get('label_names')}, but the "
+            f"task's are {list(data.spec.label_names)} (in this order): the cache's logits are "
+            "not in the task's classes; build it again with kdw cache"
+        )
     if fingerprint is not None and record.fingerprint != fingerprint:
         raise WorkbenchError(
             f"{folder} caches another teacher (weights {record.fingerprint}, this one "
@@ -249,6 +327,8 @@ def cached_teacher(folder: Path, record: CacheRecord, data: DataConfig) -> Loade
     from workbench.core.data import TaskSpec
     from workbench.core.models import ATTENTION, LoadedModel
 
+    check_teacher_files(folder, record)
+    check_config_file(folder / TEACHER_FOLDER)  # its bounds, before a model is built from it
     config = AutoConfig.from_pretrained(folder / TEACHER_FOLDER)
     with torch.device("meta"):
         model = AutoModelForSequenceClassification.from_config(
@@ -278,7 +358,7 @@ def is_cache(source: str | Path) -> bool:
 def cached_logits(folder: str | Path, split: str, data: TaskData):
     """The teacher's logits ``[N, C]`` on ``data``'s ``split`` as the cache ``folder`` holds them;
     a cache without them (another task or subsample, a split it was not built on) is one line."""
-    from workbench.core.cache import ExampleCache
+    from workbench.core.cache import ExampleCache, Layout
 
     folder, record = Path(folder), read_record(folder)
     wanted = {"split": split, "fields": ["logits"], "data": data.fingerprint().get(split)}
@@ -290,4 +370,6 @@ def cached_logits(folder: str | Path, split: str, data: TaskData):
             f"{folder} holds no teacher logits of this {split} split (it was built on "
             f"{record.data.get('task')}; kdw cache builds them)"
         )
-    return ExampleCache.load(folder / entry.file, entry.examples).per_example["logits"]
+    entry = checked_file(folder, record, entry.file)
+    layout = Layout(entry.examples, fields=("logits",), classes=data.spec.num_labels)
+    return ExampleCache.load(folder / entry.file, layout).per_example["logits"]

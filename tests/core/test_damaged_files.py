@@ -509,7 +509,7 @@ def test_every_page_draws_beside_damaged_runs(damaged_root, monkeypatch):
 def test_a_cache_holding_nan_is_refused_by_its_cause(tmp_path):
     """A teacher cache whose logits hold NaN is refused when it is read, naming the file and
     the field, instead of a training stopping as if it diverged (lower --learning-rate)."""
-    from workbench.core.cache import CACHE_REMEDY, ExampleCache
+    from workbench.core.cache import CACHE_REMEDY, ExampleCache, Layout
     from workbench.core.errors import WorkbenchError
 
     logits = torch.zeros(2, 3)
@@ -517,7 +517,7 @@ def test_a_cache_holding_nan_is_refused_by_its_cause(tmp_path):
     path = tmp_path / "train.safetensors"
     ExampleCache({"logits": logits}, {}, torch.tensor([0, 0, 0])).save(path, {})
     with pytest.raises(WorkbenchError) as raised:
-        ExampleCache.load(path, 2)
+        ExampleCache.load(path, Layout(2))
     assert str(raised.value) == (
         f"{path} holds NaN or infinite values (example.logits): {CACHE_REMEDY}"
     )

@@ -36,10 +36,11 @@ def test_the_python_api_refuses_it(work, case):
     assert str(raised.value) == error(case, work)
 
 
-def test_a_deep_config_is_refused_from_the_header_at_once(work):
+@pytest.mark.parametrize("case", ["1000 layers", "100000 layers"])
+def test_a_deep_config_is_refused_from_the_header_at_once(work, case):
     start = time.perf_counter()
-    with pytest.raises(WorkbenchError, match="num_hidden_layers is 100000"):
-        load_classifier(str(work / "cases" / "100000 layers"), 3)
+    with pytest.raises(WorkbenchError, match=f"num_hidden_layers is {case.split()[0]}[,:]"):
+        load_classifier(str(work / "cases" / case), 3)
     assert time.perf_counter() - start < 5  # building 100000 layers takes minutes
 
 

@@ -67,6 +67,11 @@ REFUSED = {
         ["--report-to", "mlflow", "--mlflow-uri", "sqlite:////dev/zero"],
         "--mlflow-uri sqlite:////dev/zero: /dev/zero is not a database file",
     ),
+    "a database in a folder that does not exist": (
+        ["--report-to", "mlflow", "--mlflow-uri", f"sqlite://kd:{PASSWORD}@/nowhere/x/ml.db"],
+        "--mlflow-uri sqlite://kd:***@/nowhere/x/ml.db: the folder sqlite:/kd:***@/nowhere/x does "
+        "not exist",
+    ),
     "an MLflow URI without --report-to mlflow": (
         ["--mlflow-uri", f"http://kd:{PASSWORD}@127.0.0.1:9"],
         "--mlflow-uri http://kd:***@127.0.0.1:9 is where MLflow runs go",
@@ -101,6 +106,7 @@ def test_the_storage_of_a_search_is_named_without_its_password(work, tmp_path):
         ("s3://b/k?X-Amz-Signature=S&X-Amz-Date=1", "s3://b/k?X-Amz-Signature=***&X-Amz-Date=1"),
         ("http://h/?api_key=S;password=S", "http://h/?api_key=***;password=***"),
         ("sqlite:///runs/mlflow.db", "sqlite:///runs/mlflow.db"),
+        ("sqlite:/kd:S@/tmp/x", "sqlite:/kd:***@/tmp/x"),  # a path made of a URL: one slash
         (
             "postgresql://kd:S@db/optuna?sslmode=require",
             "postgresql://kd:***@db/optuna?sslmode=require",

@@ -5,13 +5,15 @@ mismatch between a cache and a distillation is one line, exit 2, nothing written
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 import workbench.core.cache as cache_module
 from kd.cli import main
@@ -295,7 +297,7 @@ def test_gkd_from_a_cache_copies_the_embeddings_it_keeps(work, tmp_path, capsys)
     capsys.readouterr()
     assert main([*given[:-1], str(tmp_path / "again")]) == 2
     err = capsys.readouterr().err
-    assert f"{kept} is damaged" in err and err.count("\n") == 1
+    assert f"{kept} is not the file kdw cache wrote" in err and err.count("\n") == 1
 
 
 def test_a_ckd_cache_serves_only_students_of_its_layer_mapping(work, tmp_path, capsys):
@@ -367,10 +369,11 @@ def test_a_transfer_set_is_cached_trained_on_and_recorded(work, tmp_path, capsys
     assert not other.exists()
 
 
-def test_a_student_trains_alone_with_no_teacher_or_from_any_cache(work, tmp_path, capsys):
+def test_a_student_trains_alone_with_no_teacher_or_from_any_cache(work, built, tmp_path, capsys):
     """``--preset finetune`` needs no teacher and reads no train field of a cache: the student
     trained alone with no teacher equals the one trained beside a cache of other fields, whose
-    test logits give it its loyalty."""
+    test logits give it its loyalty; ``kdw evaluate`` scores each student against the cache in
+    the row above it, saying so where the student learnt from another or from none."""
     alone = ["--preset", "finetune", "--init", "pretrained", "--pretrained", str(work / "bert")]
     optim = ["--epochs", "0.3", "--batch-size", "16", "--threads", "1"]
     distill = ["distill", *_data(work), *alone, *optim]
@@ -383,6 +386,17 @@ def test_a_student_trains_alone_with_no_teacher_or_from_any_cache(work, tmp_path
     results = [json.loads((tmp_path / r / "results.json").read_text()) for r in ("alone", "c")]
     assert "label_loyalty" not in results[0]["test"] and "label_loyalty" in results[1]["test"]
     assert Run.open(tmp_path / "alone").info().resolved.teacher is None
+    said: list[str] = []
+    rows = evaluate_runs(
+        [str(built), str(tmp_path / "alone"), str(tmp_path / "c")], notify=said.append
+    )
+    recorded = results[1]["test"]["label_loyalty"]  # c's, against its own cache: same teacher
+    assert [row["label_loyalty"] for row in rows[1:]] == pytest.approx([recorded, recorded])
+    assert said[:2] == [
+        f"alone was trained without a teacher: its loyalty is measured against {built}, in the "
+        "row above it",
+        f"c learnt from {folder}: its loyalty is measured against {built}, in the row above it",
+    ]
 
     capsys.readouterr()
     kd = [*distill[:-2], "--preset", "kd", "--run-dir", str(tmp_path / "kd")]
@@ -395,3 +409,144 @@ def test_a_student_trains_alone_with_no_teacher_or_from_any_cache(work, tmp_path
     assert main(transfer) == 2  # the texts would teach nothing
     assert "texts without labels teach a student only through a teacher" in capsys.readouterr().err
     assert not any((tmp_path / name).exists() for name in ("kd", "cut", "t"))
+
+
+@pytest.fixture(scope="module")
+def built(work, tmp_path_factory) -> Path:
+    """A complete cache of AD-KD's fields (logits, maps) of the teacher run."""
+    folder = tmp_path_factory.mktemp("built") / "cache"
+    assert main(_cache(work, folder)) == 0
+    return folder
+
+
+def _field_file(folder: Path, split: str) -> Path:
+    return next(folder.glob(f"teacher-{split}-*.safetensors"))
+
+
+def _header(path: Path, key: str, dtype: str) -> None:
+    """Rewrite the safetensors header of ``path`` to call the tensor ``key`` ``dtype``, its
+    bytes and the header's length unchanged (spaces pad a shorter header)."""
+    data = path.read_bytes()
+    size = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8 : 8 + size])
+    header[key]["dtype"] = dtype
+    text = json.dumps(header, separators=(",", ":")).encode().ljust(size)
+    path.write_bytes(data[:8] + text + data[8 + size :])
+
+
+def _record_digests(folder: Path) -> None:
+    """Record in ``cache.json`` the sha256 of the files as they are now, as one who forges a
+    cache would: only the checks of what the files hold stand in the way."""
+    record = json.loads((folder / "cache.json").read_text())
+    for entry in record["files"]:
+        entry["sha256"] = hashlib.sha256((folder / entry["file"]).read_bytes()).hexdigest()
+    teacher = folder / "teacher"
+    record["teacher_files"] = {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(teacher.iterdir())
+    }
+    (folder / "cache.json").write_text(json.dumps(record))
+
+
+def _five_classes(folder: Path) -> None:
+    path = _field_file(folder, "test")
+    tensors = load_file(path)
+    tensors["example.logits"] = torch.zeros(len(tensors["example.logits"]), 5)
+    save_file(tensors, path)
+
+
+def _labels_reordered(folder: Path) -> None:
+    record = json.loads((folder / "cache.json").read_text())
+    record["task"]["label_names"] = record["task"]["label_names"][::-1]
+    (folder / "cache.json").write_text(json.dumps(record))
+
+
+def _deep_teacher(folder: Path) -> None:
+    config = json.loads((folder / "teacher" / "config.json").read_text())
+    (folder / "teacher" / "config.json").write_text(
+        json.dumps(config | {"num_hidden_layers": 100000})
+    )
+
+
+@pytest.mark.parametrize(
+    ("damage", "forged", "message"),
+    [
+        (
+            lambda f: _header(_field_file(f, "train"), "example.logits", "I32"),
+            False,
+            "teacher-train-{digest} is not the file kdw cache wrote (its sha256 is not the one "
+            "cache.json records): delete it, and kdw cache with the teacher computes it again",
+        ),
+        (
+            lambda f: _header(_field_file(f, "train"), "example.logits", "I32"),
+            True,
+            "is not a cache of this split (example.logits is int32, not float)",
+        ),
+        (_five_classes, True, "(its logits are [50, 5], not [50, 3]: one a class)"),
+        (
+            _labels_reordered,
+            False,
+            "cache.json names the classes ['positive', 'neutral', 'negative'], but the task's "
+            "are ['negative', 'neutral', 'positive'] (in this order)",
+        ),
+        (_deep_teacher, False, "teacher/config.json is not the file kdw cache wrote"),
+        (
+            _deep_teacher,
+            True,
+            "teacher/config.json: num_hidden_layers is 100000, more layers than any model has",
+        ),
+    ],
+    ids=["changed", "I32", "5 classes", "labels", "deep teacher", "deep teacher, forged"],
+)
+def test_a_cache_that_is_not_what_it_claims_is_refused_before_training(
+    work, built, tmp_path, capsys, damage, forged, message
+):
+    """What a cache holds is checked against its record and the split it claims to be of: a
+    changed file by its sha256, and, where a forger recorded the new sha256 too, a field's dtype,
+    its class count, the classes' order and the teacher's config, each one line, exit 2,
+    nothing written, at once."""
+    folder = tmp_path / "cache"
+    shutil.copytree(built, folder)
+    digest = _field_file(folder, "train").name.removeprefix("teacher-train-")
+    damage(folder)
+    if forged:
+        _record_digests(folder)
+    run = tmp_path / "student"
+    distill = ["distill", "--teacher-cache", str(folder), *_data(work), *_student()]
+    capsys.readouterr()
+    start = time.perf_counter()
+    assert main([*distill, "--run-dir", str(run)]) == 2
+    assert time.perf_counter() - start < 30  # a 100,000-layer model takes minutes to build
+    err = capsys.readouterr().err
+    assert message.format(digest=digest) in err and err.count("\n") == 1
+    assert not run.exists()
+    if damage is _five_classes:  # the cache scored as a teacher reads the same test logits
+        assert main(["evaluate", str(folder)]) == 2
+        assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("damage", "problem"),
+    [
+        (lambda t: t | {"index": torch.zeros_like(t["index"])}, "its index names other examples"),
+        (lambda t: t | {"index": t["index"] + 10**9}, "its index names other examples"),
+        (lambda t: t | {"token.maps": t["token.maps"] * torch.nan}, "NaN or infinite values"),
+        (lambda t: {k: v for k, v in t.items() if k != "token.maps"}, "it holds no token.maps"),
+    ],
+    ids=["index zeros", "index 1e9", "NaN", "missing field"],
+)
+def test_a_bad_piece_is_refused_by_name_and_nothing_is_merged_or_deleted(
+    work, tmp_path, capsys, damage, problem
+):
+    folder = tmp_path / "cache"
+    assert main(_cache(work, folder, "--shard", "1/2")) == 0
+    piece = next(folder.glob("teacher-train-*.pieces/piece-*"))
+    save_file(damage(load_file(piece)), piece)
+    capsys.readouterr()
+    assert main(_cache(work, folder)) == 2  # the other piece computed, then the merge refused
+    line = capsys.readouterr().err.splitlines()[-1]  # after the notes and the progress bar
+    assert line.startswith(f"kdw: error: {piece} is not a piece of this cache ({problem}")
+    assert len(list(piece.parent.iterdir())) == 2  # both kept
+    assert not list(folder.glob("teacher-train-*.safetensors"))
+    piece.unlink()  # computed again, then merged
+    assert main(_cache(work, folder)) == 0
+    assert _field_file(folder, "train").exists() and not piece.parent.exists()

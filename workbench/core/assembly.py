@@ -47,13 +47,19 @@ def require_library(module: str, what: str) -> None:
         )
 
 
+QUIET_BELOW = 1 << 26  # bytes read without a progress bar (under a second)
+
+
 @functools.lru_cache(maxsize=64)
 def _sha256_of(stamps: tuple[tuple[str, int, int], ...], what: str) -> str:
     from tqdm.auto import tqdm
 
     digest = hashlib.sha256()
     total = sum(size for _, size, _ in stamps)
-    with tqdm(total=total, desc=f"reading {what}", unit="B", unit_scale=True, leave=False) as bar:
+    quiet = total < QUIET_BELOW
+    with tqdm(
+        total=total, desc=f"reading {what}", unit="B", unit_scale=True, leave=False, disable=quiet
+    ) as bar:
         for name, _, _ in stamps:
             with open(name, "rb") as stream:
                 for block in iter(functools.partial(stream.read, BLOCK), b""):

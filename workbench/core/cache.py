@@ -141,10 +141,10 @@ class ExampleCache:
             save_file(tensors, str(temporary), metadata=metadata)
 
     @classmethod
-    def load(cls, path: Path, examples: int | None = None) -> ExampleCache:
-        """The cache :meth:`save` wrote to ``path``, checked: a damaged file (truncated,
-        overwritten) or one whose tensors do not fit together or cover another number of
-        ``examples`` than the split's is a one-line error naming it."""
+    def load(cls, path: Path, layout: Layout | None = None) -> ExampleCache:
+        """The cache :meth:`save` wrote to ``path``, checked against ``layout`` (None: only that
+        its tensors fit together): a damaged file (truncated, overwritten) or one that is not the
+        cache of the split ``layout`` describes is a one-line error naming it."""
         from safetensors import SafetensorError
 
         regular_file(path, "the cache file", CACHE_REMEDY)  # a pipe would block the reader
@@ -159,19 +159,48 @@ class ExampleCache:
             kind, _, field = name.partition(".")
             if kind in fields and field:
                 fields[kind][field] = value
-        problem = _cache_problem(tensors, fields, examples)
+        problem = _cache_problem(tensors, fields, layout)
         if problem:
             raise WorkbenchError(f"{path} is not a cache of this split ({problem}): {CACHE_REMEDY}")
-        bad = [
+        if bad := _not_finite(tensors):  # a term would stop the training as if it diverged
+            raise WorkbenchError(f"{path} holds NaN or infinite values ({bad}): {CACHE_REMEDY}")
+        return cls(fields["example"], fields["token"], tensors["offsets"])
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What the cache of one split must hold: ``lengths``, each example's token count (None:
+    only their number, ``examples``, is known), the ``fields`` (empty: any), which of them are
+    ``per_token``, and the classes of its ``logits`` (None: not known)."""
+
+    examples: int
+    lengths: tuple[int, ...] | None = None
+    fields: tuple[str, ...] = ()
+    per_token: tuple[str, ...] = ()
+    classes: int | None = None
+
+    @classmethod
+    def of(
+        cls,
+        dataset: EncodedSplit,
+        fields: Iterable[str] = (),
+        per_token: Iterable[str] = (),
+        classes: int | None = None,
+    ) -> Layout:
+        """The layout of ``dataset``'s cache of ``fields``."""
+        lengths = tuple(len(ids) for ids in dataset.input_ids)
+        return cls(len(lengths), lengths, tuple(fields), tuple(per_token), classes)
+
+
+def _not_finite(tensors: Mapping[str, Tensor]) -> str:
+    """The names of ``tensors`` that hold NaN or infinite values, joined ("" when none)."""
+    return ", ".join(
+        sorted(
             name
             for name, value in tensors.items()
             if value.is_floating_point() and not bool(torch.isfinite(value).all())
-        ]
-        if bad:  # a term computed from them would stop the training as if it diverged
-            raise WorkbenchError(
-                f"{path} holds NaN or infinite values ({', '.join(sorted(bad))}): {CACHE_REMEDY}"
-            )
-        return cls(fields["example"], fields["token"], tensors["offsets"])
+        )
+    )
 
 
 def length_order(dataset: EncodedSplit) -> list[int]:
@@ -230,22 +259,47 @@ CACHE_REMEDY = "delete it: what it holds is computed again"
 
 
 def _cache_problem(
-    tensors: dict[str, Tensor], fields: dict[str, dict[str, Tensor]], examples: int | None
+    tensors: dict[str, Tensor], fields: dict[str, dict[str, Tensor]], layout: Layout | None
 ) -> str | None:
-    """Why a cache file's tensors cannot be the cache of a split of ``examples`` examples: no
-    offsets, offsets that do not grow from 0, fields of another length; None when they fit."""
+    """Why a cache file's tensors cannot be the cache of the split ``layout`` describes: no
+    offsets, offsets that do not grow from 0 or are not the split's token counts, fields missing,
+    of another kind, dtype or length, logits of another class count; None when they fit."""
     offsets = tensors.get("offsets")
     if offsets is None or offsets.ndim != 1 or len(offsets) == 0 or offsets.is_floating_point():
         return "no offsets of its examples"
     if int(offsets[0]) != 0 or bool((offsets.diff() < 0).any()):
         return "its offsets do not grow from 0"
     count, tokens = len(offsets) - 1, int(offsets[-1])
-    if examples is not None and count != examples:
-        return f"it holds {count} examples, the split {examples}"
+    if layout is not None and count != layout.examples:
+        return f"it holds {count} examples, the split {layout.examples}"
+    lengths = layout.lengths if layout is not None else None
+    if lengths is not None and offsets.diff().tolist() != list(lengths):
+        return "its examples' token counts are not the split's"
     for kind, size in (("example", count), ("token", tokens)):
         for name, value in fields[kind].items():
             if value.ndim == 0 or len(value) != size:
                 return f"{kind}.{name} has {len(value) if value.ndim else 0} rows, not {size}"
+    return _fields_problem(fields, layout)
+
+
+def _fields_problem(fields: dict[str, dict[str, Tensor]], layout: Layout | None) -> str | None:
+    """Why a cache's (or a piece's) ``fields`` by kind (``example``, ``token``) are not those
+    ``layout`` asks for: a field of another dtype than floating point (a header may call float
+    values integers), missing, stored per example where it is per token or the reverse, logits
+    of another class count; None when they fit."""
+    for kind, named in fields.items():
+        for name, value in named.items():
+            if not value.is_floating_point():
+                return f"{kind}.{name} is {str(value.dtype).removeprefix('torch.')}, not float"
+    if layout is None:
+        return None
+    for name in layout.fields:
+        kind = "token" if name in layout.per_token else "example"
+        if name not in fields[kind]:
+            return f"it holds no {kind}.{name}"
+    logits, classes = fields["example"].get("logits"), layout.classes
+    if classes is not None and logits is not None and logits.shape[1:] != (classes,):
+        return f"its logits are {list(logits.shape)}, not [{len(logits)}, {classes}]: one a class"
     return None
 
 
@@ -268,7 +322,7 @@ def cached(
     another ``key`` is another file, so stale values are never reused."""
     path = cache_path(folder, name, key)
     if path.exists():
-        return ExampleCache.load(path, len(dataset))
+        return ExampleCache.load(path, Layout.of(dataset))
     cache = ExampleCache.compute(dataset, compute_batch, **compute_options)
     if save:
         cache.save(path, key)
@@ -294,27 +348,66 @@ def _save_piece(path: Path, rows: Rows, per_token: set[str], seconds: dict[str, 
         save_file(tensors, str(temporary), metadata={"seconds": json.dumps(seconds)})
 
 
-def _load_piece(path: Path) -> tuple[Rows, dict[str, float]]:
-    """The rows and field seconds :func:`_save_piece` wrote; a damaged piece is one line."""
+PIECE_REMEDY = "delete it, and it is computed again"
+
+
+def _load_piece(path: Path, examples: Sequence[int], layout: Layout) -> tuple[Rows, dict]:
+    """The rows and field seconds :func:`_save_piece` wrote, checked to be those of the split's
+    ``examples`` (its indices, in any order, each once) that ``layout`` describes: each field
+    there, floating point, finite and of one row per example (per token: the example's tokens);
+    a damaged or foreign piece is one line naming it."""
     from safetensors import SafetensorError, safe_open
 
-    regular_file(path, "the cache piece", "delete it, and it is computed again")
+    regular_file(path, "the cache piece", PIECE_REMEDY)
     try:
         with safe_open(str(path), "pt") as file:
             seconds = json.loads((file.metadata() or {}).get("seconds", "{}"))
         tensors = load_file(str(path))
-        index = tensors["index"].tolist()
-        rows: Rows = {}
-        for name, value in tensors.items():
-            kind, _, field = name.partition(".")
-            if kind in ("example", "token"):  # per-token values split by their lengths
-                values = value if kind == "example" else value.split(tensors["lengths"].tolist())
-                rows[field] = list(zip(index, values, strict=True))
-    except (SafetensorError, OSError, KeyError, ValueError, RuntimeError) as error:
-        raise WorkbenchError(
-            f"{path} is damaged ({first_line(error)}): delete it, and it is computed again"
-        ) from None
+    except (SafetensorError, OSError, ValueError) as error:
+        raise WorkbenchError(f"{path} is damaged ({first_line(error)}): {PIECE_REMEDY}") from None
+    problem = _piece_problem(tensors, examples, layout)
+    if problem is None and (bad := _not_finite(tensors)):
+        problem = f"NaN or infinite values in {bad}"
+    if problem is None and not (
+        isinstance(seconds, dict) and all(isinstance(v, int | float) for v in seconds.values())
+    ):
+        problem = "its seconds are not a number per field"
+    if problem is not None:
+        raise WorkbenchError(f"{path} is not a piece of this cache ({problem}): {PIECE_REMEDY}")
+    index, rows = tensors["index"].tolist(), {}
+    for name, value in tensors.items():
+        kind, _, field = name.partition(".")
+        if kind in ("example", "token"):  # per-token values split by their lengths
+            values = value if kind == "example" else value.split(tensors["lengths"].tolist())
+            rows[field] = list(zip(index, values, strict=True))
     return rows, seconds
+
+
+def _piece_problem(
+    tensors: dict[str, Tensor], examples: Sequence[int], layout: Layout
+) -> str | None:
+    """Why a piece's ``tensors`` are not the fields of ``examples`` (indices into the split
+    ``layout`` describes); None when they are."""
+    index = tensors.get("index")
+    if index is None or index.ndim != 1 or index.is_floating_point():
+        return "no index of its examples"
+    if sorted(index.tolist()) != sorted(examples):
+        return f"its index names other examples than the {len(examples)} it is for"
+    fields: dict[str, dict[str, Tensor]] = {"example": {}, "token": {}}
+    for name, value in tensors.items():
+        kind, _, field = name.partition(".")
+        if kind in fields and field:
+            fields[kind][field] = value
+    wanted = [layout.lengths[i] for i in index.tolist()] if layout.lengths else []
+    if fields["token"]:
+        lengths = tensors.get("lengths")
+        if lengths is None or lengths.is_floating_point() or lengths.tolist() != wanted:
+            return "its lengths are not its examples' token counts"
+    for kind, size in (("example", len(index)), ("token", sum(wanted))):
+        for name, value in fields[kind].items():
+            if value.ndim == 0 or len(value) != size:
+                return f"{kind}.{name} has {len(value) if value.ndim else 0} rows, not {size}"
+    return _fields_problem(fields, layout)
 
 
 def build_in_pieces(
@@ -323,7 +416,7 @@ def build_in_pieces(
     key: Mapping,
     dataset: EncodedSplit,
     compute_fields: Callable[[dict[str, Tensor], dict[str, float]], dict[str, Tensor]],
-    per_token: Iterable[str],
+    layout: Layout,
     batch_size: int,
     pad_token_id: int,
     device: torch.device | str,
@@ -335,9 +428,11 @@ def build_in_pieces(
     :data:`PIECE_BATCHES` batches of :func:`length_order` (each saved once computed; a rerun
     computes only those it lacks), ``shard``'s of them (all without one) by this call, so that the
     cache equals one computed whole. ``compute_fields(batch, seconds)`` returns a batch's fields and
-    adds each field's seconds. Returns the cache once every piece exists (merged, the pieces
-    removed; None while other shards' pieces are missing) and each field's seconds summed over the
-    pieces."""
+    adds each field's seconds; ``layout`` (:meth:`Layout.of` ``dataset``) says which fields and
+    classes. Returns the cache once every piece exists (each checked against ``layout``, then
+    merged and the pieces removed; None while other shards' pieces are missing) and each field's
+    seconds summed over the pieces. A piece that is not what it should be (copied from another
+    cache, damaged) is refused in one line naming it, before anything is merged or removed."""
     path = cache_path(folder, name, key)
     pieces_dir = path.with_suffix(".pieces")
     order, size = length_order(dataset), batch_size * PIECE_BATCHES
@@ -350,7 +445,7 @@ def build_in_pieces(
         desc=description,
         unit="ex",
     )
-    token_fields = set(per_token)
+    token_fields = set(layout.per_token)
     options = (token_fields, batch_size, pad_token_id, device, inference, bar.update)
     for j in mine:
         if paths[j].exists():
@@ -361,7 +456,15 @@ def build_in_pieces(
     bar.close()
     if not all(p.exists() for p in paths):
         return None, {}
-    loaded = [_load_piece(p) for p in paths]
+    loaded, refused = [], []
+    for j, piece in enumerate(paths):
+        try:
+            loaded.append(_load_piece(piece, pieces[j], layout))
+        except WorkbenchError as error:
+            refused.append(str(error))
+    if refused:  # every piece kept: the good ones merge once the bad ones are computed again
+        more = f" ({len(refused) - 1} more pieces refused)" if len(refused) > 1 else ""
+        raise WorkbenchError(f"{refused[0]}{more}")
     named = dict.fromkeys(field for _, seconds in loaded for field in seconds)
     totals = {field: sum(seconds.get(field, 0.0) for _, seconds in loaded) for field in named}
     cache = ExampleCache.from_rows([rows for rows, _ in loaded], dataset, token_fields)

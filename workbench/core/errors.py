@@ -4,7 +4,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-_SCHEME = r"\b[A-Za-z][A-Za-z0-9+.-]*://"
+# a URL's scheme; one slash too, as a path made of a URL shows it (``sqlite:/user:pw@/tmp``)
+_SCHEME = r"\b[A-Za-z][A-Za-z0-9+.-]*:/{1,2}"
 # the password of a URL (``scheme://user:PASSWORD@host``): what follows the user's colon
 _CREDENTIALS = re.compile(rf"({_SCHEME}[^\s/:@]*:)[^\s/@]*@")
 # a URL's user alone, which is often a token (``https://TOKEN@host``)

@@ -88,15 +88,30 @@ def check_model_files(folder: str | Path, remedy: str = REMEDY) -> None:
 # --------------------------------------------------------------------------- config.json
 
 MAX_LABELS = 1_000_000  # the classes a config may give (num_labels)
+MAX_LAYERS = 4096  # the layers a config may give (the deepest published models have about 130)
+# the settings that give a layer count, wherever in the config they are (text_config.…)
+LAYER_SETTINGS = frozenset(
+    {
+        "num_hidden_layers",
+        "num_layers",
+        "n_layer",
+        "n_layers",
+        "decoder_layers",
+        "encoder_layers",
+        "num_decoder_layers",
+        "num_encoder_layers",
+    }
+)
 
 
 def _numbers(value: Any) -> Iterable[tuple[str, float]]:
-    """Every float in the JSON ``value``, with its dotted place (``rope_scaling.factor``),
-    walked without recursion (a value may nest as deep as the parser allowed)."""
+    """Every number in the JSON ``value`` (not the booleans), with its dotted place
+    (``rope_scaling.factor``), walked without recursion (a value may nest as deep as the parser
+    allowed)."""
     stack = [("", value)]
     while stack:
         name, item = stack.pop()
-        if isinstance(item, float):
+        if isinstance(item, int | float) and not isinstance(item, bool):
             yield name, item
         elif isinstance(item, dict):
             stack += [(f"{name}.{key}" if name else str(key), v) for key, v in item.items()]
@@ -106,8 +121,11 @@ def _numbers(value: Any) -> Iterable[tuple[str, float]]:
 
 def check_config_file(folder: str | Path) -> dict[str, Any]:
     """The JSON object of ``folder/config.json`` (read bounded: a regular file of at most
-    :data:`CONFIG_LIMIT` bytes), its labels checked: ``id2label`` maps the ids 0..C−1, without
-    gaps, to distinct names, and ``num_labels``, where given, is C."""
+    :data:`CONFIG_LIMIT` bytes), its numbers finite, its layer counts at most
+    :data:`MAX_LAYERS` (a model is built from it, on the meta device, to check its weights: a
+    config of 100,000 layers would take minutes and gigabytes) and its labels checked:
+    ``id2label`` maps the ids 0..C−1, without gaps, to distinct names, and ``num_labels``, where
+    given, is C."""
     path = Path(folder) / "config.json"
     raw = read_json_file(path, CONFIG_LIMIT, "the model config")
     if not isinstance(raw, dict):
@@ -116,6 +134,11 @@ def check_config_file(folder: str | Path) -> dict[str, Any]:
         if not math.isfinite(value):  # NaN and Infinity parse as JSON numbers
             raise WorkbenchError(
                 f"{path}: {name} is {value}, not a finite number: correct it in config.json"
+            )
+        if name.rpartition(".")[2] in LAYER_SETTINGS and value > MAX_LAYERS:
+            raise WorkbenchError(
+                f"{path}: {name} is {value}, more layers than any model has (at most "
+                f"{MAX_LAYERS:,}): {REMEDY}"
             )
     given = raw.get("num_labels")
     if given is not None and (

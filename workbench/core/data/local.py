@@ -313,8 +313,9 @@ def task_from_frames(
         metrics: tuple[str, ...] = ("spearman", "pearson")
     else:
         label_names = _label_names(frames, where, classes)
+        ids = {name: index for index, name in enumerate(label_names)}  # one lookup a row
         for frame in frames.values():
-            frame["label"] = frame["label"].map(label_names.index)
+            frame["label"] = frame["label"].map(ids)
         metrics = METRICS_CLASSIFICATION
     spec = TaskSpec(name, label_names, metrics, pair=pair)
     pair_column = "text_pair" if pair else None
