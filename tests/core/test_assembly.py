@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
+import os
+import shutil
 import zipfile
 from pathlib import Path
 
@@ -13,6 +16,7 @@ import gguf
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 from transformers import (
     AutoModelForCausalLM,
     AutoModelForSequenceClassification,
@@ -228,6 +232,106 @@ def test_an_adapter_without_its_base_or_weights_or_of_another_shape_is_refused(t
         resolve_model(str(adapter))
 
 
+@pytest.mark.slow  # imports peft, merges three times
+def test_an_assembled_model_changed_since_is_assembled_again(tmp_path, cache, capsys):
+    """The cache's assembled models are checked at each use: a weight edited, a label map
+    swapped is noticed (the sha256 of each file, recorded at assembly) and the model assembled
+    again from its source, said in one line."""
+    write_adapter(tmp_path)
+    adapter = str(tmp_path / "adapter")
+    folder = Path(resolve_model(adapter))
+    weights = load_file(folder / "model.safetensors")
+    original = {key: value.clone() for key, value in weights.items()}
+    weights["classifier.weight"] = -weights["classifier.weight"]
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    assembly._sha256_of.cache_clear()  # another process: the stamps it hashed are not these
+    capsys.readouterr()
+    assert Path(resolve_model(adapter)) == folder
+    assert "model.safetensors changed since it was assembled" in capsys.readouterr().err
+    again = load_file(folder / "model.safetensors")
+    assert all(torch.equal(again[key], original[key]) for key in original)
+    config = json.loads((folder / "config.json").read_text())
+    config["id2label"] = {"0": "LABEL_2", "1": "LABEL_1", "2": "LABEL_0"}
+    (folder / "config.json").write_text(json.dumps(config))
+    assert Path(resolve_model(adapter)) == folder
+    assert "config.json changed" in capsys.readouterr().err
+    assert json.loads((folder / "config.json").read_text())["id2label"]["0"] == "LABEL_0"
+
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def _device(path: Path) -> None:
+    path.symlink_to("/dev/zero")
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes")
+@pytest.mark.parametrize("special", [_fifo, _device], ids=["pipe", "/dev/zero"])
+def test_a_special_file_named_like_a_model_file_is_refused_unread(tmp_path, cache, special):
+    """A pipe or a device named ``*.gguf`` in a folder, as an adapter's config or weights, or as
+    an adapter's base's GGUF, is refused in one line naming what it is: never opened (a pipe
+    would block the reader, /dev/zero never end)."""
+    cases = {
+        "gguf": (tmp_path / "g" / "m.gguf", tmp_path / "g", "the GGUF file"),
+        "config": (tmp_path / "a" / "adapter_config.json", tmp_path / "a", "the adapter config"),
+    }
+    for target, named, what in cases.values():
+        target.parent.mkdir()
+        special(target)
+        with pytest.raises(WorkbenchError) as error:
+            resolve_model(str(named))
+        kind = "a pipe" if special is _fifo else "a device"
+        assert str(error.value).startswith(f"{what} {target} is {kind}")
+    write_adapter(tmp_path)
+    weights = tmp_path / "adapter" / "adapter_model.safetensors"
+    weights.unlink()
+    special(weights)
+    with pytest.raises(WorkbenchError, match=f"the adapter weights {weights} is a "):
+        resolve_model(str(tmp_path / "adapter"))
+    config = tmp_path / "adapter" / "adapter_config.json"  # a base of a pipe named *.gguf
+    config.write_text(config.read_text().replace(str(tmp_path / "base"), str(tmp_path / "g")))
+    with pytest.raises(WorkbenchError, match=r"the GGUF file .* is a "):
+        resolve_model(str(tmp_path / "adapter"))
+
+
+def test_adapters_that_name_each_other_or_a_rank_past_their_base_are_refused(tmp_path, cache):
+    """Adapters whose bases make a cycle, and an adapter whose LoRA rank is not a number or
+    exceeds its base's widest tensor, are refused in one line before anything is allocated; a
+    pickled adapter is refused without advice to run it."""
+    write_adapter(tmp_path)
+    adapter = tmp_path / "adapter"
+    config = json.loads((adapter / "adapter_config.json").read_text())
+
+    def with_config(**changes) -> None:
+        (adapter / "adapter_config.json").write_text(json.dumps(config | changes))
+
+    with_config(base_model_name_or_path=str(adapter))
+    with pytest.raises(WorkbenchError, match="the adapters name each other as base models"):
+        resolve_model(str(adapter))
+    other = tmp_path / "other"
+    shutil.copytree(adapter, other)
+    (other / "adapter_config.json").write_text(
+        json.dumps(config | {"base_model_name_or_path": str(adapter)})
+    )
+    with_config(base_model_name_or_path=str(other))
+    with pytest.raises(WorkbenchError) as error:
+        resolve_model(str(adapter))
+    assert f"({adapter} → {other} → {adapter})" in str(error.value)
+    for rank, said in ((10**6, "the LoRA rank 1,000,000 exceeds"), ("8", "rank '8' is not")):
+        with_config(r=rank)
+        with pytest.raises(WorkbenchError, match=said):
+            resolve_model(str(adapter))
+    with_config()
+    (adapter / "adapter_model.safetensors").unlink()
+    torch.save({"weights": object()}, adapter / "adapter_model.bin")  # a pickle
+    with pytest.raises(WorkbenchError) as error:
+        resolve_model(str(adapter))
+    assert "holds Python objects besides tensors (a pickle)" in str(error.value)
+    assert "weights_only" not in str(error.value)
+    assert not any(p.name.startswith("adapter-") for p in (cache / "models").iterdir())
+
+
 # --- built-in names --------------------------------------------------------------------------
 
 
@@ -269,7 +373,7 @@ def test_a_builtin_zip_in_parts_is_joined_and_unpacked(tmp_path, cache, monkeypa
     parts[1].write_bytes(data[len(data) // 2 :])
     _packaged(monkeypatch, "mpnet-base", parts)
     folder = Path(resolve_model("mpnet-base"))
-    assert sorted(p.name for p in folder.iterdir()) == sorted(
+    assert sorted(p.name for p in folder.iterdir() if p.name != assembly.ASSEMBLED) == sorted(
         p.name for p in (tmp_path / "mpnet").iterdir()
     )
     batch = id_batch([[2, 7, 9, 3]])

@@ -12,7 +12,8 @@ import functools
 import hashlib
 import importlib.metadata
 import importlib.util
-import json
+import os
+import pickle
 import shutil
 import sys
 import zipfile
@@ -20,11 +21,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from workbench.core.errors import WorkbenchError, first_line
-from workbench.core.files import hold, user_cache
+from workbench.core.errors import WorkbenchError, first_line, listed
+from workbench.core.files import (
+    RECORD_LIMIT,
+    atomic_write_json,
+    hold,
+    read_json_file,
+    regular_file,
+    user_cache,
+)
 from workbench.core.hub import hub_reachable
 from workbench.core.runs import replace_directory
-from workbench.core.verify import TOKENIZER_STATE
+from workbench.core.verify import TOKENIZER_STATE, check_config_file, check_finite
 
 MODELS = "models"  # the cache's folder of assembled models
 INSTALL = 'pip install -e ".[llm]"'  # the extra that brings the GGUF and PEFT readers
@@ -50,7 +58,7 @@ def require_library(module: str, what: str) -> None:
 QUIET_BELOW = 1 << 26  # bytes read without a progress bar (under a second)
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=4096)  # one entry a file: an assembled folder has several
 def _sha256_of(stamps: tuple[tuple[str, int, int], ...], what: str) -> str:
     from tqdm.auto import tqdm
 
@@ -70,27 +78,57 @@ def _sha256_of(stamps: tuple[tuple[str, int, int], ...], what: str) -> str:
 
 def sha256(paths: Sequence[Path], what: str) -> str:
     """The sha256 of the bytes of ``paths`` joined in order, read with a progress bar naming
-    ``what``; computed once per process while the files keep their size and time."""
+    ``what``; computed once per process while the files keep their size and time. Each must be
+    a regular file (links followed): a pipe or a device is refused in one line, never read."""
+    paths = [regular_file(path, what) for path in paths]
     stamps = tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in paths)
     return _sha256_of(stamps, what)
+
+
+ASSEMBLED = ".assembled.json"  # in an assembled folder: the sha256 of each of its files
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    """The sha256 of each file of the assembled ``folder`` (its record left out), by name."""
+    files = sorted(p for p in folder.iterdir() if p.name != ASSEMBLED)
+    return {path.name: sha256([path], f"the assembled {path.name}") for path in files}
+
+
+def _changed(folder: Path) -> str | None:
+    """What changed in the assembled ``folder`` since it was assembled (a file added, removed or
+    of other bytes than :data:`ASSEMBLED` records), None when nothing did."""
+    try:
+        recorded = read_json_file(folder / ASSEMBLED, RECORD_LIMIT, "the assembly record")
+        found = _digests(folder)
+    except WorkbenchError as error:
+        return str(error)
+    if not isinstance(recorded, dict):
+        return f"{ASSEMBLED} is not a record of its files"
+    changed = sorted(n for n in recorded.keys() | found.keys() if recorded.get(n) != found.get(n))
+    return f"{listed(changed)} changed" if changed else None
 
 
 def assembled(key: str, what: str, build: Callable[[Path], None]) -> Path:
     """``<cache>/models/<key>/``, built by ``build(staging)`` when it is not there yet: in a
     staging folder beside it, renamed into place when complete
     (:func:`~workbench.core.runs.replace_directory`), removed when the build fails. One line
-    says where it went."""
+    says where it went. The sha256 of each file is recorded (:data:`ASSEMBLED`) and checked at
+    each use, once per process: a folder changed since (a weight edited, a label map swapped) is
+    assembled again from its source, said in one line."""
     folder = user_cache() / MODELS / key
-    if folder.is_dir():
+    if folder.is_dir() and _changed(folder) is None:
         return folder
 
     def write(staging: Path) -> None:
         staging.mkdir(parents=True)
         build(staging)
+        atomic_write_json(staging / ASSEMBLED, _digests(staging))
 
     with hold(folder.parent / f".{key}.lock", f"the assembly of {what}"):
-        if folder.is_dir():  # assembled by the process that held the lock
-            return folder
+        if folder.is_dir() and (changed := _changed(folder)) is None:
+            return folder  # assembled by the process that held the lock
+        if folder.is_dir():
+            _say(f"{folder}: {changed} since it was assembled: {what} is assembled again")
         try:
             replace_directory(folder, write)
         finally:
@@ -141,6 +179,7 @@ def dequantise(gguf: Path, folder: Path) -> None:
         config.pad_token_id = tokenizer.pad_token_id
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.load_state_dict(quantised.state_dict())
+    check_finite(model, str(gguf))  # never kept in the cache
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
 
@@ -164,7 +203,7 @@ def gguf_file(path: Path) -> Path | None:
         raise WorkbenchError(
             f"{path} holds {len(found)} GGUF files ({found[0].name}, {found[1].name}…): name one"
         )
-    return found[0] if found else None
+    return regular_file(found[0], "the GGUF file") if found else None
 
 
 # --- built-in models from registry packages --------------------------------------------------
@@ -261,12 +300,8 @@ def builtin_model(name: str) -> Path:
 def adapter_base(folder: Path) -> str:
     """The base model an adapter folder names (``base_model_name_or_path``); one line when
     its adapter_config.json does not name one."""
-    try:
-        base = json.loads((folder / ADAPTER_CONFIG).read_text(encoding="utf-8")).get(
-            "base_model_name_or_path"
-        )
-    except (OSError, ValueError, AttributeError) as error:
-        raise WorkbenchError(f"{folder / ADAPTER_CONFIG} cannot be read: {error}") from None
+    config = read_json_file(folder / ADAPTER_CONFIG, RECORD_LIMIT, "the adapter config")
+    base = config.get("base_model_name_or_path") if isinstance(config, dict) else None
     if not isinstance(base, str) or not base:
         raise WorkbenchError(
             f"{folder / ADAPTER_CONFIG} names no base model (base_model_name_or_path)"
@@ -311,25 +346,62 @@ def merge_adapter(folder: Path, base: str, weights: Path, staging: Path) -> None
         merged = PeftModel.from_pretrained(model, folder).merge_and_unload()
         own = any((folder / name).is_file() for name in TOKENIZER_STATE)
         tokenizer = AutoTokenizer.from_pretrained(folder if own else base, **options)
+    except pickle.UnpicklingError:  # torch's advice would be to run the pickle
+        raise WorkbenchError(
+            f"{weights} holds Python objects besides tensors (a pickle), which are never loaded: "
+            "save the adapter as safetensors (save_pretrained's default)"
+        ) from None
     except Exception as error:  # peft's and transformers' errors: a shape mismatch, a miss…
         raise WorkbenchError(
             f"the adapter {folder} does not apply to its base model {base} "
             f"({type(error).__name__}: {first_line(error)})"
         ) from None
+    check_finite(merged, f"the adapter {folder} merged into {base}")  # never kept in the cache
     merged.save_pretrained(staging)
     tokenizer.save_pretrained(staging)
+
+
+# the settings of a model config that give a tensor's width (a LoRA rank beyond them adds nothing)
+WIDTHS = ("hidden_size", "intermediate_size", "d_model", "n_embd", "dim", "hidden_dim")
+
+
+def check_rank(folder: Path, base: str) -> None:
+    """Refuse, before anything is allocated, an adapter whose LoRA rank (``r`` and the ranks of
+    ``rank_pattern``) is not a whole number of at most the base model's widest tensor (a folder's
+    config.json; a hub id is not read here)."""
+    config = read_json_file(folder / ADAPTER_CONFIG, RECORD_LIMIT, "the adapter config")
+    pattern = config.get("rank_pattern") or {}
+    ranks = [config.get("r", 8), *(pattern.values() if isinstance(pattern, dict) else [None])]
+    widths = []
+    if (Path(base) / "config.json").is_file():
+        own = check_config_file(base)
+        widths = [v for k in WIDTHS if isinstance(v := own.get(k), int) and not isinstance(v, bool)]
+    widest = max(widths, default=None)
+    for rank in ranks:
+        if not isinstance(rank, int) or isinstance(rank, bool) or rank < 1:
+            raise WorkbenchError(
+                f"{folder / ADAPTER_CONFIG}: the LoRA rank {rank!r} is not a whole number of at "
+                "least 1: save the adapter again with save_pretrained"
+            )
+        if widest is not None and rank > widest:
+            raise WorkbenchError(
+                f"{folder / ADAPTER_CONFIG}: the LoRA rank {rank:,} exceeds the widest tensor of "
+                f"its base model {base} ({widest:,}): it is not an adapter of this base"
+            )
 
 
 def adapter_model(folder: Path, base: str) -> Path:
     """The merged classifier of the adapter folder ``folder`` on its resolved ``base`` (a folder
     or a hub id), assembled once under a digest of both folders' files (:func:`merge_adapter`)."""
-    weights = next((folder / w for w in ADAPTER_WEIGHTS if (folder / w).is_file()), None)
+    weights = next((folder / w for w in ADAPTER_WEIGHTS if os.path.lexists(folder / w)), None)
     if weights is None:
         raise WorkbenchError(
             f"{folder} has {ADAPTER_CONFIG} but no adapter weights "
             f"({' or '.join(ADAPTER_WEIGHTS)}): save the adapter with save_pretrained"
         )
+    regular_file(weights, "the adapter weights", "save the adapter with save_pretrained")
     require_library("peft", f"the adapter {folder}")
+    check_rank(folder, base)
     local = Path(base).is_dir()  # else a hub id: its name is keyed
     files = sha256(_files(folder) + (_files(Path(base)) if local else []), folder.name)
     named = "" if local else base

@@ -105,11 +105,12 @@ def _minilm_l6_path() -> Path:
     )
 
 
-def resolve_model(name: str) -> str:
+def resolve_model(name: str, adapters: tuple[Path, ...] = ()) -> str:
     """A built-in name, a local directory (a run folder's ``model/`` too), a GGUF file (or a
     folder of one), a PEFT adapter folder or a hub id, as a path or id that ``from_pretrained``
     accepts; a path that does not exist is an error at once. A GGUF model and an adapter
-    merged into its base are assembled once in the user's cache (:mod:`workbench.core.assembly`)."""
+    merged into its base are assembled once in the user's cache (:mod:`workbench.core.assembly`).
+    ``adapters``: the adapter folders whose bases led here (one met again is a cycle)."""
     if name in BUILTIN_MODELS:  # the packaged ones assembled in the user's cache on first use
         return str(_minilm_l6_path() if name == "minilm-l6" else builtin_model(name))
     path = local_path(name, hub_ids=True)
@@ -119,11 +120,16 @@ def resolve_model(name: str) -> str:
         return str(path / "model")
     if (path / PROMPT_FILE).is_file():  # a prompted classifier: read by load_prompted
         return str(path)
-    if (path / ADAPTER_CONFIG).is_file():
+    if os.path.lexists(path / ADAPTER_CONFIG):  # a pipe or a device there: refused by name
+        if path.resolve() in adapters:
+            chain = " → ".join(str(a) for a in (*adapters, path.resolve()))
+            raise WorkbenchError(f"the adapters name each other as base models ({chain})")
         base = adapter_base(path)
         try:
-            resolved = resolve_model(base)
+            resolved = resolve_model(base, (*adapters, path.resolve()))
         except WorkbenchError as error:
+            if adapters:  # said once, by the adapter first named
+                raise
             raise WorkbenchError(f"the adapter {name}'s base model {base}: {error}") from None
         return str(adapter_model(path, resolved))
     if (gguf := gguf_file(path)) is not None:
