@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 from pathlib import Path
 
 import torch
@@ -29,6 +30,7 @@ from workbench.core.config import option_name, set_settings
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import forward
 from workbench.core.parts import head_output, head_states, layer_count
+from workbench.core.verify import safetensors_header
 
 ADAPTER_DIR = "adapter"  # a LoRA run's adapters, beside its merged model/
 LORA_SETTINGS = ("lora_rank", "lora_alpha", "lora_dropout", "lora_targets", "lora_layers")
@@ -120,6 +122,25 @@ def merged(adapted) -> PreTrainedModel:
     """A plain classifier with ``adapted``'s adapters merged into its weights (a copy:
     ``adapted`` keeps training from its own, unrounded weights)."""
     return copy.deepcopy(adapted).merge_and_unload()
+
+
+ADAPTER_REMEDY = "delete the run folder and train again (the best model's adapters are lost)"
+
+
+def check_adapter_folder(folder: Path) -> None:
+    """Refuse, in one line, before a LoRA run resumes, an :data:`ADAPTER_DIR` that its end could
+    not read back (:func:`lora_loader`): not a folder of its own (a link, a file), weights that
+    are not a regular safetensors file, or pickled ones. None yet is fine: no best model saved."""
+    if not os.path.lexists(folder):
+        return
+    if folder.is_symlink() or not folder.is_dir():
+        raise WorkbenchError(f"{folder} is not the run's adapter folder: {ADAPTER_REMEDY}")
+    if os.path.lexists(folder / "adapter_model.bin"):
+        raise WorkbenchError(
+            f"{folder / 'adapter_model.bin'} is a pickle, which a run never writes and never "
+            f"loads: {ADAPTER_REMEDY}"
+        )
+    safetensors_header(folder / "adapter_model.safetensors", ADAPTER_REMEDY)
 
 
 def lora_loader(adapted, folder: Path):

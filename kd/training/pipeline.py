@@ -27,6 +27,7 @@ from kd.training.adaptation import (
     ADAPTER_DIR,
     add_lora,
     check_adaptation,
+    check_adapter_folder,
     check_fits,
     freeze_to_head,
     head_features,
@@ -366,7 +367,8 @@ def train_teacher(
             features = _head_features(job, data, data_config.max_length)
             (term,) = objective.weights
             job.loss = head_loss(freeze_to_head(model), features, term)
-        if adapted is not None:
+        if adapted is not None:  # a resumed run's adapters checked before its first step
+            check_adapter_folder(run.path / ADAPTER_DIR)
             job.load_model = lora_loader(adapted, run.path / ADAPTER_DIR)
         _train(job, tracking_config, data, encoded)
     return run

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -119,7 +120,7 @@ def read_record(folder: str | Path) -> CacheRecord:
     folder = Path(folder)
     if not folder.is_dir():
         raise WorkbenchError(f"--teacher-cache {folder}: no such folder (build one with kdw cache)")
-    if not _record_path(folder).is_file():
+    if not os.path.lexists(_record_path(folder)):  # a pipe there: refused by name below
         raise WorkbenchError(
             f"--teacher-cache {folder} has no {CACHE_FILE}: not a folder kdw cache built"
         )
@@ -351,8 +352,9 @@ def open_cache(folder: str | Path) -> LoadedModel:
 
 
 def is_cache(source: str | Path) -> bool:
-    """Whether ``source`` names a teacher cache folder (one with ``cache.json``)."""
-    return bool(source) and (Path(source) / CACHE_FILE).is_file()
+    """Whether ``source`` names a teacher cache folder (one with ``cache.json``, whatever kind
+    of file: one that is not a regular file is refused by name when the record is read)."""
+    return bool(source) and os.path.lexists(Path(source) / CACHE_FILE)
 
 
 def cached_logits(folder: str | Path, split: str, data: TaskData):

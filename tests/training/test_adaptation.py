@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -267,6 +268,20 @@ def test_a_lora_run_killed_and_resumed_ends_with_the_uninterrupted_weights(
 
     state = kill_at_step(arguments(killed), killed, 100)
     assert state.get("state") == "running" and state["step"] < state["total"], state
+    # its adapters damaged while it was stopped: refused before the first step, nothing trained
+    for name, damage, said in (
+        ("link", lambda a: a.symlink_to("/dev/zero"), "is not the run's adapter folder"),
+        ("pickle", lambda a: torch.save({}, a / "adapter_model.bin"), "is a pickle"),
+    ):
+        damaged = tmp_path / name
+        shutil.copytree(killed, damaged)
+        shutil.rmtree(damaged / "adapter", ignore_errors=True)
+        if name == "pickle":
+            (damaged / "adapter").mkdir()
+        damage(damaged / "adapter")
+        status, stderr = kdw_here(arguments(damaged), tmp_path)
+        assert status == 2 and said in stderr and stderr.startswith("kdw: error: "), stderr
+        assert json.loads((damaged / "status.json").read_text())["step"] == state["step"]
     for run_dir in (killed, clean):
         status, stderr = kdw_here(arguments(run_dir), tmp_path)
         assert status == 0, stderr

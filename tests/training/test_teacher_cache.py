@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -550,3 +551,18 @@ def test_a_bad_piece_is_refused_by_name_and_nothing_is_merged_or_deleted(
     piece.unlink()  # computed again, then merged
     assert main(_cache(work, folder)) == 0
     assert _field_file(folder, "train").exists() and not piece.parent.exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes")
+def test_a_pipe_as_cache_json_is_refused_by_what_it_is(work, tmp_path, capsys):
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    os.mkfifo(folder / "cache.json")
+    run = tmp_path / "student"
+    distill = ["distill", "--teacher-cache", str(folder), *_data(work), *_student()]
+    assert main([*distill, "--run-dir", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert f"{folder / 'cache.json'} is a pipe" in err and err.count("\n") == 1
+    assert main(["evaluate", str(folder)]) == 2
+    assert f"{folder / 'cache.json'} is a pipe" in capsys.readouterr().err
+    assert not run.exists()
