@@ -30,8 +30,7 @@ from typing import Any
 import optuna
 import sqlalchemy
 from optuna.trial import TrialState
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.exc import SQLAlchemyError
 from tqdm.auto import tqdm
 
 from kd.experiments.config import TuneConfig
@@ -62,14 +61,6 @@ HEARTBEAT_SECONDS = 20  # a worker's running trial says it is alive this often .
 GRACE_SECONDS = 120  # ... and is retried by another worker once silent this long
 POLL_SECONDS = 2  # a worker waiting for the others' last trials looks again this often
 CONNECT_SECONDS = 10  # how long a database server may take to answer
-# the Python package of each SQLAlchemy driver not named alike, for the error to install it
-DRIVER_PACKAGES = {
-    "psycopg2": "psycopg2-binary",
-    "psycopg": "psycopg[binary]",
-    "pymysql": "PyMySQL",
-    "mysqldb": "mysqlclient",
-    "mysqlconnector": "mysql-connector-python",
-}
 # settings a worker chooses for its machine: the study does not ask its workers to agree on them
 WORKER_SETTINGS = ("threads", "device", "log_every", "checkpoint_every", "eval_batch_size")
 WORKER = f"{socket.gethostname()}:{os.getpid()}"  # recorded with each trial this process runs
@@ -247,30 +238,7 @@ def study_place(out: Path, storage: str | None) -> StudyPlace:
         if path.exists():
             check_study_file(path)
         return StudyPlace(f"sqlite:///{path.resolve()}", str(path), "choose another --out", False)
-    try:
-        url = make_url(storage)
-    except ArgumentError:  # the text is not echoed: it may hold a password
-        raise WorkbenchError(
-            "--storage: not a database URL: write DIALECT+DRIVER://USER:PASSWORD@HOST:PORT/"
-            "DATABASE, such as postgresql+psycopg2://kdw@db.lan:5432/studies, or "
-            "sqlite:///study.db"
-        ) from None
-    shown = url.render_as_string(hide_password=True)
-    try:
-        dialect = url.get_dialect()
-    except NoSuchModuleError:
-        raise WorkbenchError(
-            f"--storage {shown}: SQLAlchemy knows no database {url.drivername!r}: use "
-            "postgresql+psycopg2, postgresql+psycopg, mysql+pymysql or sqlite"
-        ) from None
-    try:
-        dialect.import_dbapi()
-    except ImportError:
-        package = DRIVER_PACKAGES.get(dialect.driver, dialect.driver)
-        raise WorkbenchError(
-            f"--storage {shown}: the driver {dialect.driver} is not installed: "
-            f"pip install '{package}'"
-        ) from None
+    url, dialect, shown = tracking.database_url(storage, "--storage")
     servers = ("postgresql", "mysql", "mariadb")  # must answer within CONNECT_SECONDS
     engine = (
         {"connect_args": {"connect_timeout": CONNECT_SECONDS}} if dialect.name in servers else {}

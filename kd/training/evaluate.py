@@ -173,7 +173,12 @@ def _loyal_to(
 
 
 def _source(path: str) -> str:
-    return str(Path(path).resolve()) if path else ""
+    """Where the model ``path`` names lies: a run folder's model folder (the same teacher named
+    either way), else the path itself, resolved; "" for none."""
+    if not path:
+        return ""
+    resolved = Path(path).resolve()
+    return str(resolved / "model" if (resolved / "model" / "config.json").exists() else resolved)
 
 
 def teacher_bought(rows: Sequence[dict], sources: Sequence[str], taught: dict[int, str]) -> list:

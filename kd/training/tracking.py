@@ -130,7 +130,9 @@ def _check_uri(uri: str) -> None:
             f"--mlflow-uri {uri}: MLflow keeps runs in a database or behind a server, not in a "
             "folder: give sqlite:///PATH/mlflow.db or http://HOST:PORT"
         )
-    elif parsed.scheme == "sqlite":
+    elif parsed.scheme != "sqlite":  # a database server: its driver installed
+        database_url(uri, "--mlflow-uri")
+    else:
         database = Path(uri.removeprefix("sqlite:///"))
         if not database.parent.is_dir():
             raise WorkbenchError(f"--mlflow-uri {uri}: the folder {database.parent} does not exist")
@@ -139,6 +141,50 @@ def _check_uri(uri: str) -> None:
                 f"--mlflow-uri {uri}: {database} is not a database file (a device, a folder): "
                 "name a file, sqlite:///PATH/mlflow.db"
             )
+
+
+# the Python package of each SQLAlchemy driver not named alike, for the error to install it
+DRIVER_PACKAGES = {
+    "psycopg2": "psycopg2-binary",
+    "psycopg": "psycopg[binary]",
+    "pymysql": "PyMySQL",
+    "mysqldb": "mysqlclient",
+    "mysqlconnector": "mysql-connector-python",
+}
+
+
+def database_url(uri: str, option: str):
+    """The SQLAlchemy URL, its dialect and the URL as shown (its password hidden) of the
+    database URL ``uri`` that ``option`` gave, once SQLAlchemy knows its dialect and its driver
+    is installed; else one line naming the package to install. Nothing is connected to."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    try:
+        url = make_url(uri)
+    except ArgumentError:  # the text is not echoed: it may hold a password
+        raise WorkbenchError(
+            f"{option}: not a database URL: write DIALECT+DRIVER://USER:PASSWORD@HOST:PORT/"
+            "DATABASE, such as postgresql+psycopg2://kdw@db.lan:5432/studies, or "
+            "sqlite:///study.db"
+        ) from None
+    shown = url.render_as_string(hide_password=True)
+    try:
+        dialect = url.get_dialect()
+    except NoSuchModuleError:
+        raise WorkbenchError(
+            f"{option} {shown}: SQLAlchemy knows no database {url.drivername!r}: use "
+            "postgresql+psycopg2, postgresql+psycopg, mysql+pymysql or sqlite"
+        ) from None
+    try:
+        dialect.import_dbapi()
+    except ImportError:
+        package = DRIVER_PACKAGES.get(dialect.driver, dialect.driver)
+        raise WorkbenchError(
+            f"{option} {shown}: the driver {dialect.driver} is not installed: "
+            f"pip install '{package}'"
+        ) from None
+    return url, dialect, shown
 
 
 def store_uri(config: TrackingConfig, root: Path) -> str:

@@ -247,14 +247,14 @@ def test_an_assembled_model_changed_since_is_assembled_again(tmp_path, cache, ca
     assembly._sha256_of.cache_clear()  # another process: the stamps it hashed are not these
     capsys.readouterr()
     assert Path(resolve_model(adapter)) == folder
-    assert "model.safetensors changed since it was assembled" in capsys.readouterr().err
+    assert "is not as it was assembled (model.safetensors changed)" in capsys.readouterr().err
     again = load_file(folder / "model.safetensors")
     assert all(torch.equal(again[key], original[key]) for key in original)
     config = json.loads((folder / "config.json").read_text())
     config["id2label"] = {"0": "LABEL_2", "1": "LABEL_1", "2": "LABEL_0"}
     (folder / "config.json").write_text(json.dumps(config))
     assert Path(resolve_model(adapter)) == folder
-    assert "config.json changed" in capsys.readouterr().err
+    assert "(config.json changed)" in capsys.readouterr().err
     assert json.loads((folder / "config.json").read_text())["id2label"]["0"] == "LABEL_0"
 
 

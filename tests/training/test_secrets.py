@@ -72,6 +72,14 @@ REFUSED = {
         "--mlflow-uri sqlite://kd:***@/nowhere/x/ml.db: the folder sqlite:/kd:***@/nowhere/x does "
         "not exist",
     ),
+    "a database server whose driver is not installed": (
+        ["--report-to", "mlflow", "--mlflow-uri", f"postgresql://kd:{PASSWORD}@127.0.0.1:9/x"],
+        "--mlflow-uri postgresql://kd:***@127.0.0.1:9/x: the driver psycopg",
+    ),
+    "a run folder where nothing can be written": (
+        ["--run-dir", "/proc/x/run"],
+        "--run-dir /proc/x/run: cannot write in /proc",
+    ),
     "an MLflow URI without --report-to mlflow": (
         ["--mlflow-uri", f"http://kd:{PASSWORD}@127.0.0.1:9"],
         "--mlflow-uri http://kd:***@127.0.0.1:9 is where MLflow runs go",

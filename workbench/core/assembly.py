@@ -97,6 +97,8 @@ def _digests(folder: Path) -> dict[str, str]:
 def _changed(folder: Path) -> str | None:
     """What changed in the assembled ``folder`` since it was assembled (a file added, removed or
     of other bytes than :data:`ASSEMBLED` records), None when nothing did."""
+    if not os.path.lexists(folder / ASSEMBLED):
+        return f"no {ASSEMBLED}, the record of its files"
     try:
         recorded = read_json_file(folder / ASSEMBLED, RECORD_LIMIT, "the assembly record")
         found = _digests(folder)
@@ -128,7 +130,7 @@ def assembled(key: str, what: str, build: Callable[[Path], None]) -> Path:
         if folder.is_dir() and (changed := _changed(folder)) is None:
             return folder  # assembled by the process that held the lock
         if folder.is_dir():
-            _say(f"{folder}: {changed} since it was assembled: {what} is assembled again")
+            _say(f"{folder} is not as it was assembled ({changed}): {what} is assembled again")
         try:
             replace_directory(folder, write)
         finally:

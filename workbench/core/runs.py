@@ -51,6 +51,7 @@ from workbench.core.files import (
     append_json_line,
     atomic_write_json,
     check_parents,
+    check_writable,
     hold,
     lock_holder,
     read_json_lines,
@@ -308,6 +309,8 @@ class Run:
         holds (its ``.lock``, which dies with it) are refused in one line."""
         run, info = cls(Path(path)), with_format(info)
         given = checked(json.loads(json.dumps(info, default=str)), RunRecord)  # before writing
+        if not run.path.exists():  # where nothing can be made (/proc/x): one line, not a trace
+            check_writable(run.path, "--run-dir")
         check_parents(run.path, "--run-dir")
         if run.path.is_file() or (
             not (run.path / RUN_FILE).exists()
