@@ -128,7 +128,10 @@ def read_record(folder: str | Path) -> CacheRecord:
     try:
         return checked(value, CacheRecord, CACHE_FILE)
     except ValueError as error:
-        raise WorkbenchError(f"{_record_path(folder)}: {error}") from None
+        raise WorkbenchError(
+            f"{_record_path(folder)}: {error}: not the record kdw cache writes; build the cache "
+            "again in a new folder (kdw cache)"
+        ) from None
 
 
 def start_record(
