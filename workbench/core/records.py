@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from workbench.core.errors import WorkbenchError, first_line
+from workbench.core.files import RECORD_LIMIT, check_format, parse_json, read_limited
 
 T = TypeVar("T")
 
@@ -119,8 +120,6 @@ def read_record_file(
     """The JSON file ``path`` (a ``kind`` of at most :data:`~workbench.core.files.RECORD_LIMIT`
     bytes) read as ``model``, its record format checked first with ``format_remedy``; an unreadable
     or corrupt file, or one that is not ``what`` it should be, is one line ending in ``remedy``."""
-    from workbench.core.files import RECORD_LIMIT, check_format, parse_json, read_limited
-
     try:
         value = parse_json(read_limited(path, RECORD_LIMIT, kind), f"{kind} {path}")
     except WorkbenchError as error:  # a device, a pipe, a file past the limit, too deep
