@@ -56,5 +56,13 @@ def run(args: argparse.Namespace) -> None:
                 f"{record['examples']} {record['split']} examples (at least "
                 f"{record['min_agreement']} asked)"
             )
+        search = (record["quantization"] or {}).get("search")
+        if search and search["kept"]:
+            print(
+                f"int8: {len(search['kept'])} of {search['quantised_nodes']} quantised nodes kept "
+                f"in float32 by the search ({search['all_int8']['agreement']:.4f} -> "
+                f"{search['agreement']:.4f} on {search['examples']} {search['split']} texts): "
+                + ", ".join(node["node"] for node in search["kept"])
+            )
     if args.push_to_hub:
         print(f"pushed to the Hub repository {args.push_to_hub}")

@@ -13,15 +13,18 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+import safetensors.torch
 import torch
+from transformers import AutoModelForSequenceClassification
 
 import workbench.analysis.deployment as deployment
 from kd.cli import main
 from tests.cli.test_cli import _error_line
-from tests.conftest import make_sentences, tiny_model, tiny_tokenizer
+from tests.conftest import make_sentences, tiny_config, tiny_model, tiny_tokenizer
 from tests.tiny_families import FAMILY_TYPES, save_family_model
 from workbench.analysis.benchmark import benchmark
 from workbench.analysis.evaluation import predict_logits
+from workbench.analysis.int8 import quantize_int8
 from workbench.analysis.settings import BenchmarkSettings, OnnxSettings, parse_precisions
 from workbench.core.data import Split, encode, pad_id
 from workbench.core.errors import WorkbenchError
@@ -145,6 +148,8 @@ def test_fused_calibrated_int8_export_keeps_the_answers(runs, tmp_path):
     record = json.loads((out / "export.json").read_text())
     assert {"Attention", "SkipLayerNormalization"} <= set(record["fusions"])
     calibration = record["quantization"].pop("calibration")
+    search = record["quantization"].pop("search")  # the graph reached the gate: nothing kept
+    assert search["reached"] and search["kept"] == [] and search["agreement"] >= 0.99
     assert record["quantization"] == {
         "weights": "int8",
         "activations": "static",
@@ -171,6 +176,59 @@ def test_fused_calibrated_int8_export_keeps_the_answers(runs, tmp_path):
     assert "Fused offline by ONNX Runtime's transformer optimizer: " in card
     kept = "left in float32: Gather, layer.0/."
     assert f"calibrated on {calibration['examples']} dev texts; {kept}" in card
+
+
+def test_int8_search_leaves_the_costly_node_in_float(runs, tmp_path, capsys):
+    """A run whose weights are random and wide-spread (its answers differ from text to text),
+    with an outlier in the embedding row of a token no text holds ([MASK]): the answers are as
+    they were, but the embedding table's int8 scale rounds every other row to nearly nothing.
+    The all-int8 graph disagrees with the float32 one; the search leaves exactly the word
+    embedding lookup in float32, which brings the graph back over the gate; the record, the card
+    and the command say so. Without the search the same export is rejected, saying what the
+    all-int8 graph reached."""
+    run = tmp_path / "outlier"
+    shutil.copytree(runs[0], run)
+    config = tiny_config()
+    config.initializer_range = 0.3
+    torch.manual_seed(0)
+    weights = AutoModelForSequenceClassification.from_config(config).state_dict()
+    table = "bert.embeddings.word_embeddings.weight"
+    weights[table][load_run(runs[0]).tokenizer.mask_token_id] = 1e4
+    weights_file = run / "model" / "model.safetensors"
+    kept = safetensors.torch.load_file(weights_file).keys()  # those the run's model holds
+    weights = {name: value.contiguous() for name, value in weights.items() if name in kept}
+    safetensors.torch.save_file(weights, weights_file, metadata={"format": "pt"})
+    out = tmp_path / "int8"
+    options = ["--onnx", "--quantize", "int8", "--min-agreement", "0.9"]
+    assert main(["export-model", str(run), "--out", str(out), *options]) == 0
+    record = json.loads((out / "export.json").read_text())
+    search = record["quantization"]["search"]
+    assert search["all_int8"]["agreement"] < 0.9 <= search["agreement"] and search["reached"]
+    assert search["split"] == "dev" and search["examples"] == 50
+    graph = onnx.load(str(out / "model.int8.onnx")).graph
+    lookup = next(n.name for n in graph.node if f"model.{table}" in n.input)
+    assert [node["node"] for node in search["kept"]] == [lookup]
+    assert search["kept"][0]["cost"] > 0 and search["quantised_nodes"] > 4
+    assert {t.name: t.data_type for t in graph.initializer}[f"model.{table}"] == 1  # float
+    assert record["graphs"]["int8"]["label_agreement"] >= 0.9
+    assert (
+        f"left in float32 the 1 of its {search['quantised_nodes']} quantised nodes"
+        in (out / "README.md").read_text()
+    )
+    printed = capsys.readouterr().out.splitlines()[-1]
+    assert printed.startswith("int8: 1 of ") and printed.endswith(f"dev texts): {lookup}")
+
+    plain = tmp_path / "plain"
+    command = ["export-model", str(run), "--out", str(plain), *options, "--no-accuracy-aware"]
+    assert main(command) == 2
+    error = _error_line(capsys)
+    agreement = search["all_int8"]["agreement"]
+    assert (
+        f"; on 50 dev texts the all-int8 graph agreed on {agreement:.4f} and the search " in error
+    )
+    assert error.endswith(
+        f"was off (--no-accuracy-aware)): kept for inspection in {plain}.rejected"
+    )
 
 
 @pytest.mark.parametrize("family", FAMILY_TYPES)
@@ -214,9 +272,9 @@ def test_graph_matches_pytorch_at_other_shapes_than_traced(family, tmp_path, mon
     settings = OnnxSettings(quantize="int8")
     if family == "albert":
         with pytest.raises(WorkbenchError, match=r"cannot infer the shapes .* without --fuse"):
-            deployment.quantize_int8(tmp_path / "fused.onnx", tmp_path / "q.onnx", settings)
+            quantize_int8(tmp_path / "fused.onnx", tmp_path / "q.onnx", settings)
     else:
-        deployment.quantize_int8(tmp_path / "fused.onnx", tmp_path / "q.onnx", settings)
+        quantize_int8(tmp_path / "fused.onnx", tmp_path / "q.onnx", settings)
         assert (tmp_path / "q.onnx").is_file()
     assert not list((tmp_path / "cwd").iterdir())
 
@@ -377,9 +435,10 @@ def test_bad_input_is_one_line_and_writes_nothing(runs, exported, tmp_path, caps
         "no node would be quantised: name a node type (Gather) or a part of node names",
         ("--keep-float", "/"): "--keep-float / keeps every matrix product of the graph (MatMul, "
         "Gemm) in float32: the int8 graph would hold no int8 one; name fewer nodes",
-        ("--calibration-examples", "32"): "--calibration-examples calibrates a static int8 "
-        "graph (a dynamic one quantises its activations as it runs): add --int8 static, or "
-        "leave it out",
+        ("--calibration-examples", "32", "--no-accuracy-aware"): "--calibration-examples "
+        "calibrates a static int8 graph and is the int8 search's texts (a dynamic one quantises "
+        "its activations as it runs): add --int8 static, or leave out --no-accuracy-aware or "
+        "--calibration-examples",
     }
     for option, message in refused.items():
         command = ["export-model", str(teacher), "--out", str(out), "--onnx", "--quantize"]

@@ -10,11 +10,10 @@ the run's task, so that ``kdw benchmark`` scores the folder on that task).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import shutil
-import tempfile
+import time
 import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
@@ -26,6 +25,7 @@ from torch import Tensor, nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from workbench.analysis.evaluation import logits_in_order, predict_logits
+from workbench.analysis.int8 import search_int8
 from workbench.analysis.metrics import label_loyalty
 from workbench.analysis.settings import OnnxSettings
 from workbench.core.config import DataConfig, from_dict, option_name, set_settings, to_dict
@@ -68,7 +68,8 @@ FUSION_TYPES = {
     "gpt2": "gpt2",
 }
 REJECTED_SUFFIX = ".rejected"
-INT8_SETTINGS = ("int8", "per_channel", "calibration_examples", "keep_float")  # --quantize's
+# --quantize's settings
+INT8_SETTINGS = ("int8", "per_channel", "calibration_examples", "keep_float", "accuracy_aware")
 
 
 class _Logits(nn.Module):
@@ -142,100 +143,6 @@ def fuse_graph(model: PreTrainedModel, source: Path, target: Path) -> dict[str, 
     finally:
         logging.disable(logging.NOTSET)
     return {op: n for op, n in optimized.get_fused_operator_statistics().items() if n}
-
-
-def quantize_int8(
-    source: Path,
-    target: Path,
-    settings: OnnxSettings,
-    calibration: list[dict[str, np.ndarray]] | None = None,
-) -> None:
-    """Write ``source``'s graph with int8 weights (per channel with ``settings.per_channel``) to
-    ``target``, the nodes ``settings.keep_float`` names left in float32: dynamic, or static with the
-    matrix products' activation ranges calibrated on ``calibration`` (feeds ``[B, L]`` of
-    :func:`graph_inputs`). A fused graph ONNX Runtime cannot type (ALBERT's) is a one-line error."""
-    import onnx
-    import onnxruntime
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        QuantFormat,
-        QuantType,
-        quantize_dynamic,
-        quantize_static,
-    )
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-
-    graph = onnx.load(str(source), load_external_data=False).graph
-
-    def kept(node: onnx.NodeProto, keys: tuple[str, ...] = settings.keep_float) -> bool:
-        return any(key == node.op_type or key in node.name for key in keys)
-
-    absent = [key for key in settings.keep_float if not any(kept(n, (key,)) for n in graph.node)]
-    if absent:
-        types = sorted({node.op_type for node in graph.node})
-        raise WorkbenchError(
-            f"--keep-float {absent[0]}: no node of the graph is of that type or has it in its "
-            f"name (its types: {', '.join(types)})"
-        )
-    products = [node for node in graph.node if node.op_type in ("MatMul", "Gemm")]
-    if settings.keep_float and products and all(kept(node) for node in products):
-        raise WorkbenchError(
-            f"--keep-float {', '.join(settings.keep_float)} keeps every matrix product of the "
-            "graph (MatMul, Gemm) in float32: the int8 graph would hold no int8 one; name "
-            "fewer nodes"
-        )
-    options = {
-        "weight_type": QuantType.QInt8,
-        "per_channel": settings.per_channel,
-        "nodes_to_exclude": [node.name for node in graph.node if kept(node)],
-    }
-    logging.disable(logging.WARNING)  # notes on the root logger
-    onnxruntime.set_default_logger_severity(3)  # calibration's log: errors only
-    # absolute before the working directory changes below
-    source, target = source.absolute(), target.absolute()
-    typed = target.with_name(f"typed-{source.name}")
-    try:
-        # the types and shapes of every tensor, those of a fused graph's contrib operators
-        # (symbolic inference) included: the quantiser reads them, and calibrates only the
-        # activations it can type
-        contrib = any(node.domain == "com.microsoft" for node in graph.node)
-        # where symbolic inference fails, ONNX Runtime saves its partial graph in the working
-        # directory: a scratch folder's, not the user's
-        with tempfile.TemporaryDirectory() as scratch, contextlib.chdir(scratch):
-            try:
-                quant_pre_process(
-                    str(source), str(typed), skip_optimization=True, skip_symbolic_shape=not contrib
-                )
-            except Exception as error:  # ONNX Runtime's errors have no common base
-                if not contrib:
-                    raise
-                raise WorkbenchError(
-                    f"ONNX Runtime cannot infer the shapes of this fused graph's operators "
-                    f"({first_line(error)}), which int8 quantisation needs: export without --fuse"
-                ) from None
-        if settings.int8 == "dynamic":
-            quantize_dynamic(str(typed), str(target), **options)
-        else:
-
-            class Calibration(CalibrationDataReader):
-                feeds = iter(calibration or [])
-
-                def get_next(self) -> dict[str, np.ndarray] | None:
-                    return next(self.feeds, None)
-
-            quantize_static(
-                str(typed),
-                str(target),
-                Calibration(),
-                quant_format=QuantFormat.QDQ,
-                activation_type=QuantType.QUInt8,
-                op_types_to_quantize=["MatMul"],  # the pooler's and classifier's Gemm stay float
-                **options,
-            )
-    finally:
-        typed.unlink(missing_ok=True)
-        onnxruntime.set_default_logger_severity(2)  # ONNX Runtime's default: warnings
-        logging.disable(logging.NOTSET)
 
 
 def open_session(path: Path, threads: int):
@@ -375,8 +282,24 @@ def _graphs_note(record: dict) -> str:
             )
             + (f"; left in float32: {', '.join(int8['kept_float'])}" if int8["kept_float"] else "")
             + "."
+            + _search_sentence(int8["search"])
         )
     return text
+
+
+def _search_sentence(search: dict) -> str:
+    """What the int8 search kept in float32 and why, for the card."""
+    if not search["kept"]:
+        return ""
+    nodes = ", ".join(f"`{node['node']}` ({node['cost']:+.4f})" for node in search["kept"])
+    return (
+        f" All in int8, the graph agreed with the float32 one on "
+        f"{search['all_int8']['agreement']:.4f} of {search['examples']} {search['split']} texts, "
+        f"under the gate of {search['gate']}; the int8 search left in float32 the "
+        f"{len(search['kept'])} of its {search['quantised_nodes']} quantised nodes that cost most "
+        f"(each with the rise in mean probability loyalty it alone buys): {nodes}, which brought "
+        f"it to {search['agreement']:.4f} at {search['speed']:.2f}x the float32 graph's speed."
+    )
 
 
 def _card_section(record: dict) -> str:
@@ -442,10 +365,15 @@ def check_onnx_settings(loaded: LoadedModel, settings: OnnxSettings) -> None:
     unused = [name for name in given if name in INT8_SETTINGS]
     if unused and settings.quantize is None:
         raise WorkbenchError(f"{option_name(unused[0])} sets the int8 graph: add --quantize int8")
-    if "calibration_examples" in given and settings.int8 == "dynamic":
+    if (
+        "calibration_examples" in given
+        and settings.int8 == "dynamic"
+        and not settings.accuracy_aware
+    ):
         raise WorkbenchError(
-            "--calibration-examples calibrates a static int8 graph (a dynamic one quantises its "
-            "activations as it runs): add --int8 static, or leave it out"
+            "--calibration-examples calibrates a static int8 graph and is the int8 search's "
+            "texts (a dynamic one quantises its activations as it runs): add --int8 static, or "
+            "leave out --no-accuracy-aware or --calibration-examples"
         )
     empty = [key for key in settings.keep_float if not key.strip()]
     if empty:
@@ -461,6 +389,69 @@ def check_onnx_settings(loaded: LoadedModel, settings: OnnxSettings) -> None:
         )
 
 
+def search_split(split: str) -> str:
+    """The split whose texts calibrate a static int8 graph and the int8 search: dev, or train
+    when the graphs are checked on dev."""
+    return "train" if split == "dev" else "dev"
+
+
+def _search_note(search: dict) -> str:
+    """What the int8 search reached, for an export whose int8 graph missed the gate."""
+    if not search["kept"]:
+        return (
+            f"; on {search['examples']} {search['split']} texts the all-int8 graph agreed on "
+            f"{search['agreement']:.4f}"
+            + ("" if search["reached"] else " and the search was off (--no-accuracy-aware)")
+        )
+    return (
+        f"; the int8 search reached {search['agreement']:.4f} on {search['examples']} "
+        f"{search['split']} texts with {len(search['kept'])} of {search['quantised_nodes']} "
+        f"quantised nodes in float32, at {search['speed']:.2f}x the float32 graph's speed"
+    )
+
+
+def _session_classifier(
+    loaded: LoadedModel, graph: Path, name: str, precision: str
+) -> OnnxClassifier:
+    """The graph file ``graph`` of ``loaded``'s export run by ONNX Runtime with torch's threads."""
+    session = open_session(graph, torch.get_num_threads())
+    return OnnxClassifier(
+        session, loaded.tokenizer, loaded.spec, loaded.data, name, graph, precision
+    )
+
+
+def _write_int8(
+    loaded: LoadedModel, fp32: Path, int8: Path, settings: OnnxSettings, task: TaskData, split: str
+) -> dict:
+    """Write the float32 graph ``fp32`` as the int8 graph ``int8``
+    (:func:`~workbench.analysis.int8.search_int8`) on ``settings.calibration_examples`` texts of
+    ``task``'s :func:`search_split` (a static graph calibrated on them, in batches of 16 of the
+    graph's inputs); return the record of how it was quantised."""
+    held = search_split(split)
+    texts = sample_split(task.splits[held], settings.calibration_examples, loaded.data.split_seed)
+    encoded = encode(texts, loaded.tokenizer, loaded.max_length)
+    static = settings.int8 == "static"
+    feeds = [
+        {name: batch[name].numpy() for name in graph_inputs(loaded.model)}
+        for batch in batches(encoded, list(range(len(encoded))), 16, pad_id(loaded.tokenizer))
+    ]
+
+    def logits_of(graph: Path) -> tuple[Tensor, float]:
+        classifier = _session_classifier(loaded, graph, graph.name, "search")
+        start = time.perf_counter()
+        return onnx_logits(classifier, encoded), time.perf_counter() - start
+
+    search = search_int8(fp32, int8, settings, feeds if static else None, logits_of)
+    return {
+        "weights": "int8",
+        "activations": settings.int8,
+        "per_channel": settings.per_channel,
+        "kept_float": list(settings.keep_float),
+        "calibration": {"split": held, "examples": len(encoded)} if static else None,
+        "search": search | {"split": held},
+    }
+
+
 def _write_graphs(
     loaded: LoadedModel,
     staging: Path,
@@ -473,9 +464,7 @@ def _write_graphs(
 ) -> None:
     """Into ``staging``: the config, tokenizer, float32 graph (fused with ``settings.fuse``),
     int8 graph (``settings.quantize``), each graph's parity with the PyTorch model's
-    ``reference`` logits ``[N, C]`` on ``dataset`` (in ``record``), the record and the card;
-    a static int8 graph calibrated on ``settings.calibration_examples`` texts of ``task``'s dev
-    split, in batches of 16 of the graph's inputs."""
+    ``reference`` logits ``[N, C]`` on ``dataset`` (in ``record``), the record and the card."""
     loaded.model.config.save_pretrained(staging)
     loaded.tokenizer.save_pretrained(staging)
     fp32 = staging / GRAPHS["fp32"]
@@ -485,30 +474,11 @@ def _write_graphs(
         record["fusions"] = fuse_graph(loaded.model, exported, fp32)
         exported.unlink()
     if settings.quantize:
-        calibration, calibrated = None, None
-        if settings.int8 == "static":
-            seed = loaded.data.split_seed
-            texts = sample_split(task.splits["dev"], settings.calibration_examples, seed)
-            dev = encode(texts, loaded.tokenizer, loaded.max_length)
-            calibration = [
-                {name: batch[name].numpy() for name in graph_inputs(loaded.model)}
-                for batch in batches(dev, list(range(len(dev))), 16, pad_id(loaded.tokenizer))
-            ]
-            calibrated = {"split": "dev", "examples": len(dev)}
-        quantize_int8(fp32, staging / GRAPHS["int8"], settings, calibration)
-        record["quantization"] = {
-            "weights": "int8",
-            "activations": settings.int8,
-            "per_channel": settings.per_channel,
-            "kept_float": list(settings.keep_float),
-            "calibration": calibrated,
-        }
+        int8 = staging / GRAPHS["int8"]
+        record["quantization"] = _write_int8(loaded, fp32, int8, settings, task, record["split"])
     for precision in ("fp32", *([settings.quantize] if settings.quantize else [])):
         file = staging / GRAPHS[precision]
-        session = open_session(file, torch.get_num_threads())
-        classifier = OnnxClassifier(
-            session, loaded.tokenizer, loaded.spec, loaded.data, out.name, file, precision
-        )
+        classifier = _session_classifier(loaded, file, out.name, precision)
         record["graphs"][precision] = {"file": file.name, "size_mb": file.stat().st_size / 1e6}
         record["graphs"][precision] |= parity(reference, onnx_logits(classifier, dataset))
     atomic_write_json(staging / RECORD, with_format(record))
@@ -519,15 +489,15 @@ def export_onnx_folder(
     loaded: LoadedModel, out: Path, settings: OnnxSettings, split: str = "test"
 ) -> dict:
     """Export a run's model (:func:`export_onnx`, :func:`fuse_graph` with ``settings.fuse``,
-    :func:`quantize_int8` with ``settings.quantize``) into ``out`` and return the export's record.
+    :func:`~workbench.analysis.int8.search_int8` with ``settings.quantize``, on texts of
+    :func:`search_split`) into ``out`` and return the export's record.
     Every graph is checked against the PyTorch model (:func:`parity`) on a stratified sample of
     about ``settings.examples`` texts of the run's ``split`` in a temporary folder beside ``out``,
     renamed to ``out`` only when every graph reaches ``settings.min_agreement``, otherwise to
     ``out.rejected``, said in one line."""
     check_onnx_settings(loaded, settings)
     task = load_task(loaded.data)
-    static = settings.quantize is not None and settings.int8 == "static"
-    for needed in (split, *(["dev"] if static else [])):
+    for needed in (split, *([search_split(split)] if settings.quantize else [])):
         if needed not in task.splits:
             raise WorkbenchError(f"split {needed!r} not in {sorted(task.splits)}")
     part = sample_split(task.splits[split], settings.examples or None, loaded.data.split_seed)
@@ -566,7 +536,8 @@ def export_onnx_folder(
         found = ", ".join(f"{p} {value:.4f}" for p, value in failed.items())
         raise WorkbenchError(
             f"the ONNX export disagrees with the PyTorch model (label agreement {found} < "
-            f"{settings.min_agreement} on {len(dataset)} {split} examples): kept for inspection "
-            f"in {target}"
+            f"{settings.min_agreement} on {len(dataset)} {split} examples"
+            + (_search_note(record["quantization"]["search"]) if "int8" in failed else "")
+            + f"): kept for inspection in {target}"
         )
     return record

@@ -196,7 +196,16 @@ class OnnxSettings(Checked):
         True, "one int8 scale per output channel of a weight rather than one per weight"
     )
     calibration_examples: int = option(
-        256, "dev texts a static int8 graph is calibrated on", domain=positive
+        256,
+        "dev texts a static int8 graph is calibrated on, and on which the int8 search measures "
+        "its agreement",
+        domain=positive,
+    )
+    accuracy_aware: bool = option(
+        True,
+        "when the int8 graph agrees with the float32 one on fewer than --min-agreement of "
+        "--calibration-examples dev texts, leave in float32 the fewest nodes, costliest first, "
+        "that bring it to the gate (recorded in export.json and the card)",
     )
     keep_float: tuple[str, ...] = option(
         (),
