@@ -27,7 +27,7 @@ from workbench.core.config import (
     seed_range,
     unit_interval,
 )
-from workbench.core.names import BUILTIN_MODELS, TRANSFER_TASK
+from workbench.core.names import BUILTIN_MODELS, TRANSFER_TASK, builtin_models_help
 
 ADAPTATIONS = ("full", "lora", "head")  # --adapt: what a teacher's fine-tuning trains
 
@@ -51,10 +51,9 @@ class TeacherConfig(Checked):
 
     model: str = option(
         "minilm-l6",
-        "built-in offline model (minilm-l6; smollm2-135m, mpnet-base with the llm extra), a hub "
-        "id such as bert-base-uncased, a local directory with config.json and weights, or a "
-        "GGUF file; a sequence classifier keeps its head, its classes matched to the task's by "
-        "name",
+        f"built-in offline model ({builtin_models_help()}), a hub id such as bert-base-uncased, "
+        "a local directory with config.json and weights, or a GGUF file; a sequence classifier "
+        "keeps its head, its classes matched to the task's by name",
         path=BUILTIN_MODELS,
     )
     label_map: str = label_map_option("--model")

