@@ -1,6 +1,9 @@
 """The project's ONNX exports of a student beside Hugging Face Optimum's, timed in one run: the
-PyTorch teacher and student, the student's ``kdw export-model --onnx --quantize int8`` graphs
-(float32, and int8 as exported by default: dynamic, per-channel weights), and Optimum's export
+PyTorch teacher and student (float32, and bfloat16: weights cast, slow where the CPU has no
+bfloat16 instructions), the student's ``kdw export-model --onnx --quantize int8`` graphs
+(float32; int8 as exported by default: dynamic, per-channel weights, the int8 search leaving in
+float32 the nodes that cost agreement until ``--min-agreement`` holds; and the plain int8 graph,
+``--no-accuracy-aware``, whatever its agreement), and Optimum's export
 of the same student (``optimum-cli export onnx``) with its int8 presets (``optimum-cli
 onnxruntime quantize``: ``--avx2``, the preset for this CPU, which quantises weights to uint8,
 and ``--avx512_vnni``, whose weights are int8 as the project's are).
@@ -23,9 +26,12 @@ them through its own tokenizer (an LLM teacher's byte-level BPE, for one).
 from __future__ import annotations
 
 import argparse
+import copy
+import json
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -35,7 +41,7 @@ import torch
 
 from bench.common import interleaved_medians, setup, table, write_results
 from kd.training.pipeline import export_model
-from workbench.analysis.deployment import GRAPHS, open_session
+from workbench.analysis.deployment import GRAPHS, RECORD, open_session
 from workbench.analysis.metrics import label_loyalty
 from workbench.analysis.settings import OnnxSettings
 from workbench.core.data import Split, batches, encode, load_task, pad_id, sample_split
@@ -134,13 +140,20 @@ def main() -> None:
         root = Path(scratch)
         ours = root / "kdw"
         export = OnnxSettings(quantize="int8", min_agreement=args.min_agreement)
+        start = time.perf_counter()
         export_model(student_run, ours, onnx=True, settings=export)
+        export_seconds = time.perf_counter() - start
+        plain = OnnxSettings(quantize="int8", min_agreement=0.0, accuracy_aware=False)
+        export_model(student_run, root / "kdw-plain", onnx=True, settings=plain)
         calls = {
             "teacher pytorch": model_call(teacher.model),
             "student pytorch": model_call(student.model),
+            "student pytorch bf16": model_call(copy.deepcopy(student.model).to(torch.bfloat16)),
             "kdw fp32": graph_call(ours / GRAPHS["fp32"], args.threads),
             "kdw int8": graph_call(ours / GRAPHS["int8"], args.threads),
+            "kdw int8 plain": graph_call(root / "kdw-plain" / GRAPHS["int8"], args.threads),
         }
+        exported = json.loads((ours / RECORD).read_text())
         for name, path in optimum_graphs(cli, student.run.model_dir, root).items():
             calls[name] = graph_call(path, args.threads)
         test = load_task(student.data).splits["test"]
@@ -149,7 +162,7 @@ def main() -> None:
         logits, steps = {}, {}
         for name, call in calls.items():
             by_32, by_1 = inputs["teacher" if name == "teacher pytorch" else "student"]
-            logits[name] = torch.cat([call(b) for b in by_32])
+            logits[name] = torch.cat([call(b) for b in by_32]).float()
             steps[(name, 32)] = lambda call=call, by_32=by_32: [call(b) for b in by_32]
             steps[(name, 1)] = lambda call=call, by_1=by_1: [call(b) for b in by_1]
         seconds = interleaved_medians(steps, args.repeats)
@@ -169,8 +182,8 @@ def main() -> None:
         )
     base = {r["model"]: r for r in rows}
     for row in rows:
-        for other in ("teacher pytorch", "optimum int8 --avx2", "optimum int8 --avx512_vnni"):
-            short = other.split()[0] if other == "teacher pytorch" else other.split("--")[1]
+        for other in ("teacher pytorch", "kdw fp32", "optimum int8 --avx512_vnni"):
+            short = other.split("--")[-1].replace(" ", "_")
             row[f"b32_x_{short}"] = row["throughput_b32"] / base[other]["throughput_b32"]
             row[f"b1_x_{short}"] = base[other]["latency_ms_b1"] / row["latency_ms_b1"]
     print(table(rows, list(rows[0])))
@@ -183,7 +196,22 @@ def main() -> None:
         "repeats": args.repeats,
         "min_agreement": args.min_agreement,
     }
-    path = write_results(args.results, {"settings": settings, "rows": rows})
+    # the default export's check and search, and its time (the search's included)
+    search = exported["quantization"]["search"]
+    export = {
+        "seconds": export_seconds,
+        "examples": exported["examples"],
+        "agreement": {p: g["label_agreement"] for p, g in exported["graphs"].items()},
+        "search": search,
+    }
+    print(
+        f"\nkdw export-model: {export_seconds:.0f} s; int8 agreement "
+        f"{export['agreement']['int8']:.4f} on {exported['examples']} test texts; the search "
+        f"kept {len(search['kept'])} of {search['quantised_nodes']} nodes in float32: "
+        + ", ".join(node["node"] for node in search["kept"])
+    )
+    payload = {"settings": settings, "export": export, "rows": rows}
+    path = write_results(args.results, payload)
     print(f"\nwritten to {path}")
 
 

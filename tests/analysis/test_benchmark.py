@@ -28,6 +28,7 @@ from workbench.analysis.int8 import quantize_int8
 from workbench.analysis.settings import BenchmarkSettings, OnnxSettings, parse_precisions
 from workbench.core.data import Split, encode, pad_id
 from workbench.core.errors import WorkbenchError
+from workbench.core.machine import describe, processor
 from workbench.core.models import load_model, load_run
 
 MEASURED = (
@@ -98,6 +99,9 @@ def test_export_is_checked_and_recorded(runs, exported):
     assert "library_name: transformers" in pytorch and not list(exported.glob("*.safetensors"))
     assert card.startswith(pytorch.replace("library_name: transformers", "library_name: onnx"))
     assert f"| fp32 | `model.onnx` | {fp32['max_abs_logit_difference']:.3g} | 1.0000 |" in card
+    # the processor whose int8 kernels gave the agreement, in the record and the card
+    assert record["machine"]["instructions"] == processor()["instructions"]
+    assert f"test split, on {describe(record['machine'])}, and compared" in card
     assert {"model.onnx", "model.int8.onnx", "tokenizer.json", "config.json"} <= {
         p.name for p in exported.iterdir()
     }

@@ -51,6 +51,7 @@ from workbench.core.files import (
     staging_folder,
     with_format,
 )
+from workbench.core.machine import describe, machine
 from workbench.core.models import LoadedModel, load_tokenizer, set_label_names
 from workbench.core.parts import parts_of
 from workbench.core.runs import model_card, replace_directory
@@ -311,8 +312,10 @@ def _card_section(record: dict) -> str:
         "dynamic batch and length axes; inputs "
         + ", ".join(f"`{name}`" for name in record["inputs"])
         + ", output `logits`. Each graph was run by ONNX Runtime on "
-        f"{record['examples']} examples of the {record['split']} split and compared with the "
-        f"PyTorch model (released at a label agreement of at least {record['min_agreement']}):",
+        f"{record['examples']} examples of the {record['split']} split, on "
+        f"{describe(record['machine'])}, and compared with the PyTorch model (released at a "
+        f"label agreement of at least {record['min_agreement']}; an int8 graph's agreement "
+        "depends on the processor's int8 kernels and on the texts batched together):",
         "",
         _graphs_note(record),
         "",
@@ -513,6 +516,8 @@ def export_onnx_folder(
         "split": split,
         "examples": len(dataset),
         "min_agreement": settings.min_agreement,
+        # int8 kernels differ by processor (VNNI or not): the agreement is this machine's
+        "machine": machine(),
         "fusions": None,
         "quantization": None,
         "task": asdict(loaded.spec),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -26,27 +26,22 @@ def quantize_int8(
     target: Path,
     settings: OnnxSettings,
     calibration: list[dict[str, np.ndarray]] | None = None,
-    float_nodes: Sequence[str] = (),
 ) -> None:
     """Write ``source``'s graph with int8 weights (per channel with ``settings.per_channel``) to
-    ``target``, the nodes ``settings.keep_float`` names and those named exactly in ``float_nodes``
-    left in float32: dynamic, or static with the
-    matrix products' activation ranges calibrated on ``calibration`` (feeds ``[B, L]`` of
-    :func:`graph_inputs`). A fused graph ONNX Runtime cannot type (ALBERT's) is a one-line error."""
-    import onnx
-    import onnxruntime
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        QuantFormat,
-        QuantType,
-        quantize_dynamic,
-        quantize_static,
-    )
-    from onnxruntime.quantization.shape_inference import quant_pre_process
+    ``target``, the nodes ``settings.keep_float`` names left in float32: dynamic, or static with
+    the matrix products' activation ranges calibrated on ``calibration`` (feeds ``[B, L]`` of
+    the graph's inputs). A fused graph ONNX Runtime cannot type (ALBERT's) is a one-line
+    error."""
+    with prepared(source, target.parent, settings) as (typed, kept):
+        quantize_prepared(typed, target, settings, calibration, kept)
 
-    graph = onnx.load(str(source), load_external_data=False).graph
 
-    def kept(node: onnx.NodeProto, keys: tuple[str, ...] = settings.keep_float) -> bool:
+def _kept_float(graph, settings: OnnxSettings) -> list[str]:
+    """The names of the nodes of ``graph`` that ``settings.keep_float`` names (a node type or a
+    part of node names), each name checked to name some node and all of them to leave at least
+    one matrix product to quantise."""
+
+    def kept(node, keys: tuple[str, ...] = settings.keep_float) -> bool:
         return any(key == node.op_type or key in node.name for key in keys)
 
     absent = [key for key in settings.keep_float if not any(kept(n, (key,)) for n in graph.node)]
@@ -63,20 +58,28 @@ def quantize_int8(
             "graph (MatMul, Gemm) in float32: the int8 graph would hold no int8 one; name "
             "fewer nodes"
         )
-    options = {
-        "weight_type": QuantType.QInt8,
-        "per_channel": settings.per_channel,
-        "nodes_to_exclude": [node.name for node in graph.node if kept(node)] + list(float_nodes),
-    }
+    return [node.name for node in graph.node if kept(node)]
+
+
+@contextlib.contextmanager
+def prepared(
+    source: Path, folder: Path, settings: OnnxSettings
+) -> Iterator[tuple[Path, list[str]]]:
+    """While open: ``source``'s graph with the types and shapes of every tensor (those of a
+    fused graph's contrib operators by symbolic inference), which the quantiser reads and
+    calibrates by, written once in ``folder``; and the nodes ``settings.keep_float`` names
+    (:func:`_kept_float`). ONNX Runtime's notes are silenced meanwhile."""
+    import onnx
+    import onnxruntime
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    graph = onnx.load(str(source), load_external_data=False).graph
+    kept = _kept_float(graph, settings)
     logging.disable(logging.WARNING)  # notes on the root logger
     onnxruntime.set_default_logger_severity(3)  # calibration's log: errors only
-    # absolute before the working directory changes below
-    source, target = source.absolute(), target.absolute()
-    typed = target.with_name(f"typed-{source.name}")
+    # absolute: the working directory changes below
+    source, typed = source.absolute(), folder.absolute() / f"typed-{source.name}"
     try:
-        # the types and shapes of every tensor, those of a fused graph's contrib operators
-        # (symbolic inference) included: the quantiser reads them, and calibrates only the
-        # activations it can type
         contrib = any(node.domain == "com.microsoft" for node in graph.node)
         # where symbolic inference fails, ONNX Runtime saves its partial graph in the working
         # directory: a scratch folder's, not the user's
@@ -92,29 +95,54 @@ def quantize_int8(
                     f"ONNX Runtime cannot infer the shapes of this fused graph's operators "
                     f"({first_line(error)}), which int8 quantisation needs: export without --fuse"
                 ) from None
-        if settings.int8 == "dynamic":
-            quantize_dynamic(str(typed), str(target), **options)
-        else:
-
-            class Calibration(CalibrationDataReader):
-                feeds = iter(calibration or [])
-
-                def get_next(self) -> dict[str, np.ndarray] | None:
-                    return next(self.feeds, None)
-
-            quantize_static(
-                str(typed),
-                str(target),
-                Calibration(),
-                quant_format=QuantFormat.QDQ,
-                activation_type=QuantType.QUInt8,
-                op_types_to_quantize=["MatMul"],  # the pooler's and classifier's Gemm stay float
-                **options,
-            )
+        yield typed, kept
     finally:
         typed.unlink(missing_ok=True)
         onnxruntime.set_default_logger_severity(2)  # ONNX Runtime's default: warnings
         logging.disable(logging.NOTSET)
+
+
+def quantize_prepared(
+    typed: Path,
+    target: Path,
+    settings: OnnxSettings,
+    calibration: list[dict[str, np.ndarray]] | None,
+    float_nodes: Sequence[str],
+) -> None:
+    """Write the :func:`prepared` graph ``typed`` as ``settings`` ask to ``target``, the nodes
+    named in ``float_nodes`` left in float32 (:func:`quantize_int8`)."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_dynamic,
+        quantize_static,
+    )
+
+    options = {
+        "weight_type": QuantType.QInt8,
+        "per_channel": settings.per_channel,
+        "nodes_to_exclude": list(float_nodes),
+    }
+    if settings.int8 == "dynamic":
+        quantize_dynamic(str(typed), str(target.absolute()), **options)
+        return
+
+    class Calibration(CalibrationDataReader):
+        feeds = iter(calibration or [])
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.feeds, None)
+
+    quantize_static(
+        str(typed),
+        str(target.absolute()),
+        Calibration(),
+        quant_format=QuantFormat.QDQ,
+        activation_type=QuantType.QUInt8,
+        op_types_to_quantize=["MatMul"],  # the pooler's and classifier's Gemm stay float
+        **options,
+    )
 
 
 def quantised_nodes(source: Path, target: Path) -> list[tuple[str, str]]:
@@ -155,19 +183,26 @@ def search_int8(
     closest. Returns the search's record: the texts' count, the agreement and speed (the float32
     graph's seconds over the int8 graph's) of the all-int8 graph and of the one kept, the nodes
     kept in float32 with their costs in the order kept, and whether the gate was reached."""
-    reference, float_seconds = logits_of(source)
+    with prepared(source, target.parent, settings) as (typed, kept_by_name):
+        reference, float_seconds = logits_of(source)
 
-    def trial(kept: Sequence[str]) -> dict:
-        quantize_int8(source, target, settings, calibration, kept)
-        logits, seconds = logits_of(target)
-        return {
-            "agreement": label_loyalty(reference, logits),
-            "probability_loyalty": float(probability_loyalties(reference, logits).mean()),
-            "speed": float_seconds / seconds,
-        }
+        def trial(kept: Sequence[str]) -> dict:
+            quantize_prepared(typed, target, settings, calibration, [*kept_by_name, *kept])
+            logits, seconds = logits_of(target)
+            return {
+                "agreement": label_loyalty(reference, logits),
+                "probability_loyalty": float(probability_loyalties(reference, logits).mean()),
+                "speed": float_seconds / seconds,
+            }
 
+        return _search(source, target, settings, trial) | {"examples": len(reference)}
+
+
+def _search(source: Path, target: Path, settings: OnnxSettings, trial: Callable) -> dict:
+    """:func:`search_int8`'s search, ``trial(kept)`` quantising with the nodes ``kept`` in
+    float32 into ``target`` and measuring the graph."""
     best = trial(())
-    record = {"examples": len(reference), "gate": settings.min_agreement, "all_int8": best}
+    record = {"gate": settings.min_agreement, "all_int8": best}
     record |= {"quantised_nodes": 0, "kept": [], "reached": best["agreement"] >= record["gate"]}
     if record["reached"] or not settings.accuracy_aware:
         return record | {"agreement": best["agreement"], "speed": best["speed"]}
@@ -188,7 +223,7 @@ def search_int8(
             if tried["agreement"] >= record["gate"]:
                 break
     if tried is not best:  # the graph on disk is the last one tried, not the best one
-        quantize_int8(source, target, settings, calibration, [n["node"] for n in best_kept])
+        trial([node["node"] for node in best_kept])
     return record | {
         "kept": best_kept,
         "agreement": best["agreement"],
