@@ -93,9 +93,9 @@ def smoothed(model: onnx.ModelProto, maxima: dict[str, np.ndarray], alpha: float
     model = onnx.ModelProto.FromString(model.SerializeToString())
     weights = {t.name: t for t in model.graph.initializer}
     nodes = []
-    products = {id(node) for node in weight_products(model)}
+    products = {node.name for node in weight_products(model)}
     for node in model.graph.node:
-        if id(node) in products:
+        if node.name in products:
             w = numpy_helper.to_array(weights[node.input[1]])
             s = np.maximum(maxima[node.input[0]], 1e-5) ** alpha
             s = np.clip(s / np.maximum(np.abs(w).max(1), 1e-5) ** (1 - alpha), 1e-2, 1e2)
