@@ -383,10 +383,18 @@ def test_students_of_a_teacher_trained_again_to_other_weights_are_trained_again(
         reproduce(out, suite, announce=said.append)
         return re.findall(r"\] tiny: (\w+), seed 1", "\n".join(said))
 
+    gallery = out / "figures/gallery/tiny"
+    drawn = {path.name: path.stat().st_mtime_ns for path in gallery.glob("*.png")}
+    recorded = json.loads((gallery / ".drawn.json").read_text())
+    assert drawn and set(recorded["files"]) == {p.name for p in gallery.iterdir()} - {".drawn.json"}
     kd_row = first["students"][:1]
     assert trained(teacher, kd_row) == ["ckd"]  # trained again to the same weights: kept
+    # the gallery's models are the same weights: not drawn again
+    assert {path.name: path.stat().st_mtime_ns for path in gallery.glob("*.png")} == drawn
+    (gallery / next(iter(drawn))).unlink()  # a figure lost: the gallery is drawn again
     other = [{**kd_row[0], "teacher": "0" * 16}]  # learnt from another teacher's weights
     assert trained(teacher, other) == ["kd", "ckd"]
+    assert set(p.name for p in gallery.glob("*.png")) == set(drawn)
     undigested = {k: v for k, v in teacher.items() if k != "weights"}  # compared by metrics
     rows = [{k: v for k, v in r.items() if k != "teacher"} for r in kd_row]
     assert trained(undigested, rows) == ["ckd"]

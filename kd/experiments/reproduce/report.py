@@ -32,7 +32,14 @@ from workbench.analysis.stats import (
     two_level_bootstrap,
 )
 from workbench.core.config import to_dict
-from workbench.core.files import atomic_write_text, json_text
+from workbench.core.errors import WorkbenchError
+from workbench.core.files import (
+    RECORD_LIMIT,
+    atomic_write_json,
+    atomic_write_text,
+    json_text,
+    read_json_file,
+)
 from workbench.core.records import checked
 from workbench.core.runs import Run
 
@@ -606,14 +613,20 @@ def gallery_indices(labels: Sequence[int]) -> str:
     return ",".join(str(first[label]) for label in sorted(first))
 
 
+GALLERY_DRAWN = ".drawn.json"  # a gallery folder's record: the models it was drawn from
+
+
 def heatmap_gallery(out: Path, results: SuiteRecord) -> dict[str, str]:
     """One test example of each class across each task's teacher and its seed-1 students: PNG and
-    PDF heatmaps under ``<out>/figures/gallery``, drawn where the run folders are all present (else
-    the files already there are listed)."""
+    PDF heatmaps under ``<out>/figures/gallery``, drawn where the run folders are all present and
+    their models or the examples are not those the gallery was last drawn from
+    (:data:`GALLERY_DRAWN`: the models' digests, :func:`~workbench.core.verify.model_digest`);
+    else the files already there are listed."""
     from workbench.analysis.explanations import HeatmapSettings
     from workbench.analysis.heatmap_export import ExportSettings, export_runs
     from workbench.core.config import DataConfig, from_dict
     from workbench.core.data import load_task
+    from workbench.core.verify import model_digest
 
     gallery = {name for name, preset in PRESETS.items() if preset.gallery}
     figures = {}
@@ -622,21 +635,43 @@ def heatmap_gallery(out: Path, results: SuiteRecord) -> dict[str, str]:
         runs = [teacher.run, *(r.run for r in seed_1 if r.name in gallery)]
         folder = out / "figures" / "gallery" / task
         paths = [out / run for run in runs]
-        if all((path / "run.json").exists() for path in paths):
-            data = from_dict(DataConfig, Run.open(paths[0]).info().configs["data"])
-            written = export_runs(
-                [str(p) for p in paths],
-                folder,
-                HeatmapSettings(),
-                ExportSettings(formats="png,pdf", dpi=150),
-                split="test",
-                indices=gallery_indices(load_task(data).splits["test"].labels),
-            )
-        else:
+        drawn = _drawn(folder)
+        if not all((path / "run.json").exists() for path in paths):
             written = list(folder.glob("*.png"))
+        else:
+            data = from_dict(DataConfig, Run.open(paths[0]).info().configs["data"])
+            indices = gallery_indices(load_task(data).splits["test"].labels)
+            models = {run: model_digest(Run.open(out / run).model_dir) for run in runs}
+            source = {"indices": indices, "models": models}
+            if all(drawn.get(key) == value for key, value in source.items()) and all(
+                (folder / name).is_file() for name in drawn["files"]
+            ):
+                written = [folder / name for name in drawn["files"]]
+            else:
+                written = export_runs(
+                    [str(p) for p in paths],
+                    folder,
+                    HeatmapSettings(),
+                    ExportSettings(formats="png,pdf", dpi=150),
+                    split="test",
+                    indices=indices,
+                )
+                files = sorted(path.name for path in written)
+                atomic_write_json(folder / GALLERY_DRAWN, source | {"files": files})
         for path in sorted(p for p in written if p.suffix == ".png"):
             figures[f"{task}: {path.stem}"] = str(path.relative_to(out))
     return figures
+
+
+def _drawn(folder: Path) -> dict:
+    """What ``folder``'s :data:`GALLERY_DRAWN` says it was drawn from; empty where it has none or
+    one that is not a JSON object (the gallery is drawn again)."""
+    try:
+        drawn = read_json_file(folder / GALLERY_DRAWN, RECORD_LIMIT, "the gallery's record")
+    except WorkbenchError:
+        return {}
+    files = drawn.get("files") if isinstance(drawn, dict) else None
+    return drawn if isinstance(files, list) and all(isinstance(f, str) for f in files) else {}
 
 
 def report_data(results: SuiteRecord, figures: dict[str, str], intervals: Intervals) -> dict:
