@@ -227,11 +227,9 @@ def test_int8_search_leaves_the_costly_node_in_float(runs, tmp_path, capsys):
     assert main(command) == 2
     error = _error_line(capsys)
     agreement = search["all_int8"]["agreement"]
-    assert (
-        f"; on 50 dev texts the all-int8 graph agreed on {agreement:.4f} and the search " in error
-    )
+    assert f"; the all-int8 graph agreed on {agreement:.4f} on 50 dev texts and the " in error
     assert error.endswith(
-        f"was off (--no-accuracy-aware)): kept for inspection in {plain}.rejected"
+        f"search was off (--no-accuracy-aware)): kept for inspection in {plain}.rejected"
     )
 
 

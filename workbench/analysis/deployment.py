@@ -400,16 +400,17 @@ def search_split(split: str) -> str:
 
 def _search_note(search: dict) -> str:
     """What the int8 search reached, for an export whose int8 graph missed the gate."""
-    if not search["kept"]:
+    reached = f"{search['agreement']:.4f} on {search['examples']} {search['split']} texts"
+    if search["kept"]:
         return (
-            f"; on {search['examples']} {search['split']} texts the all-int8 graph agreed on "
-            f"{search['agreement']:.4f}"
-            + ("" if search["reached"] else " and the search was off (--no-accuracy-aware)")
+            f"; the int8 search reached {reached} with {len(search['kept'])} of "
+            f"{search['quantised_nodes']} quantised nodes in float32, at {search['speed']:.2f}x "
+            "the float32 graph's speed"
         )
-    return (
-        f"; the int8 search reached {search['agreement']:.4f} on {search['examples']} "
-        f"{search['split']} texts with {len(search['kept'])} of {search['quantised_nodes']} "
-        f"quantised nodes in float32, at {search['speed']:.2f}x the float32 graph's speed"
+    if search["quantised_nodes"]:
+        return f"; no node kept in float32 raised the all-int8 graph's {reached}"
+    return f"; the all-int8 graph agreed on {reached}" + (
+        "" if search["reached"] else " and the search was off (--no-accuracy-aware)"
     )
 
 
