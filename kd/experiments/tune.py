@@ -42,6 +42,7 @@ from kd.training.pipeline import distill, prepare_distillation
 from kd.training.tracking import TrackingConfig
 from kd.training.trainer import Callback, TrainingDiverged, main_metric
 from workbench.core.config import DataConfig, to_dict
+from workbench.core.data import TaskSpec
 from workbench.core.errors import WorkbenchError, first_line
 from workbench.core.files import (
     FORMAT_KEY,
@@ -638,6 +639,29 @@ def _write_best(search: _Trial, place: StudyPlace, space: dict[str, str]) -> Pat
     return path
 
 
+def _metric(config: TuneConfig, spec: TaskSpec) -> str:
+    """The dev metric the search maximises: ``--metric``, or the task's main one; one the task
+    does not report is a one-line error."""
+    metric = config.metric or main_metric(spec)
+    known = (*spec.metrics, *(() if spec.regression else ("accuracy", "macro_f1")))
+    if metric not in known:
+        raise WorkbenchError(f"--metric {metric!r}: use one of {', '.join(known)}")
+    return metric
+
+
+def _target(points: list[dict], trials: int) -> int:
+    """How many settings the search tries: ``trials``, or every point of a grid smaller than
+    that (said in a note)."""
+    target = len(points) or trials
+    if target < trials:
+        print(
+            f"note: the space has {target} settings: each is tried once (grid search), "
+            f"not {trials} trials",
+            file=sys.stderr,
+        )
+    return target
+
+
 def tune(
     data: DataConfig,
     student: StudentConfig,
@@ -667,23 +691,14 @@ def tune(
     # every check of the settings against the models (an unfinished teacher run included),
     # before anything is written; the task's data comes with them
     task = prepare_distillation(data, student, objective, optim.seed).data
-    metric = config.metric or main_metric(task.spec)
-    known = (*task.spec.metrics, *(() if task.spec.regression else ("accuracy", "macro_f1")))
-    if metric not in known:
-        raise WorkbenchError(f"--metric {metric!r}: use one of {', '.join(known)}")
+    metric = _metric(config, task.spec)
     steps_per_epoch = math.ceil(len(task.splits["train"]) / optim.batch_size)
     if not optim.eval_every:  # several dev evaluations per epoch, for the pruner
         optim = replace(optim, eval_every=max(1, steps_per_epoch // config.reports_per_epoch))
     if not place.shared:  # the study and its lock live in <out>
         out.mkdir(parents=True, exist_ok=True)
     points = grid_points(space, config.trials)
-    target = len(points) or config.trials
-    if target < config.trials:
-        print(
-            f"note: the space has {target} settings: each is tried once (grid search), "
-            f"not {config.trials} trials",
-            file=sys.stderr,
-        )
+    target = _target(points, config.trials)
     attrs = {
         "preset": objective.preset,
         "task": data.task,

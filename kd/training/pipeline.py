@@ -909,6 +909,17 @@ def distill(
     return run
 
 
+def _check_cache_teacher(student_config: StudentConfig) -> None:
+    """Refuse, in one line, a ``kdw cache`` without a teacher or that reads a cache itself."""
+    if student_config.teacher_cache:
+        raise WorkbenchError("kdw cache computes the teacher's fields: leave out --teacher-cache")
+    if not student_config.teacher:
+        raise WorkbenchError(
+            "kdw cache needs --teacher: a run folder from train-teacher, a sequence classifier's "
+            "folder or a hub id"
+        )
+
+
 def build_teacher_cache(
     data_config: DataConfig,
     student_config: StudentConfig,
@@ -922,13 +933,7 @@ def build_teacher_cache(
     in shards (:func:`workbench.core.cache.build_in_pieces`); returns ``out`` once every split is
     complete, None while other shards' pieces are missing."""
     out = Path(out)
-    if student_config.teacher_cache:
-        raise WorkbenchError("kdw cache computes the teacher's fields: leave out --teacher-cache")
-    if not student_config.teacher:
-        raise WorkbenchError(
-            "kdw cache needs --teacher: a run folder from train-teacher, a sequence classifier's "
-            "folder or a hub id"
-        )
+    _check_cache_teacher(student_config)
     if cache_config.threads > 0:
         torch.set_num_threads(cache_config.threads)
     device = resolve_device(cache_config.device)
