@@ -75,6 +75,11 @@ def add(commands: argparse._SubParsersAction) -> None:
         help="train the main table over seeds 1..N (default: the suite's, 3); rows of seeds "
         "already recorded are kept, so raising it trains only the new seeds",
     )
+    _add_call_options(parser)
+
+
+def _add_call_options(parser: argparse.ArgumentParser) -> None:
+    """The options of how a call runs the suite: processes, a report alone, shards, a merge."""
     parser.add_argument(
         "--jobs",
         type=positive_int,
@@ -86,8 +91,9 @@ def add(commands: argparse._SubParsersAction) -> None:
         "--report-only",
         action="store_true",
         help="train nothing: write the figures and report.md from results.json alone (the run "
-        "folders, where present, only redraw the heatmap gallery; it is updated after every "
-        "student, so this works while a suite is still running)",
+        "folders, where present, only redraw the heatmap gallery, where their models changed "
+        "since it was drawn; results.json is updated after every student, so this works while "
+        "a suite is still running)",
     )
     parser.add_argument(
         "--shard",
