@@ -435,17 +435,21 @@ def _write_int8(
     texts = sample_split(task.splits[held], settings.calibration_examples, loaded.data.split_seed)
     encoded = encode(texts, loaded.tokenizer, loaded.max_length)
     static = settings.int8 == "static"
-    feeds = [
-        {name: batch[name].numpy() for name in graph_inputs(loaded.model)}
-        for batch in batches(encoded, list(range(len(encoded))), 16, pad_id(loaded.tokenizer))
-    ]
+    feeds = (
+        [  # a static graph's calibration batches; a dynamic one reads none
+            {name: batch[name].numpy() for name in graph_inputs(loaded.model)}
+            for batch in batches(encoded, list(range(len(encoded))), 16, pad_id(loaded.tokenizer))
+        ]
+        if static
+        else None
+    )
 
     def logits_of(graph: Path) -> tuple[Tensor, float]:
         classifier = _session_classifier(loaded, graph, graph.name, "search")
         start = time.perf_counter()
         return onnx_logits(classifier, encoded), time.perf_counter() - start
 
-    search = search_int8(fp32, int8, settings, feeds if static else None, logits_of)
+    search = search_int8(fp32, int8, settings, feeds, logits_of)
     return {
         "weights": "int8",
         "activations": settings.int8,

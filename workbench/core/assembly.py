@@ -276,7 +276,7 @@ def builtin_model(name: str) -> Path:
     """The folder of the built-in model ``name`` (:data:`PACKAGED`): read in place, or
     assembled from its packages' files on first use once their digest is checked."""
     packaged, requirement = PACKAGED[name], BUILTIN_MODELS[name].requirement
-    key = f"{name}-{packaged.sha256[:12]}"
+    key = f"{name}-{packaged.sha256[:12]}"  # assembled ones only: an in-place one has no digest
     if packaged.build is not None and (user_cache() / MODELS / key).is_dir():
         return user_cache() / MODELS / key
     files = [package_file(*file) for file in packaged.files]

@@ -641,7 +641,10 @@ def heatmap_gallery(out: Path, results: SuiteRecord) -> dict[str, str]:
         else:
             data = from_dict(DataConfig, Run.open(paths[0]).info().configs["data"])
             indices = gallery_indices(load_task(data).splits["test"].labels)
-            models = {run: model_digest(Run.open(out / run).model_dir) for run in runs}
+            models = {
+                run: model_digest(Run.open(path).model_dir)
+                for run, path in zip(runs, paths, strict=True)
+            }
             source = {"indices": indices, "models": models}
             if all(drawn.get(key) == value for key, value in source.items()) and all(
                 (folder / name).is_file() for name in drawn["files"]
