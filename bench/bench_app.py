@@ -14,10 +14,11 @@ import time
 from pathlib import Path
 
 from bench.common import setup, write_results
+from workbench.analysis.attribution import ExplainerChoice
 from workbench.analysis.examples import Example
 from workbench.analysis.explanation_agreement import agreement
 from workbench.analysis.explanations import HeatmapSettings, explain
-from workbench.analysis.heatmap_export import to_heatmap
+from workbench.analysis.heatmap_export import explained_settings, to_heatmap
 from workbench.app.heatmap_view import heatmap_html
 from workbench.core.models import load_run
 
@@ -39,14 +40,15 @@ def main() -> None:
         raise SystemExit("build the demo first (kdw demo, or launch the app once)")
     models = [load_run(path) for path in (DEMO / "teacher", *students)]
     example = Example(SENTENCE)
-    settings = HeatmapSettings(method="ig", steps=1, view="all")
+    settings, ig = HeatmapSettings(view="all"), ExplainerChoice("ig", {"steps": 1})
     tokens = len(models[0].tokenizer(SENTENCE)["input_ids"])
 
     def refresh() -> str:
-        explanations = [explain(m, [example], settings, m.run.name)[0] for m in models]
+        explanations = [explain(m, [example], m.run.name, ig)[0] for m in models]
         teacher, *rest = explanations
         notes = {s.name: str(agreement(teacher, s, settings.view)) for s in rest}
-        return heatmap_html(to_heatmap(explanations, example, settings), notes)
+        explained = explained_settings(ig, None)
+        return heatmap_html(to_heatmap(explanations, example, settings, explained=explained), notes)
 
     refresh()
     times = []

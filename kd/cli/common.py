@@ -8,7 +8,6 @@ import argparse
 import json
 import os
 import sys
-import typing
 from collections.abc import Iterable, Sequence
 from contextlib import suppress
 from dataclasses import fields
@@ -20,7 +19,6 @@ from kd.training.tracking import TrackingConfig
 from workbench.analysis.attribution.registry import (
     EXPLAINERS,
     WORD_AGGREGATIONS,
-    MapSettings,
     get_explainer,
 )
 from workbench.core.config import (
@@ -32,6 +30,7 @@ from workbench.core.config import (
     from_arguments,
     from_dict,
     option_name,
+    option_type,
     to_dict,
 )
 from workbench.core.errors import WorkbenchError, mask_secrets, one_line
@@ -252,20 +251,25 @@ def text_sources(args: argparse.Namespace) -> dict:
 
 
 def add_explainer_settings(group, taken: set[str]) -> None:
-    """An option for each registered explainer's setting not among ``taken`` (default: its own)."""
+    """An option for each registered explainer's setting not among ``taken`` (default: its own),
+    read as its first owner's field; a setting several explainers own takes the values any of
+    them accepts."""
     settings: dict[str, list] = {}
     for explainer in EXPLAINERS.values():
         for f in fields(explainer.settings):
             if f.name not in taken:
                 settings.setdefault(f.name, []).append((explainer, f))
     for name, owners in settings.items():
-        hint = typing.get_type_hints(owners[0][0].settings)[name]
-        kind = next(t for t in typing.get_args(hint) or (hint,) if t is not type(None))
+        typed = [option_type(e.settings, f) for e, f in owners]
+        choices = None
+        if all(c is not None for _, c in typed):
+            choices = sorted({c for _, cs in typed for c in cs}, key=lambda c: (c is None, c))
         defaults = ", ".join(f"{e.name} {f.default}" for e, f in owners)
         group.add_argument(
             option_name(name),
             dest=name,
-            type=kind,
+            type=typed[0][0],
+            choices=choices,
             metavar=name.upper(),
             help=f"{owners[0][1].metadata['help']} (default: {defaults})",
         )
@@ -281,7 +285,7 @@ def add_explainer(parser: argparse.ArgumentParser) -> None:
         choices=list(EXPLAINERS),
         metavar="NAME",
         help="; ".join(f"{e.name}: {e.description}" for e in EXPLAINERS.values())
-        + " (default: ig, or grad with --method grad)",
+        + " (default: ig)",
     )
     add_explainer_settings(group, {action.dest for action in parser._actions})
     group.add_argument(
@@ -293,18 +297,16 @@ def add_explainer(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def explainer_choices(
-    args: argparse.Namespace, names: Sequence[str], shared: set[str] = frozenset()
-):
+def explainer_choices(args: argparse.Namespace, names: Sequence[str]):
     """The explainers ``names`` with the settings the options give each; an option given that
-    none of them takes (nor ``shared``, checked elsewhere) is refused rather than ignored."""
+    none of them takes is refused rather than ignored."""
     from workbench.analysis.attribution import ExplainerChoice
 
     chosen = [get_explainer(name) for name in names]
     own = {f.name for e in chosen for f in fields(e.settings)}
     for explainer in EXPLAINERS.values():
         for f in fields(explainer.settings):
-            if f.name not in own | shared and getattr(args, f.name, None) is not None:
+            if f.name not in own and getattr(args, f.name, None) is not None:
                 raise WorkbenchError(
                     f"{option_name(f.name)} is a setting of {explainer.name}, not of "
                     f"{', '.join(names)}"
@@ -319,8 +321,5 @@ def explainer_choices(
 
 
 def explainer_choice(args: argparse.Namespace):
-    """The explainer ``--explainer`` names (ig with ``--method ig``, the default), with its
-    settings; None for ``--method grad`` without ``--explainer``."""
-    if name := args.explainer or ("ig" if args.method == "ig" else None):
-        return explainer_choices(args, [name], {f.name for f in fields(MapSettings)})[0]
-    return None
+    """The explainer ``--explainer`` names (default: ig), with the settings its options give."""
+    return explainer_choices(args, [args.explainer or "ig"])[0]

@@ -24,6 +24,7 @@ from workbench.analysis.agreement import (
 )
 from workbench.analysis.attribution import (
     AttributionSettings,
+    ExplainerChoice,
     attribute_texts,
     attribution_map,
     attribution_maps,
@@ -417,17 +418,20 @@ def test_captum_needs_two_steps():
 def test_config_validates_its_fields():
     assert AttributionSettings(views=[0, 2]).views == (0, 2)  # a list of class indices, as a tuple
     for bad in (
-        {"method": "lime"},
-        {"steps": 0},
-        {"baseline": "noise"},
         {"views": "most"},
         {"views": "0,2"},  # the command line's text, not the API's value
         {"views": ()},
         {"views": (-1,)},
-        {"top_k": 0},
+        {"layer": -1},
     ):
         with pytest.raises(WorkbenchError):
             AttributionSettings(**bad)
+    for bad in ({"steps": 0}, {"baseline": "noise"}, {"top_k": 0}):
+        with pytest.raises(WorkbenchError):
+            ExplainerChoice("ig", bad)
+    for gone in ("method", "steps", "baseline", "top_k"):  # the explainer's, and only there
+        with pytest.raises(TypeError):
+            AttributionSettings(**{gone: None})
 
 
 # --------------------------------------------------------------- texts and records
@@ -442,8 +446,11 @@ def tokenizer() -> BertTokenizerFast:
 def test_attribute_texts_save_and_load(tokenizer, tmp_path: Path):
     model = tiny()
     texts = ["w1 w2 w3", "w4 " * 40, "w9 w8"]
-    settings = AttributionSettings(steps=2, max_length=16, batch_size=2)
-    records = attribute_texts(model, tokenizer, texts, settings=settings, labels=[0, 1, 2])
+    settings = AttributionSettings(max_length=16, batch_size=2)
+    two = ExplainerChoice("ig", {"steps": 2})
+    records = attribute_texts(
+        model, tokenizer, texts, settings=settings, labels=[0, 1, 2], explainer=two
+    )
     assert [r.truncated for r in records] == [False, True, False]
     assert records[1].warnings and len(records[1].tokens) == 16
     assert records[0].tokens == ["[CLS]", "w1", "w2", "w3", "[SEP]"]
@@ -459,10 +466,17 @@ def test_attribute_texts_save_and_load(tokenizer, tmp_path: Path):
         tokenizer,
         ["w1 w2"],
         ["w3"],
-        settings=AttributionSettings(method="grad", views="pred"),
+        settings=AttributionSettings(views="pred"),
+        explainer="grad",
     )
     assert pairs[0].tokens == ["[CLS]", "w1", "w2", "[SEP]", "w3", "[SEP]"]
-    assert pairs[0].views == ["pred"] and pairs[0].settings["method"] == "grad"
+    assert pairs[0].views == ["pred"] and pairs[0].settings["explainer"] == "grad"
+    assert records[0].settings["explainer_settings"] == {
+        "steps": 2,
+        "baseline": "pad",
+        "top_k": None,
+    }
+    assert not {"method", "steps", "baseline", "top_k"} & set(records[0].settings)
 
 
 def test_attribute_texts_rejects_bad_input(tokenizer, tmp_path: Path):

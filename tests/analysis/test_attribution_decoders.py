@@ -22,6 +22,7 @@ from tests.tiny_families import (
 )
 from workbench.analysis.attribution import (
     AttributionSettings,
+    ExplainerChoice,
     attribute_texts,
     completeness_warning,
     ig_completeness,
@@ -29,7 +30,7 @@ from workbench.analysis.attribution import (
 )
 from workbench.analysis.attribution.baselines import baseline_output, resolve_baseline
 from workbench.analysis.examples import Example
-from workbench.analysis.explanations import HeatmapSettings, explain
+from workbench.analysis.explanations import explain
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import load_model
 
@@ -196,9 +197,10 @@ def test_the_default_baseline_is_mean_keep_first_for_a_decoder_and_pad_for_an_en
 
 def test_a_decoders_records_say_the_baseline_it_got():
     model, _, _ = decoder("llama", "right")
-    settings = AttributionSettings(views="pred", steps=2)
-    (record,) = attribute_texts(model, decoder_tokenizer(), TEXTS[:1], settings=settings)
-    assert record.settings["baseline"] == "mean-keep-first"
+    settings, two = AttributionSettings(views="pred"), ExplainerChoice("ig", {"steps": 2})
+    (record,) = attribute_texts(
+        model, decoder_tokenizer(), TEXTS[:1], settings=settings, explainer=two
+    )
     assert record.settings["explainer_settings"]["baseline"] == "mean-keep-first"
 
 
@@ -225,7 +227,7 @@ def test_explain_reads_a_left_padding_decoders_rows_and_their_completeness(tmp_p
     loaded = load_model(str(folder))
     loaded.tokenizer.padding_side = "left"
     examples = [Example(text) for text in TEXTS]
-    explanations = explain(loaded, examples, HeatmapSettings(method="ig", steps=8))
+    explanations = explain(loaded, examples, explainer=ExplainerChoice("ig", {"steps": 8}))
     for text, explanation in zip(TEXTS, explanations, strict=True):
         alone = loaded.tokenizer(text, return_tensors="pt")
         ids = alone["input_ids"][0].tolist()

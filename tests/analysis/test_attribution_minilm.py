@@ -8,6 +8,7 @@ import torch
 
 from workbench.analysis.attribution import (
     AttributionSettings,
+    ExplainerChoice,
     attribute_texts,
     attribution_maps,
     captum_grad_saliency,
@@ -89,7 +90,8 @@ def test_attribute_texts_on_real_tokens(minilm):
         model,
         tokenizer,
         [SENTENCES[0], long_text],
-        settings=AttributionSettings(max_length=16, top_k=128),
+        settings=AttributionSettings(max_length=16),
+        explainer=ExplainerChoice("ig", {"top_k": 128}),
     )
     assert records[0].tokens[:3] == ["[CLS]", "what", "a"] and records[0].tokens[-1] == "[SEP]"
     assert not records[0].truncated and records[1].truncated and len(records[1].tokens) == 16

@@ -308,9 +308,9 @@ def test_bad_input_is_a_one_line_error():
         ExplainerChoice("shap")
     with pytest.raises(WorkbenchError, match="no setting 'window'"):
         ExplainerChoice("lime", {"window": 2})
-    with pytest.raises(WorkbenchError, match="--steps sets the ig and grad maps"):
+    with pytest.raises(WorkbenchError, match="--layer sets the ig and grad maps"):
         attribute_texts(
-            model, _tokenizer(), ["good"], settings=AttributionSettings(steps=3), explainer="lime"
+            model, _tokenizer(), ["good"], settings=AttributionSettings(layer=0), explainer="lime"
         )
 
 
@@ -438,4 +438,6 @@ def test_kdw_export_draws_words_and_records_the_explainer(tmp_path, capsys):
         )
         == 2
     )
-    assert "--steps sets the ig and grad maps" in capsys.readouterr().err.splitlines()[-1]
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "kdw: error: --steps is a setting of ig, not of lime"
+    )

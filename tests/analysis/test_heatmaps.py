@@ -13,13 +13,14 @@ import pytest
 
 from kd.cli import main
 from tests.app.test_app import HOSTILE, STUDENTS, build_tiny_runs
-from workbench.analysis.attribution import ig_completeness
+from workbench.analysis.attribution import ExplainerChoice, ig_completeness
 from workbench.analysis.examples import Example, parse_indices, read_examples
 from workbench.analysis.explanation_agreement import agreement
 from workbench.analysis.explanations import HeatmapSettings, explain
 from workbench.analysis.heatmap_export import (
     ExportSettings,
     build_heatmaps,
+    explained_settings,
     to_heatmap,
     write_heatmaps,
 )
@@ -47,8 +48,8 @@ EXAMPLES = [Example("good movie but sad story", label="positive"), Example("awfu
 @pytest.mark.parametrize("method", ["ig", "grad"])
 @pytest.mark.slow
 def test_explain_gives_probabilities_and_a_map_per_class(loaded, method):
-    settings = HeatmapSettings(method=method, steps=3)
-    first, second = explain(loaded[0], EXAMPLES, settings)
+    choice = ExplainerChoice(method, {"steps": 3} if method == "ig" else None)
+    first, second = explain(loaded[0], EXAMPLES, explainer=choice)
     assert first.tokens[0] == "[CLS]" and first.tokens[-1] == "[SEP]" and len(second.tokens) == 3
     assert math.isclose(sum(first.probabilities), 1, rel_tol=1e-5)
     assert first.gold == 2 and second.gold == 0
@@ -84,28 +85,31 @@ def test_views_choose_the_rows(loaded):
 
 
 def test_agreement_of_a_model_with_itself_is_perfect(loaded):
-    settings = HeatmapSettings()
-    teacher = explain(loaded[0], EXAMPLES[:1], settings)[0]
+    teacher = explain(loaded[0], EXAMPLES[:1])[0]
     same = agreement(teacher, teacher)
     assert same.saliency_loyalty == pytest.approx(1) and same.rank_correlation == pytest.approx(1)
-    student = explain(loaded[1], EXAMPLES[:1], settings)[0]
+    student = explain(loaded[1], EXAMPLES[:1])[0]
     other = agreement(teacher, student, "all")
     assert -1 <= other.saliency_loyalty <= 1 and -1 <= other.rank_correlation <= 1
 
 
 def test_metadata_records_models_runs_settings_and_text(loaded, runs, tmp_path):
-    settings = HeatmapSettings(method="ig", steps=2, baseline="zero", top_k=4)
-    explanations = [explain(run, [Example(HOSTILE)], settings)[0] for run in loaded]
-    heatmap = to_heatmap(explanations, Example(HOSTILE, uid="ex-1"), settings)
+    settings = HeatmapSettings()
+    choice = ExplainerChoice("ig", {"steps": 2, "baseline": "zero", "top_k": 4})
+    explained = explained_settings(choice, None)
+    explanations = [explain(run, [Example(HOSTILE)], explainer=choice)[0] for run in loaded]
+    heatmap = to_heatmap(explanations, Example(HOSTILE, uid="ex-1"), settings, explained=explained)
     meta = heatmap.metadata
     assert json.loads(meta["run_ids"]) == [str(runs / n) for n in ("teacher", *STUDENTS)]
     assert meta["models"] == "teacher, student-kd, student-pkd"
-    assert meta["settings.baseline"] == "zero" and meta["settings.top_k"] == "4"
+    assert meta["settings.explainer"] == "ig" and meta["settings.explainer.steps"] == "2"
+    assert meta["settings.explainer.baseline"] == "zero" and meta["settings.explainer.top_k"] == "4"
+    assert not {"settings.method", "settings.steps", "settings.top_k"} & set(meta)
     assert meta["text"] == HOSTILE and meta["example_id"] == "ex-1"
     assert meta["task"] == loaded[0].data.task
     # the teacher's saved model given alone has no task: the field names none, not the model
     plain = load_model(str(runs / "teacher" / "model"))
-    alone = explain(plain, [Example(HOSTILE)], settings)
+    alone = explain(plain, [Example(HOSTILE)], explainer=choice)
     assert "task" not in to_heatmap(alone, Example(HOSTILE), settings).metadata
     both = [*alone, explanations[1]]
     assert to_heatmap(both, Example(HOSTILE), settings).metadata["task"] == loaded[1].data.task
@@ -171,7 +175,7 @@ def test_kdw_export_writes_every_format(runs, tmp_path, capsys):
             "test",
             "--examples",
             "0-1",
-            "--method",
+            "--explainer",
             "grad",
             "--view",
             "all",
@@ -184,7 +188,7 @@ def test_kdw_export_writes_every_format(runs, tmp_path, capsys):
     assert len(written) == 4 * 5 and len(capsys.readouterr().out.splitlines()) == 20
     svg = ET.parse(out / "heatmap-001.svg").getroot()
     meta = json.loads(svg.find(f"{SVG}metadata").text)
-    assert meta["settings.method"] == "grad" and meta["text"] == HOSTILE
+    assert meta["settings.explainer"] == "grad" and meta["text"] == HOSTILE
     assert json.loads(meta["run_ids"]) == [str(runs / "teacher"), str(runs / "student-kd")]
     labels = [t.text for t in svg.iter(f"{SVG}text")]
     assert "student-kd · neutral" in labels
@@ -221,18 +225,19 @@ def test_a_run_is_explained_at_its_recorded_length_and_every_ig_gap_recorded(loa
     the metadata whatever its size."""
     run = loaded[0]
     words = " ".join(["good movie but sad story"] * 12)
-    settings = HeatmapSettings(method="ig", steps=2)
-    (cut,) = explain(run, [Example(words)], settings)
+    settings, two = HeatmapSettings(), ExplainerChoice("ig", {"steps": 2})
+    (cut,) = explain(run, [Example(words)], explainer=two)
     assert cut.read == run.max_length < cut.full_length and len(cut.tokens) == run.max_length
-    (whole,) = explain(load_model(str(runs / "teacher" / "model")), [Example(words)], settings)
+    (whole,) = explain(load_model(str(runs / "teacher" / "model")), [Example(words)], explainer=two)
     assert whole.read == whole.full_length == cut.full_length
     meta = to_heatmap([cut, whole], Example(words), settings).metadata
     assert meta["truncated"] == cut.truncation_note
     gaps = dict(part.split(": ") for part in meta["ig_completeness_gap"].split("; "))
     assert gaps == {e.name: f"{e.completeness_gap:.2%}" for e in (cut, whole)}
     grad = to_heatmap(
-        explain(run, [Example(words)], HeatmapSettings(method="grad")),
+        explain(run, [Example(words)], explainer=ExplainerChoice("grad")),
         Example(words),
-        HeatmapSettings(method="grad"),
+        settings,
+        explained=explained_settings(ExplainerChoice("grad"), None),
     )
     assert grad.metadata["ig_completeness_gap"] == "none"

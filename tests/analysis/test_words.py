@@ -12,7 +12,7 @@ from tests.conftest import TEXTS_WITHOUT_PUNCTUATION as TEXTS
 from tests.conftest import whitespace_words
 from workbench.analysis.examples import Example
 from workbench.analysis.explanation_agreement import agreement
-from workbench.analysis.explanations import HeatmapSettings, explain
+from workbench.analysis.explanations import explain
 from workbench.analysis.loyalty import agreement_per_example, split_outputs
 from workbench.core.data import Split
 
@@ -27,7 +27,7 @@ def _per_word(scores, word_ids, words: int) -> np.ndarray:
 
 def test_the_case_study_compares_two_tokenizers_on_words(two_tokenizers):
     teacher, student = two_tokenizers
-    t, s = (explain(m, [Example(TEXTS[0])], HeatmapSettings())[0] for m in two_tokenizers)
+    t, s = (explain(m, [Example(TEXTS[0])])[0] for m in two_tokenizers)
     assert t.tokens != s.tokens
     result = agreement(t, s)
     words = len(TEXTS[0].split())

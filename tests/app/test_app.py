@@ -24,7 +24,7 @@ from kd.training.pipeline import distill, train_teacher
 from tests.conftest import make_sentences, tiny_model, tiny_tokenizer
 from workbench.analysis.attribution.registry import EXPLAINERS, ExplainerChoice
 from workbench.analysis.examples import Example, split_examples
-from workbench.analysis.explanations import HeatmapSettings, explain
+from workbench.analysis.explanations import explain
 from workbench.analysis.faithfulness_report import explainer_faithfulness
 from workbench.analysis.loyalty import loyalty_tables, saliency_loyalties, split_outputs
 from workbench.analysis.settings import FaithfulnessSettings
@@ -161,7 +161,7 @@ def test_case_study_shows_every_model_on_one_scale(app):
     html = _html(at)
     assert html.count('class="kdw-row"') == 3
     assert "SL " in html and "ρ " in html
-    assert at.number_input(key="case.settings.steps").value == 50  # IG for people: 50 steps
+    assert at.number_input(key="case.settings.ig.steps").value == 50  # IG for people: 50 steps
     assert html.count("gap ") == 3  # each model's completeness gap beside its row
     assert any("IG's completeness gap" in c.value for c in at.caption)
     probabilities = at.dataframe[0].value
@@ -172,9 +172,11 @@ def test_case_study_shows_every_model_on_one_scale(app):
     _ok(at.run())
     assert _html(at).count('class="kdw-row"') == 9  # 3 models × 3 classes
 
-    at.text_area(key="case.text").set_value(HOSTILE)
-    at.number_input(key="case.settings.steps").set_value(4)
     at.selectbox(key="case.settings.explainer").set_value("ig")
+    _ok(at.run())  # ig's own settings shown again, as they were left
+    assert at.number_input(key="case.settings.ig.steps").value == 50
+    at.text_area(key="case.text").set_value(HOSTILE)
+    at.number_input(key="case.settings.ig.steps").set_value(4)
     html = _html(_ok(at.run()))
     assert "<script>" not in html and "[UNK]" in html  # the tiny vocabulary has no "<"
 
@@ -211,7 +213,6 @@ def test_case_study_explains_with_any_registered_explainer_per_word(app, tiny_ru
     direct = explain(
         load_model(str(tiny_runs / "teacher")),
         [Example("good film bad end")],
-        HeatmapSettings(),
         explainer=ExplainerChoice("occlusion", {"window": 2, "stride": 1}),
         words="sum",
     )[0]  # the same explainer called apart: the teacher's row holds its word scores
@@ -543,7 +544,7 @@ def test_export_page_writes_every_format_with_metadata(app):
         names = sorted(files.namelist())
         assert len(names) == 10  # 2 examples × 5 formats
         svg = files.read("heatmap-001.svg").decode()
-        assert "student-kd" in svg and "settings.method" in svg
+        assert "student-kd" in svg and "settings.explainer" in svg
         assert "<script>" not in svg and "&lt;script&gt;" in svg
         latex = files.read("heatmap-001.tex").decode().splitlines()
         assert all(line.startswith("%") for line in latex if "textbf" in line)  # comments only

@@ -91,7 +91,7 @@ def test_every_command_writes_where_relative_paths_say_from_another_folder(work,
             "--out",
             "out/fig",
         ],
-        ["attribute", "out/s", "--text", "good film", "--method", "grad", "--out", "out/att"],
+        ["attribute", "out/s", "--text", "good film", "--explainer", "grad", "--out", "out/att"],
         ["export-model", "out/s", "--out", "out/hf"],
     ]
     for command in commands:

@@ -311,7 +311,7 @@ def test_attribute_writes_reloadable_records(tmp_path, tiny_task_dir, tiny_model
     assert records[1].text == awkward
     assert records[0].tokens == ["[CLS]", "good", "movie", "[SEP]"]
     assert len(records[0].maps) == 3 and all(len(m) == 4 for m in records[0].maps)
-    assert records[0].settings["steps"] == 2
+    assert records[0].settings["explainer_settings"]["steps"] == 2
     with pytest.raises(SystemExit) as exit_info:
         main(["attribute", str(teacher), "--out", str(out), "--text", "x", "--baseline", "mean"])
     assert exit_info.value.code == 2

@@ -19,7 +19,7 @@ from kd.methods.adkd import ADKDSettings
 from kd.methods.config import ObjectiveConfig, spell_weights, weight_pairs
 from kd.training.config import OptimConfig, StudentConfig, TeacherConfig
 from tests.conftest import LEAST_RESOLVED
-from workbench.analysis.attribution.registry import AttributionSettings
+from workbench.analysis.attribution.registry import EXPLAINERS, AttributionSettings
 from workbench.analysis.explanations import HeatmapSettings
 from workbench.analysis.heatmap_export import ExportSettings
 from workbench.core.config import (
@@ -219,6 +219,7 @@ def test_every_numeric_option_declares_its_domain():
         AttributionSettings,
         HeatmapSettings,
         ExportSettings,
+        *(explainer.settings for explainer in EXPLAINERS.values()),
     )
     assert all(issubclass(cls, Checked) for cls in configs)
     undeclared = [

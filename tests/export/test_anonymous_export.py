@@ -43,7 +43,7 @@ def lab(tmp_path_factory) -> Path:
 def _export(lab: Path, out: Path, *flags: str) -> list[Path]:
     command = [str(lab / TEACHER), str(lab / STUDENT), "--out", str(out)]
     sources = ["--texts-file", str(lab / f"{TEXTS}.jsonl"), "--split", "test", "--examples", "0"]
-    assert main(["export", *command, *sources, "--method", "grad", "--dpi", "30", *flags]) == 0
+    assert main(["export", *command, *sources, "--explainer", "grad", "--dpi", "30", *flags]) == 0
     return sorted(out.iterdir())
 
 
@@ -103,7 +103,7 @@ def test_anonymous_export_writes_no_path_name_or_run_id(lab, tmp_path):
     assert meta["anonymous"] == "yes" and meta["models"] == "teacher, student 1"
     assert meta["model_details"] == "teacher: 4 layers; student 1: kd, 2 layers"
     assert "run_ids" not in meta and "example_id" not in meta and meta["task"] == "task"
-    assert meta["settings.method"] == "grad" and meta["settings.explainer"] == "grad"
+    assert meta["settings.explainer"] == "grad" and "settings.method" not in meta
     assert meta["text"] == "a fine flight"
     labels = {t.text for t in svg.iter(f"{SVG}text")}
     assert {"teacher", "student 1"} <= labels

@@ -12,6 +12,7 @@ import pytest
 from tests.tiny_families import save_family_model
 from workbench.analysis.attribution import (
     AttributionSettings,
+    ExplainerChoice,
     attribute_texts,
     completeness_warning,
     ig_completeness,
@@ -37,9 +38,10 @@ def models(tmp_path_factory) -> tuple:
 
 def test_word_views_claim_no_truncation_and_notes_name_the_tokenizer(models):
     llama, bert = models
-    settings = HeatmapSettings(steps=2)
+    settings, two = HeatmapSettings(), ExplainerChoice("ig", {"steps": 2})
     for loaded, kind in ((llama, "byte-level BPE"), (bert, "WordPiece")):
-        short, long = explain(loaded, [Example(TEXT), Example(LONG)], settings, words="sum")
+        examples = [Example(TEXT), Example(LONG)]
+        short, long = explain(loaded, examples, explainer=two, words="sum")
         ids = loaded.tokenizer(TEXT)["input_ids"]
         assert short.read == len(ids) and not short.truncated and short.truncation_note is None
         whole = len(loaded.tokenizer(LONG)["input_ids"])
@@ -47,17 +49,22 @@ def test_word_views_claim_no_truncation_and_notes_name_the_tokenizer(models):
         assert long.truncation_note == (
             f"{loaded.name} ({kind} tokenizer) read the first 128 of the text's {whole} tokens"
         )
-    assert len(explain(llama, [Example(TEXT)], settings, words="sum")[0].tokens) < len(
+    assert len(explain(llama, [Example(TEXT)], explainer=two, words="sum")[0].tokens) < len(
         llama.tokenizer(TEXT)["input_ids"]
     )  # the words are fewer than the tokens: what a count of words would take for truncation
-    (heatmap,) = build_heatmaps([llama, bert], [Example(TEXT)], settings, words="sum")
+    (heatmap,) = build_heatmaps(
+        [llama, bert], [Example(TEXT)], settings, explainer=two, words="sum"
+    )
     assert heatmap.metadata["truncated"] == "no"
 
 
 def test_the_ig_gap_is_in_the_records_the_files_and_their_notes(models):
     llama, _ = models
-    attribution = AttributionSettings(views="pred", steps=4, baseline="pad")
-    (record,) = attribute_texts(llama.model, llama.tokenizer, [TEXT], settings=attribution)
+    attribution = AttributionSettings(views="pred")
+    four = ExplainerChoice("ig", {"steps": 4, "baseline": "pad"})
+    (record,) = attribute_texts(
+        llama.model, llama.tokenizer, [TEXT], settings=attribution, explainer=four
+    )
     alone = llama.tokenizer(TEXT, return_tensors="pt")
     attributed, change = ig_completeness(
         llama.model, **alone, target=record.prediction, steps=4, baseline="pad"
@@ -65,12 +72,13 @@ def test_the_ig_gap_is_in_the_records_the_files_and_their_notes(models):
     expected = completeness_warning(float(attributed), float(change), "pad", True, 4)
     assert expected is not None and "use the baseline mean-keep-first" in expected
     assert record.warnings == [expected]
-    settings = HeatmapSettings(steps=4, baseline="pad")
-    (heatmap,) = build_heatmaps([llama], [Example(TEXT)], settings, words="sum")
+    settings = HeatmapSettings()
+    (heatmap,) = build_heatmaps([llama], [Example(TEXT)], settings, explainer=four, words="sum")
     assert heatmap.metadata["warnings"] == f"llama: {expected}"
     notes = export_notes([heatmap], ExportSettings(formats="svg"))
     assert notes == [f"heatmap-000: llama: {expected}"]
-    (quiet,) = build_heatmaps([llama], [Example(TEXT)], HeatmapSettings(method="grad"))
+    grad = ExplainerChoice("grad")
+    (quiet,) = build_heatmaps([llama], [Example(TEXT)], settings, explainer=grad)
     assert quiet.metadata["warnings"] == "none"
 
 
@@ -152,7 +160,8 @@ def test_words_of_two_tokenizers_stand_in_columns_without_markers(models, tmp_pa
 @pytest.mark.slow  # a Unigram tokenizer trained for it
 def test_tokens_read_as_the_texts_characters(models, tmp_path):
     llama, bert = models
-    (explanation,) = explain(llama, [Example(SPLIT)], HeatmapSettings(method="grad"))
+    grad = ExplainerChoice("grad")
+    (explanation,) = explain(llama, [Example(SPLIT)], explainer=grad)
     assert not any(marker in token for token in explanation.tokens for marker in MARKERS)
     assert "".join(t for t in explanation.tokens if t not in "␣↵") == "".join(SPLIT.split())
     assert "↵" in explanation.tokens  # the line break, a token of its own, drawn visible
@@ -160,13 +169,17 @@ def test_tokens_read_as_the_texts_characters(models, tmp_path):
     loaded = load_model(str(unigram))
     raw = loaded.tokenizer.convert_ids_to_tokens(loaded.tokenizer(SPLIT)["input_ids"])
     assert any(token.startswith("▁") for token in raw)
-    settings = AttributionSettings(method="grad", views="pred")
-    (record,) = attribute_texts(loaded.model, loaded.tokenizer, [SPLIT], settings=settings)
+    settings = AttributionSettings(views="pred")
+    (record,) = attribute_texts(
+        loaded.model, loaded.tokenizer, [SPLIT], settings=settings, explainer=grad
+    )
     assert record.tokens[0] == "<s>" and record.tokens[-1] == "</s>"
     inner = record.tokens[1:-1]
     assert not any(marker in token for token in inner for marker in MARKERS)
     assert "".join(t for t in inner if t not in "␣↵") == "".join(SPLIT.split())
-    (bert_record,) = attribute_texts(bert.model, bert.tokenizer, ["Playing"], settings=settings)
+    (bert_record,) = attribute_texts(
+        bert.model, bert.tokenizer, ["Playing"], settings=settings, explainer=grad
+    )
     assert bert_record.tokens == bert.tokenizer.convert_ids_to_tokens(
         bert.tokenizer("Playing")["input_ids"]
     )  # WordPiece's tokens kept: ## marks a continuation

@@ -107,7 +107,7 @@ def compare_models(
     labels: Tensor | None = None,
 ) -> dict[str, float]:
     """Saliency loyalty (×100), attribution gap and mean Spearman of the maps of two models on
-    one batch; ``config`` sets the maps (default: IG, 1 step, pad baseline, all views)."""
+    one batch; the maps are IG's with its defaults, under ``config`` (default: all views)."""
     config = config or AttributionSettings()
     mask = batch["attention_mask"]
     loyalty, loyalty_undefined = nan_mean(saliency_loyalty(model_a, model_b, batch))

@@ -20,8 +20,11 @@ import torch
 from torch import Tensor
 
 from workbench.analysis.agreement import attribution_gap
-from workbench.analysis.attribution import ExplainerChoice, compute_maps, resolve_explainer
-from workbench.analysis.explanations import attribution_settings
+from workbench.analysis.attribution import (
+    AttributionSettings,
+    ExplainerChoice,
+    compute_maps,
+)
 from workbench.analysis.faithfulness import aopc
 from workbench.analysis.settings import DivergenceSettings
 from workbench.core.cache import ExampleCache, cache_path, cached, key_digest
@@ -113,7 +116,7 @@ def _outputs(
     """A model's logits ``[N, C]``, maps (per token ``[n, C]``) and AOPC values ``[N]``, from
     its ``analysis_cache/`` or computed there; and whether they were computed now."""
     model = loaded.model
-    config = attribution_settings(settings)
+    config = AttributionSettings(views="all")
     data = {"ids": dataset.input_ids, "types": dataset.token_type_ids}
     key = {
         "kind": "divergence",
@@ -166,10 +169,8 @@ def divergence(
 ) -> Divergence:
     """The teacher's and the students' explanations compared over a fixed stratified sample of
     ``settings.examples`` examples of ``split`` (seed 0), with the maps of ``explainer``
-    (default: the one ``settings.method`` names; ig or grad take the settings' map settings,
-    another explainer wants them at their defaults: :func:`resolve_explainer`); ``progress``
-    hears how far the computation has come."""
-    settings, explainer = resolve_explainer(settings or DivergenceSettings(), explainer)
+    (default: ig with its defaults); ``progress`` hears how far the computation has come."""
+    settings, explainer = settings or DivergenceSettings(), explainer or ExplainerChoice()
     for loaded in (teacher, *students):
         if loaded.run is not None:
             Run.open(loaded.run.path)  # a folder that disappeared: a one-line error

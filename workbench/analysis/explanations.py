@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from workbench.analysis.attribution.registry import MapSettings
-from workbench.core.config import option
+from workbench.core.config import Checked, option
 from workbench.core.errors import WorkbenchError
 
 if TYPE_CHECKING:
-    from workbench.analysis.attribution import AttributionSettings, ExplainerChoice
+    from workbench.analysis.attribution import ExplainerChoice
     from workbench.analysis.examples import Example
     from workbench.core.models import LoadedModel
 
@@ -25,8 +24,9 @@ FORWARD_ROWS = 16  # examples per forward pass of explain
 
 
 @dataclass
-class HeatmapSettings(MapSettings):
-    """How token attributions are computed and which class they explain."""
+class HeatmapSettings(Checked):
+    """Which class the token attributions explain (how they are computed is the explainer's:
+    :class:`~workbench.analysis.attribution.ExplainerChoice`)."""
 
     view: str = option(
         "pred",
@@ -164,26 +164,17 @@ def model_detail(loaded: LoadedModel) -> str:
     return layers if preset is None else f"{preset}, {layers}"
 
 
-def attribution_settings(settings: MapSettings) -> AttributionSettings:
-    """The shared attribution settings of :mod:`workbench.analysis.attribution` for every class's
-    map (checked there: steps, baseline, K)."""
-    from workbench.analysis.attribution import AttributionSettings
-
-    shared = {f.name: getattr(settings, f.name) for f in fields(MapSettings)}
-    return AttributionSettings(**shared, views="all")
-
-
 def explain(
     loaded: LoadedModel,
     examples: Sequence[Example],
-    settings: HeatmapSettings,
     name: str | None = None,
     explainer: ExplainerChoice | None = None,
     words: str | None = None,
 ) -> list[Explanation]:
     """Probabilities and per-class attribution maps of ``examples`` under one model, computed
-    in one batch by :func:`workbench.analysis.attribution.compute_maps` (IG's steps and the classes
-    share the engine's batched passes; another registered ``explainer`` one call per class),
+    in one batch by :func:`workbench.analysis.attribution.compute_maps` under ``explainer``
+    (default: ig; IG's steps and the classes share the engine's batched passes; another
+    registered explainer one call per class),
     and the Grad saliency of each predicted class; with ``words`` (sum, mean, max-abs) the maps
     and saliency of each word (:mod:`workbench.analysis.attribution.words`). IG maps come with
     their completeness for the predicted class (``ig_completeness``) and, where its gap is over
@@ -191,9 +182,11 @@ def explain(
     import torch
 
     from workbench.analysis.attribution import (
+        AttributionSettings,
+        ExplainerChoice,
+        check_layer,
         compute_maps,
         grad_saliency,
-        resolve_explainer,
         to_words,
         word_groups,
     )
@@ -206,7 +199,8 @@ def explain(
     from workbench.core.parts import LAST, parts_of
 
     check_words(words)
-    config = attribution_settings(settings)
+    config, explainer = AttributionSettings(views="all"), explainer or ExplainerChoice()
+    check_layer(config, explainer)
     batch, full_lengths, longer, args = _encode(loaded, examples)
     offsets = batch.pop("offset_mapping", None)
     model, tokenizer, class_names = loaded.model, loaded.tokenizer, _class_names(loaded)
@@ -221,9 +215,9 @@ def explain(
     saliency = grad_saliency(model, *inputs, target=predicted)
     maps, _ = compute_maps(model, batch, config, explainer=explainer)
     pairs, gaps, baseline = [None] * len(examples), [None] * len(examples), None
-    if resolve_explainer(config, explainer)[1].name == "ig":
-        baseline = resolve_baseline(model, config.baseline)
-        pairs, gaps = completeness_gaps(model, batch, predicted, config)
+    if explainer.name == "ig":
+        baseline = resolve_baseline(model, explainer.settings.baseline)
+        pairs, gaps = completeness_gaps(model, batch, predicted, explainer.settings, config)
     detail, kind, out = model_detail(loaded), tokenizer_kind(tokenizer), []
     name = name or loaded.name
     for row, example in enumerate(examples):

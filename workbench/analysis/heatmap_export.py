@@ -13,11 +13,10 @@ import json
 import re
 import shutil
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from workbench.analysis.attribution.registry import MapSettings
 from workbench.analysis.examples import Example, gather_examples
 from workbench.analysis.explanation_agreement import shown_classes
 from workbench.analysis.explanations import (
@@ -87,16 +86,6 @@ class ExportSettings(Checked):
         return ExportOptions(cmap=self.cmap or None, merge_wordpieces=self.merge_wordpieces)
 
 
-def _map_settings(settings: HeatmapSettings, explained: dict | None) -> dict:
-    """``settings`` as recorded: without the ig/grad map settings under another explainer."""
-    from workbench.analysis.attribution.registry import ENGINE_EXPLAINERS
-
-    values = asdict(settings)
-    if explained is None or explained["explainer"] in ENGINE_EXPLAINERS:
-        return values
-    return {k: v for k, v in values.items() if k not in {f.name for f in fields(MapSettings)}}
-
-
 def public_task(task: str) -> str:
     """The task as an anonymous export names it: a bundled or GLUE task by its name, any other
     (a local path, a hub data set under someone's account) as ``task``."""
@@ -136,7 +125,7 @@ def heatmap_metadata(
         or "none",
         **{
             f"settings.{k}": "default" if v is None else str(v)
-            for k, v in {**_map_settings(settings, explained), **(explained or {})}.items()
+            for k, v in {**asdict(settings), **(explained or {})}.items()
         },
     }
     if example.pair is not None:
@@ -148,14 +137,12 @@ def heatmap_metadata(
     return meta
 
 
-def explained_settings(
-    settings: HeatmapSettings, explainer: ExplainerChoice | None, words: str | None
-) -> dict:
-    """The explainer that computes ``settings``' maps (:func:`resolve_explainer`), its settings
-    and the word aggregation, as a heatmap's metadata records them (flat)."""
-    from workbench.analysis.attribution import resolve_explainer
+def explained_settings(explainer: ExplainerChoice | None, words: str | None) -> dict:
+    """The explainer that computes the maps (default: ig), its settings and the word
+    aggregation, as a heatmap's metadata records them (flat)."""
+    from workbench.analysis.attribution import ExplainerChoice
 
-    _, choice = resolve_explainer(settings, explainer)
+    choice = explainer or ExplainerChoice()
     values = {f"explainer.{k}": v for k, v in choice.record()["explainer_settings"].items()}
     return {"explainer": choice.name, **values, "words": words or "tokens"}
 
@@ -192,14 +179,14 @@ def to_heatmap(
     anonymous: bool = False,
 ) -> Heatmap:
     """One heatmap with a row per model (per model and class for the view ``all``);
-    ``explained``: :func:`explained_settings` (default: ig or grad, as ``settings.method``,
-    per sub-token); ``anonymous``: as :func:`heatmap_metadata`. Word maps of several models
-    stand in columns (:func:`word_columns`): a word read by models of different tokenizers
-    above itself, a blank cell where a model did not read it as a word."""
+    ``explained``: :func:`explained_settings` (default: ig with its defaults, per sub-token);
+    ``anonymous``: as :func:`heatmap_metadata`. Word maps of several models stand in columns
+    (:func:`word_columns`): a word read by models of different tokenizers above itself, a blank
+    cell where a model did not read it as a word."""
     from workbench.analysis.attribution import get_explainer
     from workbench.export import Heatmap, HeatmapRow
 
-    explained = explained or explained_settings(settings, None, None)
+    explained = explained or explained_settings(None, None)
     per_word = explained["words"] != "tokens" and len(explanations) > 1
     columns = word_columns(explanations) if per_word else None
     width = 0 if columns is None else 1 + max(max(row) for row in columns)
@@ -237,14 +224,14 @@ def build_heatmaps(
     anonymous: bool = False,
 ) -> list[Heatmap]:
     """One heatmap per example, a row per run (each explaining all examples in one batch), under
-    ``explainer`` (default: ``settings.method``'s), per sub-token or per word; rows named ``names``
+    ``explainer`` (default: ig), per sub-token or per word; rows named ``names``
     (default: the runs'), or with ``anonymous`` by role, without run ids."""
     if anonymous:  # by role, in the order given
         names = ["teacher", *(f"student {n}" for n in range(1, len(runs)))]
     names = names or [loaded.name for loaded in runs]
-    explained = explained_settings(settings, explainer, words)
+    explained = explained_settings(explainer, words)
     per_run = [
-        explain(loaded, examples, settings, name, explainer, words)
+        explain(loaded, examples, name, explainer, words)
         for loaded, name in zip(runs, names, strict=True)
     ]
     return [
@@ -343,7 +330,6 @@ def export_runs(
     from workbench.core.models import load_model
 
     export_settings.format_list()  # fail early on a bad format
-    explained_settings(settings, explainer, words)  # and on settings given twice
     output_folder(out)
     first = load_model(str(runs[0]))
     loaded = [first, *(load_model(str(path), first.spec, notify=notify) for path in runs[1:])]
@@ -370,11 +356,16 @@ def attribute_runs(
 ) -> list[Path]:
     """What ``kdw attribute`` does: attribute the examples :func:`gather_examples` collects under
     each run with ``explainer`` (per word with ``words``) and save them as ``<out>/<run>.jsonl``."""
-    from workbench.analysis.attribution import attribute_texts, resolve_explainer, save_attributions
+    from workbench.analysis.attribution import (
+        ExplainerChoice,
+        attribute_texts,
+        check_layer,
+        save_attributions,
+    )
     from workbench.analysis.attribution.words import check_words
     from workbench.core.models import load_model
 
-    resolve_explainer(config, explainer)  # settings given twice: refused before any work
+    check_layer(config, explainer or ExplainerChoice())  # refused before any work
     check_words(words)
     folder, paths = output_folder(out), []
     for path in runs:

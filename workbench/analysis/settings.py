@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from workbench.analysis.attribution.registry import MapSettings
 from workbench.core.config import (
     Checked,
     Domain,
@@ -67,7 +66,7 @@ class FaithfulnessSettings(Checked):
 
 
 @dataclass
-class DivergenceSettings(MapSettings):
+class DivergenceSettings(Checked):
     """Where a student's explanations diverge from its teacher's, over a split: which
     examples, which class's maps are compared per word, the AOPC rules and the tables' size."""
 
@@ -94,9 +93,7 @@ class DivergenceSettings(MapSettings):
 
     def key(self) -> dict:
         """The settings that change a model's cached outputs (maps, logits, AOPC)."""
-        return {
-            name: getattr(self, name) for name in ("method", "steps", "baseline", "top_k", "rules")
-        }
+        return {"rules": self.rules}
 
 
 def parse_batch_sizes(text: str) -> tuple[int, ...]:

@@ -57,9 +57,7 @@ def _case_study(
     example = Example(**json.loads(example_json))
     how = common.Explaining.from_key(explaining_key)
     explanations = [
-        explain(
-            common.load_cached(*key)[0], [example], how.settings, name, how.explainer, how.words
-        )[0]
+        explain(common.load_cached(*key)[0], [example], name, how.explainer, how.words)[0]
         for name, *key in runs
     ]
     if not teacher:
@@ -182,7 +180,7 @@ def render() -> None:
         return
     try:
         explanations, agreements = case_study(explained_runs, example, explaining, not weightless)
-        explained = explained_settings(explaining.settings, explaining.explainer, explaining.words)
+        explained = explained_settings(explaining.explainer, explaining.words)
         heatmap = to_heatmap(explanations, example, explaining.settings, explained=explained)
     except WorkbenchError as error:
         st.error(common.plain(error))

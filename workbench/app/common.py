@@ -12,7 +12,7 @@ import json
 import os
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +22,7 @@ import torch
 
 from kd.training.config import StudentConfig
 from kd.training.teacher_cache import is_cache, open_cache
-from workbench.analysis.attribution import resolve_explainer
 from workbench.analysis.attribution.registry import (
-    ENGINE_EXPLAINERS,
     EXPLAINERS,
     WORD_AGGREGATIONS,
     ExplainerChoice,
@@ -487,38 +485,30 @@ def split_choice(key: str, column=st) -> str:
 
 @dataclass(frozen=True)
 class Explaining:
-    """How a page explains: the map settings, a registered explainer (None: the one the
-    settings' method names, ig or grad) and the word aggregation (None: sub-tokens)."""
+    """How a page explains: the class explained, a registered explainer with its settings and
+    the word aggregation (None: sub-tokens)."""
 
     settings: HeatmapSettings
-    explainer: ExplainerChoice | None = None
+    explainer: ExplainerChoice = field(default_factory=ExplainerChoice)
     words: str | None = None
-
-    def choice(self) -> ExplainerChoice:
-        """The explainer that computes the maps, with its settings (:func:`resolve_explainer`:
-        ig or grad with the map settings when no other is chosen)."""
-        return resolve_explainer(self.settings, self.explainer)[1]
 
     def key(self) -> str:
         """The three as one JSON text (a cache key; :meth:`from_key` reads it back)."""
-        choice = self.explainer.record() if self.explainer else None
-        return json.dumps([to_dict(self.settings), choice, self.words], sort_keys=True)
+        values = [to_dict(self.settings), self.explainer.record(), self.words]
+        return json.dumps(values, sort_keys=True)
 
     @classmethod
     def from_key(cls, text: str) -> Explaining:
         settings, choice, words = json.loads(text)
-        explainer = (
-            ExplainerChoice(choice["explainer"], choice["explainer_settings"]) if choice else None
-        )
+        explainer = ExplainerChoice(choice["explainer"], choice["explainer_settings"])
         return cls(from_dict(HeatmapSettings, settings), explainer, words)
 
 
 def heatmap_settings(
     key: str, class_names: Sequence[str] | None = None, words: bool = True, default: str = "ig"
 ) -> Explaining:
-    """An explainer of the registry (docs/explainers.md), its settings, the class explained and
-    whether scores are per sub-token or per word; ig and grad take the map settings of
-    :class:`HeatmapSettings` (steps, baseline, K), any other explainer its own dataclass's.
+    """An explainer of the registry (docs/explainers.md), its settings (its own dataclass's),
+    the class explained and whether scores are per sub-token or per word.
     Without ``class_names`` the page explains the predicted class and asks no class; without
     ``words``, it scores sub-tokens and asks nothing of words. ``default``: the explainer shown
     first."""
@@ -543,11 +533,6 @@ def heatmap_settings(
     aggregation = None if per == "sub-token" else per
     classes = None if class_names is None else ("pred", "gold", "all", *class_names)
     view = fixed("pred") if classes is None else functools.partial(choice_widget, choices=classes)
-    if name in ENGINE_EXPLAINERS:
-        settings = config_widgets(
-            HeatmapSettings, key, overrides={"view": view, "method": fixed(name)}, columns=5
-        )
-        return Explaining(settings, None, aggregation)
     own = EXPLAINERS[name].settings
     choice = config_widgets(own, f"{key}.{name}", columns=4) if fields(own) else None
     view_help = HeatmapSettings.__dataclass_fields__["view"].metadata["help"]

@@ -10,19 +10,18 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from dataclasses import fields, replace
+from dataclasses import replace
 
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
 from workbench.analysis.attribution import ExplainerChoice
-from workbench.analysis.attribution.registry import MapSettings
 from workbench.analysis.divergence import TEACHER, Divergence, divergence, word_table
 from workbench.analysis.settings import DivergenceSettings
 from workbench.app import common
 from workbench.app.catalog import RunEntry
-from workbench.app.forms import config_widgets, fixed
+from workbench.app.forms import config_widgets
 from workbench.core.config import config_key
 
 KEY = "divergence"
@@ -198,12 +197,7 @@ def render() -> None:
         return
     with st.expander("Settings", expanded=False):
         explaining = common.heatmap_settings(f"{KEY}.settings", words=False)
-        chosen = {  # the map settings come from the explainer's widgets
-            f.name: fixed(getattr(explaining.settings, f.name)) for f in fields(MapSettings)
-        }
-        settings = config_widgets(
-            DivergenceSettings, f"{KEY}.settings", columns=5, overrides=chosen
-        )
+        settings = config_widgets(DivergenceSettings, f"{KEY}.settings", columns=5)
     result, source = _compare(teacher, students, settings, explaining.explainer)
     explainer = result.explainer.describe()
     st.caption(

@@ -88,7 +88,7 @@ def render() -> None:
     limit, size = common.sample_size(right, KEY, teacher, split, SAMPLE)
     with st.expander("Saliency loyalty's explainer", expanded=False):
         explaining = common.heatmap_settings(f"{KEY}.settings", default="grad")
-    choice = explaining.choice()
+    choice = explaining.explainer
     summary, frame = common.split_loyalty(teacher, students, split, limit, choice, explaining.words)
     names = [s.name for s in students]
     whole = "the whole split" if len(frame) == size else f"a sample of the split's {size}"

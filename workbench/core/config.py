@@ -424,7 +424,7 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
             for settings in f.metadata["settings"].values():
                 add_arguments(parser, settings)
             continue
-        kind, optional = _field_type(cls, f)
+        kind = _field_type(cls, f)[0]
         name = option_name(f.name)
         default, syntax = default_of(f), f.metadata.get("syntax")
         help_text = f.metadata.get("help", "")
@@ -438,10 +438,17 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
         if kind is tuple:
             group.add_argument(name, action="append", **options | {"default": None})
             continue
-        choices = f.metadata.get("choices")  # None, where offered, last
-        options["choices"] = sorted(choices, key=lambda c: c is None) if choices else None
-        kind = _text_type(kind, syntax, optional) if syntax or optional else kind
+        kind, options["choices"] = option_type(cls, f)
         group.add_argument(name, type=kind, **options)
+
+
+def option_type(cls: type, f: dataclasses.Field) -> tuple[Callable[[str], Any], list | None]:
+    """How ``argparse`` reads field ``f`` of ``cls`` (not a flag or a repeatable option): the
+    ``type`` that parses its text, and its ``choices`` (None, where offered, last)."""
+    kind, optional = _field_type(cls, f)
+    syntax, choices = f.metadata.get("syntax"), f.metadata.get("choices")
+    kind = _text_type(kind, syntax, optional) if syntax or optional else kind
+    return kind, sorted(choices, key=lambda c: c is None) if choices else None
 
 
 def from_arguments(cls: type[T], namespace: argparse.Namespace) -> T:

@@ -24,11 +24,10 @@ _NAMES = {
         "integrated_gradients",
     ),
     "records": ("AttributionRecord", "attribute_texts", "load_attributions", "save_attributions"),
-    "settings": ("compute_maps", "resolve_explainer"),
+    "settings": ("check_layer", "compute_maps"),
     "targets": ("view_names",),
     "registry": (
         "BASELINES",
-        "METHODS",
         "AttributionSettings",
         "EXPLAINERS",
         "Explainer",

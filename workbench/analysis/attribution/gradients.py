@@ -314,21 +314,29 @@ def completeness_gaps(
     model: PreTrainedModel,
     batch: Batch,
     target: Target,
+    ig,
     config,
     special_ids: Collection[int] | None = None,
 ) -> tuple[list[tuple[float, float]], list[str | None]]:
     """Per example, IG's completeness ``(Σ IG, F(x) − F(x′))`` (:func:`ig_completeness` with
-    ``config``'s steps, baseline, layer and memory budget) and its :func:`completeness_warning`."""
-    baseline = resolve_baseline(model, config.baseline)
-    options = {k: getattr(config, k) for k in ("steps", "layer", "memory_mib")}
+    the ig explainer's steps and baseline ``ig``, and ``config``'s layer and memory budget) and
+    its :func:`completeness_warning`."""
+    baseline = resolve_baseline(model, ig.baseline)
     inputs = (batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
     sums = ig_completeness(
-        model, *inputs, target=target, baseline=baseline, special_ids=special_ids, **options
+        model,
+        *inputs,
+        target=target,
+        baseline=baseline,
+        special_ids=special_ids,
+        steps=ig.steps,
+        layer=config.layer,
+        memory_mib=config.memory_mib,
     )
     pairs = list(zip(*(x.tolist() for x in sums), strict=True))
     parts = parts_of(model)  # a decoder whose first token is a sink (not a prompted one)
     decoder = parts.reads == LAST and not parts.framed
-    return pairs, [completeness_warning(a, c, baseline, decoder, config.steps) for a, c in pairs]
+    return pairs, [completeness_warning(a, c, baseline, decoder, ig.steps) for a, c in pairs]
 
 
 def attribution_map(ig: Tensor, attention_mask: Tensor, top_k: int | None = None) -> Tensor:

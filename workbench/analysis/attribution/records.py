@@ -13,13 +13,12 @@ import torch
 from transformers import BatchEncoding, PreTrainedModel, PreTrainedTokenizerBase
 
 from workbench.analysis.attribution.gradients import completeness_gaps
-from workbench.analysis.attribution.registry import ExplainerChoice
+from workbench.analysis.attribution.registry import AttributionSettings, ExplainerChoice
 from workbench.analysis.attribution.settings import (
-    AttributionSettings,
     baseline_resolved,
+    check_layer,
     compute_maps,
     recorded_settings,
-    resolve_explainer,
 )
 from workbench.analysis.attribution.words import check_words, shown_tokens, to_words, word_groups
 from workbench.core.data import collate, pad_id, prefixes, tokenizer_kind
@@ -94,8 +93,8 @@ def attribute_texts(
     words: str | None = None,
 ) -> list[AttributionRecord]:
     """Attribute ``texts`` (with ``pairs`` as second segments) in batches of similar length,
-    under ``explainer`` (a registered name or an :class:`ExplainerChoice`; default: the one
-    ``settings.method`` names), per sub-token or, with ``words`` (sum, mean or max-abs), per
+    under ``explainer`` (a registered name or an :class:`ExplainerChoice`; default: ig with its
+    defaults), per sub-token or, with ``words`` (sum, mean or max-abs), per
     word (:mod:`workbench.analysis.attribution.words`). What the app calls: e.g.
     ``attribute_texts(model, tokenizer, ["a text"], explainer="lime",
     settings=AttributionSettings(views="pred"), words="sum")[0]`` has ``tokens`` (the words) and
@@ -107,9 +106,9 @@ def attribute_texts(
     ``labels`` of another length and ``views="gold"`` without labels are errors.
     """
     settings = settings or AttributionSettings()
-    if isinstance(explainer, str):
-        explainer = ExplainerChoice(explainer)
-    settings, explainer = resolve_explainer(settings, explainer)
+    explainer = ExplainerChoice(explainer) if isinstance(explainer, str) else explainer
+    explainer = explainer or ExplainerChoice()
+    check_layer(settings, explainer)
     check_words(words)
     if pairs is not None and len(pairs) != len(texts):
         raise WorkbenchError(f"{len(texts)} texts but {len(pairs)} pairs: give one pair per text")
@@ -124,8 +123,8 @@ def attribute_texts(
     ]
     order = sorted(range(len(texts)), key=lambda i: len(examples[i]["input_ids"]))
     records: dict[int, AttributionRecord] = {}
-    resolved, explainer = baseline_resolved(model, settings, explainer)
-    recorded = recorded_settings(resolved, explainer, words)
+    explainer = baseline_resolved(model, explainer)
+    recorded = recorded_settings(settings, explainer, words)
     kind, special = tokenizer_kind(tokenizer), special_ids(tokenizer)
     regression = model.config.num_labels == 1
     for start in range(0, len(order), settings.batch_size):
@@ -138,7 +137,8 @@ def attribute_texts(
         probabilities = logits if regression else logits.softmax(-1)
         gaps = [None] * len(chosen)
         if explainer.name == "ig":
-            gaps = completeness_gaps(model, batch, logits.argmax(-1), resolved, special)[1]
+            predicted, ig = logits.argmax(-1), explainer.settings
+            gaps = completeness_gaps(model, batch, predicted, ig, settings, special)[1]
         for row, i in enumerate(chosen):
             ids = examples[i]["input_ids"]
             warnings = []

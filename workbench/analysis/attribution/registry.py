@@ -3,7 +3,7 @@
 ``--explainer`` choices, help and options from here; the functions
 (:mod:`workbench.analysis.attribution.explainers`: ``(model, batch, targets [B], settings,
 special [B, L] bool) -> scores [B, L]``) are imported when an explainer first runs. The settings
-of the engine's maps (:class:`MapSettings`, :class:`AttributionSettings`) are here too.
+of an attribution whatever its explainer (:class:`AttributionSettings`) are here too.
 """
 
 from __future__ import annotations
@@ -33,14 +33,11 @@ from workbench.core.errors import WorkbenchError
 
 __all__ = [
     "BASELINES",
-    "ENGINE_EXPLAINERS",
     "EXPLAINERS",
-    "METHODS",
     "WORD_AGGREGATIONS",
     "AttributionSettings",
     "Explainer",
     "ExplainerChoice",
-    "MapSettings",
     "get_explainer",
     "register",
 ]
@@ -76,38 +73,11 @@ def check_baseline(baseline: str) -> None:
         raise WorkbenchError(f"unknown baseline {baseline!r}: use one of {', '.join(BASELINES)}")
 
 
-METHODS = ("ig", "grad")
-
-
 @dataclass
-class MapSettings(Checked):
-    """How one attribution map is computed: method, IG path and baseline, top-K dimensions."""
+class AttributionSettings(Checked):
+    """Which classes are attributed, at which layer, in what batches, whatever the explainer.
 
-    method: str = option(
-        "ig",
-        "ig: Integrated Gradients maps (per token ‖TopK(|IG|)‖₂, unit norm per view); "
-        "grad: Grad saliency (gradient × input summed over dimensions, signed)",
-        choices=METHODS,
-    )
-    steps: int = option(
-        50,
-        "IG interpolation steps m (right Riemann sum; 1 = (E − E')⊙∇F(E), AD-KD's training "
-        "signal); 50, Captum's default, keeps the completeness gap under 5 percent on the demo's "
-        "teacher (docs/results.md)",
-        domain=ig_steps,
-    )
-    baseline: str | None = option(None, BASELINE_HELP, choices=(None, *BASELINES))
-    top_k: int | None = option(
-        None,
-        "keep the K largest |IG| dimensions per token before the norm (None: all)",
-        domain=positive,
-    )
-
-
-@dataclass
-class AttributionSettings(MapSettings):
-    """How tokens are attributed: the map's settings, the classes (views), the layer, and the
-    batching of the texts."""
+    The map itself and its settings are the explainer's (:class:`ExplainerChoice`)."""
 
     views: Views = views_option(
         "all",
@@ -116,7 +86,8 @@ class AttributionSettings(MapSettings):
     )
     layer: int | None = option(
         None,
-        "attribute w.r.t. this encoder layer's output (0-based; None: embedding output)",
+        "attribute w.r.t. this encoder layer's output (0-based; None: embedding output; the ig "
+        "and grad explainers only)",
         domain=non_negative_int,
     )
     max_length: int = option(
@@ -141,10 +112,18 @@ class NoSettings(Checked):
 class IGSettings(Checked):
     """Integrated Gradients: path steps, baseline, top-K dimensions (the workbench's engine)."""
 
-    steps: int = option(1, "IG interpolation steps m (right Riemann sum)", domain=ig_steps)
+    steps: int = option(
+        50,
+        "IG interpolation steps m (right Riemann sum; 1 = (E − E')⊙∇F(E), AD-KD's training "
+        "signal); 50, Captum's default, keeps the completeness gap under 5 percent on the demo's "
+        "teacher (docs/results.md)",
+        domain=ig_steps,
+    )
     baseline: str | None = option(None, BASELINE_HELP, choices=(None, *BASELINES))
     top_k: int | None = option(
-        None, "keep the K largest |IG| dimensions per token (None: all)", domain=positive
+        None,
+        "keep the K largest |IG| dimensions per token before the norm (None: all)",
+        domain=positive,
     )
 
 
@@ -199,14 +178,16 @@ class SamplingSettings(Checked):
 @dataclass(frozen=True)
 class Explainer:
     """One explainer: its name (the CLI's ``--explainer`` value), a title, a one-line
-    description, its settings dataclass and its function (a callable, or ``"module:name"``
-    imported when first run)."""
+    description, its settings dataclass, its function (a callable, or ``"module:name"``
+    imported when first run) and whether it attributes at an encoder layer's output as well
+    as the embeddings' (``AttributionSettings.layer``)."""
 
     name: str
     title: str
     description: str
     settings: type
     function: Callable[..., Any] | str
+    layered: bool = False
 
     @property
     def explain(self) -> Callable[..., Any]:
@@ -218,7 +199,6 @@ class Explainer:
 
 
 EXPLAINERS: dict[str, Explainer] = {}
-ENGINE_EXPLAINERS = ("ig", "grad")  # the engine's own maps: AttributionSettings.method's values
 
 
 def register(explainer: Explainer) -> Explainer:
@@ -279,25 +259,28 @@ class ExplainerChoice:
 # --------------------------------------------------------------------------- registrations
 
 FUNCTIONS = "workbench.analysis.attribution.explainers"
-for name, title, description, settings in (
+for name, title, description, settings, layered in (
     (
         "ig",
         "Integrated Gradients",
         "Integrated Gradients on the embedding output, the workbench's own map: "
         "‖TopK(|IG|)‖₂ per token, unit norm (non-negative)",
         IGSettings,
+        True,
     ),
     (
         "grad",
         "Grad saliency",
         "Grad saliency: Σ_d E ⊙ ∂p/∂E on the embedding output (signed)",
         NoSettings,
+        True,
     ),
     (
         "gxi",
         "Gradient × Input",
         "Gradient × Input on the word embeddings (before positions and LayerNorm), Σ_d (signed)",
         NoSettings,
+        False,
     ),
     (
         "deeplift",
@@ -306,6 +289,7 @@ for name, title, description, settings in (
         "(signed; GELU, LayerNorm and attention's softmax get plain gradients, not DeepLift's "
         "rules)",
         DeepLiftSettings,
+        False,
     ),
     (
         "gradshap",
@@ -313,6 +297,7 @@ for name, title, description, settings in (
         "GradientShap on the embedding output: random points between a [PAD] baseline and the "
         "noised input, Σ_d (signed)",
         GradientShapSettings,
+        False,
     ),
     (
         "occlusion",
@@ -320,25 +305,29 @@ for name, title, description, settings in (
         "sliding windows of tokens replaced by [PAD]: the drop of the class probability, "
         "averaged over the windows covering a token (signed)",
         OcclusionSettings,
+        False,
     ),
     (
         "lime",
         "LIME",
         "LIME: a ridge model of the class probability over random token masks (removed: [PAD])",
         SamplingSettings,
+        False,
     ),
     (
         "kernelshap",
         "KernelSHAP",
         "KernelSHAP: Shapley values estimated over random token masks (removed: [PAD])",
         SamplingSettings,
+        False,
     ),
     (
         "ablation",
         "Feature Ablation",
         "each token alone replaced by [PAD]: the drop of the class probability (signed)",
         NoSettings,
+        False,
     ),
 ):
-    register(Explainer(name, title, description, settings, f"{FUNCTIONS}:{name}"))
-del name, title, description, settings
+    register(Explainer(name, title, description, settings, f"{FUNCTIONS}:{name}", layered))
+del name, title, description, settings, layered
