@@ -176,6 +176,12 @@ CASES = [
         f"(config.json: vocab_size 20): {REMEDY}",
     ),
     (
+        "a padding id past the vocabulary",
+        _config(lambda c: c.update(pad_token_id=10**6)),
+        "{d}/config.json: pad_token_id is 1000000, not an id of the 40 rows of its embeddings "
+        f"(vocab_size 40): {REMEDY}",
+    ),
+    (
         "a tokenizer larger than the embeddings",
         _small_vocabulary,
         "{d}/tokenizer.json gives token ids up to 39, but the model's embedding table has 20 "
@@ -312,6 +318,7 @@ FILE_CASES = [
     "a NaN layer_norm_eps",
     "an infinite layer_norm_eps",
     "a trillion labels",
+    "a padding id past the vocabulary",
 ]
 
 

@@ -209,16 +209,21 @@ def _saver(
     classes, with its tokenizer and a model card; for a LoRA teacher (``adapted``, the
     ``PeftModel`` around ``model``), its adapters merged into plain weights, and the adapters
     themselves in the run's ``adapter/`` (peft's ``save_pretrained``), naming their base model
-    ``base`` as the command named it where that is a built-in name (not the folder it was
-    assembled in, under this machine's user cache: the adapter folder travels)."""
+    ``base`` as the command named it: a built-in name or a hub id as such, a folder by its
+    absolute path (not the folder it was assembled in under this machine's user cache, nor a
+    path the base's own files gave). Nothing that points at code is kept: a config's
+    ``auto_map`` (transformers' remote code) and an adapter config's ``auto_mapping`` (peft's)
+    name no file of the run, and the run's models are of transformers' own classes."""
     set_label_names(model, spec)
+    model.config.__dict__.pop("auto_map", None)
 
     def save_adapter(folder: Path) -> None:
         adapted.save_pretrained(folder)
-        if base in BUILTIN_MODELS:
-            path = folder / "adapter_config.json"
-            config = json.loads(path.read_text())
-            atomic_write_json(path, config | {"base_model_name_or_path": base})
+        path = folder / "adapter_config.json"
+        config = json.loads(path.read_text())
+        config.pop("auto_mapping", None)
+        named = base if base in BUILTIN_MODELS or not Path(base).exists() else Path(base).resolve()
+        atomic_write_json(path, config | {"base_model_name_or_path": str(named)})
 
     def save(directory: Path) -> None:
         (model if adapted is None else merged(adapted)).save_pretrained(directory)
@@ -343,6 +348,7 @@ def train_teacher(
         adapted, record[RESOLVED]["lora"] = add_lora(model, teacher_config)
     with distributed.run_folder(run_dir, record, _manifest(data, data_config, optim)) as run:
         if run.status().state == "finished":
+            run.check_model()  # its results are reported as the model's: a lost one is said
             return run
         if not run.checkpoint.exists():  # resumed, its head and classes are the checkpoint's
             for note in notes:
@@ -854,6 +860,7 @@ def distill(
     with distributed.run_folder(run_dir, record, manifest) as run:
         status = run.status()
         if status.state == "finished":
+            run.check_model()
             return run
         started = time.perf_counter()
         if not from_cache:  # a student trained alone has none

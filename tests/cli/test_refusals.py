@@ -143,6 +143,28 @@ def test_a_damaged_checkpoint_names_the_file_and_deleting_it_restarts(work, tmp_
     assert Run(teacher).status().state == "finished"
 
 
+def test_rerunning_a_finished_run_whose_model_is_lost_says_so(work, tmp_path, capsys):
+    """A finished run's command run again reports its results as its model's: a model file that
+    became a pipe is refused in one line, the run's records untouched."""
+    task, teacher_model = str(work / "task"), str(work / "tiny-bert")
+    for name, command in (
+        ("teacher", ["train-teacher", "--model", teacher_model]),
+        ("student", ["distill", "--teacher", str(work / "teacher"), "--num-layers", "2"]),
+    ):
+        run = _copy(work, name, tmp_path)
+        weights = run / "model" / "model.safetensors"
+        weights.unlink()
+        os.mkfifo(weights)
+        before = {k: v for k, v in _files(run).items() if "model.safetensors" not in k}
+        options = ["--max-length", "16", "--epochs", "0.1", "--batch-size", "16", "--threads", "1"]
+        assert main([*command, "--run-dir", str(run), "--task", task, *options]) == 2
+        assert _error(capsys) == (
+            f"kdw: error: the model file {weights} is a pipe: the run's best model is lost: "
+            "train the run again in a new --run-dir"
+        )
+        assert {k: v for k, v in _files(run).items() if "model.safetensors" not in k} == before
+
+
 def test_a_corrupt_status_never_advises_deleting_an_intact_run(work, tmp_path, capsys):
     teacher = _copy(work, "teacher", tmp_path)
     (teacher / "status.json").write_text('{"state": "fini')
@@ -171,6 +193,17 @@ def test_the_catalog_lists_a_run_with_damaged_weights_as_broken(work, tmp_path):
     assert entries["more/teacher"].problem.startswith(
         f"{damaged / 'model' / 'model.safetensors'} is damaged ("
     )
+
+
+def test_a_run_whose_model_config_nests_too_deep_is_listed_broken(work, tmp_path, capsys):
+    teacher = _copy(work, "teacher", tmp_path)
+    config = teacher / "model" / "config.json"
+    config.write_text("[" * 100_000 + "]" * 100_000)
+    line = f"the model config {config}: JSON nested too deep to read"
+    (entry,) = discover_runs(tmp_path)
+    assert not entry.usable and entry.problem == line
+    assert main(["evaluate", str(teacher)]) == 2
+    assert _error(capsys) == f"kdw: error: {line}"
 
 
 def test_a_page_shows_a_damaged_run_as_a_message(work, tmp_path, monkeypatch):

@@ -120,6 +120,25 @@ def test_lora_layers_adapt_only_the_top_layers(sources, tiny_task_dir, tmp_path)
     assert top.activations * 2 == every.activations  # kept for 2 of the 4 layers
 
 
+def test_a_lora_run_keeps_no_pointer_to_code_nor_the_base_files_own_paths(
+    sources, tiny_task_dir, tmp_path
+):
+    """A base whose config names remote code (``auto_map``) and a path of its own: the run's
+    model config names no code, and its adapter names the base as the command did (its
+    absolute path), with no ``auto_mapping``."""
+    base = tmp_path / "base"
+    shutil.copytree(sources["bert"], base)
+    config = json.loads((base / "config.json").read_text())
+    hostile = {"AutoModelForSequenceClassification": "someone/repo--evil.Model"}
+    config |= {"auto_map": hostile, "_name_or_path": "../../etc"}
+    (base / "config.json").write_text(json.dumps(config))
+    run_dir = _train(tiny_task_dir, base, tmp_path / "run", adapt="lora", lora_rank=4)
+    assert "auto_map" not in json.loads((run_dir / "model" / "config.json").read_text())
+    adapter = json.loads((run_dir / "adapter" / "adapter_config.json").read_text())
+    assert adapter["base_model_name_or_path"] == str(base.resolve())
+    assert "auto_mapping" not in adapter
+
+
 # slow: three trainings of 10 steps (stopped, resumed, whole)
 @pytest.mark.slow
 def test_a_lora_run_stopped_and_resumed_ends_with_the_uninterrupted_weights(

@@ -387,12 +387,15 @@ class Run:
         return run
 
     def check_model(self) -> None:
-        """Refuse a run whose best model (``model/``) is damaged, naming the file."""
-        from workbench.core.verify import check_model_files
+        """Refuse a run whose best model (``model/``) is damaged, naming the file: its files and
+        its config, read as any model's (:func:`~workbench.core.verify.check_config_file`)."""
+        from workbench.core.verify import check_config_file, check_model_files
 
         check_model_files(
             self.model_dir, "the run's best model is lost: train the run again in a new --run-dir"
         )
+        if (self.model_dir / "config.json").is_file():
+            check_config_file(self.model_dir)
 
     def read_json(self, name: str, remedy: str, model: Any, what: str, again: str = "") -> Any:
         """The JSON file ``name`` of the run, read as ``model`` (:mod:`workbench.core.records`),

@@ -119,11 +119,24 @@ def _numbers(value: Any) -> Iterable[tuple[str, float]]:
             stack += [(f"{name}[{index}]", v) for index, v in enumerate(item)]
 
 
+def _embedding_ids(value: Any) -> Iterable[tuple[str, Any, Any]]:
+    """Each ``(place, pad_token_id, vocab_size)`` of the JSON ``value``: every object, however
+    nested (``text_config.…``), that gives both, walked without recursion."""
+    stack = [("", value)]
+    while stack:
+        name, item = stack.pop()
+        if isinstance(item, dict):
+            if "pad_token_id" in item and "vocab_size" in item:
+                yield name, item["pad_token_id"], item["vocab_size"]
+            stack += [(f"{name}{key}.", v) for key, v in item.items()]
+
+
 def check_config_file(folder: str | Path) -> dict[str, Any]:
     """The JSON object of ``folder/config.json`` (read bounded: a regular file of at most
     :data:`CONFIG_LIMIT` bytes), its numbers finite, its layer counts at most
     :data:`MAX_LAYERS` (a model is built from it, on the meta device, to check its weights: a
-    config of 100,000 layers would take minutes and gigabytes) and its labels checked:
+    config of 100,000 layers would take minutes and gigabytes), its padding id one of its
+    embeddings' rows and its labels checked:
     ``id2label`` maps the ids 0..C−1, without gaps, to distinct names, and ``num_labels``, where
     given, is C."""
     path = Path(folder) / "config.json"
@@ -139,6 +152,13 @@ def check_config_file(folder: str | Path) -> dict[str, Any]:
             raise WorkbenchError(
                 f"{path}: {name} is {value}, more layers than any model has (at most "
                 f"{MAX_LAYERS:,}): {REMEDY}"
+            )
+    for place, pad, size in _embedding_ids(raw):
+        whole = all(isinstance(v, int) and not isinstance(v, bool) for v in (pad, size))
+        if pad is not None and whole and not -size <= pad < size:  # torch: an AssertionError
+            raise WorkbenchError(
+                f"{path}: {place}pad_token_id is {pad}, not an id of the {size:,} rows of its "
+                f"embeddings ({place}vocab_size {size}): {REMEDY}"
             )
     given = raw.get("num_labels")
     if given is not None and (
