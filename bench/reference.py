@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from transformers import PreTrainedModel
 
+from kd.methods.adkd import ADKDSettings
 from tests.reference_terms import (
     attribution_loss,
     attribution_map,
@@ -125,6 +126,10 @@ def authors_step_loss(
     }
     if method == "adkd":
         return adkd_step_loss(
-            teacher, student, batch, **settings, reduction=objective.attr_reduction
+            teacher,
+            student,
+            batch,
+            **settings,
+            reduction=objective.of(ADKDSettings).attr_reduction,
         )
     return gkd_step_loss(teacher, student, batch, **settings)

@@ -86,35 +86,40 @@ def hidden_mse_loss(student: Tensor, teacher: Tensor, attention_mask: Tensor) ->
     return squared.sum() / mask.sum().clamp_min(1)
 
 
-# 3. What its terms read, resolved once per run from its settings and recorded in run.json.
+# 3. What its terms read: the layer pairs, a function of its settings and the two models' depths.
+def hidden_pairs(objective: Objective) -> list[tuple[int, int]]:
+    """The ``(student, teacher)`` hidden-state pairs compared: the uniform mapping, from the
+    ``hidden_from``-th."""
+    first = objective.of(HiddenSettings).hidden_from
+    return uniform_layers(objective.teacher_layers, objective.student_layers)[first:]
+
+
+# ... checked once per run against the models (its settings need nothing decided: None), and
+# recorded in run.json.
 @method(
     "hidden",
-    record=lambda o: {"hidden_pairs": o.hidden_pairs},
+    record=lambda o: {"hidden_pairs": hidden_pairs(o)},
     layer_pairs="hidden_pairs",
     mapping="uniform mapping of the hidden-state MSE ({method})",
 )
-def _resolve(objective: Objective) -> dict:
-    pairs = uniform_layers(objective.teacher_layers, objective.student_layers)
-    first = objective.config.of(HiddenSettings).hidden_from
-    if first >= len(pairs):
-        raise WorkbenchError(
-            f"--hidden-from {first}: this student maps hidden states 0..{len(pairs) - 1}"
-        )
-    return {"hidden_pairs": pairs[first:]}
+def _resolve(objective: Objective) -> None:
+    if not hidden_pairs(objective):
+        first, last = objective.of(HiddenSettings).hidden_from, objective.student_layers
+        raise WorkbenchError(f"--hidden-from {first}: this student maps hidden states 0..{last}")
 
 
 # 4. What the frozen teacher contributes (cached per example unless cacheable=False).
-@teacher_field("hidden_states", per_token=True, key=lambda o: {"hidden_pairs": o.hidden_pairs})
+@teacher_field("hidden_states", per_token=True, key=lambda o: {"hidden_pairs": hidden_pairs(o)})
 def _teacher_hidden(objective: Objective, teacher: PreTrainedModel, batch) -> Tensor:
     hidden = models.forward(teacher, batch, hidden_states=True).hidden_states
-    return torch.stack([hidden[t] for _, t in objective.hidden_pairs], dim=2)  # [B, L, K, d]
+    return torch.stack([hidden[t] for _, t in hidden_pairs(objective)], dim=2)  # [B, L, K, d]
 
 
 # 5. The term: reads the step's student output and the teacher field.
 @term("hidden", teacher_fields=("hidden_states",), hidden_states=True, unit=TOKENS)
 def _hidden(objective: Objective, inputs: StepInputs) -> Tensor:
     hidden = inputs.student.hidden_states
-    student = torch.stack([hidden[s] for s, _ in objective.hidden_pairs], dim=1)
+    student = torch.stack([hidden[s] for s, _ in hidden_pairs(objective)], dim=1)
     teacher = inputs.teacher["hidden_states"].transpose(1, 2)  # [B, K, L, d]
     return hidden_mse_loss(student, teacher, inputs.batch["attention_mask"])
 

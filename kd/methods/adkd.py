@@ -20,7 +20,7 @@ top-K embedding dimensions); this module only chooses the views and the sites an
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from kd.methods.config import register_settings
@@ -180,25 +180,25 @@ def attribution_layers(num_layers: int, which: str) -> list[int | None]:
 
 
 def attribution_views(
-    objective: Objective,
+    settings: ADKDSettings,
     model: PreTrainedModel,
     batch: dict[str, Tensor],
     classes: Tensor | None,
-    create_graph: bool,
-    top_k: int | None,
+    teacher: bool,
 ) -> tuple[Tensor, Tensor]:
     """AD-KD maps ``[B, S·V, L]`` — the views at each attribution site, concatenated — and the
-    model's logits ``[B, C]`` from the first site's forward pass.
+    model's logits ``[B, C]`` from the first site's forward pass, under the resolved
+    ``settings`` (:meth:`Objective.of`): the teacher's maps keep its top-K dimensions and carry
+    no graph, the student's keep every dimension and carry one.
 
     ``classes``: with view ``pred``, the teacher's predicted class per example, so that student
     and teacher attribute the same class; with view ``sample``, the drawn class per example
     (the student's maps are then ``[B, S, L]``)."""
-    views, labels = objective.attr_views, batch.get("labels")
+    views, labels = settings.attr_views, batch.get("labels")
     if views == "sample":  # the teacher's maps cover every class; the student's the drawn ones
         views, labels = ("all", labels) if classes is None else ("gold", classes)
     elif views == "pred" and classes is not None:
         views, labels = "gold", classes
-    settings = objective.config.of(ADKDSettings)
     sites = attribution_layers(models.layer_count(model), settings.attr_layer)
     results = [
         attribution.attribution_maps(
@@ -209,9 +209,9 @@ def attribution_views(
             views=views,
             labels=labels,
             steps=settings.attr_steps,
-            baseline=objective.attr_baseline,
-            top_k=top_k,
-            create_graph=create_graph,
+            baseline=settings.attr_baseline,
+            top_k=settings.attr_top_k if teacher else None,
+            create_graph=not teacher,
             layer=site,
             return_logits=True,
         )
@@ -251,20 +251,19 @@ def sampled_view_loss(
 
 def _map_settings(objective: Objective) -> dict:
     """The settings that change the maps (the teacher cache's key)."""
-    c = objective.config.of(ADKDSettings)
+    c = objective.of(ADKDSettings)
     return {
         "steps": c.attr_steps,
         "top_k": c.attr_top_k,
-        "baseline": objective.attr_baseline,
-        "views": objective.attr_views,
+        "baseline": c.attr_baseline,
+        "views": c.attr_views,
         "layer": c.attr_layer,
     }
 
 
-def _check_models(objective: Objective) -> None:
-    """What the options ask of the two models, checked before anything runs: sites both have,
-    classes the task has, dimensions the teacher's embeddings have."""
-    c = objective.config.of(ADKDSettings)
+def _check_models(objective: Objective, c: ADKDSettings) -> None:
+    """What the options ``c`` ask of the two models, checked before anything runs: sites both
+    have, classes the task has, dimensions the teacher's embeddings have."""
     try:
         for layers in (objective.teacher_layers, objective.student_layers):
             attribution_layers(layers, c.attr_layer)
@@ -286,25 +285,27 @@ def _check_models(objective: Objective) -> None:
 
 @method(
     "attr",
-    record=lambda o: {"attribution": {"reduction": o.attr_reduction, **_map_settings(o)}},
+    record=lambda o: {
+        "attribution": {"reduction": o.of(ADKDSettings).attr_reduction, **_map_settings(o)}
+    },
     describe=lambda r: f"{r['attribution']['reduction']} distance" if "attribution" in r else "",
 )
-def _resolve(objective: Objective) -> dict:
+def _resolve(objective: Objective) -> ADKDSettings:
     """Official parity: zero baselines, the authors' distance and, with two classes, the gold
     view (their code's); explicit options win."""
     c, official = objective.config.of(ADKDSettings), objective.config.parity == "official"
-    _check_models(objective)
-    return {
-        "attr_baseline": c.attr_baseline or ("zero" if official else "pad"),
-        "attr_views": c.attr_views or ("gold" if official and objective.num_labels == 2 else "all"),
-        "attr_reduction": c.attr_reduction or ("official" if official else "paper"),
-    }
+    _check_models(objective, c)
+    return replace(
+        c,
+        attr_baseline=c.attr_baseline or ("zero" if official else "pad"),
+        attr_views=c.attr_views or ("gold" if official and objective.num_labels == 2 else "all"),
+        attr_reduction=c.attr_reduction or ("official" if official else "paper"),
+    )
 
 
 @teacher_field("maps", per_token=True, key=lambda o: {"maps": _map_settings(o)}, gradients=True)
 def _teacher_maps(objective: Objective, teacher: PreTrainedModel, batch) -> Tensor:
-    top_k = objective.config.of(ADKDSettings).attr_top_k
-    maps, _ = attribution_views(objective, teacher, batch, None, False, top_k)
+    maps, _ = attribution_views(objective.of(ADKDSettings), teacher, batch, None, True)
     maps = maps.transpose(1, 2)  # [B, L, S·V]: per token
     if "word_ids" in batch:  # another tokenizer's student: per word, in the first W rows
         return alignment.pad_words(alignment.word_maps(maps, batch["word_ids"]), maps.shape[1])
@@ -315,24 +316,23 @@ def _teacher_maps(objective: Objective, teacher: PreTrainedModel, batch) -> Tens
     "attr",
     teacher_fields=("maps",),
     runs_student=True,
-    unit=lambda o: TOKENS if o.attr_reduction == "official" else WORDED,
+    unit=lambda o: TOKENS if o.of(ADKDSettings).attr_reduction == "official" else WORDED,
     on_words="each view's token maps summed over the word's tokens, L2-normalised over the words",
     labels=lambda o: (
         "AD-KD's gold view maps the gold class (use --attr-views pred or all)"
-        if o.attr_views == "gold"
+        if o.of(ADKDSettings).attr_views == "gold"
         else ""
     ),
 )
 def _attr(objective: Objective, inputs: StepInputs) -> Tensor:
+    settings = objective.of(ADKDSettings)
     teacher_maps = inputs.teacher["maps"].transpose(1, 2)
     mask = inputs.batch["attention_mask"]
-    if objective.attr_views == "sample":
+    if settings.attr_views == "sample":
         classes = torch.randint(objective.num_labels, (mask.shape[0],), device=mask.device)
     else:
         classes = inputs.teacher["logits"].argmax(-1) if "logits" in inputs.teacher else None
-    student_maps, logits = attribution_views(
-        objective, inputs.model, inputs.batch, classes, True, None
-    )
+    student_maps, logits = attribution_views(settings, inputs.model, inputs.batch, classes, False)
     inputs.share(logits)
     examples = None  # every example
     if "word_ids" in inputs.batch:  # another tokenizer's teacher: compared on shared words
@@ -341,13 +341,13 @@ def _attr(objective: Objective, inputs: StepInputs) -> Tensor:
         teacher_maps = teacher_maps[..., : student_maps.shape[-1]]
         mask = alignment.word_mask(ids)
         examples = mask.any(1)  # those that share a word
-    if objective.attr_views == "sample":
-        reduction = "official" if objective.attr_reduction == "official" else "squared"
+    if settings.attr_views == "sample":
+        reduction = "official" if settings.attr_reduction == "official" else "squared"
         return sampled_view_loss(
             student_maps, teacher_maps, classes, mask, objective.num_labels, reduction, examples
         )
     return attribution_loss(
-        student_maps, teacher_maps, mask, reduction=objective.attr_reduction, examples=examples
+        student_maps, teacher_maps, mask, reduction=settings.attr_reduction, examples=examples
     )
 
 

@@ -242,14 +242,21 @@ def layer_relation_loss(
     "wr",
     "ltr",
     record=lambda o: {
-        "relation_pairs": o.relation_pairs,
-        "ckd_window": o.config.of(CKDSettings).ckd_window,
+        "relation_pairs": relation_pairs(o),
+        "ckd_window": o.of(CKDSettings).ckd_window,
     },
     layer_pairs="relation_pairs",
     mapping="uniform mapping of the relation terms (CKD)",
 )
-def _resolve(objective: Objective) -> dict:
-    return {"relation_pairs": uniform_layers(objective.teacher_layers, objective.student_layers)}
+def _resolve(objective: Objective) -> None:
+    """The mapping checked against the two models' depths; the settings need nothing decided."""
+    relation_pairs(objective)
+
+
+def relation_pairs(objective: Objective) -> list[tuple[int, int]]:
+    """The ``(student, teacher)`` hidden-state pairs of the relation terms: the uniform
+    mapping."""
+    return uniform_layers(objective.teacher_layers, objective.student_layers)
 
 
 # what WR and LTR read, and how they compare across tokenizers
@@ -265,11 +272,11 @@ STATES = {
     "relation_states",
     per_token=True,
     cacheable=False,
-    key=lambda o: {"relation_pairs": o.relation_pairs},
+    key=lambda o: {"relation_pairs": relation_pairs(o)},
 )
 def _teacher_relation_states(objective: Objective, teacher: PreTrainedModel, batch) -> Tensor:
     hidden = models.forward(teacher, batch, hidden_states=True).hidden_states
-    states = torch.stack([hidden[t] for _, t in objective.relation_pairs], dim=2)  # [B, L, K, d]
+    states = torch.stack([hidden[t] for _, t in relation_pairs(objective)], dim=2)  # [B, L, K, d]
     if "word_ids" in batch:  # another tokenizer's student: word states, the mean of its
         ids = batch["word_ids"]  # tokens, in the first W of the teacher's token rows
         return alignment.pad_words(alignment.pool_words(states, ids, "mean"), ids.shape[1])
@@ -280,7 +287,7 @@ def _relation_states(objective: Objective, inputs: StepInputs) -> tuple[Tensor, 
     """Student and teacher states ``[B, K, L, d]`` of the mapped layers and their mask
     ``[B, L]``; across tokenizers, of the shared words (``L`` = ``W``)."""
     hidden = inputs.student.hidden_states
-    student = torch.stack([hidden[s] for s, _ in objective.relation_pairs], dim=1)
+    student = torch.stack([hidden[s] for s, _ in relation_pairs(objective)], dim=1)
     mask = inputs.batch["attention_mask"]
     teacher = inputs.teacher["relation_states"]  # [B, L_t, K, d]
     if "word_ids" in inputs.batch:
@@ -296,7 +303,7 @@ def _relation_states(objective: Objective, inputs: StepInputs) -> tuple[Tensor, 
 @term("wr", exact_split=False, **STATES)
 def _wr(objective: Objective, inputs: StepInputs) -> Tensor:
     student, teacher, mask = _relation_states(objective, inputs)
-    window, parity = objective.config.of(CKDSettings).ckd_window, objective.config.parity
+    window, parity = objective.of(CKDSettings).ckd_window, objective.config.parity
     return word_relation_loss(student, teacher, mask, window=window, variant=parity)
 
 

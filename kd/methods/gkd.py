@@ -169,13 +169,13 @@ def state_gradients(
 @method(
     "grad",
     "cls_grad",
-    record=lambda o: {"patient_pairs": o.patient_pairs} if "cls_grad" in o.weights else {},
+    record=lambda o: {"patient_pairs": mapped_pairs(o)} if "cls_grad" in o.weights else {},
     layer_pairs="patient_pairs",
     mapping="Patient KD mapping ({method})",
 )
-def _resolve(objective: Objective) -> dict:
-    """GKD-CLS reads PKD's layer pairs. Gradients of one token (same tokenizer) or of the
-    states the head reads (GKD-CLS) compare in one space: equal widths."""
+def _resolve(objective: Objective) -> None:
+    """GKD-CLS reads PKD's layer pairs (checked here). Gradients of one token (same tokenizer)
+    or of the states the head reads (GKD-CLS) compare in one space: equal widths."""
     widths = objective.teacher_width, objective.student_width
     if None not in widths and widths[0] != widths[1]:
         if "cls_grad" in objective.weights:
@@ -190,7 +190,8 @@ def _resolve(objective: Objective) -> dict:
                 f"needs the teacher's embedding width {widths[0]}, not {widths[1]}: use --init "
                 "cut or a student of the same hidden size"
             )
-    return {"patient_pairs": mapped_pairs(objective)} if "cls_grad" in objective.weights else {}
+    if "cls_grad" in objective.weights:
+        mapped_pairs(objective)
 
 
 @teacher_field("input_grads", per_token=True, gradients=True)
@@ -203,9 +204,9 @@ def _teacher_input_grads(_objective: Objective, teacher: PreTrainedModel, batch)
     return gradients
 
 
-@teacher_field("cls_grads", key=lambda o: {"patient_pairs": o.patient_pairs}, gradients=True)
+@teacher_field("cls_grads", key=lambda o: {"patient_pairs": mapped_pairs(o)}, gradients=True)
 def _teacher_cls_grads(objective: Objective, teacher: PreTrainedModel, batch) -> Tensor:
-    return state_gradients(teacher, batch, [t for _, t in objective.patient_pairs], False)
+    return state_gradients(teacher, batch, [t for _, t in mapped_pairs(objective)], False)
 
 
 @term(
@@ -233,7 +234,7 @@ def _grad(_objective: Objective, inputs: StepInputs) -> Tensor:
 
 @term("cls_grad", teacher_fields=("cls_grads",))
 def _cls_grad(objective: Objective, inputs: StepInputs) -> Tensor:
-    layers = [s for s, _ in objective.patient_pairs]
+    layers = [s for s, _ in mapped_pairs(objective)]
     student = state_gradients(inputs.model, inputs.batch, layers, True)
     return gradient_alignment_loss(student, inputs.teacher["cls_grads"])
 
@@ -267,14 +268,14 @@ def prepare_gradient_student(
 
 
 def _prepare(objective: Objective, teacher: PreTrainedModel, student: PreTrainedModel) -> None:
-    dropout = objective.config.of(GKDSettings).dropout
+    dropout = objective.of(GKDSettings).dropout
     prepare_gradient_student(teacher, student, dropout, same_tokens=not objective.words)
 
 
 def _record_setup(objective: Objective) -> dict:
     """Whether the student keeps dropout; another tokenizer's keeps its own embeddings, trained."""
     own = {"student_embeddings": "own"} if objective.words else {}
-    return {"student_dropout": objective.config.of(GKDSettings).dropout} | own
+    return {"student_dropout": objective.of(GKDSettings).dropout} | own
 
 
 def _pin(config: ObjectiveConfig, weights: dict[str, float]) -> ObjectiveConfig:

@@ -1,10 +1,11 @@
 """The distillation objective: a registry of loss terms and their weighted sum.
 
-Each method's module of :mod:`kd.methods` registers its parts here: its *terms* (``@term``: how
-a pure loss function reads a training step), the *teacher fields* they need (``@teacher_field``),
-its *presets* (:class:`Preset`) and, where it has them, a *method* (``@method``: the settings its
-terms read) and a *student set-up* (:func:`student_setup`). Cacheable teacher fields are served
-from the run's cache; the others (CKD's hidden states) are recomputed without a graph each step.
+Each method's module of :mod:`kd.methods` registers its parts here: its *terms* (``@term``: how a
+pure loss function reads a training step), the *teacher fields* they need (``@teacher_field``),
+its *presets* (:class:`Preset`) and, where it has them, a *method* (``@method``: its settings
+resolved for the models, as its terms read them through :meth:`Objective.of`) and a *student set-
+up* (:func:`student_setup`). Cacheable teacher fields are served from the run's cache; the others
+(CKD's hidden states) are recomputed without a graph each step.
 Explicit weights (``ce=0.1,kd=0.9,attr=10``) replace a preset's, so any terms combine. Importing
 this module imports its package, and so registers the built-in methods.
 """
@@ -15,12 +16,14 @@ import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kd.methods.config import ObjectiveConfig, Registry, registration_place, spell_weights
 from workbench.core.config import HELP_LISTS, spell
 from workbench.core.errors import WorkbenchError
 from workbench.core.lazy import lazy_module
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -104,18 +107,20 @@ class TeacherField:
 
 @dataclass(frozen=True)
 class Method:
-    """A method's own settings: when any of ``terms`` has a weight, ``resolve(objective)`` gives
-    the settings its terms read (attributes of the :class:`Objective`), ``record(objective)`` what
-    ``run.json`` keeps of them and ``modules(objective)`` the trainable modules its terms own
-    (PKD's projection), trained with the student and left out of the saved model. A method whose
-    terms match layers names the key of its record that holds the ``(student, teacher)`` layer
-    pairs (``layer_pairs``, as ``hidden_states`` indices) and how the app's geometry page names
-    the mapping (``mapping``; ``{method}``: the run's preset). ``describe(record)``: what a run's
-    description adds for the method, from the run's resolved objective (``"official distance"``;
-    empty where the method was not in use)."""
+    """A method's own settings: when any of ``terms`` has a weight, ``resolve(objective)`` checks
+    the models and gives the method's settings dataclass as its terms read it, every value the
+    preset or the parity decides in place of None (:meth:`Objective.of` returns it), or None
+    where nothing is left to decide; ``record(objective)`` what ``run.json`` keeps of them and
+    ``modules(objective)`` the trainable modules its terms own (PKD's projection), trained with
+    the student and left out of the saved model. A method whose terms match layers names the key
+    of its record that holds the ``(student, teacher)`` layer pairs (``layer_pairs``, as
+    ``hidden_states`` indices) and how the app's geometry page names the mapping (``mapping``;
+    ``{method}``: the run's preset). ``describe(record)``: what a run's description adds for the
+    method, from the run's resolved objective (``"official distance"``; empty where the method
+    was not in use)."""
 
     terms: frozenset[str]
-    resolve: Callable[[Objective], dict[str, Any]]
+    resolve: Callable[[Objective], Any]
     record: Callable[[Objective], dict[str, Any]]
     modules: Callable[[Objective], dict[str, torch.nn.Module]] | None = None
     layer_pairs: str = ""
@@ -481,8 +486,8 @@ def control(config: ObjectiveConfig) -> ObjectiveConfig:
 @dataclass
 class Objective:
     """A resolved objective: the weights, the logit-KD settings every method shares, the
-    settings of the methods in use (``settings``, also readable as attributes:
-    ``objective.patient_pairs``) and the trainable modules their terms own (``modules``).
+    settings of the methods in use as resolved (``resolved``, by settings dataclass: read them
+    with :meth:`of`) and the trainable modules their terms own (``modules``).
     ``words``: teacher and student read the text through different tokenizers, and the
     per-token terms compare on the words they share."""
 
@@ -496,7 +501,7 @@ class Objective:
     words: bool = False
     temperature: float = 4.0
     kd_form: str = "kl"
-    settings: dict[str, Any] = field(default_factory=dict)
+    resolved: dict[type, Any] = field(default_factory=dict)
     modules: torch.nn.ModuleDict = field(default_factory=lambda: torch.nn.ModuleDict())
 
     @classmethod
@@ -533,16 +538,16 @@ class Objective:
             kd_form=config.kd_form or (preset.official_kd_form if official else "kl"),
         )
         for entry in objective.methods():
-            objective.settings.update(entry.resolve(objective))
+            if (settings := entry.resolve(objective)) is not None:
+                objective.resolved[type(settings)] = settings
             if entry.modules is not None:
                 objective.modules.update(entry.modules(objective))
         return objective
 
-    def __getattr__(self, name: str) -> Any:
-        settings = self.__dict__.get("settings", {})
-        if name in settings:
-            return settings[name]
-        raise AttributeError(f"{type(self).__name__!r} has no attribute or setting {name!r}")
+    def of(self, cls: type[T]) -> T:
+        """The settings of the method whose settings dataclass is ``cls``: as its ``resolve``
+        gave them where the method is in use, else as the config holds them."""
+        return self.resolved.get(cls) or self.config.of(cls)
 
     def methods(self) -> list[Method]:
         """The registered methods with a weighted term."""

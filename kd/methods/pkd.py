@@ -80,13 +80,21 @@ def patient_loss(student_cls: Tensor, teacher_cls: Tensor, *, reduction: str = "
 def mapped_pairs(objective: Objective) -> list[tuple[int, int]]:
     """The ``(student j, teacher I(j))`` hidden-state pairs of the preset's mapping (PKD-Skip,
     PKD-Last) or of ``--pkd-mapping`` for explicit weights. GKD-CLS uses them too."""
-    mapping = objective.config.of(PKDSettings).pkd_mapping
+    mapping = objective.of(PKDSettings).pkd_mapping
     return patient_layers(objective.teacher_layers, objective.student_layers, mapping)
+
+
+def projection_widths(objective: Objective) -> dict[str, int] | None:
+    """The student's and the teacher's widths where they differ (the projection ``W`` maps the
+    one to the other), else None."""
+    widths = {"student": objective.student_width, "teacher": objective.teacher_width}
+    differ = None not in widths.values() and widths["student"] != widths["teacher"]
+    return widths if differ else None
 
 
 def _projection(objective: Objective) -> dict[str, torch.nn.Module]:
     """Where the widths differ, ``W``: ``[.., d_s] → [.., d_t]``."""
-    if (widths := objective.pkd_projection) is None:
+    if (widths := projection_widths(objective)) is None:
         return {}
     return {"pkd": torch.nn.Linear(widths["student"], widths["teacher"], bias=False)}
 
@@ -94,26 +102,25 @@ def _projection(objective: Objective) -> dict[str, torch.nn.Module]:
 @method(
     "pkd",
     record=lambda o: (
-        {"patient_pairs": o.patient_pairs}
-        | ({"pkd_projection": o.pkd_projection} if o.pkd_projection else {})
+        {"patient_pairs": mapped_pairs(o)}
+        | ({"pkd_projection": widths} if (widths := projection_widths(o)) else {})
     ),
     modules=_projection,
     layer_pairs="patient_pairs",
     mapping="Patient KD mapping ({method})",
 )
-def _resolve(objective: Objective) -> dict:
-    widths = {"student": objective.student_width, "teacher": objective.teacher_width}
-    differ = None not in widths.values() and widths["student"] != widths["teacher"]
-    return {"patient_pairs": mapped_pairs(objective), "pkd_projection": widths if differ else None}
+def _resolve(objective: Objective) -> None:
+    """The mapping checked against the two models' depths; its settings need nothing decided."""
+    mapped_pairs(objective)
 
 
 def _cls_states(objective: Objective, model: PreTrainedModel, batch, hidden, side: int) -> Tensor:
     """``[B, M, d]``: what the head reads of ``hidden`` at the pairs' layers of ``side`` (0, 1)."""
-    pairs = objective.patient_pairs
+    pairs = mapped_pairs(objective)
     return torch.stack([parts.head_states(model, hidden[p[side]], batch) for p in pairs], 1)
 
 
-@teacher_field("cls", key=lambda o: {"patient_pairs": o.patient_pairs})
+@teacher_field("cls", key=lambda o: {"patient_pairs": mapped_pairs(o)})
 def _teacher_cls(objective: Objective, teacher: PreTrainedModel, batch) -> Tensor:
     hidden = models.forward(teacher, batch, hidden_states=True).hidden_states
     return _cls_states(objective, teacher, batch, hidden, 1)

@@ -70,13 +70,14 @@ def test_example_method_registers_resolves_and_trains_a_step(example, tiny_task_
     objective = Objective.resolve(ObjectiveConfig(preset="hidden-mse"), 4, 2, num_labels=3)
 
     assert objective.weights == {"ce": 0.5, "kd": 0.5, "hidden": 1.0}
-    assert objective.hidden_pairs == [(0, 0), (1, 2), (2, 4)]
+    assert example["hidden_pairs"](objective) == [(0, 0), (1, 2), (2, 4)]
     assert objective.record()["hidden_pairs"] == [[0, 0], [1, 2], [2, 4]]
     assert objective.teacher_fields() == ["logits", "hidden_states"]
     assert objective.teacher_settings(["hidden_states"])["hidden_pairs"] == [(0, 0), (1, 2), (2, 4)]
     later = ObjectiveConfig(preset="hidden-mse").with_settings(hidden_from=1)
     assert to_dict(later)["hidden_from"] == 1
-    assert Objective.resolve(later, 4, 2, num_labels=3).hidden_pairs == [(1, 2), (2, 4)]
+    resolved = Objective.resolve(later, 4, 2, num_labels=3)
+    assert example["hidden_pairs"](resolved) == [(1, 2), (2, 4)]
 
     with torch.no_grad():
         teacher_values = objective.teacher_batch(teacher, batch)

@@ -11,7 +11,7 @@ from tqdm.auto import tqdm
 
 from kd.methods.config import ObjectiveConfig
 from kd.methods.objective import Objective
-from kd.methods.pkd import patient_loss
+from kd.methods.pkd import mapped_pairs, patient_loss
 from kd.methods.students import cut_student
 from kd.methods.vanilla import logit_kd_loss, task_loss
 from tests.conftest import tiny_model, tiny_tokenizer
@@ -34,10 +34,10 @@ def test_presets_and_explicit_weights():
     kd = Objective.resolve(ObjectiveConfig(preset="kd"), 4, 2)
     assert kd.weights == {"ce": 0.5, "kd": 0.5} and kd.kd_form == "kl"
     official = Objective.resolve(ObjectiveConfig(preset="pkd-last", parity="official"), 4, 2)
-    assert official.kd_form == "kl-mean" and official.patient_pairs == [(1, 3)]
+    assert official.kd_form == "kl-mean" and mapped_pairs(official) == [(1, 3)]
     assert official.weights["pkd"] == 500.0
     skip = Objective.resolve(ObjectiveConfig(preset="pkd-skip"), 6, 3)
-    assert skip.patient_pairs == [(1, 2), (2, 4)] and skip.teacher_fields() == ["logits", "cls"]
+    assert mapped_pairs(skip) == [(1, 2), (2, 4)] and skip.teacher_fields() == ["logits", "cls"]
     custom = Objective.resolve(ObjectiveConfig(weights={"ce": 0.1, "kd": 0.9, "pkd": 0}), 4, 2)
     assert custom.weights == {"ce": 0.1, "kd": 0.9} and custom.teacher_fields() == ["logits"]
     for bad, message in [

@@ -8,11 +8,12 @@ import itertools
 import pytest
 import torch
 
-from kd.methods.adkd import attribution_loss, sampled_view_loss
-from kd.methods.ckd import layer_relation_loss, word_relation_loss
+from kd.methods.adkd import ADKDSettings, attribution_loss, sampled_view_loss
+from kd.methods.ckd import layer_relation_loss, relation_pairs, word_relation_loss
 from kd.methods.config import ObjectiveConfig
 from kd.methods.gkd import gradient_alignment_loss, prepare_gradient_student, state_gradients
 from kd.methods.objective import Objective
+from kd.methods.pkd import mapped_pairs
 from kd.methods.students import cut_student, random_student
 from tests.conftest import tiny_model
 from workbench.analysis.attribution.gradients import attribution_maps, input_gradients
@@ -50,7 +51,7 @@ def _setup(preset: str, **options):
 def test_adkd_term_equals_the_loss_of_independent_maps(chosen, reduction):
     """The preset computes the authors' distance (its β grid belongs to it); Eq. 9 on request."""
     teacher, student, objective, batch = _setup("adkd", attr_top_k=8, attr_reduction=chosen)
-    assert objective.attr_reduction == reduction
+    assert objective.of(ADKDSettings).attr_reduction == reduction
     values = objective(student, batch, objective.teacher_batch(teacher, batch))
     inputs = (batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
     teacher_maps = attribution_maps(teacher, *inputs, views="all", top_k=8)
@@ -102,7 +103,7 @@ def test_gkd_terms_equal_direct_gradients():
 
 def test_ckd_terms_use_the_uniform_mapping_with_embeddings():
     teacher, student, objective, batch = _setup("ckd")
-    assert objective.relation_pairs == [(0, 0), (1, 2), (2, 4)]
+    assert relation_pairs(objective) == [(0, 0), (1, 2), (2, 4)]
     assert objective.live_fields() == ["relation_states"]
     fields = objective.teacher_batch(teacher, batch)
     values = objective(student, batch, fields)
@@ -136,13 +137,16 @@ def test_cached_teacher_fields_equal_fresh_ones(preset):
 
 def test_two_classes_attribute_one_view_official_uses_gold_and_zero_baseline():
     objective = Objective.resolve(ObjectiveConfig(preset="adkd", parity="official"), 4, 2, 2)
-    assert objective.attr_views == "gold" and objective.attr_baseline == "zero"
+    official = objective.of(ADKDSettings)
+    assert official.attr_views == "gold" and official.attr_baseline == "zero"
     assert objective.kd_form == "soft-ce" and objective.temperature == 2.0
     paper = Objective.resolve(ObjectiveConfig(preset="adkd"), 4, 2, 3)
-    assert paper.attr_views == "all" and paper.attr_baseline == "pad"
+    assert paper.of(ADKDSettings).attr_views == "all"
+    assert paper.of(ADKDSettings).attr_baseline == "pad"
     # an explicit choice is honoured, never silently replaced by the official default
     chosen = ObjectiveConfig(preset="adkd", parity="official").with_settings(attr_views="all")
-    assert Objective.resolve(chosen, 4, 2, 2).attr_views == "all"
+    assert Objective.resolve(chosen, 4, 2, 2).of(ADKDSettings).attr_views == "all"
+    assert chosen.of(ADKDSettings).attr_baseline is None  # the config keeps what was given
 
 
 def test_view_sampling_expectation_is_the_multi_view_squared_loss():
@@ -180,7 +184,7 @@ def test_view_sampling_term_attributes_the_drawn_classes():
     student_maps = attribution_maps(
         student, *inputs, views="gold", labels=classes, create_graph=True
     )
-    assert objective.attr_reduction == "official"  # the preset's distance, for the drawn view
+    assert objective.of(ADKDSettings).attr_reduction == "official"  # the preset's distance
     expected = sampled_view_loss(
         student_maps,
         fields["maps"].transpose(1, 2),
@@ -277,7 +281,7 @@ def test_a_student_of_another_width_compares_its_states_through_a_trained_projec
     student_states = forward(student, batch, hidden_states=True).hidden_states
     teacher_states = forward(teacher, batch, hidden_states=True).hidden_states
     expected = 0.0
-    for s, t in objective.patient_pairs:  # the paper's form: Σ over layers and dims, batch mean
+    for s, t in mapped_pairs(objective):  # the paper's form: Σ over layers and dims, batch mean
         mapped = student_states[s][:, 0] @ projection.weight.T  # [B, 16]
         unit_s = mapped / mapped.norm(dim=-1, keepdim=True)
         unit_t = teacher_states[t][:, 0] / teacher_states[t][:, 0].norm(dim=-1, keepdim=True)

@@ -69,8 +69,8 @@ def test_word_level_attribution_term_equals_a_direct_computation(two_tokenizers)
             batch["token_type_ids"],
             views="all",
             labels=batch["labels"],
-            steps=objective.config.of(ADKDSettings).attr_steps,
-            baseline=objective.attr_baseline,
+            steps=objective.of(ADKDSettings).attr_steps,
+            baseline=objective.of(ADKDSettings).attr_baseline,
             top_k=top_k,
         )  # [B, C, L]
         out = []
@@ -83,9 +83,9 @@ def test_word_level_attribution_term_equals_a_direct_computation(two_tokenizers)
             out.append(words / words.norm(dim=-1, keepdim=True))  # [C, W]
         return out
 
-    t_maps = word_maps("teacher", objective.config.of(ADKDSettings).attr_top_k)
+    t_maps = word_maps("teacher", objective.of(ADKDSettings).attr_top_k)
     s_maps = word_maps("student", None)
-    assert objective.attr_reduction == "official"  # Σ squared differences / real words
+    assert objective.of(ADKDSettings).attr_reduction == "official"  # Σ squared diffs / words
     squared = sum(((s - t) ** 2).sum() for s, t in zip(s_maps, t_maps, strict=True))
     expected = squared / sum(len(text.split()) for text in TEXTS)
     torch.testing.assert_close(value, expected, rtol=1e-5, atol=1e-7)

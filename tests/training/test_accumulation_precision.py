@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kd.methods.adkd import attribution_views
+from kd.methods.adkd import ADKDSettings, attribution_views
 from kd.methods.config import ObjectiveConfig
 from kd.methods.objective import TERMS, Objective
 from kd.methods.students import cut_student, disable_dropout
@@ -131,7 +131,8 @@ def test_bf16_autocast_keeps_attribution_and_double_backward_sound(preset, tmp_p
     for precision in ("fp32", "bf16"):
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
             losses = objective(student, batch, fields)
-            maps, _ = attribution_views(attribution, student, batch, None, True, None)
+            settings = attribution.of(ADKDSettings)
+            maps, _ = attribution_views(settings, student, batch, None, False)
         grads = torch.autograd.grad(losses["loss"], parameters, allow_unused=True)
         flat = torch.cat(
             [
