@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kd.methods.objective import METHODS
 from kd.training.config import StudentConfig
@@ -17,6 +18,12 @@ from workbench.core.data import encode, load_task, pad_id
 from workbench.core.errors import WorkbenchError
 from workbench.core.models import is_run, layer_count, load_for_task, load_model
 from workbench.core.runs import Run, RunRecord, task_beside, teacher_change
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from workbench.core.data import TaskData
+    from workbench.core.models import LoadedModel
 
 
 def term_summary(records: Sequence[dict]) -> dict[str, str]:
@@ -83,19 +90,7 @@ def evaluate_runs(
             rows.append(_cache_row(path, split, once))
             above = path
             continue
-        given, mapping = data, label_map
-        if given is None and dedupe and is_run(path):
-            given = replace(Run.open(path).config(DataConfig, "data"), dedupe=True)
-        if given is None and not is_run(path) and (beside := task_beside(path, paths, once)):
-            given, recorded_map = beside  # a model beside a run: the run's task and settings
-            given, mapping = replace(given, dedupe=dedupe or given.dedupe), mapping or recorded_map
-        loaded, task = load_for_task(path, given, mapping, once)
-        unfinished = loaded.run.unfinished() if loaded.run else None
-        if unfinished is not None:
-            once(
-                f"{loaded.name} has not finished training ({unfinished}): scored with "
-                f"{loaded.run.snapshot()}"
-            )
+        loaded, task, unfinished = _load(path, paths, data, label_map, dedupe, once)
         if split not in task.splits:
             raise WorkbenchError(f"split {split!r} not in {sorted(task.splits)}")
         part = task.splits[split]
@@ -113,21 +108,8 @@ def evaluate_runs(
             above = path  # a teacher, a model: the students below are scored against it
         if source:  # a student trained alone has no teacher to be loyal to
             key = (source, mapping, config_key(loaded.data), split)
-            if key not in teacher_logits and is_cache(source):  # the logits it holds
-                teacher_logits[key] = cached_logits(source, split, task)
             if key not in teacher_logits:
-                if is_run(source) and (state := Run.open(source).unfinished()) is not None:
-                    once(
-                        f"loyalty is measured against the teacher {source}, which has not "
-                        f"finished training ({state}): {Run.open(source).snapshot()}"
-                    )
-                theirs = load_model(
-                    source, task.spec, loaded.data, parse_label_map(mapping), notify
-                )
-                encoded = encode(part, theirs.tokenizer, loaded.max_length, task.spec.regression)
-                teacher_logits[key] = predict_logits(
-                    theirs.model, encoded, 64, pad_id(theirs.tokenizer)
-                )
+                teacher_logits[key] = _teacher_logits(source, mapping, loaded, task, split, once)
             reference = teacher_logits[key]
             if source == own and not is_cache(source):  # a cache is pinned as its student
                 changed = teacher_change(info.resolved.teacher, teacher_pin(source))
@@ -155,6 +137,46 @@ def evaluate_runs(
     for line in teacher_bought(rows, [_source(path) for path in paths], taught):
         (notify or notice)(line)
     return rows
+
+
+def _load(
+    path: str, paths: Sequence[str], data: DataConfig | None, label_map: str, dedupe: bool, once
+) -> tuple[LoadedModel, TaskData, str | None]:
+    """The model ``path`` names, the task it is scored on (as :func:`evaluate_runs` says) and,
+    for a run that has not finished, where it stands (said to ``once``)."""
+    given, mapping = data, label_map
+    if given is None and dedupe and is_run(path):
+        given = replace(Run.open(path).config(DataConfig, "data"), dedupe=True)
+    if given is None and not is_run(path) and (beside := task_beside(path, paths, once)):
+        given, recorded_map = beside  # a model beside a run: the run's task and settings
+        given, mapping = replace(given, dedupe=dedupe or given.dedupe), mapping or recorded_map
+    loaded, task = load_for_task(path, given, mapping, once)
+    unfinished = loaded.run.unfinished() if loaded.run else None
+    if unfinished is not None:
+        once(
+            f"{loaded.name} has not finished training ({unfinished}): scored with "
+            f"{loaded.run.snapshot()}"
+        )
+    return loaded, task, unfinished
+
+
+def _teacher_logits(
+    source: str, mapping: str, loaded: LoadedModel, task: TaskData, split: str, once
+) -> Tensor:
+    """The logits ``[N, C]`` that the teacher ``source`` gives ``split`` (a cache: those it
+    holds; a model: its own, its classes matched by ``mapping``, reading as far as ``loaded``
+    reads); a teacher run that has not finished is said to ``once``."""
+    if is_cache(source):
+        return cached_logits(source, split, task)
+    if is_run(source) and (state := Run.open(source).unfinished()) is not None:
+        once(
+            f"loyalty is measured against the teacher {source}, which has not finished "
+            f"training ({state}): {Run.open(source).snapshot()}"
+        )
+    theirs = load_model(source, task.spec, loaded.data, parse_label_map(mapping), once)
+    part = task.splits[split]
+    encoded = encode(part, theirs.tokenizer, loaded.max_length, task.spec.regression)
+    return predict_logits(theirs.model, encoded, 64, pad_id(theirs.tokenizer))
 
 
 def _loyal_to(

@@ -16,6 +16,8 @@ from workbench.core.config import Checked, option
 from workbench.core.errors import WorkbenchError
 
 if TYPE_CHECKING:
+    from torch import Tensor
+
     from workbench.analysis.attribution import ExplainerChoice
     from workbench.analysis.examples import Example
     from workbench.core.models import LoadedModel
@@ -164,6 +166,46 @@ def model_detail(loaded: LoadedModel) -> str:
     return layers if preset is None else f"{preset}, {layers}"
 
 
+def _logits(model, batch) -> Tensor:
+    """The float logits ``[N, C]`` of an encoded batch, a few rows at a time (attention scores
+    grow with rows × L²), without a graph."""
+    import torch
+
+    from workbench.core.models import forward
+
+    starts = range(0, len(batch["input_ids"]), FORWARD_ROWS)
+    with torch.no_grad():
+        parts = ({k: v[s : s + FORWARD_ROWS] for k, v in batch.items()} for s in starts)
+        return torch.cat([forward(model, part).logits.float() for part in parts])
+
+
+def _read_row(tokenizer, batch, offsets, row: int, texts: list[str], maps, saliency, words):
+    """Example ``row`` of an encoded batch as a reader reads it: its tokens (or words, with
+    ``words``), its maps ``[C, n]`` and saliency ``[n]`` over them (``maps [C, L]`` and
+    ``saliency [L]`` over its ``L`` real tokens, summed into words where asked), and the spans
+    of the text each covers (a fast tokenizer's offsets; None without)."""
+    from workbench.analysis.attribution import to_words, word_groups
+    from workbench.analysis.attribution.words import group_spans, shown_tokens
+    from workbench.core.data.alignment import token_spans, word_spans
+
+    length = saliency.shape[0]
+    ids = batch["input_ids"][row, :length].tolist()
+    spans, row_offsets, sequences = None, None, [None] * length
+    if offsets is not None:
+        sequences = batch.sequence_ids(row)[:length]
+        row_offsets = offsets[row, :length].tolist()
+        positions = token_spans(row_offsets, sequences, texts)
+        spans = word_spans(positions, batch.word_ids(row)[:length])
+    tokens = shown_tokens(
+        tokenizer, tokenizer.convert_ids_to_tokens(ids), row_offsets, sequences, texts
+    )
+    if words is not None:
+        tokens, groups = word_groups(batch, row, texts, length)
+        maps, saliency = (to_words(x, groups, words) for x in (maps, saliency))
+        spans = None if spans is None else group_spans(spans, groups)
+    return tokens, maps, saliency, spans
+
+
 def explain(
     loaded: LoadedModel,
     examples: Sequence[Example],
@@ -171,15 +213,12 @@ def explain(
     explainer: ExplainerChoice | None = None,
     words: str | None = None,
 ) -> list[Explanation]:
-    """Probabilities and per-class attribution maps of ``examples`` under one model, computed
-    in one batch by :func:`workbench.analysis.attribution.compute_maps` under ``explainer``
-    (default: ig; IG's steps and the classes share the engine's batched passes; another
-    registered explainer one call per class),
-    and the Grad saliency of each predicted class; with ``words`` (sum, mean, max-abs) the maps
-    and saliency of each word (:mod:`workbench.analysis.attribution.words`). IG maps come with
-    their completeness for the predicted class (``ig_completeness``) and, where its gap is over
-    the limit, the warning that says so (``completeness_warning``)."""
-    import torch
+    """Probabilities and per-class maps of ``examples`` under one model, in one batch, by
+    :func:`workbench.analysis.attribution.compute_maps` under ``explainer`` (default: ig), and
+    the Grad saliency of each predicted class; with ``words`` (sum, mean, max-abs) the maps and
+    saliency of each word (:mod:`workbench.analysis.attribution.words`). IG maps come with their
+    completeness for the predicted class (``ig_completeness``) and, where its gap is over the
+    limit, the warning that says so (``completeness_warning``)."""
 
     from workbench.analysis.attribution import (
         AttributionSettings,
@@ -187,15 +226,11 @@ def explain(
         check_layer,
         compute_maps,
         grad_saliency,
-        to_words,
-        word_groups,
     )
     from workbench.analysis.attribution.baselines import resolve_baseline
     from workbench.analysis.attribution.gradients import completeness_gaps
-    from workbench.analysis.attribution.words import check_words, group_spans, shown_tokens
+    from workbench.analysis.attribution.words import check_words
     from workbench.core.data import tokenizer_kind
-    from workbench.core.data.alignment import token_spans, word_spans
-    from workbench.core.models import forward
     from workbench.core.parts import LAST, parts_of
 
     check_words(words)
@@ -204,10 +239,7 @@ def explain(
     batch, full_lengths, longer, args = _encode(loaded, examples)
     offsets = batch.pop("offset_mapping", None)
     model, tokenizer, class_names = loaded.model, loaded.tokenizer, _class_names(loaded)
-    starts = range(0, len(examples), FORWARD_ROWS)
-    with torch.no_grad():  # a few rows at a time: attention scores grow with rows × L²
-        parts = ({k: v[s : s + FORWARD_ROWS] for k, v in batch.items()} for s in starts)
-        logits = torch.cat([forward(model, part).logits.float() for part in parts])
+    logits = _logits(model, batch)
     regression = loaded.spec.regression
     probabilities = logits if regression else logits.softmax(-1)
     predicted = logits.argmax(-1)
@@ -222,22 +254,11 @@ def explain(
     name = name or loaded.name
     for row, example in enumerate(examples):
         length = int(batch["attention_mask"][row].sum())
-        ids = batch["input_ids"][row, :length].tolist()
-        row_maps, row_saliency = maps[row, :, :length], saliency[row, :length]
+        read = maps[row, :, :length], saliency[row, :length]
         texts = [a[row] for a in args]
-        spans, row_offsets, sequences = None, None, [None] * length
-        if offsets is not None:
-            sequences = batch.sequence_ids(row)[:length]
-            row_offsets = offsets[row, :length].tolist()
-            positions = token_spans(row_offsets, sequences, texts)
-            spans = word_spans(positions, batch.word_ids(row)[:length])
-        tokens = shown_tokens(
-            tokenizer, tokenizer.convert_ids_to_tokens(ids), row_offsets, sequences, texts
+        tokens, row_maps, row_saliency, spans = _read_row(
+            tokenizer, batch, offsets, row, texts, *read, words
         )
-        if words is not None:
-            tokens, groups = word_groups(batch, row, texts, length)
-            row_maps, row_saliency = (to_words(x, groups, words) for x in (row_maps, row_saliency))
-            spans = None if spans is None else group_spans(spans, groups)
         out.append(
             Explanation(
                 name=name,

@@ -58,6 +58,60 @@ def layer_mapping(teacher: LoadedModel, student: LoadedModel) -> tuple[list[tupl
     )
 
 
+def _relations(
+    model_states: dict[str, Tensor],
+    chosen: tuple[int, int],
+    kind: str,
+    token: int,
+    labels: list[str],
+) -> None:
+    """The word relations (pairwise distances of ``kind``, angles around ``token``) of the
+    layer pair ``chosen`` (student, teacher), and the layer-transforming relation of ``token``,
+    from each model's hidden states ``[layers + 1, tokens, hidden]``."""
+    layer = dict(zip(("student", "teacher"), chosen, strict=True))
+    states = [(f"{n} layer {layer[n]}", h[layer[n]]) for n, h in model_states.items()]
+
+    def distances(h: Tensor) -> Tensor:  # [n, hidden] -> [n, n]
+        return pairwise_distance_relation(h[None], kind=kind)[0][0]
+
+    def angles(h: Tensor) -> Tensor:  # [tokens, hidden] -> [tokens, tokens] around the token
+        banded, valid = windowed_angle_relation(h[None])
+        return dense_angles(banded[0], valid[0], token)
+
+    st.subheader("Word relation: pairwise distances")
+    st.plotly_chart(
+        relation_heatmaps([(distances(h), labels, t) for t, h in states], "token", "Oranges"),
+        key=f"{KEY}.distances",
+    )
+    st.subheader(f"Word relation: angles around token {common.plain(labels[token])}")
+    st.caption(
+        "cos∠(r_j − r_i, r_k − r_i) for tokens j, k in the window around i; blank outside "
+        "the window."
+    )
+    st.plotly_chart(
+        relation_heatmaps(
+            [(angles(h), labels, t) for t, h in states],
+            "token",
+            "PuOr_r",
+            zrange=(-1.0, 1.0),
+            blank="(outside the window)",
+        ),
+        key=f"{KEY}.angles",
+    )
+    st.subheader(f"Layer-transforming relation of token {common.plain(labels[token])}")
+    st.plotly_chart(
+        relation_heatmaps(
+            [
+                (distances(h[:, token]), [f"L{i}" for i in range(len(h))], f"{n}, across layers")
+                for n, h in model_states.items()
+            ],
+            "layer",
+            "Oranges",
+        ),
+        key=f"{KEY}.layers",
+    )
+
+
 def render() -> None:
     st.title("Layer geometry")
     picked = common.pick_models(common.runs(), KEY, single_student=True)
@@ -106,48 +160,7 @@ def render() -> None:
             key=f"{KEY}.mapping",
         )
 
-    layer = dict(zip(("student", "teacher"), chosen, strict=True))
-    states = [(f"{n} layer {layer[n]}", h[layer[n]]) for n, h in model_states.items()]
-
-    def distances(h: Tensor) -> Tensor:  # [n, hidden] -> [n, n]
-        return pairwise_distance_relation(h[None], kind=PAIR_KINDS[kind])[0][0]
-
-    def angles(h: Tensor) -> Tensor:  # [tokens, hidden] -> [tokens, tokens] around the token
-        banded, valid = windowed_angle_relation(h[None])
-        return dense_angles(banded[0], valid[0], token)
-
-    st.subheader("Word relation: pairwise distances")
-    st.plotly_chart(
-        relation_heatmaps([(distances(h), labels, t) for t, h in states], "token", "Oranges"),
-        key=f"{KEY}.distances",
-    )
-    st.subheader(f"Word relation: angles around token {common.plain(labels[token])}")
-    st.caption(
-        "cos∠(r_j − r_i, r_k − r_i) for tokens j, k in the window around i; blank outside "
-        "the window."
-    )
-    st.plotly_chart(
-        relation_heatmaps(
-            [(angles(h), labels, t) for t, h in states],
-            "token",
-            "PuOr_r",
-            zrange=(-1.0, 1.0),
-            blank="(outside the window)",
-        ),
-        key=f"{KEY}.angles",
-    )
-    st.subheader(f"Layer-transforming relation of token {common.plain(labels[token])}")
-    st.plotly_chart(
-        relation_heatmaps(
-            [
-                (distances(h[:, token]), [f"L{i}" for i in range(len(h))], f"{n}, across layers")
-                for n, h in model_states.items()
-            ],
-            "layer",
-            "Oranges",
-        ),
-        key=f"{KEY}.layers",
-    )
+    _relations(model_states, chosen, PAIR_KINDS[kind], token, labels)
 
 
 if __name__ == "__main__":

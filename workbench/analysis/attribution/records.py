@@ -81,6 +81,33 @@ def _encode(
     return encoded, truncated, args
 
 
+def _check_inputs(model, settings, explainer, words, count: int, pairs, labels) -> None:
+    """What :func:`attribute_texts` is given, checked before any text is read: the layer for the
+    explainer, the word aggregation, one pair and one label per text, the length the model
+    reads."""
+    check_layer(settings, explainer)
+    check_words(words)
+    if pairs is not None and len(pairs) != count:
+        raise WorkbenchError(f"{count} texts but {len(pairs)} pairs: give one pair per text")
+    if labels is not None and len(labels) != count:
+        raise WorkbenchError(f"{count} texts but {len(labels)} labels")
+    check_max_length(model, settings.max_length, "the model")
+
+
+def _shown(tokenizer, encoded: BatchEncoding, i: int, texts: list[str], scores, words):
+    """Text ``i``'s tokens as a reader reads them and its scores ``[V, L]`` over them, or its
+    words and their scores ``[V, W]`` with ``words`` (an aggregation)."""
+    ids = encoded["input_ids"][i]
+    tokens = tokenizer.convert_ids_to_tokens(ids)
+    if tokenizer.is_fast:
+        offsets, sequences = encoded["offset_mapping"][i], encoded.sequence_ids(i)
+        tokens = shown_tokens(tokenizer, tokens, offsets, sequences, texts)
+    if words is not None:
+        tokens, groups = word_groups(encoded, i, texts, len(ids))
+        scores = to_words(scores, groups, words)
+    return tokens, scores
+
+
 def attribute_texts(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -108,13 +135,7 @@ def attribute_texts(
     settings = settings or AttributionSettings()
     explainer = ExplainerChoice(explainer) if isinstance(explainer, str) else explainer
     explainer = explainer or ExplainerChoice()
-    check_layer(settings, explainer)
-    check_words(words)
-    if pairs is not None and len(pairs) != len(texts):
-        raise WorkbenchError(f"{len(texts)} texts but {len(pairs)} pairs: give one pair per text")
-    if labels is not None and len(labels) != len(texts):
-        raise WorkbenchError(f"{len(texts)} texts but {len(labels)} labels")
-    check_max_length(model, settings.max_length, "the model")
+    _check_inputs(model, settings, explainer, words, len(texts), pairs, labels)
     encoded, truncated, args = _encode(tokenizer, texts, pairs, settings.max_length)
     token_types = encoded.get("token_type_ids") or [[0] * len(i) for i in encoded["input_ids"]]
     examples = [
@@ -147,14 +168,8 @@ def attribute_texts(
                 logger.warning("text %d truncated to %d tokens", i, settings.max_length)
             if gaps[row] is not None:
                 warnings.append(gaps[row])
-            texts_i, scores = [a[i] for a in args], maps[row, :, : len(ids)]
-            tokens = tokenizer.convert_ids_to_tokens(ids)
-            if tokenizer.is_fast:
-                offsets, sequences = encoded["offset_mapping"][i], encoded.sequence_ids(i)
-                tokens = shown_tokens(tokenizer, tokens, offsets, sequences, texts_i)
-            if words is not None:
-                tokens, groups = word_groups(encoded, i, texts_i, len(ids))
-                scores = to_words(scores, groups, words)
+            texts_i = [a[i] for a in args]
+            tokens, scores = _shown(tokenizer, encoded, i, texts_i, maps[row, :, : len(ids)], words)
             records[i] = AttributionRecord(
                 text=texts[i],
                 pair=None if pairs is None else pairs[i],
