@@ -594,6 +594,73 @@ def read_teacher_caches(setup: Distillation, inputs: TeacherInputs) -> dict[str,
     return caches
 
 
+@dataclasses.dataclass
+class TeacherSource:
+    """Where a distillation's teacher fields come from, one interface whatever the source
+    (:func:`teacher_source`): a student trained alone has none. What a run records of it
+    (``pin``, ``manifest``), the fingerprint its caches are keyed by, whether those hold every
+    field the objective reads (``every``: as ``kdw cache`` builds them), and the caches of a
+    distillation's inputs (:meth:`caches`), checked by :meth:`check` before anything is
+    written."""
+
+    setup: Distillation
+    pin: ResolvedTeacher | None = None
+    fingerprint: str | None = None
+    every: bool = False
+    manifest: dict = dataclasses.field(default_factory=dict)
+
+    def check(self, inputs: TeacherInputs) -> None:
+        """Refuse, before the run folder is written, caches that cannot be had."""
+
+    def caches(
+        self, inputs: TeacherInputs, folder: Path, batch_size: int, on_progress: Progress
+    ) -> dict[str, ExampleCache]:
+        """Each split's teacher fields (none without a teacher)."""
+        return {}
+
+
+@dataclasses.dataclass
+class LiveTeacher(TeacherSource):
+    """The teacher model itself, on the student's device: its fields computed once per setting
+    into ``folder`` (:func:`teacher_caches`)."""
+
+    def caches(
+        self, inputs: TeacherInputs, folder: Path, batch_size: int, on_progress: Progress
+    ) -> dict[str, ExampleCache]:
+        return teacher_caches(self.setup, inputs, folder, batch_size, on_progress)
+
+
+@dataclasses.dataclass
+class CachedTeacher(TeacherSource):
+    """A ``kdw cache`` folder: its fields read as built, every one the objective reads."""
+
+    read: dict[str, ExampleCache] = dataclasses.field(default_factory=dict)
+
+    def check(self, inputs: TeacherInputs) -> None:
+        self.read = read_teacher_caches(self.setup, inputs)
+
+    def caches(
+        self, inputs: TeacherInputs, folder: Path, batch_size: int, on_progress: Progress
+    ) -> dict[str, ExampleCache]:
+        return self.read
+
+
+def teacher_source(setup: Distillation, teacher: str, device: torch.device) -> TeacherSource:
+    """Where ``setup``'s teacher fields come from: its teacher cache, the teacher ``teacher``
+    names (moved to ``device``), or nowhere for a student trained alone."""
+    if setup.cache is not None:
+        folder = str(Path(setup.teacher.source).resolve())
+        fields = {"teacher_fields": {"cache": folder}}  # where the teacher's fields came from
+        return CachedTeacher(setup, setup.cache.teacher, setup.cache.fingerprint, True, fields)
+    if setup.teacher is None:
+        return TeacherSource(setup)
+    setup.teacher.model.to(device)
+    state = unfinished_teacher(teacher)  # what the student learnt from
+    manifest = {} if state is None else {"unfinished_teacher": state}
+    weights = fingerprint(setup.teacher.model)
+    return LiveTeacher(setup, teacher_pin(teacher), weights, False, manifest)
+
+
 def check_transfer(objective: Objective, no_labels: bool = False) -> None:
     """Refuse, with a transfer set, an objective whose terms read no teacher (the transfer texts
     would teach nothing) or a term that reads every example's gold label (it says why); with
@@ -810,6 +877,39 @@ def teacher_inputs(
     return TeacherInputs(encoded, teacher_encoded, keys, alignment)
 
 
+def _distillation_loss(
+    setup: Distillation,
+    inputs: TeacherInputs,
+    train_cache: ExampleCache | None,
+    device: torch.device,
+) -> Callable[[PreTrainedModel, dict], dict]:
+    """The step's loss of ``setup``'s objective: its teacher fields gathered from the train
+    split's cache, and those no cache holds (CKD's states) computed by the teacher without a
+    graph, on its own tokenisation of the batch's examples."""
+    teacher, objective = setup.teacher, setup.objective
+    cached_fields = inputs.keys["train"][0] if train_cache is not None else []
+    live_fields = [name for name in objective.live_fields() if name not in cached_fields]
+    on_words = inputs.alignment is not None
+
+    def loss(model: PreTrainedModel, batch: dict) -> dict:
+        # per-word teacher fields fill the first W of the teacher's own token rows
+        length = None if on_words else batch["input_ids"].shape[1]
+        values = {
+            name: train_cache.gather(name, batch["index"].cpu(), length).to(device)
+            for name in cached_fields
+        }
+        if live_fields:
+            teacher_batch = batch
+            if not setup.same_tokens:
+                rows = [inputs.teacher_encoded["train"][int(i)] for i in batch["index"]]
+                teacher_batch = to_device(collate(rows, pad_id(teacher.tokenizer)), device)
+            with torch.no_grad():
+                values |= objective.teacher_batch(teacher.model, teacher_batch, live_fields)
+        return objective(model, batch, values)
+
+    return loss
+
+
 def distill(
     data_config: DataConfig,
     student_config: StudentConfig,
@@ -828,72 +928,39 @@ def distill(
     """
     device, tracking_config = _configure(optim, tracking_config)
     setup = prepare_distillation(data_config, student_config, objective_config, optim.seed)
-    teacher, data, student, tokenizer = setup.teacher, setup.data, setup.student, setup.tokenizer
-    objective, from_cache = setup.objective, setup.cache is not None
+    data, student, tokenizer, objective = (
+        setup.data,
+        setup.student,
+        setup.tokenizer,
+        setup.objective,
+    )
     configs = {"data": data_config, "student": student_config, "objective": objective_config}
     record = _record("student", objective_config.preset, data, objective, optim, **configs)
-    pinned = setup.cache.teacher if from_cache else None
-    if teacher is not None and not from_cache:
-        pinned = teacher_pin(student_config.teacher)
-    if pinned is not None:
-        record[RESOLVED]["teacher"] = pinned.model_dump()
+    source = teacher_source(setup, student_config.teacher, device)
+    if source.pin is not None:
+        record[RESOLVED]["teacher"] = source.pin.model_dump()
     record[RESOLVED]["student_layers"] = setup.student_layers
-    manifest = _manifest(data, data_config, optim)
+    manifest = _manifest(data, data_config, optim) | source.manifest
     if data.transfer is not None:  # which terms saw the transfer texts
         label_terms = objective.label_terms()
         manifest["transfer"] = data.transfer | {"labelled_only": label_terms}
-    teacher_fingerprint = None
-    if from_cache:  # where the teacher's fields came from
-        manifest["teacher_fields"] = {"cache": str(Path(teacher.source).resolve())}
-        teacher_fingerprint = setup.cache.fingerprint
-    elif teacher is not None:
-        teacher.model.to(device)
-        if (state := unfinished_teacher(student_config.teacher)) is not None:
-            manifest["unfinished_teacher"] = state  # what the student learnt from
-        teacher_fingerprint = fingerprint(teacher.model)
-    inputs = teacher_inputs(setup, data_config.max_length, teacher_fingerprint, from_cache)
-    encoded, teacher_encoded = inputs.encoded, inputs.teacher_encoded
-    if on_words := inputs.alignment is not None:
+    inputs = teacher_inputs(setup, data_config.max_length, source.fingerprint, source.every)
+    encoded = inputs.encoded
+    if inputs.alignment is not None:
         manifest["word_alignment"] = inputs.alignment
-    if from_cache:  # read, and a cache it lacks refused, before the run folder is written
-        caches = read_teacher_caches(setup, inputs)
+    source.check(inputs)  # a cache it lacks refused before the run folder is written
     with distributed.run_folder(run_dir, record, manifest) as run:
         status = run.status()
         if status.state == "finished":
             run.check_model()
             return run
         started = time.perf_counter()
-        if not from_cache:  # a student trained alone has none
-            caches = teacher_caches(
-                setup,
-                inputs,
-                Path(cache_dir) if cache_dir else run.cache_dir,
-                optim.eval_batch_size,
-                partial(notify, callbacks, "on_cache"),
-            )
+        folder = Path(cache_dir) if cache_dir else run.cache_dir
+        progress = partial(notify, callbacks, "on_cache")
+        caches = source.caches(inputs, folder, optim.eval_batch_size, progress)
         # summed over the processes that resumed the run (a resumed one reads the files)
         cache_seconds = status.seconds.get("teacher_cache", 0.0) + (time.perf_counter() - started)
-        train_cache = caches.get("train")
         teacher_logits = {split: caches[split].per_example["logits"] for split in caches}
-        cached_fields = inputs.keys["train"][0] if train_cache is not None else []
-        live_fields = [name for name in objective.live_fields() if name not in cached_fields]
-
-        def loss(model: PreTrainedModel, batch: dict) -> dict:
-            # per-word teacher fields fill the first W of the teacher's own token rows
-            length = None if on_words else batch["input_ids"].shape[1]
-            values = {
-                name: train_cache.gather(name, batch["index"].cpu(), length).to(device)
-                for name in cached_fields
-            }
-            if live_fields:
-                teacher_batch = batch
-                if not setup.same_tokens:
-                    rows = [teacher_encoded["train"][int(i)] for i in batch["index"]]
-                    teacher_batch = to_device(collate(rows, pad_id(teacher.tokenizer)), device)
-                with torch.no_grad():
-                    values |= objective.teacher_batch(teacher.model, teacher_batch, live_fields)
-            return objective(model, batch, values)
-
         job = TrainingJob(
             run=run,
             model=student,
@@ -901,7 +968,7 @@ def distill(
             train_set=encoded["train"],
             dev_set=encoded["dev"],
             optim=optim,
-            loss=loss,
+            loss=_distillation_loss(setup, inputs, caches.get("train"), device),
             weights=objective.weights,
             modules=objective.modules,
             units=objective.term_units(),
