@@ -23,22 +23,20 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
-from kd.methods.config import register_settings
 from kd.methods.objective import (
     TOKENS,
     WORDED,
     Ablation,
     Claim,
+    Method,
     Objective,
     Preset,
     StepInputs,
     Sweep,
-    method,
-    parameter,
-    preset,
+    TeacherField,
+    Term,
+    register_method,
     setting_parameter,
-    teacher_field,
-    term,
 )
 from workbench.analysis.attribution.registry import BASELINES
 from workbench.core.config import (
@@ -102,9 +100,6 @@ class ADKDSettings(Checked):
         "AD-KD attribution layer: input, first, penultimate, or uniform:M (M mapped "
         "layers from the input)",
     )
-
-
-register_settings("adkd", ADKDSettings)
 
 
 def attribution_loss(
@@ -283,13 +278,6 @@ def _check_models(objective: Objective, c: ADKDSettings) -> None:
         )
 
 
-@method(
-    "attr",
-    record=lambda o: {
-        "attribution": {"reduction": o.of(ADKDSettings).attr_reduction, **_map_settings(o)}
-    },
-    describe=lambda r: f"{r['attribution']['reduction']} distance" if "attribution" in r else "",
-)
 def _resolve(objective: Objective) -> ADKDSettings:
     """Official parity: zero baselines, the authors' distance and, with two classes, the gold
     view (their code's); explicit options win."""
@@ -303,7 +291,6 @@ def _resolve(objective: Objective) -> ADKDSettings:
     )
 
 
-@teacher_field("maps", per_token=True, key=lambda o: {"maps": _map_settings(o)}, gradients=True)
 def _teacher_maps(objective: Objective, teacher: PreTrainedModel, batch) -> Tensor:
     maps, _ = attribution_views(objective.of(ADKDSettings), teacher, batch, None, True)
     maps = maps.transpose(1, 2)  # [B, L, S·V]: per token
@@ -312,18 +299,6 @@ def _teacher_maps(objective: Objective, teacher: PreTrainedModel, batch) -> Tens
     return maps
 
 
-@term(
-    "attr",
-    teacher_fields=("maps",),
-    runs_student=True,
-    unit=lambda o: TOKENS if o.of(ADKDSettings).attr_reduction == "official" else WORDED,
-    on_words="each view's token maps summed over the word's tokens, L2-normalised over the words",
-    labels=lambda o: (
-        "AD-KD's gold view maps the gold class (use --attr-views pred or all)"
-        if o.of(ADKDSettings).attr_views == "gold"
-        else ""
-    ),
-)
 def _attr(objective: Objective, inputs: StepInputs) -> Tensor:
     settings = objective.of(ADKDSettings)
     teacher_maps = inputs.teacher["maps"].transpose(1, 2)
@@ -351,66 +326,106 @@ def _attr(objective: Objective, inputs: StepInputs) -> Tensor:
     )
 
 
-parameter(
-    "attr_top_k",
-    setting_parameter(
-        "AD-KD: K largest |IG| dimensions of the teacher's map",
-        ADKDSettings,
-        "attr_top_k",
-        "attr",
-        low=1,
-    ),
-)
-
-# β = 1, the grid's lowest value: at β = 10 the attribution term held 68–93 % of the gradient on
-# the bundled tweets and the minority class fell to 30 % recall (docs/results.md, "Choosing the
-# AD-KD and GKD-CLS presets").
-preset(
+register_method(
     "adkd",
-    Preset(
-        {"ce": 0.1, "kd": 0.9, "attr": 1.0},
-        {"ce": 0.1, "kd": 0.9, "attr": 10.0},
-        temperature=2.0,
-        official_kd_form="soft-ce",
-        defaults={"attr_reduction": "official"},
-        own=("attr",),
-        name="AD-KD",
-        reference="Wu et al. 2023",
-        # Table 5 / §4.1: β ∈ {1, 10, 50, 100}, α ∈ {0.8, 0.9, 1.0}, τ ∈ {1, 2, 3, 4}
-        space={
-            "beta": "1,10,50,100",
-            "alpha": "0.8,0.9,1.0",
-            "tau": "1,2,3,4",
-            "lr": "5e-5,1e-4,2e-4",
+    settings=ADKDSettings,
+    teacher_fields={
+        "maps": TeacherField(
+            _teacher_maps,
+            per_token=True,
+            key=lambda o: {"maps": _map_settings(o)},
+            gradients=True,
+        )
+    },
+    terms={
+        "attr": Term(
+            _attr,
+            teacher_fields=("maps",),
+            runs_student=True,
+            unit=lambda o: TOKENS if o.of(ADKDSettings).attr_reduction == "official" else WORDED,
+            on_words="each view's token maps summed over the word's tokens, L2-normalised over "
+            "the words",
+            labels=lambda o: (
+                "AD-KD's gold view maps the gold class (use --attr-views pred or all)"
+                if o.of(ADKDSettings).attr_views == "gold"
+                else ""
+            ),
+        )
+    },
+    method=Method(
+        frozenset({"attr"}),
+        _resolve,
+        record=lambda o: {
+            "attribution": {"reduction": o.of(ADKDSettings).attr_reduction, **_map_settings(o)}
         },
-        beta="attr",
-        tuned=("beta", "tau"),
-        # the sweeps first: an interrupted suite then still has its figures
-        ablations=(
-            Sweep(  # of MiniLM's 384 dimensions
-                "K",
-                "adkd-k",
-                "attr_top_k",
-                "top_k_sweep",
-                (48, 96, 192),
-                "top-K dimensions of the teacher map",
-                unset="all dimensions",
-                quick=(96, 192),
-            ),
-            Sweep(
-                "m", "adkd-m", "attr_steps", "steps_sweep", (2, 4, 8), "IG steps m", quick=(2, 4)
-            ),
-            Ablation("w/o attr", "adkd-terms", weights={"attr": 0.0}),
-            Ablation("w/o ce", "adkd-terms", weights={"ce": 0.0}),
-            Ablation("w/o kd", "adkd-terms", weights={"kd": 0.0}),
-            Ablation("view pred", "adkd-views", settings={"attr_views": "pred"}),
-            Ablation("view gold", "adkd-views", settings={"attr_views": "gold"}),
-            Ablation("view class 0", "adkd-views", settings={"attr_views": (0,)}),
-            Ablation("view sampled", "adkd-views", settings={"attr_views": "sample"}),
-            Ablation("layer first", "adkd-layer", settings={"attr_layer": "first"}),
-            Ablation("layer penultimate", "adkd-layer", settings={"attr_layer": "penultimate"}),
+        describe=lambda r: (
+            f"{r['attribution']['reduction']} distance" if "attribution" in r else ""
         ),
-        claims=(Claim("accuracy", ">"), Claim("attribution_gap", "lowest")),
-        gallery=True,
     ),
+    parameters={
+        "attr_top_k": setting_parameter(
+            "AD-KD: K largest |IG| dimensions of the teacher's map",
+            ADKDSettings,
+            "attr_top_k",
+            "attr",
+            low=1,
+        )
+    },
+    presets={
+        # β = 1, the grid's lowest value: at β = 10 the attribution term held 68–93 % of the
+        # gradient on the bundled tweets and the minority class fell to 30 % recall
+        # (docs/results.md, "Choosing the AD-KD and GKD-CLS presets").
+        "adkd": Preset(
+            {"ce": 0.1, "kd": 0.9, "attr": 1.0},
+            {"ce": 0.1, "kd": 0.9, "attr": 10.0},
+            temperature=2.0,
+            official_kd_form="soft-ce",
+            defaults={"attr_reduction": "official"},
+            own=("attr",),
+            name="AD-KD",
+            reference="Wu et al. 2023",
+            # Table 5 / §4.1: β ∈ {1, 10, 50, 100}, α ∈ {0.8, 0.9, 1.0}, τ ∈ {1, 2, 3, 4}
+            space={
+                "beta": "1,10,50,100",
+                "alpha": "0.8,0.9,1.0",
+                "tau": "1,2,3,4",
+                "lr": "5e-5,1e-4,2e-4",
+            },
+            beta="attr",
+            tuned=("beta", "tau"),
+            # the sweeps first: an interrupted suite then still has its figures
+            ablations=(
+                Sweep(  # of MiniLM's 384 dimensions
+                    "K",
+                    "adkd-k",
+                    "attr_top_k",
+                    "top_k_sweep",
+                    (48, 96, 192),
+                    "top-K dimensions of the teacher map",
+                    unset="all dimensions",
+                    quick=(96, 192),
+                ),
+                Sweep(
+                    "m",
+                    "adkd-m",
+                    "attr_steps",
+                    "steps_sweep",
+                    (2, 4, 8),
+                    "IG steps m",
+                    quick=(2, 4),
+                ),
+                Ablation("w/o attr", "adkd-terms", weights={"attr": 0.0}),
+                Ablation("w/o ce", "adkd-terms", weights={"ce": 0.0}),
+                Ablation("w/o kd", "adkd-terms", weights={"kd": 0.0}),
+                Ablation("view pred", "adkd-views", settings={"attr_views": "pred"}),
+                Ablation("view gold", "adkd-views", settings={"attr_views": "gold"}),
+                Ablation("view class 0", "adkd-views", settings={"attr_views": (0,)}),
+                Ablation("view sampled", "adkd-views", settings={"attr_views": "sample"}),
+                Ablation("layer first", "adkd-layer", settings={"attr_layer": "first"}),
+                Ablation("layer penultimate", "adkd-layer", settings={"attr_layer": "penultimate"}),
+            ),
+            claims=(Claim("accuracy", ">"), Claim("attribution_gap", "lowest")),
+            gallery=True,
+        )
+    },
 )

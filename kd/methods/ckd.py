@@ -28,20 +28,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from kd.methods.config import register_settings
 from kd.methods.layer_map import uniform_layers
 from kd.methods.objective import (
     TOKENS,
     Ablation,
     Claim,
+    Method,
     Objective,
     Preset,
     StepInputs,
-    method,
-    parameter,
-    preset,
-    teacher_field,
-    term,
+    TeacherField,
+    Term,
+    register_method,
     weight_parameter,
 )
 from workbench.core.config import Checked, option, positive
@@ -68,9 +66,6 @@ class CKDSettings(Checked):
     ckd_window: int = option(
         10, "CKD angle window half-width δ (tokens each side)", domain=positive
     )
-
-
-register_settings("ckd", CKDSettings)
 
 
 _EXCLUDED_LOGIT = -1e4
@@ -238,16 +233,6 @@ def layer_relation_loss(
     )
 
 
-@method(
-    "wr",
-    "ltr",
-    record=lambda o: {
-        "relation_pairs": relation_pairs(o),
-        "ckd_window": o.of(CKDSettings).ckd_window,
-    },
-    layer_pairs="relation_pairs",
-    mapping="uniform mapping of the relation terms (CKD)",
-)
 def _resolve(objective: Objective) -> None:
     """The mapping checked against the two models' depths; the settings need nothing decided."""
     relation_pairs(objective)
@@ -267,13 +252,6 @@ STATES = {
 }
 
 
-# the teacher's layers are the mapping's, which the student's depth sets: part of a cache's key
-@teacher_field(
-    "relation_states",
-    per_token=True,
-    cacheable=False,
-    key=lambda o: {"relation_pairs": relation_pairs(o)},
-)
 def _teacher_relation_states(objective: Objective, teacher: PreTrainedModel, batch) -> Tensor:
     hidden = models.forward(teacher, batch, hidden_states=True).hidden_states
     states = torch.stack([hidden[t] for _, t in relation_pairs(objective)], dim=2)  # [B, L, K, d]
@@ -298,39 +276,63 @@ def _relation_states(objective: Objective, inputs: StepInputs) -> tuple[Tensor, 
     return student, teacher.transpose(1, 2), mask
 
 
-# Pairs and windowed triples: two counts at once, so a batch split into parts (processes,
-# accumulation) is weighted by examples and gives nearly, not exactly, the whole batch's value.
-@term("wr", exact_split=False, **STATES)
 def _wr(objective: Objective, inputs: StepInputs) -> Tensor:
     student, teacher, mask = _relation_states(objective, inputs)
     window, parity = objective.of(CKDSettings).ckd_window, objective.config.parity
     return word_relation_loss(student, teacher, mask, window=window, variant=parity)
 
 
-@term("ltr", unit=TOKENS, **STATES)
 def _ltr(objective: Objective, inputs: StepInputs) -> Tensor:
     student, teacher, mask = _relation_states(objective, inputs)
     return layer_relation_loss(student, teacher, mask, variant=objective.config.parity)
 
 
-parameter("wr", weight_parameter("CKD: λ of word relation", "wr"))
-parameter("ltr", weight_parameter("CKD: λ of layer-transforming relation", "ltr"))
-
-preset(
+register_method(
     "ckd",
-    Preset(
-        {"ce": 0.5, "kd": 0.5, "wr": 1.0, "ltr": 1.0},
-        {"ce": 0.5, "kd": 0.5, "wr": 1.0, "ltr": 1.0},
-        official_kd_form="soft-ce",
-        own=("wr", "ltr"),
-        name="CKD",
-        reference="Park et al. 2021",
-        space={"wr": "0.1,1,10", "ltr": "0.1,1,10"},
-        tuned=("wr", "ltr"),
-        ablations=(
-            Ablation("w/o wr", "ckd-terms", weights={"wr": 0.0}),
-            Ablation("w/o ltr", "ckd-terms", weights={"ltr": 0.0}),
-        ),
-        claims=(Claim("accuracy", "≥"),),
+    settings=CKDSettings,
+    # the teacher's layers are the mapping's, which the student's depth sets: part of a cache's
+    # key
+    teacher_fields={
+        "relation_states": TeacherField(
+            _teacher_relation_states,
+            per_token=True,
+            cacheable=False,
+            key=lambda o: {"relation_pairs": relation_pairs(o)},
+        )
+    },
+    # Pairs and windowed triples: two counts at once, so a batch split into parts (processes,
+    # accumulation) is weighted by examples and gives nearly, not exactly, the whole batch's
+    # value.
+    terms={"wr": Term(_wr, exact_split=False, **STATES), "ltr": Term(_ltr, unit=TOKENS, **STATES)},
+    method=Method(
+        frozenset({"wr", "ltr"}),
+        _resolve,
+        record=lambda o: {
+            "relation_pairs": relation_pairs(o),
+            "ckd_window": o.of(CKDSettings).ckd_window,
+        },
+        layer_pairs="relation_pairs",
+        mapping="uniform mapping of the relation terms (CKD)",
     ),
+    parameters={
+        "wr": weight_parameter("CKD: λ of word relation", "wr"),
+        "ltr": weight_parameter("CKD: λ of layer-transforming relation", "ltr"),
+    },
+    presets={
+        "ckd": Preset(
+            {"ce": 0.5, "kd": 0.5, "wr": 1.0, "ltr": 1.0},
+            {"ce": 0.5, "kd": 0.5, "wr": 1.0, "ltr": 1.0},
+            official_kd_form="soft-ce",
+            own=("wr", "ltr"),
+            name="CKD",
+            reference="Park et al. 2021",
+            space={"wr": "0.1,1,10", "ltr": "0.1,1,10"},
+            tuned=("wr", "ltr"),
+            ablations=(
+                Ablation("w/o wr", "ckd-terms", weights={"wr": 0.0}),
+                Ablation("w/o ltr", "ckd-terms", weights={"ltr": 0.0}),
+            ),
+            claims=(Claim("accuracy", "≥"),),
+        )
+    },
 )

@@ -1,8 +1,8 @@
 """The objective's settings: those every method shares (the preset, the terms' weights, τ, the KD
-term's form) and each registered method's own settings dataclass (:data:`METHOD_SETTINGS`,
-filled by :func:`register_settings` as a method's module is imported), held by one
-:class:`ObjectiveConfig` that the CLI, the Python API, the app, ``--config`` files and run
-records read. The run record's ``objective`` section is registered here."""
+term's form) and each registered method's own settings dataclass (:data:`METHOD_SETTINGS`, filled by
+:func:`kd.methods.objective.register_method` as a method's module is imported), held by one
+:class:`ObjectiveConfig` that the CLI, the Python API, the app, ``--config`` files and run records
+read. The run record's ``objective`` section is registered here."""
 
 from __future__ import annotations
 
@@ -82,15 +82,18 @@ class Registry(MutableMapping[str, T]):
 
     def add(self, name: str, entry: T) -> T:
         """Register ``entry`` under ``name``, a name no entry has; ``entry`` is returned."""
-        place = registration_place()
+        self.check_new(name)
+        self._entries[name] = entry
+        self._places[name] = registration_place()
+        return entry
+
+    def check_new(self, name: str) -> None:
+        """Refuse ``name`` where an entry has it, in one line naming both places."""
         if name in self:
             raise WorkbenchError(
                 f"{self.kind} {name!r} is registered twice: at {self._places.get(name, '?')} "
-                f"and at {place}"
+                f"and at {registration_place()}"
             )
-        self._entries[name] = entry
-        self._places[name] = place
-        return entry
 
     def place(self, name: str) -> str:
         """Where the entry ``name`` was registered (``file:line``)."""
@@ -133,11 +136,11 @@ METHODS_GROUP = "kd_workbench.methods"  # the entry points of the packages that 
 
 class MethodSettings(Registry[type]):
     """Each distillation method's settings dataclass, by method name, in the order the methods
-    registered (:func:`register_settings`, as a method's module is imported). The first read
-    imports the modules that installed packages name as entry points of
+    registered (:func:`~kd.methods.objective.register_method`, as a method's module is imported).
+    The first read imports the modules that installed packages name as entry points of
     :data:`METHODS_GROUP` (a package of one's own methods), so that a process which reads a run
-    record without importing them (the Python API, the app's background jobs) knows the
-    settings it holds."""
+    record without importing them (the Python API, the app's background jobs) knows the settings
+    it holds."""
 
     def __init__(self) -> None:
         super().__init__("settings of method")
@@ -225,11 +228,11 @@ class ObjectiveConfig(Checked):
         return dataclasses.replace(self, methods=methods, **values)
 
 
-def register_settings(method: str, cls: type[T]) -> type[T]:
-    """Register ``cls``, the settings dataclass of the distillation method ``method``: every
-    :class:`ObjectiveConfig` holds one (built from its defaults unless given), and the CLI, the
-    app, ``--config`` files and run records show its fields as the objective's own settings, under
-    their names, which no other setting of the objective may take."""
+def check_settings(method: str, cls: type) -> None:
+    """Refuse ``cls`` as the settings dataclass of the distillation method ``method`` where the
+    method has settings already, or where a field's name is another setting's of the
+    objective."""
+    METHOD_SETTINGS.check_new(method)
     clash = sorted(set(flat_fields(ObjectiveConfig)) & set(fields_of(cls)))
     if clash:
         owner = flat_fields(ObjectiveConfig)[clash[0]][0]
@@ -237,7 +240,6 @@ def register_settings(method: str, cls: type[T]) -> type[T]:
             f"method {method!r}: setting {clash[0]!r} of {cls.__qualname__} is "
             f"{owner.__qualname__}'s already"
         )
-    return METHOD_SETTINGS.add(method, cls)
 
 
 register_section("objective", ObjectiveConfig)

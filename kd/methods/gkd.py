@@ -27,21 +27,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kd.methods.config import ObjectiveConfig, register_settings
+from kd.methods.config import ObjectiveConfig
 from kd.methods.objective import (
     TOKENS,
     Ablation,
     Claim,
+    Method,
     Objective,
     Preset,
     StepInputs,
     StudentSetup,
-    method,
-    parameter,
-    preset,
-    student_setup,
-    teacher_field,
-    term,
+    TeacherField,
+    Term,
+    register_method,
     weight_parameter,
 )
 from kd.methods.pkd import mapped_pairs
@@ -76,9 +74,6 @@ class GKDSettings(Checked):
         "by a control of GKD, whose gradient terms are at weight 0",
         recorded_if_set=True,
     )
-
-
-register_settings("gkd", GKDSettings)
 
 
 def unit_normalize(x: Tensor, eps: float = 1e-12) -> Tensor:
@@ -166,13 +161,6 @@ def state_gradients(
     return torch.stack([parts.head_states(model, g, batch) for g in grads], dim=1)
 
 
-@method(
-    "grad",
-    "cls_grad",
-    record=lambda o: {"patient_pairs": mapped_pairs(o)} if "cls_grad" in o.weights else {},
-    layer_pairs="patient_pairs",
-    mapping="Patient KD mapping ({method})",
-)
 def _resolve(objective: Objective) -> None:
     """GKD-CLS reads PKD's layer pairs (checked here). Gradients of one token (same tokenizer)
     or of the states the head reads (GKD-CLS) compare in one space: equal widths."""
@@ -194,7 +182,6 @@ def _resolve(objective: Objective) -> None:
         mapped_pairs(objective)
 
 
-@teacher_field("input_grads", per_token=True, gradients=True)
 def _teacher_input_grads(_objective: Objective, teacher: PreTrainedModel, batch) -> Tensor:
     gradients = attribution.input_gradients(teacher, batch)
     if "word_ids" in batch:  # another tokenizer's student: per word, in the first W rows
@@ -204,19 +191,10 @@ def _teacher_input_grads(_objective: Objective, teacher: PreTrainedModel, batch)
     return gradients
 
 
-@teacher_field("cls_grads", key=lambda o: {"patient_pairs": mapped_pairs(o)}, gradients=True)
 def _teacher_cls_grads(objective: Objective, teacher: PreTrainedModel, batch) -> Tensor:
     return state_gradients(teacher, batch, [t for _, t in mapped_pairs(objective)], False)
 
 
-@term(
-    "grad",
-    teacher_fields=("input_grads",),
-    runs_student=True,
-    unit=TOKENS,
-    on_words="each token's gradient norm summed over the word's tokens, L2-normalised over the "
-    "words (beyond the paper)",
-)
 def _grad(_objective: Objective, inputs: StepInputs) -> Tensor:
     student, logits = attribution.input_gradients(
         inputs.model, inputs.batch, create_graph=True, return_logits=True
@@ -232,7 +210,6 @@ def _grad(_objective: Objective, inputs: StepInputs) -> Tensor:
     )
 
 
-@term("cls_grad", teacher_fields=("cls_grads",))
 def _cls_grad(objective: Objective, inputs: StepInputs) -> Tensor:
     layers = [s for s, _ in mapped_pairs(objective)]
     student = state_gradients(inputs.model, inputs.batch, layers, True)
@@ -285,44 +262,66 @@ def _pin(config: ObjectiveConfig, weights: dict[str, float]) -> ObjectiveConfig:
     return config.with_settings(gradient_regime=_regime(config, weights) or None)
 
 
-student_setup("gkd", StudentSetup(gradient_kd, _prepare, _record_setup, _pin))
-
-parameter(
-    "gamma", weight_parameter("GKD-CLS: weight γ of the [CLS]-state gradient term", "cls_grad")
-)
-
-preset(
+register_method(
     "gkd",
-    Preset(
-        {"ce": 0.5, "kd": 0.5, "grad": 1.0},
-        {"ce": 0.5, "kd": 0.5, "grad": 1.0},
-        temperature=5.0,
-        own=("grad",),
-        name="GKD",
-        reference="Wang et al. 2022",
-        space={"beta": "0.1,1,10", "alpha": "0.1,0.5,0.9", "tau": "1,2,5"},
-        beta="grad",
-        tuned=("beta",),
-        ablations=(Ablation("w/ dropout", "gkd-dropout", settings={"dropout": True}),),
-        claims=(Claim("saliency_loyalty", "≫"),),
-        gallery=True,
+    settings=GKDSettings,
+    teacher_fields={
+        "input_grads": TeacherField(_teacher_input_grads, per_token=True, gradients=True),
+        "cls_grads": TeacherField(
+            _teacher_cls_grads, key=lambda o: {"patient_pairs": mapped_pairs(o)}, gradients=True
+        ),
+    },
+    terms={
+        "grad": Term(
+            _grad,
+            teacher_fields=("input_grads",),
+            runs_student=True,
+            unit=TOKENS,
+            on_words="each token's gradient norm summed over the word's tokens, L2-normalised "
+            "over the words (beyond the paper)",
+        ),
+        "cls_grad": Term(_cls_grad, teacher_fields=("cls_grads",)),
+    },
+    method=Method(
+        frozenset({"grad", "cls_grad"}),
+        _resolve,
+        record=lambda o: {"patient_pairs": mapped_pairs(o)} if "cls_grad" in o.weights else {},
+        layer_pairs="patient_pairs",
+        mapping="Patient KD mapping ({method})",
     ),
-)
-# GKD-CLS: the [CLS]-state gradients at weight 0.1. At 1 they held 50–74 % of the gradient
-# (their gradient is twice the input gradients'), CE 4–11 %, and a student trained for 26
-# steps on BBC News lost two of five classes (docs/results.md, "Choosing the AD-KD and GKD-CLS
-# presets").
-preset(
-    "gkd-cls",
-    Preset(
-        {"ce": 0.5, "kd": 0.5, "pkd": 1.0, "grad": 1.0, "cls_grad": 0.1},
-        {"ce": 0.5, "kd": 0.5, "pkd": 500.0, "grad": 1.0, "cls_grad": 1.0},
-        temperature=5.0,
-        own=("grad", "cls_grad"),  # its PKD term is its regime
-        name="GKD-CLS",
-        reference="Wang et al. 2022",
-        space={"beta": "0.1,1,10", "gamma": "0.01,0.1,1", "alpha": "0.1,0.5,0.9"},
-        beta="pkd",
-        tuned=("beta",),
-    ),
+    setup=StudentSetup(gradient_kd, _prepare, _record_setup, _pin),
+    parameters={
+        "gamma": weight_parameter("GKD-CLS: weight γ of the [CLS]-state gradient term", "cls_grad")
+    },
+    presets={
+        "gkd": Preset(
+            {"ce": 0.5, "kd": 0.5, "grad": 1.0},
+            {"ce": 0.5, "kd": 0.5, "grad": 1.0},
+            temperature=5.0,
+            own=("grad",),
+            name="GKD",
+            reference="Wang et al. 2022",
+            space={"beta": "0.1,1,10", "alpha": "0.1,0.5,0.9", "tau": "1,2,5"},
+            beta="grad",
+            tuned=("beta",),
+            ablations=(Ablation("w/ dropout", "gkd-dropout", settings={"dropout": True}),),
+            claims=(Claim("saliency_loyalty", "≫"),),
+            gallery=True,
+        ),
+        # GKD-CLS: the [CLS]-state gradients at weight 0.1. At 1 they held 50–74 % of the
+        # gradient (their gradient is twice the input gradients'), CE 4–11 %, and a student
+        # trained for 26 steps on BBC News lost two of five classes (docs/results.md, "Choosing
+        # the AD-KD and GKD-CLS presets").
+        "gkd-cls": Preset(
+            {"ce": 0.5, "kd": 0.5, "pkd": 1.0, "grad": 1.0, "cls_grad": 0.1},
+            {"ce": 0.5, "kd": 0.5, "pkd": 500.0, "grad": 1.0, "cls_grad": 1.0},
+            temperature=5.0,
+            own=("grad", "cls_grad"),  # its PKD term is its regime
+            name="GKD-CLS",
+            reference="Wang et al. 2022",
+            space={"beta": "0.1,1,10", "gamma": "0.01,0.1,1", "alpha": "0.1,0.5,0.9"},
+            beta="pkd",
+            tuned=("beta",),
+        ),
+    },
 )

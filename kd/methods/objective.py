@@ -1,11 +1,12 @@
 """The distillation objective: a registry of loss terms and their weighted sum.
 
-Each method's module of :mod:`kd.methods` registers its parts here: its *terms* (``@term``: how a
-pure loss function reads a training step), the *teacher fields* they need (``@teacher_field``),
-its *presets* (:class:`Preset`) and, where it has them, a *method* (``@method``: its settings
-resolved for the models, as its terms read them through :meth:`Objective.of`) and a *student set-
-up* (:func:`student_setup`). Cacheable teacher fields are served from the run's cache; the others
-(CKD's hidden states) are recomputed without a graph each step.
+Each method's module of :mod:`kd.methods` registers its parts here, in one call
+(:func:`register_method`): its *terms* (:class:`Term`: how a pure loss function reads a training
+step), the *teacher fields* they need (:class:`TeacherField`), its *presets* (:class:`Preset`)
+and, where it has them, a *method* (:class:`Method`: its settings resolved for the models, as its
+terms read them through :meth:`Objective.of`) and a *student set-up* (:class:`StudentSetup`).
+Cacheable teacher fields are served from the run's cache; the others (CKD's hidden states) are
+recomputed without a graph each step.
 Explicit weights (``ce=0.1,kd=0.9,attr=10``) replace a preset's, so any terms combine. Importing
 this module imports its package, and so registers the built-in methods.
 """
@@ -18,9 +19,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from kd.methods.config import ObjectiveConfig, Registry, registration_place, spell_weights
+from kd.methods.config import (
+    METHOD_SETTINGS,
+    ObjectiveConfig,
+    Registry,
+    check_settings,
+    spell_weights,
+)
 from workbench.core.config import HELP_LISTS, spell
-from workbench.core.errors import WorkbenchError
+from workbench.core.errors import WorkbenchError, listed
 from workbench.core.lazy import lazy_module
 
 T = TypeVar("T")
@@ -254,60 +261,49 @@ PARAMETERS: Registry[Parameter] = Registry("tune parameter")
 PRESETS: Registry[Preset] = Registry("preset")
 
 
-def _registrar(registry: Registry, kind: type, name: str, options: dict[str, Any]):
-    """A decorator registering its function as ``kind(function, **options)`` under ``name``."""
-
-    def register(compute: Callable):
-        registry.add(name, kind(compute, **options))
-        return compute
-
-    return register
-
-
-def term(name: str, **options: Any):
-    """Register a loss term under ``name`` (the key of the weights); ``options``: the other
-    fields of :class:`Term`."""
-    return _registrar(TERMS, Term, name, options)
-
-
-def teacher_field(name: str, **options: Any):
-    """Register a teacher field under ``name``; ``options``: the other fields of
-    :class:`TeacherField`."""
-    return _registrar(TEACHER_FIELDS, TeacherField, name, options)
-
-
-def method(*terms: str, **options: Any):
-    """Register the decorated ``resolve(objective) -> settings`` for the given terms; ``options``:
-    the other fields of :class:`Method` (``record`` is required). A term another method resolves
-    already is refused."""
-
-    def register(resolve: Callable[[Objective], dict[str, Any]]):
-        for key, entry in METHODS.items():
-            shared = sorted(entry.terms & set(terms))
-            if shared:
-                raise WorkbenchError(
-                    f"loss term {shared[0]!r} has its method registered twice: at "
-                    f"{METHODS.place(key)} and at {registration_place()}"
-                )
-        METHODS.add("+".join(terms), Method(frozenset(terms), resolve, **options))
-        return resolve
-
-    return register
-
-
-def student_setup(name: str, setup: StudentSetup) -> StudentSetup:
-    """Register a method's set-up of the student under ``name``; see :class:`StudentSetup`."""
-    return STUDENT_SETUPS.add(name, setup)
-
-
-def parameter(name: str, entry: Parameter) -> Parameter:
-    """Register a parameter ``kdw tune`` searches under ``name`` (``--space NAME=...``)."""
-    return PARAMETERS.add(name, entry)
-
-
-def preset(name: str, entry: Preset) -> Preset:
-    """Register a method's preset under ``name`` (``--preset NAME``); see :class:`Preset`."""
-    return PRESETS.add(name, entry)
+def register_method(
+    name: str,
+    *,
+    settings: type | None = None,
+    teacher_fields: Mapping[str, TeacherField] | None = None,
+    terms: Mapping[str, Term] | None = None,
+    method: Method | None = None,
+    setup: StudentSetup | None = None,
+    parameters: Mapping[str, Parameter] | None = None,
+    presets: Mapping[str, Preset] | None = None,
+) -> None:
+    """Register everything the distillation method ``name`` declares, in one call, the one way
+    a method enters the registries that every consumer reads (the CLI, the app, the tuner, the
+    suite, the tests): its settings dataclass (:func:`~kd.methods.config.check_settings`), the
+    teacher fields and loss terms by name, how its settings resolve for the models
+    (:class:`Method`, over some of ``terms``), its set-up of the student, the parameters ``kdw
+    tune`` searches and its presets, in their order. A name registered already is refused in
+    one line naming both places, before anything is registered; a method over terms the call
+    does not register, in one line."""
+    parts = [
+        (TEACHER_FIELDS, teacher_fields or {}),
+        (TERMS, terms or {}),
+        (STUDENT_SETUPS, {name: setup} if setup is not None else {}),
+        (PARAMETERS, parameters or {}),
+        (PRESETS, presets or {}),
+    ]
+    if settings is not None:  # every name checked before any is registered
+        check_settings(name, settings)
+    for registry, entries in parts:
+        for key in entries:
+            registry.check_new(key)
+    if method is not None:
+        if stray := sorted(method.terms - set(terms or {})):
+            raise WorkbenchError(
+                f"method {name!r}: its method resolves {listed(map(repr, stray))}, which it does "
+                "not register among its terms"
+            )
+        METHODS.add("+".join(t for t in terms or {} if t in method.terms), method)
+    if settings is not None:
+        METHOD_SETTINGS.add(name, settings)
+    for registry, entries in parts:
+        for key, entry in entries.items():
+            registry.add(key, entry)
 
 
 def weight_parameter(help: str, *terms: str) -> Parameter:
@@ -450,7 +446,7 @@ HELP_LISTS.update(
     parameters=lambda: ", ".join(PARAMETERS),
 )
 
-parameter(
+PARAMETERS.add(  # every preset's: the weight of its own term
     "beta",
     Parameter(
         "weight β of the method's own term (the one its preset names: AD-KD's attr, GKD's grad)",

@@ -17,18 +17,16 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from kd.methods.config import register_settings
 from kd.methods.layer_map import patient_layers
 from kd.methods.objective import (
-    PRESETS,
     Claim,
+    Method,
     Objective,
     Preset,
     StepInputs,
-    method,
-    preset,
-    teacher_field,
-    term,
+    TeacherField,
+    Term,
+    register_method,
 )
 from workbench.core.config import Checked, option
 from workbench.core.lazy import lazy_module
@@ -52,9 +50,6 @@ class PKDSettings(Checked):
         "Patient KD layer mapping for custom weights (presets pkd-skip/pkd-last set it)",
         choices=("skip", "last"),
     )
-
-
-register_settings("pkd", PKDSettings)
 
 
 def patient_loss(student_cls: Tensor, teacher_cls: Tensor, *, reduction: str = "paper") -> Tensor:
@@ -99,16 +94,6 @@ def _projection(objective: Objective) -> dict[str, torch.nn.Module]:
     return {"pkd": torch.nn.Linear(widths["student"], widths["teacher"], bias=False)}
 
 
-@method(
-    "pkd",
-    record=lambda o: (
-        {"patient_pairs": mapped_pairs(o)}
-        | ({"pkd_projection": widths} if (widths := projection_widths(o)) else {})
-    ),
-    modules=_projection,
-    layer_pairs="patient_pairs",
-    mapping="Patient KD mapping ({method})",
-)
 def _resolve(objective: Objective) -> None:
     """The mapping checked against the two models' depths; its settings need nothing decided."""
     mapped_pairs(objective)
@@ -120,13 +105,11 @@ def _cls_states(objective: Objective, model: PreTrainedModel, batch, hidden, sid
     return torch.stack([parts.head_states(model, hidden[p[side]], batch) for p in pairs], 1)
 
 
-@teacher_field("cls", key=lambda o: {"patient_pairs": mapped_pairs(o)})
 def _teacher_cls(objective: Objective, teacher: PreTrainedModel, batch) -> Tensor:
     hidden = models.forward(teacher, batch, hidden_states=True).hidden_states
     return _cls_states(objective, teacher, batch, hidden, 1)
 
 
-@term("pkd", teacher_fields=("cls",), hidden_states=True)
 def _pkd(objective: Objective, inputs: StepInputs) -> Tensor:
     hidden = inputs.student.hidden_states
     student_cls = _cls_states(objective, inputs.model, inputs.batch, hidden, 0)
@@ -137,22 +120,38 @@ def _pkd(objective: Objective, inputs: StepInputs) -> Tensor:
 
 # β is for the paper form (sum over layers) or the official mean over B×(M−1)×d, hence the
 # orders of magnitude between the two.
-preset(
-    "pkd-skip",
-    Preset(
-        {"ce": 0.5, "kd": 0.5, "pkd": 1.0},
-        {"ce": 0.5, "kd": 0.5, "pkd": 500.0},
-        own=("pkd",),
-        name="PKD-skip",
-        reference="Sun et al. 2019",
-        space={"beta": "0.1,1,10,100"},
-        beta="pkd",
-        tuned=("beta",),
-        claims=(Claim("accuracy", "≥"),),
-        settings={"pkd_mapping": "skip"},
-    ),
+PKD_SKIP = Preset(
+    {"ce": 0.5, "kd": 0.5, "pkd": 1.0},
+    {"ce": 0.5, "kd": 0.5, "pkd": 500.0},
+    own=("pkd",),
+    name="PKD-skip",
+    reference="Sun et al. 2019",
+    space={"beta": "0.1,1,10,100"},
+    beta="pkd",
+    tuned=("beta",),
+    claims=(Claim("accuracy", "≥"),),
+    settings={"pkd_mapping": "skip"},
 )
-preset(
-    "pkd-last",
-    replace(PRESETS["pkd-skip"], name="PKD-last", settings={"pkd_mapping": "last"}),
+register_method(
+    "pkd",
+    settings=PKDSettings,
+    teacher_fields={
+        "cls": TeacherField(_teacher_cls, key=lambda o: {"patient_pairs": mapped_pairs(o)})
+    },
+    terms={"pkd": Term(_pkd, teacher_fields=("cls",), hidden_states=True)},
+    method=Method(
+        frozenset({"pkd"}),
+        _resolve,
+        record=lambda o: (
+            {"patient_pairs": mapped_pairs(o)}
+            | ({"pkd_projection": widths} if (widths := projection_widths(o)) else {})
+        ),
+        modules=_projection,
+        layer_pairs="patient_pairs",
+        mapping="Patient KD mapping ({method})",
+    ),
+    presets={
+        "pkd-skip": PKD_SKIP,
+        "pkd-last": replace(PKD_SKIP, name="PKD-last", settings={"pkd_mapping": "last"}),
+    },
 )

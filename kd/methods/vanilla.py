@@ -20,11 +20,10 @@ from kd.methods.objective import (
     Parameter,
     Preset,
     StepInputs,
-    parameter,
-    preset,
+    TeacherField,
+    Term,
     preset_weights,
-    teacher_field,
-    term,
+    register_method,
 )
 from workbench.core.lazy import lazy_module
 from workbench.core.names import UNLABELLED
@@ -85,58 +84,54 @@ def logit_kd_loss(
     raise ValueError(f"unknown KD form {form!r}; use one of {KD_FORMS}")
 
 
-@teacher_field("logits")
 def _teacher_logits(_objective: Objective, teacher: PreTrainedModel, batch) -> Tensor:
     return models.forward(teacher, batch).logits
 
 
-@term("ce", labels=LABELLED)
 def _ce(_objective: Objective, inputs: StepInputs) -> Tensor:
     return task_loss(inputs.student.logits, inputs.batch["labels"])
 
 
-@term("kd", teacher_fields=("logits",))
 def _kd(objective: Objective, inputs: StepInputs) -> Tensor:
     student, teacher = inputs.student.logits, inputs.teacher["logits"]
     return logit_kd_loss(student, teacher, objective.temperature, form=objective.kd_form)
 
 
-parameter(
-    "alpha",
-    Parameter(
-        "weight α of the KD term; CE gets 1 − α",
-        0.0,
-        1.0,
-        needs=("kd",),
-        # 1 − α to 12 digits: 1 − 0.9 is 0.1, not 0.09999999999999998
-        apply=lambda config, value: replace(
-            config, weights=config.weights | {"kd": value, "ce": float(f"{1 - value:.12g}")}
-        ),
-        read=lambda config: preset_weights(config).get("kd"),
-    ),
-)
-parameter(
-    "tau",
-    Parameter(
-        "KD temperature τ",
-        MIN_TEMPERATURE,
-        MAX_TEMPERATURE,
-        needs=("kd",),
-        apply=lambda config, value: replace(config, temperature=float(value)),
-        read=lambda config: config.temperature or PRESETS[config.preset].temperature,
-    ),
-)
-
-preset("finetune", Preset({"ce": 1.0}, {"ce": 1.0}, name="the student trained alone"))
-preset(
+register_method(
     "kd",
-    Preset(
-        {"ce": 0.5, "kd": 0.5},
-        {"ce": 0.5, "kd": 0.5},
-        name="vanilla KD",
-        reference="Hinton et al. 2015",
-        space={"alpha": "0.1,0.5,0.9", "tau": "1,2,4,8"},
-        tuned=("tau",),  # so that every method meets a reference tuned alike
-        gallery=True,
-    ),
+    teacher_fields={"logits": TeacherField(_teacher_logits)},
+    terms={"ce": Term(_ce, labels=LABELLED), "kd": Term(_kd, teacher_fields=("logits",))},
+    parameters={
+        "alpha": Parameter(
+            "weight α of the KD term; CE gets 1 − α",
+            0.0,
+            1.0,
+            needs=("kd",),
+            # 1 − α to 12 digits: 1 − 0.9 is 0.1, not 0.09999999999999998
+            apply=lambda config, value: replace(
+                config, weights=config.weights | {"kd": value, "ce": float(f"{1 - value:.12g}")}
+            ),
+            read=lambda config: preset_weights(config).get("kd"),
+        ),
+        "tau": Parameter(
+            "KD temperature τ",
+            MIN_TEMPERATURE,
+            MAX_TEMPERATURE,
+            needs=("kd",),
+            apply=lambda config, value: replace(config, temperature=float(value)),
+            read=lambda config: config.temperature or PRESETS[config.preset].temperature,
+        ),
+    },
+    presets={
+        "finetune": Preset({"ce": 1.0}, {"ce": 1.0}, name="the student trained alone"),
+        "kd": Preset(
+            {"ce": 0.5, "kd": 0.5},
+            {"ce": 0.5, "kd": 0.5},
+            name="vanilla KD",
+            reference="Hinton et al. 2015",
+            space={"alpha": "0.1,0.5,0.9", "tau": "1,2,4,8"},
+            tuned=("tau",),  # so that every method meets a reference tuned alike
+            gallery=True,
+        ),
+    },
 )

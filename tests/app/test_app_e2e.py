@@ -22,6 +22,7 @@ import pytest
 from tests.app.test_app import HOSTILE, STUDENTS, build_tiny_runs
 from tests.app.test_first_run import tiny_sizes
 from tests.conftest import CHROMIUM, debian_package, served, tiny_model, tiny_tokenizer
+from workbench.app import main as app_main
 from workbench.app.runner import SIZES_ENV
 
 pytestmark = pytest.mark.e2e
@@ -37,16 +38,8 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-PAGES = {
-    "case-study": "Case study",
-    "geometry": "Layer geometry",
-    "loyalty": "Loyalty",
-    "divergence": "Where explanations diverge",
-    "explainers": "Which explainer to trust",
-    "compression": "Compression",
-    "train": "Train",
-    "export": "Export",
-}
+# the app's pages, by URL path (the default page's "case-study": the app's own address)
+PAGES = {path or "case-study": title for _, title, path in app_main.PAGES}
 
 
 @pytest.fixture(scope="session")

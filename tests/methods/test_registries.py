@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kd.methods.adkd import ADKDSettings
-from kd.methods.config import METHOD_SETTINGS, ObjectiveConfig, register_settings
+from kd.methods.config import METHOD_SETTINGS, ObjectiveConfig
 from kd.methods.objective import (
     METHODS,
     PARAMETERS,
@@ -18,15 +18,13 @@ from kd.methods.objective import (
     STUDENT_SETUPS,
     TEACHER_FIELDS,
     TERMS,
+    Method,
     Parameter,
     Preset,
     StudentSetup,
-    method,
-    parameter,
-    preset,
-    student_setup,
-    teacher_field,
-    term,
+    TeacherField,
+    Term,
+    register_method,
 )
 from workbench.core.config import SECTIONS, Checked, option, register_section
 from workbench.core.errors import WorkbenchError
@@ -39,32 +37,64 @@ class Other(Checked):
     other_setting: int = option(1, "a setting no method has")
 
 
+@dataclass
+class Fresh(Checked):
+    """Settings of a method whose other names are new but one."""
+
+    fresh_setting: int = option(1, "a setting no method has")
+
+
 def _never(*_args):
     raise AssertionError("a refused entry is never called")
 
 
 REGISTRATIONS = {  # registry: (a second registration of a built-in name, its first's module)
-    "settings": (lambda: register_settings("adkd", Other), "adkd.py", METHOD_SETTINGS),
-    "term": (lambda: term("kd")(_never), "vanilla.py", TERMS),
-    "teacher field": (lambda: teacher_field("logits")(_never), "vanilla.py", TEACHER_FIELDS),
-    "method": (lambda: method("pkd", record=_never)(_never), "pkd.py", METHODS),
+    "settings": (lambda: register_method("adkd", settings=Other), "adkd.py", METHOD_SETTINGS),
+    "term": (lambda: register_method("x", terms={"kd": Term(_never)}), "vanilla.py", TERMS),
+    "teacher field": (
+        lambda: register_method("x", teacher_fields={"logits": TeacherField(_never)}),
+        "vanilla.py",
+        TEACHER_FIELDS,
+    ),
     "student set-up": (
-        lambda: student_setup("gkd", StudentSetup(_never, _never, _never, _never)),
+        lambda: register_method("gkd", setup=StudentSetup(_never, _never, _never, _never)),
         "gkd.py",
         STUDENT_SETUPS,
     ),
     "tune parameter": (
-        lambda: parameter("alpha", Parameter("again", 0.0)),
+        lambda: register_method("x", parameters={"alpha": Parameter("again", 0.0)}),
         "vanilla.py",
         PARAMETERS,
     ),
-    "preset": (lambda: preset("kd", Preset({"ce": 1.0}, {"ce": 1.0})), "vanilla.py", PRESETS),
+    "preset": (
+        lambda: register_method("x", presets={"kd": Preset({"ce": 1.0}, {"ce": 1.0})}),
+        "vanilla.py",
+        PRESETS,
+    ),
     "record section": (
         lambda: register_section("objective", ObjectiveConfig),
         "config.py",
         SECTIONS,
     ),
 }
+
+
+def test_one_call_registers_nothing_when_any_of_its_names_is_taken():
+    tables = (TERMS, TEACHER_FIELDS, PARAMETERS, PRESETS, METHOD_SETTINGS)
+    before = [dict(table) for table in tables]
+    with pytest.raises(WorkbenchError, match="preset 'kd' is registered twice"):
+        register_method(
+            "fresh",
+            settings=Fresh,
+            terms={"fresh_term": Term(_never)},
+            parameters={"fresh_parameter": Parameter("new", 0.0)},
+            presets={"fresh": Preset({"ce": 1.0}, {"ce": 1.0}), "kd": Preset({}, {})},
+        )
+    assert [dict(table) for table in tables] == before
+    methods = dict(METHODS)
+    with pytest.raises(WorkbenchError, match="its method resolves 'pkd', which it does not"):
+        register_method("fresh", method=Method(frozenset({"pkd"}), _never, _never))
+    assert dict(METHODS) == methods
 
 
 @pytest.mark.parametrize("registry", sorted(REGISTRATIONS))
@@ -89,7 +119,7 @@ def test_a_method_setting_of_a_name_the_objective_has_is_refused():
         attr_top_k: int = option(1, "AD-KD's already")
 
     with pytest.raises(WorkbenchError, match=r"setting 'attr_top_k' of .*Clashing is ADKDSettings"):
-        register_settings("clashing", Clashing)
+        register_method("clashing", settings=Clashing)
     assert "clashing" not in METHOD_SETTINGS and ADKDSettings in METHOD_SETTINGS.values()
 
 

@@ -1,6 +1,6 @@
-"""The Streamlit app (``kdw app``, or ``streamlit run app.py`` in a clone): one module per page —
-Case study, Layer geometry, Loyalty, Where explanations diverge, Train, Export — with what they
-share in :mod:`workbench.app.common`, the entry script :mod:`workbench.app.main`, the first-run
+"""The Streamlit app (``kdw app``, or ``streamlit run app.py`` in a clone): one module per page,
+listed once in :data:`workbench.app.main.PAGES`, with what they share in
+:mod:`workbench.app.common`, the entry script :mod:`workbench.app.main`, the first-run
 demo build in :mod:`workbench.app.first_run` and background trainings in
 :mod:`workbench.app.jobs`."""
 
