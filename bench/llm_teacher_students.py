@@ -44,7 +44,7 @@ from statistics import fmean
 
 import torch
 
-from bench.common import setup, table, write_results
+from bench.common import portable, setup, table, write_results
 from kd.methods.config import ObjectiveConfig
 from kd.methods.objective import Objective, control, preset_weights
 from kd.training import distill
@@ -206,7 +206,7 @@ def row(
         "teacher_tokenizer": _tokenizer(cache / "teacher"),
         "student_model_type": _read(run / "model" / "config.json")["model_type"],
         "student_tokenizer": _tokenizer(run / "model"),
-        "student_init": " ".join(filter(None, [student.init, student.pretrained])),
+        "student_init": " ".join(filter(None, [student.init, portable(student.pretrained)])),
         "student_layers": _read(run / "model" / "config.json")["num_hidden_layers"],
         "student_kept_layers": record["resolved"].get("student_layers"),
         "test_accuracy": test["accuracy"],
