@@ -21,7 +21,7 @@ def add(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from workbench.analysis.baseline import tfidf_baseline
+    from workbench.analysis.tfidf_baseline import tfidf_baseline
     from workbench.core.data import load_task
 
     metrics = tfidf_baseline(load_task(from_arguments(DataConfig, args)), args.split)

@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 torch = lazy_module("torch")
 attribution = lazy_module("workbench.analysis.attribution")
 alignment = lazy_module("workbench.core.data.alignment")
-geometry = lazy_module("workbench.analysis.geometry")
+geometry = lazy_module("workbench.analysis.relation_geometry")
 models = lazy_module("workbench.core.models")
 
 

@@ -2,8 +2,8 @@
 Relation (LTR), besides vanilla KD's two terms: ``L = CE + KD + λ_WR L_WR + λ_LTR L_LTR``, the
 student's layers mapped uniformly onto the teacher's, embeddings included.
 
-Both terms compare the pair and triple *relations* of :mod:`workbench.analysis.geometry` among a
-sequence of vectors, so the student's width may differ from the teacher's (``"l2_mean"`` is
+Both terms compare the pair and triple *relations* of :mod:`workbench.analysis.relation_geometry`
+among a sequence of vectors, so the student's width may differ from the teacher's (``"l2_mean"`` is
 RKD-style, the released code's ``distnorm``). WR runs over the tokens of one layer; LTR over the
 mapped layers (embeddings included) of one token. Losses (``variant="paper"``): squared error
 between teacher and student relations, averaged over valid pairs, and over valid triples.
@@ -49,10 +49,10 @@ if TYPE_CHECKING:
     from torch import Tensor
     from transformers import PreTrainedModel
 
-    from workbench.analysis.geometry import PairKind
+    from workbench.analysis.relation_geometry import PairKind
 
 torch = lazy_module("torch")
-geometry = lazy_module("workbench.analysis.geometry")
+geometry = lazy_module("workbench.analysis.relation_geometry")
 alignment = lazy_module("workbench.core.data.alignment")
 models = lazy_module("workbench.core.models")
 

@@ -13,7 +13,7 @@ from kd.training.config import OptimConfig, StudentConfig, TeacherConfig
 from kd.training.evaluate import evaluate_runs, format_table
 from kd.training.pipeline import distill, train_teacher
 from kd.training.trainer import Callback
-from workbench.analysis.baseline import tfidf_baseline
+from workbench.analysis.tfidf_baseline import tfidf_baseline
 from workbench.core.config import DataConfig
 from workbench.core.data import load_task
 

@@ -1,6 +1,6 @@
-"""The divergence view's analysis (workbench.analysis.divergence) on tiny random models with a real
-WordPiece tokenizer: its numbers against a direct computation, example by example; the cache
-hit on a second call; the bad inputs."""
+"""The divergence view's analysis (workbench.analysis.explanation_divergence) on tiny random models
+with a real WordPiece tokenizer: its numbers against a direct computation, example by example;
+the cache hit on a second call; the bad inputs."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from transformers import AutoModelForSequenceClassification, BertTokenizerFast
 from tests.conftest import WORDS, tiny_config, write_run_record
 from workbench.analysis.agreement import attribution_gap
 from workbench.analysis.attribution import AttributionSettings, compute_maps
-from workbench.analysis.divergence import divergence, word_table
+from workbench.analysis.explanation_divergence import divergence, word_table
 from workbench.analysis.faithfulness import aopc
 from workbench.analysis.settings import DivergenceSettings
 from workbench.core.config import DataConfig

@@ -16,7 +16,7 @@ from transformers import AutoTokenizer, BertTokenizerFast
 
 from tests.app.test_app import APP, STUDENTS, build_tiny_runs, decoded
 from workbench.analysis.attribution import ExplainerChoice
-from workbench.analysis.divergence import divergence, word_table
+from workbench.analysis.explanation_divergence import divergence, word_table
 from workbench.analysis.settings import DivergenceSettings
 from workbench.core.data import load_task
 from workbench.core.models import load_model

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-from workbench.analysis.geometry import (
+from workbench.analysis.relation_geometry import (
     dense_angles,
     pairwise_distance_relation,
     windowed_angle_relation,

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from kd.methods.ckd import layer_relation_loss, word_relation_loss
-from workbench.analysis.geometry import pairwise_distance_relation, windowed_angle_relation
+from workbench.analysis.relation_geometry import pairwise_distance_relation, windowed_angle_relation
 
 DT = torch.float64
 

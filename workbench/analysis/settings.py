@@ -1,10 +1,10 @@
 """The settings of the analyses run over a split and of deployment: faithfulness
 (:class:`FaithfulnessSettings`, read by :mod:`~workbench.analysis.faithfulness_report`),
-divergence (:class:`DivergenceSettings`, :mod:`~workbench.analysis.divergence`), the benchmark
-(:class:`BenchmarkSettings`, :mod:`~workbench.analysis.benchmark`) and ONNX export
+divergence (:class:`DivergenceSettings`, :mod:`~workbench.analysis.explanation_divergence`), the
+benchmark (:class:`BenchmarkSettings`, :mod:`~workbench.analysis.benchmark`) and ONNX export
 (:class:`OnnxSettings`, :mod:`~workbench.analysis.deployment`). They are kept apart from the
-modules that read them because those load torch, and ``kdw``'s parser and the app's forms,
-built from these dataclasses, must not."""
+modules that read them because those load torch, and ``kdw``'s parser and the app's forms, built
+from these dataclasses, must not."""
 
 from __future__ import annotations
 

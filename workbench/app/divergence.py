@@ -1,10 +1,10 @@
-"""Where explanations diverge: over a split, with the explainer chosen (any registered one, with
-its settings), per word the teacher's mean attribution against a student's (a scatter), the words
-the student over- and under-attributes most (overall or for one gold class), and per model the
+"""Where explanations diverge: over a split, with the explainer chosen (any registered one, with its
+settings), per word the teacher's mean attribution against a student's (a scatter), the words the
+student over- and under-attributes most (overall or for one gold class), and per model the
 distributions of the per-example attribution gap and of AOPC faithfulness
-(:mod:`workbench.analysis.divergence`). A click on a point or a row opens its example in the Case
-study. Each model's outputs are cached in its run folder, and the comparison in the server (per
-explainer and settings), so a second visit is instant."""
+(:mod:`workbench.analysis.explanation_divergence`). A click on a point or a row opens its example
+in the Case study. Each model's outputs are cached in its run folder, and the comparison in the
+server (per explainer and settings), so a second visit is instant."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from workbench.analysis.attribution import ExplainerChoice
-from workbench.analysis.divergence import TEACHER, Divergence, divergence, word_table
+from workbench.analysis.explanation_divergence import TEACHER, Divergence, divergence, word_table
 from workbench.analysis.settings import DivergenceSettings
 from workbench.app import common
 from workbench.app.catalog import RunEntry

@@ -13,12 +13,12 @@ from torch import Tensor
 
 from kd.methods.layer_map import select_layers
 from kd.methods.objective import METHODS
-from workbench.analysis.geometry import (
+from workbench.analysis.loyalty import hidden_states
+from workbench.analysis.relation_geometry import (
     dense_angles,
     pairwise_distance_relation,
     windowed_angle_relation,
 )
-from workbench.analysis.loyalty import hidden_states
 from workbench.app import common
 from workbench.app.figures import layer_mapping_figure, relation_heatmaps
 from workbench.core.errors import WorkbenchError
