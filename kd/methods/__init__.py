@@ -1,9 +1,10 @@
 """The distillation methods, one module each, reading top to bottom like its paper: its settings
-(a dataclass registered with :class:`~kd.methods.config.ObjectiveConfig`, whose fields are the
-objective's options on the command line, in the app, in ``--config`` files and in run records), the
-loss functions (pure functions of tensors), the settings the method resolves, the teacher fields,
-the terms, its set-up of the student, and the presets (with all the workbench says or does about
-the method: its name, paper, tune space, ablations and the claims the reproduction report checks).
+(a dataclass whose fields are the objective's options on the command line, in the app, in
+``--config`` files and in run records), the loss functions (pure functions of tensors), how the
+method resolves its settings, the teacher fields, the terms, its set-up of the student, and the
+presets (with all the workbench says or does about the method: its name, paper, tune space,
+ablations and the claims the reproduction report checks), all registered by the module's one
+:func:`~kd.methods.objective.register_method` call.
 A method module binds torch and the modules built on it lazily
 (:func:`~workbench.core.lazy.lazy_module`): importing the methods registers their settings, and
 ``kdw``'s parser its options, without loading torch.
