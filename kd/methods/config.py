@@ -95,10 +95,6 @@ class Registry(MutableMapping[str, T]):
                 f"and at {registration_place()}"
             )
 
-    def place(self, name: str) -> str:
-        """Where the entry ``name`` was registered (``file:line``)."""
-        return self._places.get(name, "?")
-
     def _load(self) -> None:
         """Register what is registered on a first read (none here)."""
 

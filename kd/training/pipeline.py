@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from functools import partial
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -211,11 +212,10 @@ def _saver(
     themselves in the run's ``adapter/`` (peft's ``save_pretrained``), naming their base model
     ``base`` as the command named it: a built-in name or a hub id as such, a folder by its
     absolute path (not the folder it was assembled in under this machine's user cache, nor a
-    path the base's own files gave). Nothing that points at code is kept: a config's
-    ``auto_map`` (transformers' remote code) and an adapter config's ``auto_mapping`` (peft's)
-    name no file of the run, and the run's models are of transformers' own classes."""
+    path the base's own files gave), and without peft's ``auto_mapping`` (a pointer to a custom
+    model's code: the run's models are transformers' own classes, loaded without their
+    ``auto_map``)."""
     set_label_names(model, spec)
-    model.config.__dict__.pop("auto_map", None)
 
     def save_adapter(folder: Path) -> None:
         adapted.save_pretrained(folder)
@@ -606,8 +606,8 @@ class TeacherSource:
     setup: Distillation
     pin: ResolvedTeacher | None = None
     fingerprint: str | None = None
-    every: bool = False
     manifest: dict = dataclasses.field(default_factory=dict)
+    every: ClassVar[bool] = False
 
     def check(self, inputs: TeacherInputs) -> None:
         """Refuse, before the run folder is written, caches that cannot be had."""
@@ -634,6 +634,7 @@ class LiveTeacher(TeacherSource):
 class CachedTeacher(TeacherSource):
     """A ``kdw cache`` folder: its fields read as built, every one the objective reads."""
 
+    every: ClassVar[bool] = True
     read: dict[str, ExampleCache] = dataclasses.field(default_factory=dict)
 
     def check(self, inputs: TeacherInputs) -> None:
@@ -651,14 +652,14 @@ def teacher_source(setup: Distillation, teacher: str, device: torch.device) -> T
     if setup.cache is not None:
         folder = str(Path(setup.teacher.source).resolve())
         fields = {"teacher_fields": {"cache": folder}}  # where the teacher's fields came from
-        return CachedTeacher(setup, setup.cache.teacher, setup.cache.fingerprint, True, fields)
+        return CachedTeacher(setup, setup.cache.teacher, setup.cache.fingerprint, fields)
     if setup.teacher is None:
         return TeacherSource(setup)
     setup.teacher.model.to(device)
     state = unfinished_teacher(teacher)  # what the student learnt from
     manifest = {} if state is None else {"unfinished_teacher": state}
     weights = fingerprint(setup.teacher.model)
-    return LiveTeacher(setup, teacher_pin(teacher), weights, False, manifest)
+    return LiveTeacher(setup, teacher_pin(teacher), weights, manifest)
 
 
 def check_transfer(objective: Objective, no_labels: bool = False) -> None:

@@ -123,6 +123,14 @@ def resolve_model(name: str, adapters: tuple[Path, ...] = ()) -> str:
     return str(path)
 
 
+def _without_code(config: PretrainedConfig) -> PretrainedConfig:
+    """``config`` without ``auto_map``, its pointer to remote code: the workbench builds
+    transformers' own classes only, so nothing it saves from a loaded model (a run, a cache, an
+    export) names code that is not there."""
+    config.__dict__.pop("auto_map", None)
+    return config
+
+
 def _from_pretrained(
     load, name: str, what: str, notify: Callable[[str], None] | None = None, **options
 ):
@@ -137,12 +145,13 @@ def _from_pretrained(
     try:
         if load == AutoTokenizer.from_pretrained:
             return load(source, local_files_only=cache_only, **options)
-        config = AutoConfig.from_pretrained(source, local_files_only=cache_only)
+        config = _without_code(AutoConfig.from_pretrained(source, local_files_only=cache_only))
         if Path(source).is_dir():  # the config against the weights, before they are read
             check_model_folder(source, config)
         if load == AutoConfig.from_pretrained:
             return config
         model, info = load(source, local_files_only=cache_only, output_loading_info=True, **options)
+        _without_code(model.config)
         check_loaded(model, info, name, not has_head(config), notify)
         return model
     except WorkbenchError:

@@ -104,31 +104,31 @@ LAYER_SETTINGS = frozenset(
 )
 
 
-def _numbers(value: Any) -> Iterable[tuple[str, float]]:
-    """Every number in the JSON ``value`` (not the booleans), with its dotted place
-    (``rope_scaling.factor``), walked without recursion (a value may nest as deep as the parser
-    allowed)."""
+def _items(value: Any) -> Iterable[tuple[str, Any]]:
+    """Every value inside the JSON ``value``, itself included, with its dotted place
+    (``rope_scaling.factor``; ``""`` for ``value``), walked without recursion (a value may nest
+    as deep as the parser allowed)."""
     stack = [("", value)]
     while stack:
         name, item = stack.pop()
-        if isinstance(item, int | float) and not isinstance(item, bool):
-            yield name, item
-        elif isinstance(item, dict):
+        yield name, item
+        if isinstance(item, dict):
             stack += [(f"{name}.{key}" if name else str(key), v) for key, v in item.items()]
         elif isinstance(item, list):
             stack += [(f"{name}[{index}]", v) for index, v in enumerate(item)]
 
 
-def _embedding_ids(value: Any) -> Iterable[tuple[str, Any, Any]]:
-    """Each ``(place, pad_token_id, vocab_size)`` of the JSON ``value``: every object, however
-    nested (``text_config.…``), that gives both, walked without recursion."""
-    stack = [("", value)]
-    while stack:
-        name, item = stack.pop()
-        if isinstance(item, dict):
-            if "pad_token_id" in item and "vocab_size" in item:
-                yield name, item["pad_token_id"], item["vocab_size"]
-            stack += [(f"{name}{key}.", v) for key, v in item.items()]
+def _check_padding(path: Path, place: str, values: dict) -> None:
+    """Refuse a ``pad_token_id`` that is no row of the embedding table ``vocab_size`` gives at
+    the same ``place`` of the config (torch would stop on an assertion building the model)."""
+    pad, size = values.get("pad_token_id"), values.get("vocab_size")
+    whole = all(isinstance(v, int) and not isinstance(v, bool) for v in (pad, size))
+    if whole and not -size <= pad < size:
+        at = f"{place}." if place else ""
+        raise WorkbenchError(
+            f"{path}: {at}pad_token_id is {pad}, not an id of the {size:,} rows of its "
+            f"embeddings ({at}vocab_size {size}): {REMEDY}"
+        )
 
 
 def check_config_file(folder: str | Path) -> dict[str, Any]:
@@ -143,22 +143,19 @@ def check_config_file(folder: str | Path) -> dict[str, Any]:
     raw = read_json_file(path, CONFIG_LIMIT, "the model config")
     if not isinstance(raw, dict):
         raise WorkbenchError(f"{path} is not a model config (a JSON object): {REMEDY}")
-    for name, value in _numbers(raw):
-        if not math.isfinite(value):  # NaN and Infinity parse as JSON numbers
+    for name, value in _items(raw):
+        if isinstance(value, dict):  # a padding id beside its table, nested ones too
+            _check_padding(path, name, value)
+        elif not isinstance(value, int | float) or isinstance(value, bool):
+            continue
+        elif not math.isfinite(value):  # NaN and Infinity parse as JSON numbers
             raise WorkbenchError(
                 f"{path}: {name} is {value}, not a finite number: correct it in config.json"
             )
-        if name.rpartition(".")[2] in LAYER_SETTINGS and value > MAX_LAYERS:
+        elif name.rpartition(".")[2] in LAYER_SETTINGS and value > MAX_LAYERS:
             raise WorkbenchError(
                 f"{path}: {name} is {value}, more layers than any model has (at most "
                 f"{MAX_LAYERS:,}): {REMEDY}"
-            )
-    for place, pad, size in _embedding_ids(raw):
-        whole = all(isinstance(v, int) and not isinstance(v, bool) for v in (pad, size))
-        if pad is not None and whole and not -size <= pad < size:  # torch: an AssertionError
-            raise WorkbenchError(
-                f"{path}: {place}pad_token_id is {pad}, not an id of the {size:,} rows of its "
-                f"embeddings ({place}vocab_size {size}): {REMEDY}"
             )
     given = raw.get("num_labels")
     if given is not None and (
